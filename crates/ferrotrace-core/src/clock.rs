@@ -1,0 +1,91 @@
+//! Conversion of raw TSC ticks to nanoseconds.
+//!
+//! The runtime stamps events with the raw timestamp counter (cheapest clock there is) and writes
+//! calibration pairs `(tsc, CLOCK_MONOTONIC ns)` at the start, periodically, and at the end. Readers convert
+//! with [`TscConverter`], which interpolates linearly between the first and last pair: on CPUs with an
+//! invariant TSC (constant_tsc, nonstop_tsc) this is exact to the precision of the pairs.
+
+/// One calibration pair: a TSC reading and the CLOCK_MONOTONIC time taken right next to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClockPair {
+    /// Raw TSC value.
+    pub tsc: u64,
+    /// CLOCK_MONOTONIC in nanoseconds.
+    pub mono_ns: u64,
+}
+
+/// Converts TSC ticks to CLOCK_MONOTONIC nanoseconds.
+#[derive(Clone, Copy, Debug)]
+pub struct TscConverter {
+    base: ClockPair,
+    /// Nanoseconds per tick, as a 32.32 fixed-point number.
+    ns_per_tick_q32: u64,
+}
+
+impl TscConverter {
+    /// A converter from two pairs taken some time apart. Falls back to 1 tick = 1 ns when the pairs are
+    /// equal or reversed (a trace that ran for no measurable time).
+    pub fn new(first: ClockPair, last: ClockPair) -> TscConverter {
+        let dt = last.tsc.saturating_sub(first.tsc);
+        let dn = last.mono_ns.saturating_sub(first.mono_ns);
+        let ns_per_tick_q32 = if dt == 0 || dn == 0 {
+            1u64 << 32
+        } else {
+            ((((dn as u128) << 32) + dt as u128 / 2) / dt as u128).min(u64::MAX as u128) as u64
+        };
+        TscConverter { base: first, ns_per_tick_q32 }
+    }
+
+    /// A converter with a known tick rate in Hz anchored at `base`.
+    pub fn from_hz(base: ClockPair, hz: u64) -> TscConverter {
+        let ns_per_tick_q32 = if hz == 0 { 1u64 << 32 } else { ((1_000_000_000u128 << 32) / hz as u128) as u64 };
+        TscConverter { base, ns_per_tick_q32 }
+    }
+
+    /// CLOCK_MONOTONIC nanoseconds at `tsc`.
+    pub fn to_ns(&self, tsc: u64) -> u64 {
+        let (delta, neg) = if tsc >= self.base.tsc {
+            (tsc - self.base.tsc, false)
+        } else {
+            (self.base.tsc - tsc, true)
+        };
+        let scaled = self.ticks_to_ns(delta);
+        if neg {
+            self.base.mono_ns.saturating_sub(scaled)
+        } else {
+            self.base.mono_ns.saturating_add(scaled)
+        }
+    }
+
+    /// Length of `ticks` TSC ticks in nanoseconds.
+    pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        ((ticks as u128 * self.ns_per_tick_q32 as u128 + (1 << 31)) >> 32) as u64
+    }
+
+    /// Ticks per second implied by the calibration.
+    pub fn hz(&self) -> u64 {
+        ((1_000_000_000u128 << 32) / self.ns_per_tick_q32.max(1) as u128) as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interpolates_between_pairs() {
+        let c = TscConverter::new(ClockPair { tsc: 1000, mono_ns: 500 }, ClockPair { tsc: 3_001_000, mono_ns: 1_000_500 });
+        // 3 ticks per ns.
+        assert_eq!(c.to_ns(1000), 500);
+        assert_eq!(c.to_ns(1000 + 3_000), 1_500);
+        assert_eq!(c.ticks_to_ns(300), 100);
+        assert_eq!(c.to_ns(700), 400);
+        assert_eq!(c.hz(), 3_000_000_000);
+    }
+
+    #[test]
+    fn degenerate_pairs_do_not_divide_by_zero() {
+        let p = ClockPair { tsc: 5, mono_ns: 5 };
+        assert_eq!(TscConverter::new(p, p).to_ns(10), 10);
+    }
+}

@@ -1,0 +1,338 @@
+//! Varints, length-prefixed fields, and the event delta encoding.
+//!
+//! Every chunk payload is written with [`Sink`] + the `put_*` functions and read back with
+//! [`FieldReader`]. Events use [`EventEncoder`] / [`EventDecoder`]: each event is a varint tag
+//! (`id << 3 | kind`) and a zigzag varint of the TSC delta to the previous event, so a function entry or
+//! exit a few hundred cycles after the previous event takes 2–3 bytes on disk instead of the 16 it takes in
+//! memory.
+
+use crate::record::{EventKind, Record};
+
+/// Where encoded bytes go. Implemented here for a fixed slice; the runtime implements it for `Vec<u8>`.
+pub trait Sink {
+    /// Appends `bytes`, or fails when there is no room.
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Full>;
+}
+
+/// The sink had no room for the bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Full;
+
+/// A [`Sink`] over a caller-provided buffer.
+pub struct SliceSink<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+}
+
+impl<'a> SliceSink<'a> {
+    /// An empty sink writing into `buf`.
+    pub fn new(buf: &'a mut [u8]) -> Self {
+        SliceSink { buf, len: 0 }
+    }
+
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when nothing was written.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+impl Sink for SliceSink<'_> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Full> {
+        let end = self.len.checked_add(bytes.len()).ok_or(Full)?;
+        if end > self.buf.len() {
+            return Err(Full);
+        }
+        self.buf[self.len..end].copy_from_slice(bytes);
+        self.len = end;
+        Ok(())
+    }
+}
+
+/// Appends `v` as an unsigned LEB128 varint (1–10 bytes).
+pub fn put_varint<S: Sink + ?Sized>(sink: &mut S, mut v: u64) -> Result<(), Full> {
+    let mut buf = [0u8; 10];
+    let mut n = 0;
+    loop {
+        let byte = (v & 0x7f) as u8;
+        v >>= 7;
+        if v == 0 {
+            buf[n] = byte;
+            n += 1;
+            break;
+        }
+        buf[n] = byte | 0x80;
+        n += 1;
+    }
+    sink.put(&buf[..n])
+}
+
+/// Appends a length-prefixed byte string.
+pub fn put_bytes<S: Sink + ?Sized>(sink: &mut S, bytes: &[u8]) -> Result<(), Full> {
+    put_varint(sink, bytes.len() as u64)?;
+    sink.put(bytes)
+}
+
+/// Appends a length-prefixed UTF-8 string.
+pub fn put_str<S: Sink + ?Sized>(sink: &mut S, s: &str) -> Result<(), Full> {
+    put_bytes(sink, s.as_bytes())
+}
+
+/// Maps a signed number onto an unsigned one so that small magnitudes stay small.
+pub const fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// Inverse of [`zigzag`].
+pub const fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+/// A payload ended early or held a malformed field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The payload ended in the middle of a field.
+    Truncated,
+    /// A varint longer than 10 bytes, or one that overflows 64 bits.
+    BadVarint,
+    /// A field value outside its domain (unknown event kind, impossible length).
+    BadValue,
+}
+
+impl core::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(match self {
+            DecodeError::Truncated => "payload ends in the middle of a field",
+            DecodeError::BadVarint => "malformed varint",
+            DecodeError::BadValue => "field value out of range",
+        })
+    }
+}
+
+/// Reads the fields of one chunk payload in order.
+#[derive(Clone)]
+pub struct FieldReader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> FieldReader<'a> {
+    /// A reader at the start of `buf`.
+    pub fn new(buf: &'a [u8]) -> Self {
+        FieldReader { buf, pos: 0 }
+    }
+
+    /// Bytes not read yet.
+    pub fn remaining(&self) -> usize {
+        self.buf.len() - self.pos
+    }
+
+    /// Reads a varint.
+    pub fn varint(&mut self) -> Result<u64, DecodeError> {
+        let mut v: u64 = 0;
+        let mut shift = 0u32;
+        loop {
+            let byte = *self.buf.get(self.pos).ok_or(DecodeError::Truncated)?;
+            self.pos += 1;
+            if shift == 63 && byte > 1 {
+                return Err(DecodeError::BadVarint);
+            }
+            v |= ((byte & 0x7f) as u64) << shift;
+            if byte & 0x80 == 0 {
+                return Ok(v);
+            }
+            shift += 7;
+            if shift > 63 {
+                return Err(DecodeError::BadVarint);
+            }
+        }
+    }
+
+    /// Reads a varint that must fit in a `u32`.
+    pub fn varint_u32(&mut self) -> Result<u32, DecodeError> {
+        u32::try_from(self.varint()?).map_err(|_| DecodeError::BadValue)
+    }
+
+    /// Reads a length-prefixed byte string.
+    pub fn bytes(&mut self) -> Result<&'a [u8], DecodeError> {
+        let len = self.varint()?;
+        let len = usize::try_from(len).map_err(|_| DecodeError::BadValue)?;
+        if len > self.remaining() {
+            return Err(DecodeError::Truncated);
+        }
+        let s = &self.buf[self.pos..self.pos + len];
+        self.pos += len;
+        Ok(s)
+    }
+
+    /// Reads a length-prefixed string; invalid UTF-8 is an error.
+    pub fn str(&mut self) -> Result<&'a str, DecodeError> {
+        core::str::from_utf8(self.bytes()?).map_err(|_| DecodeError::BadValue)
+    }
+
+    /// The bytes not read yet.
+    pub fn rest(&self) -> &'a [u8] {
+        &self.buf[self.pos..]
+    }
+}
+
+/// True for kinds whose on-disk event carries a payload string.
+pub const fn kind_has_payload(kind: EventKind) -> bool {
+    matches!(kind, EventKind::Tracepoint | EventKind::Alloc | EventKind::Free)
+}
+
+/// Encodes the events of one thread's chunk, each relative to the one before.
+pub struct EventEncoder {
+    prev_tsc: u64,
+}
+
+impl EventEncoder {
+    /// An encoder whose first delta is taken against `base_tsc`.
+    pub fn new(base_tsc: u64) -> Self {
+        EventEncoder { prev_tsc: base_tsc }
+    }
+
+    /// Appends one event. `payload` is written only for kinds that carry one.
+    pub fn encode<S: Sink + ?Sized>(&mut self, rec: &Record, payload: &[u8], sink: &mut S) -> Result<(), Full> {
+        let kind = rec.kind().unwrap_or(EventKind::Lost);
+        let tag = (rec.id() as u64) << 3 | kind as u64;
+        put_varint(sink, tag)?;
+        put_varint(sink, zigzag(rec.tsc.wrapping_sub(self.prev_tsc) as i64))?;
+        if kind_has_payload(kind) {
+            put_bytes(sink, payload)?;
+        }
+        self.prev_tsc = rec.tsc;
+        Ok(())
+    }
+}
+
+/// One decoded event.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DecodedEvent<'a> {
+    /// Raw TSC timestamp.
+    pub tsc: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Function id, tracepoint id, or count (see [`EventKind`]).
+    pub id: u32,
+    /// Payload bytes, empty for kinds without one.
+    pub payload: &'a [u8],
+}
+
+/// Iterates over the events of an `Events` chunk body (after its four header fields).
+pub struct EventDecoder<'a> {
+    fields: FieldReader<'a>,
+    prev_tsc: u64,
+    failed: bool,
+}
+
+impl<'a> EventDecoder<'a> {
+    /// A decoder over `body` whose first delta is relative to `base_tsc`.
+    pub fn new(body: &'a [u8], base_tsc: u64) -> Self {
+        EventDecoder { fields: FieldReader::new(body), prev_tsc: base_tsc, failed: false }
+    }
+
+    fn next_event(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
+        let tag = self.fields.varint()?;
+        let kind = EventKind::from_u8((tag & 7) as u8).ok_or(DecodeError::BadValue)?;
+        let id = u32::try_from(tag >> 3).map_err(|_| DecodeError::BadValue)?;
+        let delta = unzigzag(self.fields.varint()?);
+        let tsc = self.prev_tsc.wrapping_add(delta as u64);
+        self.prev_tsc = tsc;
+        let payload = if kind_has_payload(kind) { self.fields.bytes()? } else { &[] };
+        Ok(DecodedEvent { tsc, kind, id, payload })
+    }
+}
+
+impl<'a> Iterator for EventDecoder<'a> {
+    type Item = Result<DecodedEvent<'a>, DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed || self.fields.remaining() == 0 {
+            return None;
+        }
+        let r = self.next_event();
+        self.failed = r.is_err();
+        Some(r)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn varint_round_trip_edges() {
+        for v in [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX] {
+            let mut buf = [0u8; 10];
+            let mut s = SliceSink::new(&mut buf);
+            put_varint(&mut s, v).unwrap();
+            let n = s.len();
+            assert_eq!(FieldReader::new(&buf[..n]).varint(), Ok(v));
+        }
+    }
+
+    #[test]
+    fn varint_rejects_overlong_and_truncated() {
+        assert_eq!(FieldReader::new(&[0x80; 11]).varint(), Err(DecodeError::BadVarint));
+        assert_eq!(FieldReader::new(&[0x80]).varint(), Err(DecodeError::Truncated));
+        let mut over = [0xffu8; 10];
+        over[9] = 0x02;
+        assert_eq!(FieldReader::new(&over).varint(), Err(DecodeError::BadVarint));
+    }
+
+    #[test]
+    fn zigzag_round_trip() {
+        for v in [0i64, -1, 1, i64::MIN, i64::MAX, -300] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+        assert_eq!(zigzag(-1), 1);
+        assert_eq!(zigzag(1), 2);
+    }
+
+    #[test]
+    fn events_round_trip_with_payload_and_backwards_time() {
+        let recs = [
+            (Record::new(100, EventKind::Entry, 3), &b""[..]),
+            (Record::new(90, EventKind::Tracepoint, 1), &b"args"[..]),
+            (Record::new(200, EventKind::Exit, 3), &b""[..]),
+            (Record::new(200, EventKind::Lost, 12345), &b""[..]),
+        ];
+        let mut buf = [0u8; 64];
+        let mut sink = SliceSink::new(&mut buf);
+        let mut enc = EventEncoder::new(100);
+        for (r, p) in &recs {
+            enc.encode(r, p, &mut sink).unwrap();
+        }
+        let n = sink.len();
+        let out: Result<[_; 4], _> = {
+            let mut d = EventDecoder::new(&buf[..n], 100);
+            let mut arr = [None; 4];
+            for slot in arr.iter_mut() {
+                *slot = Some(d.next().unwrap().unwrap());
+            }
+            assert!(d.next().is_none());
+            Ok::<_, DecodeError>(arr.map(|e| e.unwrap()))
+        };
+        let out = out.unwrap();
+        assert_eq!(out[1].tsc, 90);
+        assert_eq!(out[1].payload, b"args");
+        assert_eq!(out[2].tsc, 200);
+        assert_eq!(out[3].id, 12345);
+        assert_eq!(out[3].kind, EventKind::Lost);
+    }
+
+    #[test]
+    fn decoder_stops_after_an_error() {
+        let mut d = EventDecoder::new(&[0x0f, 0x02], 0); // kind 7 is Wait: valid; then nothing
+        assert!(d.next().unwrap().is_ok());
+        assert!(d.next().is_none());
+        let mut bad = EventDecoder::new(&[0x80], 0);
+        assert_eq!(bad.next(), Some(Err(DecodeError::Truncated)));
+        assert_eq!(bad.next(), None);
+    }
+}

@@ -1,0 +1,44 @@
+//! The `no_std`, allocation-free heart of ferrotrace.
+//!
+//! This crate provides what every other part of ferrotrace agrees on:
+//!
+//! * [`record`]: the fixed 16-byte record that the traced thread's hot path writes into its chunk, and the
+//!   [`record::EventKind`]s it can carry;
+//! * [`format`]: the trace file, byte by byte: file header, typed and checksummed chunks, chunk kinds
+//!   (documented for users in `docs/format.md`);
+//! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
+//!   records into 2–4 bytes on disk;
+//! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs.
+//!
+//! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
+//! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
+//! firmware): everything here works on caller-provided buffers.
+//!
+//! Who should not: programs that want to *trace themselves* should depend on the `ferrotrace` crate, and
+//! programs that want to *read traces* on `ferrotrace-analysis`, which has a streaming reader on top of
+//! this codec. Nothing here opens files, reads clocks or makes system calls.
+//!
+//! ```
+//! use ferrotrace_core::codec::{EventDecoder, EventEncoder, SliceSink};
+//! use ferrotrace_core::record::{EventKind, Record};
+//!
+//! let records = [Record::new(1000, EventKind::Entry, 7), Record::new(1060, EventKind::Exit, 7)];
+//! let mut buf = [0u8; 64];
+//! let mut sink = SliceSink::new(&mut buf);
+//! let mut enc = EventEncoder::new(1000);
+//! for r in &records {
+//!     enc.encode(r, &[], &mut sink).unwrap();
+//! }
+//! let len = sink.len();
+//! assert!(len <= 8, "two events fit in {len} bytes");
+//! let decoded: Vec<_> = EventDecoder::new(&buf[..len], 1000).map(|e| e.unwrap()).collect();
+//! assert_eq!(decoded[1].tsc, 1060);
+//! assert_eq!(decoded[1].kind, EventKind::Exit);
+//! ```
+#![no_std]
+#![warn(missing_docs)]
+
+pub mod clock;
+pub mod codec;
+pub mod format;
+pub mod record;

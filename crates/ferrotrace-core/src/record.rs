@@ -1,0 +1,99 @@
+//! The in-memory record written by the traced thread's hot path.
+//!
+//! A record is two little-endian `u64` words, 16 bytes, so that the assembly hot path can store it with
+//! two `mov`s and no arithmetic besides the `rdtsc` combine:
+//!
+//! | word | bits | meaning |
+//! |---|---|---|
+//! | 0 | 0–63 | raw TSC timestamp |
+//! | 1 | 0–31 | id: function id, tracepoint id, or a count (see [`EventKind`]) |
+//! | 1 | 32–39 | [`EventKind`] |
+//! | 1 | 40–47 | number of 16-byte payload slots that follow this record in the chunk |
+//! | 1 | 48–63 | reserved, zero |
+//!
+//! The XRay entry trampoline loads the function id into `r10d` (which zero-extends), so an ENTRY record's
+//! word 1 is the id itself and an EXIT is the id with bit 32 set: the trampolines need one `bts`.
+
+/// What a record says happened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum EventKind {
+    /// A function was entered; id = function id.
+    Entry = 0,
+    /// A function returned; id = function id.
+    Exit = 1,
+    /// A function left by a tail call (it will not pass its exit sled); id = function id.
+    TailExit = 2,
+    /// A static tracepoint fired; id = tracepoint id; the payload holds its arguments.
+    Tracepoint = 3,
+    /// Memory was allocated; payload = address, size.
+    Alloc = 4,
+    /// Memory was freed; payload = address.
+    Free = 5,
+    /// Events were lost here (drop mode with no free chunk); id = number of events lost.
+    Lost = 6,
+    /// The thread waited for a free chunk (lossless mode); id = nanoseconds waited (saturating).
+    Wait = 7,
+}
+
+impl EventKind {
+    /// The kind with this numeric value, if any.
+    pub const fn from_u8(v: u8) -> Option<EventKind> {
+        Some(match v {
+            0 => EventKind::Entry,
+            1 => EventKind::Exit,
+            2 => EventKind::TailExit,
+            3 => EventKind::Tracepoint,
+            4 => EventKind::Alloc,
+            5 => EventKind::Free,
+            6 => EventKind::Lost,
+            7 => EventKind::Wait,
+            _ => return None,
+        })
+    }
+
+    /// True for kinds that open or close a function frame.
+    pub const fn is_function(self) -> bool {
+        matches!(self, EventKind::Entry | EventKind::Exit | EventKind::TailExit)
+    }
+}
+
+/// One 16-byte record, exactly as the hot path stores it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(C, align(16))]
+pub struct Record {
+    /// Raw timestamp counter value.
+    pub tsc: u64,
+    /// id | kind << 32 | payload slots << 40.
+    pub word: u64,
+}
+
+/// Size of a [`Record`] in bytes.
+pub const RECORD_SIZE: usize = 16;
+
+impl Record {
+    /// A record without payload.
+    pub const fn new(tsc: u64, kind: EventKind, id: u32) -> Record {
+        Record { tsc, word: id as u64 | (kind as u64) << 32 }
+    }
+
+    /// A record announcing `slots` 16-byte payload slots after it.
+    pub const fn with_payload(tsc: u64, kind: EventKind, id: u32, slots: u8) -> Record {
+        Record { tsc, word: id as u64 | (kind as u64) << 32 | (slots as u64) << 40 }
+    }
+
+    /// The id field.
+    pub const fn id(&self) -> u32 {
+        self.word as u32
+    }
+
+    /// The kind, or `None` for a word the hot path never writes.
+    pub const fn kind(&self) -> Option<EventKind> {
+        EventKind::from_u8((self.word >> 32) as u8)
+    }
+
+    /// Number of payload slots that follow.
+    pub const fn payload_slots(&self) -> usize {
+        ((self.word >> 40) & 0xff) as usize
+    }
+}
