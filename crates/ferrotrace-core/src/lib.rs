@@ -8,7 +8,9 @@
 //!   (documented for users in `docs/format.md`);
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;
-//! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs.
+//! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs;
+//! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
+//!   profiler.
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
 //! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
@@ -35,10 +37,12 @@
 //! assert_eq!(decoded[1].tsc, 1060);
 //! assert_eq!(decoded[1].kind, EventKind::Exit);
 //! ```
-#![no_std]
+#![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
 pub mod clock;
 pub mod codec;
 pub mod format;
 pub mod record;
+#[cfg(feature = "std")]
+pub mod writer;
