@@ -33,13 +33,23 @@ impl TscConverter {
         } else {
             ((((dn as u128) << 32) + dt as u128 / 2) / dt as u128).min(u64::MAX as u128) as u64
         };
-        TscConverter { base: first, ns_per_tick_q32 }
+        TscConverter {
+            base: first,
+            ns_per_tick_q32,
+        }
     }
 
     /// A converter with a known tick rate in Hz anchored at `base`.
     pub fn from_hz(base: ClockPair, hz: u64) -> TscConverter {
-        let ns_per_tick_q32 = if hz == 0 { 1u64 << 32 } else { ((1_000_000_000u128 << 32) / hz as u128) as u64 };
-        TscConverter { base, ns_per_tick_q32 }
+        let ns_per_tick_q32 = if hz == 0 {
+            1u64 << 32
+        } else {
+            ((1_000_000_000u128 << 32) / hz as u128) as u64
+        };
+        TscConverter {
+            base,
+            ns_per_tick_q32,
+        }
     }
 
     /// CLOCK_MONOTONIC nanoseconds at `tsc`.
@@ -74,7 +84,16 @@ mod tests {
 
     #[test]
     fn interpolates_between_pairs() {
-        let c = TscConverter::new(ClockPair { tsc: 1000, mono_ns: 500 }, ClockPair { tsc: 3_001_000, mono_ns: 1_000_500 });
+        let c = TscConverter::new(
+            ClockPair {
+                tsc: 1000,
+                mono_ns: 500,
+            },
+            ClockPair {
+                tsc: 3_001_000,
+                mono_ns: 1_000_500,
+            },
+        );
         // 3 ticks per ns.
         assert_eq!(c.to_ns(1000), 500);
         assert_eq!(c.to_ns(1000 + 3_000), 1_500);

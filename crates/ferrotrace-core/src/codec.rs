@@ -182,7 +182,10 @@ impl<'a> FieldReader<'a> {
 
 /// True for kinds whose on-disk event carries a payload string.
 pub const fn kind_has_payload(kind: EventKind) -> bool {
-    matches!(kind, EventKind::Tracepoint | EventKind::Alloc | EventKind::Free)
+    matches!(
+        kind,
+        EventKind::Tracepoint | EventKind::Alloc | EventKind::Free
+    )
 }
 
 /// Encodes the events of one thread's chunk, each relative to the one before.
@@ -197,7 +200,12 @@ impl EventEncoder {
     }
 
     /// Appends one event. `payload` is written only for kinds that carry one.
-    pub fn encode<S: Sink + ?Sized>(&mut self, rec: &Record, payload: &[u8], sink: &mut S) -> Result<(), Full> {
+    pub fn encode<S: Sink + ?Sized>(
+        &mut self,
+        rec: &Record,
+        payload: &[u8],
+        sink: &mut S,
+    ) -> Result<(), Full> {
         let kind = rec.kind().unwrap_or(EventKind::Lost);
         let tag = (rec.id() as u64) << 3 | kind as u64;
         put_varint(sink, tag)?;
@@ -233,7 +241,11 @@ pub struct EventDecoder<'a> {
 impl<'a> EventDecoder<'a> {
     /// A decoder over `body` whose first delta is relative to `base_tsc`.
     pub fn new(body: &'a [u8], base_tsc: u64) -> Self {
-        EventDecoder { fields: FieldReader::new(body), prev_tsc: base_tsc, failed: false }
+        EventDecoder {
+            fields: FieldReader::new(body),
+            prev_tsc: base_tsc,
+            failed: false,
+        }
     }
 
     fn next_event(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
@@ -243,8 +255,17 @@ impl<'a> EventDecoder<'a> {
         let delta = unzigzag(self.fields.varint()?);
         let tsc = self.prev_tsc.wrapping_add(delta as u64);
         self.prev_tsc = tsc;
-        let payload = if kind_has_payload(kind) { self.fields.bytes()? } else { &[] };
-        Ok(DecodedEvent { tsc, kind, id, payload })
+        let payload = if kind_has_payload(kind) {
+            self.fields.bytes()?
+        } else {
+            &[]
+        };
+        Ok(DecodedEvent {
+            tsc,
+            kind,
+            id,
+            payload,
+        })
     }
 }
 
@@ -278,11 +299,20 @@ mod tests {
 
     #[test]
     fn varint_rejects_overlong_and_truncated() {
-        assert_eq!(FieldReader::new(&[0x80; 11]).varint(), Err(DecodeError::BadVarint));
-        assert_eq!(FieldReader::new(&[0x80]).varint(), Err(DecodeError::Truncated));
+        assert_eq!(
+            FieldReader::new(&[0x80; 11]).varint(),
+            Err(DecodeError::BadVarint)
+        );
+        assert_eq!(
+            FieldReader::new(&[0x80]).varint(),
+            Err(DecodeError::Truncated)
+        );
         let mut over = [0xffu8; 10];
         over[9] = 0x02;
-        assert_eq!(FieldReader::new(&over).varint(), Err(DecodeError::BadVarint));
+        assert_eq!(
+            FieldReader::new(&over).varint(),
+            Err(DecodeError::BadVarint)
+        );
     }
 
     #[test]

@@ -134,7 +134,11 @@ pub struct ChunkHeader {
 impl ChunkHeader {
     /// The header for `payload` of `kind`.
     pub fn for_payload(kind: ChunkKind, payload: &[u8]) -> ChunkHeader {
-        ChunkHeader { kind: kind as u32, len: payload.len() as u32, crc: crc32fast::hash(payload) }
+        ChunkHeader {
+            kind: kind as u32,
+            len: payload.len() as u32,
+            crc: crc32fast::hash(payload),
+        }
     }
 
     /// Encodes the header.
@@ -149,7 +153,11 @@ impl ChunkHeader {
     /// Decodes a header from exactly [`CHUNK_HEADER_LEN`] bytes.
     pub fn decode(b: &[u8; CHUNK_HEADER_LEN]) -> ChunkHeader {
         let w = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
-        ChunkHeader { kind: w(0), len: w(4), crc: w(8) }
+        ChunkHeader {
+            kind: w(0),
+            len: w(4),
+            crc: w(8),
+        }
     }
 
     /// True when `payload` matches the checksum.
@@ -172,7 +180,10 @@ mod tests {
         assert_eq!(parse_file_header(&bad), Err(HeaderError::NotATrace));
         let mut v2 = h;
         v2[8] = 2;
-        assert_eq!(parse_file_header(&v2), Err(HeaderError::UnsupportedVersion(2, 0)));
+        assert_eq!(
+            parse_file_header(&v2),
+            Err(HeaderError::UnsupportedVersion(2, 0))
+        );
     }
 
     #[test]

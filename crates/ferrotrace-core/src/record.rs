@@ -54,7 +54,10 @@ impl EventKind {
 
     /// True for kinds that open or close a function frame.
     pub const fn is_function(self) -> bool {
-        matches!(self, EventKind::Entry | EventKind::Exit | EventKind::TailExit)
+        matches!(
+            self,
+            EventKind::Entry | EventKind::Exit | EventKind::TailExit
+        )
     }
 }
 
@@ -74,12 +77,18 @@ pub const RECORD_SIZE: usize = 16;
 impl Record {
     /// A record without payload.
     pub const fn new(tsc: u64, kind: EventKind, id: u32) -> Record {
-        Record { tsc, word: id as u64 | (kind as u64) << 32 }
+        Record {
+            tsc,
+            word: id as u64 | (kind as u64) << 32,
+        }
     }
 
     /// A record announcing `slots` 16-byte payload slots after it.
     pub const fn with_payload(tsc: u64, kind: EventKind, id: u32, slots: u8) -> Record {
-        Record { tsc, word: id as u64 | (kind as u64) << 32 | (slots as u64) << 40 }
+        Record {
+            tsc,
+            word: id as u64 | (kind as u64) << 32 | (slots as u64) << 40,
+        }
     }
 
     /// The id field.

@@ -40,7 +40,10 @@ impl<W: Write> TraceWriter<W> {
     pub fn new(mut out: W) -> io::Result<Self> {
         let h = file_header();
         out.write_all(&h)?;
-        Ok(TraceWriter { out, written: h.len() as u64 })
+        Ok(TraceWriter {
+            out,
+            written: h.len() as u64,
+        })
     }
 
     /// Continues a file whose header (and possibly chunks) `out` already holds, `written` bytes in all.

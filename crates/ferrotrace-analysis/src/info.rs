@@ -1,0 +1,214 @@
+//! `ferrotrace info`: what a trace holds.
+
+use serde_json::{json, Value};
+
+use crate::reader::{EventKind, ReadError, Trace};
+
+/// Per-thread counts.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadSummary {
+    /// OS thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub name: String,
+    /// Events recorded.
+    pub events: u64,
+    /// Function entries.
+    pub entries: u64,
+    /// Function exits (tail exits included).
+    pub exits: u64,
+    /// Events lost (drop mode).
+    pub lost: u64,
+    /// Nanoseconds spent waiting for buffers (lossless mode).
+    pub waited_ns: u64,
+}
+
+/// Everything `info` prints.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    /// Command line.
+    pub cmdline: Vec<String>,
+    /// Executable.
+    pub exe: String,
+    /// Process id.
+    pub pid: u32,
+    /// Recording mode.
+    pub mode: String,
+    /// Duration in ns.
+    pub duration_ns: u64,
+    /// Threads.
+    pub threads: Vec<ThreadSummary>,
+    /// Functions in the embedded symbol table.
+    pub functions: usize,
+    /// Events recorded.
+    pub events: u64,
+    /// Events lost.
+    pub lost: u64,
+    /// File size.
+    pub file_bytes: u64,
+    /// Whether the trace has its End chunk.
+    pub complete: bool,
+    /// How the traced process ended ("exit" or "signal N").
+    pub ended_by: String,
+    /// Truncation: offset and reason.
+    pub truncated: Option<(u64, String)>,
+    /// Error met while decoding events (reading stopped there for that thread).
+    pub decode_error: Option<String>,
+}
+
+impl Summary {
+    /// Bytes per recorded event.
+    pub fn bytes_per_event(&self) -> f64 {
+        if self.events == 0 {
+            0.0
+        } else {
+            self.file_bytes as f64 / self.events as f64
+        }
+    }
+
+    /// Reads the whole trace (streaming) and counts.
+    pub fn of(trace: &Trace) -> Result<Summary, ReadError> {
+        let mut s = Summary {
+            cmdline: trace.session.args.clone(),
+            exe: trace.session.exe.clone(),
+            pid: trace.session.pid,
+            mode: trace.session.mode_name().to_string(),
+            duration_ns: trace.duration_ns(),
+            functions: trace.functions.len(),
+            file_bytes: trace.file_len,
+            complete: trace.end.is_some(),
+            ended_by: match trace.end {
+                Some(e) if e.reason == 1 => format!("signal {}", e.signal),
+                Some(_) => "exit".into(),
+                None => "unknown (no end record)".into(),
+            },
+            truncated: trace
+                .truncation
+                .as_ref()
+                .map(|t| (t.offset, t.reason.clone())),
+            ..Summary::default()
+        };
+        for th in trace.threads.values() {
+            let mut ts = ThreadSummary {
+                tid: th.tid,
+                name: th.name.clone(),
+                ..Default::default()
+            };
+            for e in trace.thread_events(th.tid)? {
+                let e = match e {
+                    Ok(e) => e,
+                    Err(err) => {
+                        s.decode_error = Some(err.to_string());
+                        break;
+                    }
+                };
+                match e.kind {
+                    EventKind::Entry => ts.entries += 1,
+                    EventKind::Exit | EventKind::TailExit => ts.exits += 1,
+                    EventKind::Lost => {
+                        ts.lost += e.id as u64;
+                        continue;
+                    }
+                    EventKind::Wait => {
+                        ts.waited_ns += e.id as u64;
+                        continue;
+                    }
+                    _ => {}
+                }
+                ts.events += 1;
+            }
+            s.events += ts.events;
+            s.lost += ts.lost;
+            s.threads.push(ts);
+        }
+        Ok(s)
+    }
+
+    /// The summary as one JSON object.
+    pub fn to_json(&self) -> Value {
+        json!({
+            "cmdline": self.cmdline,
+            "exe": self.exe,
+            "pid": self.pid,
+            "mode": self.mode,
+            "duration_ns": self.duration_ns,
+            "threads": self.threads.iter().map(|t| json!({
+                "tid": t.tid, "name": t.name, "events": t.events, "entries": t.entries,
+                "exits": t.exits, "lost": t.lost, "waited_ns": t.waited_ns,
+            })).collect::<Vec<_>>(),
+            "functions": self.functions,
+            "events": self.events,
+            "lost": self.lost,
+            "file_bytes": self.file_bytes,
+            "bytes_per_event": self.bytes_per_event(),
+            "complete": self.complete,
+            "ended_by": self.ended_by,
+            "truncated": self.truncated.as_ref().map(|(o, r)| json!({"offset": o, "reason": r})),
+            "decode_error": self.decode_error,
+        })
+    }
+
+    /// The human-readable form.
+    pub fn to_text(&self) -> String {
+        use std::fmt::Write;
+        let mut o = String::new();
+        let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
+        let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
+        let _ = writeln!(o, "mode         : {}", self.mode);
+        let _ = writeln!(o, "duration     : {}", fmt_ns(self.duration_ns));
+        let _ = writeln!(o, "ended by     : {}", self.ended_by);
+        let _ = writeln!(o, "functions    : {} traced", self.functions);
+        let _ = writeln!(
+            o,
+            "events       : {} recorded, {} lost",
+            self.events, self.lost
+        );
+        let _ = writeln!(
+            o,
+            "file size    : {} bytes ({:.2} bytes per event)",
+            self.file_bytes,
+            self.bytes_per_event()
+        );
+        let _ = writeln!(o, "threads      : {}", self.threads.len());
+        let _ = writeln!(
+            o,
+            "  {:>8}  {:<16} {:>12} {:>10} {:>10}",
+            "TID", "NAME", "EVENTS", "LOST", "WAITED"
+        );
+        for t in &self.threads {
+            let _ = writeln!(
+                o,
+                "  {:>8}  {:<16} {:>12} {:>10} {:>10}",
+                t.tid,
+                t.name,
+                t.events,
+                t.lost,
+                fmt_ns(t.waited_ns)
+            );
+        }
+        if let Some((off, why)) = &self.truncated {
+            let _ = writeln!(
+                o,
+                "truncated    : at byte {off} of {}: {why}; the summary covers the readable prefix",
+                self.file_bytes
+            );
+        }
+        if let Some(e) = &self.decode_error {
+            let _ = writeln!(o, "decode error : {e}");
+        }
+        o
+    }
+}
+
+/// Formats nanoseconds like uftrace: `1.234 ms`.
+pub fn fmt_ns(ns: u64) -> String {
+    if ns < 1_000 {
+        format!("{ns} ns")
+    } else if ns < 1_000_000 {
+        format!("{:.3} us", ns as f64 / 1e3)
+    } else if ns < 1_000_000_000 {
+        format!("{:.3} ms", ns as f64 / 1e6)
+    } else {
+        format!("{:.3} s", ns as f64 / 1e9)
+    }
+}

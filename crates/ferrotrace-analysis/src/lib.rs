@@ -1,0 +1,26 @@
+//! Reading ferrotrace traces: a streaming reader and the analyses built on it.
+//!
+//! [`reader::Trace`] opens a trace file, checks every chunk (length and CRC) in one pass that keeps only
+//! metadata and an index of event chunks, and stops cleanly at a truncated or corrupt chunk, saying how
+//! much it read. Events are then streamed per thread ([`reader::Trace::thread_events`]) or merged across
+//! threads in time order ([`reader::Trace::events`]), with timestamps in nanoseconds and function names
+//! demangled. Memory is bounded by the number of threads, functions and chunks, never by the number of
+//! events.
+//!
+//! Who should use it: the `ferrotrace` command-line tool, and programs that want to analyse traces
+//! themselves. Who should not: code inside the traced process (that is the `ferrotrace` runtime).
+//!
+//! ```no_run
+//! use ferrotrace_analysis::reader::Trace;
+//!
+//! let trace = Trace::open("ferrotrace.data")?;
+//! for event in trace.events()? {
+//!     let e = event?;
+//!     println!("{} {} {:?} {}", e.ts_ns, e.tid, e.kind, trace.function_name(e.id));
+//! }
+//! # Ok::<(), ferrotrace_analysis::reader::ReadError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod info;
+pub mod reader;

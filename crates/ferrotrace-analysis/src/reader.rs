@@ -1,0 +1,621 @@
+//! The streaming trace reader.
+
+use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::path::{Path, PathBuf};
+
+use ferrotrace_core::clock::{ClockPair, TscConverter};
+use ferrotrace_core::codec::{DecodeError, EventDecoder, FieldReader};
+use ferrotrace_core::format::{
+    parse_file_header, ChunkHeader, ChunkKind, HeaderError, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
+    MAX_CHUNK_PAYLOAD,
+};
+pub use ferrotrace_core::record::EventKind;
+
+/// Why a trace could not be read.
+#[derive(Debug)]
+pub enum ReadError {
+    /// The file could not be opened or read.
+    Io(PathBuf, io::Error),
+    /// The file is not a ferrotrace trace, or of a version this reader does not know.
+    Format(PathBuf, String),
+    /// A chunk that passed its checksum holds a malformed field (written by a buggy writer).
+    Corrupt(PathBuf, u64, String),
+}
+
+impl fmt::Display for ReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ReadError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+            ReadError::Format(p, m) => write!(f, "{}: {m}", p.display()),
+            ReadError::Corrupt(p, off, m) => {
+                write!(f, "{}: corrupt chunk at byte {off}: {m}", p.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for ReadError {}
+
+/// Where and why reading stopped before the end of the file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Truncation {
+    /// Byte offset of the first chunk that could not be read.
+    pub offset: u64,
+    /// What was wrong with it.
+    pub reason: String,
+}
+
+/// Process metadata from the Session chunk.
+#[derive(Clone, Debug, Default)]
+pub struct Session {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Executable path.
+    pub exe: String,
+    /// Command line arguments.
+    pub args: Vec<String>,
+    /// Wall-clock start, ns since the epoch.
+    pub start_realtime_ns: u64,
+    /// ferrotrace version that wrote the trace.
+    pub version: String,
+    /// Recording mode: 0 lossless, 1 drop, 2 flight.
+    pub mode: u32,
+    /// TSC frequency estimate at start.
+    pub tsc_hz: u64,
+}
+
+impl Session {
+    /// The recording mode's name.
+    pub fn mode_name(&self) -> &'static str {
+        match self.mode {
+            0 => "lossless",
+            1 => "drop",
+            2 => "flight",
+            _ => "unknown",
+        }
+    }
+}
+
+/// A loaded object.
+#[derive(Clone, Debug)]
+pub struct Module {
+    /// Module id.
+    pub id: u32,
+    /// Load bias.
+    pub bias: u64,
+    /// Size of its text.
+    pub size: u64,
+    /// File path.
+    pub path: String,
+    /// GNU build-id bytes.
+    pub build_id: Vec<u8>,
+}
+
+/// A traced function from the embedded symbol table.
+#[derive(Clone, Debug)]
+pub struct Function {
+    /// Function id as recorded in events.
+    pub id: u32,
+    /// Module id.
+    pub module: u32,
+    /// Runtime address.
+    pub addr: u64,
+    /// Symbol size (0 if unknown).
+    pub size: u64,
+    /// Symbol name as in the binary (mangled).
+    pub mangled: String,
+    /// Demangled name without hash (`myapp::parse`).
+    pub name: String,
+}
+
+/// A reference to one Events chunk in the file.
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkRef {
+    /// Offset of the chunk payload.
+    pub offset: u64,
+    /// Payload length.
+    pub len: u32,
+    /// Per-thread sequence number.
+    pub seq: u32,
+    /// Events in the chunk.
+    pub count: u64,
+}
+
+/// A thread seen in the trace.
+#[derive(Clone, Debug, Default)]
+pub struct Thread {
+    /// OS thread id.
+    pub tid: u32,
+    /// Last name recorded for it.
+    pub name: String,
+    /// Its event chunks, in order.
+    pub chunks: Vec<ChunkRef>,
+    /// Events in all its chunks.
+    pub events: u64,
+}
+
+/// The End chunk: present only in complete traces.
+#[derive(Clone, Copy, Debug)]
+pub struct End {
+    /// 0 exit, 1 signal.
+    pub reason: u32,
+    /// The signal, when `reason` is 1.
+    pub signal: u32,
+}
+
+/// One event, decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Thread id.
+    pub tid: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    /// Raw TSC.
+    pub tsc: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Function id, tracepoint id, or count.
+    pub id: u32,
+    /// Payload (tracepoint arguments, allocation details); empty for function events.
+    pub payload: Vec<u8>,
+}
+
+/// An opened trace: metadata and the index of event chunks.
+#[derive(Debug)]
+pub struct Trace {
+    path: PathBuf,
+    /// File size in bytes.
+    pub file_len: u64,
+    /// Bytes that were read and verified.
+    pub valid_len: u64,
+    /// `(major, minor)` format version.
+    pub version: (u16, u16),
+    /// Process metadata.
+    pub session: Session,
+    /// Calibration pairs in file order.
+    pub clocks: Vec<ClockPair>,
+    /// Loaded objects.
+    pub modules: Vec<Module>,
+    /// Traced functions by id.
+    pub functions: HashMap<u32, Function>,
+    /// Threads by tid.
+    pub threads: BTreeMap<u32, Thread>,
+    /// Present when the trace was ended properly.
+    pub end: Option<End>,
+    /// Set when reading stopped early.
+    pub truncation: Option<Truncation>,
+    /// Chunks of kinds this reader does not know (skipped).
+    pub unknown_chunks: u64,
+    converter: TscConverter,
+}
+
+fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
+    ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
+}
+
+/// The name users see: demangled (Rust v0 and legacy), without the hash.
+pub fn demangle(mangled: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(mangled))
+}
+
+impl Trace {
+    /// Opens and indexes a trace. A truncated or corrupt tail is not an error: reading stops there and
+    /// [`Trace::truncation`] says where and why.
+    pub fn open(path: impl AsRef<Path>) -> Result<Trace, ReadError> {
+        let path = path.as_ref().to_path_buf();
+        let io_err = |e| ReadError::Io(path.clone(), e);
+        let file = File::open(&path).map_err(io_err)?;
+        let file_len = file.metadata().map_err(io_err)?.len();
+        let mut r = BufReader::with_capacity(1 << 20, file);
+        let mut header = [0u8; FILE_HEADER_LEN];
+        let got = read_up_to(&mut r, &mut header).map_err(io_err)?;
+        let version = parse_file_header(&header[..got]).map_err(|e| {
+            ReadError::Format(
+                path.clone(),
+                match e {
+                    HeaderError::Short => format!("only {got} bytes: too short to be a ferrotrace trace"),
+                    HeaderError::NotATrace => "not a ferrotrace trace (bad magic)".into(),
+                    HeaderError::UnsupportedVersion(a, b) => {
+                        format!("trace format version {a}.{b} is not supported by this ferrotrace (reads 1.x)")
+                    }
+                },
+            )
+        })?;
+        let mut t = Trace {
+            path: path.clone(),
+            file_len,
+            valid_len: FILE_HEADER_LEN as u64,
+            version,
+            session: Session::default(),
+            clocks: Vec::new(),
+            modules: Vec::new(),
+            functions: HashMap::new(),
+            threads: BTreeMap::new(),
+            end: None,
+            truncation: None,
+            unknown_chunks: 0,
+            converter: TscConverter::new(ClockPair::default(), ClockPair::default()),
+        };
+        let mut offset = FILE_HEADER_LEN as u64;
+        let mut payload = Vec::new();
+        loop {
+            if offset == file_len {
+                break;
+            }
+            let mut hb = [0u8; CHUNK_HEADER_LEN];
+            let got = read_up_to(&mut r, &mut hb).map_err(io_err)?;
+            if got < CHUNK_HEADER_LEN {
+                t.truncation = Some(Truncation {
+                    offset,
+                    reason: format!("chunk header cut short ({got} of 12 bytes)"),
+                });
+                break;
+            }
+            let h = ChunkHeader::decode(&hb);
+            if h.len > MAX_CHUNK_PAYLOAD {
+                t.truncation = Some(Truncation {
+                    offset,
+                    reason: format!("implausible chunk length {}", h.len),
+                });
+                break;
+            }
+            payload.resize(h.len as usize, 0);
+            let got = read_up_to(&mut r, &mut payload).map_err(io_err)?;
+            if got < h.len as usize {
+                t.truncation = Some(Truncation {
+                    offset,
+                    reason: format!("chunk of {} bytes cut short after {got}", h.len),
+                });
+                break;
+            }
+            if !h.verify(&payload) {
+                t.truncation = Some(Truncation {
+                    offset,
+                    reason: "checksum mismatch".into(),
+                });
+                break;
+            }
+            let payload_offset = offset + CHUNK_HEADER_LEN as u64;
+            if let Err(e) = t.index_chunk(h.kind, &payload, payload_offset) {
+                t.truncation = Some(Truncation {
+                    offset,
+                    reason: format!("malformed chunk: {e}"),
+                });
+                break;
+            }
+            offset = payload_offset + h.len as u64;
+            t.valid_len = offset;
+        }
+        for th in t.threads.values_mut() {
+            th.chunks.sort_by_key(|c| c.seq);
+        }
+        t.converter = match (t.clocks.first(), t.clocks.last()) {
+            (Some(&a), Some(&b)) if b.tsc > a.tsc && b.mono_ns > a.mono_ns + 1_000_000 => {
+                TscConverter::new(a, b)
+            }
+            (Some(&a), _) => TscConverter::from_hz(a, t.session.tsc_hz),
+            _ => TscConverter::from_hz(ClockPair::default(), t.session.tsc_hz),
+        };
+        if t.clocks.is_empty() && t.truncation.is_none() {
+            return Err(ReadError::Format(
+                path,
+                "no clock calibration in the trace".into(),
+            ));
+        }
+        Ok(t)
+    }
+
+    fn index_chunk(&mut self, kind: u32, p: &[u8], offset: u64) -> Result<(), DecodeError> {
+        let mut f = FieldReader::new(p);
+        match ChunkKind::from_u32(kind) {
+            Some(ChunkKind::Session) => {
+                self.session = Session {
+                    pid: f.varint_u32()?,
+                    ppid: f.varint_u32()?,
+                    exe: f.str()?.to_string(),
+                    args: f
+                        .bytes()?
+                        .split(|&b| b == 0)
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect(),
+                    start_realtime_ns: f.varint()?,
+                    version: f.str()?.to_string(),
+                    mode: f.varint_u32()?,
+                    tsc_hz: f.varint()?,
+                };
+            }
+            Some(ChunkKind::Clock) => {
+                let tsc = f.varint()?;
+                let mono_ns = f.varint()?;
+                self.clocks.push(ClockPair { tsc, mono_ns });
+            }
+            Some(ChunkKind::Module) => {
+                self.modules.push(Module {
+                    id: f.varint_u32()?,
+                    bias: f.varint()?,
+                    size: f.varint()?,
+                    path: f.str()?.to_string(),
+                    build_id: f.bytes()?.to_vec(),
+                });
+            }
+            Some(ChunkKind::Functions) => {
+                let n = f.varint()?;
+                for _ in 0..n {
+                    let id = f.varint_u32()?;
+                    let module = f.varint_u32()?;
+                    let addr = f.varint()?;
+                    let size = f.varint()?;
+                    let mangled = f.str()?.to_string();
+                    let name = demangle(&mangled);
+                    self.functions.insert(
+                        id,
+                        Function {
+                            id,
+                            module,
+                            addr,
+                            size,
+                            mangled,
+                            name,
+                        },
+                    );
+                }
+            }
+            Some(ChunkKind::Thread) => {
+                let tid = f.varint_u32()?;
+                let name = f.str()?.to_string();
+                let th = self.threads.entry(tid).or_default();
+                th.tid = tid;
+                th.name = name;
+            }
+            Some(ChunkKind::Events) => {
+                let tid = f.varint_u32()?;
+                let seq = f.varint_u32()?;
+                let _base = f.varint()?;
+                let count = f.varint()?;
+                let th = self.threads.entry(tid).or_default();
+                th.tid = tid;
+                th.events += count;
+                th.chunks.push(ChunkRef {
+                    offset,
+                    len: p.len() as u32,
+                    seq,
+                    count,
+                });
+            }
+            Some(ChunkKind::End) => {
+                self.end = Some(End {
+                    reason: f.varint_u32()?,
+                    signal: f.varint_u32()?,
+                });
+            }
+            _ => self.unknown_chunks += 1,
+        }
+        Ok(())
+    }
+
+    /// The trace file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Converts a raw TSC value to CLOCK_MONOTONIC nanoseconds.
+    pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
+        self.converter.to_ns(tsc)
+    }
+
+    /// Recording duration in nanoseconds (first to last calibration).
+    pub fn duration_ns(&self) -> u64 {
+        match (self.clocks.first(), self.clocks.last()) {
+            (Some(a), Some(b)) => b.mono_ns.saturating_sub(a.mono_ns),
+            _ => 0,
+        }
+    }
+
+    /// Events in all threads.
+    pub fn event_count(&self) -> u64 {
+        self.threads.values().map(|t| t.events).sum()
+    }
+
+    /// The display name of function `id`, or `fn#id` when the table lacks it.
+    pub fn function_name(&self, id: u32) -> String {
+        self.functions
+            .get(&id)
+            .map_or_else(|| format!("fn#{id}"), |f| f.name.clone())
+    }
+
+    /// Streams the events of one thread in order.
+    pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
+        let chunks = self
+            .threads
+            .get(&tid)
+            .map(|t| t.chunks.clone())
+            .unwrap_or_default();
+        let file = File::open(&self.path).map_err(|e| ReadError::Io(self.path.clone(), e))?;
+        Ok(ThreadEvents {
+            trace: self,
+            tid,
+            file,
+            chunks,
+            next_chunk: 0,
+            buf: Vec::new(),
+            events: Vec::new(),
+            pos: 0,
+        })
+    }
+
+    /// Streams the events of all threads merged in time order.
+    pub fn events(&self) -> Result<MergedEvents<'_>, ReadError> {
+        let mut streams = Vec::new();
+        let mut heap = BinaryHeap::new();
+        for &tid in self.threads.keys() {
+            let mut s = self.thread_events(tid)?;
+            if let Some(first) = s.next() {
+                let first = first?;
+                heap.push(HeapItem {
+                    ts: first.tsc,
+                    stream: streams.len(),
+                    event: first,
+                });
+            }
+            streams.push(s);
+        }
+        Ok(MergedEvents { streams, heap })
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+/// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
+pub struct ThreadEvents<'a> {
+    trace: &'a Trace,
+    tid: u32,
+    file: File,
+    chunks: Vec<ChunkRef>,
+    next_chunk: usize,
+    buf: Vec<u8>,
+    events: Vec<Event>,
+    pos: usize,
+}
+
+impl ThreadEvents<'_> {
+    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+        let Some(c) = self.chunks.get(self.next_chunk).copied() else {
+            return Ok(false);
+        };
+        self.next_chunk += 1;
+        let path = &self.trace.path;
+        self.buf.resize(c.len as usize, 0);
+        self.file
+            .seek(SeekFrom::Start(c.offset))
+            .map_err(|e| ReadError::Io(path.clone(), e))?;
+        self.file
+            .read_exact(&mut self.buf)
+            .map_err(|e| ReadError::Io(path.clone(), e))?;
+        let mut f = FieldReader::new(&self.buf);
+        let fields = (|| -> Result<(u64, u64), DecodeError> {
+            f.varint()?;
+            f.varint()?;
+            Ok((f.varint()?, f.varint()?))
+        })();
+        let (base, count) = fields.map_err(|e| decode_err(path, c.offset, e))?;
+        self.events.clear();
+        self.pos = 0;
+        for e in EventDecoder::new(f.rest(), base) {
+            let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+            self.events.push(Event {
+                tid: self.tid,
+                ts_ns: self.trace.converter.to_ns(e.tsc),
+                tsc: e.tsc,
+                kind: e.kind,
+                id: e.id,
+                payload: e.payload.to_vec(),
+            });
+        }
+        if self.events.len() as u64 != count {
+            return Err(ReadError::Corrupt(
+                path.clone(),
+                c.offset,
+                format!(
+                    "chunk announces {count} events but holds {}",
+                    self.events.len()
+                ),
+            ));
+        }
+        Ok(true)
+    }
+}
+
+impl Iterator for ThreadEvents<'_> {
+    type Item = Result<Event, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.pos >= self.events.len() {
+            match self.load_next_chunk() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => {
+                    self.next_chunk = self.chunks.len();
+                    self.events.clear();
+                    return Some(Err(e));
+                }
+            }
+        }
+        let e = std::mem::replace(
+            &mut self.events[self.pos],
+            Event {
+                tid: 0,
+                ts_ns: 0,
+                tsc: 0,
+                kind: EventKind::Entry,
+                id: 0,
+                payload: Vec::new(),
+            },
+        );
+        self.pos += 1;
+        Some(Ok(e))
+    }
+}
+
+struct HeapItem {
+    ts: u64,
+    stream: usize,
+    event: Event,
+}
+
+impl PartialEq for HeapItem {
+    fn eq(&self, o: &Self) -> bool {
+        (self.ts, self.stream) == (o.ts, o.stream)
+    }
+}
+impl Eq for HeapItem {}
+impl PartialOrd for HeapItem {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for HeapItem {
+    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
+        // BinaryHeap is a max-heap: reverse for earliest first.
+        (o.ts, o.stream).cmp(&(self.ts, self.stream))
+    }
+}
+
+/// Events of all threads in time order (a k-way merge of per-thread streams).
+pub struct MergedEvents<'a> {
+    streams: Vec<ThreadEvents<'a>>,
+    heap: BinaryHeap<HeapItem>,
+}
+
+impl Iterator for MergedEvents<'_> {
+    type Item = Result<Event, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let item = self.heap.pop()?;
+        match self.streams[item.stream].next() {
+            Some(Ok(e)) => self.heap.push(HeapItem {
+                ts: e.tsc,
+                stream: item.stream,
+                event: e,
+            }),
+            Some(Err(err)) => return Some(Err(err)),
+            None => {}
+        }
+        Some(Ok(item.event))
+    }
+}

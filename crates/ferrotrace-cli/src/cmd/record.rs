@@ -1,0 +1,240 @@
+//! `ferrotrace record`: run a program under the tracer.
+
+use std::ffi::OsString;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use clap::{Args, ValueEnum};
+use ferrotrace_analysis::reader::Trace;
+
+use crate::elf;
+
+/// What happens when trace buffers run out.
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum Mode {
+    /// Traced threads wait for the collector; nothing is lost
+    Lossless,
+    /// Traced threads never wait; events that find no buffer are counted as lost
+    Drop,
+    /// Keep only the newest events (--buffer-size of them), written at exit or on SIGUSR2
+    Flight,
+}
+
+/// Arguments of `ferrotrace record`.
+#[derive(Args)]
+pub struct RecordArgs {
+    /// Trace file to write (processes the program starts write FILE.PID)
+    #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
+    pub output: PathBuf,
+    /// Trace only functions whose demangled name matches REGEX (repeatable)
+    #[arg(short = 'F', long = "filter", value_name = "REGEX")]
+    pub filter: Vec<String>,
+    /// Never trace functions whose demangled name matches REGEX (repeatable)
+    #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
+    pub notrace: Vec<String>,
+    /// What to do when buffers run out
+    #[arg(long, value_enum, default_value = "lossless")]
+    pub mode: Mode,
+    /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
+    #[arg(long, value_name = "SIZE")]
+    pub buffer_size: Option<String>,
+    /// Bytes per thread chunk (power of two, at least 4K)
+    #[arg(long, value_name = "SIZE", hide = true)]
+    pub chunk_size: Option<String>,
+    /// The program to run and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
+}
+
+static CHILD_PID: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward_signal(sig: libc::c_int) {
+    let pid = CHILD_PID.load(Ordering::Relaxed);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// The runtime library to preload: `FERROTRACE_PRELOAD`, or next to this executable.
+pub fn preload_library() -> Result<PathBuf, String> {
+    if let Some(p) = std::env::var_os("FERROTRACE_PRELOAD") {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe()
+        .map_err(|e| format!("cannot locate the ferrotrace executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    for candidate in [
+        dir.join("libferrotrace_preload.so"),
+        dir.join("../libferrotrace_preload.so"),
+    ] {
+        if candidate.is_file() {
+            return candidate
+                .canonicalize()
+                .map_err(|e| format!("{}: {e}", candidate.display()));
+        }
+    }
+    Err(format!(
+        "cannot find libferrotrace_preload.so next to {}: build the whole ferrotrace workspace \
+         (cargo build --release) or point FERROTRACE_PRELOAD at it",
+        exe.display()
+    ))
+}
+
+fn absolute(p: &Path) -> PathBuf {
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .map(|d| d.join(p))
+            .unwrap_or_else(|_| p.to_path_buf())
+    }
+}
+
+/// Runs the program under the tracer and returns its exit status as ours.
+pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
+    for re in args.filter.iter().chain(&args.notrace) {
+        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
+    }
+    let program = elf::resolve_program(&args.command[0])?;
+    let facts = elf::inspect(&program)?;
+    if !facts.has_sleds {
+        return Err(format!(
+            "{} has no XRay sleds, so there is nothing to trace. Build it with \
+             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
+             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument",
+            program.display()
+        ));
+    }
+    let output = absolute(&args.output);
+    let mut cmd = std::process::Command::new(&program);
+    cmd.arg0(&args.command[0]).args(&args.command[1..]);
+    if facts.links_runtime {
+        cmd.env("FERROTRACE_RUNTIME", "linked");
+    } else {
+        if !facts.dynamic {
+            return Err(format!(
+                "{} is statically linked: LD_PRELOAD cannot inject the runtime. Link it dynamically, or make it \
+                 depend on the ferrotrace crate",
+                program.display()
+            ));
+        }
+        let lib = preload_library()?;
+        let mut preload = lib.into_os_string();
+        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+            preload.push(":");
+            preload.push(old);
+        }
+        cmd.env("LD_PRELOAD", preload)
+            .env("FERROTRACE_RUNTIME", "preload");
+    }
+    cmd.env("FERROTRACE_OUTPUT", &output)
+        .env("FERROTRACE_FILTER", args.filter.join("\n"))
+        .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
+        .env(
+            "FERROTRACE_MODE",
+            match args.mode {
+                Mode::Lossless => "lossless",
+                Mode::Drop => "drop",
+                Mode::Flight => "flight",
+            },
+        )
+        .env_remove("FERROTRACE_TRACED_PARENT");
+    if let Some(s) = &args.buffer_size {
+        cmd.env("FERROTRACE_BUFFER_SIZE", s);
+    }
+    if let Some(s) = &args.chunk_size {
+        cmd.env("FERROTRACE_CHUNK_SIZE", s);
+    }
+    let _ = std::fs::remove_file(&output);
+    let start = std::time::SystemTime::now();
+    use std::os::unix::process::CommandExt;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
+    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
+    // group); we outlive it to report. Signals sent to us alone are passed on.
+    // SAFETY: installing handlers/dispositions for our own process.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
+            libc::signal(
+                sig,
+                forward_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
+            );
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
+    report(&output, start);
+    if let Some(code) = status.code() {
+        return Ok(ExitCode::from(code as u8));
+    }
+    let sig = status.signal().unwrap_or(0);
+    eprintln!(
+        "ferrotrace: {} was killed by signal {sig}",
+        program.display()
+    );
+    Ok(ExitCode::from((128 + sig) as u8))
+}
+
+fn report(output: &Path, start: std::time::SystemTime) {
+    match Trace::open(output) {
+        Ok(t) => {
+            let events = t.event_count();
+            let per = if events > 0 {
+                t.file_len as f64 / events as f64
+            } else {
+                0.0
+            };
+            eprintln!(
+                "ferrotrace: wrote {}: {} events from {} threads, {} functions, {} bytes ({per:.2} bytes/event){}",
+                output.display(),
+                events,
+                t.threads.len(),
+                t.functions.len(),
+                t.file_len,
+                match &t.truncation {
+                    Some(tr) => format!(", truncated at byte {}: {}", tr.offset, tr.reason),
+                    None if t.end.is_none() => ", incomplete (the program ended without letting ferrotrace finish)".into(),
+                    None => String::new(),
+                }
+            );
+        }
+        Err(e) => eprintln!("ferrotrace: no trace was written ({e})"),
+    }
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = output.parent().unwrap_or(Path::new("."));
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        let mut children: Vec<PathBuf> = entries
+            .flatten()
+            .filter(|e| {
+                let n = e.file_name().to_string_lossy().into_owned();
+                n.strip_prefix(&name)
+                    .and_then(|rest| rest.strip_prefix('.'))
+                    .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+                    && e.metadata()
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|m| m >= start)
+            })
+            .map(|e| e.path())
+            .collect();
+        children.sort();
+        for c in children {
+            eprintln!("ferrotrace: a child process wrote {}", c.display());
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! `ferrotrace`: record what a program does, and answer questions about the recording.
+//!
+//! One file per subcommand under `cmd/`; the logic lives in the library crates (`ferrotrace` runs in the
+//! traced process, `ferrotrace-analysis` reads traces). This binary only parses arguments, starts
+//! programs and prints.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod cmd;
+mod elf;
+
+#[derive(Parser)]
+#[command(name = "ferrotrace", version, about = "Function tracer for XRay-instrumented Rust and C/C++ programs", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a program and record every traced function entry and exit
+    Record(cmd::record::RecordArgs),
+    /// Show what a trace holds: command, duration, threads, events, lost events, size
+    Info(cmd::info::InfoArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Record(a) => cmd::record::run(a),
+        Command::Info(a) => cmd::info::run(a),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("ferrotrace: {e}");
+            ExitCode::from(2)
+        }
+    }
+}

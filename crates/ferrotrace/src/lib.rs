@@ -1,0 +1,72 @@
+//! The ferrotrace runtime: records what a running program does into a trace file.
+//!
+//! This crate is the part of ferrotrace that runs *inside* the traced process:
+//!
+//! * it finds the XRay sleds of the program and of every loaded library (`-Zinstrument-xray` on nightly
+//!   Rust, `clang -fxray-instrument` for C/C++) and patches the selected ones to call its trampolines;
+//! * the trampolines stamp each function entry and exit with the TSC and append a 16-byte record to the
+//!   calling thread's own chunk — no lock, allocation or system call on that path;
+//! * a collector thread encodes full chunks (2–3 bytes per event) into one self-contained trace file
+//!   (`docs/format.md`) with clock calibration, module map, the symbol table of traced functions, threads
+//!   and lost-event counts;
+//! * exit, `exit()` from any thread, panics and fatal signals flush every thread's events.
+//!
+//! Who should use it: nobody needs to call it. `ferrotrace record` starts it through the environment,
+//! either by LD_PRELOAD of `libferrotrace_preload.so` (programs that do not depend on ferrotrace) or in
+//! the copy linked into a program that depends on this crate (for tracepoints), which stays dormant and
+//! costs nothing unless `FERROTRACE_RUNTIME=linked` is set. Never two runtimes at once.
+//!
+//! Who should not: code that *reads* traces wants `ferrotrace-analysis`; code without an operating
+//! system wants `ferrotrace-core`. x86_64 Linux only.
+//!
+//! ```no_run
+//! // A program linked with ferrotrace can ask whether it is being recorded:
+//! if ferrotrace::is_recording() {
+//!     eprintln!("ferrotrace is recording this run");
+//! }
+//! ```
+#![warn(missing_docs)]
+
+#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
+compile_error!("the ferrotrace runtime supports x86_64 Linux only");
+
+pub mod clock;
+pub mod collector;
+pub mod config;
+pub mod exit;
+pub mod pool;
+pub mod runtime;
+pub mod thread;
+pub mod trampoline;
+pub mod xray;
+
+pub use runtime::Role;
+
+/// True while this process is being recorded.
+pub fn is_recording() -> bool {
+    runtime::get().is_some_and(|rt| rt.recording.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+/// Finishes the trace now, as at exit: every thread's events are written and recording stops. Useful
+/// before a program ends in a way that skips `atexit` handlers (`_exit`, `exec`).
+pub fn finish() {
+    if let Some(rt) = runtime::get() {
+        rt.finish(runtime::EndReason::Exit, 0, false);
+    }
+}
+
+/// Marker that `ferrotrace record` looks for to know that a program links its own runtime.
+#[no_mangle]
+#[used]
+pub static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
+
+/// Starts the linked copy when the environment asks for it; see [`runtime::start_from_env`].
+#[cfg(not(feature = "preload"))]
+#[used]
+#[link_section = ".init_array"]
+static START_LINKED: extern "C" fn() = {
+    extern "C" fn start_linked() {
+        runtime::start_from_env(Role::Linked);
+    }
+    start_linked
+};

@@ -1,0 +1,316 @@
+//! The runtime's global state: start-up, the metadata channel, and the end of the trace.
+
+use std::fs::{File, OpenOptions};
+use std::io::BufWriter;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
+use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::writer::TraceWriter;
+
+use crate::config::{Config, Mode, TRACED_PARENT_VAR};
+use crate::pool::Pool;
+use crate::thread::ThreadSlot;
+use crate::{clock, collector, exit, trampoline, xray};
+
+/// Metadata that traced threads hand to the collector (rare: once per thread and at the end).
+#[derive(Debug)]
+pub enum Meta {
+    /// A thread registered or was renamed.
+    Thread {
+        /// OS thread id.
+        tid: u32,
+        /// Thread name.
+        name: String,
+    },
+    /// Events lost by a thread that never got another chunk to say so in.
+    Lost {
+        /// OS thread id.
+        tid: u32,
+        /// Number of events lost.
+        count: u64,
+        /// When the loss was noticed.
+        tsc: u64,
+    },
+}
+
+/// Why the trace ended, as written in the End chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u32)]
+pub enum EndReason {
+    /// The process exited (`exit`, return from `main`).
+    Exit = 0,
+    /// A signal ended it.
+    Signal = 1,
+}
+
+/// The one runtime of this process.
+pub struct Runtime {
+    /// Settings from the environment.
+    pub config: Config,
+    /// Chunk memory and queues.
+    pub pool: Pool,
+    /// True while events are recorded.
+    pub recording: AtomicBool,
+    /// Every thread that ever recorded (slots are reused).
+    pub registry: Mutex<Vec<&'static ThreadSlot>>,
+    meta: Mutex<Vec<Meta>>,
+    collector: OnceLock<std::thread::Thread>,
+    /// Set by the collector when it sleeps; traced threads wake it only then.
+    pub collector_sleeping: AtomicBool,
+    /// Set by `finish`: the collector writes what is queued, the End chunk, and stops.
+    pub finishing: AtomicBool,
+    /// Set by the collector once the End chunk is on disk.
+    pub collector_done: AtomicBool,
+    /// Flight mode: write the ring now (SIGUSR2).
+    pub dump_requested: AtomicBool,
+    /// Why the trace ended.
+    pub end_reason: AtomicU32,
+    /// The signal that ended it, if any.
+    pub end_signal: AtomicU32,
+    finished: AtomicBool,
+}
+
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The running runtime, if one started in this process.
+pub fn get() -> Option<&'static Runtime> {
+    RUNTIME.get()
+}
+
+impl Runtime {
+    /// Queues metadata for the collector.
+    pub fn push_meta(&self, m: Meta) {
+        self.push_meta_from(m, false);
+    }
+
+    /// Queues metadata; from a signal handler only if the lock is free at once.
+    pub fn push_meta_from(&self, m: Meta, from_signal: bool) {
+        let guard = if from_signal {
+            self.meta.try_lock().ok()
+        } else {
+            Some(self.meta.lock().unwrap_or_else(|e| e.into_inner()))
+        };
+        if let Some(mut g) = guard {
+            g.push(m);
+        }
+    }
+
+    /// Takes the queued metadata.
+    pub fn take_meta(&self) -> Vec<Meta> {
+        std::mem::take(&mut *self.meta.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Wakes the collector if it sleeps.
+    pub fn wake_collector(&self) {
+        if self.collector_sleeping.load(Ordering::Relaxed) {
+            if let Some(t) = self.collector.get() {
+                t.unpark();
+            }
+        }
+    }
+
+    /// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
+    /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`.
+    pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) {
+        if self.finished.swap(true, Ordering::AcqRel) {
+            // Someone else is finishing: give them time to complete before the process goes away.
+            self.wait_collector(Duration::from_secs(2));
+            return;
+        }
+        self.end_reason.store(reason as u32, Ordering::Relaxed);
+        self.end_signal.store(signal as u32, Ordering::Relaxed);
+        self.recording.store(false, Ordering::Release);
+        crate::thread::flush_all(self, from_signal);
+        self.finishing.store(true, Ordering::Release);
+        if let Some(t) = self.collector.get() {
+            t.unpark();
+        }
+        self.wait_collector(if from_signal {
+            Duration::from_secs(3)
+        } else {
+            Duration::from_secs(30)
+        });
+    }
+
+    fn wait_collector(&self, limit: Duration) {
+        let start = Instant::now();
+        while !self.collector_done.load(Ordering::Acquire) && start.elapsed() < limit {
+            if let Some(t) = self.collector.get() {
+                t.unpark();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+}
+
+/// Which copy of the runtime this is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Linked into the program (the `ferrotrace` rlib).
+    Linked,
+    /// Injected with LD_PRELOAD (`libferrotrace_preload.so`).
+    Preload,
+}
+
+/// Starts the runtime if the environment asks this copy to, printing one line on failure. Called from
+/// the ELF constructors of both copies; only one of them proceeds.
+pub fn start_from_env(role: Role) {
+    let wanted = crate::config::requested_runtime();
+    let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
+        (Role::Preload, Some("linked")) => false,
+        (Role::Preload, _) => true,
+        (Role::Linked, Some("linked")) => true,
+        (Role::Linked, _) => false,
+    };
+    if !go || RUNTIME.get().is_some() {
+        return;
+    }
+    if let Err(e) = start(role) {
+        eprintln!("ferrotrace: tracing disabled: {e}");
+    }
+}
+
+fn output_path(config: &Config) -> PathBuf {
+    // A process started by a traced process writes its own file, named after its pid, so that two
+    // processes never interleave bytes in one file.
+    let pid = std::process::id();
+    let path = if std::env::var_os(TRACED_PARENT_VAR).is_some() {
+        let mut p = config.output.clone().into_os_string();
+        p.push(format!(".{pid}"));
+        PathBuf::from(p)
+    } else {
+        config.output.clone()
+    };
+    let value = std::ffi::CString::new(pid.to_string()).unwrap_or_default();
+    let name = std::ffi::CString::new(TRACED_PARENT_VAR).unwrap_or_default();
+    // SAFETY: called from the ELF constructor, before the program starts threads of its own.
+    unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
+    path
+}
+
+fn create_trace_file(path: &PathBuf) -> Result<File, String> {
+    let file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| format!("cannot create trace file {}: {e}", path.display()))?;
+    // An existing file keeps its mode on open: make sure the trace is private either way.
+    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
+    Ok(file)
+}
+
+fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
+    let mut p = Vec::new();
+    let exe = std::fs::read_link("/proc/self/exe")
+        .map(|p| p.display().to_string())
+        .unwrap_or_default();
+    let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let cmdline = cmdline.strip_suffix(&[0]).unwrap_or(&cmdline);
+    // SAFETY: getppid cannot fail.
+    let ppid = unsafe { libc::getppid() } as u64;
+    let _ = put_varint(&mut p, std::process::id() as u64);
+    let _ = put_varint(&mut p, ppid);
+    let _ = put_str(&mut p, &exe);
+    let _ = put_bytes(&mut p, cmdline);
+    let _ = put_varint(&mut p, start_realtime);
+    let _ = put_str(&mut p, env!("CARGO_PKG_VERSION"));
+    let _ = put_varint(&mut p, config.mode as u64);
+    let _ = put_varint(&mut p, tsc_hz);
+    p
+}
+
+/// A calibration chunk payload.
+pub fn clock_payload() -> Vec<u8> {
+    let (pair, real) = clock::calibration_pair();
+    let mut p = Vec::new();
+    let _ = put_varint(&mut p, pair.tsc);
+    let _ = put_varint(&mut p, pair.mono_ns);
+    let _ = put_varint(&mut p, real);
+    p
+}
+
+/// Rough TSC frequency from two pairs 2 ms apart; the reader uses the pairs themselves.
+fn estimate_tsc_hz() -> u64 {
+    let (a, _) = clock::calibration_pair();
+    std::thread::sleep(Duration::from_millis(2));
+    let (b, _) = clock::calibration_pair();
+    ferrotrace_core::clock::TscConverter::new(a, b).hz()
+}
+
+fn start(role: Role) -> Result<(), String> {
+    let config = Config::from_env()?;
+    let path = output_path(&config);
+    trampoline::init_tls_offset();
+    let pool = match config.mode {
+        // The flight ring holds encoded events; the pool only needs to keep up with the collector.
+        Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size)?,
+        _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size)?,
+    };
+    let found = xray::discover(&config, role)?;
+    if found.functions.is_empty() {
+        eprintln!(
+            "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
+             build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
+            found.exe_name(),
+            found.total_functions
+        );
+    }
+    let start_realtime = clock::realtime_ns();
+    let tsc_hz = estimate_tsc_hz();
+    let file = create_trace_file(&path)?;
+    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    writer
+        .chunk(
+            ChunkKind::Session,
+            &session_payload(&config, tsc_hz, start_realtime),
+        )
+        .map_err(io)?;
+    writer
+        .chunk(ChunkKind::Clock, &clock_payload())
+        .map_err(io)?;
+    for payload in found.module_payloads() {
+        writer.chunk(ChunkKind::Module, &payload).map_err(io)?;
+    }
+    writer
+        .chunk(ChunkKind::Functions, &found.functions_payload())
+        .map_err(io)?;
+    writer.flush().map_err(io)?;
+
+    let rt = Runtime {
+        config,
+        pool,
+        recording: AtomicBool::new(false),
+        registry: Mutex::new(Vec::new()),
+        meta: Mutex::new(Vec::new()),
+        collector: OnceLock::new(),
+        collector_sleeping: AtomicBool::new(false),
+        finishing: AtomicBool::new(false),
+        collector_done: AtomicBool::new(false),
+        dump_requested: AtomicBool::new(false),
+        end_reason: AtomicU32::new(0),
+        end_signal: AtomicU32::new(0),
+        finished: AtomicBool::new(false),
+    };
+    if RUNTIME.set(rt).is_err() {
+        return Err("a ferrotrace runtime is already running in this process".into());
+    }
+    let rt = get().ok_or("runtime vanished")?;
+    let handle = std::thread::Builder::new()
+        .name("ferrotrace".into())
+        .spawn(move || collector::run(rt, writer, path))
+        .map_err(|e| format!("cannot start the collector thread: {e}"))?;
+    let _ = rt.collector.set(handle.thread().clone());
+    exit::install(rt);
+    rt.recording.store(true, Ordering::Release);
+    xray::patch(&found)?;
+    Ok(())
+}

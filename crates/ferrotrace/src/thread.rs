@@ -1,0 +1,435 @@
+//! Per-thread state: registration, the slow path behind the trampolines, and thread exit.
+//!
+//! Each traced thread owns one [`ThreadSlot`] (leaked, reused after the thread exits) that the
+//! [`crate::runtime::Runtime`] registry lists so that exit and fatal-signal handlers can take the
+//! partly filled chunk of every thread. A slot's mutable part is guarded by a tiny spin lock that only the
+//! owner's slow path, its exit, and the final flush take: never the fast path.
+
+use std::cell::{Cell, UnsafeCell};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrotrace_core::record::{EventKind, Record};
+
+use crate::config::Mode;
+use crate::pool::FullChunk;
+use crate::runtime::{self, Meta, Runtime};
+use crate::trampoline::{hot_offset_here, tls_offset, Hot, HOT};
+
+/// What only the owner thread needs, kept out of the hot block.
+struct Cold {
+    slot: Cell<*const ThreadSlot>,
+    /// Inside the runtime on this thread: events from code the runtime calls are dropped, not recursed on.
+    busy: Cell<bool>,
+    /// Never record on this thread (the collector, a thread whose TLS offset differs, an exited thread).
+    ignored: Cell<bool>,
+}
+
+thread_local! {
+    static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false) } };
+    static EXIT_GUARD: ExitGuard = const { ExitGuard };
+}
+
+/// Dropped when the thread exits: hands over its last chunk.
+struct ExitGuard;
+
+impl Drop for ExitGuard {
+    fn drop(&mut self) {
+        thread_exit();
+    }
+}
+
+/// Marks the calling thread as one the runtime never records (its own threads).
+pub fn ignore_current_thread() {
+    COLD.with(|c| c.ignored.set(true));
+}
+
+struct SlotState {
+    tid: u32,
+    hot: *const Hot,
+    chunk: Option<u32>,
+    seq: u32,
+    /// Events that found no chunk (drop mode), not yet written as a `Lost` record.
+    lost: u64,
+    /// Nanoseconds spent waiting for a chunk (lossless mode), not yet written as a `Wait` record.
+    waited_ns: u64,
+    alive: bool,
+    stopped: bool,
+}
+
+/// One traced thread's registry entry.
+pub struct ThreadSlot {
+    lock: AtomicBool,
+    state: UnsafeCell<SlotState>,
+}
+
+// SAFETY: `state` is only touched with `lock` held.
+unsafe impl Sync for ThreadSlot {}
+
+struct SlotGuard<'a>(&'a ThreadSlot);
+
+impl ThreadSlot {
+    fn new() -> ThreadSlot {
+        ThreadSlot {
+            lock: AtomicBool::new(false),
+            state: UnsafeCell::new(SlotState {
+                tid: 0,
+                hot: core::ptr::null(),
+                chunk: None,
+                seq: 0,
+                lost: 0,
+                waited_ns: 0,
+                alive: false,
+                stopped: false,
+            }),
+        }
+    }
+
+    fn try_lock_for(&self, limit: Option<Duration>) -> Option<SlotGuard<'_>> {
+        let start = limit.map(|_| Instant::now());
+        let mut spins = 0u32;
+        while self
+            .lock
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 100 {
+                core::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+                if let (Some(limit), Some(start)) = (limit, start) {
+                    if start.elapsed() > limit {
+                        return None;
+                    }
+                }
+            }
+        }
+        Some(SlotGuard(self))
+    }
+
+    fn lock(&self) -> SlotGuard<'_> {
+        match self.try_lock_for(None) {
+            Some(g) => g,
+            None => unreachable!("an unbounded lock attempt cannot time out"),
+        }
+    }
+}
+
+impl SlotGuard<'_> {
+    fn state(&mut self) -> &mut SlotState {
+        // SAFETY: the guard holds the lock.
+        unsafe { &mut *self.0.state.get() }
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        self.0.lock.store(false, Ordering::Release);
+    }
+}
+
+fn hot() -> &'static Hot {
+    // SAFETY: HOT has no destructor, so it lives as long as the thread; the reference does not escape
+    // the thread.
+    HOT.with(|h| unsafe { &*(h as *const Hot) })
+}
+
+fn stop_hot(h: &Hot) {
+    h.end.store(core::ptr::null_mut(), Ordering::Relaxed);
+    h.cursor.store(core::ptr::null_mut(), Ordering::Relaxed);
+}
+
+/// Called by `ferrotrace_slow_record` when the thread has no chunk or its chunk is full.
+pub extern "C" fn slow_path(tsc: u64, word: u64) {
+    record_slow(Record { tsc, word }, &[]);
+}
+
+/// Records `rec` followed by `payload` slots through the slow path (no chunk, or not enough room).
+pub fn record_slow(rec: Record, payload: &[Record]) {
+    let _ = COLD.try_with(|cold| {
+        if cold.busy.get() || cold.ignored.get() {
+            return;
+        }
+        cold.busy.set(true);
+        if let Some(rt) = runtime::get() {
+            record_with_runtime(rt, cold, rec, payload);
+        }
+        cold.busy.set(false);
+    });
+}
+
+fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: &[Record]) {
+    let h = hot();
+    if !rt.recording.load(Ordering::Acquire) {
+        stop_hot(h);
+        return;
+    }
+    let slot = match unsafe { cold.slot.get().as_ref() } {
+        Some(s) => s,
+        None => match register(rt, cold) {
+            Some(s) => s,
+            None => return,
+        },
+    };
+    let mut guard = slot.lock();
+    let st = guard.state();
+    if st.stopped || !st.alive {
+        stop_hot(h);
+        return;
+    }
+    if let Some(index) = st.chunk.take() {
+        let start = rt.pool.chunk_ptr(index);
+        let len = (h.cursor.load(Ordering::Relaxed) as usize).saturating_sub(start as usize) / 16;
+        submit(rt, index, len, st);
+    }
+    stop_hot(h);
+    let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
+        return;
+    };
+    let mut guard = guard;
+    let st = guard.state();
+    let start = rt.pool.chunk_ptr(index);
+    let cap = rt.pool.chunk_records();
+    let mut n = 0usize;
+    let mut put = |r: Record| {
+        if n < cap {
+            // SAFETY: n < cap, inside the chunk this thread now owns.
+            unsafe { start.add(n).write(r) };
+            n += 1;
+        }
+    };
+    while st.lost > 0 {
+        let count = st.lost.min(u32::MAX as u64);
+        put(Record::new(rec.tsc, EventKind::Lost, count as u32));
+        st.lost -= count;
+    }
+    if st.waited_ns > 0 {
+        put(Record::new(
+            rec.tsc,
+            EventKind::Wait,
+            st.waited_ns.min(u32::MAX as u64) as u32,
+        ));
+        st.waited_ns = 0;
+    }
+    put(rec);
+    for p in payload {
+        put(*p);
+    }
+    st.chunk = Some(index);
+    // SAFETY: n <= cap.
+    h.cursor.store(unsafe { start.add(n) }, Ordering::Relaxed);
+    h.end.store(unsafe { start.add(cap) }, Ordering::Relaxed);
+}
+
+/// Gets a free chunk for the slot's thread according to the mode. In lossless and flight mode it waits,
+/// releasing the slot lock meanwhile so that a final flush can stop the thread; in drop mode it gives up
+/// at once and counts the event as lost.
+fn acquire_chunk<'a>(
+    rt: &Runtime,
+    slot: &'a ThreadSlot,
+    mut guard: SlotGuard<'a>,
+) -> Option<(u32, SlotGuard<'a>)> {
+    let mut wait_start: Option<Instant> = None;
+    loop {
+        if let Some(i) = rt.pool.free.pop() {
+            if let Some(t) = wait_start {
+                guard.state().waited_ns += t.elapsed().as_nanos() as u64;
+            }
+            return Some((i, guard));
+        }
+        if rt.config.mode == Mode::Drop {
+            guard.state().lost += 1;
+            return None;
+        }
+        wait_start.get_or_insert_with(Instant::now);
+        rt.wake_collector();
+        drop(guard);
+        std::thread::sleep(Duration::from_micros(20));
+        guard = slot.lock();
+        if guard.state().stopped || !rt.recording.load(Ordering::Acquire) {
+            return None;
+        }
+    }
+}
+
+fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
+    let chunk = FullChunk {
+        index,
+        len: len as u32,
+        tid: st.tid,
+        seq: st.seq,
+    };
+    st.seq = st.seq.wrapping_add(1);
+    if rt.pool.full.push(chunk).is_err() {
+        // Cannot happen: the queue holds every chunk there is. Keep the chunk rather than lose memory.
+        let _ = rt.pool.free.push(index);
+    }
+    rt.wake_collector();
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no arguments and cannot fail.
+    unsafe { libc::syscall(libc::SYS_gettid) as u32 }
+}
+
+/// The calling thread's name (prctl PR_GET_NAME).
+pub fn current_thread_name() -> String {
+    let mut buf = [0u8; 17];
+    // SAFETY: PR_GET_NAME writes at most 16 bytes plus NUL into the buffer.
+    unsafe {
+        libc::prctl(
+            libc::PR_GET_NAME,
+            buf.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        )
+    };
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
+    String::from_utf8_lossy(&buf[..len]).into_owned()
+}
+
+fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
+    // The trampolines assume one TLS offset for all threads; refuse a thread where that does not hold
+    // rather than write through a wrong pointer.
+    if hot_offset_here() != tls_offset() {
+        cold.ignored.set(true);
+        return None;
+    }
+    let tid = gettid();
+    let slot: &'static ThreadSlot = {
+        let mut reg = rt.registry.lock().unwrap_or_else(|e| e.into_inner());
+        let reusable = reg.iter().copied().find(|s| {
+            let mut g = s.lock();
+            let st = g.state();
+            !st.alive && st.chunk.is_none() && st.lost == 0
+        });
+        match reusable {
+            Some(s) => s,
+            None => {
+                let s: &'static ThreadSlot = Box::leak(Box::new(ThreadSlot::new()));
+                reg.push(s);
+                s
+            }
+        }
+    };
+    {
+        let mut g = slot.lock();
+        let st = g.state();
+        *st = SlotState {
+            tid,
+            hot: HOT.with(|h| h as *const Hot),
+            chunk: None,
+            seq: 0,
+            lost: 0,
+            waited_ns: 0,
+            alive: true,
+            stopped: false,
+        };
+    }
+    rt.push_meta(Meta::Thread {
+        tid,
+        name: current_thread_name(),
+    });
+    let _ = EXIT_GUARD.try_with(|_| {});
+    cold.slot.set(slot);
+    Some(slot)
+}
+
+fn thread_exit() {
+    let _ = COLD.try_with(|cold| {
+        cold.busy.set(true);
+        cold.ignored.set(true);
+        let Some(slot) = (unsafe { cold.slot.get().as_ref() }) else {
+            return;
+        };
+        cold.slot.set(core::ptr::null());
+        let Some(rt) = runtime::get() else { return };
+        let h = hot();
+        let mut guard = slot.lock();
+        let st = guard.state();
+        if !st.stopped {
+            if let Some(index) = st.chunk.take() {
+                let start = rt.pool.chunk_ptr(index);
+                let len =
+                    (h.cursor.load(Ordering::Relaxed) as usize).saturating_sub(start as usize) / 16;
+                submit(rt, index, len, st);
+            }
+            if st.lost > 0 {
+                rt.push_meta(Meta::Lost {
+                    tid: st.tid,
+                    count: st.lost,
+                    tsc: crate::clock::rdtsc(),
+                });
+                st.lost = 0;
+            }
+            // The name may have changed since registration.
+            rt.push_meta(Meta::Thread {
+                tid: st.tid,
+                name: current_thread_name(),
+            });
+        }
+        st.alive = false;
+        st.hot = core::ptr::null();
+        stop_hot(h);
+    });
+}
+
+/// Takes the partly filled chunk of every registered thread and stops them all: used once, at the end.
+/// Bounded in time so that it is usable from a fatal-signal handler, where a lock may be held by the
+/// interrupted code.
+pub fn flush_all(rt: &Runtime, from_signal: bool) {
+    let reg = if from_signal {
+        let start = Instant::now();
+        loop {
+            match rt.registry.try_lock() {
+                Ok(r) => break Some(r),
+                Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(_) if start.elapsed() > Duration::from_millis(200) => break None,
+                Err(_) => std::thread::yield_now(),
+            }
+        }
+    } else {
+        Some(rt.registry.lock().unwrap_or_else(|e| e.into_inner()))
+    };
+    let Some(reg) = reg else { return };
+    for slot in reg.iter() {
+        let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
+            continue;
+        };
+        let st = guard.state();
+        if !st.alive || st.stopped {
+            continue;
+        }
+        st.stopped = true;
+        // SAFETY: the owner is alive (it marks itself dead under this lock before its TLS goes away).
+        let h = unsafe { &*st.hot };
+        h.end.store(core::ptr::null_mut(), Ordering::Relaxed);
+        if let Some(index) = st.chunk.take() {
+            let start = rt.pool.chunk_ptr(index);
+            let len =
+                (h.cursor.load(Ordering::Acquire) as usize).saturating_sub(start as usize) / 16;
+            submit(rt, index, len, st);
+        }
+        if st.lost > 0 {
+            rt.push_meta_from(
+                Meta::Lost {
+                    tid: st.tid,
+                    count: st.lost,
+                    tsc: crate::clock::rdtsc(),
+                },
+                from_signal,
+            );
+            st.lost = 0;
+        }
+        if !from_signal {
+            if let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{}/comm", st.tid)) {
+                rt.push_meta(Meta::Thread {
+                    tid: st.tid,
+                    name: name.trim_end().to_string(),
+                });
+            }
+        }
+    }
+}

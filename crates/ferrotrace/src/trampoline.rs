@@ -1,0 +1,227 @@
+//! The XRay trampolines and the thread-local block they write through.
+//!
+//! Patched sleds call (entry, tail) or jump to (exit) these assembly routines with the function id in
+//! `r10d`. The fast path is `rdtsc`, one 16-byte store pair into the thread's chunk and a cursor bump,
+//! reached at a constant offset from `%fs`: no call, no lock, no branch besides "chunk full?". Only the
+//! registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are moved to dead
+//! ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record` saves every
+//! caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
+
+use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
+
+use ferrotrace_core::record::Record;
+
+/// The per-thread cursor pair the trampolines use. `#[repr(C)]`: the assembly reads `cursor` at offset 0
+/// and `end` at offset 8. Both are null until the thread registers; `cursor >= end` sends every event to
+/// the slow path, which is how a thread is stopped from the outside (set `end` to null).
+#[repr(C)]
+pub struct Hot {
+    /// Where the next record goes.
+    pub cursor: AtomicPtr<Record>,
+    /// One past the last record slot of the current chunk.
+    pub end: AtomicPtr<Record>,
+}
+
+thread_local! {
+    /// Const-initialised and without `Drop`, so it lives in the static TLS block at a fixed offset from
+    /// the thread pointer, the same offset in every thread.
+    pub static HOT: Hot = const { Hot { cursor: AtomicPtr::new(core::ptr::null_mut()), end: AtomicPtr::new(core::ptr::null_mut()) } };
+}
+
+/// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
+pub static FERROTRACE_TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
+
+/// The thread pointer (`%fs` base): glibc stores it at `%fs:0`.
+pub fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86_64 Linux with glibc or musl, %fs:0 holds the thread control block's own address.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+/// `&HOT - thread pointer` in the calling thread.
+pub fn hot_offset_here() -> i64 {
+    HOT.with(|h| h as *const Hot as i64) - thread_pointer() as i64
+}
+
+/// Fixes the TLS offset from the calling thread. Must run before any sled is patched.
+pub fn init_tls_offset() {
+    FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
+}
+
+/// The TLS offset the trampolines use.
+pub fn tls_offset() -> i64 {
+    FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
+}
+
+extern "C" {
+    /// Entry trampoline: reached by `call` from an ENTRY sled, `r10d` = function id.
+    pub fn ferrotrace_xray_entry();
+    /// Exit trampoline: reached by `jmp` from an EXIT sled (it replaced the `ret`), `r10d` = function id.
+    pub fn ferrotrace_xray_exit();
+    /// Tail trampoline: reached by `call` from a TAIL sled before a tail jump, `r10d` = function id.
+    pub fn ferrotrace_xray_tail();
+}
+
+// The slow path receives the timestamp in rax and the record's second word in r10 and preserves every
+// register but those two: it is reached from the entry side (arguments live) and the exit side (return
+// values live), with either stack alignment.
+core::arch::global_asm!(
+    ".pushsection .text.ferrotrace_trampolines,\"ax\",@progbits",
+    ".p2align 4",
+    ".globl ferrotrace_xray_entry",
+    ".hidden ferrotrace_xray_entry",
+    ".type ferrotrace_xray_entry,@function",
+    "ferrotrace_xray_entry:",
+    "  push rax",
+    "  push rdx",
+    "  mov r11, qword ptr [rip + {off}]",
+    "  rdtsc",
+    "  shl rdx, 32",
+    "  or rax, rdx",
+    "  mov rdx, qword ptr fs:[r11]",
+    "  cmp rdx, qword ptr fs:[r11 + 8]",
+    "  jae 2f",
+    "  mov qword ptr [rdx], rax",
+    "  mov qword ptr [rdx + 8], r10",
+    "  add rdx, 16",
+    "  mov qword ptr fs:[r11], rdx",
+    "  pop rdx",
+    "  pop rax",
+    "  ret",
+    "2:",
+    "  call ferrotrace_slow_record",
+    "  pop rdx",
+    "  pop rax",
+    "  ret",
+    ".size ferrotrace_xray_entry, . - ferrotrace_xray_entry",
+    "",
+    ".p2align 4",
+    ".globl ferrotrace_xray_tail",
+    ".hidden ferrotrace_xray_tail",
+    ".type ferrotrace_xray_tail,@function",
+    "ferrotrace_xray_tail:",
+    "  push rax",
+    "  push rdx",
+    "  bts r10, 33",
+    "  mov r11, qword ptr [rip + {off}]",
+    "  rdtsc",
+    "  shl rdx, 32",
+    "  or rax, rdx",
+    "  mov rdx, qword ptr fs:[r11]",
+    "  cmp rdx, qword ptr fs:[r11 + 8]",
+    "  jae 2f",
+    "  mov qword ptr [rdx], rax",
+    "  mov qword ptr [rdx + 8], r10",
+    "  add rdx, 16",
+    "  mov qword ptr fs:[r11], rdx",
+    "  pop rdx",
+    "  pop rax",
+    "  ret",
+    "2:",
+    "  call ferrotrace_slow_record",
+    "  pop rdx",
+    "  pop rax",
+    "  ret",
+    ".size ferrotrace_xray_tail, . - ferrotrace_xray_tail",
+    "",
+    // Exit: only rax, rdx, xmm0, xmm1 are live (the sled replaced `ret`); rcx, rsi, rdi, r8-r11 are dead.
+    ".p2align 4",
+    ".globl ferrotrace_xray_exit",
+    ".hidden ferrotrace_xray_exit",
+    ".type ferrotrace_xray_exit,@function",
+    "ferrotrace_xray_exit:",
+    "  mov rcx, rax",
+    "  mov rsi, rdx",
+    "  bts r10, 32",
+    "  mov r11, qword ptr [rip + {off}]",
+    "  rdtsc",
+    "  shl rdx, 32",
+    "  or rax, rdx",
+    "  mov rdi, qword ptr fs:[r11]",
+    "  cmp rdi, qword ptr fs:[r11 + 8]",
+    "  jae 2f",
+    "  mov qword ptr [rdi], rax",
+    "  mov qword ptr [rdi + 8], r10",
+    "  add rdi, 16",
+    "  mov qword ptr fs:[r11], rdi",
+    "  mov rax, rcx",
+    "  mov rdx, rsi",
+    "  ret",
+    "2:",
+    "  call ferrotrace_slow_record",
+    "  mov rax, rcx",
+    "  mov rdx, rsi",
+    "  ret",
+    ".size ferrotrace_xray_exit, . - ferrotrace_xray_exit",
+    "",
+    ".p2align 4",
+    ".type ferrotrace_slow_record,@function",
+    "ferrotrace_slow_record:",
+    "  push rbp",
+    "  mov rbp, rsp",
+    "  push rax",
+    "  push rcx",
+    "  push rdx",
+    "  push rsi",
+    "  push rdi",
+    "  push r8",
+    "  push r9",
+    "  push r10",
+    "  push r11",
+    "  sub rsp, 256",
+    "  and rsp, -16",
+    "  movaps [rsp + 0], xmm0",
+    "  movaps [rsp + 16], xmm1",
+    "  movaps [rsp + 32], xmm2",
+    "  movaps [rsp + 48], xmm3",
+    "  movaps [rsp + 64], xmm4",
+    "  movaps [rsp + 80], xmm5",
+    "  movaps [rsp + 96], xmm6",
+    "  movaps [rsp + 112], xmm7",
+    "  movaps [rsp + 128], xmm8",
+    "  movaps [rsp + 144], xmm9",
+    "  movaps [rsp + 160], xmm10",
+    "  movaps [rsp + 176], xmm11",
+    "  movaps [rsp + 192], xmm12",
+    "  movaps [rsp + 208], xmm13",
+    "  movaps [rsp + 224], xmm14",
+    "  movaps [rsp + 240], xmm15",
+    "  mov rdi, rax",
+    "  mov rsi, r10",
+    "  call {slow}",
+    "  movaps xmm0, [rsp + 0]",
+    "  movaps xmm1, [rsp + 16]",
+    "  movaps xmm2, [rsp + 32]",
+    "  movaps xmm3, [rsp + 48]",
+    "  movaps xmm4, [rsp + 64]",
+    "  movaps xmm5, [rsp + 80]",
+    "  movaps xmm6, [rsp + 96]",
+    "  movaps xmm7, [rsp + 112]",
+    "  movaps xmm8, [rsp + 128]",
+    "  movaps xmm9, [rsp + 144]",
+    "  movaps xmm10, [rsp + 160]",
+    "  movaps xmm11, [rsp + 176]",
+    "  movaps xmm12, [rsp + 192]",
+    "  movaps xmm13, [rsp + 208]",
+    "  movaps xmm14, [rsp + 224]",
+    "  movaps xmm15, [rsp + 240]",
+    "  lea rsp, [rbp - 72]",
+    "  pop r11",
+    "  pop r10",
+    "  pop r9",
+    "  pop r8",
+    "  pop rdi",
+    "  pop rsi",
+    "  pop rdx",
+    "  pop rcx",
+    "  pop rax",
+    "  pop rbp",
+    "  ret",
+    ".size ferrotrace_slow_record, . - ferrotrace_slow_record",
+    ".popsection",
+    off = sym FERROTRACE_TLS_OFFSET,
+    slow = sym crate::thread::slow_path,
+);
