@@ -1,0 +1,120 @@
+//! Shared by the integration tests: builds the instrumented test programs (nightly, XRay) and the
+//! preload library once, and runs `ferrotrace` on them.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("repo root")
+}
+
+fn clean_cargo_env(cmd: &mut Command) -> &mut Command {
+    for var in [
+        "RUSTC",
+        "RUSTDOC",
+        "RUSTC_WRAPPER",
+        "RUSTC_WORKSPACE_WRAPPER",
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "CARGO_BUILD_TARGET_DIR",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd
+}
+
+fn run_ok(cmd: &mut Command, what: &str) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("{what}: cannot run: {e}"));
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Path of a test program from `testprogs/`, built once per test binary with nightly and XRay sleds.
+pub fn testprog(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = repo().join("testprogs");
+        run_ok(
+            clean_cargo_env(&mut Command::new("rustup"))
+                .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
+                .current_dir(&root)
+                .env("RUSTFLAGS", "-Zinstrument-xray=always -Cforce-frame-pointers=yes"),
+            "building testprogs with nightly (is the nightly toolchain installed? rustup toolchain install nightly)",
+        );
+        root.join("target/release")
+    });
+    dir.join(name)
+}
+
+/// Path of the preload library, built once per test binary in the test profile.
+pub fn preload() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+            run_ok(
+                clean_cargo_env(&mut Command::new(cargo))
+                    .args(["build", "--quiet", "-p", "ferrotrace-preload"])
+                    .current_dir(repo()),
+                "building ferrotrace-preload",
+            );
+            let exe = PathBuf::from(env!("CARGO_BIN_EXE_ferrotrace"));
+            exe.parent()
+                .expect("target dir")
+                .join("libferrotrace_preload.so")
+        })
+        .clone()
+}
+
+/// A fresh directory for one test's files.
+pub fn scratch(test: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+/// `ferrotrace` with the preload library configured.
+pub fn ferrotrace() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_ferrotrace"));
+    c.env("FERROTRACE_PRELOAD", preload());
+    c
+}
+
+/// Runs `ferrotrace record OPTS -o DIR/trace.data -- PROGRAM ARGS` and returns its output and the trace.
+pub fn record(dir: &Path, opts: &[&str], program: &Path, args: &[&str]) -> (Output, PathBuf) {
+    let trace = dir.join("trace.data");
+    let out = ferrotrace()
+        .arg("record")
+        .args(opts)
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(program)
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run ferrotrace record");
+    (out, trace)
+}
+
+/// `String` of a byte slice, for assertions.
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
