@@ -61,3 +61,456 @@ fn recursive_program_has_exactly_its_calls_in_every_run() {
         assert_eq!((entries, exits), (calls, calls), "run {run}");
     }
 }
+
+/// What walking a thread's events with unwinding semantics found.
+#[derive(Default, Debug)]
+struct Walk {
+    /// Frames popped without their own exit, because an exit further down arrived (panic unwinding).
+    unwound: Vec<String>,
+    /// Exits with no matching entry (functions running before tracing started).
+    preexisting: Vec<String>,
+    /// Frames still open at the end of the thread's events.
+    open_at_end: Vec<String>,
+    entries: std::collections::HashMap<String, u64>,
+}
+
+fn walk(trace: &Trace, tid: u32) -> Walk {
+    let mut w = Walk::default();
+    let mut stack: Vec<u32> = Vec::new();
+    for e in trace.thread_events(tid).expect("events") {
+        let e = e.expect("event decodes");
+        let name = trace.function_name(e.id);
+        match e.kind {
+            EventKind::Entry => {
+                stack.push(e.id);
+                *w.entries.entry(name).or_default() += 1;
+            }
+            EventKind::Exit | EventKind::TailExit => match stack.iter().rposition(|&f| f == e.id) {
+                Some(pos) => {
+                    for f in stack.drain(pos + 1..) {
+                        w.unwound.push(trace.function_name(f));
+                    }
+                    stack.pop();
+                }
+                None => w.preexisting.push(name),
+            },
+            _ => {}
+        }
+    }
+    w.open_at_end = stack.iter().map(|&f| trace.function_name(f)).collect();
+    w
+}
+
+fn tid_named(trace: &Trace, name: &str) -> u32 {
+    trace
+        .threads
+        .values()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no thread named {name}"))
+        .tid
+}
+
+#[test]
+fn eight_threads_all_present_balanced_with_real_tids_and_names() {
+    let dir = scratch("threads");
+    let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let expected_fn = [
+        "threads::sum_squares",
+        "threads::collatz_len",
+        "threads::string_work",
+    ];
+    for i in 0..8u64 {
+        let name = format!("worker-{i}");
+        let tid = tid_named(&t, &name);
+        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
+        let w = walk(&t, tid);
+        assert!(
+            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+            "{name}: {w:?}"
+        );
+        let calls = 200 + i * 50;
+        assert_eq!(w.entries.get("threads::worker"), Some(&1), "{name}");
+        assert_eq!(
+            w.entries.get(expected_fn[(i % 3) as usize]),
+            Some(&calls),
+            "{name} did its own work"
+        );
+        let printed = format!("{name} calls={calls}");
+        assert!(
+            text(&out.stdout).contains(&printed),
+            "program says {printed}"
+        );
+    }
+    assert!(
+        t.threads.contains_key(&t.session.pid),
+        "main thread recorded under the process id"
+    );
+    // Real tids: every recorded thread id was a task of the traced process, so they are distinct and
+    // not small self-assigned numbers.
+    assert!(t.threads.keys().all(|&tid| tid >= t.session.pid));
+}
+
+#[test]
+fn filters_include_and_exclude_exactly_what_they_name() {
+    let dir = scratch("filters");
+    let fib = testprog("fib");
+    let (out, trace) = record(&dir, &["-F", "^fib::fib$"], &fib, &["15"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let names: Vec<String> = t.functions.values().map(|f| f.name.clone()).collect();
+    assert_eq!(names, vec!["fib::fib".to_string()]);
+    let calls = program_calls(&out.stdout);
+    assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls));
+    assert_eq!(t.event_count(), 2 * calls, "nothing but fib");
+
+    let (out, trace) = record(&dir, &["-N", "fib::fib"], &fib, &["15"]);
+    assert!(out.status.success());
+    let t = Trace::open(&trace).expect("open");
+    assert!(t.functions.values().all(|f| f.name != "fib::fib"));
+    assert!(
+        t.functions.values().any(|f| f.name == "fib::main"),
+        "others still traced"
+    );
+    assert_eq!(nested_counts(&t, "fib::fib"), (0, 0));
+    assert_eq!(nested_counts(&t, "fib::main"), (1, 1));
+}
+
+#[test]
+fn c_program_built_with_clang_xray_is_traced() {
+    let dir = scratch("cprog");
+    let exe = dir.join("cwork");
+    let src = repo().join("testprogs/c/cwork.c");
+    let status = std::process::Command::new("clang-16")
+        .args([
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(&src)
+        .status()
+        .expect("clang-16 is needed for this test (apt-get install clang-16 libclang-rt-16-dev)");
+    assert!(status.success());
+    let (out, trace) = record(&dir, &[], &exe, &["14"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let calls = program_calls(&out.stdout);
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "fib"), (calls, calls));
+    assert_eq!(nested_counts(&t, "main"), (1, 1));
+}
+
+#[test]
+fn shared_library_with_sleds_is_traced() {
+    let dir = scratch("uselib");
+    let (out, trace) = record(&dir, &[], &testprog("uselib"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let lib = t
+        .functions
+        .values()
+        .find(|f| f.name == "xlib_work")
+        .expect("xlib_work traced");
+    let module = t
+        .modules
+        .iter()
+        .find(|m| m.id == lib.module)
+        .expect("module");
+    assert!(module.path.ends_with("libft_xlib.so"), "{}", module.path);
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (25, 25));
+    assert_eq!(nested_counts(&t, "uselib::call_lib"), (1, 1));
+}
+
+#[test]
+fn program_linking_the_runtime_uses_its_own_copy() {
+    let dir = scratch("linked");
+    let (out, trace) = record(&dir, &[], &testprog("linked"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recording=true"),
+        "the linked runtime is the one recording"
+    );
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
+    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
+    assert!(
+        t.functions
+            .values()
+            .all(|f| !f.name.starts_with("ferrotrace")),
+        "the runtime never traces itself"
+    );
+    // Without `record`, the linked runtime stays dormant.
+    let plain = std::process::Command::new(testprog("linked"))
+        .output()
+        .expect("run");
+    assert!(text(&plain.stdout).contains("recording=false"));
+}
+
+#[test]
+fn caught_panic_is_shown_as_unwound_frames_and_the_rest_stays_balanced() {
+    let dir = scratch("catch");
+    let (out, trace) = record(&dir, &[], &testprog("ending"), &["catch"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    assert!(t.end.is_some());
+    let w = walk(&t, t.session.pid);
+    // Outermost first: the exit that arrived was that of the closure around `middle`.
+    assert_eq!(
+        w.unwound,
+        vec!["ending::middle".to_string(), "ending::thrower".to_string()]
+    );
+    assert!(
+        w.open_at_end.is_empty() && w.preexisting.is_empty(),
+        "{w:?}"
+    );
+    assert_eq!(w.entries.get("ending::middle"), Some(&6));
+}
+
+#[test]
+fn exit_from_a_worker_thread_keeps_every_thread_and_the_exit_status() {
+    let dir = scratch("exit_thread");
+    let (out, trace) = record(&dir, &[], &testprog("ending"), &["exit-thread"]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "record returns the program's status"
+    );
+    let t = Trace::open(&trace).expect("open");
+    assert!(t.end.is_some() && t.truncation.is_none());
+    let exiter = walk(&t, tid_named(&t, "exiter"));
+    assert_eq!(exiter.entries.get("ending::leaf"), Some(&100));
+    assert_eq!(
+        exiter.open_at_end.last().map(String::as_str),
+        Some("ending::exit_from_worker"),
+        "exit() never returns"
+    );
+    let main = walk(&t, t.session.pid);
+    assert_eq!(
+        main.open_at_end.last().map(String::as_str),
+        Some("ending::main"),
+        "main was waiting in join"
+    );
+    assert!(
+        t.threads.values().any(|th| th.name == "spinner"),
+        "a thread still running at exit is in the trace"
+    );
+}
+
+#[test]
+fn abort_and_segfault_still_leave_a_complete_trace() {
+    for (mode, sig) in [("abort", 6), ("segv", 11)] {
+        let dir = scratch(mode);
+        let (out, trace) = record(&dir, &[], &testprog("ending"), &[mode]);
+        assert_eq!(
+            out.status.code(),
+            Some(128 + sig),
+            "{mode}: {}",
+            text(&out.stderr)
+        );
+        let t = Trace::open(&trace).expect("open");
+        let end = t.end.expect("End chunk written from the signal handler");
+        assert_eq!((end.reason, end.signal), (1, sig as u32));
+        let w = walk(&t, t.session.pid);
+        assert_eq!(w.entries.get("ending::leaf"), Some(&60), "{mode}");
+        assert_eq!(
+            w.open_at_end.last().map(String::as_str),
+            Some("ending::main")
+        );
+    }
+}
+
+#[test]
+fn drop_mode_counts_every_lost_event_exactly() {
+    let dir = scratch("drop");
+    let trace = dir.join("trace.data");
+    // One CPU for program and collector, two 4 KiB chunks: the program outruns the collector.
+    let out = std::process::Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env("FERROTRACE_PRELOAD", preload())
+        .args([
+            "record",
+            "--mode",
+            "drop",
+            "--buffer-size",
+            "8K",
+            "--chunk-size",
+            "4K",
+            "-F",
+            "^fib::fib$",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("24")
+        .output()
+        .expect("run");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let calls = program_calls(&out.stdout);
+    let t = Trace::open(&trace).expect("open");
+    let mut recorded = 0;
+    let mut lost = 0;
+    for &tid in t.threads.keys() {
+        for e in t.thread_events(tid).unwrap() {
+            let e = e.unwrap();
+            match e.kind {
+                EventKind::Lost => lost += e.id as u64,
+                EventKind::Entry | EventKind::Exit | EventKind::TailExit => recorded += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(lost > 0, "the tiny buffer lost events");
+    assert_eq!(
+        recorded + lost,
+        2 * calls,
+        "recorded {recorded} + lost {lost}"
+    );
+}
+
+#[test]
+fn truncated_trace_reads_the_complete_prefix_and_says_so() {
+    let dir = scratch("truncate");
+    let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
+    assert!(out.status.success());
+    let full = std::fs::read(&trace).unwrap();
+    let complete = Trace::open(&trace).unwrap().event_count();
+    let cut_path = dir.join("cut.data");
+    let mut seed = 0x2545F4914F6CDD1Du64;
+    let mut last_events = 0;
+    let mut cuts: Vec<usize> = (0..40)
+        .map(|_| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            (seed % full.len() as u64) as usize
+        })
+        .collect();
+    cuts.sort();
+    for cut in cuts {
+        std::fs::write(&cut_path, &full[..cut]).unwrap();
+        let out = ferrotrace()
+            .args(["info", "--json", "-i"])
+            .arg(&cut_path)
+            .output()
+            .unwrap();
+        let stderr = text(&out.stderr);
+        assert!(!stderr.contains("panicked"), "cut at {cut}: {stderr}");
+        if cut < 16 {
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "a file too short for the header is refused: {stderr}"
+            );
+            assert!(stderr.contains("too short"), "{stderr}");
+            continue;
+        }
+        let json: serde_json::Value = match serde_json::from_slice(&out.stdout) {
+            Ok(j) => j,
+            Err(_) => {
+                // Cut before the first calibration: nothing to report, but one clear line.
+                assert_eq!(out.status.code(), Some(2), "cut at {cut}: {stderr}");
+                continue;
+            }
+        };
+        let events = json["events"].as_u64().unwrap();
+        assert!(
+            events >= last_events && events <= complete,
+            "cut at {cut}: {events} events"
+        );
+        last_events = events;
+        if json["truncated"].is_object() {
+            assert_eq!(out.status.code(), Some(1));
+            assert!(stderr.contains("truncated"), "{stderr}");
+        }
+        assert_eq!(json["complete"], false, "no End chunk in a cut file");
+    }
+}
+
+#[test]
+fn child_process_writes_its_own_valid_trace_and_status_passes_through() {
+    let dir = scratch("spawn");
+    let (out, trace) = record(&dir, &[], &testprog("spawner"), &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("child done"));
+    let parent = Trace::open(&trace).expect("parent trace");
+    let w = walk(&parent, parent.session.pid);
+    assert_eq!(w.entries.get("spawner::parent_work"), Some(&50));
+    assert_eq!(w.entries.get("spawner::child_work"), None);
+    assert!(w.unwound.is_empty() && w.preexisting.is_empty());
+    assert_eq!(
+        w.open_at_end.last().map(String::as_str),
+        Some("spawner::main"),
+        "main calls exit(3)"
+    );
+    let child_files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("trace.data.")
+        })
+        .collect();
+    assert_eq!(child_files.len(), 1, "{child_files:?}");
+    let child = Trace::open(&child_files[0]).expect("child trace");
+    assert_eq!(child.session.ppid, parent.session.pid);
+    assert!(child_files[0]
+        .to_string_lossy()
+        .ends_with(&format!(".{}", child.session.pid)));
+    assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
+    assert!(text(&out.stderr).contains("a child process wrote"));
+}
+
+#[test]
+fn binary_without_sleds_gets_a_clear_error() {
+    let dir = scratch("nosleds");
+    let (out, _) = record(&dir, &[], std::path::Path::new("/bin/true"), &[]);
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("has no XRay sleds") && err.contains("-Zinstrument-xray"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+}
+
+#[test]
+fn trace_file_is_private_and_stdin_passes_through() {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+    let dir = scratch("private");
+    let trace = dir.join("trace.data");
+    std::fs::write(&trace, b"old").unwrap();
+    std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut child = ferrotrace()
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!(
+            "read x; echo got=$x; exec {} 5",
+            testprog("fib").display()
+        ))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"hello\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    // /bin/sh has no sleds: record refuses it before running anything.
+    assert_eq!(out.status.code(), Some(2));
+    let (out, trace) = record(&dir, &[], &testprog("fib"), &["5"]);
+    assert!(out.status.success());
+    let mode = std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert!(
+        text(&out.stdout).contains("calls=15"),
+        "stdout passes through"
+    );
+}

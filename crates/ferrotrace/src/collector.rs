@@ -141,6 +141,7 @@ impl State {
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
+    rt.collector_ready.store(true, Ordering::Release);
     let mut st = State {
         writer,
         path,

@@ -66,6 +66,9 @@ pub struct Runtime {
     pub finishing: AtomicBool,
     /// Set by the collector once the End chunk is on disk.
     pub collector_done: AtomicBool,
+    /// Set by the collector once it runs and is marked as never recorded: recording starts only then,
+    /// so that the thread start-up code of the collector is never traced.
+    pub collector_ready: AtomicBool,
     /// Flight mode: write the ring now (SIGUSR2).
     pub dump_requested: AtomicBool,
     /// Why the trace ended.
@@ -295,6 +298,7 @@ fn start(role: Role) -> Result<(), String> {
         collector_sleeping: AtomicBool::new(false),
         finishing: AtomicBool::new(false),
         collector_done: AtomicBool::new(false),
+        collector_ready: AtomicBool::new(false),
         dump_requested: AtomicBool::new(false),
         end_reason: AtomicU32::new(0),
         end_signal: AtomicU32::new(0),
@@ -309,6 +313,13 @@ fn start(role: Role) -> Result<(), String> {
         .spawn(move || collector::run(rt, writer, path))
         .map_err(|e| format!("cannot start the collector thread: {e}"))?;
     let _ = rt.collector.set(handle.thread().clone());
+    let started = Instant::now();
+    while !rt.collector_ready.load(Ordering::Acquire) {
+        if started.elapsed() > Duration::from_secs(5) {
+            return Err("the collector thread did not start within 5 s".into());
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
     xray::patch(&found)?;

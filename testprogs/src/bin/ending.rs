@@ -1,0 +1,78 @@
+//! Ends in the way its argument says, after nested calls:
+//! `catch` (a panic caught by catch_unwind, then a normal exit), `exit-thread` (process::exit from a
+//! worker while main waits), `abort` (a panic with abort), `segv` (a null write).
+use std::hint::black_box;
+
+#[inline(never)]
+fn leaf(n: u64) -> u64 {
+    black_box(n + 1)
+}
+
+#[inline(never)]
+fn thrower(n: u64) -> u64 {
+    if black_box(n) == 3 {
+        panic!("thrown on purpose");
+    }
+    leaf(n)
+}
+
+#[inline(never)]
+fn middle(n: u64) -> u64 {
+    black_box(thrower(n)) + leaf(n)
+}
+
+#[inline(never)]
+fn exit_from_worker() {
+    for i in 0..100 {
+        black_box(leaf(i));
+    }
+    std::process::exit(7);
+}
+
+#[inline(never)]
+fn spin_forever() {
+    loop {
+        black_box(leaf(1));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+fn main() {
+    let mode = std::env::args().nth(1).unwrap_or_default();
+    for i in 0..10 {
+        black_box(leaf(i));
+    }
+    match mode.as_str() {
+        "catch" => {
+            std::panic::set_hook(Box::new(|_| {}));
+            for i in 0..6 {
+                let r = std::panic::catch_unwind(|| middle(i));
+                println!("middle({i}) -> {}", if r.is_ok() { "ok" } else { "panicked" });
+            }
+        }
+        "exit-thread" => {
+            std::thread::Builder::new().name("spinner".into()).spawn(spin_forever).expect("spawn");
+            let t = std::thread::Builder::new().name("exiter".into()).spawn(exit_from_worker).expect("spawn");
+            let _ = t.join();
+            spin_forever();
+        }
+        "abort" => {
+            for i in 0..50 {
+                black_box(leaf(i));
+            }
+            std::process::abort();
+        }
+        "segv" => {
+            for i in 0..50 {
+                black_box(leaf(i));
+            }
+            let p: *mut u64 = black_box(std::ptr::null_mut());
+            // SAFETY: not safe at all: this write faults on purpose.
+            unsafe { p.write_volatile(1) };
+        }
+        other => {
+            eprintln!("usage: ending catch|exit-thread|abort|segv (got '{other}')");
+            std::process::exit(2);
+        }
+    }
+}
