@@ -105,7 +105,7 @@ impl State {
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         let mut scratch = std::mem::take(&mut self.scratch);
         encode_events(c.tid, c.seq, records, &mut scratch);
-        let _ = rt.pool.free.push(c.index);
+        rt.pool.free.push(c.index);
         if rt.config.mode == Mode::Flight {
             self.ring_bytes += scratch.len();
             self.ring.push_back(scratch.clone());

@@ -263,7 +263,7 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
     st.seq = st.seq.wrapping_add(1);
     if rt.pool.full.push(chunk).is_err() {
         // Cannot happen: the queue holds every chunk there is. Keep the chunk rather than lose memory.
-        let _ = rt.pool.free.push(index);
+        rt.pool.free.push(index);
     }
     rt.wake_collector();
 }

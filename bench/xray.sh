@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# Cost per traced call of function tracing, all variants measured in one run on the same fib program:
+#   uninstrumented | XRay sleds, unpatched | sleds patched but filtered out (-N) | traced by ferrotrace |
+#   uftrace 0.13 on the -Zinstrument-mcount build.
+# Prints ns per call (the program times its own fib(N) computation; start-up is excluded), the overhead
+# per traced call over the uninstrumented build, the ratio to uftrace, and bytes per event on disk.
+# Usage: bench/xray.sh [N=30] (RUNS=5 repetitions, median reported)
+set -euo pipefail
+N=${1:-30}
+RUNS=${RUNS:-5}
+root=$(cd "$(dirname "$0")/.." && pwd)
+out="$root/bench/out/xray"
+mkdir -p "$out"
+cd "$root"
+echo "building (release) ..." >&2
+cargo build --release -q --workspace
+ft="$root/target/release/ferrotrace"
+build() { # $1 = target dir, $2 = RUSTFLAGS
+  (cd testprogs && CARGO_TARGET_DIR="$1" RUSTFLAGS="$2" cargo +nightly build --release -q --bin fib)
+}
+build "$out/plain" "-Cforce-frame-pointers=yes"
+build "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
+build "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+
+median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
+field() { sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
+# run NAME CMD...: runs CMD RUNS times, records median elapsed_ns of the fib computation
+declare -A ns
+calls=0
+run() {
+  local name=$1; shift
+  local samples=()
+  for _ in $(seq "$RUNS"); do
+    local line
+    line=$("$@" 2>/dev/null | grep elapsed_ns=)
+    samples+=("$(echo "$line" | field elapsed_ns)")
+    calls=$(echo "$line" | field calls)
+  done
+  ns[$name]=$(printf '%s\n' "${samples[@]}" | median)
+}
+cd "$out"
+run plain "$out/plain/release/fib" "$N"
+run unpatched "$out/xray/release/fib" "$N"
+run filtered "$ft" record -o "$out/filtered.data" -N '^fib::fib$' -- "$out/xray/release/fib" "$N"
+run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N"
+if command -v uftrace >/dev/null; then
+  run uftrace uftrace record -d "$out/uftrace.data" "$out/mcount/release/fib" "$N"
+fi
+events=$("$ft" info -i "$out/traced.data" --json | sed -n 's/.*"events":\([0-9]*\).*/\1/p')
+bytes=$(stat -c %s "$out/traced.data")
+waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' | cut -d: -f2 | paste -sd+ | bc)
+
+echo
+echo "fib($N): $calls calls, median of $RUNS runs, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+printf '%-34s %12s %14s %16s\n' variant "ns/call" "overhead/call" "vs uftrace"
+for v in plain unpatched filtered ferrotrace uftrace; do
+  [ -n "${ns[$v]:-}" ] || continue
+  per=$(echo "scale=2; ${ns[$v]} / $calls" | bc)
+  over=$(echo "scale=2; (${ns[$v]} - ${ns[plain]}) / $calls" | bc)
+  ratio="-"
+  if [ -n "${ns[uftrace]:-}" ] && [ "$v" != plain ]; then
+    ratio=$(echo "scale=1; (${ns[uftrace]} - ${ns[plain]}) / (${ns[$v]} - ${ns[plain]} + 0.000001)" | bc)x
+  fi
+  case $v in
+    plain) label="uninstrumented" ;;
+    unpatched) label="XRay sleds, not patched" ;;
+    filtered) label="patched run, fib filtered out (-N)" ;;
+    ferrotrace) label="ferrotrace record (all functions)" ;;
+    uftrace) label="uftrace record (mcount build)" ;;
+  esac
+  printf '%-34s %12s %14s %16s\n' "$label" "$per" "$over" "$ratio"
+done
+echo
+echo "ferrotrace trace: $events events, $bytes bytes, $(echo "scale=2; $bytes / $events" | bc) bytes/event; traced thread waited ${waited:-0} ns for buffers"
