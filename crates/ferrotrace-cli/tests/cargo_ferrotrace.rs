@@ -1,0 +1,121 @@
+//! `cargo ferrotrace` on a real cargo project.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+use ferrotrace_analysis::reader::Trace;
+
+fn cargo_ferrotrace(dir: &Path, path_prefix: Option<&Path>) -> Command {
+    let bin = Path::new(env!("CARGO_BIN_EXE_cargo-ferrotrace"));
+    let mut path = std::env::var_os("PATH").unwrap_or_default();
+    if let Some(p) = path_prefix {
+        let mut new = p.as_os_str().to_os_string();
+        new.push(":");
+        new.push(path);
+        path = new;
+    }
+    let mut c = Command::new(bin);
+    c.current_dir(dir)
+        .env("PATH", path)
+        .env("FERROTRACE_PRELOAD", preload())
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_TARGET_DIR")
+        .arg("ferrotrace");
+    c
+}
+
+fn new_project(dir: &Path) {
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.join("src/main.rs"),
+        "#[inline(never)]\nfn step(i: u32) -> u32 { std::hint::black_box(i) * 2 }\n\
+         fn main() { let n: u32 = std::env::args().nth(1).unwrap().parse().unwrap();\n\
+         let s: u32 = (0..n).map(step).sum(); println!(\"sum={s}\"); std::process::exit(4) }\n",
+    )
+    .unwrap();
+}
+
+#[test]
+fn record_builds_with_sleds_in_its_own_target_dir_and_traces() {
+    let dir = scratch("cargo_record");
+    new_project(&dir);
+    let out = cargo_ferrotrace(&dir, None)
+        .args([
+            "record",
+            "--release",
+            "-F",
+            "demo::",
+            "-o",
+            "t.data",
+            "--",
+            "12",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "exit status passes through: {}",
+        text(&out.stderr)
+    );
+    assert!(text(&out.stdout).contains("sum=132"));
+    assert!(
+        dir.join("target/ferrotrace/release/demo").is_file(),
+        "instrumented build in target/ferrotrace"
+    );
+    assert!(
+        !dir.join("target/release").exists(),
+        "normal builds untouched"
+    );
+    let t = Trace::open(dir.join("t.data")).expect("trace");
+    let names: std::collections::BTreeSet<_> =
+        t.functions.values().map(|f| f.name.as_str()).collect();
+    assert!(
+        names.contains("demo::step") && names.contains("demo::main"),
+        "{names:?}"
+    );
+    let steps = t
+        .thread_events(t.session.pid)
+        .unwrap()
+        .filter(|e| {
+            let e = e.as_ref().unwrap();
+            e.kind == ferrotrace_analysis::reader::EventKind::Entry
+                && t.function_name(e.id) == "demo::step"
+        })
+        .count();
+    assert_eq!(steps, 12);
+}
+
+#[test]
+fn missing_nightly_is_said_plainly() {
+    let dir = scratch("cargo_no_nightly");
+    new_project(&dir);
+    let fake = dir.join("fakebin");
+    std::fs::create_dir_all(&fake).unwrap();
+    let rustup = fake.join("rustup");
+    std::fs::write(
+        &rustup,
+        "#!/bin/sh\necho 'error: toolchain nightly is not installed' >&2\nexit 1\n",
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = cargo_ferrotrace(&dir, Some(&fake))
+        .args(["build"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("nightly") && err.contains("rustup toolchain install nightly"),
+        "{err}"
+    );
+}
