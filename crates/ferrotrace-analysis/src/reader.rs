@@ -146,6 +146,10 @@ pub struct End {
     pub reason: u32,
     /// The signal, when `reason` is 1.
     pub signal: u32,
+    /// Events the collector received (in flight mode, more than the file keeps).
+    pub events: u64,
+    /// Events lost in drop mode.
+    pub lost: u64,
 }
 
 /// One event, decoded.
@@ -391,6 +395,8 @@ impl Trace {
                 self.end = Some(End {
                     reason: f.varint_u32()?,
                     signal: f.varint_u32()?,
+                    events: f.varint()?,
+                    lost: f.varint()?,
                 });
             }
             _ => self.unknown_chunks += 1,

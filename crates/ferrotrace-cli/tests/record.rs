@@ -514,3 +514,139 @@ fn trace_file_is_private_and_stdin_passes_through() {
         "stdout passes through"
     );
 }
+
+/// Starts `ferrotrace record OPTS -- ending spin` in its own process group and waits for `ready`.
+fn spin_under_record(
+    dir: &std::path::Path,
+    opts: &[&str],
+) -> (std::process::Child, std::path::PathBuf) {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    let trace = dir.join("trace.data");
+    let mut cmd = ferrotrace();
+    cmd.arg("record")
+        .args(opts)
+        .arg("-o")
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("ending"))
+        .arg("spin")
+        .process_group(0);
+    // A shell running tests in the background hands SIGINT down as ignored, and an ignored signal stays
+    // ignored across exec: give the program the default action, as an interactive shell would.
+    // SAFETY: the closure only calls signal(2), which is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc_signal_default(2);
+            Ok(())
+        })
+    };
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn record");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "ready");
+    (child, trace)
+}
+
+fn libc_signal_default(sig: i32) {
+    extern "C" {
+        fn signal(sig: i32, handler: usize) -> usize;
+    }
+    // SAFETY: restoring a default disposition in the child before exec.
+    unsafe { signal(sig, 0) };
+}
+
+/// kill(2): a negative pid signals the process group.
+fn signal(pid: i32, sig: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: plain system call.
+    assert_eq!(unsafe { kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+#[test]
+fn ctrl_c_reaches_the_program_and_the_trace_is_finished() {
+    let dir = scratch("sigint");
+    let (child, trace) = spin_under_record(&dir, &[]);
+    // Like a terminal's Ctrl-C: SIGINT to the whole foreground process group.
+    signal(-(child.id() as i32), 2);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).unwrap();
+    let end = t.end.expect("finished by the runtime's SIGINT handler");
+    assert_eq!((end.reason, end.signal), (1, 2));
+    assert!(walk(&t, t.session.pid).entries["ending::leaf"] >= 21);
+}
+
+#[test]
+fn sigterm_to_record_is_passed_to_the_program() {
+    let dir = scratch("sigterm");
+    let (child, trace) = spin_under_record(&dir, &[]);
+    signal(child.id() as i32, 15);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).unwrap();
+    assert_eq!(t.end.map(|e| e.signal), Some(15));
+}
+
+#[test]
+fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
+    let dir = scratch("flight");
+    let (out, trace) = record(
+        &dir,
+        &[
+            "--mode",
+            "flight",
+            "--buffer-size",
+            "16K",
+            "--chunk-size",
+            "4K",
+        ],
+        &testprog("fib"),
+        &["22"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let calls = program_calls(&out.stdout);
+    let t = Trace::open(&trace).unwrap();
+    let end = t.end.expect("complete");
+    assert!(end.events > 2 * calls, "the collector saw every event");
+    assert!(
+        t.event_count() < end.events / 4,
+        "the file keeps only the ring: {} events",
+        t.event_count()
+    );
+    let main_exit = t
+        .events()
+        .unwrap()
+        .map(|e| e.unwrap())
+        .any(|e| e.kind == EventKind::Exit && t.function_name(e.id) == "fib::main");
+    assert!(main_exit, "the newest events (main's exit) are kept");
+
+    let (child, trace) = spin_under_record(&dir, &["--mode", "flight"]);
+    let pid = child.id() as i32;
+    // Poll: the ring is written after SIGUSR2 while the program keeps running.
+    let mut dumped = 0;
+    for _ in 0..100 {
+        signal(pid, 12);
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        if let Ok(t) = Trace::open(&trace) {
+            dumped = t.event_count();
+            if dumped > 0 {
+                assert!(t.end.is_none(), "still running");
+                break;
+            }
+        }
+    }
+    assert!(dumped > 0, "SIGUSR2 wrote the flight ring");
+    signal(pid, 15);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143));
+    assert!(Trace::open(&trace).unwrap().end.is_some());
+}

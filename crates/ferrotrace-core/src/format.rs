@@ -50,8 +50,8 @@ pub enum ChunkKind {
     /// events, each `v tag (id << 3 | kind), v zigzag(tsc - previous tsc)` and, for kinds with a payload,
     /// `s payload`. The first event's previous tsc is `base_tsc`.
     Events = 6,
-    /// The end of a complete trace: `v end_reason (0 exit, 1 signal, 2 flight dump), v signal,
-    /// v events_written, v events_lost, v exit_code_or_0`.
+    /// The end of a complete trace: `v end_reason (0 exit, 1 signal), v signal, v events (recorded by
+    /// the collector, counting events a flight ring later dropped), v events_lost`.
     End = 7,
     /// Tracepoint descriptors: `v count`, then per tracepoint `v id, s name, s args (comma-separated
     /// name:type), s format, s file, v line`.

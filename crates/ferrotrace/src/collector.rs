@@ -18,8 +18,17 @@ use crate::runtime::{clock_payload, Meta, Runtime};
 
 type Writer = TraceWriter<BufWriter<File>>;
 
+/// Events and lost events in an encoded chunk.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Events encoded (Lost markers not counted).
+    pub events: u64,
+    /// Sum of the Lost markers.
+    pub lost: u64,
+}
+
 /// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out`.
-pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) {
+pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) -> Counts {
     out.clear();
     let base = records.first().map_or(0, |r| r.tsc);
     let mut count = 0u64;
@@ -34,9 +43,15 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
     let _ = put_varint(out, count);
     out.reserve(records.len() * 4);
     let mut enc = EventEncoder::new(base);
+    let mut counts = Counts::default();
     let mut i = 0;
     while i < records.len() {
         let r = &records[i];
+        if r.kind() == Some(EventKind::Lost) {
+            counts.lost += r.id() as u64;
+        } else {
+            counts.events += 1;
+        }
         let slots = r.payload_slots();
         let end = (i + 1 + slots).min(records.len());
         let payload_records = &records[i + 1..end];
@@ -50,6 +65,7 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
         let _ = enc.encode(r, payload, out);
         i = end;
     }
+    counts
 }
 
 struct State {
@@ -60,6 +76,8 @@ struct State {
     ring: VecDeque<Vec<u8>>,
     ring_bytes: usize,
     failed: bool,
+    /// Totals of what went to the file (or the flight ring), for the End chunk.
+    totals: Counts,
 }
 
 impl State {
@@ -93,7 +111,7 @@ impl State {
                         recs.push(Record::new(tsc, EventKind::Lost, c as u32));
                         remaining -= c;
                     }
-                    encode_events(tid, u32::MAX, &recs, &mut p);
+                    self.totals.lost += encode_events(tid, u32::MAX, &recs, &mut p).lost;
                     self.write(ChunkKind::Events, &p);
                 }
             }
@@ -104,7 +122,9 @@ impl State {
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         let mut scratch = std::mem::take(&mut self.scratch);
-        encode_events(c.tid, c.seq, records, &mut scratch);
+        let counts = encode_events(c.tid, c.seq, records, &mut scratch);
+        self.totals.events += counts.events;
+        self.totals.lost += counts.lost;
         rt.pool.free.push(c.index);
         if rt.config.mode == Mode::Flight {
             self.ring_bytes += scratch.len();
@@ -149,15 +169,14 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         ring: VecDeque::new(),
         ring_bytes: 0,
         failed: false,
+        totals: Counts::default(),
     };
     let mut last_clock = Instant::now();
-    let mut written = 0u64;
     loop {
         let finishing = rt.finishing.load(Ordering::Acquire);
         st.meta(rt);
         let mut did = false;
         while let Some(c) = rt.pool.full.pop() {
-            written += c.len as u64;
             st.chunk(rt, c);
             did = true;
         }
@@ -168,7 +187,6 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         if finishing {
             st.meta(rt);
             while let Some(c) = rt.pool.full.pop() {
-                written += c.len as u64;
                 st.chunk(rt, c);
             }
             st.dump_ring();
@@ -176,9 +194,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             let mut p = Vec::new();
             let _ = put_varint(&mut p, rt.end_reason.load(Ordering::Relaxed) as u64);
             let _ = put_varint(&mut p, rt.end_signal.load(Ordering::Relaxed) as u64);
-            let _ = put_varint(&mut p, written);
-            let _ = put_varint(&mut p, 0);
-            let _ = put_varint(&mut p, 0);
+            let _ = put_varint(&mut p, st.totals.events);
+            let _ = put_varint(&mut p, st.totals.lost);
             st.write(ChunkKind::End, &p);
             st.flush();
             rt.collector_done.store(true, Ordering::Release);

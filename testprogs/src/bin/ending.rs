@@ -1,6 +1,7 @@
 //! Ends in the way its argument says, after nested calls:
 //! `catch` (a panic caught by catch_unwind, then a normal exit), `exit-thread` (process::exit from a
-//! worker while main waits), `abort` (a panic with abort), `segv` (a null write).
+//! worker while main waits), `abort` (a panic with abort), `segv` (a null write), `spin` (calls `leaf`
+//! every millisecond, says `ready` after 20 calls, and runs until a signal ends it or 30 s pass).
 use std::hint::black_box;
 
 #[inline(never)]
@@ -70,8 +71,19 @@ fn main() {
             // SAFETY: not safe at all: this write faults on purpose.
             unsafe { p.write_volatile(1) };
         }
+        "spin" => {
+            use std::io::Write;
+            for i in 0..30_000u64 {
+                black_box(leaf(i));
+                if i == 20 {
+                    println!("ready");
+                    let _ = std::io::stdout().flush();
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+        }
         other => {
-            eprintln!("usage: ending catch|exit-thread|abort|segv (got '{other}')");
+            eprintln!("usage: ending catch|exit-thread|abort|segv|spin (got '{other}')");
             std::process::exit(2);
         }
     }
