@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what ferrotrace's tests, benchmarks and demo need on a Debian machine, and checks the
+# toolchains. Run as root (or with sudo). Idempotent.
+set -euo pipefail
+packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+  echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2
+  echo "setup: (-Zinstrument-xray). Install it with: rustup toolchain install nightly" >&2
+  exit 1
+fi
+echo "setup: $(rustc --version); nightly: $(rustup run nightly rustc --version)" >&2
