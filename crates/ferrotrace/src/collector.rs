@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::codec::{put_str, put_varint, EventEncoder};
+use ferrotrace_core::codec::{put_str, put_varint, EventEncoder, SliceSink, MAX_EVENT_LEN};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::writer::TraceWriter;
@@ -27,9 +27,10 @@ pub struct Counts {
     pub lost: u64,
 }
 
-/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out`.
-pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) -> Counts {
-    out.clear();
+/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[..len]` and returns the
+/// counts and `len`. `out` keeps its length at the largest chunk seen (it only grows, zero-filled once),
+/// so encoding a chunk never clears or zero-fills memory.
+pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) -> (Counts, usize) {
     let base = records.first().map_or(0, |r| r.tsc);
     let mut count = 0u64;
     let mut i = 0;
@@ -37,11 +38,19 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
         count += 1;
         i += 1 + records[i].payload_slots();
     }
-    let _ = put_varint(out, tid as u64);
-    let _ = put_varint(out, seq as u64);
-    let _ = put_varint(out, base);
-    let _ = put_varint(out, count);
-    out.reserve(records.len() * 4);
+    let mut head = [0u8; 40];
+    let mut sink = SliceSink::new(&mut head);
+    for v in [tid as u64, seq as u64, base, count] {
+        let _ = put_varint(&mut sink, v);
+    }
+    let h = sink.len();
+    // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
+    let worst = h + records.len() * (MAX_EVENT_LEN + 10) + 16;
+    if out.len() < worst {
+        out.resize(worst, 0);
+    }
+    out[..h].copy_from_slice(&head[..h]);
+    let mut pos = h;
     let mut enc = EventEncoder::new(base);
     let mut counts = Counts::default();
     let mut i = 0;
@@ -62,10 +71,13 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
                 payload_records.len() * 16,
             )
         };
-        let _ = enc.encode(r, payload, out);
+        match enc.encode_into(r, payload, out, pos) {
+            Some(p) => pos = p,
+            None => break, // cannot happen: the buffer was sized for the worst case
+        }
         i = end;
     }
-    counts
+    (counts, pos)
 }
 
 struct State {
@@ -111,8 +123,9 @@ impl State {
                         recs.push(Record::new(tsc, EventKind::Lost, c as u32));
                         remaining -= c;
                     }
-                    self.totals.lost += encode_events(tid, u32::MAX, &recs, &mut p).lost;
-                    self.write(ChunkKind::Events, &p);
+                    let (counts, len) = encode_events(tid, u32::MAX, &recs, &mut p);
+                    self.totals.lost += counts.lost;
+                    self.write(ChunkKind::Events, &p[..len]);
                 }
             }
         }
@@ -122,13 +135,13 @@ impl State {
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         let mut scratch = std::mem::take(&mut self.scratch);
-        let counts = encode_events(c.tid, c.seq, records, &mut scratch);
+        let (counts, len) = encode_events(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
         self.totals.lost += counts.lost;
         rt.pool.free.push(c.index);
         if rt.config.mode == Mode::Flight {
-            self.ring_bytes += scratch.len();
-            self.ring.push_back(scratch.clone());
+            self.ring_bytes += len;
+            self.ring.push_back(scratch[..len].to_vec());
             while self.ring_bytes > rt.config.buffer_size {
                 match self.ring.pop_front() {
                     Some(old) => self.ring_bytes -= old.len(),
@@ -136,7 +149,7 @@ impl State {
                 }
             }
         } else if !records.is_empty() {
-            self.write(ChunkKind::Events, &scratch);
+            self.write(ChunkKind::Events, &scratch[..len]);
         }
         self.scratch = scratch;
     }

@@ -182,7 +182,10 @@ fn output_path(config: &Config) -> PathBuf {
     // A process started by a traced process writes its own file, named after its pid, so that two
     // processes never interleave bytes in one file.
     let pid = std::process::id();
-    let path = if std::env::var_os(TRACED_PARENT_VAR).is_some() {
+    // The marker holds the pid of the process that set it: equal to ours after an `exec` of the root
+    // process (a wrapper script that execs the real program), which then takes over the main file.
+    let started_by_traced = std::env::var(TRACED_PARENT_VAR).is_ok_and(|v| v != pid.to_string());
+    let path = if started_by_traced {
         let mut p = config.output.clone().into_os_string();
         p.push(format!(".{pid}"));
         PathBuf::from(p)
