@@ -38,6 +38,14 @@ pub(crate) struct AttrOptions {
     pub enable_on_exec: bool,
     /// This event carries the side-band records (mmap2, comm, task).
     pub sideband: bool,
+    /// A probe on a function's first instruction: in fp mode also copy the user registers and the top 8
+    /// bytes of the stack, which hold the return address that a frame-pointer walk cannot see there.
+    pub entry_probe: bool,
+}
+
+/// True when samples of an event opened with `o` carry user registers and a stack copy.
+pub(crate) fn has_user_regs(o: &AttrOptions) -> bool {
+    o.dwarf || o.entry_probe
 }
 
 fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
@@ -64,6 +72,10 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
         a.sample_stack_user = o.stack_size;
         // The kernel's frame-pointer walk of user space is replaced by our DWARF unwinding.
         a.set_exclude_callchain_user(1);
+    } else if o.entry_probe {
+        a.sample_type |= SAMPLE_DWARF;
+        a.sample_regs_user = REGS_MASK;
+        a.sample_stack_user = 8;
     }
     a.set_disabled(1);
     a.set_inherit(1);
@@ -298,7 +310,6 @@ impl<'a> Cur<'a> {
 
 /// A decoded `PERF_RECORD_SAMPLE` (borrowing the ring's bytes).
 pub(crate) struct RawSample<'a> {
-    pub id: u64,
     pub ip: u64,
     pub pid: u32,
     pub tid: u32,
@@ -317,9 +328,9 @@ impl RawSample<'_> {
 }
 
 /// Parses a sample body (after the 8-byte header) with the session's layout.
-pub(crate) fn parse_sample(body: &[u8], dwarf: bool) -> Option<RawSample<'_>> {
+pub(crate) fn parse_sample(body: &[u8], user_regs_and_stack: bool) -> Option<RawSample<'_>> {
     let mut c = Cur::new(body);
-    let id = c.u64()?;
+    let _id = c.u64()?;
     let ip = c.u64()?;
     let pid = c.u32()?;
     let tid = c.u32()?;
@@ -329,7 +340,7 @@ pub(crate) fn parse_sample(body: &[u8], dwarf: bool) -> Option<RawSample<'_>> {
     let callchain = c.bytes(nr.checked_mul(8)?)?;
     let mut user_regs = None;
     let mut stack: &[u8] = &[];
-    if dwarf {
+    if user_regs_and_stack {
         let abi = c.u64()?;
         if abi != 0 {
             let bp = c.u64()?;
@@ -344,7 +355,7 @@ pub(crate) fn parse_sample(body: &[u8], dwarf: bool) -> Option<RawSample<'_>> {
             stack = &data[..dyn_size];
         }
     }
-    Some(RawSample { id, ip, pid, tid, time, callchain, user_regs, stack })
+    Some(RawSample { ip, pid, tid, time, callchain, user_regs, stack })
 }
 
 /// Record types we handle.

@@ -140,7 +140,8 @@ impl UprobeSet {
     pub fn add(&mut self, path: &Path, symbol: &str) -> Result<u64, ProfileError> {
         let path = fs::canonicalize(path).map_err(|e| ProfileError::io(path, e))?;
         let sym = resolve_symbol(&path, symbol)?;
-        let name = format!("p{}", self.names.len());
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let name = format!("p{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
         let line = format!("p:{}/{} {}:{:#x}\n", self.group, name, path.display(), sym.file_offset);
         let ev = self.tracefs.join("uprobe_events");
         let mut f = fs::OpenOptions::new().append(true).open(&ev).map_err(|e| match e.kind() {

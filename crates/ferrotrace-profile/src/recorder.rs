@@ -205,6 +205,8 @@ struct State {
     stack_ids: HashMap<(u32, u32), u32>,
     stacks: Vec<(u32, u32)>,
     id_to_event: HashMap<u64, u32>,
+    /// Per event: its samples carry user registers and a stack copy.
+    event_regs: Vec<bool>,
     samples: u64,
     lost: u64,
     unwind_errors: u64,
@@ -305,8 +307,12 @@ impl State {
     }
 
     fn sample(&mut self, body: &[u8], out: &mut SampleWriter) {
-        let Some(s) = perf::parse_sample(body, self.dwarf) else { return };
-        let event = self.id_to_event.get(&s.id).copied().unwrap_or(0);
+        let Some(id) = body.get(..8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])) else {
+            return;
+        };
+        let event = self.id_to_event.get(&id).copied().unwrap_or(0);
+        let regs = self.event_regs.get(event as usize).copied().unwrap_or(self.dwarf);
+        let Some(s) = perf::parse_sample(body, regs) else { return };
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
         // Kernel part and (fp mode) user part of the callchain, leaf first. Each context's first entry is
@@ -339,9 +345,20 @@ impl State {
                 // SAFETY: `space` points into self.spaces, untouched while unwinding.
                 ok = unsafe { (*space).unwind(cache, regs, s.stack, &mut frames) };
             }
-        } else if frames.len() == kernel_frames + 1 && kernel_frames < frames.len() {
-            // A user stack of one frame: no frame pointers to walk.
-            ok = false;
+        } else {
+            if let (Some(_), Some(top)) = (s.user_regs, s.stack.get(..8)) {
+                // Entry probe: the caller's return address is at [sp]; the frame-pointer walk (starting
+                // at the caller's rbp) skips it. Newer kernels add it themselves for `push rbp` entries.
+                let ret = u64::from_le_bytes([top[0], top[1], top[2], top[3], top[4], top[5], top[6], top[7]]);
+                let at = kernel_frames + 1;
+                if ret != 0 && frames.len() >= at && frames.get(at) != Some(&(ret - 1)) {
+                    frames.insert(at, ret - 1);
+                }
+            }
+            if frames.len() == kernel_frames + 1 {
+                // A user stack of one frame: no frame pointers to walk.
+                ok = false;
+            }
         }
         if !ok {
             self.unwind_errors += 1;
@@ -471,7 +488,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut events: Vec<PerfEvent> = Vec::new();
     let mut rings: Vec<Ring> = Vec::new();
     let mut id_to_event = HashMap::new();
-    let pages = if dwarf { 512 } else { 64 };
+    // Rings per CPU, largest first (an unprivileged user is limited by kernel.perf_event_mlock_kb).
+    let ring_pages: &[usize] = if dwarf { &[2048, 512, 128, 16] } else { &[128, 64, 16] };
     let mut exclude_kernel = false;
     let open_all = |exclude_kernel: bool,
                     events: &mut Vec<PerfEvent>,
@@ -488,15 +506,20 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         exclude_kernel,
                         enable_on_exec: child.is_some(),
                         sideband: ti == 0 && ei == 0,
+                        entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
                     };
                     let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
                     id_to_event.insert(ev.id, ei as u32);
                     match leaders[ci] {
                         None => {
-                            let ring = match Ring::map(&ev, pages) {
-                                Ok(r) => r,
-                                Err(_) => Ring::map(&ev, 16)?,
-                            };
+                            let mut ring = Err(ProfileError::BadArgument("no ring size".into()));
+                            for &pages in ring_pages {
+                                ring = Ring::map(&ev, pages);
+                                if ring.is_ok() {
+                                    break;
+                                }
+                            }
+                            let ring = ring?;
                             rings.push(ring);
                             leaders[ci] = Some(events.len());
                         }
@@ -552,6 +575,20 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         stack_ids: HashMap::new(),
         stacks: Vec::new(),
         id_to_event,
+        event_regs: cfg
+            .events
+            .iter()
+            .map(|e| {
+                perf::has_user_regs(&AttrOptions {
+                    dwarf,
+                    stack_size: 0,
+                    exclude_kernel,
+                    enable_on_exec: false,
+                    sideband: false,
+                    entry_probe: matches!(e, EventSpec::Uprobe { .. }),
+                })
+            })
+            .collect(),
         samples: 0,
         lost: 0,
         unwind_errors: 0,
