@@ -16,8 +16,8 @@ pub(crate) const KERNEL_MODULE: u32 = 1;
 pub(crate) struct ModuleFile {
     pub path: String,
     pub build_id: Vec<u8>,
-    /// PT_LOAD segments: (vaddr, file offset, file size).
-    loads: Vec<(u64, u64, u64)>,
+    /// PT_LOAD segments: (vaddr, file offset, file size, executable).
+    loads: Vec<(u64, u64, u64, bool)>,
     /// Unwind data for framehop, parsed once.
     unwind: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
     unwind_tried: bool,
@@ -31,16 +31,27 @@ impl ModuleFile {
                 m.build_id = f.build_id().ok().flatten().map(|b| b.to_vec()).unwrap_or_default();
                 for s in f.segments() {
                     let (off, size) = s.file_range();
-                    m.loads.push((s.address(), off, size));
+                    let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+                    m.loads.push((s.address(), off, size, exec));
                 }
             }
         }
         m
     }
 
-    /// Stated virtual address of file offset `off`.
-    pub fn file_offset_to_svma(&self, off: u64) -> Option<u64> {
-        self.loads.iter().find(|(_, o, s)| off >= *o && off < o + s).map(|(v, o, _)| v + (off - o))
+    /// The stated address of the first byte of a mapping of `len` bytes at file offset `pgoff`, i.e. the
+    /// mapping's start minus its load bias. The mapping is page-aligned, so `pgoff` may lie before the
+    /// segment's own offset (rust-lld lays segments out with vaddr != offset): use the segment, preferring
+    /// an executable one, whose file range overlaps the mapping.
+    pub fn mapping_svma(&self, pgoff: u64, len: u64, exec: bool) -> Option<u64> {
+        let overlaps = |(_, o, s, _): &&(u64, u64, u64, bool)| pgoff < o + s && *o < pgoff.saturating_add(len);
+        let seg = self
+            .loads
+            .iter()
+            .filter(overlaps)
+            .find(|l| l.3 == exec)
+            .or_else(|| self.loads.iter().find(overlaps))?;
+        Some(seg.0.wrapping_add(pgoff).wrapping_sub(seg.1))
     }
 
     fn unwind_info(&mut self) -> Option<ExplicitModuleSectionInfo<Arc<[u8]>>> {
@@ -120,7 +131,8 @@ impl ModuleTable {
 pub(crate) struct Mapping {
     pub start: u64,
     pub end: u64,
-    pub pgoff: u64,
+    /// Runtime address minus stated address.
+    pub bias: u64,
     pub module: u32,
 }
 
@@ -142,28 +154,26 @@ impl Space {
         let end = start.saturating_add(len);
         // A new mapping replaces what it overlaps.
         self.maps.retain(|m| m.end <= start || m.start >= end);
+        let svma_start = modules.get(module).and_then(|m| m.mapping_svma(pgoff, len, true)).unwrap_or(pgoff);
+        let bias = start.wrapping_sub(svma_start);
         if let Some(unw) = self.unwinder.as_mut() {
-            let svma_start = modules.get(module).and_then(|m| m.file_offset_to_svma(pgoff));
-            if let (Some(svma_start), Some(info)) = (svma_start, modules.get_mut(module).and_then(|m| m.unwind_info())) {
-                let base_avma = start.wrapping_sub(svma_start);
+            if let Some(info) = modules.get_mut(module).and_then(|m| m.unwind_info()) {
                 unw.remove_module(start);
-                unw.add_module(Module::new(path.to_string(), start..end, base_avma, info));
+                unw.add_module(Module::new(path.to_string(), start..end, bias, info));
             }
         }
         let pos = self.maps.partition_point(|m| m.start < start);
-        self.maps.insert(pos, Mapping { start, end, pgoff, module });
+        self.maps.insert(pos, Mapping { start, end, bias, module });
     }
 
     /// The module and stated address of runtime address `addr`.
-    pub fn resolve(&self, modules: &ModuleTable, addr: u64) -> Option<(u32, u64)> {
+    pub fn resolve(&self, addr: u64) -> Option<(u32, u64)> {
         let i = self.maps.partition_point(|m| m.start <= addr);
         let m = self.maps.get(i.checked_sub(1)?)?;
         if addr >= m.end {
             return None;
         }
-        let off = addr - m.start + m.pgoff;
-        let svma = modules.get(m.module)?.file_offset_to_svma(off).unwrap_or(off);
-        Some((m.module, svma))
+        Some((m.module, addr.wrapping_sub(m.bias)))
     }
 
     /// Unwinds a copied user stack; pushes lookup addresses (return addresses minus one) leaf first.

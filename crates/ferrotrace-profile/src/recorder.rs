@@ -342,8 +342,17 @@ impl State {
                 let pid = s.pid;
                 let space = self.space(pid) as *const Space;
                 let cache = self.caches.entry(pid).or_default();
+                let before = frames.len();
                 // SAFETY: `space` points into self.spaces, untouched while unwinding.
                 ok = unsafe { (*space).unwind(cache, regs, s.stack, &mut frames) };
+                // A return address outside every mapped object is garbage (a mis-unwind): stop there.
+                // SAFETY: as above, read-only.
+                let bad = (before + 1..frames.len())
+                    .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
+                if let Some(i) = bad {
+                    frames.truncate(i);
+                    ok = false;
+                }
             }
         } else {
             if let (Some(_), Some(top)) = (s.user_regs, s.stack.get(..8)) {
@@ -371,9 +380,7 @@ impl State {
             let (module, rel) = if a >= 0xffff_8000_0000_0000 {
                 (KERNEL_MODULE, a)
             } else {
-                let space = self.space(space_pid) as *const Space;
-                // SAFETY: read-only use of an entry of self.spaces while self.modules is read.
-                match unsafe { (*space).resolve(&self.modules, a) } {
+                match self.space(space_pid).resolve(a) {
                     Some(x) => x,
                     None => (0, a),
                 }
