@@ -8,7 +8,9 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use ferrotrace_profile::{firefox_json, flame_svg, folded, parse_profile_args, profile, read_samples, report};
+use ferrotrace_profile::{
+    firefox_json, flame_svg, folded, parse_profile_args, profile, read_samples, report,
+};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();

@@ -49,7 +49,9 @@ impl EventSpec {
         match s {
             "cpu-clock" | "cpu" | "profile" | "task-clock" => return Ok(EventSpec::CpuClock(None)),
             "cycles" | "instructions" | "cache-misses" | "branch-misses" | "cpu-cycles" => {
-                return Err(bad("hardware counters are not available on this machine; use cpu-clock"))
+                return Err(bad(
+                    "hardware counters are not available on this machine; use cpu-clock",
+                ))
             }
             _ => {}
         }
@@ -68,21 +70,31 @@ impl EventSpec {
         if let Some(rest) = s.strip_prefix("uprobe:").or_else(|| s.strip_prefix("u:")) {
             // PATH:SYMBOL; PATH may itself contain ':' only in odd cases, so split at the last ':' that
             // is not part of a Rust path separator `::`.
-            let (path, symbol) = split_path_symbol(rest).ok_or_else(|| bad("expected uprobe:PATH:SYMBOL"))?;
+            let (path, symbol) =
+                split_path_symbol(rest).ok_or_else(|| bad("expected uprobe:PATH:SYMBOL"))?;
             if path.is_empty() || symbol.is_empty() {
                 return Err(bad("expected uprobe:PATH:SYMBOL"));
             }
-            return Ok(EventSpec::Uprobe { path: PathBuf::from(path), symbol: symbol.to_string() });
+            return Ok(EventSpec::Uprobe {
+                path: PathBuf::from(path),
+                symbol: symbol.to_string(),
+            });
         }
         if s.starts_with("kprobe:") || s.starts_with("kretprobe:") || s.starts_with("k:") {
-            return Err(bad("kprobes are not available in this kernel; use a tracepoint:CATEGORY:NAME"));
+            return Err(bad(
+                "kprobes are not available in this kernel; use a tracepoint:CATEGORY:NAME",
+            ));
         }
-        let tp = s.strip_prefix("tracepoint:").or_else(|| s.strip_prefix("t:")).unwrap_or(s);
+        let tp = s
+            .strip_prefix("tracepoint:")
+            .or_else(|| s.strip_prefix("t:"))
+            .unwrap_or(s);
         let mut parts = tp.splitn(2, ':');
         match (parts.next(), parts.next()) {
-            (Some(c), Some(n)) if valid_ident(c) && valid_ident(n) => {
-                Ok(EventSpec::Tracepoint { category: c.to_string(), name: n.to_string() })
-            }
+            (Some(c), Some(n)) if valid_ident(c) && valid_ident(n) => Ok(EventSpec::Tracepoint {
+                category: c.to_string(),
+                name: n.to_string(),
+            }),
             _ => Err(bad(
                 "expected cpu-clock, uprobe:PATH:SYMBOL, tracepoint:CATEGORY:NAME or profile:hz:N",
             )),
@@ -100,7 +112,9 @@ impl EventSpec {
 }
 
 fn valid_ident(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
 }
 
 /// Splits `PATH:SYMBOL` at the first single `:` after the path (a `::` belongs to a Rust path).
@@ -139,14 +153,17 @@ impl CallGraph {
         match s.split(',').next().unwrap_or("") {
             "fp" | "frame-pointer" => Ok(CallGraph::Fp),
             "dwarf" => Ok(CallGraph::Dwarf),
-            _ => Err(ProfileError::BadArgument(format!("bad --call-graph `{s}`: expected fp or dwarf"))),
+            _ => Err(ProfileError::BadArgument(format!(
+                "bad --call-graph `{s}`: expected fp or dwarf"
+            ))),
         }
     }
 }
 
 /// Parses `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, ProfileError> {
-    let bad = || ProfileError::BadArgument(format!("bad duration `{s}`: expected e.g. 10s, 500ms, 2m"));
+    let bad =
+        || ProfileError::BadArgument(format!("bad duration `{s}`: expected e.g. 10s, 500ms, 2m"));
     let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
         (n, 0.001)
     } else if let Some(n) = s.strip_suffix('s') {
@@ -169,7 +186,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, ProfileError> {
 pub fn parse_frequency(s: &str) -> Result<u32, ProfileError> {
     match s.parse::<u32>() {
         Ok(v) if (1..=100_000).contains(&v) => Ok(v),
-        _ => Err(ProfileError::BadArgument(format!("bad frequency `{s}`: expected an integer from 1 to 100000"))),
+        _ => Err(ProfileError::BadArgument(format!(
+            "bad frequency `{s}`: expected an integer from 1 to 100000"
+        ))),
     }
 }
 
@@ -188,10 +207,14 @@ where
     let mut pid = None;
     let mut program: Vec<OsString> = Vec::new();
     let mut it = args.into_iter().map(Into::into);
-    let value = |it: &mut dyn Iterator<Item = OsString>, opt: &str| -> Result<String, ProfileError> {
-        let v = it.next().ok_or_else(|| ProfileError::BadArgument(format!("{opt} needs a value")))?;
-        v.into_string().map_err(|_| ProfileError::BadArgument(format!("{opt}: value is not UTF-8")))
-    };
+    let value =
+        |it: &mut dyn Iterator<Item = OsString>, opt: &str| -> Result<String, ProfileError> {
+            let v = it
+                .next()
+                .ok_or_else(|| ProfileError::BadArgument(format!("{opt} needs a value")))?;
+            v.into_string()
+                .map_err(|_| ProfileError::BadArgument(format!("{opt}: value is not UTF-8")))
+        };
     while let Some(arg) = it.next() {
         let Some(a) = arg.to_str().map(str::to_string) else {
             program.push(arg);
@@ -241,20 +264,20 @@ where
             }
         }
     }
-    cfg.target = match (pid, program.is_empty()) {
-        (Some(_), false) => {
-            return Err(ProfileError::BadArgument(
-                "give either -p PID or a program after --, not both".to_string(),
-            ))
-        }
-        (Some(p), true) => Target::Pid(p),
-        (None, false) => Target::Command(program),
-        (None, true) => {
-            return Err(ProfileError::BadArgument(
-                "nothing to profile: give a program (`ferrotrace profile -- ./app args`) or -p PID".to_string(),
-            ))
-        }
-    };
+    cfg.target =
+        match (pid, program.is_empty()) {
+            (Some(_), false) => {
+                return Err(ProfileError::BadArgument(
+                    "give either -p PID or a program after --, not both".to_string(),
+                ))
+            }
+            (Some(p), true) => Target::Pid(p),
+            (None, false) => Target::Command(program),
+            (None, true) => return Err(ProfileError::BadArgument(
+                "nothing to profile: give a program (`ferrotrace profile -- ./app args`) or -p PID"
+                    .to_string(),
+            )),
+        };
     if !events.is_empty() {
         cfg.events = events;
     }
@@ -265,8 +288,16 @@ where
     }) {
         cfg.frequency = hz;
     }
-    if cfg.events.iter().filter(|e| matches!(e, EventSpec::CpuClock(_))).count() > 1 {
-        return Err(ProfileError::BadArgument("cpu-clock given more than once".to_string()));
+    if cfg
+        .events
+        .iter()
+        .filter(|e| matches!(e, EventSpec::CpuClock(_)))
+        .count()
+        > 1
+    {
+        return Err(ProfileError::BadArgument(
+            "cpu-clock given more than once".to_string(),
+        ));
     }
     Ok(cfg)
 }
@@ -277,22 +308,49 @@ mod tests {
 
     #[test]
     fn event_spellings() {
-        assert_eq!(EventSpec::parse("cpu-clock").unwrap(), EventSpec::CpuClock(None));
-        assert_eq!(EventSpec::parse("profile:hz:99").unwrap(), EventSpec::CpuClock(Some(99)));
+        assert_eq!(
+            EventSpec::parse("cpu-clock").unwrap(),
+            EventSpec::CpuClock(None)
+        );
+        assert_eq!(
+            EventSpec::parse("profile:hz:99").unwrap(),
+            EventSpec::CpuClock(Some(99))
+        );
         assert_eq!(
             EventSpec::parse("uprobe:/lib/libc.so.6:malloc").unwrap(),
-            EventSpec::Uprobe { path: "/lib/libc.so.6".into(), symbol: "malloc".into() }
+            EventSpec::Uprobe {
+                path: "/lib/libc.so.6".into(),
+                symbol: "malloc".into()
+            }
         );
         assert_eq!(
             EventSpec::parse("uprobe:/tmp/app:myapp::parse").unwrap(),
-            EventSpec::Uprobe { path: "/tmp/app".into(), symbol: "myapp::parse".into() }
+            EventSpec::Uprobe {
+                path: "/tmp/app".into(),
+                symbol: "myapp::parse".into()
+            }
         );
         assert_eq!(
             EventSpec::parse("tracepoint:sched:sched_switch").unwrap(),
-            EventSpec::Tracepoint { category: "sched".into(), name: "sched_switch".into() }
+            EventSpec::Tracepoint {
+                category: "sched".into(),
+                name: "sched_switch".into()
+            }
         );
-        assert_eq!(EventSpec::parse("sched:sched_switch").unwrap(), EventSpec::parse("t:sched:sched_switch").unwrap());
-        for bad in ["", "cycles", "kprobe:do_sys_open", "uprobe:/x", "profile:hz:0", "profile:99", "a:b:c:d", "x y:z"] {
+        assert_eq!(
+            EventSpec::parse("sched:sched_switch").unwrap(),
+            EventSpec::parse("t:sched:sched_switch").unwrap()
+        );
+        for bad in [
+            "",
+            "cycles",
+            "kprobe:do_sys_open",
+            "uprobe:/x",
+            "profile:hz:0",
+            "profile:99",
+            "a:b:c:d",
+            "x y:z",
+        ] {
             let e = EventSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("bad event"), "{bad}: {e}");
         }
@@ -300,8 +358,21 @@ mod tests {
 
     #[test]
     fn full_argument_lists() {
-        let c = parse_profile_args(["-F", "199", "-e", "cpu-clock", "-e", "sched:sched_switch", "--call-graph", "dwarf",
-            "-o", "x.data", "--", "./app", "-v"])
+        let c = parse_profile_args([
+            "-F",
+            "199",
+            "-e",
+            "cpu-clock",
+            "-e",
+            "sched:sched_switch",
+            "--call-graph",
+            "dwarf",
+            "-o",
+            "x.data",
+            "--",
+            "./app",
+            "-v",
+        ])
         .unwrap();
         assert_eq!(c.frequency, 199);
         assert_eq!(c.events.len(), 2);
@@ -309,13 +380,17 @@ mod tests {
         assert_eq!(c.output, PathBuf::from("x.data"));
         assert_eq!(c.target, Target::Command(vec!["./app".into(), "-v".into()]));
 
-        let c = parse_profile_args(["-p", "42", "--duration=1500ms", "-e", "profile:hz:99"]).unwrap();
+        let c =
+            parse_profile_args(["-p", "42", "--duration=1500ms", "-e", "profile:hz:99"]).unwrap();
         assert_eq!(c.target, Target::Pid(42));
         assert_eq!(c.duration, Some(Duration::from_millis(1500)));
         assert_eq!(c.frequency, 99);
 
         let c = parse_profile_args(["./app", "-F", "1"]).unwrap();
-        assert_eq!(c.target, Target::Command(vec!["./app".into(), "-F".into(), "1".into()]));
+        assert_eq!(
+            c.target,
+            Target::Command(vec!["./app".into(), "-F".into(), "1".into()])
+        );
         assert_eq!(c.events, vec![EventSpec::CpuClock(None)]);
 
         assert!(parse_profile_args(Vec::<String>::new()).is_err());

@@ -63,11 +63,17 @@ pub enum ProfileError {
 
 impl ProfileError {
     pub(crate) fn sys(what: impl Into<String>) -> ProfileError {
-        ProfileError::Sys { what: what.into(), source: io::Error::last_os_error() }
+        ProfileError::Sys {
+            what: what.into(),
+            source: io::Error::last_os_error(),
+        }
     }
 
     pub(crate) fn io(path: impl Into<PathBuf>, source: io::Error) -> ProfileError {
-        ProfileError::Io { path: path.into(), source }
+        ProfileError::Io {
+            path: path.into(),
+            source,
+        }
     }
 }
 
@@ -122,9 +128,9 @@ impl fmt::Display for ProfileError {
 impl std::error::Error for ProfileError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            ProfileError::Spawn { source, .. } | ProfileError::Sys { source, .. } | ProfileError::Io { source, .. } => {
-                Some(source)
-            }
+            ProfileError::Spawn { source, .. }
+            | ProfileError::Sys { source, .. }
+            | ProfileError::Io { source, .. } => Some(source),
             _ => None,
         }
     }

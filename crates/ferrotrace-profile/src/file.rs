@@ -163,7 +163,9 @@ impl SampleSet {
         let mut cur = stack;
         let mut guard = 0;
         while let Some(s) = cur {
-            let Some(node) = self.stacks.get(s as usize) else { break };
+            let Some(node) = self.stacks.get(s as usize) else {
+                break;
+            };
             if let Some(f) = self.frames.get(node.frame as usize) {
                 out.push(f);
             }
@@ -194,7 +196,11 @@ impl SampleSet {
 
     /// Name of thread `tid`, or empty.
     pub fn thread_name(&self, tid: u32) -> &str {
-        self.threads.iter().find(|t| t.tid == tid).map(|t| t.name.as_str()).unwrap_or("")
+        self.threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .map(|t| t.name.as_str())
+            .unwrap_or("")
     }
 }
 
@@ -215,15 +221,30 @@ const SAMPLES_PER_CHUNK: u64 = 8192;
 impl SampleWriter {
     pub fn create(path: &Path) -> Result<SampleWriter, ProfileError> {
         let f = File::create(path).map_err(|e| ProfileError::io(path, e))?;
-        let w = TraceWriter::new(BufWriter::with_capacity(256 * 1024, f)).map_err(|e| ProfileError::io(path, e))?;
-        Ok(SampleWriter { w, buf: Vec::new(), count: 0, base: 0, prev_time: 0, prev_tid: 0, pending: Vec::new() })
+        let w = TraceWriter::new(BufWriter::with_capacity(256 * 1024, f))
+            .map_err(|e| ProfileError::io(path, e))?;
+        Ok(SampleWriter {
+            w,
+            buf: Vec::new(),
+            count: 0,
+            base: 0,
+            prev_time: 0,
+            prev_tid: 0,
+            pending: Vec::new(),
+        })
     }
 
     pub fn chunk(&mut self, kind: ChunkKind, payload: &[u8]) -> std::io::Result<()> {
         self.w.chunk(kind, payload)
     }
 
-    pub fn sample(&mut self, time: u64, tid: u32, event: u32, stack: Option<u32>) -> std::io::Result<()> {
+    pub fn sample(
+        &mut self,
+        time: u64,
+        tid: u32,
+        event: u32,
+        stack: Option<u32>,
+    ) -> std::io::Result<()> {
         if self.count == 0 {
             self.base = time;
             self.prev_time = time;
@@ -297,8 +318,13 @@ fn dec(e: DecodeError) -> String {
 pub fn read_samples(path: impl AsRef<Path>) -> Result<SampleSet, ProfileError> {
     let path = path.as_ref();
     let mut data = Vec::new();
-    File::open(path).and_then(|mut f| f.read_to_end(&mut data)).map_err(|e| ProfileError::io(path, e))?;
-    let bad = |reason: String| ProfileError::BadTrace { path: path.to_path_buf(), reason };
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut data))
+        .map_err(|e| ProfileError::io(path, e))?;
+    let bad = |reason: String| ProfileError::BadTrace {
+        path: path.to_path_buf(),
+        reason,
+    };
     parse_file_header(&data).map_err(|e| bad(format!("not a ferrotrace trace file ({e:?})")))?;
     let mut set = SampleSet::default();
     let mut header_seen = false;
@@ -338,8 +364,16 @@ pub fn read_samples(path: impl AsRef<Path>) -> Result<SampleSet, ProfileError> {
             Some(ChunkKind::Samples) => {
                 let mut r = FieldReader::new(payload);
                 let sec = r.varint().map_err(|e| bad(dec(e)))?;
-                read_section(sec, &mut r, &mut set, &mut header_seen, &mut addresses, &mut addr_stacks, &mut raw_samples)
-                    .map_err(|e| bad(format!("bad Samples chunk (section {sec}): {}", dec(e))))?;
+                read_section(
+                    sec,
+                    &mut r,
+                    &mut set,
+                    &mut header_seen,
+                    &mut addresses,
+                    &mut addr_stacks,
+                    &mut raw_samples,
+                )
+                .map_err(|e| bad(format!("bad Samples chunk (section {sec}): {}", dec(e))))?;
             }
             _ => {}
         }
@@ -356,7 +390,10 @@ pub fn read_samples(path: impl AsRef<Path>) -> Result<SampleSet, ProfileError> {
             for &f in frames.iter().rev() {
                 let key = (cur, f);
                 let id = *intern.entry(key).or_insert_with(|| {
-                    set.stacks.push(StackNode { parent: cur, frame: f });
+                    set.stacks.push(StackNode {
+                        parent: cur,
+                        frame: f,
+                    });
                     (set.stacks.len() - 1) as u32
                 });
                 cur = Some(id);
@@ -365,7 +402,9 @@ pub fn read_samples(path: impl AsRef<Path>) -> Result<SampleSet, ProfileError> {
         node_map.push(cur);
     }
     for mut s in raw_samples {
-        s.stack = s.stack.and_then(|a| node_map.get(a as usize).copied().flatten());
+        s.stack = s
+            .stack
+            .and_then(|a| node_map.get(a as usize).copied().flatten());
         set.samples.push(s);
     }
     Ok(set)
@@ -384,7 +423,11 @@ fn read_section(
         SEC_HEADER => {
             let _version = r.varint()?;
             set.pid = r.varint_u32()?;
-            set.call_graph = if r.varint()? == 1 { CallGraph::Dwarf } else { CallGraph::Fp };
+            set.call_graph = if r.varint()? == 1 {
+                CallGraph::Dwarf
+            } else {
+                CallGraph::Fp
+            };
             set.frequency = r.varint_u32()?;
             set.start_monotonic_ns = r.varint()?;
             set.start_realtime_ns = r.varint()?;
@@ -397,7 +440,10 @@ fn read_section(
                     2 => EventType::Tracepoint,
                     _ => return Err(DecodeError::BadValue),
                 };
-                set.events.push(EventInfo { kind, name: r.str()?.to_string() });
+                set.events.push(EventInfo {
+                    kind,
+                    name: r.str()?.to_string(),
+                });
             }
             *header_seen = true;
         }
@@ -411,8 +457,17 @@ fn read_section(
                 let event = r.varint_u32()?;
                 let stack = r.varint()?;
                 let tid32 = u32::try_from(tid).map_err(|_| DecodeError::BadValue)?;
-                let stack = if stack == 0 { None } else { Some(u32::try_from(stack - 1).map_err(|_| DecodeError::BadValue)?) };
-                raw_samples.push(Sample { time_ns: time, tid: tid32, event, stack });
+                let stack = if stack == 0 {
+                    None
+                } else {
+                    Some(u32::try_from(stack - 1).map_err(|_| DecodeError::BadValue)?)
+                };
+                raw_samples.push(Sample {
+                    time_ns: time,
+                    tid: tid32,
+                    event,
+                    stack,
+                });
             }
         }
         SEC_THREADS => {
@@ -436,7 +491,14 @@ fn read_section(
                 let line = r.varint_u32()?;
                 let module = r.varint_u32()?;
                 let flags = r.varint()?;
-                set.frames.push(Frame { function, file, line, module, inlined: flags & 1 != 0, kernel: flags & 2 != 0 });
+                set.frames.push(Frame {
+                    function,
+                    file,
+                    line,
+                    module,
+                    inlined: flags & 1 != 0,
+                    kernel: flags & 2 != 0,
+                });
             }
         }
         SEC_ADDRESSES => {
@@ -469,8 +531,14 @@ fn read_section(
             for _ in 0..n {
                 let parent = r.varint()?;
                 let addr = r.varint_u32()?;
-                let parent = if parent == 0 { None } else { Some((parent - 1) as u32) };
-                if parent.is_some_and(|p| p as usize >= addr_stacks.len()) || addr as usize >= addresses.len() {
+                let parent = if parent == 0 {
+                    None
+                } else {
+                    Some((parent - 1) as u32)
+                };
+                if parent.is_some_and(|p| p as usize >= addr_stacks.len())
+                    || addr as usize >= addresses.len()
+                {
                     return Err(DecodeError::BadValue);
                 }
                 addr_stacks.push((parent, addr));
@@ -481,7 +549,11 @@ fn read_section(
             set.lost = r.varint()?;
             set.unwind_errors = r.varint()?;
             let ec = r.varint()?;
-            set.exit_code = if ec == 0 { None } else { Some((ec - 1) as i64 as i32) };
+            set.exit_code = if ec == 0 {
+                None
+            } else {
+                Some((ec - 1) as i64 as i32)
+            };
             set.end_monotonic_ns = r.varint()?;
             set.complete = true;
         }

@@ -50,7 +50,9 @@ use std::time::Duration;
 
 pub use cli_args::{parse_profile_args, CallGraph, EventSpec};
 pub use error::ProfileError;
-pub use file::{read_samples, EventInfo, EventType, Frame, ModuleInfo, Sample, SampleSet, StackNode, ThreadInfo};
+pub use file::{
+    read_samples, EventInfo, EventType, Frame, ModuleInfo, Sample, SampleSet, StackNode, ThreadInfo,
+};
 pub use output::{firefox_json, flame_svg, folded, report, FunctionCounts, Report};
 pub use symbolize::demangle;
 

@@ -25,10 +25,21 @@ pub(crate) struct ModuleFile {
 
 impl ModuleFile {
     fn open(path: &str) -> ModuleFile {
-        let mut m = ModuleFile { path: path.to_string(), build_id: Vec::new(), loads: Vec::new(), unwind: None, unwind_tried: false };
+        let mut m = ModuleFile {
+            path: path.to_string(),
+            build_id: Vec::new(),
+            loads: Vec::new(),
+            unwind: None,
+            unwind_tried: false,
+        };
         if let Ok(data) = std::fs::read(path) {
             if let Ok(f) = object::File::parse(&*data) {
-                m.build_id = f.build_id().ok().flatten().map(|b| b.to_vec()).unwrap_or_default();
+                m.build_id = f
+                    .build_id()
+                    .ok()
+                    .flatten()
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default();
                 for s in f.segments() {
                     let (off, size) = s.file_range();
                     let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
@@ -44,7 +55,8 @@ impl ModuleFile {
     /// segment's own offset (rust-lld lays segments out with vaddr != offset): use the segment, preferring
     /// an executable one, whose file range overlaps the mapping.
     pub fn mapping_svma(&self, pgoff: u64, len: u64, exec: bool) -> Option<u64> {
-        let overlaps = |(_, o, s, _): &&(u64, u64, u64, bool)| pgoff < o + s && *o < pgoff.saturating_add(len);
+        let overlaps =
+            |(_, o, s, _): &&(u64, u64, u64, bool)| pgoff < o + s && *o < pgoff.saturating_add(len);
         let seg = self
             .loads
             .iter()
@@ -103,8 +115,17 @@ pub(crate) struct ModuleTable {
 
 impl ModuleTable {
     pub fn new() -> ModuleTable {
-        let kernel = ModuleFile { path: "[kernel.kallsyms]".into(), build_id: Vec::new(), loads: Vec::new(), unwind: None, unwind_tried: true };
-        ModuleTable { files: vec![kernel], by_path: HashMap::new() }
+        let kernel = ModuleFile {
+            path: "[kernel.kallsyms]".into(),
+            build_id: Vec::new(),
+            loads: Vec::new(),
+            unwind: None,
+            unwind_tried: true,
+        };
+        ModuleTable {
+            files: vec![kernel],
+            by_path: HashMap::new(),
+        }
     }
 
     pub fn id_for(&mut self, path: &str) -> u32 {
@@ -145,16 +166,29 @@ pub(crate) struct Space {
 
 impl Space {
     pub fn new(dwarf: bool) -> Space {
-        Space { maps: Vec::new(), unwinder: dwarf.then(UnwinderX86_64::new) }
+        Space {
+            maps: Vec::new(),
+            unwinder: dwarf.then(UnwinderX86_64::new),
+        }
     }
 
     /// Adds an executable file mapping.
-    pub fn add_mapping(&mut self, modules: &mut ModuleTable, start: u64, len: u64, pgoff: u64, path: &str) {
+    pub fn add_mapping(
+        &mut self,
+        modules: &mut ModuleTable,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &str,
+    ) {
         let module = modules.id_for(path);
         let end = start.saturating_add(len);
         // A new mapping replaces what it overlaps.
         self.maps.retain(|m| m.end <= start || m.start >= end);
-        let svma_start = modules.get(module).and_then(|m| m.mapping_svma(pgoff, len, true)).unwrap_or(pgoff);
+        let svma_start = modules
+            .get(module)
+            .and_then(|m| m.mapping_svma(pgoff, len, true))
+            .unwrap_or(pgoff);
         let bias = start.wrapping_sub(svma_start);
         if let Some(unw) = self.unwinder.as_mut() {
             if let Some(info) = modules.get_mut(module).and_then(|m| m.unwind_info()) {
@@ -163,7 +197,15 @@ impl Space {
             }
         }
         let pos = self.maps.partition_point(|m| m.start < start);
-        self.maps.insert(pos, Mapping { start, end, bias, module });
+        self.maps.insert(
+            pos,
+            Mapping {
+                start,
+                end,
+                bias,
+                module,
+            },
+        );
     }
 
     /// The module and stated address of runtime address `addr`.
@@ -185,14 +227,21 @@ impl Space {
         stack: &[u8],
         out: &mut Vec<u64>,
     ) -> bool {
-        let Some(unw) = &self.unwinder else { return false };
+        let Some(unw) = &self.unwinder else {
+            return false;
+        };
         let (ip, sp, bp) = regs;
         let mut read = |addr: u64| -> Result<u64, ()> {
             let off = addr.checked_sub(sp).ok_or(())? as usize;
             let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
             Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
         };
-        let mut it = unw.iter_frames(ip, framehop::x86_64::UnwindRegsX86_64::new(ip, sp, bp), cache, &mut read);
+        let mut it = unw.iter_frames(
+            ip,
+            framehop::x86_64::UnwindRegsX86_64::new(ip, sp, bp),
+            cache,
+            &mut read,
+        );
         let mut n = 0;
         loop {
             match it.next() {
@@ -212,11 +261,14 @@ impl Space {
 
 /// Reads the executable file mappings of a running process from `/proc/PID/maps`.
 pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
-    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else { return Vec::new() };
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
     let mut v = Vec::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) = (it.next(), it.next(), it.next(), it.next(), it.next())
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             continue;
         };
@@ -225,8 +277,14 @@ pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
         if !perms.contains('x') || !path.starts_with('/') {
             continue;
         }
-        let Some((a, b)) = range.split_once('-') else { continue };
-        let (Ok(a), Ok(b), Ok(off)) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), u64::from_str_radix(off, 16)) else {
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b), Ok(off)) = (
+            u64::from_str_radix(a, 16),
+            u64::from_str_radix(b, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
             continue;
         };
         v.push((a, b - a, off, path));
@@ -239,9 +297,13 @@ pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
     use object::ObjectSymbol;
     let data = std::fs::read(path).ok()?;
     let f = object::File::parse(&*data).ok()?;
-    let main = f.symbols().find(|s| s.name() == Ok("main") && s.address() != 0)?;
+    let main = f
+        .symbols()
+        .find(|s| s.name() == Ok("main") && s.address() != 0)?;
     let off = crate::probes::vaddr_to_file_offset(&f, main.address())? as usize;
     let code = data.get(off..off + 12)?;
-    let code = code.strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..]).unwrap_or(code); // endbr64
+    let code = code
+        .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
+        .unwrap_or(code); // endbr64
     Some(code.starts_with(&[0x55, 0x48, 0x89, 0xe5]))
 }

@@ -34,14 +34,28 @@ impl Report {
         self.rows
             .iter()
             .find(|r| r.function == function)
-            .or_else(|| self.rows.iter().find(|r| r.function.ends_with(&format!("::{function}"))))
+            .or_else(|| {
+                self.rows
+                    .iter()
+                    .find(|r| r.function.ends_with(&format!("::{function}")))
+            })
     }
 }
 
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let pct = |n: u64| if self.samples == 0 { 0.0 } else { n as f64 * 100.0 / self.samples as f64 };
-        writeln!(f, "{:>8} {:>7} {:>8} {:>7}  function   ({} samples)", "self", "self%", "total", "total%", self.samples)?;
+        let pct = |n: u64| {
+            if self.samples == 0 {
+                0.0
+            } else {
+                n as f64 * 100.0 / self.samples as f64
+            }
+        };
+        writeln!(
+            f,
+            "{:>8} {:>7} {:>8} {:>7}  function   ({} samples)",
+            "self", "self%", "total", "total%", self.samples
+        )?;
         for r in &self.rows {
             writeln!(
                 f,
@@ -87,10 +101,17 @@ pub fn report(set: &SampleSet) -> Report {
     }
     let mut rows: Vec<FunctionCounts> = rows
         .into_iter()
-        .map(|(f, (s, t))| FunctionCounts { function: f.to_string(), self_samples: s, total_samples: t })
+        .map(|(f, (s, t))| FunctionCounts {
+            function: f.to_string(),
+            self_samples: s,
+            total_samples: t,
+        })
         .collect();
     rows.sort_by(|a, b| {
-        b.self_samples.cmp(&a.self_samples).then(b.total_samples.cmp(&a.total_samples)).then(a.function.cmp(&b.function))
+        b.self_samples
+            .cmp(&a.self_samples)
+            .then(b.total_samples.cmp(&a.total_samples))
+            .then(a.function.cmp(&b.function))
     });
     Report { samples, rows }
 }
@@ -107,13 +128,19 @@ pub fn folded(set: &SampleSet) -> String {
     let mut lines: HashMap<String, u64> = HashMap::new();
     let mut per_event: HashMap<(u32, u32), u64> = HashMap::new();
     for s in &set.samples {
-        *per_event.entry((s.event, s.stack.unwrap_or(u32::MAX))).or_insert(0) += 1;
+        *per_event
+            .entry((s.event, s.stack.unwrap_or(u32::MAX)))
+            .or_insert(0) += 1;
     }
     for ((event, stack), n) in per_event {
         let frames = set.stack_frames((stack != u32::MAX).then_some(stack));
         let mut parts: Vec<String> = Vec::with_capacity(frames.len() + 1);
         if multi {
-            let name = set.events.get(event as usize).map(|e| e.name.as_str()).unwrap_or("?");
+            let name = set
+                .events
+                .get(event as usize)
+                .map(|e| e.name.as_str())
+                .unwrap_or("?");
             parts.push(fold_name(name));
         }
         if frames.is_empty() {
@@ -146,7 +173,8 @@ pub fn flame_svg(set: &SampleSet) -> Result<Vec<u8>, ProfileError> {
     opts.title = "ferrotrace profile".to_string();
     opts.count_name = "samples".to_string();
     let mut out = Vec::new();
-    inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out).map_err(|e| ProfileError::Render(e.to_string()))?;
+    inferno::flamegraph::from_lines(&mut opts, text.lines(), &mut out)
+        .map_err(|e| ProfileError::Render(e.to_string()))?;
     Ok(out)
 }
 
@@ -154,19 +182,31 @@ pub fn flame_svg(set: &SampleSet) -> Result<Vec<u8>, ProfileError> {
 /// a label with its function name. One process per pid, one thread per tid.
 pub fn firefox_json(set: &SampleSet) -> Result<String, ProfileError> {
     let interval = fx::SamplingInterval::from_hz(set.frequency.max(1) as f32);
-    let reference = fx::ReferenceTimestamp::from_millis_since_unix_epoch(set.start_realtime_ns as f64 / 1e6);
+    let reference =
+        fx::ReferenceTimestamp::from_millis_since_unix_epoch(set.start_realtime_ns as f64 / 1e6);
     let mut p = fx::Profile::new("ferrotrace", reference, interval);
     p.set_symbolicated(true);
     p.set_os_name("Linux");
     let user = p.add_category("User", fx::CategoryColor::Yellow);
     let kernel = p.add_category("Kernel", fx::CategoryColor::Orange);
-    let ts = |t: u64| fx::Timestamp::from_nanos_since_reference(t.saturating_sub(set.start_monotonic_ns));
+    let ts = |t: u64| {
+        fx::Timestamp::from_nanos_since_reference(t.saturating_sub(set.start_monotonic_ns))
+    };
 
     let mut samples = set.samples.clone();
     samples.sort_by_key(|s| s.time_ns);
-    let first_time = samples.first().map(|s| s.time_ns).unwrap_or(set.start_monotonic_ns);
+    let first_time = samples
+        .first()
+        .map(|s| s.time_ns)
+        .unwrap_or(set.start_monotonic_ns);
 
-    let pid_of = |tid: u32| set.threads.iter().find(|t| t.tid == tid).map(|t| t.pid).unwrap_or(set.pid);
+    let pid_of = |tid: u32| {
+        set.threads
+            .iter()
+            .find(|t| t.tid == tid)
+            .map(|t| t.pid)
+            .unwrap_or(set.pid)
+    };
     let mut processes: HashMap<u32, fx::ProcessHandle> = HashMap::new();
     let mut threads: HashMap<u32, fx::ThreadHandle> = HashMap::new();
     let mut stacks: HashMap<(u32, Option<u32>, u32), Option<fx::StackHandle>> = HashMap::new();
@@ -174,7 +214,12 @@ pub fn firefox_json(set: &SampleSet) -> Result<String, ProfileError> {
     for s in &samples {
         let pid = pid_of(s.tid);
         let process = *processes.entry(pid).or_insert_with(|| {
-            let name = set.threads.iter().find(|t| t.tid == pid).map(|t| t.name.clone()).unwrap_or_else(|| format!("pid {pid}"));
+            let name = set
+                .threads
+                .iter()
+                .find(|t| t.tid == pid)
+                .map(|t| t.name.clone())
+                .unwrap_or_else(|| format!("pid {pid}"));
             p.add_process(&name, pid, ts(first_time))
         });
         let thread = *threads.entry(s.tid).or_insert_with(|| {
@@ -189,22 +234,41 @@ pub fn firefox_json(set: &SampleSet) -> Result<String, ProfileError> {
             None => {
                 let mut frames: Vec<fx::FrameInfo> = Vec::new();
                 if multi {
-                    let name = set.events.get(s.event as usize).map(|e| e.name.as_str()).unwrap_or("?");
+                    let name = set
+                        .events
+                        .get(s.event as usize)
+                        .map(|e| e.name.as_str())
+                        .unwrap_or("?");
                     let h = p.intern_string(name);
-                    frames.push(fx::FrameInfo { frame: fx::Frame::Label(h), category_pair: user.into(), flags: fx::FrameFlags::empty() });
+                    frames.push(fx::FrameInfo {
+                        frame: fx::Frame::Label(h),
+                        category_pair: user.into(),
+                        flags: fx::FrameFlags::empty(),
+                    });
                 }
                 for f in set.stack_frames(s.stack).iter().rev() {
                     let h = p.intern_string(&f.function);
                     let cat = if f.kernel { kernel } else { user };
-                    frames.push(fx::FrameInfo { frame: fx::Frame::Label(h), category_pair: cat.into(), flags: fx::FrameFlags::empty() });
+                    frames.push(fx::FrameInfo {
+                        frame: fx::Frame::Label(h),
+                        category_pair: cat.into(),
+                        flags: fx::FrameFlags::empty(),
+                    });
                 }
                 let h = p.intern_stack_frames(thread, frames.into_iter());
                 stacks.insert(key, h);
                 h
             }
         };
-        let is_clock = set.events.get(s.event as usize).is_some_and(|e| e.kind == EventType::CpuClock);
-        let cpu = if is_clock { fx::CpuDelta::from_nanos(interval.nanos()) } else { fx::CpuDelta::ZERO };
+        let is_clock = set
+            .events
+            .get(s.event as usize)
+            .is_some_and(|e| e.kind == EventType::CpuClock);
+        let cpu = if is_clock {
+            fx::CpuDelta::from_nanos(interval.nanos())
+        } else {
+            fx::CpuDelta::ZERO
+        };
         p.add_sample(thread, ts(s.time_ns), stack, cpu, 1);
     }
     serde_json::to_string(&p).map_err(|e| ProfileError::Render(e.to_string()))

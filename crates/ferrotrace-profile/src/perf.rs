@@ -107,16 +107,34 @@ pub(crate) struct PerfEvent {
 }
 
 /// Opens one event for `pid` on `cpu`.
-pub(crate) fn open_event(kind: EventKind, o: &AttrOptions, pid: i32, cpu: i32) -> Result<PerfEvent, ProfileError> {
+pub(crate) fn open_event(
+    kind: EventKind,
+    o: &AttrOptions,
+    pid: i32,
+    cpu: i32,
+) -> Result<PerfEvent, ProfileError> {
     let mut a = attr_for(kind, o);
     // SAFETY: `a` is a valid, fully initialised attribute struct that outlives the call.
-    let fd = unsafe { sys::perf_event_open(&mut a, pid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) };
+    let fd = unsafe {
+        sys::perf_event_open(
+            &mut a,
+            pid,
+            cpu,
+            -1,
+            b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
     if fd < 0 {
         let err = io::Error::last_os_error();
         return Err(match err.raw_os_error() {
-            Some(libc::EACCES) | Some(libc::EPERM) => ProfileError::PerfParanoid { level: paranoid_level() },
+            Some(libc::EACCES) | Some(libc::EPERM) => ProfileError::PerfParanoid {
+                level: paranoid_level(),
+            },
             Some(libc::ESRCH) => ProfileError::NoSuchProcess(pid as u32),
-            _ => ProfileError::Sys { what: format!("perf_event_open({kind:?}, pid {pid}, cpu {cpu})"), source: err },
+            _ => ProfileError::Sys {
+                what: format!("perf_event_open({kind:?}, pid {pid}, cpu {cpu})"),
+                source: err,
+            },
         });
     }
     // SAFETY: fd was just returned by the kernel and is owned by nobody else.
@@ -131,7 +149,11 @@ pub(crate) fn open_event(kind: EventKind, o: &AttrOptions, pid: i32, cpu: i32) -
 
 /// Current `kernel.perf_event_paranoid`.
 pub(crate) fn paranoid_level() -> Option<i32> {
-    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid").ok()?.trim().parse().ok()
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// Sends the output of `ev` into the ring of `leader` (same CPU).
@@ -160,16 +182,18 @@ pub(crate) fn disable(ev: &PerfEvent) {
 
 /// The CPUs that are online, from `/sys/devices/system/cpu/online` (`0-3,5`).
 pub(crate) fn online_cpus() -> Vec<i32> {
-    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online").ok().and_then(|s| {
-        let mut v = Vec::new();
-        for part in s.trim().split(',').filter(|p| !p.is_empty()) {
-            match part.split_once('-') {
-                Some((a, b)) => v.extend(a.parse::<i32>().ok()?..=b.parse::<i32>().ok()?),
-                None => v.push(part.parse().ok()?),
+    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| {
+            let mut v = Vec::new();
+            for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+                match part.split_once('-') {
+                    Some((a, b)) => v.extend(a.parse::<i32>().ok()?..=b.parse::<i32>().ok()?),
+                    None => v.push(part.parse().ok()?),
+                }
             }
-        }
-        Some(v)
-    });
+            Some(v)
+        });
     match parsed {
         Some(v) if !v.is_empty() => v,
         _ => {
@@ -182,6 +206,8 @@ pub(crate) fn online_cpus() -> Vec<i32> {
 
 /// A mapped perf ring buffer (one metadata page + 2^n data pages).
 pub(crate) struct Ring {
+    /// The event fd the ring belongs to (for poll).
+    pub fd: std::os::fd::RawFd,
     base: *mut u8,
     len: usize,
     data_off: usize,
@@ -209,7 +235,10 @@ impl Ring {
             )
         };
         if p == libc::MAP_FAILED {
-            return Err(ProfileError::sys(format!("mmap of a {} KiB perf ring", len / 1024)));
+            return Err(ProfileError::sys(format!(
+                "mmap of a {} KiB perf ring",
+                len / 1024
+            )));
         }
         let base = p as *mut u8;
         // SAFETY: the first page is the perf_event_mmap_page.
@@ -219,7 +248,14 @@ impl Ring {
         } else {
             (page, pages * page)
         };
-        Ok(Ring { base, len, data_off, data_size, scratch: Vec::new() })
+        Ok(Ring {
+            fd: ev.fd.as_raw_fd(),
+            base,
+            len,
+            data_off,
+            data_size,
+            scratch: Vec::new(),
+        })
     }
 
     fn meta(&self) -> *mut b::perf_event_mmap_page {
@@ -256,8 +292,10 @@ impl Ring {
                 let first = self.data_size - off;
                 // SAFETY: two in-bounds pieces of the data area.
                 unsafe {
-                    self.scratch.extend_from_slice(std::slice::from_raw_parts(data.add(off), first));
-                    self.scratch.extend_from_slice(std::slice::from_raw_parts(data, rsize - first));
+                    self.scratch
+                        .extend_from_slice(std::slice::from_raw_parts(data.add(off), first));
+                    self.scratch
+                        .extend_from_slice(std::slice::from_raw_parts(data, rsize - first));
                 }
                 f(&self.scratch);
             }
@@ -323,7 +361,9 @@ pub(crate) struct RawSample<'a> {
 
 impl RawSample<'_> {
     pub fn callchain(&self) -> impl Iterator<Item = u64> + '_ {
-        self.callchain.chunks_exact(8).map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+        self.callchain
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
     }
 }
 
@@ -355,7 +395,15 @@ pub(crate) fn parse_sample(body: &[u8], user_regs_and_stack: bool) -> Option<Raw
             stack = &data[..dyn_size];
         }
     }
-    Some(RawSample { ip, pid, tid, time, callchain, user_regs, stack })
+    Some(RawSample {
+        ip,
+        pid,
+        tid,
+        time,
+        callchain,
+        user_regs,
+        stack,
+    })
 }
 
 /// Record types we handle.
@@ -369,7 +417,7 @@ pub(crate) mod rt {
     pub const MMAP2: u32 = b::PERF_RECORD_MMAP2;
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
     pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
-    pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX as u64;
-    pub const CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL as u64;
-    pub const CONTEXT_USER: u64 = b::PERF_CONTEXT_USER as u64;
+    pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
+    pub const CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
+    pub const CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;
 }

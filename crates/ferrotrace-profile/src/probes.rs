@@ -32,15 +32,27 @@ pub fn ensure_tracefs() -> Result<PathBuf, ProfileError> {
     let target = c"/sys/kernel/tracing";
     let fstype = c"tracefs";
     // SAFETY: valid NUL-terminated strings; no data argument.
-    let r = unsafe { libc::mount(src.as_ptr(), target.as_ptr(), fstype.as_ptr(), 0, std::ptr::null()) };
+    let r = unsafe {
+        libc::mount(
+            src.as_ptr(),
+            target.as_ptr(),
+            fstype.as_ptr(),
+            0,
+            std::ptr::null(),
+        )
+    };
     if r != 0 {
         let e = std::io::Error::last_os_error();
-        return Err(ProfileError::TracefsUnavailable(format!("not mounted at {TRACEFS}, and mounting failed: {e}")));
+        return Err(ProfileError::TracefsUnavailable(format!(
+            "not mounted at {TRACEFS}, and mounting failed: {e}"
+        )));
     }
     if root.join("events").is_dir() {
         Ok(root.to_path_buf())
     } else {
-        Err(ProfileError::TracefsUnavailable(format!("{TRACEFS} has no events/ directory")))
+        Err(ProfileError::TracefsUnavailable(format!(
+            "{TRACEFS} has no events/ directory"
+        )))
     }
 }
 
@@ -48,10 +60,13 @@ pub fn ensure_tracefs() -> Result<PathBuf, ProfileError> {
 pub fn tracepoint_id(tracefs: &Path, category: &str, name: &str) -> Result<u64, ProfileError> {
     let p = tracefs.join("events").join(category).join(name).join("id");
     match fs::read_to_string(&p) {
-        Ok(s) => s.trim().parse().map_err(|_| ProfileError::BadArgument(format!("{}: not a number", p.display()))),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            Err(ProfileError::UnknownTracepoint(format!("{category}:{name}")))
-        }
+        Ok(s) => s
+            .trim()
+            .parse()
+            .map_err(|_| ProfileError::BadArgument(format!("{}: not a number", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(ProfileError::UnknownTracepoint(
+            format!("{category}:{name}"),
+        )),
         Err(e) => Err(ProfileError::io(p, e)),
     }
 }
@@ -71,10 +86,12 @@ pub struct ResolvedSymbol {
 /// demangled Rust path without hash (`myapp::parse`), or a demangled path's tail after any crate prefix.
 pub fn resolve_symbol(path: &Path, symbol: &str) -> Result<ResolvedSymbol, ProfileError> {
     let data = fs::read(path).map_err(|e| ProfileError::io(path, e))?;
-    let file = object::File::parse(&*data).map_err(|e| ProfileError::BadArgument(format!(
-        "{}: not an ELF file ({e}); uprobes need an executable or shared library",
-        path.display()
-    )))?;
+    let file = object::File::parse(&*data).map_err(|e| {
+        ProfileError::BadArgument(format!(
+            "{}: not an ELF file ({e}); uprobes need an executable or shared library",
+            path.display()
+        ))
+    })?;
     let mut exact = None;
     let mut demangled = Vec::new();
     for sym in file.symbols().chain(file.dynamic_symbols()) {
@@ -102,14 +119,26 @@ pub fn resolve_symbol(path: &Path, symbol: &str) -> Result<ResolvedSymbol, Profi
             demangled.sort_by_key(|(_, _, full)| !*full);
             match demangled.into_iter().next() {
                 Some((n, a, _)) => (n, a),
-                None => return Err(ProfileError::UnknownSymbol { path: path.to_path_buf(), symbol: symbol.into() }),
+                None => {
+                    return Err(ProfileError::UnknownSymbol {
+                        path: path.to_path_buf(),
+                        symbol: symbol.into(),
+                    })
+                }
             }
         }
     };
     let file_offset = vaddr_to_file_offset(&file, address).ok_or_else(|| {
-        ProfileError::BadArgument(format!("{}: {name} at {address:#x} is in no loadable segment", path.display()))
+        ProfileError::BadArgument(format!(
+            "{}: {name} at {address:#x} is in no loadable segment",
+            path.display()
+        ))
     })?;
-    Ok(ResolvedSymbol { name, address, file_offset })
+    Ok(ResolvedSymbol {
+        name,
+        address,
+        file_offset,
+    })
 }
 
 /// Maps a stated virtual address to its file offset through the PT_LOAD segment holding it.
@@ -133,7 +162,11 @@ pub struct UprobeSet {
 impl UprobeSet {
     /// An empty set whose probes go into group `ferrotrace_<our pid>`.
     pub fn new(tracefs: &Path) -> UprobeSet {
-        UprobeSet { tracefs: tracefs.to_path_buf(), group: format!("ferrotrace_{}", std::process::id()), names: Vec::new() }
+        UprobeSet {
+            tracefs: tracefs.to_path_buf(),
+            group: format!("ferrotrace_{}", std::process::id()),
+            names: Vec::new(),
+        }
     }
 
     /// Creates a probe on `symbol` in `path` and returns its tracepoint id.
@@ -141,13 +174,27 @@ impl UprobeSet {
         let path = fs::canonicalize(path).map_err(|e| ProfileError::io(path, e))?;
         let sym = resolve_symbol(&path, symbol)?;
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
-        let name = format!("p{}", NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
-        let line = format!("p:{}/{} {}:{:#x}\n", self.group, name, path.display(), sym.file_offset);
+        let name = format!(
+            "p{}",
+            NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+        );
+        let line = format!(
+            "p:{}/{} {}:{:#x}\n",
+            self.group,
+            name,
+            path.display(),
+            sym.file_offset
+        );
         let ev = self.tracefs.join("uprobe_events");
-        let mut f = fs::OpenOptions::new().append(true).open(&ev).map_err(|e| match e.kind() {
-            std::io::ErrorKind::PermissionDenied => ProfileError::PerfParanoid { level: crate::perf::paranoid_level() },
-            _ => ProfileError::io(&ev, e),
-        })?;
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&ev)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::PermissionDenied => ProfileError::PerfParanoid {
+                    level: crate::perf::paranoid_level(),
+                },
+                _ => ProfileError::io(&ev, e),
+            })?;
         f.write_all(line.as_bytes()).map_err(|e| {
             ProfileError::BadArgument(format!(
                 "the kernel refused uprobe `{}` ({e}); see {}/error_log",

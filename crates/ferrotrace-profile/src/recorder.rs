@@ -81,7 +81,10 @@ fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), ProfileError> {
 
 impl BlockedChild {
     fn spawn(argv: &[OsString]) -> Result<BlockedChild, ProfileError> {
-        let program = argv.first().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+        let program = argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
         let cargs: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
@@ -98,7 +101,10 @@ impl BlockedChild {
         // _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
-            return Err(ProfileError::Spawn { program, source: std::io::Error::last_os_error() });
+            return Err(ProfileError::Spawn {
+                program,
+                source: std::io::Error::last_os_error(),
+            });
         }
         if pid == 0 {
             unsafe {
@@ -113,7 +119,12 @@ impl BlockedChild {
         }
         drop(go_r);
         drop(err_w);
-        Ok(BlockedChild { pid, go: Some(go_w), exec_err: err_r, reaped: None })
+        Ok(BlockedChild {
+            pid,
+            go: Some(go_w),
+            exec_err: err_r,
+            reaped: None,
+        })
     }
 
     /// Lets the child exec; reports an exec failure.
@@ -125,11 +136,20 @@ impl BlockedChild {
         }
         let mut eb = [0u8; 4];
         // SAFETY: reading up to 4 bytes into eb; EOF means exec succeeded (CLOEXEC closed the pipe).
-        let n = unsafe { libc::read(self.exec_err.as_raw_fd(), eb.as_mut_ptr() as *mut libc::c_void, 4) };
+        let n = unsafe {
+            libc::read(
+                self.exec_err.as_raw_fd(),
+                eb.as_mut_ptr() as *mut libc::c_void,
+                4,
+            )
+        };
         if n == 4 {
             let errno = i32::from_le_bytes(eb);
             self.wait(true);
-            return Err(ProfileError::Spawn { program: program.into(), source: std::io::Error::from_raw_os_error(errno) });
+            return Err(ProfileError::Spawn {
+                program: program.into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            });
         }
         Ok(())
     }
@@ -141,7 +161,8 @@ impl BlockedChild {
         }
         let mut status = 0;
         // SAFETY: waiting for our own child.
-        let r = unsafe { libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG }) };
+        let r =
+            unsafe { libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG }) };
         if r == self.pid {
             let code = if libc::WIFEXITED(status) {
                 libc::WEXITSTATUS(status)
@@ -181,11 +202,16 @@ fn find_in_path(program: &Path) -> Option<PathBuf> {
         return Some(program.to_path_buf());
     }
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(program)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
 }
 
 fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: valid out pointer.
     unsafe { libc::clock_gettime(clock, &mut ts) };
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
@@ -245,12 +271,15 @@ impl State {
         match ty {
             rt::SAMPLE => self.sample(body, out),
             rt::MMAP2 => {
-                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) = (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
+                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
+                    (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
                 else {
                     return;
                 };
                 let _ = c.bytes(24);
-                let (Some(prot), Some(_flags)) = (c.u32(), c.u32()) else { return };
+                let (Some(prot), Some(_flags)) = (c.u32(), c.u32()) else {
+                    return;
+                };
                 let Some(name) = c.cstr() else { return };
                 if prot & libc::PROT_EXEC as u32 == 0 || !name.starts_with(b"/") {
                     return;
@@ -261,7 +290,8 @@ impl State {
                 unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
             }
             rt::MMAP => {
-                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) = (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
+                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
+                    (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
                 else {
                     return;
                 };
@@ -275,7 +305,9 @@ impl State {
                 unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
             }
             rt::COMM => {
-                let (Some(pid), Some(tid)) = (c.u32(), c.u32()) else { return };
+                let (Some(pid), Some(tid)) = (c.u32(), c.u32()) else {
+                    return;
+                };
                 let name = String::from_utf8_lossy(c.cstr().unwrap_or(b"")).into_owned();
                 if misc & rt::MISC_COMM_EXEC != 0 && pid == tid {
                     // exec: a new address space; its mappings follow as MMAP2 records.
@@ -285,16 +317,30 @@ impl State {
                 self.threads.insert(tid, (pid, name));
             }
             rt::FORK => {
-                let (Some(pid), Some(ppid), Some(tid), Some(_ptid)) = (c.u32(), c.u32(), c.u32(), c.u32()) else { return };
+                let (Some(pid), Some(ppid), Some(tid), Some(_ptid)) =
+                    (c.u32(), c.u32(), c.u32(), c.u32())
+                else {
+                    return;
+                };
                 if pid != ppid && !self.spaces.contains_key(&pid) {
-                    let copy = self.spaces.get(&ppid).cloned().unwrap_or_else(|| Space::new(self.dwarf));
+                    let copy = self
+                        .spaces
+                        .get(&ppid)
+                        .cloned()
+                        .unwrap_or_else(|| Space::new(self.dwarf));
                     self.spaces.insert(pid, copy);
                 }
-                let name = self.threads.get(&_ptid).map(|t| t.1.clone()).unwrap_or_default();
+                let name = self
+                    .threads
+                    .get(&_ptid)
+                    .map(|t| t.1.clone())
+                    .unwrap_or_default();
                 self.threads.entry(tid).or_insert((pid, name));
             }
             rt::LOST => {
-                let (Some(_id), Some(n)) = (c.u64(), c.u64()) else { return };
+                let (Some(_id), Some(n)) = (c.u64(), c.u64()) else {
+                    return;
+                };
                 self.lost += n;
             }
             rt::LOST_SAMPLES => {
@@ -307,12 +353,21 @@ impl State {
     }
 
     fn sample(&mut self, body: &[u8], out: &mut SampleWriter) {
-        let Some(id) = body.get(..8).map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])) else {
+        let Some(id) = body
+            .get(..8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        else {
             return;
         };
         let event = self.id_to_event.get(&id).copied().unwrap_or(0);
-        let regs = self.event_regs.get(event as usize).copied().unwrap_or(self.dwarf);
-        let Some(s) = perf::parse_sample(body, regs) else { return };
+        let regs = self
+            .event_regs
+            .get(event as usize)
+            .copied()
+            .unwrap_or(self.dwarf);
+        let Some(s) = perf::parse_sample(body, regs) else {
+            return;
+        };
         let mut frames = std::mem::take(&mut self.scratch);
         frames.clear();
         // Kernel part and (fp mode) user part of the callchain, leaf first. Each context's first entry is
@@ -358,7 +413,9 @@ impl State {
             if let (Some(_), Some(top)) = (s.user_regs, s.stack.get(..8)) {
                 // Entry probe: the caller's return address is at [sp]; the frame-pointer walk (starting
                 // at the caller's rbp) skips it. Newer kernels add it themselves for `push rbp` entries.
-                let ret = u64::from_le_bytes([top[0], top[1], top[2], top[3], top[4], top[5], top[6], top[7]]);
+                let ret = u64::from_le_bytes([
+                    top[0], top[1], top[2], top[3], top[4], top[5], top[6], top[7],
+                ]);
                 let at = kernel_frames + 1;
                 if ret != 0 && frames.len() >= at && frames.get(at) != Some(&(ret - 1)) {
                     frames.insert(at, ret - 1);
@@ -394,7 +451,9 @@ impl State {
             parent = id + 1;
         }
         self.scratch = frames;
-        self.threads.entry(s.tid).or_insert_with(|| (s.pid, String::new()));
+        self.threads
+            .entry(s.tid)
+            .or_insert_with(|| (s.pid, String::new()));
         self.samples += 1;
         let stack = parent.checked_sub(1);
         if let Err(e) = out.sample(s.time, s.tid, event, stack) {
@@ -409,10 +468,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         return Err(ProfileError::BadArgument("no events to record".into()));
     }
     if cfg.frequency == 0 {
-        return Err(ProfileError::BadArgument("the sampling frequency must be at least 1 Hz".into()));
+        return Err(ProfileError::BadArgument(
+            "the sampling frequency must be at least 1 Hz".into(),
+        ));
     }
-    if cfg.stack_size == 0 || cfg.stack_size > 65528 || cfg.stack_size % 8 != 0 {
-        return Err(ProfileError::BadArgument("the DWARF stack copy size must be a multiple of 8 up to 65528".into()));
+    if cfg.stack_size == 0 || cfg.stack_size > 65528 || !cfg.stack_size.is_multiple_of(8) {
+        return Err(ProfileError::BadArgument(
+            "the DWARF stack copy size must be a multiple of 8 up to 65528".into(),
+        ));
     }
     let dwarf = cfg.call_graph == CallGraph::Dwarf;
     let started = Instant::now();
@@ -420,7 +483,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     // The program, for the frame-pointer check.
     let exe: Option<PathBuf> = match &cfg.target {
         Target::Command(argv) => {
-            let p = argv.first().ok_or_else(|| ProfileError::BadArgument("no program given".into()))?;
+            let p = argv
+                .first()
+                .ok_or_else(|| ProfileError::BadArgument("no program given".into()))?;
             let found = find_in_path(Path::new(p));
             if found.as_ref().is_none_or(|f| !f.exists()) {
                 return Err(ProfileError::Spawn {
@@ -449,23 +514,48 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut uprobes: Option<UprobeSet> = None;
     let mut kinds = Vec::new();
     let mut infos = Vec::new();
-    let needs_tracefs = cfg.events.iter().any(|e| !matches!(e, EventSpec::CpuClock(_)));
-    let tracefs = if needs_tracefs { Some(probes::ensure_tracefs()?) } else { None };
+    let needs_tracefs = cfg
+        .events
+        .iter()
+        .any(|e| !matches!(e, EventSpec::CpuClock(_)));
+    let tracefs = if needs_tracefs {
+        Some(probes::ensure_tracefs()?)
+    } else {
+        None
+    };
     for e in &cfg.events {
         let (kind, ty) = match e {
-            EventSpec::CpuClock(hz) => (perf::EventKind::CpuClock { freq: hz.unwrap_or(cfg.frequency) }, EventType::CpuClock),
+            EventSpec::CpuClock(hz) => (
+                perf::EventKind::CpuClock {
+                    freq: hz.unwrap_or(cfg.frequency),
+                },
+                EventType::CpuClock,
+            ),
             EventSpec::Tracepoint { category, name } => {
                 let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
-                (perf::EventKind::Tracepoint { id: probes::tracepoint_id(tf, category, name)? }, EventType::Tracepoint)
+                (
+                    perf::EventKind::Tracepoint {
+                        id: probes::tracepoint_id(tf, category, name)?,
+                    },
+                    EventType::Tracepoint,
+                )
             }
             EventSpec::Uprobe { path, symbol } => {
                 let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
                 let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
-                (perf::EventKind::Tracepoint { id: set.add(path, symbol)? }, EventType::Uprobe)
+                (
+                    perf::EventKind::Tracepoint {
+                        id: set.add(path, symbol)?,
+                    },
+                    EventType::Uprobe,
+                )
             }
         };
         kinds.push(kind);
-        infos.push(EventInfo { kind: ty, name: e.spelling() });
+        infos.push(EventInfo {
+            kind: ty,
+            name: e.spelling(),
+        });
     }
 
     let _signals = cfg.handle_signals.then(SignalGuard::install);
@@ -496,7 +586,11 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut rings: Vec<Ring> = Vec::new();
     let mut id_to_event = HashMap::new();
     // Rings per CPU, largest first (an unprivileged user is limited by kernel.perf_event_mlock_kb).
-    let ring_pages: &[usize] = if dwarf { &[2048, 512, 128, 16] } else { &[128, 64, 16] };
+    let ring_pages: &[usize] = if dwarf {
+        &[2048, 512, 128, 16]
+    } else {
+        &[128, 64, 16]
+    };
     let mut exclude_kernel = false;
     let open_all = |exclude_kernel: bool,
                     events: &mut Vec<PerfEvent>,
@@ -557,9 +651,18 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut p = Vec::new();
     let _ = put_varint(&mut p, root_pid as u64);
     let _ = put_varint(&mut p, std::process::id() as u64);
-    let _ = put_str(&mut p, &exe.as_ref().map(|e| e.display().to_string()).unwrap_or_default());
+    let _ = put_str(
+        &mut p,
+        &exe.as_ref()
+            .map(|e| e.display().to_string())
+            .unwrap_or_default(),
+    );
     let cmdline: Vec<u8> = match &cfg.target {
-        Target::Command(argv) => argv.iter().map(|a| a.as_bytes()).collect::<Vec<_>>().join(&0u8),
+        Target::Command(argv) => argv
+            .iter()
+            .map(|a| a.as_bytes())
+            .collect::<Vec<_>>()
+            .join(&0u8),
         Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
     };
     let _ = put_bytes(&mut p, &cmdline);
@@ -568,7 +671,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let _ = put_varint(&mut p, 1); // drop mode: the kernel drops samples when a ring is full
     let _ = put_varint(&mut p, 0);
     out.chunk(ChunkKind::Session, &p).map_err(io_err)?;
-    let header = file::header_section(root_pid, cfg.call_graph, cfg.frequency, start_mono, start_real, &infos);
+    let header = file::header_section(
+        root_pid,
+        cfg.call_graph,
+        cfg.frequency,
+        start_mono,
+        start_real,
+        &infos,
+    );
     out.chunk(ChunkKind::Samples, &header).map_err(io_err)?;
 
     let mut st = State {
@@ -615,7 +725,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);
             for &tid in &tids {
-                let name = std::fs::read_to_string(format!("/proc/{root_pid}/task/{tid}/comm")).unwrap_or_default();
+                let name = std::fs::read_to_string(format!("/proc/{root_pid}/task/{tid}/comm"))
+                    .unwrap_or_default();
                 st.threads.insert(tid, (root_pid, name.trim().to_string()));
             }
             for ev in &events {
@@ -632,14 +743,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let poll_ms = if dwarf { 10 } else { 50 };
     loop {
         pollfds.clear();
-        // Poll the ring leaders (one event per ring is enough to be woken).
-        let mut seen = 0;
-        for ev in &events {
-            if seen >= rings.len() {
-                break;
-            }
-            pollfds.push(libc::pollfd { fd: ev.fd.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-            seen += 1;
+        // Poll the ring leaders (the event each ring was mapped from).
+        for r in &rings {
+            pollfds.push(libc::pollfd {
+                fd: r.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
         }
         // SAFETY: pollfds is a valid array of pollfd.
         unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, poll_ms) };
@@ -721,7 +831,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         ));
     }
     if exclude_kernel {
-        warnings.push("kernel frames not recorded (not permitted): run as root for kernel stacks".into());
+        warnings.push(
+            "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
+        );
     }
     if !dwarf && st.samples > 20 && st.unwind_errors * 2 > st.samples {
         warnings.push(format!(
@@ -769,7 +881,9 @@ fn write_tables(st: &mut State, out: &mut SampleWriter) -> std::io::Result<()> {
         if !*u || id == 0 {
             continue;
         }
-        let Some(m) = st.modules.get(id as u32) else { continue };
+        let Some(m) = st.modules.get(id as u32) else {
+            continue;
+        };
         let mut p = Vec::new();
         let _ = put_varint(&mut p, id as u64);
         let _ = put_varint(&mut p, 0);

@@ -28,16 +28,24 @@ pub(crate) struct Symbolizer {
 
 impl Symbolizer {
     pub fn new() -> Symbolizer {
-        Symbolizer { loaders: HashMap::new(), kallsyms: None }
+        Symbolizer {
+            loaders: HashMap::new(),
+            kallsyms: None,
+        }
     }
 
     /// Frames at stated address `svma` of the ELF file `path`, innermost first.
     pub fn frames(&mut self, path: &str, svma: u64) -> Vec<SymFrame> {
-        let loader = self
-            .loaders
-            .entry(path.to_string())
-            .or_insert_with(|| if Path::new(path).is_file() { addr2line::Loader::new(path).ok() } else { None });
-        let Some(loader) = loader else { return Vec::new() };
+        let loader = self.loaders.entry(path.to_string()).or_insert_with(|| {
+            if Path::new(path).is_file() {
+                addr2line::Loader::new(path).ok()
+            } else {
+                None
+            }
+        });
+        let Some(loader) = loader else {
+            return Vec::new();
+        };
         let mut out = Vec::new();
         if let Ok(mut it) = loader.find_frames(svma) {
             while let Ok(Some(f)) = it.next() {
@@ -50,7 +58,12 @@ impl Symbolizer {
                     Some(l) => (l.file.unwrap_or("").to_string(), l.line.unwrap_or(0)),
                     None => (String::new(), 0),
                 };
-                out.push(SymFrame { function, file, line, inlined: false });
+                out.push(SymFrame {
+                    function,
+                    file,
+                    line,
+                    inlined: false,
+                });
             }
         }
         // All but the outermost frame were inlined into the next one.
@@ -62,7 +75,12 @@ impl Symbolizer {
         let sym = loader.find_symbol(svma).map(demangle);
         match (out.last_mut(), sym) {
             (Some(last), Some(s)) if last.function.is_empty() => last.function = s,
-            (None, Some(s)) => out.push(SymFrame { function: s, file: String::new(), line: 0, inlined: false }),
+            (None, Some(s)) => out.push(SymFrame {
+                function: s,
+                file: String::new(),
+                line: 0,
+                inlined: false,
+            }),
             _ => {}
         }
         out.retain(|f| !f.function.is_empty());
@@ -85,11 +103,15 @@ fn load_kallsyms() -> Option<Vec<(u64, String)>> {
     let mut v = Vec::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
-        let (Some(a), Some(t), Some(name)) = (it.next(), it.next(), it.next()) else { continue };
+        let (Some(a), Some(t), Some(name)) = (it.next(), it.next(), it.next()) else {
+            continue;
+        };
         if !matches!(t, "t" | "T" | "w" | "W") {
             continue;
         }
-        let Ok(addr) = u64::from_str_radix(a, 16) else { continue };
+        let Ok(addr) = u64::from_str_radix(a, 16) else {
+            continue;
+        };
         if addr == 0 {
             continue;
         }
@@ -108,7 +130,10 @@ mod tests {
 
     #[test]
     fn demangles_legacy_and_v0_without_hash() {
-        assert_eq!(demangle("_ZN4core3fmt5write17h0123456789abcdefE"), "core::fmt::write");
+        assert_eq!(
+            demangle("_ZN4core3fmt5write17h0123456789abcdefE"),
+            "core::fmt::write"
+        );
         assert_eq!(demangle("_RNvCs1234_7mycrate4main"), "mycrate::main");
         assert_eq!(demangle("malloc"), "malloc");
     }

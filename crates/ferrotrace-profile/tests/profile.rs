@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use ferrotrace_profile::{
-    firefox_json, flame_svg, folded, profile, read_samples, report, CallGraph, EventSpec, ProfileConfig, ProfileError,
-    SampleSet, Target,
+    firefox_json, flame_svg, folded, profile, read_samples, report, CallGraph, EventSpec,
+    ProfileConfig, ProfileError, SampleSet, Target,
 };
 
 /// Builds every program under tests/programs once per test binary.
@@ -20,7 +20,13 @@ fn programs() -> &'static Path {
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
         for name in ["cpu_hot", "threads4", "allocs", "sleeper"] {
             let st = Command::new("rustc")
-                .args(["-O", "-g", "-Cforce-frame-pointers=yes", "-Ccodegen-units=1", "-o"])
+                .args([
+                    "-O",
+                    "-g",
+                    "-Cforce-frame-pointers=yes",
+                    "-Ccodegen-units=1",
+                    "-o",
+                ])
                 .arg(dir.join(name))
                 .arg(src.join(format!("{name}.rs")))
                 .status()
@@ -75,7 +81,11 @@ fn samples_through(set: &SampleSet, function: &str, event: Option<u32>) -> usize
     set.samples
         .iter()
         .filter(|s| event.is_none_or(|e| s.event == e))
-        .filter(|s| set.stack_frames(s.stack).iter().any(|f| f.function.ends_with(function)))
+        .filter(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function.ends_with(function))
+        })
         .count()
 }
 
@@ -91,12 +101,22 @@ fn check_hot(call_graph: CallGraph, name: &str) {
     assert_eq!(set.call_graph, call_graph);
     assert_eq!(set.samples.len() as u64, sum.samples);
     let rep = report(&set);
-    let hot = rep.get("cpu_hot::hot_loop").unwrap_or_else(|| panic!("no hot_loop in\n{rep}"));
-    assert!(hot.total_samples * 10 >= rep.samples * 8, "hot_loop in {} of {} samples\n{rep}", hot.total_samples, rep.samples);
+    let hot = rep
+        .get("cpu_hot::hot_loop")
+        .unwrap_or_else(|| panic!("no hot_loop in\n{rep}"));
+    assert!(
+        hot.total_samples * 10 >= rep.samples * 8,
+        "hot_loop in {} of {} samples\n{rep}",
+        hot.total_samples,
+        rep.samples
+    );
     // Its caller is on the stacks too: stacks are complete, not just the leaf.
     let main = rep.get("cpu_hot::main").expect("main on the stacks");
     assert!(main.total_samples >= hot.total_samples);
-    let cold = rep.get("cpu_hot::cold_setup").map(|r| r.self_samples).unwrap_or(0);
+    let cold = rep
+        .get("cpu_hot::cold_setup")
+        .map(|r| r.self_samples)
+        .unwrap_or(0);
     assert!(cold * 10 < rep.samples);
     // Folded stacks agree: the lines through hot_loop hold most samples.
     let text = folded(&set);
@@ -115,9 +135,14 @@ fn check_hot(call_graph: CallGraph, name: &str) {
     assert_eq!(all, rep.samples);
     assert!(through * 10 >= all * 8, "{through} of {all}");
     // Complete stacks (through main), allowing a rare truncated unwind.
-    assert!(from_main * 100 >= through * 95, "{from_main} of {through}\n{text}");
+    assert!(
+        from_main * 100 >= through * 95,
+        "{from_main} of {through}\n{text}"
+    );
     // Source lines from DWARF.
-    assert!(set.frames.iter().any(|f| f.function == "cpu_hot::hot_loop" && f.file.ends_with("cpu_hot.rs") && f.line > 0));
+    assert!(set.frames.iter().any(|f| f.function == "cpu_hot::hot_loop"
+        && f.file.ends_with("cpu_hot.rs")
+        && f.line > 0));
 }
 
 #[test]
@@ -138,13 +163,21 @@ fn four_threads_are_all_sampled() {
     let set = read_samples(&cfg.output).unwrap();
     for i in 0..4 {
         let name = format!("worker-{i}");
-        let t = set.threads.iter().find(|t| t.name == name).unwrap_or_else(|| panic!("no {name} in {:?}", set.threads));
+        let t = set
+            .threads
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", set.threads));
         assert_ne!(t.tid, t.pid, "a thread, not the main thread");
         let n = set
             .samples
             .iter()
             .filter(|s| s.tid == t.tid)
-            .filter(|s| set.stack_frames(s.stack).iter().any(|f| f.function == "threads4::spin_worker"))
+            .filter(|s| {
+                set.stack_frames(s.stack)
+                    .iter()
+                    .any(|f| f.function == "threads4::spin_worker")
+            })
             .count();
         assert!(n >= 10, "{name}: {n} samples in spin_worker");
     }
@@ -156,7 +189,10 @@ fn uprobe_on_malloc_sees_every_allocation_with_its_stack() {
     let n = 500;
     for cg in [CallGraph::Fp, CallGraph::Dwarf] {
         let mut cfg = config("malloc", &[&prog("allocs"), &n.to_string()]);
-        cfg.events = vec![EventSpec::Uprobe { path: libc_path().into(), symbol: "malloc".into() }];
+        cfg.events = vec![EventSpec::Uprobe {
+            path: libc_path().into(),
+            symbol: "malloc".into(),
+        }];
         cfg.call_graph = cg;
         let sum = profile(&cfg).unwrap();
         assert_eq!(sum.lost, 0);
@@ -164,10 +200,18 @@ fn uprobe_on_malloc_sees_every_allocation_with_its_stack() {
         assert_eq!(set.events.len(), 1);
         assert!(set.samples.len() >= n, "{cg:?}: {} hits", set.samples.len());
         let through = samples_through(&set, "allocs::allocate_many", None);
-        assert!(through >= n, "{cg:?}: {through} hits through allocate_many\n{}", folded(&set));
+        assert!(
+            through >= n,
+            "{cg:?}: {through} hits through allocate_many\n{}",
+            folded(&set)
+        );
         // The probe was removed afterwards.
-        let events = std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
-        assert!(!events.contains(&format!("ferrotrace_{}", std::process::id())), "{events}");
+        let events =
+            std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+        assert!(
+            !events.contains(&format!("ferrotrace_{}", std::process::id())),
+            "{events}"
+        );
     }
 }
 
@@ -182,7 +226,10 @@ fn uprobe_on_a_demangled_rust_function() {
     assert_eq!(set.samples.len(), 1, "allocate_many is called once");
     let frames = set.stack_frames(set.samples[0].stack);
     assert_eq!(frames[0].function, "allocs::allocate_many");
-    assert!(frames.iter().any(|f| f.function == "allocs::main"), "{frames:?}");
+    assert!(
+        frames.iter().any(|f| f.function == "allocs::main"),
+        "{frames:?}"
+    );
 }
 
 #[test]
@@ -194,16 +241,26 @@ fn sched_switch_gives_off_cpu_stacks() {
     profile(&cfg).unwrap();
     let set = read_samples(&cfg.output).unwrap();
     let through = samples_through(&set, "sleeper::nap_in_known_place", None);
-    assert!(through >= 20, "{through} switches through nap_in_known_place\n{}", folded(&set));
+    assert!(
+        through >= 20,
+        "{through} switches through nap_in_known_place\n{}",
+        folded(&set)
+    );
     // With kernel frames (root): the stacks go down into the scheduler.
-    assert!(set.frames.iter().any(|f| f.kernel && f.function.contains("schedule")));
+    assert!(set
+        .frames
+        .iter()
+        .any(|f| f.kernel && f.function.contains("schedule")));
 }
 
 #[test]
 fn cpu_clock_and_tracepoint_together() {
     let _g = serial();
     let mut cfg = config("mixed", &[&prog("sleeper")]);
-    cfg.events = vec![EventSpec::CpuClock(None), EventSpec::parse("tracepoint:sched:sched_switch").unwrap()];
+    cfg.events = vec![
+        EventSpec::CpuClock(None),
+        EventSpec::parse("tracepoint:sched:sched_switch").unwrap(),
+    ];
     cfg.call_graph = CallGraph::Dwarf;
     profile(&cfg).unwrap();
     let set = read_samples(&cfg.output).unwrap();
@@ -211,7 +268,9 @@ fn cpu_clock_and_tracepoint_together() {
     assert_eq!(set.event_index("cpu-clock"), Some(0));
     assert!(samples_through(&set, "nap_in_known_place", Some(sw)) >= 20);
     // Folded stacks say which event each stack belongs to.
-    assert!(folded(&set).lines().any(|l| l.starts_with("tracepoint:sched:sched_switch;")));
+    assert!(folded(&set)
+        .lines()
+        .any(|l| l.starts_with("tracepoint:sched:sched_switch;")));
 }
 
 #[test]
@@ -222,16 +281,27 @@ fn child_processes_created_later_are_followed() {
     profile(&cfg).unwrap();
     let set = read_samples(&cfg.output).unwrap();
     let rep = report(&set);
-    let hot = rep.get("cpu_hot::hot_loop").unwrap_or_else(|| panic!("{rep}"));
+    let hot = rep
+        .get("cpu_hot::hot_loop")
+        .unwrap_or_else(|| panic!("{rep}"));
     assert!(hot.total_samples * 10 >= rep.samples * 7, "{rep}");
-    let hot_tid = set.samples.iter().find(|s| samples_through(&set.only_event(0), "hot_loop", None) > 0 && s.stack.is_some()).unwrap().tid;
+    let hot_tid = set
+        .samples
+        .iter()
+        .find(|s| samples_through(&set.only_event(0), "hot_loop", None) > 0 && s.stack.is_some())
+        .unwrap()
+        .tid;
     assert_ne!(hot_tid, set.pid, "cpu_hot ran in a child of sh");
 }
 
 #[test]
 fn attach_to_a_running_process() {
     let _g = serial();
-    let mut child = Command::new(prog("cpu_hot")).arg("1500").stdout(std::process::Stdio::null()).spawn().unwrap();
+    let mut child = Command::new(prog("cpu_hot"))
+        .arg("1500")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
     std::thread::sleep(Duration::from_millis(100));
     let cfg = ProfileConfig {
         target: Target::Pid(child.id()),
@@ -247,7 +317,10 @@ fn attach_to_a_running_process() {
     assert!(sum.samples >= 20, "{sum:?}");
     let set = read_samples(&cfg.output).unwrap();
     let rep = report(&set);
-    assert!(rep.get("cpu_hot::hot_loop").unwrap().total_samples * 10 >= rep.samples * 8, "{rep}");
+    assert!(
+        rep.get("cpu_hot::hot_loop").unwrap().total_samples * 10 >= rep.samples * 8,
+        "{rep}"
+    );
 }
 
 #[test]
@@ -257,13 +330,20 @@ fn flame_graph_and_firefox_profile() {
     profile(&cfg).unwrap();
     let set = read_samples(&cfg.output).unwrap();
     let svg = String::from_utf8(flame_svg(&set).unwrap()).unwrap();
-    assert!(svg.contains("<svg") && svg.contains("cpu_hot::hot_loop"), "{}", &svg[..200.min(svg.len())]);
+    assert!(
+        svg.contains("<svg") && svg.contains("cpu_hot::hot_loop"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
 
     let json: serde_json::Value = serde_json::from_str(&firefox_json(&set).unwrap()).unwrap();
     let meta = &json["meta"];
     // Schema version fields of the processed-profile format.
     assert!(meta["version"].as_u64().unwrap() >= 24, "{meta}");
-    assert!(meta["preprocessedProfileVersion"].as_u64().unwrap() >= 40, "{meta}");
+    assert!(
+        meta["preprocessedProfileVersion"].as_u64().unwrap() >= 40,
+        "{meta}"
+    );
     assert_eq!(meta["product"], "ferrotrace");
     assert!(meta["interval"].as_f64().unwrap() > 0.0);
     let threads = json["threads"].as_array().unwrap();
@@ -282,7 +362,10 @@ fn clear_errors() {
     assert!(matches!(e, ProfileError::Spawn { .. }), "{e}");
 
     let mut cfg = config("err", &[&prog("cpu_hot"), "10"]);
-    cfg.events = vec![EventSpec::Uprobe { path: libc_path().into(), symbol: "no_such_function_xyz".into() }];
+    cfg.events = vec![EventSpec::Uprobe {
+        path: libc_path().into(),
+        symbol: "no_such_function_xyz".into(),
+    }];
     let e = profile(&cfg).unwrap_err();
     assert!(matches!(e, ProfileError::UnknownSymbol { .. }), "{e}");
     assert!(e.to_string().contains("no_such_function_xyz"));
@@ -298,13 +381,22 @@ fn clear_errors() {
     cfg.call_graph = CallGraph::Dwarf;
     assert_eq!(profile(&cfg).unwrap().exit_code, Some(0));
 
-    let cfg = ProfileConfig { target: Target::Pid(999_999_999), ..config("err", &[]) };
-    assert!(matches!(profile(&cfg).unwrap_err(), ProfileError::NoSuchProcess(_)));
+    let cfg = ProfileConfig {
+        target: Target::Pid(999_999_999),
+        ..config("err", &[])
+    };
+    assert!(matches!(
+        profile(&cfg).unwrap_err(),
+        ProfileError::NoSuchProcess(_)
+    ));
 
     assert!(read_samples(out_file("does-not-exist")).is_err());
     let junk = out_file("junk");
     std::fs::write(&junk, b"not a trace at all").unwrap();
-    assert!(matches!(read_samples(&junk).unwrap_err(), ProfileError::BadTrace { .. }));
+    assert!(matches!(
+        read_samples(&junk).unwrap_err(),
+        ProfileError::BadTrace { .. }
+    ));
 }
 
 #[test]
