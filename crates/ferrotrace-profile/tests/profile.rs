@@ -288,7 +288,7 @@ fn child_processes_created_later_are_followed() {
     let hot_tid = set
         .samples
         .iter()
-        .find(|s| samples_through(&set.only_event(0), "hot_loop", None) > 0 && s.stack.is_some())
+        .find(|s| set.stack_frames(s.stack).iter().any(|f| f.function == "cpu_hot::hot_loop"))
         .unwrap()
         .tid;
     assert_ne!(hot_tid, set.pid, "cpu_hot ran in a child of sh");
