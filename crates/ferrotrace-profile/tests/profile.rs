@@ -288,7 +288,11 @@ fn child_processes_created_later_are_followed() {
     let hot_tid = set
         .samples
         .iter()
-        .find(|s| set.stack_frames(s.stack).iter().any(|f| f.function == "cpu_hot::hot_loop"))
+        .find(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function == "cpu_hot::hot_loop")
+        })
         .unwrap()
         .tid;
     assert_ne!(hot_tid, set.pid, "cpu_hot ran in a child of sh");
