@@ -1,0 +1,414 @@
+//! The command-line surface of `ferrotrace profile`, without clap.
+//!
+//! The `ferrotrace` CLI crate owns the argument parser; this module gives it everything that is specific to
+//! profiling so that its `profile.rs` stays a thin wrapper: the EVENT spellings ([`EventSpec::parse`]), the
+//! `--call-graph` values ([`CallGraph::parse`]), durations ([`parse_duration`]), and a complete parser of
+//! the `profile` argument list ([`parse_profile_args`]) that the example binary and tests use.
+//!
+//! ```text
+//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] -- PROGRAM ARGS
+//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] -p PID [--duration 10s]
+//! ```
+//!
+//! EVENT spellings: `cpu-clock` (default), `uprobe:PATH:SYMBOL`, `tracepoint:CATEGORY:NAME`, and
+//! cargo-trace's `profile:hz:99` and `uprobe:/path:sym`; a bare `CATEGORY:NAME` such as
+//! `sched:sched_switch` is a tracepoint.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::{ProfileConfig, ProfileError, Target};
+
+/// One thing to sample or probe.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EventSpec {
+    /// Timer-driven sampling of on-CPU time (`cpu-clock`). `Some(hz)` when the spelling carried a
+    /// frequency (`profile:hz:99`); it then overrides `-F`.
+    CpuClock(Option<u32>),
+    /// A user-space probe on the entry of `symbol` in the ELF file `path`.
+    Uprobe {
+        /// The executable or shared library.
+        path: PathBuf,
+        /// A C symbol (`malloc`), a mangled Rust symbol, or a demangled Rust path (`myapp::parse`).
+        symbol: String,
+    },
+    /// A kernel tracepoint, e.g. `sched:sched_switch`.
+    Tracepoint {
+        /// Category (tracefs `events/` subdirectory), e.g. `sched`.
+        category: String,
+        /// Name, e.g. `sched_switch`.
+        name: String,
+    },
+}
+
+impl EventSpec {
+    /// Parses one `-e` value. Hardware counters and kprobes are refused with the reason.
+    pub fn parse(s: &str) -> Result<EventSpec, ProfileError> {
+        let bad = |why: &str| ProfileError::BadArgument(format!("bad event `{s}`: {why}"));
+        match s {
+            "cpu-clock" | "cpu" | "profile" | "task-clock" => return Ok(EventSpec::CpuClock(None)),
+            "cycles" | "instructions" | "cache-misses" | "branch-misses" | "cpu-cycles" => {
+                return Err(bad(
+                    "hardware counters are not available on this machine; use cpu-clock",
+                ))
+            }
+            _ => {}
+        }
+        if let Some(rest) = s.strip_prefix("profile:") {
+            // cargo-trace: profile:hz:99
+            let hz = rest
+                .strip_prefix("hz:")
+                .ok_or_else(|| bad("expected profile:hz:N"))?
+                .parse::<u32>()
+                .map_err(|_| bad("the frequency must be a positive integer"))?;
+            if hz == 0 {
+                return Err(bad("the frequency must be a positive integer"));
+            }
+            return Ok(EventSpec::CpuClock(Some(hz)));
+        }
+        if let Some(rest) = s.strip_prefix("uprobe:").or_else(|| s.strip_prefix("u:")) {
+            // PATH:SYMBOL; PATH may itself contain ':' only in odd cases, so split at the last ':' that
+            // is not part of a Rust path separator `::`.
+            let (path, symbol) =
+                split_path_symbol(rest).ok_or_else(|| bad("expected uprobe:PATH:SYMBOL"))?;
+            if path.is_empty() || symbol.is_empty() {
+                return Err(bad("expected uprobe:PATH:SYMBOL"));
+            }
+            return Ok(EventSpec::Uprobe {
+                path: PathBuf::from(path),
+                symbol: symbol.to_string(),
+            });
+        }
+        if s.starts_with("kprobe:") || s.starts_with("kretprobe:") || s.starts_with("k:") {
+            return Err(bad(
+                "kprobes are not available in this kernel; use a tracepoint:CATEGORY:NAME",
+            ));
+        }
+        let tp = s
+            .strip_prefix("tracepoint:")
+            .or_else(|| s.strip_prefix("t:"))
+            .unwrap_or(s);
+        let mut parts = tp.splitn(2, ':');
+        match (parts.next(), parts.next()) {
+            (Some(c), Some(n)) if valid_ident(c) && valid_ident(n) => Ok(EventSpec::Tracepoint {
+                category: c.to_string(),
+                name: n.to_string(),
+            }),
+            _ => Err(bad(
+                "expected cpu-clock, uprobe:PATH:SYMBOL, tracepoint:CATEGORY:NAME or profile:hz:N",
+            )),
+        }
+    }
+
+    /// The canonical spelling, as stored in the trace file.
+    pub fn spelling(&self) -> String {
+        match self {
+            EventSpec::CpuClock(_) => "cpu-clock".to_string(),
+            EventSpec::Uprobe { path, symbol } => format!("uprobe:{}:{symbol}", path.display()),
+            EventSpec::Tracepoint { category, name } => format!("tracepoint:{category}:{name}"),
+        }
+    }
+}
+
+fn valid_ident(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Splits `PATH:SYMBOL` at the first single `:` after the path (a `::` belongs to a Rust path).
+fn split_path_symbol(s: &str) -> Option<(&str, &str)> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b':' {
+            let double = i + 1 < b.len() && b[i + 1] == b':';
+            if !double {
+                return Some((&s[..i], &s[i + 1..]));
+            }
+            i += 2;
+            continue;
+        }
+        i += 1;
+    }
+    None
+}
+
+/// How stacks are captured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CallGraph {
+    /// Frame-pointer chains walked by the kernel (cheap; needs `-Cforce-frame-pointers=yes`).
+    #[default]
+    Fp,
+    /// A copy of the user stack unwound with DWARF CFI (`.eh_frame`) by framehop while recording; only
+    /// the resulting addresses are kept.
+    Dwarf,
+}
+
+impl CallGraph {
+    /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size is ignored here, see
+    /// [`ProfileConfig::stack_size`]).
+    pub fn parse(s: &str) -> Result<CallGraph, ProfileError> {
+        match s.split(',').next().unwrap_or("") {
+            "fp" | "frame-pointer" => Ok(CallGraph::Fp),
+            "dwarf" => Ok(CallGraph::Dwarf),
+            _ => Err(ProfileError::BadArgument(format!(
+                "bad --call-graph `{s}`: expected fp or dwarf"
+            ))),
+        }
+    }
+}
+
+/// Parses `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, ProfileError> {
+    let bad =
+        || ProfileError::BadArgument(format!("bad duration `{s}`: expected e.g. 10s, 500ms, 2m"));
+    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
+        (n, 0.001)
+    } else if let Some(n) = s.strip_suffix('s') {
+        (n, 1.0)
+    } else if let Some(n) = s.strip_suffix('m') {
+        (n, 60.0)
+    } else if let Some(n) = s.strip_suffix('h') {
+        (n, 3600.0)
+    } else {
+        (s, 1.0)
+    };
+    let v: f64 = num.trim().parse().map_err(|_| bad())?;
+    if !v.is_finite() || v <= 0.0 || v * mult > 1e9 {
+        return Err(bad());
+    }
+    Ok(Duration::from_secs_f64(v * mult))
+}
+
+/// Parses a sampling frequency in Hz (1..=100000).
+pub fn parse_frequency(s: &str) -> Result<u32, ProfileError> {
+    match s.parse::<u32>() {
+        Ok(v) if (1..=100_000).contains(&v) => Ok(v),
+        _ => Err(ProfileError::BadArgument(format!(
+            "bad frequency `{s}`: expected an integer from 1 to 100000"
+        ))),
+    }
+}
+
+/// Parses the arguments that follow `ferrotrace profile` into a [`ProfileConfig`].
+///
+/// Accepts `-F HZ`/`--freq HZ`, `-e EVENT`/`--event EVENT` (repeatable), `--call-graph fp|dwarf`
+/// (also `-g`, meaning fp), `-o FILE`/`--output FILE`, `-p PID`/`--pid PID`, `--duration D`, and the program
+/// after `--` (or after the first argument that is not an option).
+pub fn parse_profile_args<I>(args: I) -> Result<ProfileConfig, ProfileError>
+where
+    I: IntoIterator,
+    I::Item: Into<OsString>,
+{
+    let mut cfg = ProfileConfig::default();
+    let mut events = Vec::new();
+    let mut pid = None;
+    let mut program: Vec<OsString> = Vec::new();
+    let mut it = args.into_iter().map(Into::into);
+    let value =
+        |it: &mut dyn Iterator<Item = OsString>, opt: &str| -> Result<String, ProfileError> {
+            let v = it
+                .next()
+                .ok_or_else(|| ProfileError::BadArgument(format!("{opt} needs a value")))?;
+            v.into_string()
+                .map_err(|_| ProfileError::BadArgument(format!("{opt}: value is not UTF-8")))
+        };
+    while let Some(arg) = it.next() {
+        let Some(a) = arg.to_str().map(str::to_string) else {
+            program.push(arg);
+            program.extend(it.by_ref());
+            break;
+        };
+        // --opt=value
+        let (name, inline) = match a.split_once('=') {
+            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
+            _ => (a.clone(), None),
+        };
+        let mut get = |opt: &str| match &inline {
+            Some(v) => Ok(v.clone()),
+            None => value(&mut it, opt),
+        };
+        match name.as_str() {
+            "--" => {
+                program.extend(it.by_ref());
+                break;
+            }
+            "-F" | "--freq" | "--frequency" => cfg.frequency = parse_frequency(&get(&name)?)?,
+            "-e" | "--event" => {
+                for e in get(&name)?.split(',').filter(|e| !e.is_empty()) {
+                    events.push(EventSpec::parse(e)?);
+                }
+            }
+            "-g" => cfg.call_graph = CallGraph::Fp,
+            "--call-graph" => cfg.call_graph = CallGraph::parse(&get(&name)?)?,
+            "-o" | "--output" => cfg.output = PathBuf::from(get(&name)?),
+            "-p" | "--pid" => {
+                let v = get(&name)?;
+                pid = Some(v.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
+                    ProfileError::BadArgument(format!("bad pid `{v}`: expected a process id"))
+                })?);
+            }
+            "--duration" | "-d" => cfg.duration = Some(parse_duration(&get(&name)?)?),
+            s if s.starts_with('-') && s.len() > 1 => {
+                return Err(ProfileError::BadArgument(format!(
+                    "unknown option `{s}` for `profile` (options: -F HZ, -e EVENT, --call-graph fp|dwarf, -o FILE, \
+                     -p PID, --duration D, -- PROGRAM ARGS)"
+                )))
+            }
+            _ => {
+                program.push(arg);
+                program.extend(it.by_ref());
+                break;
+            }
+        }
+    }
+    cfg.target =
+        match (pid, program.is_empty()) {
+            (Some(_), false) => {
+                return Err(ProfileError::BadArgument(
+                    "give either -p PID or a program after --, not both".to_string(),
+                ))
+            }
+            (Some(p), true) => Target::Pid(p),
+            (None, false) => Target::Command(program),
+            (None, true) => return Err(ProfileError::BadArgument(
+                "nothing to profile: give a program (`ferrotrace profile -- ./app args`) or -p PID"
+                    .to_string(),
+            )),
+        };
+    if !events.is_empty() {
+        cfg.events = events;
+    }
+    // cargo-trace's profile:hz:N overrides -F.
+    if let Some(hz) = cfg.events.iter().find_map(|e| match e {
+        EventSpec::CpuClock(Some(hz)) => Some(*hz),
+        _ => None,
+    }) {
+        cfg.frequency = hz;
+    }
+    if cfg
+        .events
+        .iter()
+        .filter(|e| matches!(e, EventSpec::CpuClock(_)))
+        .count()
+        > 1
+    {
+        return Err(ProfileError::BadArgument(
+            "cpu-clock given more than once".to_string(),
+        ));
+    }
+    Ok(cfg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn event_spellings() {
+        assert_eq!(
+            EventSpec::parse("cpu-clock").unwrap(),
+            EventSpec::CpuClock(None)
+        );
+        assert_eq!(
+            EventSpec::parse("profile:hz:99").unwrap(),
+            EventSpec::CpuClock(Some(99))
+        );
+        assert_eq!(
+            EventSpec::parse("uprobe:/lib/libc.so.6:malloc").unwrap(),
+            EventSpec::Uprobe {
+                path: "/lib/libc.so.6".into(),
+                symbol: "malloc".into()
+            }
+        );
+        assert_eq!(
+            EventSpec::parse("uprobe:/tmp/app:myapp::parse").unwrap(),
+            EventSpec::Uprobe {
+                path: "/tmp/app".into(),
+                symbol: "myapp::parse".into()
+            }
+        );
+        assert_eq!(
+            EventSpec::parse("tracepoint:sched:sched_switch").unwrap(),
+            EventSpec::Tracepoint {
+                category: "sched".into(),
+                name: "sched_switch".into()
+            }
+        );
+        assert_eq!(
+            EventSpec::parse("sched:sched_switch").unwrap(),
+            EventSpec::parse("t:sched:sched_switch").unwrap()
+        );
+        for bad in [
+            "",
+            "cycles",
+            "kprobe:do_sys_open",
+            "uprobe:/x",
+            "profile:hz:0",
+            "profile:99",
+            "a:b:c:d",
+            "x y:z",
+        ] {
+            let e = EventSpec::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("bad event"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn full_argument_lists() {
+        let c = parse_profile_args([
+            "-F",
+            "199",
+            "-e",
+            "cpu-clock",
+            "-e",
+            "sched:sched_switch",
+            "--call-graph",
+            "dwarf",
+            "-o",
+            "x.data",
+            "--",
+            "./app",
+            "-v",
+        ])
+        .unwrap();
+        assert_eq!(c.frequency, 199);
+        assert_eq!(c.events.len(), 2);
+        assert_eq!(c.call_graph, CallGraph::Dwarf);
+        assert_eq!(c.output, PathBuf::from("x.data"));
+        assert_eq!(c.target, Target::Command(vec!["./app".into(), "-v".into()]));
+
+        let c =
+            parse_profile_args(["-p", "42", "--duration=1500ms", "-e", "profile:hz:99"]).unwrap();
+        assert_eq!(c.target, Target::Pid(42));
+        assert_eq!(c.duration, Some(Duration::from_millis(1500)));
+        assert_eq!(c.frequency, 99);
+
+        let c = parse_profile_args(["./app", "-F", "1"]).unwrap();
+        assert_eq!(
+            c.target,
+            Target::Command(vec!["./app".into(), "-F".into(), "1".into()])
+        );
+        assert_eq!(c.events, vec![EventSpec::CpuClock(None)]);
+
+        assert!(parse_profile_args(Vec::<String>::new()).is_err());
+        assert!(parse_profile_args(["-p", "1", "--", "x"]).is_err());
+        assert!(parse_profile_args(["-F", "zero", "--", "x"]).is_err());
+        assert!(parse_profile_args(["--bogus"]).is_err());
+        assert!(parse_profile_args(["-p"]).is_err());
+        assert!(parse_profile_args(["--call-graph", "lbr", "--", "x"]).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("10s").unwrap(), Duration::from_secs(10));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        for b in ["", "-1s", "xs", "nan", "0"] {
+            assert!(parse_duration(b).is_err(), "{b}");
+        }
+    }
+}

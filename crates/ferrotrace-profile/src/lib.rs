@@ -1,0 +1,138 @@
+//! The sampling and probe profiler of ferrotrace (`ferrotrace profile`).
+//!
+//! What it is for: finding where a Linux x86_64 program spends its time, or from where it reaches a
+//! function, without rebuilding it with instrumentation. It samples every thread of a program (including
+//! threads and child processes created later) or of a running process with `perf_event_open`
+//! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, created through tracefs) and kernel
+//! tracepoints (`sched:sched_switch` gives off-CPU stacks), each with its stack — by frame pointers
+//! (walked by the kernel) or by DWARF CFI (a copy of the user stack unwound with framehop *while
+//! recording*; raw stacks are never written). At the end it symbolizes every distinct address once
+//! (Rust v0/legacy demangling, inlined frames and file:line from DWARF, shared libraries, kernel symbols),
+//! even if the program has exited, because module maps are captured while it runs. Everything goes into
+//! the ferrotrace trace file (chunk kind `Samples`, see [`file`] and `docs/profile.md`), and can be turned
+//! into a self/total [`report`], [`folded`] stacks, a [`flame_svg`] flame graph or Firefox Profiler JSON
+//! ([`firefox_json`]).
+//!
+//! What it is not for: exact call counts or durations of every call (that is function tracing: the
+//! `ferrotrace` runtime with XRay/mcount), hardware counters (not available here), kprobes, eBPF, or
+//! other operating systems. The command-line parser lives in the `ferrotrace` CLI; this crate gives it
+//! [`cli_args`] so that the CLI stays thin.
+//!
+//! ```no_run
+//! use ferrotrace_profile::{profile, read_samples, report, ProfileConfig, Target};
+//!
+//! let cfg = ProfileConfig {
+//!     target: Target::Command(vec!["./my-app".into()]),
+//!     output: "ferrotrace.data".into(),
+//!     ..ProfileConfig::default()
+//! };
+//! let summary = profile(&cfg)?;
+//! eprintln!("{} samples, {} lost", summary.samples, summary.lost);
+//! let set = read_samples(&cfg.output)?;
+//! print!("{}", report(&set));
+//! # Ok::<(), ferrotrace_profile::ProfileError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod cli_args;
+mod error;
+pub mod file;
+mod modules;
+mod output;
+mod perf;
+pub mod probes;
+mod recorder;
+mod symbolize;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use cli_args::{parse_profile_args, CallGraph, EventSpec};
+pub use error::ProfileError;
+pub use file::{
+    read_samples, EventInfo, EventType, Frame, ModuleInfo, Sample, SampleSet, StackNode, ThreadInfo,
+};
+pub use output::{firefox_json, flame_svg, folded, report, FunctionCounts, Report};
+pub use symbolize::demangle;
+
+/// What to profile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// Start this program (argv[0] is looked up in `PATH`) and profile it until it exits.
+    Command(Vec<OsString>),
+    /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
+    Pid(u32),
+}
+
+/// A profiling session's settings. `Default` gives cpu-clock at 999 Hz with frame pointers into
+/// `ferrotrace.data`, with an empty command (set [`ProfileConfig::target`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProfileConfig {
+    /// Events to record; the first one also carries the process bookkeeping (maps, comm, fork).
+    pub events: Vec<EventSpec>,
+    /// cpu-clock sampling frequency in Hz.
+    pub frequency: u32,
+    /// How stacks are taken.
+    pub call_graph: CallGraph,
+    /// Bytes of user stack copied per sample in DWARF mode (multiple of 8, at most 65528).
+    pub stack_size: u32,
+    /// The trace file to write.
+    pub output: PathBuf,
+    /// What to profile.
+    pub target: Target,
+    /// Stop after this long (a started program is then sent SIGTERM).
+    pub duration: Option<Duration>,
+    /// Catch SIGINT/SIGTERM while recording so that probes are removed and the file is completed.
+    pub handle_signals: bool,
+    /// Record with `--call-graph fp` even when the program's `main` has no frame pointer.
+    pub allow_missing_frame_pointers: bool,
+}
+
+impl Default for ProfileConfig {
+    fn default() -> Self {
+        ProfileConfig {
+            events: vec![EventSpec::CpuClock(None)],
+            frequency: 999,
+            call_graph: CallGraph::Fp,
+            stack_size: 8192,
+            output: PathBuf::from("ferrotrace.data"),
+            target: Target::Command(Vec::new()),
+            duration: None,
+            handle_signals: true,
+            allow_missing_frame_pointers: false,
+        }
+    }
+}
+
+/// What a session recorded.
+#[derive(Clone, Debug)]
+pub struct ProfileSummary {
+    /// The trace file.
+    pub output: PathBuf,
+    /// Process id of the profiled program.
+    pub pid: u32,
+    /// Samples and probe hits recorded.
+    pub samples: u64,
+    /// Samples the kernel dropped because a ring was full.
+    pub lost: u64,
+    /// Stacks whose unwinding stopped early.
+    pub unwind_errors: u64,
+    /// Threads seen.
+    pub threads: usize,
+    /// Size of the trace file.
+    pub bytes_written: u64,
+    /// Exit code of a started program (128 + signal when killed by one).
+    pub exit_code: Option<i32>,
+    /// From start to the end of recording.
+    pub recording_time: Duration,
+    /// Time spent symbolizing and writing the tables after the program ended.
+    pub symbolization_time: Duration,
+    /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
+    pub warnings: Vec<String>,
+}
+
+/// Records a profile as `cfg` says and writes it to `cfg.output`.
+pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
+    recorder::run(cfg)
+}

@@ -1,0 +1,309 @@
+//! Loaded objects: per-process memory maps, ELF facts needed to turn runtime addresses into stated
+//! addresses, and the unwind sections handed to framehop.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
+use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
+use object::{Object, ObjectSection, ObjectSegment};
+
+/// Module id of the kernel.
+pub(crate) const KERNEL_MODULE: u32 = 1;
+
+/// What we know about one file.
+pub(crate) struct ModuleFile {
+    pub path: String,
+    pub build_id: Vec<u8>,
+    /// PT_LOAD segments: (vaddr, file offset, file size, executable).
+    loads: Vec<(u64, u64, u64, bool)>,
+    /// Unwind data for framehop, parsed once.
+    unwind: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
+    unwind_tried: bool,
+}
+
+impl ModuleFile {
+    fn open(path: &str) -> ModuleFile {
+        let mut m = ModuleFile {
+            path: path.to_string(),
+            build_id: Vec::new(),
+            loads: Vec::new(),
+            unwind: None,
+            unwind_tried: false,
+        };
+        if let Ok(data) = std::fs::read(path) {
+            if let Ok(f) = object::File::parse(&*data) {
+                m.build_id = f
+                    .build_id()
+                    .ok()
+                    .flatten()
+                    .map(|b| b.to_vec())
+                    .unwrap_or_default();
+                for s in f.segments() {
+                    let (off, size) = s.file_range();
+                    let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+                    m.loads.push((s.address(), off, size, exec));
+                }
+            }
+        }
+        m
+    }
+
+    /// The stated address of the first byte of a mapping of `len` bytes at file offset `pgoff`, i.e. the
+    /// mapping's start minus its load bias. The mapping is page-aligned, so `pgoff` may lie before the
+    /// segment's own offset (rust-lld lays segments out with vaddr != offset): use the segment, preferring
+    /// an executable one, whose file range overlaps the mapping.
+    pub fn mapping_svma(&self, pgoff: u64, len: u64, exec: bool) -> Option<u64> {
+        let overlaps =
+            |(_, o, s, _): &&(u64, u64, u64, bool)| pgoff < o + s && *o < pgoff.saturating_add(len);
+        let seg = self
+            .loads
+            .iter()
+            .filter(overlaps)
+            .find(|l| l.3 == exec)
+            .or_else(|| self.loads.iter().find(overlaps))?;
+        Some(seg.0.wrapping_add(pgoff).wrapping_sub(seg.1))
+    }
+
+    fn unwind_info(&mut self) -> Option<ExplicitModuleSectionInfo<Arc<[u8]>>> {
+        if !self.unwind_tried {
+            self.unwind_tried = true;
+            self.unwind = load_unwind_info(&self.path);
+        }
+        self.unwind.clone()
+    }
+}
+
+fn load_unwind_info(path: &str) -> Option<ExplicitModuleSectionInfo<Arc<[u8]>>> {
+    let data = std::fs::read(path).ok()?;
+    let f = object::File::parse(&*data).ok()?;
+    let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
+        match f.section_by_name(name) {
+            Some(s) => {
+                let r = s.address()..s.address() + s.size();
+                let d = s.data().ok().map(Arc::<[u8]>::from);
+                (Some(r), d)
+            }
+            None => (None, None),
+        }
+    };
+    let (text_svma, text) = sect(".text");
+    let (eh_frame_svma, eh_frame) = sect(".eh_frame");
+    let (eh_frame_hdr_svma, eh_frame_hdr) = sect(".eh_frame_hdr");
+    let (got_svma, _) = sect(".got");
+    let (_, debug_frame) = sect(".debug_frame");
+    Some(ExplicitModuleSectionInfo {
+        base_svma: 0,
+        text_svma,
+        text,
+        got_svma,
+        eh_frame_svma,
+        eh_frame,
+        eh_frame_hdr_svma,
+        eh_frame_hdr,
+        debug_frame,
+        ..Default::default()
+    })
+}
+
+/// All files seen in a session; ids start at 2 (0 = unknown, 1 = kernel).
+pub(crate) struct ModuleTable {
+    pub files: Vec<ModuleFile>,
+    by_path: HashMap<String, u32>,
+}
+
+impl ModuleTable {
+    pub fn new() -> ModuleTable {
+        let kernel = ModuleFile {
+            path: "[kernel.kallsyms]".into(),
+            build_id: Vec::new(),
+            loads: Vec::new(),
+            unwind: None,
+            unwind_tried: true,
+        };
+        ModuleTable {
+            files: vec![kernel],
+            by_path: HashMap::new(),
+        }
+    }
+
+    pub fn id_for(&mut self, path: &str) -> u32 {
+        if let Some(&id) = self.by_path.get(path) {
+            return id;
+        }
+        self.files.push(ModuleFile::open(path));
+        let id = self.files.len() as u32; // ids are index + 1
+        self.by_path.insert(path.to_string(), id);
+        id
+    }
+
+    pub fn get(&self, id: u32) -> Option<&ModuleFile> {
+        self.files.get((id as usize).checked_sub(1)?)
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut ModuleFile> {
+        self.files.get_mut((id as usize).checked_sub(1)?)
+    }
+}
+
+/// One executable mapping of a process.
+#[derive(Clone, Debug)]
+pub(crate) struct Mapping {
+    pub start: u64,
+    pub end: u64,
+    /// Runtime address minus stated address.
+    pub bias: u64,
+    pub module: u32,
+}
+
+/// The address space of one process image (reset on exec, copied on fork).
+#[derive(Clone)]
+pub(crate) struct Space {
+    maps: Vec<Mapping>,
+    unwinder: Option<UnwinderX86_64<Arc<[u8]>>>,
+}
+
+impl Space {
+    pub fn new(dwarf: bool) -> Space {
+        Space {
+            maps: Vec::new(),
+            unwinder: dwarf.then(UnwinderX86_64::new),
+        }
+    }
+
+    /// Adds an executable file mapping.
+    pub fn add_mapping(
+        &mut self,
+        modules: &mut ModuleTable,
+        start: u64,
+        len: u64,
+        pgoff: u64,
+        path: &str,
+    ) {
+        let module = modules.id_for(path);
+        let end = start.saturating_add(len);
+        // A new mapping replaces what it overlaps.
+        self.maps.retain(|m| m.end <= start || m.start >= end);
+        let svma_start = modules
+            .get(module)
+            .and_then(|m| m.mapping_svma(pgoff, len, true))
+            .unwrap_or(pgoff);
+        let bias = start.wrapping_sub(svma_start);
+        if let Some(unw) = self.unwinder.as_mut() {
+            if let Some(info) = modules.get_mut(module).and_then(|m| m.unwind_info()) {
+                unw.remove_module(start);
+                unw.add_module(Module::new(path.to_string(), start..end, bias, info));
+            }
+        }
+        let pos = self.maps.partition_point(|m| m.start < start);
+        self.maps.insert(
+            pos,
+            Mapping {
+                start,
+                end,
+                bias,
+                module,
+            },
+        );
+    }
+
+    /// The module and stated address of runtime address `addr`.
+    pub fn resolve(&self, addr: u64) -> Option<(u32, u64)> {
+        let i = self.maps.partition_point(|m| m.start <= addr);
+        let m = self.maps.get(i.checked_sub(1)?)?;
+        if addr >= m.end {
+            return None;
+        }
+        Some((m.module, addr.wrapping_sub(m.bias)))
+    }
+
+    /// Unwinds a copied user stack; pushes lookup addresses (return addresses minus one) leaf first.
+    /// Returns false when unwinding stopped with an error.
+    pub fn unwind(
+        &self,
+        cache: &mut CacheX86_64,
+        regs: (u64, u64, u64),
+        stack: &[u8],
+        out: &mut Vec<u64>,
+    ) -> bool {
+        let Some(unw) = &self.unwinder else {
+            return false;
+        };
+        let (ip, sp, bp) = regs;
+        let mut read = |addr: u64| -> Result<u64, ()> {
+            let off = addr.checked_sub(sp).ok_or(())? as usize;
+            let b = stack.get(off..off.checked_add(8).ok_or(())?).ok_or(())?;
+            Ok(u64::from_le_bytes(b.try_into().map_err(|_| ())?))
+        };
+        let mut it = unw.iter_frames(
+            ip,
+            framehop::x86_64::UnwindRegsX86_64::new(ip, sp, bp),
+            cache,
+            &mut read,
+        );
+        let mut n = 0;
+        loop {
+            match it.next() {
+                Ok(Some(f)) => {
+                    out.push(f.address_for_lookup());
+                    n += 1;
+                    if n >= 1024 {
+                        return true;
+                    }
+                }
+                Ok(None) => return true,
+                Err(_) => return false,
+            }
+        }
+    }
+}
+
+/// Reads the executable file mappings of a running process from `/proc/PID/maps`.
+pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
+    let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+            (it.next(), it.next(), it.next(), it.next(), it.next())
+        else {
+            continue;
+        };
+        let path: Vec<&str> = it.collect();
+        let path = path.join(" ");
+        if !perms.contains('x') || !path.starts_with('/') {
+            continue;
+        }
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b), Ok(off)) = (
+            u64::from_str_radix(a, 16),
+            u64::from_str_radix(b, 16),
+            u64::from_str_radix(off, 16),
+        ) else {
+            continue;
+        };
+        v.push((a, b - a, off, path));
+    }
+    v
+}
+
+/// True/false when the program's `main` does/does not set up a frame pointer; `None` when unknown.
+pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
+    use object::ObjectSymbol;
+    let data = std::fs::read(path).ok()?;
+    let f = object::File::parse(&*data).ok()?;
+    let main = f
+        .symbols()
+        .find(|s| s.name() == Ok("main") && s.address() != 0)?;
+    let off = crate::probes::vaddr_to_file_offset(&f, main.address())? as usize;
+    let code = data.get(off..off + 12)?;
+    let code = code
+        .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
+        .unwrap_or(code); // endbr64
+    Some(code.starts_with(&[0x55, 0x48, 0x89, 0xe5]))
+}

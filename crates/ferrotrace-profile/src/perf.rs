@@ -1,0 +1,423 @@
+//! perf_event_open, its ring buffers, and the records that come out of them.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{fence, Ordering};
+
+use perf_event_open_sys as sys;
+use sys::bindings as b;
+
+use crate::ProfileError;
+
+/// Sample layout bits used for every event of a session (they must agree so that one parser reads
+/// every ring, and `PERF_EVENT_IOC_SET_OUTPUT` requires it).
+pub(crate) const SAMPLE_BASE: u64 = (b::PERF_SAMPLE_IDENTIFIER
+    | b::PERF_SAMPLE_IP
+    | b::PERF_SAMPLE_TID
+    | b::PERF_SAMPLE_TIME
+    | b::PERF_SAMPLE_CPU
+    | b::PERF_SAMPLE_CALLCHAIN) as u64;
+/// Extra bits in DWARF mode.
+pub(crate) const SAMPLE_DWARF: u64 = (b::PERF_SAMPLE_REGS_USER | b::PERF_SAMPLE_STACK_USER) as u64;
+/// x86_64 perf register numbers: BP = 6, SP = 7, IP = 8.
+pub(crate) const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
+
+/// What to open.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum EventKind {
+    CpuClock { freq: u32 },
+    Tracepoint { id: u64 },
+}
+
+/// Attribute options shared by the events of a session.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct AttrOptions {
+    pub dwarf: bool,
+    pub stack_size: u32,
+    pub exclude_kernel: bool,
+    pub enable_on_exec: bool,
+    /// This event carries the side-band records (mmap2, comm, task).
+    pub sideband: bool,
+    /// A probe on a function's first instruction: in fp mode also copy the user registers and the top 8
+    /// bytes of the stack, which hold the return address that a frame-pointer walk cannot see there.
+    pub entry_probe: bool,
+}
+
+/// True when samples of an event opened with `o` carry user registers and a stack copy.
+pub(crate) fn has_user_regs(o: &AttrOptions) -> bool {
+    o.dwarf || o.entry_probe
+}
+
+fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
+    // SAFETY: perf_event_attr is plain data; all-zero is its documented default.
+    let mut a: b::perf_event_attr = unsafe { std::mem::zeroed() };
+    a.size = std::mem::size_of::<b::perf_event_attr>() as u32;
+    match kind {
+        EventKind::CpuClock { freq } => {
+            a.type_ = b::PERF_TYPE_SOFTWARE;
+            a.config = b::PERF_COUNT_SW_CPU_CLOCK as u64;
+            a.set_freq(1);
+            a.__bindgen_anon_1.sample_freq = freq as u64;
+        }
+        EventKind::Tracepoint { id } => {
+            a.type_ = b::PERF_TYPE_TRACEPOINT;
+            a.config = id;
+            a.__bindgen_anon_1.sample_period = 1;
+        }
+    }
+    a.sample_type = SAMPLE_BASE;
+    if o.dwarf {
+        a.sample_type |= SAMPLE_DWARF;
+        a.sample_regs_user = REGS_MASK;
+        a.sample_stack_user = o.stack_size;
+        // The kernel's frame-pointer walk of user space is replaced by our DWARF unwinding.
+        a.set_exclude_callchain_user(1);
+    } else if o.entry_probe {
+        a.sample_type |= SAMPLE_DWARF;
+        a.sample_regs_user = REGS_MASK;
+        a.sample_stack_user = 8;
+    }
+    a.set_disabled(1);
+    a.set_inherit(1);
+    a.set_enable_on_exec(if o.enable_on_exec { 1 } else { 0 });
+    a.set_exclude_hv(1);
+    if o.exclude_kernel {
+        a.set_exclude_kernel(1);
+        a.set_exclude_callchain_kernel(1);
+    }
+    a.set_sample_id_all(1);
+    a.set_use_clockid(1);
+    a.clockid = libc::CLOCK_MONOTONIC;
+    if o.sideband {
+        a.set_mmap(1);
+        a.set_mmap2(1);
+        a.set_comm(1);
+        a.set_comm_exec(1);
+        a.set_task(1);
+    }
+    a.set_watermark(1);
+    a.__bindgen_anon_2.wakeup_watermark = 64 * 1024;
+    a
+}
+
+/// One open perf event.
+pub(crate) struct PerfEvent {
+    pub fd: OwnedFd,
+    pub id: u64,
+}
+
+/// Opens one event for `pid` on `cpu`.
+pub(crate) fn open_event(
+    kind: EventKind,
+    o: &AttrOptions,
+    pid: i32,
+    cpu: i32,
+) -> Result<PerfEvent, ProfileError> {
+    let mut a = attr_for(kind, o);
+    // SAFETY: `a` is a valid, fully initialised attribute struct that outlives the call.
+    let fd = unsafe {
+        sys::perf_event_open(
+            &mut a,
+            pid,
+            cpu,
+            -1,
+            b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
+        )
+    };
+    if fd < 0 {
+        let err = io::Error::last_os_error();
+        return Err(match err.raw_os_error() {
+            Some(libc::EACCES) | Some(libc::EPERM) => ProfileError::PerfParanoid {
+                level: paranoid_level(),
+            },
+            Some(libc::ESRCH) => ProfileError::NoSuchProcess(pid as u32),
+            _ => ProfileError::Sys {
+                what: format!("perf_event_open({kind:?}, pid {pid}, cpu {cpu})"),
+                source: err,
+            },
+        });
+    }
+    // SAFETY: fd was just returned by the kernel and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let mut id = 0u64;
+    // SAFETY: valid fd, `id` is a valid out pointer.
+    if unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
+        return Err(ProfileError::sys("PERF_EVENT_IOC_ID"));
+    }
+    Ok(PerfEvent { fd, id })
+}
+
+/// Current `kernel.perf_event_paranoid`.
+pub(crate) fn paranoid_level() -> Option<i32> {
+    std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Sends the output of `ev` into the ring of `leader` (same CPU).
+pub(crate) fn set_output(ev: &PerfEvent, leader: &PerfEvent) -> Result<(), ProfileError> {
+    // SAFETY: both fds are valid perf event fds.
+    if unsafe { sys::ioctls::SET_OUTPUT(ev.fd.as_raw_fd(), leader.fd.as_raw_fd()) } < 0 {
+        return Err(ProfileError::sys("PERF_EVENT_IOC_SET_OUTPUT"));
+    }
+    Ok(())
+}
+
+/// Enables a disabled event.
+pub(crate) fn enable(ev: &PerfEvent) -> Result<(), ProfileError> {
+    // SAFETY: valid perf event fd.
+    if unsafe { sys::ioctls::ENABLE(ev.fd.as_raw_fd(), 0) } < 0 {
+        return Err(ProfileError::sys("PERF_EVENT_IOC_ENABLE"));
+    }
+    Ok(())
+}
+
+/// Disables an event.
+pub(crate) fn disable(ev: &PerfEvent) {
+    // SAFETY: valid perf event fd; failure only means it is already gone.
+    unsafe { sys::ioctls::DISABLE(ev.fd.as_raw_fd(), 0) };
+}
+
+/// The CPUs that are online, from `/sys/devices/system/cpu/online` (`0-3,5`).
+pub(crate) fn online_cpus() -> Vec<i32> {
+    let parsed = std::fs::read_to_string("/sys/devices/system/cpu/online")
+        .ok()
+        .and_then(|s| {
+            let mut v = Vec::new();
+            for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+                match part.split_once('-') {
+                    Some((a, b)) => v.extend(a.parse::<i32>().ok()?..=b.parse::<i32>().ok()?),
+                    None => v.push(part.parse().ok()?),
+                }
+            }
+            Some(v)
+        });
+    match parsed {
+        Some(v) if !v.is_empty() => v,
+        _ => {
+            // SAFETY: sysconf has no preconditions.
+            let n = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1);
+            (0..n as i32).collect()
+        }
+    }
+}
+
+/// A mapped perf ring buffer (one metadata page + 2^n data pages).
+pub(crate) struct Ring {
+    /// The event fd the ring belongs to (for poll).
+    pub fd: std::os::fd::RawFd,
+    base: *mut u8,
+    len: usize,
+    data_off: usize,
+    data_size: usize,
+    scratch: Vec<u8>,
+}
+
+// SAFETY: the mapping is owned by the Ring and only accessed through &mut self.
+unsafe impl Send for Ring {}
+
+impl Ring {
+    /// Maps `pages` data pages (a power of two) of `ev`'s ring.
+    pub fn map(ev: &PerfEvent, pages: usize) -> Result<Ring, ProfileError> {
+        let page = 4096usize;
+        let len = (pages + 1) * page;
+        // SAFETY: mapping a perf fd with the documented layout; the result is checked.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                ev.fd.as_raw_fd(),
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(ProfileError::sys(format!(
+                "mmap of a {} KiB perf ring",
+                len / 1024
+            )));
+        }
+        let base = p as *mut u8;
+        // SAFETY: the first page is the perf_event_mmap_page.
+        let meta = unsafe { &*(base as *const b::perf_event_mmap_page) };
+        let (data_off, data_size) = if meta.data_size != 0 {
+            (meta.data_offset as usize, meta.data_size as usize)
+        } else {
+            (page, pages * page)
+        };
+        Ok(Ring {
+            fd: ev.fd.as_raw_fd(),
+            base,
+            len,
+            data_off,
+            data_size,
+            scratch: Vec::new(),
+        })
+    }
+
+    fn meta(&self) -> *mut b::perf_event_mmap_page {
+        self.base as *mut b::perf_event_mmap_page
+    }
+
+    /// Calls `f` with every complete record now in the ring, then frees their space.
+    pub fn drain(&mut self, mut f: impl FnMut(&[u8])) {
+        let meta = self.meta();
+        // SAFETY: the metadata page stays mapped; head is written by the kernel, read with acquire order.
+        let head = unsafe { std::ptr::read_volatile(&(*meta).data_head) };
+        fence(Ordering::Acquire);
+        // SAFETY: as above; tail is ours.
+        let mut tail = unsafe { std::ptr::read_volatile(&(*meta).data_tail) };
+        let data = self.base.wrapping_add(self.data_off);
+        let size = self.data_size as u64;
+        while tail + 8 <= head {
+            let off = (tail % size) as usize;
+            let mut hdr = [0u8; 8];
+            for (i, h) in hdr.iter_mut().enumerate() {
+                // SAFETY: off + i wraps inside the data area.
+                *h = unsafe { *data.add((off + i) % self.data_size) };
+            }
+            let rsize = u16::from_le_bytes([hdr[6], hdr[7]]) as usize;
+            if rsize < 8 || tail + rsize as u64 > head {
+                break;
+            }
+            if off + rsize <= self.data_size {
+                // SAFETY: the record lies wholly inside the data area.
+                let rec = unsafe { std::slice::from_raw_parts(data.add(off), rsize) };
+                f(rec);
+            } else {
+                self.scratch.clear();
+                let first = self.data_size - off;
+                // SAFETY: two in-bounds pieces of the data area.
+                unsafe {
+                    self.scratch
+                        .extend_from_slice(std::slice::from_raw_parts(data.add(off), first));
+                    self.scratch
+                        .extend_from_slice(std::slice::from_raw_parts(data, rsize - first));
+                }
+                f(&self.scratch);
+            }
+            tail += rsize as u64;
+        }
+        fence(Ordering::Release);
+        // SAFETY: publishing the new tail to the kernel.
+        unsafe { std::ptr::write_volatile(&mut (*meta).data_tail, tail) };
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `map` mapped.
+        unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+    }
+}
+
+/// A little-endian cursor over one record.
+pub(crate) struct Cur<'a> {
+    b: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Cur<'a> {
+    pub fn new(b: &'a [u8]) -> Cur<'a> {
+        Cur { b, pos: 0 }
+    }
+    pub fn u64(&mut self) -> Option<u64> {
+        let s = self.b.get(self.pos..self.pos + 8)?;
+        self.pos += 8;
+        Some(u64::from_le_bytes(s.try_into().ok()?))
+    }
+    pub fn u32(&mut self) -> Option<u32> {
+        let s = self.b.get(self.pos..self.pos + 4)?;
+        self.pos += 4;
+        Some(u32::from_le_bytes(s.try_into().ok()?))
+    }
+    pub fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+        let s = self.b.get(self.pos..self.pos.checked_add(n)?)?;
+        self.pos += n;
+        Some(s)
+    }
+    pub fn cstr(&mut self) -> Option<&'a [u8]> {
+        let rest = self.b.get(self.pos..)?;
+        let end = rest.iter().position(|&c| c == 0).unwrap_or(rest.len());
+        Some(&rest[..end])
+    }
+}
+
+/// A decoded `PERF_RECORD_SAMPLE` (borrowing the ring's bytes).
+pub(crate) struct RawSample<'a> {
+    pub ip: u64,
+    pub pid: u32,
+    pub tid: u32,
+    pub time: u64,
+    pub callchain: &'a [u8],
+    /// (ip, sp, bp) when user registers were captured.
+    pub user_regs: Option<(u64, u64, u64)>,
+    /// Start of the copied user stack and its valid part.
+    pub stack: &'a [u8],
+}
+
+impl RawSample<'_> {
+    pub fn callchain(&self) -> impl Iterator<Item = u64> + '_ {
+        self.callchain
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+    }
+}
+
+/// Parses a sample body (after the 8-byte header) with the session's layout.
+pub(crate) fn parse_sample(body: &[u8], user_regs_and_stack: bool) -> Option<RawSample<'_>> {
+    let mut c = Cur::new(body);
+    let _id = c.u64()?;
+    let ip = c.u64()?;
+    let pid = c.u32()?;
+    let tid = c.u32()?;
+    let time = c.u64()?;
+    let _cpu = c.u64()?;
+    let nr = c.u64()? as usize;
+    let callchain = c.bytes(nr.checked_mul(8)?)?;
+    let mut user_regs = None;
+    let mut stack: &[u8] = &[];
+    if user_regs_and_stack {
+        let abi = c.u64()?;
+        if abi != 0 {
+            let bp = c.u64()?;
+            let sp = c.u64()?;
+            let uip = c.u64()?;
+            user_regs = Some((uip, sp, bp));
+        }
+        let size = c.u64()? as usize;
+        if size != 0 {
+            let data = c.bytes(size)?;
+            let dyn_size = (c.u64()? as usize).min(size);
+            stack = &data[..dyn_size];
+        }
+    }
+    Some(RawSample {
+        ip,
+        pid,
+        tid,
+        time,
+        callchain,
+        user_regs,
+        stack,
+    })
+}
+
+/// Record types we handle.
+pub(crate) mod rt {
+    use super::b;
+    pub const MMAP: u32 = b::PERF_RECORD_MMAP;
+    pub const LOST: u32 = b::PERF_RECORD_LOST;
+    pub const COMM: u32 = b::PERF_RECORD_COMM;
+    pub const FORK: u32 = b::PERF_RECORD_FORK;
+    pub const SAMPLE: u32 = b::PERF_RECORD_SAMPLE;
+    pub const MMAP2: u32 = b::PERF_RECORD_MMAP2;
+    pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
+    pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
+    pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
+    pub const CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
+    pub const CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;
+}

@@ -1,0 +1,973 @@
+//! The recording session: start or attach to the target, open the events, drain the rings, unwind,
+//! intern stacks, stream samples to the trace file, and symbolize at the end.
+
+use std::collections::HashMap;
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
+use ferrotrace_core::format::ChunkKind;
+use framehop::x86_64::CacheX86_64;
+
+use crate::cli_args::{CallGraph, EventSpec};
+use crate::file::{self, EventInfo, EventType, SampleWriter};
+use crate::modules::{self, ModuleTable, Space, KERNEL_MODULE};
+use crate::perf::{self, rt, AttrOptions, PerfEvent, Ring};
+use crate::probes::{self, UprobeSet};
+use crate::symbolize::Symbolizer;
+use crate::{ProfileConfig, ProfileError, ProfileSummary, Target};
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_signal(_: libc::c_int) {
+    STOP.store(true, Ordering::SeqCst);
+}
+
+/// Installs SIGINT/SIGTERM handlers that only set a flag; restores the old ones on drop.
+struct SignalGuard {
+    old: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl SignalGuard {
+    fn install() -> SignalGuard {
+        STOP.store(false, Ordering::SeqCst);
+        let mut old = Vec::new();
+        for sig in [libc::SIGINT, libc::SIGTERM] {
+            // SAFETY: plain sigaction with a handler that only stores to an atomic.
+            unsafe {
+                let mut sa: libc::sigaction = std::mem::zeroed();
+                sa.sa_sigaction = on_signal as *const () as usize;
+                libc::sigemptyset(&mut sa.sa_mask);
+                let mut prev: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, &sa, &mut prev) == 0 {
+                    old.push((sig, prev));
+                }
+            }
+        }
+        SignalGuard { old }
+    }
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (sig, prev) in &self.old {
+            // SAFETY: restoring the previous disposition.
+            unsafe { libc::sigaction(*sig, prev, std::ptr::null_mut()) };
+        }
+    }
+}
+
+/// A child forked and blocked before `execvp` until released.
+struct BlockedChild {
+    pid: i32,
+    go: Option<OwnedFd>,
+    exec_err: OwnedFd,
+    reaped: Option<i32>,
+}
+
+fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), ProfileError> {
+    let mut fds = [0; 2];
+    // SAFETY: fds is a valid 2-element array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(ProfileError::sys("pipe2"));
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl BlockedChild {
+    fn spawn(argv: &[OsString]) -> Result<BlockedChild, ProfileError> {
+        let program = argv
+            .first()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let cargs: Vec<CString> = argv
+            .iter()
+            .map(|a| CString::new(a.as_bytes()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| ProfileError::BadArgument("an argument contains a NUL byte".into()))?;
+        if cargs.is_empty() {
+            return Err(ProfileError::BadArgument("no program given".into()));
+        }
+        let mut ptrs: Vec<*const libc::c_char> = cargs.iter().map(|c| c.as_ptr()).collect();
+        ptrs.push(std::ptr::null());
+        let (go_r, go_w) = pipe_cloexec()?;
+        let (err_r, err_w) = pipe_cloexec()?;
+        // SAFETY: after fork the child only calls async-signal-safe functions (read, execvp, write,
+        // _exit) on memory prepared before the fork.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(ProfileError::Spawn {
+                program,
+                source: std::io::Error::last_os_error(),
+            });
+        }
+        if pid == 0 {
+            unsafe {
+                let mut b = 0u8;
+                libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1);
+                libc::execvp(ptrs[0], ptrs.as_ptr());
+                let e = *libc::__errno_location();
+                let eb = e.to_le_bytes();
+                libc::write(err_w.as_raw_fd(), eb.as_ptr() as *const libc::c_void, 4);
+                libc::_exit(127);
+            }
+        }
+        drop(go_r);
+        drop(err_w);
+        Ok(BlockedChild {
+            pid,
+            go: Some(go_w),
+            exec_err: err_r,
+            reaped: None,
+        })
+    }
+
+    /// Lets the child exec; reports an exec failure.
+    fn release(&mut self, program: &str) -> Result<(), ProfileError> {
+        if let Some(go) = self.go.take() {
+            let b = 1u8;
+            // SAFETY: writing one byte to our pipe.
+            unsafe { libc::write(go.as_raw_fd(), &b as *const u8 as *const libc::c_void, 1) };
+        }
+        let mut eb = [0u8; 4];
+        // SAFETY: reading up to 4 bytes into eb; EOF means exec succeeded (CLOEXEC closed the pipe).
+        let n = unsafe {
+            libc::read(
+                self.exec_err.as_raw_fd(),
+                eb.as_mut_ptr() as *mut libc::c_void,
+                4,
+            )
+        };
+        if n == 4 {
+            let errno = i32::from_le_bytes(eb);
+            self.wait(true);
+            return Err(ProfileError::Spawn {
+                program: program.into(),
+                source: std::io::Error::from_raw_os_error(errno),
+            });
+        }
+        Ok(())
+    }
+
+    /// Reaps the child; returns its exit code (128+signal for a signal) once it has exited.
+    fn wait(&mut self, block: bool) -> Option<i32> {
+        if self.reaped.is_some() {
+            return self.reaped;
+        }
+        let mut status = 0;
+        // SAFETY: waiting for our own child.
+        let r =
+            unsafe { libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG }) };
+        if r == self.pid {
+            let code = if libc::WIFEXITED(status) {
+                libc::WEXITSTATUS(status)
+            } else if libc::WIFSIGNALED(status) {
+                128 + libc::WTERMSIG(status)
+            } else {
+                return None;
+            };
+            self.reaped = Some(code);
+        } else if r < 0 {
+            self.reaped = Some(-1);
+        }
+        self.reaped
+    }
+
+    fn kill(&mut self, sig: i32) {
+        if self.reaped.is_none() {
+            // SAFETY: signalling our own, not yet reaped child.
+            unsafe { libc::kill(self.pid, sig) };
+        }
+    }
+}
+
+impl Drop for BlockedChild {
+    fn drop(&mut self) {
+        if self.reaped.is_none() {
+            if self.go.is_some() {
+                self.kill(libc::SIGKILL);
+            }
+            self.wait(true);
+        }
+    }
+}
+
+fn find_in_path(program: &Path) -> Option<PathBuf> {
+    if program.components().count() > 1 || program.is_absolute() {
+        return Some(program.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: valid out pointer.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Interning state built while recording.
+struct State {
+    dwarf: bool,
+    modules: ModuleTable,
+    spaces: HashMap<u32, Space>,
+    caches: HashMap<u32, CacheX86_64>,
+    threads: HashMap<u32, (u32, String)>,
+    /// (module, address) → address id.
+    addr_ids: HashMap<(u32, u64), u32>,
+    addrs: Vec<(u32, u64)>,
+    /// (parent + 1, address id) → stack id.
+    stack_ids: HashMap<(u32, u32), u32>,
+    stacks: Vec<(u32, u32)>,
+    id_to_event: HashMap<u64, u32>,
+    /// Per event: its samples carry user registers and a stack copy.
+    event_regs: Vec<bool>,
+    samples: u64,
+    lost: u64,
+    unwind_errors: u64,
+    scratch: Vec<u64>,
+    write_error: Option<std::io::Error>,
+}
+
+impl State {
+    fn space(&mut self, pid: u32) -> &mut Space {
+        let dwarf = self.dwarf;
+        let modules = &mut self.modules;
+        self.spaces.entry(pid).or_insert_with(|| {
+            // Unknown process (raced its fork record, or attached): read its maps while it runs.
+            let mut s = Space::new(dwarf);
+            for (start, len, off, path) in modules::proc_maps(pid) {
+                s.add_mapping(modules, start, len, off, &path);
+            }
+            s
+        })
+    }
+
+    fn intern_addr(&mut self, module: u32, addr: u64) -> u32 {
+        let next = self.addrs.len() as u32;
+        let id = *self.addr_ids.entry((module, addr)).or_insert(next);
+        if id == next {
+            self.addrs.push((module, addr));
+        }
+        id
+    }
+
+    fn handle(&mut self, rec: &[u8], out: &mut SampleWriter) {
+        let ty = u32::from_le_bytes([rec[0], rec[1], rec[2], rec[3]]);
+        let misc = u16::from_le_bytes([rec[4], rec[5]]);
+        let body = &rec[8..];
+        let mut c = perf::Cur::new(body);
+        match ty {
+            rt::SAMPLE => self.sample(body, out),
+            rt::MMAP2 => {
+                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
+                    (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
+                else {
+                    return;
+                };
+                let _ = c.bytes(24);
+                let (Some(prot), Some(_flags)) = (c.u32(), c.u32()) else {
+                    return;
+                };
+                let Some(name) = c.cstr() else { return };
+                if prot & libc::PROT_EXEC as u32 == 0 || !name.starts_with(b"/") {
+                    return;
+                }
+                let name = String::from_utf8_lossy(name).into_owned();
+                let space = self.space(pid) as *mut Space;
+                // SAFETY: `space` points into self.spaces, which add_mapping does not touch.
+                unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
+            }
+            rt::MMAP => {
+                let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
+                    (c.u32(), c.u32(), c.u64(), c.u64(), c.u64())
+                else {
+                    return;
+                };
+                let Some(name) = c.cstr() else { return };
+                if !name.starts_with(b"/") || misc & 0x2000 != 0 {
+                    return;
+                }
+                let name = String::from_utf8_lossy(name).into_owned();
+                let space = self.space(pid) as *mut Space;
+                // SAFETY: as above.
+                unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
+            }
+            rt::COMM => {
+                let (Some(pid), Some(tid)) = (c.u32(), c.u32()) else {
+                    return;
+                };
+                let name = String::from_utf8_lossy(c.cstr().unwrap_or(b"")).into_owned();
+                if misc & rt::MISC_COMM_EXEC != 0 && pid == tid {
+                    // exec: a new address space; its mappings follow as MMAP2 records.
+                    self.spaces.insert(pid, Space::new(self.dwarf));
+                    self.caches.remove(&pid);
+                }
+                self.threads.insert(tid, (pid, name));
+            }
+            rt::FORK => {
+                let (Some(pid), Some(ppid), Some(tid), Some(_ptid)) =
+                    (c.u32(), c.u32(), c.u32(), c.u32())
+                else {
+                    return;
+                };
+                if pid != ppid && !self.spaces.contains_key(&pid) {
+                    let copy = self
+                        .spaces
+                        .get(&ppid)
+                        .cloned()
+                        .unwrap_or_else(|| Space::new(self.dwarf));
+                    self.spaces.insert(pid, copy);
+                }
+                let name = self
+                    .threads
+                    .get(&_ptid)
+                    .map(|t| t.1.clone())
+                    .unwrap_or_default();
+                self.threads.entry(tid).or_insert((pid, name));
+            }
+            rt::LOST => {
+                let (Some(_id), Some(n)) = (c.u64(), c.u64()) else {
+                    return;
+                };
+                self.lost += n;
+            }
+            rt::LOST_SAMPLES => {
+                if let Some(n) = c.u64() {
+                    self.lost += n;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn sample(&mut self, body: &[u8], out: &mut SampleWriter) {
+        let Some(id) = body
+            .get(..8)
+            .map(|b| u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+        else {
+            return;
+        };
+        let event = self.id_to_event.get(&id).copied().unwrap_or(0);
+        let regs = self
+            .event_regs
+            .get(event as usize)
+            .copied()
+            .unwrap_or(self.dwarf);
+        let Some(s) = perf::parse_sample(body, regs) else {
+            return;
+        };
+        let mut frames = std::mem::take(&mut self.scratch);
+        frames.clear();
+        // Kernel part and (fp mode) user part of the callchain, leaf first. Each context's first entry is
+        // the exact ip; the later ones are return addresses: look them up one byte earlier.
+        let mut ctx = rt::CONTEXT_KERNEL;
+        let mut first_in_ctx = true;
+        let mut kernel_frames = 0usize;
+        for ip in s.callchain() {
+            if ip >= rt::CONTEXT_MAX {
+                ctx = ip;
+                first_in_ctx = true;
+                continue;
+            }
+            let a = if first_in_ctx { ip } else { ip.wrapping_sub(1) };
+            first_in_ctx = false;
+            if ctx != rt::CONTEXT_USER {
+                kernel_frames += 1;
+            }
+            frames.push(a);
+        }
+        if frames.is_empty() && s.callchain.is_empty() && (!self.dwarf || s.user_regs.is_none()) {
+            frames.push(s.ip);
+        }
+        let mut ok = true;
+        if self.dwarf {
+            if let Some(regs) = s.user_regs {
+                let pid = s.pid;
+                let space = self.space(pid) as *const Space;
+                let cache = self.caches.entry(pid).or_default();
+                let before = frames.len();
+                // SAFETY: `space` points into self.spaces, untouched while unwinding.
+                ok = unsafe { (*space).unwind(cache, regs, s.stack, &mut frames) };
+                // A return address outside every mapped object is garbage (a mis-unwind): stop there.
+                // SAFETY: as above, read-only.
+                let bad = (before + 1..frames.len())
+                    .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
+                if let Some(i) = bad {
+                    frames.truncate(i);
+                    ok = false;
+                }
+            }
+        } else {
+            if let (Some(_), Some(top)) = (s.user_regs, s.stack.get(..8)) {
+                // Entry probe: the caller's return address is at [sp]; the frame-pointer walk (starting
+                // at the caller's rbp) skips it. Newer kernels add it themselves for `push rbp` entries.
+                let ret = u64::from_le_bytes([
+                    top[0], top[1], top[2], top[3], top[4], top[5], top[6], top[7],
+                ]);
+                let at = kernel_frames + 1;
+                if ret != 0 && frames.len() >= at && frames.get(at) != Some(&(ret - 1)) {
+                    frames.insert(at, ret - 1);
+                }
+            }
+            if frames.len() == kernel_frames + 1 {
+                // A user stack of one frame: no frame pointers to walk.
+                ok = false;
+            }
+        }
+        if !ok {
+            self.unwind_errors += 1;
+        }
+        // Intern outermost first.
+        let mut parent = 0u32;
+        let space_pid = s.pid;
+        for i in (0..frames.len()).rev() {
+            let a = frames[i];
+            let (module, rel) = if a >= 0xffff_8000_0000_0000 {
+                (KERNEL_MODULE, a)
+            } else {
+                match self.space(space_pid).resolve(a) {
+                    Some(x) => x,
+                    None => (0, a),
+                }
+            };
+            let aid = self.intern_addr(module, rel);
+            let next = self.stacks.len() as u32;
+            let id = *self.stack_ids.entry((parent, aid)).or_insert(next);
+            if id == next {
+                self.stacks.push((parent, aid));
+            }
+            parent = id + 1;
+        }
+        self.scratch = frames;
+        self.threads
+            .entry(s.tid)
+            .or_insert_with(|| (s.pid, String::new()));
+        self.samples += 1;
+        let stack = parent.checked_sub(1);
+        if let Err(e) = out.sample(s.time, s.tid, event, stack) {
+            self.write_error.get_or_insert(e);
+        }
+    }
+}
+
+/// Runs a whole profiling session.
+pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
+    if cfg.events.is_empty() {
+        return Err(ProfileError::BadArgument("no events to record".into()));
+    }
+    if cfg.frequency == 0 {
+        return Err(ProfileError::BadArgument(
+            "the sampling frequency must be at least 1 Hz".into(),
+        ));
+    }
+    if cfg.stack_size == 0 || cfg.stack_size > 65528 || !cfg.stack_size.is_multiple_of(8) {
+        return Err(ProfileError::BadArgument(
+            "the DWARF stack copy size must be a multiple of 8 up to 65528".into(),
+        ));
+    }
+    let dwarf = cfg.call_graph == CallGraph::Dwarf;
+    let started = Instant::now();
+
+    // The program, for the frame-pointer check.
+    let exe: Option<PathBuf> = match &cfg.target {
+        Target::Command(argv) => {
+            let p = argv
+                .first()
+                .ok_or_else(|| ProfileError::BadArgument("no program given".into()))?;
+            let found = find_in_path(Path::new(p));
+            if found.as_ref().is_none_or(|f| !f.exists()) {
+                return Err(ProfileError::Spawn {
+                    program: p.to_string_lossy().into_owned(),
+                    source: std::io::Error::from(std::io::ErrorKind::NotFound),
+                });
+            }
+            found
+        }
+        Target::Pid(pid) => {
+            if !Path::new(&format!("/proc/{pid}")).exists() {
+                return Err(ProfileError::NoSuchProcess(*pid));
+            }
+            std::fs::read_link(format!("/proc/{pid}/exe")).ok()
+        }
+    };
+    if !dwarf && !cfg.allow_missing_frame_pointers {
+        if let Some(exe) = &exe {
+            if modules::main_has_frame_pointer(exe) == Some(false) {
+                return Err(ProfileError::NoFramePointers(exe.clone()));
+            }
+        }
+    }
+
+    // Events: tracefs probes first (their errors are the likeliest).
+    let mut uprobes: Option<UprobeSet> = None;
+    let mut kinds = Vec::new();
+    let mut infos = Vec::new();
+    let needs_tracefs = cfg
+        .events
+        .iter()
+        .any(|e| !matches!(e, EventSpec::CpuClock(_)));
+    let tracefs = if needs_tracefs {
+        Some(probes::ensure_tracefs()?)
+    } else {
+        None
+    };
+    for e in &cfg.events {
+        let (kind, ty) = match e {
+            EventSpec::CpuClock(hz) => (
+                perf::EventKind::CpuClock {
+                    freq: hz.unwrap_or(cfg.frequency),
+                },
+                EventType::CpuClock,
+            ),
+            EventSpec::Tracepoint { category, name } => {
+                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
+                (
+                    perf::EventKind::Tracepoint {
+                        id: probes::tracepoint_id(tf, category, name)?,
+                    },
+                    EventType::Tracepoint,
+                )
+            }
+            EventSpec::Uprobe { path, symbol } => {
+                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
+                let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
+                (
+                    perf::EventKind::Tracepoint {
+                        id: set.add(path, symbol)?,
+                    },
+                    EventType::Uprobe,
+                )
+            }
+        };
+        kinds.push(kind);
+        infos.push(EventInfo {
+            kind: ty,
+            name: e.spelling(),
+        });
+    }
+
+    let _signals = cfg.handle_signals.then(SignalGuard::install);
+    let mut out = SampleWriter::create(&cfg.output)?;
+    let io_err = |e: std::io::Error| ProfileError::io(&cfg.output, e);
+
+    // Start or find the target.
+    let mut child = None;
+    let (root_pid, tids): (u32, Vec<u32>) = match &cfg.target {
+        Target::Command(argv) => {
+            let c = BlockedChild::spawn(argv)?;
+            let pid = c.pid as u32;
+            child = Some(c);
+            (pid, vec![pid])
+        }
+        Target::Pid(pid) => {
+            let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+                .map_err(|_| ProfileError::NoSuchProcess(*pid))?
+                .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+                .collect();
+            tids.sort_unstable();
+            (*pid, tids)
+        }
+    };
+
+    let cpus = perf::online_cpus();
+    let mut events: Vec<PerfEvent> = Vec::new();
+    let mut rings: Vec<Ring> = Vec::new();
+    let mut id_to_event = HashMap::new();
+    // Rings per CPU, largest first (an unprivileged user is limited by kernel.perf_event_mlock_kb).
+    let ring_pages: &[usize] = if dwarf {
+        &[2048, 512, 128, 16]
+    } else {
+        &[128, 64, 16]
+    };
+    let mut exclude_kernel = false;
+    let open_all = |exclude_kernel: bool,
+                    events: &mut Vec<PerfEvent>,
+                    rings: &mut Vec<Ring>,
+                    id_to_event: &mut HashMap<u64, u32>|
+     -> Result<(), ProfileError> {
+        let mut leaders: Vec<Option<usize>> = vec![None; cpus.len()];
+        for (ti, &tid) in tids.iter().enumerate() {
+            for (ci, &cpu) in cpus.iter().enumerate() {
+                for (ei, kind) in kinds.iter().enumerate() {
+                    let o = AttrOptions {
+                        dwarf,
+                        stack_size: cfg.stack_size,
+                        exclude_kernel,
+                        enable_on_exec: child.is_some(),
+                        sideband: ti == 0 && ei == 0,
+                        entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
+                    };
+                    let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
+                    id_to_event.insert(ev.id, ei as u32);
+                    match leaders[ci] {
+                        None => {
+                            let mut ring = Err(ProfileError::BadArgument("no ring size".into()));
+                            for &pages in ring_pages {
+                                ring = Ring::map(&ev, pages);
+                                if ring.is_ok() {
+                                    break;
+                                }
+                            }
+                            let ring = ring?;
+                            rings.push(ring);
+                            leaders[ci] = Some(events.len());
+                        }
+                        Some(l) => perf::set_output(&ev, &events[l])?,
+                    }
+                    events.push(ev);
+                }
+            }
+        }
+        Ok(())
+    };
+    if let Err(e) = open_all(false, &mut events, &mut rings, &mut id_to_event) {
+        // Not root: retry without kernel frames (paranoid 1 and 2 allow user-space profiling).
+        if matches!(e, ProfileError::PerfParanoid { .. }) {
+            events.clear();
+            rings.clear();
+            id_to_event.clear();
+            exclude_kernel = true;
+            open_all(true, &mut events, &mut rings, &mut id_to_event)?;
+        } else {
+            return Err(e);
+        }
+    }
+
+    let start_mono = clock_ns(libc::CLOCK_MONOTONIC);
+    let start_real = clock_ns(libc::CLOCK_REALTIME);
+    // Session chunk (kind 1), then the Samples header.
+    let mut p = Vec::new();
+    let _ = put_varint(&mut p, root_pid as u64);
+    let _ = put_varint(&mut p, std::process::id() as u64);
+    let _ = put_str(
+        &mut p,
+        &exe.as_ref()
+            .map(|e| e.display().to_string())
+            .unwrap_or_default(),
+    );
+    let cmdline: Vec<u8> = match &cfg.target {
+        Target::Command(argv) => argv
+            .iter()
+            .map(|a| a.as_bytes())
+            .collect::<Vec<_>>()
+            .join(&0u8),
+        Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+    };
+    let _ = put_bytes(&mut p, &cmdline);
+    let _ = put_varint(&mut p, start_real);
+    let _ = put_str(&mut p, env!("CARGO_PKG_VERSION"));
+    let _ = put_varint(&mut p, 1); // drop mode: the kernel drops samples when a ring is full
+    let _ = put_varint(&mut p, 0);
+    out.chunk(ChunkKind::Session, &p).map_err(io_err)?;
+    let header = file::header_section(
+        root_pid,
+        cfg.call_graph,
+        cfg.frequency,
+        start_mono,
+        start_real,
+        &infos,
+    );
+    out.chunk(ChunkKind::Samples, &header).map_err(io_err)?;
+
+    let mut st = State {
+        dwarf,
+        modules: ModuleTable::new(),
+        spaces: HashMap::new(),
+        caches: HashMap::new(),
+        threads: HashMap::new(),
+        addr_ids: HashMap::new(),
+        addrs: Vec::new(),
+        stack_ids: HashMap::new(),
+        stacks: Vec::new(),
+        id_to_event,
+        event_regs: cfg
+            .events
+            .iter()
+            .map(|e| {
+                perf::has_user_regs(&AttrOptions {
+                    dwarf,
+                    stack_size: 0,
+                    exclude_kernel,
+                    enable_on_exec: false,
+                    sideband: false,
+                    entry_probe: matches!(e, EventSpec::Uprobe { .. }),
+                })
+            })
+            .collect(),
+        samples: 0,
+        lost: 0,
+        unwind_errors: 0,
+        scratch: Vec::new(),
+        write_error: None,
+    };
+
+    match &mut child {
+        Some(c) => {
+            let program = match &cfg.target {
+                Target::Command(a) => a[0].to_string_lossy().into_owned(),
+                Target::Pid(_) => String::new(),
+            };
+            c.release(&program)?;
+        }
+        None => {
+            // Attached: take the maps and thread names now (perf only reports later changes), then enable.
+            st.space(root_pid);
+            for &tid in &tids {
+                let name = std::fs::read_to_string(format!("/proc/{root_pid}/task/{tid}/comm"))
+                    .unwrap_or_default();
+                st.threads.insert(tid, (root_pid, name.trim().to_string()));
+            }
+            for ev in &events {
+                perf::enable(ev)?;
+            }
+        }
+    }
+
+    // The loop.
+    let deadline = cfg.duration.map(|d| Instant::now() + d);
+    let mut stop_requested_at: Option<Instant> = None;
+    let mut exit_code = None;
+    let mut pollfds: Vec<libc::pollfd> = Vec::new();
+    let poll_ms = if dwarf { 10 } else { 50 };
+    loop {
+        pollfds.clear();
+        // Poll the ring leaders (the event each ring was mapped from).
+        for r in &rings {
+            pollfds.push(libc::pollfd {
+                fd: r.fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        // SAFETY: pollfds is a valid array of pollfd.
+        unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, poll_ms) };
+        for r in rings.iter_mut() {
+            r.drain(|rec| st.handle(rec, &mut out));
+        }
+        let now = Instant::now();
+        if let Some(c) = &mut child {
+            if let Some(code) = c.wait(false) {
+                exit_code = Some(code);
+                break;
+            }
+        } else if !Path::new(&format!("/proc/{root_pid}")).exists() {
+            break;
+        }
+        if deadline.is_some_and(|d| now >= d) {
+            break;
+        }
+        if STOP.load(Ordering::SeqCst) {
+            match (&mut child, stop_requested_at) {
+                (Some(c), None) => {
+                    // The terminal sent SIGINT to the program too; make sure, and give it time to exit.
+                    c.kill(libc::SIGINT);
+                    stop_requested_at = Some(now);
+                }
+                (Some(_), Some(t)) if now.duration_since(t) < Duration::from_secs(2) => {}
+                _ => break,
+            }
+        }
+    }
+    for ev in &events {
+        perf::disable(ev);
+    }
+    for r in rings.iter_mut() {
+        r.drain(|rec| st.handle(rec, &mut out));
+    }
+    drop(rings);
+    drop(events);
+    // Probes can only be removed once no event uses them.
+    drop(uprobes);
+    if let Some(mut c) = child.take() {
+        if c.reaped.is_none() {
+            // Duration over or Ctrl-C: the program is ours, end it.
+            c.kill(libc::SIGTERM);
+            let t = Instant::now();
+            while c.wait(false).is_none() && t.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            c.kill(libc::SIGKILL);
+        }
+        if exit_code.is_none() {
+            exit_code = c.wait(true);
+        }
+    }
+    let end_mono = clock_ns(libc::CLOCK_MONOTONIC);
+    out.flush_samples().map_err(io_err)?;
+    if let Some(e) = st.write_error.take() {
+        return Err(io_err(e));
+    }
+    let recorded = started.elapsed();
+
+    // Symbolize and write the tables.
+    let sym_start = Instant::now();
+    write_tables(&mut st, &mut out).map_err(io_err)?;
+    let mut p = Vec::new();
+    let _ = put_varint(&mut p, file::SEC_SUMMARY);
+    let _ = put_varint(&mut p, st.samples);
+    let _ = put_varint(&mut p, st.lost);
+    let _ = put_varint(&mut p, st.unwind_errors);
+    let _ = put_varint(&mut p, exit_code.map(|c| c as u64 + 1).unwrap_or(0));
+    let _ = put_varint(&mut p, end_mono);
+    out.chunk(ChunkKind::Samples, &p).map_err(io_err)?;
+    out.w.flush().map_err(io_err)?;
+    let mut warnings = Vec::new();
+    if st.lost > 0 {
+        warnings.push(format!(
+            "{} samples lost (the profiler could not keep up): lower the frequency with -F, or use --call-graph fp",
+            st.lost
+        ));
+    }
+    if exclude_kernel {
+        warnings.push(
+            "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
+        );
+    }
+    if !dwarf && st.samples > 20 && st.unwind_errors * 2 > st.samples {
+        warnings.push(format!(
+            "{} of {} stacks ended after one user frame: the program may lack frame pointers; try --call-graph dwarf",
+            st.unwind_errors, st.samples
+        ));
+    }
+    Ok(ProfileSummary {
+        output: cfg.output.clone(),
+        pid: root_pid,
+        samples: st.samples,
+        lost: st.lost,
+        unwind_errors: st.unwind_errors,
+        threads: st.threads.len(),
+        bytes_written: out.w.bytes_written(),
+        exit_code,
+        recording_time: recorded,
+        symbolization_time: sym_start.elapsed(),
+        warnings,
+    })
+}
+
+fn write_tables(st: &mut State, out: &mut SampleWriter) -> std::io::Result<()> {
+    // Threads.
+    let mut p = Vec::new();
+    let _ = put_varint(&mut p, file::SEC_THREADS);
+    let mut threads: Vec<_> = st.threads.iter().collect();
+    threads.sort_by_key(|(t, _)| **t);
+    let _ = put_varint(&mut p, threads.len() as u64);
+    for (tid, (pid, name)) in threads {
+        let _ = put_varint(&mut p, *tid as u64);
+        let _ = put_varint(&mut p, *pid as u64);
+        let _ = put_str(&mut p, name);
+    }
+    out.chunk(ChunkKind::Samples, &p)?;
+
+    // Modules (kind 3) that addresses use.
+    let mut used = vec![false; st.modules.files.len() + 1];
+    for &(m, _) in &st.addrs {
+        if let Some(u) = used.get_mut(m as usize) {
+            *u = true;
+        }
+    }
+    for (id, u) in used.iter().enumerate() {
+        if !*u || id == 0 {
+            continue;
+        }
+        let Some(m) = st.modules.get(id as u32) else {
+            continue;
+        };
+        let mut p = Vec::new();
+        let _ = put_varint(&mut p, id as u64);
+        let _ = put_varint(&mut p, 0);
+        let _ = put_varint(&mut p, 0);
+        let _ = put_str(&mut p, &m.path);
+        let _ = put_bytes(&mut p, &m.build_id);
+        out.chunk(ChunkKind::Module, &p)?;
+    }
+
+    // Symbolize every address; intern frames.
+    let mut sym = Symbolizer::new();
+    let mut frame_ids: HashMap<(String, String, u32, u32, u8), u32> = HashMap::new();
+    let mut frames: Vec<(String, String, u32, u32, u8)> = Vec::new();
+    let mut addr_frames: Vec<Vec<u32>> = Vec::with_capacity(st.addrs.len());
+    for &(module, addr) in &st.addrs {
+        let mut fs: Vec<(String, String, u32, u8)> = Vec::new();
+        if module == KERNEL_MODULE {
+            let name = sym.kernel(addr).unwrap_or_else(|| "[kernel]".to_string());
+            fs.push((name, String::new(), 0, 2));
+        } else if let Some(m) = st.modules.get(module) {
+            let path = m.path.clone();
+            for f in sym.frames(&path, addr) {
+                fs.push((f.function, f.file, f.line, f.inlined as u8));
+            }
+            if fs.is_empty() {
+                let base = path.rsplit('/').next().unwrap_or(&path).to_string();
+                fs.push((format!("{base}+{addr:#x}"), String::new(), 0, 0));
+            }
+        } else {
+            fs.push((format!("[unknown] {addr:#x}"), String::new(), 0, 0));
+        }
+        let mut ids = Vec::with_capacity(fs.len());
+        for (function, file, line, flags) in fs {
+            let key = (function, file, line, module, flags);
+            let next = frames.len() as u32;
+            let id = *frame_ids.entry(key.clone()).or_insert(next);
+            if id == next {
+                frames.push(key);
+            }
+            ids.push(id);
+        }
+        addr_frames.push(ids);
+    }
+    for (ci, chunk) in frames.chunks(file::TABLE_CHUNK).enumerate() {
+        let mut p = Vec::new();
+        let _ = put_varint(&mut p, file::SEC_FRAMES);
+        let _ = put_varint(&mut p, (ci * file::TABLE_CHUNK) as u64);
+        let _ = put_varint(&mut p, chunk.len() as u64);
+        for (function, file, line, module, flags) in chunk {
+            let _ = put_str(&mut p, function);
+            let _ = put_str(&mut p, file);
+            let _ = put_varint(&mut p, *line as u64);
+            let _ = put_varint(&mut p, *module as u64);
+            let _ = put_varint(&mut p, *flags as u64);
+        }
+        out.chunk(ChunkKind::Samples, &p)?;
+    }
+    for (ci, chunk) in st.addrs.chunks(file::TABLE_CHUNK).enumerate() {
+        let mut p = Vec::new();
+        let _ = put_varint(&mut p, file::SEC_ADDRESSES);
+        let first = ci * file::TABLE_CHUNK;
+        let _ = put_varint(&mut p, first as u64);
+        let _ = put_varint(&mut p, chunk.len() as u64);
+        for (i, &(module, addr)) in chunk.iter().enumerate() {
+            let _ = put_varint(&mut p, module as u64);
+            let _ = put_varint(&mut p, addr);
+            let fs = &addr_frames[first + i];
+            let _ = put_varint(&mut p, fs.len() as u64);
+            for f in fs {
+                let _ = put_varint(&mut p, *f as u64);
+            }
+        }
+        out.chunk(ChunkKind::Samples, &p)?;
+    }
+    for (ci, chunk) in st.stacks.chunks(file::TABLE_CHUNK).enumerate() {
+        let mut p = Vec::new();
+        let _ = put_varint(&mut p, file::SEC_STACKS);
+        let _ = put_varint(&mut p, (ci * file::TABLE_CHUNK) as u64);
+        let _ = put_varint(&mut p, chunk.len() as u64);
+        for &(parent, aid) in chunk {
+            let _ = put_varint(&mut p, parent as u64);
+            let _ = put_varint(&mut p, aid as u64);
+        }
+        out.chunk(ChunkKind::Samples, &p)?;
+    }
+    Ok(())
+}

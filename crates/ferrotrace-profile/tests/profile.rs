@@ -1,0 +1,421 @@
+//! End-to-end tests: real programs (built here), real perf_event, real uprobes and tracepoints.
+//! They need root (or perf_event_paranoid <= 1 and a mounted tracefs for the probe tests).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
+
+use ferrotrace_profile::{
+    firefox_json, flame_svg, folded, profile, read_samples, report, CallGraph, EventSpec,
+    ProfileConfig, ProfileError, SampleSet, Target,
+};
+
+/// Builds every program under tests/programs once per test binary.
+fn programs() -> &'static Path {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile-programs");
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
+        for name in ["cpu_hot", "threads4", "allocs", "sleeper"] {
+            let st = Command::new("rustc")
+                .args([
+                    "-O",
+                    "-g",
+                    "-Cforce-frame-pointers=yes",
+                    "-Ccodegen-units=1",
+                    "-o",
+                ])
+                .arg(dir.join(name))
+                .arg(src.join(format!("{name}.rs")))
+                .status()
+                .expect("rustc runs");
+            assert!(st.success(), "building {name}");
+        }
+        let st = Command::new("gcc")
+            .args(["-O2", "-fomit-frame-pointer", "-o"])
+            .arg(dir.join("nofp"))
+            .arg(src.join("nofp.c"))
+            .status()
+            .expect("gcc runs");
+        assert!(st.success(), "building nofp");
+        dir
+    })
+}
+
+fn prog(name: &str) -> String {
+    programs().join(name).display().to_string()
+}
+
+/// One session at a time: the machine has 2 cores, and overlapping sessions would skew each other.
+fn serial() -> MutexGuard<'static, ()> {
+    static M: Mutex<()> = Mutex::new(());
+    M.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn out_file(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("{name}.data"))
+}
+
+fn config(name: &str, argv: &[&str]) -> ProfileConfig {
+    ProfileConfig {
+        target: Target::Command(argv.iter().map(Into::into).collect()),
+        output: out_file(name),
+        handle_signals: false,
+        ..ProfileConfig::default()
+    }
+}
+
+fn libc_path() -> String {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| p.contains("/libc.so") || p.contains("/libc-"))
+        .expect("libc mapped in the test")
+        .to_string()
+}
+
+/// Samples (of `event`, if given) whose stack has a frame with this function name suffix.
+fn samples_through(set: &SampleSet, function: &str, event: Option<u32>) -> usize {
+    set.samples
+        .iter()
+        .filter(|s| event.is_none_or(|e| s.event == e))
+        .filter(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function.ends_with(function))
+        })
+        .count()
+}
+
+fn check_hot(call_graph: CallGraph, name: &str) {
+    let _g = serial();
+    let mut cfg = config(name, &[&prog("cpu_hot"), "600"]);
+    cfg.call_graph = call_graph;
+    let sum = profile(&cfg).unwrap();
+    assert_eq!(sum.exit_code, Some(0));
+    assert!(sum.samples >= 50, "{sum:?}");
+    let set = read_samples(&cfg.output).unwrap();
+    assert!(set.complete);
+    assert_eq!(set.call_graph, call_graph);
+    assert_eq!(set.samples.len() as u64, sum.samples);
+    let rep = report(&set);
+    let hot = rep
+        .get("cpu_hot::hot_loop")
+        .unwrap_or_else(|| panic!("no hot_loop in\n{rep}"));
+    assert!(
+        hot.total_samples * 10 >= rep.samples * 8,
+        "hot_loop in {} of {} samples\n{rep}",
+        hot.total_samples,
+        rep.samples
+    );
+    // Its caller is on the stacks too: stacks are complete, not just the leaf.
+    let main = rep.get("cpu_hot::main").expect("main on the stacks");
+    assert!(main.total_samples >= hot.total_samples);
+    let cold = rep
+        .get("cpu_hot::cold_setup")
+        .map(|r| r.self_samples)
+        .unwrap_or(0);
+    assert!(cold * 10 < rep.samples);
+    // Folded stacks agree: the lines through hot_loop hold most samples.
+    let text = folded(&set);
+    let (mut through, mut from_main, mut all) = (0u64, 0u64, 0u64);
+    for line in text.lines() {
+        let (stack, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        all += n;
+        if stack.split(';').any(|f| f == "cpu_hot::hot_loop") {
+            through += n;
+            if stack.contains("cpu_hot::main;cpu_hot::hot_loop") {
+                from_main += n;
+            }
+        }
+    }
+    assert_eq!(all, rep.samples);
+    assert!(through * 10 >= all * 8, "{through} of {all}");
+    // Complete stacks (through main), allowing a rare truncated unwind.
+    assert!(
+        from_main * 100 >= through * 95,
+        "{from_main} of {through}\n{text}"
+    );
+    // Source lines from DWARF.
+    assert!(set.frames.iter().any(|f| f.function == "cpu_hot::hot_loop"
+        && f.file.ends_with("cpu_hot.rs")
+        && f.line > 0));
+}
+
+#[test]
+fn cpu_bound_hot_function_frame_pointers() {
+    check_hot(CallGraph::Fp, "hot_fp");
+}
+
+#[test]
+fn cpu_bound_hot_function_dwarf() {
+    check_hot(CallGraph::Dwarf, "hot_dwarf");
+}
+
+#[test]
+fn four_threads_are_all_sampled() {
+    let _g = serial();
+    let cfg = config("threads", &[&prog("threads4")]);
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    for i in 0..4 {
+        let name = format!("worker-{i}");
+        let t = set
+            .threads
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("no {name} in {:?}", set.threads));
+        assert_ne!(t.tid, t.pid, "a thread, not the main thread");
+        let n = set
+            .samples
+            .iter()
+            .filter(|s| s.tid == t.tid)
+            .filter(|s| {
+                set.stack_frames(s.stack)
+                    .iter()
+                    .any(|f| f.function == "threads4::spin_worker")
+            })
+            .count();
+        assert!(n >= 10, "{name}: {n} samples in spin_worker");
+    }
+}
+
+#[test]
+fn uprobe_on_malloc_sees_every_allocation_with_its_stack() {
+    let _g = serial();
+    let n = 500;
+    for cg in [CallGraph::Fp, CallGraph::Dwarf] {
+        let mut cfg = config("malloc", &[&prog("allocs"), &n.to_string()]);
+        cfg.events = vec![EventSpec::Uprobe {
+            path: libc_path().into(),
+            symbol: "malloc".into(),
+        }];
+        cfg.call_graph = cg;
+        let sum = profile(&cfg).unwrap();
+        assert_eq!(sum.lost, 0);
+        let set = read_samples(&cfg.output).unwrap();
+        assert_eq!(set.events.len(), 1);
+        assert!(set.samples.len() >= n, "{cg:?}: {} hits", set.samples.len());
+        let through = samples_through(&set, "allocs::allocate_many", None);
+        assert!(
+            through >= n,
+            "{cg:?}: {through} hits through allocate_many\n{}",
+            folded(&set)
+        );
+        // The probe was removed afterwards.
+        let events =
+            std::fs::read_to_string("/sys/kernel/tracing/uprobe_events").unwrap_or_default();
+        assert!(
+            !events.contains(&format!("ferrotrace_{}", std::process::id())),
+            "{events}"
+        );
+    }
+}
+
+#[test]
+fn uprobe_on_a_demangled_rust_function() {
+    let _g = serial();
+    let exe = prog("allocs");
+    let mut cfg = config("rust_uprobe", &[&exe, "100"]);
+    cfg.events = vec![EventSpec::parse(&format!("uprobe:{exe}:allocs::allocate_many")).unwrap()];
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    assert_eq!(set.samples.len(), 1, "allocate_many is called once");
+    let frames = set.stack_frames(set.samples[0].stack);
+    assert_eq!(frames[0].function, "allocs::allocate_many");
+    assert!(
+        frames.iter().any(|f| f.function == "allocs::main"),
+        "{frames:?}"
+    );
+}
+
+#[test]
+fn sched_switch_gives_off_cpu_stacks() {
+    let _g = serial();
+    let mut cfg = config("offcpu", &[&prog("sleeper")]);
+    cfg.events = vec![EventSpec::parse("sched:sched_switch").unwrap()];
+    cfg.call_graph = CallGraph::Dwarf;
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    let through = samples_through(&set, "sleeper::nap_in_known_place", None);
+    assert!(
+        through >= 20,
+        "{through} switches through nap_in_known_place\n{}",
+        folded(&set)
+    );
+    // With kernel frames (root): the stacks go down into the scheduler.
+    assert!(set
+        .frames
+        .iter()
+        .any(|f| f.kernel && f.function.contains("schedule")));
+}
+
+#[test]
+fn cpu_clock_and_tracepoint_together() {
+    let _g = serial();
+    let mut cfg = config("mixed", &[&prog("sleeper")]);
+    cfg.events = vec![
+        EventSpec::CpuClock(None),
+        EventSpec::parse("tracepoint:sched:sched_switch").unwrap(),
+    ];
+    cfg.call_graph = CallGraph::Dwarf;
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    let sw = set.event_index("sched:sched_switch").unwrap();
+    assert_eq!(set.event_index("cpu-clock"), Some(0));
+    assert!(samples_through(&set, "nap_in_known_place", Some(sw)) >= 20);
+    // Folded stacks say which event each stack belongs to.
+    assert!(folded(&set)
+        .lines()
+        .any(|l| l.starts_with("tracepoint:sched:sched_switch;")));
+}
+
+#[test]
+fn child_processes_created_later_are_followed() {
+    let _g = serial();
+    let cmd = format!("{} 400; true", prog("cpu_hot"));
+    let cfg = config("child", &["/bin/sh", "-c", &cmd]);
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    let rep = report(&set);
+    let hot = rep
+        .get("cpu_hot::hot_loop")
+        .unwrap_or_else(|| panic!("{rep}"));
+    assert!(hot.total_samples * 10 >= rep.samples * 7, "{rep}");
+    let hot_tid = set
+        .samples
+        .iter()
+        .find(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function == "cpu_hot::hot_loop")
+        })
+        .unwrap()
+        .tid;
+    assert_ne!(hot_tid, set.pid, "cpu_hot ran in a child of sh");
+}
+
+#[test]
+fn attach_to_a_running_process() {
+    let _g = serial();
+    let mut child = Command::new(prog("cpu_hot"))
+        .arg("1500")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let cfg = ProfileConfig {
+        target: Target::Pid(child.id()),
+        output: out_file("attach"),
+        duration: Some(Duration::from_millis(400)),
+        handle_signals: false,
+        ..ProfileConfig::default()
+    };
+    let sum = profile(&cfg);
+    let _ = child.kill();
+    let _ = child.wait();
+    let sum = sum.unwrap();
+    assert!(sum.samples >= 20, "{sum:?}");
+    let set = read_samples(&cfg.output).unwrap();
+    let rep = report(&set);
+    assert!(
+        rep.get("cpu_hot::hot_loop").unwrap().total_samples * 10 >= rep.samples * 8,
+        "{rep}"
+    );
+}
+
+#[test]
+fn flame_graph_and_firefox_profile() {
+    let _g = serial();
+    let cfg = config("outputs", &[&prog("cpu_hot"), "300"]);
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    let svg = String::from_utf8(flame_svg(&set).unwrap()).unwrap();
+    assert!(
+        svg.contains("<svg") && svg.contains("cpu_hot::hot_loop"),
+        "{}",
+        &svg[..200.min(svg.len())]
+    );
+
+    let json: serde_json::Value = serde_json::from_str(&firefox_json(&set).unwrap()).unwrap();
+    let meta = &json["meta"];
+    // Schema version fields of the processed-profile format.
+    assert!(meta["version"].as_u64().unwrap() >= 24, "{meta}");
+    assert!(
+        meta["preprocessedProfileVersion"].as_u64().unwrap() >= 40,
+        "{meta}"
+    );
+    assert_eq!(meta["product"], "ferrotrace");
+    assert!(meta["interval"].as_f64().unwrap() > 0.0);
+    let threads = json["threads"].as_array().unwrap();
+    assert!(!threads.is_empty());
+    let samples = threads[0]["samples"]["length"].as_u64().unwrap();
+    assert_eq!(samples as usize, set.samples.len());
+    // Symbols included: the function names are in the string table.
+    let text = json.to_string();
+    assert!(text.contains("cpu_hot::hot_loop") && text.contains("cpu_hot::main"));
+}
+
+#[test]
+fn clear_errors() {
+    let _g = serial();
+    let e = profile(&config("err", &["/nonexistent/program"])).unwrap_err();
+    assert!(matches!(e, ProfileError::Spawn { .. }), "{e}");
+
+    let mut cfg = config("err", &[&prog("cpu_hot"), "10"]);
+    cfg.events = vec![EventSpec::Uprobe {
+        path: libc_path().into(),
+        symbol: "no_such_function_xyz".into(),
+    }];
+    let e = profile(&cfg).unwrap_err();
+    assert!(matches!(e, ProfileError::UnknownSymbol { .. }), "{e}");
+    assert!(e.to_string().contains("no_such_function_xyz"));
+
+    cfg.events = vec![EventSpec::parse("sched:no_such_tracepoint").unwrap()];
+    let e = profile(&cfg).unwrap_err();
+    assert!(matches!(e, ProfileError::UnknownTracepoint(_)), "{e}");
+
+    let e = profile(&config("err", &[&prog("nofp")])).unwrap_err();
+    assert!(matches!(e, ProfileError::NoFramePointers(_)), "{e}");
+    assert!(e.to_string().contains("--call-graph dwarf"));
+    let mut cfg = config("err", &[&prog("nofp")]);
+    cfg.call_graph = CallGraph::Dwarf;
+    assert_eq!(profile(&cfg).unwrap().exit_code, Some(0));
+
+    let cfg = ProfileConfig {
+        target: Target::Pid(999_999_999),
+        ..config("err", &[])
+    };
+    assert!(matches!(
+        profile(&cfg).unwrap_err(),
+        ProfileError::NoSuchProcess(_)
+    ));
+
+    assert!(read_samples(out_file("does-not-exist")).is_err());
+    let junk = out_file("junk");
+    std::fs::write(&junk, b"not a trace at all").unwrap();
+    assert!(matches!(
+        read_samples(&junk).unwrap_err(),
+        ProfileError::BadTrace { .. }
+    ));
+}
+
+#[test]
+fn truncated_trace_reads_as_a_prefix() {
+    let _g = serial();
+    let cfg = config("trunc", &[&prog("cpu_hot"), "200"]);
+    profile(&cfg).unwrap();
+    let bytes = std::fs::read(&cfg.output).unwrap();
+    for cut in [bytes.len() - 1, bytes.len() / 2, 40, 17] {
+        let p = out_file("trunc-cut");
+        std::fs::write(&p, &bytes[..cut]).unwrap();
+        // Never panics: either a prefix without the summary, or a clear error.
+        match read_samples(&p) {
+            Ok(set) => assert!(!set.complete),
+            Err(e) => assert!(e.to_string().contains("no profile"), "{e}"),
+        }
+    }
+}
