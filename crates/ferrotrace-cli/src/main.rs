@@ -12,7 +12,7 @@ mod cmd;
 mod elf;
 
 #[derive(Parser)]
-#[command(name = "ferrotrace", version, about = "Function tracer for XRay-instrumented Rust and C/C++ programs", long_about = None)]
+#[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -24,6 +24,8 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Show what a trace holds: command, duration, threads, events, lost events, size
     Info(cmd::info::InfoArgs),
+    /// Sample any program (or a running process) with perf_event_open: CPU time, uprobes, tracepoints
+    Profile(cmd::profile::ProfileArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Profile(a) => cmd::profile::run(a),
     };
     match result {
         Ok(code) => code,

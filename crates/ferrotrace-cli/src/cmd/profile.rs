@@ -1,0 +1,108 @@
+//! `ferrotrace profile`: sample any program (no instrumentation needed) with perf_event_open.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
+use ferrotrace_profile::{profile, CallGraph, EventSpec, ProfileConfig, Target};
+
+/// Arguments of `ferrotrace profile`.
+#[derive(Args)]
+#[command(
+    after_help = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
+path such as myapp::parse), tracepoint:CATEGORY:NAME (e.g. sched:sched_switch for off-CPU stacks); \
+cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
+`ferrotrace dump --format firefox|perfetto|folded`."
+)]
+pub struct ProfileArgs {
+    /// Sampling frequency of cpu-clock, in Hz
+    #[arg(short = 'F', long = "freq", value_name = "HZ", default_value = "999")]
+    freq: String,
+    /// What to sample (repeatable)
+    #[arg(short = 'e', long = "event", value_name = "EVENT")]
+    events: Vec<String>,
+    /// How to take stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf)
+    #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "fp")]
+    call_graph: String,
+    /// Trace file to write
+    #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
+    output: PathBuf,
+    /// Attach to a running process instead of starting one
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
+    pid: Option<u32>,
+    /// Stop after this long (e.g. 10s, 500ms)
+    #[arg(long, value_name = "DURATION")]
+    duration: Option<String>,
+    /// Record with --call-graph fp even if the program has no frame pointers
+    #[arg(long)]
+    force_fp: bool,
+    /// The program to run and its arguments
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    command: Vec<OsString>,
+}
+
+/// Records, prints a summary, and returns the program's exit status.
+pub fn run(args: ProfileArgs) -> Result<ExitCode, String> {
+    let err = |e: ferrotrace_profile::ProfileError| e.to_string();
+    let target = match (args.pid, args.command.is_empty()) {
+        (Some(pid), _) => Target::Pid(pid),
+        (None, false) => Target::Command(args.command),
+        (None, true) => {
+            return Err(
+                "nothing to profile: give a program after -- or a process with -p PID".into(),
+            )
+        }
+    };
+    let events = if args.events.is_empty() {
+        vec![EventSpec::CpuClock(None)]
+    } else {
+        args.events
+            .iter()
+            .map(|e| EventSpec::parse(e))
+            .collect::<Result<_, _>>()
+            .map_err(err)?
+    };
+    let cfg = ProfileConfig {
+        events,
+        frequency: parse_frequency(&args.freq).map_err(err)?,
+        call_graph: CallGraph::parse(&args.call_graph).map_err(err)?,
+        output: args.output,
+        target,
+        duration: args
+            .duration
+            .as_deref()
+            .map(parse_duration)
+            .transpose()
+            .map_err(err)?,
+        allow_missing_frame_pointers: args.force_fp,
+        ..ProfileConfig::default()
+    };
+    let s = profile(&cfg).map_err(err)?;
+    for w in &s.warnings {
+        eprintln!("ferrotrace: warning: {w}");
+    }
+    eprintln!(
+        "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (symbolized in {:.0?})",
+        s.output.display(),
+        s.samples,
+        s.threads,
+        s.lost,
+        s.bytes_written,
+        s.symbolization_time
+    );
+    Ok(match s.exit_code {
+        Some(c) => ExitCode::from(c as u8),
+        None => ExitCode::SUCCESS,
+    })
+}
