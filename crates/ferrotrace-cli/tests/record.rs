@@ -650,3 +650,27 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
     assert_eq!(out.status.code(), Some(143));
     assert!(Trace::open(&trace).unwrap().end.is_some());
 }
+
+#[test]
+fn fork_without_exec_keeps_the_child_working_and_the_parent_trace_valid() {
+    let dir = scratch("fork");
+    let (out, trace) = record(&dir, &[], &testprog("forker"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("child=0"),
+        "the forked child ran to its end"
+    );
+    let t = Trace::open(&trace).expect("parent trace");
+    assert!(t.end.is_some() && t.truncation.is_none());
+    let w = walk(&t, t.session.pid);
+    assert_eq!(
+        w.entries.get("forker::work"),
+        Some(&30),
+        "the parent's calls only: the child is not recorded"
+    );
+    assert!(
+        w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+        "{w:?}"
+    );
+    assert_eq!(t.threads.len(), 1);
+}
