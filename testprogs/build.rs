@@ -13,6 +13,7 @@ fn main() {
         .expect("rustc");
     assert!(status.success(), "building xlib failed");
     println!("cargo:rustc-link-search=native={out}");
+    println!("cargo:rustc-env=FT_XLIB_PATH={out}/libft_xlib.so");
     println!("cargo:rustc-link-arg-bin=uselib=-Wl,-rpath,{out}");
     println!("cargo:rerun-if-changed=xlib/src/lib.rs");
 }

@@ -674,3 +674,17 @@ fn fork_without_exec_keeps_the_child_working_and_the_parent_trace_valid() {
     );
     assert_eq!(t.threads.len(), 1);
 }
+
+#[test]
+fn library_loaded_with_dlopen_after_start_is_traced() {
+    let dir = scratch("dlopen");
+    let (out, trace) = record(&dir, &[], &testprog("dlopener"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    assert!(
+        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
+        "the dlopened module is in the map"
+    );
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
+    assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
+}

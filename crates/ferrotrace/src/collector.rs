@@ -115,6 +115,11 @@ impl State {
                     let _ = put_str(&mut p, &name);
                     self.write(ChunkKind::Thread, &p);
                 }
+                Meta::Chunks(chunks) => {
+                    for (kind, payload) in chunks {
+                        self.write(kind, &payload);
+                    }
+                }
                 Meta::Lost { tid, count, tsc } => {
                     let mut remaining = count;
                     let mut recs = Vec::new();
@@ -217,6 +222,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         if last_clock.elapsed() > Duration::from_secs(1) {
             st.write(ChunkKind::Clock, &clock_payload());
             last_clock = Instant::now();
+            // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
+            crate::runtime::rescan();
         }
         if !did {
             st.flush();

@@ -55,6 +55,12 @@ pub fn finish() {
     }
 }
 
+/// Traces the XRay-instrumented functions of objects loaded since the runtime started (`dlopen`) right
+/// away, instead of at the collector's next periodic look (every second). No-op when not recording.
+pub fn rescan() {
+    runtime::rescan();
+}
+
 /// Marker that `ferrotrace record` looks for to know that a program links its own runtime.
 #[no_mangle]
 #[used]

@@ -27,6 +27,8 @@ pub enum Meta {
         /// Thread name.
         name: String,
     },
+    /// Chunks to write as they are (modules and functions found by a rescan).
+    Chunks(Vec<(ChunkKind, Vec<u8>)>),
     /// Events lost by a thread that never got another chunk to say so in.
     Lost {
         /// OS thread id.
@@ -58,6 +60,9 @@ pub struct Runtime {
     pub recording: AtomicBool,
     /// Every thread that ever recorded (slots are reused).
     pub registry: Mutex<Vec<&'static ThreadSlot>>,
+    /// Objects already scanned for sleds, and the next function id.
+    known: Mutex<xray::Known>,
+    role: Role,
     meta: Mutex<Vec<Meta>>,
     collector: OnceLock<std::thread::Thread>,
     /// Set by the collector when it sleeps; traced threads wake it only then.
@@ -148,6 +153,40 @@ impl Runtime {
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+}
+
+/// Looks for objects loaded since the last scan (`dlopen`) and patches their selected functions; their
+/// modules and symbol table go into the trace. Called by the preload library's `dlopen` wrapper, by the
+/// collector every second, and by programs through [`crate::rescan`].
+pub fn rescan() {
+    let Some(rt) = get() else { return };
+    if !rt.recording.load(Ordering::Acquire) {
+        return;
+    }
+    let mut known = rt.known.lock().unwrap_or_else(|e| e.into_inner());
+    let found = match xray::discover(&rt.config, rt.role, &mut known) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
+            return;
+        }
+    };
+    if found.modules.is_empty() {
+        return;
+    }
+    let mut chunks: Vec<(ChunkKind, Vec<u8>)> = found
+        .module_payloads()
+        .into_iter()
+        .map(|p| (ChunkKind::Module, p))
+        .collect();
+    if !found.functions.is_empty() {
+        chunks.push((ChunkKind::Functions, found.functions_payload()));
+    }
+    // Queued before patching: the collector writes metadata before the chunks it takes after it.
+    rt.push_meta(Meta::Chunks(chunks));
+    if let Err(e) = xray::patch(&found) {
+        eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
 
@@ -259,7 +298,8 @@ fn start(role: Role) -> Result<(), String> {
         Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size)?,
         _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size)?,
     };
-    let found = xray::discover(&config, role)?;
+    let mut known = xray::Known::default();
+    let found = xray::discover(&config, role, &mut known)?;
     if found.functions.is_empty() {
         eprintln!(
             "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
@@ -296,6 +336,8 @@ fn start(role: Role) -> Result<(), String> {
         pool,
         recording: AtomicBool::new(false),
         registry: Mutex::new(Vec::new()),
+        known: Mutex::new(known),
+        role,
         meta: Mutex::new(Vec::new()),
         collector: OnceLock::new(),
         collector_sleeping: AtomicBool::new(false),

@@ -258,8 +258,19 @@ fn read_sleds(map: u64, count: usize) -> Vec<(u64, Vec<(u64, SledKind)>)> {
     funcs
 }
 
-/// Finds the instrumented functions of every loaded object and selects those to trace.
-pub fn discover(config: &Config, role: Role) -> Result<Discovery, String> {
+/// What discovery has already seen: objects by load address and the next ids to hand out. Kept by the
+/// runtime so that a rescan after `dlopen` only looks at new objects and ids stay unique.
+#[derive(Debug, Default)]
+pub struct Known {
+    /// `(path, load bias)` of every object seen.
+    pub objects: Vec<(PathBuf, u64)>,
+    /// Next function id (ids start at 1).
+    pub next_function_id: u32,
+}
+
+/// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
+/// records the new objects in `known`.
+pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discovery, String> {
     let mut loaded: Vec<Loaded> = Vec::new();
     // SAFETY: the callback only reads the info it is given and pushes into `loaded`.
     unsafe {
@@ -270,8 +281,17 @@ pub fn discover(config: &Config, role: Role) -> Result<Discovery, String> {
     };
     let own_text = trampoline::ferrotrace_xray_entry as *const () as u64;
     let mut out = Discovery::default();
-    let mut next_id = 1u32;
-    for (index, l) in loaded.into_iter().enumerate() {
+    let mut next_id = known.next_function_id.max(1);
+    for l in loaded {
+        if known
+            .objects
+            .iter()
+            .any(|(p, b)| *p == l.path && *b == l.bias)
+        {
+            continue;
+        }
+        let index = known.objects.len();
+        known.objects.push((l.path.clone(), l.bias));
         let (text_start, text_end) = l.text.unwrap_or((l.bias, l.bias));
         let module_id = index as u32;
         let mapped = Mapped::open(&l.path);
@@ -336,6 +356,7 @@ pub fn discover(config: &Config, role: Role) -> Result<Discovery, String> {
             next_id += 1;
         }
     }
+    known.next_function_id = next_id;
     Ok(out)
 }
 
