@@ -36,7 +36,10 @@ pub mod config;
 pub mod exit;
 pub mod pool;
 pub mod runtime;
+pub mod static_key;
 pub mod thread;
+pub mod tracepoint;
+pub mod tracepoints;
 pub mod trampoline;
 pub mod xray;
 

@@ -165,6 +165,8 @@ pub fn start_from_env(role: Role) {
         (Role::Preload, Some("linked")) => false,
         (Role::Preload, _) => true,
         (Role::Linked, Some("linked")) => true,
+        // Tracepoints: FERROTRACE_TRACE alone starts the linked copy.
+        (Role::Linked, None) => crate::tracepoints::requested().is_some(),
         (Role::Linked, _) => false,
     };
     if !go || RUNTIME.get().is_some() {
@@ -254,7 +256,7 @@ fn start(role: Role) -> Result<(), String> {
         _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size)?,
     };
     let found = xray::discover(&config, role)?;
-    if found.functions.is_empty() {
+    if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         eprintln!(
             "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
              build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
@@ -282,6 +284,9 @@ fn start(role: Role) -> Result<(), String> {
     }
     writer
         .chunk(ChunkKind::Functions, &found.functions_payload())
+        .map_err(io)?;
+    writer
+        .chunk(ChunkKind::Tracepoints, &crate::tracepoints::assign_ids())
         .map_err(io)?;
     writer.flush().map_err(io)?;
 
@@ -312,5 +317,6 @@ fn start(role: Role) -> Result<(), String> {
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
     xray::patch(&found)?;
+    crate::tracepoints::enable_requested();
     Ok(())
 }
