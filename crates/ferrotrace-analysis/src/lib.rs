@@ -24,3 +24,4 @@
 
 pub mod info;
 pub mod reader;
+pub mod tracepoints;

@@ -200,17 +200,27 @@ fn usdt_bytes(b: &[u8], buf: &mut [u8; MAX_STR + 1]) -> u64 {
     buf.as_ptr() as u64
 }
 
+/// The longest prefix of `s` of at most [`MAX_STR`] bytes that ends at a character boundary.
+#[inline(always)]
+fn str_cut(s: &str) -> &[u8] {
+    let mut n = s.len().min(MAX_STR);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s.as_bytes()[..n]
+}
+
 // SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
 unsafe impl Arg for &str {
     const TYPE: &'static str = "str";
     const USDT_SIZE: i32 = 8;
     #[inline(always)]
     fn encoded_len(&self) -> usize {
-        2 + self.len().min(MAX_STR)
+        2 + str_cut(self).len()
     }
     #[inline(always)]
     unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        encode_bytes(self.as_bytes(), dst)
+        encode_bytes(str_cut(self), dst)
     }
     fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
         usdt_bytes(self.as_bytes(), buf)
