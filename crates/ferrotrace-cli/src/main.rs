@@ -24,6 +24,8 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Show what a trace holds: command, duration, threads, events, lost events, size
     Info(cmd::info::InfoArgs),
+    /// List the tracepoints and XRay-instrumented functions of a program (without running it)
+    List(cmd::list::ListArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +33,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::List(a) => cmd::list::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,4 +1,5 @@
 //! One module per subcommand.
 
 pub mod info;
+pub mod list;
 pub mod record;
