@@ -699,7 +699,7 @@ macro_rules! trace {
 #[macro_export]
 macro_rules! __usdt_spec {
     ($arg:ident) => {
-        "\n.ascii \" {}@{}\""
+        "\n.if .Lferrotrace_sdt_sep\n.ascii \" \"\n.endif\n.set .Lferrotrace_sdt_sep, 1\n.ascii \"{}@{}\""
     };
 }
 
@@ -721,7 +721,7 @@ macro_rules! __usdt_probe {
                 ".8byte {sema}",
                 concat!(".asciz \"", env!("CARGO_CRATE_NAME"), "\""),
                 concat!(".asciz \"", stringify!($name), "\""),
-                concat!(".ascii \"\"" $(, $crate::__usdt_spec!($arg))*),
+                concat!(".set .Lferrotrace_sdt_sep, 0" $(, $crate::__usdt_spec!($arg))*),
                 ".byte 0",
                 "994: .balign 4",
                 ".popsection",
