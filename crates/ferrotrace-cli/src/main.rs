@@ -26,6 +26,8 @@ enum Command {
     Info(cmd::info::InfoArgs),
     /// List the tracepoints and XRay-instrumented functions of a program (without running it)
     List(cmd::list::ListArgs),
+    /// Run a program and print its tracepoints (and -F functions) as they happen
+    Live(cmd::live::LiveArgs),
 }
 
 fn main() -> ExitCode {
@@ -34,6 +36,7 @@ fn main() -> ExitCode {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
         Command::List(a) => cmd::list::run(a),
+        Command::Live(a) => cmd::live::run(a),
     };
     match result {
         Ok(code) => code,

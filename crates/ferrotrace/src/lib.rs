@@ -34,6 +34,7 @@ pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod exit;
+pub mod live;
 pub mod pool;
 pub mod runtime;
 pub mod static_key;

@@ -256,6 +256,16 @@ fn start(role: Role) -> Result<(), String> {
         _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size)?,
     };
     let found = xray::discover(&config, role)?;
+    crate::live::init_from_env();
+    if crate::live::active() {
+        crate::live::set_functions(
+            found
+                .functions
+                .iter()
+                .map(|f| xray::display_name(&f.name))
+                .collect(),
+        );
+    }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         eprintln!(
             "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \

@@ -688,6 +688,8 @@ macro_rules! trace {
                 desc = sym $($tp)::+::DESC,
                 target = label {
                     $($tp)::+::__ferrotrace_tp_fire($($arg),*);
+                    // Keeps the call a call (not a tail jump), so the enclosing function's exit follows it.
+                    ::core::arch::asm!("", options(nomem, nostack, preserves_flags));
                 },
                 options(nomem, nostack, preserves_flags),
             );

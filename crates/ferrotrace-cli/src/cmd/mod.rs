@@ -2,4 +2,5 @@
 
 pub mod info;
 pub mod list;
+pub mod live;
 pub mod record;
