@@ -689,7 +689,9 @@ macro_rules! trace {
                 target = label {
                     $($tp)::+::__ferrotrace_tp_fire($($arg),*);
                     // Keeps the call a call (not a tail jump), so the enclosing function's exit follows it.
-                    ::core::arch::asm!("", options(nomem, nostack, preserves_flags));
+                    #[allow(unused_unsafe)]
+                    // SAFETY: an empty asm statement.
+                    unsafe { ::core::arch::asm!("", options(nomem, nostack, preserves_flags)) };
                 },
                 options(nomem, nostack, preserves_flags),
             );
