@@ -23,6 +23,9 @@ pub use ferrotrace_core::tracepoint::{ArgType, Value as ValueRef};
 
 use crate::reader::{Event, EventKind, Trace};
 
+/// Decoded arguments: names and values, in declaration order.
+pub type Args = Vec<(String, Value)>;
+
 /// One argument of a tracepoint.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ArgDesc {
@@ -133,7 +136,7 @@ pub fn parse_chunk(f: &mut FieldReader<'_>) -> Result<Vec<TracepointDesc>, Decod
 
 impl TracepointDesc {
     /// The named values of an event's payload.
-    pub fn decode(&self, payload: &[u8]) -> Result<Vec<(String, Value)>, DecodeError> {
+    pub fn decode(&self, payload: &[u8]) -> Result<Args, DecodeError> {
         values(&self.args_spec, payload)
             .map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v))))
             .collect()
@@ -152,10 +155,7 @@ impl TracepointDesc {
 pub fn decode<'t>(
     trace: &'t Trace,
     event: &Event,
-) -> Option<(
-    &'t TracepointDesc,
-    Result<Vec<(String, Value)>, DecodeError>,
-)> {
+) -> Option<(&'t TracepointDesc, Result<Args, DecodeError>)> {
     if event.kind != EventKind::Tracepoint {
         return None;
     }

@@ -114,7 +114,8 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             program.display()
         ));
     }
-    if !facts.has_sleds && !(facts.has_tracepoints && !args.trace.is_empty()) {
+    let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
+    if !facts.has_sleds && !records_tracepoints {
         return Err(format!(
             "{} has no XRay sleds, so there is nothing to trace. Build it with \
              RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
