@@ -348,3 +348,40 @@ fn live_prints_events_while_the_program_runs() {
     );
     assert!(child.wait().unwrap().success());
 }
+
+#[test]
+fn a_slow_reader_never_stalls_the_program_and_live_counts_what_it_lost() {
+    let prog = testprog("tp_basic");
+    let ft = env!("CARGO_BIN_EXE_ferrotrace");
+    // Nobody reads for a second while the program fires 200000 events: the pipe fills up.
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "'{ft}' live --trace net_recv -- '{}' 200000 | (sleep 1; cat)",
+            prog.display()
+        ))
+        .env("FERROTRACE_PRELOAD", preload())
+        .output()
+        .unwrap();
+    let s = text(&out.stdout);
+    assert!(s.contains("fired=800000"), "the program ran to the end");
+    let printed = s
+        .lines()
+        .filter(|l| l.contains("tp_basic::net_recv conn="))
+        .count() as u64;
+    let lost: u64 = s
+        .lines()
+        .filter_map(|l| l.split("lost ").nth(1))
+        .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+        .sum();
+    assert!(
+        lost > 0,
+        "a slow reader loses events: {}",
+        &s[s.len().saturating_sub(500)..]
+    );
+    assert_eq!(
+        printed + lost,
+        200000,
+        "every event is printed or counted as lost"
+    );
+}

@@ -105,7 +105,10 @@ impl tracing::Subscriber for Memory {
 fn main() {
     let mut args = std::env::args().skip(1).filter(|a| a != "--bench");
     let mode = args.next().unwrap_or_else(|| "none".into());
-    let n: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let run = |f: fn(u64) -> u64| {
         black_box(f(1000)); // warm up (first chunk, lazy init)
         let t = Instant::now();
@@ -119,7 +122,9 @@ fn main() {
         "rdtsc" => run(loop_rdtsc),
         "enabled" => {
             if !ferrotrace::is_recording() {
-                eprintln!("note: not recording (run with FERROTRACE_TRACE=bench_tp): events go nowhere");
+                eprintln!(
+                    "note: not recording (run with FERROTRACE_TRACE=bench_tp): events go nowhere"
+                );
             }
             ferrotrace::tracepoints::enable("bench_tp");
             run(loop_tracepoint)

@@ -39,8 +39,8 @@ struct Tp {
 }
 
 struct ThreadView {
-    seq: u32,
-    printed: usize,
+    /// Records already printed of chunks peeked at but not handed to the collector yet, by sequence.
+    printed: HashMap<u32, usize>,
     depth: usize,
     name: String,
 }
@@ -123,6 +123,14 @@ impl State {
         }
     }
 
+    fn view(&mut self, tid: u32) -> &mut ThreadView {
+        self.threads.entry(tid).or_insert_with(|| ThreadView {
+            printed: HashMap::new(),
+            depth: 0,
+            name: thread_name(tid),
+        })
+    }
+
     fn print(&mut self, tid: u32, records: &[Record]) {
         let mut i = 0;
         while i < records.len() {
@@ -156,12 +164,10 @@ impl State {
                 .extend_from_slice(format!("lost {n} events\n").as_bytes());
         }
         let secs = self.clock.to_ns(r.tsc).saturating_sub(self.start_ns) as f64 / 1e9;
-        let th = self.threads.entry(tid).or_insert_with(|| ThreadView {
-            seq: 0,
-            printed: 0,
-            depth: 0,
-            name: thread_name(tid),
-        });
+        self.view(tid);
+        let Some(th) = self.threads.get_mut(&tid) else {
+            return;
+        };
         let fname = |id: u32| {
             FUNCTIONS
                 .get()
@@ -244,19 +250,19 @@ fn with_state(f: impl FnOnce(&mut State, i32)) {
 pub fn tick(rt: &Runtime) {
     with_state(|st, fd| {
         for (tid, seq, index, len) in crate::thread::current_chunks(rt) {
-            let (from, known) = match st.threads.get(&tid) {
-                Some(v) if v.seq == seq => (v.printed, true),
-                _ => (0, false),
-            };
+            let view = st.view(tid);
+            // An earlier chunk of this thread is still on its way to the collector: print that one first
+            // (on_chunk), this one next round, so that lines stay in order.
+            if view.printed.keys().any(|&s| s != seq) {
+                continue;
+            }
+            let from = view.printed.get(&seq).copied().unwrap_or(0);
             if len > from {
                 // SAFETY: only the collector (this thread) frees chunks, and records below a thread's
                 // cursor are never rewritten: the range stays valid and final while we read it.
                 let records = unsafe { rt.pool.records(index, len) };
                 st.print(tid, &records[from..]);
-            }
-            if let Some(v) = st.threads.get_mut(&tid) {
-                v.seq = seq;
-                v.printed = if known { len.max(from) } else { len };
+                st.view(tid).printed.insert(seq, len);
             }
         }
         st.drain(fd);
@@ -266,19 +272,12 @@ pub fn tick(rt: &Runtime) {
 /// Collector hook: a thread handed over a full chunk; prints the part not printed yet.
 pub fn on_chunk(tid: u32, seq: u32, records: &[Record]) {
     with_state(|st, _| {
-        let from = match st.threads.get(&tid) {
-            Some(v) if v.seq == seq => v.printed.min(records.len()),
-            _ => 0,
-        };
-        st.print(tid, &records[from..]);
-        if let Some(v) = st.threads.get_mut(&tid) {
-            v.seq = seq.wrapping_add(1);
-            v.printed = 0;
-        }
+        let from = st.view(tid).printed.remove(&seq).unwrap_or(0);
+        st.print(tid, &records[from.min(records.len())..]);
     });
 }
 
-/// Collector hook at the end: writes everything still pending, waiting for the reader (bounded).
+/// Collector hook at the end: writes everything still pending, waiting for the reader (at most 2 s).
 pub fn finish() {
     with_state(|st, fd| {
         if st.lost > 0 {
@@ -287,7 +286,7 @@ pub fn finish() {
                 .extend_from_slice(format!("lost {n} events\n").as_bytes());
         }
         let start = std::time::Instant::now();
-        while !st.pending.is_empty() && start.elapsed() < std::time::Duration::from_secs(5) {
+        while !st.pending.is_empty() && start.elapsed() < std::time::Duration::from_secs(2) {
             st.drain(fd);
             if !st.pending.is_empty() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
