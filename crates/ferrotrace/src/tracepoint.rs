@@ -21,6 +21,16 @@
 //! name, probe = tracepoint name, with a semaphore): when bpftrace or perf attach, the kernel raises the
 //! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
 //! pointer to a NUL-terminated copy of at most 256 bytes).
+//!
+//! ```
+//! ferrotrace::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
+//!
+//! parsed(512, true); // a NOP until enabled
+//! let tp = ferrotrace::tracepoint::all().into_iter().find(|t| t.short_name() == "parsed").unwrap();
+//! assert_eq!(tp.args, "bytes:usize,ok:bool");
+//! let desc = tp.header as *const _ as usize;
+//! assert!(ferrotrace::tracepoint::sites().iter().any(|s| s.desc == desc));
+//! ```
 
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
