@@ -22,5 +22,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod binary;
 pub mod info;
 pub mod reader;
+pub mod tracepoints;

@@ -189,6 +189,8 @@ pub struct Trace {
     pub functions: HashMap<u32, Function>,
     /// Threads by tid.
     pub threads: BTreeMap<u32, Thread>,
+    /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
+    pub tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
     /// Present when the trace was ended properly.
     pub end: Option<End>,
     /// Set when reading stopped early.
@@ -240,6 +242,7 @@ impl Trace {
             modules: Vec::new(),
             functions: HashMap::new(),
             threads: BTreeMap::new(),
+            tracepoints: HashMap::new(),
             end: None,
             truncation: None,
             unknown_chunks: 0,
@@ -390,6 +393,11 @@ impl Trace {
                     seq,
                     count,
                 });
+            }
+            Some(ChunkKind::Tracepoints) => {
+                for d in crate::tracepoints::parse_chunk(&mut f)? {
+                    self.tracepoints.insert(d.id, d);
+                }
             }
             Some(ChunkKind::End) => {
                 self.end = Some(End {

@@ -12,6 +12,8 @@ pub struct ProgramFacts {
     pub links_runtime: bool,
     /// It is dynamically linked (LD_PRELOAD can work).
     pub dynamic: bool,
+    /// It has a `ferrotrace_tp` section (tracepoint descriptors).
+    pub has_tracepoints: bool,
 }
 
 /// Reads the facts from the file.
@@ -26,7 +28,9 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
         .any(|s| s.name() == Ok("FERROTRACE_LINKED_RUNTIME_V1"));
     let dynamic =
         file.section_by_name(".interp").is_some() || file.section_by_name(".dynamic").is_some();
+    let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();
     Ok(ProgramFacts {
+        has_tracepoints,
         has_sleds,
         links_runtime,
         dynamic,

@@ -24,6 +24,10 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Show what a trace holds: command, duration, threads, events, lost events, size
     Info(cmd::info::InfoArgs),
+    /// List the tracepoints and XRay-instrumented functions of a program (without running it)
+    List(cmd::list::ListArgs),
+    /// Run a program and print its tracepoints (and -F functions) as they happen
+    Live(cmd::live::LiveArgs),
     /// Sample any program (or a running process) with perf_event_open: CPU time, uprobes, tracepoints
     Profile(cmd::profile::ProfileArgs),
 }
@@ -33,6 +37,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::List(a) => cmd::list::run(a),
+        Command::Live(a) => cmd::live::run(a),
         Command::Profile(a) => cmd::profile::run(a),
     };
     match result {

@@ -44,5 +44,6 @@ pub mod clock;
 pub mod codec;
 pub mod format;
 pub mod record;
+pub mod tracepoint;
 #[cfg(feature = "std")]
 pub mod writer;

@@ -139,6 +139,9 @@ impl State {
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
+        if crate::live::active() {
+            crate::live::on_chunk(c.tid, c.seq, records);
+        }
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, len) = encode_events(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
@@ -193,6 +196,9 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     loop {
         let finishing = rt.finishing.load(Ordering::Acquire);
         st.meta(rt);
+        if crate::live::active() {
+            crate::live::tick(rt);
+        }
         let mut did = false;
         while let Some(c) = rt.pool.full.pop() {
             st.chunk(rt, c);
@@ -208,6 +214,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                 st.chunk(rt, c);
             }
             st.dump_ring();
+            crate::live::finish();
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();
             let _ = put_varint(&mut p, rt.end_reason.load(Ordering::Relaxed) as u64);

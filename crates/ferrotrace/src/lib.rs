@@ -34,9 +34,13 @@ pub mod clock;
 pub mod collector;
 pub mod config;
 pub mod exit;
+pub mod live;
 pub mod pool;
 pub mod runtime;
+pub mod static_key;
 pub mod thread;
+pub mod tracepoint;
+pub mod tracepoints;
 pub mod trampoline;
 pub mod xray;
 

@@ -207,6 +207,8 @@ pub fn start_from_env(role: Role) {
         (Role::Preload, Some("linked")) => false,
         (Role::Preload, _) => true,
         (Role::Linked, Some("linked")) => true,
+        // Tracepoints: FERROTRACE_TRACE alone starts the linked copy.
+        (Role::Linked, None) => crate::tracepoints::requested().is_some(),
         (Role::Linked, _) => false,
     };
     if !go || RUNTIME.get().is_some() {
@@ -300,7 +302,17 @@ fn start(role: Role) -> Result<(), String> {
     };
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role, &mut known)?;
-    if found.functions.is_empty() {
+    crate::live::init_from_env();
+    if crate::live::active() {
+        crate::live::set_functions(
+            found
+                .functions
+                .iter()
+                .map(|f| xray::display_name(&f.name))
+                .collect(),
+        );
+    }
+    if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         eprintln!(
             "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
              build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
@@ -328,6 +340,9 @@ fn start(role: Role) -> Result<(), String> {
     }
     writer
         .chunk(ChunkKind::Functions, &found.functions_payload())
+        .map_err(io)?;
+    writer
+        .chunk(ChunkKind::Tracepoints, &crate::tracepoints::assign_ids())
         .map_err(io)?;
     writer.flush().map_err(io)?;
 
@@ -368,5 +383,6 @@ fn start(role: Role) -> Result<(), String> {
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
     xray::patch(&found)?;
+    crate::tracepoints::enable_requested();
     Ok(())
 }

@@ -433,3 +433,26 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
         }
     }
 }
+
+/// For the live printer (collector thread only): `(tid, seq, chunk index, records written)` of every
+/// live thread's current chunk. Takes each slot lock briefly, never the owner's fast path.
+pub fn current_chunks(rt: &Runtime) -> Vec<(u32, u32, u32, usize)> {
+    let reg = rt.registry.lock().unwrap_or_else(|e| e.into_inner());
+    let mut out = Vec::new();
+    for slot in reg.iter() {
+        let mut guard = slot.lock();
+        let st = guard.state();
+        if !st.alive || st.stopped || st.hot.is_null() {
+            continue;
+        }
+        if let Some(index) = st.chunk {
+            let start = rt.pool.chunk_ptr(index);
+            // SAFETY: the owner is alive (checked under the slot lock), so its HOT block is.
+            let h = unsafe { &*st.hot };
+            let len =
+                (h.cursor.load(Ordering::Acquire) as usize).saturating_sub(start as usize) / 16;
+            out.push((st.tid, st.seq, index, len.min(rt.pool.chunk_records())));
+        }
+    }
+    out
+}

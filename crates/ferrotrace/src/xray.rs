@@ -213,7 +213,10 @@ const RUNTIME_CRATES: &[&str] = &[
 ];
 
 fn is_runtime_symbol(name: &str) -> bool {
-    name.starts_with("__xray") || RUNTIME_CRATES.iter().any(|c| name.contains(c))
+    name.starts_with("__xray")
+        || RUNTIME_CRATES.iter().any(|c| name.contains(c))
+        // A tracepoint's out-of-line path, generated in the user's crate, is part of the tracer.
+        || name.contains("__ferrotrace_tp_fire")
 }
 
 /// The name users see and filters match: demangled, without the hash.

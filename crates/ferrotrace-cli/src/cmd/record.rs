@@ -34,6 +34,9 @@ pub struct RecordArgs {
     /// Never trace functions whose demangled name matches REGEX (repeatable)
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
+    /// Enable the tracepoints that GLOB selects (`vfs_*`, `mycrate::*`; repeatable)
+    #[arg(long = "trace", value_name = "GLOB")]
+    pub trace: Vec<String>,
     /// What to do when buffers run out
     #[arg(long, value_enum, default_value = "lossless")]
     pub mode: Mode,
@@ -105,7 +108,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     let program = elf::resolve_program(&args.command[0])?;
     let facts = elf::inspect(&program)?;
-    if !facts.has_sleds {
+    if !args.trace.is_empty() && !facts.has_tracepoints {
+        return Err(format!(
+            "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!), so --trace selects nothing",
+            program.display()
+        ));
+    }
+    let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
+    if !facts.has_sleds && !records_tracepoints {
         return Err(format!(
             "{} has no XRay sleds, so there is nothing to trace. Build it with \
              RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
@@ -138,6 +148,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     cmd.env("FERROTRACE_OUTPUT", &output)
         .env("FERROTRACE_FILTER", args.filter.join("\n"))
         .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
+        .env("FERROTRACE_TRACE", args.trace.join("\n"))
         .env(
             "FERROTRACE_MODE",
             match args.mode {

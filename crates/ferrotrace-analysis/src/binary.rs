@@ -1,0 +1,214 @@
+//! What a program contains, read from its ELF file without running it: tracepoints and XRay-instrumented
+//! functions (what `ferrotrace list` shows).
+//!
+//! Tracepoint descriptors are in the `ferrotrace_tp` section (a 16-byte header `u32 magic "FTP1", u32 size,
+//! u32 id, u32 enabled`, then `u16 len + crate::name`, `u16 len + args`, `u16 len + format`, `u16 len +
+//! file`, `u32 line`, padded to 8 bytes) and their sites in `ferrotrace_sites` (24-byte entries of three
+//! PC-relative `i64`: site, out-of-line target, descriptor). XRay functions come from `xray_instr_map`
+//! (32-byte entries, version 2 PC-relative) and the symbol table.
+//!
+//! ```no_run
+//! let bin = ferrotrace_analysis::binary::inspect(std::path::Path::new("target/release/app"))?;
+//! for t in &bin.tracepoints {
+//!     println!("{} {}:{} ({} sites)", t.name, t.file, t.line, t.sites.len());
+//! }
+//! # Ok::<(), String>(())
+//! ```
+
+use std::path::Path;
+
+use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
+
+use crate::tracepoints::ArgDesc;
+
+/// A tracepoint declared in the binary.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinaryTracepoint {
+    /// `crate::name`.
+    pub name: String,
+    /// Its arguments.
+    pub args: Vec<ArgDesc>,
+    /// Display format, empty if none.
+    pub format: String,
+    /// Source file of the declaration.
+    pub file: String,
+    /// Line of the declaration.
+    pub line: u32,
+    /// Link-time addresses of its sites.
+    pub sites: Vec<u64>,
+}
+
+/// An XRay-instrumented function.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BinaryFunction {
+    /// XRay function id (1-based, map order).
+    pub id: u32,
+    /// Link-time address.
+    pub address: u64,
+    /// Demangled name without hash.
+    pub name: String,
+    /// Symbol name.
+    pub mangled: String,
+    /// Number of sleds.
+    pub sleds: usize,
+}
+
+/// The contents `ferrotrace list` reports.
+#[derive(Clone, Debug, Default)]
+pub struct BinaryInfo {
+    /// Tracepoints, in section order.
+    pub tracepoints: Vec<BinaryTracepoint>,
+    /// XRay-instrumented functions, in map order (the tracer's own functions left out).
+    pub functions: Vec<BinaryFunction>,
+}
+
+const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
+
+/// Parses descriptor data after the header: `(name, args, format, file, line)`.
+fn parse_descriptor(d: &[u8]) -> Option<(String, String, String, String, u32)> {
+    let mut pos = 0usize;
+    let mut s = || -> Option<String> {
+        let n = u16::from_le_bytes([*d.get(pos)?, *d.get(pos + 1)?]) as usize;
+        let v = String::from_utf8_lossy(d.get(pos + 2..pos + 2 + n)?).into_owned();
+        pos += 2 + n;
+        Some(v)
+    };
+    let (name, args, format, file) = (s()?, s()?, s()?, s()?);
+    let line = u32::from_le_bytes(d.get(pos..pos + 4)?.try_into().ok()?);
+    Some((name, args, format, file, line))
+}
+
+/// Crates of the tracer itself: never traced, so not listed.
+const RUNTIME_CRATES: &[&str] = &[
+    "10ferrotrace",
+    "15ferrotrace_core",
+    "14crossbeam_queue",
+    "10regex_lite",
+    "14rustc_demangle",
+    "9crc32fast",
+    "_6object",
+];
+
+fn is_runtime_symbol(name: &str) -> bool {
+    name.starts_with("__xray")
+        || name.contains("__ferrotrace_tp_fire")
+        || RUNTIME_CRATES.iter().any(|c| name.contains(c))
+}
+
+fn read_i64(b: &[u8], at: usize) -> Option<i64> {
+    Some(i64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
+}
+
+/// Reads the tracepoints and instrumented functions of the ELF file at `path`.
+pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
+    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = object::File::parse(&*data)
+        .map_err(|e| format!("{} is not an ELF file ({e})", path.display()))?;
+    let mut out = BinaryInfo::default();
+
+    // Tracepoints: descriptors, then sites by descriptor address.
+    let mut by_addr: Vec<(u64, usize)> = Vec::new();
+    if let Some(sec) = file.section_by_name("ferrotrace_tp") {
+        let bytes = sec.data().map_err(|e| format!("ferrotrace_tp: {e}"))?;
+        let mut p = 0usize;
+        while p + 16 <= bytes.len() {
+            let word = |i: usize| u32::from_le_bytes(bytes[p + i..p + i + 4].try_into().unwrap());
+            let (magic, size) = (word(0), word(4) as usize);
+            if magic != MAGIC || size < 16 || p + size > bytes.len() {
+                p += 8;
+                continue;
+            }
+            if let Some((name, args, format, file_name, line)) =
+                parse_descriptor(&bytes[p + 16..p + size])
+            {
+                by_addr.push((sec.address() + p as u64, out.tracepoints.len()));
+                out.tracepoints.push(BinaryTracepoint {
+                    name,
+                    args: ferrotrace_core::tracepoint::arg_specs(&args)
+                        .map(|(n, t)| ArgDesc {
+                            name: n.into(),
+                            ty: t.into(),
+                        })
+                        .collect(),
+                    format,
+                    file: file_name,
+                    line,
+                    sites: Vec::new(),
+                });
+            }
+            p += (size + 7) & !7;
+        }
+    }
+    if let Some(sec) = file.section_by_name("ferrotrace_sites") {
+        let bytes = sec.data().map_err(|e| format!("ferrotrace_sites: {e}"))?;
+        let base = sec.address();
+        let mut p = 0usize;
+        while p + 24 <= bytes.len() {
+            let (a, d) = (read_i64(bytes, p), read_i64(bytes, p + 16));
+            if let (Some(a), Some(d)) = (a, d) {
+                if a != 0 && d != 0 {
+                    let site = (base + p as u64).wrapping_add(a as u64);
+                    let desc = (base + p as u64 + 16).wrapping_add(d as u64);
+                    if let Some(&(_, i)) = by_addr.iter().find(|(addr, _)| *addr == desc) {
+                        out.tracepoints[i].sites.push(site);
+                    }
+                }
+            }
+            p += 24;
+        }
+    }
+    for t in &mut out.tracepoints {
+        t.sites.sort_unstable();
+    }
+
+    // XRay functions.
+    if let Some(sec) = file.section_by_name("xray_instr_map") {
+        let bytes = sec.data().map_err(|e| format!("xray_instr_map: {e}"))?;
+        let base = sec.address();
+        let mut symbols: Vec<(u64, u64, &str)> = file
+            .symbols()
+            .chain(file.dynamic_symbols())
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
+            .collect();
+        symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
+        symbols.dedup_by_key(|s| s.0);
+        let mut funcs: Vec<(u64, usize)> = Vec::new();
+        for i in 0..bytes.len() / 32 {
+            let e = &bytes[i * 32..i * 32 + 32];
+            let function = u64::from_le_bytes(e[8..16].try_into().unwrap());
+            let version = e[18];
+            let func = if version >= 2 {
+                (base + i as u64 * 32 + 8).wrapping_add(function)
+            } else {
+                function
+            };
+            if e[16] > 3 {
+                continue;
+            }
+            match funcs.last_mut() {
+                Some((f, n)) if *f == func => *n += 1,
+                _ => funcs.push((func, 1)),
+            }
+        }
+        for (index, (func, sleds)) in funcs.into_iter().enumerate() {
+            let sym = match symbols.binary_search_by_key(&func, |s| s.0) {
+                Ok(i) => Some(symbols[i]),
+                Err(0) => None,
+                Err(i) => Some(symbols[i - 1]).filter(|s| func < s.0 + s.1.max(1)),
+            };
+            let mangled = sym.map_or_else(|| format!("fn_{func:x}"), |s| s.2.to_string());
+            if is_runtime_symbol(&mangled) {
+                continue;
+            }
+            out.functions.push(BinaryFunction {
+                id: index as u32 + 1,
+                address: func,
+                name: crate::reader::demangle(&mangled),
+                mangled,
+                sleds,
+            });
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,146 @@
+//! `ferrotrace live`: run a program and print its tracepoints (and, with `-F`, function entries and
+//! exits) as they happen.
+//!
+//! The runtime in the program formats events on its collector thread and writes them into a pipe
+//! without ever blocking (a full pipe makes it count `lost N events`); this command copies the pipe to
+//! standard output line by line, so `| grep` sees each event at once.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use crate::cmd::record::preload_library;
+use crate::elf;
+
+/// Arguments of `ferrotrace live`.
+#[derive(Args)]
+pub struct LiveArgs {
+    /// Print the tracepoints that GLOB selects (`vfs_*`, `mycrate::*`; repeatable)
+    #[arg(long = "trace", value_name = "GLOB")]
+    pub trace: Vec<String>,
+    /// Also print entries and exits of functions whose demangled name matches REGEX (repeatable)
+    #[arg(short = 'F', long = "filter", value_name = "REGEX")]
+    pub filter: Vec<String>,
+    /// Never print functions whose demangled name matches REGEX (repeatable)
+    #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
+    pub notrace: Vec<String>,
+    /// The program to run and its arguments
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "PROGRAM"
+    )]
+    pub command: Vec<OsString>,
+}
+
+/// Runs the program and prints its events; returns its exit status as ours.
+pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
+    for re in args.filter.iter().chain(&args.notrace) {
+        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
+    }
+    if args.trace.is_empty() && args.filter.is_empty() {
+        return Err(
+            "nothing to print: select tracepoints with --trace GLOB and/or functions with -F REGEX"
+                .into(),
+        );
+    }
+    let program = elf::resolve_program(&args.command[0])?;
+    let facts = elf::inspect(&program)?;
+    if !args.trace.is_empty() && !facts.has_tracepoints {
+        return Err(format!(
+            "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!)",
+            program.display()
+        ));
+    }
+    if !args.filter.is_empty() && !facts.has_sleds {
+        return Err(format!(
+            "{} has no XRay sleds, so -F selects nothing: build it with \
+             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build",
+            program.display()
+        ));
+    }
+    let mut fds = [0i32; 2];
+    // SAFETY: pipe2 fills the two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: fresh descriptors that we own.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let child_fd = fds[1];
+    let trace_file =
+        std::env::temp_dir().join(format!("ferrotrace-live-{}.data", std::process::id()));
+
+    let mut cmd = std::process::Command::new(&program);
+    use std::os::unix::process::CommandExt;
+    cmd.arg0(&args.command[0]).args(&args.command[1..]);
+    if facts.links_runtime {
+        cmd.env("FERROTRACE_RUNTIME", "linked");
+    } else {
+        let lib = preload_library()?;
+        cmd.env("LD_PRELOAD", lib)
+            .env("FERROTRACE_RUNTIME", "preload");
+    }
+    // Without -F no function is traced: a filter nothing matches.
+    let filter = if args.filter.is_empty() {
+        "^$".to_string()
+    } else {
+        args.filter.join("\n")
+    };
+    cmd.env("FERROTRACE_OUTPUT", &trace_file)
+        .env("FERROTRACE_FILTER", filter)
+        .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
+        .env("FERROTRACE_TRACE", args.trace.join("\n"))
+        .env("FERROTRACE_MODE", "drop")
+        .env("FERROTRACE_LIVE_FD", child_fd.to_string())
+        .env_remove("FERROTRACE_TRACED_PARENT");
+    // SAFETY: between fork and exec only async-signal-safe fcntl: keep the write end open in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            let fl = libc::fcntl(child_fd, libc::F_GETFD);
+            libc::fcntl(child_fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC);
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    drop(write_end);
+    // SAFETY: as in `record`: the terminal's Ctrl-C goes to the program; we outlive it.
+    unsafe {
+        libc::signal(libc::SIGINT, libc::SIG_IGN);
+        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    }
+    let reader = BufReader::new(std::fs::File::from(read_end));
+    let stdout = std::io::stdout();
+    for line in reader.split(b'\n') {
+        let Ok(line) = line else { break };
+        let mut out = stdout.lock();
+        if out
+            .write_all(&line)
+            .and_then(|_| out.write_all(b"\n"))
+            .and_then(|_| out.flush())
+            .is_err()
+        {
+            break; // our reader went away (`| head`): stop printing, let the program finish
+        }
+    }
+    let status = child
+        .wait()
+        .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
+    let _ = std::fs::remove_file(&trace_file);
+    if let Some(code) = status.code() {
+        return Ok(ExitCode::from(code as u8));
+    }
+    let sig = status.signal().unwrap_or(0);
+    eprintln!(
+        "ferrotrace: {} was killed by signal {sig}",
+        program.display()
+    );
+    Ok(ExitCode::from((128 + sig) as u8))
+}

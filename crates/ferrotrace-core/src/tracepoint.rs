@@ -1,0 +1,408 @@
+//! Tracepoint arguments: their types, their payload encoding, and how an event is shown.
+//!
+//! A tracepoint descriptor lists its arguments as `name:type` separated by commas (`path:str,flags:u32`).
+//! A Tracepoint event's payload holds the argument values in that order, little-endian, without padding
+//! between them (the payload itself is a whole number of 16-byte slots, zero padded at the end):
+//!
+//! | type | bytes |
+//! |---|---|
+//! | `u8`, `i8`, `bool` | 1 |
+//! | `u16`, `i16` | 2 |
+//! | `u32`, `i32`, `f32` | 4 |
+//! | `u64`, `i64`, `usize`, `isize`, `f64` | 8 |
+//! | `str`, `bytes` | `u16` length, then that many bytes (at most 256; a `str` is cut at a character boundary) |
+//!
+//! Shared by the runtime (live printing) and the analysis tools, without allocation:
+//!
+//! ```
+//! use ferrotrace_core::tracepoint::write_event;
+//!
+//! let mut payload = Vec::new();
+//! payload.extend_from_slice(&7u64.to_le_bytes());
+//! payload.extend_from_slice(&300usize.to_le_bytes());
+//! let mut s = String::new();
+//! write_event(&mut s, "app::net_recv", "conn:u64,bytes:usize", "", &payload).unwrap();
+//! assert_eq!(s, "app::net_recv(conn=7, bytes=300)");
+//! s.clear();
+//! write_event(&mut s, "app::net_recv", "conn:u64,bytes:usize", "conn={conn} bytes={bytes:x}", &payload).unwrap();
+//! assert_eq!(s, "app::net_recv conn=7 bytes=12c");
+//! ```
+
+use core::fmt::{self, Write};
+
+use crate::codec::DecodeError;
+
+/// The type of a tracepoint argument.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArgType {
+    /// `u8`
+    U8,
+    /// `u16`
+    U16,
+    /// `u32`
+    U32,
+    /// `u64`
+    U64,
+    /// `usize` (64 bits)
+    Usize,
+    /// `i8`
+    I8,
+    /// `i16`
+    I16,
+    /// `i32`
+    I32,
+    /// `i64`
+    I64,
+    /// `isize` (64 bits)
+    Isize,
+    /// `f32`
+    F32,
+    /// `f64`
+    F64,
+    /// `bool`
+    Bool,
+    /// `&str`
+    Str,
+    /// `&[u8]`
+    Bytes,
+}
+
+impl ArgType {
+    /// The type called `name` in descriptors.
+    pub fn from_name(name: &str) -> Option<ArgType> {
+        Some(match name {
+            "u8" => ArgType::U8,
+            "u16" => ArgType::U16,
+            "u32" => ArgType::U32,
+            "u64" => ArgType::U64,
+            "usize" => ArgType::Usize,
+            "i8" => ArgType::I8,
+            "i16" => ArgType::I16,
+            "i32" => ArgType::I32,
+            "i64" => ArgType::I64,
+            "isize" => ArgType::Isize,
+            "f32" => ArgType::F32,
+            "f64" => ArgType::F64,
+            "bool" => ArgType::Bool,
+            "str" => ArgType::Str,
+            "bytes" => ArgType::Bytes,
+            _ => return None,
+        })
+    }
+}
+
+/// One decoded argument value.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Value<'a> {
+    /// Any unsigned integer.
+    Unsigned(u64),
+    /// Any signed integer.
+    Signed(i64),
+    /// `f32` or `f64`.
+    Float(f64),
+    /// `bool`.
+    Bool(bool),
+    /// `str` (as recorded; invalid UTF-8 is shown escaped).
+    Str(&'a [u8]),
+    /// `bytes`.
+    Bytes(&'a [u8]),
+}
+
+fn write_escaped<W: Write>(w: &mut W, b: &[u8]) -> fmt::Result {
+    for chunk in b.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            for e in c.escape_debug() {
+                w.write_char(e)?;
+            }
+        }
+        for byte in chunk.invalid() {
+            write!(w, "\\x{byte:02x}")?;
+        }
+    }
+    Ok(())
+}
+
+impl Value<'_> {
+    /// Writes the value as in `name(arg=value)`: strings quoted and escaped, bytes as `b"…"`.
+    pub fn write_quoted<W: Write>(&self, w: &mut W) -> fmt::Result {
+        match *self {
+            Value::Str(s) => {
+                w.write_char('"')?;
+                write_escaped(w, s)?;
+                w.write_char('"')
+            }
+            Value::Bytes(b) => {
+                w.write_str("b\"")?;
+                for &byte in b {
+                    if byte.is_ascii_graphic() && byte != b'"' && byte != b'\\' || byte == b' ' {
+                        w.write_char(byte as char)?;
+                    } else {
+                        write!(w, "\\x{byte:02x}")?;
+                    }
+                }
+                w.write_char('"')
+            }
+            _ => write!(w, "{self}"),
+        }
+    }
+
+    /// Writes the value in hexadecimal (integers; others as [`fmt::Display`]).
+    pub fn write_hex<W: Write>(&self, w: &mut W) -> fmt::Result {
+        match *self {
+            Value::Unsigned(v) => write!(w, "{v:x}"),
+            Value::Signed(v) => write!(w, "{v:x}"),
+            Value::Bytes(b) | Value::Str(b) => {
+                for byte in b {
+                    write!(w, "{byte:02x}")?;
+                }
+                Ok(())
+            }
+            _ => write!(w, "{self}"),
+        }
+    }
+}
+
+impl fmt::Display for Value<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Value::Unsigned(v) => write!(f, "{v}"),
+            Value::Signed(v) => write!(f, "{v}"),
+            Value::Float(v) => write!(f, "{v}"),
+            Value::Bool(v) => write!(f, "{v}"),
+            Value::Str(s) => {
+                for chunk in s.utf8_chunks() {
+                    f.write_str(chunk.valid())?;
+                    for byte in chunk.invalid() {
+                        write!(f, "\\x{byte:02x}")?;
+                    }
+                }
+                Ok(())
+            }
+            Value::Bytes(_) => self.write_quoted(f),
+        }
+    }
+}
+
+/// The `(name, type name)` pairs of an argument list `name:type,…`.
+pub fn arg_specs(spec: &str) -> impl Iterator<Item = (&str, &str)> {
+    spec.split(',')
+        .filter(|a| !a.is_empty())
+        .map(|a| a.split_once(':').unwrap_or((a, "")))
+}
+
+/// Decodes the argument values of a payload, in order, with their names.
+pub struct Values<'s, 'p> {
+    specs: core::iter::Filter<core::str::Split<'s, char>, fn(&&str) -> bool>,
+    payload: &'p [u8],
+    pos: usize,
+    failed: bool,
+}
+
+/// The values of `payload` for the argument list `spec`.
+pub fn values<'s, 'p>(spec: &'s str, payload: &'p [u8]) -> Values<'s, 'p> {
+    fn nonempty(a: &&str) -> bool {
+        !a.is_empty()
+    }
+    Values {
+        specs: spec.split(',').filter(nonempty as fn(&&str) -> bool),
+        payload,
+        pos: 0,
+        failed: false,
+    }
+}
+
+impl<'s, 'p> Values<'s, 'p> {
+    fn take(&mut self, n: usize) -> Result<&'p [u8], DecodeError> {
+        let b = self
+            .payload
+            .get(self.pos..self.pos + n)
+            .ok_or(DecodeError::Truncated)?;
+        self.pos += n;
+        Ok(b)
+    }
+
+    fn fixed<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn next_value(&mut self, ty: &str) -> Result<Value<'p>, DecodeError> {
+        let ty = ArgType::from_name(ty).ok_or(DecodeError::BadValue)?;
+        Ok(match ty {
+            ArgType::U8 => Value::Unsigned(self.fixed::<1>()?[0] as u64),
+            ArgType::U16 => Value::Unsigned(u16::from_le_bytes(self.fixed()?) as u64),
+            ArgType::U32 => Value::Unsigned(u32::from_le_bytes(self.fixed()?) as u64),
+            ArgType::U64 | ArgType::Usize => Value::Unsigned(u64::from_le_bytes(self.fixed()?)),
+            ArgType::I8 => Value::Signed(self.fixed::<1>()?[0] as i8 as i64),
+            ArgType::I16 => Value::Signed(i16::from_le_bytes(self.fixed()?) as i64),
+            ArgType::I32 => Value::Signed(i32::from_le_bytes(self.fixed()?) as i64),
+            ArgType::I64 | ArgType::Isize => Value::Signed(i64::from_le_bytes(self.fixed()?)),
+            ArgType::F32 => Value::Float(f32::from_le_bytes(self.fixed()?) as f64),
+            ArgType::F64 => Value::Float(f64::from_le_bytes(self.fixed()?)),
+            ArgType::Bool => Value::Bool(self.fixed::<1>()?[0] != 0),
+            ArgType::Str | ArgType::Bytes => {
+                let n = u16::from_le_bytes(self.fixed()?) as usize;
+                let b = self.take(n)?;
+                if ty == ArgType::Str {
+                    Value::Str(b)
+                } else {
+                    Value::Bytes(b)
+                }
+            }
+        })
+    }
+}
+
+impl<'s, 'p> Iterator for Values<'s, 'p> {
+    type Item = Result<(&'s str, Value<'p>), DecodeError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.failed {
+            return None;
+        }
+        let spec = self.specs.next()?;
+        let (name, ty) = spec.split_once(':').unwrap_or((spec, ""));
+        let r = self.next_value(ty).map(|v| (name, v));
+        self.failed = r.is_err();
+        Some(r)
+    }
+}
+
+/// Writes `name(arg=value, …)`.
+pub fn write_call<W: Write>(w: &mut W, name: &str, spec: &str, payload: &[u8]) -> fmt::Result {
+    w.write_str(name)?;
+    w.write_char('(')?;
+    for (i, v) in values(spec, payload).enumerate() {
+        if i > 0 {
+            w.write_str(", ")?;
+        }
+        match v {
+            Ok((n, v)) => {
+                w.write_str(n)?;
+                w.write_char('=')?;
+                v.write_quoted(w)?;
+            }
+            Err(e) => write!(w, "<{e}>")?,
+        }
+    }
+    w.write_char(')')
+}
+
+/// Writes `format` with each `{arg}` (or `{arg:x}` for hexadecimal, `{arg:?}` quoted) replaced by the
+/// argument's value; `{{` and `}}` are literal braces.
+pub fn write_format<W: Write>(w: &mut W, format: &str, spec: &str, payload: &[u8]) -> fmt::Result {
+    let mut rest = format;
+    while let Some(i) = rest.find(['{', '}']) {
+        w.write_str(&rest[..i])?;
+        let r = &rest[i..];
+        if r.starts_with("{{") || r.starts_with("}}") {
+            w.write_char(r.as_bytes()[0] as char)?;
+            rest = &r[2..];
+            continue;
+        }
+        let Some(close) = r.find('}').filter(|_| r.starts_with('{')) else {
+            w.write_str(&r[..1])?;
+            rest = &r[1..];
+            continue;
+        };
+        let field = &r[1..close];
+        let (name, how) = field.split_once(':').unwrap_or((field, ""));
+        let value = values(spec, payload).find_map(|v| match v {
+            Ok((n, v)) if n == name => Some(Ok(v)),
+            Err(e) => Some(Err(e)),
+            _ => None,
+        });
+        match value {
+            Some(Ok(v)) if how.contains('x') => v.write_hex(w)?,
+            Some(Ok(v)) if how.contains('?') => v.write_quoted(w)?,
+            Some(Ok(v)) => write!(w, "{v}")?,
+            Some(Err(e)) => write!(w, "<{e}>")?,
+            None => write!(w, "<{name}?>")?,
+        }
+        rest = &r[close + 1..];
+    }
+    w.write_str(rest)
+}
+
+/// Writes an event the way users see it: `name(arg=value, …)`, or `name ` followed by the formatted
+/// text when the tracepoint has a format.
+pub fn write_event<W: Write>(
+    w: &mut W,
+    name: &str,
+    spec: &str,
+    format: &str,
+    payload: &[u8],
+) -> fmt::Result {
+    if format.is_empty() {
+        write_call(w, name, spec, payload)
+    } else {
+        w.write_str(name)?;
+        w.write_char(' ')?;
+        write_format(w, format, spec, payload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Buf {
+        b: [u8; 256],
+        n: usize,
+    }
+    impl Write for Buf {
+        fn write_str(&mut self, s: &str) -> fmt::Result {
+            let e = self.n + s.len();
+            self.b
+                .get_mut(self.n..e)
+                .ok_or(fmt::Error)?
+                .copy_from_slice(s.as_bytes());
+            self.n = e;
+            Ok(())
+        }
+    }
+    fn show(f: impl Fn(&mut Buf) -> fmt::Result) -> Buf {
+        let mut b = Buf { b: [0; 256], n: 0 };
+        f(&mut b).unwrap();
+        b
+    }
+
+    #[test]
+    fn all_types_round_trip() {
+        let mut p = [0u8; 64];
+        let mut n = 0;
+        let mut put = |b: &[u8]| {
+            p[n..n + b.len()].copy_from_slice(b);
+            n += b.len();
+        };
+        put(&[200]);
+        put(&(-2i16).to_le_bytes());
+        put(&(-5i64).to_le_bytes());
+        put(&1.5f64.to_le_bytes());
+        put(&[1]);
+        put(&3u16.to_le_bytes());
+        put(b"a\"b");
+        put(&2u16.to_le_bytes());
+        put(&[0, 255]);
+        put(&2.5f32.to_le_bytes());
+        let spec = "a:u8,b:i16,c:i64,d:f64,e:bool,s:str,f:bytes,g:f32";
+        let b = show(|w| write_call(w, "x::t", spec, &p[..n]));
+        assert_eq!(
+            core::str::from_utf8(&b.b[..b.n]).unwrap(),
+            r#"x::t(a=200, b=-2, c=-5, d=1.5, e=true, s="a\"b", f=b"\x00\xff", g=2.5)"#
+        );
+        let b = show(|w| write_format(w, "{{{s}}} {c} {a:x}", spec, &p[..n]));
+        assert_eq!(core::str::from_utf8(&b.b[..b.n]).unwrap(), "{a\"b} -5 c8");
+    }
+
+    #[test]
+    fn short_payload_is_an_error_not_a_panic() {
+        let b = show(|w| write_call(w, "t", "a:u64,b:u8", &[1, 0, 0]));
+        assert_eq!(
+            core::str::from_utf8(&b.b[..b.n]).unwrap(),
+            "t(<payload ends in the middle of a field>)"
+        );
+        assert!(values("a:nonsense", &[0; 8]).next().unwrap().is_err());
+    }
+}

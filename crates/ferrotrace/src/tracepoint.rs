@@ -1,0 +1,759 @@
+//! Static tracepoints: declaration, the disabled-site NOP, the enabled out-of-line path, descriptors.
+//!
+//! [`tracepoint!`](crate::tracepoint!) declares a tracepoint once; a site fires it, either by calling the
+//! function the declaration defines (`vfs_open(path, flags)`, arguments evaluated by the caller) or with
+//! [`trace!`](crate::trace!) (`ferrotrace::trace!(vfs_open(path, flags))`, arguments evaluated only when
+//! the tracepoint is enabled).
+//!
+//! A site is an `asm goto`: a 5-byte NOP (`0f 1f 44 00 00`) and a 24-byte entry in the retained
+//! `ferrotrace_sites` section (`"awR"`): `i64 site - &field, i64 target - &field, i64 descriptor -
+//! &field`, every field PC-relative so that the file needs no dynamic relocation and `ferrotrace list` reads
+//! it without running the program. Enabling patches the NOP into `jmp rel32` to `target`, the out-of-line
+//! block that calls the tracepoint's `#[cold] #[inline(never)]` function; that function writes one
+//! Tracepoint record (TSC, tracepoint id) and the arguments as payload slots into the calling thread's
+//! chunk, through the same `HOT` cursor as the XRay trampolines.
+//!
+//! Descriptors are statics in the `ferrotrace_tp` section: a 16-byte [`Header`] (magic, size, runtime id,
+//! enabled flag) then `u16 len + name (crate::name) | u16 len + args (name:type,…) | u16 len + format |
+//! u16 len + file | u32 line`, zero padded to 8 bytes.
+//!
+//! Each site's out-of-line path also carries a SystemTap SDT probe (`.note.stapsdt`, provider = crate
+//! name, probe = tracepoint name, with a semaphore): when bpftrace or perf attach, the kernel raises the
+//! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
+//! pointer to a NUL-terminated copy of at most 256 bytes).
+//!
+//! ```
+//! ferrotrace::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
+//!
+//! parsed(512, true); // a NOP until enabled
+//! let tp = ferrotrace::tracepoint::all().into_iter().find(|t| t.short_name() == "parsed").unwrap();
+//! assert_eq!(tp.args, "bytes:usize,ok:bool");
+//! let desc = tp.header as *const _ as usize;
+//! assert!(ferrotrace::tracepoint::sites().iter().any(|s| s.desc == desc));
+//! ```
+
+use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
+
+use ferrotrace_core::record::{EventKind, Record};
+
+use crate::trampoline::HOT;
+
+/// `"FTP1"`: the first word of every descriptor.
+pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
+/// Size of a descriptor's [`Header`].
+pub const HEADER_LEN: usize = 16;
+/// Strings and byte slices are cut to this many bytes in a record.
+pub const MAX_STR: usize = 256;
+/// Largest payload of one event (255 slots of 16 bytes).
+pub const MAX_PAYLOAD: usize = 255 * 16;
+
+/// The fixed part of a tracepoint descriptor.
+#[derive(Debug)]
+#[repr(C)]
+pub struct Header {
+    /// [`MAGIC`].
+    pub magic: u32,
+    /// Size of the whole descriptor in bytes (a multiple of 8).
+    pub size: u32,
+    /// Tracepoint id in the trace, assigned when the runtime starts (0: none yet).
+    pub id: AtomicU32,
+    /// 1 when the tracepoint's sites are patched to fire.
+    pub enabled: AtomicU32,
+}
+
+/// A tracepoint descriptor: header and encoded strings. Made by [`tracepoint!`](crate::tracepoint!).
+#[repr(C, align(8))]
+pub struct Descriptor<const N: usize> {
+    /// The fixed part.
+    pub header: Header,
+    /// Name, arguments, format, file and line.
+    pub data: [u8; N],
+}
+
+impl<const N: usize> Descriptor<N> {
+    /// A descriptor around encoded `data` (see [`encode`]).
+    pub const fn new(data: [u8; N]) -> Self {
+        Descriptor {
+            header: Header {
+                magic: MAGIC,
+                size: core::mem::size_of::<Self>() as u32,
+                id: AtomicU32::new(0),
+                enabled: AtomicU32::new(0),
+            },
+            data,
+        }
+    }
+}
+
+/// A type a tracepoint argument may have.
+///
+/// # Safety
+/// `encode` must write exactly `encoded_len` bytes.
+pub unsafe trait Arg {
+    /// Type name in descriptors (`u32`, `str`, `bytes`, …).
+    const TYPE: &'static str;
+    /// SDT argument size: 8 for unsigned and pointer-like values, -8 for signed ones.
+    const USDT_SIZE: i32;
+    /// Bytes this value takes in a record's payload.
+    fn encoded_len(&self) -> usize;
+    /// Writes the value at `dst` and returns the position after it.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `encoded_len()` bytes.
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8;
+    /// The 64-bit word handed to an attached SDT probe; strings are copied NUL-terminated into `buf`.
+    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64;
+}
+
+macro_rules! int_arg {
+    ($($t:ty => $name:literal, $size:literal, $wide:ty;)*) => {$(
+        // SAFETY: writes exactly size_of::<$t>() bytes.
+        unsafe impl Arg for $t {
+            const TYPE: &'static str = $name;
+            const USDT_SIZE: i32 = $size;
+            #[inline(always)]
+            fn encoded_len(&self) -> usize {
+                core::mem::size_of::<$t>()
+            }
+            #[inline(always)]
+            unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+                (dst as *mut [u8; core::mem::size_of::<$t>()]).write_unaligned(self.to_le_bytes());
+                dst.add(core::mem::size_of::<$t>())
+            }
+            #[inline(always)]
+            fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
+                *self as $wide as u64
+            }
+        }
+    )*};
+}
+
+int_arg! {
+    u8 => "u8", 8, u64;
+    u16 => "u16", 8, u64;
+    u32 => "u32", 8, u64;
+    u64 => "u64", 8, u64;
+    usize => "usize", 8, u64;
+    i8 => "i8", -8, i64;
+    i16 => "i16", -8, i64;
+    i32 => "i32", -8, i64;
+    i64 => "i64", -8, i64;
+    isize => "isize", -8, i64;
+}
+
+// SAFETY: 4 bytes.
+unsafe impl Arg for f32 {
+    const TYPE: &'static str = "f32";
+    const USDT_SIZE: i32 = 8;
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        4
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+        (dst as *mut [u8; 4]).write_unaligned(self.to_le_bytes());
+        dst.add(4)
+    }
+    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
+        self.to_bits() as u64
+    }
+}
+
+// SAFETY: 8 bytes.
+unsafe impl Arg for f64 {
+    const TYPE: &'static str = "f64";
+    const USDT_SIZE: i32 = 8;
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        8
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+        (dst as *mut [u8; 8]).write_unaligned(self.to_le_bytes());
+        dst.add(8)
+    }
+    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
+        self.to_bits()
+    }
+}
+
+// SAFETY: 1 byte.
+unsafe impl Arg for bool {
+    const TYPE: &'static str = "bool";
+    const USDT_SIZE: i32 = 8;
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        1
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+        dst.write(*self as u8);
+        dst.add(1)
+    }
+    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
+        *self as u64
+    }
+}
+
+#[inline(always)]
+unsafe fn encode_bytes(b: &[u8], dst: *mut u8) -> *mut u8 {
+    let n = b.len().min(MAX_STR);
+    (dst as *mut [u8; 2]).write_unaligned((n as u16).to_le_bytes());
+    core::ptr::copy_nonoverlapping(b.as_ptr(), dst.add(2), n);
+    dst.add(2 + n)
+}
+
+fn usdt_bytes(b: &[u8], buf: &mut [u8; MAX_STR + 1]) -> u64 {
+    let n = b.len().min(MAX_STR);
+    buf[..n].copy_from_slice(&b[..n]);
+    buf[n] = 0;
+    buf.as_ptr() as u64
+}
+
+/// The longest prefix of `s` of at most [`MAX_STR`] bytes that ends at a character boundary.
+#[inline(always)]
+fn str_cut(s: &str) -> &[u8] {
+    let mut n = s.len().min(MAX_STR);
+    while !s.is_char_boundary(n) {
+        n -= 1;
+    }
+    &s.as_bytes()[..n]
+}
+
+// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
+unsafe impl Arg for &str {
+    const TYPE: &'static str = "str";
+    const USDT_SIZE: i32 = 8;
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        2 + str_cut(self).len()
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+        encode_bytes(str_cut(self), dst)
+    }
+    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
+        usdt_bytes(self.as_bytes(), buf)
+    }
+}
+
+// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
+unsafe impl Arg for &[u8] {
+    const TYPE: &'static str = "bytes";
+    const USDT_SIZE: i32 = 8;
+    #[inline(always)]
+    fn encoded_len(&self) -> usize {
+        2 + self.len().min(MAX_STR)
+    }
+    #[inline(always)]
+    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
+        encode_bytes(self, dst)
+    }
+    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
+        usdt_bytes(self, buf)
+    }
+}
+
+/// Scratch space for one string argument of an SDT probe.
+#[doc(hidden)]
+pub fn usdt_buf() -> [u8; MAX_STR + 1] {
+    [0; MAX_STR + 1]
+}
+
+// ---- descriptor encoding (const) -------------------------------------------------------------------
+
+const fn crate_len(module_path: &str) -> usize {
+    let b = module_path.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b':' && b[i + 1] == b':' {
+            return i;
+        }
+        i += 1;
+    }
+    b.len()
+}
+
+const fn args_len(args: &[(&str, &str)]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < args.len() {
+        if i > 0 {
+            n += 1;
+        }
+        n += args[i].0.len() + 1 + args[i].1.len();
+        i += 1;
+    }
+    n
+}
+
+/// Length of the encoded descriptor data for these strings, padded to 8 bytes.
+pub const fn encoded_len(
+    module_path: &str,
+    name: &str,
+    args: &[(&str, &str)],
+    format: &str,
+    file: &str,
+) -> usize {
+    let n = 2
+        + crate_len(module_path)
+        + 2
+        + name.len()
+        + 2
+        + args_len(args)
+        + 2
+        + format.len()
+        + 2
+        + file.len()
+        + 4;
+    (n + 7) & !7
+}
+
+struct W<const N: usize> {
+    buf: [u8; N],
+    pos: usize,
+}
+
+impl<const N: usize> W<N> {
+    const fn byte(mut self, b: u8) -> Self {
+        self.buf[self.pos] = b;
+        self.pos += 1;
+        self
+    }
+    const fn bytes(mut self, s: &[u8]) -> Self {
+        let mut i = 0;
+        while i < s.len() {
+            self = self.byte(s[i]);
+            i += 1;
+        }
+        self
+    }
+    const fn u16(self, v: usize) -> Self {
+        assert!(v <= u16::MAX as usize, "tracepoint string too long");
+        self.byte(v as u8).byte((v >> 8) as u8)
+    }
+}
+
+/// Encodes a descriptor's data: `u16 len + crate::name`, `u16 len + args`, `u16 len + format`,
+/// `u16 len + file`, `u32 line`, zero padding. `N` must be [`encoded_len`] of the same strings.
+pub const fn encode<const N: usize>(
+    module_path: &str,
+    name: &str,
+    args: &[(&str, &str)],
+    format: &str,
+    file: &str,
+    line: u32,
+) -> [u8; N] {
+    let mut w = W {
+        buf: [0u8; N],
+        pos: 0,
+    };
+    let cl = crate_len(module_path);
+    let mp = module_path.as_bytes();
+    w = w.u16(cl + 2 + name.len());
+    let mut i = 0;
+    while i < cl {
+        w = w.byte(mp[i]);
+        i += 1;
+    }
+    w = w.bytes(b"::").bytes(name.as_bytes());
+    w = w.u16(args_len(args));
+    let mut i = 0;
+    while i < args.len() {
+        if i > 0 {
+            w = w.byte(b',');
+        }
+        w = w
+            .bytes(args[i].0.as_bytes())
+            .byte(b':')
+            .bytes(args[i].1.as_bytes());
+        i += 1;
+    }
+    w = w.u16(format.len()).bytes(format.as_bytes());
+    w = w.u16(file.len()).bytes(file.as_bytes());
+    w = w.bytes(&line.to_le_bytes());
+    w.buf
+}
+
+// ---- the enabled path ------------------------------------------------------------------------------
+
+/// Writes one Tracepoint record and `len` payload bytes (written by `write`) into the calling thread's
+/// chunk: directly when there is room for the record and its slots, else through
+/// [`crate::thread::record_slow`]. Never allocates or locks.
+#[inline(always)]
+pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
+    let slots = len.div_ceil(16);
+    if slots > 255 {
+        return;
+    }
+    let tsc = crate::clock::rdtsc();
+    let rec = Record::with_payload(
+        tsc,
+        EventKind::Tracepoint,
+        header.id.load(Ordering::Relaxed),
+        slots as u8,
+    );
+    let _ = HOT.try_with(|hot| {
+        let cur = hot.cursor.load(Ordering::Relaxed);
+        let end = hot.end.load(Ordering::Relaxed);
+        if (end as usize).saturating_sub(cur as usize) > slots * 16 && !cur.is_null() {
+            // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above).
+            unsafe {
+                cur.write(rec);
+                if slots > 0 {
+                    cur.add(slots).write(Record::default());
+                }
+                write(cur.add(1) as *mut u8);
+                hot.cursor.store(cur.add(1 + slots), Ordering::Release);
+            }
+        } else {
+            slow(rec, slots, len, write);
+        }
+    });
+}
+
+#[cold]
+#[inline(always)]
+fn slow(rec: Record, slots: usize, _len: usize, write: impl FnOnce(*mut u8)) {
+    let mut buf = core::mem::MaybeUninit::<[Record; 255]>::uninit();
+    let p = buf.as_mut_ptr() as *mut Record;
+    // SAFETY: `slots` <= 255 records of the buffer are zeroed, then `write` fills at most `len` bytes.
+    let payload = unsafe {
+        core::ptr::write_bytes(p, 0, slots);
+        write(p as *mut u8);
+        core::slice::from_raw_parts(p, slots)
+    };
+    crate::thread::record_slow(rec, payload);
+}
+
+// ---- finding descriptors and sites -----------------------------------------------------------------
+
+/// A tracepoint found in this process.
+#[derive(Clone, Copy, Debug)]
+pub struct Info {
+    /// Its descriptor header (id and enabled flag live there).
+    pub header: &'static Header,
+    /// `crate::name`.
+    pub name: &'static str,
+    /// `name:type,…`.
+    pub args: &'static str,
+    /// Display format, empty if none.
+    pub format: &'static str,
+    /// Source file of the declaration.
+    pub file: &'static str,
+    /// Line of the declaration.
+    pub line: u32,
+}
+
+impl Info {
+    /// The name without the crate.
+    pub fn short_name(&self) -> &'static str {
+        self.name.rsplit("::").next().unwrap_or(self.name)
+    }
+}
+
+/// Parses the data after a descriptor header: `(name, args, format, file, line)`.
+pub fn parse_data(d: &[u8]) -> Option<(&str, &str, &str, &str, u32)> {
+    let mut pos = 0usize;
+    let mut s = || -> Option<&str> {
+        let n = u16::from_le_bytes([*d.get(pos)?, *d.get(pos + 1)?]) as usize;
+        let v = core::str::from_utf8(d.get(pos + 2..pos + 2 + n)?).ok()?;
+        pos += 2 + n;
+        Some(v)
+    };
+    let (name, args, format, file) = (s()?, s()?, s()?, s()?);
+    let line = u32::from_le_bytes(d.get(pos..pos + 4)?.try_into().ok()?);
+    Some((name, args, format, file, line))
+}
+
+/// A site in the `ferrotrace_sites` table, with absolute addresses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Address of the 5-byte NOP.
+    pub addr: usize,
+    /// Address of the out-of-line block the enabled site jumps to.
+    pub target: usize,
+    /// Address of the tracepoint's descriptor.
+    pub desc: usize,
+}
+
+extern "C" {
+    static __start_ferrotrace_tp: u8;
+    static __stop_ferrotrace_tp: u8;
+    static __start_ferrotrace_sites: u8;
+    static __stop_ferrotrace_sites: u8;
+}
+
+// Keeps both sections (and so their start/stop symbols) present in every program that links this crate,
+// even one without tracepoints. Walkers skip these zero entries.
+#[used]
+#[link_section = "ferrotrace_tp"]
+static SENTINEL: Descriptor<0> = Descriptor {
+    header: Header {
+        magic: 0,
+        size: 0,
+        id: AtomicU32::new(0),
+        enabled: AtomicU32::new(0),
+    },
+    data: [],
+};
+
+core::arch::global_asm!(
+    ".pushsection ferrotrace_sites,\"awR\",@progbits",
+    ".balign 8",
+    ".quad 0, 0, 0",
+    ".popsection",
+);
+
+/// Every tracepoint linked into this program (the executable's own `ferrotrace_tp` section).
+pub fn all() -> Vec<Info> {
+    let _ = &SENTINEL;
+    // SAFETY: linker-defined bounds of our own section.
+    let (start, stop) = unsafe {
+        (
+            &__start_ferrotrace_tp as *const u8 as usize,
+            &__stop_ferrotrace_tp as *const u8 as usize,
+        )
+    };
+    let mut out = Vec::new();
+    let mut p = start;
+    while p + HEADER_LEN <= stop {
+        // SAFETY: inside the section; descriptors are 8-aligned.
+        let h = unsafe { &*(p as *const Header) };
+        if h.magic != MAGIC || (h.size as usize) < HEADER_LEN || p + h.size as usize > stop {
+            p += 8;
+            continue;
+        }
+        // SAFETY: the descriptor's bytes lie inside the section.
+        let data = unsafe {
+            core::slice::from_raw_parts((p + HEADER_LEN) as *const u8, h.size as usize - HEADER_LEN)
+        };
+        if let Some((name, args, format, file, line)) = parse_data(data) {
+            out.push(Info {
+                header: h,
+                name,
+                args,
+                format,
+                file,
+                line,
+            });
+        }
+        p += (h.size as usize + 7) & !7;
+    }
+    out
+}
+
+/// Every site in this program.
+pub fn sites() -> Vec<Site> {
+    // SAFETY: linker-defined bounds of our own section.
+    let (start, stop) = unsafe {
+        (
+            &__start_ferrotrace_sites as *const u8 as usize,
+            &__stop_ferrotrace_sites as *const u8 as usize,
+        )
+    };
+    let mut out = Vec::new();
+    let mut p = start;
+    while p + 24 <= stop {
+        // SAFETY: entries are 24 bytes, 8-aligned, inside the section.
+        let f = |i: usize| unsafe { ((p + 8 * i) as *const i64).read() };
+        let (a, t, d) = (f(0), f(1), f(2));
+        if a != 0 && t != 0 && d != 0 {
+            out.push(Site {
+                addr: (p as i64).wrapping_add(a) as usize,
+                target: (p as i64 + 8).wrapping_add(t) as usize,
+                desc: (p as i64 + 16).wrapping_add(d) as usize,
+            });
+        }
+        p += 24;
+    }
+    out
+}
+
+/// Semaphore type of SDT probes (incremented by the kernel while a tracer is attached).
+#[doc(hidden)]
+pub type Semaphore = AtomicU16;
+
+/// Declares a static tracepoint.
+///
+/// ```text
+/// tracepoint!([VIS] NAME, ARG: TYPE, … [, "FORMAT"]);
+/// ```
+///
+/// Types: `u8`–`u64`, `usize`, `i8`–`i64`, `isize`, `f32`, `f64`, `bool`, `&str`, `&[u8]` (strings and
+/// slices are cut to 256 bytes in the trace), at most 8 arguments. The optional format names arguments
+/// in braces (`"conn={conn} bytes={bytes}"`) and is checked at compile time. The tracepoint is called
+/// `crate::NAME` in listings and globs; names are unique per crate.
+///
+/// The declaration defines a function `NAME(ARG…)` that fires the tracepoint (its arguments are evaluated
+/// by the caller, as for any call) and a module `NAME` that holds the descriptor. To fire without
+/// evaluating the arguments while the tracepoint is disabled, use [`trace!`](crate::trace!).
+///
+/// Disabled, a site is one 5-byte NOP. Enable tracepoints with `ferrotrace record --trace GLOB`,
+/// `FERROTRACE_TRACE=GLOB`, or [`crate::tracepoints::enable`].
+///
+/// ```
+/// ferrotrace::tracepoint!(vfs_open, path: &str, flags: u32);
+/// ferrotrace::tracepoint!(pub net_recv, conn: u64, bytes: usize, "conn={conn} bytes={bytes}");
+///
+/// fn open(path: &str) {
+///     vfs_open(path, 0o644);
+///     ferrotrace::trace!(net_recv(7, path.len()));
+/// }
+/// open("/etc/hosts");
+/// ```
+#[macro_export]
+macro_rules! tracepoint {
+    ($vis:vis $name:ident $(, $arg:ident : $ty:ty)* $(,)?) => {
+        $crate::__tracepoint_impl!($vis $name [$($arg : $ty),*] "");
+    };
+    ($vis:vis $name:ident $(, $arg:ident : $ty:ty)*, $fmt:literal $(,)?) => {
+        $crate::__tracepoint_impl!($vis $name [$($arg : $ty),*] $fmt);
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __tracepoint_impl {
+    ($vis:vis $name:ident [$($arg:ident : $ty:ty),*] $fmt:literal) => {
+        #[allow(non_snake_case, dead_code)]
+        #[doc = concat!("Descriptor and out-of-line path of the tracepoint `", stringify!($name), "`.")]
+        $vis mod $name {
+            #[allow(unused_imports)]
+            use super::*;
+
+            const __ARGS: &[(&str, &str)] = &[$((stringify!($arg), <$ty as $crate::tracepoint::Arg>::TYPE)),*];
+            const __LEN: usize = $crate::tracepoint::encoded_len(
+                module_path!(), stringify!($name), __ARGS, $fmt, file!());
+
+            /// The descriptor.
+            #[used]
+            #[link_section = "ferrotrace_tp"]
+            pub static DESC: $crate::tracepoint::Descriptor<__LEN> = $crate::tracepoint::Descriptor::new(
+                $crate::tracepoint::encode::<__LEN>(
+                    module_path!(), stringify!($name), __ARGS, $fmt, file!(), line!()));
+
+            /// SDT semaphore: non-zero while bpftrace or perf is attached to this tracepoint's probe.
+            #[used]
+            #[link_section = ".probes"]
+            pub static SEMA: $crate::tracepoint::Semaphore = $crate::tracepoint::Semaphore::new(0);
+
+            /// Records the event (the target of enabled sites).
+            #[cold]
+            #[inline(never)]
+            pub fn __ferrotrace_tp_fire($($arg: $ty),*) {
+                if false {
+                    let _ = format_args!($fmt);
+                }
+                if SEMA.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
+                    $crate::__usdt_probe!($name [$($arg : $ty),*]);
+                }
+                let len = 0usize $(+ $crate::tracepoint::Arg::encoded_len(&$arg))*;
+                $crate::tracepoint::emit(&DESC.header, len, |p: *mut u8| {
+                    $(
+                        // SAFETY: emit hands over `len` writable bytes.
+                        let p = unsafe { $crate::tracepoint::Arg::encode(&$arg, p) };
+                    )*
+                    let _ = p;
+                });
+            }
+        }
+
+        #[doc = concat!("Fires the tracepoint `", stringify!($name), "` (a 5-byte NOP while it is disabled).")]
+        #[inline(always)]
+        #[allow(dead_code, clippy::too_many_arguments)]
+        $vis fn $name($($arg: $ty),*) {
+            $crate::trace!($name($($arg),*));
+        }
+    };
+}
+
+/// Fires a tracepoint declared with [`tracepoint!`](crate::tracepoint!), evaluating the arguments only
+/// when it is enabled.
+///
+/// While the tracepoint is disabled the site is a single 5-byte NOP: the argument expressions are not
+/// evaluated and nothing is moved or spilled.
+///
+/// ```
+/// ferrotrace::tracepoint!(cache_miss, key: u64, size: usize);
+///
+/// fn expensive() -> usize { 42 }
+/// // `expensive()` runs only when cache_miss is enabled.
+/// ferrotrace::trace!(cache_miss(17, expensive()));
+/// ```
+#[macro_export]
+macro_rules! trace {
+    ($($tp:ident)::+ ( $($arg:expr),* $(,)? )) => {
+        #[allow(unused_unsafe)]
+        // SAFETY: a NOP and a table entry; the label block is ordinary Rust code.
+        unsafe {
+            ::core::arch::asm!(
+                "2: .byte 0x0f, 0x1f, 0x44, 0x00, 0x00",
+                ".pushsection ferrotrace_sites,\"awR\",@progbits",
+                ".balign 8",
+                ".quad 2b - .",
+                ".quad {target} - .",
+                ".quad {desc} - .",
+                ".popsection",
+                desc = sym $($tp)::+::DESC,
+                target = label {
+                    $($tp)::+::__ferrotrace_tp_fire($($arg),*);
+                    // Keeps the call a call (not a tail jump), so the enclosing function's exit follows it.
+                    #[allow(unused_unsafe)]
+                    // SAFETY: an empty asm statement.
+                    unsafe { ::core::arch::asm!("", options(nomem, nostack, preserves_flags)) };
+                },
+                options(nomem, nostack, preserves_flags),
+            );
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __usdt_spec {
+    ($arg:ident) => {
+        "\n.if .Lferrotrace_sdt_sep\n.ascii \" \"\n.endif\n.set .Lferrotrace_sdt_sep, 1\n.ascii \"{}@{}\""
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __usdt_probe {
+    ($name:ident [$($arg:ident : $ty:ty),*]) => {
+        // SAFETY: a `nop` and an ELF note describing where its arguments are.
+        unsafe {
+            ::core::arch::asm!(
+                "990: nop",
+                ".pushsection .note.stapsdt,\"\",\"note\"",
+                ".balign 4",
+                ".4byte 992f-991f, 994f-993f, 3",
+                "991: .asciz \"stapsdt\"",
+                "992: .balign 4",
+                "993: .8byte 990b",
+                ".8byte _.stapsdt.base",
+                ".8byte {sema}",
+                concat!(".asciz \"", env!("CARGO_CRATE_NAME"), "\""),
+                concat!(".asciz \"", stringify!($name), "\""),
+                concat!(".set .Lferrotrace_sdt_sep, 0" $(, $crate::__usdt_spec!($arg))*),
+                ".byte 0",
+                "994: .balign 4",
+                ".popsection",
+                ".ifndef _.stapsdt.base",
+                ".pushsection .stapsdt.base,\"aG\",\"progbits\",.stapsdt.base,comdat",
+                ".weak _.stapsdt.base",
+                ".hidden _.stapsdt.base",
+                "_.stapsdt.base: .space 1",
+                ".size _.stapsdt.base, 1",
+                ".popsection",
+                ".endif",
+                $(
+                    const <$ty as $crate::tracepoint::Arg>::USDT_SIZE,
+                    in(reg) $crate::tracepoint::Arg::usdt_word(&$arg, &mut $crate::tracepoint::usdt_buf()),
+                )*
+                sema = sym SEMA,
+                options(att_syntax, nostack, readonly, preserves_flags),
+            );
+        }
+    };
+}
