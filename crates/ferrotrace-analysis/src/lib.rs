@@ -22,5 +22,11 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod callstack;
 pub mod info;
+pub mod names;
+pub mod progress;
 pub mod reader;
+pub mod replay;
+pub mod report;
+pub mod srcline;

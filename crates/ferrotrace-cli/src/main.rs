@@ -24,6 +24,10 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Show what a trace holds: command, duration, threads, events, lost events, size
     Info(cmd::info::InfoArgs),
+    /// Show the call tree in time order, per thread, with durations
+    Replay(cmd::replay::ReplayArgs),
+    /// Per-function total time, self time, calls, average, min and max
+    Report(cmd::report::ReportArgs),
 }
 
 fn main() -> ExitCode {
@@ -31,6 +35,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Report(a) => cmd::report::run(a),
     };
     match result {
         Ok(code) => code,
