@@ -23,6 +23,10 @@
 #![warn(missing_docs)]
 
 pub mod callstack;
+pub mod cct;
+pub mod dump;
+pub mod flame;
+pub mod graph;
 pub mod info;
 pub mod names;
 pub mod progress;

@@ -690,6 +690,7 @@ impl Replayer<'_, '_> {
             line.push(b' ');
         }
         if f.duration {
+            line.push(b' ');
             match dur {
                 Some(d) => push_duration(&mut line, d),
                 None => line.extend_from_slice(b"          "),

@@ -28,6 +28,12 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Per-function total time, self time, calls, average, min and max
     Report(cmd::report::ReportArgs),
+    /// The aggregated call graph below a function (or of the whole program)
+    Graph(cmd::graph::GraphArgs),
+    /// A flame graph (SVG, weighted by time) or folded stacks
+    Flame(cmd::flame::FlameArgs),
+    /// Convert the trace: uftrace data directory, Chrome JSON, Perfetto protobuf, folded stacks
+    Dump(cmd::dump::DumpArgs),
 }
 
 fn main() -> ExitCode {
@@ -37,6 +43,9 @@ fn main() -> ExitCode {
         Command::Info(a) => cmd::info::run(a),
         Command::Replay(a) => cmd::replay::run(a),
         Command::Report(a) => cmd::report::run(a),
+        Command::Graph(a) => cmd::graph::run(a),
+        Command::Flame(a) => cmd::flame::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
     };
     match result {
         Ok(code) => code,

@@ -1,5 +1,8 @@
 //! One module per subcommand, plus the few helpers the analysis commands share.
 
+pub mod dump;
+pub mod flame;
+pub mod graph;
 pub mod info;
 pub mod record;
 pub mod replay;
