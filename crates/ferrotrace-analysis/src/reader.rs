@@ -379,7 +379,7 @@ impl Trace {
                 let count = f.varint()?;
                 let th = self.threads.entry(tid).or_default();
                 th.tid = tid;
-                th.events += count;
+                th.events = th.events.saturating_add(count);
                 th.chunks.push(ChunkRef {
                     offset,
                     len: p.len() as u32,
@@ -423,7 +423,9 @@ impl Trace {
 
     /// Events in all threads.
     pub fn event_count(&self) -> u64 {
-        self.threads.values().map(|t| t.events).sum()
+        self.threads
+            .values()
+            .fold(0u64, |a, t| a.saturating_add(t.events))
     }
 
     /// The display name of function `id`, or `fn#id` when the table lacks it.
