@@ -121,6 +121,11 @@ pub struct CallStack {
     initial: Vec<u32>,
     started: bool,
     last: u64,
+    /// Single-pass mode: orphan exits become frames entered before tracing began.
+    single_pass: bool,
+    first: u64,
+    /// Time covered by frames closed at depth 0 (the children of a not-yet-seen outer frame).
+    root_closed: u64,
 }
 
 impl CallStack {
@@ -133,6 +138,18 @@ impl CallStack {
     pub fn with_initial(initial: Vec<u32>) -> CallStack {
         CallStack {
             initial,
+            ..CallStack::default()
+        }
+    }
+
+    /// A stack for analyses that only need closed frames (report): no pre-scan; an exit that
+    /// matches no open frame closes a frame that was already running when tracing began
+    /// (`entered: false`, started at the thread's first event, its children being everything closed
+    /// at the outermost level before it) instead of reporting [`StackEvent::OrphanExit`]. The
+    /// closed frames equal those of a pre-scanned stack; only their order differs.
+    pub fn single_pass() -> CallStack {
+        CallStack {
+            single_pass: true,
             ..CallStack::default()
         }
     }
@@ -154,6 +171,7 @@ impl CallStack {
 
     fn start(&mut self, t: u64, out: &mut impl FnMut(StackEvent)) {
         self.started = true;
+        self.first = t;
         for id in std::mem::take(&mut self.initial) {
             out(StackEvent::Enter {
                 id,
@@ -183,8 +201,9 @@ impl CallStack {
     fn pop(&mut self, end: u64, how: EndKind, out: &mut impl FnMut(StackEvent)) {
         if let Some(frame) = self.frames.pop() {
             let dur = end.saturating_sub(frame.start);
-            if let Some(parent) = self.frames.last_mut() {
-                parent.child = parent.child.saturating_add(dur);
+            match self.frames.last_mut() {
+                Some(parent) => parent.child = parent.child.saturating_add(dur),
+                None => self.root_closed = self.root_closed.saturating_add(dur),
             }
             out(StackEvent::Leave {
                 frame,
@@ -242,7 +261,23 @@ impl CallStack {
                         while !self.frames.is_empty() {
                             self.pop(t, EndKind::Unwound, out);
                         }
-                        out(StackEvent::OrphanExit { id, time: t });
+                        if self.single_pass {
+                            let frame = Frame {
+                                id,
+                                start: self.first,
+                                entered: false,
+                                child: self.root_closed,
+                            };
+                            self.root_closed = t.saturating_sub(self.first);
+                            out(StackEvent::Leave {
+                                frame,
+                                end: t,
+                                depth: 0,
+                                how,
+                            });
+                        } else {
+                            out(StackEvent::OrphanExit { id, time: t });
+                        }
                     }
                 }
                 true
@@ -359,6 +394,42 @@ mod tests {
                 (9, 5, 8, 0, EndKind::Return, false),
                 (2, 9, 9, 0, EndKind::OpenAtEnd, true),
             ]
+        );
+    }
+
+    #[test]
+    fn single_pass_closes_the_same_frames_as_a_pre_scan() {
+        let evs = [
+            (Entry, 1, 5),
+            (Exit, 1, 6),
+            (Exit, 9, 8),
+            (Entry, 2, 9),
+            (Exit, 2, 10),
+            (Exit, 7, 12),
+        ];
+        let collect = |mut st: CallStack| {
+            let mut v = Vec::new();
+            let mut f = |e| {
+                if let StackEvent::Leave { frame, end, .. } = e {
+                    v.push((
+                        frame.id,
+                        frame.start,
+                        end,
+                        frame.self_time(end),
+                        frame.entered,
+                    ));
+                }
+            };
+            for &(k, id, t) in &evs {
+                st.process(k, id, t, &mut f);
+            }
+            st.finish(&mut f);
+            v.sort();
+            v
+        };
+        assert_eq!(
+            collect(CallStack::single_pass()),
+            collect(CallStack::with_initial(vec![7, 9]))
         );
     }
 

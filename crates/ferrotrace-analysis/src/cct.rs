@@ -94,14 +94,14 @@ impl Cct {
             let mut ev = trace.thread_events(th.tid)?;
             let mut n = 0u64;
             loop {
-                match ev.next_ref() {
+                match ev.next_raw() {
                     None => break,
-                    Some(Ok(e)) => {
+                    Some(Ok((tsc, kind, id))) => {
                         n += 1;
                         if n & 0xffff == 0 {
                             progress.add(0x10000);
                         }
-                        stack.process(e.kind, e.id, e.tsc, &mut |se| on(&mut cct, se));
+                        stack.process(kind, id, tsc, &mut |se| on(&mut cct, se));
                     }
                     Some(Err(err)) => {
                         cct.errors.push(err.to_string());

@@ -645,6 +645,22 @@ impl ThreadEvents<'_> {
         Some(Ok(self.event_at(self.pos - 1)))
     }
 
+    /// The next event as `(tsc, kind, id)` only: the cheapest form, for aggregations that work in
+    /// TSC ticks and ignore payloads.
+    #[inline]
+    pub fn next_raw(&mut self) -> Option<Result<(u64, EventKind, u32), ReadError>> {
+        if self.pos >= self.events.len() {
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let r = self.events[self.pos];
+        self.pos += 1;
+        Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
     /// The thread this stream reads.
     pub fn tid(&self) -> u32 {
         self.tid

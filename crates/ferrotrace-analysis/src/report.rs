@@ -49,7 +49,7 @@ use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
+use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::info::fmt_ns;
 use crate::names::Names;
 use crate::progress::Progress;
@@ -274,13 +274,12 @@ impl Report {
     /// Like [`Report::of`], counting events on `progress`.
     pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
         let names = Names::of(trace);
-        let initial = initial_stacks(trace)?;
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
         for th in trace.threads.values() {
             let mut slots = Slots::new();
-            let mut stack =
-                CallStack::with_initial(initial.get(&th.tid).cloned().unwrap_or_default());
+            // One pass: frames already running when tracing began are closed at their exit.
+            let mut stack = CallStack::single_pass();
             let on_leave = |slots: &mut Slots, e: StackEvent| match e {
                 StackEvent::Enter { id, .. } => {
                     let s = slots.slot(id);
@@ -317,11 +316,11 @@ impl Report {
             let mut ev = trace.thread_events(th.tid)?;
             let mut n = 0u64;
             loop {
-                match ev.next_ref() {
+                match ev.next_raw() {
                     None => break,
-                    Some(Ok(e)) => {
+                    Some(Ok((tsc, kind, id))) => {
                         n += 1;
-                        stack.process(e.kind, e.id, e.tsc, &mut |se| on_leave(&mut slots, se));
+                        stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
                         if n & 0xffff == 0 {
                             progress.add(0x10000);
                         }
