@@ -641,29 +641,25 @@ impl Replayer<'_, '_> {
 
     fn print(&mut self, item: Item) -> io::Result<()> {
         let tmin = self.opts.min_duration_ns;
-        let (dur, text_kind) = match &item.body {
+        let dur = match &item.body {
             Body::Enter { dur, leaf, .. } => {
                 if dur.is_some_and(|d| d < tmin) {
                     return Ok(());
                 }
                 if *leaf {
-                    (*dur, 1)
+                    *dur
                 } else {
-                    (None, 0)
+                    None
                 }
             }
-            Body::Leave {
-                dur, folded, how, ..
-            } => {
+            Body::Leave { dur, folded, .. } => {
                 if *folded || *dur < tmin {
                     return Ok(());
                 }
-                let _ = how;
-                (Some(*dur), 2)
+                Some(*dur)
             }
-            _ => (None, 3),
+            _ => None,
         };
-        let _ = text_kind;
         let f = self.opts.fields;
         let start = self.start_ts.unwrap_or(0);
         let mut line = std::mem::take(&mut self.line);
