@@ -7,6 +7,14 @@
 //! demangled. Memory is bounded by the number of threads, functions and chunks, never by the number of
 //! events.
 //!
+//! The analyses, one module per command, all streaming (memory bounded by call depth, distinct
+//! functions or call paths, and threads): [`replay`] (call tree in time order), [`report`]
+//! (per-function statistics, `--diff`), [`graph`] (aggregated call graph), [`flame`] (SVG flame
+//! graph, folded stacks) and [`dump`] (uftrace data directory, Chrome JSON, Perfetto protobuf,
+//! folded stacks). They share [`callstack`] (stack reconstruction: unwound frames, functions running
+//! before tracing began, frames open at the end), [`cct`] (calling-context tree), [`names`],
+//! [`srcline`] (file:line from DWARF) and [`progress`].
+//!
 //! Who should use it: the `ferrotrace` command-line tool, and programs that want to analyse traces
 //! themselves. Who should not: code inside the traced process (that is the `ferrotrace` runtime).
 //!
@@ -23,6 +31,16 @@
 #![warn(missing_docs)]
 
 pub mod binary;
+pub mod callstack;
+pub mod cct;
+pub mod dump;
+pub mod flame;
+pub mod graph;
 pub mod info;
+pub mod names;
+pub mod progress;
 pub mod reader;
+pub mod replay;
+pub mod report;
+pub mod srcline;
 pub mod tracepoints;

@@ -386,7 +386,7 @@ impl Trace {
                 let count = f.varint()?;
                 let th = self.threads.entry(tid).or_default();
                 th.tid = tid;
-                th.events += count;
+                th.events = th.events.saturating_add(count);
                 th.chunks.push(ChunkRef {
                     offset,
                     len: p.len() as u32,
@@ -422,6 +422,11 @@ impl Trace {
         self.converter.to_ns(tsc)
     }
 
+    /// Length of `ticks` TSC ticks in nanoseconds.
+    pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        self.converter.ticks_to_ns(ticks)
+    }
+
     /// Recording duration in nanoseconds (first to last calibration).
     pub fn duration_ns(&self) -> u64 {
         match (self.clocks.first(), self.clocks.last()) {
@@ -432,7 +437,9 @@ impl Trace {
 
     /// Events in all threads.
     pub fn event_count(&self) -> u64 {
-        self.threads.values().map(|t| t.events).sum()
+        self.threads
+            .values()
+            .fold(0u64, |a, t| a.saturating_add(t.events))
     }
 
     /// The display name of function `id`, or `fn#id` when the table lacks it.
@@ -464,21 +471,24 @@ impl Trace {
 
     /// Streams the events of all threads merged in time order.
     pub fn events(&self) -> Result<MergedEvents<'_>, ReadError> {
-        let mut streams = Vec::new();
-        let mut heap = BinaryHeap::new();
-        for &tid in self.threads.keys() {
-            let mut s = self.thread_events(tid)?;
-            if let Some(first) = s.next() {
-                let first = first?;
-                heap.push(HeapItem {
-                    ts: first.tsc,
-                    stream: streams.len(),
-                    event: first,
-                });
-            }
-            streams.push(s);
+        self.events_of(&self.threads.keys().copied().collect::<Vec<_>>())
+    }
+
+    /// Streams the events of the given threads merged in time order.
+    pub fn events_of(&self, tids: &[u32]) -> Result<MergedEvents<'_>, ReadError> {
+        let mut m = MergedEvents {
+            streams: Vec::new(),
+            heap: BinaryHeap::new(),
+            advance: None,
+            error: None,
+        };
+        for &tid in tids {
+            m.streams.push(self.thread_events(tid)?);
         }
-        Ok(MergedEvents { streams, heap })
+        for s in 0..m.streams.len() {
+            m.push_current(s);
+        }
+        Ok(m)
     }
 }
 
@@ -495,7 +505,52 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
     Ok(n)
 }
 
+/// One event, borrowed from the reader's chunk buffer: the allocation-free form that the analyses use
+/// ([`ThreadEvents::next_ref`], [`MergedEvents::next_ref`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventRef<'b> {
+    /// Thread id.
+    pub tid: u32,
+    /// CLOCK_MONOTONIC nanoseconds.
+    pub ts_ns: u64,
+    /// Raw TSC.
+    pub tsc: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Function id, tracepoint id, or count.
+    pub id: u32,
+    /// Payload (tracepoint arguments, allocation details); empty for function events.
+    pub payload: &'b [u8],
+}
+
+impl EventRef<'_> {
+    /// An owned copy.
+    pub fn to_event(&self) -> Event {
+        Event {
+            tid: self.tid,
+            ts_ns: self.ts_ns,
+            tsc: self.tsc,
+            kind: self.kind,
+            id: self.id,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+/// A decoded event whose payload is a range of the chunk buffer.
+#[derive(Clone, Copy, Debug)]
+struct RawEvent {
+    tsc: u64,
+    id: u32,
+    kind: EventKind,
+    payload_start: u32,
+    payload_len: u32,
+}
+
 /// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
+///
+/// Use it as an [`Iterator`] of owned [`Event`]s, or call [`ThreadEvents::next_ref`] for borrowed
+/// [`EventRef`]s without any per-event allocation.
 pub struct ThreadEvents<'a> {
     trace: &'a Trace,
     tid: u32,
@@ -503,7 +558,8 @@ pub struct ThreadEvents<'a> {
     chunks: Vec<ChunkRef>,
     next_chunk: usize,
     buf: Vec<u8>,
-    events: Vec<Event>,
+    /// Offset of the event body in `buf`.
+    events: Vec<RawEvent>,
     pos: usize,
 }
 
@@ -530,15 +586,22 @@ impl ThreadEvents<'_> {
         let (base, count) = fields.map_err(|e| decode_err(path, c.offset, e))?;
         self.events.clear();
         self.pos = 0;
-        for e in EventDecoder::new(f.rest(), base) {
+        let body = f.rest();
+        let body_off = self.buf.len() - body.len();
+        let buf_start = self.buf.as_ptr() as usize;
+        for e in EventDecoder::new(body, base) {
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-            self.events.push(Event {
-                tid: self.tid,
-                ts_ns: self.trace.converter.to_ns(e.tsc),
+            let start = if e.payload.is_empty() {
+                body_off
+            } else {
+                e.payload.as_ptr() as usize - buf_start
+            };
+            self.events.push(RawEvent {
                 tsc: e.tsc,
-                kind: e.kind,
                 id: e.id,
-                payload: e.payload.to_vec(),
+                kind: e.kind,
+                payload_start: start as u32,
+                payload_len: e.payload.len() as u32,
             });
         }
         if self.events.len() as u64 != count {
@@ -553,83 +616,128 @@ impl ThreadEvents<'_> {
         }
         Ok(true)
     }
+
+    /// Makes sure an event is available at `pos`; `Ok(false)` at the end.
+    fn fill(&mut self) -> Result<bool, ReadError> {
+        while self.pos >= self.events.len() {
+            match self.load_next_chunk() {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    self.next_chunk = self.chunks.len();
+                    self.events.clear();
+                    self.pos = 0;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn event_at(&self, pos: usize) -> EventRef<'_> {
+        let r = self.events[pos];
+        let start = r.payload_start as usize;
+        EventRef {
+            tid: self.tid,
+            ts_ns: self.trace.converter.to_ns(r.tsc),
+            tsc: r.tsc,
+            kind: r.kind,
+            id: r.id,
+            payload: &self.buf[start..start + r.payload_len as usize],
+        }
+    }
+
+    /// The next event, borrowed (no allocation). After an error the stream ends.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
+        match self.fill() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        self.pos += 1;
+        Some(Ok(self.event_at(self.pos - 1)))
+    }
+
+    /// The next event as `(tsc, kind, id)` only: the cheapest form, for aggregations that work in
+    /// TSC ticks and ignore payloads.
+    #[inline]
+    pub fn next_raw(&mut self) -> Option<Result<(u64, EventKind, u32), ReadError>> {
+        if self.pos >= self.events.len() {
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let r = self.events[self.pos];
+        self.pos += 1;
+        Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
+    /// The thread this stream reads.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
 }
 
 impl Iterator for ThreadEvents<'_> {
     type Item = Result<Event, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while self.pos >= self.events.len() {
-            match self.load_next_chunk() {
-                Ok(true) => {}
-                Ok(false) => return None,
-                Err(e) => {
-                    self.next_chunk = self.chunks.len();
-                    self.events.clear();
-                    return Some(Err(e));
-                }
-            }
-        }
-        let e = std::mem::replace(
-            &mut self.events[self.pos],
-            Event {
-                tid: 0,
-                ts_ns: 0,
-                tsc: 0,
-                kind: EventKind::Entry,
-                id: 0,
-                payload: Vec::new(),
-            },
-        );
-        self.pos += 1;
-        Some(Ok(e))
-    }
-}
-
-struct HeapItem {
-    ts: u64,
-    stream: usize,
-    event: Event,
-}
-
-impl PartialEq for HeapItem {
-    fn eq(&self, o: &Self) -> bool {
-        (self.ts, self.stream) == (o.ts, o.stream)
-    }
-}
-impl Eq for HeapItem {}
-impl PartialOrd for HeapItem {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-impl Ord for HeapItem {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        // BinaryHeap is a max-heap: reverse for earliest first.
-        (o.ts, o.stream).cmp(&(self.ts, self.stream))
+        self.next_ref().map(|r| r.map(|e| e.to_event()))
     }
 }
 
 /// Events of all threads in time order (a k-way merge of per-thread streams).
+///
+/// Iterate for owned [`Event`]s or call [`MergedEvents::next_ref`] for borrowed ones.
 pub struct MergedEvents<'a> {
     streams: Vec<ThreadEvents<'a>>,
-    heap: BinaryHeap<HeapItem>,
+    /// `(Reverse(tsc), Reverse(stream))` of each stream's current event.
+    heap: BinaryHeap<(std::cmp::Reverse<u64>, std::cmp::Reverse<usize>)>,
+    /// The stream whose current event was handed out last: advance it before the next pop.
+    advance: Option<usize>,
+    /// An error met while advancing, handed out next.
+    error: Option<ReadError>,
+}
+
+impl MergedEvents<'_> {
+    fn push_current(&mut self, s: usize) {
+        match self.streams[s].fill() {
+            Ok(true) => {
+                let st = &self.streams[s];
+                let tsc = st.events[st.pos].tsc;
+                self.heap
+                    .push((std::cmp::Reverse(tsc), std::cmp::Reverse(s)));
+            }
+            Ok(false) => {}
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// The next event in time order, borrowed (no allocation). Events with equal timestamps come in
+    /// thread-id order. A read error of one thread is returned once; the other threads go on.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
+        if let Some(s) = self.advance.take() {
+            self.streams[s].pos += 1;
+            self.push_current(s);
+        }
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let (_, std::cmp::Reverse(s)) = self.heap.pop()?;
+        self.advance = Some(s);
+        let st = &self.streams[s];
+        Some(Ok(st.event_at(st.pos)))
+    }
 }
 
 impl Iterator for MergedEvents<'_> {
     type Item = Result<Event, ReadError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let item = self.heap.pop()?;
-        match self.streams[item.stream].next() {
-            Some(Ok(e)) => self.heap.push(HeapItem {
-                ts: e.tsc,
-                stream: item.stream,
-                event: e,
-            }),
-            Some(Err(err)) => return Some(Err(err)),
-            None => {}
-        }
-        Some(Ok(item.event))
+        self.next_ref().map(|r| r.map(|e| e.to_event()))
     }
 }

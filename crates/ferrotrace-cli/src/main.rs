@@ -24,6 +24,16 @@ enum Command {
     Record(cmd::record::RecordArgs),
     /// Show what a trace holds: command, duration, threads, events, lost events, size
     Info(cmd::info::InfoArgs),
+    /// Show the call tree in time order, per thread, with durations
+    Replay(cmd::replay::ReplayArgs),
+    /// Per-function total time, self time, calls, average, min and max
+    Report(cmd::report::ReportArgs),
+    /// The aggregated call graph below a function (or of the whole program)
+    Graph(cmd::graph::GraphArgs),
+    /// A flame graph (SVG, weighted by time) or folded stacks
+    Flame(cmd::flame::FlameArgs),
+    /// Convert the trace: uftrace data directory, Chrome JSON, Perfetto protobuf, folded stacks
+    Dump(cmd::dump::DumpArgs),
     /// List the tracepoints and XRay-instrumented functions of a program (without running it)
     List(cmd::list::ListArgs),
     /// Run a program and print its tracepoints (and -F functions) as they happen
@@ -37,6 +47,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
         Command::Info(a) => cmd::info::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Graph(a) => cmd::graph::run(a),
+        Command::Flame(a) => cmd::flame::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
         Command::List(a) => cmd::list::run(a),
         Command::Live(a) => cmd::live::run(a),
         Command::Profile(a) => cmd::profile::run(a),

@@ -1,0 +1,152 @@
+//! The calling-context tree: every distinct call path with its calls, total and self time. `graph`,
+//! `flame` and the folded-stacks dump are views of it. Memory is one node per distinct path (call
+//! depth × distinct functions at most, for ordinary programs far less), never per event.
+
+use std::collections::HashMap;
+
+use regex_lite::Regex;
+
+use crate::callstack::{initial_stacks, CallStack, StackEvent};
+use crate::names::Names;
+use crate::progress::Progress;
+use crate::reader::{ReadError, Trace};
+
+/// The root node's index.
+pub const ROOT: usize = 0;
+
+/// One call path.
+#[derive(Clone, Debug, Default)]
+pub struct Node {
+    /// Function id (meaningless for the root).
+    pub func: u32,
+    /// Parent node.
+    pub parent: usize,
+    /// Children in order of first call.
+    pub children: Vec<usize>,
+    /// Frames that took this path.
+    pub calls: u64,
+    /// Their summed durations (ns).
+    pub total_ns: u64,
+    /// Their summed self times (ns).
+    pub self_ns: u64,
+}
+
+/// A calling-context tree.
+#[derive(Clone, Debug)]
+pub struct Cct {
+    /// Nodes; `nodes[ROOT]` is the root.
+    pub nodes: Vec<Node>,
+    index: HashMap<(usize, u32), usize>,
+    /// Function names.
+    pub names: Names,
+    /// Read errors that ended a thread's events early.
+    pub errors: Vec<String>,
+}
+
+impl Cct {
+    /// The tree of the whole program (`focus` = None) or of the subtrees below every outermost call of
+    /// a function whose name matches `focus` (those calls become the root's children).
+    pub fn build(
+        trace: &Trace,
+        focus: Option<&Regex>,
+        progress: &mut Progress,
+    ) -> Result<Cct, ReadError> {
+        let names = Names::of(trace);
+        let mut cct = Cct {
+            nodes: vec![Node::default()],
+            index: HashMap::new(),
+            names,
+            errors: Vec::new(),
+        };
+        let initial = initial_stacks(trace)?;
+        let mut matches: HashMap<u32, bool> = HashMap::new();
+        for th in trace.threads.values() {
+            let mut stack =
+                CallStack::with_initial(initial.get(&th.tid).cloned().unwrap_or_default());
+            // Parallel to the call stack: the node of each frame, if it is tracked.
+            let mut nodes: Vec<Option<usize>> = Vec::new();
+            let mut on = |cct: &mut Cct, se: StackEvent| match se {
+                StackEvent::Enter { id, .. } => {
+                    let parent = match nodes.last() {
+                        Some(&Some(p)) => Some(p),
+                        _ => match focus {
+                            None => Some(ROOT),
+                            Some(re) => {
+                                let m = *matches
+                                    .entry(id)
+                                    .or_insert_with(|| re.is_match(&cct.names.get(id)));
+                                m.then_some(ROOT)
+                            }
+                        },
+                    };
+                    nodes.push(parent.map(|p| cct.child(p, id)));
+                }
+                StackEvent::Leave { frame, end, .. } => {
+                    if let Some(Some(n)) = nodes.pop() {
+                        let node = &mut cct.nodes[n];
+                        node.calls += 1;
+                        node.total_ns += trace.ticks_to_ns(end.saturating_sub(frame.start));
+                        node.self_ns += trace.ticks_to_ns(frame.self_time(end));
+                    }
+                }
+                StackEvent::OrphanExit { .. } => {}
+            };
+            let mut ev = trace.thread_events(th.tid)?;
+            let mut n = 0u64;
+            loop {
+                match ev.next_raw() {
+                    None => break,
+                    Some(Ok((tsc, kind, id))) => {
+                        n += 1;
+                        if n & 0xffff == 0 {
+                            progress.add(0x10000);
+                        }
+                        stack.process(kind, id, tsc, &mut |se| on(&mut cct, se));
+                    }
+                    Some(Err(err)) => {
+                        cct.errors.push(err.to_string());
+                        break;
+                    }
+                }
+            }
+            progress.add(n & 0xffff);
+            stack.finish(&mut |se| on(&mut cct, se));
+        }
+        Ok(cct)
+    }
+
+    fn child(&mut self, parent: usize, func: u32) -> usize {
+        if let Some(&c) = self.index.get(&(parent, func)) {
+            return c;
+        }
+        let c = self.nodes.len();
+        self.nodes.push(Node {
+            func,
+            parent,
+            ..Node::default()
+        });
+        self.nodes[parent].children.push(c);
+        self.index.insert((parent, func), c);
+        c
+    }
+
+    /// Visits every node below the root depth-first, children in first-call order, with the path
+    /// of function ids from the root's child down to the node.
+    pub fn walk(&self, mut f: impl FnMut(usize, &[u32])) {
+        let mut path = Vec::new();
+        let mut stack: Vec<(usize, usize)> = self.nodes[ROOT]
+            .children
+            .iter()
+            .rev()
+            .map(|&c| (c, 0))
+            .collect();
+        while let Some((n, depth)) = stack.pop() {
+            path.truncate(depth);
+            path.push(self.nodes[n].func);
+            f(n, &path);
+            for &c in self.nodes[n].children.iter().rev() {
+                stack.push((c, depth + 1));
+            }
+        }
+    }
+}

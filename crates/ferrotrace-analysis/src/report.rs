@@ -1,0 +1,609 @@
+//! `ferrotrace report`: per-function total time, self time, calls, average, minimum and maximum.
+//!
+//! One streaming pass per thread (no time merge needed), in TSC ticks converted to nanoseconds at the
+//! end; memory is one entry per distinct function plus the call depth.
+//!
+//! Definitions:
+//! - **calls**: frames of the function, including frames unwound by a panic, frames still running at the
+//!   end of the trace and frames already running when tracing began (those three are also counted
+//!   separately).
+//! - **total**: time inside the function, *recursion counted once*: only the outermost active frame of a
+//!   function adds its duration, so `total` never exceeds the thread's run time.
+//! - **self**: total minus time in callees, summed over all frames.
+//! - **avg / min / max**: over the durations of individual frames (recursive frames included).
+//! - A frame already running when tracing began is timed from the thread's first event, a frame still
+//!   running at the end to the thread's last event, an unwound frame to the exit that unwound it.
+//!
+//! # JSON schema (`ferrotrace report --json`)
+//!
+//! ```text
+//! {
+//!   "trace": "PATH",                 // the trace file
+//!   "events": N,                     // events read
+//!   "sort": "total|self|calls|avg|min|max",
+//!   "truncated": null | {"offset": N, "reason": "…"},
+//!   "errors": ["…"],                 // read errors that ended a thread's events early
+//!   "functions": [FUNCTION…],        // all threads together, sorted
+//!   "threads": [                     // only with --threads
+//!     {"tid": N, "name": "…", "functions": [FUNCTION…]}
+//!   ]
+//! }
+//! FUNCTION = {
+//!   "name": "crate::module::function",   // demangled, hash stripped
+//!   "id": N,                              // function id in the trace
+//!   "calls": N, "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
+//!   "unwound": N,                 // frames closed by a panic unwinding
+//!   "still_running": N,           // frames open at the end of the trace
+//!   "entered_before_trace": N,    // frames already running when tracing began
+//!   "srcline": "file:line"        // only with --srcline, when known
+//! }
+//! ```
+//!
+//! `ferrotrace report --diff OTHER --json` prints
+//! `{"base": "PATH", "other": "PATH", "sort": "…", "functions": [{"name": "…", "base": FUNCTION|null,
+//! "other": FUNCTION|null, "diff": {"total_ns": N, "self_ns": N, "calls": N}}]}` where `diff` is
+//! other − base (signed) and functions are matched by name.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+use serde_json::{json, Value};
+
+use crate::callstack::{CallStack, EndKind, StackEvent};
+use crate::info::fmt_ns;
+use crate::names::Names;
+use crate::progress::Progress;
+use crate::reader::{ReadError, Trace};
+
+/// Statistics of one function.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct FuncStats {
+    /// Function id.
+    pub id: u32,
+    /// Display name.
+    pub name: String,
+    /// Frames.
+    pub calls: u64,
+    /// Inclusive time, recursion counted once (ns).
+    pub total_ns: u64,
+    /// Exclusive time (ns).
+    pub self_ns: u64,
+    /// Shortest frame (ns).
+    pub min_ns: u64,
+    /// Longest frame (ns).
+    pub max_ns: u64,
+    /// Sum of all frame durations, recursion counted every time (ns); for the average.
+    pub sum_ns: u64,
+    /// Frames unwound by a panic.
+    pub unwound: u64,
+    /// Frames still open at the end.
+    pub still_running: u64,
+    /// Frames already running when tracing began.
+    pub entered_before: u64,
+}
+
+impl FuncStats {
+    /// Mean frame duration (ns).
+    pub fn avg_ns(&self) -> u64 {
+        self.sum_ns.checked_div(self.calls).unwrap_or(0)
+    }
+
+    fn merge(&mut self, o: &FuncStats) {
+        if self.calls == 0 {
+            self.min_ns = o.min_ns;
+        } else if o.calls > 0 {
+            self.min_ns = self.min_ns.min(o.min_ns);
+        }
+        self.calls += o.calls;
+        self.total_ns += o.total_ns;
+        self.self_ns += o.self_ns;
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.sum_ns += o.sum_ns;
+        self.unwound += o.unwound;
+        self.still_running += o.still_running;
+        self.entered_before += o.entered_before;
+    }
+
+    /// The JSON form (see the module doc).
+    pub fn to_json(&self) -> Value {
+        json!({
+            "name": self.name, "id": self.id, "calls": self.calls, "total_ns": self.total_ns,
+            "self_ns": self.self_ns, "avg_ns": self.avg_ns(), "min_ns": self.min_ns, "max_ns": self.max_ns,
+            "unwound": self.unwound, "still_running": self.still_running,
+            "entered_before_trace": self.entered_before,
+        })
+    }
+}
+
+/// Sort keys of `report -s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SortKey {
+    /// Inclusive time.
+    Total,
+    /// Exclusive time.
+    SelfTime,
+    /// Number of calls.
+    Calls,
+    /// Mean duration.
+    Avg,
+    /// Shortest call.
+    Min,
+    /// Longest call.
+    Max,
+}
+
+impl SortKey {
+    /// Parses `total|self|calls|avg|min|max`.
+    pub fn parse(s: &str) -> Option<SortKey> {
+        Some(match s {
+            "total" => SortKey::Total,
+            "self" => SortKey::SelfTime,
+            "calls" => SortKey::Calls,
+            "avg" => SortKey::Avg,
+            "min" => SortKey::Min,
+            "max" => SortKey::Max,
+            _ => return None,
+        })
+    }
+
+    /// The key's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            SortKey::Total => "total",
+            SortKey::SelfTime => "self",
+            SortKey::Calls => "calls",
+            SortKey::Avg => "avg",
+            SortKey::Min => "min",
+            SortKey::Max => "max",
+        }
+    }
+
+    /// The value sorted on.
+    pub fn value(self, s: &FuncStats) -> u64 {
+        match self {
+            SortKey::Total => s.total_ns,
+            SortKey::SelfTime => s.self_ns,
+            SortKey::Calls => s.calls,
+            SortKey::Avg => s.avg_ns(),
+            SortKey::Min => s.min_ns,
+            SortKey::Max => s.max_ns,
+        }
+    }
+}
+
+/// Sorts descending by `key`, then by name.
+pub fn sort(v: &mut [FuncStats], key: SortKey) {
+    v.sort_by(|a, b| {
+        key.value(b)
+            .cmp(&key.value(a))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+}
+
+/// One thread's functions.
+#[derive(Clone, Debug, Default)]
+pub struct ThreadReport {
+    /// OS thread id.
+    pub tid: u32,
+    /// Thread name.
+    pub name: String,
+    /// Its functions, unsorted.
+    pub functions: Vec<FuncStats>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    /// All threads together, unsorted.
+    pub functions: Vec<FuncStats>,
+    /// Per thread.
+    pub threads: Vec<ThreadReport>,
+    /// Events read.
+    pub events: u64,
+    /// Read errors that ended a thread's events early.
+    pub errors: Vec<String>,
+}
+
+/// Per-function accumulator in ticks, indexed densely by a slot number.
+#[derive(Clone, Copy, Default)]
+struct Acc {
+    calls: u64,
+    total: u64,
+    self_t: u64,
+    min: u64,
+    max: u64,
+    sum: u64,
+    unwound: u64,
+    open: u64,
+    before: u64,
+    /// Frames of this function currently on the stack (recursion).
+    active: u32,
+}
+
+struct Slots {
+    index: HashMap<u32, u32>,
+    dense: Vec<u32>,
+    ids: Vec<u32>,
+    acc: Vec<Acc>,
+}
+
+impl Slots {
+    fn new() -> Slots {
+        Slots {
+            index: HashMap::new(),
+            dense: Vec::new(),
+            ids: Vec::new(),
+            acc: Vec::new(),
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, id: u32) -> usize {
+        if let Some(&s) = self.dense.get(id as usize) {
+            if s != u32::MAX {
+                return s as usize;
+            }
+        }
+        self.slot_slow(id)
+    }
+
+    #[cold]
+    fn slot_slow(&mut self, id: u32) -> usize {
+        let next = self.ids.len() as u32;
+        let s = *self.index.entry(id).or_insert(next);
+        if s == next {
+            self.ids.push(id);
+            self.acc.push(Acc::default());
+        }
+        if (id as usize) < (1 << 20) {
+            if self.dense.len() <= id as usize {
+                self.dense.resize(id as usize + 1, u32::MAX);
+            }
+            self.dense[id as usize] = s;
+        }
+        s as usize
+    }
+}
+
+impl Report {
+    /// Reads the whole trace, one thread at a time.
+    pub fn of(trace: &Trace) -> Result<Report, ReadError> {
+        Report::with_progress(trace, &mut Progress::with_enabled("report", 0, false))
+    }
+
+    /// Like [`Report::of`], counting events on `progress`.
+    pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
+        let names = Names::of(trace);
+        let mut report = Report::default();
+        let mut all: HashMap<u32, FuncStats> = HashMap::new();
+        for th in trace.threads.values() {
+            let mut slots = Slots::new();
+            // One pass: frames already running when tracing began are closed at their exit.
+            let mut stack = CallStack::single_pass();
+            let on_leave = |slots: &mut Slots, e: StackEvent| match e {
+                StackEvent::Enter { id, .. } => {
+                    let s = slots.slot(id);
+                    slots.acc[s].active += 1;
+                }
+                StackEvent::Leave {
+                    frame, end, how, ..
+                } => {
+                    let s = slots.slot(frame.id);
+                    let a = &mut slots.acc[s];
+                    let dur = end.saturating_sub(frame.start);
+                    if a.calls == 0 || dur < a.min {
+                        a.min = dur;
+                    }
+                    a.max = a.max.max(dur);
+                    a.calls += 1;
+                    a.sum += dur;
+                    a.self_t += frame.self_time(end);
+                    a.active = a.active.saturating_sub(1);
+                    if a.active == 0 {
+                        a.total += dur;
+                    }
+                    match how {
+                        EndKind::Unwound => a.unwound += 1,
+                        EndKind::OpenAtEnd => a.open += 1,
+                        _ => {}
+                    }
+                    if !frame.entered {
+                        a.before += 1;
+                    }
+                }
+                StackEvent::OrphanExit { .. } => {}
+            };
+            let mut ev = trace.thread_events(th.tid)?;
+            let mut n = 0u64;
+            loop {
+                match ev.next_raw() {
+                    None => break,
+                    Some(Ok((tsc, kind, id))) => {
+                        n += 1;
+                        stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
+                        if n & 0xffff == 0 {
+                            progress.add(0x10000);
+                        }
+                    }
+                    Some(Err(err)) => {
+                        report.errors.push(err.to_string());
+                        break;
+                    }
+                }
+            }
+            progress.add(n & 0xffff);
+            stack.finish(&mut |se| on_leave(&mut slots, se));
+            report.events += n;
+            let mut funcs = Vec::with_capacity(slots.ids.len());
+            for (i, &id) in slots.ids.iter().enumerate() {
+                let a = slots.acc[i];
+                if a.calls == 0 {
+                    continue;
+                }
+                let t = |x| trace.ticks_to_ns(x);
+                let fs = FuncStats {
+                    id,
+                    name: names.get(id).into_owned(),
+                    calls: a.calls,
+                    total_ns: t(a.total),
+                    self_ns: t(a.self_t),
+                    min_ns: t(a.min),
+                    max_ns: t(a.max),
+                    sum_ns: t(a.sum),
+                    unwound: a.unwound,
+                    still_running: a.open,
+                    entered_before: a.before,
+                };
+                all.entry(id)
+                    .or_insert_with(|| FuncStats {
+                        id,
+                        name: fs.name.clone(),
+                        ..FuncStats::default()
+                    })
+                    .merge(&fs);
+                funcs.push(fs);
+            }
+            report.threads.push(ThreadReport {
+                tid: th.tid,
+                name: th.name.clone(),
+                functions: funcs,
+            });
+        }
+        report.functions = all.into_values().collect();
+        Ok(report)
+    }
+
+    /// The report as text: one table, or one per thread.
+    pub fn to_text(&self, key: SortKey, threads: bool, srclines: &HashMap<u32, String>) -> String {
+        let mut o = String::new();
+        if threads {
+            for t in &self.threads {
+                let _ = writeln!(o, "# thread {} ({})", t.tid, t.name);
+                table(&mut o, &t.functions, key, srclines);
+                o.push('\n');
+            }
+        } else {
+            table(&mut o, &self.functions, key, srclines);
+        }
+        o
+    }
+
+    /// The report as JSON (schema in the module doc).
+    pub fn to_json(
+        &self,
+        trace: &Trace,
+        key: SortKey,
+        threads: bool,
+        srclines: &HashMap<u32, String>,
+    ) -> Value {
+        let funcs = |v: &[FuncStats]| {
+            let mut v = v.to_vec();
+            sort(&mut v, key);
+            v.iter()
+                .map(|f| {
+                    let mut j = f.to_json();
+                    if let Some(s) = srclines.get(&f.id) {
+                        j["srcline"] = json!(s);
+                    }
+                    j
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut j = json!({
+            "trace": trace.path().display().to_string(),
+            "events": self.events,
+            "sort": key.name(),
+            "truncated": trace.truncation.as_ref().map(|t| json!({"offset": t.offset, "reason": t.reason})),
+            "errors": self.errors,
+            "functions": funcs(&self.functions),
+        });
+        if threads {
+            j["threads"] = self
+                .threads
+                .iter()
+                .map(|t| json!({"tid": t.tid, "name": t.name, "functions": funcs(&t.functions)}))
+                .collect();
+        }
+        j
+    }
+}
+
+fn table(o: &mut String, v: &[FuncStats], key: SortKey, srclines: &HashMap<u32, String>) {
+    let mut v = v.to_vec();
+    sort(&mut v, key);
+    let _ = writeln!(
+        o,
+        "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  Function",
+        "Total time", "Self time", "Calls", "Avg", "Min", "Max"
+    );
+    let _ = writeln!(
+        o,
+        "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  {0:=>20}",
+        ""
+    );
+    for f in &v {
+        let mut notes = Vec::new();
+        if f.unwound > 0 {
+            notes.push(format!("{} unwound", f.unwound));
+        }
+        if f.still_running > 0 {
+            notes.push(format!("{} still running at end", f.still_running));
+        }
+        if f.entered_before > 0 {
+            notes.push(format!("{} entered before tracing began", f.entered_before));
+        }
+        let _ = write!(
+            o,
+            "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  {}",
+            fmt_ns(f.total_ns),
+            fmt_ns(f.self_ns),
+            f.calls,
+            fmt_ns(f.avg_ns()),
+            fmt_ns(f.min_ns),
+            fmt_ns(f.max_ns),
+            f.name
+        );
+        if let Some(s) = srclines.get(&f.id) {
+            let _ = write!(o, " [{s}]");
+        }
+        if !notes.is_empty() {
+            let _ = write!(o, "  ({})", notes.join(", "));
+        }
+        o.push('\n');
+    }
+}
+
+/// One function in a comparison of two traces.
+#[derive(Clone, Debug)]
+pub struct DiffRow {
+    /// Function name (the join key).
+    pub name: String,
+    /// In the base trace.
+    pub base: Option<FuncStats>,
+    /// In the other trace.
+    pub other: Option<FuncStats>,
+}
+
+impl DiffRow {
+    fn get(&self, key: SortKey) -> (i128, i128) {
+        (
+            self.base.as_ref().map_or(0, |f| key.value(f) as i128),
+            self.other.as_ref().map_or(0, |f| key.value(f) as i128),
+        )
+    }
+
+    /// other − base for `key`.
+    pub fn delta(&self, key: SortKey) -> i128 {
+        let (a, b) = self.get(key);
+        b - a
+    }
+}
+
+/// Compares two reports function by function (matched by name: ids differ between builds), sorted by
+/// the absolute change of `key`, largest first.
+pub fn diff(base: &Report, other: &Report, key: SortKey) -> Vec<DiffRow> {
+    let mut rows: HashMap<&str, DiffRow> = HashMap::new();
+    for f in &base.functions {
+        let r = rows.entry(&f.name).or_insert_with(|| DiffRow {
+            name: f.name.clone(),
+            base: None,
+            other: None,
+        });
+        match &mut r.base {
+            Some(b) => b.merge(f),
+            None => r.base = Some(f.clone()),
+        }
+    }
+    for f in &other.functions {
+        let r = rows.entry(&f.name).or_insert_with(|| DiffRow {
+            name: f.name.clone(),
+            base: None,
+            other: None,
+        });
+        match &mut r.other {
+            Some(b) => b.merge(f),
+            None => r.other = Some(f.clone()),
+        }
+    }
+    let mut v: Vec<DiffRow> = rows.into_values().collect();
+    v.sort_by(|a, b| {
+        b.delta(key)
+            .abs()
+            .cmp(&a.delta(key).abs())
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    v
+}
+
+fn signed_ns(d: i128) -> String {
+    let s = fmt_ns(d.unsigned_abs().min(u64::MAX as u128) as u64);
+    if d < 0 {
+        format!("-{s}")
+    } else {
+        format!("+{s}")
+    }
+}
+
+fn pct(a: i128, b: i128) -> String {
+    if a == 0 {
+        if b == 0 {
+            "0.00%".into()
+        } else {
+            "new".into()
+        }
+    } else {
+        format!("{:+.2}%", (b - a) as f64 * 100.0 / a as f64)
+    }
+}
+
+/// The comparison as text.
+pub fn diff_text(rows: &[DiffRow]) -> String {
+    let mut o = String::new();
+    let _ =
+        writeln!(
+        o,
+        "  {:>11}  {:>11}  {:>12}  {:>8}  {:>11}  {:>11}  {:>12}  {:>10}  {:>10}  {:>8}  Function",
+        "Total base", "Total other", "Total diff", "%", "Self base", "Self other", "Self diff",
+        "Calls base", "Calls oth", "diff"
+    );
+    for r in rows {
+        let (tb, to) = r.get(SortKey::Total);
+        let (sb, so) = r.get(SortKey::SelfTime);
+        let (cb, co) = r.get(SortKey::Calls);
+        let _ = writeln!(
+            o,
+            "  {:>11}  {:>11}  {:>12}  {:>8}  {:>11}  {:>11}  {:>12}  {:>10}  {:>10}  {:>+8}  {}",
+            fmt_ns(tb as u64),
+            fmt_ns(to as u64),
+            signed_ns(to - tb),
+            pct(tb, to),
+            fmt_ns(sb as u64),
+            fmt_ns(so as u64),
+            signed_ns(so - sb),
+            cb,
+            co,
+            co - cb,
+            r.name
+        );
+    }
+    o
+}
+
+/// The comparison as JSON (schema in the module doc).
+pub fn diff_json(base: &Trace, other: &Trace, key: SortKey, rows: &[DiffRow]) -> Value {
+    json!({
+        "base": base.path().display().to_string(),
+        "other": other.path().display().to_string(),
+        "sort": key.name(),
+        "functions": rows.iter().map(|r| json!({
+            "name": r.name,
+            "base": r.base.as_ref().map(FuncStats::to_json),
+            "other": r.other.as_ref().map(FuncStats::to_json),
+            "diff": {
+                "total_ns": r.delta(SortKey::Total) as i64,
+                "self_ns": r.delta(SortKey::SelfTime) as i64,
+                "calls": r.delta(SortKey::Calls) as i64,
+            },
+        })).collect::<Vec<_>>(),
+    })
+}

@@ -1,0 +1,81 @@
+//! `ferrotrace dump`.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+use ferrotrace_analysis::dump;
+use ferrotrace_analysis::progress::Progress;
+
+/// Output formats.
+#[derive(Clone, Copy, ValueEnum)]
+enum Format {
+    /// A uftrace data directory (uftrace replay/report -d DIR)
+    Uftrace,
+    /// Chrome trace-event JSON
+    Chrome,
+    /// Perfetto protobuf (ui.perfetto.dev)
+    Perfetto,
+    /// Folded stacks weighted by self time in ns
+    Folded,
+}
+
+/// Arguments of `ferrotrace dump`.
+#[derive(Args)]
+pub struct DumpArgs {
+    /// Trace file to read
+    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    input: PathBuf,
+    /// Output format
+    #[arg(long = "format", value_enum)]
+    format: Format,
+    /// Output file (a directory for uftrace; default: uftrace.data, or stdout for the others)
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Perfetto: write plain packets instead of zlib-compressed batches
+    #[arg(long)]
+    uncompressed: bool,
+}
+
+/// Writes the dump.
+pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
+    let trace = super::open(&a.input)?;
+    let mut progress = Progress::new("dump", trace.event_count());
+    let errors = if let Format::Uftrace = a.format {
+        let dir = a
+            .output
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("uftrace.data"));
+        let errs = dump::uftrace::write(&trace, &dir, &mut progress)
+            .map_err(|e| format!("{}: {e}", dir.display()))?;
+        drop(progress);
+        eprintln!("ferrotrace: wrote uftrace data to {}", dir.display());
+        errs
+    } else {
+        let mut out: Box<dyn Write> = match &a.output {
+            Some(p) => Box::new(BufWriter::with_capacity(
+                1 << 16,
+                std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+            )),
+            None => Box::new(BufWriter::with_capacity(1 << 16, std::io::stdout().lock())),
+        };
+        let r = match a.format {
+            Format::Chrome => dump::chrome::write(&trace, &mut out, &mut progress),
+            Format::Perfetto => dump::perfetto::write(
+                &trace,
+                dump::perfetto::Options {
+                    compress: !a.uncompressed,
+                },
+                &mut out,
+                &mut progress,
+            ),
+            Format::Folded => dump::folded::write(&trace, &mut out, &mut progress),
+            Format::Uftrace => unreachable!("handled above"),
+        };
+        let errs = r.map_err(super::write_err)?;
+        out.flush().map_err(super::write_err)?;
+        errs
+    };
+    Ok(super::finish(&trace, &errors))
+}

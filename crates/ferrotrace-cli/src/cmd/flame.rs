@@ -1,0 +1,54 @@
+//! `ferrotrace flame`.
+
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use ferrotrace_analysis::cct::Cct;
+use ferrotrace_analysis::flame::{write_folded, write_svg};
+use ferrotrace_analysis::progress::Progress;
+
+/// Arguments of `ferrotrace flame`.
+#[derive(Args)]
+pub struct FlameArgs {
+    /// Trace file to read
+    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    input: PathBuf,
+    /// Where to write (default: flame.svg, or stdout with --folded)
+    #[arg(short = 'o', long = "output")]
+    output: Option<PathBuf>,
+    /// Write folded stacks (`a;b;c NANOSECONDS`) instead of an SVG
+    #[arg(long)]
+    folded: bool,
+}
+
+/// Writes the flame graph.
+pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
+    let trace = super::open(&a.input)?;
+    let mut progress = Progress::new("flame", trace.event_count());
+    let cct = Cct::build(&trace, None, &mut progress).map_err(|e| e.to_string())?;
+    drop(progress);
+    let output = match (&a.output, a.folded) {
+        (Some(p), _) => Some(p.clone()),
+        (None, true) => None,
+        (None, false) => Some(PathBuf::from("flame.svg")),
+    };
+    let mut out: Box<dyn Write> = match &output {
+        Some(p) => Box::new(BufWriter::new(
+            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
+        )),
+        None => Box::new(BufWriter::new(std::io::stdout().lock())),
+    };
+    let title = format!("ferrotrace: {}", trace.session.args.join(" "));
+    if a.folded {
+        write_folded(&cct, &mut out).map_err(super::write_err)?;
+    } else {
+        write_svg(&cct, &title, &mut out).map_err(super::write_err)?;
+    }
+    out.flush().map_err(super::write_err)?;
+    if let Some(p) = output {
+        eprintln!("ferrotrace: wrote {}", p.display());
+    }
+    Ok(super::finish(&trace, &cct.errors))
+}

@@ -1,0 +1,101 @@
+//! `ferrotrace replay`.
+
+use std::collections::HashMap;
+use std::io::{BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
+use ferrotrace_analysis::srcline;
+use regex_lite::Regex;
+
+/// Arguments of `ferrotrace replay`.
+#[derive(Args)]
+pub struct ReplayArgs {
+    /// Trace file to read
+    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    input: PathBuf,
+    /// Show only functions matching REGEX and what they call
+    #[arg(short = 'F', long = "filter", value_name = "REGEX")]
+    filter: Option<String>,
+    /// Hide functions matching REGEX and what they call
+    #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
+    notrace: Option<String>,
+    /// Show at most DEPTH levels (counted from the -F match, if any)
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    depth: Option<usize>,
+    /// Hide functions that ran shorter than DURATION (e.g. 10us, 1.5ms; plain numbers are ns)
+    #[arg(short = 't', long = "time-filter", value_name = "DURATION", value_parser = parse_duration)]
+    time_filter: Option<u64>,
+    /// Show only these threads (comma-separated)
+    #[arg(long = "tid", value_delimiter = ',')]
+    tid: Option<Vec<u32>>,
+    /// Show only what happens in A~B (elapsed times with a unit like 2ms~5ms, or timestamps)
+    #[arg(long = "time-range", value_name = "A~B")]
+    time_range: Option<String>,
+    /// Columns: duration,tid,time,delta,elapsed (a leading + adds to the default duration,tid)
+    #[arg(short = 'f', long = "output-fields", value_name = "FIELDS")]
+    fields: Option<String>,
+    /// Show each function's file:line from the binary's debug info (when the binary is still there)
+    #[arg(long)]
+    srcline: bool,
+}
+
+/// Parses `10us`, `1.5ms`, `2s`, `300ns` or a number of nanoseconds.
+pub fn parse_duration(s: &str) -> Result<u64, String> {
+    for (unit, mul) in [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)] {
+        if let Some(n) = s.strip_suffix(unit) {
+            let v: f64 = n
+                .trim()
+                .parse()
+                .map_err(|_| format!("bad duration {s:?}"))?;
+            return Ok((v * mul) as u64);
+        }
+    }
+    s.parse()
+        .map_err(|_| format!("bad duration {s:?} (e.g. 10us, 1.5ms)"))
+}
+
+fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
+    s.as_deref()
+        .map(|r| Regex::new(r).map_err(|e| format!("bad {what} regex {r:?}: {e}")))
+        .transpose()
+}
+
+/// Runs the replay.
+pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
+    let trace = super::open(&a.input)?;
+    let start = trace.clocks.first().map_or(0, |c| c.mono_ns);
+    let opts = Options {
+        filter: regex(&a.filter, "-F")?,
+        hide: regex(&a.notrace, "-N")?,
+        max_depth: a.depth,
+        min_duration_ns: a.time_filter.unwrap_or(0),
+        tids: a.tid,
+        time_range: a
+            .time_range
+            .as_deref()
+            .map(|r| parse_time_range(r, start))
+            .transpose()?,
+        fields: a
+            .fields
+            .as_deref()
+            .map(Fields::parse)
+            .transpose()?
+            .unwrap_or_default(),
+        srclines: if a.srcline {
+            srcline::lookup(&trace).map_err(|e| e.to_string())?
+        } else {
+            HashMap::new()
+        },
+    };
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut progress = Progress::new("replay", trace.event_count());
+    let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(super::write_err)?;
+    out.flush().map_err(super::write_err)?;
+    drop(progress);
+    Ok(super::finish(&trace, &errors))
+}
