@@ -56,6 +56,17 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
     let mut i = 0;
     while i < records.len() {
         let r = &records[i];
+        // Function entries and exits without payload are nearly every record: encode them without the
+        // general path's kind decoding and payload slicing.
+        if r.word >> 34 == 0 && r.word >> 32 != 3 {
+            match enc.encode_function(r, out, pos) {
+                Some(p) => pos = p,
+                None => break,
+            }
+            counts.events += 1;
+            i += 1;
+            continue;
+        }
         if r.kind() == Some(EventKind::Lost) {
             counts.lost += r.id() as u64;
         } else {
