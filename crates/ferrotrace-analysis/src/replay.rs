@@ -305,6 +305,7 @@ pub fn replay(
         }
     };
     let mut r = Replayer {
+        trace,
         opts,
         names: &names,
         threads: Vec::new(),
@@ -345,6 +346,7 @@ pub fn replay(
 }
 
 struct Replayer<'a, 'w> {
+    trace: &'a Trace,
     opts: &'a Options,
     names: &'a Names,
     threads: Vec<ThreadState>,
@@ -591,7 +593,10 @@ impl Replayer<'_, '_> {
                         format!("/* ferrotrace waited {} ns for a free buffer */", e.id)
                     }
                     EventKind::Tracepoint => {
-                        format!("/* tracepoint #{}: {} */", e.id, hex(e.payload))
+                        format!(
+                            "/* {} */",
+                            crate::tracepoints::format_payload(self.trace, e.id, e.payload)
+                        )
                     }
                     EventKind::Alloc => format!("/* alloc: {} */", hex(e.payload)),
                     EventKind::Free => format!("/* free: {} */", hex(e.payload)),

@@ -53,7 +53,7 @@ use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::info::fmt_ns;
 use crate::names::Names;
 use crate::progress::Progress;
-use crate::reader::{ReadError, Trace};
+use crate::reader::{EventKind, ReadError, Trace};
 
 /// Statistics of one function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -202,6 +202,8 @@ pub struct Report {
     pub events: u64,
     /// Read errors that ended a thread's events early.
     pub errors: Vec<String>,
+    /// Tracepoint events: `(crate::name, count)`, most frequent first.
+    pub tracepoints: Vec<(String, u64)>,
 }
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
@@ -276,6 +278,7 @@ impl Report {
         let names = Names::of(trace);
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
+        let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
         for th in trace.threads.values() {
             let mut slots = Slots::new();
             // One pass: frames already running when tracing began are closed at their exit.
@@ -320,6 +323,9 @@ impl Report {
                     None => break,
                     Some(Ok((tsc, kind, id))) => {
                         n += 1;
+                        if kind == EventKind::Tracepoint {
+                            *tracepoint_counts.entry(id).or_insert(0u64) += 1;
+                        }
                         stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
                         if n & 0xffff == 0 {
                             progress.add(0x10000);
@@ -370,6 +376,13 @@ impl Report {
             });
         }
         report.functions = all.into_values().collect();
+        report.tracepoints = tracepoint_counts
+            .into_iter()
+            .map(|(id, n)| (crate::tracepoints::name_and_args(trace, id, &[]).0, n))
+            .collect();
+        report
+            .tracepoints
+            .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         Ok(report)
     }
 
@@ -384,6 +397,13 @@ impl Report {
             }
         } else {
             table(&mut o, &self.functions, key, srclines);
+        }
+        if !self.tracepoints.is_empty() {
+            let _ = writeln!(o, "\n  {:>10}  Tracepoint", "Count");
+            let _ = writeln!(o, "  {0:=>10}  {0:=>20}", "");
+            for (name, n) in &self.tracepoints {
+                let _ = writeln!(o, "  {n:>10}  {name}");
+            }
         }
         o
     }
@@ -416,6 +436,7 @@ impl Report {
             "truncated": trace.truncation.as_ref().map(|t| json!({"offset": t.offset, "reason": t.reason})),
             "errors": self.errors,
             "functions": funcs(&self.functions),
+            "tracepoints": self.tracepoints.iter().map(|(name, n)| json!({"name": name, "count": n})).collect::<Vec<_>>(),
         });
         if threads {
             j["threads"] = self

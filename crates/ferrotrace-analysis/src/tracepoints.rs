@@ -170,9 +170,23 @@ pub fn format_tracepoint(trace: &Trace, event: &Event) -> String {
     if event.kind != EventKind::Tracepoint {
         return String::new();
     }
-    match trace.tracepoints.get(&event.id) {
-        Some(d) => d.format(&event.payload),
-        None => format!("tracepoint#{}({} bytes)", event.id, event.payload.len()),
+    format_payload(trace, event.id, &event.payload)
+}
+
+/// [`format_tracepoint`] from the id and payload of an event (borrowed events of the fast iterators).
+pub fn format_payload(trace: &Trace, id: u32, payload: &[u8]) -> String {
+    match trace.tracepoints.get(&id) {
+        Some(d) => d.format(payload),
+        None => format!("tracepoint#{id}({} bytes)", payload.len()),
+    }
+}
+
+/// The name (`crate::name`) and named argument values of tracepoint `id`'s event; `tracepoint#ID` and no
+/// arguments when the trace lacks its descriptor or the payload does not decode.
+pub fn name_and_args(trace: &Trace, id: u32, payload: &[u8]) -> (String, Args) {
+    match trace.tracepoints.get(&id) {
+        Some(d) => (d.name.clone(), d.decode(payload).unwrap_or_default()),
+        None => (format!("tracepoint#{id}"), Args::default()),
     }
 }
 

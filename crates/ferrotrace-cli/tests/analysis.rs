@@ -477,20 +477,6 @@ fn chrome_json_parses_with_balanced_begin_end() {
     assert!(out.contains("\"name\":\"calltree::worker_step\""));
 }
 
-fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
-    let proto_dir = repo().join("crates/ferrotrace-analysis/proto");
-    let input = dir.join("in.pb");
-    std::fs::write(&input, bytes).unwrap();
-    let out = Command::new("protoc")
-        .arg(format!("-I{}", proto_dir.display()))
-        .args(["--decode=perfetto.protos.Trace", "perfetto_trace.proto"])
-        .stdin(std::fs::File::open(&input).unwrap())
-        .output()
-        .expect("protoc installed");
-    assert!(out.status.success(), "protoc: {}", text(&out.stderr));
-    text(&out.stdout)
-}
-
 fn varint(b: &[u8], pos: &mut usize) -> u64 {
     let mut v = 0;
     let mut shift = 0;

@@ -688,3 +688,21 @@ fn library_loaded_with_dlopen_after_start_is_traced() {
     assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
     assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
 }
+
+#[test]
+fn threads_registering_at_the_same_moment_keep_their_own_events() {
+    let dir = scratch("burst");
+    for run in 0..5 {
+        let (out, trace) = record(&dir, &[], &testprog("burst"), &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let t = Trace::open(&trace).expect("open");
+        for i in 0..16u64 {
+            let w = walk(&t, tid_named(&t, &format!("b-{i}")));
+            assert_eq!(
+                w.entries.get("burst::tagged"),
+                Some(&(i + 1)),
+                "run {run}: thread b-{i}"
+            );
+        }
+    }
+}

@@ -385,3 +385,84 @@ fn a_slow_reader_never_stalls_the_program_and_live_counts_what_it_lost() {
         "every event is printed or counted as lost"
     );
 }
+
+#[test]
+fn tracepoints_appear_in_replay_report_and_exports_with_their_arguments() {
+    let dir = scratch("tp_analysis");
+    let (out, trace) = record(
+        &dir,
+        &["--trace", "vfs_*", "--trace", "net_*"],
+        &testprog("tp_basic"),
+        &["3"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let run = |args: &[&str]| {
+        let o = ferrotrace()
+            .args(args)
+            .arg("-i")
+            .arg(&trace)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
+        text(&o.stdout)
+    };
+    let replay = run(&["replay"]);
+    for i in 0..3 {
+        let call = format!(r#"/* tp_basic::vfs_open(path="/tmp/file{i}", flags={i}) */"#);
+        assert!(
+            replay.contains(&call),
+            "replay shows {call} in place:\n{replay}"
+        );
+    }
+    let report = run(&["report"]);
+    let counted = |name: &str| {
+        report
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>() == ["3", name])
+    };
+    assert!(
+        counted("tp_basic::vfs_open") && counted("tp_basic::net_recv"),
+        "{report}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&run(&["report", "--json"])).unwrap();
+    assert!(json["tracepoints"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!({"name": "tp_basic::vfs_open", "count": 3})));
+
+    let chrome = dir.join("t.json");
+    run(&["dump", "--format", "chrome", "-o", chrome.to_str().unwrap()]);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&chrome).unwrap()).unwrap();
+    let instants: Vec<&serde_json::Value> = doc["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["name"] == "tp_basic::vfs_open")
+        .collect();
+    assert_eq!(instants.len(), 3);
+    assert_eq!(
+        instants[2]["args"],
+        serde_json::json!({"path": "/tmp/file2", "flags": 2})
+    );
+
+    let perfetto = dir.join("t.pb");
+    run(&[
+        "dump",
+        "--format",
+        "perfetto",
+        "--uncompressed",
+        "-o",
+        perfetto.to_str().unwrap(),
+    ]);
+    let decoded = protoc_decode(&std::fs::read(&perfetto).unwrap(), &dir);
+    assert_eq!(
+        decoded.matches("name: \"tp_basic::net_recv\"").count(),
+        3,
+        "{decoded}"
+    );
+    assert!(
+        decoded.contains("string_value: \"/tmp/file1\""),
+        "arguments as debug annotations"
+    );
+    assert!(decoded.contains("name: \"bytes\"") && decoded.contains("uint_value: 200"));
+}

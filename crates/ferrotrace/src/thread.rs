@@ -298,36 +298,39 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         return None;
     }
     let tid = gettid();
+    let fresh = || SlotState {
+        tid,
+        hot: HOT.with(|h| h as *const Hot),
+        chunk: None,
+        seq: 0,
+        lost: 0,
+        waited_ns: 0,
+        alive: true,
+        stopped: false,
+    };
+    // The slot is claimed (marked alive) before the registry lock is released: a thread registering at
+    // the same moment must not take it for a dead slot free for reuse.
     let slot: &'static ThreadSlot = {
         let mut reg = rt.registry.lock().unwrap_or_else(|e| e.into_inner());
-        let reusable = reg.iter().copied().find(|s| {
+        let reused = reg.iter().copied().find(|s| {
             let mut g = s.lock();
             let st = g.state();
-            !st.alive && st.chunk.is_none() && st.lost == 0
+            let free = !st.alive && st.chunk.is_none() && st.lost == 0;
+            if free {
+                *st = fresh();
+            }
+            free
         });
-        match reusable {
+        match reused {
             Some(s) => s,
             None => {
                 let s: &'static ThreadSlot = Box::leak(Box::new(ThreadSlot::new()));
+                *s.lock().state() = fresh();
                 reg.push(s);
                 s
             }
         }
     };
-    {
-        let mut g = slot.lock();
-        let st = g.state();
-        *st = SlotState {
-            tid,
-            hot: HOT.with(|h| h as *const Hot),
-            chunk: None,
-            seq: 0,
-            lost: 0,
-            waited_ns: 0,
-            alive: true,
-            stopped: false,
-        };
-    }
     rt.push_meta(Meta::Thread {
         tid,
         name: current_thread_name(),

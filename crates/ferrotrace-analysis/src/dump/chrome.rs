@@ -88,10 +88,19 @@ pub fn write(
                 payload,
                 ..
             } => {
+                let mut args = None;
                 let name = match kind {
                     EventKind::Lost => format!("LOST {id} events"),
                     EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
-                    EventKind::Tracepoint => format!("tracepoint #{id}"),
+                    EventKind::Tracepoint => {
+                        let (name, values) = crate::tracepoints::name_and_args(trace, id, payload);
+                        let obj: serde_json::Map<String, serde_json::Value> = values
+                            .iter()
+                            .map(|(k, v)| (k.clone(), v.to_json()))
+                            .collect();
+                        args = Some(serde_json::Value::Object(obj));
+                        name
+                    }
                     EventKind::Alloc => "alloc".into(),
                     EventKind::Free => "free".into(),
                     _ => format!("exit of {} without entry", names.get(id)),
@@ -104,7 +113,10 @@ pub fn write(
                 push_ts(&mut line, ts);
                 line.push_str(",\"name\":");
                 line.push_str(&serde_json::Value::from(name).to_string());
-                if !payload.is_empty() {
+                if let Some(args) = args {
+                    line.push_str(",\"args\":");
+                    line.push_str(&args.to_string());
+                } else if !payload.is_empty() {
                     line.push_str(",\"args\":{\"payload\":\"");
                     for b in payload {
                         line.push_str(&format!("{b:02x}"));

@@ -244,11 +244,23 @@ pub fn write(
                 fv(&mut te, 10, iid);
             }
             Ev::End { .. } => fv(&mut te, 9, 2),
-            Ev::Instant { kind, id, .. } => {
+            Ev::Instant {
+                kind, id, payload, ..
+            } => {
                 let name = match kind {
                     EventKind::Lost => format!("LOST {id} events"),
                     EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
-                    EventKind::Tracepoint => format!("tracepoint #{id}"),
+                    EventKind::Tracepoint => {
+                        let (name, values) = crate::tracepoints::name_and_args(trace, id, payload);
+                        for (arg, value) in &values {
+                            // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
+                            msg(&mut te, 4, |a| {
+                                fbytes(a, 10, arg.as_bytes());
+                                debug_annotation_value(a, value);
+                            });
+                        }
+                        name
+                    }
                     EventKind::Alloc => "alloc".into(),
                     EventKind::Free => "free".into(),
                     _ => format!("exit of {} without entry", names.get(id)),
@@ -262,4 +274,28 @@ pub fn write(
     })?;
     sink.flush()?;
     Ok(errors)
+}
+
+/// Writes a DebugAnnotation value: bool_value (2), uint_value (3), int_value (4), double_value (5) or
+/// string_value (6); byte strings as hex text.
+fn debug_annotation_value(a: &mut Vec<u8>, v: &crate::tracepoints::Value) {
+    use crate::tracepoints::Value;
+    match v {
+        Value::Bool(b) => fv(a, 2, *b as u64),
+        Value::Unsigned(u) => fv(a, 3, *u),
+        Value::Signed(i) => fv(a, 4, *i as u64),
+        Value::Float(f) => {
+            a.push((5 << 3) | 1); // fixed64
+            a.extend_from_slice(&f.to_le_bytes());
+        }
+        Value::Str(s) => fbytes(a, 6, s.as_bytes()),
+        Value::Bytes(b) => fbytes(
+            a,
+            6,
+            b.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<String>()
+                .as_bytes(),
+        ),
+    }
 }

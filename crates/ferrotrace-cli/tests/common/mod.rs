@@ -118,3 +118,19 @@ pub fn record(dir: &Path, opts: &[&str], program: &Path, args: &[&str]) -> (Outp
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
+
+/// Decodes a Perfetto protobuf trace with `protoc` against the repository's subset of Perfetto's
+/// published .proto files: an independent decoder.
+pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
+    let proto_dir = repo().join("crates/ferrotrace-analysis/proto");
+    let input = dir.join("in.pb");
+    std::fs::write(&input, bytes).unwrap();
+    let out = std::process::Command::new("protoc")
+        .arg(format!("-I{}", proto_dir.display()))
+        .args(["--decode=perfetto.protos.Trace", "perfetto_trace.proto"])
+        .stdin(std::fs::File::open(&input).unwrap())
+        .output()
+        .expect("protoc installed");
+    assert!(out.status.success(), "protoc: {}", text(&out.stderr));
+    text(&out.stdout)
+}
