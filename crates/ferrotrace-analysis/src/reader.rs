@@ -197,6 +197,8 @@ pub struct Trace {
     pub truncation: Option<Truncation>,
     /// Chunks of kinds this reader does not know (skipped).
     pub unknown_chunks: u64,
+    /// `Samples` chunks (written by `ferrotrace profile`; read them with `ferrotrace_profile`).
+    pub sample_chunks: u64,
     converter: TscConverter,
 }
 
@@ -246,6 +248,7 @@ impl Trace {
             end: None,
             truncation: None,
             unknown_chunks: 0,
+            sample_chunks: 0,
             converter: TscConverter::new(ClockPair::default(), ClockPair::default()),
         };
         let mut offset = FILE_HEADER_LEN as u64;
@@ -308,7 +311,7 @@ impl Trace {
             (Some(&a), _) => TscConverter::from_hz(a, t.session.tsc_hz),
             _ => TscConverter::from_hz(ClockPair::default(), t.session.tsc_hz),
         };
-        if t.clocks.is_empty() && t.truncation.is_none() {
+        if t.clocks.is_empty() && t.truncation.is_none() && t.sample_chunks == 0 {
             return Err(ReadError::Format(
                 path,
                 "no clock calibration in the trace".into(),
@@ -407,6 +410,7 @@ impl Trace {
                     lost: f.varint()?,
                 });
             }
+            Some(ChunkKind::Samples) => self.sample_chunks += 1,
             _ => self.unknown_chunks += 1,
         }
         Ok(())

@@ -130,7 +130,54 @@ pub fn write(
     progress: &mut Progress,
 ) -> io::Result<Vec<String>> {
     let names = Names::of(trace);
-    let pid = trace.session.pid;
+    let exe = trace
+        .session
+        .exe
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    let threads: Vec<(u32, String)> = trace
+        .threads
+        .values()
+        .map(|t| (t.tid, t.name.clone()))
+        .collect();
+    let source = Source {
+        pid: trace.session.pid,
+        process_name: exe,
+        threads,
+        t0: trace.clocks.first().map_or(0, |c| c.mono_ns),
+        name: &|id| names.get(id).into_owned(),
+        trace: Some(trace),
+    };
+    write_events(&source, opts, out, |f| walk(trace, progress, f))
+}
+
+/// What [`write_events`] needs to know about where its events come from.
+pub struct Source<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Process name shown on its track.
+    pub process_name: String,
+    /// Threads (tid, name), one track each.
+    pub threads: Vec<(u32, String)>,
+    /// CLOCK_MONOTONIC ns of the earliest event (or earlier).
+    pub t0: u64,
+    /// The name of a slice, by the id its `Begin` carries.
+    pub name: &'a dyn Fn(u32) -> String,
+    /// The trace, for tracepoint descriptors of `Instant` events (`None`: no tracepoints).
+    pub trace: Option<&'a Trace>,
+}
+
+/// Writes events from any source (a function trace, or samples turned into slices) as Perfetto
+/// protobuf: `events` is called once with the function that encodes each [`Ev`]; returns its errors.
+pub fn write_events(
+    source: &Source<'_>,
+    opts: Options,
+    out: &mut dyn Write,
+    events: impl FnOnce(&mut dyn FnMut(Ev<'_>) -> io::Result<()>) -> io::Result<Vec<String>>,
+) -> io::Result<Vec<String>> {
+    let pid = source.pid;
     let process_uuid = 1u64 << 48 | pid as u64;
     let thread_uuid = |tid: u32| 2u64 << 48 | tid as u64;
     let mut sink = Sink {
@@ -139,13 +186,7 @@ pub fn write(
         batch: Vec::with_capacity(BATCH + 4096),
         written: 0,
     };
-    let exe = trace
-        .session
-        .exe
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let exe = &source.process_name;
     let mut p = Vec::new();
     msg(&mut p, 60, |d| {
         fv(d, 1, process_uuid);
@@ -155,18 +196,18 @@ pub fn write(
         });
     });
     sink.packet(&p)?;
-    let t0 = trace.clocks.first().map_or(0, |c| c.mono_ns);
+    let t0 = source.t0;
     let mut seqs: std::collections::HashMap<u32, Seq> = std::collections::HashMap::new();
-    for (i, t) in trace.threads.values().enumerate() {
+    for (i, (tid, thread_name)) in source.threads.iter().enumerate() {
         let seq = i as u64 + 1;
         p.clear();
         msg(&mut p, 60, |d| {
-            fv(d, 1, thread_uuid(t.tid));
+            fv(d, 1, thread_uuid(*tid));
             fv(d, 5, process_uuid);
             msg(d, 4, |td| {
                 fv(td, 1, pid as u64);
-                fv(td, 2, t.tid as u64);
-                fbytes(td, 5, t.name.as_bytes());
+                fv(td, 2, *tid as u64);
+                fbytes(td, 5, thread_name.as_bytes());
             });
         });
         sink.packet(&p)?;
@@ -192,11 +233,11 @@ pub fn write(
         fv(&mut p, 13, 2);
         msg(&mut p, 59, |d| {
             fv(d, 58, CLOCK_ID);
-            msg(d, 11, |te| fv(te, 11, thread_uuid(t.tid)));
+            msg(d, 11, |te| fv(te, 11, thread_uuid(*tid)));
         });
         sink.packet(&p)?;
         seqs.insert(
-            t.tid,
+            *tid,
             Seq {
                 id: seq,
                 last_ts: t0,
@@ -206,7 +247,7 @@ pub fn write(
     }
     let mut next_seq = seqs.len() as u64 + 1;
     let mut te = Vec::with_capacity(64);
-    let errors = walk(trace, progress, |ev| {
+    let errors = events(&mut |ev| {
         let tid = match ev {
             Ev::Begin { tid, .. } | Ev::End { tid, .. } | Ev::Instant { tid, .. } => tid,
         };
@@ -236,7 +277,7 @@ pub fn write(
                     msg(&mut p, 12, |d| {
                         msg(d, 2, |n| {
                             fv(n, 1, iid);
-                            fbytes(n, 2, names.get(id).as_bytes());
+                            fbytes(n, 2, (source.name)(id).as_bytes());
                         })
                     });
                 }
@@ -250,20 +291,24 @@ pub fn write(
                 let name = match kind {
                     EventKind::Lost => format!("LOST {id} events"),
                     EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
-                    EventKind::Tracepoint => {
-                        let (name, values) = crate::tracepoints::name_and_args(trace, id, payload);
-                        for (arg, value) in &values {
-                            // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
-                            msg(&mut te, 4, |a| {
-                                fbytes(a, 10, arg.as_bytes());
-                                debug_annotation_value(a, value);
-                            });
+                    EventKind::Tracepoint => match source.trace {
+                        Some(trace) => {
+                            let (name, values) =
+                                crate::tracepoints::name_and_args(trace, id, payload);
+                            for (arg, value) in &values {
+                                // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
+                                msg(&mut te, 4, |a| {
+                                    fbytes(a, 10, arg.as_bytes());
+                                    debug_annotation_value(a, value);
+                                });
+                            }
+                            name
                         }
-                        name
-                    }
+                        None => format!("tracepoint #{id}"),
+                    },
                     EventKind::Alloc => "alloc".into(),
                     EventKind::Free => "free".into(),
-                    _ => format!("exit of {} without entry", names.get(id)),
+                    _ => format!("exit of {} without entry", (source.name)(id)),
                 };
                 fv(&mut te, 9, 3);
                 fbytes(&mut te, 23, name.as_bytes());

@@ -17,8 +17,10 @@ enum Format {
     Chrome,
     /// Perfetto protobuf (ui.perfetto.dev)
     Perfetto,
-    /// Folded stacks weighted by self time in ns
+    /// Folded stacks weighted by self time in ns (samples: by sample count)
     Folded,
+    /// Firefox Profiler processed-profile JSON with symbols (profiler.firefox.com; samples only)
+    Firefox,
 }
 
 /// Arguments of `ferrotrace dump`.
@@ -41,6 +43,38 @@ pub struct DumpArgs {
 /// Writes the dump.
 pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
+    if let Some(set) = super::samples::load(&trace)? {
+        let bytes = match a.format {
+            Format::Folded => ferrotrace_profile::folded(&set).into_bytes(),
+            Format::Firefox => ferrotrace_profile::firefox_json(&set)
+                .map_err(|e| e.to_string())?
+                .into_bytes(),
+            Format::Perfetto => {
+                let mut buf = Vec::new();
+                super::samples::perfetto(&set, !a.uncompressed, &mut buf)
+                    .map_err(super::write_err)?;
+                buf
+            }
+            Format::Uftrace | Format::Chrome => return Err(format!(
+                "{}: a trace of samples (ferrotrace profile) has no function calls to dump as {}; \
+                     use --format firefox, perfetto or folded",
+                a.input.display(),
+                if matches!(a.format, Format::Uftrace) {
+                    "uftrace"
+                } else {
+                    "chrome"
+                }
+            )),
+        };
+        super::samples::emit(a.output.as_deref(), &bytes)?;
+        return Ok(super::finish(&trace, &[]));
+    }
+    if let Format::Firefox = a.format {
+        return Err(format!(
+            "{}: --format firefox is for traces of samples (ferrotrace profile); use perfetto or chrome for function traces",
+            a.input.display()
+        ));
+    }
     let mut progress = Progress::new("dump", trace.event_count());
     let errors = if let Format::Uftrace = a.format {
         let dir = a
@@ -71,7 +105,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
                 &mut progress,
             ),
             Format::Folded => dump::folded::write(&trace, &mut out, &mut progress),
-            Format::Uftrace => unreachable!("handled above"),
+            Format::Uftrace | Format::Firefox => unreachable!("handled above"),
         };
         let errs = r.map_err(super::write_err)?;
         out.flush().map_err(super::write_err)?;

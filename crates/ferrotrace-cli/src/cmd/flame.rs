@@ -26,6 +26,20 @@ pub struct FlameArgs {
 /// Writes the flame graph.
 pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
+    if let Some(set) = super::samples::load(&trace)? {
+        // Samples: weighted by sample count.
+        let bytes = if a.folded {
+            ferrotrace_profile::folded(&set).into_bytes()
+        } else {
+            ferrotrace_profile::flame_svg(&set).map_err(|e| e.to_string())?
+        };
+        let output = a
+            .output
+            .clone()
+            .or_else(|| (!a.folded).then(|| PathBuf::from("flame.svg")));
+        super::samples::emit(output.as_deref(), &bytes)?;
+        return Ok(super::finish(&trace, &[]));
+    }
     let mut progress = Progress::new("flame", trace.event_count());
     let cct = Cct::build(&trace, None, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);

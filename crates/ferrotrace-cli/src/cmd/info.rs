@@ -21,6 +21,22 @@ pub struct InfoArgs {
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
     let trace = Trace::open(&args.input).map_err(|e| e.to_string())?;
+    if let Some(set) = super::samples::load(&trace)? {
+        if args.json {
+            let mut j = super::samples::report_json(&set);
+            j["pid"] = set.pid.into();
+            j["file_bytes"] = trace.file_len.into();
+            j["threads"] = set
+                .threads
+                .iter()
+                .map(|t| serde_json::json!({"tid": t.tid, "name": t.name}))
+                .collect();
+            println!("{j}");
+        } else {
+            print!("{}", super::samples::info_text(&set, trace.file_len));
+        }
+        return Ok(super::finish(&trace, &[]));
+    }
     let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
     if args.json {
         println!("{}", summary.to_json());

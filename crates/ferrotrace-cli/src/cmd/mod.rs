@@ -10,6 +10,7 @@ pub mod profile;
 pub mod record;
 pub mod replay;
 pub mod report;
+pub mod samples;
 
 use std::path::Path;
 use std::process::ExitCode;

@@ -41,6 +41,15 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
+    if let Some(set) = super::samples::load(&trace)? {
+        let text = if a.json {
+            format!("{}\n", super::samples::report_json(&set))
+        } else {
+            ferrotrace_profile::report(&set).to_string()
+        };
+        super::samples::emit(None, text.as_bytes())?;
+        return Ok(super::finish(&trace, &[]));
+    }
     let mut progress = Progress::new("report", trace.event_count());
     let report = Report::with_progress(&trace, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
