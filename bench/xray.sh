@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Cost per traced call of function tracing, all variants measured in one run on the same fib program:
 #   uninstrumented | XRay sleds, unpatched | sleds patched but filtered out (-N) | traced by ferrotrace |
-#   uftrace 0.13 on the -Zinstrument-mcount build.
+#   uftrace 0.13 on the -Zinstrument-mcount build; and the floor of any tracer that timestamps entry and
+#   exit: the uninstrumented program reading rdtsc twice per call.
 # Prints ns per call (the program times its own fib(N) computation; start-up is excluded), the overhead
 # per traced call over the uninstrumented build, the ratio to uftrace, and bytes per event on disk.
 # Usage: bench/xray.sh [N=30] (RUNS=5 repetitions, median reported)
@@ -40,6 +41,7 @@ run() {
 }
 cd "$out"
 run plain "$out/plain/release/fib" "$N"
+run floor "$out/plain/release/fib" "$N" rdtsc
 run unpatched "$out/xray/release/fib" "$N"
 run filtered "$ft" record -o "$out/filtered.data" -N '^fib::fib$' -- "$out/xray/release/fib" "$N"
 run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N"
@@ -53,16 +55,17 @@ waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' 
 echo
 echo "fib($N): $calls calls, median of $RUNS runs, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 printf '%-34s %12s %14s %16s\n' variant "ns/call" "overhead/call" "vs uftrace"
-for v in plain unpatched filtered ferrotrace uftrace; do
+for v in plain floor unpatched filtered ferrotrace uftrace; do
   [ -n "${ns[$v]:-}" ] || continue
   per=$(echo "scale=2; ${ns[$v]} / $calls" | bc)
   over=$(echo "scale=2; (${ns[$v]} - ${ns[plain]}) / $calls" | bc)
   ratio="-"
-  if [ -n "${ns[uftrace]:-}" ] && [ "$v" != plain ]; then
+  if [ -n "${ns[uftrace]:-}" ] && [ "$v" != plain ] && [ "$v" != floor ]; then
     ratio=$(echo "scale=1; (${ns[uftrace]} - ${ns[plain]}) / (${ns[$v]} - ${ns[plain]} + 0.000001)" | bc)x
   fi
   case $v in
     plain) label="uninstrumented" ;;
+    floor) label="floor: rdtsc at entry and exit" ;;
     unpatched) label="XRay sleds, not patched" ;;
     filtered) label="patched run, fib filtered out (-N)" ;;
     ferrotrace) label="ferrotrace record (all functions)" ;;

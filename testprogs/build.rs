@@ -7,7 +7,18 @@ fn main() {
     let flags = std::env::var("CARGO_ENCODED_RUSTFLAGS").unwrap_or_default();
     let status = Command::new(rustc)
         .args(flags.split('\x1f').filter(|f| !f.is_empty()))
-        .args(["--edition", "2021", "--crate-type", "cdylib", "--crate-name", "ft_xlib", "-O", "-g", "--out-dir", &out])
+        .args([
+            "--edition",
+            "2021",
+            "--crate-type",
+            "cdylib",
+            "--crate-name",
+            "ft_xlib",
+            "-O",
+            "-g",
+            "--out-dir",
+            &out,
+        ])
         .arg("xlib/src/lib.rs")
         .status()
         .expect("rustc");

@@ -48,12 +48,21 @@ fn main() {
             std::panic::set_hook(Box::new(|_| {}));
             for i in 0..6 {
                 let r = std::panic::catch_unwind(|| middle(i));
-                println!("middle({i}) -> {}", if r.is_ok() { "ok" } else { "panicked" });
+                println!(
+                    "middle({i}) -> {}",
+                    if r.is_ok() { "ok" } else { "panicked" }
+                );
             }
         }
         "exit-thread" => {
-            std::thread::Builder::new().name("spinner".into()).spawn(spin_forever).expect("spawn");
-            let t = std::thread::Builder::new().name("exiter".into()).spawn(exit_from_worker).expect("spawn");
+            std::thread::Builder::new()
+                .name("spinner".into())
+                .spawn(spin_forever)
+                .expect("spawn");
+            let t = std::thread::Builder::new()
+                .name("exiter".into())
+                .spawn(exit_from_worker)
+                .expect("spawn");
             let _ = t.join();
             spin_forever();
         }

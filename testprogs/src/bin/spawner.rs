@@ -23,7 +23,10 @@ fn main() {
         parent_work(i);
     }
     let exe = std::env::current_exe().expect("current_exe");
-    let status = std::process::Command::new(exe).arg("child").status().expect("run child");
+    let status = std::process::Command::new(exe)
+        .arg("child")
+        .status()
+        .expect("run child");
     println!("child status {}", status.code().unwrap_or(-1));
     std::process::exit(3);
 }

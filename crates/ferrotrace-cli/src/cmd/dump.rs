@@ -55,7 +55,8 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
                     .map_err(super::write_err)?;
                 buf
             }
-            Format::Uftrace | Format::Chrome => return Err(format!(
+            Format::Uftrace | Format::Chrome => {
+                return Err(format!(
                 "{}: a trace of samples (ferrotrace profile) has no function calls to dump as {}; \
                      use --format firefox, perfetto or folded",
                 a.input.display(),
@@ -64,7 +65,8 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
                 } else {
                     "chrome"
                 }
-            )),
+            ))
+            }
         };
         super::samples::emit(a.output.as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));

@@ -18,14 +18,26 @@ fn work(i: u64) -> u64 {
 }
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(5);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(5);
     let mut fired = 0;
     for i in 0..n {
         let path = format!("/tmp/file{i}");
         vfs_open(&path, i as u32);
         ferrotrace::trace!(net_recv(i, (i * 100) as usize));
         let bytes = [i as u8, 0xff, b'x'];
-        kinds::all_types(i as u8, -(i as i16), -1_000_000_000_000 * i as i64, i as f64 + 0.5, i % 2 == 0, &bytes, 0.25, -(i as isize));
+        kinds::all_types(
+            i as u8,
+            -(i as i16),
+            -1_000_000_000_000 * i as i64,
+            i as f64 + 0.5,
+            i % 2 == 0,
+            &bytes,
+            0.25,
+            -(i as isize),
+        );
         quiet(i as u32);
         work(i);
         fired += 4;

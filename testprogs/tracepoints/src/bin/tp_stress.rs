@@ -7,7 +7,10 @@ use std::sync::Arc;
 ferrotrace::tracepoint!(stress, thread: u32, seq: u64, check: u64);
 
 fn main() {
-    let toggles: u32 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(2000);
+    let toggles: u32 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(2000);
     let stop = Arc::new(AtomicBool::new(false));
     let iterations = Arc::new(AtomicU64::new(0));
     let workers: Vec<_> = (0..4u32)
@@ -35,5 +38,8 @@ fn main() {
     for w in workers {
         w.join().expect("worker");
     }
-    println!("toggles={toggles} fired={}", iterations.load(Ordering::Relaxed));
+    println!(
+        "toggles={toggles} fired={}",
+        iterations.load(Ordering::Relaxed)
+    );
 }
