@@ -1,6 +1,7 @@
 //! Counts word frequencies in a generated text on four threads and prints the most common words.
 use std::collections::HashMap;
 
+#[inline(never)] // so that the demo's trace shows it as a call of its own
 fn generate(seed: u64, words: usize) -> String {
     const VOCAB: [&str; 12] = ["trace", "rust", "xray", "sled", "chunk", "event", "thread", "clock", "flame", "replay", "report", "perf"];
     let mut x = seed;
@@ -15,10 +16,12 @@ fn generate(seed: u64, words: usize) -> String {
     out
 }
 
+#[inline(never)] // so that the demo's trace shows it as a call of its own
 fn tokenize(text: &str) -> Vec<&str> {
     text.split_whitespace().collect()
 }
 
+#[inline(never)] // so that the demo's trace shows it as a call of its own
 fn count(words: &[&str]) -> HashMap<String, usize> {
     let mut m = HashMap::new();
     for w in words {
@@ -27,12 +30,14 @@ fn count(words: &[&str]) -> HashMap<String, usize> {
     m
 }
 
+#[inline(never)] // so that the demo's trace shows it as a call of its own
 fn merge(into: &mut HashMap<String, usize>, from: HashMap<String, usize>) {
     for (w, c) in from {
         *into.entry(w).or_insert(0) += c;
     }
 }
 
+#[inline(never)] // so that the demo's trace shows it as a call of its own
 fn top(m: &HashMap<String, usize>, n: usize) -> Vec<(String, usize)> {
     let mut v: Vec<_> = m.iter().map(|(w, c)| (w.clone(), *c)).collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
