@@ -17,6 +17,7 @@
 
 use std::path::Path;
 
+use ferrotrace_core::symbols::is_runtime_symbol;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::tracepoints::ArgDesc;
@@ -76,23 +77,6 @@ fn parse_descriptor(d: &[u8]) -> Option<(String, String, String, String, u32)> {
     let (name, args, format, file) = (s()?, s()?, s()?, s()?);
     let line = u32::from_le_bytes(d.get(pos..pos + 4)?.try_into().ok()?);
     Some((name, args, format, file, line))
-}
-
-/// Crates of the tracer itself: never traced, so not listed.
-const RUNTIME_CRATES: &[&str] = &[
-    "10ferrotrace",
-    "15ferrotrace_core",
-    "14crossbeam_queue",
-    "10regex_lite",
-    "14rustc_demangle",
-    "9crc32fast",
-    "_6object",
-];
-
-fn is_runtime_symbol(name: &str) -> bool {
-    name.starts_with("__xray")
-        || name.contains("__ferrotrace_tp_fire")
-        || RUNTIME_CRATES.iter().any(|c| name.contains(c))
 }
 
 fn read_i64(b: &[u8], at: usize) -> Option<i64> {

@@ -9,6 +9,7 @@
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs;
+//! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
 //!   profiler.
 //!
@@ -44,6 +45,7 @@ pub mod clock;
 pub mod codec;
 pub mod format;
 pub mod record;
+pub mod symbols;
 pub mod tracepoint;
 #[cfg(feature = "std")]
 pub mod writer;

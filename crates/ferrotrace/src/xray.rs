@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
+use ferrotrace_core::symbols::is_runtime_symbol;
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::config::Config;
@@ -197,26 +198,6 @@ impl Drop for Mapped {
         // SAFETY: unmapping our own mapping.
         unsafe { libc::munmap(self.ptr, self.len) };
     }
-}
-
-/// Crates whose code the runtime itself runs: patching them would recurse into the tracer. Matched against
-/// mangled names (v0 names carry the instantiating crate, so generic code instantiated for the runtime is
-/// caught too).
-const RUNTIME_CRATES: &[&str] = &[
-    "10ferrotrace",
-    "15ferrotrace_core",
-    "14crossbeam_queue",
-    "10regex_lite",
-    "14rustc_demangle",
-    "9crc32fast",
-    "_6object",
-];
-
-fn is_runtime_symbol(name: &str) -> bool {
-    name.starts_with("__xray")
-        || RUNTIME_CRATES.iter().any(|c| name.contains(c))
-        // A tracepoint's out-of-line path, generated in the user's crate, is part of the tracer.
-        || name.contains("__ferrotrace_tp_fire")
 }
 
 /// The name users see and filters match: demangled, without the hash.

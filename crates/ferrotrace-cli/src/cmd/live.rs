@@ -8,12 +8,11 @@
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cmd::record::preload_library;
+use crate::cmd::record::{exit_code_of, inject_runtime};
 use crate::elf;
 
 /// Arguments of `ferrotrace live`.
@@ -79,13 +78,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let mut cmd = std::process::Command::new(&program);
     use std::os::unix::process::CommandExt;
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    if facts.links_runtime {
-        cmd.env("FERROTRACE_RUNTIME", "linked");
-    } else {
-        let lib = preload_library()?;
-        cmd.env("LD_PRELOAD", lib)
-            .env("FERROTRACE_RUNTIME", "preload");
-    }
+    inject_runtime(&mut cmd, &program, &facts)?;
     // Without -F no function is traced: a filter nothing matches.
     let filter = if args.filter.is_empty() {
         "^$".to_string()
@@ -134,13 +127,5 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
     let _ = std::fs::remove_file(&trace_file);
-    if let Some(code) = status.code() {
-        return Ok(ExitCode::from(code as u8));
-    }
-    let sig = status.signal().unwrap_or(0);
-    eprintln!(
-        "ferrotrace: {} was killed by signal {sig}",
-        program.display()
-    );
-    Ok(ExitCode::from((128 + sig) as u8))
+    Ok(exit_code_of(status, &program))
 }

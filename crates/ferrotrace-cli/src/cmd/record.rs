@@ -91,6 +91,47 @@ pub fn preload_library() -> Result<PathBuf, String> {
     ))
 }
 
+/// Makes the program start a runtime: its own linked copy when it has one, else the preload library
+/// (ahead of any LD_PRELOAD already set). Shared by `record` and `live`.
+pub fn inject_runtime(
+    cmd: &mut std::process::Command,
+    program: &Path,
+    facts: &elf::ProgramFacts,
+) -> Result<(), String> {
+    if facts.links_runtime {
+        cmd.env("FERROTRACE_RUNTIME", "linked");
+        return Ok(());
+    }
+    if !facts.dynamic {
+        return Err(format!(
+            "{} is statically linked: LD_PRELOAD cannot inject the runtime. Link it dynamically, or make it \
+             depend on the ferrotrace crate",
+            program.display()
+        ));
+    }
+    let mut preload = preload_library()?.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload)
+        .env("FERROTRACE_RUNTIME", "preload");
+    Ok(())
+}
+
+/// The traced program's exit status as ours: its code, or 128 + the signal that killed it (said once).
+pub fn exit_code_of(status: std::process::ExitStatus, program: &Path) -> ExitCode {
+    if let Some(code) = status.code() {
+        return ExitCode::from(code as u8);
+    }
+    let sig = status.signal().unwrap_or(0);
+    eprintln!(
+        "ferrotrace: {} was killed by signal {sig}",
+        program.display()
+    );
+    ExitCode::from((128 + sig) as u8)
+}
+
 fn absolute(p: &Path) -> PathBuf {
     if p.is_absolute() {
         p.to_path_buf()
@@ -126,25 +167,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    if facts.links_runtime {
-        cmd.env("FERROTRACE_RUNTIME", "linked");
-    } else {
-        if !facts.dynamic {
-            return Err(format!(
-                "{} is statically linked: LD_PRELOAD cannot inject the runtime. Link it dynamically, or make it \
-                 depend on the ferrotrace crate",
-                program.display()
-            ));
-        }
-        let lib = preload_library()?;
-        let mut preload = lib.into_os_string();
-        if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-            preload.push(":");
-            preload.push(old);
-        }
-        cmd.env("LD_PRELOAD", preload)
-            .env("FERROTRACE_RUNTIME", "preload");
-    }
+    inject_runtime(&mut cmd, &program, &facts)?;
     cmd.env("FERROTRACE_OUTPUT", &output)
         .env("FERROTRACE_FILTER", args.filter.join("\n"))
         .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
@@ -188,15 +211,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
     report(&output, start);
-    if let Some(code) = status.code() {
-        return Ok(ExitCode::from(code as u8));
-    }
-    let sig = status.signal().unwrap_or(0);
-    eprintln!(
-        "ferrotrace: {} was killed by signal {sig}",
-        program.display()
-    );
-    Ok(ExitCode::from((128 + sig) as u8))
+    Ok(exit_code_of(status, &program))
 }
 
 fn report(output: &Path, start: std::time::SystemTime) {
