@@ -119,3 +119,41 @@ fn missing_nightly_is_said_plainly() {
         "{err}"
     );
 }
+
+#[test]
+fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
+    let dir = scratch("cargo_profile");
+    new_project(&dir);
+    let out = cargo_ferrotrace(&dir, None)
+        .args([
+            "profile",
+            "--release",
+            "-F",
+            "499",
+            "-o",
+            "p.data",
+            "--",
+            "300000000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(4),
+        "exit status passes through: {}",
+        text(&out.stderr)
+    );
+    assert!(
+        dir.join("target/ferrotrace-profile/release/demo").is_file(),
+        "own target dir"
+    );
+    let set = ferrotrace_profile::read_samples(dir.join("p.data")).expect("a trace of samples");
+    let report = ferrotrace_profile::report(&set);
+    let step = report
+        .get("demo::step")
+        .expect("the hot function, with its module path");
+    assert!(
+        step.self_samples * 2 > report.samples,
+        "most samples in the hot function: {report}"
+    );
+}

@@ -5,10 +5,14 @@
 //! cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! cargo ferrotrace record [-o FILE] [-F REGEX]... [-N REGEX]... [--mode MODE] [--buffer-size SIZE]
 //!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] [--duration D]
+//!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
-//! The build uses the nightly toolchain with `-Zinstrument-xray=always -Cforce-frame-pointers=yes` into
-//! `<target-dir>/ferrotrace`, so normal builds are untouched. `record` hands the built program to the
-//! `ferrotrace` binary installed next to this one.
+//! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
+//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! builds with the default toolchain, frame pointers and limited debug info into
+//! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. `record` and `profile` hand the built
+//! program to the `ferrotrace` binary installed next to this one.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -21,6 +25,7 @@ Usage:
   cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
   cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 
 RECORD-OPTIONS (see `ferrotrace record --help`):
   -o, --output FILE        trace file [default: ferrotrace.data]
@@ -29,10 +34,29 @@ RECORD-OPTIONS (see `ferrotrace record --help`):
       --mode MODE          lossless | drop | flight
       --buffer-size SIZE   buffer memory, e.g. 64M
 
+PROFILE-OPTIONS (see `ferrotrace profile --help`):
+  -F, --freq HZ            sampling frequency [default: 999]
+  -e, --event EVENT        cpu-clock, uprobe:PATH:SYMBOL, tracepoint:CAT:NAME (repeatable)
+      --call-graph MODE    fp | dwarf
+  -o, --output FILE        trace file [default: ferrotrace.data]
+      --duration D         stop after D (e.g. 10s)
+
+`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes' (and limited
+debug info) into <target-dir>/ferrotrace-profile.
 CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...). The instrumented
 build goes to <target-dir>/ferrotrace with the nightly toolchain and
 RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.";
 
+const PROFILE_VALUE_OPTIONS: &[&str] = &[
+    "-o",
+    "--output",
+    "-F",
+    "--freq",
+    "-e",
+    "--event",
+    "--call-graph",
+    "--duration",
+];
 const RECORD_VALUE_OPTIONS: &[&str] = &[
     "-o",
     "--output",
@@ -63,9 +87,9 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
     if matches!(action.as_str(), "-h" | "--help" | "help") {
         return Err(USAGE.into());
     }
-    if !matches!(action.as_str(), "build" | "run" | "record") {
+    if !matches!(action.as_str(), "build" | "run" | "record" | "profile") {
         return Err(format!(
-            "unknown action '{action}': expected build, run or record\n\n{USAGE}"
+            "unknown action '{action}': expected build, run, record or profile\n\n{USAGE}"
         ));
     }
     let mut inv = Invocation {
@@ -86,16 +110,25 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
             Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
             _ => (s.clone(), None),
         };
-        if RECORD_VALUE_OPTIONS.contains(&name.as_str()) {
-            if inv.action != "record" {
-                return Err(format!("{name} is an option of `cargo ferrotrace record`"));
-            }
+        let own = match inv.action.as_str() {
+            "record" => RECORD_VALUE_OPTIONS,
+            "profile" => PROFILE_VALUE_OPTIONS,
+            _ => &[],
+        };
+        if own.contains(&name.as_str()) {
             let value = match inline {
                 Some(v) => OsString::from(v),
                 None => it.next().ok_or_else(|| format!("{name} needs a value"))?,
             };
             inv.record_opts.push(name.into());
             inv.record_opts.push(value);
+        } else if RECORD_VALUE_OPTIONS.contains(&name.as_str())
+            || PROFILE_VALUE_OPTIONS.contains(&name.as_str())
+        {
+            return Err(format!(
+                "{name} is an option of `cargo ferrotrace record` or `profile`, not of `{}`",
+                inv.action
+            ));
         } else if name == "--bin" {
             let value = match inline {
                 Some(v) => v,
@@ -150,33 +183,50 @@ fn target_dir() -> Result<PathBuf, String> {
 
 /// Builds and returns the executables produced, as (target name, path).
 fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
-    check_nightly()?;
-    let target = target_dir()?;
+    let profiling = inv.action == "profile";
     let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
-    rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+    let mut cmd = if profiling {
+        // Sampling needs no sleds: the default toolchain and frame pointers, plus limited debug info
+        // (line tables alone lose the module paths of function names) unless the user chose a level.
+        rustflags.push_str(" -Cforce-frame-pointers=yes");
+        let mut c = Command::new("cargo");
+        if std::env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
+            c.env("CARGO_PROFILE_RELEASE_DEBUG", "limited");
+        }
+        c
+    } else {
+        check_nightly()?;
+        rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+        let mut c = Command::new("rustup");
+        c.args(["run", "nightly", "cargo"])
+            .env_remove("RUSTUP_TOOLCHAIN");
+        c
+    };
+    let target = target_dir()?.with_file_name(if profiling {
+        "ferrotrace-profile"
+    } else {
+        "ferrotrace"
+    });
     eprintln!(
-        "cargo ferrotrace: building with nightly and XRay sleds into {}",
+        "cargo ferrotrace: building {} into {}",
+        if profiling {
+            "with frame pointers"
+        } else {
+            "with nightly and XRay sleds"
+        },
         target.display()
     );
-    let mut cmd = Command::new("rustup");
-    cmd.args([
-        "run",
-        "nightly",
-        "cargo",
-        "build",
-        "--message-format=json-render-diagnostics",
-    ])
-    .args(&inv.cargo_args)
-    .env("RUSTFLAGS", rustflags.trim())
-    .env("CARGO_TARGET_DIR", &target)
-    .env_remove("RUSTUP_TOOLCHAIN")
-    .env_remove("RUSTC")
-    .env_remove("CARGO")
-    .stdout(Stdio::piped())
-    .stderr(Stdio::inherit());
+    cmd.args(["build", "--message-format=json-render-diagnostics"])
+        .args(&inv.cargo_args)
+        .env("RUSTFLAGS", rustflags.trim())
+        .env("CARGO_TARGET_DIR", &target)
+        .env_remove("RUSTC")
+        .env_remove("CARGO")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
     let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !out.status.success() {
-        return Err("the instrumented build failed (see the errors above)".into());
+        return Err("the build failed (see the errors above)".into());
     }
     let mut exes = Vec::new();
     for line in out.stdout.split(|&b| b == b'\n') {
@@ -246,7 +296,11 @@ fn run(inv: Invocation) -> Result<ExitCode, String> {
             std::env::current_exe().map_err(|e| format!("cannot locate cargo-ferrotrace: {e}"))?;
         let ferrotrace = me.with_file_name("ferrotrace");
         Command::new(&ferrotrace)
-            .arg("record")
+            .arg(if inv.action == "profile" {
+                "profile"
+            } else {
+                "record"
+            })
             .args(&inv.record_opts)
             .arg("--")
             .arg(&exe)
