@@ -593,6 +593,9 @@ impl ThreadEvents<'_> {
         let body = f.rest();
         let body_off = self.buf.len() - body.len();
         let buf_start = self.buf.as_ptr() as usize;
+        // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
+        self.events
+            .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
         for e in EventDecoder::new(body, base) {
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
             let start = if e.payload.is_empty() {
