@@ -682,6 +682,29 @@ impl ThreadEvents<'_> {
         Some(Ok((r.tsc, r.kind, r.id)))
     }
 
+    /// The next event as `(tsc, kind, id)` without consuming it; `Ok(None)` at the end. A read error
+    /// is returned once, then the stream ends.
+    #[inline]
+    pub(crate) fn peek_raw(&mut self) -> Result<Option<(u64, EventKind, u32)>, ReadError> {
+        if self.pos >= self.events.len() && !self.fill()? {
+            return Ok(None);
+        }
+        let r = self.events[self.pos];
+        Ok(Some((r.tsc, r.kind, r.id)))
+    }
+
+    /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
+    /// `Ok(Some(_))`.
+    pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
+        self.event_at(self.pos)
+    }
+
+    /// Consumes the event [`ThreadEvents::peek_raw`] returned.
+    #[inline]
+    pub(crate) fn bump(&mut self) {
+        self.pos += 1;
+    }
+
     /// The thread this stream reads.
     pub fn tid(&self) -> u32 {
         self.tid
