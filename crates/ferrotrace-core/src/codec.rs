@@ -127,11 +127,13 @@ impl<'a> FieldReader<'a> {
     }
 
     /// Bytes not read yet.
+    #[inline]
     pub fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
 
     /// Reads a varint.
+    #[inline]
     pub fn varint(&mut self) -> Result<u64, DecodeError> {
         let mut v: u64 = 0;
         let mut shift = 0u32;
@@ -175,6 +177,7 @@ impl<'a> FieldReader<'a> {
     }
 
     /// The bytes not read yet.
+    #[inline]
     pub fn rest(&self) -> &'a [u8] {
         &self.buf[self.pos..]
     }
@@ -325,13 +328,25 @@ impl<'a> EventDecoder<'a> {
 
     #[inline]
     fn next_event(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
-        // Fast path: most events are two bytes, a one-byte tag and a one-byte delta.
-        if let Some(&[tag, delta]) = self.fields.buf.get(self.fields.pos..self.fields.pos + 2) {
-            if (tag | delta) < 0x80 {
+        // Fast path: most events are a one-byte tag and a one-byte delta; many others have a
+        // two-byte delta.
+        let rest = self.fields.rest();
+        if let [tag, d0, ..] = *rest {
+            if tag < 0x80 {
                 if let Some(kind) = EventKind::from_u8(tag & 7) {
                     if !kind_has_payload(kind) {
-                        self.fields.pos += 2;
-                        let tsc = self.prev_tsc.wrapping_add(unzigzag(delta as u64) as u64);
+                        let (delta, len) = if d0 < 0x80 {
+                            (d0 as u64, 2)
+                        } else {
+                            match rest.get(2) {
+                                Some(&d1) if d1 < 0x80 => {
+                                    ((d0 & 0x7f) as u64 | (d1 as u64) << 7, 3)
+                                }
+                                _ => return self.next_event_slow(),
+                            }
+                        };
+                        self.fields.pos += len;
+                        let tsc = self.prev_tsc.wrapping_add(unzigzag(delta) as u64);
                         self.prev_tsc = tsc;
                         return Ok(DecodedEvent {
                             tsc,
