@@ -20,6 +20,9 @@
 //! duration, `--tid` selects threads and `--time-range` selects frames entered (and other events
 //! happening) in a window.
 //!
+//! Without `-F`, `-N`, `-D`, `-t` or `--time-range` every event is shown and a fast path (`plain`)
+//! decides leaf calls by peeking at each thread's next event: no look-ahead window at all.
+//!
 //! Memory: the call stacks, plus, only for leaf-call folding and `-t`, a look-ahead window of events:
 //! for `-t T` the events of at most `T` nanoseconds of trace (capped at [`MAX_LOOKAHEAD`] events, past
 //! which a pending frame is shown without knowing its duration).
