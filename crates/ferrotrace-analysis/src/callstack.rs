@@ -304,15 +304,15 @@ pub fn initial_stacks(trace: &Trace) -> Result<HashMap<u32, Vec<u32>>, ReadError
         let mut stack: Vec<u32> = Vec::new();
         let mut orphans: Vec<u32> = Vec::new();
         let mut ev = trace.thread_events(tid)?;
-        while let Some(Ok(e)) = ev.next_ref() {
-            match e.kind {
-                EventKind::Entry => stack.push(e.id),
+        while let Some(Ok((_, kind, id))) = ev.next_raw() {
+            match kind {
+                EventKind::Entry => stack.push(id),
                 EventKind::Exit | EventKind::TailExit => {
-                    match stack.iter().rposition(|&f| f == e.id) {
+                    match stack.iter().rposition(|&f| f == id) {
                         Some(pos) => stack.truncate(pos),
                         None => {
                             stack.clear();
-                            orphans.push(e.id);
+                            orphans.push(id);
                         }
                     }
                 }

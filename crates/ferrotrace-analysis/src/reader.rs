@@ -593,6 +593,9 @@ impl ThreadEvents<'_> {
         let body = f.rest();
         let body_off = self.buf.len() - body.len();
         let buf_start = self.buf.as_ptr() as usize;
+        // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
+        self.events
+            .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
         for e in EventDecoder::new(body, base) {
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
             let start = if e.payload.is_empty() {
@@ -677,6 +680,29 @@ impl ThreadEvents<'_> {
         let r = self.events[self.pos];
         self.pos += 1;
         Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
+    /// The next event as `(tsc, kind, id)` without consuming it; `Ok(None)` at the end. A read error
+    /// is returned once, then the stream ends.
+    #[inline]
+    pub(crate) fn peek_raw(&mut self) -> Result<Option<(u64, EventKind, u32)>, ReadError> {
+        if self.pos >= self.events.len() && !self.fill()? {
+            return Ok(None);
+        }
+        let r = self.events[self.pos];
+        Ok(Some((r.tsc, r.kind, r.id)))
+    }
+
+    /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
+    /// `Ok(Some(_))`.
+    pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
+        self.event_at(self.pos)
+    }
+
+    /// Consumes the event [`ThreadEvents::peek_raw`] returned.
+    #[inline]
+    pub(crate) fn bump(&mut self) {
+        self.pos += 1;
     }
 
     /// The thread this stream reads.

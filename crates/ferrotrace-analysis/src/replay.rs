@@ -20,6 +20,9 @@
 //! duration, `--tid` selects threads and `--time-range` selects frames entered (and other events
 //! happening) in a window.
 //!
+//! Without `-F`, `-N`, `-D`, `-t` or `--time-range` every event is shown and a fast path (`plain`)
+//! decides leaf calls by peeking at each thread's next event: no look-ahead window at all.
+//!
 //! Memory: the call stacks, plus, only for leaf-call folding and `-t`, a look-ahead window of events:
 //! for `-t T` the events of at most `T` nanoseconds of trace (capped at [`MAX_LOOKAHEAD`] events, past
 //! which a pending frame is shown without knowing its duration).
@@ -33,6 +36,8 @@ use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, EventRef, ReadError, Trace};
+
+mod plain;
 
 /// Most events held back to fold leaf calls or apply `-t`.
 pub const MAX_LOOKAHEAD: usize = 1 << 20;
@@ -274,6 +279,17 @@ struct FnFlags {
     cache: HashMap<u32, (bool, bool)>,
 }
 
+impl Options {
+    /// True when no option hides anything (`-F`, `-N`, `-D`, `-t`, `--time-range`): every event shows.
+    fn shows_everything(&self) -> bool {
+        self.filter.is_none()
+            && self.hide.is_none()
+            && self.max_depth.is_none()
+            && self.min_duration_ns == 0
+            && self.time_range.is_none()
+    }
+}
+
 /// Writes the replay of `trace` to `out`. Returns the read errors met (each ended one thread's events
 /// early); I/O errors on `out` are returned as `Err`.
 pub fn replay(
@@ -281,6 +297,54 @@ pub fn replay(
     opts: &Options,
     out: &mut dyn Write,
     progress: &mut Progress,
+) -> Result<Vec<String>, io::Error> {
+    replay_with(trace, opts, out, progress, opts.shows_everything())
+}
+
+/// [`replay`] through the general replayer (with its look-ahead queue) even without filters: the
+/// reference the unfiltered fast path is tested against. Not for other uses.
+#[doc(hidden)]
+pub fn replay_reference(
+    trace: &Trace,
+    opts: &Options,
+    out: &mut dyn Write,
+) -> Result<Vec<String>, io::Error> {
+    replay_with(
+        trace,
+        opts,
+        out,
+        &mut Progress::with_enabled("replay", 0, false),
+        false,
+    )
+}
+
+fn header_line(f: Fields) -> String {
+    let mut h = String::from("#");
+    if f.time {
+        h.push_str("     TIMESTAMP      ");
+    }
+    if f.elapsed {
+        h.push_str("  ELAPSED  ");
+    }
+    if f.delta {
+        h.push_str("   DELTA   ");
+    }
+    if f.duration {
+        h.push_str(" DURATION  ");
+    }
+    if f.tid {
+        h.push_str("   TID    ");
+    }
+    h.push_str(" FUNCTION\n");
+    h
+}
+
+fn replay_with(
+    trace: &Trace,
+    opts: &Options,
+    out: &mut dyn Write,
+    progress: &mut Progress,
+    plain: bool,
 ) -> Result<Vec<String>, io::Error> {
     let names = Names::of(trace);
     let mut errors = Vec::new();
@@ -297,6 +361,12 @@ pub fn replay(
         .copied()
         .filter(|t| opts.tids.as_ref().is_none_or(|v| v.contains(t)))
         .collect();
+    if plain {
+        out.write_all(header_line(opts.fields).as_bytes())?;
+        let mut more = plain::replay_plain(trace, opts, &names, &initial, &tids, out, progress)?;
+        errors.append(&mut more);
+        return Ok(errors);
+    }
     let mut merged = match trace.events_of(&tids) {
         Ok(m) => m,
         Err(e) => {
@@ -378,25 +448,7 @@ impl Replayer<'_, '_> {
     }
 
     fn header(&mut self) -> io::Result<()> {
-        let f = self.opts.fields;
-        let mut h = String::from("#");
-        if f.time {
-            h.push_str("     TIMESTAMP      ");
-        }
-        if f.elapsed {
-            h.push_str("  ELAPSED  ");
-        }
-        if f.delta {
-            h.push_str("   DELTA   ");
-        }
-        if f.duration {
-            h.push_str(" DURATION  ");
-        }
-        if f.tid {
-            h.push_str("   TID    ");
-        }
-        h.push_str(" FUNCTION\n");
-        self.out.write_all(h.as_bytes())
+        self.out.write_all(header_line(self.opts.fields).as_bytes())
     }
 
     fn fn_flags(&mut self, id: u32) -> (bool, bool) {

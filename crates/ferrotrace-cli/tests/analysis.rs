@@ -216,6 +216,35 @@ fn replay_filters_depth_duration_thread_and_fields() {
 }
 
 #[test]
+fn unfiltered_replay_equals_the_general_replayer() {
+    // Without filters replay takes a fast path that decides leaf calls by peeking at the thread's next
+    // event; it must print exactly what the general (look-ahead queue) replayer prints.
+    use ferrotrace_analysis::replay::{replay_reference, replay_to_string, Fields, Options};
+    let dir = scratch("calltree_exit_plain");
+    let (out, exiting) = record(&dir, &[], &testprog("calltree"), &["exit"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for trace in [&calltree().0, &fib().0, &exiting] {
+        let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
+        for fields in [
+            "duration,tid",
+            "none",
+            "time,elapsed,delta,duration,tid",
+            "delta",
+        ] {
+            let opts = Options {
+                fields: Fields::parse(fields).unwrap(),
+                ..Options::default()
+            };
+            let mut reference = Vec::new();
+            replay_reference(&t, &opts, &mut reference).unwrap();
+            let fast = replay_to_string(&t, &opts).unwrap();
+            assert!(fast.lines().count() > 10, "{fast}");
+            assert_eq!(fast, text(&reference), "{} with -f {fields}", p(trace));
+        }
+    }
+}
+
+#[test]
 fn report_counts_match_the_programs_own_counts() {
     let (trace, stdout) = calltree();
     let j: Value = serde_json::from_str(&ok(ft(&[

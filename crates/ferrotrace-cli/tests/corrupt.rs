@@ -118,7 +118,17 @@ fn analyse_everything(path: &Path, scratch_dir: &Path) {
     let quiet = || Progress::with_enabled("t", 0, false);
     let _ = Summary::of(&trace);
     let _ = Report::of(&trace);
-    let _ = replay_to_string(&trace, &Options::default());
+    let plain = replay_to_string(&trace, &Options::default());
+    let mut reference = Vec::new();
+    let _ =
+        ferrotrace_analysis::replay::replay_reference(&trace, &Options::default(), &mut reference);
+    if let Ok(plain) = plain {
+        assert_eq!(
+            plain,
+            String::from_utf8_lossy(&reference),
+            "the unfiltered replay equals the general replayer's, even on damaged input"
+        );
+    }
     let _ = Cct::build(&trace, None, &mut quiet());
     let _ = dump::chrome::write(&trace, &mut Vec::new(), &mut quiet());
     let _ = dump::perfetto::write(&trace, Default::default(), &mut Vec::new(), &mut quiet());
