@@ -632,29 +632,16 @@ impl Replayer<'_, '_> {
         if !self.in_range(e.ts_ns) {
             return;
         }
-        let text = match e.kind {
-            EventKind::Lost => format!("/* LOST {} events!! */", e.id),
-            _ => {
-                let visible = th.hide_depth.is_none()
-                    && (self.opts.filter.is_none() || th.filter_base.is_some());
-                if !visible {
-                    return;
-                }
-                match e.kind {
-                    EventKind::Wait => {
-                        format!("/* ferrotrace waited {} ns for a free buffer */", e.id)
-                    }
-                    EventKind::Tracepoint => {
-                        format!(
-                            "/* {} */",
-                            crate::tracepoints::format_payload(self.trace, e.id, e.payload)
-                        )
-                    }
-                    EventKind::Alloc => format!("/* alloc: {} */", hex(e.payload)),
-                    EventKind::Free => format!("/* free: {} */", hex(e.payload)),
-                    _ => return,
-                }
+        // Lost events show whatever the filters; the others only where their thread's frames show.
+        if e.kind != EventKind::Lost {
+            let visible =
+                th.hide_depth.is_none() && (self.opts.filter.is_none() || th.filter_base.is_some());
+            if !visible {
+                return;
             }
+        }
+        let Some(text) = plain::note(self.trace, e.kind, e.id, e.payload) else {
+            return;
         };
         let depth = self.display_depth(th, th.stack.depth());
         if self.opts.max_depth.is_some_and(|m| depth > m) {

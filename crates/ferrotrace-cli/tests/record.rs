@@ -149,7 +149,11 @@ fn eight_threads_all_present_balanced_with_real_tids_and_names() {
     );
     // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
     assert_eq!(t.threads.len(), 9);
-    assert!(t.threads.keys().all(|&tid| tid > 16), "{:?}", t.threads.keys());
+    assert!(
+        t.threads.keys().all(|&tid| tid > 16),
+        "{:?}",
+        t.threads.keys()
+    );
 }
 
 #[test]

@@ -312,8 +312,8 @@ impl Printer<'_, '_> {
     }
 }
 
-/// The text of a non-function event, as the general replayer writes it.
-fn note(trace: &Trace, kind: EventKind, id: u32, payload: &[u8]) -> Option<String> {
+/// The text of a non-function event (shared by both replayers).
+pub(super) fn note(trace: &Trace, kind: EventKind, id: u32, payload: &[u8]) -> Option<String> {
     Some(match kind {
         EventKind::Lost => format!("/* LOST {id} events!! */"),
         EventKind::Wait => format!("/* ferrotrace waited {id} ns for a free buffer */"),
