@@ -4,7 +4,7 @@
 //!
 //! * [`record`]: the fixed 16-byte record that the traced thread's hot path writes into its chunk, and the
 //!   [`record::EventKind`]s it can carry;
-//! * [`format`]: the trace file, byte by byte: file header, typed and checksummed chunks, chunk kinds
+//! * [`format`](mod@format): the trace file, byte by byte: file header, typed and checksummed chunks, chunk kinds
 //!   (documented for users in `docs/format.md`);
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;

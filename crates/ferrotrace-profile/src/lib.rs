@@ -9,7 +9,7 @@
 //! recording*; raw stacks are never written). At the end it symbolizes every distinct address once
 //! (Rust v0/legacy demangling, inlined frames and file:line from DWARF, shared libraries, kernel symbols),
 //! even if the program has exited, because module maps are captured while it runs. Everything goes into
-//! the ferrotrace trace file (chunk kind `Samples`, see [`file`] and `docs/profile.md`), and can be turned
+//! the ferrotrace trace file (chunk kind `Samples`, see [`file`](mod@file) and `docs/profile.md`), and can be turned
 //! into a self/total [`report`], [`folded`] stacks, a [`flame_svg`] flame graph or Firefox Profiler JSON
 //! ([`firefox_json`]).
 //!
@@ -59,7 +59,7 @@ pub use symbolize::demangle;
 /// What to profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// Start this program (argv[0] is looked up in `PATH`) and profile it until it exits.
+    /// Start this program (`argv[0]` is looked up in `PATH`) and profile it until it exits.
     Command(Vec<OsString>),
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
