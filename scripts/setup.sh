@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
 # Installs what ferrotrace's tests, benchmarks and demo need on a Debian machine, and checks the
-# toolchains. Run as root (or with sudo). Idempotent.
+# toolchains. Uses sudo for apt-get when not run as root. Idempotent.
 set -euo pipefail
+as_root=()
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup: not root and no sudo: run this script as root" >&2; exit 1; }
+  as_root=(sudo)
+fi
 packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux)
 missing=()
 for p in "${packages[@]}"; do
@@ -9,8 +14,8 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2
