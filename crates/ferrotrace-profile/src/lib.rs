@@ -14,7 +14,7 @@
 //! ([`firefox_json`]).
 //!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
-//! `ferrotrace` runtime with XRay/mcount), hardware counters (not available here), kprobes, eBPF, or
+//! `ferrotrace` runtime with XRay sleds), hardware counters (not available here), kprobes, eBPF, or
 //! other operating systems. The command-line parser lives in the `ferrotrace` CLI; this crate gives it
 //! [`cli_args`] so that the CLI stays thin.
 //!

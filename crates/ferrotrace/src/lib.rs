@@ -9,17 +9,28 @@
 //! * a collector thread encodes full chunks (2–3 bytes per event) into one self-contained trace file
 //!   (`docs/format.md`) with clock calibration, module map, the symbol table of traced functions, threads
 //!   and lost-event counts;
-//! * exit, `exit()` from any thread, panics and fatal signals flush every thread's events.
+//! * exit, `exit()` from any thread, panics and fatal signals flush every thread's events;
+//! * static tracepoints ([`tracepoint!`]): one NOP while disabled, enabled at run time by glob (from
+//!   `ferrotrace record --trace`, `FERROTRACE_TRACE` or [`tracepoints::enable`]), written into the same
+//!   chunks, printed live by `ferrotrace live`, and visible to bpftrace as USDT probes.
 //!
-//! Who should use it: nobody needs to call it. `ferrotrace record` starts it through the environment,
-//! either by LD_PRELOAD of `libferrotrace_preload.so` (programs that do not depend on ferrotrace) or in
-//! the copy linked into a program that depends on this crate (for tracepoints), which stays dormant and
-//! costs nothing unless `FERROTRACE_RUNTIME=linked` is set. Never two runtimes at once.
+//! Who should use it: programs that want tracepoints depend on this crate and declare them; nothing
+//! else needs calling. `ferrotrace record` starts the runtime through the environment, either by
+//! LD_PRELOAD of `libferrotrace_preload.so` (programs that do not depend on ferrotrace) or in the copy
+//! linked into a program that depends on this crate, which stays dormant and costs nothing (a NOP per
+//! tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set. Never two runtimes at
+//! once.
 //!
 //! Who should not: code that *reads* traces wants `ferrotrace-analysis`; code without an operating
 //! system wants `ferrotrace-core`. x86_64 Linux only.
 //!
 //! ```no_run
+//! ferrotrace::tracepoint!(request_done, id: u64, status: u16, "request {id} -> {status}");
+//!
+//! fn handle(id: u64) {
+//!     request_done(id, 200); // one NOP unless enabled
+//! }
+//! # handle(1);
 //! // A program linked with ferrotrace can ask whether it is being recorded:
 //! if ferrotrace::is_recording() {
 //!     eprintln!("ferrotrace is recording this run");
