@@ -710,3 +710,44 @@ fn threads_registering_at_the_same_moment_keep_their_own_events() {
         }
     }
 }
+
+#[test]
+fn stack_overflow_ends_as_without_the_tracer_and_the_trace_is_complete() {
+    let prog = testprog("overflow");
+    for (mode, thread) in [("main", "main"), ("thread", "deep")] {
+        let plain = std::process::Command::new(&prog)
+            .arg(mode)
+            .output()
+            .unwrap();
+        let dir = scratch(&format!("overflow_{mode}"));
+        let (out, trace) = record(&dir, &[], &prog, &[mode]);
+        assert_eq!(
+            out.status.code(),
+            Some(134),
+            "{mode}: dies by SIGABRT as untraced: {}",
+            text(&out.stderr)
+        );
+        assert_eq!(plain.status.code(), None, "untraced, std aborts");
+        let expected = format!("thread '{thread}' (");
+        for stderr in [text(&out.stderr), text(&plain.stderr)] {
+            assert!(
+                stderr.contains(&expected) && stderr.contains("has overflowed its stack"),
+                "{mode}: {stderr}"
+            );
+        }
+        let t = Trace::open(&trace).expect("trace");
+        assert_eq!(
+            t.end.map(|e| (e.reason, e.signal)),
+            Some((1, 11)),
+            "{mode}: finished from the fault handler"
+        );
+        let tid = tid_named(&t, if mode == "main" { "overflow" } else { "deep" });
+        assert!(
+            walk(&t, tid)
+                .entries
+                .get("overflow::deep")
+                .is_some_and(|&n| n > 1000),
+            "{mode}"
+        );
+    }
+}

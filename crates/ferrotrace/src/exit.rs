@@ -18,6 +18,80 @@ use crate::runtime::{self, EndReason, Runtime};
 
 static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
 
+/// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
+/// overflow the runtime then does what std would (message, abort).
+pub static RUST_STD: AtomicBool = AtomicBool::new(false);
+
+/// Writes std's stack-overflow message for the calling thread, without allocating.
+fn write_overflow_message() {
+    let mut buf = [0u8; 160];
+    let mut n = 0;
+    let mut put = |b: &[u8]| {
+        let k = b.len().min(buf.len() - n);
+        buf[n..n + k].copy_from_slice(&b[..k]);
+        n += k;
+    };
+    // SAFETY: gettid, getpid and prctl(PR_GET_NAME) are async-signal-safe; the name buffer is 17 bytes.
+    let (tid, pid, name) = unsafe {
+        let mut name = [0u8; 17];
+        libc::prctl(
+            libc::PR_GET_NAME,
+            name.as_mut_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        (
+            libc::syscall(libc::SYS_gettid) as u32,
+            libc::getpid() as u32,
+            name,
+        )
+    };
+    put(b"\nthread '");
+    if tid == pid {
+        put(b"main");
+    } else {
+        put(&name[..name.iter().position(|&b| b == 0).unwrap_or(16)]);
+    }
+    put(b"' (");
+    let mut digits = [0u8; 10];
+    let mut d = digits.len();
+    let mut t = tid;
+    loop {
+        d -= 1;
+        digits[d] = b'0' + (t % 10) as u8;
+        t /= 10;
+        if t == 0 {
+            break;
+        }
+    }
+    put(&digits[d..]);
+    put(b") has overflowed its stack\nfatal runtime error: stack overflow, aborting\n");
+    // SAFETY: write(2) is async-signal-safe.
+    unsafe { libc::write(2, buf.as_ptr().cast(), n) };
+}
+
+/// SIGSEGV/SIGBUS, on the thread's alternate stack: finish the trace, then end as the program would
+/// have (a Rust stack overflow prints std's message and aborts; anything else dies by the signal).
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
+    let addr = unsafe { (*info).si_addr() } as usize;
+    let overflow = crate::thread::is_stack_overflow(addr);
+    if let Some(rt) = runtime::get() {
+        if !FORKED_CHILD.load(Ordering::Relaxed) {
+            rt.finish(EndReason::Signal, sig, true);
+        }
+    }
+    if overflow && RUST_STD.load(Ordering::Relaxed) {
+        write_overflow_message();
+        // SAFETY: what std does after its message.
+        unsafe { libc::abort() };
+    }
+    // SAFETY: restoring the default action; returning re-executes the faulting instruction, which now
+    // kills the process the default way.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
 extern "C" fn at_exit() {
     if FORKED_CHILD.load(Ordering::Relaxed) {
         return;
@@ -48,12 +122,28 @@ extern "C" fn on_signal(sig: libc::c_int) {
     // re-executes the faulting instruction, which now kills the process the default way.
     unsafe {
         libc::signal(sig, libc::SIG_DFL);
-        if !matches!(
-            sig,
-            libc::SIGSEGV | libc::SIGBUS | libc::SIGILL | libc::SIGFPE
-        ) {
+        if !matches!(sig, libc::SIGILL | libc::SIGFPE) {
             libc::raise(sig);
         }
+    }
+}
+
+fn install_fault_handler(sig: libc::c_int) {
+    // SAFETY: as in `install_if_default`; SA_ONSTACK runs the handler on the thread's alternate stack.
+    unsafe {
+        let mut old: libc::sigaction = core::mem::zeroed();
+        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0
+            || old.sa_sigaction != libc::SIG_DFL
+        {
+            return;
+        }
+        let mut sa: libc::sigaction = core::mem::zeroed();
+        sa.sa_sigaction = on_fault
+            as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
+            as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
+        libc::sigemptyset(&mut sa.sa_mask);
+        libc::sigaction(sig, &sa, core::ptr::null_mut());
     }
 }
 
@@ -81,9 +171,9 @@ pub fn install(rt: &Runtime) {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
+    install_fault_handler(libc::SIGSEGV);
+    install_fault_handler(libc::SIGBUS);
     for sig in [
-        libc::SIGSEGV,
-        libc::SIGBUS,
         libc::SIGILL,
         libc::SIGFPE,
         libc::SIGABRT,

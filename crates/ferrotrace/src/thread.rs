@@ -23,10 +23,15 @@ struct Cold {
     busy: Cell<bool>,
     /// Never record on this thread (the collector, a thread whose TLS offset differs, an exited thread).
     ignored: Cell<bool>,
+    /// Lowest address of the thread's stack (0 if unknown): a fault just below it is a stack overflow.
+    stack_low: Cell<usize>,
+    /// The alternate signal stack given to the thread at registration, so that the fault handler can
+    /// run when the stack itself has overflowed (null if none).
+    alt_stack: Cell<*mut libc::c_void>,
 }
 
 thread_local! {
-    static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false) } };
+    static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false), stack_low: Cell::new(0), alt_stack: Cell::new(core::ptr::null_mut()) } };
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
 }
 
@@ -337,7 +342,70 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
     });
     let _ = EXIT_GUARD.try_with(|_| {});
     cold.slot.set(slot);
+    prepare_for_faults(cold);
     Some(slot)
+}
+
+/// Bytes of the alternate signal stack each traced thread gets (plus a guard page below it).
+const ALT_STACK: usize = 64 << 10;
+
+/// Notes where the thread's stack ends and gives it an alternate signal stack, unless it has one: the
+/// fault handler must run, and tell a stack overflow from other faults, when the stack is exhausted.
+/// (Rust's std sets these up itself only when it installed its own SIGSEGV handler, which it does not
+/// when the runtime's came first.)
+fn prepare_for_faults(cold: &Cold) {
+    // SAFETY: plain queries of the calling thread's attributes into zeroed out-structs; the mapping and
+    // sigaltstack calls are checked, and the stack is only installed if none is in place.
+    unsafe {
+        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
+            let mut addr: *mut libc::c_void = core::ptr::null_mut();
+            let mut size: libc::size_t = 0;
+            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
+                cold.stack_low.set(addr as usize);
+            }
+            libc::pthread_attr_destroy(&mut attr);
+        }
+        let mut current: libc::stack_t = core::mem::zeroed();
+        if libc::sigaltstack(core::ptr::null(), &mut current) != 0
+            || current.ss_flags & libc::SS_DISABLE == 0
+        {
+            return;
+        }
+        let page = 4096;
+        let map = libc::mmap(
+            core::ptr::null_mut(),
+            ALT_STACK + page,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if map == libc::MAP_FAILED {
+            return;
+        }
+        libc::mprotect(map, page, libc::PROT_NONE);
+        let stack = libc::stack_t {
+            ss_sp: map.cast::<u8>().add(page).cast(),
+            ss_flags: 0,
+            ss_size: ALT_STACK,
+        };
+        if libc::sigaltstack(&stack, core::ptr::null_mut()) == 0 {
+            cold.alt_stack.set(map);
+        } else {
+            libc::munmap(map, ALT_STACK + page);
+        }
+    }
+}
+
+/// True when a fault at `addr` on the calling thread hit just below its stack: a stack overflow.
+/// Async-signal-safe (reads the thread's own constant-initialised TLS).
+pub fn is_stack_overflow(addr: usize) -> bool {
+    COLD.try_with(|c| {
+        let low = c.stack_low.get();
+        low != 0 && addr < low + 4096 && addr + (1 << 20) >= low
+    })
+    .unwrap_or(false)
 }
 
 fn thread_exit() {
@@ -376,6 +444,21 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         stop_hot(h);
+        drop(guard);
+        let alt = cold.alt_stack.replace(core::ptr::null_mut());
+        if !alt.is_null() {
+            // SAFETY: disabling the alternate stack we installed before unmapping it.
+            unsafe {
+                let off = libc::stack_t {
+                    ss_sp: core::ptr::null_mut(),
+                    ss_flags: libc::SS_DISABLE,
+                    ss_size: 0,
+                };
+                if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
+                    libc::munmap(alt, ALT_STACK + 4096);
+                }
+            }
+        }
     });
 }
 

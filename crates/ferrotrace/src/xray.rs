@@ -296,6 +296,13 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             build_id,
         });
         let Some(elf) = elf else { continue };
+        if module_id == 0
+            && elf
+                .symbols()
+                .any(|s| s.name().is_ok_and(|n| n.contains("rust_begin_unwind")))
+        {
+            crate::exit::RUST_STD.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         let Some(section) = elf.section_by_name("xray_instr_map") else {
             continue;
         };
