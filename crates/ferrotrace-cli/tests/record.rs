@@ -751,3 +751,28 @@ fn stack_overflow_ends_as_without_the_tracer_and_the_trace_is_complete() {
         );
     }
 }
+
+#[test]
+fn threads_exiting_while_others_record_leave_every_stream_intact() {
+    let dir = scratch("waves");
+    // Small chunks so that chunks change hands between threads all the time.
+    let (out, trace) = record(&dir, &["--chunk-size", "4K"], &testprog("waves"), &["25"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recording=true"),
+        "the linked runtime recorded"
+    );
+    let t = Trace::open(&trace).expect("open");
+    let mut workers = 0;
+    for th in t.threads.values().filter(|th| th.name.starts_with("w-")) {
+        let w = walk(&t, th.tid);
+        assert!(
+            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+            "{}: {w:?}",
+            th.name
+        );
+        assert_eq!(w.entries.get("waves::tagged"), Some(&50), "{}", th.name);
+        workers += 1;
+    }
+    assert_eq!(workers, 200);
+}

@@ -427,6 +427,10 @@ fn thread_exit() {
                     (h.cursor.load(Ordering::Relaxed) as usize).saturating_sub(start as usize) / 16;
                 submit(rt, index, len, st);
             }
+            // Before anything below allocates: allocator shims in the program are traced functions,
+            // and their events must not land in the chunk just handed over (another thread may own it
+            // already).
+            stop_hot(h);
             if st.lost > 0 {
                 rt.push_meta(Meta::Lost {
                     tid: st.tid,
