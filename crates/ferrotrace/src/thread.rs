@@ -9,7 +9,7 @@ use std::cell::{Cell, UnsafeCell};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::config::Mode;
 use crate::pool::FullChunk;
@@ -183,11 +183,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         stop_hot(h);
         return;
     }
-    if let Some(index) = st.chunk.take() {
-        let start = rt.pool.chunk_ptr(index);
-        let len = (h.cursor.load(Ordering::Relaxed) as usize).saturating_sub(start as usize) / 16;
-        submit(rt, index, len, st);
-    }
+    hand_over(rt, st, h);
     stop_hot(h);
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
@@ -255,6 +251,35 @@ fn acquire_chunk<'a>(
         if guard.state().stopped || !rt.recording.load(Ordering::Acquire) {
             return None;
         }
+    }
+}
+
+/// Records the owner has written into chunk `index` so far, read from its cursor (records before the
+/// cursor are complete: the cursor is stored after them).
+fn written(rt: &Runtime, index: u32, h: &Hot) -> usize {
+    let start = rt.pool.chunk_ptr(index) as usize;
+    let cursor = h.cursor.load(Ordering::Acquire) as usize;
+    (cursor.saturating_sub(start) / RECORD_SIZE).min(rt.pool.chunk_records())
+}
+
+/// Hands the slot's current chunk, if it has one, to the collector with everything written into it.
+fn hand_over(rt: &Runtime, st: &mut SlotState, h: &Hot) {
+    if let Some(index) = st.chunk.take() {
+        let len = written(rt, index, h);
+        submit(rt, index, len, st);
+    }
+}
+
+/// Passes on the count of events the thread lost and never got a chunk to record the loss in.
+fn report_lost(rt: &Runtime, st: &mut SlotState, from_signal: bool) {
+    if st.lost > 0 {
+        let lost = Meta::Lost {
+            tid: st.tid,
+            count: st.lost,
+            tsc: crate::clock::rdtsc(),
+        };
+        rt.push_meta_from(lost, from_signal);
+        st.lost = 0;
     }
 }
 
@@ -421,24 +446,13 @@ fn thread_exit() {
         let mut guard = slot.lock();
         let st = guard.state();
         if !st.stopped {
-            if let Some(index) = st.chunk.take() {
-                let start = rt.pool.chunk_ptr(index);
-                let len =
-                    (h.cursor.load(Ordering::Relaxed) as usize).saturating_sub(start as usize) / 16;
-                submit(rt, index, len, st);
-            }
-            // Before anything below allocates: allocator shims in the program are traced functions,
-            // and their events must not land in the chunk just handed over (another thread may own it
-            // already).
-            stop_hot(h);
-            if st.lost > 0 {
-                rt.push_meta(Meta::Lost {
-                    tid: st.tid,
-                    count: st.lost,
-                    tsc: crate::clock::rdtsc(),
-                });
-                st.lost = 0;
-            }
+            hand_over(rt, st, h);
+        }
+        // Before anything below allocates: allocator shims in the program are traced functions, and
+        // their events must not land in the chunk just handed over (another thread may own it already).
+        stop_hot(h);
+        if !st.stopped {
+            report_lost(rt, st, false);
             // The name may have changed since registration.
             rt.push_meta(Meta::Thread {
                 tid: st.tid,
@@ -447,7 +461,6 @@ fn thread_exit() {
         }
         st.alive = false;
         st.hot = core::ptr::null();
-        stop_hot(h);
         drop(guard);
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
@@ -496,23 +509,8 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
         // SAFETY: the owner is alive (it marks itself dead under this lock before its TLS goes away).
         let h = unsafe { &*st.hot };
         h.end.store(core::ptr::null_mut(), Ordering::Relaxed);
-        if let Some(index) = st.chunk.take() {
-            let start = rt.pool.chunk_ptr(index);
-            let len =
-                (h.cursor.load(Ordering::Acquire) as usize).saturating_sub(start as usize) / 16;
-            submit(rt, index, len, st);
-        }
-        if st.lost > 0 {
-            rt.push_meta_from(
-                Meta::Lost {
-                    tid: st.tid,
-                    count: st.lost,
-                    tsc: crate::clock::rdtsc(),
-                },
-                from_signal,
-            );
-            st.lost = 0;
-        }
+        hand_over(rt, st, h);
+        report_lost(rt, st, from_signal);
         if !from_signal {
             if let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{}/comm", st.tid)) {
                 rt.push_meta(Meta::Thread {
@@ -536,12 +534,9 @@ pub fn current_chunks(rt: &Runtime) -> Vec<(u32, u32, u32, usize)> {
             continue;
         }
         if let Some(index) = st.chunk {
-            let start = rt.pool.chunk_ptr(index);
             // SAFETY: the owner is alive (checked under the slot lock), so its HOT block is.
             let h = unsafe { &*st.hot };
-            let len =
-                (h.cursor.load(Ordering::Acquire) as usize).saturating_sub(start as usize) / 16;
-            out.push((st.tid, st.seq, index, len.min(rt.pool.chunk_records())));
+            out.push((st.tid, st.seq, index, written(rt, index, h)));
         }
     }
     out
