@@ -128,26 +128,9 @@ extern "C" fn on_signal(sig: libc::c_int) {
     }
 }
 
-fn install_fault_handler(sig: libc::c_int) {
-    // SAFETY: as in `install_if_default`; SA_ONSTACK runs the handler on the thread's alternate stack.
-    unsafe {
-        let mut old: libc::sigaction = core::mem::zeroed();
-        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0
-            || old.sa_sigaction != libc::SIG_DFL
-        {
-            return;
-        }
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = on_fault
-            as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void)
-            as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sig, &sa, core::ptr::null_mut());
-    }
-}
-
-fn install_if_default(sig: libc::c_int) {
+/// Installs `handler` (a `sa_sigaction` address) with `flags` for `sig`, only if the program left `sig` at
+/// its default action: a handler the program installs itself stays in charge.
+fn install_if_default(sig: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: querying and setting signal dispositions with properly initialised sigaction structs.
     unsafe {
         let mut old: libc::sigaction = core::mem::zeroed();
@@ -157,8 +140,8 @@ fn install_if_default(sig: libc::c_int) {
             return;
         }
         let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-        sa.sa_flags = libc::SA_RESTART;
+        sa.sa_sigaction = handler;
+        sa.sa_flags = flags;
         libc::sigemptyset(&mut sa.sa_mask);
         libc::sigaction(sig, &sa, core::ptr::null_mut());
     }
@@ -171,8 +154,13 @@ pub fn install(rt: &Runtime) {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
-    install_fault_handler(libc::SIGSEGV);
-    install_fault_handler(libc::SIGBUS);
+    // Faults run on the thread's alternate stack (SA_ONSTACK): the stack itself may be what overflowed.
+    let on_fault =
+        on_fault as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+    let on_signal = on_signal as extern "C" fn(libc::c_int) as usize;
+    for sig in [libc::SIGSEGV, libc::SIGBUS] {
+        install_if_default(sig, on_fault, libc::SA_SIGINFO | libc::SA_ONSTACK);
+    }
     for sig in [
         libc::SIGILL,
         libc::SIGFPE,
@@ -181,9 +169,9 @@ pub fn install(rt: &Runtime) {
         libc::SIGTERM,
         libc::SIGHUP,
     ] {
-        install_if_default(sig);
+        install_if_default(sig, on_signal, libc::SA_RESTART);
     }
     if rt.config.mode == Mode::Flight {
-        install_if_default(libc::SIGUSR2);
+        install_if_default(libc::SIGUSR2, on_signal, libc::SA_RESTART);
     }
 }

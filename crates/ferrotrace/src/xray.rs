@@ -296,13 +296,6 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             build_id,
         });
         let Some(elf) = elf else { continue };
-        if module_id == 0
-            && elf
-                .symbols()
-                .any(|s| s.name().is_ok_and(|n| n.contains("rust_begin_unwind")))
-        {
-            crate::exit::RUST_STD.store(true, std::sync::atomic::Ordering::Relaxed);
-        }
         let Some(section) = elf.section_by_name("xray_instr_map") else {
             continue;
         };
@@ -319,6 +312,11 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
             .collect();
+        // An executable with std has its panic entry point: the fault handler then ends a stack
+        // overflow the way std would (see `exit`).
+        if module_id == 0 && symbols.iter().any(|s| s.2.contains("rust_begin_unwind")) {
+            crate::exit::RUST_STD.store(true, std::sync::atomic::Ordering::Relaxed);
+        }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
         for (func, sleds) in funcs {
