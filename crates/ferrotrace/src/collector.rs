@@ -27,30 +27,27 @@ pub struct Counts {
     pub lost: u64,
 }
 
-/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[..len]` and returns the
-/// counts and `len`. `out` keeps its length at the largest chunk seen (it only grows, zero-filled once),
-/// so encoding a chunk never clears or zero-fills memory.
-pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) -> (Counts, usize) {
+/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[range]` and returns the
+/// counts and that range. The events are written first, after room for the longest possible header,
+/// and the header (which holds their number) just in front of them: one pass over the records.
+/// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
+/// chunk never clears or zero-fills memory.
+pub fn encode_events(
+    tid: u32,
+    seq: u32,
+    records: &[Record],
+    out: &mut Vec<u8>,
+) -> (Counts, std::ops::Range<usize>) {
+    /// Four varints of at most 10 bytes.
+    const HEAD: usize = 40;
     let base = records.first().map_or(0, |r| r.tsc);
-    let mut count = 0u64;
-    let mut i = 0;
-    while i < records.len() {
-        count += 1;
-        i += 1 + records[i].payload_slots();
-    }
-    let mut head = [0u8; 40];
-    let mut sink = SliceSink::new(&mut head);
-    for v in [tid as u64, seq as u64, base, count] {
-        let _ = put_varint(&mut sink, v);
-    }
-    let h = sink.len();
     // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
-    let worst = h + records.len() * (MAX_EVENT_LEN + 10) + 16;
+    let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
     if out.len() < worst {
         out.resize(worst, 0);
     }
-    out[..h].copy_from_slice(&head[..h]);
-    let mut pos = h;
+    let mut pos = HEAD;
+    let mut events = 0u64;
     let mut enc = EventEncoder::new(base);
     let mut counts = Counts::default();
     let mut i = 0;
@@ -64,9 +61,11 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
                 None => break,
             }
             counts.events += 1;
+            events += 1;
             i += 1;
             continue;
         }
+        events += 1;
         if r.kind() == Some(EventKind::Lost) {
             counts.lost += r.id() as u64;
         } else {
@@ -88,7 +87,14 @@ pub fn encode_events(tid: u32, seq: u32, records: &[Record], out: &mut Vec<u8>) 
         }
         i = end;
     }
-    (counts, pos)
+    let mut head = [0u8; HEAD];
+    let mut sink = SliceSink::new(&mut head);
+    for v in [tid as u64, seq as u64, base, events] {
+        let _ = put_varint(&mut sink, v);
+    }
+    let h = sink.len();
+    out[HEAD - h..HEAD].copy_from_slice(&head[..h]);
+    (counts, HEAD - h..pos)
 }
 
 struct State {
@@ -139,9 +145,9 @@ impl State {
                         recs.push(Record::new(tsc, EventKind::Lost, c as u32));
                         remaining -= c;
                     }
-                    let (counts, len) = encode_events(tid, u32::MAX, &recs, &mut p);
+                    let (counts, range) = encode_events(tid, u32::MAX, &recs, &mut p);
                     self.totals.lost += counts.lost;
-                    self.write(ChunkKind::Events, &p[..len]);
+                    self.write(ChunkKind::Events, &p[range]);
                 }
             }
         }
@@ -154,13 +160,13 @@ impl State {
             crate::live::on_chunk(c.tid, c.seq, records);
         }
         let mut scratch = std::mem::take(&mut self.scratch);
-        let (counts, len) = encode_events(c.tid, c.seq, records, &mut scratch);
+        let (counts, range) = encode_events(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
         self.totals.lost += counts.lost;
         rt.pool.free.push(c.index);
         if rt.config.mode == Mode::Flight {
-            self.ring_bytes += len;
-            self.ring.push_back(scratch[..len].to_vec());
+            self.ring_bytes += range.len();
+            self.ring.push_back(scratch[range].to_vec());
             while self.ring_bytes > rt.config.buffer_size {
                 match self.ring.pop_front() {
                     Some(old) => self.ring_bytes -= old.len(),
@@ -168,7 +174,7 @@ impl State {
                 }
             }
         } else if !records.is_empty() {
-            self.write(ChunkKind::Events, &scratch[..len]);
+            self.write(ChunkKind::Events, &scratch[range]);
         }
         self.scratch = scratch;
     }
@@ -251,5 +257,53 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
             rt.collector_sleeping.store(false, Ordering::SeqCst);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::codec::{EventDecoder, FieldReader};
+
+    #[test]
+    fn encoded_chunk_decodes_to_the_same_events_with_the_right_header() {
+        let payload = Record {
+            tsc: 0x0706_0504_0302_0100,
+            word: 0,
+        };
+        let records = [
+            Record::new(1_000, EventKind::Entry, 5),
+            Record::with_payload(1_050, EventKind::Tracepoint, 2, 1),
+            payload,
+            Record::new(90_000, EventKind::Lost, 7),
+            Record::new(90_010, EventKind::Exit, 5),
+        ];
+        let mut out = vec![0xaa; 3]; // garbage from an earlier chunk must not matter
+        let (counts, range) = encode_events(42, 3, &records, &mut out);
+        assert_eq!(counts, Counts { events: 3, lost: 7 });
+        let mut f = FieldReader::new(&out[range]);
+        let head = [f.varint(), f.varint(), f.varint(), f.varint()].map(Result::unwrap);
+        assert_eq!(
+            head,
+            [42, 3, 1_000, 4],
+            "tid, seq, base tsc, events (payload slots are not events)"
+        );
+        let events: Vec<_> = EventDecoder::new(f.rest(), 1_000)
+            .map(Result::unwrap)
+            .collect();
+        let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.id, e.tsc)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Entry, 5, 1_000),
+                (EventKind::Tracepoint, 2, 1_050),
+                (EventKind::Lost, 7, 90_000),
+                (EventKind::Exit, 5, 90_010)
+            ]
+        );
+        assert_eq!(
+            events[1].payload,
+            &[0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
     }
 }
