@@ -70,6 +70,11 @@ pub struct Session {
 }
 
 impl Session {
+    /// The executable's file name (no directory).
+    pub fn exe_name(&self) -> &str {
+        self.exe.rsplit('/').next().unwrap_or("")
+    }
+
     /// The recording mode's name.
     pub fn mode_name(&self) -> &'static str {
         match self.mode {

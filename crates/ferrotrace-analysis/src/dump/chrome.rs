@@ -27,13 +27,7 @@ pub fn write(
     let pid = trace.session.pid;
     let mut quoted: HashMap<u32, String> = HashMap::new();
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-    let exe = trace
-        .session
-        .exe
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let exe = trace.session.exe_name();
     write!(
         out,
         "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":{pid},\"args\":{{\"name\":{}}}}}",
@@ -88,23 +82,20 @@ pub fn write(
                 payload,
                 ..
             } => {
-                let mut args = None;
-                let name = match kind {
-                    EventKind::Lost => format!("LOST {id} events"),
-                    EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
-                    EventKind::Tracepoint => {
-                        let (name, values) = crate::tracepoints::name_and_args(trace, id, payload);
-                        let obj: serde_json::Map<String, serde_json::Value> = values
-                            .iter()
-                            .map(|(k, v)| (k.clone(), v.to_json()))
-                            .collect();
-                        args = Some(serde_json::Value::Object(obj));
-                        name
-                    }
-                    EventKind::Alloc => "alloc".into(),
-                    EventKind::Free => "free".into(),
-                    _ => format!("exit of {} without entry", names.get(id)),
-                };
+                let (name, values) = super::instant(
+                    Some(trace),
+                    &|id| names.get(id).into_owned(),
+                    kind,
+                    id,
+                    payload,
+                );
+                let args = (kind == EventKind::Tracepoint).then(|| {
+                    let obj: serde_json::Map<String, serde_json::Value> = values
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.to_json()))
+                        .collect();
+                    serde_json::Value::Object(obj)
+                });
                 line.push_str(",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":");
                 line.push_str(&pid.to_string());
                 line.push_str(",\"tid\":");

@@ -17,6 +17,7 @@ use std::io;
 use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
+use crate::tracepoints::Args;
 
 /// A balanced event for exporters.
 #[derive(Clone, Copy, Debug)]
@@ -169,4 +170,28 @@ fn convert(tid: u32, se: StackEvent) -> Ev<'static> {
             depth: 0,
         },
     }
+}
+
+/// How the exporters show an instant event: its name and, for tracepoints, its named arguments.
+/// `trace` gives tracepoint descriptors (`None`: tracepoint events are named by id), `name_of` the name
+/// of a function id (an exit without entry names its function).
+pub fn instant(
+    trace: Option<&Trace>,
+    name_of: &dyn Fn(u32) -> String,
+    kind: EventKind,
+    id: u32,
+    payload: &[u8],
+) -> (String, Args) {
+    let name = match kind {
+        EventKind::Lost => format!("LOST {id} events"),
+        EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
+        EventKind::Tracepoint => match trace {
+            Some(trace) => return crate::tracepoints::name_and_args(trace, id, payload),
+            None => format!("tracepoint #{id}"),
+        },
+        EventKind::Alloc => "alloc".into(),
+        EventKind::Free => "free".into(),
+        _ => format!("exit of {} without entry", name_of(id)),
+    };
+    (name, Args::default())
 }

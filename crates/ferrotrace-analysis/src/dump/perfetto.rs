@@ -25,7 +25,7 @@ use std::io::{self, Write};
 use super::{walk, Ev};
 use crate::names::Names;
 use crate::progress::Progress;
-use crate::reader::{EventKind, Trace};
+use crate::reader::Trace;
 
 /// Output options.
 #[derive(Clone, Copy, Debug)]
@@ -130,13 +130,7 @@ pub fn write(
     progress: &mut Progress,
 ) -> io::Result<Vec<String>> {
     let names = Names::of(trace);
-    let exe = trace
-        .session
-        .exe
-        .rsplit('/')
-        .next()
-        .unwrap_or("")
-        .to_string();
+    let exe = trace.session.exe_name().to_string();
     let threads: Vec<(u32, String)> = trace
         .threads
         .values()
@@ -288,28 +282,14 @@ pub fn write_events(
             Ev::Instant {
                 kind, id, payload, ..
             } => {
-                let name = match kind {
-                    EventKind::Lost => format!("LOST {id} events"),
-                    EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
-                    EventKind::Tracepoint => match source.trace {
-                        Some(trace) => {
-                            let (name, values) =
-                                crate::tracepoints::name_and_args(trace, id, payload);
-                            for (arg, value) in &values {
-                                // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
-                                msg(&mut te, 4, |a| {
-                                    fbytes(a, 10, arg.as_bytes());
-                                    debug_annotation_value(a, value);
-                                });
-                            }
-                            name
-                        }
-                        None => format!("tracepoint #{id}"),
-                    },
-                    EventKind::Alloc => "alloc".into(),
-                    EventKind::Free => "free".into(),
-                    _ => format!("exit of {} without entry", (source.name)(id)),
-                };
+                let (name, values) = super::instant(source.trace, source.name, kind, id, payload);
+                for (arg, value) in &values {
+                    // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
+                    msg(&mut te, 4, |a| {
+                        fbytes(a, 10, arg.as_bytes());
+                        debug_annotation_value(a, value);
+                    });
+                }
                 fv(&mut te, 9, 3);
                 fbytes(&mut te, 23, name.as_bytes());
             }

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use crate::cmd::record::{exit_code_of, inject_runtime};
+use crate::cmd::record::{check_regexes, exit_code_of, inject_runtime};
 use crate::elf;
 
 /// Arguments of `ferrotrace live`.
@@ -39,9 +39,7 @@ pub struct LiveArgs {
 
 /// Runs the program and prints its events; returns its exit status as ours.
 pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
-    for re in args.filter.iter().chain(&args.notrace) {
-        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
-    }
+    check_regexes(args.filter.iter().chain(&args.notrace))?;
     if args.trace.is_empty() && args.filter.is_empty() {
         return Err(
             "nothing to print: select tracepoints with --trace GLOB and/or functions with -F REGEX"

@@ -91,6 +91,14 @@ pub fn preload_library() -> Result<PathBuf, String> {
     ))
 }
 
+/// Checks `-F`/`-N` patterns before anything runs (the runtime would only warn from inside the program).
+pub fn check_regexes<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Result<(), String> {
+    for re in patterns {
+        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
+    }
+    Ok(())
+}
+
 /// Makes the program start a runtime: its own linked copy when it has one, else the preload library
 /// (ahead of any LD_PRELOAD already set). Shared by `record` and `live`.
 pub fn inject_runtime(
@@ -144,9 +152,7 @@ fn absolute(p: &Path) -> PathBuf {
 
 /// Runs the program under the tracer and returns its exit status as ours.
 pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
-    for re in args.filter.iter().chain(&args.notrace) {
-        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
-    }
+    check_regexes(args.filter.iter().chain(&args.notrace))?;
     let program = elf::resolve_program(&args.command[0])?;
     let facts = elf::inspect(&program)?;
     if !args.trace.is_empty() && !facts.has_tracepoints {
