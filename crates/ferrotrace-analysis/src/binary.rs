@@ -18,6 +18,7 @@
 use std::path::Path;
 
 use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::tracepoints::ArgDesc;
@@ -158,29 +159,21 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
         let mut funcs: Vec<(u64, usize)> = Vec::new();
-        for i in 0..bytes.len() / 32 {
-            let e = &bytes[i * 32..i * 32 + 32];
-            let function = u64::from_le_bytes(e[8..16].try_into().unwrap());
-            let version = e[18];
-            let func = if version >= 2 {
-                (base + i as u64 * 32 + 8).wrapping_add(function)
-            } else {
-                function
-            };
-            if e[16] > 3 {
+        for (i, entry) in bytes.chunks_exact(ENTRY_LEN).enumerate() {
+            let entry: &[u8; ENTRY_LEN] = entry
+                .try_into()
+                .expect("chunks_exact gives ENTRY_LEN bytes");
+            let e = decode_entry(entry, base + (i * ENTRY_LEN) as u64);
+            if e.kind.is_none() {
                 continue;
             }
             match funcs.last_mut() {
-                Some((f, n)) if *f == func => *n += 1,
-                _ => funcs.push((func, 1)),
+                Some((f, n)) if *f == e.function => *n += 1,
+                _ => funcs.push((e.function, 1)),
             }
         }
         for (index, (func, sleds)) in funcs.into_iter().enumerate() {
-            let sym = match symbols.binary_search_by_key(&func, |s| s.0) {
-                Ok(i) => Some(symbols[i]),
-                Err(0) => None,
-                Err(i) => Some(symbols[i - 1]).filter(|s| func < s.0 + s.1.max(1)),
-            };
+            let sym = symbol_at(&symbols, func);
             let mangled = sym.map_or_else(|| format!("fn_{func:x}"), |s| s.2.to_string());
             if is_runtime_symbol(&mangled) {
                 continue;

@@ -10,6 +10,7 @@
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs;
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
 //!   profiler.
 //!
@@ -49,3 +50,4 @@ pub mod symbols;
 pub mod tracepoint;
 #[cfg(feature = "std")]
 pub mod writer;
+pub mod xray;

@@ -12,22 +12,14 @@ use std::sync::atomic::{AtomicU16, Ordering};
 
 use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
 use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::config::Config;
 use crate::runtime::Role;
 use crate::trampoline;
 
-/// What a sled is for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SledKind {
-    /// Function entry (also LOG_ARGS_ENTER).
-    Entry,
-    /// Function return (the sled replaced `ret`).
-    Exit,
-    /// Before a tail call.
-    Tail,
-}
+pub use ferrotrace_core::xray::SledKind;
 
 /// A loaded object.
 #[derive(Debug)]
@@ -205,38 +197,19 @@ pub fn display_name(mangled: &str) -> String {
     format!("{:#}", rustc_demangle::demangle(mangled))
 }
 
-/// Parses the raw `xray_instr_map` entries at `map` (runtime address, `count` entries) into functions.
+/// Reads the `count` entries of a mapped `xray_instr_map` at runtime address `map` and groups the
+/// function sleds by function, in map order.
 fn read_sleds(map: u64, count: usize) -> Vec<(u64, Vec<(u64, SledKind)>)> {
     let mut funcs: Vec<(u64, Vec<(u64, SledKind)>)> = Vec::new();
     for i in 0..count {
-        let entry = map + (i * 32) as u64;
+        let at = map + (i * ENTRY_LEN) as u64;
         // SAFETY: the section is mapped (SHF_ALLOC) and `count` entries long; entries are unaligned.
-        let (address, function, kind, version) = unsafe {
-            let p = entry as *const u8;
-            (
-                (p as *const u64).read_unaligned(),
-                (p.add(8) as *const u64).read_unaligned(),
-                p.add(16).read(),
-                p.add(18).read(),
-            )
-        };
-        let (sled, func) = if version >= 2 {
-            (
-                entry.wrapping_add(address),
-                (entry + 8).wrapping_add(function),
-            )
-        } else {
-            (address, function)
-        };
-        let kind = match kind {
-            0 | 3 => SledKind::Entry,
-            1 => SledKind::Exit,
-            2 => SledKind::Tail,
-            _ => continue, // custom/typed event sleds are not function sleds
-        };
+        let bytes = unsafe { (at as *const [u8; ENTRY_LEN]).read_unaligned() };
+        let e = decode_entry(&bytes, at);
+        let Some(kind) = e.kind else { continue };
         match funcs.last_mut() {
-            Some((f, sleds)) if *f == func => sleds.push((sled, kind)),
-            _ => funcs.push((func, vec![(sled, kind)])),
+            Some((f, sleds)) if *f == e.function => sleds.push((e.sled, kind)),
+            _ => funcs.push((e.function, vec![(e.sled, kind)])),
         }
     }
     funcs
@@ -305,7 +278,7 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             continue;
         }
         let map = l.bias.wrapping_add(section.address());
-        let funcs = read_sleds(map, section.size() as usize / 32);
+        let funcs = read_sleds(map, section.size() as usize / ENTRY_LEN);
         let mut symbols: Vec<(u64, u64, &str)> = elf
             .symbols()
             .chain(elf.dynamic_symbols())
@@ -322,11 +295,7 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         for (func, sleds) in funcs {
             out.total_functions += 1;
             let vaddr = func.wrapping_sub(l.bias);
-            let sym = match symbols.binary_search_by_key(&vaddr, |s| s.0) {
-                Ok(i) => Some(symbols[i]),
-                Err(0) => None,
-                Err(i) => Some(symbols[i - 1]).filter(|s| vaddr < s.0 + s.1.max(1)),
-            };
+            let sym = symbol_at(&symbols, vaddr);
             let (name, size) = match sym {
                 Some((_, size, name)) => (name.to_string(), size),
                 None => (format!("fn_{vaddr:x}"), 0),
