@@ -773,3 +773,60 @@ fn threads_exiting_while_others_record_leave_every_stream_intact() {
     }
     assert_eq!(workers, 200);
 }
+
+#[test]
+fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
+    // Unwinding (the test programs' profile): main's panic ends the process with status 101.
+    let dir = scratch("panic_unwind");
+    let (out, trace) = record(&dir, &[], &testprog("ending"), &["panic"]);
+    assert_eq!(out.status.code(), Some(101), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("thrown on purpose"),
+        "the panic message passes through"
+    );
+    let t = Trace::open(&trace).expect("trace");
+    assert_eq!(t.end.map(|e| e.reason), Some(0), "finished at exit");
+    let w = walk(&t, t.session.pid);
+    assert_eq!(w.entries.get("ending::leaf"), Some(&60));
+    assert_eq!(w.entries.get("ending::thrower"), Some(&1));
+
+    // panic=abort: the same program built by rustc with -Cpanic=abort dies by SIGABRT.
+    let dir = scratch("panic_abort");
+    let exe = dir.join("ending_abort");
+    let status = std::process::Command::new("rustup")
+        .args([
+            "run",
+            "nightly",
+            "rustc",
+            "-O",
+            "--edition",
+            "2021",
+            "-Cpanic=abort",
+        ])
+        .args([
+            "-Zinstrument-xray=always",
+            "-Cforce-frame-pointers=yes",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(repo().join("testprogs/src/bin/ending.rs"))
+        .status()
+        .expect("nightly rustc");
+    assert!(status.success());
+    let (out, trace) = record(&dir, &[], &exe, &["panic"]);
+    assert_eq!(out.status.code(), Some(134), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).contains("thrown on purpose"));
+    let t = Trace::open(&trace).expect("trace");
+    assert_eq!(
+        t.end.map(|e| (e.reason, e.signal)),
+        Some((1, 6)),
+        "finished from the SIGABRT handler"
+    );
+    let w = walk(&t, t.session.pid);
+    assert_eq!(w.entries.get("ending::leaf"), Some(&60));
+    assert_eq!(
+        w.open_at_end.last().map(String::as_str),
+        Some("ending::thrower"),
+        "it never returned"
+    );
+}

@@ -1,6 +1,7 @@
 //! Ends in the way its argument says, after nested calls:
 //! `catch` (a panic caught by catch_unwind, then a normal exit), `exit-thread` (process::exit from a
-//! worker while main waits), `abort` (a panic with abort), `segv` (a null write), `spin` (calls `leaf`
+//! worker while main waits), `abort` (a panic with abort), `segv` (a null write), `panic` (a panic nobody catches: exit status
+//! 101, or SIGABRT when built with `-Cpanic=abort`), `spin` (calls `leaf`
 //! every millisecond, says `ready` after 20 calls, and runs until a signal ends it or 30 s pass).
 use std::hint::black_box;
 
@@ -80,6 +81,12 @@ fn main() {
             // SAFETY: not safe at all: this write faults on purpose.
             unsafe { p.write_volatile(1) };
         }
+        "panic" => {
+            for i in 0..50 {
+                black_box(leaf(i));
+            }
+            middle(3);
+        }
         "spin" => {
             use std::io::Write;
             for i in 0..30_000u64 {
@@ -92,7 +99,7 @@ fn main() {
             }
         }
         other => {
-            eprintln!("usage: ending catch|exit-thread|abort|segv|spin (got '{other}')");
+            eprintln!("usage: ending catch|exit-thread|abort|segv|panic|spin (got '{other}')");
             std::process::exit(2);
         }
     }
