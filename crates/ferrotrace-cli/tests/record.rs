@@ -830,3 +830,35 @@ fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
         "it never returned"
     );
 }
+
+#[test]
+fn sleds_patched_while_threads_run_through_them() {
+    // The linked runtime has no dlopen hook: its collector finds the library up to a second after the
+    // load and patches it while four threads are running its functions.
+    let dir = scratch("hotpatch");
+    let (out, trace) = record(&dir, &[], &testprog("hotpatch"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with("ok calls=") && stdout.contains("recording=true"),
+        "{stdout}"
+    );
+    let t = Trace::open(&trace).expect("trace");
+    assert!(t.end.is_some() && t.truncation.is_none());
+    let mut traced_steps = 0;
+    for th in t.threads.values().filter(|th| th.name.starts_with("hot-")) {
+        let w = walk(&t, th.tid);
+        assert!(w.unwound.is_empty(), "{}: {w:?}", th.name);
+        // Frames that were running when their exit sleds were patched show as exits without entries:
+        // at most xlib_work and xlib_step.
+        assert!(w.preexisting.len() <= 2, "{}: {:?}", th.name, w.preexisting);
+        assert!(w.open_at_end.is_empty(), "{}: {w:?}", th.name);
+        traced_steps += w.entries.get("ft_xlib::xlib_step").copied().unwrap_or(0);
+    }
+    // Each worker made 20 calls of 1000 steps after it saw xlib_work's entry sled patched; the sleds of
+    // xlib_step may still have been in the middle of patching for the first few of those calls.
+    assert!(
+        traced_steps >= 4 * 15 * 1000,
+        "patched while running: {traced_steps} steps traced"
+    );
+}
