@@ -295,7 +295,9 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         // Cannot happen: the queue holds every chunk there is. Keep the chunk rather than lose memory.
         rt.pool.free.push(index);
     }
-    rt.wake_collector();
+    if rt.pool.backlog_needs_collector() {
+        rt.wake_collector();
+    }
 }
 
 fn gettid() -> u32 {
