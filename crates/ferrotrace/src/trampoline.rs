@@ -1,7 +1,8 @@
 //! The XRay trampolines and the thread-local block they write through.
 //!
 //! Patched sleds call (entry, tail) or jump to (exit) these assembly routines with the function id in
-//! `r10d`. The fast path is `rdtsc`, one 16-byte store pair into the thread's chunk and a cursor bump,
+//! `r10d`. The fast path is `rdtsc`, a `prefetchw` ahead, one 16-byte store pair into the thread's chunk
+//! and a cursor bump,
 //! reached at a constant offset from `%fs`: no call, no lock, no branch besides "chunk full?". Only the
 //! registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are moved to dead
 //! ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record` saves every
@@ -90,6 +91,8 @@ core::arch::global_asm!(
     "  mov rdx, qword ptr fs:[r11]",
     "  cmp rdx, qword ptr fs:[r11 + 8]",
     "  jae 2f",
+    // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
+    // shared with the collector that read them, and a program that fences waits for the upgrade.
     "  prefetchw [rdx + 256]",
     "  mov qword ptr [rdx], rax",
     "  mov qword ptr [rdx + 8], r10",
