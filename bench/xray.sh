@@ -2,7 +2,9 @@
 # Cost per traced call of function tracing, all variants measured in one run on the same fib program:
 #   uninstrumented | XRay sleds, unpatched | sleds patched but filtered out (-N) | traced by ferrotrace |
 #   uftrace 0.13 on the -Zinstrument-mcount build; and the floor of any tracer that timestamps entry and
-#   exit: the uninstrumented program reading rdtsc twice per call.
+#   exit: the uninstrumented program reading rdtsc twice per call. Then the same three-way comparison
+#   (uninstrumented, ferrotrace, uftrace) on `fib N locked`, which counts its calls with a locked
+#   fetch_add: a full barrier in every call, so a tracer's stores must drain before the call goes on.
 # Prints ns per call (the program times its own fib(N) computation; start-up is excluded), the overhead
 # per traced call over the uninstrumented build, the ratio to uftrace, and bytes per event on disk.
 # Usage: bench/xray.sh [N=30] (RUNS=5 repetitions, median reported)
@@ -48,6 +50,11 @@ run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N
 if command -v uftrace >/dev/null; then
   run uftrace uftrace record -d "$out/uftrace.data" "$out/mcount/release/fib" "$N"
 fi
+run plain_locked "$out/plain/release/fib" "$N" locked
+run ferrotrace_locked "$ft" record -o "$out/traced-locked.data" -- "$out/xray/release/fib" "$N" locked
+if command -v uftrace >/dev/null; then
+  run uftrace_locked uftrace record -d "$out/uftrace-locked.data" "$out/mcount/release/fib" "$N" locked
+fi
 events=$("$ft" info -i "$out/traced.data" --json | sed -n 's/.*"events":\([0-9]*\).*/\1/p')
 bytes=$(stat -c %s "$out/traced.data")
 waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' | cut -d: -f2 | paste -sd+ | bc)
@@ -55,23 +62,28 @@ waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' 
 echo
 echo "fib($N): $calls calls, median of $RUNS runs, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 printf '%-34s %12s %14s %16s\n' variant "ns/call" "overhead/call" "vs uftrace"
-for v in plain floor unpatched filtered ferrotrace uftrace; do
-  [ -n "${ns[$v]:-}" ] || continue
+# row VARIANT BASELINE UFTRACE_VARIANT LABEL: ns per call, overhead over BASELINE, ratio of uftrace's
+# overhead to this one's
+row() {
+  local v=$1 base=$2 uf=$3 label=$4
+  [ -n "${ns[$v]:-}" ] || return 0
+  local per over ratio="-"
   per=$(echo "scale=2; ${ns[$v]} / $calls" | bc)
-  over=$(echo "scale=2; (${ns[$v]} - ${ns[plain]}) / $calls" | bc)
-  ratio="-"
-  if [ -n "${ns[uftrace]:-}" ] && [ "$v" != plain ] && [ "$v" != floor ]; then
-    ratio=$(echo "scale=1; (${ns[uftrace]} - ${ns[plain]}) / (${ns[$v]} - ${ns[plain]} + 0.000001)" | bc)x
+  over=$(echo "scale=2; (${ns[$v]} - ${ns[$base]}) / $calls" | bc)
+  if [ -n "$uf" ] && [ -n "${ns[$uf]:-}" ]; then
+    ratio=$(echo "scale=1; (${ns[$uf]} - ${ns[$base]}) / (${ns[$v]} - ${ns[$base]} + 0.000001)" | bc)x
   fi
-  case $v in
-    plain) label="uninstrumented" ;;
-    floor) label="floor: rdtsc at entry and exit" ;;
-    unpatched) label="XRay sleds, not patched" ;;
-    filtered) label="patched run, fib filtered out (-N)" ;;
-    ferrotrace) label="ferrotrace record (all functions)" ;;
-    uftrace) label="uftrace record (mcount build)" ;;
-  esac
   printf '%-34s %12s %14s %16s\n' "$label" "$per" "$over" "$ratio"
-done
+}
+row plain plain "" "uninstrumented"
+row floor plain "" "floor: rdtsc at entry and exit"
+row unpatched plain "" "XRay sleds, not patched"
+row filtered plain "" "patched run, fib filtered out (-N)"
+row ferrotrace plain uftrace "ferrotrace record (all functions)"
+row uftrace plain "" "uftrace record (mcount build)"
+echo "with a locked fetch_add in every call (fib $N locked):"
+row plain_locked plain_locked "" "uninstrumented"
+row ferrotrace_locked plain_locked uftrace_locked "ferrotrace record"
+row uftrace_locked plain_locked "" "uftrace record"
 echo
 echo "ferrotrace trace: $events events, $bytes bytes, $(echo "scale=2; $bytes / $events" | bc) bytes/event; traced thread waited ${waited:-0} ns for buffers"

@@ -13,7 +13,7 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         .arg(&trace)
         .arg("--")
         .arg(testprog("fib"))
-        .arg("32")
+        .arg("36")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
