@@ -2,11 +2,10 @@
 //!
 //! Patched sleds call (entry, tail) or jump to (exit) these assembly routines with the function id in
 //! `r10d`. The fast path is `rdtsc`, a `prefetchw` ahead, one 16-byte store pair into the thread's chunk
-//! and a cursor bump,
-//! reached at a constant offset from `%fs`: no call, no lock, no branch besides "chunk full?". Only the
-//! registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are moved to dead
-//! ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record` saves every
-//! caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
+//! and a cursor bump, reached at a constant offset from `%fs`: no call, no lock, no branch besides "chunk
+//! full?". Only the registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are
+//! moved to dead ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record`
+//! saves every caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
 
