@@ -4,6 +4,7 @@ mod common;
 
 use common::*;
 use ferrotrace_analysis::reader::{EventKind, Trace};
+use std::path::{Path, PathBuf};
 
 /// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
 fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
@@ -181,29 +182,67 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     assert_eq!(nested_counts(&t, "fib::main"), (1, 1));
 }
 
+/// Builds `testprogs/c/NAME.c` into `dir` with clang-16, XRay sleds in every function, and `flags`.
+fn clang_xray(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(name);
+    let status = std::process::Command::new("clang-16")
+        .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
+        .args(flags)
+        .arg("-o")
+        .arg(&exe)
+        .arg(repo().join(format!("testprogs/c/{name}.c")))
+        .status()
+        .expect("clang-16 is needed for this test (apt-get install clang-16 libclang-rt-16-dev)");
+    assert!(status.success(), "clang-16 failed on {name}.c");
+    exe
+}
+
 #[test]
 fn c_program_built_with_clang_xray_is_traced() {
     let dir = scratch("cprog");
-    let exe = dir.join("cwork");
-    let src = repo().join("testprogs/c/cwork.c");
-    let status = std::process::Command::new("clang-16")
-        .args([
-            "-O2",
-            "-fxray-instrument",
-            "-fxray-instruction-threshold=1",
-            "-o",
-        ])
-        .arg(&exe)
-        .arg(&src)
-        .status()
-        .expect("clang-16 is needed for this test (apt-get install clang-16 libclang-rt-16-dev)");
-    assert!(status.success());
+    let exe = clang_xray(&dir, "cwork", &[]);
     let (out, trace) = record(&dir, &[], &exe, &["14"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).expect("open");
     assert_eq!(nested_counts(&t, "fib"), (calls, calls));
     assert_eq!(nested_counts(&t, "main"), (1, 1));
+}
+
+/// glibc picks AVX2 string functions, which end in `vzeroupper`, on CPUs without AVX-512 (or when told
+/// to, as here): the slow path runs them at a thread's registration, and a `__m256d` argument live in ymm0
+/// lost its upper lanes until the slow path saved the whole vector state (XSAVE).
+#[test]
+fn vector_arguments_survive_the_slow_path() {
+    assert!(
+        std::arch::is_x86_feature_detected!("avx2"),
+        "this test needs a CPU with AVX2"
+    );
+    let dir = scratch("avxregs");
+    let exe = clang_xray(&dir, "avxregs", &["-mavx2", "-pthread"]);
+    for tunables in [
+        "",
+        "glibc.cpu.hwcaps=-AVX512F,-AVX512VL,-AVX512BW,-AVX512DQ,-AVX512CD",
+    ] {
+        let trace = dir.join("t.data");
+        let out = ferrotrace()
+            .args(["record", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .env("GLIBC_TUNABLES", tunables)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success() && text(&out.stdout).contains("ok 8"),
+            "GLIBC_TUNABLES={tunables}: {}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let t = Trace::open(&trace).expect("open");
+        assert_eq!(t.threads.len(), 8);
+        assert_eq!(nested_counts(&t, "scale"), (8, 8));
+    }
 }
 
 #[test]

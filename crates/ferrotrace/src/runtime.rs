@@ -295,6 +295,7 @@ fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
     let path = output_path(&config);
     trampoline::init_tls_offset();
+    trampoline::init_xsave_area();
     let pool = match config.mode {
         // The flight ring holds encoded events; the pool only needs to keep up with the collector.
         Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size)?,

@@ -7,7 +7,7 @@
 //! moved to dead ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record`
 //! saves every caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
 
-use std::sync::atomic::{AtomicI64, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, Ordering};
 
 use ferrotrace_core::record::Record;
 
@@ -51,6 +51,49 @@ pub fn init_tls_offset() {
     FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
 }
 
+/// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
+/// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.
+const XSAVE_MASK: u32 = 0b1110_0111;
+
+/// Bytes of the standard-form XSAVE area for [`XSAVE_MASK`] on this CPU, or 0 where XSAVE is not enabled
+/// (the slow path then saves xmm0–15 with `movaps`). Read by the assembly.
+static FERROTRACE_XSAVE_BYTES: AtomicU32 = AtomicU32::new(0);
+
+/// Sizes the slow path's XSAVE area from CPUID leaf 0xD. Must run before any sled is patched.
+///
+/// Why not just xmm0–15: the slow path runs Rust and libc code, and glibc's AVX2 string functions end
+/// in `vzeroupper`, which clears the upper halves of every ymm register. A traced function's `__m256`
+/// argument or result (ymm0–7) would come back with zeroed lanes.
+pub fn init_xsave_area() {
+    FERROTRACE_XSAVE_BYTES.store(xsave_area_bytes(), Ordering::Relaxed);
+}
+
+fn xsave_area_bytes() -> u32 {
+    use core::arch::x86_64::__cpuid_count;
+    let leaf1 = __cpuid_count(1, 0);
+    let osxsave = leaf1.ecx & (1 << 27) != 0;
+    if !osxsave {
+        return 0;
+    }
+    let (lo, hi): (u32, u32);
+    // SAFETY: OSXSAVE set means the OS enabled XSAVE, so xgetbv(0) is allowed.
+    unsafe {
+        core::arch::asm!("xgetbv", in("ecx") 0, out("eax") lo, out("edx") hi,
+            options(nomem, nostack, preserves_flags))
+    };
+    let xcr0 = (hi as u64) << 32 | lo as u64;
+    // Legacy region (512) and XSAVE header (64), then each enabled component at its CPUID offset.
+    let mut bytes = 576;
+    for component in 2..32 {
+        if XSAVE_MASK & (1 << component) != 0 && xcr0 & (1 << component) != 0 {
+            // Leaf 0xD is present when XSAVE is: EAX = size, EBX = offset in the standard form.
+            let c = __cpuid_count(0xD, component);
+            bytes = bytes.max(c.ebx + c.eax);
+        }
+    }
+    bytes
+}
+
 /// The TLS offset the trampolines use.
 pub fn tls_offset() -> i64 {
     FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
@@ -66,8 +109,9 @@ extern "C" {
 }
 
 // The slow path receives the timestamp in rax and the record's second word in r10 and preserves every
-// register but those two: it is reached from the entry side (arguments live) and the exit side (return
-// values live), with either stack alignment.
+// register but those two (vector registers whole, through XSAVE where the OS enabled it): it is reached
+// from the entry side (arguments live) and the exit side (return values live), with either stack
+// alignment.
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_trampolines,\"ax\",@progbits",
     // Entry and tail are reached by `call` with the argument registers live; they differ only in the
@@ -156,6 +200,34 @@ core::arch::global_asm!(
     "  push r9",
     "  push r10",
     "  push r11",
+    "  mov ecx, dword ptr [rip + {xsave_bytes}]",
+    "  test ecx, ecx",
+    "  jz 3f",
+    // Every vector register, whole (ymm/zmm), with XSAVE into a 64-byte aligned area on the stack whose
+    // header XRSTOR requires to be zero but for what XSAVE writes.
+    "  sub rsp, rcx",
+    "  and rsp, -64",
+    "  xor eax, eax",
+    "  mov qword ptr [rsp + 512], rax",
+    "  mov qword ptr [rsp + 520], rax",
+    "  mov qword ptr [rsp + 528], rax",
+    "  mov qword ptr [rsp + 536], rax",
+    "  mov qword ptr [rsp + 544], rax",
+    "  mov qword ptr [rsp + 552], rax",
+    "  mov qword ptr [rsp + 560], rax",
+    "  mov qword ptr [rsp + 568], rax",
+    "  mov eax, {xsave_mask}",
+    "  xor edx, edx",
+    "  xsave64 [rsp]",
+    "  mov rdi, qword ptr [rbp - 8]",
+    "  mov rsi, qword ptr [rbp - 64]",
+    "  call {slow}",
+    "  mov eax, {xsave_mask}",
+    "  xor edx, edx",
+    "  xrstor64 [rsp]",
+    "  jmp 4f",
+    // Without XSAVE (no AVX either): the sixteen xmm registers.
+    "3:",
     "  sub rsp, 256",
     "  and rsp, -16",
     "  movaps [rsp + 0], xmm0",
@@ -174,8 +246,8 @@ core::arch::global_asm!(
     "  movaps [rsp + 208], xmm13",
     "  movaps [rsp + 224], xmm14",
     "  movaps [rsp + 240], xmm15",
-    "  mov rdi, rax",
-    "  mov rsi, r10",
+    "  mov rdi, qword ptr [rbp - 8]",
+    "  mov rsi, qword ptr [rbp - 64]",
     "  call {slow}",
     "  movaps xmm0, [rsp + 0]",
     "  movaps xmm1, [rsp + 16]",
@@ -193,6 +265,7 @@ core::arch::global_asm!(
     "  movaps xmm13, [rsp + 208]",
     "  movaps xmm14, [rsp + 224]",
     "  movaps xmm15, [rsp + 240]",
+    "4:",
     "  lea rsp, [rbp - 72]",
     "  pop r11",
     "  pop r10",
@@ -209,4 +282,25 @@ core::arch::global_asm!(
     ".popsection",
     off = sym FERROTRACE_TLS_OFFSET,
     slow = sym crate::thread::slow_path,
+    xsave_bytes = sym FERROTRACE_XSAVE_BYTES,
+    xsave_mask = const XSAVE_MASK,
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn xsave_area_covers_the_enabled_vector_state() {
+        let bytes = xsave_area_bytes();
+        if std::arch::is_x86_feature_detected!("avx") {
+            // Legacy region, header, and the AVX component (256 bytes at offset 576).
+            assert!(bytes >= 832, "{bytes}");
+        }
+        if std::arch::is_x86_feature_detected!("avx512f") {
+            // Opmask, ZMM_Hi256 and Hi16_ZMM: 2688 bytes in the standard form on every CPU so far.
+            assert!(bytes >= 2688, "{bytes}");
+        }
+        assert!(bytes == 0 || bytes >= 576);
+    }
+}
