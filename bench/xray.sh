@@ -7,7 +7,7 @@
 #   fetch_add: a full barrier in every call, so a tracer's stores must drain before the call goes on.
 # Prints ns per call (the program times its own fib(N) computation; start-up is excluded), the overhead
 # per traced call over the uninstrumented build, the ratio to uftrace, and bytes per event on disk.
-# Usage: bench/xray.sh [N=30] (RUNS=5 repetitions, median reported)
+# Usage: bench/xray.sh [N=30] (RUNS=5 rounds, every variant once per round; medians reported)
 set -euo pipefail
 N=${1:-30}
 RUNS=${RUNS:-5}
@@ -27,34 +27,36 @@ build "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
 
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 field() { sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
-# run NAME CMD...: runs CMD RUNS times, records median elapsed_ns of the fib computation
-declare -A ns
+# run NAME CMD...: runs CMD once, appends the elapsed_ns of its fib computation to NAME's samples.
+# The variants run interleaved, round after round, so that a slow spell of this shared machine falls
+# on all of them rather than on whichever was running.
+declare -A samples ns
 calls=0
 run() {
   local name=$1; shift
-  local samples=()
-  for _ in $(seq "$RUNS"); do
-    local line
-    line=$("$@" 2>/dev/null | grep elapsed_ns=)
-    samples+=("$(echo "$line" | field elapsed_ns)")
-    calls=$(echo "$line" | field calls)
-  done
-  ns[$name]=$(printf '%s\n' "${samples[@]}" | median)
+  local line
+  line=$("$@" 2>/dev/null | grep elapsed_ns=)
+  samples[$name]+="$(echo "$line" | field elapsed_ns) "
+  calls=$(echo "$line" | field calls)
 }
 cd "$out"
-run plain "$out/plain/release/fib" "$N"
-run floor "$out/plain/release/fib" "$N" rdtsc
-run unpatched "$out/xray/release/fib" "$N"
-run filtered "$ft" record -o "$out/filtered.data" -N '^fib::fib$' -- "$out/xray/release/fib" "$N"
-run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N"
-if command -v uftrace >/dev/null; then
-  run uftrace uftrace record -d "$out/uftrace.data" "$out/mcount/release/fib" "$N"
-fi
-run plain_locked "$out/plain/release/fib" "$N" locked
-run ferrotrace_locked "$ft" record -o "$out/traced-locked.data" -- "$out/xray/release/fib" "$N" locked
-if command -v uftrace >/dev/null; then
-  run uftrace_locked uftrace record -d "$out/uftrace-locked.data" "$out/mcount/release/fib" "$N" locked
-fi
+have_uftrace=$(command -v uftrace >/dev/null && echo 1 || true)
+for round in $(seq "$RUNS"); do
+  echo "round $round/$RUNS ..." >&2
+  run plain "$out/plain/release/fib" "$N"
+  run floor "$out/plain/release/fib" "$N" rdtsc
+  run unpatched "$out/xray/release/fib" "$N"
+  run filtered "$ft" record -o "$out/filtered.data" -N '^fib::fib$' -- "$out/xray/release/fib" "$N"
+  run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N"
+  [ -z "$have_uftrace" ] || run uftrace uftrace record -d "$out/uftrace.data" "$out/mcount/release/fib" "$N"
+  run plain_locked "$out/plain/release/fib" "$N" locked
+  run ferrotrace_locked "$ft" record -o "$out/traced-locked.data" -- "$out/xray/release/fib" "$N" locked
+  [ -z "$have_uftrace" ] ||
+    run uftrace_locked uftrace record -d "$out/uftrace-locked.data" "$out/mcount/release/fib" "$N" locked
+done
+for name in "${!samples[@]}"; do
+  ns[$name]=$(printf '%s\n' ${samples[$name]} | median)
+done
 events=$("$ft" info -i "$out/traced.data" --json | sed -n 's/.*"events":\([0-9]*\).*/\1/p')
 bytes=$(stat -c %s "$out/traced.data")
 waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' | cut -d: -f2 | paste -sd+ | bc)
