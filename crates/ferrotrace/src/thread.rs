@@ -240,6 +240,9 @@ fn acquire_chunk<'a>(
             return Some((i, guard));
         }
         if rt.config.mode == Mode::Drop {
+            // The queue may still be under the wake threshold (most chunks held by threads): wake the
+            // collector so that chunks come back before the next periodic look.
+            rt.wake_collector();
             guard.state().lost += 1;
             return None;
         }
