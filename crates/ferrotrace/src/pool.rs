@@ -174,6 +174,26 @@ mod tests {
     use super::*;
 
     #[test]
+    fn collector_is_needed_once_a_quarter_of_the_pool_waits() {
+        let pool = Pool::new(256, 8).unwrap();
+        let full = |index| FullChunk {
+            index,
+            len: 0,
+            tid: 1,
+            seq: index,
+        };
+        assert!(!pool.backlog_needs_collector());
+        pool.full.push(full(0)).unwrap();
+        assert!(!pool.backlog_needs_collector());
+        pool.full.push(full(1)).unwrap();
+        assert!(pool.backlog_needs_collector());
+        // A pool too small to wait for: every chunk counts.
+        let tiny = Pool::new(256, 2).unwrap();
+        tiny.full.push(full(0)).unwrap();
+        assert!(tiny.backlog_needs_collector());
+    }
+
+    #[test]
     fn stack_is_lifo() {
         let s = FreeStack::new(4);
         s.push(1);
