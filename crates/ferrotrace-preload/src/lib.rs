@@ -3,7 +3,8 @@
 //! `ferrotrace record` preloads this library into programs that do not link the `ferrotrace` crate
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
-//! once; everything else lives in the `ferrotrace` crate. Not for linking.
+//! once, and its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
+//! (as forked children often do); everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
 
 #[used]
@@ -37,4 +38,40 @@ pub unsafe extern "C" fn dlopen(
         ferrotrace::rescan();
     }
     handle
+}
+
+/// Finishes this process's trace, then ends the process through the C library's function `name`.
+fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
+    // A no-op in a process whose runtime is a forked parent's copy, and in a vfork child (it shares
+    // its parent's memory, runtime included, but has a pid of its own).
+    ferrotrace::finish();
+    type Exit = unsafe extern "C" fn(libc::c_int) -> !;
+    // SAFETY: RTLD_NEXT's `_exit`/`_Exit` is the C library's, with this signature; exit_group is the
+    // system call both make, should the lookup fail.
+    unsafe {
+        let real = libc::dlsym(libc::RTLD_NEXT, name.as_ptr());
+        if !real.is_null() {
+            core::mem::transmute::<*mut libc::c_void, Exit>(real)(status);
+        }
+        libc::syscall(libc::SYS_exit_group, status);
+    }
+    unreachable!("exit_group returned")
+}
+
+/// Interposes the C library's `_exit`, which skips `atexit` handlers: the trace is finished first.
+///
+/// # Safety
+/// Same contract as `_exit(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: libc::c_int) -> ! {
+    finish_then_exit(c"_exit", status)
+}
+
+/// Interposes the C library's `_Exit` (C99's name for `_exit`): the trace is finished first.
+///
+/// # Safety
+/// Same contract as `_Exit(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: libc::c_int) -> ! {
+    finish_then_exit(c"_Exit", status)
 }

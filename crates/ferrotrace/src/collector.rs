@@ -16,7 +16,8 @@ use crate::config::Mode;
 use crate::pool::FullChunk;
 use crate::runtime::{clock_payload, Meta, Runtime};
 
-type Writer = TraceWriter<BufWriter<File>>;
+/// The trace file's writer.
+pub type Writer = TraceWriter<BufWriter<File>>;
 
 /// Events and lost events in an encoded chunk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

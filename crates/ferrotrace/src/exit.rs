@@ -8,15 +8,23 @@
 //!   action and re-raises, so the process dies exactly as it would have. Handlers are installed only where
 //!   the program left the default action; a program that installs its own later takes over.
 //! * SIGUSR2 in flight mode writes the flight ring.
-//! * `fork` without `exec`: the child stops recording (its copy of the runtime has no collector thread); a
-//!   child that calls `exec` is traced afresh by the runtime the new image loads, into its own file.
+//! * `fork` without `exec`: the child's copy of the runtime is its parent's and has no collector thread.
+//!   The child forgets it, and at its first traced event starts a runtime of its own writing
+//!   `FILE.<pid>` ([`runtime::restart_in_forked_child`]); a child that calls `exec` before that is traced
+//!   afresh by the runtime the new image loads, into the same file name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Mode;
 use crate::runtime::{self, EndReason, Runtime};
 
-static FORKED_CHILD: AtomicBool = AtomicBool::new(false);
+/// Set in a forked child until its first traced event starts the child's own runtime.
+static RESTART_PENDING: AtomicBool = AtomicBool::new(false);
+
+/// True, once, in a forked child that has not started its own runtime yet.
+pub fn take_restart_pending() -> bool {
+    RESTART_PENDING.load(Ordering::Relaxed) && RESTART_PENDING.swap(false, Ordering::Relaxed)
+}
 
 /// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
 /// overflow the runtime then does what std would (message, abort).
@@ -78,9 +86,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut 
     let addr = unsafe { (*info).si_addr() } as usize;
     let overflow = crate::thread::is_stack_overflow(addr);
     if let Some(rt) = runtime::get() {
-        if !FORKED_CHILD.load(Ordering::Relaxed) {
-            rt.finish(EndReason::Signal, sig, true);
-        }
+        rt.finish(EndReason::Signal, sig, true);
     }
     if overflow && RUST_STD.load(Ordering::Relaxed) {
         write_overflow_message();
@@ -93,18 +99,20 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut 
 }
 
 extern "C" fn at_exit() {
-    if FORKED_CHILD.load(Ordering::Relaxed) {
-        return;
-    }
     if let Some(rt) = runtime::get() {
         rt.finish(EndReason::Exit, 0, false);
     }
 }
 
+/// Runs in the child right after `fork`, on the thread that forked (the child's only thread): nothing
+/// heavy here, the child may be about to `exec`.
 extern "C" fn in_forked_child() {
-    FORKED_CHILD.store(true, Ordering::Relaxed);
-    if let Some(rt) = runtime::get() {
-        rt.recording.store(false, Ordering::Release);
+    if let Some(parents) = runtime::get() {
+        // The child's copy of the parent's runtime: nothing may record into it (no collector would
+        // ever take the chunks).
+        parents.recording.store(false, Ordering::Release);
+        crate::thread::forget_current_thread();
+        RESTART_PENDING.store(true, Ordering::Relaxed);
     }
 }
 
@@ -115,9 +123,7 @@ extern "C" fn on_signal(sig: libc::c_int) {
         rt.wake_collector();
         return;
     }
-    if !FORKED_CHILD.load(Ordering::Relaxed) {
-        rt.finish(EndReason::Signal, sig, true);
-    }
+    rt.finish(EndReason::Signal, sig, true);
     // SAFETY: restoring the default action and re-raising are async-signal-safe. For a fault, returning
     // re-executes the faulting instruction, which now kills the process the default way.
     unsafe {

@@ -78,6 +78,12 @@ pub fn init_from_env() {
     FD.store(fd, Ordering::Relaxed);
 }
 
+/// Stops printing in this process (a forked child: the parent's printer owns the descriptor). The
+/// descriptor stays open; it is the parent's.
+pub fn detach() {
+    FD.store(-1, Ordering::Relaxed);
+}
+
 /// True when events are printed live.
 pub fn active() -> bool {
     FD.load(Ordering::Relaxed) >= 0

@@ -4,7 +4,7 @@ use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -12,6 +12,7 @@ use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::writer::TraceWriter;
 
+use crate::collector::Writer;
 use crate::config::{Config, Mode, TRACED_PARENT_VAR};
 use crate::pool::Pool;
 use crate::thread::ThreadSlot;
@@ -81,13 +82,22 @@ pub struct Runtime {
     /// The signal that ended it, if any.
     pub end_signal: AtomicU32,
     finished: AtomicBool,
+    /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
+    /// must neither finish nor write through.
+    pid: u32,
+    /// The chunks that describe the program (modules, functions, tracepoints), as written at the head of
+    /// the file and by rescans since: a forked child's trace starts with them.
+    header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
 }
 
-static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+/// The running runtime: set once at start, replaced in a forked child that records (the old one is
+/// its parent's copy and stays allocated: references to it may still be held).
+static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The running runtime, if one started in this process.
 pub fn get() -> Option<&'static Runtime> {
-    RUNTIME.get()
+    // SAFETY: RUNTIME is null or a leaked Box that is never freed.
+    unsafe { RUNTIME.load(Ordering::Acquire).as_ref() }
 }
 
 impl Runtime {
@@ -124,7 +134,11 @@ impl Runtime {
 
     /// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
     /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`.
+    /// A forked child's copy of its parent's runtime does nothing here (the parent finishes its own).
     pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) {
+        if !self.records_this_process() {
+            return;
+        }
         if self.finished.swap(true, Ordering::AcqRel) {
             // Someone else is finishing: give them time to complete before the process goes away.
             self.wait_collector(Duration::from_secs(2));
@@ -143,6 +157,11 @@ impl Runtime {
         } else {
             Duration::from_secs(30)
         });
+    }
+
+    /// False in a forked child that has not started recording on its own.
+    pub fn records_this_process(&self) -> bool {
+        self.pid == std::process::id()
     }
 
     fn wait_collector(&self, limit: Duration) {
@@ -183,6 +202,10 @@ pub fn rescan() {
     if !found.functions.is_empty() {
         chunks.push((ChunkKind::Functions, found.functions_payload()));
     }
+    rt.header
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .extend(chunks.iter().cloned());
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     if let Err(e) = xray::patch(&found) {
@@ -211,7 +234,7 @@ pub fn start_from_env(role: Role) {
         (Role::Linked, None) => crate::tracepoints::requested().is_some(),
         (Role::Linked, _) => false,
     };
-    if !go || RUNTIME.get().is_some() {
+    if !go || get().is_some() {
         return;
     }
     if let Err(e) = start(role) {
@@ -219,7 +242,9 @@ pub fn start_from_env(role: Role) {
     }
 }
 
-fn output_path(config: &Config) -> PathBuf {
+/// The trace file of this process, and whether a traced process started it (rather than `ferrotrace
+/// record`).
+fn output_path(config: &Config) -> (PathBuf, bool) {
     // A process started by a traced process writes its own file, named after its pid, so that two
     // processes never interleave bytes in one file.
     let pid = std::process::id();
@@ -237,7 +262,7 @@ fn output_path(config: &Config) -> PathBuf {
     let name = std::ffi::CString::new(TRACED_PARENT_VAR).unwrap_or_default();
     // SAFETY: called from the ELF constructor, before the program starts threads of its own.
     unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
-    path
+    (path, started_by_traced)
 }
 
 fn create_trace_file(path: &PathBuf) -> Result<File, String> {
@@ -293,14 +318,9 @@ fn estimate_tsc_hz() -> u64 {
 
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
-    let path = output_path(&config);
+    let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
-    let pool = match config.mode {
-        // The flight ring holds encoded events; the pool only needs to keep up with the collector.
-        Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size)?,
-        _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size)?,
-    };
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role, &mut known)?;
     crate::live::init_from_env();
@@ -314,6 +334,11 @@ fn start(role: Role) -> Result<(), String> {
         );
     }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
+        if started_by_traced {
+            // A program the traced one runs (a shell, a compiler...) without sleds: nothing to record,
+            // and no reason to say so or leave an empty file.
+            return Ok(());
+        }
         eprintln!(
             "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
              build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
@@ -321,54 +346,117 @@ fn start(role: Role) -> Result<(), String> {
             found.total_functions
         );
     }
+    let pool = new_pool(&config)?;
+    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
+        .module_payloads()
+        .into_iter()
+        .map(|p| (ChunkKind::Module, p))
+        .collect();
+    header.push((ChunkKind::Functions, found.functions_payload()));
+    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    let writer = open_trace(&config, &path, &header)?;
+    let rt = launch(
+        Runtime::new(config, pool, known, role, header),
+        writer,
+        path,
+        None,
+    )?;
+    exit::install(rt);
+    rt.recording.store(true, Ordering::Release);
+    xray::patch(&found)?;
+    crate::tracepoints::enable_requested();
+    Ok(())
+}
+
+fn new_pool(config: &Config) -> Result<Pool, String> {
+    match config.mode {
+        // The flight ring holds encoded events; the pool only needs to keep up with the collector.
+        Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size),
+        _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size),
+    }
+}
+
+/// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.
+fn open_trace(
+    config: &Config,
+    path: &PathBuf,
+    header: &[(ChunkKind, Vec<u8>)],
+) -> Result<Writer, String> {
     let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
-    let file = create_trace_file(&path)?;
-    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file))
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let file = create_trace_file(path)?;
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
+    let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(io)?;
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(&config, tsc_hz, start_realtime),
+            &session_payload(config, tsc_hz, start_realtime),
         )
         .map_err(io)?;
     writer
         .chunk(ChunkKind::Clock, &clock_payload())
         .map_err(io)?;
-    for payload in found.module_payloads() {
-        writer.chunk(ChunkKind::Module, &payload).map_err(io)?;
+    for (kind, payload) in header {
+        writer.chunk(*kind, payload).map_err(io)?;
     }
-    writer
-        .chunk(ChunkKind::Functions, &found.functions_payload())
-        .map_err(io)?;
-    writer
-        .chunk(ChunkKind::Tracepoints, &crate::tracepoints::assign_ids())
-        .map_err(io)?;
     writer.flush().map_err(io)?;
+    Ok(writer)
+}
 
-    let rt = Runtime {
-        config,
-        pool,
-        recording: AtomicBool::new(false),
-        registry: Mutex::new(Vec::new()),
-        known: Mutex::new(known),
-        role,
-        meta: Mutex::new(Vec::new()),
-        collector: OnceLock::new(),
-        collector_sleeping: AtomicBool::new(false),
-        finishing: AtomicBool::new(false),
-        collector_done: AtomicBool::new(false),
-        collector_ready: AtomicBool::new(false),
-        dump_requested: AtomicBool::new(false),
-        end_reason: AtomicU32::new(0),
-        end_signal: AtomicU32::new(0),
-        finished: AtomicBool::new(false),
-    };
-    if RUNTIME.set(rt).is_err() {
+impl Runtime {
+    fn new(
+        config: Config,
+        pool: Pool,
+        known: xray::Known,
+        role: Role,
+        header: Vec<(ChunkKind, Vec<u8>)>,
+    ) -> Runtime {
+        Runtime {
+            config,
+            pool,
+            recording: AtomicBool::new(false),
+            registry: Mutex::new(Vec::new()),
+            known: Mutex::new(known),
+            role,
+            meta: Mutex::new(Vec::new()),
+            collector: OnceLock::new(),
+            collector_sleeping: AtomicBool::new(false),
+            finishing: AtomicBool::new(false),
+            collector_done: AtomicBool::new(false),
+            collector_ready: AtomicBool::new(false),
+            dump_requested: AtomicBool::new(false),
+            end_reason: AtomicU32::new(0),
+            end_signal: AtomicU32::new(0),
+            finished: AtomicBool::new(false),
+            pid: std::process::id(),
+            header: Mutex::new(header),
+        }
+    }
+}
+
+/// Makes `rt` the process's runtime (in place of `replacing`, a forked child's copy of its parent's,
+/// or of none) and starts its collector; returns once the collector runs. Recording is still off.
+fn launch(
+    rt: Runtime,
+    writer: Writer,
+    path: PathBuf,
+    replacing: Option<&'static Runtime>,
+) -> Result<&'static Runtime, String> {
+    let rt: &'static Runtime = Box::leak(Box::new(rt));
+    let expected = replacing.map_or(core::ptr::null_mut(), |r| {
+        r as *const Runtime as *mut Runtime
+    });
+    if RUNTIME
+        .compare_exchange(
+            expected,
+            rt as *const Runtime as *mut Runtime,
+            Ordering::AcqRel,
+            Ordering::Acquire,
+        )
+        .is_err()
+    {
         return Err("a ferrotrace runtime is already running in this process".into());
     }
-    let rt = get().ok_or("runtime vanished")?;
     let handle = std::thread::Builder::new()
         .name("ferrotrace".into())
         .spawn(move || collector::run(rt, writer, path))
@@ -381,9 +469,44 @@ fn start(role: Role) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_micros(50));
     }
-    exit::install(rt);
-    rt.recording.store(true, Ordering::Release);
-    xray::patch(&found)?;
-    crate::tracepoints::enable_requested();
-    Ok(())
+    Ok(rt)
+}
+
+/// In a forked child, at its first traced event: starts a runtime of its own, writing `FILE.<pid>`,
+/// with the parent's settings, module map and function table (the sleds are patched already: the child
+/// has the parent's code). A child that calls `exec` first never gets here; the new image's runtime
+/// traces it instead. Prints one line and leaves the child untraced if the parent's state cannot be
+/// read (a lock held by a parent thread when it forked).
+pub fn restart_in_forked_child() {
+    let Some(parent) = get().filter(|rt| !rt.records_this_process()) else {
+        return;
+    };
+    let (Ok(header), Ok(known)) = (parent.header.try_lock(), parent.known.try_lock()) else {
+        eprintln!(
+            "ferrotrace: forked child {} not traced: the parent was changing the function table when it forked",
+            std::process::id()
+        );
+        return;
+    };
+    let (header, known) = (header.clone(), known.clone());
+    // Live output belongs to the parent's printer; the child's events go to its file only.
+    crate::live::detach();
+    let config = parent.config.clone();
+    let (path, _) = output_path(&config);
+    let started = new_pool(&config).and_then(|pool| {
+        let writer = open_trace(&config, &path, &header)?;
+        launch(
+            Runtime::new(config, pool, known, parent.role, header),
+            writer,
+            path,
+            Some(parent),
+        )
+    });
+    match started {
+        Ok(rt) => rt.recording.store(true, Ordering::Release),
+        Err(e) => eprintln!(
+            "ferrotrace: forked child {} not traced: {e}",
+            std::process::id()
+        ),
+    }
 }

@@ -145,6 +145,14 @@ fn stop_hot(h: &Hot) {
     h.cursor.store(core::ptr::null_mut(), Ordering::Relaxed);
 }
 
+/// In a forked child, on the thread that forked: its chunk and registry slot are the parent's copies.
+/// Stops its cursor and forgets the slot, so that its next event registers it with the child's own
+/// runtime.
+pub fn forget_current_thread() {
+    stop_hot(hot());
+    let _ = COLD.try_with(|cold| cold.slot.set(core::ptr::null()));
+}
+
 /// Called by `ferrotrace_slow_record` when the thread has no chunk or its chunk is full.
 pub extern "C" fn slow_path(tsc: u64, word: u64) {
     record_slow(Record { tsc, word }, &[]);
@@ -157,6 +165,9 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
             return;
         }
         cold.busy.set(true);
+        if crate::exit::take_restart_pending() {
+            runtime::restart_in_forked_child();
+        }
         if let Some(rt) = runtime::get() {
             record_with_runtime(rt, cold, rec, payload);
         }

@@ -217,7 +217,7 @@ fn read_sleds(map: u64, count: usize) -> Vec<(u64, Vec<(u64, SledKind)>)> {
 
 /// What discovery has already seen: objects by load address and the next ids to hand out. Kept by the
 /// runtime so that a rescan after `dlopen` only looks at new objects and ids stay unique.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Known {
     /// `(path, load bias)` of every object seen.
     pub objects: Vec<(PathBuf, u64)>,

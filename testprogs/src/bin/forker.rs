@@ -1,4 +1,6 @@
-//! Forks without exec: the child works and exits 0; the parent waits, works, and prints `child=STATUS`.
+//! Forks without exec, twice. The first child calls `work` 1000 times and leaves with `_exit(0)` (no
+//! `atexit` handlers); the second calls it 500 times and leaves with `std::process::exit(3)`. The parent
+//! waits for each, calls `work` 30 times in all, and prints `child=STATUS pid=PID` per child.
 use std::hint::black_box;
 
 #[inline(never)]
@@ -6,25 +8,45 @@ fn work(n: u64) -> u64 {
     black_box(n * 7)
 }
 
+/// Forks; the child runs `child` and never returns. Returns the child's pid and exit status.
+fn fork_and_wait(child: fn()) -> (i32, i32) {
+    // SAFETY: the program is single-threaded apart from the tracer's collector, which the child never
+    // touches.
+    let pid = unsafe { libc::fork() };
+    if pid == 0 {
+        child();
+        unreachable!("the child exits");
+    }
+    let mut status = 0;
+    // SAFETY: waiting for our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    (pid, libc::WEXITSTATUS(status))
+}
+
 fn main() {
     for i in 0..10 {
         work(i);
     }
-    // SAFETY: the program is single-threaded apart from the tracer's collector, which the child never
-    // touches (it only runs `work` and exits).
-    let pid = unsafe { libc::fork() };
-    if pid == 0 {
+    let first = fork_and_wait(|| {
         for i in 0..1000 {
             work(i);
         }
         // SAFETY: leaving the child without running the parent's atexit handlers twice.
         unsafe { libc::_exit(0) };
-    }
-    let mut status = 0;
-    // SAFETY: waiting for our own child.
-    unsafe { libc::waitpid(pid, &mut status, 0) };
-    for i in 0..20 {
+    });
+    for i in 0..10 {
         work(i);
     }
-    println!("child={}", libc::WEXITSTATUS(status));
+    let second = fork_and_wait(|| {
+        for i in 0..500 {
+            work(i);
+        }
+        std::process::exit(3);
+    });
+    for i in 0..10 {
+        work(i);
+    }
+    for (pid, status) in [first, second] {
+        println!("child={status} pid={pid}");
+    }
 }
