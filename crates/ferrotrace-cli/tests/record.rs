@@ -741,6 +741,34 @@ fn forked_children_write_their_own_complete_traces() {
 }
 
 #[test]
+fn live_prints_the_parent_and_leaves_no_files_of_forked_children() {
+    let child = ferrotrace()
+        .args(["live", "-F", "work", "--"])
+        .arg(testprog("forker"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let live_pid = child.id();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    assert_eq!(
+        stdout.matches("forker::work() {").count(),
+        30,
+        "the parent's calls, printed live: {stdout}"
+    );
+    let prefix = format!("ferrotrace-live-{live_pid}.data");
+    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(&prefix))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}
+
+#[test]
 fn children_without_sleds_are_left_alone() {
     let dir = scratch("shellout");
     let exe = clang_xray(&dir, "shellout", &[]);
