@@ -741,6 +741,42 @@ fn forked_children_write_their_own_complete_traces() {
 }
 
 #[test]
+fn children_forked_while_threads_run_traced_code_are_traced() {
+    let dir = scratch("forkthreads");
+    let exe = clang_xray(&dir, "forkthreads", &["-pthread"]);
+    let (out, trace) = record(&dir, &[], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("bad=0"));
+    let parent = Trace::open(&trace).expect("parent trace");
+    assert!(parent.end.is_some() && parent.truncation.is_none());
+    assert_eq!(parent.threads.len(), 5);
+    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
+    let children: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(children.len(), 20, "{children:?}");
+    for path in children {
+        let c = Trace::open(&path).expect("child trace");
+        assert!(
+            c.end.is_some() && c.truncation.is_none(),
+            "{}: complete",
+            path.display()
+        );
+        assert_eq!(c.session.ppid, parent.session.pid);
+        assert_eq!(
+            c.threads.len(),
+            1,
+            "{}: only the forking thread",
+            path.display()
+        );
+        assert_eq!(nested_counts(&c, "work"), (100, 100), "{}", path.display());
+    }
+}
+
+#[test]
 fn live_prints_the_parent_and_leaves_no_files_of_forked_children() {
     let child = ferrotrace()
         .args(["live", "-F", "work", "--"])
