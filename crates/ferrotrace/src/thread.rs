@@ -250,15 +250,14 @@ fn acquire_chunk<'a>(
             }
             return Some((i, guard));
         }
+        // No free chunk, whatever the mode: only the collector frees chunks, and the queue may still be
+        // under its wake threshold (most chunks held by threads).
+        rt.wake_collector();
         if rt.config.mode == Mode::Drop {
-            // The queue may still be under the wake threshold (most chunks held by threads): wake the
-            // collector so that chunks come back before the next periodic look.
-            rt.wake_collector();
             guard.state().lost += 1;
             return None;
         }
         wait_start.get_or_insert_with(Instant::now);
-        rt.wake_collector();
         drop(guard);
         std::thread::sleep(Duration::from_micros(20));
         guard = slot.lock();
