@@ -83,9 +83,12 @@ pub struct FuncStats {
 }
 
 impl FuncStats {
-    /// Mean frame duration (ns).
+    /// Mean frame duration (ns). The sum is converted from ticks once, min and max frame by frame: the
+    /// rounding can put their quotient 1 ns outside `[min, max]`, where the true mean never is.
     pub fn avg_ns(&self) -> u64 {
-        self.sum_ns.checked_div(self.calls).unwrap_or(0)
+        self.sum_ns
+            .checked_div(self.calls)
+            .map_or(0, |avg| avg.clamp(self.min_ns, self.max_ns.max(self.min_ns)))
     }
 
     fn merge(&mut self, o: &FuncStats) {
@@ -630,4 +633,23 @@ pub fn diff_json(base: &Trace, other: &Trace, key: SortKey, rows: &[DiffRow]) ->
             },
         })).collect::<Vec<_>>(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn average_stays_between_min_and_max_despite_rounding() {
+        // Three frames of 10.6 ns each: 11 ns apiece once rounded, 31 ns (not 33) summed.
+        let f = FuncStats {
+            calls: 3,
+            min_ns: 11,
+            max_ns: 11,
+            sum_ns: 31,
+            ..FuncStats::default()
+        };
+        assert_eq!(f.avg_ns(), 11);
+        assert_eq!(FuncStats::default().avg_ns(), 0);
+    }
 }
