@@ -5,7 +5,7 @@
 //! | variable | meaning | default |
 //! |---|---|---|
 //! | `FERROTRACE_OUTPUT` | trace file to write | `ferrotrace.data` |
-//! | `FERROTRACE_RUNTIME` | which runtime may start: `preload` (the LD_PRELOADed library) or `linked` (the copy linked into the program) | `linked` if the program links one, else `preload` |
+//! | `FERROTRACE_RUNTIME` | which runtime may start: `preload` (the LD_PRELOADed library), `linked` (the copy linked into the program) or `off` (none: set by live mode for the processes its program starts) | `linked` if the program links one, else `preload` |
 //! | `FERROTRACE_FILTER` | newline-separated regexes: trace only functions whose demangled name matches one (`-F`) | all functions |
 //! | `FERROTRACE_NOTRACE` | newline-separated regexes: never trace these (`-N`) | none |
 //! | `FERROTRACE_MODE` | `lossless`, `drop` or `flight` | `lossless` |
@@ -126,9 +126,12 @@ impl Config {
 /// The name of the environment variable that marks processes started by a traced process.
 pub const TRACED_PARENT_VAR: &str = "FERROTRACE_TRACED_PARENT";
 
+/// The variable that says which runtime may start.
+pub const RUNTIME_VAR: &str = "FERROTRACE_RUNTIME";
+
 /// Which runtime the environment asks to start, if any.
 pub fn requested_runtime() -> Option<OsString> {
-    std::env::var_os("FERROTRACE_RUNTIME")
+    std::env::var_os(RUNTIME_VAR)
 }
 
 #[cfg(test)]

@@ -56,8 +56,8 @@ struct State {
 }
 
 /// Reads `FERROTRACE_LIVE_FD` at start-up (from the runtime's constructor, before `main`): marks the
-/// descriptor close-on-exec and non-blocking and forgets the variable, so that programs this one starts
-/// do not write into the same pipe.
+/// descriptor close-on-exec and non-blocking, forgets the variable and sets `FERROTRACE_RUNTIME=off`, so
+/// that programs this one starts neither write into the same pipe nor trace at all.
 pub fn init_from_env() {
     let Some(fd) = std::env::var(LIVE_FD_VAR)
         .ok()
@@ -74,14 +74,12 @@ pub fn init_from_env() {
         libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
         let name = std::ffi::CString::new(LIVE_FD_VAR).unwrap_or_default();
         libc::unsetenv(name.as_ptr());
+        // Only this process prints: the programs it starts run untraced, rather than tracing into
+        // files nobody reads.
+        let runtime = std::ffi::CString::new(crate::config::RUNTIME_VAR).unwrap_or_default();
+        libc::setenv(runtime.as_ptr(), c"off".as_ptr(), 1);
     }
     FD.store(fd, Ordering::Relaxed);
-}
-
-/// Stops printing in this process (a forked child: the parent's printer owns the descriptor). The
-/// descriptor stays open; it is the parent's.
-pub fn detach() {
-    FD.store(-1, Ordering::Relaxed);
 }
 
 /// True when events are printed live.

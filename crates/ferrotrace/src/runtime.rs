@@ -227,6 +227,7 @@ pub enum Role {
 pub fn start_from_env(role: Role) {
     let wanted = crate::config::requested_runtime();
     let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
+        (_, Some("off")) => false,
         (Role::Preload, Some("linked")) => false,
         (Role::Preload, _) => true,
         (Role::Linked, Some("linked")) => true,
@@ -478,7 +479,9 @@ fn launch(
 /// traces it instead. Prints one line and leaves the child untraced if the parent's state cannot be
 /// read (a lock held by a parent thread when it forked).
 pub fn restart_in_forked_child() {
-    let Some(parent) = get().filter(|rt| !rt.records_this_process()) else {
+    // Live mode prints the root process's events; a child's would go to a file nobody reads.
+    let Some(parent) = get().filter(|rt| !rt.records_this_process() && !crate::live::active())
+    else {
         return;
     };
     let (Ok(header), Ok(known)) = (parent.header.try_lock(), parent.known.try_lock()) else {
@@ -489,8 +492,6 @@ pub fn restart_in_forked_child() {
         return;
     };
     let (header, known) = (header.clone(), known.clone());
-    // Live output belongs to the parent's printer; the child's events go to its file only.
-    crate::live::detach();
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
     let started = new_pool(&config).and_then(|pool| {

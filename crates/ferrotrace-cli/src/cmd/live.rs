@@ -125,23 +125,5 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
     let _ = std::fs::remove_file(&trace_file);
-    remove_child_traces(&trace_file);
     Ok(exit_code_of(status, &program))
-}
-
-/// Removes the `TRACE.<pid>` files that processes the program started or forked wrote (their events are
-/// not printed: only the program's own process prints live).
-fn remove_child_traces(trace_file: &std::path::Path) {
-    let (Some(dir), Some(name)) = (trace_file.parent(), trace_file.file_name()) else {
-        return;
-    };
-    let prefix = format!("{}.", name.to_string_lossy());
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        if entry.file_name().to_string_lossy().starts_with(&prefix) {
-            let _ = std::fs::remove_file(entry.path());
-        }
-    }
 }
