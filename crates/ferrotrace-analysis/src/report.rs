@@ -86,9 +86,9 @@ impl FuncStats {
     /// Mean frame duration (ns). The sum is converted from ticks once, min and max frame by frame: the
     /// rounding can put their quotient 1 ns outside `[min, max]`, where the true mean never is.
     pub fn avg_ns(&self) -> u64 {
-        self.sum_ns
-            .checked_div(self.calls)
-            .map_or(0, |avg| avg.clamp(self.min_ns, self.max_ns.max(self.min_ns)))
+        self.sum_ns.checked_div(self.calls).map_or(0, |avg| {
+            avg.clamp(self.min_ns, self.max_ns.max(self.min_ns))
+        })
     }
 
     fn merge(&mut self, o: &FuncStats) {

@@ -5,6 +5,30 @@
 //! with [`TscConverter`], which interpolates linearly between the first and last pair: on CPUs with an
 //! invariant TSC (constant_tsc, nonstop_tsc) this is exact to the precision of the pairs.
 
+/// Reads `clock` in nanoseconds.
+#[cfg(feature = "std")]
+fn clock_ns(clock: libc::clockid_t) -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; clock_gettime is async-signal-safe.
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// CLOCK_MONOTONIC in nanoseconds: the time base of calibration pairs (and of perf_event samples).
+#[cfg(feature = "std")]
+pub fn monotonic_ns() -> u64 {
+    clock_ns(libc::CLOCK_MONOTONIC)
+}
+
+/// CLOCK_REALTIME in nanoseconds since the epoch.
+#[cfg(feature = "std")]
+pub fn realtime_ns() -> u64 {
+    clock_ns(libc::CLOCK_REALTIME)
+}
+
 /// One calibration pair: a TSC reading and the CLOCK_MONOTONIC time taken right next to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ClockPair {

@@ -8,7 +8,8 @@
 //!   (documented for users in `docs/format.md`);
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;
-//! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs;
+//! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
+//!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
 use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
 use ferrotrace_core::format::ChunkKind;
 use framehop::x86_64::CacheX86_64;
@@ -205,16 +206,6 @@ fn find_in_path(program: &Path) -> Option<PathBuf> {
     std::env::split_paths(&path)
         .map(|d| d.join(program))
         .find(|p| p.is_file())
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: valid out pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// Interning state built while recording.
@@ -645,8 +636,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         }
     }
 
-    let start_mono = clock_ns(libc::CLOCK_MONOTONIC);
-    let start_real = clock_ns(libc::CLOCK_REALTIME);
+    let start_mono = monotonic_ns();
+    let start_real = realtime_ns();
     // Session chunk (kind 1), then the Samples header.
     let mut p = Vec::new();
     let _ = put_varint(&mut p, root_pid as u64);
@@ -804,7 +795,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             exit_code = c.wait(true);
         }
     }
-    let end_mono = clock_ns(libc::CLOCK_MONOTONIC);
+    let end_mono = monotonic_ns();
     out.flush_samples().map_err(io_err)?;
     if let Some(e) = st.write_error.take() {
         return Err(io_err(e));

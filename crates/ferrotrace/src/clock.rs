@@ -1,32 +1,13 @@
 //! Raw timestamps for the hot path and calibration pairs for the file.
 
 use ferrotrace_core::clock::ClockPair;
+pub use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
 
 /// Reads the timestamp counter. The assembly trampolines inline the same instruction.
 #[inline(always)]
 pub fn rdtsc() -> u64 {
     // SAFETY: rdtsc has no memory effects; it is available on every x86_64 CPU.
     unsafe { core::arch::x86_64::_rdtsc() }
-}
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid out-pointer; clock_gettime is async-signal-safe.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
-
-/// CLOCK_MONOTONIC in nanoseconds.
-pub fn monotonic_ns() -> u64 {
-    clock_ns(libc::CLOCK_MONOTONIC)
-}
-
-/// CLOCK_REALTIME in nanoseconds since the epoch.
-pub fn realtime_ns() -> u64 {
-    clock_ns(libc::CLOCK_REALTIME)
 }
 
 /// A calibration pair plus the wall clock, taken so that the TSC reading sits in the middle of the
