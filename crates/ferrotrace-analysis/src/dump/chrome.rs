@@ -12,9 +12,15 @@ use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
 
-fn push_ts(line: &mut String, ns: u64) {
+/// Starts the line of one event: `,\n{"ph":PH,"pid":..,"tid":..,"ts":..` (the caller closes it).
+fn push_head(line: &mut String, ph: &str, pid: u32, tid: u32, ts_ns: u64) {
     use std::fmt::Write as _;
-    let _ = write!(line, "{}.{:03}", ns / 1000, ns % 1000);
+    let _ = write!(
+        line,
+        ",\n{{\"ph\":{ph},\"pid\":{pid},\"tid\":{tid},\"ts\":{}.{:03}",
+        ts_ns / 1000,
+        ts_ns % 1000
+    );
 }
 
 /// Writes the trace as Chrome JSON; returns the read errors met.
@@ -49,23 +55,13 @@ pub fn write(
                 let name = quoted
                     .entry(id)
                     .or_insert_with(|| serde_json::Value::from(names.get(id).as_ref()).to_string());
-                line.push_str(",\n{\"ph\":\"B\",\"pid\":");
-                line.push_str(&pid.to_string());
-                line.push_str(",\"tid\":");
-                line.push_str(&tid.to_string());
-                line.push_str(",\"ts\":");
-                push_ts(&mut line, ts);
+                push_head(&mut line, "\"B\"", pid, tid, ts);
                 line.push_str(",\"name\":");
                 line.push_str(name);
                 line.push('}');
             }
             Ev::End { tid, ts, how, .. } => {
-                line.push_str(",\n{\"ph\":\"E\",\"pid\":");
-                line.push_str(&pid.to_string());
-                line.push_str(",\"tid\":");
-                line.push_str(&tid.to_string());
-                line.push_str(",\"ts\":");
-                push_ts(&mut line, ts);
+                push_head(&mut line, "\"E\"", pid, tid, ts);
                 let note = how.note();
                 if !note.is_empty() {
                     line.push_str(",\"args\":{\"end\":\"");
@@ -96,12 +92,7 @@ pub fn write(
                         .collect();
                     serde_json::Value::Object(obj)
                 });
-                line.push_str(",\n{\"ph\":\"i\",\"s\":\"t\",\"pid\":");
-                line.push_str(&pid.to_string());
-                line.push_str(",\"tid\":");
-                line.push_str(&tid.to_string());
-                line.push_str(",\"ts\":");
-                push_ts(&mut line, ts);
+                push_head(&mut line, "\"i\",\"s\":\"t\"", pid, tid, ts);
                 line.push_str(",\"name\":");
                 line.push_str(&serde_json::Value::from(name).to_string());
                 if let Some(args) = args {
