@@ -3,25 +3,11 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Command;
 use std::sync::OnceLock;
 
 use common::*;
 use serde_json::Value;
-
-fn ft(args: &[&str]) -> Output {
-    ferrotrace().args(args).output().expect("run ferrotrace")
-}
-
-fn ok(out: Output) -> String {
-    assert!(
-        out.status.success(),
-        "ferrotrace failed ({}): {}",
-        out.status,
-        text(&out.stderr)
-    );
-    text(&out.stdout)
-}
 
 /// (trace, program stdout) of `calltree`, recorded once per test binary.
 fn calltree() -> &'static (PathBuf, String) {

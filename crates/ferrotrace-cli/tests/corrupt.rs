@@ -206,12 +206,11 @@ fn truncated_trace_gives_prefix_results_and_a_warning() {
     let path = dir.join("cut.data");
     // Cut inside the last event chunk: some events remain readable.
     let cs = chunks(orig);
-    let (h, p, len) = *cs
+    let (_, p, len) = *cs
         .iter()
         .rev()
         .find(|&&(h, _, _)| orig[h] == 6)
         .expect("an events chunk");
-    let _ = h;
     std::fs::write(&path, &orig[..p + len / 2]).unwrap();
     let out = ferrotrace()
         .args(["report", "-i", path.to_str().unwrap()])

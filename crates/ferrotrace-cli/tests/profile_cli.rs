@@ -21,16 +21,7 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         text(&out.stdout).contains("calls="),
         "the program's output passes through"
     );
-    let run = |args: &[&str]| {
-        let o = ferrotrace()
-            .args(args)
-            .arg("-i")
-            .arg(&trace)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-        text(&o.stdout)
-    };
+    let run = |args: &[&str]| ok(ft(&[args, &["-i", trace.to_str().unwrap()]].concat()));
     let report: serde_json::Value = serde_json::from_str(&run(&["report", "--json"])).unwrap();
     let top = &report["functions"][0];
     assert_eq!(

@@ -182,6 +182,18 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     assert_eq!(nested_counts(&t, "fib::main"), (1, 1));
 }
 
+/// The files beside `trace` named `<its name>.<suffix>`: the traces of the processes the traced one
+/// started or forked.
+fn traces_beside(trace: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
+    std::fs::read_dir(trace.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Builds `testprogs/c/NAME.c` into `dir` with clang-16, XRay sleds in every function, and `flags`.
 fn clang_xray(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let exe = dir.join(name);
@@ -750,13 +762,7 @@ fn children_forked_while_threads_run_traced_code_are_traced() {
     let parent = Trace::open(&trace).expect("parent trace");
     assert!(parent.end.is_some() && parent.truncation.is_none());
     assert_eq!(parent.threads.len(), 5);
-    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
-    let children: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .collect();
+    let children = traces_beside(&trace);
     assert_eq!(children.len(), 20, "{children:?}");
     for path in children {
         let c = Trace::open(&path).expect("child trace");
@@ -794,14 +800,9 @@ fn live_prints_the_parent_and_leaves_no_files_of_forked_children() {
         30,
         "the parent's calls, printed live: {stdout}"
     );
-    let prefix = format!("ferrotrace-live-{live_pid}.data");
-    let left: Vec<_> = std::fs::read_dir(std::env::temp_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "{left:?}");
+    let trace = std::env::temp_dir().join(format!("ferrotrace-live-{live_pid}.data"));
+    let left = traces_beside(&trace);
+    assert!(!trace.exists() && left.is_empty(), "{left:?}");
 }
 
 #[test]
@@ -816,16 +817,7 @@ fn children_without_sleds_are_left_alone() {
         "{}",
         text(&out.stderr)
     );
-    let siblings: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .filter(|n| {
-            n.starts_with(&format!(
-                "{}.",
-                trace.file_name().unwrap().to_string_lossy()
-            ))
-        })
-        .collect();
+    let siblings = traces_beside(&trace);
     assert!(
         siblings.is_empty(),
         "no trace files for the shell: {siblings:?}"

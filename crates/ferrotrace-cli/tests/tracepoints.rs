@@ -396,16 +396,7 @@ fn tracepoints_appear_in_replay_report_and_exports_with_their_arguments() {
         &["3"],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let run = |args: &[&str]| {
-        let o = ferrotrace()
-            .args(args)
-            .arg("-i")
-            .arg(&trace)
-            .output()
-            .unwrap();
-        assert!(o.status.success(), "{args:?}: {}", text(&o.stderr));
-        text(&o.stdout)
-    };
+    let run = |args: &[&str]| ok(ft(&[args, &["-i", trace.to_str().unwrap()]].concat()));
     let replay = run(&["replay"]);
     for i in 0..3 {
         let call = format!(r#"/* tp_basic::vfs_open(path="/tmp/file{i}", flags={i}) */"#);

@@ -114,6 +114,22 @@ pub fn record(dir: &Path, opts: &[&str], program: &Path, args: &[&str]) -> (Outp
     (out, trace)
 }
 
+/// Runs `ferrotrace ARGS`.
+pub fn ft(args: &[&str]) -> Output {
+    ferrotrace().args(args).output().expect("run ferrotrace")
+}
+
+/// The standard output of a run that must have succeeded.
+pub fn ok(out: Output) -> String {
+    assert!(
+        out.status.success(),
+        "ferrotrace failed ({}): {}",
+        out.status,
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
 /// `String` of a byte slice, for assertions.
 pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
