@@ -407,17 +407,19 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
                 hot.cursor.store(cur.add(1 + slots), Ordering::Release);
             }
         } else {
-            slow(rec, slots, len, write);
+            slow(rec, slots, write);
         }
     });
 }
 
+/// Out of line: the enabled path's common case is the direct write above.
 #[cold]
-#[inline(always)]
-fn slow(rec: Record, slots: usize, _len: usize, write: impl FnOnce(*mut u8)) {
+#[inline(never)]
+fn slow(rec: Record, slots: usize, write: impl FnOnce(*mut u8)) {
     let mut buf = core::mem::MaybeUninit::<[Record; 255]>::uninit();
     let p = buf.as_mut_ptr() as *mut Record;
-    // SAFETY: `slots` <= 255 records of the buffer are zeroed, then `write` fills at most `len` bytes.
+    // SAFETY: `slots` <= 255 records of the buffer are zeroed, then `write` fills at most `slots` * 16
+    // bytes of them (the payload length it was sized for).
     let payload = unsafe {
         core::ptr::write_bytes(p, 0, slots);
         write(p as *mut u8);
