@@ -18,17 +18,16 @@ for l in "$@"; do
   libs+=("$(realpath "$l")")
 done
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/fib.sh"
 out="$root/bench/out/preload-ab"
 mkdir -p "$out"
 cd "$root"
 cargo build --release -q -p ferrotrace-cli
-(cd testprogs && CARGO_TARGET_DIR="$out/plain" RUSTFLAGS="-Cforce-frame-pointers=yes" \
-  cargo +nightly build --release -q --bin fib)
-(cd testprogs && CARGO_TARGET_DIR="$out/xray" RUSTFLAGS="-Zinstrument-xray=always -Cforce-frame-pointers=yes" \
-  cargo +nightly build --release -q --bin fib)
+build_fib "$out/plain" "-Cforce-frame-pointers=yes"
+build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
 ft="$root/target/release/ferrotrace"
-elapsed() { "$@" 2>/dev/null | sed -n 's/.*elapsed_ns=\([0-9]*\).*/\1/p'; }
-calls=$("$out/plain/release/fib" "$N" $ARG | sed -n 's/.*calls=\([0-9]*\).*/\1/p')
+elapsed() { "$@" 2>/dev/null | field elapsed_ns; }
+calls=$("$out/plain/release/fib" "$N" $ARG | field calls)
 declare -A samples
 for round in $(seq "$ROUNDS"); do
   echo "round $round/$ROUNDS ..." >&2
@@ -39,6 +38,8 @@ for round in $(seq "$ROUNDS"); do
 done
 echo "fib($N${ARG:+ $ARG}): $calls calls, $ROUNDS rounds; ns per call"
 for k in uninstrumented "${libs[@]}"; do
-  printf '%s\n' ${samples[$k]} | sort -n |
-    awk -v k="$k" -v c="$calls" '{a[NR]=$1} END {printf "%-60s median %7.2f  min %7.2f\n", k, a[int((NR+1)/2)]/c, a[1]/c}'
+  med=$(printf '%s\n' ${samples[$k]} | median)
+  min=$(printf '%s\n' ${samples[$k]} | sort -n | head -1)
+  printf '%-60s median %7.2f  min %7.2f\n' "$k" "$(echo "scale=2; $med / $calls" | bc)" \
+    "$(echo "scale=2; $min / $calls" | bc)"
 done

@@ -12,21 +12,17 @@ set -euo pipefail
 N=${1:-30}
 RUNS=${RUNS:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/fib.sh"
 out="$root/bench/out/xray"
 mkdir -p "$out"
 cd "$root"
 echo "building (release) ..." >&2
 cargo build --release -q --workspace
 ft="$root/target/release/ferrotrace"
-build() { # $1 = target dir, $2 = RUSTFLAGS
-  (cd testprogs && CARGO_TARGET_DIR="$1" RUSTFLAGS="$2" cargo +nightly build --release -q --bin fib)
-}
-build "$out/plain" "-Cforce-frame-pointers=yes"
-build "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
-build "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+build_fib "$out/plain" "-Cforce-frame-pointers=yes"
+build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
+build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
 
-median() { sort -n | awk '{a[NR]=$1} END {print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-field() { sed -n "s/.*$1=\([0-9]*\).*/\1/p"; }
 # run NAME CMD...: runs CMD once, appends the elapsed_ns of its fib computation to NAME's samples.
 # The variants run interleaved, round after round, so that a slow spell of this shared machine falls
 # on all of them rather than on whichever was running.
