@@ -169,6 +169,12 @@ pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), Stri
 
 /// Formats a duration in uftrace's 10-character style (`   1.234 us`).
 pub fn push_duration(out: &mut Vec<u8>, ns: u64) {
+    if ns == 0 {
+        // uftrace prints no number for a zero duration (`%7s %2s`): a leaf call shorter than the
+        // clock's resolution, common on CPUs where two TSC reads can land in one nanosecond.
+        out.extend_from_slice(b"          ");
+        return;
+    }
     let (div, unit) = if ns < 1_000_000 {
         (1_000u64, b" us")
     } else if ns < 1_000_000_000 {
@@ -839,7 +845,8 @@ mod tests {
             push_duration(&mut v, ns);
             String::from_utf8(v).unwrap()
         };
-        assert_eq!(f(0), "  0.000 us");
+        assert_eq!(f(0), "          ");
+        assert_eq!(f(1), "  0.001 us");
         assert_eq!(f(1234), "  1.234 us");
         assert_eq!(f(999_999), "999.999 us");
         assert_eq!(f(12_345_678), " 12.345 ms");

@@ -129,7 +129,7 @@ enum Tail<'t> {
 /// Writes `ns` like [`push_duration`]; the common sub-second case without a division loop.
 #[inline]
 fn put_duration(out: &mut Vec<u8>, ns: u64) {
-    if ns >= 1_000_000_000 {
+    if ns == 0 || ns >= 1_000_000_000 {
         return push_duration(out, ns);
     }
     let (div, unit) = if ns < 1_000_000 {
