@@ -4,8 +4,9 @@
 //!
 //! * [`record`]: the fixed 16-byte record that the traced thread's hot path writes into its chunk, and the
 //!   [`record::EventKind`]s it can carry;
-//! * [`format`](mod@format): the trace file, byte by byte: file header, typed and checksummed chunks, chunk kinds
-//!   (documented for users in `docs/format.md`);
+//! * [`format`](mod@format): the trace file, byte by byte: file header, typed, numbered and checksummed chunks,
+//!   chunk kinds (documented for users in `docs/format.md`);
+//! * [`schema`]: every chunk's payload, with its one encoder and its one decoder;
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
@@ -32,7 +33,7 @@
 //! let mut sink = SliceSink::new(&mut buf);
 //! let mut enc = EventEncoder::new(1000);
 //! for r in &records {
-//!     enc.encode(r, &[], &mut sink).unwrap();
+//!     enc.encode(r.tsc, r.kind().unwrap(), r.id(), &[], &[0; 2], &mut sink).unwrap();
 //! }
 //! let len = sink.len();
 //! assert!(len <= 8, "two events fit in {len} bytes");
@@ -47,6 +48,7 @@ pub mod clock;
 pub mod codec;
 pub mod format;
 pub mod record;
+pub mod schema;
 pub mod symbols;
 pub mod tracepoint;
 #[cfg(feature = "std")]
