@@ -42,8 +42,8 @@ pub struct SymFrame {
 struct ModuleSyms {
     /// DWARF of the module (its own, or its separate debug file's).
     dwarf: Option<addr2line::Loader>,
-    /// Function symbols, sorted by address: (start, size, mangled name).
-    symbols: Vec<(u64, u64, Arc<str>)>,
+    /// Function symbols, sorted by address, one per address.
+    symbols: Vec<FunctionSymbol>,
     /// `[file name]`, for what nothing names.
     label: Arc<str>,
     kernel: bool,
@@ -150,7 +150,9 @@ impl Symbolizer {
                 }
             }
         }
-        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        // One name per address: of aliases (`malloc`, `__libc_malloc`, `__GI___libc_malloc`), the
+        // one users know, as perf shows it.
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(alias_rank(a).cmp(&alias_rank(b))));
         symbols.dedup_by_key(|s| s.0);
         let dwarf = (has_dwarf || debug_file.is_some())
             .then(|| addr2line::Loader::new(&dwarf_path).ok())
@@ -209,19 +211,36 @@ fn unknown_frame(label: Arc<str>, kernel: bool) -> SymFrame {
     }
 }
 
-fn function_symbols(obj: &object::File<'_>) -> Vec<(u64, u64, Arc<str>)> {
+/// A function symbol: start, size, name, and whether it is global (exported).
+type FunctionSymbol = (u64, u64, Arc<str>, bool);
+
+fn function_symbols(obj: &object::File<'_>) -> Vec<FunctionSymbol> {
     obj.symbols()
         .chain(obj.dynamic_symbols())
         .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-        .filter_map(|s| Some((s.address(), s.size(), Arc::from(s.name().ok()?))))
+        .filter_map(|s| {
+            Some((
+                s.address(),
+                s.size(),
+                Arc::from(s.name().ok()?),
+                s.is_global() && !s.is_weak(),
+            ))
+        })
         .collect()
+}
+
+/// Which of several names of one address to show: a global one, then the one with the fewest leading
+/// underscores, then the shortest; the largest size wins among equals.
+fn alias_rank(s: &FunctionSymbol) -> (bool, usize, usize, std::cmp::Reverse<u64>) {
+    let underscores = s.2.len() - s.2.trim_start_matches('_').len();
+    (!s.3, underscores, s.2.len(), std::cmp::Reverse(s.1))
 }
 
 /// The symbol containing `address`: the last one starting at or before it, if the address is within
 /// its size (or it has none).
-fn symbol_at(symbols: &[(u64, u64, Arc<str>)], address: u64) -> Option<&str> {
+fn symbol_at(symbols: &[FunctionSymbol], address: u64) -> Option<&str> {
     let i = symbols.partition_point(|s| s.0 <= address);
-    let (start, size, name) = symbols.get(i.checked_sub(1)?)?;
+    let (start, size, name, _) = symbols.get(i.checked_sub(1)?)?;
     (*size == 0 || address < start + size).then_some(name)
 }
 
@@ -255,8 +274,9 @@ fn lookup(m: &ModuleSyms, address: u64) -> Vec<SymFrame> {
     }
     let symbol = symbol_at(&m.symbols, address).map(demangle);
     match (out.last_mut(), symbol) {
-        // DWARF without a name for the function: the symbol table has it.
-        (Some(last), Some(s)) if last.function.is_empty() => last.function = s.into(),
+        // The function itself is named by the symbol table, as perf names it (DWARF may give an
+        // internal alias, or nothing); DWARF names what was inlined into it.
+        (Some(last), Some(s)) => last.function = s.into(),
         (None, Some(s)) => out.push(SymFrame {
             function: s.into(),
             file: "".into(),
@@ -281,11 +301,11 @@ fn lookup(m: &ModuleSyms, address: u64) -> Vec<SymFrame> {
 
 /// Function symbols of the running kernel from `/proc/kallsyms` (empty without permission to see
 /// addresses).
-fn kallsyms() -> Vec<(u64, u64, Arc<str>)> {
+fn kallsyms() -> Vec<FunctionSymbol> {
     let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
         return Vec::new();
     };
-    let mut v: Vec<(u64, u64, Arc<str>)> = text
+    let mut v: Vec<FunctionSymbol> = text
         .lines()
         .filter_map(|line| {
             let mut it = line.split_whitespace();
@@ -294,7 +314,7 @@ fn kallsyms() -> Vec<(u64, u64, Arc<str>)> {
                 return None;
             }
             let addr = u64::from_str_radix(a, 16).ok().filter(|&a| a != 0)?;
-            Some((addr, 0, Arc::from(name)))
+            Some((addr, 0, Arc::from(name), t == "T"))
         })
         .collect();
     v.sort_by_key(|x| x.0);
@@ -323,11 +343,11 @@ mod tests {
             let d = std::fs::read(p.unwrap()).unwrap();
             function_symbols(&object::File::parse(&*d).unwrap())
         };
-        let (addr, _, _) = debug_syms
+        let addr = debug_syms
             .iter()
             .find(|s| &*s.2 == "_int_malloc")
             .expect("_int_malloc in libc's debug symbols")
-            .clone();
+            .0;
         let mut s = Symbolizer::for_modules([(1, libc.to_string(), id)]);
         let frames = s.frames(1, addr + 4);
         assert_eq!(

@@ -14,7 +14,8 @@
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
-//!   profiler.
+//!   profiler;
+//! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters.
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
 //! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
@@ -44,6 +45,8 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "std")]
+pub mod builder;
 pub mod clock;
 pub mod codec;
 pub mod format;
