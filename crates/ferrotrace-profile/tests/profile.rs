@@ -59,6 +59,13 @@ fn programs() -> &'static Path {
             .status()
             .expect("gcc runs");
         assert!(st.success(), "building nofp");
+        let st = Command::new("gcc")
+            .args(["-O2", "-fno-omit-frame-pointer", "-o"])
+            .arg(dir.join("junkfp"))
+            .arg(src.join("junkfp.c"))
+            .status()
+            .expect("gcc runs");
+        assert!(st.success(), "building junkfp");
         dir
     })
 }
@@ -273,6 +280,63 @@ fn sched_switch_gives_off_cpu_stacks() {
         .frames
         .iter()
         .any(|f| f.kernel && f.function.contains("schedule")));
+}
+
+#[test]
+fn frame_pointer_walks_into_text_are_cut_and_reported() {
+    let _g = serial();
+    let cfg = config("junkfp", &[&prog("junkfp")]);
+    let sum = profile(&cfg).unwrap();
+    assert!(sum.samples >= 20, "{sum:?}");
+    assert!(
+        sum.warnings.iter().any(|w| w.contains("without frame pointers")),
+        "{:?}",
+        sum.warnings
+    );
+    let set = read_samples(&cfg.output).unwrap();
+    // No stack holds an address that lies in no mapped object (the text read as a return address).
+    let junk: Vec<_> = set.frames.iter().filter(|f| f.function.starts_with("[unknown]")).collect();
+    assert!(junk.is_empty(), "{junk:?}");
+    assert!(report(&set).get("spin").is_some());
+}
+
+#[test]
+fn off_cpu_time_goes_to_the_stack_that_blocked() {
+    let _g = serial();
+    // The program measures the time it spends in its sleeps and writes the sum (ns) to a file.
+    let slept_file = out_file("offcpu-slept");
+    let cmd = format!("exec {} > {}", prog("sleeper"), slept_file.display());
+    let mut cfg = config("offcpu-time", &["/bin/sh", "-c", &cmd]);
+    cfg.events = vec![EventSpec::parse("off-cpu").unwrap()];
+    cfg.call_graph = CallGraph::Dwarf;
+    profile(&cfg).unwrap();
+    let slept: u64 = std::fs::read_to_string(&slept_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    assert_eq!(set.events[0].kind, ferrotrace_analysis::reader::SamplerKind::OffCpu);
+    let off: u64 = set
+        .samples
+        .iter()
+        .filter(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function.ends_with("sleeper::nap_in_known_place"))
+        })
+        .map(|s| s.weight)
+        .sum();
+    assert!(
+        off.abs_diff(slept) * 10 <= slept,
+        "off-CPU time through nap_in_known_place {off} ns, the program slept {slept} ns\n{}",
+        report(&set)
+    );
+    // The report weighs by time: the sleeping stack's total is that time.
+    let rep = report(&set);
+    assert!(rep.weighs_time);
+    let nap = rep.get("sleeper::nap_in_known_place").unwrap();
+    assert_eq!(nap.total_weight, off);
 }
 
 #[test]
