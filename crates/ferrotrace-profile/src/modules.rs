@@ -305,7 +305,7 @@ pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
     let code = code
         .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
         .unwrap_or(code); // endbr64
-    // `push rbp`, then `mov rbp, rsp` among the next few instructions (gcc may schedule others
-    // between them).
+                          // `push rbp`, then `mov rbp, rsp` among the next few instructions (gcc may schedule others
+                          // between them).
     Some(code.starts_with(&[0x55]) && code[1..16].windows(3).any(|w| w == [0x48, 0x89, 0xe5]))
 }

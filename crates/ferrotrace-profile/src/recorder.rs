@@ -375,7 +375,8 @@ impl State {
                 let Some(t) = body.len().checked_sub(32).map(|at| &body[at..]) else {
                     return;
                 };
-                let word = |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().unwrap_or_default());
+                let word =
+                    |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().unwrap_or_default());
                 let tid = (word(0) >> 32) as u32;
                 self.switch_in(tid, word(8), out);
             }
@@ -799,7 +800,11 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         stack_ids: HashMap::new(),
         id_to_event,
         event_weight,
-        off_cpu_event: cfg.events.iter().position(EventSpec::is_off_cpu).map(|i| i as u32),
+        off_cpu_event: cfg
+            .events
+            .iter()
+            .position(EventSpec::is_off_cpu)
+            .map(|i| i as u32),
         switched_out: HashMap::new(),
         switched_in: HashMap::new(),
         event_regs: cfg
@@ -837,7 +842,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);
             for &tid in &tids {
-                st.threads.insert(tid, (root_pid, thread_comm(root_pid, tid)));
+                st.threads
+                    .insert(tid, (root_pid, thread_comm(root_pid, tid)));
             }
             for ev in &events {
                 perf::enable(ev)?;
