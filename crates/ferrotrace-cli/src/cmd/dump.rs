@@ -1,6 +1,5 @@
 //! `ferrotrace dump`.
 
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -52,7 +51,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
             Format::Perfetto => {
                 let mut buf = Vec::new();
                 super::samples::perfetto(&set, !a.uncompressed, &mut buf)
-                    .map_err(super::write_err)?;
+                    .map_err(|e| format!("cannot encode the samples: {e}"))?;
                 buf
             }
             Format::Uftrace | Format::Chrome => {
@@ -89,13 +88,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         eprintln!("ferrotrace: wrote uftrace data to {}", dir.display());
         errs
     } else {
-        let mut out: Box<dyn Write> = match &a.output {
-            Some(p) => Box::new(BufWriter::with_capacity(
-                1 << 16,
-                std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            )),
-            None => Box::new(BufWriter::with_capacity(1 << 16, std::io::stdout().lock())),
-        };
+        let mut out = super::Output::to(a.output.as_deref())?;
         let r = match a.format {
             Format::Chrome => dump::chrome::write(&trace, &mut out, &mut progress),
             Format::Perfetto => dump::perfetto::write(
@@ -109,8 +102,8 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
             Format::Folded => dump::folded::write(&trace, &mut out, &mut progress),
             Format::Uftrace | Format::Firefox => unreachable!("handled above"),
         };
-        let errs = r.map_err(super::write_err)?;
-        out.flush().map_err(super::write_err)?;
+        let errs = r.map_err(|e| out.error(e))?;
+        out.finish()?;
         errs
     };
     Ok(super::finish(&trace, &errors))

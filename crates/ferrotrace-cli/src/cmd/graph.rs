@@ -1,6 +1,5 @@
 //! `ferrotrace graph`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -36,9 +35,8 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         Some(f) => format!("/{f}/"),
         None => "the whole program".to_string(),
     };
-    std::io::stdout()
-        .lock()
-        .write_all(to_text(&cct, &what).as_bytes())
-        .map_err(super::write_err)?;
+    let mut out = super::Output::stdout();
+    out.print(&to_text(&cct, &what))?;
+    out.finish()?;
     Ok(super::finish(&trace, &cct.errors))
 }

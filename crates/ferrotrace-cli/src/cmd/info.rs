@@ -21,6 +21,7 @@ pub struct InfoArgs {
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
     let trace = Trace::open(&args.input).map_err(|e| e.to_string())?;
+    let mut out = super::Output::stdout();
     if let Some(set) = super::samples::load(&trace)? {
         if args.json {
             let mut j = super::samples::report_json(&set);
@@ -31,18 +32,20 @@ pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
                 .iter()
                 .map(|t| serde_json::json!({"tid": t.tid, "name": t.name}))
                 .collect();
-            println!("{j}");
+            out.print(&format!("{j}\n"))?;
         } else {
-            print!("{}", super::samples::info_text(&set, trace.file_len));
+            out.print(&super::samples::info_text(&set, trace.file_len))?;
         }
+        out.finish()?;
         return Ok(super::finish(&trace, &[]));
     }
     let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
     if args.json {
-        println!("{}", summary.to_json());
+        out.print(&format!("{}\n", summary.to_json()))?;
     } else {
-        print!("{}", summary.to_text());
+        out.print(&summary.to_text())?;
     }
+    out.finish()?;
     if let Some((off, why)) = &summary.truncated {
         eprintln!(
             "ferrotrace: {}: truncated at byte {off} ({why}); showed the readable prefix",

@@ -47,12 +47,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 

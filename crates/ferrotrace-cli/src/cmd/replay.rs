@@ -1,7 +1,6 @@
 //! `ferrotrace replay`.
 
 use std::collections::HashMap;
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -91,11 +90,10 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
             HashMap::new()
         },
     };
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = super::Output::stdout();
     let mut progress = Progress::new("replay", trace.event_count());
-    let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(super::write_err)?;
-    out.flush().map_err(super::write_err)?;
+    let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(|e| out.error(e))?;
+    out.finish()?;
     drop(progress);
     Ok(super::finish(&trace, &errors))
 }

@@ -1,7 +1,6 @@
 //! `ferrotrace report`.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -53,7 +52,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let mut progress = Progress::new("report", trace.event_count());
     let report = Report::with_progress(&trace, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
-    let mut out = std::io::stdout().lock();
+    let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
         let other = super::open(other_path)?;
         let mut progress = Progress::new("report", other.event_count());
@@ -62,11 +61,11 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         drop(progress);
         let rows = diff(&report, &other_report, a.sort);
         if a.json {
-            writeln!(out, "{}", diff_json(&trace, &other, a.sort, &rows))
-                .map_err(super::write_err)?;
+            out.print(&format!("{}\n", diff_json(&trace, &other, a.sort, &rows)))?;
         } else {
-            write!(out, "{}", diff_text(&rows)).map_err(super::write_err)?;
+            out.print(&diff_text(&rows))?;
         }
+        out.finish()?;
         let c1 = super::finish(&trace, &report.errors);
         let c2 = super::finish(&other, &other_report.errors);
         return Ok(if c1 == ExitCode::SUCCESS { c2 } else { c1 });
@@ -77,10 +76,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         HashMap::new()
     };
     if a.json {
-        writeln!(out, "{}", report.to_json(&trace, a.sort, a.threads, &lines))
-            .map_err(super::write_err)?;
+        out.print(&format!(
+            "{}\n",
+            report.to_json(&trace, a.sort, a.threads, &lines)
+        ))?;
     } else {
-        write!(out, "{}", report.to_text(a.sort, a.threads, &lines)).map_err(super::write_err)?;
+        out.print(&report.to_text(a.sort, a.threads, &lines))?;
     }
+    out.finish()?;
     Ok(super::finish(&trace, &report.errors))
 }

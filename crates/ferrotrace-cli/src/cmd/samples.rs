@@ -18,17 +18,13 @@ pub fn load(trace: &Trace) -> Result<Option<SampleSet>, String> {
 /// Writes `bytes` to `output`, or to stdout.
 pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
     use std::io::Write;
-    match output {
-        Some(p) => {
-            std::fs::write(p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
-            eprintln!("ferrotrace: wrote {}", p.display());
-            Ok(())
-        }
-        None => std::io::stdout()
-            .lock()
-            .write_all(bytes)
-            .map_err(super::write_err),
+    let mut out = super::Output::to(output)?;
+    out.write_all(bytes).map_err(|e| out.error(e))?;
+    out.finish()?;
+    if let Some(p) = output {
+        eprintln!("ferrotrace: wrote {}", p.display());
     }
+    Ok(())
 }
 
 /// One JSON object for `report --json` on samples: `{"samples": N, "functions": [{"function", "self",

@@ -1,0 +1,251 @@
+//! The command line itself: arguments, where output goes and what happens when it cannot go there, on
+//! traces of real instrumented programs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use common::*;
+
+/// A trace of `fib 15`, recorded once per test binary.
+fn fib_trace() -> &'static PathBuf {
+    static T: OnceLock<PathBuf> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = scratch("cli_fib");
+        let (out, trace) = record(&dir, &[], &testprog("fib"), &["15"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        trace
+    })
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Every command that prints to standard output, with its arguments.
+fn printing_commands(trace: &Path) -> Vec<Vec<String>> {
+    let t = p(trace).to_string();
+    let fib = p(&testprog("fib")).to_string();
+    let with = |args: &[&str]| {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        if v[0] != "list" {
+            v.extend(["-i".to_string(), t.clone()]);
+        }
+        v
+    };
+    vec![
+        vec!["list".into(), fib.clone()],
+        vec!["list".into(), "--json".into(), fib],
+        with(&["info"]),
+        with(&["info", "--json"]),
+        with(&["replay"]),
+        with(&["replay", "-D", "2"]),
+        with(&["report"]),
+        with(&["report", "--json"]),
+        with(&["graph"]),
+        with(&["flame", "--folded"]),
+        with(&["dump", "--format", "chrome"]),
+        with(&["dump", "--format", "perfetto"]),
+        with(&["dump", "--format", "folded"]),
+    ]
+}
+
+#[test]
+fn every_command_ends_quietly_when_its_reader_goes_away() {
+    let trace = fib_trace();
+    for args in printing_commands(trace) {
+        let mut child = ferrotrace()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ferrotrace");
+        drop(child.stdout.take()); // the reader is gone before the first write
+        let out = child.wait_with_output().expect("wait");
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "ferrotrace {args:?} with its reader gone: {} {}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_command_says_what_it_could_not_write_on_a_full_disk() {
+    let trace = fib_trace();
+    for args in printing_commands(trace) {
+        let out = ferrotrace()
+            .args(&args)
+            .stdout(std::fs::File::create("/dev/full").expect("/dev/full"))
+            .output()
+            .expect("run ferrotrace");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "ferrotrace {args:?}: {err}");
+        assert!(
+            err.contains("cannot write standard output: No space left on device")
+                && !err.contains("panicked"),
+            "ferrotrace {args:?} > /dev/full: {err}"
+        );
+    }
+    for args in [
+        vec!["flame", "-o", "/dev/full"],
+        vec!["flame", "--folded", "-o", "/dev/full"],
+        vec!["dump", "--format", "chrome", "-o", "/dev/full"],
+        vec!["dump", "--format", "perfetto", "-o", "/dev/full"],
+    ] {
+        let out = ft(&[&args[..], &["-i", p(trace)]].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "ferrotrace {args:?}: {err}");
+        assert!(
+            err.contains("cannot write /dev/full: No space left on device"),
+            "ferrotrace {args:?}: {err}"
+        );
+    }
+}
+
+/// How many `read` system calls `ferrotrace ARGS` makes on the trace file, with standard output a pipe
+/// whose reader takes `lines` lines (all if `None`) and leaves.
+fn trace_reads(args: &[&str], trace: &Path, lines: Option<usize>, dir: &Path) -> usize {
+    use std::io::BufRead;
+    let log = dir.join("strace.log");
+    let mut child = Command::new("strace")
+        .args(["-f", "-e", "trace=openat,read", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("strace (scripts/setup.sh installs it)");
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut taken = 0;
+    while lines.is_none_or(|n| taken < n) && reader.read_line(&mut line).unwrap_or(0) > 0 {
+        taken += 1;
+        line.clear();
+    }
+    drop(reader);
+    assert!(child.wait().expect("wait").success());
+    // The descriptor the trace was opened on, then its reads.
+    let log = std::fs::read_to_string(&log).expect("strace log");
+    let name = format!("\"{}\"", p(trace));
+    let fds: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("openat(") && l.contains(&name))
+        .filter_map(|l| l.rsplit("= ").next().map(str::to_string))
+        .collect();
+    assert!(!fds.is_empty(), "the trace was never opened:\n{log}");
+    log.lines()
+        .filter(|l| {
+            fds.iter()
+                .any(|fd| l.contains(&format!("read({fd},")) && !l.contains("= 0"))
+        })
+        .count()
+}
+
+#[test]
+fn replay_ends_when_its_reader_stops_taking_output() {
+    // Deep recursion: a depth limit leaves a few lines early in the trace and none after, so only the
+    // reader's going away can end the replay early.
+    let dir = scratch("replay_reader_gone");
+    let (out, trace) = record(&dir, &[], &testprog("fib"), &["25"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let args = ["replay", "-D", "3", "-i", p(&trace)];
+    let whole = trace_reads(&args, &trace, None, &dir);
+    let head = trace_reads(&args, &trace, Some(2), &dir);
+    assert!(
+        head * 4 < whole * 3,
+        "replay -D 3 | head read {head} times from the trace, the whole replay {whole}"
+    );
+}
+
+#[test]
+fn options_before_the_program_are_checked_and_those_after_it_are_the_programs() {
+    let dir = scratch("unknown_option");
+    let fib = testprog("fib");
+    let trace = dir.join("t.data");
+    for cmd in [
+        &["record", "-o", p(&trace), "--alloc", "--"][..],
+        &["live", "--trace", "x", "--alloc", "--"],
+        &["profile", "-o", p(&trace), "--alloc", "--"],
+    ] {
+        let out = ferrotrace()
+            .args(cmd)
+            .arg(&fib)
+            .arg("5")
+            .current_dir(&dir)
+            .output()
+            .expect("run ferrotrace");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("unexpected argument '--alloc'"),
+            "{cmd:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{cmd:?} ran the program");
+        assert!(!trace.exists(), "{cmd:?} wrote a trace");
+    }
+    // After the program's name everything is the program's, options included, with or without `--`.
+    for cmd in [
+        &["record", "-o", p(&trace)][..],
+        &["record", "-o", p(&trace), "--"],
+    ] {
+        let out = ferrotrace()
+            .args(cmd)
+            .arg(&fib)
+            .args(["12", "-o", "--alloc"])
+            .current_dir(&dir)
+            .output()
+            .expect("run ferrotrace");
+        assert!(out.status.success(), "{cmd:?}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("result=144"));
+        let info = ok(ft(&["info", "--json", "-i", p(&trace)]));
+        assert!(info.contains("\"-o\",\"--alloc\""), "{info}");
+    }
+}
+
+#[test]
+fn reversed_time_range_is_an_error() {
+    let out = ft(&["replay", "--time-range", "5ms~1ms", "-i", p(fib_trace())]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ends before it starts"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn dumps_refuse_an_output_in_a_missing_directory_alike() {
+    let dir = scratch("dump_missing_dir");
+    let missing = dir.join("missing/sub");
+    for format in ["uftrace", "chrome", "perfetto", "folded"] {
+        let target = missing.join("out");
+        let out = ft(&[
+            "dump",
+            "--format",
+            format,
+            "-o",
+            p(&target),
+            "-i",
+            p(fib_trace()),
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{format}: {err}");
+        assert!(err.contains("No such file or directory"), "{format}: {err}");
+        assert!(!dir.join("missing").exists(), "{format} made the directory");
+    }
+    // The uftrace directory itself is made in a parent that exists.
+    let target = dir.join("u");
+    ok(ft(&[
+        "dump",
+        "--format",
+        "uftrace",
+        "-o",
+        p(&target),
+        "-i",
+        p(fib_trace()),
+    ]));
+    assert!(target.join("info").is_file());
+}
