@@ -43,8 +43,10 @@ pub struct BinaryTracepoint {
 /// An XRay-instrumented function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BinaryFunction {
-    /// XRay function id (1-based, map order).
-    pub id: u32,
+    /// XRay function id: 1-based, in the object's map order, as `llvm-xray extract` numbers them. Not
+    /// the id a trace gives the function: a trace numbers only the functions it selected, across
+    /// every object it loaded (the `id` of `report --json`).
+    pub xray_id: u32,
     /// Link-time address.
     pub address: u64,
     /// Demangled name without hash.
@@ -179,7 +181,7 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
                 continue;
             }
             out.functions.push(BinaryFunction {
-                id: index as u32 + 1,
+                xray_id: index as u32 + 1,
                 address: func,
                 name: crate::reader::demangle(&mangled),
                 mangled,

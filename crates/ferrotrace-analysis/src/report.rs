@@ -30,7 +30,7 @@
 //! }
 //! FUNCTION = {
 //!   "name": "crate::module::function",   // demangled, hash stripped
-//!   "id": N,                              // function id in the trace
+//!   "id": N,                              // the trace's function id (not list's xray_id)
 //!   "calls": N, "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!   "unwound": N,                 // frames closed by a panic unwinding
 //!   "still_running": N,           // frames open at the end of the trace

@@ -249,3 +249,42 @@ fn dumps_refuse_an_output_in_a_missing_directory_alike() {
     ]));
     assert!(target.join("info").is_file());
 }
+
+#[test]
+fn list_numbers_functions_as_llvm_xray_does_and_calls_that_number_xray_id() {
+    let fib = testprog("fib");
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["list", "--json", "--functions", p(&fib)]))).unwrap();
+    let functions = list["functions"].as_array().expect("functions");
+    assert!(functions.len() > 5);
+    // llvm-xray's own numbering: `- { id: N, address: ..., function: 0xADDR, kind: ...`.
+    let extract = Command::new("llvm-xray")
+        .args(["extract", p(&fib)])
+        .output()
+        .expect("llvm-xray (package llvm)");
+    assert!(extract.status.success(), "{}", text(&extract.stderr));
+    let mut by_id = std::collections::HashMap::new();
+    for line in text(&extract.stdout).lines() {
+        let field = |k: &str| {
+            line.split(&format!("{k}: "))
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .map(str::to_string)
+        };
+        if let (Some(id), Some(function)) = (field("id"), field("function")) {
+            by_id.insert(id.parse::<u64>().unwrap(), function.to_lowercase());
+        }
+    }
+    for f in functions {
+        assert!(
+            f.get("id").is_none(),
+            "list still calls its number \"id\": {f}"
+        );
+        let xray_id = f["xray_id"].as_u64().expect("xray_id");
+        assert_eq!(
+            by_id.get(&xray_id).map(String::as_str),
+            f["address"].as_str(),
+            "{f}"
+        );
+    }
+}

@@ -12,7 +12,8 @@ use crate::elf;
 /// Arguments of `ferrotrace list`.
 #[derive(Args)]
 pub struct ListArgs {
-    /// Print one JSON object instead of text
+    /// Print one JSON object instead of text. Functions carry `xray_id`, their XRay id in the file
+    /// (llvm-xray's numbering), which is not the `id` a trace gives the functions it selected
     #[arg(long)]
     json: bool,
     /// Only tracepoints
@@ -65,7 +66,7 @@ pub fn run(args: ListArgs) -> Result<ExitCode, String> {
                 .iter()
                 .map(|f| {
                     serde_json::json!({
-                        "id": f.id,
+                        "xray_id": f.xray_id,
                         "name": f.name,
                         "mangled": f.mangled,
                         "address": format!("{:#x}", f.address),
