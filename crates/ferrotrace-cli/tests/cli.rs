@@ -288,3 +288,40 @@ fn list_numbers_functions_as_llvm_xray_does_and_calls_that_number_xray_id() {
         );
     }
 }
+
+#[test]
+fn chrome_dump_says_how_big_it_will_be_and_where_a_smaller_form_is() {
+    let dir = scratch("chrome_size");
+    let json = dir.join("t.json");
+    let out = ft(&[
+        "dump",
+        "--format",
+        "chrome",
+        "-i",
+        p(fib_trace()),
+        "-o",
+        p(&json),
+    ]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // "Chrome JSON of N events will take about 407.4 kB; --format perfetto ..."
+    let about = err
+        .split("will take about ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap_or_else(|| panic!("no size estimate: {err}"));
+    assert!(err.contains("--format perfetto"), "{err}");
+    let (number, unit) = about.split_once(' ').expect("N UNIT");
+    let scale = match unit {
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        _ => panic!("unit {unit}"),
+    };
+    let estimate = number.parse::<f64>().unwrap() * scale;
+    let actual = std::fs::metadata(&json).unwrap().len() as f64;
+    assert!(
+        estimate > actual / 1.5 && estimate < actual * 1.5,
+        "estimated {estimate} bytes, wrote {actual}"
+    );
+}

@@ -88,6 +88,15 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         eprintln!("ferrotrace: wrote uftrace data to {}", dir.display());
         errs
     } else {
+        if let Format::Chrome = a.format {
+            // ~60 bytes per event: say so before writing gigabytes, and where a smaller form is.
+            eprintln!(
+                "ferrotrace: Chrome JSON of {} events will take about {}; --format perfetto writes \
+                 them in about 1 byte each",
+                trace.event_count(),
+                human_bytes(dump::chrome::estimated_bytes(&trace))
+            );
+        }
         let mut out = super::Output::to(a.output.as_deref())?;
         let r = match a.format {
             Format::Chrome => dump::chrome::write(&trace, &mut out, &mut progress),
@@ -107,4 +116,20 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         errs
     };
     Ok(super::finish(&trace, &errors))
+}
+
+/// `1.5 GB`, `320 MB`, `12 kB`: decimal units, as `ls -h --si` and disk sizes.
+fn human_bytes(n: u64) -> String {
+    let mut v = n as f64;
+    for unit in ["bytes", "kB", "MB", "GB"] {
+        if v < 1000.0 {
+            return if unit == "bytes" {
+                format!("{n} bytes")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+        v /= 1000.0;
+    }
+    format!("{v:.1} TB")
 }
