@@ -325,3 +325,45 @@ fn chrome_dump_says_how_big_it_will_be_and_where_a_smaller_form_is() {
         "estimated {estimate} bytes, wrote {actual}"
     );
 }
+
+#[test]
+fn record_summary_and_info_count_the_same_events_when_events_were_lost() {
+    let dir = scratch("drop_counts");
+    let trace = dir.join("trace.data");
+    // As in record.rs's drop-mode test: one CPU, two 4 KiB chunks, so the program outruns the collector
+    // and the trace holds markers of lost events.
+    let out = Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env("FERROTRACE_PRELOAD", preload())
+        .args([
+            "record",
+            "--mode",
+            "drop",
+            "--buffer-size",
+            "8K",
+            "--chunk-size",
+            "4K",
+        ])
+        .args(["-F", "^fib::fib$", "-o", p(&trace), "--"])
+        .arg(testprog("fib"))
+        .arg("24")
+        .output()
+        .expect("run");
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // "ferrotrace: wrote PATH: N events from ..."
+    let summary: u64 = err
+        .split(".data: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no event count in: {err}"));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["info", "--json", "-i", p(&trace)]))).unwrap();
+    assert!(
+        info["lost"].as_u64().unwrap() > 0,
+        "the tiny buffer lost events"
+    );
+    assert_eq!(info["events"].as_u64(), Some(summary), "{err}\n{info}");
+}
