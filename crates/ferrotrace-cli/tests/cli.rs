@@ -367,3 +367,75 @@ fn record_summary_and_info_count_the_same_events_when_events_were_lost() {
     );
     assert_eq!(info["events"].as_u64(), Some(summary), "{err}\n{info}");
 }
+
+#[test]
+fn selections_that_match_nothing_say_so_and_why() {
+    let dir = scratch("selects_nothing");
+    let prog = testprog("inlined");
+    let run = |opts: &[&str]| {
+        let (out, _) = record(&dir, opts, &prog, &["10"]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{opts:?}: {err}");
+        assert!(text(&out.stdout).starts_with("sum="));
+        err
+    };
+    // A function inlined into its callers has no sled: say so, and that the build is fine.
+    let err = run(&["-F", "json_phase"]);
+    assert!(
+        err.contains("-F 'json_phase' matched no traced function: inlined::json_phase, ")
+            && err.contains("inlined into their callers (no sled): mark them #[inline(never)]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("-F/-N selected none of the") && !err.contains("RUSTFLAGS"),
+        "{err}"
+    );
+    // A pattern that names nothing at all.
+    let err = run(&["-F", "no_such_function_xyz"]);
+    assert!(
+        err.contains(
+            "-F 'no_such_function_xyz' matched no traced function (nor a function inlined away)"
+        ),
+        "{err}"
+    );
+    // One pattern matches, the other does not: only the other is named.
+    let err = run(&["-F", "kept_phase", "-F", "json_phase"]);
+    assert!(!err.contains("'kept_phase' matched no"), "{err}");
+    assert!(
+        err.contains("'json_phase' matched no traced function"),
+        "{err}"
+    );
+    assert!(!err.contains("selected none"), "{err}");
+    // Tracepoint globs that select nothing.
+    let (out, _) = record(&dir, &["--trace", "nomatch*"], &testprog("tp_basic"), &[]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'nomatch*' selects none of the"),
+        "{err}"
+    );
+}
+
+#[test]
+fn srcline_says_when_the_binary_has_no_line_information() {
+    let dir = scratch("srcline_no_debug");
+    // A copy of fib without debug info, traced.
+    let stripped = dir.join("fib");
+    std::fs::copy(testprog("fib"), &stripped).unwrap();
+    let strip = Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&stripped)
+        .status()
+        .expect("strip (binutils)");
+    assert!(strip.success());
+    let (out, trace) = record(&dir, &["-F", "^fib::"], &stripped, &["5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for cmd in ["report", "replay"] {
+        let out = ft(&[cmd, "--srcline", "-i", p(&trace)]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("--srcline:") && err.contains("no line information"),
+            "{cmd}: {err}"
+        );
+    }
+}

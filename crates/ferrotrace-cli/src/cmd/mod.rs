@@ -23,6 +23,16 @@ pub fn open(path: &Path) -> Result<Trace, String> {
     Trace::open(path).map_err(|e| e.to_string())
 }
 
+/// `--srcline`: `file:line` by function id, with one warning for each module whose lines cannot be
+/// read (a column that stays empty must say why).
+pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, String> {
+    let found = ferrotrace_analysis::srcline::lookup(trace).map_err(|e| e.to_string())?;
+    for why in &found.unavailable {
+        eprintln!("ferrotrace: warning: --srcline: {why}");
+    }
+    Ok(found.lines)
+}
+
 /// Warns about a truncated trace or read errors after the results were printed; returns the exit code
 /// (1 when the results cover only part of the trace).
 pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {

@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
-use ferrotrace_analysis::srcline;
 use regex_lite::Regex;
 
 /// Arguments of `ferrotrace replay`.
@@ -85,7 +84,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
             .transpose()?
             .unwrap_or_default(),
         srclines: if a.srcline {
-            srcline::lookup(&trace).map_err(|e| e.to_string())?
+            super::srclines(&trace)?
         } else {
             HashMap::new()
         },

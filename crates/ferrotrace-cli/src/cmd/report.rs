@@ -7,7 +7,6 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
-use ferrotrace_analysis::srcline;
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
@@ -71,7 +70,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         return Ok(if c1 == ExitCode::SUCCESS { c2 } else { c1 });
     }
     let lines: HashMap<u32, String> = if a.srcline {
-        srcline::lookup(&trace).map_err(|e| e.to_string())?
+        super::srclines(&trace)?
     } else {
         HashMap::new()
     };
