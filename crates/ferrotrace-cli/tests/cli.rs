@@ -439,3 +439,63 @@ fn srcline_says_when_the_binary_has_no_line_information() {
         );
     }
 }
+
+#[test]
+fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
+    let dir = scratch("two_statics");
+    let exe = dir.join("twostatics");
+    let src = repo().join("testprogs/c/twostatics");
+    let status = Command::new("clang-16")
+        .args([
+            "-O2",
+            "-g",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src.join("a.c"))
+        .arg(src.join("b.c"))
+        .status()
+        .expect("clang-16");
+    assert!(status.success());
+    let (out, trace) = record(&dir, &[], &exe, &["3", "5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["report", "--json", "-i", p(&trace)]))).unwrap();
+    let rows = report["functions"].as_array().unwrap();
+    let mut names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "two rows with one name: {names:?}");
+    // Both helpers, each with its own calls and its address (as nm shows it) in the name.
+    let nm = text(
+        &Command::new("nm")
+            .arg(&exe)
+            .output()
+            .expect("nm (binutils)")
+            .stdout,
+    );
+    let mut helpers: Vec<(String, u64)> = rows
+        .iter()
+        .filter(|r| r["name"].as_str().unwrap().starts_with("helper ["))
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    helpers.sort_by_key(|h| h.1);
+    assert_eq!(helpers.len(), 2, "{names:?}");
+    assert_eq!((helpers[0].1, helpers[1].1), (3, 5));
+    for (name, _) in &helpers {
+        let addr = name.trim_start_matches("helper [@0x").trim_end_matches(']');
+        assert!(
+            nm.lines()
+                .any(|l| l.ends_with(" t helper") && l.trim_start_matches('0').starts_with(addr)),
+            "{name} is not a helper's address in nm:\n{nm}"
+        );
+    }
+}
