@@ -28,6 +28,18 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .as_deref()
         .map(|r| Regex::new(r).map_err(|e| format!("bad function regex {r:?}: {e}")))
         .transpose()?;
+    let mut out = super::Output::stdout();
+    if let Some(set) = super::samples(&trace)? {
+        out.print(&ferrotrace_analysis::samples::graph_text(
+            &set,
+            focus.as_ref(),
+        ))?;
+        if !trace.has_function_events() {
+            out.finish()?;
+            return Ok(super::finish(&trace, &[]));
+        }
+        out.print("\n")?;
+    }
     let mut progress = Progress::new("graph", trace.event_count());
     let cct = Cct::build(&trace, focus.as_ref(), &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
@@ -35,7 +47,6 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         Some(f) => format!("/{f}/"),
         None => "the whole program".to_string(),
     };
-    let mut out = super::Output::stdout();
     out.print(&to_text(&cct, &what))?;
     out.finish()?;
     Ok(super::finish(&trace, &cct.errors))

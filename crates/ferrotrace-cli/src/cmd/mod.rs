@@ -10,13 +10,13 @@ pub mod profile;
 pub mod record;
 pub mod replay;
 pub mod report;
-pub mod samples;
 
 use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_analysis::samples::SampleSet;
 
 /// Opens a trace; errors become the one-line message `main` prints.
 pub fn open(path: &Path) -> Result<Trace, String> {
@@ -37,6 +37,13 @@ pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>,
 /// (1 when the results cover only part of the trace).
 pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
+    for p in &trace.problems {
+        eprintln!(
+            "ferrotrace: warning: {}: {p}; results may not be what was recorded",
+            trace.path().display()
+        );
+        code = ExitCode::from(1);
+    }
     if let Some(t) = &trace.truncation {
         eprintln!(
             "ferrotrace: warning: {}: truncated at byte {} of {} ({}); results cover the readable prefix",
@@ -144,4 +151,20 @@ fn reader_gone(fd: libc::c_int) -> bool {
     // SAFETY: one valid pollfd, no waiting.
     let n = unsafe { libc::poll(&mut p, 1, 0) };
     n == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
+/// The samples of `trace`, `None` when it holds none.
+pub fn samples(trace: &Trace) -> Result<Option<SampleSet>, String> {
+    SampleSet::load(trace).map_err(|e| e.to_string())
+}
+
+/// Writes `bytes` to `output`, or to stdout.
+pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
+    let mut out = Output::to(output)?;
+    out.write_all(bytes).map_err(|e| out.error(e))?;
+    out.finish()?;
+    if let Some(p) = output {
+        eprintln!("ferrotrace: wrote {}", p.display());
+    }
+    Ok(())
 }

@@ -1,6 +1,7 @@
 //! `ferrotrace replay`.
 
 use std::collections::HashMap;
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -90,6 +91,15 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
         },
     };
     let mut out = super::Output::stdout();
+    if let Some(set) = super::samples(&trace)? {
+        ferrotrace_analysis::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
+            .map_err(|e| out.error(e))?;
+        if !trace.has_function_events() {
+            out.finish()?;
+            return Ok(super::finish(&trace, &[]));
+        }
+        writeln!(out).map_err(|e| out.error(e))?;
+    }
     let mut progress = Progress::new("replay", trace.event_count());
     let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(|e| out.error(e))?;
     out.finish()?;
