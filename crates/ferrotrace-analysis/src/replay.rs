@@ -877,9 +877,11 @@ mod tests {
         );
         assert_eq!(parse_time_range("~", 0).unwrap(), (0, u64::MAX));
         assert_eq!(
-            parse_time_range("12.5~13", 0).unwrap(),
-            (12_500_000_000, 13)
+            parse_time_range("12.5~13000000000", 0).unwrap(),
+            (12_500_000_000, 13_000_000_000)
         );
         assert!(parse_time_range("5", 0).is_err());
+        assert!(parse_time_range("5ms~1ms", 0).is_err());
+        assert!(parse_time_range("12.5~13", 0).is_err()); // 13 ns is before 12.5 s
     }
 }

@@ -111,7 +111,7 @@ fn serve(dirs: Vec<PathBuf>) -> (u16, Arc<AtomicBool>) {
 fn chromium(url: &str, dir: &Path) -> (String, String) {
     let profile = dir.join("chromium-profile");
     let _ = std::fs::remove_dir_all(&profile);
-    let mut child = Command::new("chromium")
+    let child = Command::new("chromium")
         .args([
             "--headless",
             "--no-sandbox",
