@@ -380,29 +380,7 @@ fn abort_and_segfault_still_leave_a_complete_trace() {
 fn drop_mode_counts_every_lost_event_exactly() {
     let dir = scratch("drop");
     let trace = dir.join("trace.data");
-    // One CPU for program and collector, two 4 KiB chunks: the program outruns the collector.
-    let out = std::process::Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
-        .env("FERROTRACE_PRELOAD", preload())
-        .args([
-            "record",
-            "--mode",
-            "drop",
-            "--buffer-size",
-            "8K",
-            "--chunk-size",
-            "4K",
-            "-F",
-            "^fib::fib$",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg("--")
-        .arg(testprog("fib"))
-        .arg("24")
-        .output()
-        .expect("run");
+    let out = record_losing_events(&trace);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).expect("open");

@@ -351,12 +351,20 @@ fn start(role: Role) -> Result<(), String> {
             // and no reason to say so or leave an empty file.
             return Ok(());
         }
-        eprintln!(
-            "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
-             build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
-            found.exe_name(),
-            found.total_functions
-        );
+        if found.total_functions == 0 {
+            eprintln!(
+                "ferrotrace: {} has no XRay-instrumented function: build with \
+                 RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument",
+                found.exe_name()
+            );
+        } else {
+            // The build is fine: the filters are what selected nothing.
+            eprintln!(
+                "ferrotrace: warning: -F/-N selected none of the {} XRay-instrumented functions of {}",
+                found.total_functions,
+                found.exe_name()
+            );
+        }
     }
     let pool = new_pool(&config)?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found

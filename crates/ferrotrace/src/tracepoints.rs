@@ -186,7 +186,15 @@ pub fn assign_ids() -> Vec<u8> {
 /// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for.
 pub fn enable_requested() {
     if let Some(globs) = requested() {
-        enable(&globs);
+        for glob in split_globs(&globs) {
+            // A glob that selects nothing would record nothing without a word.
+            if enable(glob) == 0 {
+                eprintln!(
+                    "ferrotrace: warning: --trace '{glob}' selects none of the {} tracepoints of this program",
+                    tracepoint::all().len()
+                );
+            }
+        }
     }
 }
 

@@ -306,7 +306,7 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
                 Some((_, size, name)) => (name.to_string(), size),
                 None => (format!("fn_{vaddr:x}"), 0),
             };
-            if is_runtime_symbol(&name) || !config.selects(&display_name(&name)) {
+            if is_runtime_symbol(&name) || !config.selects(&name) {
                 continue;
             }
             out.functions.push(Function {
