@@ -208,7 +208,8 @@ pub fn rescan() {
         .extend(chunks.iter().cloned());
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
-    if let Err(e) = xray::patch(&found) {
+    // SAFETY: `found` is discover's answer, unchanged.
+    if let Err(e) = unsafe { xray::patch(&found) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
@@ -216,7 +217,8 @@ pub fn rescan() {
 /// Which copy of the runtime this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Linked into the program (the `ferrotrace` rlib).
+    /// Linked into the program (the `ferrotrace` rlib). Never made in the preload library's build.
+    #[cfg_attr(feature = "preload", allow(dead_code))]
     Linked,
     /// Injected with LD_PRELOAD (`libferrotrace_preload.so`).
     Preload,
@@ -364,7 +366,8 @@ fn start(role: Role) -> Result<(), String> {
     )?;
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
-    xray::patch(&found)?;
+    // SAFETY: `found` is discover's answer, unchanged.
+    unsafe { xray::patch(&found) }?;
     crate::tracepoints::enable_requested();
     Ok(())
 }

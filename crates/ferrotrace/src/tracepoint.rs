@@ -22,16 +22,6 @@
 //! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
 //! pointer to a NUL-terminated copy of at most 256 bytes).
 //!
-//! ```
-//! ferrotrace::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
-//!
-//! parsed(512, true); // a NOP until enabled
-//! let tp = ferrotrace::tracepoint::all().into_iter().find(|t| t.short_name() == "parsed").unwrap();
-//! assert_eq!(tp.args, "bytes:usize,ok:bool");
-//! let desc = tp.header as *const _ as usize;
-//! assert!(ferrotrace::tracepoint::sites().iter().any(|s| s.desc == desc));
-//! ```
-
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};
@@ -42,10 +32,6 @@ use crate::trampoline::HOT;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
 /// Size of a descriptor's [`Header`].
 pub const HEADER_LEN: usize = 16;
-/// Strings and byte slices are cut to this many bytes in a record.
-pub const MAX_STR: usize = 256;
-/// Largest payload of one event (255 slots of 16 bytes).
-pub const MAX_PAYLOAD: usize = 255 * 16;
 
 /// The fixed part of a tracepoint descriptor.
 #[derive(Debug)]
@@ -83,181 +69,6 @@ impl<const N: usize> Descriptor<N> {
             data,
         }
     }
-}
-
-/// A type a tracepoint argument may have.
-///
-/// # Safety
-/// `encode` must write exactly `encoded_len` bytes.
-pub unsafe trait Arg {
-    /// Type name in descriptors (`u32`, `str`, `bytes`, …).
-    const TYPE: &'static str;
-    /// SDT argument size: 8 for unsigned and pointer-like values, -8 for signed ones.
-    const USDT_SIZE: i32;
-    /// Bytes this value takes in a record's payload.
-    fn encoded_len(&self) -> usize;
-    /// Writes the value at `dst` and returns the position after it.
-    ///
-    /// # Safety
-    /// `dst` must be valid for `encoded_len()` bytes.
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8;
-    /// The 64-bit word handed to an attached SDT probe; strings are copied NUL-terminated into `buf`.
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64;
-}
-
-macro_rules! int_arg {
-    ($($t:ty => $name:literal, $size:literal, $wide:ty;)*) => {$(
-        // SAFETY: writes exactly size_of::<$t>() bytes.
-        unsafe impl Arg for $t {
-            const TYPE: &'static str = $name;
-            const USDT_SIZE: i32 = $size;
-            #[inline(always)]
-            fn encoded_len(&self) -> usize {
-                core::mem::size_of::<$t>()
-            }
-            #[inline(always)]
-            unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-                (dst as *mut [u8; core::mem::size_of::<$t>()]).write_unaligned(self.to_le_bytes());
-                dst.add(core::mem::size_of::<$t>())
-            }
-            #[inline(always)]
-            fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-                *self as $wide as u64
-            }
-        }
-    )*};
-}
-
-int_arg! {
-    u8 => "u8", 8, u64;
-    u16 => "u16", 8, u64;
-    u32 => "u32", 8, u64;
-    u64 => "u64", 8, u64;
-    usize => "usize", 8, u64;
-    i8 => "i8", -8, i64;
-    i16 => "i16", -8, i64;
-    i32 => "i32", -8, i64;
-    i64 => "i64", -8, i64;
-    isize => "isize", -8, i64;
-}
-
-// SAFETY: 4 bytes.
-unsafe impl Arg for f32 {
-    const TYPE: &'static str = "f32";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        4
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        (dst as *mut [u8; 4]).write_unaligned(self.to_le_bytes());
-        dst.add(4)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits() as u64
-    }
-}
-
-// SAFETY: 8 bytes.
-unsafe impl Arg for f64 {
-    const TYPE: &'static str = "f64";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        8
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        (dst as *mut [u8; 8]).write_unaligned(self.to_le_bytes());
-        dst.add(8)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits()
-    }
-}
-
-// SAFETY: 1 byte.
-unsafe impl Arg for bool {
-    const TYPE: &'static str = "bool";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        1
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        dst.write(*self as u8);
-        dst.add(1)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        *self as u64
-    }
-}
-
-#[inline(always)]
-unsafe fn encode_bytes(b: &[u8], dst: *mut u8) -> *mut u8 {
-    let n = b.len().min(MAX_STR);
-    (dst as *mut [u8; 2]).write_unaligned((n as u16).to_le_bytes());
-    core::ptr::copy_nonoverlapping(b.as_ptr(), dst.add(2), n);
-    dst.add(2 + n)
-}
-
-fn usdt_bytes(b: &[u8], buf: &mut [u8; MAX_STR + 1]) -> u64 {
-    let n = b.len().min(MAX_STR);
-    buf[..n].copy_from_slice(&b[..n]);
-    buf[n] = 0;
-    buf.as_ptr() as u64
-}
-
-/// The longest prefix of `s` of at most [`MAX_STR`] bytes that ends at a character boundary.
-#[inline(always)]
-fn str_cut(s: &str) -> &[u8] {
-    let mut n = s.len().min(MAX_STR);
-    while !s.is_char_boundary(n) {
-        n -= 1;
-    }
-    &s.as_bytes()[..n]
-}
-
-// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
-unsafe impl Arg for &str {
-    const TYPE: &'static str = "str";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        2 + str_cut(self).len()
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        encode_bytes(str_cut(self), dst)
-    }
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        usdt_bytes(self.as_bytes(), buf)
-    }
-}
-
-// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
-unsafe impl Arg for &[u8] {
-    const TYPE: &'static str = "bytes";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        2 + self.len().min(MAX_STR)
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        encode_bytes(self, dst)
-    }
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        usdt_bytes(self, buf)
-    }
-}
-
-/// Scratch space for one string argument of an SDT probe.
-#[doc(hidden)]
-pub fn usdt_buf() -> [u8; MAX_STR + 1] {
-    [0; MAX_STR + 1]
 }
 
 // ---- descriptor encoding (const) -------------------------------------------------------------------
@@ -379,7 +190,7 @@ pub const fn encode<const N: usize>(
 
 /// Writes one Tracepoint record and `len` payload bytes (written by `write`) into the calling thread's
 /// chunk: directly when there is room for the record and its slots, else through
-/// [`crate::thread::record_slow`]. Never allocates or locks.
+/// the thread's slow path (`thread::record_slow`). Never allocates or locks.
 #[inline(always)]
 pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
     let slots = len.div_ceil(16);
@@ -445,13 +256,6 @@ pub struct Info {
     pub file: &'static str,
     /// Line of the declaration.
     pub line: u32,
-}
-
-impl Info {
-    /// The name without the crate.
-    pub fn short_name(&self) -> &'static str {
-        self.name.rsplit("::").next().unwrap_or(self.name)
-    }
 }
 
 /// Parses the data after a descriptor header: `(name, args, format, file, line)`.
@@ -588,11 +392,13 @@ pub type Semaphore = AtomicU16;
 /// `crate::NAME` in listings and globs; names are unique per crate.
 ///
 /// The declaration defines a function `NAME(ARG…)` that fires the tracepoint (its arguments are evaluated
-/// by the caller, as for any call) and a module `NAME` that holds the descriptor. To fire without
-/// evaluating the arguments while the tracepoint is disabled, use [`trace!`](crate::trace!).
+/// by the caller, as for any call), and a hidden module `NAME` with its descriptor and out-of-line path
+/// (plumbing, not an API). To fire without evaluating the arguments while the tracepoint is disabled, use
+/// [`trace!`](crate::trace!).
 ///
 /// Disabled, a site is one 5-byte NOP. Enable tracepoints with `ferrotrace record --trace GLOB`,
-/// `FERROTRACE_TRACE=GLOB`, or [`crate::tracepoints::enable`].
+/// `FERROTRACE_TRACE=GLOB`, or [`crate::tracepoints::enable`]. On targets other than x86_64 Linux the
+/// declaration compiles to a function that does nothing.
 ///
 /// ```
 /// ferrotrace::tracepoint!(vfs_open, path: &str, flags: u32);
@@ -619,26 +425,26 @@ macro_rules! tracepoint {
 macro_rules! __tracepoint_impl {
     ($vis:vis $name:ident [$($arg:ident : $ty:ty),*] $fmt:literal) => {
         #[allow(non_snake_case, dead_code)]
-        #[doc = concat!("Descriptor and out-of-line path of the tracepoint `", stringify!($name), "`.")]
+        #[doc(hidden)]
         $vis mod $name {
             #[allow(unused_imports)]
             use super::*;
 
-            const __ARGS: &[(&str, &str)] = &[$((stringify!($arg), <$ty as $crate::tracepoint::Arg>::TYPE)),*];
-            const __LEN: usize = $crate::tracepoint::encoded_len(
+            const __ARGS: &[(&str, &str)] = &[$((stringify!($arg), <$ty as $crate::__macro_support::Arg>::TYPE)),*];
+            const __LEN: usize = $crate::__macro_support::encoded_len(
                 module_path!(), stringify!($name), __ARGS, $fmt, file!());
 
             /// The descriptor.
             #[used]
             #[link_section = "ferrotrace_tp"]
-            pub static DESC: $crate::tracepoint::Descriptor<__LEN> = $crate::tracepoint::Descriptor::new(
-                $crate::tracepoint::encode::<__LEN>(
+            pub static DESC: $crate::__macro_support::Descriptor<__LEN> = $crate::__macro_support::Descriptor::new(
+                $crate::__macro_support::encode::<__LEN>(
                     module_path!(), stringify!($name), __ARGS, $fmt, file!(), line!()));
 
             /// SDT semaphore: non-zero while bpftrace or perf is attached to this tracepoint's probe.
             #[used]
             #[link_section = ".probes"]
-            pub static SEMA: $crate::tracepoint::Semaphore = $crate::tracepoint::Semaphore::new(0);
+            pub static SEMA: $crate::__macro_support::Semaphore = $crate::__macro_support::Semaphore::new(0);
 
             /// Records the event (the target of enabled sites).
             #[cold]
@@ -650,11 +456,11 @@ macro_rules! __tracepoint_impl {
                 if SEMA.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
                     $crate::__usdt_probe!($name [$($arg : $ty),*]);
                 }
-                let len = 0usize $(+ $crate::tracepoint::Arg::encoded_len(&$arg))*;
-                $crate::tracepoint::emit(&DESC.header, len, |p: *mut u8| {
+                let len = 0usize $(+ $crate::__macro_support::Arg::encoded_len(&$arg))*;
+                $crate::__macro_support::emit(&DESC.header, len, |p: *mut u8| {
                     $(
                         // SAFETY: emit hands over `len` writable bytes.
-                        let p = unsafe { $crate::tracepoint::Arg::encode(&$arg, p) };
+                        let p = unsafe { $crate::__macro_support::Arg::encode(&$arg, p) };
                     )*
                     let _ = p;
                 });
@@ -750,12 +556,32 @@ macro_rules! __usdt_probe {
                 ".popsection",
                 ".endif",
                 $(
-                    const <$ty as $crate::tracepoint::Arg>::USDT_SIZE,
-                    in(reg) $crate::tracepoint::Arg::usdt_word(&$arg, &mut $crate::tracepoint::usdt_buf()),
+                    const <$ty as $crate::__macro_support::Arg>::USDT_SIZE,
+                    in(reg) $crate::__macro_support::Arg::usdt_word(&$arg, &mut $crate::__macro_support::usdt_buf()),
                 )*
                 sema = sym SEMA,
                 options(att_syntax, nostack, readonly, preserves_flags),
             );
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
+
+    #[test]
+    fn a_declaration_has_a_descriptor_and_a_site() {
+        parsed(512, true); // a NOP until enabled
+        let tp = all()
+            .into_iter()
+            .find(|t| t.name.ends_with("::parsed"))
+            .unwrap();
+        assert_eq!(tp.args, "bytes:usize,ok:bool");
+        assert_eq!(tp.format, "parsed {bytes} bytes, ok={ok}");
+        let desc = tp.header as *const _ as usize;
+        assert!(sites().iter().any(|s| s.desc == desc));
+    }
 }

@@ -22,7 +22,7 @@ use crate::static_key;
 use crate::tracepoint::{self, Info};
 
 /// Matches `text` against a glob with `*` and `?`.
-pub fn glob_match(glob: &str, text: &str) -> bool {
+pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
     let (g, t) = (glob.as_bytes(), text.as_bytes());
     let (mut gi, mut ti) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
@@ -45,7 +45,7 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
 }
 
 /// True when `glob` selects the tracepoint called `full` (`crate::name`).
-pub fn selects(glob: &str, full: &str) -> bool {
+pub(crate) fn selects(glob: &str, full: &str) -> bool {
     let glob = glob.trim();
     if glob.contains("::") {
         glob_match(glob, full)
@@ -55,7 +55,7 @@ pub fn selects(glob: &str, full: &str) -> bool {
 }
 
 /// Splits a list of globs separated by commas or newlines.
-pub fn split_globs(list: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn split_globs(list: &str) -> impl Iterator<Item = &str> {
     list.split([',', '\n'])
         .map(str::trim)
         .filter(|g| !g.is_empty())
@@ -82,7 +82,8 @@ fn set(glob: &str, enable: bool) -> usize {
     for t in &chosen {
         t.header.enabled.store(enable as u32, Ordering::Relaxed);
     }
-    if let Err(e) = static_key::set_sites(&sites, enable) {
+    // SAFETY: the pairs come from this program's site table.
+    if let Err(e) = unsafe { static_key::set_sites(&sites, enable) } {
         eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
     }
     chosen.len()
@@ -111,51 +112,8 @@ pub fn disable(glob: &str) -> usize {
     set(glob, false)
 }
 
-/// A tracepoint of this program, as [`list`] returns it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tracepoint {
-    /// `crate::name`.
-    pub name: String,
-    /// Arguments as `name:type`, comma-separated.
-    pub args: String,
-    /// Display format, empty if none.
-    pub format: String,
-    /// Declaration's source file and line.
-    pub location: (String, u32),
-    /// Number of sites in the program.
-    pub sites: usize,
-    /// Whether its sites are enabled.
-    pub enabled: bool,
-}
-
-/// Every tracepoint linked into this program.
-///
-/// ```
-/// ferrotrace::tracepoint!(listed, x: i32);
-/// listed(1);
-/// let all = ferrotrace::tracepoints::list();
-/// assert!(all.iter().any(|t| t.name.ends_with("::listed") && t.args == "x:i32"));
-/// ```
-pub fn list() -> Vec<Tracepoint> {
-    let sites = tracepoint::sites();
-    tracepoint::all()
-        .into_iter()
-        .map(|t| Tracepoint {
-            name: t.name.to_string(),
-            args: t.args.to_string(),
-            format: t.format.to_string(),
-            location: (t.file.to_string(), t.line),
-            sites: sites
-                .iter()
-                .filter(|s| s.desc == t.header as *const _ as usize)
-                .count(),
-            enabled: t.header.enabled.load(Ordering::Relaxed) != 0,
-        })
-        .collect()
-}
-
 /// The globs of `FERROTRACE_TRACE`, if set and not empty.
-pub fn requested() -> Option<String> {
+pub(crate) fn requested() -> Option<String> {
     std::env::var("FERROTRACE_TRACE")
         .ok()
         .filter(|v| split_globs(v).next().is_some())
@@ -164,7 +122,7 @@ pub fn requested() -> Option<String> {
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload (`v count`, then per tracepoint `v id, s name, s args, s format, s file,
 /// v line`).
-pub fn assign_ids() -> Vec<u8> {
+pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
     let mut p = Vec::new();
     let _ = put_varint(&mut p, all.len() as u64);
@@ -182,7 +140,7 @@ pub fn assign_ids() -> Vec<u8> {
 }
 
 /// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for.
-pub fn enable_requested() {
+pub(crate) fn enable_requested() {
     if let Some(globs) = requested() {
         enable(&globs);
     }

@@ -112,17 +112,24 @@ struct Loaded {
     text: Option<(u64, u64)>,
 }
 
+/// `dl_iterate_phdr` callback: notes one loaded object in the `Vec<Loaded>` that `data` points to.
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passes; `data` points to a `Vec<Loaded>` nobody else uses meanwhile.
 unsafe extern "C" fn collect_object(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    let out = &mut *(data as *mut Vec<Loaded>);
-    let info = &*info;
+    // SAFETY: the caller's contract.
+    let (out, info) = unsafe { (&mut *(data as *mut Vec<Loaded>), &*info) };
     let name = if info.dlpi_name.is_null() {
         ""
     } else {
-        CStr::from_ptr(info.dlpi_name).to_str().unwrap_or("")
+        // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by the dynamic loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_str()
+            .unwrap_or("")
     };
     let path = if out.is_empty() && name.is_empty() {
         match std::fs::read_link("/proc/self/exe") {
@@ -136,7 +143,8 @@ unsafe extern "C" fn collect_object(
     };
     let mut text: Option<(u64, u64)> = None;
     for i in 0..info.dlpi_phnum as usize {
-        let ph = &*info.dlpi_phdr.add(i);
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
         if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
             let s = info.dlpi_addr + ph.p_vaddr;
             let e = s + ph.p_memsz;
@@ -374,7 +382,11 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
 }
 
 /// Patches every sled of the selected functions. Safe while other threads run through them.
-pub fn patch(found: &Discovery) -> Result<(), String> {
+///
+/// # Safety
+/// `found` is what [`discover`] returned, unchanged: every sled address is one of a loaded object's
+/// instrumentation map, and anything else would be overwritten with a call.
+pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
     for module in &found.modules {
         let funcs: Vec<&Function> = found
             .functions
@@ -410,8 +422,8 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
         }
         for f in &funcs {
             for &(sled, kind) in &f.sleds {
-                // SAFETY: sled addresses come from the object's own instrumentation map and lie in pages
-                // made writable above.
+                // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
+                // contract) and lie in pages made writable above.
                 unsafe { patch_sled(sled, kind, f.id, stub) };
             }
         }
@@ -436,6 +448,10 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
     Ok(())
 }
 
+/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
+///
+/// # Safety
+/// `sled` is an XRay sled of the given kind, in a writable page.
 unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
     let p = sled as *mut u8;
     let (expected_first, target, opcode) = match kind {
@@ -443,7 +459,8 @@ unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
         SledKind::Exit => (0xc3, stub + 16, 0xe9),
         SledKind::Tail => (0xeb, stub + 32, 0xe8),
     };
-    if p.read() != expected_first {
+    // SAFETY: the sled's 11 bytes are mapped and writable (the caller's contract).
+    if unsafe { p.read() } != expected_first {
         return; // already patched, or not a sled we know
     }
     let rel = (target as i64 - (sled as i64 + 11)) as i32;
@@ -454,9 +471,12 @@ unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
     bytes[6] = opcode;
     bytes[7..11].copy_from_slice(&rel.to_le_bytes());
     for (i, b) in bytes.iter().enumerate().skip(2) {
-        core::ptr::write_volatile(p.add(i), *b);
+        // SAFETY: as above; a thread running through still jumps over these bytes (`jmp +9` or `ret`).
+        unsafe { core::ptr::write_volatile(p.add(i), *b) };
     }
     core::sync::atomic::fence(Ordering::SeqCst);
     // Sleds are 2-byte aligned: one atomic store flips the sled to the new instruction pair.
-    (*(p as *const AtomicU16)).store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
+    // SAFETY: the sled is 2-byte aligned and writable.
+    unsafe { &*(p as *const AtomicU16) }
+        .store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
 }
