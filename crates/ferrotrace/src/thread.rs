@@ -278,9 +278,12 @@ fn written(rt: &Runtime, index: u32, h: &Hot) -> usize {
 }
 
 /// Hands the slot's current chunk, if it has one, to the collector with everything written into it.
+/// The thread's cursor is stopped before the chunk is queued: the queue's code may be traced (the
+/// program may use the same library), and its events must not land in a chunk the collector owns.
 fn hand_over(rt: &Runtime, st: &mut SlotState, h: &Hot) {
     if let Some(index) = st.chunk.take() {
         let len = written(rt, index, h);
+        stop_hot(h);
         submit(rt, index, len, st);
     }
 }

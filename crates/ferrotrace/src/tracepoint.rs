@@ -446,9 +446,11 @@ macro_rules! __tracepoint_impl {
             #[link_section = ".probes"]
             pub static SEMA: $crate::__macro_support::Semaphore = $crate::__macro_support::Semaphore::new(0);
 
-            /// Records the event (the target of enabled sites).
+            /// Records the event (the target of enabled sites). In the tracer's own section, so that the
+            /// runtime never traces it as the program's function.
             #[cold]
             #[inline(never)]
+            #[link_section = "ferrotrace_text"]
             pub fn __ferrotrace_tp_fire($($arg: $ty),*) {
                 if false {
                     let _ = format_args!($fmt);

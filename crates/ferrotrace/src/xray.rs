@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
-use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -280,8 +280,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         let Some(section) = elf.section_by_name("xray_instr_map") else {
             continue;
         };
-        // The preloaded runtime must not patch itself; neither must the linked one (it has sleds when the
-        // program was built with -Zinstrument-xray): its functions are excluded by name below.
+        // The preloaded runtime must not patch itself (the whole library is skipped); neither must the
+        // linked one (it has sleds when the program was built with -Zinstrument-xray): its functions are
+        // recognised below (`symbols`: its crates, and the tracepoint plumbing's section).
         if role == Role::Preload && (text_start..text_end).contains(&own_text) {
             continue;
         }
@@ -300,6 +301,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
+        let plumbing = elf
+            .section_by_name(PLUMBING_SECTION)
+            .map(|s| s.address()..s.address() + s.size());
         for (func, sleds) in funcs {
             out.total_functions += 1;
             let vaddr = func.wrapping_sub(l.bias);
@@ -308,7 +312,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
                 Some((_, size, name)) => (name.to_string(), size),
                 None => (format!("fn_{vaddr:x}"), 0),
             };
-            if is_runtime_symbol(&name) || !config.selects(&display_name(&name)) {
+            if is_runtime_function(&name, vaddr, plumbing.clone())
+                || !config.selects(&display_name(&name))
+            {
                 continue;
             }
             out.functions.push(Function {
