@@ -251,14 +251,34 @@ fn toggling_a_site_while_four_threads_run_through_it_is_safe() {
     assert!(total > 0, "some events were recorded");
 }
 
+/// bpftrace, which scripts/setup.sh installs; attaching uprobes needs root, which the tests run as.
+fn bpftrace() -> Command {
+    let bpftrace = std::path::Path::new("/usr/bin/bpftrace");
+    assert!(
+        bpftrace.exists(),
+        "bpftrace is missing: run scripts/setup.sh"
+    );
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "bpftrace attaches uprobes only as root: run the tests as root"
+    );
+    Command::new(bpftrace)
+}
+
+/// The values of bpftrace's map lines `@NAME: VALUE` and `@NAME[KEY]: VALUE`.
+fn bpftrace_maps(out: &str) -> std::collections::BTreeMap<String, u64> {
+    out.lines()
+        .filter_map(|l| {
+            let (name, value) = l.strip_prefix('@')?.rsplit_once(": ")?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 #[test]
 fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
-    let bpftrace = std::path::Path::new("/usr/bin/bpftrace");
-    // SAFETY: geteuid has no preconditions.
-    if !bpftrace.exists() || unsafe { libc_geteuid() } != 0 {
-        eprintln!("skipped: needs /usr/bin/bpftrace and root");
-        return;
-    }
     let dir = scratch("tp_usdt");
     let prog = testprog("tp_basic");
     let p = prog.display().to_string();
@@ -266,7 +286,7 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
         "usdt:{p}:tp_basic:vfs_open {{ printf(\"open %s %d\\n\", str(arg0), arg1); }} \
          usdt:{p}:tp_basic:net_recv {{ printf(\"recv %d %d\\n\", arg0, arg1); }}"
     );
-    let out = Command::new(bpftrace)
+    let out = bpftrace()
         .arg("-e")
         .arg(&script)
         .arg("-c")
@@ -287,9 +307,176 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
     }
 }
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
+#[test]
+fn bpftrace_started_with_the_program_counts_every_call_without_ferrotrace_recording() {
+    let dir = scratch("tp_usdt_c");
+    let prog = testprog("tp_usdt");
+    let p = prog.display().to_string();
+    let script = format!(
+        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
+         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
+    );
+    let mut child = bpftrace()
+        .arg("-e")
+        .arg(&script)
+        .arg("-c")
+        .arg(format!("{p} 1000"))
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        // Without the watcher thread: the semaphores are up before the program starts, and the
+        // runtime's constructor sees them.
+        .env("FERROTRACE_USDT", "off")
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The program's input is bpftrace's: one line to start, then the end.
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("pings=1000 pongs=500"),
+        "{s}\n{}",
+        text(&out.stderr)
+    );
+    let maps = bpftrace_maps(&s);
+    assert_eq!(maps.get("pings"), Some(&1000), "{s}");
+    assert_eq!(maps.get("sum"), Some(&(0..1000).sum::<u64>()), "{s}");
+    assert_eq!(maps.get("pongs[even]"), Some(&500), "{s}");
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "nothing was recorded"
+    );
+}
+
+/// The 5 bytes at each site of `tracepoint` in the running process `pid` of `prog`.
+fn site_bytes(prog: &std::path::Path, pid: u32, tracepoint: &str) -> Vec<[u8; 5]> {
+    use std::io::{Read, Seek, SeekFrom};
+    let list = ferrotrace()
+        .args(["list", "--json", "--tracepoints"])
+        .arg(prog)
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let sites: Vec<u64> = j["tracepoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tracepoint)
+        .unwrap_or_else(|| panic!("{tracepoint} in {j}"))["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| u64::from_str_radix(a.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert!(!sites.is_empty());
+    // A position-independent executable: link-time address 0 is the start of its mapping at offset 0.
+    let exe = std::fs::canonicalize(prog).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 6 && f[5] == exe.to_str().unwrap() && f[2] == "00000000")
+                .then(|| u64::from_str_radix(f[0].split('-').next().unwrap(), 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no mapping of {} in\n{maps}", exe.display()));
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    sites
+        .iter()
+        .map(|&site| {
+            let mut b = [0u8; 5];
+            mem.seek(SeekFrom::Start(base + site)).unwrap();
+            mem.read_exact(&mut b).unwrap();
+            b
+        })
+        .collect()
+}
+
+/// Waits (at most 10 s) until every site of `tracepoint` is a `jmp` (`fires`) or the NOP.
+fn wait_for_sites(prog: &std::path::Path, pid: u32, tracepoint: &str, fires: bool) {
+    const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+    let start = std::time::Instant::now();
+    loop {
+        let bytes = site_bytes(prog, pid, tracepoint);
+        let done = bytes
+            .iter()
+            .all(|b| if fires { b[0] == 0xe9 } else { *b == NOP5 });
+        if done {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{tracepoint}'s sites are {bytes:x?}, expected {}",
+            if fires { "jumps" } else { "NOPs" }
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_restores_the_nops() {
+    let prog = testprog("tp_usdt");
+    let mut program = Command::new(&prog)
+        .arg("1000")
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = program.id();
+    let mut input = program.stdin.take().unwrap();
+    let mut output = BufReader::new(program.stdout.take().unwrap()).lines();
+    assert_eq!(output.next().unwrap().unwrap(), "ready");
+    wait_for_sites(&prog, pid, "tp_usdt::ping", false);
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap())
+        .collect();
+    assert!(
+        threads.iter().any(|t| t.trim() == "ferrotrace-usdt"),
+        "the watcher runs: {threads:?}"
+    );
+
+    let p = prog.display().to_string();
+    let script = format!(
+        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
+         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
+    );
+    let mut tracer = bpftrace()
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-e")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut traced = BufReader::new(tracer.stdout.take().unwrap()).lines();
+    let attaching = traced.next().unwrap().unwrap();
+    assert!(attaching.starts_with("Attaching 2 probes"), "{attaching}");
+    // The kernel raised the semaphores; the runtime's watcher patches the sites.
+    wait_for_sites(&prog, pid, "tp_usdt::ping", true);
+    wait_for_sites(&prog, pid, "tp_usdt::pong", true);
+    input.write_all(b"go\n").unwrap();
+    assert_eq!(output.next().unwrap().unwrap(), "pings=1000 pongs=500");
+
+    // SAFETY: SIGINT to the bpftrace we started: it prints its maps, detaches and exits.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let s: String = traced.map(|l| l.unwrap() + "\n").collect();
+    assert!(tracer.wait().unwrap().success());
+    let maps = bpftrace_maps(&s);
+    assert_eq!(maps.get("pings"), Some(&1000), "{s}");
+    assert_eq!(maps.get("sum"), Some(&(0..1000).sum::<u64>()), "{s}");
+    assert_eq!(maps.get("pongs[even]"), Some(&500), "{s}");
+    // No tracer left: the sites are NOPs again.
+    wait_for_sites(&prog, pid, "tp_usdt::ping", false);
+    wait_for_sites(&prog, pid, "tp_usdt::pong", false);
+    drop(input);
+    assert!(program.wait().unwrap().success());
 }
 
 #[test]

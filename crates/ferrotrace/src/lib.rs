@@ -76,6 +76,8 @@ pub mod tracepoints;
 #[cfg(ferrotrace_runtime)]
 mod trampoline;
 #[cfg(ferrotrace_runtime)]
+mod usdt;
+#[cfg(ferrotrace_runtime)]
 mod xray;
 
 // Everywhere else: tracepoints compile to nothing and the functions below do nothing.
@@ -112,13 +114,15 @@ pub fn rescan() {
 #[used]
 static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
 
-/// Starts the linked copy when the environment asks for it; see [`runtime::start_from_env`].
+/// Starts the linked copy when the environment asks for it ([`runtime::start_from_env`]), and makes the
+/// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[used]
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
         runtime::start_from_env(runtime::Role::Linked);
+        usdt::watch();
     }
     start_linked
 };

@@ -43,7 +43,8 @@ pub struct Header {
     pub size: u32,
     /// Tracepoint id in the trace, assigned when the runtime starts (0: none yet).
     pub id: AtomicU32,
-    /// 1 when the tracepoint's sites are patched to fire.
+    /// 1 while ferrotrace records the tracepoint (its sites are patched to fire then, and also while a
+    /// tracer is attached to its SDT probe).
     pub enabled: AtomicU32,
 }
 
@@ -288,9 +289,11 @@ extern "C" {
     static __stop_ferrotrace_tp: u8;
     static __start_ferrotrace_sites: u8;
     static __stop_ferrotrace_sites: u8;
+    static __start_ferrotrace_usdt: u8;
+    static __stop_ferrotrace_usdt: u8;
 }
 
-// Keeps both sections (and so their start/stop symbols) present in every program that links this crate,
+// Keeps the three sections (and so their start/stop symbols) present in every program that links this crate,
 // even one without tracepoints. Walkers skip these zero entries.
 #[used]
 #[link_section = "ferrotrace_tp"]
@@ -308,6 +311,10 @@ core::arch::global_asm!(
     ".pushsection ferrotrace_sites,\"awR\",@progbits",
     ".balign 8",
     ".quad 0, 0, 0",
+    ".popsection",
+    ".pushsection ferrotrace_usdt,\"awR\",@progbits",
+    ".balign 8",
+    ".quad 0, 0",
     ".popsection",
 );
 
@@ -372,6 +379,43 @@ pub fn sites() -> Vec<Site> {
             });
         }
         p += 24;
+    }
+    out
+}
+
+/// The SDT probe of a tracepoint, from the `ferrotrace_usdt` table.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    /// Its semaphore: non-zero while a tracer is attached.
+    pub semaphore: &'static Semaphore,
+    /// Address of the tracepoint's descriptor.
+    pub desc: usize,
+}
+
+/// The SDT probe of every tracepoint in this program.
+pub fn probes() -> Vec<Probe> {
+    // SAFETY: linker-defined bounds of our own section.
+    let (start, stop) = unsafe {
+        (
+            &__start_ferrotrace_usdt as *const u8 as usize,
+            &__stop_ferrotrace_usdt as *const u8 as usize,
+        )
+    };
+    let mut out = Vec::new();
+    let mut p = start;
+    while p + 16 <= stop {
+        // SAFETY: entries are 16 bytes, 8-aligned, inside the section.
+        let f = |i: usize| unsafe { ((p + 8 * i) as *const i64).read() };
+        let (sema, desc) = (f(0), f(1));
+        if sema != 0 && desc != 0 {
+            let sema = (p as i64).wrapping_add(sema) as usize;
+            out.push(Probe {
+                // SAFETY: the entry points at a tracepoint's `SEMA` static (see `tracepoint!`).
+                semaphore: unsafe { &*(sema as *const Semaphore) },
+                desc: (p as i64 + 8).wrapping_add(desc) as usize,
+            });
+        }
+        p += 16;
     }
     out
 }
@@ -455,18 +499,34 @@ macro_rules! __tracepoint_impl {
                 if false {
                     let _ = format_args!($fmt);
                 }
+                // The sites jump here while ferrotrace records the tracepoint, or while a tracer is
+                // attached to its SDT probe (it raised the semaphore), or both.
                 if SEMA.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
                     $crate::__usdt_probe!($name [$($arg : $ty),*]);
                 }
-                let len = 0usize $(+ $crate::__macro_support::Arg::encoded_len(&$arg))*;
-                $crate::__macro_support::emit(&DESC.header, len, |p: *mut u8| {
-                    $(
-                        // SAFETY: emit hands over `len` writable bytes.
-                        let p = unsafe { $crate::__macro_support::Arg::encode(&$arg, p) };
-                    )*
-                    let _ = p;
-                });
+                if DESC.header.enabled.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
+                    let len = 0usize $(+ $crate::__macro_support::Arg::encoded_len(&$arg))*;
+                    $crate::__macro_support::emit(&DESC.header, len, |p: *mut u8| {
+                        $(
+                            // SAFETY: emit hands over `len` writable bytes.
+                            let p = unsafe { $crate::__macro_support::Arg::encode(&$arg, p) };
+                        )*
+                        let _ = p;
+                    });
+                }
             }
+
+            // The semaphore of this tracepoint's SDT probe, for the runtime (`usdt`): a 16-byte entry
+            // `i64 semaphore - &field, i64 descriptor - &field` in the retained `ferrotrace_usdt` section.
+            ::core::arch::global_asm!(
+                ".pushsection ferrotrace_usdt,\"awR\",@progbits",
+                ".balign 8",
+                ".quad {sema} - .",
+                ".quad {desc} - .",
+                ".popsection",
+                sema = sym SEMA,
+                desc = sym DESC,
+            );
         }
 
         #[doc = concat!("Fires the tracepoint `", stringify!($name), "` (a 5-byte NOP while it is disabled).")]

@@ -15,11 +15,12 @@
 //! ```
 
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use ferrotrace_core::codec::{put_str, put_varint};
 
 use crate::static_key;
-use crate::tracepoint::{self, Info};
+use crate::tracepoint::{self, Info, Probe};
 
 /// Matches `text` against a glob with `*` and `?`.
 pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
@@ -61,7 +62,41 @@ pub(crate) fn split_globs(list: &str) -> impl Iterator<Item = &str> {
         .filter(|g| !g.is_empty())
 }
 
+/// Serialises the decisions about which sites fire: a tracepoint's sites are patched while ferrotrace
+/// records it (`enable`) or while a tracer is attached to its SDT probe (`usdt`).
+static CONTROL: Mutex<()> = Mutex::new(());
+
+/// Patches the sites of the tracepoints with descriptors `descs` to fire or not: they fire while the
+/// tracepoint is enabled or its probe has a tracer. The caller holds [`CONTROL`].
+fn apply(descs: &[usize], probes: &[Probe]) {
+    let fires = |desc: usize| {
+        // SAFETY: `desc` is the address of a descriptor of this program (from its own tables).
+        let header = unsafe { &*(desc as *const tracepoint::Header) };
+        header.enabled.load(Ordering::Relaxed) != 0 || crate::usdt::attached(probes, desc)
+    };
+    let sites = tracepoint::sites();
+    for want in [true, false] {
+        let pairs: Vec<(usize, usize)> = sites
+            .iter()
+            .filter(|s| descs.contains(&s.desc) && fires(s.desc) == want)
+            .map(|s| (s.addr, s.target))
+            .collect();
+        // SAFETY: the pairs come from this program's site table.
+        if let Err(e) = unsafe { static_key::set_sites(&pairs, want) } {
+            eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
+        }
+    }
+}
+
+/// The USDT watcher: the probes of `descs` gained or lost their tracer.
+#[cfg(not(feature = "preload"))]
+pub(crate) fn refresh(descs: &[usize], probes: &[Probe]) {
+    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+    apply(descs, probes);
+}
+
 fn set(glob: &str, enable: bool) -> usize {
+    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
     let all = tracepoint::all();
     let chosen: Vec<&Info> = all
         .iter()
@@ -70,22 +105,14 @@ fn set(glob: &str, enable: bool) -> usize {
     if chosen.is_empty() {
         return 0;
     }
+    for t in &chosen {
+        t.header.enabled.store(enable as u32, Ordering::Relaxed);
+    }
     let descs: Vec<usize> = chosen
         .iter()
         .map(|t| t.header as *const _ as usize)
         .collect();
-    let sites: Vec<(usize, usize)> = tracepoint::sites()
-        .into_iter()
-        .filter(|s| descs.contains(&s.desc))
-        .map(|s| (s.addr, s.target))
-        .collect();
-    for t in &chosen {
-        t.header.enabled.store(enable as u32, Ordering::Relaxed);
-    }
-    // SAFETY: the pairs come from this program's site table.
-    if let Err(e) = unsafe { static_key::set_sites(&sites, enable) } {
-        eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
-    }
+    apply(&descs, &tracepoint::probes());
     chosen.len()
 }
 
