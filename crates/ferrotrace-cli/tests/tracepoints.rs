@@ -479,6 +479,119 @@ fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_r
     assert!(program.wait().unwrap().success());
 }
 
+/// The SDT probe `provider:name` of `prog`: file offsets of the probe and of its semaphore, and the
+/// argument string.
+fn sdt_probe(prog: &std::path::Path, provider: &str, name: &str) -> (u64, u64, String) {
+    use object::{Object, ObjectSection};
+    let bytes = std::fs::read(prog).unwrap();
+    let elf = object::File::parse(&*bytes).unwrap();
+    let offset_of = |vaddr: u64| {
+        elf.sections()
+            .find(|s| s.address() <= vaddr && vaddr < s.address() + s.size())
+            .and_then(|s| Some(vaddr - s.address() + s.file_range()?.0))
+            .unwrap_or_else(|| panic!("{vaddr:#x} is in no section"))
+    };
+    let notes = elf.section_by_name(".note.stapsdt").unwrap();
+    let data = notes.data().unwrap();
+    let u32_at = |p: usize| u32::from_le_bytes(data[p..p + 4].try_into().unwrap()) as usize;
+    let u64_at = |p: usize| u64::from_le_bytes(data[p..p + 8].try_into().unwrap());
+    let mut p = 0;
+    while p + 12 <= data.len() {
+        let (namesz, descsz) = (u32_at(p), u32_at(p + 4));
+        let desc = p + 12 + namesz.next_multiple_of(4);
+        let strings: Vec<&str> = std::str::from_utf8(&data[desc + 24..desc + descsz])
+            .unwrap()
+            .split('\0')
+            .collect();
+        if strings[0] == provider && strings[1] == name {
+            return (
+                offset_of(u64_at(desc)),
+                offset_of(u64_at(desc + 16)),
+                strings[2].to_string(),
+            );
+        }
+        p = desc + descsz.next_multiple_of(4);
+    }
+    panic!("no SDT probe {provider}:{name} in {}", prog.display())
+}
+
+/// A uprobe event in tracefs, removed when dropped.
+struct UprobeEvent(String);
+
+impl UprobeEvent {
+    fn add(definition: &str, name: &str) -> UprobeEvent {
+        let mut events = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/sys/kernel/tracing/uprobe_events")
+            .expect("tracefs (as root)");
+        // One write per command: tracefs parses each write on its own.
+        events
+            .write_all(format!("{definition}\n").as_bytes())
+            .unwrap();
+        UprobeEvent(name.to_string())
+    }
+}
+
+impl Drop for UprobeEvent {
+    fn drop(&mut self) {
+        if let Ok(mut events) = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/sys/kernel/tracing/uprobe_events")
+        {
+            let _ = events.write_all(format!("-:{}\n", self.0).as_bytes());
+        }
+    }
+}
+
+#[test]
+fn perf_records_the_sdt_probe_without_ferrotrace_recording() {
+    // The event is what `perf probe -x PROG sdt_tp_usdt:ping` would create, with the probe's file
+    // offset: perf 6.1 takes its address for its offset, which is wrong in binaries whose text does not
+    // start at its file offset (rust-lld's layout), and its probe then never fires.
+    let dir = scratch("tp_usdt_perf");
+    let prog = testprog("tp_usdt");
+    let (probe, semaphore, args) = sdt_probe(&prog, "tp_usdt", "ping");
+    assert_eq!(args, "8@%rdi");
+    let group = format!("ft{}", std::process::id());
+    let _event = UprobeEvent::add(
+        &format!(
+            "p:{group}/ping {}:{probe:#x}({semaphore:#x}) n=%di:u64",
+            prog.display()
+        ),
+        &format!("{group}/ping"),
+    );
+    let data = dir.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args(["record", "-q", "-e", &format!("{group}:ping"), "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&prog)
+        .arg("100")
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("perf is installed by scripts/setup.sh");
+    perf.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = perf.wait_with_output().unwrap();
+    assert!(out.status.success() && text(&out.stdout).contains("pings=100"));
+    let script = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let lines: Vec<String> = text(&script.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("{group}:ping")))
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 100, "{}", text(&script.stderr));
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.ends_with(&format!(" n={i}")), "{l}");
+    }
+}
+
 #[test]
 fn live_prints_events_while_the_program_runs() {
     let prog = testprog("tp_live");
