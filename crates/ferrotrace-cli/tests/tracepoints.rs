@@ -633,7 +633,13 @@ fn live_prints_events_while_the_program_runs() {
             l.ends_with(&format!("tp_live::hello hello number {}", n + 1)),
             "{l}"
         );
-        assert!(l.contains(" tp_live "), "thread name in {l}");
+        let line = LiveLine::parse(l);
+        assert_eq!(line.thread, "tp_live", "{l}");
+        assert_ne!(
+            line.tid,
+            child.id(),
+            "the program's thread, not ferrotrace's: {l}"
+        );
     }
     assert!(
         seen.iter().any(|l| l.contains("tp_live::greet")),
@@ -647,6 +653,51 @@ fn live_prints_events_while_the_program_runs() {
         "{rest:?}"
     );
     assert!(child.wait().unwrap().success());
+}
+
+/// One event line of `ferrotrace live`: `TID THREAD-NAME CPU SECONDS EVENT`.
+struct LiveLine<'a> {
+    tid: u32,
+    thread: &'a str,
+    event: &'a str,
+}
+
+impl<'a> LiveLine<'a> {
+    fn parse(line: &'a str) -> LiveLine<'a> {
+        let mut fields = line.split_whitespace();
+        let tid = fields.next().and_then(|t| t.parse().ok());
+        let thread = fields.next();
+        let cpu: Option<usize> = fields.next().and_then(|c| c.parse().ok());
+        let secs: Option<f64> = fields.next().and_then(|t| t.parse().ok());
+        let (Some(tid), Some(thread), Some(cpu), Some(secs)) = (tid, thread, cpu, secs) else {
+            panic!("not a live event line: {line:?}");
+        };
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert!(cpu < cpus, "CPU {cpu} of {cpus} in {line:?}");
+        assert!(secs >= 0.0);
+        let event = fields.next().map_or("", |first| {
+            let at = line.find(first).unwrap_or(0);
+            &line[at..]
+        });
+        LiveLine { tid, thread, event }
+    }
+}
+
+/// The events `ferrotrace live` said on standard error it did not print: `(not printed because the
+/// output did not keep up, lost in the program's trace buffers)`.
+fn live_losses(stderr: &str) -> (u64, u64) {
+    let count = |why: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains(why))
+            .map(|l| {
+                l.strip_prefix("ferrotrace: ")
+                    .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("loss line {l:?}"))
+            })
+            .sum()
+    };
+    (count(" events not printed: "), count(" events lost: "))
 }
 
 #[test]
@@ -669,21 +720,116 @@ fn a_slow_reader_never_stalls_the_program_and_live_counts_what_it_lost() {
         .lines()
         .filter(|l| l.contains("tp_basic::net_recv conn="))
         .count() as u64;
-    let lost: u64 = s
-        .lines()
-        .filter_map(|l| l.split("lost ").nth(1))
-        .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    assert!(!s.contains("lost"), "losses are not in the output");
+    let (not_printed, lost) = live_losses(&text(&out.stderr));
     assert!(
-        lost > 0,
+        not_printed > 0,
         "a slow reader loses events: {}",
-        &s[s.len().saturating_sub(500)..]
+        text(&out.stderr)
     );
     assert_eq!(
-        printed + lost,
+        printed + not_printed + lost,
         200000,
         "every event is printed or counted as lost"
     );
+}
+
+#[test]
+fn live_prints_or_counts_every_event_of_a_burst_with_its_thread_and_cpu() {
+    // A million events in a few milliseconds: more than the program's trace buffers hold in drop mode
+    // and much more than a terminal takes.
+    let out = ferrotrace()
+        .args(["live", "--trace", "*", "--"])
+        .arg(testprog("tp_basic"))
+        .arg("250000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let mut printed = 0u64;
+    let mut expected_next = 0u64;
+    for l in s.lines().filter(|l| !l.starts_with("fired=")) {
+        let line = LiveLine::parse(l);
+        assert_eq!(line.thread, "tp_basic", "{l}");
+        printed += 1;
+        // In order: the first events printed are the program's first.
+        if let Some(i) = line
+            .event
+            .strip_prefix("tp_basic::vfs_open(path=\"/tmp/file")
+            .and_then(|r| r.split('"').next()?.parse::<u64>().ok())
+        {
+            assert!(i >= expected_next, "{l} after file{expected_next}");
+            expected_next = i + 1;
+        }
+    }
+    assert!(s.contains("fired=1000000"));
+    assert!(
+        s.lines().any(|l| l.contains("/tmp/file0\"")),
+        "the first event is printed"
+    );
+    let (not_printed, lost) = live_losses(&text(&out.stderr));
+    assert_eq!(
+        printed + not_printed + lost,
+        1_000_000,
+        "every event is printed or counted: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn globs_and_filters_that_select_nothing_are_said() {
+    let out = ferrotrace()
+        .args([
+            "live",
+            "--trace",
+            "nomatch*",
+            "--trace",
+            "net_recv",
+            "-F",
+            "no_such_fn",
+            "--",
+        ])
+        .arg(testprog("tp_basic"))
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'nomatch*' selects none of the program's tracepoints (")
+            && err.contains("tp_basic::net_recv"),
+        "{err}"
+    );
+    assert!(err.contains("-F 'no_such_fn' selects none of the"), "{err}");
+    assert_eq!(
+        text(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("tp_basic::net_recv conn="))
+            .count(),
+        2,
+        "what the other glob selects is printed"
+    );
+    // Recording says the same; a filter that matches says nothing.
+    let dir = scratch("tp_nomatch");
+    let (out, _) = record(
+        &dir,
+        &[
+            "--trace",
+            "vfs_*",
+            "--trace",
+            "tp_basic::nope",
+            "-F",
+            "tp_basic::work",
+        ],
+        &testprog("tp_basic"),
+        &["1"],
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'tp_basic::nope' selects none"),
+        "{err}"
+    );
+    assert!(!err.contains("vfs_*") && !err.contains("-F"), "{err}");
 }
 
 #[test]

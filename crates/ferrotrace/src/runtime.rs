@@ -335,6 +335,7 @@ fn start(role: Role) -> Result<(), String> {
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
+    trampoline::init_cpu_offset();
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role, &mut known)?;
     crate::live::init_from_env();
@@ -346,6 +347,22 @@ fn start(role: Role) -> Result<(), String> {
                 .map(|f| xray::display_name(&f.name))
                 .collect(),
         );
+    }
+    if !started_by_traced {
+        for (re, _) in config
+            .include
+            .iter()
+            .zip(&found.filter_hits)
+            .filter(|(_, hit)| !**hit)
+        {
+            eprintln!(
+                "ferrotrace: -F '{}' selects none of the {} instrumented functions in {} and the libraries \
+                 loaded with it",
+                re.as_str(),
+                found.total_functions,
+                found.exe_name()
+            );
+        }
     }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         if started_by_traced {

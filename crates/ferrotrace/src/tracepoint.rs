@@ -199,12 +199,13 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         return;
     }
     let tsc = crate::clock::rdtsc();
-    let rec = Record::with_payload(
+    let mut rec = Record::with_payload(
         tsc,
         EventKind::Tracepoint,
         header.id.load(Ordering::Relaxed),
         slots as u8,
     );
+    rec.word |= crate::trampoline::cpu_bits();
     let _ = HOT.try_with(|hot| {
         let cur = hot.cursor.load(Ordering::Relaxed);
         let end = hot.end.load(Ordering::Relaxed);

@@ -168,10 +168,20 @@ pub(crate) fn assign_ids() -> Vec<u8> {
     p
 }
 
-/// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for.
+/// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for, and says which of its
+/// globs select nothing.
 pub(crate) fn enable_requested() {
-    if let Some(globs) = requested() {
-        enable(&globs);
+    let Some(globs) = requested() else { return };
+    enable(&globs);
+    let all = tracepoint::all();
+    for glob in split_globs(&globs) {
+        if !all.iter().any(|t| selects(glob, t.name)) {
+            let names: Vec<&str> = all.iter().map(|t| t.name).collect();
+            eprintln!(
+                "ferrotrace: --trace '{glob}' selects none of the program's tracepoints ({})",
+                names.join(", ")
+            );
+        }
     }
 }
 

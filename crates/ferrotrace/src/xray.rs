@@ -64,6 +64,8 @@ pub struct Discovery {
     pub functions: Vec<Function>,
     /// Instrumented functions found, selected or not.
     pub total_functions: usize,
+    /// For each `-F` regex (`Config::include`), whether it matched any instrumented function.
+    pub filter_hits: Vec<bool>,
 }
 
 impl Discovery {
@@ -251,7 +253,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         )
     };
     let own_text = trampoline::ferrotrace_xray_entry as *const () as u64;
-    let mut out = Discovery::default();
+    let mut out = Discovery {
+        filter_hits: vec![false; config.include.len()],
+        ..Discovery::default()
+    };
     let mut next_id = known.next_function_id.max(1);
     for l in loaded {
         if known
@@ -318,9 +323,14 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
                 Some((_, size, name)) => (name.to_string(), size),
                 None => (format!("fn_{vaddr:x}"), 0),
             };
-            if is_runtime_function(&name, vaddr, plumbing.clone())
-                || !config.selects(&display_name(&name))
-            {
+            if is_runtime_function(&name, vaddr, plumbing.clone()) {
+                continue;
+            }
+            let shown = display_name(&name);
+            for (hit, re) in out.filter_hits.iter_mut().zip(&config.include) {
+                *hit = *hit || re.is_match(&shown);
+            }
+            if !config.selects(&shown) {
                 continue;
             }
             out.functions.push(Function {
@@ -340,11 +350,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 
 const PAGE: u64 = 4096;
 
-/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds.
+/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds, to the trampolines (those that
+/// record the CPU in live mode).
 fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
-    let entry = trampoline::ferrotrace_xray_entry as *const () as u64;
-    let exit = trampoline::ferrotrace_xray_exit as *const () as u64;
-    let tail = trampoline::ferrotrace_xray_tail as *const () as u64;
+    let targets = trampoline::trampolines(crate::live::active());
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
@@ -376,7 +385,7 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
             continue;
         }
         let page = p as *mut u8;
-        for (slot, target) in [entry, exit, tail].into_iter().enumerate() {
+        for (slot, target) in targets.into_iter().enumerate() {
             // jmp qword ptr [rip + 0]; .quad target; int3 int3
             let mut stub = [0xccu8; 16];
             stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
