@@ -777,6 +777,46 @@ fn live_prints_or_counts_every_event_of_a_burst_with_its_thread_and_cpu() {
 }
 
 #[test]
+fn live_shows_the_cpu_each_event_happened_on() {
+    // Pinned to the last CPU, every event (tracepoints and function entries and exits alike) says so:
+    // a CPU field not recorded at the event would read 0.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert!(cpus >= 2, "this test tells CPUs apart: it needs two");
+    let cpu = cpus - 1;
+    let mut cmd = ferrotrace();
+    cmd.args(["live", "--trace", "*", "-F", "greet", "--"])
+        .arg(testprog("tp_live"))
+        .stdin(Stdio::null());
+    // SAFETY: sched_setaffinity on the child between fork and exec, with a cpu_set_t built by libc's
+    // macros; no allocation.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let events: Vec<&str> = s.lines().filter(|l| *l != "ready").collect();
+    assert_eq!(
+        events.len(),
+        3 * 3 + 1,
+        "3 × (greet entry, hello, greet exit), bye: {s}"
+    );
+    for l in events {
+        LiveLine::parse(l);
+        let field: usize = l.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(field, cpu, "{l}");
+    }
+}
+
+#[test]
 fn globs_and_filters_that_select_nothing_are_said() {
     let out = ferrotrace()
         .args([
