@@ -277,6 +277,23 @@ fn bpftrace_maps(out: &str) -> std::collections::BTreeMap<String, u64> {
         .collect()
 }
 
+/// A bpftrace script for `tp_usdt`: counts its `ping`s and `pong`s by parity and sums ping's argument.
+fn ping_pong_script(prog: &std::path::Path) -> String {
+    let p = prog.display();
+    format!(
+        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
+         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
+    )
+}
+
+/// `out`, the output of [`ping_pong_script`] for `tp_usdt N`, saw every call with its arguments.
+fn assert_every_ping_and_pong(out: &str, n: u64) {
+    let maps = bpftrace_maps(out);
+    assert_eq!(maps.get("pings"), Some(&n), "{out}");
+    assert_eq!(maps.get("sum"), Some(&(0..n).sum::<u64>()), "{out}");
+    assert_eq!(maps.get("pongs[even]"), Some(&n.div_ceil(2)), "{out}");
+}
+
 #[test]
 fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
     let dir = scratch("tp_usdt");
@@ -311,16 +328,12 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
 fn bpftrace_started_with_the_program_counts_every_call_without_ferrotrace_recording() {
     let dir = scratch("tp_usdt_c");
     let prog = testprog("tp_usdt");
-    let p = prog.display().to_string();
-    let script = format!(
-        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
-         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
-    );
+    let script = ping_pong_script(&prog);
     let mut child = bpftrace()
         .arg("-e")
         .arg(&script)
         .arg("-c")
-        .arg(format!("{p} 1000"))
+        .arg(format!("{} 1000", prog.display()))
         .env_remove("FERROTRACE_TRACE")
         .env_remove("FERROTRACE_RUNTIME")
         // Without the watcher thread: the semaphores are up before the program starts, and the
@@ -341,10 +354,7 @@ fn bpftrace_started_with_the_program_counts_every_call_without_ferrotrace_record
         "{s}\n{}",
         text(&out.stderr)
     );
-    let maps = bpftrace_maps(&s);
-    assert_eq!(maps.get("pings"), Some(&1000), "{s}");
-    assert_eq!(maps.get("sum"), Some(&(0..1000).sum::<u64>()), "{s}");
-    assert_eq!(maps.get("pongs[even]"), Some(&500), "{s}");
+    assert_every_ping_and_pong(&s, 1000);
     assert!(
         std::fs::read_dir(&dir).unwrap().next().is_none(),
         "nothing was recorded"
@@ -441,11 +451,7 @@ fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_r
         "the watcher runs: {threads:?}"
     );
 
-    let p = prog.display().to_string();
-    let script = format!(
-        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
-         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
-    );
+    let script = ping_pong_script(&prog);
     let mut tracer = bpftrace()
         .arg("-p")
         .arg(pid.to_string())
@@ -468,10 +474,7 @@ fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_r
     unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
     let s: String = traced.map(|l| l.unwrap() + "\n").collect();
     assert!(tracer.wait().unwrap().success());
-    let maps = bpftrace_maps(&s);
-    assert_eq!(maps.get("pings"), Some(&1000), "{s}");
-    assert_eq!(maps.get("sum"), Some(&(0..1000).sum::<u64>()), "{s}");
-    assert_eq!(maps.get("pongs[even]"), Some(&500), "{s}");
+    assert_every_ping_and_pong(&s, 1000);
     // No tracer left: the sites are NOPs again.
     wait_for_sites(&prog, pid, "tp_usdt::ping", false);
     wait_for_sites(&prog, pid, "tp_usdt::pong", false);

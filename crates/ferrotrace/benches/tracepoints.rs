@@ -70,22 +70,19 @@ static RSEQ_CPU: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::ne
 
 #[inline(never)]
 fn loop_rseq_cpu(n: u64) -> u64 {
+    let thread_pointer: usize;
+    // SAFETY: on x86_64 Linux, %fs:0 holds the thread control block's own address.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) thread_pointer, options(nostack, readonly))
+    };
+    let cpu_id =
+        (thread_pointer as i64 + RSEQ_CPU.load(std::sync::atomic::Ordering::Relaxed)) as *const u16;
     let mut acc = 0u64;
     for i in 0..n {
         acc = black_box(acc.wrapping_add(i));
-        let cpu: u64;
-        // SAFETY: a 16-bit load at a constant offset from the thread pointer, inside the thread's
-        // control block (main checks that glibc exports the offset).
-        unsafe {
-            core::arch::asm!(
-                "mov {cpu}, qword ptr [rip + {off}]",
-                "movzx {cpu:e}, word ptr fs:[{cpu}]",
-                cpu = out(reg) cpu,
-                off = sym RSEQ_CPU,
-                options(nostack, readonly, preserves_flags),
-            )
-        };
-        black_box(cpu);
+        // SAFETY: inside the thread's control block (main checked that glibc exports the offset); a
+        // volatile load, as the kernel updates it.
+        black_box(unsafe { cpu_id.read_volatile() });
     }
     acc
 }

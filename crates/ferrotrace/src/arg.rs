@@ -25,12 +25,13 @@ pub unsafe trait Arg {
     fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64;
 }
 
-macro_rules! int_arg {
-    ($($t:ty => $name:literal, $size:literal, $wide:ty;)*) => {$(
+/// Numbers: their little-endian bytes in the record; the SDT word is `|v| word` of the value.
+macro_rules! number_arg {
+    ($($t:ty => $name:literal, $usdt_size:literal, |$v:ident| $word:expr;)*) => {$(
         // SAFETY: writes exactly size_of::<$t>() bytes.
         unsafe impl Arg for $t {
             const TYPE: &'static str = $name;
-            const USDT_SIZE: i32 = $size;
+            const USDT_SIZE: i32 = $usdt_size;
             #[inline(always)]
             fn encoded_len(&self) -> usize {
                 core::mem::size_of::<$t>()
@@ -45,65 +46,26 @@ macro_rules! int_arg {
             }
             #[inline(always)]
             fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-                *self as $wide as u64
+                let $v = *self;
+                $word
             }
         }
     )*};
 }
 
-int_arg! {
-    u8 => "u8", 8, u64;
-    u16 => "u16", 8, u64;
-    u32 => "u32", 8, u64;
-    u64 => "u64", 8, u64;
-    usize => "usize", 8, u64;
-    i8 => "i8", -8, i64;
-    i16 => "i16", -8, i64;
-    i32 => "i32", -8, i64;
-    i64 => "i64", -8, i64;
-    isize => "isize", -8, i64;
-}
-
-// SAFETY: 4 bytes.
-unsafe impl Arg for f32 {
-    const TYPE: &'static str = "f32";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        4
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        // SAFETY: the caller provides `encoded_len()` = 4 writable bytes at `dst`.
-        unsafe {
-            (dst as *mut [u8; 4]).write_unaligned(self.to_le_bytes());
-            dst.add(4)
-        }
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits() as u64
-    }
-}
-
-// SAFETY: 8 bytes.
-unsafe impl Arg for f64 {
-    const TYPE: &'static str = "f64";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        8
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        // SAFETY: the caller provides `encoded_len()` = 8 writable bytes at `dst`.
-        unsafe {
-            (dst as *mut [u8; 8]).write_unaligned(self.to_le_bytes());
-            dst.add(8)
-        }
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits()
-    }
+number_arg! {
+    u8 => "u8", 8, |v| v as u64;
+    u16 => "u16", 8, |v| v as u64;
+    u32 => "u32", 8, |v| v as u64;
+    u64 => "u64", 8, |v| v;
+    usize => "usize", 8, |v| v as u64;
+    i8 => "i8", -8, |v| v as i64 as u64;
+    i16 => "i16", -8, |v| v as i64 as u64;
+    i32 => "i32", -8, |v| v as i64 as u64;
+    i64 => "i64", -8, |v| v as u64;
+    isize => "isize", -8, |v| v as i64 as u64;
+    f32 => "f32", 8, |v| v.to_bits() as u64;
+    f64 => "f64", 8, |v| v.to_bits();
 }
 
 // SAFETY: 1 byte.

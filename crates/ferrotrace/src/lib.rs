@@ -51,6 +51,7 @@
 
 mod arg;
 
+// The runtime's modules exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]
 mod clock;
 #[cfg(ferrotrace_runtime)]

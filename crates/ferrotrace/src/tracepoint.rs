@@ -359,29 +359,16 @@ pub fn all() -> Vec<Info> {
 
 /// Every site in this program.
 pub fn sites() -> Vec<Site> {
-    // SAFETY: linker-defined bounds of our own section.
-    let (start, stop) = unsafe {
-        (
+    // SAFETY: linker-defined bounds of our own section, whose entries are three PC-relative fields.
+    let entries = unsafe {
+        pc_relative_table::<3>(
             &__start_ferrotrace_sites as *const u8 as usize,
             &__stop_ferrotrace_sites as *const u8 as usize,
         )
     };
-    let mut out = Vec::new();
-    let mut p = start;
-    while p + 24 <= stop {
-        // SAFETY: entries are 24 bytes, 8-aligned, inside the section.
-        let f = |i: usize| unsafe { ((p + 8 * i) as *const i64).read() };
-        let (a, t, d) = (f(0), f(1), f(2));
-        if a != 0 && t != 0 && d != 0 {
-            out.push(Site {
-                addr: (p as i64).wrapping_add(a) as usize,
-                target: (p as i64 + 8).wrapping_add(t) as usize,
-                desc: (p as i64 + 16).wrapping_add(d) as usize,
-            });
-        }
-        p += 24;
-    }
-    out
+    entries
+        .map(|[addr, target, desc]| Site { addr, target, desc })
+        .collect()
 }
 
 /// The SDT probe of a tracepoint, from the `ferrotrace_usdt` table.
@@ -395,30 +382,48 @@ pub struct Probe {
 
 /// The SDT probe of every tracepoint in this program.
 pub fn probes() -> Vec<Probe> {
-    // SAFETY: linker-defined bounds of our own section.
-    let (start, stop) = unsafe {
-        (
+    // SAFETY: linker-defined bounds of our own section, whose entries are two PC-relative fields.
+    let entries = unsafe {
+        pc_relative_table::<2>(
             &__start_ferrotrace_usdt as *const u8 as usize,
             &__stop_ferrotrace_usdt as *const u8 as usize,
         )
     };
-    let mut out = Vec::new();
-    let mut p = start;
-    while p + 16 <= stop {
-        // SAFETY: entries are 16 bytes, 8-aligned, inside the section.
-        let f = |i: usize| unsafe { ((p + 8 * i) as *const i64).read() };
-        let (sema, desc) = (f(0), f(1));
-        if sema != 0 && desc != 0 {
-            let sema = (p as i64).wrapping_add(sema) as usize;
-            out.push(Probe {
-                // SAFETY: the entry points at a tracepoint's `SEMA` static (see `tracepoint!`).
-                semaphore: unsafe { &*(sema as *const Semaphore) },
-                desc: (p as i64 + 8).wrapping_add(desc) as usize,
-            });
+    entries
+        .map(|[sema, desc]| Probe {
+            // SAFETY: the entry points at a tracepoint's `SEMA` static (see `tracepoint!`).
+            semaphore: unsafe { &*(sema as *const Semaphore) },
+            desc,
+        })
+        .collect()
+}
+
+/// The entries of a table of `N` PC-relative `i64` fields per entry (each field holds `target - &field`)
+/// between `start` and `stop`, as absolute addresses; entries with a zero field (the sentinels) are
+/// skipped.
+///
+/// # Safety
+/// `start..stop` is such a table, 8-aligned and mapped.
+unsafe fn pc_relative_table<const N: usize>(
+    start: usize,
+    stop: usize,
+) -> impl Iterator<Item = [usize; N]> {
+    (start..stop).step_by(8 * N).filter_map(move |p| {
+        if p + 8 * N > stop {
+            return None;
         }
-        p += 16;
-    }
-    out
+        let mut fields = [0usize; N];
+        for (i, f) in fields.iter_mut().enumerate() {
+            let at = p + 8 * i;
+            // SAFETY: inside the table (the caller's contract), 8-aligned.
+            let rel = unsafe { (at as *const i64).read() };
+            if rel == 0 {
+                return None;
+            }
+            *f = (at as i64).wrapping_add(rel) as usize;
+        }
+        Some(fields)
+    })
 }
 
 /// Semaphore type of SDT probes (incremented by the kernel while a tracer is attached).
