@@ -12,14 +12,17 @@
 //! * exit, `exit()` from any thread, panics and fatal signals flush every thread's events;
 //! * static tracepoints ([`tracepoint!`]): one NOP while disabled, enabled at run time by glob (from
 //!   `ferrotrace record --trace`, `FERROTRACE_TRACE` or [`tracepoints::enable`]), written into the same
-//!   chunks, printed live by `ferrotrace live`, and visible to bpftrace as USDT probes.
+//!   chunks, printed live by `ferrotrace live`, and USDT probes that bpftrace and perf can attach to
+//!   whether or not ferrotrace records.
 //!
 //! Who should use it: programs that want tracepoints depend on this crate and declare them; nothing
-//! else needs calling. `ferrotrace record` starts the runtime through the environment, either by
-//! LD_PRELOAD of `libferrotrace_preload.so` (programs that do not depend on ferrotrace) or in the copy
-//! linked into a program that depends on this crate, which stays dormant and costs nothing (a NOP per
-//! tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set. Never two runtimes at
-//! once.
+//! else needs calling. The API is the two macros, [`tracepoints::enable`] and
+//! [`tracepoints::disable`], [`is_recording`], [`finish`] and [`rescan`]. `ferrotrace record` starts the
+//! runtime through the environment, either by LD_PRELOAD of `libferrotrace_preload.so` (programs that
+//! do not depend on ferrotrace) or in the copy linked into a program that depends on this crate, which
+//! stays dormant (a NOP per tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set;
+//! in a program with tracepoints, one thread reads their USDT semaphores every 200 ms
+//! (`FERROTRACE_USDT=off` leaves it out). Never two runtimes at once.
 //!
 //! Who should not: code that *reads* traces wants `ferrotrace-analysis`; code without an operating
 //! system wants `ferrotrace-core`.
