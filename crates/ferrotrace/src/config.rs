@@ -11,6 +11,7 @@
 //! | `FERROTRACE_MODE` | `lossless`, `drop` or `flight` | `lossless` |
 //! | `FERROTRACE_BUFFER_SIZE` | bytes of chunk memory (lossless, drop) or of the flight ring (flight); `K`/`M`/`G` suffixes | 16M |
 //! | `FERROTRACE_CHUNK_SIZE` | bytes per chunk (a power of two ≥ 256) | 64K |
+//! | `FERROTRACE_USDT` | `off`: no thread watching the tracepoints' SDT semaphores, so tracers that attach to a running program (`bpftrace -p`) see nothing (`usdt`) | on, in programs with tracepoints |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -91,6 +92,19 @@ impl NamePattern {
                 end,
             }
         })
+    }
+
+    /// The pattern as the user wrote it.
+    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
+        match self {
+            NamePattern::Literal { text, start, end } => format!(
+                "{}{text}{}",
+                if *start { "^" } else { "" },
+                if *end { "$" } else { "" }
+            )
+            .into(),
+            NamePattern::Regex(r) => r.as_str().into(),
+        }
     }
 
     /// True when the pattern matches (somewhere in) `name`.

@@ -23,7 +23,7 @@ fn push_head(line: &mut String, ph: &str, pid: u32, tid: u32, ts_ns: u64) {
     );
 }
 
-/// About how many bytes [`write`] will write for `trace`: one line per event (the few metadata lines
+/// About how many bytes [`write()`] will write for `trace`: one line per event (the few metadata lines
 /// aside) of fixed fields, the digits of pid, tid and timestamp, and the name (taken at the mean length
 /// of the trace's function names). Read from the trace's index, before anything is decoded, so that a
 /// user can be told before gigabytes are written.

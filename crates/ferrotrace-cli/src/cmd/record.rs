@@ -249,7 +249,8 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
                 if count == 1 { "it" } else { "them" },
             )
             }
-            Ok(_) => " (nor a function inlined away)".to_string(),
+            // The runtime said already that the pattern selects nothing; only the reason is new.
+            Ok(_) => continue,
             Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
         };
         eprintln!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
