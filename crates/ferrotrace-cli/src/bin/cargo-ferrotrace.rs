@@ -7,7 +7,7 @@
 //! cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
 //! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
-//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
 //! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. RECORD-OPTIONS and PROFILE-OPTIONS
 //! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions. `record` and `profile` hand the built
@@ -32,12 +32,14 @@ Usage:
 ";
 
 const USAGE_TAIL: &str = "\
-`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes' (and limited
-debug info) into <target-dir>/ferrotrace-profile.
+`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes
+-Csymbol-mangling-version=v0' (and limited debug info) into <target-dir>/ferrotrace-profile: the
+same frame pointers and symbol names as the instrumented build.
 CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...; -F belongs to
 ferrotrace in `record` and `profile`: spell cargo's --features there). The
 instrumented build goes to <target-dir>/ferrotrace with the nightly toolchain and
-RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.";
+RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0'; normal
+builds are untouched.";
 
 /// The options of `ferrotrace ACTION` that `cargo ferrotrace ACTION` takes and hands on, read from the
 /// very clap definitions `ferrotrace` parses with (so the two cannot drift): every option but the
@@ -225,7 +227,9 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
     let mut cmd = if profiling {
         // Sampling needs no sleds: the default toolchain and frame pointers, plus limited debug info
         // (line tables alone lose the module paths of function names) unless the user chose a level.
-        rustflags.push_str(" -Cforce-frame-pointers=yes");
+        // v0 symbol names, as the nightly of traced builds gives: a closure is `{closure#0}` and drop
+        // glue `drop_glue::<T>` in a profile as in a trace, not `{{closure}}` and `drop_in_place`.
+        rustflags.push_str(" -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0");
         let mut c = Command::new("cargo");
         if std::env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
             c.env("CARGO_PROFILE_RELEASE_DEBUG", "limited");
@@ -233,7 +237,9 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
         c
     } else {
         check_nightly()?;
-        rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+        rustflags.push_str(
+            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0",
+        );
         let mut c = Command::new("rustup");
         c.args(["run", "nightly", "cargo"])
             .env_remove("RUSTUP_TOOLCHAIN");
