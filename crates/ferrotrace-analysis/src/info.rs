@@ -34,6 +34,8 @@ pub struct Summary {
     pub pid: u32,
     /// Recording mode.
     pub mode: String,
+    /// How the program was instrumented (`mcount`, `xray`, ...; `unknown` when the trace does not say).
+    pub instrumentation: String,
     /// Duration in ns.
     pub duration_ns: u64,
     /// Threads.
@@ -73,6 +75,7 @@ impl Summary {
             exe: trace.session.exe.clone(),
             pid: trace.session.pid,
             mode: trace.session.mode_name().to_string(),
+            instrumentation: trace.session.instrumentation_names(),
             duration_ns: trace.duration_ns(),
             functions: trace.functions.len(),
             file_bytes: trace.file_len,
@@ -131,6 +134,7 @@ impl Summary {
             "exe": self.exe,
             "pid": self.pid,
             "mode": self.mode,
+            "instrumentation": self.instrumentation,
             "duration_ns": self.duration_ns,
             "threads": self.threads.iter().map(|t| json!({
                 "tid": t.tid, "name": t.name, "events": t.events, "entries": t.entries,
@@ -155,6 +159,7 @@ impl Summary {
         let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
         let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
         let _ = writeln!(o, "mode         : {}", self.mode);
+        let _ = writeln!(o, "instrumentation: {}", self.instrumentation);
         let _ = writeln!(o, "duration     : {}", fmt_ns(self.duration_ns));
         let _ = writeln!(o, "ended by     : {}", self.ended_by);
         let _ = writeln!(o, "functions    : {} traced", self.functions);

@@ -67,12 +67,29 @@ pub struct Session {
     pub mode: u32,
     /// TSC frequency estimate at start.
     pub tsc_hz: u64,
+    /// How the program was instrumented: bits of `ferrotrace_core::format::instrumentation` (0 when
+    /// the writer did not say).
+    pub instrumentation: u64,
 }
 
 impl Session {
     /// The executable's file name (no directory).
     pub fn exe_name(&self) -> &str {
         self.exe.rsplit('/').next().unwrap_or("")
+    }
+
+    /// The instrumentation's names, `+`-separated (`mcount`, `xray+patchable-nop`), or `unknown`.
+    pub fn instrumentation_names(&self) -> String {
+        let names: Vec<&str> = ferrotrace_core::format::instrumentation::NAMES
+            .iter()
+            .filter(|(bit, _)| self.instrumentation & bit != 0)
+            .map(|(_, name)| *name)
+            .collect();
+        if names.is_empty() {
+            "unknown".into()
+        } else {
+            names.join("+")
+        }
     }
 
     /// The recording mode's name.
@@ -342,6 +359,8 @@ impl Trace {
                     version: f.str()?.to_string(),
                     mode: f.varint_u32()?,
                     tsc_hz: f.varint()?,
+                    // A trailing field: absent in traces written before it existed.
+                    instrumentation: if f.remaining() > 0 { f.varint()? } else { 0 },
                 };
             }
             Some(ChunkKind::Clock) => {

@@ -34,7 +34,8 @@ pub const MAX_CHUNK_PAYLOAD: u32 = 64 << 20;
 pub enum ChunkKind {
     /// Process metadata, first chunk of every trace:
     /// `v pid, v ppid, s exe, s cmdline (NUL-separated args), v start_realtime_ns, s ferrotrace_version,
-    ///  v mode (0 lossless, 1 drop, 2 flight), v tsc_hz (estimate, 0 if unknown)`.
+    ///  v mode (0 lossless, 1 drop, 2 flight), v tsc_hz (estimate, 0 if unknown), v instrumentation
+    ///  (bits of [`instrumentation`]; readers take a missing trailing field as 0, unknown)`.
     Session = 1,
     /// A clock calibration pair: `v tsc, v monotonic_ns, v realtime_ns`.
     Clock = 2,
@@ -76,6 +77,32 @@ impl ChunkKind {
             _ => return None,
         })
     }
+}
+
+/// The bits of the Session chunk's trailing `instrumentation` field: how the traced program's functions
+/// were instrumented (a program and its libraries may use several).
+pub mod instrumentation {
+    /// XRay sleds (`-Zinstrument-xray`, `clang -fxray-instrument`).
+    pub const XRAY: u64 = 1;
+    /// Calls to `mcount`/`_mcount` after the prologue (`-Zinstrument-mcount`, `gcc -pg`, `clang -pg`).
+    pub const MCOUNT: u64 = 2;
+    /// Calls to `__fentry__` before the prologue (`gcc -pg -mfentry`).
+    pub const FENTRY: u64 = 4;
+    /// 5-byte NOPs patched at run time (`gcc -pg -mnop-mcount -mrecord-mcount`,
+    /// `-fpatchable-function-entry`).
+    pub const PATCHABLE_NOP: u64 = 8;
+    /// Every way to build a program that ferrotrace can trace, for messages.
+    pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
+        or RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' (nightly; `cargo ferrotrace build [--mcount]`), \
+        C/C++ with clang -fxray-instrument, gcc -pg or clang -pg, gcc -pg -mfentry, or gcc -pg -mnop-mcount \
+        -mrecord-mcount (with -no-pie)";
+    /// Every bit with the name `info` prints for it.
+    pub const NAMES: [(u64, &str); 4] = [
+        (XRAY, "xray"),
+        (MCOUNT, "mcount"),
+        (FENTRY, "fentry"),
+        (PATCHABLE_NOP, "patchable-nop"),
+    ];
 }
 
 /// The encoded file header.

@@ -11,6 +11,7 @@
 //! | `FERROTRACE_MODE` | `lossless`, `drop` or `flight` | `lossless` |
 //! | `FERROTRACE_BUFFER_SIZE` | bytes of chunk memory (lossless, drop) or of the flight ring (flight); `K`/`M`/`G` suffixes | 16M |
 //! | `FERROTRACE_CHUNK_SIZE` | bytes per chunk (a power of two ≥ 256) | 64K |
+//! | `FERROTRACE_SHADOW_DEPTH` | frames of each thread's shadow stack (mcount return hooks); deeper calls are not traced and are counted as lost | 16384 |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -42,6 +43,8 @@ pub struct Config {
     pub buffer_size: usize,
     /// Bytes per chunk.
     pub chunk_size: usize,
+    /// Frames of each thread's shadow stack (mcount/fentry return hooks).
+    pub shadow_depth: usize,
 }
 
 /// Parses `16M`, `512K`, `1G` or a plain number of bytes.
@@ -103,7 +106,18 @@ impl Config {
                 "FERROTRACE_CHUNK_SIZE: {chunk_size} is not a power of two of at least 256"
             ));
         }
+        let shadow_depth = match var("FERROTRACE_SHADOW_DEPTH") {
+            None => crate::mcount::DEFAULT_DEPTH,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|&d| (1..=1 << 24).contains(&d))
+                .ok_or_else(|| {
+                    format!("FERROTRACE_SHADOW_DEPTH: '{v}' is not a number of frames from 1 to 16777216")
+                })?,
+        };
         Ok(Config {
+            shadow_depth,
             output: std::env::var_os("FERROTRACE_OUTPUT")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)

@@ -88,6 +88,8 @@ pub struct Runtime {
     /// The chunks that describe the program (modules, functions, tracepoints), as written at the head of
     /// the file and by rescans since: a forked child's trace starts with them.
     header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
+    /// How the program is instrumented (the Session chunk's field), for a forked child's trace.
+    instrumentation: u64,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -157,6 +159,14 @@ impl Runtime {
         } else {
             Duration::from_secs(30)
         });
+        let too_deep = crate::mcount::depth_lost();
+        if too_deep > 0 && !from_signal {
+            eprintln!(
+                "ferrotrace: {too_deep} calls nested deeper than the shadow stack ({} frames) were not traced \
+                 (counted as lost events); FERROTRACE_SHADOW_DEPTH sets its depth",
+                crate::mcount::depth()
+            );
+        }
     }
 
     /// False in a forked child that has not started recording on its own.
@@ -279,7 +289,12 @@ fn create_trace_file(path: &PathBuf) -> Result<File, String> {
     Ok(file)
 }
 
-fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
+fn session_payload(
+    config: &Config,
+    tsc_hz: u64,
+    start_realtime: u64,
+    instrumentation: u64,
+) -> Vec<u8> {
     let mut p = Vec::new();
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
@@ -296,6 +311,7 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
     let _ = put_str(&mut p, env!("CARGO_PKG_VERSION"));
     let _ = put_varint(&mut p, config.mode as u64);
     let _ = put_varint(&mut p, tsc_hz);
+    let _ = put_varint(&mut p, instrumentation);
     p
 }
 
@@ -336,17 +352,25 @@ fn start(role: Role) -> Result<(), String> {
     }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         if started_by_traced {
-            // A program the traced one runs (a shell, a compiler...) without sleds: nothing to record,
-            // and no reason to say so or leave an empty file.
+            // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
+            // record, and no reason to say so or leave an empty file.
             return Ok(());
         }
         eprintln!(
-            "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
-             build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
+            "ferrotrace: no instrumented function selected in {} ({} instrumented functions found): {}, and check -F/-N",
             found.exe_name(),
-            found.total_functions
+            found.total_functions,
+            ferrotrace_core::format::instrumentation::HOW_TO_BUILD
         );
     }
+    if found.no_frame_pointer > 0 && !started_by_traced {
+        eprintln!(
+            "ferrotrace: {} functions call mcount without setting up a frame pointer and are not traced: \
+             build with -Cforce-frame-pointers=yes (Rust) or without -fomit-frame-pointer (C)",
+            found.no_frame_pointer
+        );
+    }
+    crate::mcount::set_depth(config.shadow_depth);
     let pool = new_pool(&config)?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
         .module_payloads()
@@ -355,9 +379,9 @@ fn start(role: Role) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
-    let writer = open_trace(&config, &path, &header)?;
+    let writer = open_trace(&config, &path, &header, found.instrumentation)?;
     let rt = launch(
-        Runtime::new(config, pool, known, role, header),
+        Runtime::new(config, pool, known, role, header, found.instrumentation),
         writer,
         path,
         None,
@@ -382,6 +406,7 @@ fn open_trace(
     config: &Config,
     path: &PathBuf,
     header: &[(ChunkKind, Vec<u8>)],
+    instrumentation: u64,
 ) -> Result<Writer, String> {
     let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
@@ -391,7 +416,7 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime),
+            &session_payload(config, tsc_hz, start_realtime, instrumentation),
         )
         .map_err(io)?;
     writer
@@ -411,6 +436,7 @@ impl Runtime {
         known: xray::Known,
         role: Role,
         header: Vec<(ChunkKind, Vec<u8>)>,
+        instrumentation: u64,
     ) -> Runtime {
         Runtime {
             config,
@@ -431,6 +457,7 @@ impl Runtime {
             finished: AtomicBool::new(false),
             pid: std::process::id(),
             header: Mutex::new(header),
+            instrumentation,
         }
     }
 }
@@ -495,9 +522,16 @@ pub fn restart_in_forked_child() {
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
     let started = new_pool(&config).and_then(|pool| {
-        let writer = open_trace(&config, &path, &header)?;
+        let writer = open_trace(&config, &path, &header, parent.instrumentation)?;
         launch(
-            Runtime::new(config, pool, known, parent.role, header),
+            Runtime::new(
+                config,
+                pool,
+                known,
+                parent.role,
+                header,
+                parent.instrumentation,
+            ),
             writer,
             path,
             Some(parent),

@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::format::instrumentation;
 
 use crate::elf;
 
@@ -162,12 +163,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         ));
     }
     let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if !facts.has_sleds && !records_tracepoints {
+    if facts.instrumentation == 0 && !records_tracepoints {
         return Err(format!(
-            "{} has no XRay sleds, so there is nothing to trace. Build it with \
-             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
-             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument",
-            program.display()
+            "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
+             there is nothing to trace: {}",
+            program.display(),
+            instrumentation::HOW_TO_BUILD
         ));
     }
     let output = absolute(&args.output);
