@@ -661,11 +661,12 @@ extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
 
 /// Writes a CIE and one FDE for the return stub (`pc_begin`, `pc_range` bytes, starting with the NOP
 /// before the stub) and the zero terminator into `out`; returns the bytes written, 0 if `out` is short.
-/// The rules: CFA = rsp; the return address is saved at the shadow frame whose slot is CFA − 8, found by
+/// The rules: CFA = rsp + 8, rsp = CFA - 8; the return address is saved in the shadow frame whose slot
+/// is rsp − 8, found by
 /// walking down from the thread's shadow top (read at `top_addr`) to `base` (not found: 0, the end of the
 /// stack).
 fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u64) -> usize {
-    const LIT8: u8 = 0x38;
+    const LIT16: u8 = 0x40;
     const LIT24: u8 = 0x48;
     const MINUS: u8 = 0x1c;
     const CONST8U: u8 = 0x0e;
@@ -679,8 +680,9 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     const BRA: u8 = 0x28;
     const SKIP: u8 = 0x2f;
     const PLUS_UCONST: u8 = 0x23;
-    // The expression (the CFA is on the stack when it starts).
-    let mut e: Vec<u8> = vec![LIT8, MINUS, CONST8U];
+    // The expression (the CFA is on the stack when it starts, and stays at the bottom: libgcc's
+    // DW_OP_pick refuses to pick the bottom element). The slot: CFA - 16.
+    let mut e: Vec<u8> = vec![DUP, LIT16, MINUS, CONST8U];
     e.extend_from_slice(&top_addr.to_le_bytes());
     e.push(DEREF);
     let looping = e.len();
@@ -695,12 +697,12 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     let to_loop = e.len();
     e.extend_from_slice(&[SKIP, 0, 0]);
     let not_found = e.len();
-    e.extend_from_slice(&[DROP, DROP, CONST8U]);
+    e.extend_from_slice(&[DROP, DROP, DROP, CONST8U]);
     e.extend_from_slice(&(&NO_RETURN_ADDRESS as *const u64 as u64).to_le_bytes());
     let to_end = e.len();
     e.extend_from_slice(&[SKIP, 0, 0]);
     let found = e.len();
-    e.extend_from_slice(&[SWAP, DROP]);
+    e.extend_from_slice(&[SWAP, DROP, SWAP, DROP]);
     let end = e.len();
     let mut branch = |at: usize, to: usize| {
         let rel = (to as i64 - (at as i64 + 3)) as i16;
@@ -714,7 +716,12 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     let mut cie: Vec<u8> = vec![0, 0, 0, 0, 0, 0, 0, 0, 1];
     cie.extend_from_slice(b"zR\0");
     cie.extend_from_slice(&[1, 0x78, 16, 1, 0x00]); // code align 1, data align -8, RA column 16, 'R': absptr
-    cie.extend_from_slice(&[0x0c, 7, 0]); // DW_CFA_def_cfa rsp, 0
+    // CFA = rsp + 8 and rsp = CFA - 8 (DW_CFA_val_offset, factored by -8): the caller's stack pointer is
+    // the stub frame's rsp, as for any return, but the CFA differs from the hooked frame's. Unwinders
+    // identify a frame by its callee's CFA; with CFA = rsp, the stub frame above a handler frame
+    // would share the handler's identity and libgcc's phase 2 would stop at the stub (an abort).
+    cie.extend_from_slice(&[0x0c, 7, 8]); // DW_CFA_def_cfa rsp, 8
+    cie.extend_from_slice(&[0x14, 7, 1]); // DW_CFA_val_offset rsp, -8
     cie.extend_from_slice(&[0x10, 16]); // DW_CFA_expression RA
     cie.push(e.len() as u8); // uleb128: the expression is shorter than 128 bytes
     cie.extend_from_slice(&e);
