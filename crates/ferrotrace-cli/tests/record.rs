@@ -6,48 +6,6 @@ use common::*;
 use ferrotrace_analysis::reader::{EventKind, Trace};
 use std::path::{Path, PathBuf};
 
-/// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
-fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
-    let mut entries = 0;
-    let mut exits = 0;
-    for &tid in trace.threads.keys() {
-        let mut stack: Vec<u32> = Vec::new();
-        for e in trace.thread_events(tid).expect("thread events") {
-            let e = e.expect("event");
-            let is_func = trace.function_name(e.id) == func;
-            match e.kind {
-                EventKind::Entry => {
-                    stack.push(e.id);
-                    entries += is_func as u64;
-                }
-                EventKind::Exit | EventKind::TailExit => {
-                    assert_eq!(
-                        stack.pop(),
-                        Some(e.id),
-                        "exit of {} does not match the open frame",
-                        trace.function_name(e.id)
-                    );
-                    exits += is_func as u64;
-                }
-                _ => {}
-            }
-        }
-        assert!(
-            stack.is_empty(),
-            "thread {tid} ends with open frames {stack:?}"
-        );
-    }
-    (entries, exits)
-}
-
-fn program_calls(stdout: &[u8]) -> u64 {
-    let s = text(stdout);
-    s.split_whitespace()
-        .find_map(|w| w.strip_prefix("calls="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no calls= in output: {s}"))
-}
-
 #[test]
 fn recursive_program_has_exactly_its_calls_in_every_run() {
     let dir = scratch("fib_exact");
@@ -61,54 +19,6 @@ fn recursive_program_has_exactly_its_calls_in_every_run() {
         let (entries, exits) = nested_counts(&t, "fib::fib");
         assert_eq!((entries, exits), (calls, calls), "run {run}");
     }
-}
-
-/// What walking a thread's events with unwinding semantics found.
-#[derive(Default, Debug)]
-struct Walk {
-    /// Frames popped without their own exit, because an exit further down arrived (panic unwinding).
-    unwound: Vec<String>,
-    /// Exits with no matching entry (functions running before tracing started).
-    preexisting: Vec<String>,
-    /// Frames still open at the end of the thread's events.
-    open_at_end: Vec<String>,
-    entries: std::collections::HashMap<String, u64>,
-}
-
-fn walk(trace: &Trace, tid: u32) -> Walk {
-    let mut w = Walk::default();
-    let mut stack: Vec<u32> = Vec::new();
-    for e in trace.thread_events(tid).expect("events") {
-        let e = e.expect("event decodes");
-        let name = trace.function_name(e.id);
-        match e.kind {
-            EventKind::Entry => {
-                stack.push(e.id);
-                *w.entries.entry(name).or_default() += 1;
-            }
-            EventKind::Exit | EventKind::TailExit => match stack.iter().rposition(|&f| f == e.id) {
-                Some(pos) => {
-                    for f in stack.drain(pos + 1..) {
-                        w.unwound.push(trace.function_name(f));
-                    }
-                    stack.pop();
-                }
-                None => w.preexisting.push(name),
-            },
-            _ => {}
-        }
-    }
-    w.open_at_end = stack.iter().map(|&f| trace.function_name(f)).collect();
-    w
-}
-
-fn tid_named(trace: &Trace, name: &str) -> u32 {
-    trace
-        .threads
-        .values()
-        .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("no thread named {name}"))
-        .tid
 }
 
 #[test]

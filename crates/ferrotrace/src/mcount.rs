@@ -716,10 +716,10 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     let mut cie: Vec<u8> = vec![0, 0, 0, 0, 0, 0, 0, 0, 1];
     cie.extend_from_slice(b"zR\0");
     cie.extend_from_slice(&[1, 0x78, 16, 1, 0x00]); // code align 1, data align -8, RA column 16, 'R': absptr
-    // CFA = rsp + 8 and rsp = CFA - 8 (DW_CFA_val_offset, factored by -8): the caller's stack pointer is
-    // the stub frame's rsp, as for any return, but the CFA differs from the hooked frame's. Unwinders
-    // identify a frame by its callee's CFA; with CFA = rsp, the stub frame above a handler frame
-    // would share the handler's identity and libgcc's phase 2 would stop at the stub (an abort).
+                                                    // CFA = rsp + 8 and rsp = CFA - 8 (DW_CFA_val_offset, factored by -8): the caller's stack pointer is
+                                                    // the stub frame's rsp, as for any return, but the CFA differs from the hooked frame's. Unwinders
+                                                    // identify a frame by its callee's CFA; with CFA = rsp, the stub frame above a handler frame
+                                                    // would share the handler's identity and libgcc's phase 2 would stop at the stub (an abort).
     cie.extend_from_slice(&[0x0c, 7, 8]); // DW_CFA_def_cfa rsp, 8
     cie.extend_from_slice(&[0x14, 7, 1]); // DW_CFA_val_offset rsp, -8
     cie.extend_from_slice(&[0x10, 16]); // DW_CFA_expression RA

@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+
+use ferrotrace_analysis::reader::{EventKind, Trace};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -60,6 +62,42 @@ pub fn testprog(name: &str) -> PathBuf {
         root.join("target/release")
     });
     dir.join(name)
+}
+
+/// Path of a test program from `testprogs/`, built once per test binary with nightly and mcount calls
+/// (`-Zinstrument-mcount -Cforce-frame-pointers=yes`) into `testprogs/target/mcount`.
+pub fn testprog_mcount(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    let dir = BUILT.get_or_init(|| {
+        let root = repo().join("testprogs");
+        run_ok(
+            clean_cargo_env(&mut Command::new("rustup"))
+                .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
+                .current_dir(&root)
+                .env("CARGO_TARGET_DIR", root.join("target/mcount"))
+                .env(
+                    "RUSTFLAGS",
+                    "-Zinstrument-mcount -Cforce-frame-pointers=yes",
+                ),
+            "building testprogs with nightly and -Zinstrument-mcount",
+        );
+        root.join("target/mcount/release")
+    });
+    dir.join(name)
+}
+
+/// Builds `testprogs/c/SOURCE` into `dir/OUT` with `compiler` (gcc, g++, clang-16) and `flags`.
+pub fn build_c(dir: &Path, compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(out);
+    run_ok(
+        Command::new(compiler)
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(repo().join("testprogs/c").join(source)),
+        &format!("{compiler} {flags:?} {source}"),
+    );
+    exe
 }
 
 /// Path of the preload library, built once per test binary in the test profile.
@@ -149,4 +187,94 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
         .expect("protoc installed");
     assert!(out.status.success(), "protoc: {}", text(&out.stderr));
     text(&out.stdout)
+}
+
+/// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
+pub fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
+    let mut entries = 0;
+    let mut exits = 0;
+    for &tid in trace.threads.keys() {
+        let mut stack: Vec<u32> = Vec::new();
+        for e in trace.thread_events(tid).expect("thread events") {
+            let e = e.expect("event");
+            let is_func = trace.function_name(e.id) == func;
+            match e.kind {
+                EventKind::Entry => {
+                    stack.push(e.id);
+                    entries += is_func as u64;
+                }
+                EventKind::Exit | EventKind::TailExit => {
+                    assert_eq!(
+                        stack.pop(),
+                        Some(e.id),
+                        "exit of {} does not match the open frame",
+                        trace.function_name(e.id)
+                    );
+                    exits += is_func as u64;
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            stack.is_empty(),
+            "thread {tid} ends with open frames {stack:?}"
+        );
+    }
+    (entries, exits)
+}
+
+pub fn program_calls(stdout: &[u8]) -> u64 {
+    let s = text(stdout);
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no calls= in output: {s}"))
+}
+
+/// What walking a thread's events with unwinding semantics found.
+#[derive(Default, Debug)]
+pub struct Walk {
+    /// Frames popped without their own exit, because an exit further down arrived (panic unwinding).
+    pub unwound: Vec<String>,
+    /// Exits with no matching entry (functions running before tracing started).
+    pub preexisting: Vec<String>,
+    /// Frames still open at the end of the thread's events.
+    pub open_at_end: Vec<String>,
+    pub entries: std::collections::HashMap<String, u64>,
+}
+
+pub fn walk(trace: &Trace, tid: u32) -> Walk {
+    let mut w = Walk::default();
+    let mut stack: Vec<u32> = Vec::new();
+    for e in trace.thread_events(tid).expect("events") {
+        let e = e.expect("event decodes");
+        let name = trace.function_name(e.id);
+        match e.kind {
+            EventKind::Entry => {
+                stack.push(e.id);
+                *w.entries.entry(name).or_default() += 1;
+            }
+            EventKind::Exit | EventKind::TailExit => match stack.iter().rposition(|&f| f == e.id) {
+                Some(pos) => {
+                    for f in stack.drain(pos + 1..) {
+                        w.unwound.push(trace.function_name(f));
+                    }
+                    stack.pop();
+                }
+                None => w.preexisting.push(name),
+            },
+            _ => {}
+        }
+    }
+    w.open_at_end = stack.iter().map(|&f| trace.function_name(f)).collect();
+    w
+}
+
+pub fn tid_named(trace: &Trace, name: &str) -> u32 {
+    trace
+        .threads
+        .values()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no thread named {name}"))
+        .tid
 }
