@@ -1,6 +1,7 @@
 /* Traced by the mcount tests, built with gcc -pg (and -mfentry, -mnop-mcount -mrecord-mcount) or
  * clang -pg. `mcwork MODE`:
- *   fib N       recursive fib; prints calls=C (its own count of fib calls)
+ *   fib N       recursive fib; prints calls=C result=R elapsed_ns=T (its own count of fib calls, and the
+ *               time fib(N) took, for benchmarks)
  *   threads     four named threads (worker-0..3), each calling `walk` 100*(i+1) times; prints
  *               `worker-I calls=C`
  *   longjmp     200 times: longjmp out of 3 nested traced frames back to `jumper`; then fib(10);
@@ -18,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static long calls;
 
@@ -99,8 +101,12 @@ __attribute__((noinline)) void level1(void) { level2(); }
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "fib";
     if (!strcmp(mode, "fib")) {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
         long r = fib(argc > 2 ? atol(argv[2]) : 20);
-        printf("calls=%ld result=%ld\n", calls, r);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        long ns = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
+        printf("calls=%ld result=%ld elapsed_ns=%ld\n", calls, r, ns);
     } else if (!strcmp(mode, "threads")) {
         pthread_t t[4];
         for (long i = 0; i < 4; i++) pthread_create(&t[i], NULL, worker, (void *)i);
