@@ -166,7 +166,7 @@ fn uftrace_reads_the_dump_of_an_mcount_trace_with_the_same_calls() {
     assert!(replay.status.success(), "{}", text(&replay.stderr));
     assert_eq!(
         text(&replay.stdout).matches("fib::fib").count() as u64,
-        calls * 2 - (calls + 1) / 2,
+        calls * 2 - calls.div_ceil(2),
         "a line per leaf call (fib(0), fib(1)), two per other call"
     );
     let report = Command::new("uftrace")

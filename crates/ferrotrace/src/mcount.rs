@@ -725,7 +725,7 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     cie.extend_from_slice(&[0x10, 16]); // DW_CFA_expression RA
     cie.push(e.len() as u8); // uleb128: the expression is shorter than 128 bytes
     cie.extend_from_slice(&e);
-    while cie.len() % 8 != 0 {
+    while !cie.len().is_multiple_of(8) {
         cie.push(0); // DW_CFA_nop
     }
     let cie_len = (cie.len() - 4) as u32;
@@ -735,7 +735,7 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     fde.extend_from_slice(&pc_begin.to_le_bytes());
     fde.extend_from_slice(&pc_range.to_le_bytes());
     fde.push(0); // augmentation data length
-    while fde.len() % 8 != 0 {
+    while !fde.len().is_multiple_of(8) {
         fde.push(0);
     }
     let fde_len = (fde.len() - 4) as u32;

@@ -241,8 +241,12 @@ mod tests {
             let stop = stop.clone();
             std::thread::spawn(move || {
                 // SAFETY: both functions are valid code in every state the patchers leave them in.
-                let (a, b): (extern "C" fn(), extern "C" fn()) =
-                    unsafe { (core::mem::transmute(page), core::mem::transmute(page + 64)) };
+                let (a, b): (extern "C" fn(), extern "C" fn()) = unsafe {
+                    (
+                        core::mem::transmute::<usize, extern "C" fn()>(page),
+                        core::mem::transmute::<usize, extern "C" fn()>(page + 64),
+                    )
+                };
                 while !stop.load(Ordering::Relaxed) {
                     a();
                     b();
