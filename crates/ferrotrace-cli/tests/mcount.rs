@@ -397,3 +397,24 @@ fn forked_children_of_an_mcount_program_write_their_own_traces() {
         assert!(!w.open_at_end.iter().any(|f| f == "forker::work"), "{w:?}");
     }
 }
+
+#[test]
+fn program_linking_the_runtime_gets_its_hooks_from_it() {
+    let dir = scratch("mcount_linked");
+    let prog = testprog_mcount("linked");
+    let (out, trace) = record(&dir, &[], &prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("recording=true"));
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
+    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
+    assert!(
+        t.functions
+            .values()
+            .all(|f| !f.name.starts_with("ferrotrace")),
+        "the runtime never traces itself"
+    );
+    // Without `record`, the program's calls go to the dormant runtime's hooks.
+    let plain = Command::new(&prog).current_dir(&dir).output().expect("run");
+    assert!(text(&plain.stdout).contains("recording=false"));
+}
