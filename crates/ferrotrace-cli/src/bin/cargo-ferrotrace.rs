@@ -1,15 +1,16 @@
-//! `cargo ferrotrace`: build the current cargo project with XRay sleds and trace it.
+//! `cargo ferrotrace`: build the current cargo project with XRay sleds (or mcount calls) and trace it.
 //!
 //! ```text
-//! cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-//! cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-//! cargo ferrotrace record [-o FILE] [-F REGEX]... [-N REGEX]... [--mode MODE] [--buffer-size SIZE]
+//! cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+//! cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace record [--mcount] [-o FILE] [-F REGEX]... [-N REGEX]... [--mode MODE] [--buffer-size SIZE]
 //!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! cargo ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] [--duration D]
 //!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
 //! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
-//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace` (with `--mcount`: `-Zinstrument-mcount
+//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace-mcount`); `profile` needs no instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
 //! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. `record` and `profile` hand the built
 //! program to the `ferrotrace` binary installed next to this one.
@@ -22,9 +23,9 @@ const USAGE: &str = "\
 Build the current cargo project with XRay instrumentation (nightly) and trace it with ferrotrace.
 
 Usage:
-  cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-  cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-  cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+  cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace record [--mcount] [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 
 RECORD-OPTIONS (see `ferrotrace record --help`):
@@ -45,7 +46,9 @@ PROFILE-OPTIONS (see `ferrotrace profile --help`):
 debug info) into <target-dir>/ferrotrace-profile.
 CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...). The instrumented
 build goes to <target-dir>/ferrotrace with the nightly toolchain and
-RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.";
+RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.
+--mcount builds with RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' instead (calls to mcount
+in every function, as for gprof and uftrace) into <target-dir>/ferrotrace-mcount.";
 
 const PROFILE_VALUE_OPTIONS: &[&str] = &[
     "-o",
@@ -74,6 +77,8 @@ struct Invocation {
     cargo_args: Vec<OsString>,
     bin: Option<String>,
     program_args: Vec<OsString>,
+    /// Instrument with mcount calls instead of XRay sleds.
+    mcount: bool,
 }
 
 fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
@@ -98,6 +103,7 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
         cargo_args: Vec::new(),
         bin: None,
         program_args: Vec::new(),
+        mcount: false,
     };
     let mut it = args.into_iter().skip(1);
     while let Some(a) = it.next() {
@@ -129,6 +135,11 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
                 "{name} is an option of `cargo ferrotrace record` or `profile`, not of `{}`",
                 inv.action
             ));
+        } else if name == "--mcount" {
+            if inv.action == "profile" {
+                return Err("--mcount chooses how `build`, `run` and `record` instrument; `profile` needs no instrumentation".into());
+            }
+            inv.mcount = true;
         } else if name == "--bin" {
             let value = match inline {
                 Some(v) => v,
@@ -196,23 +207,27 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
         c
     } else {
         check_nightly()?;
-        rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+        rustflags.push_str(if inv.mcount {
+            " -Zinstrument-mcount -Cforce-frame-pointers=yes"
+        } else {
+            " -Zinstrument-xray=always -Cforce-frame-pointers=yes"
+        });
         let mut c = Command::new("rustup");
         c.args(["run", "nightly", "cargo"])
             .env_remove("RUSTUP_TOOLCHAIN");
         c
     };
-    let target = target_dir()?.with_file_name(if profiling {
-        "ferrotrace-profile"
-    } else {
-        "ferrotrace"
+    let target = target_dir()?.with_file_name(match (profiling, inv.mcount) {
+        (true, _) => "ferrotrace-profile",
+        (false, true) => "ferrotrace-mcount",
+        (false, false) => "ferrotrace",
     });
     eprintln!(
         "cargo ferrotrace: building {} into {}",
-        if profiling {
-            "with frame pointers"
-        } else {
-            "with nightly and XRay sleds"
+        match (profiling, inv.mcount) {
+            (true, _) => "with frame pointers",
+            (false, true) => "with nightly and mcount calls",
+            (false, false) => "with nightly and XRay sleds",
         },
         target.display()
     );
