@@ -10,6 +10,8 @@
  *               prints `handled=H handler_calls=C`
  *   deep N      recursion N deep (`dive`); prints `depth=N`
  *   backtrace   backtrace() from 3 nested traced frames; prints the symbol names it finds
+ *   switch      a coroutine (makecontext/swapcontext) that yields from inside a traced frame and is
+ *               resumed after its caller returned: mcount tracing cannot follow the stack switch
  */
 #define _GNU_SOURCE
 #include <execinfo.h>
@@ -20,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <ucontext.h>
 
 static long calls;
 
@@ -98,6 +101,24 @@ __attribute__((noinline)) void show_backtrace(void) {
 __attribute__((noinline)) void level2(void) { show_backtrace(); }
 __attribute__((noinline)) void level1(void) { level2(); }
 
+static ucontext_t main_ctx, coro_ctx;
+static char coro_stack[64 * 1024];
+
+__attribute__((noinline)) void coro(void) {
+    walk(1);
+    swapcontext(&coro_ctx, &main_ctx);
+    walk(2);
+}
+
+__attribute__((noinline)) void start_coro(void) {
+    getcontext(&coro_ctx);
+    coro_ctx.uc_stack.ss_sp = coro_stack;
+    coro_ctx.uc_stack.ss_size = sizeof coro_stack;
+    coro_ctx.uc_link = &main_ctx;
+    makecontext(&coro_ctx, coro, 0);
+    swapcontext(&main_ctx, &coro_ctx);
+}
+
 int main(int argc, char **argv) {
     const char *mode = argc > 1 ? argv[1] : "fib";
     if (!strcmp(mode, "fib")) {
@@ -125,8 +146,12 @@ int main(int argc, char **argv) {
         printf("depth=%ld\n", dive(n));
     } else if (!strcmp(mode, "backtrace")) {
         level1();
+    } else if (!strcmp(mode, "switch")) {
+        start_coro();
+        swapcontext(&main_ctx, &coro_ctx);
+        printf("coroutine done\n");
     } else {
-        fprintf(stderr, "usage: mcwork fib N|threads|longjmp|signal|deep N|backtrace\n");
+        fprintf(stderr, "usage: mcwork fib N|threads|longjmp|signal|deep N|backtrace|switch\n");
         return 2;
     }
     return 0;

@@ -373,6 +373,32 @@ fn backtrace_sees_every_hooked_frame() {
 }
 
 #[test]
+fn stack_switching_is_refused_with_a_clear_message() {
+    let dir = scratch("mcount_switch");
+    let exe = mcwork(&dir, "mcwork", &["-pg"]);
+    let plain = Command::new(&exe)
+        .arg("switch")
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert_eq!(
+        text(&plain.stdout),
+        "coroutine done\n",
+        "the program works untraced"
+    );
+    let (out, trace) = record(&dir, &[], &exe, &["switch"]);
+    assert_eq!(out.status.code(), Some(128 + 6), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("did the program switch stacks")
+            && err.contains("mcount tracing cannot follow it"),
+        "{err}"
+    );
+    let t = Trace::open(&trace).unwrap();
+    assert!(t.end.is_some(), "the abort still leaves a complete trace");
+}
+
+#[test]
 fn forked_children_of_an_mcount_program_write_their_own_traces() {
     let dir = scratch("mcount_fork");
     let (out, trace) = record(&dir, &[], &testprog_mcount("forker"), &[]);
