@@ -236,6 +236,7 @@ fn uncaught_panic_prints_its_backtrace_through_hooked_frames() {
     let dir = scratch("mcount_panic");
     let trace = dir.join("trace.data");
     let out = ferrotrace()
+        .current_dir(&dir)
         .args(["record", "-o"])
         .arg(&trace)
         .arg("--")
@@ -322,6 +323,7 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
     let exe = mcwork(&dir, "mcwork", &["-pg"]);
     let trace = dir.join("trace.data");
     let out = ferrotrace()
+        .current_dir(&dir)
         .args(["record", "-o"])
         .arg(&trace)
         .args(["--", exe.to_str().unwrap(), "deep", "1000"])
