@@ -2,8 +2,8 @@
 
 use std::path::Path;
 
-use ferrotrace_core::format::instrumentation;
 use ferrotrace_core::mcount::{for_each_call, hook_flavor, Flavor};
+use ferrotrace_core::schema::source as instrumentation;
 use object::{Object, ObjectSection, ObjectSymbol};
 
 /// Facts about an executable.

@@ -109,7 +109,11 @@ fn record_with_mcount_builds_with_mcount_calls_and_traces() {
         "mcount build in target/ferrotrace-mcount"
     );
     let t = Trace::open(dir.join("t.data")).expect("trace");
-    assert_eq!(t.session.instrumentation_names(), "mcount");
+    assert_eq!(
+        t.session.sources,
+        ferrotrace_core::schema::source::MCOUNT,
+        "recorded by mcount hooks"
+    );
     let w = walk(&t, t.session.pid);
     assert_eq!(w.entries.get("demo::step"), Some(&9), "{w:?}");
 }
@@ -167,8 +171,11 @@ fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
         dir.join("target/ferrotrace-profile/release/demo").is_file(),
         "own target dir"
     );
-    let set = ferrotrace_profile::read_samples(dir.join("p.data")).expect("a trace of samples");
-    let report = ferrotrace_profile::report(&set);
+    let trace = ferrotrace_analysis::reader::Trace::open(dir.join("p.data")).unwrap();
+    let set = ferrotrace_analysis::samples::SampleSet::load(&trace)
+        .unwrap()
+        .expect("a trace of samples");
+    let report = ferrotrace_analysis::samples::report(&set, Default::default());
     let step = report
         .get("demo::step")
         .expect("the hot function, with its module path");

@@ -40,9 +40,9 @@ fn rust_mcount_program_has_exactly_its_calls_in_every_run() {
     }
     let (_, trace) = record(&dir, &[], &fib, &["5"]);
     let info = info_json(&trace);
-    assert_eq!(info["instrumentation"], "mcount");
+    assert_eq!(info["recorded_by"], serde_json::json!(["mcount"]));
     let text = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
-    assert!(text.contains("instrumentation: mcount"), "{text}");
+    assert!(text.contains("recorded by  : mcount\n"), "{text}");
 }
 
 #[test]
@@ -100,7 +100,11 @@ fn c_programs_with_every_kind_of_hook_have_exactly_their_calls() {
             assert!(t.end.is_some(), "{name}");
             assert_eq!(nested_counts(&t, "fib"), (calls, calls), "{name} run {run}");
             assert_eq!(nested_counts(&t, "main"), (1, 1), "{name} run {run}");
-            assert_eq!(info_json(&trace)["instrumentation"], kind, "{name}");
+            assert_eq!(
+                info_json(&trace)["recorded_by"],
+                serde_json::json!([kind]),
+                "{name}"
+            );
         }
     }
 }

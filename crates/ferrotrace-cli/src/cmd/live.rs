@@ -58,7 +58,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
         return Err(format!(
             "{} is not instrumented, so -F selects nothing: {}",
             program.display(),
-            ferrotrace_core::format::instrumentation::HOW_TO_BUILD
+            ferrotrace_core::schema::source::HOW_TO_BUILD
         ));
     }
     let mut fds = [0i32; 2];

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
-use ferrotrace_core::format::instrumentation;
+use ferrotrace_core::schema::source as instrumentation;
 
 use crate::elf;
 
