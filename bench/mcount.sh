@@ -31,14 +31,6 @@ gcc $cflags -fno-pie -no-pie -o "$out/c_plain_nopie" "$src"
 gcc $cflags -pg -mnop-mcount -mrecord-mcount -fno-pie -no-pie -o "$out/c_nop" "$src"
 
 declare -A samples ns calls
-# run NAME CMD...: runs CMD once, appends the elapsed_ns of its fib computation to NAME's samples.
-run() {
-  local name=$1; shift
-  local line
-  line=$("$@" 2>/dev/null | grep elapsed_ns=)
-  samples[$name]+="$(echo "$line" | field elapsed_ns) "
-  calls[$name]=$(echo "$line" | field calls)
-}
 cd "$out" # gmon.out of the runs without a tracer lands here
 have_uftrace=$(command -v uftrace >/dev/null && echo 1 || true)
 rust="$out/mcount/release/fib"
@@ -65,19 +57,8 @@ done
 
 echo
 echo "fib($N): ${calls[r_plain]} calls (Rust), ${calls[c_plain]} (C); median of $RUNS rounds, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-printf '%-46s %10s %14s %12s\n' variant "ns/call" "overhead/call" "uftrace/this"
-# row VARIANT BASELINE UFTRACE LABEL
-row() {
-  local v=$1 base=$2 uf=$3 label=$4
-  [ -n "${ns[$v]:-}" ] || return 0
-  local c=${calls[$v]} per over ratio="-"
-  per=$(echo "scale=2; ${ns[$v]} / $c" | bc)
-  over=$(echo "scale=2; (${ns[$v]} - ${ns[$base]}) / $c" | bc)
-  if [ -n "$uf" ] && [ -n "${ns[$uf]:-}" ]; then
-    ratio=$(echo "scale=1; (${ns[$uf]} - ${ns[$base]}) / (${ns[$v]} - ${ns[$base]} + 0.000001)" | bc)x
-  fi
-  printf '%-46s %10s %14s %12s\n' "$label" "$per" "$over" "$ratio"
-}
+ROW_WIDTH=46
+printf '%-46s %12s %14s %16s\n' variant "ns/call" "overhead/call" "uftrace/this"
 echo "Rust, -Zinstrument-mcount -Cforce-frame-pointers=yes:"
 row r_plain r_plain "" "  uninstrumented build"
 row r_alone r_plain "" "  mcount build alone (glibc mcount)"

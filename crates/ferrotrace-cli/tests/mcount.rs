@@ -29,15 +29,7 @@ fn clean(w: &Walk) -> bool {
 fn rust_mcount_program_has_exactly_its_calls_in_every_run() {
     let dir = scratch("mcount_rust_fib");
     let fib = testprog_mcount("fib");
-    for run in 0..3 {
-        let (out, trace) = record(&dir, &[], &fib, &["22"]);
-        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
-        let calls = program_calls(&out.stdout);
-        let t = Trace::open(&trace).expect("open trace");
-        assert!(t.end.is_some() && t.truncation.is_none());
-        assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls), "run {run}");
-        assert!(clean(&walk(&t, t.session.pid)), "run {run}");
-    }
+    assert_fib_exact_in_every_run(&dir, &fib);
     let (_, trace) = record(&dir, &[], &fib, &["5"]);
     let info = info_json(&trace);
     assert_eq!(info["recorded_by"], serde_json::json!(["mcount"]));
@@ -114,25 +106,7 @@ fn threads_are_recorded_with_their_real_tids_and_names() {
     let dir = scratch("mcount_threads");
     // Rust: eight named workers.
     let (out, trace) = record(&dir, &[], &testprog_mcount("threads"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    let work = [
-        "threads::sum_squares",
-        "threads::collatz_len",
-        "threads::string_work",
-    ];
-    for i in 0..8u64 {
-        let name = format!("worker-{i}");
-        let tid = tid_named(&t, &name);
-        assert_ne!(tid, t.session.pid);
-        let w = walk(&t, tid);
-        assert!(clean(&w), "{name}: {w:?}");
-        assert_eq!(
-            w.entries.get(work[(i % 3) as usize]),
-            Some(&(200 + i * 50)),
-            "{name}"
-        );
-    }
+    assert_threads_program(&out, &trace);
     // C: four pthreads named with pthread_setname_np.
     let exe = mcwork(&dir, "mcwork", &["-pg"]);
     let (out, trace) = record(&dir, &[], &exe, &["threads"]);
@@ -432,21 +406,6 @@ fn forked_children_of_an_mcount_program_write_their_own_traces() {
 
 #[test]
 fn program_linking_the_runtime_gets_its_hooks_from_it() {
-    let dir = scratch("mcount_linked");
-    let prog = testprog_mcount("linked");
-    let (out, trace) = record(&dir, &[], &prog, &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("recording=true"));
-    let t = Trace::open(&trace).expect("open");
-    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
-    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
-    assert!(
-        t.functions
-            .values()
-            .all(|f| !f.name.starts_with("ferrotrace")),
-        "the runtime never traces itself"
-    );
-    // Without `record`, the program's calls go to the dormant runtime's hooks.
-    let plain = Command::new(&prog).current_dir(&dir).output().expect("run");
-    assert!(text(&plain.stdout).contains("recording=false"));
+    // Its calls to mcount bind to the runtime's own hooks at link time.
+    assert_linked_program_records_itself(&scratch("mcount_linked"), &testprog_mcount("linked"));
 }

@@ -8,63 +8,14 @@ use std::path::{Path, PathBuf};
 
 #[test]
 fn recursive_program_has_exactly_its_calls_in_every_run() {
-    let dir = scratch("fib_exact");
-    let fib = testprog("fib");
-    for run in 0..3 {
-        let (out, trace) = record(&dir, &[], &fib, &["22"]);
-        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
-        let calls = program_calls(&out.stdout);
-        let t = Trace::open(&trace).expect("open trace");
-        assert!(t.end.is_some() && t.truncation.is_none());
-        let (entries, exits) = nested_counts(&t, "fib::fib");
-        assert_eq!((entries, exits), (calls, calls), "run {run}");
-    }
+    assert_fib_exact_in_every_run(&scratch("fib_exact"), &testprog("fib"));
 }
 
 #[test]
 fn eight_threads_all_present_balanced_with_real_tids_and_names() {
     let dir = scratch("threads");
     let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    let expected_fn = [
-        "threads::sum_squares",
-        "threads::collatz_len",
-        "threads::string_work",
-    ];
-    for i in 0..8u64 {
-        let name = format!("worker-{i}");
-        let tid = tid_named(&t, &name);
-        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
-        let w = walk(&t, tid);
-        assert!(
-            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
-            "{name}: {w:?}"
-        );
-        let calls = 200 + i * 50;
-        assert_eq!(w.entries.get("threads::worker"), Some(&1), "{name}");
-        assert_eq!(
-            w.entries.get(expected_fn[(i % 3) as usize]),
-            Some(&calls),
-            "{name} did its own work"
-        );
-        let printed = format!("{name} calls={calls}");
-        assert!(
-            text(&out.stdout).contains(&printed),
-            "program says {printed}"
-        );
-    }
-    assert!(
-        t.threads.contains_key(&t.session.pid),
-        "main thread recorded under the process id"
-    );
-    // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
-    assert_eq!(t.threads.len(), 9);
-    assert!(
-        t.threads.keys().all(|&tid| tid > 16),
-        "{:?}",
-        t.threads.keys()
-    );
+    assert_threads_program(&out, &trace);
 }
 
 #[test]
@@ -190,27 +141,7 @@ fn shared_library_with_sleds_is_traced() {
 
 #[test]
 fn program_linking_the_runtime_uses_its_own_copy() {
-    let dir = scratch("linked");
-    let (out, trace) = record(&dir, &[], &testprog("linked"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("recording=true"),
-        "the linked runtime is the one recording"
-    );
-    let t = Trace::open(&trace).expect("open");
-    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
-    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
-    assert!(
-        t.functions
-            .values()
-            .all(|f| !f.name.starts_with("ferrotrace")),
-        "the runtime never traces itself"
-    );
-    // Without `record`, the linked runtime stays dormant.
-    let plain = std::process::Command::new(testprog("linked"))
-        .output()
-        .expect("run");
-    assert!(text(&plain.stdout).contains("recording=false"));
+    assert_linked_program_records_itself(&scratch("linked"), &testprog("linked"));
 }
 
 #[test]

@@ -47,43 +47,51 @@ fn run_ok(cmd: &mut Command, what: &str) {
     );
 }
 
+/// Builds `testprogs/` with nightly and `rustflags` into `testprogs/target/SUBDIR` (the default
+/// `testprogs/target` for none) and returns the directory of the release binaries.
+fn build_testprogs(subdir: Option<&str>, rustflags: &str) -> PathBuf {
+    let root = repo().join("testprogs");
+    let mut cmd = Command::new("rustup");
+    clean_cargo_env(&mut cmd)
+        .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
+        .current_dir(&root)
+        .env("RUSTFLAGS", rustflags);
+    let target = match subdir {
+        Some(d) => {
+            cmd.env("CARGO_TARGET_DIR", root.join("target").join(d));
+            root.join("target").join(d)
+        }
+        None => root.join("target"),
+    };
+    run_ok(
+        &mut cmd,
+        &format!("building testprogs with nightly and {rustflags} (is the nightly toolchain installed? rustup toolchain install nightly)"),
+    );
+    target.join("release")
+}
+
 /// Path of a test program from `testprogs/`, built once per test binary with nightly and XRay sleds.
 pub fn testprog(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let root = repo().join("testprogs");
-        run_ok(
-            clean_cargo_env(&mut Command::new("rustup"))
-                .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
-                .current_dir(&root)
-                .env("RUSTFLAGS", "-Zinstrument-xray=always -Cforce-frame-pointers=yes"),
-            "building testprogs with nightly (is the nightly toolchain installed? rustup toolchain install nightly)",
-        );
-        root.join("target/release")
-    });
-    dir.join(name)
+    BUILT
+        .get_or_init(|| {
+            build_testprogs(None, "-Zinstrument-xray=always -Cforce-frame-pointers=yes")
+        })
+        .join(name)
 }
 
 /// Path of a test program from `testprogs/`, built once per test binary with nightly and mcount calls
 /// (`-Zinstrument-mcount -Cforce-frame-pointers=yes`) into `testprogs/target/mcount`.
 pub fn testprog_mcount(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let root = repo().join("testprogs");
-        run_ok(
-            clean_cargo_env(&mut Command::new("rustup"))
-                .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
-                .current_dir(&root)
-                .env("CARGO_TARGET_DIR", root.join("target/mcount"))
-                .env(
-                    "RUSTFLAGS",
-                    "-Zinstrument-mcount -Cforce-frame-pointers=yes",
-                ),
-            "building testprogs with nightly and -Zinstrument-mcount",
-        );
-        root.join("target/mcount/release")
-    });
-    dir.join(name)
+    BUILT
+        .get_or_init(|| {
+            build_testprogs(
+                Some("mcount"),
+                "-Zinstrument-mcount -Cforce-frame-pointers=yes",
+            )
+        })
+        .join(name)
 }
 
 /// Builds `testprogs/c/SOURCE` into `dir/OUT` with `compiler` (gcc, g++, clang-16) and `flags`.
@@ -277,4 +285,84 @@ pub fn tid_named(trace: &Trace, name: &str) -> u32 {
         .find(|t| t.name == name)
         .unwrap_or_else(|| panic!("no thread named {name}"))
         .tid
+}
+
+/// Checks a run of `testprogs` `threads` (eight named workers, each doing its own share of work) and
+/// its trace: every worker under its own real OS tid and name, balanced, with exactly its calls.
+pub fn assert_threads_program(out: &Output, trace: &Path) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(trace).expect("open");
+    let expected_fn = [
+        "threads::sum_squares",
+        "threads::collatz_len",
+        "threads::string_work",
+    ];
+    for i in 0..8u64 {
+        let name = format!("worker-{i}");
+        let tid = tid_named(&t, &name);
+        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
+        let w = walk(&t, tid);
+        assert!(
+            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+            "{name}: {w:?}"
+        );
+        let calls = 200 + i * 50;
+        assert_eq!(w.entries.get("threads::worker"), Some(&1), "{name}");
+        assert_eq!(
+            w.entries.get(expected_fn[(i % 3) as usize]),
+            Some(&calls),
+            "{name} did its own work"
+        );
+        let printed = format!("{name} calls={calls}");
+        assert!(
+            text(&out.stdout).contains(&printed),
+            "program says {printed}"
+        );
+    }
+    assert!(
+        t.threads.contains_key(&t.session.pid),
+        "main thread recorded under the process id"
+    );
+    // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
+    assert_eq!(t.threads.len(), 9);
+    assert!(
+        t.threads.keys().all(|&tid| tid > 16),
+        "{:?}",
+        t.threads.keys()
+    );
+}
+
+/// Records `fib 22` three times: every run's trace has exactly the calls the program counted, each
+/// entry matched by its exit.
+pub fn assert_fib_exact_in_every_run(dir: &Path, fib: &Path) {
+    for run in 0..3 {
+        let (out, trace) = record(dir, &[], fib, &["22"]);
+        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
+        let calls = program_calls(&out.stdout);
+        let t = Trace::open(&trace).expect("open trace");
+        assert!(t.end.is_some() && t.truncation.is_none());
+        assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls), "run {run}");
+    }
+}
+
+/// Records `testprogs` `linked` (which links the runtime): its own copy records (the collector thread
+/// never traced, nor the runtime's own functions), and stays dormant without `record`.
+pub fn assert_linked_program_records_itself(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recording=true"),
+        "the linked runtime is the one recording"
+    );
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
+    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
+    assert!(
+        t.functions
+            .values()
+            .all(|f| !f.name.starts_with("ferrotrace")),
+        "the runtime never traces itself"
+    );
+    let plain = Command::new(prog).current_dir(dir).output().expect("run");
+    assert!(text(&plain.stdout).contains("recording=false"));
 }
