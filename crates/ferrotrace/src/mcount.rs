@@ -258,7 +258,7 @@ pub fn publish(sites: &[(u64, u64)]) {
     }
     let mut all = ALL_SITES.lock().unwrap_or_else(|e| e.into_inner());
     all.extend_from_slice(sites);
-    let slots = (all.len() * 2).next_power_of_two().max(2) as u64;
+    let slots = (all.len() * 4).next_power_of_two().max(2) as u64;
     let mask_bytes = (slots - 1) * 16;
     let mut table = vec![0u64; 2 + 2 * slots as usize].into_boxed_slice();
     table[0] = mask_bytes;
