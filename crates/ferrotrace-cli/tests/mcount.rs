@@ -379,6 +379,14 @@ fn stack_switching_is_refused_with_a_clear_message() {
 }
 
 #[test]
+fn programs_started_with_exec_by_an_mcount_program_write_their_own_traces() {
+    assert_spawned_child_writes_its_own_trace(
+        &scratch("mcount_spawn"),
+        &testprog_mcount("spawner"),
+    );
+}
+
+#[test]
 fn forked_children_of_an_mcount_program_write_their_own_traces() {
     let dir = scratch("mcount_fork");
     let (out, trace) = record(&dir, &[], &testprog_mcount("forker"), &[]);

@@ -366,3 +366,41 @@ pub fn assert_linked_program_records_itself(dir: &Path, prog: &Path) {
     let plain = Command::new(prog).current_dir(dir).output().expect("run");
     assert!(text(&plain.stdout).contains("recording=false"));
 }
+
+/// Records `testprogs` `spawner`, which runs a copy of itself (fork and exec) and exits with status 3:
+/// the status passes through, the parent's trace has the parent's calls, the child writes its own
+/// trace named after its pid, and `record` says so.
+pub fn assert_spawned_child_writes_its_own_trace(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("child done"));
+    let parent = Trace::open(&trace).expect("parent trace");
+    let w = walk(&parent, parent.session.pid);
+    assert_eq!(w.entries.get("spawner::parent_work"), Some(&50));
+    assert_eq!(w.entries.get("spawner::child_work"), None);
+    assert!(w.unwound.is_empty() && w.preexisting.is_empty());
+    assert_eq!(
+        w.open_at_end.last().map(String::as_str),
+        Some("spawner::main"),
+        "main calls exit(3)"
+    );
+    let child_files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("trace.data.")
+        })
+        .collect();
+    assert_eq!(child_files.len(), 1, "{child_files:?}");
+    let child = Trace::open(&child_files[0]).expect("child trace");
+    assert_eq!(child.session.ppid, parent.session.pid);
+    assert!(child_files[0]
+        .to_string_lossy()
+        .ends_with(&format!(".{}", child.session.pid)));
+    assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
+    assert!(text(&out.stderr).contains("a child process wrote"));
+}
