@@ -3,7 +3,9 @@
 # round (medians):
 #   Rust fib built with -Zinstrument-mcount -Cforce-frame-pointers=yes: the uninstrumented build, the
 #   mcount build run alone (glibc's mcount: gprof profiling), ferrotrace record, ferrotrace record with fib
-#   filtered out (-N), uftrace 0.13 record;
+#   filtered out (-N), uftrace 0.13 record; for reference in the same conditions, the floor (the
+#   uninstrumented program reading rdtsc at entry and exit of every call) and ferrotrace record of the
+#   XRay build;
 #   C fib (testprogs/c/mcwork.c, gcc -O2 -pg): the same five;
 #   C fib with -pg -mnop-mcount -mrecord-mcount (NOPs patched at run time): uninstrumented, the NOP build
 #   alone, ferrotrace record with fib left unpatched (-N), ferrotrace record.
@@ -23,6 +25,7 @@ cargo build --release -q --workspace
 ft="$root/target/release/ferrotrace"
 build_fib "$out/plain" "-Cforce-frame-pointers=yes"
 build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
 src="$root/testprogs/c/mcwork.c"
 cflags="-O2 -fno-optimize-sibling-calls -pthread"
 gcc $cflags -o "$out/c_plain" "$src"
@@ -37,6 +40,8 @@ rust="$out/mcount/release/fib"
 for round in $(seq "$RUNS"); do
   echo "round $round/$RUNS ..." >&2
   run r_plain "$out/plain/release/fib" "$N"
+  run r_floor "$out/plain/release/fib" "$N" rdtsc
+  run r_xray "$ft" record -o "$out/x.data" -- "$out/xray/release/fib" "$N"
   run r_alone "$rust" "$N"
   run r_ferrotrace "$ft" record -o "$out/r.data" -- "$rust" "$N"
   run r_filtered "$ft" record -o "$out/r-filtered.data" -N '^fib::fib$' -- "$rust" "$N"
@@ -65,6 +70,8 @@ row r_alone r_plain "" "  mcount build alone (glibc mcount)"
 row r_filtered r_plain "" "  ferrotrace record, fib filtered out (-N)"
 row r_ferrotrace r_plain r_uftrace "  ferrotrace record"
 row r_uftrace r_plain "" "  uftrace record"
+row r_floor r_plain "" "  floor: rdtsc at entry and exit (no tracer)"
+row r_xray r_plain r_uftrace "  XRay build, ferrotrace record"
 echo "C, gcc -O2 -pg:"
 row c_plain c_plain "" "  uninstrumented build"
 row c_alone c_plain "" "  -pg build alone (glibc mcount)"

@@ -339,6 +339,13 @@ pub unsafe extern "C" fn __fentry__() {
     core::arch::naked_asm!("jmp {}", sym ferrotrace_fentry_hook)
 }
 
+/// The calling thread's return stub (what hooked frames return into), 0 if it has none. Unwinders see it
+/// as one frame after each hooked function; a backtrace can leave those out.
+pub fn thread_stub() -> u64 {
+    HOT.try_with(|h| h.shadow_stub.load(Ordering::Relaxed))
+        .unwrap_or(0)
+}
+
 /// Addresses of the two hooks, for patched NOP sites: `(mcount, fentry)`.
 pub fn hook_addresses() -> (u64, u64) {
     (
