@@ -343,6 +343,30 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
 }
 
 #[test]
+fn depth_limit_leaves_deeper_calls_out_without_counting_them_lost() {
+    let dir = scratch("mcount_depth");
+    let exe = mcwork(&dir, "mcwork", &["-pg"]);
+    let (out, trace) = record(&dir, &["-D", "10"], &exe, &["deep", "1000"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).trim(), "depth=1000");
+    assert!(
+        !text(&out.stderr).contains("deeper"),
+        "{}",
+        text(&out.stderr)
+    );
+    let t = Trace::open(&trace).unwrap();
+    // main is depth 1, then 9 levels of dive.
+    assert_eq!(nested_counts(&t, "dive"), (9, 9));
+    assert_eq!(info_json(&trace)["lost"], 0);
+    // An XRay program has no shadow stack to limit: said before running it.
+    let (out, _) = record(&dir, &["-D", "3"], &testprog("fib"), &["5"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("--depth limits the nesting depth of mcount and fentry tracing")
+    );
+}
+
+#[test]
 fn backtrace_sees_every_hooked_frame() {
     let dir = scratch("mcount_backtrace");
     let exe = mcwork(&dir, "mcwork", &["-pg"]);

@@ -22,18 +22,20 @@
 //! CFA − 8, found by a loop in a DWARF expression. So `_Unwind_RaiseException` (Rust panics, C++
 //! exceptions), `_Unwind_Backtrace` (panic backtraces, `backtrace()`) and forced unwinding walk through
 //! hooked frames without any change to the stack; a landing pad in a hooked frame keeps its hook and its
-//! exit is recorded. A backtrace shows one extra frame per hooked function (the stub, unnamed).
+//! exit is recorded. To an unwinder the stub is one more frame after each hooked function; the preload
+//! library's `_Unwind_Backtrace` leaves those out.
 //!
 //! **Depth.** Calls nested deeper than the shadow stack (`FERROTRACE_SHADOW_DEPTH`, 16384 frames by
 //! default) are not traced: neither entry nor exit is recorded, each is counted as two lost events, and
-//! the runtime says how many at the end.
+//! the runtime says how many at the end. `record -D N` makes the shadow stack N frames deep and leaves
+//! deeper calls out on purpose (not counted).
 //!
 //! **Registers.** Hooks preserve every register but the flags (gcc's `-fipa-ra` lets callers keep values
 //! in registers a callee is known not to touch, and the mcount call in the prologue is invisible to
 //! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
 //! everything, vector state included (see [`crate::trampoline`]).
 
-use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ferrotrace_core::mcount::{
@@ -51,12 +53,17 @@ pub const DEFAULT_DEPTH: usize = 16384;
 
 static DEPTH: AtomicU64 = AtomicU64::new(DEFAULT_DEPTH as u64);
 
+/// The depth is a limit the user asked for (`-D`): calls below it are left out on purpose, not lost.
+static DEPTH_IS_LIMIT: AtomicBool = AtomicBool::new(false);
+
 /// Calls not traced because the shadow stack was full, in every thread.
 static DEPTH_LOST: AtomicU64 = AtomicU64::new(0);
 
-/// Sets the shadow stack depth of threads that start tracing from now on.
-pub fn set_depth(frames: usize) {
+/// Sets the shadow stack depth of threads that start tracing from now on; `limit` says the user asked
+/// for it (`-D`): deeper calls are then left out without being counted as lost.
+pub fn set_depth(frames: usize, limit: bool) {
     DEPTH.store(frames.max(1) as u64, Ordering::Relaxed);
+    DEPTH_IS_LIMIT.store(limit, Ordering::Relaxed);
 }
 
 /// Calls not traced so far because they were nested deeper than the shadow stack.
@@ -540,6 +547,9 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     let h = hot();
     if h.shadow_base.load(Ordering::Relaxed) != 0 {
         // Full: neither the entry nor the exit of this call is recorded.
+        if DEPTH_IS_LIMIT.load(Ordering::Relaxed) {
+            return 1;
+        }
         DEPTH_LOST.fetch_add(1, Ordering::Relaxed);
         crate::thread::count_lost(2);
         return 1;

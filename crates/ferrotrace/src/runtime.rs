@@ -381,7 +381,10 @@ fn start(role: Role) -> Result<(), String> {
             found.no_frame_pointer
         );
     }
-    crate::mcount::set_depth(config.shadow_depth);
+    match config.max_depth {
+        Some(limit) => crate::mcount::set_depth(limit, true),
+        None => crate::mcount::set_depth(config.shadow_depth, false),
+    }
     let pool = new_pool(&config)?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
         .module_payloads()

@@ -34,6 +34,7 @@ RECORD-OPTIONS (see `ferrotrace record --help`):
   -N, --notrace REGEX      never trace matching functions (repeatable)
       --mode MODE          lossless | drop | flight
       --buffer-size SIZE   buffer memory, e.g. 64M
+  -D, --depth DEPTH        trace mcount calls only down to DEPTH (with --mcount)
 
 PROFILE-OPTIONS (see `ferrotrace profile --help`):
   -F, --freq HZ            sampling frequency [default: 999]
@@ -69,6 +70,8 @@ const RECORD_VALUE_OPTIONS: &[&str] = &[
     "--notrace",
     "--mode",
     "--buffer-size",
+    "-D",
+    "--depth",
 ];
 
 struct Invocation {

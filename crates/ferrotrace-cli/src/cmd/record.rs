@@ -44,6 +44,9 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
+    /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    pub depth: Option<u32>,
     /// Bytes per thread chunk (power of two, at least 4K)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -171,6 +174,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             instrumentation::HOW_TO_BUILD
         ));
     }
+    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
+    if args.depth.is_some() && facts.instrumentation & hooked == 0 {
+        return Err(format!(
+            "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and {} has \
+             no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the depth shown \
+             with `ferrotrace replay -D`",
+            program.display()
+        ));
+    }
+    if args.depth == Some(0) {
+        return Err("--depth must be at least 1".into());
+    }
     let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
@@ -193,6 +208,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if let Some(s) = &args.chunk_size {
         cmd.env("FERROTRACE_CHUNK_SIZE", s);
+    }
+    if let Some(d) = args.depth {
+        cmd.env("FERROTRACE_DEPTH", d.to_string());
     }
     let _ = std::fs::remove_file(&output);
     let start = std::time::SystemTime::now();
