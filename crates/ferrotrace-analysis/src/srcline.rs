@@ -15,7 +15,7 @@ use crate::reader::{ReadError, Trace};
 pub fn lookup(trace: &Trace) -> Result<HashMap<u32, String>, ReadError> {
     let mut out = HashMap::new();
     for m in &trace.modules {
-        let Ok(data) = std::fs::read(&m.path) else {
+        let Some(data) = crate::symbolize::read_object_file(std::path::Path::new(&m.path)) else {
             continue;
         };
         let Some(ctx) = Dwarf::load(&data, &m.build_id) else {

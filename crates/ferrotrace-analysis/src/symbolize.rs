@@ -113,20 +113,20 @@ impl Symbolizer {
     fn load(&mut self, module: u32) -> Option<ModuleSyms> {
         let (path, build_id) = self.paths.get(&module)?.clone();
         if path == KERNEL_MODULE_PATH {
+            // Read once per process: 200,000 lines that do not change while it runs.
+            static KALLSYMS: std::sync::OnceLock<Vec<FunctionSymbol>> = std::sync::OnceLock::new();
             return Some(ModuleSyms {
                 dwarf: None,
-                symbols: kallsyms(),
+                symbols: KALLSYMS.get_or_init(kallsyms).clone(),
                 label: "[kernel]".into(),
                 kernel: true,
             });
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
-        let data = match std::fs::read(&path) {
-            Ok(d) => d,
-            Err(_) => {
-                self.unreadable.push(format!("{path}: not found"));
-                return None;
-            }
+        let Some(data) = read_object_file(Path::new(&path)) else {
+            self.unreadable
+                .push(format!("{path}: not found (or not a regular file)"));
+            return None;
         };
         let obj = object::File::parse(&*data).ok()?;
         let file_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
@@ -144,7 +144,7 @@ impl Symbolizer {
         let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));
         if let Some(df) = &debug_file {
             // The debug file's full symbol table names static functions `.dynsym` lacks.
-            if let Ok(d) = std::fs::read(df) {
+            if let Some(d) = read_object_file(df) {
                 if let Ok(o) = object::File::parse(&*d) {
                     symbols.extend(function_symbols(&o));
                 }
@@ -194,6 +194,15 @@ impl Symbolizer {
             .into_iter()
             .find(|p| p.is_file() && p != path)
     }
+}
+
+/// The bytes of an object file a trace names, or `None` when the path is not a regular file: a trace
+/// is input, and a module path such as `/dev/zero` or a FIFO must not make an analysis read forever.
+pub fn read_object_file(path: &Path) -> Option<Vec<u8>> {
+    std::fs::metadata(path)
+        .ok()
+        .filter(std::fs::Metadata::is_file)?;
+    std::fs::read(path).ok()
 }
 
 fn file_name(path: &str) -> &str {
