@@ -1,6 +1,23 @@
 # Shared by bench/xray.sh, bench/mcount.sh and bench/preload-ab.sh (sourced, not run): builds testprogs'
 # fib and reads what it prints.
 
+# setup_fib_builds NAME: builds ferrotrace (release) and fib three ways (uninstrumented, XRay sleds,
+# mcount calls) under bench/out/NAME/{plain,xray,mcount}; sets $out (that directory) and $ft (the
+# ferrotrace binary); leaves the working directory at the repository's root.
+setup_fib_builds() {
+  local root
+  root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  out="$root/bench/out/$1"
+  mkdir -p "$out"
+  cd "$root"
+  echo "building (release) ..." >&2
+  cargo build --release -q --workspace
+  ft="$root/target/release/ferrotrace"
+  build_fib "$out/plain" "-Cforce-frame-pointers=yes"
+  build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
+  build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+}
+
 # build_fib TARGET_DIR RUSTFLAGS: builds fib with nightly into TARGET_DIR (binary: TARGET_DIR/release/fib).
 build_fib() {
   (cd "$(dirname "${BASH_SOURCE[0]}")/../testprogs" &&

@@ -17,15 +17,7 @@ N=${1:-30}
 RUNS=${RUNS:-7}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/fib.sh"
-out="$root/bench/out/mcount"
-mkdir -p "$out"
-cd "$root"
-echo "building (release) ..." >&2
-cargo build --release -q --workspace
-ft="$root/target/release/ferrotrace"
-build_fib "$out/plain" "-Cforce-frame-pointers=yes"
-build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
-build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
+setup_fib_builds mcount
 src="$root/testprogs/c/mcwork.c"
 cflags="-O2 -fno-optimize-sibling-calls -pthread"
 gcc $cflags -o "$out/c_plain" "$src"

@@ -13,15 +13,7 @@ N=${1:-30}
 RUNS=${RUNS:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/fib.sh"
-out="$root/bench/out/xray"
-mkdir -p "$out"
-cd "$root"
-echo "building (release) ..." >&2
-cargo build --release -q --workspace
-ft="$root/target/release/ferrotrace"
-build_fib "$out/plain" "-Cforce-frame-pointers=yes"
-build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
-build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+setup_fib_builds xray
 
 declare -A samples ns calls
 cd "$out"

@@ -429,28 +429,11 @@ fn programs_started_with_exec_by_an_mcount_program_write_their_own_traces() {
 
 #[test]
 fn forked_children_of_an_mcount_program_write_their_own_traces() {
-    let dir = scratch("mcount_fork");
-    let (out, trace) = record(&dir, &[], &testprog_mcount("forker"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("parent trace");
-    let w = walk(&t, t.session.pid);
-    assert_eq!(w.entries.get("forker::work"), Some(&30));
-    assert!(clean(&w), "{w:?}");
-    for (status, calls) in [(0, 1000), (3, 500)] {
-        let stdout = text(&out.stdout);
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("child={status} ")))
-            .unwrap_or_else(|| panic!("child exiting {status} in {stdout}"));
-        let pid: u32 = line.rsplit('=').next().unwrap().parse().unwrap();
-        let mut name = trace.clone().into_os_string();
-        name.push(format!(".{pid}"));
-        let c = Trace::open(Path::new(&name)).expect("child trace");
-        assert!(c.end.is_some(), "child {pid}");
-        let w = walk(&c, pid);
-        assert_eq!(w.entries.get("forker::work"), Some(&calls), "child {pid}");
-        assert!(!w.open_at_end.iter().any(|f| f == "forker::work"), "{w:?}");
-    }
+    // The children keep returning through their parent's shadow stacks and stubs (the same memory).
+    assert_forked_children_write_their_own_traces(
+        &scratch("mcount_fork"),
+        &testprog_mcount("forker"),
+    );
 }
 
 #[test]

@@ -404,3 +404,53 @@ pub fn assert_spawned_child_writes_its_own_trace(dir: &Path, prog: &Path) {
     assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
     assert!(text(&out.stderr).contains("a child process wrote"));
 }
+
+/// Records `testprogs` `forker`, which forks twice without exec: the parent's trace has the parent's
+/// calls only; each child writes its own complete trace, named after its pid, although the first
+/// leaves with `_exit`.
+pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let t = Trace::open(&trace).expect("parent trace");
+    assert!(t.end.is_some() && t.truncation.is_none());
+    let w = walk(&t, t.session.pid);
+    assert_eq!(
+        w.entries.get("forker::work"),
+        Some(&30),
+        "the parent's calls only"
+    );
+    assert!(
+        w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+        "{w:?}"
+    );
+    assert_eq!(t.threads.len(), 1);
+    // Each child: its own file, named after its pid, complete although the first left with `_exit`.
+    for (status, calls) in [(0, 1000), (3, 500)] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("child={status} ")))
+            .unwrap_or_else(|| panic!("child exiting {status} in {stdout}"));
+        let pid: u32 = line.rsplit('=').next().unwrap().parse().unwrap();
+        let mut name = trace.clone().into_os_string();
+        name.push(format!(".{pid}"));
+        let c = Trace::open(std::path::Path::new(&name)).expect("child trace");
+        assert_eq!(c.session.pid, pid);
+        assert_eq!(c.session.ppid, t.session.pid);
+        assert!(
+            c.end.is_some() && c.truncation.is_none(),
+            "child {pid}: complete"
+        );
+        // The child starts recording inside the closure it runs, and ends inside it: that frame is
+        // open at the end, every `work` call is closed.
+        let w = walk(&c, pid);
+        assert_eq!(w.entries.get("forker::work"), Some(&calls), "child {pid}");
+        assert!(
+            w.unwound.is_empty()
+                && w.preexisting.is_empty()
+                && !w.open_at_end.iter().any(|f| f == "forker::work"),
+            "child {pid}: {w:?}"
+        );
+        assert_eq!(c.threads.len(), 1, "child {pid}: the thread that forked");
+    }
+}
