@@ -546,8 +546,10 @@ fn hot() -> &'static Hot {
 extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     let h = hot();
     if h.shadow_base.load(Ordering::Relaxed) != 0 {
-        // Full: neither the entry nor the exit of this call is recorded.
-        if DEPTH_IS_LIMIT.load(Ordering::Relaxed) {
+        // Full: neither the entry nor the exit of this call is recorded. A thread whose shadow stack
+        // was released (it is exiting: code in later thread-local destructors) is not counted, nor a
+        // call below the depth the user asked for.
+        if DEPTH_IS_LIMIT.load(Ordering::Relaxed) || h.shadow_stub.load(Ordering::Relaxed) == 0 {
             return 1;
         }
         DEPTH_LOST.fetch_add(1, Ordering::Relaxed);
