@@ -123,10 +123,12 @@ impl Symbolizer {
             });
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
-        let Some(data) = read_object_file(Path::new(&path)) else {
-            self.unreadable
-                .push(format!("{path}: not found (or not a regular file)"));
-            return None;
+        let data = match crate::binary::map(Path::new(&path)) {
+            Ok(d) => d,
+            Err(e) => {
+                self.unreadable.push(e);
+                return None;
+            }
         };
         let obj = object::File::parse(&*data).ok()?;
         let file_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
@@ -144,7 +146,7 @@ impl Symbolizer {
         let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));
         if let Some(df) = &debug_file {
             // The debug file's full symbol table names static functions `.dynsym` lacks.
-            if let Some(d) = read_object_file(df) {
+            if let Ok(d) = crate::binary::map(df) {
                 if let Ok(o) = object::File::parse(&*d) {
                     symbols.extend(function_symbols(&o));
                 }
@@ -194,15 +196,6 @@ impl Symbolizer {
             .into_iter()
             .find(|p| p.is_file() && p != path)
     }
-}
-
-/// The bytes of an object file a trace names, or `None` when the path is not a regular file: a trace
-/// is input, and a module path such as `/dev/zero` or a FIFO must not make an analysis read forever.
-pub fn read_object_file(path: &Path) -> Option<Vec<u8>> {
-    std::fs::metadata(path)
-        .ok()
-        .filter(std::fs::Metadata::is_file)?;
-    std::fs::read(path).ok()
 }
 
 fn file_name(path: &str) -> &str {

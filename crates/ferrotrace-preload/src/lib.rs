@@ -13,7 +13,7 @@
 #[link_section = ".init_array"]
 static START_PRELOADED: extern "C" fn() = {
     extern "C" fn start_preloaded() {
-        ferrotrace::runtime::start_from_env(ferrotrace::Role::Preload);
+        ferrotrace::__preload::start();
     }
     start_preloaded
 };
@@ -45,11 +45,8 @@ pub unsafe extern "C" fn dlopen(
 /// Finishes this process's trace, then ends the process through the C library's function `name`.
 fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
     // A no-op in a process whose runtime is a forked parent's copy, and in a vfork child (it shares
-    // its parent's memory, runtime included, but has a pid of its own). Bounded waits, as from a signal
-    // handler: `_exit` is async-signal-safe and programs call it from their handlers.
-    if let Some(rt) = ferrotrace::runtime::get() {
-        rt.finish(ferrotrace::runtime::EndReason::Exit, 0, true);
-    }
+    // its parent's memory, runtime included, but has a pid of its own).
+    ferrotrace::__preload::finish_before_exit();
     type Exit = unsafe extern "C" fn(libc::c_int) -> !;
     // SAFETY: RTLD_NEXT's `_exit`/`_Exit` is the C library's, with this signature; exit_group is the
     // system call both make, should the lookup fail.
@@ -126,7 +123,7 @@ pub unsafe extern "C" fn _Unwind_Backtrace(
     }
     // SAFETY: RTLD_NEXT's `_Unwind_Backtrace` is the unwinder's, with this signature.
     let real = core::mem::transmute::<*mut libc::c_void, Real>(real);
-    let stub = ferrotrace::mcount::thread_stub() as usize;
+    let stub = ferrotrace::__preload::mcount_return_stub() as usize;
     if stub == 0 {
         return real(callback, arg);
     }

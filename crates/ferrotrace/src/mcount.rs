@@ -284,8 +284,9 @@ pub fn publish(sites: &[(u64, u64)]) {
     FERROTRACE_SITES.store(Box::leak(table).as_mut_ptr(), Ordering::Release);
 }
 
-/// The record word the hooks find for `key` (tests and diagnostics; the hooks do this in assembly).
-pub fn lookup(key: u64) -> Option<u64> {
+/// The record word the hooks find for `key` (the hooks do this in assembly).
+#[cfg(test)]
+fn lookup(key: u64) -> Option<u64> {
     let table = FERROTRACE_SITES.load(Ordering::Acquire);
     // SAFETY: the table is a leaked, never-freed array of the documented layout.
     unsafe {

@@ -6,7 +6,11 @@ use crate::text::{rel32, Patcher, NOP5};
 
 /// Sets each site `(address, target)` to enabled (`jmp target`) or disabled (NOP). Returns how many
 /// sites now have the requested form.
-pub fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String> {
+///
+/// # Safety
+/// Every pair is a site and its target from this program's site table ([`crate::tracepoint::sites`]):
+/// anything else would be overwritten with a jump.
+pub unsafe fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String> {
     if sites.is_empty() {
         return Ok(0);
     }
@@ -18,8 +22,8 @@ pub fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String
         };
         let (old, new) = if enable { (NOP5, jmp) } else { (jmp, NOP5) };
         patcher.make_writable(site, 5)?;
-        // SAFETY: `site` is a tracepoint site of this program (from the linker-built table), made
-        // writable by this batch.
+        // SAFETY: `site` is a tracepoint site of this program (the caller's contract), made writable by
+        // this batch.
         if unsafe { patcher.poke5(site, old, new) } {
             done += 1;
         }

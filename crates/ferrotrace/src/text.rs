@@ -101,7 +101,8 @@ impl Patcher {
     /// `site` is an instruction boundary of this process's code whose page was made writable by this
     /// batch, and nothing else but a [`Patcher`] changes those bytes.
     pub unsafe fn poke5(&self, site: usize, old: [u8; 5], new: [u8; 5]) -> bool {
-        let cur = core::ptr::read_volatile(site as *const [u8; 5]);
+        // SAFETY: the site's 5 bytes are mapped code (the caller's contract).
+        let cur = unsafe { core::ptr::read_volatile(site as *const [u8; 5]) };
         if cur == new {
             return true;
         }
@@ -110,7 +111,9 @@ impl Patcher {
         }
         let word = site & !7;
         if site + 5 <= word + 8 {
-            let a = &*(word as *const AtomicU64);
+            // SAFETY: the aligned 8-byte word holding the site lies in the same writable page (a page is
+            // a multiple of 8 bytes); other code in it is rewritten with its own bytes by the exchange.
+            let a = unsafe { &*(word as *const AtomicU64) };
             let mut w = a.load(Ordering::SeqCst);
             loop {
                 let mut bytes = w.to_le_bytes();
@@ -127,13 +130,17 @@ impl Patcher {
                 }
             }
         } else {
-            store2(site, [0xeb, 0xfe]);
+            // SAFETY: the site's bytes are writable (the caller's contract); a thread arriving between
+            // the steps spins on `eb fe` until the last one.
+            unsafe { store2(site, [0xeb, 0xfe]) };
             membarrier_sync_core();
             for (i, b) in new.iter().enumerate().skip(2) {
-                core::ptr::write_volatile((site + i) as *mut u8, *b);
+                // SAFETY: as above.
+                unsafe { core::ptr::write_volatile((site + i) as *mut u8, *b) };
             }
             membarrier_sync_core();
-            store2(site, [new[0], new[1]]);
+            // SAFETY: as above.
+            unsafe { store2(site, [new[0], new[1]]) };
         }
         true
     }
@@ -148,10 +155,12 @@ impl Patcher {
     pub unsafe fn write_then_flip2(&self, site: usize, bytes: &[u8]) {
         let p = site as *mut u8;
         for (i, b) in bytes.iter().enumerate().skip(2) {
-            core::ptr::write_volatile(p.add(i), *b);
+            // SAFETY: writable code (the caller's contract); threads still jump over these bytes.
+            unsafe { core::ptr::write_volatile(p.add(i), *b) };
         }
         core::sync::atomic::fence(Ordering::SeqCst);
-        (*(p as *const AtomicU16))
+        // SAFETY: 2-byte aligned and writable (the caller's contract).
+        unsafe { &*(p as *const AtomicU16) }
             .store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
     }
 }
@@ -181,9 +190,15 @@ impl Drop for Patcher {
 }
 
 /// Stores 2 bytes with one instruction (atomic for a naturally aligned or in-cache-line store on x86).
+///
+/// # Safety
+/// `p` must be valid for writing 2 bytes.
 unsafe fn store2(p: usize, b: [u8; 2]) {
     let v = u16::from_le_bytes(b);
-    core::arch::asm!("mov word ptr [{p}], {v:x}", p = in(reg) p, v = in(reg) v, options(nostack, preserves_flags));
+    // SAFETY: the caller guarantees `p..p + 2` is writable.
+    unsafe {
+        core::arch::asm!("mov word ptr [{p}], {v:x}", p = in(reg) p, v = in(reg) v, options(nostack, preserves_flags))
+    };
 }
 
 #[cfg(test)]

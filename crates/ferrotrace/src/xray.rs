@@ -1,17 +1,20 @@
-//! Finding XRay sleds in every loaded object and patching the selected ones.
+//! Finding the instrumented functions of every loaded object and patching the selected ones.
 //!
 //! Discovery walks the loaded objects with `dl_iterate_phdr`, maps each one's file, and reads its
-//! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory.
+//! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory,
+//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount::find_sites`]).
 //! Function names come from the file's symbol table. Patching follows compiler-rt: make the pages
 //! writable, write bytes 2..11 of each sled, then its first two bytes with one atomic 16-bit store, so a
-//! thread running through sees either the old `jmp +9` or the whole new instruction pair.
+//! thread running through sees either the old `jmp +9` or the whole new instruction pair; NOPs become
+//! calls in one atomic write ([`crate::text`]).
 
 use std::ffi::CStr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::mcount::{is_nop5, Flavor};
 use ferrotrace_core::schema::{self, source as instrumentation, Payload};
-use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -68,12 +71,14 @@ pub struct Discovery {
     pub functions: Vec<Function>,
     /// Instrumented functions found, selected or not.
     pub total_functions: usize,
+    /// For each `-F` regex (`Config::include`), whether it matched any instrumented function.
+    pub filter_hits: Vec<bool>,
     /// mcount/`__fentry__` call sites: `(the hook's return address, record word)`, word 0 for functions
     /// not traced (filtered out, the runtime's own, or without a frame pointer).
     pub calls: Vec<(u64, u64)>,
     /// Functions calling mcount that cannot be traced because they set up no frame pointer.
     pub no_frame_pointer: usize,
-    /// How the objects found are instrumented: bits of `ferrotrace_core::format::instrumentation`.
+    /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source`.
     pub instrumentation: u64,
 }
 
@@ -129,17 +134,24 @@ struct Loaded {
     text: Option<(u64, u64)>,
 }
 
+/// `dl_iterate_phdr` callback: notes one loaded object in the `Vec<Loaded>` that `data` points to.
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passes; `data` points to a `Vec<Loaded>` nobody else uses meanwhile.
 unsafe extern "C" fn collect_object(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    let out = &mut *(data as *mut Vec<Loaded>);
-    let info = &*info;
+    // SAFETY: the caller's contract.
+    let (out, info) = unsafe { (&mut *(data as *mut Vec<Loaded>), &*info) };
     let name = if info.dlpi_name.is_null() {
         ""
     } else {
-        CStr::from_ptr(info.dlpi_name).to_str().unwrap_or("")
+        // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by the dynamic loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_str()
+            .unwrap_or("")
     };
     let path = if out.is_empty() && name.is_empty() {
         match std::fs::read_link("/proc/self/exe") {
@@ -153,7 +165,8 @@ unsafe extern "C" fn collect_object(
     };
     let mut text: Option<(u64, u64)> = None;
     for i in 0..info.dlpi_phnum as usize {
-        let ph = &*info.dlpi_phdr.add(i);
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
         if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
             let s = info.dlpi_addr + ph.p_vaddr;
             let e = s + ph.p_memsz;
@@ -238,6 +251,8 @@ struct Scope<'a, 'b> {
     module: u32,
     bias: u64,
     symbols: &'a [(u64, u64, &'b str)],
+    /// Link-time range of the tracepoint plumbing's section (never traced), if any.
+    plumbing: Option<Range<u64>>,
     next_id: &'a mut u32,
     out: &'a mut Discovery,
 }
@@ -252,7 +267,17 @@ impl Scope<'_, '_> {
             Some((_, size, name)) => (name.to_string(), size),
             None => (format!("fn_{vaddr:x}"), 0),
         };
-        if is_runtime_symbol(&name) || !self.config.selects(&display_name(&name)) {
+        if is_runtime_function(&name, vaddr, self.plumbing.clone()) {
+            return None;
+        }
+        if !self.config.include.is_empty() {
+            // Which -F patterns match anything at all (a run that selects nothing says so).
+            let shown = display_name(&name);
+            for (hit, re) in self.out.filter_hits.iter_mut().zip(&self.config.include) {
+                *hit = *hit || re.is_match(&shown);
+            }
+        }
+        if !self.config.selects(&name) {
             return None;
         }
         self.out.functions.push(Function {
@@ -359,7 +384,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         )
     };
     let own_text = trampoline::ferrotrace_xray_entry as *const () as u64;
-    let mut out = Discovery::default();
+    let mut out = Discovery {
+        filter_hits: vec![false; config.include.len()],
+        ..Discovery::default()
+    };
     let mut next_id = known.next_function_id.max(1);
     for l in loaded {
         if known
@@ -391,8 +419,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             build_id,
         });
         let Some(elf) = elf else { continue };
-        // The preloaded runtime must not patch itself; neither must the linked one (it has sleds when the
-        // program was built with -Zinstrument-xray): its functions are excluded by name below.
+        // The preloaded runtime must not patch itself (the whole library is skipped); neither must the
+        // linked one (it has sleds or mcount calls when the program was built with instrumentation): its
+        // functions are recognised by `Scope::function` (its crates, and the tracepoint plumbing's
+        // section).
         if role == Role::Preload && (text_start..text_end).contains(&own_text) {
             continue;
         }
@@ -422,6 +452,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             module: module_id,
             bias: l.bias,
             symbols: &symbols,
+            plumbing: elf
+                .section_by_name(PLUMBING_SECTION)
+                .map(|s| s.address()..s.address() + s.size()),
             next_id: &mut next_id,
             out: &mut out,
         };
@@ -443,17 +476,12 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 
 const PAGE: u64 = 4096;
 
-/// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail, the mcount hook, the
-/// fentry hook.
+/// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail (those that record
+/// the CPU in live mode), the mcount hook, the fentry hook.
 fn stub_targets() -> [u64; 5] {
+    let [entry, exit, tail] = trampoline::trampolines(crate::live::active());
     let (mcount_hook, fentry_hook) = mcount::hook_addresses();
-    [
-        trampoline::ferrotrace_xray_entry as *const () as u64,
-        trampoline::ferrotrace_xray_exit as *const () as u64,
-        trampoline::ferrotrace_xray_tail as *const () as u64,
-        mcount_hook,
-        fentry_hook,
-    ]
+    [entry, exit, tail, mcount_hook, fentry_hook]
 }
 
 /// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds and patchable NOPs.
@@ -508,7 +536,11 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
 
 /// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
 /// hands the mcount call sites to the hooks' table. Safe while other threads run through them.
-pub fn patch(found: &Discovery) -> Result<(), String> {
+///
+/// # Safety
+/// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
+/// object's instrumentation, and anything else would be overwritten with a call.
+pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
     mcount::publish(&found.calls);
     let mut patcher = Patcher::new();
     for module in &found.modules {
@@ -530,8 +562,8 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
             .map_err(|e| format!("{}: {e}", module.path.display()))?;
         for f in &funcs {
             for &(sled, kind) in &f.sleds {
-                // SAFETY: sled addresses come from the object's own instrumentation map and lie in pages
-                // made writable above.
+                // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
+                // contract) and lie in pages made writable above.
                 unsafe { patch_sled(&patcher, sled, kind, f.id, stub) };
             }
             for &(site, flavor) in &f.nops {
@@ -553,13 +585,18 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
     Ok(())
 }
 
+/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
+///
+/// # Safety
+/// `sled` is an XRay sled of the given kind, in a page `patcher` made writable.
 unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub: u64) {
     let (expected_first, target, opcode) = match kind {
         SledKind::Entry => (0xebu8, stub, 0xe8u8),
         SledKind::Exit => (0xc3, stub + 16, 0xe9),
         SledKind::Tail => (0xeb, stub + 32, 0xe8),
     };
-    if (sled as *const u8).read() != expected_first {
+    // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
+    if unsafe { (sled as *const u8).read() } != expected_first {
         return; // already patched, or not a sled we know
     }
     let rel = (target as i64 - (sled as i64 + 11)) as i32;
@@ -569,6 +606,7 @@ unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub
     bytes[2..6].copy_from_slice(&id.to_le_bytes());
     bytes[6] = opcode;
     bytes[7..11].copy_from_slice(&rel.to_le_bytes());
-    // Sleds are 2-byte aligned: the unpatched first instruction jumps over the rest until the flip.
-    patcher.write_then_flip2(sled as usize, &bytes);
+    // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
+    // instruction jumps over the rest until the flip.
+    unsafe { patcher.write_then_flip2(sled as usize, &bytes) };
 }
