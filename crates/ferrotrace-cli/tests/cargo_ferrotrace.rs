@@ -195,6 +195,7 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("record", "mode") => "drop",
         ("record", "buffer-size") => "8M",
         ("record", "chunk-size") => "64K",
+        ("record", "depth") => "4",
         ("profile", "freq") => "99",
         ("profile", "event") => "cpu-clock",
         ("profile", "call-graph") => "fp",
