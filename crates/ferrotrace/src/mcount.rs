@@ -349,6 +349,7 @@ pub unsafe extern "C" fn __fentry__() {
 
 /// The calling thread's return stub (what hooked frames return into), 0 if it has none. Unwinders see it
 /// as one frame after each hooked function; a backtrace can leave those out.
+#[cfg(feature = "preload")]
 pub fn thread_stub() -> u64 {
     HOT.try_with(|h| h.shadow_stub.load(Ordering::Relaxed))
         .unwrap_or(0)
