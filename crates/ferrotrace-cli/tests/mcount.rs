@@ -437,6 +437,14 @@ fn forked_children_of_an_mcount_program_write_their_own_traces() {
 }
 
 #[test]
+fn shared_libraries_with_mcount_calls_are_traced_linked_or_dlopened() {
+    // libft_xlib.so is built with the same flags (-Zinstrument-mcount): its calls go through the PLT to
+    // the preloaded hooks; a dlopened one is found by the rescan of the preload library's dlopen.
+    assert_linked_library_traced(&scratch("mcount_uselib"), &testprog_mcount("uselib"));
+    assert_dlopened_library_traced(&scratch("mcount_dlopen"), &testprog_mcount("dlopener"));
+}
+
+#[test]
 fn program_linking_the_runtime_gets_its_hooks_from_it() {
     // Its calls to mcount bind to the runtime's own hooks at link time.
     assert_linked_program_records_itself(&scratch("mcount_linked"), &testprog_mcount("linked"));

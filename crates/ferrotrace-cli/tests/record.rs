@@ -120,23 +120,7 @@ fn vector_arguments_survive_the_slow_path() {
 
 #[test]
 fn shared_library_with_sleds_is_traced() {
-    let dir = scratch("uselib");
-    let (out, trace) = record(&dir, &[], &testprog("uselib"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    let lib = t
-        .functions
-        .values()
-        .find(|f| f.name == "xlib_work")
-        .expect("xlib_work traced");
-    let module = t
-        .modules
-        .iter()
-        .find(|m| m.id == lib.module)
-        .expect("module");
-    assert!(module.path.ends_with("libft_xlib.so"), "{}", module.path);
-    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (25, 25));
-    assert_eq!(nested_counts(&t, "uselib::call_lib"), (1, 1));
+    assert_linked_library_traced(&scratch("uselib"), &testprog("uselib"));
 }
 
 #[test]
@@ -622,16 +606,7 @@ fn children_without_sleds_are_left_alone() {
 
 #[test]
 fn library_loaded_with_dlopen_after_start_is_traced() {
-    let dir = scratch("dlopen");
-    let (out, trace) = record(&dir, &[], &testprog("dlopener"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    assert!(
-        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
-        "the dlopened module is in the map"
-    );
-    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
-    assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
+    assert_dlopened_library_traced(&scratch("dlopen"), &testprog("dlopener"));
 }
 
 #[test]

@@ -479,3 +479,38 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .output()
         .expect("run ferrotrace record under taskset")
 }
+
+/// Records `testprogs` `uselib`, linked against the instrumented `libft_xlib.so`: the library's
+/// functions are traced and attributed to its module.
+pub fn assert_linked_library_traced(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let lib = t
+        .functions
+        .values()
+        .find(|f| f.name == "xlib_work")
+        .expect("xlib_work traced");
+    let module = t
+        .modules
+        .iter()
+        .find(|m| m.id == lib.module)
+        .expect("module");
+    assert!(module.path.ends_with("libft_xlib.so"), "{}", module.path);
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (25, 25));
+    assert_eq!(nested_counts(&t, "uselib::call_lib"), (1, 1));
+}
+
+/// Records `testprogs` `dlopener`, which loads the instrumented `libft_xlib.so` with `dlopen` after
+/// start-up: the library is found by a rescan and its calls are traced.
+pub fn assert_dlopened_library_traced(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    assert!(
+        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
+        "the dlopened module is in the map"
+    );
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
+    assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
+}
