@@ -258,6 +258,13 @@ fn probe_start(key: u64, mask_bytes: u64) -> u64 {
     (key.wrapping_mul(HASH_MUL) >> 28) & mask_bytes
 }
 
+/// The record word of a traced function's entry (its exit sets bit 32): the id, and the CPU unknown
+/// (bits 48–63 all ones: the hooks do not read it, so `ferrotrace live` prints `?` rather than a wrong
+/// CPU).
+pub fn record_word(id: u32) -> u64 {
+    id as u64 | (u16::MAX as u64) << 48
+}
+
 /// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read.
 pub fn publish(sites: &[(u64, u64)]) {
     if sites.is_empty() {

@@ -345,7 +345,7 @@ impl Scope<'_, '_> {
                             f.nops.push((s.addr, *flavor));
                         }
                     }
-                    f.id as u64
+                    mcount::record_word(f.id)
                 }
                 None => 0,
             };
