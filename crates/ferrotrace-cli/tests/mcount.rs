@@ -394,6 +394,25 @@ fn backtrace_sees_every_hooked_frame() {
 }
 
 #[test]
+fn a_function_calling_mcount_without_a_frame_pointer_is_left_untraced_and_said() {
+    let dir = scratch("mcount_nofp");
+    let exe = build_c(&dir, "gcc", "mcnofp.c", "mcnofp", &["-O2", "-pg"]);
+    let (out, trace) = record(&dir, &[], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "done\n");
+    assert!(
+        text(&out.stderr).contains(
+            "ferrotrace: 1 functions call mcount without setting up a frame pointer and are not traced"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let t = Trace::open(&trace).unwrap();
+    assert_eq!(nested_counts(&t, "with_frame_pointer"), (10, 10));
+    assert_eq!(nested_counts(&t, "no_frame_pointer"), (0, 0));
+}
+
+#[test]
 fn stack_switching_is_refused_with_a_clear_message() {
     let dir = scratch("mcount_switch");
     let exe = mcwork(&dir, "mcwork", &["-pg"]);
