@@ -21,7 +21,7 @@ pub struct ProgramFacts {
 
 /// Reads the facts from the file.
 pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
-    let data = ferrotrace_analysis::binary::map(path)?;
+    let data = ferrotrace_analysis::binary::map(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data)
         .map_err(|e| format!("{} is not an ELF executable ({e})", path.display()))?;
     let mut instr = 0;

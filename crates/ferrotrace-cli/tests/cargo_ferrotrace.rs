@@ -183,6 +183,11 @@ fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
         step.self_samples * 2 > report.samples,
         "most samples in the hot function: {report}"
     );
+    // Symbols mangled as the traced build's are (v0), so that both name functions alike.
+    let bin = std::fs::read(dir.join("target/ferrotrace-profile/release/demo")).unwrap();
+    let v0_step = bin.windows(b"4step".len()).any(|w| w == b"4step")
+        && bin.windows(b"_RNv".len()).any(|w| w == b"_RNv");
+    assert!(v0_step, "the profiled build's symbols are v0-mangled");
 }
 
 /// A value for each option of `ferrotrace record` and `profile` that takes one.
