@@ -257,6 +257,83 @@ fn vector_arguments_survive_the_slow_path() {
     }
 }
 
+/// An XRay TAIL sled sits right before a tail jump: the trampoline must keep every register the jump
+/// needs. `tailregs` tail-calls through each register LLVM may use for an indirect tail call (rax, rcx,
+/// rdx, rsi, rdi, r8, r9, r11) with all other argument registers and xmm0-7 live; the tail trampoline
+/// clobbered r11 (SQLite's `vdbeCompareMemString` died by SIGSEGV). Run with the default chunks (fast
+/// path) and with 256-byte chunks (the slow path every 16 events, at every position of the call cycle).
+#[test]
+fn indirect_tail_calls_keep_every_register_through_the_tail_trampoline() {
+    let dir = scratch("tailregs");
+    let exe = clang_xray(&dir, "tailregs", &[]);
+    let dump = std::process::Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&exe)
+        .output()
+        .expect("objdump (binutils) is needed for this test");
+    let dump = text(&dump.stdout);
+    for reg in ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax", "r11"] {
+        let body: String = dump
+            .split(&format!("<via_{reg}>:\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no via_{reg} in the binary"))
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            body.contains(&format!("jmp    *%{reg}")),
+            "via_{reg} must end in an indirect tail jump through {reg}:\n{body}"
+        );
+    }
+    assert!(
+        dump.split("<via_varargs>:\n")
+            .nth(1)
+            .unwrap()
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .contains("jmp    *%r11"),
+        "the compiler's own choice with six arguments and al live is r11"
+    );
+    let plain = std::process::Command::new(&exe)
+        .arg("200")
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    for opts in [&[][..], &["--chunk-size", "256"][..]] {
+        let (out, trace) = record(&dir, opts, &exe, &["200"]);
+        assert!(
+            out.status.success() && text(&out.stdout) == text(&plain.stdout),
+            "{opts:?}: traced output differs from the untraced run:\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let t = Trace::open(&trace).expect("open");
+        for reg in [
+            "rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax", "r11", "varargs",
+        ] {
+            let name = format!("via_{reg}");
+            let id = t
+                .functions
+                .values()
+                .find(|f| f.name == name)
+                .unwrap_or_else(|| panic!("{name} traced"))
+                .id;
+            let tails = t
+                .events()
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.kind == EventKind::TailExit && e.id == id)
+                .count();
+            assert_eq!(
+                tails, 200,
+                "{opts:?}: {name} left by its tail call every time"
+            );
+        }
+    }
+}
+
 #[test]
 fn shared_library_with_sleds_is_traced() {
     let dir = scratch("uselib");

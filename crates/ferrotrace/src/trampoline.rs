@@ -114,9 +114,11 @@ extern "C" {
 // alignment.
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_trampolines,\"ax\",@progbits",
-    // Entry and tail are reached by `call` with the argument registers live; they differ only in the
-    // kind bit set in the record word (entry: none, kind 0).
-    ".macro ferrotrace_called_trampoline name, kind_bit",
+    // Entry and tail are reached by `call` with the argument registers live (see "Registers" in
+    // docs/architecture.md). They differ in the kind bit set in the record word (entry: none, kind 0)
+    // and in r11: dead at a function's entry, but at a TAIL sled it may hold the target of the indirect
+    // tail jump that follows (`jmp r11`), so the tail trampoline keeps it.
+    ".macro ferrotrace_called_trampoline name, kind_bit, keep_r11",
     ".p2align 4",
     ".globl \\name",
     ".hidden \\name",
@@ -124,6 +126,9 @@ core::arch::global_asm!(
     "\\name:",
     "  push rax",
     "  push rdx",
+    "  .ifnb \\keep_r11",
+    "  push r11",
+    "  .endif",
     "  .ifnb \\kind_bit",
     "  bts r10, \\kind_bit",
     "  .endif",
@@ -141,18 +146,24 @@ core::arch::global_asm!(
     "  mov qword ptr [rdx + 8], r10",
     "  add rdx, 16",
     "  mov qword ptr fs:[r11], rdx",
+    "  .ifnb \\keep_r11",
+    "  pop r11",
+    "  .endif",
     "  pop rdx",
     "  pop rax",
     "  ret",
     "2:",
     "  call ferrotrace_slow_record",
+    "  .ifnb \\keep_r11",
+    "  pop r11",
+    "  .endif",
     "  pop rdx",
     "  pop rax",
     "  ret",
     ".size \\name, . - \\name",
     ".endm",
     "ferrotrace_called_trampoline ferrotrace_xray_entry",
-    "ferrotrace_called_trampoline ferrotrace_xray_tail, 33",
+    "ferrotrace_called_trampoline ferrotrace_xray_tail, 33, keep_r11",
     ".purgem ferrotrace_called_trampoline",
     "",
     // Exit: only rax, rdx, xmm0, xmm1 are live (the sled replaced `ret`); rcx, rsi, rdi, r8-r11 are dead.
