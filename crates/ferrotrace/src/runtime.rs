@@ -222,9 +222,25 @@ pub enum Role {
     Preload,
 }
 
+/// True in a process the kernel runs with privileges its invoker does not have (setuid, setgid, file
+/// capabilities): `getauxval(AT_SECURE)`, the test glibc uses to ignore `LD_PRELOAD` and that makes
+/// `secure_getenv` return nothing.
+fn is_secure_execution() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector; it has no failure mode that matters here (0 when
+    // the entry is missing, which means not secure).
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
 /// Starts the runtime if the environment asks this copy to, printing one line on failure. Called from
 /// the ELF constructors of both copies; only one of them proceeds.
+///
+/// A privileged process (setuid, setgid, capabilities: [`is_secure_execution`]) stays dormant and reads
+/// no `FERROTRACE_*` variable at all: its environment comes from a user it must not obey, who could
+/// otherwise make it write a trace over any file (`FERROTRACE_OUTPUT`).
 pub fn start_from_env(role: Role) {
+    if is_secure_execution() {
+        return;
+    }
     let wanted = crate::config::requested_runtime();
     let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
         (_, Some("off")) => false,
