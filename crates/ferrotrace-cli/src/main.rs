@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod elf;
+mod relay;
 
 #[derive(Parser)]
 #[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]

@@ -46,7 +46,7 @@ fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
     // its parent's memory, runtime included, but has a pid of its own). Bounded waits, as from a signal
     // handler: `_exit` is async-signal-safe and programs call it from their handlers.
     if let Some(rt) = ferrotrace::runtime::get() {
-        rt.finish(ferrotrace::runtime::EndReason::Exit, 0, true);
+        let _ = rt.finish(ferrotrace::runtime::EndReason::Exit, 0, true);
     }
     type Exit = unsafe extern "C" fn(libc::c_int) -> !;
     // SAFETY: RTLD_NEXT's `_exit`/`_Exit` is the C library's, with this signature; exit_group is the

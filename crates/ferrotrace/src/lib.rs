@@ -66,7 +66,7 @@ pub fn is_recording() -> bool {
 /// before a program ends in a way that skips `atexit` handlers (`_exit`, `exec`).
 pub fn finish() {
     if let Some(rt) = runtime::get() {
-        rt.finish(runtime::EndReason::Exit, 0, false);
+        let _ = rt.finish(runtime::EndReason::Exit, 0, false);
     }
 }
 

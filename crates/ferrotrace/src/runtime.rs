@@ -41,6 +41,20 @@ pub enum Meta {
     },
 }
 
+/// The longest a finish waits for the collector to write everything (from a signal handler: 3 s).
+const FINISH_LIMIT: Duration = Duration::from_secs(30);
+
+/// What a call of [`Runtime::finish`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// This call finished the trace.
+    Here,
+    /// Another call (on another thread, or earlier) finished it; this one waited until it was over.
+    ByOther,
+    /// The runtime is a forked parent's copy, which records nothing in this process.
+    NotHere,
+}
+
 /// Why the trace ended, as written in the End chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -82,6 +96,8 @@ pub struct Runtime {
     /// The signal that ended it, if any.
     pub end_signal: AtomicU32,
     finished: AtomicBool,
+    /// Set once the finish that `finished` let through is over.
+    finish_over: AtomicBool,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
     pid: u32,
@@ -133,16 +149,26 @@ impl Runtime {
     }
 
     /// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
-    /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`.
+    /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`: it neither
+    /// allocates nor waits without bound. A call while another thread is finishing waits until that
+    /// finish is over (the process must not end before it), and says so.
     /// A forked child's copy of its parent's runtime does nothing here (the parent finishes its own).
-    pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) {
+    pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) -> Finished {
         if !self.records_this_process() {
-            return;
+            return Finished::NotHere;
         }
+        // A terminating signal arriving on this thread now would run its handler in the middle of
+        // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
+        // handler they are blocked already, by the handler's mask.)
+        let _blocked = crate::exit::TerminatingBlocked::new();
         if self.finished.swap(true, Ordering::AcqRel) {
-            // Someone else is finishing: give them time to complete before the process goes away.
-            self.wait_collector(Duration::from_secs(2));
-            return;
+            let start = Instant::now();
+            while !self.finish_over.load(Ordering::Acquire)
+                && start.elapsed() < FINISH_LIMIT + Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            return Finished::ByOther;
         }
         self.end_reason.store(reason as u32, Ordering::Relaxed);
         self.end_signal.store(signal as u32, Ordering::Relaxed);
@@ -155,8 +181,10 @@ impl Runtime {
         self.wait_collector(if from_signal {
             Duration::from_secs(3)
         } else {
-            Duration::from_secs(30)
+            FINISH_LIMIT
         });
+        self.finish_over.store(true, Ordering::Release);
+        Finished::Here
     }
 
     /// False in a forked child that has not started recording on its own.
@@ -378,7 +406,7 @@ fn start(role: Role) -> Result<(), String> {
         path,
         None,
     )?;
-    exit::install(rt);
+    exit::install();
     rt.recording.store(true, Ordering::Release);
     xray::patch(&found)?;
     crate::tracepoints::enable_requested();
@@ -445,6 +473,7 @@ impl Runtime {
             end_reason: AtomicU32::new(0),
             end_signal: AtomicU32::new(0),
             finished: AtomicBool::new(false),
+            finish_over: AtomicBool::new(false),
             pid: std::process::id(),
             header: Mutex::new(header),
         }
@@ -474,10 +503,9 @@ fn launch(
     {
         return Err("a ferrotrace runtime is already running in this process".into());
     }
-    let handle = std::thread::Builder::new()
-        .name("ferrotrace".into())
-        .spawn(move || collector::run(rt, writer, path))
-        .map_err(|e| format!("cannot start the collector thread: {e}"))?;
+    let handle =
+        exit::spawn_without_signals("ferrotrace", move || collector::run(rt, writer, path))
+            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
     let _ = rt.collector.set(handle.thread().clone());
     let started = Instant::now();
     while !rt.collector_ready.load(Ordering::Acquire) {

@@ -98,14 +98,16 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
             Ok(())
         });
     }
+    // As in `record`: the terminal's Ctrl-C goes to the program; we outlive it and pass on what is
+    // sent to us alone.
+    crate::relay::block();
+    crate::relay::unblock_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     drop(write_end);
-    // SAFETY: as in `record`: the terminal's Ctrl-C goes to the program; we outlive it.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    if let Err(e) = crate::relay::start(child.id() as i32) {
+        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let reader = BufReader::new(std::fs::File::from(read_end));
     let stdout = std::io::stdout();

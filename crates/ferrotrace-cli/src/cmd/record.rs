@@ -4,7 +4,6 @@ use std::ffi::OsString;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
@@ -54,16 +53,6 @@ pub struct RecordArgs {
         value_name = "PROGRAM"
     )]
     pub command: Vec<OsString>,
-}
-
-static CHILD_PID: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward_signal(sig: libc::c_int) {
-    let pid = CHILD_PID.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(pid, sig) };
-    }
 }
 
 /// The runtime library to preload: `FERROTRACE_PRELOAD`, or next to this executable.
@@ -196,22 +185,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let _ = std::fs::remove_file(&output);
     let start = std::time::SystemTime::now();
     use std::os::unix::process::CommandExt;
+    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
+    // group); we outlive it to report. Signals sent to us alone are passed on (crate::relay).
+    crate::relay::block();
+    crate::relay::unblock_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
-    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
-    // group); we outlive it to report. Signals sent to us alone are passed on.
-    // SAFETY: installing handlers/dispositions for our own process.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
-            libc::signal(
-                sig,
-                forward_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
-        }
+    if let Err(e) = crate::relay::start(child.id() as i32) {
+        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let status = child
         .wait()

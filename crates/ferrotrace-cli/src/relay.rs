@@ -1,0 +1,112 @@
+//! Passing signals sent to `ferrotrace record` on to the program it runs, once.
+//!
+//! The program runs in `record`'s process group, as a shell runs a pipeline: the terminal's Ctrl-C, a
+//! `timeout`, a closed terminal's SIGHUP or a service manager that signals a whole group reach both. A
+//! signal sent to `record` alone must reach the program; one the program gets anyway must not reach it
+//! twice: a program that shuts down gracefully on its first SIGTERM and at once on the second would
+//! behave differently under the tracer. A signal is not passed on when the kernel sent it (a terminal
+//! signals its whole foreground process group) or the program itself did.
+//!
+//! How: the [`RELAYED`] signals are blocked in `record` before the program starts, so none can end
+//! `record` (which must outlive the program to finish its trace), and unblocked again in the forked child
+//! right before `exec` ([`unblock_in_child`]: a blocked signal stays blocked across `exec`); one thread
+//! takes them with `sigwaitinfo` and passes them on through a pidfd, which names the program for as long
+//! as it is not reaped (a pid could be reused after).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// The signals `record` passes on (the terminal's job-control and termination signals and the two
+/// user signals; SIGUSR2 makes a flight-mode program write its ring).
+pub const RELAYED: [libc::c_int; 6] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGTERM,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+];
+
+fn relayed_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in RELAYED {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Blocks the [`RELAYED`] signals in the calling thread (and every thread it creates after). Call before
+/// starting the program and the relay.
+pub fn block() {
+    let set = relayed_set();
+    // SAFETY: pthread_sigmask with a valid set.
+    unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut()) };
+}
+
+/// Makes the program start with the [`RELAYED`] signals unblocked (a mask is inherited across `fork`
+/// and `exec`).
+pub fn unblock_in_child(cmd: &mut std::process::Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: the closure runs in the forked child before exec and only calls pthread_sigmask, which is
+    // async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            let set = relayed_set();
+            libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, core::ptr::null_mut());
+            Ok(())
+        })
+    };
+}
+
+/// Whether a signal with this origin reached the program without us: sent by the kernel (a terminal
+/// signals its foreground process group) or by the program.
+fn reached_the_program_anyway(info: &libc::siginfo_t, child: libc::pid_t) -> bool {
+    let user_sent = matches!(
+        info.si_code,
+        libc::SI_USER | libc::SI_QUEUE | libc::SI_TKILL
+    );
+    // SAFETY: si_pid is valid for user-sent signals.
+    !user_sent || unsafe { info.si_pid() } == child
+}
+
+/// Starts the relay thread for the program `child` (a child of ours, not reaped yet).
+pub fn start(child: libc::pid_t) -> Result<(), String> {
+    // SAFETY: pidfd_open on our own unreaped child; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as i32;
+    if fd < 0 {
+        return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: a fresh descriptor that we own.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    std::thread::Builder::new()
+        .name("signal relay".into())
+        .spawn(move || {
+            let set = relayed_set();
+            loop {
+                // SAFETY: sigwaitinfo fills `info` for the signal it returns.
+                let mut info: libc::siginfo_t = unsafe { core::mem::zeroed() };
+                let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
+                if sig < 0 {
+                    continue; // EINTR
+                }
+                if reached_the_program_anyway(&info, child) {
+                    continue;
+                }
+                // SAFETY: pidfd_send_signal with our pidfd; it fails (ESRCH) once the program is gone.
+                unsafe {
+                    libc::syscall(
+                        libc::SYS_pidfd_send_signal,
+                        pidfd.as_raw_fd(),
+                        sig,
+                        core::ptr::null::<libc::siginfo_t>(),
+                        0,
+                    )
+                };
+            }
+        })
+        .map_err(|e| format!("cannot start the signal relay: {e}"))?;
+    Ok(())
+}
