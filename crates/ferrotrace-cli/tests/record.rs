@@ -617,8 +617,9 @@ fn trace_file_is_private_and_stdin_passes_through() {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch("private");
-    let trace = dir.join("trace.data");
-    std::fs::write(&trace, b"old").unwrap();
+    // A previous trace that someone made readable to all.
+    let (first, trace) = record(&dir, &[], &testprog("stdin_echo"), &[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
     std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut child = ferrotrace()
         .args(["record", "-o"])
@@ -641,7 +642,10 @@ fn trace_file_is_private_and_stdin_passes_through() {
     let t = Trace::open(&trace).expect("trace");
     assert_eq!(nested_counts(&t, "stdin_echo::answer"), (1, 1));
     let mode = std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "an existing file becomes private too");
+    assert_eq!(
+        mode, 0o600,
+        "a new file, private, in place of the previous trace"
+    );
 }
 
 /// Starts `ferrotrace record OPTS -- ending spin` in its own process group and waits for `ready`.
@@ -1063,4 +1067,96 @@ fn sleds_patched_while_threads_run_through_them() {
         traced_steps >= 4 * 15 * 1000,
         "patched while running: {traced_steps} steps traced"
     );
+}
+
+/// Bad arguments are one line of error and a non-zero exit before the program runs, and the previous
+/// trace and any file named by `-o` stay as they were. They used to run the program untraced with
+/// status 0 and delete the previous trace; `-o notes.txt` overwrote the notes.
+#[test]
+fn bad_record_arguments_are_refused_before_the_program_runs() {
+    let dir = scratch("bad_args");
+    let fib = testprog("fib");
+    let (first, trace) = record(&dir, &[], &fib, &["10"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let previous = std::fs::read(&trace).unwrap();
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, b"my notes\n").unwrap();
+    let subdir = dir.join("adir");
+    std::fs::create_dir_all(&subdir).unwrap();
+    let out = |s: &std::path::Path| s.to_str().unwrap().to_string();
+    let missing = out(&dir.join("missing/t.data"));
+    let (notes_s, subdir_s, trace_s) = (out(&notes), out(&subdir), out(&trace));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--buffer-size", "garbage", "-o", &trace_s],
+            "--buffer-size garbage",
+        ),
+        (
+            vec!["--buffer-size", "0", "-o", &trace_s],
+            "--buffer-size 0",
+        ),
+        (
+            vec!["--buffer-size=-5M", "-o", &trace_s],
+            "--buffer-size -5M",
+        ),
+        (
+            vec!["--buffer-size", "999999999999T", "-o", &trace_s],
+            "999999999999T",
+        ),
+        (
+            vec!["--buffer-size", "64G", "-o", &trace_s],
+            "more than half of this machine's memory",
+        ),
+        (
+            vec!["--buffer-size", "100000G", "-o", &trace_s],
+            "--buffer-size 100000G",
+        ),
+        (
+            vec!["--chunk-size", "3000", "-o", &trace_s],
+            "not a power of two",
+        ),
+        (vec!["-o", &missing], "no such directory"),
+        (vec!["-o", &subdir_s], "is a directory"),
+        (vec!["-o", "/proc/version"], "is not a ferrotrace trace"),
+        (vec!["-o", &notes_s], "is not a ferrotrace trace"),
+    ];
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        << 10;
+    for (args, expected) in cases {
+        if args.contains(&"64G") && physical >= 128 << 30 {
+            eprintln!("skipped --buffer-size 64G: this machine has {physical} bytes of memory");
+            continue;
+        }
+        let o = ferrotrace()
+            .arg("record")
+            .args(&args)
+            .arg("--")
+            .arg(&fib)
+            .arg("10")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: the program ran");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            std::fs::read(&trace).unwrap() == previous,
+            "{args:?}: trace changed"
+        );
+        assert_eq!(std::fs::read(&notes).unwrap(), b"my notes\n", "{args:?}");
+    }
+    // A good run replaces the trace only by creating the new one; the previous is kept as FILE.old.
+    let (again, _) = record(&dir, &[], &fib, &["12"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let mut old = trace.clone().into_os_string();
+    old.push(".old");
+    assert_eq!(std::fs::read(&old).unwrap(), previous);
+    assert_ne!(std::fs::read(&trace).unwrap(), previous);
 }

@@ -65,10 +65,9 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
         "the runtime stays dormant in a setuid process"
     );
     let meta = std::fs::metadata(&victim).unwrap();
-    assert_eq!(
-        std::fs::read(&victim).unwrap(),
-        b"precious root data\n",
-        "the file is untouched"
+    assert!(
+        std::fs::read(&victim).unwrap() == b"precious root data\n",
+        "the file was overwritten"
     );
     assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
     assert_eq!(meta.uid(), 0);
@@ -93,4 +92,195 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
     );
     assert!(trace.exists());
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// In a world-writable directory (no sticky bit, so the kernel's protected_symlinks does not apply),
+/// `nobody` plants symbolic links named after the next pids (`trace.data.<pid>`) pointing at a root
+/// file. Root records a program that forks: the children's traces must not go through the links. They
+/// used to (create + truncate): the target was overwritten.
+#[test]
+fn children_traces_never_follow_links_planted_for_their_pids() {
+    let dir = shared_dir("plant");
+    let public = dir.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = dir.join("root-file");
+    std::fs::write(&target, b"root's data\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    // Planted without starting a process per link (each would use up a pid), then handed to nobody:
+    // the links are nobody's, as if nobody had made them.
+    testprog("forker");
+    preload();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let (first, count) = (last + 1, 3000);
+    for pid in first..first + count {
+        let link = public.join(format!("trace.data.{pid}"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    }
+    let (out, trace) = record(&public, &[], &testprog("forker"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        std::fs::read(&target).unwrap() == b"root's data\n",
+        "the link's target was overwritten"
+    );
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // The children ran where links were planted for them, and said why they were not traced.
+    let stdout = text(&out.stdout);
+    let pids: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.split("pid=").nth(1))
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{stdout}");
+    let stderr = text(&out.stderr);
+    for pid in pids {
+        assert!(
+            (first..first + count).contains(&pid),
+            "child {pid} outside the planted range: the test proved nothing"
+        );
+        let link = public.join(format!("trace.data.{pid}"));
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the planted link is left as it was"
+        );
+        assert!(
+            stderr.contains(&format!("{} exists and is a symbolic link", link.display())),
+            "{stderr}"
+        );
+    }
+    // The parent's own trace is complete.
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    assert!(t.end.is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `-o` naming a link planted by another user (or anything that is not a trace of ours) is refused
+/// before the program runs, with one line, and the link's target is untouched.
+#[test]
+fn record_refuses_an_output_that_is_a_planted_link() {
+    let dir = shared_dir("olink");
+    let public = dir.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = dir.join("root-file");
+    std::fs::write(&target, b"root's data\n").unwrap();
+    let link = public.join("trace.data");
+    let planted = as_nobody(Path::new("ln"))
+        .arg("-s")
+        .arg(&target)
+        .arg(&link)
+        .status()
+        .unwrap();
+    assert!(planted.success());
+    let out = ferrotrace()
+        .args(["record", "-o"])
+        .arg(&link)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("10")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "the program did not run");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert!(
+        std::fs::read(&target).unwrap() == b"root's data\n",
+        "overwritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrotrace record` run by `nobody` on a setuid program: the runtime stays dormant (AT_SECURE), no
+/// trace is written, and the previous trace is left in place (it used to be deleted before every run),
+/// which record says.
+#[test]
+fn a_run_that_writes_no_trace_leaves_the_previous_one() {
+    let dir = shared_dir("keep");
+    let own = dir.join("nobody");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let prog = dir.join("linked");
+    std::fs::copy(testprog("linked"), &prog).unwrap();
+    let trace = own.join("trace.data");
+    let run = |prog: &Path| {
+        as_nobody(Path::new(env!("CARGO_BIN_EXE_ferrotrace")))
+            .args(["record", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(prog)
+            .output()
+            .unwrap()
+    };
+    let first = run(&prog);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let previous = std::fs::read(&trace).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let second = run(&prog);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "recording=false\n");
+    assert!(
+        text(&second.stderr).contains("no trace was written"),
+        "{}",
+        text(&second.stderr)
+    );
+    assert!(
+        std::fs::read(&trace).unwrap() == previous,
+        "the previous trace changed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrotrace live` writes its (discarded) trace into a private directory of its own, not to a
+/// predictable /tmp/ferrotrace-live-<pid>.data opened with create + truncate and then chmod'ed.
+#[test]
+fn live_keeps_its_trace_in_a_private_directory() {
+    use std::io::BufRead;
+    let tmp = shared_dir("livetmp");
+    let mut child = ferrotrace()
+        .args(["live", "-F", "leaf", "--"])
+        .arg(testprog("ending"))
+        .arg("spin")
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("leaf"), "{line}");
+    let entries: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let private = entries[0].path();
+    let meta = std::fs::symlink_metadata(&private).unwrap();
+    assert!(meta.is_dir(), "{}", private.display());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    let trace = private.join("trace.data");
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    kill(child.id() as i32, 15);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "removed at the end"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
 }

@@ -12,8 +12,11 @@
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
+//! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
-//!   profiler.
+//!   profiler;
+//! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
+//!   over a file that is not a trace).
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
 //! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
@@ -46,7 +49,10 @@
 pub mod clock;
 pub mod codec;
 pub mod format;
+#[cfg(feature = "std")]
+pub mod output;
 pub mod record;
+pub mod size;
 pub mod symbols;
 pub mod tracepoint;
 #[cfg(feature = "std")]

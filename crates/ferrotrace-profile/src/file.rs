@@ -220,7 +220,13 @@ const SAMPLES_PER_CHUNK: u64 = 8192;
 
 impl SampleWriter {
     pub fn create(path: &Path) -> Result<SampleWriter, ProfileError> {
-        let f = File::create(path).map_err(|e| ProfileError::io(path, e))?;
+        // Private, new, never through a link nor over a file that is not a trace (an old one is kept
+        // as FILE.old), like the runtime's traces.
+        let (f, _) = ferrotrace_core::output::create(path).map_err(|e| match e {
+            ferrotrace_core::output::OutputError::Io(p, e) => ProfileError::io(&p, e),
+            // Something in the way of -o: an argument to change.
+            other => ProfileError::BadArgument(other.to_string()),
+        })?;
         let w = TraceWriter::new(BufWriter::with_capacity(256 * 1024, f))
             .map_err(|e| ProfileError::io(path, e))?;
         Ok(SampleWriter {

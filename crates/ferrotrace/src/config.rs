@@ -15,6 +15,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
+
 /// How the runtime behaves when trace memory runs out.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
@@ -44,27 +46,6 @@ pub struct Config {
     pub chunk_size: usize,
 }
 
-/// Parses `16M`, `512K`, `1G` or a plain number of bytes.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            format!(
-                "invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
-            )
-        })
-}
-
 fn regexes(var: &str) -> Result<Vec<regex_lite::Regex>, String> {
     let Some(v) = std::env::var_os(var) else {
         return Ok(Vec::new());
@@ -90,19 +71,16 @@ impl Config {
                 ))
             }
         };
-        let buffer_size = var("FERROTRACE_BUFFER_SIZE")
-            .map(|s| parse_size(&s))
-            .transpose()?
-            .unwrap_or(16 << 20);
-        let chunk_size = var("FERROTRACE_CHUNK_SIZE")
-            .map(|s| parse_size(&s))
-            .transpose()?
-            .unwrap_or(64 << 10);
-        if !chunk_size.is_power_of_two() || chunk_size < 256 {
-            return Err(format!(
-                "FERROTRACE_CHUNK_SIZE: {chunk_size} is not a power of two of at least 256"
-            ));
-        }
+        let size = |name: &str, default: usize| {
+            var(name)
+                .map_or(Ok(default), |s| parse_size(&s))
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        let chunk_size = size("FERROTRACE_CHUNK_SIZE", 64 << 10)?;
+        check_chunk(chunk_size).map_err(|e| format!("FERROTRACE_CHUNK_SIZE: {e}"))?;
+        let buffer_size = size("FERROTRACE_BUFFER_SIZE", 16 << 20)?;
+        check_buffer(buffer_size, chunk_size, physical_memory())
+            .map_err(|e| format!("FERROTRACE_BUFFER_SIZE: {e}"))?;
         Ok(Config {
             output: std::env::var_os("FERROTRACE_OUTPUT")
                 .filter(|v| !v.is_empty())
@@ -132,19 +110,4 @@ pub const RUNTIME_VAR: &str = "FERROTRACE_RUNTIME";
 /// Which runtime the environment asks to start, if any.
 pub fn requested_runtime() -> Option<OsString> {
     std::env::var_os(RUNTIME_VAR)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("16M"), Ok(16 << 20));
-        assert_eq!(parse_size("512k"), Ok(512 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
-    }
 }

@@ -1,8 +1,6 @@
 //! The runtime's global state: start-up, the metadata channel, and the end of the trace.
 
-use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -310,19 +308,6 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     (path, started_by_traced)
 }
 
-fn create_trace_file(path: &PathBuf) -> Result<File, String> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot create trace file {}: {e}", path.display()))?;
-    // An existing file keeps its mode on open: make sure the trace is private either way.
-    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-    Ok(file)
-}
-
 fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
     let mut p = Vec::new();
     let exe = std::fs::read_link("/proc/self/exe")
@@ -429,7 +414,10 @@ fn open_trace(
 ) -> Result<Writer, String> {
     let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
-    let file = create_trace_file(path)?;
+    // A new file, 0600, never through a link nor over a file that is not a trace (an old trace is
+    // kept as FILE.old): see ferrotrace_core::output.
+    let (file, _) = ferrotrace_core::output::create(path)
+        .map_err(|e| format!("cannot create the trace: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(io)?;
     writer

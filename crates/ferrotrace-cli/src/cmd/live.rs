@@ -70,8 +70,11 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let child_fd = fds[1];
-    let trace_file =
-        std::env::temp_dir().join(format!("ferrotrace-live-{}.data", std::process::id()));
+    // The trace file is of no use here (the events are printed) but the runtime writes one: in a
+    // directory of our own, where nobody can plant a link or read it.
+    let private = ferrotrace_core::output::PrivateDir::new("ferrotrace-live")
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let trace_file = private.path().join("trace.data");
 
     let mut cmd = std::process::Command::new(&program);
     use std::os::unix::process::CommandExt;
@@ -126,6 +129,6 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
-    let _ = std::fs::remove_file(&trace_file);
+    drop(private);
     Ok(exit_code_of(status, &program))
 }

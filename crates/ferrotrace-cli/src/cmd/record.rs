@@ -42,7 +42,7 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
-    /// Bytes per thread chunk (power of two, at least 4K)
+    /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// The program to run and its arguments
@@ -139,9 +139,30 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
+/// Checks `--buffer-size` and `--chunk-size` as the runtime will (ferrotrace_core::size), so that a
+/// bad size is an error before the program starts rather than a program run untraced.
+fn check_sizes(buffer: Option<&str>, chunk: Option<&str>) -> Result<(), String> {
+    use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
+    let chunk = match chunk {
+        Some(c) => parse_size(c)
+            .and_then(check_chunk)
+            .map_err(|e| format!("--chunk-size {c}: {e}"))?,
+        None => 64 << 10,
+    };
+    if let Some(b) = buffer {
+        parse_size(b)
+            .and_then(|n| check_buffer(n, chunk, physical_memory()))
+            .map_err(|e| format!("--buffer-size {b}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Runs the program under the tracer and returns its exit status as ours.
 pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     check_regexes(args.filter.iter().chain(&args.notrace))?;
+    check_sizes(args.buffer_size.as_deref(), args.chunk_size.as_deref())?;
+    let output = absolute(&args.output);
+    ferrotrace_core::output::check(&output).map_err(|e| e.to_string())?;
     let program = elf::resolve_program(&args.command[0])?;
     let facts = elf::inspect(&program)?;
     if !args.trace.is_empty() && !facts.has_tracepoints {
@@ -159,7 +180,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             program.display()
         ));
     }
-    let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
     inject_runtime(&mut cmd, &program, &facts)?;
@@ -182,7 +202,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     if let Some(s) = &args.chunk_size {
         cmd.env("FERROTRACE_CHUNK_SIZE", s);
     }
-    let _ = std::fs::remove_file(&output);
+    // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
+    // FILE.old): a run that writes nothing leaves it as it was, and says so.
+    let previous = file_identity(&output);
     let start = std::time::SystemTime::now();
     use std::os::unix::process::CommandExt;
     // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
@@ -198,11 +220,27 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
-    report(&output, start);
+    report(&output, start, previous);
     Ok(exit_code_of(status, &program))
 }
 
-fn report(output: &Path, start: std::time::SystemTime) {
+/// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
+/// that was there before.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+fn report(output: &Path, start: std::time::SystemTime, previous: Option<(u64, u64)>) {
+    if previous.is_some() && file_identity(output) == previous {
+        eprintln!(
+            "ferrotrace: no trace was written; {} is still the previous one",
+            output.display()
+        );
+        return;
+    }
     match Trace::open(output) {
         Ok(t) => {
             let events = t.event_count();
