@@ -138,20 +138,25 @@ impl State {
                         self.write(kind, &payload);
                     }
                 }
-                Meta::Lost { tid, count, tsc } => {
-                    let mut remaining = count;
-                    let mut recs = Vec::new();
-                    while remaining > 0 {
-                        let c = remaining.min(u32::MAX as u64);
-                        recs.push(Record::new(tsc, EventKind::Lost, c as u32));
-                        remaining -= c;
-                    }
-                    let (counts, range) = encode_events(tid, u32::MAX, &recs, &mut p);
-                    self.totals.lost += counts.lost;
-                    self.write(ChunkKind::Events, &p[range]);
-                }
+                Meta::Lost { tid, count, tsc } => self.lost(tid, count, tsc),
             }
         }
+    }
+
+    /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence 2^32-1:
+    /// the thread had no chunk of its own left to say it in).
+    fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
+        let mut remaining = count;
+        let mut recs = Vec::new();
+        while remaining > 0 {
+            let c = remaining.min(u32::MAX as u64);
+            recs.push(Record::new(tsc, EventKind::Lost, c as u32));
+            remaining -= c;
+        }
+        let mut p = Vec::new();
+        let (counts, range) = encode_events(tid, u32::MAX, &recs, &mut p);
+        self.totals.lost += counts.lost;
+        self.write(ChunkKind::Events, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -230,6 +235,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             st.meta(rt);
             while let Some(c) = rt.pool.full.pop() {
                 st.chunk(rt, c);
+            }
+            let tsc = crate::clock::rdtsc();
+            for (tid, count) in crate::thread::take_unreported_losses(rt) {
+                st.lost(tid, count, tsc);
             }
             st.dump_ring();
             crate::live::finish();

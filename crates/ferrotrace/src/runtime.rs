@@ -13,7 +13,7 @@ use ferrotrace_core::writer::TraceWriter;
 use crate::collector::Writer;
 use crate::config::{Config, Mode, TRACED_PARENT_VAR};
 use crate::pool::Pool;
-use crate::thread::ThreadSlot;
+use crate::thread::Registry;
 use crate::{clock, collector, exit, trampoline, xray};
 
 /// Metadata that traced threads hand to the collector (rare: once per thread and at the end).
@@ -72,7 +72,7 @@ pub struct Runtime {
     /// True while events are recorded.
     pub recording: AtomicBool,
     /// Every thread that ever recorded (slots are reused).
-    pub registry: Mutex<Vec<&'static ThreadSlot>>,
+    pub registry: Registry,
     /// Objects already scanned for sleds, and the next function id.
     known: Mutex<xray::Known>,
     role: Role,
@@ -115,21 +115,9 @@ pub fn get() -> Option<&'static Runtime> {
 }
 
 impl Runtime {
-    /// Queues metadata for the collector.
+    /// Queues metadata for the collector (never from a signal handler: it allocates).
     pub fn push_meta(&self, m: Meta) {
-        self.push_meta_from(m, false);
-    }
-
-    /// Queues metadata; from a signal handler only if the lock is free at once.
-    pub fn push_meta_from(&self, m: Meta, from_signal: bool) {
-        let guard = if from_signal {
-            self.meta.try_lock().ok()
-        } else {
-            Some(self.meta.lock().unwrap_or_else(|e| e.into_inner()))
-        };
-        if let Some(mut g) = guard {
-            g.push(m);
-        }
+        self.meta.lock().unwrap_or_else(|e| e.into_inner()).push(m);
     }
 
     /// Takes the queued metadata.
@@ -448,7 +436,7 @@ impl Runtime {
             config,
             pool,
             recording: AtomicBool::new(false),
-            registry: Mutex::new(Vec::new()),
+            registry: Registry::new(),
             known: Mutex::new(known),
             role,
             meta: Mutex::new(Vec::new()),
@@ -542,4 +530,29 @@ pub fn restart_in_forked_child() {
             std::process::id()
         ),
     }
+}
+
+/// Starts a runtime for unit tests of this crate: `config`, no program description, no sled patched, no
+/// exit or signal hooks; recording on. One per test binary (the process has one runtime).
+#[cfg(test)]
+pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
+    trampoline::init_tls_offset();
+    let pool = new_pool(&config).expect("pool");
+    let path = config.output.clone();
+    let writer = open_trace(&config, &path, &[]).expect("trace file");
+    let rt = launch(
+        Runtime::new(
+            config,
+            pool,
+            xray::Known::default(),
+            Role::Linked,
+            Vec::new(),
+        ),
+        writer,
+        path,
+        None,
+    )
+    .expect("launch");
+    rt.recording.store(true, Ordering::Release);
+    rt
 }
