@@ -255,3 +255,67 @@ fn any_signals_from_anyone_leave_a_complete_exact_trace() {
     }
     assert!(failed.is_empty(), "{}", failed.join("\n"));
 }
+
+/// SIGUSR2 in flight mode writes every event so far, those still in the threads' partly filled chunks
+/// included (they were left out: after a few thousand events a dump held none), and the end of the
+/// trace does not write them a second time.
+#[test]
+fn flight_dump_holds_the_partly_filled_chunks_once() {
+    let dir = scratch("flight_partial");
+    let counts = dir.join("counts");
+    let trace = dir.join("trace.data");
+    let calls = 1000u64; // 2,000 events per thread: less than a chunk
+    let mut child = ferrotrace()
+        .args(["record", "--mode", "flight", "-F", "counted_leaf", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("counted"))
+        .arg(THREADS.to_string())
+        .arg(&counts)
+        .arg(calls.to_string())
+        .process_group(0)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while read_counts(&counts)
+        .get(1..)
+        .is_none_or(|c| c.len() < THREADS || c.iter().any(|&n| n != calls))
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the program did not run"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let per_thread = |t: &Trace| {
+        let c = calls_by_thread(t, "counted::counted_leaf");
+        (0..THREADS)
+            .map(|i| c.get(&format!("w{i}")).copied().unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    let all = vec![(calls, calls); THREADS];
+    for dump in 0..2 {
+        kill(child.id() as i32, 12);
+        let start = Instant::now();
+        loop {
+            if let Ok(t) = Trace::open(&trace) {
+                if t.event_count() > 0 {
+                    assert!(t.end.is_none(), "still running");
+                    assert_eq!(per_thread(&t), all, "dump {dump}: every call, once");
+                    break;
+                }
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no dump");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        // The second dump finds nothing new to add to the first.
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    kill(child.id() as i32, 15);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).unwrap();
+    assert!(t.end.is_some());
+    assert_eq!(per_thread(&t), all, "nothing written twice at the end");
+}

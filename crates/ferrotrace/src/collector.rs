@@ -165,12 +165,15 @@ impl State {
         if crate::live::active() {
             crate::live::on_chunk(c.tid, c.seq, records);
         }
+        let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, range) = encode_events(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
         self.totals.lost += counts.lost;
         rt.pool.free.push(c.index);
-        if rt.config.mode == Mode::Flight {
+        if records.is_empty() {
+            // Everything was written by a flight-mode dump already.
+        } else if rt.config.mode == Mode::Flight {
             self.ring_bytes += range.len();
             self.ring.push_back(scratch[range].to_vec());
             while self.ring_bytes > rt.config.buffer_size {
@@ -179,17 +182,32 @@ impl State {
                     None => break,
                 }
             }
-        } else if !records.is_empty() {
+        } else {
             self.write(ChunkKind::Events, &scratch[range]);
         }
         self.scratch = scratch;
     }
 
-    fn dump_ring(&mut self) {
+    /// Writes out the flight ring, oldest first.
+    fn write_ring(&mut self) {
         while let Some(p) = self.ring.pop_front() {
             self.write(ChunkKind::Events, &p);
         }
         self.ring_bytes = 0;
+    }
+
+    /// A flight-mode dump: the ring, then what each thread has written into its current chunk since
+    /// the last dump (newer than anything in the ring).
+    fn dump(&mut self, rt: &Runtime) {
+        self.write_ring();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        crate::thread::dump_current_chunks(rt, |tid, seq, records| {
+            let (counts, range) = encode_events(tid, seq, records, &mut scratch);
+            self.totals.events += counts.events;
+            self.totals.lost += counts.lost;
+            self.write(ChunkKind::Events, &scratch[range]);
+        });
+        self.scratch = scratch;
     }
 
     fn flush(&mut self) {
@@ -228,7 +246,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             did = true;
         }
         if rt.dump_requested.swap(false, Ordering::AcqRel) {
-            st.dump_ring();
+            st.dump(rt);
             st.flush();
         }
         if finishing {
@@ -240,7 +258,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             for (tid, count) in crate::thread::take_unreported_losses(rt) {
                 st.lost(tid, count, tsc);
             }
-            st.dump_ring();
+            // The final flush handed every chunk over: the ring is all there is to write.
+            st.write_ring();
             crate::live::finish();
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();

@@ -24,6 +24,9 @@ pub struct FullChunk {
     pub tid: u32,
     /// Per-thread chunk sequence number.
     pub seq: u32,
+    /// Records at the start of the chunk that a flight-mode dump wrote already (under the previous
+    /// sequence number): not to be written again.
+    pub skip: u32,
 }
 
 /// The chunk pool.
@@ -181,6 +184,7 @@ mod tests {
             len: 0,
             tid: 1,
             seq: index,
+            skip: 0,
         };
         assert!(!pool.backlog_needs_collector());
         pool.full.push(full(0)).unwrap();

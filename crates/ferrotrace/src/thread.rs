@@ -60,6 +60,8 @@ struct SlotState {
     lost: u64,
     /// Nanoseconds spent waiting for a chunk (lossless mode), not yet written as a `Wait` record.
     waited_ns: u64,
+    /// Records of the current chunk that a flight-mode dump has written already.
+    dumped: u32,
     alive: bool,
     stopped: bool,
 }
@@ -372,6 +374,7 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         len: len as u32,
         tid: st.tid,
         seq: st.seq,
+        skip: std::mem::take(&mut st.dumped),
     };
     st.seq = st.seq.wrapping_add(1);
     if rt.pool.full.push(chunk).is_err() {
@@ -420,6 +423,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         seq: 0,
         lost: 0,
         waited_ns: 0,
+        dumped: 0,
         alive: true,
         stopped: false,
     };
@@ -578,6 +582,37 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
                     name: name.trim_end().to_string(),
                 });
             }
+        }
+    }
+}
+
+/// For a flight-mode dump (collector thread only, SIGUSR2): hands `write` what each live thread has
+/// written into its current chunk since the last dump, `(tid, seq, records)`, and moves the thread on to
+/// the next sequence number, which the rest of that chunk will carry when it is handed over (without
+/// the records written here: [`FullChunk::skip`]). The owner keeps writing meanwhile: records below
+/// its cursor are final, and a chunk is only ever freed by the collector.
+pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Record])) {
+    for slot in rt.registry.iter() {
+        let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
+            continue;
+        };
+        let st = guard.state();
+        let Some(index) = st
+            .chunk
+            .filter(|_| st.alive && !st.stopped && !st.hot.is_null())
+        else {
+            continue;
+        };
+        // SAFETY: the owner is alive (checked under the slot lock), so its HOT block is.
+        let upto = written(rt, index, unsafe { &*st.hot });
+        let from = st.dumped as usize;
+        if upto > from {
+            // SAFETY: the records below the owner's cursor are written and stay put until the chunk
+            // comes back to the collector.
+            let records = unsafe { rt.pool.records(index, upto) };
+            write(st.tid, st.seq, &records[from..]);
+            st.seq = st.seq.wrapping_add(1);
+            st.dumped = upto as u32;
         }
     }
 }
