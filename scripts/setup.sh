@@ -7,7 +7,7 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "setup: not root and no sudo: run this script as root" >&2; exit 1; }
   as_root=(sudo)
 fi
-packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux)
+packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

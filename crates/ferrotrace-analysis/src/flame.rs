@@ -20,11 +20,7 @@ pub fn write_folded(cct: &Cct, out: &mut dyn Write) -> io::Result<()> {
             if i > 0 {
                 line.push(';');
             }
-            // `;` separates frames and the last space the count: keep them out of names.
-            line.extend(cct.names.get(f).chars().map(|c| match c {
-                ';' => ':',
-                c => c,
-            }));
+            line.extend(fold_chars(&cct.names.get(f)));
         }
         line.push(' ');
         line.push_str(&w.to_string());
@@ -32,6 +28,32 @@ pub fn write_folded(cct: &Cct, out: &mut dyn Write) -> io::Result<()> {
         err = out.write_all(line.as_bytes());
     });
     err
+}
+
+/// A frame name's characters as folded stacks need them: `;` separates frames and a newline ends a
+/// line, so neither may appear in a name (`;` becomes `:`, a newline a space). Every folded writer
+/// (function traces, samples) goes through this.
+pub fn fold_chars(name: &str) -> impl Iterator<Item = char> + '_ {
+    name.chars().map(|c| match c {
+        ';' => ':',
+        '\n' => ' ',
+        c => c,
+    })
+}
+
+/// An SVG flame graph of folded `lines` (inferno), titled `title`, widths counted in `count_name`.
+pub fn render_folded<'a>(
+    lines: impl Iterator<Item = &'a str>,
+    title: &str,
+    count_name: &str,
+) -> Result<Vec<u8>, String> {
+    let mut opts = inferno::flamegraph::Options::default();
+    opts.title = title.to_string();
+    opts.count_name = count_name.to_string();
+    opts.name_type = "Function:".to_string();
+    let mut out = Vec::new();
+    inferno::flamegraph::from_lines(&mut opts, lines, &mut out).map_err(|e| e.to_string())?;
+    Ok(out)
 }
 
 /// The folded stacks as lines, for inferno.

@@ -34,6 +34,12 @@ pub struct Summary {
     pub pid: u32,
     /// Recording mode.
     pub mode: String,
+    /// What recorded the events (`xray`, `mcount`, `tracepoints`, `samples`, ...).
+    pub recorded_by: Vec<&'static str>,
+    /// The trace holds function entries and exits.
+    pub has_functions: bool,
+    /// What is wrong with the trace besides a cut-short tail (see [`Trace::problems`]).
+    pub problems: Vec<String>,
     /// Duration in ns.
     pub duration_ns: u64,
     /// Threads.
@@ -73,12 +79,17 @@ impl Summary {
             exe: trace.session.exe.clone(),
             pid: trace.session.pid,
             mode: trace.session.mode_name().to_string(),
+            recorded_by: ferrotrace_core::schema::source::names(trace.session.sources).collect(),
+            has_functions: trace.has_function_events(),
+            problems: trace.problems.clone(),
             duration_ns: trace.duration_ns(),
             functions: trace.functions.len(),
             file_bytes: trace.file_len,
             complete: trace.end.is_some(),
             ended_by: match trace.end {
-                Some(e) if e.reason == 1 => format!("signal {}", e.signal),
+                Some(e) if e.reason == ferrotrace_core::schema::EndReason::Signal => {
+                    format!("signal {}", e.signal)
+                }
                 Some(_) => "exit".into(),
                 None => "unknown (no end record)".into(),
             },
@@ -131,6 +142,8 @@ impl Summary {
             "exe": self.exe,
             "pid": self.pid,
             "mode": self.mode,
+            "recorded_by": self.recorded_by,
+            "problems": self.problems,
             "duration_ns": self.duration_ns,
             "threads": self.threads.iter().map(|t| json!({
                 "tid": t.tid, "name": t.name, "events": t.events, "entries": t.entries,
@@ -155,9 +168,19 @@ impl Summary {
         let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
         let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
         let _ = writeln!(o, "mode         : {}", self.mode);
+        let by = if self.recorded_by == ["samples"] {
+            "samples (ferrotrace profile)".to_string()
+        } else if self.recorded_by.is_empty() {
+            "unknown".to_string()
+        } else {
+            self.recorded_by.join(", ")
+        };
+        let _ = writeln!(o, "recorded by  : {by}");
         let _ = writeln!(o, "duration     : {}", fmt_ns(self.duration_ns));
         let _ = writeln!(o, "ended by     : {}", self.ended_by);
-        let _ = writeln!(o, "functions    : {} traced", self.functions);
+        if self.has_functions {
+            let _ = writeln!(o, "functions    : {} traced", self.functions);
+        }
         let _ = writeln!(
             o,
             "events       : {} recorded, {} lost",
@@ -192,6 +215,9 @@ impl Summary {
                 "truncated    : at byte {off} of {}: {why}; the summary covers the readable prefix",
                 self.file_bytes
             );
+        }
+        for p in &self.problems {
+            let _ = writeln!(o, "problem      : {p}");
         }
         if let Some(e) = &self.decode_error {
             let _ = writeln!(o, "decode error : {e}");

@@ -13,7 +13,10 @@
 //! graph, folded stacks) and [`dump`] (uftrace data directory, Chrome JSON, Perfetto protobuf,
 //! folded stacks). They share [`callstack`] (stack reconstruction: unwound frames, functions running
 //! before tracing began, frames open at the end), [`cct`] (calling-context tree), [`names`],
-//! [`srcline`] (file:line from DWARF) and [`progress`].
+//! [`symbolize`] (addresses to names: DWARF with inlined frames, separate debug files, symbol tables),
+//! [`srcline`] (file:line from DWARF) and [`progress`]. [`samples`] gives every command its view of
+//! Sample events (timer samples, probe hits, time off the CPU): report, folded stacks, flame graphs,
+//! Firefox Profiler and Perfetto output, replay and graph.
 //!
 //! Who should use it: the `ferrotrace` command-line tool, and programs that want to analyse traces
 //! themselves. Who should not: code inside the traced process (that is the `ferrotrace` runtime).
@@ -42,5 +45,7 @@ pub mod progress;
 pub mod reader;
 pub mod replay;
 pub mod report;
+pub mod samples;
 pub mod srcline;
+pub mod symbolize;
 pub mod tracepoints;

@@ -3,16 +3,19 @@
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 use std::fmt;
 use std::fs::File;
-use std::io::{self, BufReader, Read, Seek, SeekFrom};
+use std::io::{self, BufReader, Read};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::clock::{ClockPair, TscConverter};
-use ferrotrace_core::codec::{DecodeError, EventDecoder, FieldReader};
+use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader};
 use ferrotrace_core::format::{
     parse_file_header, ChunkHeader, ChunkKind, HeaderError, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
-    MAX_CHUNK_PAYLOAD,
+    MAX_CHUNK_PAYLOAD, VERSION_MAJOR,
 };
 pub use ferrotrace_core::record::EventKind;
+use ferrotrace_core::schema::{self, Payload};
+pub use ferrotrace_core::schema::{CallGraph, SamplerKind, StackNode};
 
 /// Why a trace could not be read.
 #[derive(Debug)]
@@ -63,10 +66,12 @@ pub struct Session {
     pub start_realtime_ns: u64,
     /// ferrotrace version that wrote the trace.
     pub version: String,
-    /// Recording mode: 0 lossless, 1 drop, 2 flight.
-    pub mode: u32,
-    /// TSC frequency estimate at start.
+    /// Recording mode; `None` when the Session chunk is missing (a trace cut inside it).
+    pub mode: Option<schema::Mode>,
+    /// Event-clock frequency estimate at start.
     pub tsc_hz: u64,
+    /// What recorded the events: bits of [`schema::source`].
+    pub sources: u64,
 }
 
 impl Session {
@@ -75,14 +80,9 @@ impl Session {
         self.exe.rsplit('/').next().unwrap_or("")
     }
 
-    /// The recording mode's name.
+    /// The recording mode's name, `unknown` without a Session chunk.
     pub fn mode_name(&self) -> &'static str {
-        match self.mode {
-            0 => "lossless",
-            1 => "drop",
-            2 => "flight",
-            _ => "unknown",
-        }
+        self.mode.map_or("unknown", schema::Mode::name)
     }
 }
 
@@ -136,6 +136,8 @@ pub struct ChunkRef {
 pub struct Thread {
     /// OS thread id.
     pub tid: u32,
+    /// Its process (the Session's pid unless the trace holds several processes).
+    pub pid: u32,
     /// Last name recorded for it.
     pub name: String,
     /// Its event chunks, in order.
@@ -145,16 +147,15 @@ pub struct Thread {
 }
 
 /// The End chunk: present only in complete traces.
-#[derive(Clone, Copy, Debug)]
-pub struct End {
-    /// 0 exit, 1 signal.
-    pub reason: u32,
-    /// The signal, when `reason` is 1.
-    pub signal: u32,
-    /// Events the collector received (in flight mode, more than the file keeps).
-    pub events: u64,
-    /// Events lost in drop mode.
-    pub lost: u64,
+pub type End = schema::End;
+
+/// A sampler of the trace (see the Samplers chunk): what its Sample events stand for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sampler {
+    /// What it samples on.
+    pub kind: SamplerKind,
+    /// How the user spelled it (`cpu-clock`, `uprobe:/lib/...:malloc`, `sched:sched_switch`).
+    pub spelling: String,
 }
 
 /// One event, decoded.
@@ -170,14 +171,18 @@ pub struct Event {
     pub kind: EventKind,
     /// Function id, tracepoint id, or count.
     pub id: u32,
-    /// Payload (tracepoint arguments, allocation details); empty for function events.
+    /// Payload (tracepoint arguments); empty for other events.
     pub payload: Vec<u8>,
+    /// Fields of allocation and sample events (see [`ferrotrace_core::codec::EventFields`]).
+    pub fields: EventFields,
 }
 
 /// An opened trace: metadata and the index of event chunks.
 #[derive(Debug)]
 pub struct Trace {
     path: PathBuf,
+    /// One descriptor for every event stream (positional reads), however many threads there are.
+    file: File,
     /// File size in bytes.
     pub file_len: u64,
     /// Bytes that were read and verified.
@@ -202,8 +207,20 @@ pub struct Trace {
     pub truncation: Option<Truncation>,
     /// Chunks of kinds this reader does not know (skipped).
     pub unknown_chunks: u64,
-    /// `Samples` chunks (written by `ferrotrace profile`; read them with `ferrotrace_profile`).
-    pub sample_chunks: u64,
+    /// What is wrong with the trace besides a cut-short tail: chunks missing, duplicated, out of
+    /// place, after the end, or an End chunk that disagrees with what was read. Commands print these
+    /// as warnings: the results are not what was recorded.
+    pub problems: Vec<String>,
+    /// How the stacks of samples were taken (from the Samplers chunk).
+    pub call_graph: CallGraph,
+    /// Timer frequency of the samplers, Hz (0 without a timer).
+    pub sample_frequency: u32,
+    /// The samplers; Sample events refer to them by index.
+    pub samplers: Vec<Sampler>,
+    /// The interned stacks of samples and allocations, by id.
+    pub stacks: Vec<StackNode>,
+    /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
+    skipped_chunks: u64,
     converter: TscConverter,
 }
 
@@ -224,7 +241,7 @@ impl Trace {
         let io_err = |e| ReadError::Io(path.clone(), e);
         let file = File::open(&path).map_err(io_err)?;
         let file_len = file.metadata().map_err(io_err)?.len();
-        let mut r = BufReader::with_capacity(1 << 20, file);
+        let mut r = BufReader::with_capacity(1 << 20, file.try_clone().map_err(io_err)?);
         let mut header = [0u8; FILE_HEADER_LEN];
         let got = read_up_to(&mut r, &mut header).map_err(io_err)?;
         let version = parse_file_header(&header[..got]).map_err(|e| {
@@ -233,14 +250,22 @@ impl Trace {
                 match e {
                     HeaderError::Short => format!("only {got} bytes: too short to be a ferrotrace trace"),
                     HeaderError::NotATrace => "not a ferrotrace trace (bad magic)".into(),
-                    HeaderError::UnsupportedVersion(a, b) => {
-                        format!("trace format version {a}.{b} is not supported by this ferrotrace (reads 1.x)")
-                    }
+                    HeaderError::UnsupportedVersion(a, b) => format!(
+                        "trace format version {a}.{b} is not supported by this ferrotrace (it reads \
+                         {VERSION_MAJOR}.x){}",
+                        if a < VERSION_MAJOR {
+                            ": it was written by an older ferrotrace; read it with that version, or \
+                             record it again"
+                        } else {
+                            ": upgrade ferrotrace to read it"
+                        }
+                    ),
                 },
             )
         })?;
         let mut t = Trace {
             path: path.clone(),
+            file,
             file_len,
             valid_len: FILE_HEADER_LEN as u64,
             version,
@@ -253,11 +278,19 @@ impl Trace {
             end: None,
             truncation: None,
             unknown_chunks: 0,
-            sample_chunks: 0,
+            problems: Vec::new(),
+            call_graph: CallGraph::None,
+            sample_frequency: 0,
+            samplers: Vec::new(),
+            stacks: Vec::new(),
+            skipped_chunks: 0,
             converter: TscConverter::new(ClockPair::default(), ClockPair::default()),
         };
+        t.session.mode = None;
         let mut offset = FILE_HEADER_LEN as u64;
         let mut payload = Vec::new();
+        let mut next_seq = 0u32;
+        let mut after_end = 0u64;
         loop {
             if offset == file_len {
                 break;
@@ -296,19 +329,46 @@ impl Trace {
                 break;
             }
             let payload_offset = offset + CHUNK_HEADER_LEN as u64;
-            if let Err(e) = t.index_chunk(h.kind, &payload, payload_offset) {
-                t.truncation = Some(Truncation {
-                    offset,
-                    reason: format!("malformed chunk: {e}"),
-                });
-                break;
-            }
             offset = payload_offset + h.len as u64;
             t.valid_len = offset;
+            // Every chunk is numbered: a gap is a chunk that was lost, a repeat or a step back one
+            // that was copied or moved. Either way the results would not be what was recorded.
+            if h.seq != next_seq {
+                if h.seq > next_seq {
+                    t.problems.push(format!(
+                        "chunks {next_seq}..{} are missing (before byte {})",
+                        h.seq - 1,
+                        payload_offset - CHUNK_HEADER_LEN as u64
+                    ));
+                } else {
+                    t.problems.push(format!(
+                        "chunk {} at byte {} repeats or is out of place (expected chunk {next_seq}): skipped",
+                        h.seq,
+                        payload_offset - CHUNK_HEADER_LEN as u64
+                    ));
+                    continue;
+                }
+            }
+            next_seq = h.seq.wrapping_add(1);
+            if t.end.is_some() {
+                after_end += 1;
+                continue;
+            }
+            if let Err(e) = t.index_chunk(h.kind, h.seq, &payload, payload_offset) {
+                t.truncation = Some(Truncation {
+                    offset: payload_offset - CHUNK_HEADER_LEN as u64,
+                    reason: format!("malformed chunk: {e}"),
+                });
+                t.valid_len = payload_offset - CHUNK_HEADER_LEN as u64;
+                break;
+            }
         }
-        for th in t.threads.values_mut() {
-            th.chunks.sort_by_key(|c| c.seq);
+        if after_end > 0 {
+            t.problems.push(format!(
+                "{after_end} chunks follow the End chunk (appended later?): ignored"
+            ));
         }
+        t.check_threads();
         t.converter = match (t.clocks.first(), t.clocks.last()) {
             (Some(&a), Some(&b)) if b.tsc > a.tsc && b.mono_ns > a.mono_ns + 1_000_000 => {
                 TscConverter::new(a, b)
@@ -316,7 +376,7 @@ impl Trace {
             (Some(&a), _) => TscConverter::from_hz(a, t.session.tsc_hz),
             _ => TscConverter::from_hz(ClockPair::default(), t.session.tsc_hz),
         };
-        if t.clocks.is_empty() && t.truncation.is_none() && t.sample_chunks == 0 {
+        if t.clocks.is_empty() && t.truncation.is_none() {
             return Err(ReadError::Format(
                 path,
                 "no clock calibration in the trace".into(),
@@ -325,81 +385,86 @@ impl Trace {
         Ok(t)
     }
 
-    fn index_chunk(&mut self, kind: u32, p: &[u8], offset: u64) -> Result<(), DecodeError> {
+    fn index_chunk(
+        &mut self,
+        kind: u32,
+        seq: u32,
+        p: &[u8],
+        offset: u64,
+    ) -> Result<(), DecodeError> {
         let mut f = FieldReader::new(p);
         match ChunkKind::from_u32(kind) {
             Some(ChunkKind::Session) => {
+                let s = schema::Session::decode(&mut f)?;
                 self.session = Session {
-                    pid: f.varint_u32()?,
-                    ppid: f.varint_u32()?,
-                    exe: f.str()?.to_string(),
-                    args: f
-                        .bytes()?
+                    pid: s.pid,
+                    ppid: s.ppid,
+                    exe: s.exe.to_string(),
+                    args: s
+                        .cmdline
                         .split(|&b| b == 0)
                         .map(|a| String::from_utf8_lossy(a).into_owned())
                         .collect(),
-                    start_realtime_ns: f.varint()?,
-                    version: f.str()?.to_string(),
-                    mode: f.varint_u32()?,
-                    tsc_hz: f.varint()?,
+                    start_realtime_ns: s.start_realtime_ns,
+                    version: s.version.to_string(),
+                    mode: Some(s.mode),
+                    tsc_hz: s.tick_hz,
+                    sources: s.sources,
                 };
             }
             Some(ChunkKind::Clock) => {
-                let tsc = f.varint()?;
-                let mono_ns = f.varint()?;
-                self.clocks.push(ClockPair { tsc, mono_ns });
+                let c = schema::ClockSample::decode(&mut f)?;
+                self.clocks.push(ClockPair {
+                    tsc: c.ticks,
+                    mono_ns: c.monotonic_ns,
+                });
             }
             Some(ChunkKind::Module) => {
+                let m = schema::Module::decode(&mut f)?;
                 self.modules.push(Module {
-                    id: f.varint_u32()?,
-                    bias: f.varint()?,
-                    size: f.varint()?,
-                    path: f.str()?.to_string(),
-                    build_id: f.bytes()?.to_vec(),
+                    id: m.id,
+                    bias: m.bias,
+                    size: m.size,
+                    path: m.path.to_string(),
+                    build_id: m.build_id.to_vec(),
                 });
             }
             Some(ChunkKind::Functions) => {
-                let n = f.varint()?;
+                let n = schema::Count::decode(&mut f)?.0;
                 for _ in 0..n {
-                    let id = f.varint_u32()?;
-                    let module = f.varint_u32()?;
-                    let addr = f.varint()?;
-                    let size = f.varint()?;
-                    let mangled = f.str()?.to_string();
-                    let name = demangle(&mangled);
+                    let fun = schema::Function::decode(&mut f)?;
                     self.functions.insert(
-                        id,
+                        fun.id,
                         Function {
-                            id,
-                            module,
-                            addr,
-                            size,
-                            mangled,
-                            name,
+                            id: fun.id,
+                            module: fun.module,
+                            addr: fun.address,
+                            size: fun.size,
+                            mangled: fun.name.to_string(),
+                            name: demangle(fun.name),
                         },
                     );
                 }
             }
             Some(ChunkKind::Thread) => {
-                let tid = f.varint_u32()?;
-                let name = f.str()?.to_string();
-                let th = self.threads.entry(tid).or_default();
-                th.tid = tid;
-                th.name = name;
+                let th = schema::Thread::decode(&mut f)?;
+                let t = self.threads.entry(th.tid).or_default();
+                t.tid = th.tid;
+                t.name = th.name.to_string();
+                if th.pid != 0 {
+                    t.pid = th.pid;
+                }
             }
             Some(ChunkKind::Events) => {
-                let tid = f.varint_u32()?;
-                let seq = f.varint_u32()?;
-                let _base = f.varint()?;
-                let count = f.varint()?;
-                let th = self.threads.entry(tid).or_default();
-                th.tid = tid;
-                th.events = th.events.saturating_add(count);
+                let h = schema::EventsHeader::decode(&mut f)?;
+                let th = self.threads.entry(h.tid).or_default();
+                th.tid = h.tid;
+                th.events = th.events.saturating_add(h.count);
                 th.chunks.push(ChunkRef {
                     offset,
                     len: p.len() as u32,
-                    seq,
-                    count,
+                    seq: h.seq,
+                    count: h.count,
                 });
             }
             Some(ChunkKind::Tracepoints) => {
@@ -408,17 +473,116 @@ impl Trace {
                 }
             }
             Some(ChunkKind::End) => {
-                self.end = Some(End {
-                    reason: f.varint_u32()?,
-                    signal: f.varint_u32()?,
-                    events: f.varint()?,
-                    lost: f.varint()?,
-                });
+                let end = schema::End::decode(&mut f)?;
+                if end.chunks != seq {
+                    self.problems.push(format!(
+                        "the End chunk counts {} chunks before it, the file holds {seq}",
+                        end.chunks
+                    ));
+                }
+                self.end = Some(end);
             }
-            Some(ChunkKind::Samples) => self.sample_chunks += 1,
-            _ => self.unknown_chunks += 1,
+            Some(ChunkKind::Samplers) => {
+                let h = schema::SamplersHeader::decode(&mut f)?;
+                self.call_graph = h.call_graph;
+                self.sample_frequency = h.frequency;
+                for _ in 0..h.count {
+                    let s = schema::Sampler::decode(&mut f)?;
+                    self.samplers.push(Sampler {
+                        kind: s.kind,
+                        spelling: s.spelling.to_string(),
+                    });
+                }
+            }
+            Some(ChunkKind::Stacks) => {
+                let h = schema::StacksHeader::decode(&mut f)?;
+                if h.first_id as usize != self.stacks.len() {
+                    return Err(DecodeError::BadValue);
+                }
+                for _ in 0..h.count {
+                    let node = schema::StackNode::decode(&mut f)?;
+                    // A parent always precedes its children: no cycles, and a reader that meets a
+                    // node knows its whole stack.
+                    if node.parent.is_some_and(|p| p as usize >= self.stacks.len()) {
+                        return Err(DecodeError::BadValue);
+                    }
+                    self.stacks.push(node);
+                }
+            }
+            None => self.unknown_chunks += 1,
         }
         Ok(())
+    }
+
+    /// Checks each thread's chunk numbers (0, 1, 2, ... without gaps or repeats) and the End chunk's
+    /// count of events against what was read; repeats are dropped from the index.
+    fn check_threads(&mut self) {
+        let mut read_events = 0u64;
+        for th in self.threads.values_mut() {
+            if th.pid == 0 {
+                th.pid = self.session.pid;
+            }
+            th.chunks.sort_by_key(|c| c.seq);
+            let before = th.chunks.len();
+            th.chunks.dedup_by_key(|c| c.seq);
+            let repeats = before - th.chunks.len();
+            if repeats > 0 {
+                self.skipped_chunks += repeats as u64;
+                self.problems.push(format!(
+                    "thread {}: {repeats} events chunks repeat a chunk number: skipped",
+                    th.tid
+                ));
+                th.events = th.chunks.iter().map(|c| c.count).sum();
+            }
+            let numbered: Vec<u32> = th
+                .chunks
+                .iter()
+                .map(|c| c.seq)
+                .filter(|&s| s != schema::LOST_ONLY_SEQ)
+                .collect();
+            let flight = self.session.mode == Some(schema::Mode::Flight);
+            // A flight ring keeps the newest chunks: its numbers may start anywhere, but not skip.
+            let first = if flight {
+                numbered.first().copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let missing: u64 = numbered
+                .iter()
+                .zip(first..)
+                .map(|(&got, want)| got != want)
+                .filter(|&d| d)
+                .count() as u64;
+            if missing > 0 {
+                self.problems.push(format!(
+                    "thread {}: its events chunks are numbered {}..={} but {} of them are missing",
+                    th.tid,
+                    first,
+                    numbered.last().copied().unwrap_or(0),
+                    numbered.last().copied().unwrap_or(0) as u64 + 1
+                        - first as u64
+                        - numbered.len() as u64
+                ));
+            }
+            read_events = read_events.saturating_add(th.events);
+        }
+        if let Some(end) = &self.end {
+            let expected = end.events.saturating_sub(end.dropped_events);
+            if read_events != expected {
+                self.problems.push(format!(
+                    "the End chunk counts {expected} events, the file holds {read_events}"
+                ));
+            }
+        }
+    }
+
+    /// True when the trace holds function entries and exits (from any instrumentation).
+    pub fn has_function_events(&self) -> bool {
+        const FUNCTION_SOURCES: u64 = schema::source::XRAY
+            | schema::source::MCOUNT
+            | schema::source::FENTRY
+            | schema::source::PATCHABLE_NOP;
+        !self.functions.is_empty() || self.session.sources & FUNCTION_SOURCES != 0
     }
 
     /// The trace file's path.
@@ -465,11 +629,9 @@ impl Trace {
             .get(&tid)
             .map(|t| t.chunks.clone())
             .unwrap_or_default();
-        let file = File::open(&self.path).map_err(|e| ReadError::Io(self.path.clone(), e))?;
         Ok(ThreadEvents {
             trace: self,
             tid,
-            file,
             chunks,
             next_chunk: 0,
             buf: Vec::new(),
@@ -528,8 +690,10 @@ pub struct EventRef<'b> {
     pub kind: EventKind,
     /// Function id, tracepoint id, or count.
     pub id: u32,
-    /// Payload (tracepoint arguments, allocation details); empty for function events.
+    /// Payload (tracepoint arguments); empty for other events.
     pub payload: &'b [u8],
+    /// Fields of allocation and sample events (see [`ferrotrace_core::codec::EventFields`]).
+    pub fields: EventFields,
 }
 
 impl EventRef<'_> {
@@ -542,6 +706,7 @@ impl EventRef<'_> {
             kind: self.kind,
             id: self.id,
             payload: self.payload.to_vec(),
+            fields: self.fields,
         }
     }
 }
@@ -554,6 +719,7 @@ struct RawEvent {
     kind: EventKind,
     payload_start: u32,
     payload_len: u32,
+    fields: EventFields,
 }
 
 /// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
@@ -563,7 +729,6 @@ struct RawEvent {
 pub struct ThreadEvents<'a> {
     trace: &'a Trace,
     tid: u32,
-    file: File,
     chunks: Vec<ChunkRef>,
     next_chunk: usize,
     buf: Vec<u8>,
@@ -580,19 +745,14 @@ impl ThreadEvents<'_> {
         self.next_chunk += 1;
         let path = &self.trace.path;
         self.buf.resize(c.len as usize, 0);
-        self.file
-            .seek(SeekFrom::Start(c.offset))
-            .map_err(|e| ReadError::Io(path.clone(), e))?;
-        self.file
-            .read_exact(&mut self.buf)
+        self.trace
+            .file
+            .read_exact_at(&mut self.buf, c.offset)
             .map_err(|e| ReadError::Io(path.clone(), e))?;
         let mut f = FieldReader::new(&self.buf);
-        let fields = (|| -> Result<(u64, u64), DecodeError> {
-            f.varint()?;
-            f.varint()?;
-            Ok((f.varint()?, f.varint()?))
-        })();
-        let (base, count) = fields.map_err(|e| decode_err(path, c.offset, e))?;
+        let head =
+            schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+        let (base, count) = (head.base_ticks, head.count);
         self.events.clear();
         self.pos = 0;
         let body = f.rest();
@@ -614,6 +774,7 @@ impl ThreadEvents<'_> {
                 kind: e.kind,
                 payload_start: start as u32,
                 payload_len: e.payload.len() as u32,
+                fields: e.fields,
             });
         }
         if self.events.len() as u64 != count {
@@ -656,6 +817,7 @@ impl ThreadEvents<'_> {
             kind: r.kind,
             id: r.id,
             payload: &self.buf[start..start + r.payload_len as usize],
+            fields: r.fields,
         }
     }
 

@@ -192,8 +192,10 @@ fn replay_filters_depth_duration_thread_and_fields() {
     ]));
     let first = out.lines().nth(1).expect("a line");
     let cols: Vec<&str> = first.split_whitespace().collect();
+    // The first event's elapsed time and delta are 0: blank, as uftrace prints a zero duration.
+    let time_end = first.find(cols[0]).unwrap() + cols[0].len();
     assert!(
-        cols[0].contains('.') && cols[1] == "0.000" && cols[2] == "us",
+        cols[0].contains('.') && first[time_end..].starts_with(&" ".repeat(22)),
         "{first}"
     );
     // A time range in the future shows nothing but the header.
@@ -271,7 +273,7 @@ fn report_counts_match_the_programs_own_counts() {
             g("min_ns") <= g("avg_ns") && g("avg_ns") <= g("max_ns"),
             "{f}"
         );
-        assert!(g("self_ns") <= g("total_ns") || g("calls") > 1, "{f}");
+        assert!(g("self_ns") <= g("total_ns"), "{f}");
     }
     // Per thread: worker_step only on the worker thread.
     let j: Value =
@@ -294,6 +296,10 @@ fn report_counts_match_the_programs_own_counts() {
     let (ftrace, fout) = fib();
     let j: Value = serde_json::from_str(&ok(ft(&["report", "-i", p(ftrace), "--json"]))).unwrap();
     let fns = j["functions"].as_array().unwrap();
+    for f in fns {
+        // Recursive frames too: self time is counted in every frame, total once per outermost call.
+        assert!(f["self_ns"].as_u64() <= f["total_ns"].as_u64(), "{f}");
+    }
     let get = |n: &str| fns.iter().find(|f| f["name"] == n).unwrap().clone();
     assert_eq!(
         get("fib::fib")["calls"].as_u64(),

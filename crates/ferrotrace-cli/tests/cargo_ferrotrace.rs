@@ -147,8 +147,11 @@ fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
         dir.join("target/ferrotrace-profile/release/demo").is_file(),
         "own target dir"
     );
-    let set = ferrotrace_profile::read_samples(dir.join("p.data")).expect("a trace of samples");
-    let report = ferrotrace_profile::report(&set);
+    let trace = ferrotrace_analysis::reader::Trace::open(dir.join("p.data")).unwrap();
+    let set = ferrotrace_analysis::samples::SampleSet::load(&trace)
+        .unwrap()
+        .expect("a trace of samples");
+    let report = ferrotrace_analysis::samples::report(&set, Default::default());
     let step = report
         .get("demo::step")
         .expect("the hot function, with its module path");

@@ -98,19 +98,12 @@ fn variants() -> Vec<(String, Vec<u8>)> {
                 rng.next(256) as u8
             };
         }
-        let kind = u32::from_le_bytes(b[h..h + 4].try_into().unwrap());
         let mut hdr = ChunkHeader::decode(&b[h..h + CHUNK_HEADER_LEN].try_into().unwrap());
-        hdr.kind = kind;
-        hdr.crc = crc(&b[p..p + len]);
+        hdr.crc = hdr.checksum(&b[p..p + len]);
         b[h..h + CHUNK_HEADER_LEN].copy_from_slice(&hdr.encode());
         v.push((format!("checksummed flip #{i} in chunk at {h}"), b));
     }
     v
-}
-
-fn crc(b: &[u8]) -> u32 {
-    // The same CRC-32 the writer uses (via ChunkHeader::for_payload's algorithm).
-    ChunkHeader::for_payload(ferrotrace_core::format::ChunkKind::Thread, b).crc
 }
 
 fn analyse_everything(path: &Path, scratch_dir: &Path) {

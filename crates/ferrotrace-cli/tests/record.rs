@@ -443,7 +443,7 @@ fn abort_and_segfault_still_leave_a_complete_trace() {
         );
         let t = Trace::open(&trace).expect("open");
         let end = t.end.expect("End chunk written from the signal handler");
-        assert_eq!((end.reason, end.signal), (1, sig as u32));
+        assert_eq!((end.reason as u32, end.signal), (1, sig as u32));
         let w = walk(&t, t.session.pid);
         assert_eq!(w.entries.get("ending::leaf"), Some(&60), "{mode}");
         assert_eq!(
@@ -688,7 +688,7 @@ fn ctrl_c_reaches_the_program_and_the_trace_is_finished() {
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
     let end = t.end.expect("finished by the runtime's SIGINT handler");
-    assert_eq!((end.reason, end.signal), (1, 2));
+    assert_eq!((end.reason as u32, end.signal), (1, 2));
     assert!(walk(&t, t.session.pid).entries["ending::leaf"] >= 21);
 }
 
@@ -939,7 +939,7 @@ fn stack_overflow_ends_as_without_the_tracer_and_the_trace_is_complete() {
         }
         let t = Trace::open(&trace).expect("trace");
         assert_eq!(
-            t.end.map(|e| (e.reason, e.signal)),
+            t.end.map(|e| (e.reason as u32, e.signal)),
             Some((1, 6)),
             "{mode}: finished from the fault handler, which then aborts as std would: the End chunk \
              names the signal the program died of"
@@ -991,7 +991,7 @@ fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
         "the panic message passes through"
     );
     let t = Trace::open(&trace).expect("trace");
-    assert_eq!(t.end.map(|e| e.reason), Some(0), "finished at exit");
+    assert_eq!(t.end.map(|e| e.reason as u32), Some(0), "finished at exit");
     let w = walk(&t, t.session.pid);
     assert_eq!(w.entries.get("ending::leaf"), Some(&60));
     assert_eq!(w.entries.get("ending::thrower"), Some(&1));
@@ -1024,7 +1024,7 @@ fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
     assert!(text(&out.stderr).contains("thrown on purpose"));
     let t = Trace::open(&trace).expect("trace");
     assert_eq!(
-        t.end.map(|e| (e.reason, e.signal)),
+        t.end.map(|e| (e.reason as u32, e.signal)),
         Some((1, 6)),
         "finished from the SIGABRT handler"
     );

@@ -183,7 +183,7 @@ fn one(dir: &Path, scenario: Scenario, n: usize) -> bool {
         }
     };
     assert_eq!(
-        (end.reason, end.signal),
+        (end.reason as u32, end.signal),
         (1, died_of as u32),
         "{what}: the End chunk names the signal the program died of"
     );
@@ -265,7 +265,7 @@ fn flight_dump_holds_the_partly_filled_chunks_once() {
     let counts = dir.join("counts");
     let trace = dir.join("trace.data");
     let calls = 1000u64; // 2,000 events per thread: less than a chunk
-    let mut child = ferrotrace()
+    let child = ferrotrace()
         .args(["record", "--mode", "flight", "-F", "counted_leaf", "-o"])
         .arg(&trace)
         .arg("--")

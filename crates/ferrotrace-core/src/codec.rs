@@ -2,9 +2,12 @@
 //!
 //! Every chunk payload is written with [`Sink`] + the `put_*` functions and read back with
 //! [`FieldReader`]. Events use [`EventEncoder`] / [`EventDecoder`]: each event is a varint tag
-//! (`id << 3 | kind`) and a zigzag varint of the TSC delta to the previous event, so a function entry or
+//! (`id << 4 | kind`) and a zigzag varint of the TSC delta to the previous event, so a function entry or
 //! exit a few hundred cycles after the previous event takes 2–3 bytes on disk instead of the 16 it takes in
 //! memory.
+
+#[cfg(all(test, not(feature = "std")))]
+extern crate std;
 
 use crate::record::{EventKind, Record};
 
@@ -12,6 +15,15 @@ use crate::record::{EventKind, Record};
 pub trait Sink {
     /// Appends `bytes`, or fails when there is no room.
     fn put(&mut self, bytes: &[u8]) -> Result<(), Full>;
+}
+
+/// A growable buffer never fills up (with `std`, or in tests).
+#[cfg(any(test, feature = "std"))]
+impl Sink for std::vec::Vec<u8> {
+    fn put(&mut self, bytes: &[u8]) -> Result<(), Full> {
+        self.extend_from_slice(bytes);
+        Ok(())
+    }
 }
 
 /// The sink had no room for the bytes.
@@ -183,46 +195,47 @@ impl<'a> FieldReader<'a> {
     }
 }
 
-/// True for kinds whose on-disk event carries a payload string.
-pub const fn kind_has_payload(kind: EventKind) -> bool {
-    matches!(
-        kind,
-        EventKind::Tracepoint | EventKind::Alloc | EventKind::Free
-    )
+/// How the part of an event after its tag and time delta is laid out on disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shape {
+    /// Nothing follows (function events, Lost, Wait).
+    Bare,
+    /// A length-prefixed byte string (`s`): a tracepoint's arguments.
+    Bytes,
+    /// This many varint fields (see [`EventFields`]).
+    Fields(u8),
 }
+
+/// The on-disk shape of `kind`'s events.
+pub const fn shape(kind: EventKind) -> Shape {
+    match kind {
+        EventKind::Tracepoint => Shape::Bytes,
+        EventKind::Alloc | EventKind::Sample => Shape::Fields(2),
+        EventKind::Free => Shape::Fields(1),
+        _ => Shape::Bare,
+    }
+}
+
+/// The varint fields of an event, by kind (zero where a kind has fewer):
+///
+/// | kind | `[0]` | `[1]` |
+/// |---|---|---|
+/// | Alloc | size in bytes | address |
+/// | Free | address | — |
+/// | Sample | sampler (index in the Samplers chunk) | weight (in the sampler's unit) |
+///
+/// Addresses are written as the zigzag difference to the previous address in the same chunk (0 before
+/// the first), so that the nearby addresses of one thread's allocations take 1–3 bytes, not 6–7.
+pub type EventFields = [u64; 2];
 
 /// Encodes the events of one thread's chunk, each relative to the one before.
 pub struct EventEncoder {
     prev_tsc: u64,
+    prev_addr: u64,
 }
 
-impl EventEncoder {
-    /// An encoder whose first delta is taken against `base_tsc`.
-    pub fn new(base_tsc: u64) -> Self {
-        EventEncoder { prev_tsc: base_tsc }
-    }
-
-    /// Appends one event. `payload` is written only for kinds that carry one.
-    pub fn encode<S: Sink + ?Sized>(
-        &mut self,
-        rec: &Record,
-        payload: &[u8],
-        sink: &mut S,
-    ) -> Result<(), Full> {
-        let kind = rec.kind().unwrap_or(EventKind::Lost);
-        let tag = (rec.id() as u64) << 3 | kind as u64;
-        put_varint(sink, tag)?;
-        put_varint(sink, zigzag(rec.tsc.wrapping_sub(self.prev_tsc) as i64))?;
-        if kind_has_payload(kind) {
-            put_bytes(sink, payload)?;
-        }
-        self.prev_tsc = rec.tsc;
-        Ok(())
-    }
-}
-
-/// Room [`EventEncoder::encode_into`] needs for one event without payload: two 10-byte varints.
-pub const MAX_EVENT_LEN: usize = 20;
+/// Room one event's tag, delta and fields take at most: four 10-byte varints.
+pub const MAX_EVENT_LEN: usize = 40;
 
 #[inline(always)]
 fn write_varint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
@@ -235,10 +248,88 @@ fn write_varint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
     pos + 1
 }
 
+/// The tag of an event: its id above its four kind bits.
+#[inline(always)]
+pub const fn tag(kind: EventKind, id: u32) -> u64 {
+    (id as u64) << 4 | kind as u64
+}
+
 impl EventEncoder {
-    /// The fast path of [`EventEncoder::encode`] for the collector: writes the event at `buf[pos..]` and
-    /// returns the new position, or `None` when `buf` has less than [`MAX_EVENT_LEN`] bytes (plus the
-    /// payload's length and 10) after `pos`. Produces exactly the bytes `encode` would.
+    /// An encoder whose first delta is taken against `base_tsc`.
+    pub fn new(base_tsc: u64) -> Self {
+        EventEncoder {
+            prev_tsc: base_tsc,
+            prev_addr: 0,
+        }
+    }
+
+    /// Writes tag, delta and fields at `buf[pos..]` (which must have [`MAX_EVENT_LEN`] bytes).
+    #[inline]
+    fn head(
+        &mut self,
+        tsc: u64,
+        kind: EventKind,
+        id: u32,
+        fields: &EventFields,
+        buf: &mut [u8],
+        pos: usize,
+    ) -> usize {
+        let tag = tag(kind, id);
+        let delta = zigzag(tsc.wrapping_sub(self.prev_tsc) as i64);
+        self.prev_tsc = tsc;
+        if (tag | delta) < 0x80 && matches!(shape(kind), Shape::Bare | Shape::Bytes) {
+            // The common case (small id, a few hundred cycles since the previous event): two bytes.
+            buf[pos] = tag as u8;
+            buf[pos + 1] = delta as u8;
+            return pos + 2;
+        }
+        let mut p = write_varint(buf, pos, tag);
+        p = write_varint(buf, p, delta);
+        let mut address = |a: u64| {
+            let d = zigzag(a.wrapping_sub(self.prev_addr) as i64);
+            self.prev_addr = a;
+            d
+        };
+        match kind {
+            EventKind::Alloc => {
+                p = write_varint(buf, p, fields[0]);
+                p = write_varint(buf, p, address(fields[1]));
+            }
+            EventKind::Free => p = write_varint(buf, p, address(fields[0])),
+            EventKind::Sample => {
+                p = write_varint(buf, p, fields[0]);
+                p = write_varint(buf, p, fields[1]);
+            }
+            _ => {}
+        }
+        p
+    }
+
+    /// Appends one event: `payload` is written for [`Shape::Bytes`] kinds, `fields` for
+    /// [`Shape::Fields`] kinds.
+    pub fn encode<S: Sink + ?Sized>(
+        &mut self,
+        tsc: u64,
+        kind: EventKind,
+        id: u32,
+        payload: &[u8],
+        fields: &EventFields,
+        sink: &mut S,
+    ) -> Result<(), Full> {
+        let mut head = [0u8; MAX_EVENT_LEN];
+        let n = self.head(tsc, kind, id, fields, &mut head, 0);
+        sink.put(&head[..n])?;
+        if shape(kind) == Shape::Bytes {
+            put_bytes(sink, payload)?;
+        }
+        Ok(())
+    }
+
+    /// The collector's path: encodes a record as the hot path stored it, with the 16-byte slots that
+    /// follow it (`payload`): the argument bytes of a tracepoint, or the little-endian `u64` fields of
+    /// an allocation. Writes at `buf[pos..]` and returns the new position, or `None` when `buf` has less
+    /// than [`MAX_EVENT_LEN`] bytes (plus the payload's length and 10) after `pos`. Produces exactly the
+    /// bytes [`EventEncoder::encode`] would.
     #[inline]
     pub fn encode_into(
         &mut self,
@@ -248,42 +339,31 @@ impl EventEncoder {
         pos: usize,
     ) -> Option<usize> {
         let kind = rec.kind().unwrap_or(EventKind::Lost);
-        let extra = if kind_has_payload(kind) {
-            payload.len() + 10
-        } else {
-            0
-        };
+        let bytes = shape(kind) == Shape::Bytes;
+        let extra = if bytes { payload.len() + 10 } else { 0 };
         if buf.len().checked_sub(pos)? < MAX_EVENT_LEN + extra {
             return None;
         }
-        let tag = (rec.id() as u64) << 3 | kind as u64;
-        let delta = zigzag(rec.tsc.wrapping_sub(self.prev_tsc) as i64);
-        self.prev_tsc = rec.tsc;
-        if (tag | delta) < 0x80 && extra == 0 {
-            // The common case (small id, a few hundred cycles since the previous event): two bytes.
-            buf[pos] = tag as u8;
-            buf[pos + 1] = delta as u8;
-            return Some(pos + 2);
+        let mut fields = [0u64; 2];
+        for (f, w) in fields.iter_mut().zip(payload.chunks_exact(8)) {
+            *f = u64::from_le_bytes(w.try_into().unwrap_or_default());
         }
-        let mut p = write_varint(buf, pos, tag);
-        p = write_varint(buf, p, delta);
-        if extra > 0 {
+        let mut p = self.head(rec.tsc, kind, rec.id(), &fields, buf, pos);
+        if bytes {
             p = write_varint(buf, p, payload.len() as u64);
             buf[p..p + payload.len()].copy_from_slice(payload);
             p += payload.len();
         }
         Some(p)
     }
-}
 
-impl EventEncoder {
     /// [`EventEncoder::encode_into`] for a record the caller knows to be a function event (Entry, Exit or
     /// TailExit: `rec.word >> 32` is 0, 1 or 2, no payload). Same bytes, fewer checks.
     #[inline(always)]
     pub fn encode_function(&mut self, rec: &Record, buf: &mut [u8], pos: usize) -> Option<usize> {
         debug_assert!(rec.word >> 32 <= 2);
         let b = buf.get_mut(pos..pos + MAX_EVENT_LEN)?;
-        let tag = (rec.word as u32 as u64) << 3 | rec.word >> 32;
+        let tag = (rec.word as u32 as u64) << 4 | rec.word >> 32;
         let delta = zigzag(rec.tsc.wrapping_sub(self.prev_tsc) as i64);
         self.prev_tsc = rec.tsc;
         if (tag | delta) < 0x80 {
@@ -303,16 +383,19 @@ pub struct DecodedEvent<'a> {
     pub tsc: u64,
     /// What happened.
     pub kind: EventKind,
-    /// Function id, tracepoint id, or count (see [`EventKind`]).
+    /// Function id, tracepoint id, stack id + 1, or count (see [`EventKind`]).
     pub id: u32,
-    /// Payload bytes, empty for kinds without one.
+    /// Payload bytes of [`Shape::Bytes`] kinds, empty for the others.
     pub payload: &'a [u8],
+    /// Fields of [`Shape::Fields`] kinds (addresses already absolute), zero for the others.
+    pub fields: EventFields,
 }
 
 /// Iterates over the events of an `Events` chunk body (after its four header fields).
 pub struct EventDecoder<'a> {
     fields: FieldReader<'a>,
     prev_tsc: u64,
+    prev_addr: u64,
     failed: bool,
 }
 
@@ -322,6 +405,7 @@ impl<'a> EventDecoder<'a> {
         EventDecoder {
             fields: FieldReader::new(body),
             prev_tsc: base_tsc,
+            prev_addr: 0,
             failed: false,
         }
     }
@@ -333,8 +417,8 @@ impl<'a> EventDecoder<'a> {
         let rest = self.fields.rest();
         if let [tag, d0, ..] = *rest {
             if tag < 0x80 {
-                if let Some(kind) = EventKind::from_u8(tag & 7) {
-                    if !kind_has_payload(kind) {
+                if let Some(kind) = EventKind::from_u8(tag & 15) {
+                    if shape(kind) == Shape::Bare {
                         let (delta, len) = if d0 < 0x80 {
                             (d0 as u64, 2)
                         } else {
@@ -351,8 +435,9 @@ impl<'a> EventDecoder<'a> {
                         return Ok(DecodedEvent {
                             tsc,
                             kind,
-                            id: (tag >> 3) as u32,
+                            id: (tag >> 4) as u32,
                             payload: &[],
+                            fields: [0; 2],
                         });
                     }
                 }
@@ -363,22 +448,41 @@ impl<'a> EventDecoder<'a> {
 
     fn next_event_slow(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
         let tag = self.fields.varint()?;
-        let kind = EventKind::from_u8((tag & 7) as u8).ok_or(DecodeError::BadValue)?;
-        let id = u32::try_from(tag >> 3).map_err(|_| DecodeError::BadValue)?;
+        let kind = EventKind::from_u8((tag & 15) as u8).ok_or(DecodeError::BadValue)?;
+        let id = u32::try_from(tag >> 4).map_err(|_| DecodeError::BadValue)?;
         let delta = unzigzag(self.fields.varint()?);
         let tsc = self.prev_tsc.wrapping_add(delta as u64);
         self.prev_tsc = tsc;
-        let payload = if kind_has_payload(kind) {
-            self.fields.bytes()?
-        } else {
-            &[]
-        };
+        let mut payload: &[u8] = &[];
+        let mut fields = [0u64; 2];
+        match kind {
+            EventKind::Tracepoint => payload = self.fields.bytes()?,
+            EventKind::Alloc => {
+                fields[0] = self.fields.varint()?;
+                fields[1] = self.address()?;
+            }
+            EventKind::Free => fields[0] = self.address()?,
+            EventKind::Sample => {
+                fields[0] = self.fields.varint()?;
+                fields[1] = self.fields.varint()?;
+            }
+            _ => {}
+        }
         Ok(DecodedEvent {
             tsc,
             kind,
             id,
             payload,
+            fields,
         })
+    }
+
+    fn address(&mut self) -> Result<u64, DecodeError> {
+        let a = self
+            .prev_addr
+            .wrapping_add(unzigzag(self.fields.varint()?) as u64);
+        self.prev_addr = a;
+        Ok(a)
     }
 }
 
@@ -441,21 +545,41 @@ mod tests {
     #[test]
     fn events_round_trip_with_payload_and_backwards_time() {
         let recs = [
-            (Record::new(100, EventKind::Entry, 3), &b""[..]),
-            (Record::new(90, EventKind::Tracepoint, 1), &b"args"[..]),
-            (Record::new(200, EventKind::Exit, 3), &b""[..]),
-            (Record::new(200, EventKind::Lost, 12345), &b""[..]),
+            (Record::new(100, EventKind::Entry, 3), &b""[..], [0, 0]),
+            (
+                Record::new(90, EventKind::Tracepoint, 1),
+                &b"args"[..],
+                [0, 0],
+            ),
+            (Record::new(200, EventKind::Exit, 3), &b""[..], [0, 0]),
+            (Record::new(200, EventKind::Lost, 12345), &b""[..], [0, 0]),
+            (
+                Record::new(300, EventKind::Alloc, 8),
+                &b""[..],
+                [24, 0x5555_0000_1000],
+            ),
+            (
+                Record::new(310, EventKind::Free, 0),
+                &b""[..],
+                [0x5555_0000_0fe0, 0],
+            ),
+            (
+                Record::new(320, EventKind::Sample, 77),
+                &b""[..],
+                [1, 1_001_000],
+            ),
         ];
-        let mut buf = [0u8; 64];
+        let mut buf = [0u8; 128];
         let mut sink = SliceSink::new(&mut buf);
         let mut enc = EventEncoder::new(100);
-        for (r, p) in &recs {
-            enc.encode(r, p, &mut sink).unwrap();
+        for (r, p, f) in &recs {
+            let kind = r.kind().unwrap();
+            enc.encode(r.tsc, kind, r.id(), p, f, &mut sink).unwrap();
         }
         let n = sink.len();
-        let out: Result<[_; 4], _> = {
+        let out: Result<[_; 7], _> = {
             let mut d = EventDecoder::new(&buf[..n], 100);
-            let mut arr = [None; 4];
+            let mut arr = [None; 7];
             for slot in arr.iter_mut() {
                 *slot = Some(d.next().unwrap().unwrap());
             }
@@ -468,10 +592,17 @@ mod tests {
         assert_eq!(out[2].tsc, 200);
         assert_eq!(out[3].id, 12345);
         assert_eq!(out[3].kind, EventKind::Lost);
+        for (o, (r, _, f)) in out.iter().zip(&recs).skip(4) {
+            assert_eq!(
+                (o.kind, o.id, o.tsc, o.fields),
+                (r.kind().unwrap(), r.id(), r.tsc, *f)
+            );
+        }
     }
 
     #[test]
     fn fast_encoder_writes_the_same_bytes() {
+        let alloc_words = [48u64.to_le_bytes(), 0x7f00_dead_beefu64.to_le_bytes()].concat();
         let recs = [
             (Record::new(1 << 40, EventKind::Entry, 3), &b""[..]),
             (Record::new((1 << 40) + 60, EventKind::Exit, 3), &b""[..]),
@@ -480,15 +611,22 @@ mod tests {
                 &b"payload"[..],
             ),
             (Record::new(u64::MAX, EventKind::Exit, u32::MAX), &b""[..]),
+            (Record::new(7, EventKind::Alloc, 9), &alloc_words[..]),
         ];
-        let mut slow = [0u8; 128];
+        let mut slow = [0u8; 160];
         let mut sink = SliceSink::new(&mut slow);
         let mut a = EventEncoder::new(1 << 40);
-        let mut fast = [0u8; 128];
+        let mut fast = [0u8; 160];
         let mut b = EventEncoder::new(1 << 40);
         let mut pos = 0;
         for (r, p) in &recs {
-            a.encode(r, p, &mut sink).unwrap();
+            let kind = r.kind().unwrap();
+            let mut f = [0u64; 2];
+            if kind == EventKind::Alloc {
+                f = [48, 0x7f00_dead_beef];
+            }
+            let bytes: &[u8] = if shape(kind) == Shape::Bytes { p } else { &[] };
+            a.encode(r.tsc, kind, r.id(), bytes, &f, &mut sink).unwrap();
             pos = b.encode_into(r, p, &mut fast, pos).unwrap();
         }
         let mut c = EventEncoder::new(1 << 40);
@@ -517,7 +655,7 @@ mod tests {
         let n = sink.len();
         assert_eq!(&fast[..pos], &slow[..n]);
         assert_eq!(
-            b.encode_into(&recs[0].0, &[], &mut fast, 120),
+            b.encode_into(&recs[0].0, &[], &mut fast, 130),
             None,
             "refuses without room"
         );
@@ -566,7 +704,7 @@ mod tests {
 
     #[test]
     fn decoder_stops_after_an_error() {
-        let mut d = EventDecoder::new(&[0x0f, 0x02], 0); // kind 7 is Wait: valid; then nothing
+        let mut d = EventDecoder::new(&[0x17, 0x02], 0); // kind 7 is Wait: valid; then nothing
         assert!(d.next().unwrap().is_ok());
         assert!(d.next().is_none());
         let mut bad = EventDecoder::new(&[0x80], 0);

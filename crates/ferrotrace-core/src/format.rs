@@ -1,65 +1,61 @@
-//! The trace file: a header and a sequence of typed, length-prefixed, checksummed chunks.
+//! The trace file: a header and a sequence of typed, numbered, length-prefixed, checksummed chunks.
 //!
-//! `docs/format.md` is the user-facing description; this module is its single source of truth in code.
+//! `docs/format.md` is the user-facing description; this module is its single source of truth in code,
+//! and [`crate::schema`] holds the one encoder and decoder of every chunk's payload.
 //!
 //! ```text
 //! file   := header chunk*
-//! header := magic "FERROTRC" (8) | u16 major | u16 minor | u32 flags (0)          = 16 bytes
-//! chunk  := u32 kind | u32 payload_len | u32 crc32(payload) | payload[payload_len]
+//! header := magic "FERROTRC" (8) | u16 major | u16 minor | u32 flags (0)               = 16 bytes
+//! chunk  := u32 kind | u32 payload_len | u32 seq | u32 crc | payload[payload_len]    = 16 + n bytes
 //! ```
 //!
-//! All integers in headers are little-endian. Payload fields are LEB128 varints and length-prefixed byte
-//! strings (see [`crate::codec`]). A writer only ever appends whole chunks, so a process killed mid-write
-//! leaves a readable prefix; a reader stops at the first chunk that is cut short or whose checksum does
-//! not match, and reports how far it got. Readers skip chunk kinds they do not know, so new kinds can be
-//! added in a minor version.
+//! All integers in headers are little-endian. `seq` numbers the chunks of a file from 0 without gaps, so
+//! a reader sees a chunk that is missing, duplicated or out of place; the CRC-32 covers the first twelve
+//! header bytes and the payload, so a damaged kind, length or number is caught like damaged data.
+//! Payload fields are LEB128 varints and length-prefixed byte strings (see [`crate::codec`]). A writer
+//! only ever appends whole chunks, so a process killed mid-write leaves a readable prefix; a reader stops
+//! at the first chunk that is cut short or whose checksum does not match, and reports how far it got.
+//! Readers skip chunk kinds they do not know, so new kinds can be added in a minor version.
 
 /// The eight bytes every trace file starts with.
 pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
-pub const VERSION_MAJOR: u16 = 1;
+pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
 pub const VERSION_MINOR: u16 = 0;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
-pub const CHUNK_HEADER_LEN: usize = 12;
+pub const CHUNK_HEADER_LEN: usize = 16;
 /// Largest payload a reader accepts (64 MiB): anything larger is treated as corruption.
 pub const MAX_CHUNK_PAYLOAD: u32 = 64 << 20;
 
-/// The kinds of chunk. Field layouts are given per variant, in order; `v` is a varint, `s` a
-/// length-prefixed byte string.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// The kinds of chunk. [`crate::schema`] encodes and decodes each payload; `docs/format.md` lists the
+/// fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u32)]
 pub enum ChunkKind {
-    /// Process metadata, first chunk of every trace:
-    /// `v pid, v ppid, s exe, s cmdline (NUL-separated args), v start_realtime_ns, s ferrotrace_version,
-    ///  v mode (0 lossless, 1 drop, 2 flight), v tsc_hz (estimate, 0 if unknown)`.
+    /// Process metadata, first chunk of every trace ([`crate::schema::Session`]).
     Session = 1,
-    /// A clock calibration pair: `v tsc, v monotonic_ns, v realtime_ns`.
+    /// A clock calibration pair ([`crate::schema::ClockSample`]).
     Clock = 2,
-    /// A loaded object: `v module_id, v base (load bias), v size (span of its mapped text), s path,
-    /// s build_id (raw bytes)`.
+    /// A loaded object ([`crate::schema::Module`]).
     Module = 3,
-    /// Traced functions (the embedded symbol table): `v count`, then per function
-    /// `v id, v module_id, v address (runtime), v size, s name (as in the symbol table, mangled)`.
+    /// Traced functions: the embedded symbol table ([`crate::schema::Function`]).
     Functions = 4,
-    /// A thread: `v tid, s name`.
+    /// A thread and its name ([`crate::schema::Thread`]).
     Thread = 5,
-    /// Events of one thread: `v tid, v seq (per-thread chunk number), v base_tsc, v count`, then `count`
-    /// events, each `v tag (id << 3 | kind), v zigzag(tsc - previous tsc)` and, for kinds with a payload,
-    /// `s payload`. The first event's previous tsc is `base_tsc`.
+    /// Events of one thread ([`crate::schema::EventsHeader`], then the events).
     Events = 6,
-    /// The end of a complete trace: `v end_reason (0 exit, 1 signal), v signal, v events (recorded by
-    /// the collector, counting events a flight ring later dropped), v events_lost`.
+    /// The end of a complete trace ([`crate::schema::End`]).
     End = 7,
-    /// Tracepoint descriptors: `v count`, then per tracepoint `v id, s name, s args (comma-separated
-    /// name:type), s format, s file, v line`.
+    /// Tracepoint descriptors ([`crate::schema::TracepointDesc`]).
     Tracepoints = 8,
-    /// Profiling samples (reserved for `ferrotrace profile`).
-    Samples = 9,
+    /// What sampled the program: cpu-clock, probes, off-CPU ([`crate::schema::Sampler`]).
+    Samplers = 9,
+    /// Call stacks, interned: a tree of return addresses ([`crate::schema::StackNode`]).
+    Stacks = 10,
 }
-
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
     pub const fn from_u32(v: u32) -> Option<ChunkKind> {
@@ -72,7 +68,8 @@ impl ChunkKind {
             6 => ChunkKind::Events,
             7 => ChunkKind::End,
             8 => ChunkKind::Tracepoints,
-            9 => ChunkKind::Samples,
+            9 => ChunkKind::Samplers,
+            10 => ChunkKind::Stacks,
             _ => return None,
         })
     }
@@ -127,18 +124,31 @@ pub struct ChunkHeader {
     pub kind: u32,
     /// Payload length in bytes.
     pub len: u32,
-    /// CRC-32 (IEEE) of the payload.
+    /// Position of the chunk in its file: 0, 1, 2, ... without gaps.
+    pub seq: u32,
+    /// CRC-32 (IEEE) of the header's first twelve bytes and the payload.
     pub crc: u32,
 }
 
 impl ChunkHeader {
-    /// The header for `payload` of `kind`.
-    pub fn for_payload(kind: ChunkKind, payload: &[u8]) -> ChunkHeader {
-        ChunkHeader {
+    /// The header for `payload` of `kind`, the `seq`-th chunk of its file.
+    pub fn for_payload(kind: ChunkKind, seq: u32, payload: &[u8]) -> ChunkHeader {
+        let mut h = ChunkHeader {
             kind: kind as u32,
             len: payload.len() as u32,
-            crc: crc32fast::hash(payload),
-        }
+            seq,
+            crc: 0,
+        };
+        h.crc = h.checksum(payload);
+        h
+    }
+
+    /// The CRC this header and `payload` should carry.
+    pub fn checksum(&self, payload: &[u8]) -> u32 {
+        let mut c = crc32fast::Hasher::new();
+        c.update(&self.encode()[..12]);
+        c.update(payload);
+        c.finalize()
     }
 
     /// Encodes the header.
@@ -146,7 +156,8 @@ impl ChunkHeader {
         let mut h = [0u8; CHUNK_HEADER_LEN];
         h[0..4].copy_from_slice(&self.kind.to_le_bytes());
         h[4..8].copy_from_slice(&self.len.to_le_bytes());
-        h[8..12].copy_from_slice(&self.crc.to_le_bytes());
+        h[8..12].copy_from_slice(&self.seq.to_le_bytes());
+        h[12..16].copy_from_slice(&self.crc.to_le_bytes());
         h
     }
 
@@ -156,13 +167,14 @@ impl ChunkHeader {
         ChunkHeader {
             kind: w(0),
             len: w(4),
-            crc: w(8),
+            seq: w(8),
+            crc: w(12),
         }
     }
 
-    /// True when `payload` matches the checksum.
+    /// True when the header and `payload` match the checksum.
     pub fn verify(&self, payload: &[u8]) -> bool {
-        crc32fast::hash(payload) == self.crc
+        self.checksum(payload) == self.crc
     }
 }
 
@@ -178,21 +190,27 @@ mod tests {
         let mut bad = h;
         bad[0] = b'X';
         assert_eq!(parse_file_header(&bad), Err(HeaderError::NotATrace));
-        let mut v2 = h;
-        v2[8] = 2;
+        let mut v1 = h;
+        v1[8] = 1;
         assert_eq!(
-            parse_file_header(&v2),
-            Err(HeaderError::UnsupportedVersion(2, 0))
+            parse_file_header(&v1),
+            Err(HeaderError::UnsupportedVersion(1, 0))
         );
     }
 
     #[test]
     fn chunk_header_round_trip_and_crc() {
         let payload = b"hello";
-        let h = ChunkHeader::for_payload(ChunkKind::Thread, payload);
+        let h = ChunkHeader::for_payload(ChunkKind::Thread, 7, payload);
         let d = ChunkHeader::decode(&h.encode());
         assert_eq!(d, h);
         assert!(d.verify(payload));
         assert!(!d.verify(b"hellO"));
+        // The checksum covers the kind, the length and the number too.
+        for byte in 0..12 {
+            let mut bad = h.encode();
+            bad[byte] ^= 0x10;
+            assert!(!ChunkHeader::decode(&bad).verify(payload), "byte {byte}");
+        }
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! * [`record`]: the fixed 16-byte record that the traced thread's hot path writes into its chunk, and the
 //!   [`record::EventKind`]s it can carry;
-//! * [`format`](mod@format): the trace file, byte by byte: file header, typed and checksummed chunks, chunk kinds
-//!   (documented for users in `docs/format.md`);
+//! * [`format`](mod@format): the trace file, byte by byte: file header, typed, numbered and checksummed chunks,
+//!   chunk kinds (documented for users in `docs/format.md`);
+//! * [`schema`]: every chunk's payload, with its one encoder and its one decoder;
 //! * [`codec`]: LEB128 varints, length-prefixed fields, and the delta encoding that turns 16-byte in-memory
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
@@ -15,6 +16,7 @@
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
 //!   profiler;
+//! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
 //! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
 //!   over a file that is not a trace).
 //!
@@ -35,7 +37,7 @@
 //! let mut sink = SliceSink::new(&mut buf);
 //! let mut enc = EventEncoder::new(1000);
 //! for r in &records {
-//!     enc.encode(r, &[], &mut sink).unwrap();
+//!     enc.encode(r.tsc, r.kind().unwrap(), r.id(), &[], &[0; 2], &mut sink).unwrap();
 //! }
 //! let len = sink.len();
 //! assert!(len <= 8, "two events fit in {len} bytes");
@@ -46,12 +48,15 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
+#[cfg(feature = "std")]
+pub mod builder;
 pub mod clock;
 pub mod codec;
 pub mod format;
 #[cfg(feature = "std")]
 pub mod output;
 pub mod record;
+pub mod schema;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;

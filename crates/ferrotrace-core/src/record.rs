@@ -26,15 +26,21 @@ pub enum EventKind {
     TailExit = 2,
     /// A static tracepoint fired; id = tracepoint id; the payload holds its arguments.
     Tracepoint = 3,
-    /// Memory was allocated; payload = address, size.
+    /// Memory was allocated; id = stack id + 1 (0: no stack); fields `size`, `address`.
     Alloc = 4,
-    /// Memory was freed; payload = address.
+    /// Memory was freed; id = 0; field `address`.
     Free = 5,
     /// Events were lost here (drop mode with no free chunk); id = number of events lost.
     Lost = 6,
     /// The thread waited for a free chunk (lossless mode); id = nanoseconds waited (saturating).
     Wait = 7,
+    /// The thread was sampled (a timer, a probe hit, time off the CPU); id = stack id + 1 (0: no
+    /// stack); fields `sampler` (index in the Samplers chunk) and `weight` (the sampler's unit).
+    Sample = 8,
 }
+
+/// Number of event kinds the format can express: the kind takes four bits of an event's tag.
+pub const EVENT_KINDS: u8 = 16;
 
 impl EventKind {
     /// The kind with this numeric value, if any.
@@ -48,6 +54,7 @@ impl EventKind {
             5 => EventKind::Free,
             6 => EventKind::Lost,
             7 => EventKind::Wait,
+            8 => EventKind::Sample,
             _ => return None,
         })
     }

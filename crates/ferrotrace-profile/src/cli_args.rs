@@ -2,8 +2,7 @@
 //!
 //! The `ferrotrace` CLI crate owns the argument parser; this module gives it everything that is specific to
 //! profiling so that its `profile.rs` stays a thin wrapper: the EVENT spellings ([`EventSpec::parse`]), the
-//! `--call-graph` values ([`CallGraph::parse`]), durations ([`parse_duration`]), and a complete parser of
-//! the `profile` argument list ([`parse_profile_args`]) that the example binary and tests use.
+//! `--call-graph` values ([`parse_call_graph`]) and durations ([`parse_duration`]).
 //!
 //! ```text
 //! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] -- PROGRAM ARGS
@@ -14,11 +13,10 @@
 //! cargo-trace's `profile:hz:99` and `uprobe:/path:sym`; a bare `CATEGORY:NAME` such as
 //! `sched:sched_switch` is a tracepoint.
 
-use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::{ProfileConfig, ProfileError, Target};
+use crate::ProfileError;
 
 /// One thing to sample or probe.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -48,6 +46,12 @@ impl EventSpec {
         let bad = |why: &str| ProfileError::BadArgument(format!("bad event `{s}`: {why}"));
         match s {
             "cpu-clock" | "cpu" | "profile" | "task-clock" => return Ok(EventSpec::CpuClock(None)),
+            "off-cpu" | "offcpu" => {
+                return Ok(EventSpec::Tracepoint {
+                    category: "sched".into(),
+                    name: "sched_switch".into(),
+                })
+            }
             "cycles" | "instructions" | "cache-misses" | "branch-misses" | "cpu-cycles" => {
                 return Err(bad(
                     "hardware counters are not available on this machine; use cpu-clock",
@@ -101,6 +105,13 @@ impl EventSpec {
         }
     }
 
+    /// True for the event that gives off-CPU time: `sched:sched_switch` (also spelled `off-cpu`). Its
+    /// samples are the stacks at which threads left the CPU, each weighted by the time until the thread
+    /// ran again.
+    pub fn is_off_cpu(&self) -> bool {
+        matches!(self, EventSpec::Tracepoint { category, name } if category == "sched" && name == "sched_switch")
+    }
+
     /// The canonical spelling, as stored in the trace file.
     pub fn spelling(&self) -> String {
         match self {
@@ -135,28 +146,20 @@ fn split_path_symbol(s: &str) -> Option<(&str, &str)> {
     None
 }
 
-/// How stacks are captured.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-pub enum CallGraph {
-    /// Frame-pointer chains walked by the kernel (cheap; needs `-Cforce-frame-pointers=yes`).
-    #[default]
-    Fp,
-    /// A copy of the user stack unwound with DWARF CFI (`.eh_frame`) by framehop while recording; only
-    /// the resulting addresses are kept.
-    Dwarf,
-}
+/// How stacks are captured: frame pointers walked by the kernel (cheap; needs
+/// `-Cforce-frame-pointers=yes`), or a copy of the user stack unwound with DWARF CFI (`.eh_frame`) by
+/// framehop while recording (only the resulting addresses are kept). The trace's own type.
+pub use ferrotrace_core::schema::CallGraph;
 
-impl CallGraph {
-    /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size is ignored here, see
-    /// [`ProfileConfig::stack_size`]).
-    pub fn parse(s: &str) -> Result<CallGraph, ProfileError> {
-        match s.split(',').next().unwrap_or("") {
-            "fp" | "frame-pointer" => Ok(CallGraph::Fp),
-            "dwarf" => Ok(CallGraph::Dwarf),
-            _ => Err(ProfileError::BadArgument(format!(
-                "bad --call-graph `{s}`: expected fp or dwarf"
-            ))),
-        }
+/// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size is ignored here, see
+/// [`ProfileConfig::stack_size`]).
+pub fn parse_call_graph(s: &str) -> Result<CallGraph, ProfileError> {
+    match s.split(',').next().unwrap_or("") {
+        "fp" | "frame-pointer" => Ok(CallGraph::FramePointers),
+        "dwarf" => Ok(CallGraph::Dwarf),
+        _ => Err(ProfileError::BadArgument(format!(
+            "bad --call-graph `{s}`: expected fp or dwarf"
+        ))),
     }
 }
 
@@ -190,116 +193,6 @@ pub fn parse_frequency(s: &str) -> Result<u32, ProfileError> {
             "bad frequency `{s}`: expected an integer from 1 to 100000"
         ))),
     }
-}
-
-/// Parses the arguments that follow `ferrotrace profile` into a [`ProfileConfig`].
-///
-/// Accepts `-F HZ`/`--freq HZ`, `-e EVENT`/`--event EVENT` (repeatable), `--call-graph fp|dwarf`
-/// (also `-g`, meaning fp), `-o FILE`/`--output FILE`, `-p PID`/`--pid PID`, `--duration D`, and the program
-/// after `--` (or after the first argument that is not an option).
-pub fn parse_profile_args<I>(args: I) -> Result<ProfileConfig, ProfileError>
-where
-    I: IntoIterator,
-    I::Item: Into<OsString>,
-{
-    let mut cfg = ProfileConfig::default();
-    let mut events = Vec::new();
-    let mut pid = None;
-    let mut program: Vec<OsString> = Vec::new();
-    let mut it = args.into_iter().map(Into::into);
-    let value =
-        |it: &mut dyn Iterator<Item = OsString>, opt: &str| -> Result<String, ProfileError> {
-            let v = it
-                .next()
-                .ok_or_else(|| ProfileError::BadArgument(format!("{opt} needs a value")))?;
-            v.into_string()
-                .map_err(|_| ProfileError::BadArgument(format!("{opt}: value is not UTF-8")))
-        };
-    while let Some(arg) = it.next() {
-        let Some(a) = arg.to_str().map(str::to_string) else {
-            program.push(arg);
-            program.extend(it.by_ref());
-            break;
-        };
-        // --opt=value
-        let (name, inline) = match a.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (a.clone(), None),
-        };
-        let mut get = |opt: &str| match &inline {
-            Some(v) => Ok(v.clone()),
-            None => value(&mut it, opt),
-        };
-        match name.as_str() {
-            "--" => {
-                program.extend(it.by_ref());
-                break;
-            }
-            "-F" | "--freq" | "--frequency" => cfg.frequency = parse_frequency(&get(&name)?)?,
-            "-e" | "--event" => {
-                for e in get(&name)?.split(',').filter(|e| !e.is_empty()) {
-                    events.push(EventSpec::parse(e)?);
-                }
-            }
-            "-g" => cfg.call_graph = CallGraph::Fp,
-            "--call-graph" => cfg.call_graph = CallGraph::parse(&get(&name)?)?,
-            "-o" | "--output" => cfg.output = PathBuf::from(get(&name)?),
-            "-p" | "--pid" => {
-                let v = get(&name)?;
-                pid = Some(v.parse::<u32>().ok().filter(|p| *p > 0).ok_or_else(|| {
-                    ProfileError::BadArgument(format!("bad pid `{v}`: expected a process id"))
-                })?);
-            }
-            "--duration" | "-d" => cfg.duration = Some(parse_duration(&get(&name)?)?),
-            s if s.starts_with('-') && s.len() > 1 => {
-                return Err(ProfileError::BadArgument(format!(
-                    "unknown option `{s}` for `profile` (options: -F HZ, -e EVENT, --call-graph fp|dwarf, -o FILE, \
-                     -p PID, --duration D, -- PROGRAM ARGS)"
-                )))
-            }
-            _ => {
-                program.push(arg);
-                program.extend(it.by_ref());
-                break;
-            }
-        }
-    }
-    cfg.target =
-        match (pid, program.is_empty()) {
-            (Some(_), false) => {
-                return Err(ProfileError::BadArgument(
-                    "give either -p PID or a program after --, not both".to_string(),
-                ))
-            }
-            (Some(p), true) => Target::Pid(p),
-            (None, false) => Target::Command(program),
-            (None, true) => return Err(ProfileError::BadArgument(
-                "nothing to profile: give a program (`ferrotrace profile -- ./app args`) or -p PID"
-                    .to_string(),
-            )),
-        };
-    if !events.is_empty() {
-        cfg.events = events;
-    }
-    // cargo-trace's profile:hz:N overrides -F.
-    if let Some(hz) = cfg.events.iter().find_map(|e| match e {
-        EventSpec::CpuClock(Some(hz)) => Some(*hz),
-        _ => None,
-    }) {
-        cfg.frequency = hz;
-    }
-    if cfg
-        .events
-        .iter()
-        .filter(|e| matches!(e, EventSpec::CpuClock(_)))
-        .count()
-        > 1
-    {
-        return Err(ProfileError::BadArgument(
-            "cpu-clock given more than once".to_string(),
-        ));
-    }
-    Ok(cfg)
 }
 
 #[cfg(test)]
@@ -354,51 +247,6 @@ mod tests {
             let e = EventSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("bad event"), "{bad}: {e}");
         }
-    }
-
-    #[test]
-    fn full_argument_lists() {
-        let c = parse_profile_args([
-            "-F",
-            "199",
-            "-e",
-            "cpu-clock",
-            "-e",
-            "sched:sched_switch",
-            "--call-graph",
-            "dwarf",
-            "-o",
-            "x.data",
-            "--",
-            "./app",
-            "-v",
-        ])
-        .unwrap();
-        assert_eq!(c.frequency, 199);
-        assert_eq!(c.events.len(), 2);
-        assert_eq!(c.call_graph, CallGraph::Dwarf);
-        assert_eq!(c.output, PathBuf::from("x.data"));
-        assert_eq!(c.target, Target::Command(vec!["./app".into(), "-v".into()]));
-
-        let c =
-            parse_profile_args(["-p", "42", "--duration=1500ms", "-e", "profile:hz:99"]).unwrap();
-        assert_eq!(c.target, Target::Pid(42));
-        assert_eq!(c.duration, Some(Duration::from_millis(1500)));
-        assert_eq!(c.frequency, 99);
-
-        let c = parse_profile_args(["./app", "-F", "1"]).unwrap();
-        assert_eq!(
-            c.target,
-            Target::Command(vec!["./app".into(), "-F".into(), "1".into()])
-        );
-        assert_eq!(c.events, vec![EventSpec::CpuClock(None)]);
-
-        assert!(parse_profile_args(Vec::<String>::new()).is_err());
-        assert!(parse_profile_args(["-p", "1", "--", "x"]).is_err());
-        assert!(parse_profile_args(["-F", "zero", "--", "x"]).is_err());
-        assert!(parse_profile_args(["--bogus"]).is_err());
-        assert!(parse_profile_args(["-p"]).is_err());
-        assert!(parse_profile_args(["--call-graph", "lbr", "--", "x"]).is_err());
     }
 
     #[test]

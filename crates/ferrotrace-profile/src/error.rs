@@ -50,15 +50,6 @@ pub enum ProfileError {
         /// The OS error.
         source: io::Error,
     },
-    /// The trace file is not a ferrotrace trace, or has no samples.
-    BadTrace {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// Rendering an output format failed.
-    Render(String),
 }
 
 impl ProfileError {
@@ -119,8 +110,6 @@ impl fmt::Display for ProfileError {
             }
             ProfileError::Sys { what, source } => write!(f, "{what} failed: {source}"),
             ProfileError::Io { path, source } => write!(f, "{}: {source}", path.display()),
-            ProfileError::BadTrace { path, reason } => write!(f, "{}: {reason}", path.display()),
-            ProfileError::Render(s) => write!(f, "rendering failed: {s}"),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The sampling and probe profiler of ferrotrace (`ferrotrace profile`).
+//! The sampling and probe profiler of ferrotrace (`ferrotrace profile`): it records; analysis is
+//! `ferrotrace-analysis`'s, as for every other trace.
 //!
 //! What it is for: finding where a Linux x86_64 program spends its time, or from where it reaches a
 //! function, without rebuilding it with instrumentation. It samples every thread of a program (including
@@ -6,20 +7,19 @@
 //! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, created through tracefs) and kernel
 //! tracepoints (`sched:sched_switch` gives off-CPU stacks), each with its stack — by frame pointers
 //! (walked by the kernel) or by DWARF CFI (a copy of the user stack unwound with framehop *while
-//! recording*; raw stacks are never written). At the end it symbolizes every distinct address once
-//! (Rust v0/legacy demangling, inlined frames and file:line from DWARF, shared libraries, kernel symbols),
-//! even if the program has exited, because module maps are captured while it runs. Everything goes into
-//! the ferrotrace trace file (chunk kind `Samples`, see [`file`](mod@file) and `docs/profile.md`), and can be turned
-//! into a self/total [`report`], [`folded`] stacks, a [`flame_svg`] flame graph or Firefox Profiler JSON
-//! ([`firefox_json`]).
+//! recording*; raw stacks are never written). Everything goes into a standard ferrotrace trace
+//! (`docs/format.md`): Sample events in each thread's Events chunks, their stacks in the interned
+//! Stacks table with addresses relative to the Module each lies in, the samplers in a Samplers chunk.
+//! Names are given at analysis time by `ferrotrace_analysis::symbolize` (inlined frames, separate debug
+//! files, kernel symbols), which checks every module's build-id.
 //!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
-//! `ferrotrace` runtime with XRay sleds), hardware counters (not available here), kprobes, eBPF, or
-//! other operating systems. The command-line parser lives in the `ferrotrace` CLI; this crate gives it
-//! [`cli_args`] so that the CLI stays thin.
+//! `ferrotrace` runtime), hardware counters (not available here), kprobes, eBPF, or other operating
+//! systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
+//! `ferrotrace` CLI; this crate gives it [`cli_args`] so that the CLI stays thin.
 //!
 //! ```no_run
-//! use ferrotrace_profile::{profile, read_samples, report, ProfileConfig, Target};
+//! use ferrotrace_profile::{profile, ProfileConfig, Target};
 //!
 //! let cfg = ProfileConfig {
 //!     target: Target::Command(vec!["./my-app".into()]),
@@ -28,33 +28,24 @@
 //! };
 //! let summary = profile(&cfg)?;
 //! eprintln!("{} samples, {} lost", summary.samples, summary.lost);
-//! let set = read_samples(&cfg.output)?;
-//! print!("{}", report(&set));
 //! # Ok::<(), ferrotrace_profile::ProfileError>(())
 //! ```
 #![warn(missing_docs)]
 
 pub mod cli_args;
 mod error;
-pub mod file;
+mod file;
 mod modules;
-mod output;
 mod perf;
 pub mod probes;
 mod recorder;
-mod symbolize;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-pub use cli_args::{parse_profile_args, CallGraph, EventSpec};
+pub use cli_args::{CallGraph, EventSpec};
 pub use error::ProfileError;
-pub use file::{
-    read_samples, EventInfo, EventType, Frame, ModuleInfo, Sample, SampleSet, StackNode, ThreadInfo,
-};
-pub use output::{firefox_json, flame_svg, folded, report, FunctionCounts, Report};
-pub use symbolize::demangle;
 
 /// What to profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +85,7 @@ impl Default for ProfileConfig {
         ProfileConfig {
             events: vec![EventSpec::CpuClock(None)],
             frequency: 999,
-            call_graph: CallGraph::Fp,
+            call_graph: CallGraph::FramePointers,
             stack_size: 8192,
             output: PathBuf::from("ferrotrace.data"),
             target: Target::Command(Vec::new()),
@@ -126,8 +117,8 @@ pub struct ProfileSummary {
     pub exit_code: Option<i32>,
     /// From start to the end of recording.
     pub recording_time: Duration,
-    /// Time spent symbolizing and writing the tables after the program ended.
-    pub symbolization_time: Duration,
+    /// Time spent writing the last samples, the thread table and the end after the program ended.
+    pub finishing_time: Duration,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
 }

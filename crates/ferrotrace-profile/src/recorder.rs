@@ -1,5 +1,5 @@
 //! The recording session: start or attach to the target, open the events, drain the rings, unwind,
-//! intern stacks, stream samples to the trace file, and symbolize at the end.
+//! intern stacks, and stream samples to the trace file.
 
 use std::collections::HashMap;
 use std::ffi::{CString, OsString};
@@ -9,17 +9,15 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
-use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
-use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::clock::realtime_ns;
+use ferrotrace_core::schema::{self, Sampler, SamplerKind, SamplersHeader, StackNode};
 use framehop::x86_64::CacheX86_64;
 
 use crate::cli_args::{CallGraph, EventSpec};
-use crate::file::{self, EventInfo, EventType, SampleWriter};
+use crate::file::{ModuleDesc, SampleWriter};
 use crate::modules::{self, ModuleTable, Space, KERNEL_MODULE};
 use crate::perf::{self, rt, AttrOptions, PerfEvent, Ring};
 use crate::probes::{self, UprobeSet};
-use crate::symbolize::Symbolizer;
 use crate::{ProfileConfig, ProfileError, ProfileSummary, Target};
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -215,18 +213,24 @@ struct State {
     spaces: HashMap<u32, Space>,
     caches: HashMap<u32, CacheX86_64>,
     threads: HashMap<u32, (u32, String)>,
-    /// (module, address) → address id.
-    addr_ids: HashMap<(u32, u64), u32>,
-    addrs: Vec<(u32, u64)>,
-    /// (parent + 1, address id) → stack id.
-    stack_ids: HashMap<(u32, u32), u32>,
-    stacks: Vec<(u32, u32)>,
+    /// Interned stack nodes: (parent, module, module-relative address) → id.
+    stack_ids: HashMap<(Option<u32>, u32, u64), u32>,
     id_to_event: HashMap<u64, u32>,
+    /// Per event: the weight of one of its samples (ns of CPU for the timer, 1 for a probe hit).
+    event_weight: Vec<u64>,
+    /// The off-CPU event, if recorded.
+    off_cpu_event: Option<u32>,
+    /// Off-CPU pairing: a thread's last switch out (time, stack) waiting for its switch back in, and a
+    /// switch in seen before its switch out (the two can come from different CPUs' rings).
+    switched_out: HashMap<u32, (u64, Option<u32>)>,
+    switched_in: HashMap<u32, u64>,
     /// Per event: its samples carry user registers and a stack copy.
     event_regs: Vec<bool>,
     samples: u64,
     lost: u64,
     unwind_errors: u64,
+    /// Frame-pointer stacks cut where they ran into an address of no mapped object.
+    junk_stacks: u64,
     scratch: Vec<u64>,
     write_error: Option<std::io::Error>,
 }
@@ -245,11 +249,38 @@ impl State {
         })
     }
 
-    fn intern_addr(&mut self, module: u32, addr: u64) -> u32 {
-        let next = self.addrs.len() as u32;
-        let id = *self.addr_ids.entry((module, addr)).or_insert(next);
+    /// The id of stack node `(parent, module, address)`, writing it (and its module) when new.
+    fn intern_node(
+        &mut self,
+        parent: Option<u32>,
+        module: u32,
+        address: u64,
+        out: &mut SampleWriter,
+    ) -> u32 {
+        let next = self.stack_ids.len() as u32;
+        let id = *self
+            .stack_ids
+            .entry((parent, module, address))
+            .or_insert(next);
         if id == next {
-            self.addrs.push((module, addr));
+            let mut r = Ok(());
+            if let Some(m) = self.modules.get(module).filter(|_| module != 0) {
+                r = out.module(&ModuleDesc {
+                    id: module,
+                    path: &m.path,
+                    build_id: &m.build_id,
+                });
+            }
+            let r = r.and_then(|()| {
+                out.stack_node(StackNode {
+                    parent,
+                    module,
+                    address,
+                })
+            });
+            if let Err(e) = r {
+                self.write_error.get_or_insert(e);
+            }
         }
         id
     }
@@ -339,6 +370,22 @@ impl State {
                     self.lost += n;
                 }
             }
+            rt::SWITCH if misc & rt::MISC_SWITCH_OUT == 0 => {
+                // A switch in: the sample_id trailer is {pid, tid}, time, {cpu, res}, identifier.
+                let Some(t) = body.len().checked_sub(32).map(|at| &body[at..]) else {
+                    return;
+                };
+                let word =
+                    |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().unwrap_or_default());
+                let tid = (word(0) >> 32) as u32;
+                self.switch_in(tid, word(8), out);
+            }
+            rt::EXIT => {
+                // A thread that left the CPU for good is not off it.
+                if let (Some(_pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
+                    self.switched_out.remove(&tid);
+                }
+            }
             _ => {}
         }
     }
@@ -416,12 +463,24 @@ impl State {
                 // A user stack of one frame: no frame pointers to walk.
                 ok = false;
             }
+            // A frame-pointer walk through code built without them reads whatever the stack holds
+            // (text, pointers to data) as return addresses: keep the stack up to the first one that
+            // lies in no mapped object, and count it.
+            let space = self.space(s.pid) as *const Space;
+            // SAFETY: `space` points into self.spaces, read-only here.
+            let junk = (kernel_frames + 1..frames.len())
+                .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
+            if let Some(i) = junk {
+                frames.truncate(i);
+                ok = false;
+                self.junk_stacks += 1;
+            }
         }
         if !ok {
             self.unwind_errors += 1;
         }
         // Intern outermost first.
-        let mut parent = 0u32;
+        let mut parent: Option<u32> = None;
         let space_pid = s.pid;
         for i in (0..frames.len()).rev() {
             let a = frames[i];
@@ -433,22 +492,66 @@ impl State {
                     None => (0, a),
                 }
             };
-            let aid = self.intern_addr(module, rel);
-            let next = self.stacks.len() as u32;
-            let id = *self.stack_ids.entry((parent, aid)).or_insert(next);
-            if id == next {
-                self.stacks.push((parent, aid));
-            }
-            parent = id + 1;
+            parent = Some(self.intern_node(parent, module, rel, out));
         }
         self.scratch = frames;
+        // A thread first seen in a sample (its COMM or FORK record not drained yet, or it started before
+        // an attach): its name from /proc while it still runs.
         self.threads
             .entry(s.tid)
-            .or_insert_with(|| (s.pid, String::new()));
+            .or_insert_with(|| (s.pid, thread_comm(s.pid, s.tid)));
         self.samples += 1;
-        let stack = parent.checked_sub(1);
-        if let Err(e) = out.sample(s.time, s.tid, event, stack) {
-            self.write_error.get_or_insert(e);
+        if Some(event) == self.off_cpu_event {
+            self.switch_out(s.tid, s.time, parent, out);
+            return;
+        }
+        let weight = self.event_weight.get(event as usize).copied().unwrap_or(1);
+        out.sample(s.time, s.tid, event, parent, weight);
+    }
+
+    /// Thread `tid` left the CPU at `time` with this stack: its off-CPU sample waits for the switch in.
+    fn switch_out(&mut self, tid: u32, time: u64, stack: Option<u32>, out: &mut SampleWriter) {
+        match self.switched_in.remove(&tid) {
+            Some(back) if back >= time => self.off_cpu_sample(tid, time, stack, back, out),
+            _ => {
+                self.switched_out.insert(tid, (time, stack));
+            }
+        }
+    }
+
+    /// Thread `tid` was switched back in at `time`.
+    fn switch_in(&mut self, tid: u32, time: u64, out: &mut SampleWriter) {
+        match self.switched_out.remove(&tid) {
+            Some((left, stack)) if left <= time => self.off_cpu_sample(tid, left, stack, time, out),
+            Some(early) => {
+                // A later switch out drained before this switch in: keep waiting for its own.
+                self.switched_out.insert(tid, early);
+            }
+            None => {
+                self.switched_in.insert(tid, time);
+            }
+        }
+    }
+
+    fn off_cpu_sample(
+        &mut self,
+        tid: u32,
+        left: u64,
+        stack: Option<u32>,
+        back: u64,
+        out: &mut SampleWriter,
+    ) {
+        if let Some(ev) = self.off_cpu_event {
+            out.sample(left, tid, ev, stack, back - left);
+        }
+    }
+
+    /// At the end: threads still off the CPU were so until `end`.
+    fn end_off_cpu(&mut self, end: u64, out: &mut SampleWriter) {
+        let mut waiting: Vec<(u32, (u64, Option<u32>))> = self.switched_out.drain().collect();
+        waiting.sort_unstable_by_key(|w| w.0);
+        for (tid, (left, stack)) in waiting {
+            self.off_cpu_sample(tid, left, stack, end.max(left), out);
         }
     }
 }
@@ -504,7 +607,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     // Events: tracefs probes first (their errors are the likeliest).
     let mut uprobes: Option<UprobeSet> = None;
     let mut kinds = Vec::new();
-    let mut infos = Vec::new();
+    let mut samplers: Vec<(SamplerKind, String)> = Vec::new();
     let needs_tracefs = cfg
         .events
         .iter()
@@ -520,7 +623,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 perf::EventKind::CpuClock {
                     freq: hz.unwrap_or(cfg.frequency),
                 },
-                EventType::CpuClock,
+                SamplerKind::CpuClock,
             ),
             EventSpec::Tracepoint { category, name } => {
                 let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
@@ -528,7 +631,11 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     perf::EventKind::Tracepoint {
                         id: probes::tracepoint_id(tf, category, name)?,
                     },
-                    EventType::Tracepoint,
+                    if e.is_off_cpu() {
+                        SamplerKind::OffCpu
+                    } else {
+                        SamplerKind::Tracepoint
+                    },
                 )
             }
             EventSpec::Uprobe { path, symbol } => {
@@ -538,19 +645,16 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     perf::EventKind::Tracepoint {
                         id: set.add(path, symbol)?,
                     },
-                    EventType::Uprobe,
+                    SamplerKind::Uprobe,
                 )
             }
         };
         kinds.push(kind);
-        infos.push(EventInfo {
-            kind: ty,
-            name: e.spelling(),
-        });
+        samplers.push((ty, e.spelling()));
     }
 
     let _signals = cfg.handle_signals.then(SignalGuard::install);
-    let mut out = SampleWriter::create(&cfg.output)?;
+    let file = create_trace_file(&cfg.output)?;
     let io_err = |e: std::io::Error| ProfileError::io(&cfg.output, e);
 
     // Start or find the target.
@@ -599,6 +703,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         enable_on_exec: child.is_some(),
                         sideband: ti == 0 && ei == 0,
                         entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
+                        context_switch: cfg.events[ei].is_off_cpu(),
                     };
                     let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
                     id_to_event.insert(ev.id, ei as u32);
@@ -636,18 +741,6 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         }
     }
 
-    let start_mono = monotonic_ns();
-    let start_real = realtime_ns();
-    // Session chunk (kind 1), then the Samples header.
-    let mut p = Vec::new();
-    let _ = put_varint(&mut p, root_pid as u64);
-    let _ = put_varint(&mut p, std::process::id() as u64);
-    let _ = put_str(
-        &mut p,
-        &exe.as_ref()
-            .map(|e| e.display().to_string())
-            .unwrap_or_default(),
-    );
     let cmdline: Vec<u8> = match &cfg.target {
         Target::Command(argv) => argv
             .iter()
@@ -656,21 +749,47 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             .join(&0u8),
         Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
     };
-    let _ = put_bytes(&mut p, &cmdline);
-    let _ = put_varint(&mut p, start_real);
-    let _ = put_str(&mut p, env!("CARGO_PKG_VERSION"));
-    let _ = put_varint(&mut p, 1); // drop mode: the kernel drops samples when a ring is full
-    let _ = put_varint(&mut p, 0);
-    out.chunk(ChunkKind::Session, &p).map_err(io_err)?;
-    let header = file::header_section(
-        root_pid,
-        cfg.call_graph,
-        cfg.frequency,
-        start_mono,
-        start_real,
-        &infos,
-    );
-    out.chunk(ChunkKind::Samples, &header).map_err(io_err)?;
+    let exe_path = exe
+        .as_ref()
+        .map(|e| e.display().to_string())
+        .unwrap_or_default();
+    let session = schema::Session {
+        pid: root_pid,
+        ppid: std::process::id(),
+        exe: &exe_path,
+        cmdline: cmdline.strip_suffix(&[0]).unwrap_or(&cmdline),
+        start_realtime_ns: realtime_ns(),
+        version: env!("CARGO_PKG_VERSION"),
+        // The kernel drops samples when a ring is full; they are counted.
+        mode: schema::Mode::Drop,
+        // Events are stamped in CLOCK_MONOTONIC nanoseconds.
+        tick_hz: 1_000_000_000,
+        sources: schema::source::SAMPLES,
+    };
+    let header = SamplersHeader {
+        call_graph: cfg.call_graph,
+        frequency: cfg.frequency,
+        count: samplers.len() as u32,
+    };
+    let list: Vec<Sampler<'_>> = samplers
+        .iter()
+        .map(|(kind, spelling)| Sampler {
+            kind: *kind,
+            spelling,
+        })
+        .collect();
+    let mut out = SampleWriter::start(file, &session, &header, &list).map_err(io_err)?;
+    let event_weight: Vec<u64> = cfg
+        .events
+        .iter()
+        .map(|e| match e {
+            // A timer sample stands for one period of CPU time.
+            EventSpec::CpuClock(hz) => {
+                1_000_000_000 / u64::from(hz.unwrap_or(cfg.frequency).max(1))
+            }
+            _ => 1,
+        })
+        .collect();
 
     let mut st = State {
         dwarf,
@@ -678,11 +797,16 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         spaces: HashMap::new(),
         caches: HashMap::new(),
         threads: HashMap::new(),
-        addr_ids: HashMap::new(),
-        addrs: Vec::new(),
         stack_ids: HashMap::new(),
-        stacks: Vec::new(),
         id_to_event,
+        event_weight,
+        off_cpu_event: cfg
+            .events
+            .iter()
+            .position(EventSpec::is_off_cpu)
+            .map(|i| i as u32),
+        switched_out: HashMap::new(),
+        switched_in: HashMap::new(),
         event_regs: cfg
             .events
             .iter()
@@ -694,12 +818,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     enable_on_exec: false,
                     sideband: false,
                     entry_probe: matches!(e, EventSpec::Uprobe { .. }),
+                    context_switch: false,
                 })
             })
             .collect(),
         samples: 0,
         lost: 0,
         unwind_errors: 0,
+        junk_stacks: 0,
         scratch: Vec::new(),
         write_error: None,
     };
@@ -716,9 +842,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);
             for &tid in &tids {
-                let name = std::fs::read_to_string(format!("/proc/{root_pid}/task/{tid}/comm"))
-                    .unwrap_or_default();
-                st.threads.insert(tid, (root_pid, name.trim().to_string()));
+                st.threads
+                    .insert(tid, (root_pid, thread_comm(root_pid, tid)));
             }
             for ev in &events {
                 perf::enable(ev)?;
@@ -744,8 +869,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         }
         // SAFETY: pollfds is a valid array of pollfd.
         unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, poll_ms) };
+        // Every ring is drained up to now: no sample older than this can still arrive.
+        let watermark = ferrotrace_core::clock::monotonic_ns();
         for r in rings.iter_mut() {
             r.drain(|rec| st.handle(rec, &mut out));
+        }
+        if let Err(e) = out.flush(watermark) {
+            st.write_error.get_or_insert(e);
         }
         let now = Instant::now();
         if let Some(c) = &mut child {
@@ -795,25 +925,29 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             exit_code = c.wait(true);
         }
     }
-    let end_mono = monotonic_ns();
-    out.flush_samples().map_err(io_err)?;
+    st.end_off_cpu(ferrotrace_core::clock::monotonic_ns(), &mut out);
     if let Some(e) = st.write_error.take() {
         return Err(io_err(e));
     }
     let recorded = started.elapsed();
-
-    // Symbolize and write the tables.
-    let sym_start = Instant::now();
-    write_tables(&mut st, &mut out).map_err(io_err)?;
-    let mut p = Vec::new();
-    let _ = put_varint(&mut p, file::SEC_SUMMARY);
-    let _ = put_varint(&mut p, st.samples);
-    let _ = put_varint(&mut p, st.lost);
-    let _ = put_varint(&mut p, st.unwind_errors);
-    let _ = put_varint(&mut p, exit_code.map(|c| c as u64 + 1).unwrap_or(0));
-    let _ = put_varint(&mut p, end_mono);
-    out.chunk(ChunkKind::Samples, &p).map_err(io_err)?;
-    out.w.flush().map_err(io_err)?;
+    let finish_start = Instant::now();
+    out.threads(&st.threads).map_err(io_err)?;
+    let (reason, signal) = match exit_code {
+        Some(c) if c > 128 => (schema::EndReason::Signal, (c - 128) as u32),
+        _ => (schema::EndReason::Exit, 0),
+    };
+    out.finish(schema::End {
+        reason,
+        signal,
+        events: 0,
+        lost: st.lost,
+        chunks: 0,
+        dropped_chunks: 0,
+        dropped_events: 0,
+        exit_code,
+        unwind_errors: st.unwind_errors,
+    })
+    .map_err(io_err)?;
     let mut warnings = Vec::new();
     if st.lost > 0 {
         warnings.push(format!(
@@ -825,6 +959,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         warnings.push(
             "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
         );
+    }
+    if !dwarf && st.junk_stacks > 0 {
+        warnings.push(format!(
+            "{} of {} stacks walked into code without frame pointers and were cut there (their \
+             next 'return address' was in no mapped object); --call-graph dwarf unwinds such code",
+            st.junk_stacks, st.samples
+        ));
     }
     if !dwarf && st.samples > 20 && st.unwind_errors * 2 > st.samples {
         warnings.push(format!(
@@ -842,123 +983,26 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         bytes_written: out.w.bytes_written(),
         exit_code,
         recording_time: recorded,
-        symbolization_time: sym_start.elapsed(),
+        finishing_time: finish_start.elapsed(),
         warnings,
     })
 }
 
-fn write_tables(st: &mut State, out: &mut SampleWriter) -> std::io::Result<()> {
-    // Threads.
-    let mut p = Vec::new();
-    let _ = put_varint(&mut p, file::SEC_THREADS);
-    let mut threads: Vec<_> = st.threads.iter().collect();
-    threads.sort_by_key(|(t, _)| **t);
-    let _ = put_varint(&mut p, threads.len() as u64);
-    for (tid, (pid, name)) in threads {
-        let _ = put_varint(&mut p, *tid as u64);
-        let _ = put_varint(&mut p, *pid as u64);
-        let _ = put_str(&mut p, name);
-    }
-    out.chunk(ChunkKind::Samples, &p)?;
+/// The name of thread `tid` of process `pid`, empty when it is gone.
+fn thread_comm(pid: u32, tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|n| n.trim_end().to_string())
+        .unwrap_or_default()
+}
 
-    // Modules (kind 3) that addresses use.
-    let mut used = vec![false; st.modules.files.len() + 1];
-    for &(m, _) in &st.addrs {
-        if let Some(u) = used.get_mut(m as usize) {
-            *u = true;
-        }
+/// Creates the trace file, private to its owner (it holds the program's addresses and names).
+/// Private, new, never through a link nor over a file that is not a trace (an old trace is kept as
+/// FILE.old), like the runtime's traces: `ferrotrace_core::output`.
+fn create_trace_file(path: &Path) -> Result<std::fs::File, ProfileError> {
+    match ferrotrace_core::output::create(path) {
+        Ok((file, _)) => Ok(file),
+        Err(ferrotrace_core::output::OutputError::Io(p, e)) => Err(ProfileError::io(p, e)),
+        // Something in the way of -o: an argument to change.
+        Err(other) => Err(ProfileError::BadArgument(other.to_string())),
     }
-    for (id, u) in used.iter().enumerate() {
-        if !*u || id == 0 {
-            continue;
-        }
-        let Some(m) = st.modules.get(id as u32) else {
-            continue;
-        };
-        let mut p = Vec::new();
-        let _ = put_varint(&mut p, id as u64);
-        let _ = put_varint(&mut p, 0);
-        let _ = put_varint(&mut p, 0);
-        let _ = put_str(&mut p, &m.path);
-        let _ = put_bytes(&mut p, &m.build_id);
-        out.chunk(ChunkKind::Module, &p)?;
-    }
-
-    // Symbolize every address; intern frames.
-    let mut sym = Symbolizer::new();
-    let mut frame_ids: HashMap<(String, String, u32, u32, u8), u32> = HashMap::new();
-    let mut frames: Vec<(String, String, u32, u32, u8)> = Vec::new();
-    let mut addr_frames: Vec<Vec<u32>> = Vec::with_capacity(st.addrs.len());
-    for &(module, addr) in &st.addrs {
-        let mut fs: Vec<(String, String, u32, u8)> = Vec::new();
-        if module == KERNEL_MODULE {
-            let name = sym.kernel(addr).unwrap_or_else(|| "[kernel]".to_string());
-            fs.push((name, String::new(), 0, 2));
-        } else if let Some(m) = st.modules.get(module) {
-            let path = m.path.clone();
-            for f in sym.frames(&path, addr) {
-                fs.push((f.function, f.file, f.line, f.inlined as u8));
-            }
-            if fs.is_empty() {
-                let base = path.rsplit('/').next().unwrap_or(&path).to_string();
-                fs.push((format!("{base}+{addr:#x}"), String::new(), 0, 0));
-            }
-        } else {
-            fs.push((format!("[unknown] {addr:#x}"), String::new(), 0, 0));
-        }
-        let mut ids = Vec::with_capacity(fs.len());
-        for (function, file, line, flags) in fs {
-            let key = (function, file, line, module, flags);
-            let next = frames.len() as u32;
-            let id = *frame_ids.entry(key.clone()).or_insert(next);
-            if id == next {
-                frames.push(key);
-            }
-            ids.push(id);
-        }
-        addr_frames.push(ids);
-    }
-    for (ci, chunk) in frames.chunks(file::TABLE_CHUNK).enumerate() {
-        let mut p = Vec::new();
-        let _ = put_varint(&mut p, file::SEC_FRAMES);
-        let _ = put_varint(&mut p, (ci * file::TABLE_CHUNK) as u64);
-        let _ = put_varint(&mut p, chunk.len() as u64);
-        for (function, file, line, module, flags) in chunk {
-            let _ = put_str(&mut p, function);
-            let _ = put_str(&mut p, file);
-            let _ = put_varint(&mut p, *line as u64);
-            let _ = put_varint(&mut p, *module as u64);
-            let _ = put_varint(&mut p, *flags as u64);
-        }
-        out.chunk(ChunkKind::Samples, &p)?;
-    }
-    for (ci, chunk) in st.addrs.chunks(file::TABLE_CHUNK).enumerate() {
-        let mut p = Vec::new();
-        let _ = put_varint(&mut p, file::SEC_ADDRESSES);
-        let first = ci * file::TABLE_CHUNK;
-        let _ = put_varint(&mut p, first as u64);
-        let _ = put_varint(&mut p, chunk.len() as u64);
-        for (i, &(module, addr)) in chunk.iter().enumerate() {
-            let _ = put_varint(&mut p, module as u64);
-            let _ = put_varint(&mut p, addr);
-            let fs = &addr_frames[first + i];
-            let _ = put_varint(&mut p, fs.len() as u64);
-            for f in fs {
-                let _ = put_varint(&mut p, *f as u64);
-            }
-        }
-        out.chunk(ChunkKind::Samples, &p)?;
-    }
-    for (ci, chunk) in st.stacks.chunks(file::TABLE_CHUNK).enumerate() {
-        let mut p = Vec::new();
-        let _ = put_varint(&mut p, file::SEC_STACKS);
-        let _ = put_varint(&mut p, (ci * file::TABLE_CHUNK) as u64);
-        let _ = put_varint(&mut p, chunk.len() as u64);
-        for &(parent, aid) in chunk {
-            let _ = put_varint(&mut p, parent as u64);
-            let _ = put_varint(&mut p, aid as u64);
-        }
-        out.chunk(ChunkKind::Samples, &p)?;
-    }
-    Ok(())
 }

@@ -7,9 +7,10 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::codec::{put_str, put_varint, EventEncoder, SliceSink, MAX_EVENT_LEN};
+use ferrotrace_core::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::schema::{self, EventsHeader, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::TraceWriter;
 
 use crate::config::Mode;
@@ -22,7 +23,7 @@ pub type Writer = TraceWriter<BufWriter<File>>;
 /// Events and lost events in an encoded chunk.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
-    /// Events encoded (Lost markers not counted).
+    /// Events encoded, Lost and Wait markers included: the chunk header's count.
     pub events: u64,
     /// Sum of the Lost markers.
     pub lost: u64,
@@ -61,7 +62,6 @@ pub fn encode_events(
                 Some(p) => pos = p,
                 None => break,
             }
-            counts.events += 1;
             events += 1;
             i += 1;
             continue;
@@ -69,8 +69,6 @@ pub fn encode_events(
         events += 1;
         if r.kind() == Some(EventKind::Lost) {
             counts.lost += r.id() as u64;
-        } else {
-            counts.events += 1;
         }
         let slots = r.payload_slots();
         let end = (i + 1 + slots).min(records.len());
@@ -90,11 +88,16 @@ pub fn encode_events(
     }
     let mut head = [0u8; HEAD];
     let mut sink = SliceSink::new(&mut head);
-    for v in [tid as u64, seq as u64, base, events] {
-        let _ = put_varint(&mut sink, v);
+    let _ = EventsHeader {
+        tid,
+        seq,
+        base_ticks: base,
+        count: events,
     }
+    .encode(&mut sink);
     let h = sink.len();
     out[HEAD - h..HEAD].copy_from_slice(&head[..h]);
+    counts.events = events;
     (counts, HEAD - h..pos)
 }
 
@@ -102,12 +105,16 @@ struct State {
     writer: Writer,
     path: PathBuf,
     scratch: Vec<u8>,
-    /// Flight mode: encoded `Events` payloads, oldest first, and their total size.
-    ring: VecDeque<Vec<u8>>,
+    /// Flight mode: encoded `Events` payloads and their event counts, oldest first, and their total
+    /// size.
+    ring: VecDeque<(Vec<u8>, u64)>,
     ring_bytes: usize,
     failed: bool,
     /// Totals of what went to the file (or the flight ring), for the End chunk.
     totals: Counts,
+    /// Flight mode: chunks and events the ring dropped to keep the newest.
+    dropped_chunks: u64,
+    dropped_events: u64,
 }
 
 impl State {
@@ -129,8 +136,12 @@ impl State {
             let mut p = Vec::new();
             match m {
                 Meta::Thread { tid, name } => {
-                    let _ = put_varint(&mut p, tid as u64);
-                    let _ = put_str(&mut p, &name);
+                    let _ = schema::Thread {
+                        tid,
+                        name: &name,
+                        pid: 0,
+                    }
+                    .encode(&mut p);
                     self.write(ChunkKind::Thread, &p);
                 }
                 Meta::Chunks(chunks) => {
@@ -143,8 +154,8 @@ impl State {
         }
     }
 
-    /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence 2^32-1:
-    /// the thread had no chunk of its own left to say it in).
+    /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence
+    /// `LOST_ONLY_SEQ`: the thread had no chunk of its own left to say it in).
     fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
         let mut remaining = count;
         let mut recs = Vec::new();
@@ -154,7 +165,8 @@ impl State {
             remaining -= c;
         }
         let mut p = Vec::new();
-        let (counts, range) = encode_events(tid, u32::MAX, &recs, &mut p);
+        let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
+        self.totals.events += counts.events;
         self.totals.lost += counts.lost;
         self.write(ChunkKind::Events, &p[range]);
     }
@@ -175,10 +187,15 @@ impl State {
             // Everything was written by a flight-mode dump already.
         } else if rt.config.mode == Mode::Flight {
             self.ring_bytes += range.len();
-            self.ring.push_back(scratch[range].to_vec());
+            self.ring
+                .push_back((scratch[range].to_vec(), counts.events));
             while self.ring_bytes > rt.config.buffer_size {
                 match self.ring.pop_front() {
-                    Some(old) => self.ring_bytes -= old.len(),
+                    Some((old, events)) => {
+                        self.ring_bytes -= old.len();
+                        self.dropped_chunks += 1;
+                        self.dropped_events += events;
+                    }
                     None => break,
                 }
             }
@@ -190,7 +207,7 @@ impl State {
 
     /// Writes out the flight ring, oldest first.
     fn write_ring(&mut self) {
-        while let Some(p) = self.ring.pop_front() {
+        while let Some((p, _)) = self.ring.pop_front() {
             self.write(ChunkKind::Events, &p);
         }
         self.ring_bytes = 0;
@@ -232,6 +249,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         ring_bytes: 0,
         failed: false,
         totals: Counts::default(),
+        dropped_chunks: 0,
+        dropped_events: 0,
     };
     let mut last_clock = Instant::now();
     loop {
@@ -263,10 +282,22 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             crate::live::finish();
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();
-            let _ = put_varint(&mut p, rt.end_reason.load(Ordering::Relaxed) as u64);
-            let _ = put_varint(&mut p, rt.end_signal.load(Ordering::Relaxed) as u64);
-            let _ = put_varint(&mut p, st.totals.events);
-            let _ = put_varint(&mut p, st.totals.lost);
+            let _ = schema::End {
+                reason: if rt.end_reason.load(Ordering::Relaxed) == 0 {
+                    schema::EndReason::Exit
+                } else {
+                    schema::EndReason::Signal
+                },
+                signal: rt.end_signal.load(Ordering::Relaxed),
+                events: st.totals.events,
+                lost: st.totals.lost,
+                chunks: st.writer.next_seq(),
+                dropped_chunks: st.dropped_chunks,
+                dropped_events: st.dropped_events,
+                exit_code: None,
+                unwind_errors: 0,
+            }
+            .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
             rt.collector_done.store(true, Ordering::Release);
@@ -309,12 +340,17 @@ mod tests {
         ];
         let mut out = vec![0xaa; 3]; // garbage from an earlier chunk must not matter
         let (counts, range) = encode_events(42, 3, &records, &mut out);
-        assert_eq!(counts, Counts { events: 3, lost: 7 });
+        assert_eq!(counts, Counts { events: 4, lost: 7 });
         let mut f = FieldReader::new(&out[range]);
-        let head = [f.varint(), f.varint(), f.varint(), f.varint()].map(Result::unwrap);
+        let head = EventsHeader::decode(&mut f).unwrap();
         assert_eq!(
             head,
-            [42, 3, 1_000, 4],
+            EventsHeader {
+                tid: 42,
+                seq: 3,
+                base_ticks: 1_000,
+                count: 4
+            },
             "tid, seq, base tsc, events (payload slots are not events)"
         );
         let events: Vec<_> = EventDecoder::new(f.rest(), 1_000)

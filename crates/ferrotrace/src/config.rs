@@ -17,17 +17,7 @@ use std::path::PathBuf;
 
 use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
 
-/// How the runtime behaves when trace memory runs out.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    /// A traced thread waits for a free chunk; nothing is lost; the wait is recorded.
-    Lossless = 0,
-    /// A traced thread never waits; events that find no chunk are counted as lost where they happened.
-    Drop = 1,
-    /// Keep only the newest events (the ring is `buffer_size` bytes of encoded events), written at exit or
-    /// on SIGUSR2.
-    Flight = 2,
-}
+pub use ferrotrace_core::schema::Mode;
 
 /// The runtime's settings.
 #[derive(Clone, Debug)]

@@ -6,8 +6,8 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
 use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::schema::{self, Payload};
 use ferrotrace_core::writer::TraceWriter;
 
 use crate::collector::Writer;
@@ -297,22 +297,30 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
 }
 
 fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
-    let mut p = Vec::new();
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
     let cmdline = std::fs::read("/proc/self/cmdline").unwrap_or_default();
     let cmdline = cmdline.strip_suffix(&[0]).unwrap_or(&cmdline);
     // SAFETY: getppid cannot fail.
-    let ppid = unsafe { libc::getppid() } as u64;
-    let _ = put_varint(&mut p, std::process::id() as u64);
-    let _ = put_varint(&mut p, ppid);
-    let _ = put_str(&mut p, &exe);
-    let _ = put_bytes(&mut p, cmdline);
-    let _ = put_varint(&mut p, start_realtime);
-    let _ = put_str(&mut p, env!("CARGO_PKG_VERSION"));
-    let _ = put_varint(&mut p, config.mode as u64);
-    let _ = put_varint(&mut p, tsc_hz);
+    let ppid = unsafe { libc::getppid() } as u32;
+    let mut sources = schema::source::XRAY;
+    if !crate::tracepoint::all().is_empty() {
+        sources |= schema::source::TRACEPOINTS;
+    }
+    let mut p = Vec::new();
+    let _ = schema::Session {
+        pid: std::process::id(),
+        ppid,
+        exe: &exe,
+        cmdline,
+        start_realtime_ns: start_realtime,
+        version: env!("CARGO_PKG_VERSION"),
+        mode: config.mode,
+        tick_hz: tsc_hz,
+        sources,
+    }
+    .encode(&mut p);
     p
 }
 
@@ -320,9 +328,12 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
 pub fn clock_payload() -> Vec<u8> {
     let (pair, real) = clock::calibration_pair();
     let mut p = Vec::new();
-    let _ = put_varint(&mut p, pair.tsc);
-    let _ = put_varint(&mut p, pair.mono_ns);
-    let _ = put_varint(&mut p, real);
+    let _ = schema::ClockSample {
+        ticks: pair.tsc,
+        monotonic_ns: pair.mono_ns,
+        realtime_ns: real,
+    }
+    .encode(&mut p);
     p
 }
 

@@ -737,9 +737,28 @@ mod tests {
             "the End chunk was written"
         );
         let file = std::fs::read(dir.join("t.data")).unwrap();
-        // The End chunk is last: kind 7, then its payload `reason, signal, events, lost` (varints).
-        let end = &file[file.len() - 4..];
-        assert_eq!(end, [1, 15, 2, 12], "End: signal 15, 2 events, 12 lost");
+        // The End chunk is the last one.
+        use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+        use ferrotrace_core::schema::Payload;
+        let mut at = FILE_HEADER_LEN;
+        let mut last = None;
+        while at + CHUNK_HEADER_LEN <= file.len() {
+            let h = ChunkHeader::decode(file[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+            let payload = &file[at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + h.len as usize];
+            last = Some((h.kind, payload));
+            at += CHUNK_HEADER_LEN + h.len as usize;
+        }
+        let (kind, payload) = last.unwrap();
+        assert_eq!(kind, ChunkKind::End as u32);
+        let end = ferrotrace_core::schema::End::decode(
+            &mut ferrotrace_core::codec::FieldReader::new(payload),
+        )
+        .unwrap();
+        assert_eq!(
+            (end.signal, end.lost),
+            (15, 12),
+            "End: signal 15, 12 events lost (7 + 5)"
+        );
         let _ = std::fs::remove_dir_all(&dir);
     }
 }

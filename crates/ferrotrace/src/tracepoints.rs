@@ -16,7 +16,7 @@
 
 use std::sync::atomic::Ordering;
 
-use ferrotrace_core::codec::{put_str, put_varint};
+use ferrotrace_core::schema::{self, Payload};
 
 use crate::static_key;
 use crate::tracepoint::{self, Info};
@@ -162,21 +162,23 @@ pub fn requested() -> Option<String> {
 }
 
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
-/// `Tracepoints` chunk payload (`v count`, then per tracepoint `v id, s name, s args, s format, s file,
-/// v line`).
+/// `Tracepoints` chunk payload.
 pub fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
     let mut p = Vec::new();
-    let _ = put_varint(&mut p, all.len() as u64);
+    let _ = schema::Count(all.len() as u64).encode(&mut p);
     for (i, t) in all.iter().enumerate() {
         let id = i as u32 + 1;
         t.header.id.store(id, Ordering::Relaxed);
-        let _ = put_varint(&mut p, id as u64);
-        let _ = put_str(&mut p, t.name);
-        let _ = put_str(&mut p, t.args);
-        let _ = put_str(&mut p, t.format);
-        let _ = put_str(&mut p, t.file);
-        let _ = put_varint(&mut p, t.line as u64);
+        let _ = schema::TracepointDesc {
+            id,
+            name: t.name,
+            args: t.args,
+            format: t.format,
+            file: t.file,
+            line: t.line,
+        }
+        .encode(&mut p);
     }
     p
 }

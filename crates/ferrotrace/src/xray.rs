@@ -10,7 +10,7 @@ use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 
-use ferrotrace_core::codec::{put_bytes, put_str, put_varint};
+use ferrotrace_core::schema::{self, Payload};
 use ferrotrace_core::symbols::is_runtime_symbol;
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
@@ -81,11 +81,14 @@ impl Discovery {
             .iter()
             .map(|m| {
                 let mut p = Vec::new();
-                let _ = put_varint(&mut p, m.id as u64);
-                let _ = put_varint(&mut p, m.bias);
-                let _ = put_varint(&mut p, m.text_end.saturating_sub(m.text_start));
-                let _ = put_str(&mut p, &m.path.display().to_string());
-                let _ = put_bytes(&mut p, &m.build_id);
+                let _ = schema::Module {
+                    id: m.id,
+                    bias: m.bias,
+                    size: m.text_end.saturating_sub(m.text_start),
+                    path: &m.path.display().to_string(),
+                    build_id: &m.build_id,
+                }
+                .encode(&mut p);
                 p
             })
             .collect()
@@ -94,13 +97,16 @@ impl Discovery {
     /// The `Functions` chunk payload: the embedded symbol table.
     pub fn functions_payload(&self) -> Vec<u8> {
         let mut p = Vec::new();
-        let _ = put_varint(&mut p, self.functions.len() as u64);
+        let _ = schema::Count(self.functions.len() as u64).encode(&mut p);
         for f in &self.functions {
-            let _ = put_varint(&mut p, f.id as u64);
-            let _ = put_varint(&mut p, f.module as u64);
-            let _ = put_varint(&mut p, f.addr);
-            let _ = put_varint(&mut p, f.size);
-            let _ = put_str(&mut p, &f.name);
+            let _ = schema::Function {
+                id: f.id,
+                module: f.module,
+                address: f.addr,
+                size: f.size,
+                name: &f.name,
+            }
+            .encode(&mut p);
         }
         p
     }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::dump;
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::samples;
 
 /// Output formats.
 #[derive(Clone, Copy, ValueEnum)]
@@ -43,37 +44,39 @@ pub struct DumpArgs {
 /// Writes the dump.
 pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
-    if let Some(set) = super::samples::load(&trace)? {
+    let only_samples = !trace.has_function_events();
+    if let Some(set) =
+        super::samples(&trace)?.filter(|_| only_samples || matches!(a.format, Format::Firefox))
+    {
         let bytes = match a.format {
-            Format::Folded => ferrotrace_profile::folded(&set).into_bytes(),
-            Format::Firefox => ferrotrace_profile::firefox_json(&set)
+            Format::Folded => samples::folded(&set, false).into_bytes(),
+            Format::Firefox => samples::firefox_json(&set)
                 .map_err(|e| e.to_string())?
                 .into_bytes(),
             Format::Perfetto => {
                 let mut buf = Vec::new();
-                super::samples::perfetto(&set, !a.uncompressed, &mut buf)
-                    .map_err(super::write_err)?;
+                samples::perfetto(&set, !a.uncompressed, &mut buf).map_err(super::write_err)?;
                 buf
             }
             Format::Uftrace | Format::Chrome => {
                 return Err(format!(
-                "{}: a trace of samples (ferrotrace profile) has no function calls to dump as {}; \
-                     use --format firefox, perfetto or folded",
-                a.input.display(),
-                if matches!(a.format, Format::Uftrace) {
-                    "uftrace"
-                } else {
-                    "chrome"
-                }
-            ))
+                    "{}: a trace of samples has no function calls to dump as {}; use --format \
+                     firefox, perfetto or folded",
+                    a.input.display(),
+                    if matches!(a.format, Format::Uftrace) {
+                        "uftrace"
+                    } else {
+                        "chrome"
+                    }
+                ))
             }
         };
-        super::samples::emit(a.output.as_deref(), &bytes)?;
+        super::emit(a.output.as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
     }
     if let Format::Firefox = a.format {
         return Err(format!(
-            "{}: --format firefox is for traces of samples (ferrotrace profile); use perfetto or chrome for function traces",
+            "{}: --format firefox is for traces with samples (ferrotrace profile); use perfetto or chrome for function traces",
             a.input.display()
         ));
     }

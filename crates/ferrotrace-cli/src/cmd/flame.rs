@@ -8,6 +8,7 @@ use clap::Args;
 use ferrotrace_analysis::cct::Cct;
 use ferrotrace_analysis::flame::{write_folded, write_svg};
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::samples;
 
 /// Arguments of `ferrotrace flame`.
 #[derive(Args)]
@@ -21,24 +22,35 @@ pub struct FlameArgs {
     /// Write folded stacks (`a;b;c NANOSECONDS`) instead of an SVG
     #[arg(long)]
     folded: bool,
+    /// Draw the samples of a trace that holds function events too (default: the function calls)
+    #[arg(long)]
+    samples: bool,
 }
 
 /// Writes the flame graph.
 pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
-    if let Some(set) = super::samples::load(&trace)? {
-        // Samples: weighted by sample count.
+    let use_samples = a.samples || !trace.has_function_events();
+    if let Some(set) = super::samples(&trace)?.filter(|_| use_samples) {
+        // Samples: weighted by sample count (off-CPU: by time off the CPU).
+        let title = format!("ferrotrace profile: {}", trace.session.args.join(" "));
         let bytes = if a.folded {
-            ferrotrace_profile::folded(&set).into_bytes()
+            samples::folded(&set, false).into_bytes()
         } else {
-            ferrotrace_profile::flame_svg(&set).map_err(|e| e.to_string())?
+            samples::flame_svg(&set, &title).map_err(|e| e.to_string())?
         };
         let output = a
             .output
             .clone()
             .or_else(|| (!a.folded).then(|| PathBuf::from("flame.svg")));
-        super::samples::emit(output.as_deref(), &bytes)?;
+        super::emit(output.as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
+    }
+    if a.samples {
+        return Err(format!(
+            "{}: --samples: the trace holds no samples",
+            a.input.display()
+        ));
     }
     let mut progress = Progress::new("flame", trace.event_count());
     let cct = Cct::build(&trace, None, &mut progress).map_err(|e| e.to_string())?;

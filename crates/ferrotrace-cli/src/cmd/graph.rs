@@ -29,6 +29,16 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .as_deref()
         .map(|r| Regex::new(r).map_err(|e| format!("bad function regex {r:?}: {e}")))
         .transpose()?;
+    if let Some(set) = super::samples(&trace)? {
+        std::io::stdout()
+            .lock()
+            .write_all(ferrotrace_analysis::samples::graph_text(&set, focus.as_ref()).as_bytes())
+            .map_err(super::write_err)?;
+        if !trace.has_function_events() {
+            return Ok(super::finish(&trace, &[]));
+        }
+        println!();
+    }
     let mut progress = Progress::new("graph", trace.event_count());
     let cct = Cct::build(&trace, focus.as_ref(), &mut progress).map_err(|e| e.to_string())?;
     drop(progress);

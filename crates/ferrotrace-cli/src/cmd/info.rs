@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::info::Summary;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_analysis::samples;
 
 /// Arguments of `ferrotrace info`.
 #[derive(Args)]
@@ -21,34 +22,20 @@ pub struct InfoArgs {
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
     let trace = Trace::open(&args.input).map_err(|e| e.to_string())?;
-    if let Some(set) = super::samples::load(&trace)? {
-        if args.json {
-            let mut j = super::samples::report_json(&set);
-            j["pid"] = set.pid.into();
-            j["file_bytes"] = trace.file_len.into();
-            j["threads"] = set
-                .threads
-                .iter()
-                .map(|t| serde_json::json!({"tid": t.tid, "name": t.name}))
-                .collect();
-            println!("{j}");
-        } else {
-            print!("{}", super::samples::info_text(&set, trace.file_len));
-        }
-        return Ok(super::finish(&trace, &[]));
-    }
     let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
+    let set = super::samples(&trace)?;
     if args.json {
-        println!("{}", summary.to_json());
+        let mut j = summary.to_json();
+        if let Some(set) = &set {
+            let rep = samples::report(set, samples::ReportOptions::default());
+            j["samples"] = samples::report_json(set, &rep);
+        }
+        println!("{j}");
     } else {
         print!("{}", summary.to_text());
+        if let Some(set) = &set {
+            print!("{}", samples::info_text(set));
+        }
     }
-    if let Some((off, why)) = &summary.truncated {
-        eprintln!(
-            "ferrotrace: {}: truncated at byte {off} ({why}); showed the readable prefix",
-            args.input.display()
-        );
-        return Ok(ExitCode::from(1));
-    }
-    Ok(ExitCode::SUCCESS)
+    Ok(super::finish(&trace, &[]))
 }

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
-use ferrotrace_profile::{profile, CallGraph, EventSpec, ProfileConfig, Target};
+use ferrotrace_profile::{profile, EventSpec, ProfileConfig, Target};
 
 /// Arguments of `ferrotrace profile`.
 #[derive(Args)]
@@ -76,7 +76,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, String> {
     let cfg = ProfileConfig {
         events,
         frequency: parse_frequency(&args.freq).map_err(err)?,
-        call_graph: CallGraph::parse(&args.call_graph).map_err(err)?,
+        call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)
+            .map_err(err)?,
         output: args.output,
         target,
         duration: args
@@ -93,13 +94,13 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, String> {
         eprintln!("ferrotrace: warning: {w}");
     }
     eprintln!(
-        "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (symbolized in {:.0?})",
+        "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (finished in {:.0?})",
         s.output.display(),
         s.samples,
         s.threads,
         s.lost,
         s.bytes_written,
-        s.symbolization_time
+        s.finishing_time
     );
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),

@@ -93,6 +93,15 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
     };
     let stdout = std::io::stdout();
     let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    if let Some(set) = super::samples(&trace)? {
+        ferrotrace_analysis::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
+            .map_err(super::write_err)?;
+        if !trace.has_function_events() {
+            out.flush().map_err(super::write_err)?;
+            return Ok(super::finish(&trace, &[]));
+        }
+        writeln!(out).map_err(super::write_err)?;
+    }
     let mut progress = Progress::new("replay", trace.event_count());
     let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(super::write_err)?;
     out.flush().map_err(super::write_err)?;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
+use ferrotrace_analysis::samples;
 use ferrotrace_analysis::srcline;
 
 /// Arguments of `ferrotrace report`.
@@ -16,9 +17,10 @@ pub struct ReportArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
-    /// Sort by: total, self, calls, avg, min, max
-    #[arg(short = 's', long = "sort", default_value = "total", value_parser = parse_key)]
-    sort: SortKey,
+    /// Sort by: total, self, calls, avg, min, max (default: total for function calls, self for
+    /// samples, as uftrace and perf do)
+    #[arg(short = 's', long = "sort", value_parser = parse_key)]
+    sort: Option<SortKey>,
     /// One table per thread
     #[arg(long)]
     threads: bool,
@@ -31,6 +33,89 @@ pub struct ReportArgs {
     /// Show each function's file:line from the binary's debug info (when the binary is still there)
     #[arg(long)]
     srcline: bool,
+    /// Samples: charge self time to the innermost inlined function, not to the function containing it
+    #[arg(long)]
+    inline: bool,
+}
+
+/// The report of a trace's samples: sort keys, `--threads`, `--diff` and `--json` as for functions.
+fn report_samples(
+    a: &ReportArgs,
+    trace: &ferrotrace_analysis::reader::Trace,
+    set: &samples::SampleSet,
+) -> Result<(), String> {
+    let by_total = match a.sort {
+        Some(SortKey::Total) => true,
+        None | Some(SortKey::SelfTime) => false,
+        Some(other) => {
+            return Err(format!(
+                "{}: samples have no {}: sort them by self or total",
+                trace.path().display(),
+                other.name()
+            ))
+        }
+    };
+    let opts = samples::ReportOptions {
+        inline: a.inline,
+        by_total,
+    };
+    let mut text = String::new();
+    if let Some(other_path) = &a.diff {
+        let other = super::open(other_path)?;
+        let Some(other_set) = super::samples(&other)? else {
+            return Err(format!(
+                "{}: holds no samples to compare with {}",
+                other_path.display(),
+                trace.path().display()
+            ));
+        };
+        let rows = samples::diff(
+            &samples::report(set, opts),
+            &samples::report(&other_set, opts),
+        );
+        text = if a.json {
+            format!(
+                "{}\n",
+                serde_json::json!({"diff": rows.iter().map(|r| serde_json::json!({
+                    "function": r.function, "before_pct": r.before_pct, "after_pct": r.after_pct,
+                })).collect::<Vec<_>>()})
+            )
+        } else {
+            samples::diff_text(&rows)
+        };
+        super::finish(&other, &[]);
+    } else if a.threads {
+        let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        let mut json = Vec::new();
+        for tid in tids {
+            let sub = set.only_thread(tid);
+            let rep = samples::report(&sub, opts);
+            if a.json {
+                let mut j = samples::report_json(&sub, &rep);
+                j["tid"] = tid.into();
+                j["name"] = samples::thread_label(set.thread_name(tid), tid).into();
+                json.push(j);
+            } else {
+                text.push_str(&format!(
+                    "# thread {tid} ({})\n{rep}\n",
+                    samples::thread_label(set.thread_name(tid), tid)
+                ));
+            }
+        }
+        if a.json {
+            text = format!("{}\n", serde_json::json!({ "threads": json }));
+        }
+    } else {
+        let rep = samples::report(set, opts);
+        text = if a.json {
+            format!("{}\n", samples::report_json(set, &rep))
+        } else {
+            rep.to_string()
+        };
+    }
+    super::emit(None, text.as_bytes())
 }
 
 fn parse_key(s: &str) -> Result<SortKey, String> {
@@ -41,15 +126,15 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
-    if let Some(set) = super::samples::load(&trace)? {
-        let text = if a.json {
-            format!("{}\n", super::samples::report_json(&set))
-        } else {
-            ferrotrace_profile::report(&set).to_string()
-        };
-        super::samples::emit(None, text.as_bytes())?;
-        return Ok(super::finish(&trace, &[]));
+    let set = super::samples(&trace)?;
+    if let Some(set) = &set {
+        report_samples(&a, &trace, set)?;
+        if !trace.has_function_events() {
+            return Ok(super::finish(&trace, &[]));
+        }
+        println!();
     }
+    let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
     let report = Report::with_progress(&trace, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
@@ -60,9 +145,9 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         let other_report =
             Report::with_progress(&other, &mut progress).map_err(|e| e.to_string())?;
         drop(progress);
-        let rows = diff(&report, &other_report, a.sort);
+        let rows = diff(&report, &other_report, sort);
         if a.json {
-            writeln!(out, "{}", diff_json(&trace, &other, a.sort, &rows))
+            writeln!(out, "{}", diff_json(&trace, &other, sort, &rows))
                 .map_err(super::write_err)?;
         } else {
             write!(out, "{}", diff_text(&rows)).map_err(super::write_err)?;
@@ -77,10 +162,10 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         HashMap::new()
     };
     if a.json {
-        writeln!(out, "{}", report.to_json(&trace, a.sort, a.threads, &lines))
+        writeln!(out, "{}", report.to_json(&trace, sort, a.threads, &lines))
             .map_err(super::write_err)?;
     } else {
-        write!(out, "{}", report.to_text(a.sort, a.threads, &lines)).map_err(super::write_err)?;
+        write!(out, "{}", report.to_text(sort, a.threads, &lines)).map_err(super::write_err)?;
     }
     Ok(super::finish(&trace, &report.errors))
 }

@@ -1,0 +1,369 @@
+//! Addresses → names: the one symbolizer of every analysis (stacks of samples and allocations, functions
+//! of traces recorded without an embedded symbol table, `--srcline`).
+//!
+//! A module is found where the trace says it was loaded from, and is used only when its build-id matches
+//! the one recorded (a rebuilt binary would give wrong names). Debug information is looked for the way
+//! perf and gdb do, without debuginfod: in the file itself, then by build-id under
+//! `/usr/lib/debug/.build-id/`, then through `.gnu_debuglink` (beside the file, in its `.debug/`, and
+//! under `/usr/lib/debug/`). DWARF gives inlined frames and `file:line`; without DWARF the symbol table
+//! (`.symtab` of the file or of its debug file, then `.dynsym`) names the function; what stays unknown is
+//! named after its module (`libfoo.so+0x1234` for one address, `[libfoo.so]` when grouped), so that a
+//! report gets one row per module rather than one per address.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use object::{Object, ObjectSymbol, SymbolKind};
+
+use crate::reader::{demangle, Trace};
+
+/// The module id of the kernel in stacks (its addresses are absolute).
+pub const KERNEL_MODULE_PATH: &str = "[kernel.kallsyms]";
+
+/// One frame of an address: a function, or a function inlined at that address.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SymFrame {
+    /// Demangled name without hash (`myapp::parse`), or `[module]` when unknown.
+    pub function: Arc<str>,
+    /// Source file, empty when unknown.
+    pub file: Arc<str>,
+    /// Source line, 0 when unknown.
+    pub line: u32,
+    /// This function was inlined into the next (outer) frame of the same address.
+    pub inlined: bool,
+    /// Nothing named it: `function` names the module only.
+    pub unknown: bool,
+    /// A kernel frame.
+    pub kernel: bool,
+}
+
+struct ModuleSyms {
+    /// DWARF of the module (its own, or its separate debug file's).
+    dwarf: Option<addr2line::Loader>,
+    /// Function symbols, sorted by address, one per address.
+    symbols: Vec<FunctionSymbol>,
+    /// `[file name]`, for what nothing names.
+    label: Arc<str>,
+    kernel: bool,
+}
+
+/// Names addresses of a trace's modules, caching what it loaded and what it found.
+pub struct Symbolizer {
+    paths: HashMap<u32, (String, Vec<u8>)>,
+    modules: HashMap<u32, Option<ModuleSyms>>,
+    cache: HashMap<(u32, u64), Arc<[SymFrame]>>,
+    /// Where to look for separate debug files (`/usr/lib/debug`; tests may point elsewhere).
+    debug_root: PathBuf,
+    /// Modules whose file was missing or had another build-id: named after their path only.
+    pub unreadable: Vec<String>,
+}
+
+impl Symbolizer {
+    /// A symbolizer for the modules `trace` lists.
+    pub fn new(trace: &Trace) -> Symbolizer {
+        Symbolizer::for_modules(
+            trace
+                .modules
+                .iter()
+                .map(|m| (m.id, m.path.clone(), m.build_id.clone())),
+        )
+    }
+
+    /// A symbolizer for `(id, path, build-id)` modules.
+    pub fn for_modules(modules: impl IntoIterator<Item = (u32, String, Vec<u8>)>) -> Symbolizer {
+        Symbolizer {
+            paths: modules
+                .into_iter()
+                .map(|(id, path, build_id)| (id, (path, build_id)))
+                .collect(),
+            modules: HashMap::new(),
+            cache: HashMap::new(),
+            debug_root: PathBuf::from("/usr/lib/debug"),
+            unreadable: Vec::new(),
+        }
+    }
+
+    /// The frames at `address` of module `module` (module-relative: an ELF virtual address; absolute
+    /// for the kernel), innermost first: inlined functions, then the function that contains the
+    /// address. Never empty.
+    pub fn frames(&mut self, module: u32, address: u64) -> Arc<[SymFrame]> {
+        if let Some(f) = self.cache.get(&(module, address)) {
+            return f.clone();
+        }
+        if !self.modules.contains_key(&module) {
+            let loaded = self.load(module);
+            self.modules.insert(module, loaded);
+        }
+        let frames: Arc<[SymFrame]> = match self.modules.get(&module) {
+            Some(Some(m)) => lookup(m, address).into(),
+            _ => {
+                let label = self.paths.get(&module).map_or_else(
+                    || "[unknown]".to_string(),
+                    |(p, _)| format!("[{}]", file_name(p)),
+                );
+                vec![unknown_frame(label.into(), false)].into()
+            }
+        };
+        self.cache.insert((module, address), frames.clone());
+        frames
+    }
+
+    fn load(&mut self, module: u32) -> Option<ModuleSyms> {
+        let (path, build_id) = self.paths.get(&module)?.clone();
+        if path == KERNEL_MODULE_PATH {
+            return Some(ModuleSyms {
+                dwarf: None,
+                symbols: kallsyms(),
+                label: "[kernel]".into(),
+                kernel: true,
+            });
+        }
+        let label: Arc<str> = format!("[{}]", file_name(&path)).into();
+        let data = match std::fs::read(&path) {
+            Ok(d) => d,
+            Err(_) => {
+                self.unreadable.push(format!("{path}: not found"));
+                return None;
+            }
+        };
+        let obj = object::File::parse(&*data).ok()?;
+        let file_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
+        if !build_id.is_empty() && file_id.as_deref().is_some_and(|id| id != build_id) {
+            self.unreadable.push(format!(
+                "{path}: rebuilt since it was traced (build-id differs)"
+            ));
+            return None;
+        }
+        let mut symbols = function_symbols(&obj);
+        let has_dwarf = obj.section_by_name(".debug_info").is_some();
+        let debug_file = (!has_dwarf)
+            .then(|| self.separate_debug_file(Path::new(&path), &obj, file_id.as_deref()))
+            .flatten();
+        let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));
+        if let Some(df) = &debug_file {
+            // The debug file's full symbol table names static functions `.dynsym` lacks.
+            if let Ok(d) = std::fs::read(df) {
+                if let Ok(o) = object::File::parse(&*d) {
+                    symbols.extend(function_symbols(&o));
+                }
+            }
+        }
+        // One name per address: of aliases (`malloc`, `__libc_malloc`, `__GI___libc_malloc`), the
+        // one users know, as perf shows it.
+        symbols.sort_by(|a, b| a.0.cmp(&b.0).then(alias_rank(a).cmp(&alias_rank(b))));
+        symbols.dedup_by_key(|s| s.0);
+        let dwarf = (has_dwarf || debug_file.is_some())
+            .then(|| addr2line::Loader::new(&dwarf_path).ok())
+            .flatten();
+        Some(ModuleSyms {
+            dwarf,
+            symbols,
+            label,
+            kernel: false,
+        })
+    }
+
+    /// The separate debug file of `path`: by build-id, then by `.gnu_debuglink`.
+    fn separate_debug_file(
+        &self,
+        path: &Path,
+        obj: &object::File<'_>,
+        build_id: Option<&[u8]>,
+    ) -> Option<PathBuf> {
+        if let Some(id) = build_id.filter(|id| id.len() > 1) {
+            let hex: String = id.iter().map(|b| format!("{b:02x}")).collect();
+            let p = self
+                .debug_root
+                .join(".build-id")
+                .join(&hex[..2])
+                .join(format!("{}.debug", &hex[2..]));
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+        let (name, _crc) = obj.gnu_debuglink().ok().flatten()?;
+        let name = std::str::from_utf8(name).ok()?;
+        let dir = path.parent().unwrap_or(Path::new("/"));
+        let under_root = self
+            .debug_root
+            .join(dir.strip_prefix("/").unwrap_or(dir))
+            .join(name);
+        [dir.join(name), dir.join(".debug").join(name), under_root]
+            .into_iter()
+            .find(|p| p.is_file() && p != path)
+    }
+}
+
+fn file_name(path: &str) -> &str {
+    path.rsplit('/').next().unwrap_or(path)
+}
+
+fn unknown_frame(label: Arc<str>, kernel: bool) -> SymFrame {
+    SymFrame {
+        function: label,
+        file: "".into(),
+        line: 0,
+        inlined: false,
+        unknown: true,
+        kernel,
+    }
+}
+
+/// A function symbol: start, size, name, and whether it is global (exported).
+type FunctionSymbol = (u64, u64, Arc<str>, bool);
+
+fn function_symbols(obj: &object::File<'_>) -> Vec<FunctionSymbol> {
+    obj.symbols()
+        .chain(obj.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+        .filter_map(|s| {
+            Some((
+                s.address(),
+                s.size(),
+                Arc::from(s.name().ok()?),
+                s.is_global() && !s.is_weak(),
+            ))
+        })
+        .collect()
+}
+
+/// Which of several names of one address to show: a global one, then the one with the fewest leading
+/// underscores, then the shortest; the largest size wins among equals.
+fn alias_rank(s: &FunctionSymbol) -> (bool, usize, usize, std::cmp::Reverse<u64>) {
+    let underscores = s.2.len() - s.2.trim_start_matches('_').len();
+    (!s.3, underscores, s.2.len(), std::cmp::Reverse(s.1))
+}
+
+/// The symbol containing `address`: the last one starting at or before it, if the address is within
+/// its size (or it has none).
+fn symbol_at(symbols: &[FunctionSymbol], address: u64) -> Option<&str> {
+    let i = symbols.partition_point(|s| s.0 <= address);
+    let (start, size, name, _) = symbols.get(i.checked_sub(1)?)?;
+    (*size == 0 || address < start + size).then_some(name)
+}
+
+fn lookup(m: &ModuleSyms, address: u64) -> Vec<SymFrame> {
+    let mut out: Vec<SymFrame> = Vec::new();
+    if let Some(dwarf) = &m.dwarf {
+        if let Ok(mut it) = dwarf.find_frames(address) {
+            while let Ok(Some(f)) = it.next() {
+                let function: Cow<'_, str> = f
+                    .function
+                    .as_ref()
+                    .and_then(|n| n.raw_name().ok())
+                    .unwrap_or_default();
+                let (file, line) = f
+                    .location
+                    .map_or(("", 0), |l| (l.file.unwrap_or(""), l.line.unwrap_or(0)));
+                out.push(SymFrame {
+                    function: demangle(&function).into(),
+                    file: file.into(),
+                    line,
+                    inlined: true,
+                    unknown: false,
+                    kernel: false,
+                });
+            }
+        }
+    }
+    // The outermost frame is the function itself; the ones before it were inlined into it.
+    if let Some(last) = out.last_mut() {
+        last.inlined = false;
+    }
+    let symbol = symbol_at(&m.symbols, address).map(demangle);
+    match (out.last_mut(), symbol) {
+        // The function itself is named by the symbol table, as perf names it (DWARF may give an
+        // internal alias, or nothing); DWARF names what was inlined into it.
+        (Some(last), Some(s)) => last.function = s.into(),
+        (None, Some(s)) => out.push(SymFrame {
+            function: s.into(),
+            file: "".into(),
+            line: 0,
+            inlined: false,
+            unknown: false,
+            kernel: m.kernel,
+        }),
+        _ => {}
+    }
+    out.retain(|f| !f.function.is_empty());
+    if out.is_empty() {
+        out.push(unknown_frame(m.label.clone(), m.kernel));
+    }
+    if m.kernel {
+        for f in &mut out {
+            f.kernel = true;
+        }
+    }
+    out
+}
+
+/// Function symbols of the running kernel from `/proc/kallsyms` (empty without permission to see
+/// addresses).
+fn kallsyms() -> Vec<FunctionSymbol> {
+    let Ok(text) = std::fs::read_to_string("/proc/kallsyms") else {
+        return Vec::new();
+    };
+    let mut v: Vec<FunctionSymbol> = text
+        .lines()
+        .filter_map(|line| {
+            let mut it = line.split_whitespace();
+            let (a, t, name) = (it.next()?, it.next()?, it.next()?);
+            if !matches!(t, "t" | "T" | "w" | "W") {
+                return None;
+            }
+            let addr = u64::from_str_radix(a, 16).ok().filter(|&a| a != 0)?;
+            Some((addr, 0, Arc::from(name), t == "T"))
+        })
+        .collect();
+    v.sort_by_key(|x| x.0);
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn libc_is_named_from_its_separate_debug_file() {
+        // libc6-dbg (installed by scripts/setup.sh) holds libc's full symbol table and DWARF under
+        // /usr/lib/debug/.build-id; libc itself has only .dynsym, which lacks _int_malloc.
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let data = std::fs::read(libc).expect("glibc");
+        let obj = object::File::parse(&*data).unwrap();
+        let id = obj.build_id().unwrap().unwrap().to_vec();
+        let debug_syms = {
+            let s = Symbolizer::for_modules([(1, libc.to_string(), id.clone())]);
+            let p = s.separate_debug_file(Path::new(libc), &obj, Some(&id));
+            assert!(
+                p.is_some(),
+                "no debug file for {libc}: is libc6-dbg installed (scripts/setup.sh)?"
+            );
+            let d = std::fs::read(p.unwrap()).unwrap();
+            function_symbols(&object::File::parse(&*d).unwrap())
+        };
+        let addr = debug_syms
+            .iter()
+            .find(|s| &*s.2 == "_int_malloc")
+            .expect("_int_malloc in libc's debug symbols")
+            .0;
+        let mut s = Symbolizer::for_modules([(1, libc.to_string(), id)]);
+        let frames = s.frames(1, addr + 4);
+        assert_eq!(
+            &*frames.last().unwrap().function,
+            "_int_malloc",
+            "{frames:?}"
+        );
+    }
+
+    #[test]
+    fn a_module_with_another_build_id_is_not_trusted() {
+        let libc = "/lib/x86_64-linux-gnu/libc.so.6";
+        let mut s = Symbolizer::for_modules([(4, libc.to_string(), vec![1, 2, 3, 4])]);
+        let f = s.frames(4, 0x1000);
+        assert_eq!(&*f[0].function, "[libc.so.6]");
+        assert!(f[0].unknown);
+        assert_eq!(s.unreadable.len(), 1);
+    }
+}

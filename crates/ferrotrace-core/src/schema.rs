@@ -1,0 +1,784 @@
+//! Every chunk's payload, with its one encoder and its one decoder.
+//!
+//! Each type here is the content of one chunk kind (or of one entry of a chunk that lists several):
+//! [`Payload::encode`] writes it to any [`Sink`] and [`Payload::decode`] reads it back, borrowing strings
+//! from the payload, so both sides work without an allocator. Writers (the runtime's collector, the
+//! profiler, a `no_std` recorder, test builders) and the reader all go through these: a field is added
+//! in one place. Fields marked *trailing* were added after the chunk's first layout; a decoder reads them
+//! when the payload has bytes left and uses the stated default otherwise, so older writers stay readable.
+//!
+//! ```
+//! use ferrotrace_core::codec::{FieldReader, SliceSink};
+//! use ferrotrace_core::schema::{Payload, Thread};
+//!
+//! let mut buf = [0u8; 32];
+//! let mut sink = SliceSink::new(&mut buf);
+//! Thread { tid: 42, name: "worker", pid: 7 }.encode(&mut sink).unwrap();
+//! let len = sink.len();
+//! let back = Thread::decode(&mut FieldReader::new(&buf[..len])).unwrap();
+//! assert_eq!((back.tid, back.name, back.pid), (42, "worker", 7));
+//! ```
+
+use crate::codec::{put_bytes, put_str, put_varint, DecodeError, FieldReader, Full, Sink};
+use crate::format::ChunkKind;
+
+/// A chunk payload (or one entry of a list chunk) with its encoding.
+pub trait Payload<'a>: Sized {
+    /// The chunk kind this payload is written as.
+    const KIND: ChunkKind;
+    /// Appends the encoded fields to `sink`.
+    fn encode<S: Sink + ?Sized>(&self, sink: &mut S) -> Result<(), Full>;
+    /// Reads the fields from `f`.
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError>;
+}
+
+/// Reads a trailing varint, or `default` when the payload ended before it.
+fn trailing(f: &mut FieldReader<'_>, default: u64) -> Result<u64, DecodeError> {
+    if f.remaining() == 0 {
+        Ok(default)
+    } else {
+        f.varint()
+    }
+}
+
+/// How the runtime behaves when trace memory runs out, as recorded in the Session chunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    /// A traced thread waits for a free chunk; nothing is lost; the wait is recorded.
+    Lossless = 0,
+    /// A traced thread never waits; events that find no chunk are counted as lost where they happened
+    /// (also: a profiler whose kernel ring overflowed).
+    Drop = 1,
+    /// Only the newest events are kept (a ring of encoded chunks written at exit or on request).
+    Flight = 2,
+}
+
+impl Mode {
+    /// The mode with this number.
+    pub const fn from_u64(v: u64) -> Option<Mode> {
+        Some(match v {
+            0 => Mode::Lossless,
+            1 => Mode::Drop,
+            2 => Mode::Flight,
+            _ => return None,
+        })
+    }
+
+    /// The mode's name, as `--mode` spells it.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Mode::Lossless => "lossless",
+            Mode::Drop => "drop",
+            Mode::Flight => "flight",
+        }
+    }
+}
+
+/// Bits of [`Session::sources`]: what recorded the events of this trace.
+pub mod source {
+    /// Function entries and exits from patched XRay sleds.
+    pub const XRAY: u64 = 1;
+    /// Function entries and exits from calls to `mcount` (`-Zinstrument-mcount`, `gcc -pg`).
+    pub const MCOUNT: u64 = 2;
+    /// Function entries and exits from calls to `__fentry__` (`gcc -pg -mfentry`).
+    pub const FENTRY: u64 = 4;
+    /// Function entries and exits from patched NOPs (`-mnop-mcount`, `-fpatchable-function-entry`).
+    pub const PATCHABLE_NOP: u64 = 8;
+    /// Static tracepoints (`ferrotrace::tracepoint!`).
+    pub const TRACEPOINTS: u64 = 16;
+    /// Samples: timer, probes, off-CPU (a Samplers chunk says which).
+    pub const SAMPLES: u64 = 32;
+    /// Allocations and frees.
+    pub const ALLOCATIONS: u64 = 64;
+    /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
+    pub const EMBEDDED: u64 = 128;
+
+    /// The names of the bits set in `sources`, in bit order.
+    pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
+        const NAMES: [&str; 8] = [
+            "xray",
+            "mcount",
+            "fentry",
+            "patchable-nop",
+            "tracepoints",
+            "samples",
+            "allocations",
+            "embedded",
+        ];
+        NAMES
+            .into_iter()
+            .enumerate()
+            .filter(move |(i, _)| sources & (1 << i) != 0)
+            .map(|(_, n)| n)
+    }
+}
+
+/// The head of a chunk that is a plain list (Functions, Tracepoints): `v count`, then the entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Count(pub u64);
+
+impl<'a> Payload<'a> for Count {
+    /// As a head only; the chunk's kind is its entries'.
+    const KIND: ChunkKind = ChunkKind::Functions;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.0)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Count(f.varint()?))
+    }
+}
+
+/// Process metadata: the first chunk of every trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Session<'a> {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Executable path.
+    pub exe: &'a str,
+    /// Command line, arguments separated by NUL bytes.
+    pub cmdline: &'a [u8],
+    /// Wall-clock time at the start, ns since the Unix epoch.
+    pub start_realtime_ns: u64,
+    /// Version of the ferrotrace that wrote the trace.
+    pub version: &'a str,
+    /// What happens when buffers run out.
+    pub mode: Mode,
+    /// Ticks per second of the event clock, an estimate (the Clock chunks are exact); 0 if unknown.
+    pub tick_hz: u64,
+    /// What recorded the events: bits of [`source`].
+    pub sources: u64,
+}
+
+impl<'a> Payload<'a> for Session<'a> {
+    const KIND: ChunkKind = ChunkKind::Session;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.pid as u64)?;
+        put_varint(s, self.ppid as u64)?;
+        put_str(s, self.exe)?;
+        put_bytes(s, self.cmdline)?;
+        put_varint(s, self.start_realtime_ns)?;
+        put_str(s, self.version)?;
+        put_varint(s, self.mode as u64)?;
+        put_varint(s, self.tick_hz)?;
+        put_varint(s, self.sources)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Session {
+            pid: f.varint_u32()?,
+            ppid: f.varint_u32()?,
+            exe: f.str()?,
+            cmdline: f.bytes()?,
+            start_realtime_ns: f.varint()?,
+            version: f.str()?,
+            mode: Mode::from_u64(f.varint()?).ok_or(DecodeError::BadValue)?,
+            tick_hz: f.varint()?,
+            sources: f.varint()?,
+        })
+    }
+}
+
+/// A clock calibration: an event-clock reading and the system clocks read right next to it. Readers
+/// convert event timestamps to CLOCK_MONOTONIC by interpolating between the first and the last of these
+/// (see [`crate::clock::TscConverter`]); a writer whose events are stamped in nanoseconds already writes
+/// `ticks == monotonic_ns`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ClockSample {
+    /// The event clock (TSC ticks, or whatever unit the events use).
+    pub ticks: u64,
+    /// CLOCK_MONOTONIC, ns.
+    pub monotonic_ns: u64,
+    /// CLOCK_REALTIME, ns since the Unix epoch.
+    pub realtime_ns: u64,
+}
+
+impl<'a> Payload<'a> for ClockSample {
+    const KIND: ChunkKind = ChunkKind::Clock;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.ticks)?;
+        put_varint(s, self.monotonic_ns)?;
+        put_varint(s, self.realtime_ns)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(ClockSample {
+            ticks: f.varint()?,
+            monotonic_ns: f.varint()?,
+            realtime_ns: f.varint()?,
+        })
+    }
+}
+
+/// A loaded object (executable, shared library, the kernel): where its code is, so that addresses can
+/// be named.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Module<'a> {
+    /// Id that functions and stack nodes refer to; ids start at 1 (0 means "no module").
+    pub id: u32,
+    /// Load bias: runtime address − ELF virtual address (0 for stack addresses, which are stored
+    /// relative to their module already).
+    pub bias: u64,
+    /// Span of its mapped code, bytes (0 if unknown).
+    pub size: u64,
+    /// File path, or `[kernel.kallsyms]`.
+    pub path: &'a str,
+    /// GNU build-id, raw bytes (empty if none).
+    pub build_id: &'a [u8],
+}
+
+impl<'a> Payload<'a> for Module<'a> {
+    const KIND: ChunkKind = ChunkKind::Module;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.id as u64)?;
+        put_varint(s, self.bias)?;
+        put_varint(s, self.size)?;
+        put_str(s, self.path)?;
+        put_bytes(s, self.build_id)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Module {
+            id: f.varint_u32()?,
+            bias: f.varint()?,
+            size: f.varint()?,
+            path: f.str()?,
+            build_id: f.bytes()?,
+        })
+    }
+}
+
+/// One traced function of the embedded symbol table. A Functions chunk is `v count` and that many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Function<'a> {
+    /// Id as recorded in function events (1-based).
+    pub id: u32,
+    /// Module id.
+    pub module: u32,
+    /// Runtime address of its first instruction.
+    pub address: u64,
+    /// Symbol size in bytes (0 if unknown).
+    pub size: u64,
+    /// Symbol name as in the binary (mangled).
+    pub name: &'a str,
+}
+
+impl<'a> Payload<'a> for Function<'a> {
+    const KIND: ChunkKind = ChunkKind::Functions;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.id as u64)?;
+        put_varint(s, self.module as u64)?;
+        put_varint(s, self.address)?;
+        put_varint(s, self.size)?;
+        put_str(s, self.name)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Function {
+            id: f.varint_u32()?,
+            module: f.varint_u32()?,
+            address: f.varint()?,
+            size: f.varint()?,
+            name: f.str()?,
+        })
+    }
+}
+
+/// A thread, and the name it had when this chunk was written (the last one of a tid wins).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Thread<'a> {
+    /// OS thread id.
+    pub tid: u32,
+    /// Its name.
+    pub name: &'a str,
+    /// *Trailing*: its process, when a trace holds several (a profile of a program and its children);
+    /// 0 (the default) means the Session's.
+    pub pid: u32,
+}
+
+impl<'a> Payload<'a> for Thread<'a> {
+    const KIND: ChunkKind = ChunkKind::Thread;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.tid as u64)?;
+        put_str(s, self.name)?;
+        put_varint(s, self.pid as u64)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Thread {
+            tid: f.varint_u32()?,
+            name: f.str()?,
+            pid: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
+        })
+    }
+}
+
+/// The chunk number of a chunk that carries only a Lost count of a thread that never got another
+/// buffer to record it in.
+pub const LOST_ONLY_SEQ: u32 = u32::MAX;
+
+/// The head of an Events chunk: the events follow it (see [`crate::codec::EventDecoder`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EventsHeader {
+    /// The thread.
+    pub tid: u32,
+    /// The thread's chunk number: 0, 1, 2, ... in the order it filled them ([`LOST_ONLY_SEQ`]: a Lost
+    /// count only).
+    pub seq: u32,
+    /// The time the first event's delta is taken against.
+    pub base_ticks: u64,
+    /// Events that follow.
+    pub count: u64,
+}
+
+impl<'a> Payload<'a> for EventsHeader {
+    const KIND: ChunkKind = ChunkKind::Events;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.tid as u64)?;
+        put_varint(s, self.seq as u64)?;
+        put_varint(s, self.base_ticks)?;
+        put_varint(s, self.count)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(EventsHeader {
+            tid: f.varint_u32()?,
+            seq: f.varint_u32()?,
+            base_ticks: f.varint()?,
+            count: f.varint()?,
+        })
+    }
+}
+
+/// Why a trace ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EndReason {
+    /// The program exited (or the recording was finished on request).
+    Exit = 0,
+    /// The program was ended by a signal.
+    Signal = 1,
+}
+
+/// The last chunk of a complete trace: what the writer wrote, so a reader can tell a complete trace from
+/// one that lost chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct End {
+    /// Why it ended.
+    pub reason: EndReason,
+    /// The signal, with [`EndReason::Signal`].
+    pub signal: u32,
+    /// Events the writer received (in flight mode, more than the file keeps: see `dropped_chunks`).
+    pub events: u64,
+    /// Events lost (no buffer in drop mode; samples the kernel dropped).
+    pub lost: u64,
+    /// Chunks before this one: the End chunk's own `seq`.
+    pub chunks: u32,
+    /// Events chunks a flight ring dropped to keep the newest (their events are in `events`).
+    pub dropped_chunks: u64,
+    /// Events in the chunks that were dropped.
+    pub dropped_events: u64,
+    /// The program's exit code, when the writer saw it.
+    pub exit_code: Option<i32>,
+    /// Stacks whose unwinding stopped early (samples, allocations).
+    pub unwind_errors: u64,
+}
+
+impl<'a> Payload<'a> for End {
+    const KIND: ChunkKind = ChunkKind::End;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.reason as u64)?;
+        put_varint(s, self.signal as u64)?;
+        put_varint(s, self.events)?;
+        put_varint(s, self.lost)?;
+        put_varint(s, self.chunks as u64)?;
+        put_varint(s, self.dropped_chunks)?;
+        put_varint(s, self.dropped_events)?;
+        put_varint(s, self.exit_code.map_or(0, |c| c as u32 as u64 + 1))?;
+        put_varint(s, self.unwind_errors)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        let reason = match f.varint()? {
+            0 => EndReason::Exit,
+            1 => EndReason::Signal,
+            _ => return Err(DecodeError::BadValue),
+        };
+        Ok(End {
+            reason,
+            signal: f.varint_u32()?,
+            events: f.varint()?,
+            lost: f.varint()?,
+            chunks: f.varint_u32()?,
+            dropped_chunks: f.varint()?,
+            dropped_events: f.varint()?,
+            exit_code: match f.varint()? {
+                0 => None,
+                c => Some(u32::try_from(c - 1).map_err(|_| DecodeError::BadValue)? as i32),
+            },
+            unwind_errors: f.varint()?,
+        })
+    }
+}
+
+/// A tracepoint descriptor. A Tracepoints chunk is `v count` and that many.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TracepointDesc<'a> {
+    /// Id in the tag of Tracepoint events (1-based).
+    pub id: u32,
+    /// `crate::name`.
+    pub name: &'a str,
+    /// Arguments, `name:type,name:type` (see [`crate::tracepoint::arg_specs`]).
+    pub args: &'a str,
+    /// Display format, empty when none.
+    pub format: &'a str,
+    /// Source file of the declaration.
+    pub file: &'a str,
+    /// Its line.
+    pub line: u32,
+}
+
+impl<'a> Payload<'a> for TracepointDesc<'a> {
+    const KIND: ChunkKind = ChunkKind::Tracepoints;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.id as u64)?;
+        put_str(s, self.name)?;
+        put_str(s, self.args)?;
+        put_str(s, self.format)?;
+        put_str(s, self.file)?;
+        put_varint(s, self.line as u64)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(TracepointDesc {
+            id: f.varint_u32()?,
+            name: f.str()?,
+            args: f.str()?,
+            format: f.str()?,
+            file: f.str()?,
+            line: f.varint_u32()?,
+        })
+    }
+}
+
+/// How the stacks of samples were taken.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+pub enum CallGraph {
+    /// No stacks.
+    None = 0,
+    /// Frame pointers, walked by the kernel.
+    #[default]
+    FramePointers = 1,
+    /// DWARF CFI, unwound from a copy of the user stack while recording.
+    Dwarf = 2,
+}
+
+/// What a sampler samples on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SamplerKind {
+    /// A timer (cpu-clock): weight = nanoseconds of CPU time the sample stands for.
+    CpuClock = 0,
+    /// A uprobe hit: weight = 1.
+    Uprobe = 1,
+    /// A kernel tracepoint hit: weight = 1.
+    Tracepoint = 2,
+    /// Time off the CPU, ending at a context switch back in: weight = nanoseconds off the CPU.
+    OffCpu = 3,
+}
+
+impl SamplerKind {
+    /// The kind with this number.
+    pub const fn from_u64(v: u64) -> Option<SamplerKind> {
+        Some(match v {
+            0 => SamplerKind::CpuClock,
+            1 => SamplerKind::Uprobe,
+            2 => SamplerKind::Tracepoint,
+            3 => SamplerKind::OffCpu,
+            _ => return None,
+        })
+    }
+
+    /// True when the weight of its samples is nanoseconds (else: a count of hits).
+    pub const fn weighs_time(self) -> bool {
+        matches!(self, SamplerKind::CpuClock | SamplerKind::OffCpu)
+    }
+}
+
+/// The head of a Samplers chunk: `v call_graph, v frequency, v count`, then `count` [`Sampler`]s, whose
+/// position is the `sampler` field of Sample events.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SamplersHeader {
+    /// How stacks were taken.
+    pub call_graph: CallGraph,
+    /// Timer frequency in Hz (0 if no timer).
+    pub frequency: u32,
+    /// Samplers that follow.
+    pub count: u32,
+}
+
+impl<'a> Payload<'a> for SamplersHeader {
+    const KIND: ChunkKind = ChunkKind::Samplers;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.call_graph as u64)?;
+        put_varint(s, self.frequency as u64)?;
+        put_varint(s, self.count as u64)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(SamplersHeader {
+            call_graph: match f.varint()? {
+                0 => CallGraph::None,
+                1 => CallGraph::FramePointers,
+                2 => CallGraph::Dwarf,
+                _ => return Err(DecodeError::BadValue),
+            },
+            frequency: f.varint_u32()?,
+            count: f.varint_u32()?,
+        })
+    }
+}
+
+/// One sampler.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Sampler<'a> {
+    /// What it samples on.
+    pub kind: SamplerKind,
+    /// How the user spelled it: `cpu-clock`, `uprobe:/lib/x86_64-linux-gnu/libc.so.6:malloc`,
+    /// `sched:sched_switch`, `off-cpu`.
+    pub spelling: &'a str,
+}
+
+impl<'a> Payload<'a> for Sampler<'a> {
+    const KIND: ChunkKind = ChunkKind::Samplers;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.kind as u64)?;
+        put_str(s, self.spelling)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Sampler {
+            kind: SamplerKind::from_u64(f.varint()?).ok_or(DecodeError::BadValue)?,
+            spelling: f.str()?,
+        })
+    }
+}
+
+/// The head of a Stacks chunk: `v first_id, v count`, then `count` [`StackNode`]s with ids
+/// `first_id, first_id + 1, ...`. Ids are dense from 0 across all Stacks chunks of a trace; a node's
+/// parent always has a smaller id, so a reader that meets a node knows its whole stack.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StacksHeader {
+    /// Id of the first node that follows.
+    pub first_id: u32,
+    /// Nodes that follow.
+    pub count: u32,
+}
+
+impl<'a> Payload<'a> for StacksHeader {
+    const KIND: ChunkKind = ChunkKind::Stacks;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.first_id as u64)?;
+        put_varint(s, self.count as u64)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(StacksHeader {
+            first_id: f.varint_u32()?,
+            count: f.varint_u32()?,
+        })
+    }
+}
+
+/// One frame of an interned stack: an address, called from the stack `parent`. A sample's or an
+/// allocation's stack is its node and the chain of parents, innermost first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct StackNode {
+    /// The caller's node, `None` for an outermost frame.
+    pub parent: Option<u32>,
+    /// Module the address is in (0: unknown, the address is absolute).
+    pub module: u32,
+    /// The address, relative to its module (an ELF virtual address, comparable with its symbol
+    /// table). The innermost node holds the sampled instruction; the others hold return addresses.
+    pub address: u64,
+}
+
+impl<'a> Payload<'a> for StackNode {
+    const KIND: ChunkKind = ChunkKind::Stacks;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.parent.map_or(0, |p| p as u64 + 1))?;
+        put_varint(s, self.module as u64)?;
+        put_varint(s, self.address)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(StackNode {
+            parent: match f.varint_u32()? {
+                0 => None,
+                p => Some(p - 1),
+            },
+            module: f.varint_u32()?,
+            address: f.varint()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    extern crate std;
+    use super::*;
+    use std::vec::Vec;
+
+    fn round_trip<'a, P: Payload<'a> + PartialEq + core::fmt::Debug>(p: &P, buf: &'a mut Vec<u8>) {
+        p.encode(buf).unwrap();
+        let mut f = FieldReader::new(buf);
+        assert_eq!(&P::decode(&mut f).unwrap(), p);
+        assert_eq!(f.remaining(), 0);
+    }
+
+    #[test]
+    fn every_payload_round_trips() {
+        round_trip(
+            &Session {
+                pid: 1,
+                ppid: 2,
+                exe: "/bin/x",
+                cmdline: b"x\0-v",
+                start_realtime_ns: 3,
+                version: "0.1",
+                mode: Mode::Flight,
+                tick_hz: 2_445_000_000,
+                sources: source::MCOUNT | source::SAMPLES,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &ClockSample {
+                ticks: 9,
+                monotonic_ns: 8,
+                realtime_ns: 7,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Module {
+                id: 1,
+                bias: 0x5555_0000_0000,
+                size: 4096,
+                path: "/bin/x",
+                build_id: &[1, 2, 3],
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Function {
+                id: 3,
+                module: 1,
+                address: 0x1000,
+                size: 64,
+                name: "_RNv",
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Thread {
+                tid: 5,
+                name: "main",
+                pid: 0,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &EventsHeader {
+                tid: 5,
+                seq: LOST_ONLY_SEQ,
+                base_ticks: 1 << 40,
+                count: 4096,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &End {
+                reason: EndReason::Signal,
+                signal: 15,
+                events: 100,
+                lost: 2,
+                chunks: 17,
+                dropped_chunks: 3,
+                dropped_events: 40,
+                exit_code: Some(-1),
+                unwind_errors: 1,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &TracepointDesc {
+                id: 1,
+                name: "app::open",
+                args: "path:str",
+                format: "{path}",
+                file: "src/main.rs",
+                line: 10,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &SamplersHeader {
+                call_graph: CallGraph::Dwarf,
+                frequency: 999,
+                count: 2,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Sampler {
+                kind: SamplerKind::OffCpu,
+                spelling: "off-cpu",
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &StacksHeader {
+                first_id: 100,
+                count: 2,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &StackNode {
+                parent: Some(0),
+                module: 2,
+                address: 0x4321,
+            },
+            &mut Vec::new(),
+        );
+    }
+
+    #[test]
+    fn a_thread_without_its_trailing_pid_reads_as_the_sessions() {
+        let mut p = Vec::new();
+        put_varint(&mut p, 9).unwrap();
+        put_str(&mut p, "old").unwrap();
+        let t = Thread::decode(&mut FieldReader::new(&p)).unwrap();
+        assert_eq!((t.tid, t.name, t.pid), (9, "old", 0));
+    }
+
+    #[test]
+    fn source_names_follow_the_bits() {
+        let v: Vec<_> = source::names(source::XRAY | source::ALLOCATIONS).collect();
+        assert_eq!(v, ["xray", "allocations"]);
+    }
+}
