@@ -319,3 +319,91 @@ fn flight_dump_holds_the_partly_filled_chunks_once() {
     assert!(t.end.is_some());
     assert_eq!(per_thread(&t), all, "nothing written twice at the end");
 }
+
+/// SIGKILL (or the OOM killer) gives the program no chance to finish its trace: `record` recovers the
+/// events it had recorded and not written from the chunk pool the program shares with it, and the
+/// trace says how the program died. Two ways, each several times: killed while its threads record as
+/// fast as they can (every call the program counted is in the trace, and at most the one the kill cut
+/// short besides), and killed once its counted calls are done while it keeps recording other calls
+/// (exactly the counted calls). Before, the unfinished chunk of every thread was lost.
+#[test]
+fn sigkill_loses_nothing_the_program_recorded() {
+    let dir = scratch("sigkill");
+    let counts = dir.join("counts");
+    for (busy, runs) in [(true, 8), (false, 8)] {
+        for run in 0..runs {
+            let _ = std::fs::remove_file(&counts);
+            let trace = dir.join("trace.data");
+            let calls: u64 = if busy { 0 } else { CALLS };
+            let mut cmd = ferrotrace();
+            cmd.args(["record", "-F", "counted_leaf|spin_leaf", "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(testprog("counted"))
+                .arg(THREADS.to_string())
+                .arg(&counts)
+                .arg(calls.to_string());
+            if busy {
+                cmd.arg("busy");
+            }
+            let child = cmd.process_group(0).stderr(Stdio::piped()).spawn().unwrap();
+            // Busy: well past the first chunks (4,096 records each), at a different point every run.
+            let enough = if busy { 50_000 + 7_919 * run } else { CALLS };
+            let start = Instant::now();
+            let pid = loop {
+                let c = read_counts(&counts);
+                if c.len() == 1 + THREADS && c[1..].iter().all(|&n| n >= enough) {
+                    break c[0] as i32;
+                }
+                assert!(
+                    start.elapsed() < Duration::from_secs(30),
+                    "the program did not run"
+                );
+                std::thread::sleep(Duration::from_micros(200));
+            };
+            kill(pid, 9);
+            let out = child.wait_with_output().unwrap();
+            let what = format!("busy={busy} run {run}: {}", text(&out.stderr));
+            assert_eq!(out.status.code(), Some(137), "{what}");
+            let counts = read_counts(&counts);
+            let t = Trace::open(&trace).unwrap();
+            assert!(t.end.is_none(), "{what}");
+            let salvage = t
+                .salvage
+                .unwrap_or_else(|| panic!("{what}: no Salvage chunk"));
+            assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{what}");
+            assert!(salvage.chunks >= THREADS as u64, "{what}: {salvage:?}");
+            assert!(
+                t.truncation.is_none() && t.problems.is_empty(),
+                "{what}: {:?} {:?}",
+                t.truncation,
+                t.problems
+            );
+            let counted = calls_by_thread(&t, "counted::counted_leaf");
+            for i in 0..THREADS {
+                let name = format!("w{i}");
+                let (entries, exits) = counted.get(&name).copied().unwrap_or_default();
+                let c = counts[1 + i];
+                if busy {
+                    assert!(
+                        c <= exits && exits <= entries && entries <= c + 1,
+                        "{what}: thread {name} counted {c} calls, the trace has {entries} entries and {exits} exits"
+                    );
+                } else {
+                    assert_eq!((entries, exits), (c, c), "{what}: thread {name}");
+                }
+            }
+            let info = ft(&["info", "-i", trace.to_str().unwrap()]);
+            assert!(info.status.success(), "{what}: {}", text(&info.stderr));
+            let expected = format!(
+                "killed by SIGKILL: {} unfinished chunks recovered",
+                salvage.chunks
+            );
+            assert!(
+                text(&info.stdout).contains(&expected),
+                "{what}: {}",
+                text(&info.stdout)
+            );
+        }
+    }
+}

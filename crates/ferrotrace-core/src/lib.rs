@@ -14,6 +14,8 @@
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
+//! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
+//!   not written;
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
 //!   profiler;
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
@@ -57,6 +59,7 @@ pub mod format;
 pub mod output;
 pub mod record;
 pub mod schema;
+pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;

@@ -101,3 +101,25 @@ pub const RUNTIME_VAR: &str = "FERROTRACE_RUNTIME";
 pub fn requested_runtime() -> Option<OsString> {
     std::env::var_os(RUNTIME_VAR)
 }
+
+/// The memfd through which `ferrotrace record` shares the chunk pool (`FERROTRACE_SHARED_FD`), taken
+/// once, at start: the variable is removed and the descriptor closed on `exec`, so that the programs this
+/// one starts never see it. `None` when absent, or when the number does not name record's memfd (a
+/// descriptor the program opened under that number is never touched).
+pub fn take_shared_fd() -> Option<i32> {
+    let value = std::env::var(ferrotrace_core::shared::FD_VAR).ok();
+    let name = std::ffi::CString::new(ferrotrace_core::shared::FD_VAR).unwrap_or_default();
+    // SAFETY: called from the ELF constructor, before the program starts threads of its own.
+    unsafe { libc::unsetenv(name.as_ptr()) };
+    let fd: i32 = value?.parse().ok()?;
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    if !target
+        .to_string_lossy()
+        .starts_with(&format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME))
+    {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor that is open (read_link found it).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(fd)
+}

@@ -45,20 +45,12 @@ fn write_overflow_message() {
         buf[n..n + k].copy_from_slice(&b[..k]);
         n += k;
     };
-    // SAFETY: gettid, getpid and prctl(PR_GET_NAME) are async-signal-safe; the name buffer is 17 bytes.
+    // SAFETY: gettid and getpid are async-signal-safe, as is the name's prctl.
     let (tid, pid, name) = unsafe {
-        let mut name = [0u8; 17];
-        libc::prctl(
-            libc::PR_GET_NAME,
-            name.as_mut_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
         (
             libc::syscall(libc::SYS_gettid) as u32,
             libc::getpid() as u32,
-            name,
+            crate::thread::thread_name_bytes(),
         )
     };
     put(b"\nthread '");
@@ -123,7 +115,7 @@ pub struct TerminatingBlocked(libc::sigset_t);
 
 impl TerminatingBlocked {
     /// Blocks them now.
-    pub fn new() -> TerminatingBlocked {
+    pub fn now() -> TerminatingBlocked {
         let set = terminating_set();
         // SAFETY: pthread_sigmask with valid sets; the old mask is kept to restore.
         unsafe {
@@ -136,7 +128,7 @@ impl TerminatingBlocked {
 
 impl Drop for TerminatingBlocked {
     fn drop(&mut self) {
-        // SAFETY: restoring the mask saved by `new`.
+        // SAFETY: restoring the mask saved by `now`.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
     }
 }

@@ -1,7 +1,7 @@
 //! The runtime's global state: start-up, the metadata channel, and the end of the trace.
 
 use std::io::BufWriter;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -146,7 +146,7 @@ impl Runtime {
         // A terminating signal arriving on this thread now would run its handler in the middle of
         // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
         // handler they are blocked already, by the handler's mask.)
-        let _blocked = crate::exit::TerminatingBlocked::new();
+        let _blocked = crate::exit::TerminatingBlocked::now();
         if self.finished.swap(true, Ordering::AcqRel) {
             let start = Instant::now();
             while !self.finish_over.load(Ordering::Acquire)
@@ -248,7 +248,7 @@ fn is_secure_execution() -> bool {
 /// Starts the runtime if the environment asks this copy to, printing one line on failure. Called from
 /// the ELF constructors of both copies; only one of them proceeds.
 ///
-/// A privileged process (setuid, setgid, capabilities: [`is_secure_execution`]) stays dormant and reads
+/// A privileged process (setuid, setgid, capabilities: `getauxval(AT_SECURE)`) stays dormant and reads
 /// no `FERROTRACE_*` variable at all: its environment comes from a user it must not obey, who could
 /// otherwise make it write a trace over any file (`FERROTRACE_OUTPUT`).
 pub fn start_from_env(role: Role) {
@@ -326,14 +326,8 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
 
 /// A calibration chunk payload.
 pub fn clock_payload() -> Vec<u8> {
-    let (pair, real) = clock::calibration_pair();
     let mut p = Vec::new();
-    let _ = schema::ClockSample {
-        ticks: pair.tsc,
-        monotonic_ns: pair.mono_ns,
-        realtime_ns: real,
-    }
-    .encode(&mut p);
+    let _ = ferrotrace_core::clock::tsc_clock_sample().encode(&mut p);
     p
 }
 
@@ -347,6 +341,7 @@ fn estimate_tsc_hz() -> u64 {
 
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
+    let shared_fd = crate::config::take_shared_fd();
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
@@ -375,7 +370,14 @@ fn start(role: Role) -> Result<(), String> {
             found.total_functions
         );
     }
-    let pool = new_pool(&config)?;
+    let start_realtime = clock::realtime_ns();
+    // Only the process `record` started shares its pool: processes it starts write traces of their
+    // own, which record does not watch.
+    let pool = new_pool(
+        &config,
+        shared_fd.filter(|_| !started_by_traced),
+        start_realtime,
+    )?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
         .module_payloads()
         .into_iter()
@@ -383,7 +385,7 @@ fn start(role: Role) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
-    let writer = open_trace(&config, &path, &header)?;
+    let writer = open_trace(&config, &path, &header, start_realtime)?;
     let rt = launch(
         Runtime::new(config, pool, known, role, header),
         writer,
@@ -397,21 +399,26 @@ fn start(role: Role) -> Result<(), String> {
     Ok(())
 }
 
-fn new_pool(config: &Config) -> Result<Pool, String> {
-    match config.mode {
+/// The chunk pool, in the memfd `shared` when record gave one (the trace started at `start_realtime`).
+fn new_pool(config: &Config, shared: Option<i32>, start_realtime: u64) -> Result<Pool, String> {
+    let count = match config.mode {
         // The flight ring holds encoded events; the pool only needs to keep up with the collector.
-        Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size),
-        _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size),
+        Mode::Flight => (4 << 20) / config.chunk_size,
+        _ => config.buffer_size / config.chunk_size,
+    };
+    match shared {
+        Some(fd) => Pool::in_shared(fd, config.chunk_size, count, start_realtime),
+        None => Pool::new(config.chunk_size, count),
     }
 }
 
 /// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.
 fn open_trace(
     config: &Config,
-    path: &PathBuf,
+    path: &Path,
     header: &[(ChunkKind, Vec<u8>)],
+    start_realtime: u64,
 ) -> Result<Writer, String> {
-    let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
     // A new file, 0600, never through a link nor over a file that is not a trace (an old trace is
     // kept as FILE.old): see ferrotrace_core::output.
@@ -525,8 +532,9 @@ pub fn restart_in_forked_child() {
     let (header, known) = (header.clone(), known.clone());
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
-    let started = new_pool(&config).and_then(|pool| {
-        let writer = open_trace(&config, &path, &header)?;
+    let start_realtime = clock::realtime_ns();
+    let started = new_pool(&config, None, start_realtime).and_then(|pool| {
+        let writer = open_trace(&config, &path, &header, start_realtime)?;
         launch(
             Runtime::new(config, pool, known, parent.role, header),
             writer,
@@ -548,9 +556,10 @@ pub fn restart_in_forked_child() {
 #[cfg(test)]
 pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
     trampoline::init_tls_offset();
-    let pool = new_pool(&config).expect("pool");
+    let start_realtime = clock::realtime_ns();
+    let pool = new_pool(&config, None, start_realtime).expect("pool");
     let path = config.output.clone();
-    let writer = open_trace(&config, &path, &[]).expect("trace file");
+    let writer = open_trace(&config, &path, &[], start_realtime).expect("trace file");
     let rt = launch(
         Runtime::new(
             config,

@@ -62,6 +62,8 @@ struct SlotState {
     waited_ns: u64,
     /// Records of the current chunk that a flight-mode dump has written already.
     dumped: u32,
+    /// The thread's name at registration, for the shared chunk descriptors.
+    name: [u8; 16],
     alive: bool,
     stopped: bool,
 }
@@ -285,6 +287,12 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         put(*p);
     }
     st.chunk = Some(index);
+    if let Some(d) = rt.pool.descriptor(index) {
+        // Read now, after the chunk was taken: every record the thread writes from here on is newer,
+        // everything an earlier owner left in the chunk older (ferrotrace_core::shared).
+        let epoch = crate::clock::rdtsc();
+        d.own(st.tid, st.seq, n as u32, epoch, &st.name);
+    }
     // SAFETY: n <= cap.
     h.cursor.store(unsafe { start.add(n) }, Ordering::Relaxed);
     h.end.store(unsafe { start.add(cap) }, Ordering::Relaxed);
@@ -377,6 +385,9 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         skip: std::mem::take(&mut st.dumped),
     };
     st.seq = st.seq.wrapping_add(1);
+    if let Some(d) = rt.pool.descriptor(index) {
+        d.queue(chunk.seq, chunk.len, chunk.skip);
+    }
     if rt.pool.full.push(chunk).is_err() {
         // Cannot happen: the queue holds every chunk there is. Keep the chunk rather than lose memory.
         rt.pool.free.push(index);
@@ -391,8 +402,9 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// The calling thread's name (prctl PR_GET_NAME).
-pub fn current_thread_name() -> String {
+/// The calling thread's name as the kernel keeps it (prctl PR_GET_NAME): up to 16 bytes, NUL-padded.
+/// Async-signal-safe.
+pub fn thread_name_bytes() -> [u8; 16] {
     let mut buf = [0u8; 17];
     // SAFETY: PR_GET_NAME writes at most 16 bytes plus NUL into the buffer.
     unsafe {
@@ -404,6 +416,14 @@ pub fn current_thread_name() -> String {
             0,
         )
     };
+    let mut name = [0u8; 16];
+    name.copy_from_slice(&buf[..16]);
+    name
+}
+
+/// The calling thread's name.
+pub fn current_thread_name() -> String {
+    let buf = thread_name_bytes();
     let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
@@ -416,6 +436,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         return None;
     }
     let tid = gettid();
+    let name = thread_name_bytes();
     let fresh = || SlotState {
         tid,
         hot: HOT.with(|h| h as *const Hot),
@@ -424,6 +445,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         lost: 0,
         waited_ns: 0,
         dumped: 0,
+        name,
         alive: true,
         stopped: false,
     };
@@ -613,6 +635,9 @@ pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Recor
             write(st.tid, st.seq, &records[from..]);
             st.seq = st.seq.wrapping_add(1);
             st.dumped = upto as u32;
+            if let Some(d) = rt.pool.descriptor(index) {
+                d.dumped(st.seq, st.dumped);
+            }
         }
     }
 }

@@ -398,12 +398,17 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         let end = hot.end.load(Ordering::Relaxed);
         if (end as usize).saturating_sub(cur as usize) > slots * 16 && !cur.is_null() {
             // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above).
+            // The payload first, then the record's word, then its timestamp (volatile: in that
+            // order), so that a process killed in the middle leaves no whole-looking record with a
+            // half-written payload (ferrotrace_core::record::Record).
             unsafe {
-                cur.write(rec);
                 if slots > 0 {
                     cur.add(slots).write(Record::default());
                 }
                 write(cur.add(1) as *mut u8);
+                core::sync::atomic::compiler_fence(Ordering::Release);
+                core::ptr::write_volatile(&raw mut (*cur).word, rec.word);
+                core::ptr::write_volatile(&raw mut (*cur).tsc, rec.tsc);
                 hot.cursor.store(cur.add(1 + slots), Ordering::Release);
             }
         } else {

@@ -142,8 +142,10 @@ core::arch::global_asm!(
     // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
     // shared with the collector that read them, and a program that fences waits for the upgrade.
     "  prefetchw [rdx + 256]",
-    "  mov qword ptr [rdx], rax",
+    // The word before the timestamp: a record cut in half by a SIGKILL keeps the slot's old time, and
+    // `record`'s salvage of the shared chunk pool stops there (ferrotrace_core::shared).
     "  mov qword ptr [rdx + 8], r10",
+    "  mov qword ptr [rdx], rax",
     "  add rdx, 16",
     "  mov qword ptr fs:[r11], rdx",
     "  .ifnb \\keep_r11",
@@ -183,8 +185,8 @@ core::arch::global_asm!(
     "  cmp rdi, qword ptr fs:[r11 + 8]",
     "  jae 2f",
     "  prefetchw [rdi + 256]",
-    "  mov qword ptr [rdi], rax",
     "  mov qword ptr [rdi + 8], r10",
+    "  mov qword ptr [rdi], rax",
     "  add rdi, 16",
     "  mov qword ptr fs:[r11], rdi",
     "  mov rax, rcx",
