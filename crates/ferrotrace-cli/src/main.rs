@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd;
 mod elf;
+mod pool;
 mod relay;
 
 #[derive(Parser)]

@@ -5,7 +5,13 @@
 //! signal sent to `record` alone must reach the program; one the program gets anyway must not reach it
 //! twice: a program that shuts down gracefully on its first SIGTERM and at once on the second would
 //! behave differently under the tracer. A signal is not passed on when the kernel sent it (a terminal
-//! signals its whole foreground process group) or the program itself did.
+//! signals its whole foreground process group), when the program itself did, or when the program's
+//! runtime says it arrived there too: the runtime notes each arrival of these signals in the memory it
+//! shares with `record` (`ferrotrace_core::shared::Signals`), through its own handlers and, in programs
+//! it is preloaded into, through the one it puts in front of a handler the program installs. The relay
+//! waits up to [`WAIT`] for that note, so a signal sent to `record` alone reaches the program that much
+//! later. Where the runtime cannot see the arrivals (a program that links the runtime and installs its
+//! own handler), the signal is passed on.
 //!
 //! How: the [`RELAYED`] signals are blocked in `record` before the program starts, so none can end
 //! `record` (which must outlive the program to finish its trace), and unblocked again in the forked child
@@ -14,17 +20,12 @@
 //! as it is not reaped (a pid could be reused after).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::time::{Duration, Instant};
 
-/// The signals `record` passes on (the terminal's job-control and termination signals and the two
-/// user signals; SIGUSR2 makes a flight-mode program write its ring).
-pub const RELAYED: [libc::c_int; 6] = [
-    libc::SIGHUP,
-    libc::SIGINT,
-    libc::SIGQUIT,
-    libc::SIGTERM,
-    libc::SIGUSR1,
-    libc::SIGUSR2,
-];
+pub use ferrotrace_core::shared::RELAYED;
+
+/// How long the relay waits for the program's runtime to note that a signal arrived there too.
+pub const WAIT: Duration = Duration::from_millis(100);
 
 fn relayed_set() -> libc::sigset_t {
     // SAFETY: sigemptyset/sigaddset on a local set.
@@ -72,8 +73,38 @@ fn reached_the_program_anyway(info: &libc::siginfo_t, child: libc::pid_t) -> boo
     !user_sent || unsafe { info.si_pid() } == child
 }
 
-/// Starts the relay thread for the program `child` (a child of ours, not reaped yet).
-pub fn start(child: libc::pid_t) -> Result<(), String> {
+/// Whether the program's runtime noted the arrival of `sig` close to `received` (CLOCK_MONOTONIC ns,
+/// when it reached us), waiting up to [`WAIT`] for it. False when the runtime does not see this
+/// signal's arrivals (then it is passed on).
+fn arrived_there_too(pool: Option<&OwnedFd>, sig: i32, received: u64) -> bool {
+    let Some(map) = pool.and_then(crate::pool::Mapped::new) else {
+        return false;
+    };
+    let Ok(area) = ferrotrace_core::shared::Area::new(map.bytes()) else {
+        return false;
+    };
+    let signals = area.signals();
+    if !signals.is_observed(sig) {
+        return false;
+    }
+    // A signal to the whole group reaches both within microseconds; one the program got half a second
+    // ago is another signal.
+    let since = received.saturating_sub(50_000_000);
+    let start = Instant::now();
+    loop {
+        if signals.last_arrival(sig) >= since {
+            return true;
+        }
+        if start.elapsed() > WAIT {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Starts the relay thread for the program `child` (a child of ours, not reaped yet), whose runtime
+/// shares `pool` with us (if it does).
+pub fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), String> {
     // SAFETY: pidfd_open on our own unreaped child; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as i32;
     if fd < 0 {
@@ -81,6 +112,10 @@ pub fn start(child: libc::pid_t) -> Result<(), String> {
     }
     // SAFETY: a fresh descriptor that we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let pool = pool
+        .map(|p| p.try_clone())
+        .transpose()
+        .map_err(|e| format!("dup: {e}"))?;
     std::thread::Builder::new()
         .name("signal relay".into())
         .spawn(move || {
@@ -92,7 +127,10 @@ pub fn start(child: libc::pid_t) -> Result<(), String> {
                 if sig < 0 {
                     continue; // EINTR
                 }
-                if reached_the_program_anyway(&info, child) {
+                let received = ferrotrace_core::clock::monotonic_ns();
+                if reached_the_program_anyway(&info, child)
+                    || arrived_there_too(pool.as_ref(), sig, received)
+                {
                     continue;
                 }
                 // SAFETY: pidfd_send_signal with our pidfd; it fails (ESRCH) once the program is gone.

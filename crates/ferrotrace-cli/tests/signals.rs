@@ -407,3 +407,63 @@ fn sigkill_loses_nothing_the_program_recorded() {
         }
     }
 }
+/// A program with its own handlers gets each signal once: `record` passes on what is sent to it alone,
+/// and not what the program got anyway from a signal to the whole group (`timeout`, a terminal, a
+/// service manager), which it used to deliver a second time. The program installs its handlers with
+/// `signal()`; the preloaded runtime notes their arrivals for record's relay.
+#[test]
+fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
+    use std::io::BufRead;
+    let dir = scratch("signals_once");
+    let cases: [(&str, i32, &str); 5] = [
+        ("group", 15, "TERM=1 HUP=0 USR1=0"),
+        ("record", 15, "TERM=1 HUP=0 USR1=0"),
+        ("group", 1, "TERM=0 HUP=1 USR1=0"),
+        ("record", 10, "TERM=0 HUP=0 USR1=1"),
+        ("timeout", 15, "TERM=1 HUP=0 USR1=0"),
+    ];
+    // Each case a few times: a duplicate that arrives while the first is still pending merges with it,
+    // so a single run can miss it.
+    for (target, sig, expected) in cases.into_iter().flat_map(|c| [c; 4]) {
+        let trace = dir.join("trace.data");
+        let mut cmd = if target == "timeout" {
+            let mut c = Command::new("timeout");
+            c.arg("2").arg(env!("CARGO_BIN_EXE_ferrotrace"));
+            c.env("FERROTRACE_PRELOAD", preload());
+            c
+        } else {
+            let mut c = ferrotrace();
+            c.process_group(0);
+            c
+        };
+        let mut child = cmd
+            .args(["record", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(testprog("ending"))
+            .arg("count-signals")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        stdout.read_line(&mut line).unwrap();
+        assert_eq!(line.trim(), "ready");
+        let pid = child.id() as i32;
+        match target {
+            "group" => kill(-pid, sig),
+            "record" => kill(pid, sig),
+            _ => {} // timeout sends SIGTERM to record, then to its whole group
+        }
+        line.clear();
+        stdout.read_line(&mut line).unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            line.trim(),
+            expected,
+            "signal {sig} to {target}: {}",
+            text(&out.stderr)
+        );
+    }
+}

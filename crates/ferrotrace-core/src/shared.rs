@@ -8,6 +8,8 @@
 //!
 //! ```text
 //! offset 0        Header (64 bytes): magic "FTSHARE1", version, pid, session start, chunk size and count
+//! offset 64       Signals (528 bytes): which signals the program's handlers report, and when each
+//!                 last arrived (for `record`, which must not pass on a signal the program got anyway)
 //! offset 4096     Descriptor × chunk_count (64 bytes each)
 //! chunks_offset   the chunks, chunk_bytes each (page aligned)
 //! ```
@@ -35,6 +37,8 @@ use crate::record::{EventKind, Record};
 pub const MAGIC: [u8; 8] = *b"FTSHARE1";
 /// Layout version.
 pub const VERSION: u32 = 1;
+/// Where the [`Signals`] table is.
+pub const SIGNALS_OFFSET: usize = 64;
 /// Where the descriptors start.
 pub const DESCRIPTORS_OFFSET: usize = 4096;
 /// Bytes per descriptor.
@@ -43,6 +47,12 @@ pub const DESCRIPTOR_BYTES: usize = 64;
 pub const FD_VAR: &str = "FERROTRACE_SHARED_FD";
 /// The memfd's name (`/proc/PID/fd/N` shows `/memfd:NAME (deleted)`).
 pub const MEMFD_NAME: &str = "ferrotrace-shared";
+
+/// The signals `ferrotrace record` passes on to the program (unless the program got them anyway): the
+/// terminal's job-control and termination signals and the two user signals (SIGUSR2 makes a
+/// flight-mode program write its ring). Linux numbers: SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
+/// SIGUSR2.
+pub const RELAYED: [i32; 6] = [1, 2, 3, 15, 10, 12];
 
 /// Descriptor state: free, or written to the file.
 pub const FREE: u32 = 0;
@@ -78,6 +88,54 @@ pub struct Header {
     /// Number of chunks (and descriptors).
     pub chunk_count: AtomicU32,
     _reserved: [u8; 32],
+}
+
+/// The signals that reached the program, as its runtime saw them: written from signal handlers (the
+/// runtime's own, and the one through which the preload library passes signals on to a handler the
+/// program installed), read by `record` when a signal reaches it too.
+#[repr(C)]
+pub struct Signals {
+    /// Bit `n` set: every arrival of signal `n` goes through a handler that notes it here (otherwise
+    /// the program ignores it, or handles it without the runtime knowing).
+    pub observed: AtomicU64,
+    _pad: u64,
+    /// CLOCK_MONOTONIC ns of the latest arrival of each signal (0: none).
+    pub arrived_ns: [AtomicU64; 64],
+}
+
+const _: () = assert!(SIGNALS_OFFSET + core::mem::size_of::<Signals>() <= DESCRIPTORS_OFFSET);
+
+impl Signals {
+    /// Notes that signal `sig` arrived at `now_ns` (async-signal-safe).
+    pub fn arrived(&self, sig: i32, now_ns: u64) {
+        if let Some(a) = self.arrived_ns.get(sig as usize) {
+            a.store(now_ns, Ordering::Release);
+        }
+    }
+
+    /// Says whether arrivals of `sig` are noted from now on.
+    pub fn set_observed(&self, sig: i32, observed: bool) {
+        if (1..64).contains(&sig) {
+            let bit = 1u64 << sig;
+            if observed {
+                self.observed.fetch_or(bit, Ordering::AcqRel);
+            } else {
+                self.observed.fetch_and(!bit, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// Whether arrivals of `sig` are noted.
+    pub fn is_observed(&self, sig: i32) -> bool {
+        (1..64).contains(&sig) && self.observed.load(Ordering::Acquire) & (1u64 << sig) != 0
+    }
+
+    /// The latest arrival of `sig`, CLOCK_MONOTONIC ns (0: none).
+    pub fn last_arrival(&self, sig: i32) -> u64 {
+        self.arrived_ns
+            .get(sig as usize)
+            .map_or(0, |a| a.load(Ordering::Acquire))
+    }
 }
 
 /// One chunk's descriptor.
@@ -183,6 +241,13 @@ impl<'a> Area<'a> {
             return Err(AreaError::BadSizes);
         }
         Ok(area)
+    }
+
+    /// The signal table.
+    pub fn signals(&self) -> &'a Signals {
+        // SAFETY: inside the first DESCRIPTORS_OFFSET bytes (checked in `new`), 8-byte aligned; plain
+        // atomics whatever the bytes.
+        unsafe { &*(self.bytes.as_ptr().add(SIGNALS_OFFSET) as *const Signals) }
     }
 
     /// The header.

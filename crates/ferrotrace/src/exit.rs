@@ -170,7 +170,9 @@ fn die_by(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *mut libc::c_void
     // SAFETY: restoring the default action, raising and unmasking are async-signal-safe; `ctx` is the
     // ucontext the kernel passed to this SA_SIGINFO handler.
     unsafe {
-        libc::signal(sig, libc::SIG_DFL);
+        let mut default: libc::sigaction = core::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        real_sigaction(sig, &default, core::ptr::null_mut());
         if is_fault(info) {
             let uc = ctx as *mut libc::ucontext_t;
             for s in TERMINATING {
@@ -236,6 +238,7 @@ extern "C" fn in_forked_child() {
 }
 
 extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    note_arrival(sig);
     if let Some(rt) = runtime::get() {
         if sig == libc::SIGUSR2 && rt.config.mode == Mode::Flight {
             rt.dump_requested.store(true, Ordering::Release);
@@ -253,18 +256,185 @@ fn install_if_default(sig: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: querying and setting signal dispositions with properly initialised sigaction structs.
     unsafe {
         let mut old: libc::sigaction = core::mem::zeroed();
-        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0
+        if real_sigaction(sig, core::ptr::null(), &mut old) != 0
             || old.sa_sigaction != libc::SIG_DFL
         {
             return;
         }
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = handler;
-        sa.sa_flags = flags;
-        // A second terminating signal must not interrupt the finish on this thread.
-        sa.sa_mask = terminating_set();
-        libc::sigaction(sig, &sa, core::ptr::null_mut());
+        real_sigaction(sig, &runtime_action(handler, flags), core::ptr::null_mut());
     }
+    if handler == on_signal as SigAction as usize {
+        DEFAULT_AT_START.fetch_or(1 << sig, Ordering::Relaxed);
+        set_observed(sig, true);
+    }
+}
+
+/// A sigaction of the runtime's: `handler` with `flags`, every terminating signal blocked while it runs
+/// (a second one must not interrupt the finish on this thread).
+fn runtime_action(handler: usize, flags: libc::c_int) -> libc::sigaction {
+    // SAFETY: an all-zero sigaction is valid; the mask is set below.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = handler;
+    sa.sa_flags = flags;
+    sa.sa_mask = terminating_set();
+    sa
+}
+
+type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+type SigactionFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// The C library's `sigaction`, never an interposed one: the preload library defines `sigaction`
+/// itself ([`program_sigaction`]), and calls from inside it would come back to it.
+unsafe fn real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut f = REAL.load(Ordering::Acquire);
+    if f == 0 {
+        f = libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) as usize;
+        if f == 0 {
+            return -1;
+        }
+        REAL.store(f, Ordering::Release);
+    }
+    // SAFETY: RTLD_NEXT's "sigaction" is the C library's, with this signature.
+    let f: SigactionFn = core::mem::transmute::<usize, SigactionFn>(f);
+    f(sig, act, old)
+}
+
+/// Signals (bits) the program had at their default action when the runtime started, and that the
+/// runtime's handler therefore handles: the program's own SIG_DFL for one of them reinstates that
+/// handler (the default action, with the trace finished first).
+static DEFAULT_AT_START: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The signal table shared with `ferrotrace record`, in the process that maps it (a forked child
+/// has a copy of its parent's runtime, but not the mapping). Async-signal-safe.
+fn shared_signals() -> Option<&'static ferrotrace_core::shared::Signals> {
+    runtime::get()
+        .filter(|rt| rt.records_this_process())
+        .and_then(|rt| rt.pool.signals())
+}
+
+fn set_observed(sig: libc::c_int, observed: bool) {
+    if let Some(s) = shared_signals() {
+        if ferrotrace_core::shared::RELAYED.contains(&sig) {
+            s.set_observed(sig, observed);
+        }
+    }
+}
+
+/// Notes the arrival of `sig` where `ferrotrace record` reads it (async-signal-safe).
+fn note_arrival(sig: libc::c_int) {
+    if let Some(s) = shared_signals() {
+        s.arrived(sig, crate::clock::monotonic_ns());
+    }
+}
+
+/// A handler the program installed for a signal `record` passes on, called through [`observe`].
+struct Chained {
+    handler: std::sync::atomic::AtomicUsize,
+    siginfo: AtomicBool,
+}
+
+static CHAINED: [Chained; 65] = [const {
+    Chained {
+        handler: std::sync::atomic::AtomicUsize::new(0),
+        siginfo: AtomicBool::new(false),
+    }
+}; 65];
+
+/// Installed in place of a program's handler for a signal `record` passes on: notes the arrival (so
+/// that record does not deliver the same signal a second time) and calls the program's handler.
+extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    note_arrival(sig);
+    let Some(c) = CHAINED.get(sig as usize) else {
+        return;
+    };
+    let h = c.handler.load(Ordering::Acquire);
+    if h == 0 {
+        return;
+    }
+    // SAFETY: `h` is the handler the program gave, of the form its SA_SIGINFO flag says.
+    unsafe {
+        if c.siginfo.load(Ordering::Acquire) {
+            core::mem::transmute::<usize, SigAction>(h)(sig, info, ctx)
+        } else {
+            core::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h)(sig)
+        }
+    }
+}
+
+/// What the program's `sigaction` does when the preload library interposes it. For the signals
+/// `ferrotrace record` passes on, while the pool is shared with record: a handler the program
+/// installs runs behind [`observe`], which notes each arrival; SIG_DFL for a signal the runtime
+/// handles keeps the runtime's handler (the default action, the trace finished first); the program
+/// reads back what it set (its own handler, or SIG_DFL), never the runtime's. Everything else goes
+/// to the C library unchanged.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+pub unsafe fn program_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if shared_signals().is_none() || !ferrotrace_core::shared::RELAYED.contains(&sig) {
+        return real_sigaction(sig, act, old);
+    }
+    let mut current: libc::sigaction = core::mem::zeroed();
+    if real_sigaction(sig, core::ptr::null(), &mut current) != 0 {
+        return -1;
+    }
+    // What the program set, as it should read it back.
+    let mut view = current;
+    if current.sa_sigaction == observe as SigAction as usize {
+        let c = &CHAINED[sig as usize];
+        view.sa_sigaction = c.handler.load(Ordering::Acquire);
+        if !c.siginfo.load(Ordering::Acquire) {
+            view.sa_flags &= !libc::SA_SIGINFO;
+        }
+    } else if current.sa_sigaction == on_signal as SigAction as usize {
+        view = core::mem::zeroed();
+    }
+    let result = match act.as_ref() {
+        None => 0,
+        Some(a)
+            if a.sa_sigaction == libc::SIG_DFL
+                && DEFAULT_AT_START.load(Ordering::Relaxed) & (1 << sig) != 0 =>
+        {
+            set_observed(sig, true);
+            real_sigaction(
+                sig,
+                &runtime_action(
+                    on_signal as SigAction as usize,
+                    libc::SA_SIGINFO | libc::SA_RESTART,
+                ),
+                core::ptr::null_mut(),
+            )
+        }
+        Some(a) if a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN => {
+            set_observed(sig, false);
+            real_sigaction(sig, act, core::ptr::null_mut())
+        }
+        Some(a) => {
+            let c = &CHAINED[sig as usize];
+            c.siginfo
+                .store(a.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
+            c.handler.store(a.sa_sigaction, Ordering::Release);
+            let mut ours = *a;
+            ours.sa_sigaction = observe as SigAction as usize;
+            ours.sa_flags |= libc::SA_SIGINFO;
+            set_observed(sig, true);
+            real_sigaction(sig, &ours, core::ptr::null_mut())
+        }
+    };
+    if let Some(o) = old.as_mut() {
+        *o = view;
+    }
+    result
 }
 
 /// Registers the exit, signal and fork hooks.
@@ -275,10 +445,8 @@ pub fn install() {
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
     // Faults run on the thread's alternate stack (SA_ONSTACK): the stack itself may be what overflowed.
-    let on_fault =
-        on_fault as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
-    let on_signal =
-        on_signal as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
+    let on_fault = on_fault as SigAction as usize;
+    let on_signal = on_signal as SigAction as usize;
     for sig in [libc::SIGSEGV, libc::SIGBUS] {
         install_if_default(sig, on_fault, libc::SA_SIGINFO | libc::SA_ONSTACK);
     }

@@ -42,6 +42,8 @@ pub struct Pool {
     pub full: ArrayQueue<FullChunk>,
     /// The chunks' descriptors in memory shared with `ferrotrace record`, if it gave some.
     descriptors: Option<&'static [Descriptor]>,
+    /// The signal table in that memory.
+    signals: Option<&'static shared::Signals>,
 }
 
 // SAFETY: the mapping is shared memory handed out by index through the queues: a chunk index is owned by
@@ -124,12 +126,10 @@ impl Pool {
                 count,
             );
             let base = map.cast::<u8>().add(shared::chunks_offset(count));
-            Ok(Pool::over(
-                base.cast(),
-                chunk_bytes,
-                count,
-                Some(descriptors),
-            ))
+            let mut pool = Pool::over(base.cast(), chunk_bytes, count, Some(descriptors));
+            pool.signals =
+                Some(&*(map.cast::<u8>().add(shared::SIGNALS_OFFSET) as *const shared::Signals));
+            Ok(pool)
         }
     }
 
@@ -150,7 +150,13 @@ impl Pool {
             free,
             full: ArrayQueue::new(count),
             descriptors,
+            signals: None,
         }
+    }
+
+    /// The signal table shared with `ferrotrace record`, if it gave one.
+    pub fn signals(&self) -> Option<&'static shared::Signals> {
+        self.signals
     }
 
     /// The shared descriptor of chunk `index`, when the pool is shared with `ferrotrace record`.

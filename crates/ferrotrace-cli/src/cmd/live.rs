@@ -109,7 +109,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     drop(write_end);
-    if let Err(e) = crate::relay::start(child.id() as i32) {
+    if let Err(e) = crate::relay::start(child.id() as i32, None) {
         eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let reader = BufReader::new(std::fs::File::from(read_end));

@@ -1,7 +1,7 @@
 //! `ferrotrace record`: run a program under the tracer.
 
 use std::ffi::OsString;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -203,7 +203,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     if let Some(s) = &args.chunk_size {
         cmd.env("FERROTRACE_CHUNK_SIZE", s);
     }
-    let pool = share_pool(&mut cmd)?;
+    let pool = crate::pool::share(&mut cmd)?;
     // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
     // FILE.old): a run that writes nothing leaves it as it was, and says so.
     let previous = file_identity(&output);
@@ -216,7 +216,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if let Err(e) = crate::relay::start(child.id() as i32) {
+    if let Err(e) = crate::relay::start(child.id() as i32, Some(&pool)) {
         eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let status = child
@@ -227,29 +227,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     report(&output, start, previous);
     Ok(exit_code_of(status, &program))
-}
-
-/// Creates the memfd through which the program's runtime shares its chunk pool with us
-/// (`ferrotrace_core::shared`) and passes it to the program: its number in `FERROTRACE_SHARED_FD`, the
-/// descriptor kept open across `exec` (the runtime closes it on the next one).
-fn share_pool(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
-    use std::os::unix::process::CommandExt;
-    let name = std::ffi::CString::new(ferrotrace_core::shared::MEMFD_NAME).unwrap_or_default();
-    // SAFETY: memfd_create with a valid name; the result is checked and owned below.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
-    }
-    cmd.env(ferrotrace_core::shared::FD_VAR, fd.to_string());
-    // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor we own.
-    unsafe {
-        cmd.pre_exec(move || {
-            libc::fcntl(fd, libc::F_SETFD, 0);
-            Ok(())
-        })
-    };
-    // SAFETY: a fresh descriptor that we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
@@ -265,7 +242,7 @@ fn recover_unwritten(output: &Path, pool: &OwnedFd, status: std::process::ExitSt
     };
     // Nothing the program recorded is newer than this.
     let now_tsc = ferrotrace_core::clock::rdtsc();
-    let Some(map) = Mapped::new(pool) else {
+    let Some(map) = crate::pool::Mapped::new(pool) else {
         return; // the runtime never set up the pool (it did not start)
     };
     let how = match death {
@@ -286,49 +263,6 @@ fn recover_unwritten(output: &Path, pool: &OwnedFd, status: std::process::ExitSt
             "ferrotrace: the program {how} before finishing its trace; its unwritten events \
              are lost: {e}"
         ),
-    }
-}
-
-/// The whole memfd, mapped read-only.
-struct Mapped {
-    ptr: *mut libc::c_void,
-    len: usize,
-}
-
-impl Mapped {
-    fn new(fd: &OwnedFd) -> Option<Mapped> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: fstat into a zeroed struct, then a read-only shared mapping of the file's size;
-        // both checked.
-        unsafe {
-            let mut st: libc::stat = core::mem::zeroed();
-            if libc::fstat(fd.as_raw_fd(), &mut st) != 0 || st.st_size <= 0 {
-                return None;
-            }
-            let len = st.st_size as usize;
-            let ptr = libc::mmap(
-                core::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                fd.as_raw_fd(),
-                0,
-            );
-            (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`; the program that
-        // wrote it is dead.
-        unsafe { core::slice::from_raw_parts(self.ptr.cast(), self.len) }
-    }
-}
-
-impl Drop for Mapped {
-    fn drop(&mut self) {
-        // SAFETY: unmapping our own mapping.
-        unsafe { libc::munmap(self.ptr, self.len) };
     }
 }
 
