@@ -94,19 +94,26 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// In a world-writable directory (no sticky bit, so the kernel's protected_symlinks does not apply),
-/// `nobody` plants symbolic links named after the next pids (`trace.data.<pid>`) pointing at a root
-/// file. Root records a program that forks: the children's traces must not go through the links. They
-/// used to (create + truncate): the target was overwritten.
-#[test]
-fn children_traces_never_follow_links_planted_for_their_pids() {
-    let dir = shared_dir("plant");
+/// A [`shared_dir`] holding `public/`, writable by everyone (0777, no sticky bit: the kernel's
+/// protected_symlinks does not apply there), and `root-file`, root's, 0644, holding "root's data".
+fn public_dir_and_target(test: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = shared_dir(test);
     let public = dir.join("public");
     std::fs::create_dir(&public).unwrap();
     std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
     let target = dir.join("root-file");
     std::fs::write(&target, b"root's data\n").unwrap();
     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    (dir, public, target)
+}
+
+/// In a world-writable directory (no sticky bit, so the kernel's protected_symlinks does not apply),
+/// `nobody` plants symbolic links named after the next pids (`trace.data.<pid>`) pointing at a root
+/// file. Root records a program that forks: the children's traces must not go through the links. They
+/// used to (create + truncate): the target was overwritten.
+#[test]
+fn children_traces_never_follow_links_planted_for_their_pids() {
+    let (dir, public, target) = public_dir_and_target("plant");
     // Planted without starting a process per link (each would use up a pid), then handed to nobody:
     // the links are nobody's, as if nobody had made them.
     testprog("forker");
@@ -169,12 +176,7 @@ fn children_traces_never_follow_links_planted_for_their_pids() {
 /// before the program runs, with one line, and the link's target is untouched.
 #[test]
 fn record_refuses_an_output_that_is_a_planted_link() {
-    let dir = shared_dir("olink");
-    let public = dir.join("public");
-    std::fs::create_dir(&public).unwrap();
-    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
-    let target = dir.join("root-file");
-    std::fs::write(&target, b"root's data\n").unwrap();
+    let (dir, public, target) = public_dir_and_target("olink");
     let link = public.join("trace.data");
     let planted = as_nobody(Path::new("ln"))
         .arg("-s")

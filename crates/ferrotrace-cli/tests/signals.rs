@@ -53,6 +53,28 @@ fn read_counts(path: &Path) -> Vec<u64> {
         .collect()
 }
 
+/// Adds `record OPTS -o TRACE -- counted THREADS COUNTS CALLS [busy]` to `cmd` (ferrotrace, or
+/// `timeout … ferrotrace`).
+fn record_counted<'c>(
+    cmd: &'c mut Command,
+    opts: &[&str],
+    trace: &Path,
+    counts: &Path,
+    calls: u64,
+    busy: bool,
+) -> &'c mut Command {
+    cmd.arg("record")
+        .args(opts)
+        .arg("-o")
+        .arg(trace)
+        .arg("--")
+        .arg(testprog("counted"))
+        .arg(THREADS.to_string())
+        .arg(counts)
+        .arg(calls.to_string())
+        .args(busy.then_some("busy"))
+}
+
 fn start(dir: &Path, scenario: Scenario) -> Run {
     let counts = dir.join("counts");
     let trace = dir.join("trace.data");
@@ -71,13 +93,8 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
             c
         }
     };
-    cmd.args(["record", "-F", "counted_leaf|spin_leaf", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(testprog("counted"))
-        .arg(THREADS.to_string())
-        .arg(&counts)
-        .arg(CALLS.to_string())
+    let leaves = ["-F", "counted_leaf|spin_leaf"];
+    record_counted(&mut cmd, &leaves, &trace, &counts, CALLS, false)
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
@@ -265,14 +282,8 @@ fn flight_dump_holds_the_partly_filled_chunks_once() {
     let counts = dir.join("counts");
     let trace = dir.join("trace.data");
     let calls = 1000u64; // 2,000 events per thread: less than a chunk
-    let child = ferrotrace()
-        .args(["record", "--mode", "flight", "-F", "counted_leaf", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(testprog("counted"))
-        .arg(THREADS.to_string())
-        .arg(&counts)
-        .arg(calls.to_string())
+    let opts = ["--mode", "flight", "-F", "counted_leaf"];
+    let child = record_counted(&mut ferrotrace(), &opts, &trace, &counts, calls, false)
         .process_group(0)
         .stderr(Stdio::piped())
         .spawn()
@@ -335,18 +346,12 @@ fn sigkill_loses_nothing_the_program_recorded() {
             let _ = std::fs::remove_file(&counts);
             let trace = dir.join("trace.data");
             let calls: u64 = if busy { 0 } else { CALLS };
-            let mut cmd = ferrotrace();
-            cmd.args(["record", "-F", "counted_leaf|spin_leaf", "-o"])
-                .arg(&trace)
-                .arg("--")
-                .arg(testprog("counted"))
-                .arg(THREADS.to_string())
-                .arg(&counts)
-                .arg(calls.to_string());
-            if busy {
-                cmd.arg("busy");
-            }
-            let child = cmd.process_group(0).stderr(Stdio::piped()).spawn().unwrap();
+            let leaves = ["-F", "counted_leaf|spin_leaf"];
+            let child = record_counted(&mut ferrotrace(), &leaves, &trace, &counts, calls, busy)
+                .process_group(0)
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
             // Busy: well past the first chunks (4,096 records each), at a different point every run.
             let enough = if busy { 50_000 + 7_919 * run } else { CALLS };
             let start = Instant::now();
