@@ -31,6 +31,19 @@ fn shared_dir(test: &str) -> PathBuf {
     d
 }
 
+/// Runs `cmd`, again while it fails with ETXTBSY: a program copied a moment ago can be busy, because
+/// another test's thread forked while the copy was open for writing and the child still holds it.
+fn output_of_copied(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..50 {
+        let out = cmd.output().expect("run");
+        if !text(&out.stderr).contains("Text file busy") {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the copied program stayed busy (ETXTBSY)");
+}
+
 /// `setpriv` running `program` as user and group `nobody` (65534) with `env`.
 fn as_nobody(program: &Path) -> Command {
     let mut c = Command::new("setpriv");
@@ -52,12 +65,12 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
     std::fs::write(&victim, b"precious root data\n").unwrap();
     std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
 
-    let out = as_nobody(&prog)
-        .env("FERROTRACE_RUNTIME", "linked")
-        .env("FERROTRACE_OUTPUT", &victim)
-        .env("FERROTRACE_TRACE", "*")
-        .output()
-        .expect("setpriv (util-linux) runs the program as nobody");
+    let out = output_of_copied(
+        as_nobody(&prog)
+            .env("FERROTRACE_RUNTIME", "linked")
+            .env("FERROTRACE_OUTPUT", &victim)
+            .env("FERROTRACE_TRACE", "*"),
+    );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
         text(&out.stdout),
@@ -79,11 +92,11 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
     std::fs::create_dir(&own).unwrap();
     std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
     let trace = own.join("trace.data");
-    let out = as_nobody(&prog)
-        .env("FERROTRACE_RUNTIME", "linked")
-        .env("FERROTRACE_OUTPUT", &trace)
-        .output()
-        .unwrap();
+    let out = output_of_copied(
+        as_nobody(&prog)
+            .env("FERROTRACE_RUNTIME", "linked")
+            .env("FERROTRACE_OUTPUT", &trace),
+    );
     assert_eq!(
         text(&out.stdout),
         "recording=true\n",
@@ -218,13 +231,13 @@ fn a_run_that_writes_no_trace_leaves_the_previous_one() {
     std::fs::copy(testprog("linked"), &prog).unwrap();
     let trace = own.join("trace.data");
     let run = |prog: &Path| {
-        as_nobody(Path::new(env!("CARGO_BIN_EXE_ferrotrace")))
-            .args(["record", "-o"])
-            .arg(&trace)
-            .arg("--")
-            .arg(prog)
-            .output()
-            .unwrap()
+        output_of_copied(
+            as_nobody(Path::new(env!("CARGO_BIN_EXE_ferrotrace")))
+                .args(["record", "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(prog),
+        )
     };
     let first = run(&prog);
     assert!(first.status.success(), "{}", text(&first.stderr));

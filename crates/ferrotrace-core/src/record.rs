@@ -9,7 +9,7 @@
 //! | 1 | 0–31 | id: function id, tracepoint id, or a count (see [`EventKind`]) |
 //! | 1 | 32–39 | [`EventKind`] |
 //! | 1 | 40–47 | number of 16-byte payload slots that follow this record in the chunk |
-//! | 1 | 48–63 | reserved, zero |
+//! | 1 | 48–63 | the CPU the event happened on, where the runtime records it (tracepoints always; function events in `ferrotrace live`), else zero; 0xfffe and 0xffff: unknown. In memory only: the file does not carry it |
 //!
 //! The XRay entry trampoline loads the function id into `r10d` (which zero-extends), so an ENTRY record's
 //! word 1 is the id itself and an EXIT is the id with bit 32 set: the trampolines need one `bts`.
@@ -116,5 +116,18 @@ impl Record {
     /// Number of payload slots that follow.
     pub const fn payload_slots(&self) -> usize {
         ((self.word >> 40) & 0xff) as usize
+    }
+
+    /// Bits 48–63 of the second word: the CPU, where recorded (see the module's table).
+    pub const fn cpu(&self) -> u16 {
+        (self.word >> 48) as u16
+    }
+
+    /// The record without its CPU bits: what the file encodes.
+    pub const fn without_cpu(self) -> Record {
+        Record {
+            tsc: self.tsc,
+            word: self.word & 0x0000_ffff_ffff_ffff,
+        }
     }
 }

@@ -308,8 +308,8 @@ pub fn recoverable<'r>(d: &Descriptor, records: &'r [Record], now_tsc: u64) -> &
             let mut i = len;
             while let Some(r) = records.get(i) {
                 let slots = r.payload_slots();
-                let whole = r.word >> 48 == 0
-                    && i + 1 + slots <= records.len()
+                // (Bits 48-63 may hold the CPU: anything goes there.)
+                let whole = i + 1 + slots <= records.len()
                     && match r.kind() {
                         Some(k) if k.is_function() => r.id() != 0,
                         Some(EventKind::Tracepoint) => r.id() != 0,

@@ -153,7 +153,8 @@ pub fn encode_events(
     let mut counts = Counts::default();
     let mut i = 0;
     while i < records.len() {
-        let r = &records[i];
+        // The CPU some records carry (live mode) stays in memory.
+        let r = &records[i].without_cpu();
         // Function entries and exits without payload are nearly every record: encode them without the
         // general path's kind decoding and payload slicing.
         if r.word >> 34 == 0 && r.word >> 32 != 3 {

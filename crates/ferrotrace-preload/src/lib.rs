@@ -12,7 +12,7 @@
 #[link_section = ".init_array"]
 static START_PRELOADED: extern "C" fn() = {
     extern "C" fn start_preloaded() {
-        ferrotrace::runtime::start_from_env(ferrotrace::Role::Preload);
+        ferrotrace::__preload::start();
     }
     start_preloaded
 };
@@ -43,7 +43,7 @@ pub unsafe extern "C" fn dlopen(
 
 /// Interposes the C library's `sigaction`: for the signals `ferrotrace record` passes on, the program's
 /// handler runs behind one that notes each arrival, so that record does not deliver a signal the program
-/// got anyway a second time (see `ferrotrace::exit::program_sigaction`).
+/// got anyway a second time (see the runtime's `exit::program_sigaction`).
 ///
 /// # Safety
 /// Same contract as `sigaction(2)`.
@@ -53,7 +53,7 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
-    ferrotrace::exit::program_sigaction(sig, act, old)
+    ferrotrace::__preload::program_sigaction(sig, act, old)
 }
 
 /// Interposes the C library's `signal` (BSD semantics, as glibc's: `SA_RESTART`), through
@@ -70,7 +70,7 @@ pub unsafe extern "C" fn signal(
     sa.sa_sigaction = handler;
     sa.sa_flags = libc::SA_RESTART;
     let mut old: libc::sigaction = core::mem::zeroed();
-    if ferrotrace::exit::program_sigaction(sig, &sa, &mut old) != 0 {
+    if ferrotrace::__preload::program_sigaction(sig, &sa, &mut old) != 0 {
         return libc::SIG_ERR;
     }
     old.sa_sigaction
@@ -79,11 +79,8 @@ pub unsafe extern "C" fn signal(
 /// Finishes this process's trace, then ends the process through the C library's function `name`.
 fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
     // A no-op in a process whose runtime is a forked parent's copy, and in a vfork child (it shares
-    // its parent's memory, runtime included, but has a pid of its own). Bounded waits, as from a signal
-    // handler: `_exit` is async-signal-safe and programs call it from their handlers.
-    if let Some(rt) = ferrotrace::runtime::get() {
-        let _ = rt.finish(ferrotrace::runtime::EndReason::Exit, 0, true);
-    }
+    // its parent's memory, runtime included, but has a pid of its own).
+    ferrotrace::__preload::finish_before_exit();
     type Exit = unsafe extern "C" fn(libc::c_int) -> !;
     // SAFETY: RTLD_NEXT's `_exit`/`_Exit` is the C library's, with this signature; exit_group is the
     // system call both make, should the lookup fail.

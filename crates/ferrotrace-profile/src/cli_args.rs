@@ -152,7 +152,7 @@ fn split_path_symbol(s: &str) -> Option<(&str, &str)> {
 pub use ferrotrace_core::schema::CallGraph;
 
 /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size is ignored here, see
-/// [`ProfileConfig::stack_size`]).
+/// [`crate::ProfileConfig::stack_size`]).
 pub fn parse_call_graph(s: &str) -> Result<CallGraph, ProfileError> {
     match s.split(',').next().unwrap_or("") {
         "fp" | "frame-pointer" => Ok(CallGraph::FramePointers),

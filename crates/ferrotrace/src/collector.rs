@@ -77,6 +77,9 @@ impl State {
     /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence
     /// `LOST_ONLY_SEQ`: the thread had no chunk of its own left to say it in).
     fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
+        if crate::live::active() {
+            crate::live::lost(count);
+        }
         let mut remaining = count;
         let mut recs = Vec::new();
         while remaining > 0 {

@@ -286,6 +286,9 @@ type SigactionFn =
 
 /// The C library's `sigaction`, never an interposed one: the preload library defines `sigaction`
 /// itself ([`program_sigaction`]), and calls from inside it would come back to it.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
 unsafe fn real_sigaction(
     sig: libc::c_int,
     act: *const libc::sigaction,
@@ -294,15 +297,19 @@ unsafe fn real_sigaction(
     static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut f = REAL.load(Ordering::Acquire);
     if f == 0 {
-        f = libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) as usize;
+        // SAFETY: looking a symbol up by a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
         if f == 0 {
             return -1;
         }
         REAL.store(f, Ordering::Release);
     }
-    // SAFETY: RTLD_NEXT's "sigaction" is the C library's, with this signature.
-    let f: SigactionFn = core::mem::transmute::<usize, SigactionFn>(f);
-    f(sig, act, old)
+    // SAFETY: RTLD_NEXT's "sigaction" is the C library's, with this signature; the caller keeps
+    // sigaction's contract.
+    unsafe {
+        let f: SigactionFn = core::mem::transmute::<usize, SigactionFn>(f);
+        f(sig, act, old)
+    }
 }
 
 /// Signals (bits) the program had at their default action when the runtime started, and that the
@@ -382,10 +389,13 @@ pub unsafe fn program_sigaction(
     old: *mut libc::sigaction,
 ) -> libc::c_int {
     if shared_signals().is_none() || !ferrotrace_core::shared::RELAYED.contains(&sig) {
-        return real_sigaction(sig, act, old);
+        // SAFETY: the caller keeps sigaction's contract.
+        return unsafe { real_sigaction(sig, act, old) };
     }
-    let mut current: libc::sigaction = core::mem::zeroed();
-    if real_sigaction(sig, core::ptr::null(), &mut current) != 0 {
+    // SAFETY: an all-zero sigaction is valid; the query writes into it.
+    let mut current: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: a query into a valid out-struct.
+    if unsafe { real_sigaction(sig, core::ptr::null(), &mut current) } != 0 {
         return -1;
     }
     // What the program set, as it should read it back.
@@ -397,27 +407,28 @@ pub unsafe fn program_sigaction(
             view.sa_flags &= !libc::SA_SIGINFO;
         }
     } else if current.sa_sigaction == on_signal as SigAction as usize {
-        view = core::mem::zeroed();
+        view.sa_sigaction = libc::SIG_DFL;
+        view.sa_flags = 0;
     }
-    let result = match act.as_ref() {
+    // SAFETY: the caller passes a valid sigaction or null.
+    let result = match unsafe { act.as_ref() } {
         None => 0,
         Some(a)
             if a.sa_sigaction == libc::SIG_DFL
                 && DEFAULT_AT_START.load(Ordering::Relaxed) & (1 << sig) != 0 =>
         {
             set_observed(sig, true);
-            real_sigaction(
-                sig,
-                &runtime_action(
-                    on_signal as SigAction as usize,
-                    libc::SA_SIGINFO | libc::SA_RESTART,
-                ),
-                core::ptr::null_mut(),
-            )
+            let ours = runtime_action(
+                on_signal as SigAction as usize,
+                libc::SA_SIGINFO | libc::SA_RESTART,
+            );
+            // SAFETY: installing a valid sigaction.
+            unsafe { real_sigaction(sig, &ours, core::ptr::null_mut()) }
         }
         Some(a) if a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN => {
             set_observed(sig, false);
-            real_sigaction(sig, act, core::ptr::null_mut())
+            // SAFETY: the program's own sigaction, as it gave it.
+            unsafe { real_sigaction(sig, act, core::ptr::null_mut()) }
         }
         Some(a) => {
             let c = &CHAINED[sig as usize];
@@ -428,10 +439,12 @@ pub unsafe fn program_sigaction(
             ours.sa_sigaction = observe as SigAction as usize;
             ours.sa_flags |= libc::SA_SIGINFO;
             set_observed(sig, true);
-            real_sigaction(sig, &ours, core::ptr::null_mut())
+            // SAFETY: the program's sigaction with our handler in front of its own.
+            unsafe { real_sigaction(sig, &ours, core::ptr::null_mut()) }
         }
     };
-    if let Some(o) = old.as_mut() {
+    // SAFETY: the caller passes a valid out-pointer or null.
+    if let Some(o) = unsafe { old.as_mut() } {
         *o = view;
     }
     result

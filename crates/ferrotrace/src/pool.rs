@@ -159,6 +159,11 @@ impl Pool {
         self.signals
     }
 
+    /// Number of chunks.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
     /// The shared descriptor of chunk `index`, when the pool is shared with `ferrotrace record`.
     pub fn descriptor(&self, index: u32) -> Option<&'static Descriptor> {
         self.descriptors.and_then(|d| d.get(index as usize))
@@ -167,11 +172,6 @@ impl Pool {
     /// Records per chunk.
     pub fn chunk_records(&self) -> usize {
         self.chunk_records
-    }
-
-    /// Number of chunks.
-    pub fn count(&self) -> usize {
-        self.count
     }
 
     /// True once enough chunks wait for the collector that it should be woken rather than left to its
@@ -183,9 +183,10 @@ impl Pool {
         self.full.len() >= (self.count / 4).max(1)
     }
 
-    /// First record slot of chunk `index`.
+    /// First record slot of chunk `index` (panics if there is no such chunk: indices come from the
+    /// pool's own queues, and the check costs nothing next to the slow path that asks).
     pub fn chunk_ptr(&self, index: u32) -> *mut Record {
-        debug_assert!((index as usize) < self.count);
+        assert!((index as usize) < self.count, "chunk {index} out of range");
         // SAFETY: index < count, so the offset stays inside the mapping.
         unsafe { self.base.add(index as usize * self.chunk_records) }
     }
@@ -195,7 +196,9 @@ impl Pool {
     /// # Safety
     /// The caller must own the chunk (it came out of `full`) and `len` records must have been written.
     pub unsafe fn records(&self, index: u32, len: usize) -> &[Record] {
-        core::slice::from_raw_parts(self.chunk_ptr(index), len.min(self.chunk_records))
+        // SAFETY: the chunk lies inside the mapping (chunk_ptr checks the index) and is at least
+        // `len.min(chunk_records)` records long; the caller owns it and its records are written.
+        unsafe { core::slice::from_raw_parts(self.chunk_ptr(index), len.min(self.chunk_records)) }
     }
 }
 

@@ -239,6 +239,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         stop_hot(h);
         return;
     }
+    // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
     let slot = match unsafe { cold.slot.get().as_ref() } {
         Some(s) => s,
         None => match register(rt, cold) {
@@ -293,9 +294,10 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         let epoch = crate::clock::rdtsc();
         d.own(st.tid, st.seq, n as u32, epoch, &st.name);
     }
-    // SAFETY: n <= cap.
-    h.cursor.store(unsafe { start.add(n) }, Ordering::Relaxed);
-    h.end.store(unsafe { start.add(cap) }, Ordering::Relaxed);
+    // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside (or one past) the chunk.
+    let (cursor, end) = unsafe { (start.add(n), start.add(cap)) };
+    h.cursor.store(cursor, Ordering::Relaxed);
+    h.end.store(end, Ordering::Relaxed);
 }
 
 /// Gets a free chunk for the slot's thread according to the mode. In lossless and flight mode it waits,
@@ -340,9 +342,12 @@ fn written(rt: &Runtime, index: u32, h: &Hot) -> usize {
 }
 
 /// Hands the slot's current chunk, if it has one, to the collector with everything written into it.
+/// The thread's cursor is stopped before the chunk is queued: the queue's code may be traced (the
+/// program may use the same library), and its events must not land in a chunk the collector owns.
 fn hand_over(rt: &Runtime, st: &mut SlotState, h: &Hot) {
     if let Some(index) = st.chunk.take() {
         let len = written(rt, index, h);
+        stop_hot(h);
         submit(rt, index, len, st);
     }
 }
@@ -537,6 +542,7 @@ fn thread_exit() {
     let _ = COLD.try_with(|cold| {
         cold.busy.set(true);
         cold.ignored.set(true);
+        // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
         let Some(slot) = (unsafe { cold.slot.get().as_ref() }) else {
             return;
         };
@@ -687,14 +693,17 @@ mod tests {
     unsafe impl GlobalAlloc for Counting {
         unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
             note();
-            System.alloc(layout)
+            // SAFETY: the caller keeps GlobalAlloc's contract, which System's shares.
+            unsafe { System.alloc(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-            System.dealloc(ptr, layout)
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
         }
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
             note();
-            System.realloc(ptr, layout, new_size)
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
         }
     }
 

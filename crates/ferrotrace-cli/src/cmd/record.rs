@@ -47,12 +47,7 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
@@ -225,7 +220,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     if file_identity(&output) != previous {
         recover_unwritten(&output, &pool, status);
     }
-    report(&output, start, previous);
+    report(&output, start, previous, &args.filter, &program);
     Ok(exit_code_of(status, &program))
 }
 
@@ -275,7 +270,55 @@ fn file_identity(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-fn report(output: &Path, start: std::time::SystemTime, previous: Option<(u64, u64)>) {
+/// Says which `-F` patterns matched no function of the trace, and why when the program's debug info
+/// tells: a function inlined into its callers has no sled.
+fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
+    for pattern in filters {
+        let Ok(re) = regex_lite::Regex::new(pattern) else {
+            continue; // checked before the run
+        };
+        if trace.functions.values().any(|f| re.is_match(&f.name)) {
+            continue;
+        }
+        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
+        {
+            Ok(mut inlined) if !inlined.is_empty() => {
+                let count = inlined.len();
+                format!(
+                ": {} {} inlined into {} callers (no sled): mark {} #[inline(never)], or build with \
+                 -Cllvm-args=-inline-threshold=0",
+                {
+                    // The shortest names first: the function itself before the generic code that
+                    // mentions it in its arguments.
+                    inlined.sort_by_key(|n| (n.len(), n.clone()));
+                    let more = inlined.len().saturating_sub(2);
+                    inlined.truncate(2);
+                    let mut names = inlined.join(", ");
+                    if more > 0 {
+                        names.push_str(&format!(" (and {more} more)"));
+                    }
+                    names
+                },
+                if count == 1 { "was" } else { "were" },
+                if count == 1 { "its" } else { "their" },
+                if count == 1 { "it" } else { "them" },
+            )
+            }
+            // The runtime said already that the pattern selects nothing; only the reason is new.
+            Ok(_) => continue,
+            Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
+        };
+        eprintln!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
+    }
+}
+
+fn report(
+    output: &Path,
+    start: std::time::SystemTime,
+    previous: Option<(u64, u64)>,
+    filters: &[String],
+    program: &Path,
+) {
     if previous.is_some() && file_identity(output) == previous {
         eprintln!(
             "ferrotrace: no trace was written; {} is still the previous one",
@@ -285,6 +328,7 @@ fn report(output: &Path, start: std::time::SystemTime, previous: Option<(u64, u6
     }
     match Trace::open(output) {
         Ok(t) => {
+            warn_unmatched_filters(&t, filters, program);
             let events = t.event_count();
             let per = if events > 0 {
                 t.file_len as f64 / events as f64

@@ -201,3 +201,28 @@ pub fn default_sigint(cmd: &mut Command) -> &mut Command {
         })
     }
 }
+
+/// `ferrotrace record --mode drop -F '^fib::fib$' -o TRACE -- fib 24` with two 4 KiB chunks, program and
+/// collector on one CPU: the program outruns the collector, so events are lost (and counted).
+pub fn record_losing_events(trace: &Path) -> Output {
+    Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env("FERROTRACE_PRELOAD", preload())
+        .args([
+            "record",
+            "--mode",
+            "drop",
+            "--buffer-size",
+            "8K",
+            "--chunk-size",
+            "4K",
+        ])
+        .args(["-F", "^fib::fib$", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("24")
+        .output()
+        .expect("run ferrotrace record under taskset")
+}
