@@ -376,7 +376,7 @@ extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 
 /// What the program's `sigaction` does when the preload library interposes it. For the signals
 /// `ferrotrace record` passes on, while the pool is shared with record: a handler the program
-/// installs runs behind [`observe`], which notes each arrival; SIG_DFL for a signal the runtime
+/// installs runs behind `observe`, which notes each arrival; SIG_DFL for a signal the runtime
 /// handles keeps the runtime's handler (the default action, the trace finished first); the program
 /// reads back what it set (its own handler, or SIG_DFL), never the runtime's. Everything else goes
 /// to the C library unchanged.
