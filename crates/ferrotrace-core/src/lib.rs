@@ -12,6 +12,7 @@
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
@@ -55,6 +56,7 @@ pub mod builder;
 pub mod clock;
 pub mod codec;
 pub mod format;
+pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;
 pub mod record;
