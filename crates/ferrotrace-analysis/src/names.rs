@@ -68,12 +68,70 @@ impl Names {
         }
     }
 
+    /// One id per name: for each id of the table, the lowest id with the same name (the ids of one
+    /// function; see [`Names::of`]). Views that aggregate by function (the calling-context tree)
+    /// map ids through it.
+    pub fn representatives(&self) -> Representatives {
+        let mut first: HashMap<&str, u32> = HashMap::new();
+        let mut ids: Vec<(u32, &str)> = self
+            .dense
+            .iter()
+            .enumerate()
+            .filter_map(|(i, n)| n.as_deref().map(|n| (i as u32, n)))
+            .chain(self.sparse.iter().map(|(&id, n)| (id, &**n)))
+            .collect();
+        ids.sort_unstable_by_key(|&(id, _)| id);
+        let mut r = Representatives::default();
+        for (id, name) in ids {
+            let rep = *first.entry(name).or_insert(id);
+            if rep == id {
+                continue;
+            }
+            if id < DENSE_LIMIT {
+                let i = id as usize;
+                if r.dense.len() <= i {
+                    r.dense.resize(i + 1, NONE);
+                }
+                r.dense[i] = rep;
+            } else {
+                r.sparse.insert(id, rep);
+            }
+        }
+        r
+    }
+
     /// The name of `id`, or `fn#ID`.
     #[inline]
     pub fn get(&self, id: u32) -> Cow<'_, str> {
         match self.lookup(id) {
             Some(s) => Cow::Borrowed(s),
             None => Cow::Owned(format!("fn#{id}")),
+        }
+    }
+}
+
+/// For each function id, the id that stands for its function in views that aggregate by function
+/// (see [`Names::representatives`]).
+#[derive(Clone, Debug, Default)]
+pub struct Representatives {
+    /// By id below [`DENSE_LIMIT`]: the representative, or [`NONE`] for an id that is its own.
+    dense: Vec<u32>,
+    /// Larger ids that are not their own representative.
+    sparse: HashMap<u32, u32>,
+}
+
+/// In [`Representatives::dense`]: the id stands for itself.
+const NONE: u32 = u32::MAX;
+
+impl Representatives {
+    /// The representative of `id` (`id` itself for all but the later ids of one function).
+    #[inline]
+    pub fn of(&self, id: u32) -> u32 {
+        match self.dense.get(id as usize) {
+            Some(&rep) if rep != NONE => rep,
+            Some(_) => id,
+            None if self.sparse.is_empty() => id,
+            None => self.sparse.get(&id).copied().unwrap_or(id),
         }
     }
 }
