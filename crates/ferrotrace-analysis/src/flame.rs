@@ -664,3 +664,122 @@ fn split_top<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
 fn is_ident(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEAST: Detail = DETAILS[0];
+
+    #[test]
+    fn long_rust_names_keep_their_crate_type_and_function() {
+        // Names as a trace of testprogs/workload (serde_json, regex, rayon) has them.
+        for (name, label) in [
+            (
+                "<serde_json::value::Value as serde_core::de::Deserialize>::deserialize::<&mut serde_json::de::Deserializer<serde_json::read::StrRead>>",
+                "<Value as Deserialize>::deserialize",
+            ),
+            (
+                "serde_json::de::from_trait::<serde_json::read::StrRead, serde_json::value::Value>",
+                "serde_json::de::from_trait",
+            ),
+            (
+                "<rayon_core::registry::WorkerThread>::wait_until_cold",
+                "WorkerThread::wait_until_cold",
+            ),
+            (
+                "std::sys::backtrace::__rust_begin_short_backtrace::<fn(), ()>",
+                "std::…::backtrace::__rust_begin_short_backtrace",
+            ),
+            (
+                "<&mut ft_workload::regex_phase::{closure#0} as core::ops::function::FnMut<(&alloc::string::String,)>>::call_mut",
+                "<&mut regex_phase::{closure#0} as FnMut>::call_mut",
+            ),
+            (
+                "<regex_automata::meta::strategy::Core as regex_automata::meta::strategy::Strategy>::search_slots",
+                "<Core as Strategy>::search_slots",
+            ),
+            (
+                "rayon::iter::plumbing::bridge_producer_consumer::helper::<rayon::slice::IterProducer<u64>, rayon::iter::map::MapConsumer<rayon::iter::sum::SumConsumer<u64>, ft_workload::sort_phase::{closure#0}>>",
+                "rayon::…::bridge_producer_consumer::helper",
+            ),
+            // `->` of a function type does not close the generic arguments.
+            (
+                "<fn(u32) -> alloc::string::String as core::ops::function::FnOnce<(u32,)>>::call_once",
+                "<fn(u32) -> String as FnOnce>::call_once",
+            ),
+            // What tells functions of one name apart stays.
+            (
+                "core::ptr::drop_glue::<alloc::string::String> [@0x2cb770]",
+                "core::ptr::drop_glue [@0x2cb770]",
+            ),
+        ] {
+            assert_eq!(shorten(name, LEAST).as_deref(), Some(label), "{name}");
+        }
+        // Nothing to gain, or not a path: shown whole.
+        assert_eq!(shorten("ft_workload::json_phase", LEAST), None);
+        assert_eq!(shorten("<unbalanced::Type as Trait::method", LEAST), None);
+    }
+
+    #[test]
+    fn labels_that_would_read_the_same_keep_just_enough_detail() {
+        let names = [
+            "core::ptr::drop_glue::<serde_json::value::Value>",
+            "core::ptr::drop_glue::<regex_syntax::hir::HirKind>",
+            "<&aho_corasick::packed::api::Searcher as core::fmt::Debug>::fmt",
+            "<&aho_corasick::packed::teddy::builder::Searcher as core::fmt::Debug>::fmt",
+            "<alloc::vec::Vec<u8> as core::ops::drop::Drop>::drop",
+            "<alloc::vec::Vec<regex_syntax::hir::Hir> as core::ops::drop::Drop>::drop",
+            "<rayon_core::sleep::Sleep>::wake_any_threads",
+            "fib::fib",
+        ];
+        let labels = Labels::new(names);
+        let got: Vec<&str> = names.iter().map(|n| labels.get(n)).collect();
+        assert_eq!(
+            got,
+            [
+                "core::ptr::drop_glue::<Value>",
+                "core::ptr::drop_glue::<HirKind>",
+                "<&aho_corasick::…::api::Searcher as core::fmt::Debug>::fmt",
+                "<&aho_corasick::…::builder::Searcher as core::fmt::Debug>::fmt",
+                "<Vec<u8> as Drop>::drop",
+                "<Vec<Hir> as Drop>::drop",
+                "Sleep::wake_any_threads",
+                "fib::fib",
+            ]
+        );
+    }
+
+    /// `narrow` narrow leaves under each of `wide` wide frames, in a tree of samples.
+    fn tree(wide: usize, narrow: usize) -> StackFrames {
+        let mut t = StackFrames::default();
+        for w in 0..wide {
+            let parent = format!("wide{w}");
+            t.add(["main", parent.as_str()], 100_000);
+            for n in 0..narrow {
+                let leaf = format!("leaf{n}");
+                t.add(["main", parent.as_str(), leaf.as_str(), "deeper"], 1);
+            }
+        }
+        t
+    }
+
+    fn svg(lines: String) -> Vec<u8> {
+        let mut out = Vec::new();
+        render(lines, svg_options("t", "ns"), &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn pruned_lines_draw_what_every_line_draws() {
+        let t = tree(3, 5000);
+        let min = svg_options("t", "ns").min_width;
+        let all = drawable_lines(&t, 0.0);
+        let pruned = drawable_lines(&t, min);
+        assert_eq!(all.lines().count(), 3 * 5001);
+        // Total 315,000, so frames narrower than 31.5 (0.01%) are not drawn: each wide frame keeps
+        // its line, and its 5,000 leaves fold into lines of 31 (162 of them).
+        assert_eq!(pruned.lines().count(), 3 * (1 + 162), "{pruned}");
+        assert_eq!(svg(pruned), svg(all));
+    }
+}

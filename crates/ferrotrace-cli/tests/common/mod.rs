@@ -175,3 +175,53 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .output()
         .expect("run ferrotrace record under taskset")
 }
+
+/// Path of `testprogs/workload` (serde_json, regex and rayon from crates.io), built once per test
+/// binary with nightly and XRay sleds into its own target directory, which keeps the build for the
+/// next run.
+pub fn workload() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = repo().join("testprogs/workload");
+            run_ok(
+                clean_cargo_env(&mut Command::new("rustup"))
+                    .args([
+                        "run",
+                        "nightly",
+                        "cargo",
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "--locked",
+                    ])
+                    .current_dir(&root)
+                    .env(
+                        "RUSTFLAGS",
+                        "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
+                    ),
+                "building testprogs/workload with nightly",
+            );
+            root.join("target/release/ft-workload")
+        })
+        .clone()
+}
+
+/// A trace of `ft-workload 200` (about 286,000 events from three threads), recorded once per test
+/// binary.
+pub fn workload_trace() -> PathBuf {
+    static RECORDED: OnceLock<PathBuf> = OnceLock::new();
+    RECORDED
+        .get_or_init(|| {
+            let dir = scratch("workload_trace");
+            let (out, trace) = record(&dir, &[], &workload(), &["200"]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).starts_with("records=200 "),
+                "{}",
+                text(&out.stdout)
+            );
+            trace
+        })
+        .clone()
+}
