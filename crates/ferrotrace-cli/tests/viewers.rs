@@ -209,7 +209,7 @@ fn chrome_json_loads_in_speedscope() {
 
 #[test]
 fn chrome_json_of_serde_json_regex_rayon_loads_in_speedscope() {
-    // Three threads, 143,000 calls, names with every kind of Rust syntax.
+    // Three threads, 117,000 calls, names with every kind of Rust syntax.
     let app = speedscope().expect("speedscope (scripts/setup.sh installs it)");
     let dir = scratch("speedscope_workload");
     assert_loads_in_speedscope(app, &workload_trace(), &dir);

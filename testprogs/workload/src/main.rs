@@ -7,19 +7,22 @@ use rayon::prelude::*;
 use regex::Regex;
 use serde_json::Value;
 
-/// N records as one JSON array: nested objects and arrays of varying depth, so that the parser's
-/// recursion takes many distinct paths.
+/// N records as one JSON array. Record `i` nests as deep as `i` has bits, an array for each set bit
+/// and an object for each clear one, so that every record takes its own path through the recursion of
+/// the parser, the printer and the destructor: the number of distinct call paths grows with N.
 #[inline(never)]
 fn make_json(n: usize) -> String {
     let mut items = Vec::with_capacity(n);
     for i in 0..n {
         let mut nested = serde_json::json!({ "leaf": i });
-        for d in 0..(i % 7) {
-            nested = if d % 2 == 0 {
-                serde_json::json!([nested, d])
+        let mut bits = i;
+        while bits > 0 {
+            nested = if bits & 1 == 1 {
+                serde_json::json!([nested, bits])
             } else {
-                serde_json::json!({ "level": d, "inner": nested })
+                serde_json::json!({ "level": bits, "inner": nested })
             };
+            bits >>= 1;
         }
         items.push(serde_json::json!({
             "id": i,

@@ -207,17 +207,17 @@ pub fn workload() -> PathBuf {
         .clone()
 }
 
-/// A trace of `ft-workload 200` (about 286,000 events from three threads), recorded once per test
-/// binary.
+/// A trace of `ft-workload 100` (about 235,000 events from three threads, 8,000 call paths),
+/// recorded once per test binary.
 pub fn workload_trace() -> PathBuf {
     static RECORDED: OnceLock<PathBuf> = OnceLock::new();
     RECORDED
         .get_or_init(|| {
             let dir = scratch("workload_trace");
-            let (out, trace) = record(&dir, &[], &workload(), &["200"]);
+            let (out, trace) = record(&dir, &[], &workload(), &["100"]);
             assert!(out.status.success(), "{}", text(&out.stderr));
             assert!(
-                text(&out.stdout).starts_with("records=200 "),
+                text(&out.stdout).starts_with("records=100 "),
                 "{}",
                 text(&out.stdout)
             );
