@@ -227,18 +227,7 @@ fn every_command_reads_the_workload_trace() {
     assert!(open.values().all(Vec::is_empty));
 
     // Perfetto: protoc decodes it; one slice per call.
-    let pb = dir.join("t.pftrace");
-    ok(ft(&[
-        "dump",
-        "-i",
-        t,
-        "--format",
-        "perfetto",
-        "--uncompressed",
-        "-o",
-        p(&pb),
-    ]));
-    let decoded = protoc_decode(&std::fs::read(&pb).unwrap(), &dir);
+    let decoded = perfetto_decoded(&trace, &dir);
     assert_eq!(
         decoded.matches("type: TYPE_SLICE_BEGIN").count() as u64,
         total

@@ -151,6 +151,23 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
     text(&out.stdout)
 }
 
+/// `ferrotrace dump --format perfetto --uncompressed` of `trace`, decoded by [`protoc_decode`].
+pub fn perfetto_decoded(trace: &Path, dir: &Path) -> String {
+    let pb = dir.join("t.pftrace");
+    let dump = ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "--uncompressed",
+        "-o",
+        pb.to_str().unwrap(),
+    ]);
+    ok(dump);
+    protoc_decode(&std::fs::read(&pb).unwrap(), dir)
+}
+
 /// `ferrotrace record --mode drop -F '^fib::fib$' -o TRACE -- fib 24` with two 4 KiB chunks, program and
 /// collector on one CPU: the program outruns the collector, so events are lost (and counted).
 pub fn record_losing_events(trace: &Path) -> Output {
