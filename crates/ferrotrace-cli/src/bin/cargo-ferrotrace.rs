@@ -1,13 +1,15 @@
-//! `cargo ferrotrace`: build the current cargo project with XRay sleds and trace it.
+//! `cargo ferrotrace`: build the current cargo project with XRay sleds (or mcount calls) and trace it.
 //!
 //! ```text
-//! cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-//! cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-//! cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+//! cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace record [--mcount] [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
 //! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
-//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0` into `<target-dir>/ferrotrace` (with
+//! `--mcount`: `-Zinstrument-mcount` instead, into `<target-dir>/ferrotrace-mcount`); `profile` needs no
+//! instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
 //! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. RECORD-OPTIONS and PROFILE-OPTIONS
 //! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions. `record` and `profile` hand the built
@@ -25,19 +27,22 @@ const USAGE_HEAD: &str = "\
 Build the current cargo project with XRay instrumentation (nightly) and trace it with ferrotrace.
 
 Usage:
-  cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-  cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-  cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+  cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace record [--mcount] [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 ";
 
 const USAGE_TAIL: &str = "\
-`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes' (and limited
-debug info) into <target-dir>/ferrotrace-profile.
+`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes
+-Csymbol-mangling-version=v0' (and limited debug info) into <target-dir>/ferrotrace-profile: the
+same frame pointers and symbol names as the instrumented build.
 CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...; -F belongs to
 ferrotrace in `record` and `profile`: spell cargo's --features there). The
 instrumented build goes to <target-dir>/ferrotrace with the nightly toolchain and
-RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.";
+RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0'; normal
+builds are untouched. --mcount builds with -Zinstrument-mcount instead of -Zinstrument-xray=always
+(calls to mcount in every function, as for gprof and uftrace) into <target-dir>/ferrotrace-mcount.";
 
 /// The options of `ferrotrace ACTION` that `cargo ferrotrace ACTION` takes and hands on, read from the
 /// very clap definitions `ferrotrace` parses with (so the two cannot drift): every option but the
@@ -94,6 +99,8 @@ struct Invocation {
     cargo_args: Vec<OsString>,
     bin: Option<String>,
     program_args: Vec<OsString>,
+    /// Instrument with mcount calls instead of XRay sleds.
+    mcount: bool,
 }
 
 /// What `--help` asks for: not an error, printed to stdout.
@@ -145,6 +152,7 @@ fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
         cargo_args: Vec::new(),
         bin: None,
         program_args: Vec::new(),
+        mcount: false,
     };
     let mut it = args.into_iter().skip(1);
     while let Some(a) = it.next() {
@@ -166,6 +174,11 @@ fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
                 };
                 inv.own_opts.push(value);
             }
+        } else if s == "--mcount" {
+            if inv.action == "profile" {
+                return Err("--mcount chooses how `build`, `run` and `record` instrument; `profile` needs no instrumentation".into());
+            }
+            inv.mcount = true;
         } else if s == "--bin" || s.starts_with("--bin=") {
             let value = match s.strip_prefix("--bin=") {
                 Some(v) => v.to_string(),
@@ -225,7 +238,9 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
     let mut cmd = if profiling {
         // Sampling needs no sleds: the default toolchain and frame pointers, plus limited debug info
         // (line tables alone lose the module paths of function names) unless the user chose a level.
-        rustflags.push_str(" -Cforce-frame-pointers=yes");
+        // v0 symbol names, as the nightly of traced builds gives: a closure is `{closure#0}` and drop
+        // glue `drop_glue::<T>` in a profile as in a trace, not `{{closure}}` and `drop_in_place`.
+        rustflags.push_str(" -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0");
         let mut c = Command::new("cargo");
         if std::env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
             c.env("CARGO_PROFILE_RELEASE_DEBUG", "limited");
@@ -233,23 +248,27 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
         c
     } else {
         check_nightly()?;
-        rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+        rustflags.push_str(if inv.mcount {
+            " -Zinstrument-mcount -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
+        } else {
+            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
+        });
         let mut c = Command::new("rustup");
         c.args(["run", "nightly", "cargo"])
             .env_remove("RUSTUP_TOOLCHAIN");
         c
     };
-    let target = target_dir()?.with_file_name(if profiling {
-        "ferrotrace-profile"
-    } else {
-        "ferrotrace"
+    let target = target_dir()?.with_file_name(match (profiling, inv.mcount) {
+        (true, _) => "ferrotrace-profile",
+        (false, true) => "ferrotrace-mcount",
+        (false, false) => "ferrotrace",
     });
     eprintln!(
         "cargo ferrotrace: building {} into {}",
-        if profiling {
-            "with frame pointers"
-        } else {
-            "with nightly and XRay sleds"
+        match (profiling, inv.mcount) {
+            (true, _) => "with frame pointers",
+            (false, true) => "with nightly and mcount calls",
+            (false, false) => "with nightly and XRay sleds",
         },
         target.display()
     );
