@@ -3,21 +3,23 @@
 //!
 //! Memory is bounded by what can be drawn, not by the trace: the calling-context tree ([`Cct`], one
 //! node per distinct call path) is pruned before anything is handed to inferno. inferno draws no
-//! frame narrower than its minimum width (0.1% of the total by default), so a subtree narrower than
+//! frame narrower than its minimum width (0.01% of the total by default), so a subtree narrower than
 //! that is replaced by one line of its total weight, named after it and never drawn, and runs of such
 //! siblings share lines as long as each line stays narrower than the minimum. What inferno receives
-//! is then at most a few lines per drawable frame, whatever the number of call paths: the SVG is the
-//! one inferno draws from every folded line (`flame --folded | inferno-flamegraph`), with the same
-//! frames at the same places.
+//! is then at most a few lines per drawable frame, whatever the number of call paths, and it draws
+//! what it would draw from every folded line (with the same labels): the same frames at the same
+//! places, byte for byte.
 //!
 //! Frame labels: inferno shows as much of a label as fits and cuts it from the left (`..e#0}`), so a
 //! long Rust name loses everything that tells what it is. Names longer than [`LONG_NAME`] characters
 //! are shortened before drawing: generic arguments dropped and the path cut to the crate and its
 //! last two segments (`serde_json::…::Deserializer::parse_str`, `<Value as Deserialize>::deserialize`);
-//! names that would then read the same keep their generic arguments, with their paths shortened
-//! (`core::ptr::drop_glue::<Value>`), or stay whole. inferno's frame title (the tooltip, and the text
-//! its script fits into the frame) is the label with the frame's time: it has no separate place for
-//! a full name, which `flame --folded`, `report` and `graph` show.
+//! names that would then read the same get more detail, a step at a time, until they differ: a level
+//! of generic arguments more (`core::ptr::drop_glue::<Value>`), then the crates of the paths inside
+//! (`<&aho_corasick::…::api::Searcher as core::fmt::Debug>::fmt`), else the whole name. inferno's
+//! frame title (the tooltip, and the text its script fits into the frame) is the label with the
+//! frame's time: it has no separate place for a full name, which `flame --folded`, `report` and
+//! `graph` show.
 
 use std::collections::HashMap;
 use std::io::{self, Write};
@@ -96,7 +98,7 @@ pub fn render(
 }
 
 /// An SVG that says why there is no graph.
-pub fn write_empty(out: &mut dyn Write, title: &str, why: &str) -> io::Result<()> {
+fn write_empty(out: &mut dyn Write, title: &str, why: &str) -> io::Result<()> {
     writeln!(
         out,
         "<?xml version=\"1.0\" standalone=\"no\"?><svg xmlns=\"http://www.w3.org/2000/svg\" \
