@@ -4,8 +4,11 @@
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
 //! once, and its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
-//! (as forked children often do); everything else lives in the `ferrotrace` crate. Not for linking.
+//! (as forked children often do); its malloc family ([`malloc`](crate::malloc)) reports allocations
+//! when they are recorded; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
+
+mod malloc;
 
 #[used]
 #[link_section = ".init_array"]
@@ -35,7 +38,8 @@ pub unsafe extern "C" fn dlopen(
     let real: DlOpen = core::mem::transmute::<*mut libc::c_void, DlOpen>(real);
     let handle = real(filename, flags);
     if !handle.is_null() {
-        ferrotrace::rescan();
+        // Runtime work on the program's thread: its allocations are not the program's.
+        ferrotrace::alloc::unrecorded(ferrotrace::rescan);
     }
     handle
 }

@@ -36,19 +36,7 @@ pub struct Config {
 
 /// Parses `16M`, `512K`, `1G` or a plain number of bytes.
 pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
+    ferrotrace_core::format::parse_size(s).ok_or_else(|| {
             format!(
                 "invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
             )

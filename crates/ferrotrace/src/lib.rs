@@ -41,6 +41,8 @@
 #[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
 compile_error!("the ferrotrace runtime supports x86_64 Linux only");
 
+#[doc(hidden)]
+pub mod alloc;
 pub mod clock;
 pub mod collector;
 pub mod config;
@@ -55,6 +57,7 @@ pub mod tracepoints;
 pub mod trampoline;
 pub mod xray;
 
+pub use alloc::Allocator;
 pub use runtime::Role;
 
 /// True while this process is being recorded.

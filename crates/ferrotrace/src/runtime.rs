@@ -279,7 +279,12 @@ fn create_trace_file(path: &PathBuf) -> Result<File, String> {
     Ok(file)
 }
 
-fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
+fn session_payload(
+    config: &Config,
+    alloc: Option<crate::alloc::Settings>,
+    tsc_hz: u64,
+    start_realtime: u64,
+) -> Vec<u8> {
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -290,6 +295,9 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
     let mut sources = schema::source::XRAY;
     if !crate::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
+    }
+    if alloc.is_some() {
+        sources |= schema::source::ALLOCATIONS;
     }
     let mut p = Vec::new();
     let _ = schema::Session {
@@ -302,6 +310,7 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
         mode: config.mode,
         tick_hz: tsc_hz,
         sources,
+        alloc_sample: alloc.map_or(0, |a| a.sample),
     }
     .encode(&mut p);
     p
@@ -330,6 +339,7 @@ fn estimate_tsc_hz() -> u64 {
 
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
+    let alloc = crate::alloc::requested()?;
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
@@ -345,7 +355,7 @@ fn start(role: Role) -> Result<(), String> {
                 .collect(),
         );
     }
-    if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
+    if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
         if started_by_traced {
             // A program the traced one runs (a shell, a compiler...) without sleds: nothing to record,
             // and no reason to say so or leave an empty file.
@@ -375,6 +385,9 @@ fn start(role: Role) -> Result<(), String> {
     )?;
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
+    if let Some(a) = alloc {
+        crate::alloc::start(a);
+    }
     xray::patch(&found)?;
     crate::tracepoints::enable_requested();
     Ok(())
@@ -402,7 +415,7 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime),
+            &session_payload(config, crate::alloc::requested().ok().flatten(), tsc_hz, start_realtime),
         )
         .map_err(io)?;
     writer

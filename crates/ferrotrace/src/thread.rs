@@ -47,6 +47,7 @@ impl Drop for ExitGuard {
 /// Marks the calling thread as one the runtime never records (its own threads).
 pub fn ignore_current_thread() {
     COLD.with(|c| c.ignored.set(true));
+    crate::alloc::ignore_current_thread();
 }
 
 struct SlotState {
@@ -477,6 +478,7 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
+        crate::alloc::thread_exit();
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
+use ferrotrace_core::format::parse_size;
 use ferrotrace_analysis::reader::Trace;
 
 use crate::elf;
@@ -46,6 +47,18 @@ pub struct RecordArgs {
     /// Bytes per thread chunk (power of two, at least 4K)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
+    /// Record allocations too: malloc, free and the rest of their family (any dynamically linked
+    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace
+    #[arg(long)]
+    pub alloc: bool,
+    /// Sample allocations: one per SIZE allocated bytes on average (e.g. 512K), weighted so that totals
+    /// stay unbiased
+    #[arg(long, value_name = "SIZE", requires = "alloc")]
+    pub alloc_sample: Option<String>,
+    /// Deepest allocation stack to record (0: none)
+    #[arg(long, value_name = "N", requires = "alloc", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub alloc_stack_depth: u32,
     /// The program to run and its arguments
     #[arg(
         required = true,
@@ -162,11 +175,23 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         ));
     }
     let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if !facts.has_sleds && !records_tracepoints {
+    if let Some(s) = args.alloc_sample.as_deref().filter(|s| parse_size(s).is_none()) {
+        return Err(format!(
+            "--alloc-sample: invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
+        ));
+    }
+    if args.alloc && facts.links_runtime && !facts.has_allocator {
+        eprintln!(
+            "ferrotrace: {} links the ferrotrace runtime, which records allocations only through              ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
+            program.display()
+        );
+    }
+    if !facts.has_sleds && !records_tracepoints && !args.alloc {
         return Err(format!(
             "{} has no XRay sleds, so there is nothing to trace. Build it with \
              RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
-             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument",
+             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument; or record its \
+             allocations alone with --alloc",
             program.display()
         ));
     }
@@ -192,6 +217,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if let Some(s) = &args.chunk_size {
         cmd.env("FERROTRACE_CHUNK_SIZE", s);
+    }
+    if args.alloc {
+        cmd.env("FERROTRACE_ALLOC", "1")
+            .env("FERROTRACE_ALLOC_SAMPLE", args.alloc_sample.as_deref().unwrap_or("0"))
+            .env("FERROTRACE_ALLOC_STACK_DEPTH", args.alloc_stack_depth.to_string());
+    } else {
+        cmd.env_remove("FERROTRACE_ALLOC");
     }
     let _ = std::fs::remove_file(&output);
     let start = std::time::SystemTime::now();
