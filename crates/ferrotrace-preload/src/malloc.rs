@@ -12,7 +12,7 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use ferrotrace::alloc::{alloc_event, before_free, free_cancelled, free_event, Caller};
+use ferrotrace::alloc::{alloc_event, before_free, free_cancelled, free_event, free_now, Caller};
 
 /// The C library's functions, resolved together at first use (0 until then).
 struct Real {
@@ -302,9 +302,7 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() || in_arena(p) {
         return;
     }
-    if let Some(tsc) = before_free(p as usize) {
-        free_event(p as usize, tsc);
-    }
+    free_now(p as usize);
     if let Some(f) = real(&REAL.free) {
         // SAFETY: the C library's free of a block it allocated.
         unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(f)(p) };

@@ -33,6 +33,7 @@
 //! whole stack table again into its own file.
 
 use std::alloc::{GlobalAlloc, Layout};
+use std::mem::MaybeUninit;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
@@ -148,7 +149,10 @@ fn this_thread() -> Option<&'static AllocThread> {
 fn hot() -> &'static Hot {
     // SAFETY: the trampolines' offset is set before TLS_OFFSET (recording allocations) is; HOT lives in
     // static TLS without destructor.
-    unsafe { &*((thread_pointer() as i64 + crate::trampoline::tls_offset()) as *const Hot) }
+    unsafe {
+        let off = crate::trampoline::FERROTRACE_TLS_OFFSET.load(Relaxed);
+        &*((thread_pointer() as i64 + off) as *const Hot)
+    }
 }
 
 /// Starts recording allocations with `settings`. Called once the runtime records.
@@ -233,6 +237,24 @@ pub fn before_free(addr: usize) -> Option<u64> {
     Some(crate::clock::rdtsc())
 }
 
+/// Records the free of `addr`, now (before the memory is handed back).
+#[inline(always)]
+pub fn free_now(addr: usize) {
+    let Some(t) = this_thread() else { return };
+    if addr == 0 || t.busy.load(Relaxed) != 0 || t.state.load(Relaxed) == NEVER {
+        return;
+    }
+    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
+        return;
+    }
+    t.busy.store(1, Relaxed);
+    write(
+        Record::with_payload(crate::clock::rdtsc(), EventKind::Free, 0, 1),
+        Record { tsc: addr as u64, word: 0 },
+    );
+    t.busy.store(0, Relaxed);
+}
+
 /// After [`before_free`] said `Some`, the memory was not handed back after all (a failed `realloc`).
 pub fn free_cancelled(addr: usize) {
     if SAMPLE_INTERVAL.load(Relaxed) != 0 {
@@ -275,24 +297,13 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
         return;
     }
     t.busy.store(1, Relaxed);
-    let h = hot();
     let depth = DEPTH.load(Relaxed);
-    // A thread without a chunk yet (or stopped) goes through the slow path, which registers it or drops
-    // the event: walk no stack for an event that is dropped.
-    let stack = if depth == 0 || (h.cursor.load(Relaxed).is_null() && !recording()) {
-        0
-    } else {
-        stack_id(t, caller, depth)
-    };
+    let stack = if depth == 0 { 0 } else { stack_id(t, caller, depth) };
     write(
         Record::with_payload(crate::clock::rdtsc(), EventKind::Alloc, stack, 1),
         Record { tsc: size as u64, word: addr as u64 },
     );
     t.busy.store(0, Relaxed);
-}
-
-fn recording() -> bool {
-    crate::runtime::get().is_some_and(|rt| rt.recording.load(Relaxed))
 }
 
 /// Stores the record and its payload slot at the thread's cursor, or hands them to the slow path.
@@ -479,9 +490,9 @@ const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
 
 /// The return addresses of the caller's stack, innermost first, into `out`; returns how many.
 #[inline(always)]
-fn walk(t: &AllocThread, caller: Caller, depth: usize, out: &mut [usize; MAX_DEPTH]) -> usize {
+fn walk(t: &AllocThread, caller: Caller, depth: usize, out: &mut [MaybeUninit<usize>; MAX_DEPTH]) -> usize {
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
-    out[0] = unsafe { *caller.ret_slot };
+    out[0].write(unsafe { *caller.ret_slot });
     let mut n = 1;
     let here = caller.ret_slot as usize;
     let (lo, hi) = (t.stack_lo.load(Relaxed), t.stack_hi.load(Relaxed));
@@ -501,7 +512,7 @@ fn walk(t: &AllocThread, caller: Caller, depth: usize, out: &mut [usize; MAX_DEP
         if ret < 4096 {
             break;
         }
-        out[n] = ret;
+        out[n].write(ret);
         n += 1;
         floor = fp + 16;
         fp = next;
@@ -522,19 +533,22 @@ fn hash(frames: &[usize]) -> u64 {
 /// The stack id + 1 of the caller's stack (0 when none could be taken).
 #[inline(always)]
 fn stack_id(t: &AllocThread, caller: Caller, depth: usize) -> u32 {
-    let mut frames = [0usize; MAX_DEPTH];
-    let n = walk(t, caller, depth, &mut frames);
-    let h = hash(&frames[..n]);
+    // Not zeroed: the walk writes the first `n` entries, and only those are read.
+    let mut buf = [MaybeUninit::<usize>::uninit(); MAX_DEPTH];
+    let n = walk(t, caller, depth, &mut buf);
+    // SAFETY: `walk` initialised buf[..n].
+    let frames: &[usize] = unsafe { core::slice::from_raw_parts(buf.as_ptr().cast(), n) };
+    let h = hash(frames);
     let cache = t.cache.load(Relaxed);
     if cache.is_null() {
-        return intern(&frames[..n]).map_or(0, |id| id + 1);
+        return intern(frames).map_or(0, |id| id + 1);
     }
     // SAFETY: the index is below CACHE_ENTRIES, inside this thread's cache mapping.
     let entry = unsafe { &*cache.add((h >> 52) as usize & (CACHE_ENTRIES - 1)) };
     if entry.hash.load(Relaxed) == h {
         return entry.id.load(Relaxed);
     }
-    let Some(id) = intern(&frames[..n]) else { return 0 };
+    let Some(id) = intern(frames) else { return 0 };
     // A signal handler that interrupts these stores sees hash 0 (no match) in between.
     entry.hash.store(0, Relaxed);
     entry.id.store(id + 1, Relaxed);
@@ -866,9 +880,7 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         if active() {
-            if let Some(tsc) = before_free(ptr as usize) {
-                free_event(ptr as usize, tsc);
-            }
+            free_now(ptr as usize);
         }
         // SAFETY: the caller's contract is forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
