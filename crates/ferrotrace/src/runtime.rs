@@ -385,11 +385,13 @@ fn start(role: Role) -> Result<(), String> {
     )?;
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
+    xray::patch(&found)?;
+    crate::tracepoints::enable_requested();
+    // Last: the start-up's own allocations (and their frees) are not the program's.
+    drop(found);
     if let Some(a) = alloc {
         crate::alloc::start(a);
     }
-    xray::patch(&found)?;
-    crate::tracepoints::enable_requested();
     Ok(())
 }
 
