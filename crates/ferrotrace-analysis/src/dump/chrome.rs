@@ -76,6 +76,7 @@ pub fn write(
                 kind,
                 id,
                 payload,
+                fields,
                 ..
             } => {
                 let (name, values) = super::instant(
@@ -84,8 +85,9 @@ pub fn write(
                     kind,
                     id,
                     payload,
+                    &fields,
                 );
-                let args = (kind == EventKind::Tracepoint).then(|| {
+                let args = matches!(kind, EventKind::Tracepoint | EventKind::Alloc | EventKind::Free).then(|| {
                     let obj: serde_json::Map<String, serde_json::Value> = values
                         .iter()
                         .map(|(k, v)| (k.clone(), v.to_json()))
