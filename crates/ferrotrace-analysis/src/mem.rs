@@ -648,3 +648,45 @@ impl MemReport {
         out
     }
 }
+
+/// Bytes allocated while each traced function ran, by function id: `(self, total)` — self while it was
+/// the innermost traced frame of the allocating thread, total while it was anywhere on that thread's
+/// stack (once per allocation, however deep the recursion). Estimated when sampled. For `report`'s
+/// columns on traces that hold function events and allocations.
+pub fn bytes_by_function(trace: &Trace) -> Result<HashMap<u32, (u64, u64)>, ReadError> {
+    let sample_interval = trace.session.alloc_sample;
+    let mut acc: HashMap<u32, (f64, f64)> = HashMap::new();
+    // The allocation that last counted a function in its total: recursion counts once.
+    let mut counted: HashMap<u32, u64> = HashMap::new();
+    let mut allocation = 0u64;
+    for th in trace.threads.values() {
+        let mut stack: Vec<u32> = Vec::new();
+        let mut events = trace.thread_events(th.tid)?;
+        while let Some(e) = events.next_ref() {
+            let e = e?;
+            match e.kind {
+                EventKind::Entry => stack.push(e.id),
+                EventKind::Exit | EventKind::TailExit => {
+                    // Frames above the one that returns were left without their exit (unwound).
+                    if let Some(pos) = stack.iter().rposition(|&f| f == e.id) {
+                        stack.truncate(pos);
+                    }
+                }
+                EventKind::Alloc => {
+                    allocation += 1;
+                    let (_, bytes) = weights(e.fields[0], sample_interval);
+                    if let Some(&top) = stack.last() {
+                        acc.entry(top).or_default().0 += bytes;
+                    }
+                    for &f in &stack {
+                        if counted.insert(f, allocation) != Some(allocation) {
+                            acc.entry(f).or_default().1 += bytes;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(acc.into_iter().map(|(f, (s, t))| (f, (round(s), round(t)))).collect())
+}
