@@ -169,7 +169,11 @@ fn is_plumbing(function: &str) -> bool {
     PREFIXES.iter().any(|p| function.starts_with(p))
         || matches!(
             function,
-            "malloc" | "calloc" | "realloc" | "operator new(unsigned long)" | "operator new[](unsigned long)"
+            "malloc"
+                | "calloc"
+                | "realloc"
+                | "operator new(unsigned long)"
+                | "operator new[](unsigned long)"
         )
 }
 
@@ -206,12 +210,27 @@ impl Pass<'_> {
             EventKind::Alloc => {
                 let (count, bytes) = weights(e.fields[0], self.sample_interval);
                 let stack = e.id.checked_sub(1).and_then(|s| self.tree.leaf(s));
-                let replaced = self.live.insert(e.fields[1], Block { count, bytes, stack });
+                let replaced = self.live.insert(
+                    e.fields[1],
+                    Block {
+                        count,
+                        bytes,
+                        stack,
+                    },
+                );
                 if let Some(old) = &replaced {
                     self.heap -= old.bytes;
                 }
                 self.heap += bytes;
-                Some((true, Block { count, bytes, stack }, replaced))
+                Some((
+                    true,
+                    Block {
+                        count,
+                        bytes,
+                        stack,
+                    },
+                    replaced,
+                ))
             }
             EventKind::Free => {
                 let old = self.live.remove(&e.fields[0])?;
@@ -271,7 +290,10 @@ pub fn analyse(trace: &Trace) -> Result<MemReport, ReadError> {
         if is_alloc {
             rep.recorded += 1;
             all.add(block.count, block.bytes);
-            by_stack.entry(block.stack).or_default().add(block.count, block.bytes);
+            by_stack
+                .entry(block.stack)
+                .or_default()
+                .add(block.count, block.bytes);
             last_alloc.insert(e.tid, e.fields[1]);
             if pass.heap > peak + 0.5 {
                 peak = pass.heap;
@@ -283,7 +305,10 @@ pub fn analyse(trace: &Trace) -> Result<MemReport, ReadError> {
             if last_alloc.get(&e.tid) == Some(&e.fields[0]) {
                 last_alloc.remove(&e.tid);
                 temps.add(block.count, block.bytes);
-                temp_stacks.entry(block.stack).or_default().add(block.count, block.bytes);
+                temp_stacks
+                    .entry(block.stack)
+                    .or_default()
+                    .add(block.count, block.bytes);
             }
         }
     }
@@ -377,7 +402,11 @@ impl MemReport {
             add(g.stack, 0, 0, 0, g.blocks);
         }
         let mut v: Vec<Site> = sites.into_values().collect();
-        v.sort_by(|a, b| (b.bytes, b.allocations).cmp(&(a.bytes, a.allocations)).then(a.function.cmp(&b.function)));
+        v.sort_by(|a, b| {
+            (b.bytes, b.allocations)
+                .cmp(&(a.bytes, a.allocations))
+                .then(a.function.cmp(&b.function))
+        });
         v
     }
 }
@@ -434,22 +463,26 @@ impl MemReport {
             let file = f.file.rsplit('/').next().unwrap_or(&f.file);
             let _ = write!(s, " ({file}:{})", f.line);
         }
-        if f.inlined {
-            s.push_str(" [inlined]");
-        }
         s
     }
 
+    /// Writes a stack from its site outwards, one line per function (inlined frames folded into the
+    /// function they were inlined into, allocator plumbing above the site left out).
     fn write_stack(&self, out: &mut String, stack: Option<u32>, indent: &str, limit: usize) {
         let frames = self.stack_frames(stack);
-        if frames.is_empty() {
+        let first = frames
+            .iter()
+            .position(|f| !is_plumbing(&f.function))
+            .unwrap_or(0);
+        let shown: Vec<&&Frame> = frames[first..].iter().filter(|f| !f.inlined).collect();
+        if shown.is_empty() {
             let _ = writeln!(out, "{indent}[no stack]");
         }
-        for f in frames.iter().take(limit) {
+        for f in shown.iter().take(limit) {
             let _ = writeln!(out, "{indent}{}", Self::frame_line(f));
         }
-        if frames.len() > limit {
-            let _ = writeln!(out, "{indent}... {} more frames", frames.len() - limit);
+        if shown.len() > limit {
+            let _ = writeln!(out, "{indent}... {} more frames", shown.len() - limit);
         }
     }
 
@@ -516,12 +549,24 @@ impl MemReport {
         let _ = writeln!(
             out,
             "{}: {} bytes in {} blocks",
-            if self.complete { "leaked at exit" } else { "live when the trace stopped (incomplete trace)" },
+            if self.complete {
+                "leaked at exit"
+            } else {
+                "live when the trace stopped (incomplete trace)"
+            },
             thousands(self.leaked_bytes),
             thousands(self.leaked_blocks)
         );
-        let pct = if self.allocations > 0 { self.temporary as f64 * 100.0 / self.allocations as f64 } else { 0.0 };
-        let _ = writeln!(out, "temporary allocations: {} ({pct:.1}% of allocations)", thousands(self.temporary));
+        let pct = if self.allocations > 0 {
+            self.temporary as f64 * 100.0 / self.allocations as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "temporary allocations: {} ({pct:.1}% of allocations)",
+            thousands(self.temporary)
+        );
         match view {
             View::Summary => {
                 let _ = writeln!(out, "\nheld at the peak:");
@@ -531,7 +576,11 @@ impl MemReport {
                 let _ = writeln!(out, "\ntop sites by bytes:");
                 self.write_sites(&mut out, &by_bytes);
                 let mut by_count: Vec<&Site> = self.sites.iter().collect();
-                by_count.sort_by(|a, b| (b.allocations, b.bytes).cmp(&(a.allocations, a.bytes)).then(a.function.cmp(&b.function)));
+                by_count.sort_by(|a, b| {
+                    (b.allocations, b.bytes)
+                        .cmp(&(a.allocations, a.bytes))
+                        .then(a.function.cmp(&b.function))
+                });
                 by_count.truncate(limit);
                 let _ = writeln!(out, "\ntop sites by allocations:");
                 self.write_sites(&mut out, &by_count);
@@ -636,7 +685,11 @@ impl MemReport {
             if parts.is_empty() {
                 parts.push("[no stack]".into());
             }
-            let n = if weight == Weight::Allocations { g.blocks } else { g.bytes };
+            let n = if weight == Weight::Allocations {
+                g.blocks
+            } else {
+                g.bytes
+            };
             if n > 0 {
                 *lines.entry(parts.join(";")).or_insert(0) += n;
             }
@@ -688,5 +741,84 @@ pub fn bytes_by_function(trace: &Trace) -> Result<HashMap<u32, (u64, u64)>, Read
             }
         }
     }
-    Ok(acc.into_iter().map(|(f, (s, t))| (f, (round(s), round(t)))).collect())
+    Ok(acc
+        .into_iter()
+        .map(|(f, (s, t))| (f, (round(s), round(t))))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::schema::{source, Mode};
+
+    fn trace_of(name: &str, sample: u64, build: impl FnOnce(&mut TraceBuilder<Vec<u8>>)) -> Trace {
+        let mut b = TraceBuilder::with_alloc_sample(
+            Vec::new(),
+            "/bin/m",
+            source::ALLOCATIONS,
+            Mode::Lossless,
+            sample,
+        )
+        .unwrap();
+        b.thread(1, "one").unwrap();
+        b.thread(2, "two").unwrap();
+        build(&mut b);
+        let path = std::env::temp_dir().join(format!("ft-mem-{}-{name}.data", std::process::id()));
+        std::fs::write(&path, b.finish().unwrap()).unwrap();
+        let t = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    #[test]
+    fn peak_leaks_and_temporaries_follow_the_definitions() {
+        let t = trace_of("defs", 0, |b| {
+            b.alloc(1, 10, None, 100, 0xa0).unwrap();
+            b.free(2, 20, 0xa0).unwrap(); // another thread: not a temporary
+            b.alloc(1, 30, None, 50, 0xb0).unwrap();
+            b.free(1, 40, 0xb0).unwrap(); // freed before thread 1 allocates again: temporary
+            b.alloc(1, 50, None, 1000, 0xc0).unwrap();
+            b.alloc(1, 60, None, 2000, 0xd0).unwrap(); // peak: 3000
+            b.free(1, 70, 0xc0).unwrap(); // not the last allocation: not a temporary
+            b.alloc(2, 80, None, 10, 0xe0).unwrap();
+            b.free(2, 90, 0xf0).unwrap(); // never allocated: ignored
+        });
+        let r = analyse(&t).unwrap();
+        assert_eq!((r.allocations, r.bytes, r.frees), (5, 3160, 3));
+        assert_eq!((r.peak_bytes, r.peak_ns), (3000, 60 - 10));
+        assert_eq!(
+            r.peak_stacks,
+            vec![StackGroup {
+                stack: None,
+                blocks: 2,
+                bytes: 3000
+            }]
+        );
+        assert_eq!((r.leaked_bytes, r.leaked_blocks), (2010, 2));
+        assert_eq!(r.temporary, 1);
+        assert_eq!(r.sites[0].function, "[no stack]");
+    }
+
+    #[test]
+    fn sampled_allocations_weigh_their_inverse_probability() {
+        assert_eq!(weights(1000, 0), (1.0, 1000.0));
+        let (count, bytes) = weights(1000, 1000);
+        let p = 1.0 - (-1.0f64).exp();
+        assert!((count - 1.0 / p).abs() < 1e-9 && (bytes - 1000.0 / p).abs() < 1e-6);
+        // A block much larger than the interval is (nearly) always sampled and weighs its size.
+        let (count, bytes) = weights(1 << 30, 4096);
+        assert!((count - 1.0).abs() < 1e-9 && (bytes - (1u64 << 30) as f64).abs() < 1e-3);
+        let t = trace_of("sampled", 1000, |b| {
+            b.alloc(1, 10, None, 1000, 0xa0).unwrap();
+        });
+        let r = analyse(&t).unwrap();
+        assert_eq!(r.sample_interval, 1000);
+        assert_eq!(
+            (r.allocations, r.bytes),
+            (2, 1582),
+            "1/p = 1.582 allocations, 1582 bytes"
+        );
+    }
 }

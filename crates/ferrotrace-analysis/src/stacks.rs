@@ -118,7 +118,11 @@ impl<'t> FrameTree<'t> {
 }
 
 /// Frames of the frame-level `stack` in `nodes`, leaf first.
-pub fn frames_of<'f>(frames: &'f [Frame], nodes: &[StackNode], stack: Option<u32>) -> Vec<&'f Frame> {
+pub fn frames_of<'f>(
+    frames: &'f [Frame],
+    nodes: &[StackNode],
+    stack: Option<u32>,
+) -> Vec<&'f Frame> {
     let mut out = Vec::new();
     let mut cur = stack;
     while let Some(node) = cur.and_then(|s| nodes.get(s as usize)) {

@@ -32,9 +32,8 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
         file.section_by_name(".interp").is_some() || file.section_by_name(".dynamic").is_some();
     let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();
     let has_allocator = file.symbols().any(|s| {
-        s.name().is_ok_and(|n| {
-            n.contains("ferrotrace") && n.contains("alloc_from")
-        })
+        s.name()
+            .is_ok_and(|n| n.contains("ferrotrace") && n.contains("alloc_from"))
     });
     Ok(ProgramFacts {
         has_allocator,

@@ -196,17 +196,9 @@ fn traces_beside(trace: &Path) -> Vec<PathBuf> {
 
 /// Builds `testprogs/c/NAME.c` into `dir` with clang-16, XRay sleds in every function, and `flags`.
 fn clang_xray(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let status = std::process::Command::new("clang-16")
-        .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(repo().join(format!("testprogs/c/{name}.c")))
-        .status()
-        .expect("clang-16 is needed for this test (apt-get install clang-16 libclang-rt-16-dev)");
-    assert!(status.success(), "clang-16 failed on {name}.c");
-    exe
+    let mut all = vec!["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"];
+    all.extend_from_slice(flags);
+    build_c(dir, name, "clang-16", &all)
 }
 
 #[test]

@@ -191,7 +191,12 @@ extern "C" fn pvalloc_hook(size: usize, ret_slot: *const usize, rbp: usize) -> *
     p
 }
 
-extern "C" fn calloc_hook(n: usize, size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
+extern "C" fn calloc_hook(
+    n: usize,
+    size: usize,
+    ret_slot: *const usize,
+    rbp: usize,
+) -> *mut c_void {
     let Some(bytes) = n.checked_mul(size) else {
         set_errno(libc::ENOMEM);
         return core::ptr::null_mut();
@@ -204,13 +209,27 @@ extern "C" fn calloc_hook(n: usize, size: usize, ret_slot: *const usize, rbp: us
     p
 }
 
-extern "C" fn aligned_alloc_hook(align: usize, size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
-    let p = call!(aligned_alloc as fn(usize, usize) -> *mut c_void, align, size);
+extern "C" fn aligned_alloc_hook(
+    align: usize,
+    size: usize,
+    ret_slot: *const usize,
+    rbp: usize,
+) -> *mut c_void {
+    let p = call!(
+        aligned_alloc as fn(usize, usize) -> *mut c_void,
+        align,
+        size
+    );
     alloc_event(size, p as usize, caller(ret_slot, rbp));
     p
 }
 
-extern "C" fn memalign_hook(align: usize, size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
+extern "C" fn memalign_hook(
+    align: usize,
+    size: usize,
+    ret_slot: *const usize,
+    rbp: usize,
+) -> *mut c_void {
     if RESOLVING.load(Relaxed) {
         return arena_alloc(size, align).cast();
     }
@@ -231,9 +250,10 @@ extern "C" fn posix_memalign_hook(
     };
     // SAFETY: the C library's posix_memalign with the caller's arguments.
     let rc = unsafe {
-        core::mem::transmute::<usize, unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int>(f)(
-            out, align, size,
-        )
+        core::mem::transmute::<
+            usize,
+            unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int,
+        >(f)(out, align, size)
     };
     if rc == 0 {
         // SAFETY: on success posix_memalign stored the block's address through `out`.
@@ -272,7 +292,12 @@ fn resize(p: *mut c_void, size: usize, caller: Caller) -> *mut c_void {
     q
 }
 
-extern "C" fn realloc_hook(p: *mut c_void, size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
+extern "C" fn realloc_hook(
+    p: *mut c_void,
+    size: usize,
+    ret_slot: *const usize,
+    rbp: usize,
+) -> *mut c_void {
     if RESOLVING.load(Relaxed) {
         return arena_alloc(size, 16).cast();
     }
@@ -312,4 +337,33 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
 fn set_errno(e: libc::c_int) {
     // SAFETY: errno is the calling thread's.
     unsafe { *libc::__errno_location() = e };
+}
+
+/// Interposes the C library's `pthread_getattr_np`, whose allocations are never recorded: it allocates
+/// (the main thread's reads `/proc/self/maps` with `fopen`) while holding the thread's lock, and the
+/// first recorded event of a thread registers it, which asks `pthread_getattr_np` for the thread's
+/// stack: recording there would take the same lock again.
+///
+/// # Safety
+/// Same contract as `pthread_getattr_np(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn pthread_getattr_np(
+    thread: libc::pthread_t,
+    attr: *mut libc::pthread_attr_t,
+) -> libc::c_int {
+    type GetAttr = unsafe extern "C" fn(libc::pthread_t, *mut libc::pthread_attr_t) -> libc::c_int;
+    static REAL_GETATTR: AtomicUsize = AtomicUsize::new(0);
+    let mut f = REAL_GETATTR.load(Relaxed);
+    if f == 0 {
+        // SAFETY: dlsym with RTLD_NEXT and a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_getattr_np".as_ptr()) } as usize;
+        if f == 0 {
+            return libc::ENOSYS;
+        }
+        REAL_GETATTR.store(f, Relaxed);
+    }
+    // SAFETY: the C library's pthread_getattr_np with the caller's arguments.
+    ferrotrace::alloc::unrecorded(|| unsafe {
+        core::mem::transmute::<usize, GetAttr>(f)(thread, attr)
+    })
 }

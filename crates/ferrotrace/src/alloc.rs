@@ -33,10 +33,13 @@
 //! whole stack table again into its own file.
 
 use std::alloc::{GlobalAlloc, Layout};
-use std::mem::MaybeUninit;
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering::Relaxed};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering::Relaxed,
+};
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
@@ -163,7 +166,13 @@ pub fn start(settings: Settings) {
         eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
     // SAFETY: plain registration of handlers that only take and release the interner's lock.
-    unsafe { libc::pthread_atfork(Some(lock_for_fork), Some(unlock_after_fork), Some(unlock_after_fork)) };
+    unsafe {
+        libc::pthread_atfork(
+            Some(lock_for_fork),
+            Some(unlock_after_fork),
+            Some(unlock_after_fork),
+        )
+    };
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
 }
@@ -250,7 +259,10 @@ pub fn free_now(addr: usize) {
     t.busy.store(1, Relaxed);
     write(
         Record::with_payload(crate::clock::rdtsc(), EventKind::Free, 0, 1),
-        Record { tsc: addr as u64, word: 0 },
+        Record {
+            tsc: addr as u64,
+            word: 0,
+        },
     );
     t.busy.store(0, Relaxed);
 }
@@ -269,7 +281,10 @@ pub fn free_event(addr: usize, tsc: u64) {
     t.busy.store(1, Relaxed);
     write(
         Record::with_payload(tsc, EventKind::Free, 0, 1),
-        Record { tsc: addr as u64, word: 0 },
+        Record {
+            tsc: addr as u64,
+            word: 0,
+        },
     );
     t.busy.store(0, Relaxed);
 }
@@ -298,10 +313,17 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
     }
     t.busy.store(1, Relaxed);
     let depth = DEPTH.load(Relaxed);
-    let stack = if depth == 0 { 0 } else { stack_id(t, caller, depth) };
+    let stack = if depth == 0 {
+        0
+    } else {
+        stack_id(t, caller, depth)
+    };
     write(
         Record::with_payload(crate::clock::rdtsc(), EventKind::Alloc, stack, 1),
-        Record { tsc: size as u64, word: addr as u64 },
+        Record {
+            tsc: size as u64,
+            word: addr as u64,
+        },
     );
     t.busy.store(0, Relaxed);
 }
@@ -317,7 +339,8 @@ fn write(rec: Record, payload: Record) {
         unsafe {
             cur.write(rec);
             cur.add(1).write(payload);
-            h.cursor.store(cur.add(2), core::sync::atomic::Ordering::Release);
+            h.cursor
+                .store(cur.add(2), core::sync::atomic::Ordering::Release);
         }
     } else {
         crate::thread::record_slow(rec, &[payload]);
@@ -382,7 +405,8 @@ fn sample(t: &AllocThread, size: usize, addr: usize) -> bool {
 fn sampled(t: &AllocThread, addr: usize) {
     // One allocation that spans several sampling points is still one sample: its weight says how many
     // bytes it stands for. The distance from its end to the next point is a fresh draw (memoryless).
-    t.countdown.store(next_countdown(t, SAMPLE_INTERVAL.load(Relaxed)), Relaxed);
+    t.countdown
+        .store(next_countdown(t, SAMPLE_INTERVAL.load(Relaxed)), Relaxed);
     SAMPLED.insert(addr as u64);
 }
 
@@ -452,9 +476,13 @@ impl SampledSet {
 
     fn insert(&self, addr: u64) {
         for probe in 0..PROBES {
-            let Some(slot) = self.slot(addr, probe) else { break };
+            let Some(slot) = self.slot(addr, probe) else {
+                break;
+            };
             let cur = slot.load(Relaxed);
-            if (cur == 0 || cur == DELETED) && slot.compare_exchange(cur, addr, Relaxed, Relaxed).is_ok() {
+            if (cur == 0 || cur == DELETED)
+                && slot.compare_exchange(cur, addr, Relaxed, Relaxed).is_ok()
+            {
                 return;
             }
         }
@@ -465,10 +493,14 @@ impl SampledSet {
     #[inline(always)]
     fn remove(&self, addr: u64) -> bool {
         for probe in 0..PROBES {
-            let Some(slot) = self.slot(addr, probe) else { break };
+            let Some(slot) = self.slot(addr, probe) else {
+                break;
+            };
             match slot.load(Relaxed) {
                 0 => break,
-                a if a == addr => return slot.compare_exchange(a, DELETED, Relaxed, Relaxed).is_ok(),
+                a if a == addr => {
+                    return slot.compare_exchange(a, DELETED, Relaxed, Relaxed).is_ok()
+                }
                 _ => {}
             }
         }
@@ -490,7 +522,12 @@ const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
 
 /// The return addresses of the caller's stack, innermost first, into `out`; returns how many.
 #[inline(always)]
-fn walk(t: &AllocThread, caller: Caller, depth: usize, out: &mut [MaybeUninit<usize>; MAX_DEPTH]) -> usize {
+fn walk(
+    t: &AllocThread,
+    caller: Caller,
+    depth: usize,
+    out: &mut [MaybeUninit<usize>; MAX_DEPTH],
+) -> usize {
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
     out[0].write(unsafe { *caller.ret_slot });
     let mut n = 1;
@@ -623,7 +660,9 @@ fn lock() {
 }
 
 fn unlock() {
-    INTERNER.lock.store(false, core::sync::atomic::Ordering::Release);
+    INTERNER
+        .lock
+        .store(false, core::sync::atomic::Ordering::Release);
 }
 
 extern "C" fn lock_for_fork() {
@@ -657,7 +696,11 @@ fn intern(frames: &[usize]) -> Option<u32> {
                     // Return addresses minus one: inside the call instruction, so that they resolve to
                     // the calling line.
                     let (module, address) = i.locate(ret as u64 - 1);
-                    i.nodes.push(StackNode { parent, module, address });
+                    i.nodes.push(StackNode {
+                        parent,
+                        module,
+                        address,
+                    });
                     i.ids.insert(key, id);
                     id
                 }
@@ -690,9 +733,19 @@ impl Interner {
     fn discover(&mut self) {
         let mut found: Vec<Object> = Vec::new();
         // SAFETY: the callback only reads the info it is given and pushes into `found`.
-        unsafe { libc::dl_iterate_phdr(Some(collect_object), &mut found as *mut Vec<Object> as *mut libc::c_void) };
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(collect_object),
+                &mut found as *mut Vec<Object> as *mut libc::c_void,
+            )
+        };
         for o in found {
-            if o.end <= o.start || self.modules.iter().any(|m| m.start == o.start && m.bias == o.bias) {
+            if o.end <= o.start
+                || self
+                    .modules
+                    .iter()
+                    .any(|m| m.start == o.start && m.bias == o.bias)
+            {
                 continue;
             }
             let id = STACK_MODULE_BASE + self.modules.len() as u32;
@@ -706,7 +759,12 @@ impl Interner {
             }
             .encode(&mut p);
             self.module_chunks.push(p);
-            self.modules.push(ModuleRange { id, start: o.start, end: o.end, bias: o.bias });
+            self.modules.push(ModuleRange {
+                id,
+                start: o.start,
+                end: o.end,
+                bias: o.bias,
+            });
         }
     }
 }
@@ -732,10 +790,14 @@ unsafe extern "C" fn collect_object(
         String::new()
     } else {
         // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
-        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }.to_string_lossy().into_owned()
+        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
     };
     let path = if name.is_empty() {
-        std::fs::read_link("/proc/self/exe").map(|p| p.display().to_string()).unwrap_or_default()
+        std::fs::read_link("/proc/self/exe")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
     } else {
         name
     };
@@ -757,7 +819,13 @@ unsafe extern "C" fn collect_object(
         }
     }
     if start < end {
-        out.push(Object { path, bias, start, end, build_id });
+        out.push(Object {
+            path,
+            bias,
+            start,
+            end,
+            build_id,
+        });
     }
     0
 }
@@ -804,7 +872,11 @@ pub fn take_stacks() -> Vec<(ChunkKind, Vec<u8>)> {
         let new = &i.nodes[i.nodes_taken..];
         if !new.is_empty() {
             let mut p = Vec::new();
-            let _ = StacksHeader { first_id: i.nodes_taken as u32, count: new.len() as u32 }.encode(&mut p);
+            let _ = StacksHeader {
+                first_id: i.nodes_taken as u32,
+                count: new.len() as u32,
+            }
+            .encode(&mut p);
             for n in new {
                 let _ = n.encode(&mut p);
             }
@@ -888,7 +960,11 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let tsc = if active() { before_free(ptr as usize) } else { None };
+        let tsc = if active() {
+            before_free(ptr as usize)
+        } else {
+            None
+        };
         // SAFETY: the caller's contract is forwarded.
         let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if p.is_null() {
@@ -916,7 +992,10 @@ mod tests {
     fn build_id_is_found_among_notes() {
         let mut notes = Vec::new();
         // An ABI tag note first, then the build-id.
-        for (name, kind, desc) in [(&b"GNU\0"[..], 1u32, &[0u8, 0, 0, 0, 3, 0, 0, 0][..]), (b"GNU\0", 3, &[0xab, 0xcd, 0xef][..])] {
+        for (name, kind, desc) in [
+            (&b"GNU\0"[..], 1u32, &[0u8, 0, 0, 0, 3, 0, 0, 0][..]),
+            (b"GNU\0", 3, &[0xab, 0xcd, 0xef][..]),
+        ] {
             notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
             notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
             notes.extend_from_slice(&kind.to_le_bytes());
@@ -948,7 +1027,10 @@ mod tests {
 
     #[test]
     fn the_sampled_set_forgets_what_it_removes() {
-        let set = SampledSet { slots: AtomicPtr::new(core::ptr::null_mut()), overflowed: AtomicBool::new(false) };
+        let set = SampledSet {
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            overflowed: AtomicBool::new(false),
+        };
         assert!(set.init());
         for a in (0x10_0000u64..0x10_0000 + 64 * 1000).step_by(64) {
             set.insert(a);

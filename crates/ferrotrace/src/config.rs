@@ -37,10 +37,8 @@ pub struct Config {
 /// Parses `16M`, `512K`, `1G` or a plain number of bytes.
 pub fn parse_size(s: &str) -> Result<usize, String> {
     ferrotrace_core::format::parse_size(s).ok_or_else(|| {
-            format!(
-                "invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
-            )
-        })
+        format!("invalid size '{s}': expected a number of bytes with an optional K, M or G suffix")
+    })
 }
 
 fn regexes(var: &str) -> Result<Vec<regex_lite::Regex>, String> {

@@ -417,7 +417,12 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, crate::alloc::requested().ok().flatten(), tsc_hz, start_realtime),
+            &session_payload(
+                config,
+                crate::alloc::requested().ok().flatten(),
+                tsc_hz,
+                start_realtime,
+            ),
         )
         .map_err(io)?;
     writer

@@ -87,7 +87,11 @@ pub fn write(
                     payload,
                     &fields,
                 );
-                let args = matches!(kind, EventKind::Tracepoint | EventKind::Alloc | EventKind::Free).then(|| {
+                let args = matches!(
+                    kind,
+                    EventKind::Tracepoint | EventKind::Alloc | EventKind::Free
+                )
+                .then(|| {
                     let obj: serde_json::Map<String, serde_json::Value> = values
                         .iter()
                         .map(|(k, v)| (k.clone(), v.to_json()))

@@ -205,7 +205,12 @@ pub fn instant(
                 ],
             )
         }
-        EventKind::Free => return ("free".into(), vec![("address".into(), Value::Unsigned(fields[0]))]),
+        EventKind::Free => {
+            return (
+                "free".into(),
+                vec![("address".into(), Value::Unsigned(fields[0]))],
+            )
+        }
         _ => format!("exit of {} without entry", name_of(id)),
     };
     (name, Args::default())

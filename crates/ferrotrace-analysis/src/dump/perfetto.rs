@@ -319,8 +319,28 @@ pub fn write_events(
         fbytes(&mut p, 11, &te);
         sink.packet(&p)?;
         // The heap counter moves with each allocation and free, at the same time (delta 0).
-        if let (Some(heap), Ev::Instant { tid, ts, kind, id, payload, fields, .. }) = (heap.as_mut(), ev) {
-            let e = crate::reader::EventRef { tid, ts_ns: ts, tsc: 0, kind, id, payload, fields };
+        if let (
+            Some(heap),
+            Ev::Instant {
+                tid,
+                ts,
+                kind,
+                id,
+                payload,
+                fields,
+                ..
+            },
+        ) = (heap.as_mut(), ev)
+        {
+            let e = crate::reader::EventRef {
+                tid,
+                ts_ns: ts,
+                tsc: 0,
+                kind,
+                id,
+                payload,
+                fields,
+            };
             if let Some(bytes) = heap.on_event(&e) {
                 p.clear();
                 fv(&mut p, 8, 0);

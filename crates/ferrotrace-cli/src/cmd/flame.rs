@@ -68,7 +68,11 @@ fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
             weight.unit()
         ));
     } else {
-        let title = format!("ferrotrace memory ({}): {}", weight.unit(), trace.session.args.join(" "));
+        let title = format!(
+            "ferrotrace memory ({}): {}",
+            weight.unit(),
+            trace.session.args.join(" ")
+        );
         ferrotrace_analysis::flame::render_folded(folded.lines(), &title, weight.unit())?
     };
     let output = a

@@ -7,8 +7,8 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
-use ferrotrace_core::format::parse_size;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::format::parse_size;
 
 use crate::elf;
 
@@ -175,7 +175,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         ));
     }
     let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if let Some(s) = args.alloc_sample.as_deref().filter(|s| parse_size(s).is_none()) {
+    if let Some(s) = args
+        .alloc_sample
+        .as_deref()
+        .filter(|s| parse_size(s).is_none())
+    {
         return Err(format!(
             "--alloc-sample: invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
         ));
@@ -220,8 +224,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if args.alloc {
         cmd.env("FERROTRACE_ALLOC", "1")
-            .env("FERROTRACE_ALLOC_SAMPLE", args.alloc_sample.as_deref().unwrap_or("0"))
-            .env("FERROTRACE_ALLOC_STACK_DEPTH", args.alloc_stack_depth.to_string());
+            .env(
+                "FERROTRACE_ALLOC_SAMPLE",
+                args.alloc_sample.as_deref().unwrap_or("0"),
+            )
+            .env(
+                "FERROTRACE_ALLOC_STACK_DEPTH",
+                args.alloc_stack_depth.to_string(),
+            );
     } else {
         cmd.env_remove("FERROTRACE_ALLOC");
     }
