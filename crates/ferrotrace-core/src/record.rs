@@ -9,7 +9,11 @@
 //! | 1 | 0–31 | id: function id, tracepoint id, or a count (see [`EventKind`]) |
 //! | 1 | 32–39 | [`EventKind`] |
 //! | 1 | 40–47 | number of 16-byte payload slots that follow this record in the chunk |
-//! | 1 | 48–63 | reserved, zero |
+//! | 1 | 48–63 | reserved, zero (a Free record: bits 32–47 of the address) |
+//!
+//! A Free record carries its address without a payload slot (the hot path writes 16 bytes, not 32): the
+//! low 32 bits in the id field, bits 32–47 in bits 48–63 of word 1 (user-space addresses have 47 bits).
+//! Its id on disk is 0 (see [`Record::free`]).
 //!
 //! The XRay entry trampoline loads the function id into `r10d` (which zero-extends), so an ENTRY record's
 //! word 1 is the id itself and an EXIT is the id with bit 32 set: the trampolines need one `bts`.
@@ -96,6 +100,19 @@ impl Record {
             tsc,
             word: id as u64 | (kind as u64) << 32 | (slots as u64) << 40,
         }
+    }
+
+    /// A Free record of `address` (at most 48 bits), without payload.
+    pub const fn free(tsc: u64, address: u64) -> Record {
+        Record {
+            tsc,
+            word: (address & 0xffff_ffff) | (EventKind::Free as u64) << 32 | (address >> 32) << 48,
+        }
+    }
+
+    /// The address of a Free record made by [`Record::free`].
+    pub const fn free_address(&self) -> u64 {
+        (self.word & 0xffff_ffff) | (self.word >> 48) << 32
     }
 
     /// The id field.

@@ -257,13 +257,7 @@ pub fn free_now(addr: usize) {
         return;
     }
     t.busy.store(1, Relaxed);
-    write(
-        Record::with_payload(crate::clock::rdtsc(), EventKind::Free, 0, 1),
-        Record {
-            tsc: addr as u64,
-            word: 0,
-        },
-    );
+    write_one(Record::free(crate::clock::rdtsc(), addr as u64));
     t.busy.store(0, Relaxed);
 }
 
@@ -279,13 +273,7 @@ pub fn free_cancelled(addr: usize) {
 pub fn free_event(addr: usize, tsc: u64) {
     let Some(t) = this_thread() else { return };
     t.busy.store(1, Relaxed);
-    write(
-        Record::with_payload(tsc, EventKind::Free, 0, 1),
-        Record {
-            tsc: addr as u64,
-            word: 0,
-        },
-    );
+    write_one(Record::free(tsc, addr as u64));
     t.busy.store(0, Relaxed);
 }
 
@@ -328,6 +316,17 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
     t.busy.store(0, Relaxed);
 }
 
+/// Owns the chunk's line four lines ahead of the cursor before the stores reach it, as the trampolines
+/// do: a recycled chunk's lines are shared with the collector that read them.
+#[inline(always)]
+fn prefetch_ahead(cur: *mut Record) {
+    // SAFETY: prefetchw never faults, whatever the address.
+    unsafe {
+        core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
+            options(nostack, preserves_flags, readonly))
+    };
+}
+
 /// Stores the record and its payload slot at the thread's cursor, or hands them to the slow path.
 #[inline(always)]
 fn write(rec: Record, payload: Record) {
@@ -335,6 +334,7 @@ fn write(rec: Record, payload: Record) {
     let cur = h.cursor.load(Relaxed);
     let end = h.end.load(Relaxed);
     if !cur.is_null() && (end as usize).saturating_sub(cur as usize) >= 32 {
+        prefetch_ahead(cur);
         // SAFETY: `cur .. cur + 2` lies inside the chunk this thread owns (checked above).
         unsafe {
             cur.write(rec);
@@ -344,6 +344,25 @@ fn write(rec: Record, payload: Record) {
         }
     } else {
         crate::thread::record_slow(rec, &[payload]);
+    }
+}
+
+/// Stores one record without payload at the thread's cursor, or hands it to the slow path.
+#[inline(always)]
+fn write_one(rec: Record) {
+    let h = hot();
+    let cur = h.cursor.load(Relaxed);
+    let end = h.end.load(Relaxed);
+    if !cur.is_null() && cur < end {
+        prefetch_ahead(cur);
+        // SAFETY: `cur` lies inside the chunk this thread owns (checked above).
+        unsafe {
+            cur.write(rec);
+            h.cursor
+                .store(cur.add(1), core::sync::atomic::Ordering::Release);
+        }
+    } else {
+        crate::thread::record_slow(rec, &[]);
     }
 }
 
