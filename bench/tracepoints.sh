@@ -4,9 +4,12 @@
 #  1. Disabled cost: instructions per loop iteration counted by callgrind, for the same loop without
 #     instrumentation, with a disabled tracepoint (2 integer args), and with a `tracing::event!` (2 integer
 #     fields, no subscriber). Per-iteration counts are (Ir(2N) - Ir(N)) / N, so start-up cancels out.
-#  2. Enabled cost: ns per event (best of RUNS runs) for a recorded tracepoint (FERROTRACE_TRACE, events
+#  2. Enabled path: instructions per recorded event (callgrind, counted in the loop and its callees only,
+#     so that the collector thread's work is left out).
+#  3. Enabled cost: ns per event (best of RUNS runs) for a recorded tracepoint (FERROTRACE_TRACE, events
 #     written into the trace) and for `tracing::event!` delivered to a subscriber that stores TSC and
-#     fields in memory; the bare loop and a loop with one `rdtsc` for reference.
+#     fields in memory; the bare loop and a loop with one `rdtsc` for reference, and the two ways of
+#     learning an event's CPU that were weighed (`rdtscp`, a load from the rseq area).
 #
 # Usage: bench/tracepoints.sh [N] [RUNS]     (defaults 1000000, 5)
 set -euo pipefail
@@ -35,6 +38,21 @@ for mode in none disabled tracing-off; do
 done
 python3 -c "print('disabled tracepoint: %+.2f instructions; tracing::event! (no subscriber): %+.2f' % (${PER[disabled]} - ${PER[none]}, ${PER[tracing-off]} - ${PER[none]}))"
 echo
+echo "== enabled path: instructions per event, recorded (callgrind, in the loop function and its callees) =="
+ir_enabled() {
+    local d
+    d=$(mktemp -d)
+    (cd "$d" && FERROTRACE_TRACE=bench_tp FERROTRACE_OUTPUT="$d/t.data" \
+        valgrind --tool=callgrind --callgrind-out-file=/dev/null --smc-check=all \
+        '--toggle-collect=*loop_tracepoint*' "$BIN" enabled "$1" 2>&1 >/dev/null |
+        sed -n 's/.*Collected : \([0-9]*\).*/\1/p')
+    rm -rf "$d"
+}
+M=$((N / 5))
+a=$(ir_enabled "$M")
+b=$(ir_enabled $((2 * M)))
+python3 -c "print('%.2f instructions per enabled event (loop included)' % (($b - $a) / $M))"
+echo
 echo "== enabled cost: ns per iteration, best of $RUNS =="
 best() {
     local mode=$1 best=""
@@ -48,10 +66,14 @@ OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 NONE=$(best none)
 RDTSC=$(best rdtsc)
+RDTSCP=$(best rdtscp)
+RSEQ=$(best rseq-cpu)
 EN=$(best enabled FERROTRACE_TRACE=bench_tp FERROTRACE_OUTPUT="$OUT/t.data" FERROTRACE_BUFFER_SIZE=256M)
 TR=$(best tracing-on)
 printf '%-40s %7.2f ns\n' "loop alone" "$NONE"
 printf '%-40s %7.2f ns\n' "loop + rdtsc" "$RDTSC"
+printf '%-40s %7.2f ns\n' "loop + rdtscp (timestamp and CPU)" "$RDTSCP"
+printf '%-40s %7.2f ns\n' "loop + CPU from rseq (one load)" "$RSEQ"
 printf '%-40s %7.2f ns\n' "loop + tracepoint enabled (recorded)" "$EN"
 printf '%-40s %7.2f ns\n' "loop + tracing::event! into memory" "$TR"
 python3 -c "print('per event: tracepoint %.2f ns, tracing %.2f ns (rdtsc alone %.2f ns)' % ($EN - $NONE, $TR - $NONE, $RDTSC - $NONE))"

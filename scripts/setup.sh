@@ -7,7 +7,8 @@ if [ "$(id -u)" -ne 0 ]; then
   command -v sudo >/dev/null || { echo "setup: not root and no sudo: run this script as root" >&2; exit 1; }
   as_root=(sudo)
 fi
-packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux)
+
+packages=(uftrace clang-16 libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg strace chromium)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -16,6 +17,17 @@ if [ ${#missing[@]} -gt 0 ]; then
   echo "setup: installing ${missing[*]}" >&2
   "${as_root[@]}" apt-get update -qq
   "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+# Node and npm (for viewers the tests open): Debian's, unless a node is already installed.
+if ! command -v npm >/dev/null; then
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null
+fi
+# speedscope's web app, opened by tests/viewers.rs in headless Chromium.
+tools=${FERROTRACE_TEST_TOOLS:-/usr/local/lib/ferrotrace-test-tools}
+if [ ! -f "$tools/node_modules/speedscope/dist/release/index.html" ]; then
+  echo "setup: installing speedscope into $tools" >&2
+  "${as_root[@]}" npm install --no-audit --no-fund --prefix "$tools" speedscope@1.22.2 >/dev/null
 fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2

@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -43,8 +43,10 @@ pub struct BinaryTracepoint {
 /// An XRay-instrumented function.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct BinaryFunction {
-    /// XRay function id (1-based, map order).
-    pub id: u32,
+    /// XRay function id: 1-based, in the object's map order, as `llvm-xray extract` numbers them. Not
+    /// the id a trace gives the function: a trace numbers only the functions it selected, across
+    /// every object it loaded (the `id` of `report --json`).
+    pub xray_id: u32,
     /// Link-time address.
     pub address: u64,
     /// Demangled name without hash.
@@ -84,9 +86,29 @@ fn read_i64(b: &[u8], at: usize) -> Option<i64> {
     Some(i64::from_le_bytes(b.get(at..at + 8)?.try_into().ok()?))
 }
 
+/// Maps the file at `path` read-only: a program's file is read where it lies instead of copied (a
+/// 60 MB binary with debug info took `record` 40 ms of copying and page clearing to start), and only
+/// the pages of the headers and sections actually looked at are touched.
+///
+/// Only regular files are opened: a path read from a trace is input, and a FIFO or a device there
+/// (`/dev/zero`) must not make an analysis block or read forever.
+pub fn map(path: &Path) -> Result<memmap2::Mmap, String> {
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    let file =
+        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // SAFETY: a private read-only mapping; the bytes are only parsed (bounds-checked by `object`).
+    // Like every tool that maps binaries (addr2line's loader, perf), it assumes no one truncates the
+    // file while it is read: that would be a SIGBUS, not a wrong answer.
+    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map {}: {e}", path.display()))
+}
+
 /// Reads the tracepoints and instrumented functions of the ELF file at `path`.
 pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
-    let data = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let data = map(path)?;
     let file = object::File::parse(&*data)
         .map_err(|e| format!("{} is not an ELF file ({e})", path.display()))?;
     let mut out = BinaryInfo::default();
@@ -158,6 +180,9 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
             .collect();
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
+        let plumbing = file
+            .section_by_name(PLUMBING_SECTION)
+            .map(|s| s.address()..s.address() + s.size());
         let mut funcs: Vec<(u64, usize)> = Vec::new();
         for (i, entry) in bytes.chunks_exact(ENTRY_LEN).enumerate() {
             let entry: &[u8; ENTRY_LEN] = entry
@@ -175,11 +200,11 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
         for (index, (func, sleds)) in funcs.into_iter().enumerate() {
             let sym = symbol_at(&symbols, func);
             let mangled = sym.map_or_else(|| format!("fn_{func:x}"), |s| s.2.to_string());
-            if is_runtime_symbol(&mangled) {
+            if is_runtime_function(&mangled, func, plumbing.clone()) {
                 continue;
             }
             out.functions.push(BinaryFunction {
-                id: index as u32 + 1,
+                xray_id: index as u32 + 1,
                 address: func,
                 name: crate::reader::demangle(&mangled),
                 mangled,

@@ -46,7 +46,8 @@ pub struct Summary {
     pub threads: Vec<ThreadSummary>,
     /// Functions in the embedded symbol table.
     pub functions: usize,
-    /// Events recorded.
+    /// Events in the file: entries, exits, tracepoints, and the markers of lost events and waits
+    /// (as [`Trace::event_count`] counts them, from the chunks' headers).
     pub events: u64,
     /// Events lost.
     pub lost: u64,
@@ -113,20 +114,16 @@ impl Summary {
                         break;
                     }
                 };
+                // Every event of the file counts, the markers of lost events and waits too (replay
+                // shows them): the count `record` prints and the chunks' own counts.
+                ts.events += 1;
                 match e.kind {
                     EventKind::Entry => ts.entries += 1,
                     EventKind::Exit | EventKind::TailExit => ts.exits += 1,
-                    EventKind::Lost => {
-                        ts.lost += e.id as u64;
-                        continue;
-                    }
-                    EventKind::Wait => {
-                        ts.waited_ns += e.id as u64;
-                        continue;
-                    }
+                    EventKind::Lost => ts.lost += e.id as u64,
+                    EventKind::Wait => ts.waited_ns += e.id as u64,
                     _ => {}
                 }
-                ts.events += 1;
             }
             s.events += ts.events;
             s.lost += ts.lost;

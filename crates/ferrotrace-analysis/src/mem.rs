@@ -448,7 +448,7 @@ pub fn thousands(n: u64) -> String {
     let digits = n.to_string();
     let mut out = String::new();
     for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
             out.push(',');
         }
         out.push(c);
@@ -596,7 +596,7 @@ impl MemReport {
             View::Temporary => {
                 let _ = writeln!(out, "\ntemporary allocations by stack:");
                 let mut t = self.temporaries.clone();
-                t.sort_by(|a, b| (b.blocks, b.bytes).cmp(&(a.blocks, a.bytes)));
+                t.sort_by_key(|g| std::cmp::Reverse((g.blocks, g.bytes)));
                 self.write_groups(&mut out, &t, "allocation", limit);
             }
         }

@@ -25,9 +25,41 @@ pub struct Names {
 }
 
 impl Names {
-    /// The names of `trace`'s functions.
+    /// The names of `trace`'s functions, told apart where they must be: distinct functions that
+    /// demangle to the same name (a generic instantiated in several crates or codegen units, a
+    /// `static` function of two C files) get their module and link-time address, as `nm` and `perf`
+    /// show them (`core::ptr::drop_glue::<String> [@0x2cb770]`); ids of the very same function (same
+    /// module and address) keep one name, so every view merges them.
     pub fn of(trace: &Trace) -> Names {
-        Names::from_pairs(trace.functions.values().map(|f| (f.id, f.name.as_str())))
+        let mut places: HashMap<&str, Vec<(u32, u64)>> = HashMap::new();
+        for f in trace.functions.values() {
+            let place = (f.module, f.addr);
+            let v = places.entry(f.name.as_str()).or_default();
+            if !v.contains(&place) {
+                v.push(place);
+            }
+        }
+        let module = |id: u32| trace.modules.iter().find(|m| m.id == id);
+        let names: Vec<(u32, String)> = trace
+            .functions
+            .values()
+            .map(|f| {
+                let shared = &places[f.name.as_str()];
+                if shared.len() < 2 {
+                    return (f.id, f.name.clone());
+                }
+                let m = module(f.module);
+                let vaddr = f.addr.wrapping_sub(m.map_or(0, |m| m.bias));
+                let in_module = if shared.iter().any(|&(other, _)| other != f.module) {
+                    let path = m.map_or("?", |m| m.path.as_str());
+                    format!("{} ", path.rsplit('/').next().unwrap_or(path))
+                } else {
+                    String::new()
+                };
+                (f.id, format!("{} [{in_module}@{vaddr:#x}]", f.name))
+            })
+            .collect();
+        Names::from_pairs(names.iter().map(|(id, n)| (*id, n.as_str())))
     }
 
     /// A table from `(id, name)` pairs.

@@ -164,7 +164,14 @@ pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), Stri
         x.parse()
             .map_err(|_| format!("bad time {x:?} in range {s:?} (give a unit: ns, us, ms, s)"))
     };
-    Ok((one(a, 0)?, one(b, u64::MAX)?))
+    let (start, end) = (one(a, 0)?, one(b, u64::MAX)?);
+    if start > end {
+        // Nothing can lie in a reversed range: an empty replay with exit 0 would say "nothing happened".
+        return Err(format!(
+            "time range {s:?} ends before it starts: give START~END with START <= END"
+        ));
+    }
+    Ok((start, end))
 }
 
 /// Formats a duration in uftrace's 10-character style (`   1.234 us`).
@@ -297,7 +304,8 @@ impl Options {
 }
 
 /// Writes the replay of `trace` to `out`. Returns the read errors met (each ended one thread's events
-/// early); I/O errors on `out` are returned as `Err`.
+/// early); I/O errors on `out` are returned as `Err`. `out` is flushed every 65,536 events, so output
+/// shows as it is made and a writer can stop the replay by failing a flush.
 pub fn replay(
     trace: &Trace,
     opts: &Options,
@@ -410,6 +418,9 @@ fn replay_with(
                 n += 1;
                 if n & 0xffff == 0 {
                     progress.add(0x10000);
+                    // Filters can hold output back for long: show what is ready, and let a writer
+                    // whose reader went away (`| head`) end the work by failing the flush.
+                    r.out.flush()?;
                 }
                 r.event(&e)?;
             }
@@ -854,9 +865,11 @@ mod tests {
         );
         assert_eq!(parse_time_range("~", 0).unwrap(), (0, u64::MAX));
         assert_eq!(
-            parse_time_range("12.5~13", 0).unwrap(),
-            (12_500_000_000, 13)
+            parse_time_range("12.5~13000000000", 0).unwrap(),
+            (12_500_000_000, 13_000_000_000)
         );
         assert!(parse_time_range("5", 0).is_err());
+        assert!(parse_time_range("5ms~1ms", 0).is_err());
+        assert!(parse_time_range("12.5~13", 0).is_err()); // 13 ns is before 12.5 s
     }
 }

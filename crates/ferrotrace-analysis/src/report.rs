@@ -30,7 +30,7 @@
 //! }
 //! FUNCTION = {
 //!   "name": "crate::module::function",   // demangled, hash stripped
-//!   "id": N,                              // function id in the trace
+//!   "id": N,                              // the trace's function id (not list's xray_id)
 //!   "calls": N, "total_ns": N, "self_ns": N, "avg_ns": N, "min_ns": N, "max_ns": N,
 //!   "unwound": N,                 // frames closed by a panic unwinding
 //!   "still_running": N,           // frames open at the end of the trace
@@ -283,7 +283,9 @@ impl Report {
     pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
         let names = Names::of(trace);
         let mut report = Report::default();
-        let mut all: HashMap<u32, FuncStats> = HashMap::new();
+        // By name: ids of one function (same module and address) share a name and make one row;
+        // distinct functions have distinct names (see `Names::of`).
+        let mut all: HashMap<String, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
         for th in trace.threads.values() {
             let mut slots = Slots::new();
@@ -349,7 +351,8 @@ impl Report {
             progress.add(n & 0xffff);
             stack.finish(&mut |se| on_leave(&mut slots, se));
             report.events += n;
-            let mut funcs = Vec::with_capacity(slots.ids.len());
+            let mut funcs: Vec<FuncStats> = Vec::with_capacity(slots.ids.len());
+            let mut row_of: HashMap<String, usize> = HashMap::new();
             for (i, &id) in slots.ids.iter().enumerate() {
                 let a = slots.acc[i];
                 if a.calls == 0 {
@@ -369,14 +372,20 @@ impl Report {
                     still_running: a.open,
                     entered_before: a.before,
                 };
-                all.entry(id)
+                all.entry(fs.name.clone())
                     .or_insert_with(|| FuncStats {
                         id,
                         name: fs.name.clone(),
                         ..FuncStats::default()
                     })
                     .merge(&fs);
-                funcs.push(fs);
+                match row_of.get(&fs.name) {
+                    Some(&row) => funcs[row].merge(&fs),
+                    None => {
+                        row_of.insert(fs.name.clone(), funcs.len());
+                        funcs.push(fs);
+                    }
+                }
             }
             report.threads.push(ThreadReport {
                 tid: th.tid,

@@ -113,18 +113,20 @@ impl Symbolizer {
     fn load(&mut self, module: u32) -> Option<ModuleSyms> {
         let (path, build_id) = self.paths.get(&module)?.clone();
         if path == KERNEL_MODULE_PATH {
+            // Read once per process: 200,000 lines that do not change while it runs.
+            static KALLSYMS: std::sync::OnceLock<Vec<FunctionSymbol>> = std::sync::OnceLock::new();
             return Some(ModuleSyms {
                 dwarf: None,
-                symbols: kallsyms(),
+                symbols: KALLSYMS.get_or_init(kallsyms).clone(),
                 label: "[kernel]".into(),
                 kernel: true,
             });
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
-        let data = match std::fs::read(&path) {
+        let data = match crate::binary::map(Path::new(&path)) {
             Ok(d) => d,
-            Err(_) => {
-                self.unreadable.push(format!("{path}: not found"));
+            Err(e) => {
+                self.unreadable.push(e);
                 return None;
             }
         };
@@ -144,7 +146,7 @@ impl Symbolizer {
         let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));
         if let Some(df) = &debug_file {
             // The debug file's full symbol table names static functions `.dynsym` lacks.
-            if let Ok(d) = std::fs::read(df) {
+            if let Ok(d) = crate::binary::map(df) {
                 if let Ok(o) = object::File::parse(&*d) {
                     symbols.extend(function_symbols(&o));
                 }

@@ -1,15 +1,14 @@
 //! `ferrotrace`: record what a program does, and answer questions about the recording.
 //!
-//! One file per subcommand under `cmd/`; the logic lives in the library crates (`ferrotrace` runs in the
+//! One file per subcommand under `cmd/` (in this package's library, which `cargo-ferrotrace` shares);
+//! the logic lives in the library crates (`ferrotrace` runs in the
 //! traced process, `ferrotrace-analysis` reads traces). This binary only parses arguments, starts
 //! programs and prints.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-
-mod cmd;
-mod elf;
+use ferrotrace_cli::cmd;
 
 #[derive(Parser)]
 #[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]

@@ -159,4 +159,93 @@ fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
         step.self_samples * 2 > report.samples,
         "most samples in the hot function: {report}"
     );
+    // Symbols mangled as the traced build's are (v0), so that both name functions alike.
+    let bin = std::fs::read(dir.join("target/ferrotrace-profile/release/demo")).unwrap();
+    let v0_step = bin.windows(b"4step".len()).any(|w| w == b"4step")
+        && bin.windows(b"_RNv".len()).any(|w| w == b"_RNv");
+    assert!(v0_step, "the profiled build's symbols are v0-mangled");
+}
+
+/// A value for each option of `ferrotrace record` and `profile` that takes one.
+fn value_for(action: &str, long: &str) -> &'static str {
+    match (action, long) {
+        (_, "output") => "opts.data",
+        ("record", "filter") => "demo::",
+        ("record", "notrace") => "demo::main",
+        ("record", "trace") => "nothing_*",
+        ("record", "mode") => "drop",
+        ("record", "buffer-size") => "8M",
+        ("record", "chunk-size") => "64K",
+        ("profile", "freq") => "99",
+        ("profile", "event") => "cpu-clock",
+        ("profile", "call-graph") => "fp",
+        ("profile", "duration") => "20s",
+        _ => panic!("no test value for `ferrotrace {action} --{long}`: add one"),
+    }
+}
+
+#[test]
+fn every_record_and_profile_option_is_accepted_and_handed_on() {
+    use clap::Args;
+    let dir = scratch("cargo_every_option");
+    new_project(&dir);
+    for (action, cmd) in [
+        (
+            "record",
+            ferrotrace_cli::cmd::record::RecordArgs::augment_args(clap::Command::new("r")),
+        ),
+        (
+            "profile",
+            ferrotrace_cli::cmd::profile::ProfileArgs::augment_args(clap::Command::new("p")),
+        ),
+    ] {
+        let mut given: Vec<String> = Vec::new();
+        let mut short_f = None;
+        for arg in cmd.get_arguments().filter(|a| !a.is_positional()) {
+            let long = arg.get_long().expect("every option has a long name");
+            if long == "pid" {
+                continue; // cargo ferrotrace runs the program it built; -p is cargo's --package
+            }
+            if arg.get_short() == Some('F') {
+                // Given as -F (ferrotrace's, not cargo's --features), after cargo options.
+                short_f = Some(long);
+                continue;
+            }
+            given.push(format!("--{long}"));
+            if arg.get_action().takes_values() {
+                given.push(value_for(action, long).to_string());
+            }
+        }
+        let short_f = short_f.expect("record and profile have -F");
+        let out = cargo_ferrotrace(&dir, None)
+            .arg(action)
+            .args(&given[..2])
+            .arg("--release")
+            .args(&given[2..])
+            .args(["-F", value_for(action, short_f), "--", "7"])
+            .output()
+            .unwrap();
+        let expected = format!(
+            "{action} {} --{short_f} {} --",
+            given.join(" "),
+            value_for(action, short_f)
+        );
+        let err = text(&out.stderr);
+        let running = err
+            .lines()
+            .find(|l| l.starts_with("cargo ferrotrace: running "))
+            .unwrap_or_else(|| panic!("{action}: the build did not get through: {err}"));
+        assert!(
+            running.contains(&expected),
+            "{action}: {running}\nexpected {expected}"
+        );
+        if action == "record" {
+            // --trace reached `ferrotrace record`, which refused it for a program without tracepoints.
+            assert_eq!(out.status.code(), Some(2), "{err}");
+            assert!(err.contains("has no ferrotrace tracepoints"), "{err}");
+        } else {
+            assert_eq!(out.status.code(), Some(4), "{err}");
+            assert!(dir.join("opts.data").is_file());
+        }
+    }
 }

@@ -79,3 +79,49 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
     assert_eq!(chrome.status.code(), Some(2));
     assert!(text(&chrome.stderr).contains("use --format firefox, perfetto or folded"));
 }
+
+/// A program's functions have one name whether traced or sampled: the profile of a traced program
+/// names its functions exactly as the trace of it does (closures, generics and drop glue included).
+#[test]
+fn profile_and_record_name_functions_alike() {
+    let dir = scratch("profile_names");
+    let prog = testprog("names");
+    let (out, traced) = record(&dir, &[], &prog, &["300"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let sampled = dir.join("p.data");
+    let out = ferrotrace()
+        .args(["profile", "-F", "4999", "--call-graph", "dwarf", "-o"])
+        .arg(&sampled)
+        .arg("--")
+        .arg(&prog)
+        .arg("300")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let names = |trace: &std::path::Path, key: &str| -> std::collections::BTreeSet<String> {
+        let j: serde_json::Value = serde_json::from_str(&ok(ft(&[
+            "report",
+            "--json",
+            "-i",
+            trace.to_str().unwrap(),
+        ])))
+        .unwrap();
+        j["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f[key].as_str().unwrap().to_string())
+            .filter(|n| n.contains("names::"))
+            .collect()
+    };
+    let traced_names = names(&traced, "name");
+    let sampled_names = names(&sampled, "function");
+    // The traced functions are the busy ones (the closure is inlined into `apply`, the drop glue calls
+    // `Drop::drop`): each is sampled, under the very name the trace gives it.
+    assert_eq!(traced_names.len(), 3, "{traced_names:?}");
+    let missing: Vec<_> = traced_names.difference(&sampled_names).collect();
+    assert!(
+        missing.is_empty(),
+        "named differently when sampled: {missing:?}\nsampled: {sampled_names:?}"
+    );
+}

@@ -296,6 +296,48 @@ fn program_linking_the_runtime_uses_its_own_copy() {
 }
 
 #[test]
+fn a_programs_own_use_of_the_runtimes_libraries_is_traced_and_listed() {
+    // `usedeps` is traced through LD_PRELOAD, `tp_usedeps` links the runtime (which itself uses
+    // regex_lite and crossbeam_queue): both call Regex::is_match and ArrayQueue::force_push N times.
+    const IS_MATCH: &str = "<regex_lite::string::Regex>::is_match";
+    const FORCE_PUSH: &str =
+        "<crossbeam_queue::array_queue::ArrayQueue<alloc::string::String>>::force_push";
+    let dir = scratch("usedeps");
+    for (program, opts) in [
+        ("usedeps", &[][..]),
+        ("tp_usedeps", &["--trace", "done"][..]),
+    ] {
+        let prog = testprog(program);
+        let (out, trace) = record(&dir, opts, &prog, &["25"]);
+        assert!(out.status.success(), "{program}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("matches=25"));
+        let t = Trace::open(&trace).expect("open trace");
+        assert_eq!(nested_counts(&t, IS_MATCH), (25, 25), "{program}");
+        assert_eq!(nested_counts(&t, FORCE_PUSH), (25, 25), "{program}");
+        // The runtime's own code (its crates, its instances of the same libraries, the tracepoint
+        // plumbing) is not there.
+        for f in t.functions.values() {
+            assert!(
+                !f.name.contains("ferrotrace") && !f.name.contains("FullChunk"),
+                "{program}: the runtime's {} was traced",
+                f.name
+            );
+        }
+        let listed = ok(ft(&["list", "--functions", prog.to_str().unwrap()]));
+        for name in [IS_MATCH, FORCE_PUSH] {
+            assert!(
+                listed.lines().any(|l| l.trim() == name),
+                "{program}: list shows {name}:\n{listed}"
+            );
+        }
+        assert!(
+            !listed.contains("ferrotrace") && !listed.contains("FullChunk"),
+            "{program}: list shows the runtime's functions:\n{listed}"
+        );
+    }
+}
+
+#[test]
 fn caught_panic_is_shown_as_unwound_frames_and_the_rest_stays_balanced() {
     let dir = scratch("catch");
     let (out, trace) = record(&dir, &[], &testprog("ending"), &["catch"]);
@@ -372,29 +414,7 @@ fn abort_and_segfault_still_leave_a_complete_trace() {
 fn drop_mode_counts_every_lost_event_exactly() {
     let dir = scratch("drop");
     let trace = dir.join("trace.data");
-    // One CPU for program and collector, two 4 KiB chunks: the program outruns the collector.
-    let out = std::process::Command::new("taskset")
-        .args(["-c", "0"])
-        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
-        .env("FERROTRACE_PRELOAD", preload())
-        .args([
-            "record",
-            "--mode",
-            "drop",
-            "--buffer-size",
-            "8K",
-            "--chunk-size",
-            "4K",
-            "-F",
-            "^fib::fib$",
-            "-o",
-        ])
-        .arg(&trace)
-        .arg("--")
-        .arg(testprog("fib"))
-        .arg("24")
-        .output()
-        .expect("run");
+    let out = record_losing_events(&trace);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).expect("open");

@@ -251,14 +251,51 @@ fn toggling_a_site_while_four_threads_run_through_it_is_safe() {
     assert!(total > 0, "some events were recorded");
 }
 
+/// bpftrace, which scripts/setup.sh installs; attaching uprobes needs root, which the tests run as.
+fn bpftrace() -> Command {
+    let bpftrace = std::path::Path::new("/usr/bin/bpftrace");
+    assert!(
+        bpftrace.exists(),
+        "bpftrace is missing: run scripts/setup.sh"
+    );
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    assert_eq!(
+        euid, 0,
+        "bpftrace attaches uprobes only as root: run the tests as root"
+    );
+    Command::new(bpftrace)
+}
+
+/// The values of bpftrace's map lines `@NAME: VALUE` and `@NAME[KEY]: VALUE`.
+fn bpftrace_maps(out: &str) -> std::collections::BTreeMap<String, u64> {
+    out.lines()
+        .filter_map(|l| {
+            let (name, value) = l.strip_prefix('@')?.rsplit_once(": ")?;
+            Some((name.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// A bpftrace script for `tp_usdt`: counts its `ping`s and `pong`s by parity and sums ping's argument.
+fn ping_pong_script(prog: &std::path::Path) -> String {
+    let p = prog.display();
+    format!(
+        "usdt:{p}:tp_usdt:ping {{ @pings = count(); @sum = sum(arg0); }} \
+         usdt:{p}:tp_usdt:pong {{ @pongs[str(arg1)] = count(); }}"
+    )
+}
+
+/// `out`, the output of [`ping_pong_script`] for `tp_usdt N`, saw every call with its arguments.
+fn assert_every_ping_and_pong(out: &str, n: u64) {
+    let maps = bpftrace_maps(out);
+    assert_eq!(maps.get("pings"), Some(&n), "{out}");
+    assert_eq!(maps.get("sum"), Some(&(0..n).sum::<u64>()), "{out}");
+    assert_eq!(maps.get("pongs[even]"), Some(&n.div_ceil(2)), "{out}");
+}
+
 #[test]
 fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
-    let bpftrace = std::path::Path::new("/usr/bin/bpftrace");
-    // SAFETY: geteuid has no preconditions.
-    if !bpftrace.exists() || unsafe { libc_geteuid() } != 0 {
-        eprintln!("skipped: needs /usr/bin/bpftrace and root");
-        return;
-    }
     let dir = scratch("tp_usdt");
     let prog = testprog("tp_basic");
     let p = prog.display().to_string();
@@ -266,7 +303,7 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
         "usdt:{p}:tp_basic:vfs_open {{ printf(\"open %s %d\\n\", str(arg0), arg1); }} \
          usdt:{p}:tp_basic:net_recv {{ printf(\"recv %d %d\\n\", arg0, arg1); }}"
     );
-    let out = Command::new(bpftrace)
+    let out = bpftrace()
         .arg("-e")
         .arg(&script)
         .arg("-c")
@@ -287,9 +324,275 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
     }
 }
 
-extern "C" {
-    #[link_name = "geteuid"]
-    fn libc_geteuid() -> u32;
+#[test]
+fn bpftrace_started_with_the_program_counts_every_call_without_ferrotrace_recording() {
+    let dir = scratch("tp_usdt_c");
+    let prog = testprog("tp_usdt");
+    let script = ping_pong_script(&prog);
+    let mut child = bpftrace()
+        .arg("-e")
+        .arg(&script)
+        .arg("-c")
+        .arg(format!("{} 1000", prog.display()))
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        // Without the watcher thread: the semaphores are up before the program starts, and the
+        // runtime's constructor sees them.
+        .env("FERROTRACE_USDT", "off")
+        .current_dir(&dir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The program's input is bpftrace's: one line to start, then the end.
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = child.wait_with_output().unwrap();
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("pings=1000 pongs=500"),
+        "{s}\n{}",
+        text(&out.stderr)
+    );
+    assert_every_ping_and_pong(&s, 1000);
+    assert!(
+        std::fs::read_dir(&dir).unwrap().next().is_none(),
+        "nothing was recorded"
+    );
+}
+
+/// The 5 bytes at each site of `tracepoint` in the running process `pid` of `prog`.
+fn site_bytes(prog: &std::path::Path, pid: u32, tracepoint: &str) -> Vec<[u8; 5]> {
+    use std::io::{Read, Seek, SeekFrom};
+    let list = ferrotrace()
+        .args(["list", "--json", "--tracepoints"])
+        .arg(prog)
+        .output()
+        .unwrap();
+    let j: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    let sites: Vec<u64> = j["tracepoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tracepoint)
+        .unwrap_or_else(|| panic!("{tracepoint} in {j}"))["sites"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| u64::from_str_radix(a.as_str().unwrap().trim_start_matches("0x"), 16).unwrap())
+        .collect();
+    assert!(!sites.is_empty());
+    // A position-independent executable: link-time address 0 is the start of its mapping at offset 0.
+    let exe = std::fs::canonicalize(prog).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let base = maps
+        .lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 6 && f[5] == exe.to_str().unwrap() && f[2] == "00000000")
+                .then(|| u64::from_str_radix(f[0].split('-').next().unwrap(), 16).unwrap())
+        })
+        .unwrap_or_else(|| panic!("no mapping of {} in\n{maps}", exe.display()));
+    let mut mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    sites
+        .iter()
+        .map(|&site| {
+            let mut b = [0u8; 5];
+            mem.seek(SeekFrom::Start(base + site)).unwrap();
+            mem.read_exact(&mut b).unwrap();
+            b
+        })
+        .collect()
+}
+
+/// Waits (at most 10 s) until every site of `tracepoint` is a `jmp` (`fires`) or the NOP.
+fn wait_for_sites(prog: &std::path::Path, pid: u32, tracepoint: &str, fires: bool) {
+    const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
+    let start = std::time::Instant::now();
+    loop {
+        let bytes = site_bytes(prog, pid, tracepoint);
+        let done = bytes
+            .iter()
+            .all(|b| if fires { b[0] == 0xe9 } else { *b == NOP5 });
+        if done {
+            return;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(10),
+            "{tracepoint}'s sites are {bytes:x?}, expected {}",
+            if fires { "jumps" } else { "NOPs" }
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_restores_the_nops() {
+    let prog = testprog("tp_usdt");
+    let mut program = Command::new(&prog)
+        .arg("1000")
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = program.id();
+    let mut input = program.stdin.take().unwrap();
+    let mut output = BufReader::new(program.stdout.take().unwrap()).lines();
+    assert_eq!(output.next().unwrap().unwrap(), "ready");
+    wait_for_sites(&prog, pid, "tp_usdt::ping", false);
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .map(|t| std::fs::read_to_string(t.unwrap().path().join("comm")).unwrap())
+        .collect();
+    assert!(
+        threads.iter().any(|t| t.trim() == "ferrotrace-usdt"),
+        "the watcher runs: {threads:?}"
+    );
+
+    let script = ping_pong_script(&prog);
+    let mut tracer = bpftrace()
+        .arg("-p")
+        .arg(pid.to_string())
+        .arg("-e")
+        .arg(&script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut traced = BufReader::new(tracer.stdout.take().unwrap()).lines();
+    let attaching = traced.next().unwrap().unwrap();
+    assert!(attaching.starts_with("Attaching 2 probes"), "{attaching}");
+    // The kernel raised the semaphores; the runtime's watcher patches the sites.
+    wait_for_sites(&prog, pid, "tp_usdt::ping", true);
+    wait_for_sites(&prog, pid, "tp_usdt::pong", true);
+    input.write_all(b"go\n").unwrap();
+    assert_eq!(output.next().unwrap().unwrap(), "pings=1000 pongs=500");
+
+    // SAFETY: SIGINT to the bpftrace we started: it prints its maps, detaches and exits.
+    unsafe { libc::kill(tracer.id() as i32, libc::SIGINT) };
+    let s: String = traced.map(|l| l.unwrap() + "\n").collect();
+    assert!(tracer.wait().unwrap().success());
+    assert_every_ping_and_pong(&s, 1000);
+    // No tracer left: the sites are NOPs again.
+    wait_for_sites(&prog, pid, "tp_usdt::ping", false);
+    wait_for_sites(&prog, pid, "tp_usdt::pong", false);
+    drop(input);
+    assert!(program.wait().unwrap().success());
+}
+
+/// The SDT probe `provider:name` of `prog`: file offsets of the probe and of its semaphore, and the
+/// argument string.
+fn sdt_probe(prog: &std::path::Path, provider: &str, name: &str) -> (u64, u64, String) {
+    use object::{Object, ObjectSection};
+    let bytes = std::fs::read(prog).unwrap();
+    let elf = object::File::parse(&*bytes).unwrap();
+    let offset_of = |vaddr: u64| {
+        elf.sections()
+            .find(|s| s.address() <= vaddr && vaddr < s.address() + s.size())
+            .and_then(|s| Some(vaddr - s.address() + s.file_range()?.0))
+            .unwrap_or_else(|| panic!("{vaddr:#x} is in no section"))
+    };
+    let notes = elf.section_by_name(".note.stapsdt").unwrap();
+    let data = notes.data().unwrap();
+    let u32_at = |p: usize| u32::from_le_bytes(data[p..p + 4].try_into().unwrap()) as usize;
+    let u64_at = |p: usize| u64::from_le_bytes(data[p..p + 8].try_into().unwrap());
+    let mut p = 0;
+    while p + 12 <= data.len() {
+        let (namesz, descsz) = (u32_at(p), u32_at(p + 4));
+        let desc = p + 12 + namesz.next_multiple_of(4);
+        let strings: Vec<&str> = std::str::from_utf8(&data[desc + 24..desc + descsz])
+            .unwrap()
+            .split('\0')
+            .collect();
+        if strings[0] == provider && strings[1] == name {
+            return (
+                offset_of(u64_at(desc)),
+                offset_of(u64_at(desc + 16)),
+                strings[2].to_string(),
+            );
+        }
+        p = desc + descsz.next_multiple_of(4);
+    }
+    panic!("no SDT probe {provider}:{name} in {}", prog.display())
+}
+
+/// A uprobe event in tracefs, removed when dropped.
+struct UprobeEvent(String);
+
+impl UprobeEvent {
+    fn add(definition: &str, name: &str) -> UprobeEvent {
+        let mut events = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/sys/kernel/tracing/uprobe_events")
+            .expect("tracefs (as root)");
+        // One write per command: tracefs parses each write on its own.
+        events
+            .write_all(format!("{definition}\n").as_bytes())
+            .unwrap();
+        UprobeEvent(name.to_string())
+    }
+}
+
+impl Drop for UprobeEvent {
+    fn drop(&mut self) {
+        if let Ok(mut events) = std::fs::OpenOptions::new()
+            .append(true)
+            .open("/sys/kernel/tracing/uprobe_events")
+        {
+            let _ = events.write_all(format!("-:{}\n", self.0).as_bytes());
+        }
+    }
+}
+
+#[test]
+fn perf_records_the_sdt_probe_without_ferrotrace_recording() {
+    // The event is what `perf probe -x PROG sdt_tp_usdt:ping` would create, with the probe's file
+    // offset: perf 6.1 takes its address for its offset, which is wrong in binaries whose text does not
+    // start at its file offset (rust-lld's layout), and its probe then never fires.
+    let dir = scratch("tp_usdt_perf");
+    let prog = testprog("tp_usdt");
+    let (probe, semaphore, args) = sdt_probe(&prog, "tp_usdt", "ping");
+    assert_eq!(args, "8@%rdi");
+    let group = format!("ft{}", std::process::id());
+    let _event = UprobeEvent::add(
+        &format!(
+            "p:{group}/ping {}:{probe:#x}({semaphore:#x}) n=%di:u64",
+            prog.display()
+        ),
+        &format!("{group}/ping"),
+    );
+    let data = dir.join("perf.data");
+    let mut perf = Command::new("perf")
+        .args(["record", "-q", "-e", &format!("{group}:ping"), "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&prog)
+        .arg("100")
+        .env_remove("FERROTRACE_TRACE")
+        .env_remove("FERROTRACE_RUNTIME")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("perf is installed by scripts/setup.sh");
+    perf.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    let out = perf.wait_with_output().unwrap();
+    assert!(out.status.success() && text(&out.stdout).contains("pings=100"));
+    let script = Command::new("perf")
+        .args(["script", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let lines: Vec<String> = text(&script.stdout)
+        .lines()
+        .filter(|l| l.contains(&format!("{group}:ping")))
+        .map(String::from)
+        .collect();
+    assert_eq!(lines.len(), 100, "{}", text(&script.stderr));
+    for (i, l) in lines.iter().enumerate() {
+        assert!(l.ends_with(&format!(" n={i}")), "{l}");
+    }
 }
 
 #[test]
@@ -333,7 +636,13 @@ fn live_prints_events_while_the_program_runs() {
             l.ends_with(&format!("tp_live::hello hello number {}", n + 1)),
             "{l}"
         );
-        assert!(l.contains(" tp_live "), "thread name in {l}");
+        let line = LiveLine::parse(l);
+        assert_eq!(line.thread, "tp_live", "{l}");
+        assert_ne!(
+            line.tid,
+            child.id(),
+            "the program's thread, not ferrotrace's: {l}"
+        );
     }
     assert!(
         seen.iter().any(|l| l.contains("tp_live::greet")),
@@ -347,6 +656,51 @@ fn live_prints_events_while_the_program_runs() {
         "{rest:?}"
     );
     assert!(child.wait().unwrap().success());
+}
+
+/// One event line of `ferrotrace live`: `TID THREAD-NAME CPU SECONDS EVENT`.
+struct LiveLine<'a> {
+    tid: u32,
+    thread: &'a str,
+    event: &'a str,
+}
+
+impl<'a> LiveLine<'a> {
+    fn parse(line: &'a str) -> LiveLine<'a> {
+        let mut fields = line.split_whitespace();
+        let tid = fields.next().and_then(|t| t.parse().ok());
+        let thread = fields.next();
+        let cpu: Option<usize> = fields.next().and_then(|c| c.parse().ok());
+        let secs: Option<f64> = fields.next().and_then(|t| t.parse().ok());
+        let (Some(tid), Some(thread), Some(cpu), Some(secs)) = (tid, thread, cpu, secs) else {
+            panic!("not a live event line: {line:?}");
+        };
+        let cpus = std::thread::available_parallelism().unwrap().get();
+        assert!(cpu < cpus, "CPU {cpu} of {cpus} in {line:?}");
+        assert!(secs >= 0.0);
+        let event = fields.next().map_or("", |first| {
+            let at = line.find(first).unwrap_or(0);
+            &line[at..]
+        });
+        LiveLine { tid, thread, event }
+    }
+}
+
+/// The events `ferrotrace live` said on standard error it did not print: `(not printed because the
+/// output did not keep up, lost in the program's trace buffers)`.
+fn live_losses(stderr: &str) -> (u64, u64) {
+    let count = |why: &str| {
+        stderr
+            .lines()
+            .filter(|l| l.contains(why))
+            .map(|l| {
+                l.strip_prefix("ferrotrace: ")
+                    .and_then(|r| r.split_whitespace().next()?.parse::<u64>().ok())
+                    .unwrap_or_else(|| panic!("loss line {l:?}"))
+            })
+            .sum()
+    };
+    (count(" events not printed: "), count(" events lost: "))
 }
 
 #[test]
@@ -369,21 +723,156 @@ fn a_slow_reader_never_stalls_the_program_and_live_counts_what_it_lost() {
         .lines()
         .filter(|l| l.contains("tp_basic::net_recv conn="))
         .count() as u64;
-    let lost: u64 = s
-        .lines()
-        .filter_map(|l| l.split("lost ").nth(1))
-        .filter_map(|r| r.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    assert!(!s.contains("lost"), "losses are not in the output");
+    let (not_printed, lost) = live_losses(&text(&out.stderr));
     assert!(
-        lost > 0,
+        not_printed > 0,
         "a slow reader loses events: {}",
-        &s[s.len().saturating_sub(500)..]
+        text(&out.stderr)
     );
     assert_eq!(
-        printed + lost,
+        printed + not_printed + lost,
         200000,
         "every event is printed or counted as lost"
     );
+}
+
+#[test]
+fn live_prints_or_counts_every_event_of_a_burst_with_its_thread_and_cpu() {
+    // A million events in a few milliseconds: more than the program's trace buffers hold in drop mode
+    // and much more than a terminal takes.
+    let out = ferrotrace()
+        .args(["live", "--trace", "*", "--"])
+        .arg(testprog("tp_basic"))
+        .arg("250000")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let mut printed = 0u64;
+    let mut expected_next = 0u64;
+    for l in s.lines().filter(|l| !l.starts_with("fired=")) {
+        let line = LiveLine::parse(l);
+        assert_eq!(line.thread, "tp_basic", "{l}");
+        printed += 1;
+        // In order: the first events printed are the program's first.
+        if let Some(i) = line
+            .event
+            .strip_prefix("tp_basic::vfs_open(path=\"/tmp/file")
+            .and_then(|r| r.split('"').next()?.parse::<u64>().ok())
+        {
+            assert!(i >= expected_next, "{l} after file{expected_next}");
+            expected_next = i + 1;
+        }
+    }
+    assert!(s.contains("fired=1000000"));
+    assert!(
+        s.lines().any(|l| l.contains("/tmp/file0\"")),
+        "the first event is printed"
+    );
+    let (not_printed, lost) = live_losses(&text(&out.stderr));
+    assert_eq!(
+        printed + not_printed + lost,
+        1_000_000,
+        "every event is printed or counted: {}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn live_shows_the_cpu_each_event_happened_on() {
+    // Pinned to the last CPU, every event (tracepoints and function entries and exits alike) says so:
+    // a CPU field not recorded at the event would read 0.
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    assert!(cpus >= 2, "this test tells CPUs apart: it needs two");
+    let cpu = cpus - 1;
+    let mut cmd = ferrotrace();
+    cmd.args(["live", "--trace", "*", "-F", "greet", "--"])
+        .arg(testprog("tp_live"))
+        .stdin(Stdio::null());
+    // SAFETY: sched_setaffinity on the child between fork and exec, with a cpu_set_t built by libc's
+    // macros; no allocation.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let out = cmd.output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let s = text(&out.stdout);
+    let events: Vec<&str> = s.lines().filter(|l| *l != "ready").collect();
+    assert_eq!(
+        events.len(),
+        3 * 3 + 1,
+        "3 × (greet entry, hello, greet exit), bye: {s}"
+    );
+    for l in events {
+        LiveLine::parse(l);
+        let field: usize = l.split_whitespace().nth(2).unwrap().parse().unwrap();
+        assert_eq!(field, cpu, "{l}");
+    }
+}
+
+#[test]
+fn globs_and_filters_that_select_nothing_are_said() {
+    let out = ferrotrace()
+        .args([
+            "live",
+            "--trace",
+            "nomatch*",
+            "--trace",
+            "net_recv",
+            "-F",
+            "no_such_fn",
+            "--",
+        ])
+        .arg(testprog("tp_basic"))
+        .arg("2")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'nomatch*' selects none of the program's tracepoints (")
+            && err.contains("tp_basic::net_recv"),
+        "{err}"
+    );
+    assert!(err.contains("-F 'no_such_fn' selects none of the"), "{err}");
+    assert_eq!(
+        text(&out.stdout)
+            .lines()
+            .filter(|l| l.contains("tp_basic::net_recv conn="))
+            .count(),
+        2,
+        "what the other glob selects is printed"
+    );
+    // Recording says the same; a filter that matches says nothing.
+    let dir = scratch("tp_nomatch");
+    let (out, _) = record(
+        &dir,
+        &[
+            "--trace",
+            "vfs_*",
+            "--trace",
+            "tp_basic::nope",
+            "-F",
+            "tp_basic::work",
+        ],
+        &testprog("tp_basic"),
+        &["1"],
+    );
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'tp_basic::nope' selects none"),
+        "{err}"
+    );
+    assert!(!err.contains("vfs_*") && !err.contains("-F"), "{err}");
 }
 
 #[test]

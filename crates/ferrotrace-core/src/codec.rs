@@ -517,7 +517,9 @@ mod tests {
         assert_eq!(rec.kind(), Some(EventKind::Free));
         assert_eq!((rec.free_address(), rec.payload_slots()), (addr, 0));
         let mut buf = [0u8; 64];
-        let n = EventEncoder::new(900).encode_into(&rec, &[], &mut buf, 0).unwrap();
+        let n = EventEncoder::new(900)
+            .encode_into(&rec, &[], &mut buf, 0)
+            .unwrap();
         let mut expect = std::vec::Vec::new();
         EventEncoder::new(900)
             .encode(1_000, EventKind::Free, 0, &[], &[addr, 0], &mut expect)

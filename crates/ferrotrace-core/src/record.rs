@@ -9,7 +9,7 @@
 //! | 1 | 0–31 | id: function id, tracepoint id, or a count (see [`EventKind`]) |
 //! | 1 | 32–39 | [`EventKind`] |
 //! | 1 | 40–47 | number of 16-byte payload slots that follow this record in the chunk |
-//! | 1 | 48–63 | reserved, zero (a Free record: bits 32–47 of the address) |
+//! | 1 | 48–63 | the CPU the event happened on, where the runtime records it (tracepoints always; function events in `ferrotrace live`), else zero; 0xfffe and 0xffff: unknown; a Free record: bits 32–47 of its address. In memory only: the file does not carry it |
 //!
 //! A Free record carries its address without a payload slot (the hot path writes 16 bytes, not 32): the
 //! low 32 bits in the id field, bits 32–47 in bits 48–63 of word 1 (user-space addresses have 47 bits).
@@ -128,5 +128,22 @@ impl Record {
     /// Number of payload slots that follow.
     pub const fn payload_slots(&self) -> usize {
         ((self.word >> 40) & 0xff) as usize
+    }
+
+    /// Bits 48–63 of the second word: the CPU, where recorded (see the module's table).
+    pub const fn cpu(&self) -> u16 {
+        (self.word >> 48) as u16
+    }
+
+    /// The record without its CPU bits: what the file encodes. A Free record keeps them: they hold
+    /// part of its address ([`Record::free`]).
+    pub const fn without_cpu(self) -> Record {
+        if (self.word >> 32) as u8 == EventKind::Free as u8 {
+            return self;
+        }
+        Record {
+            tsc: self.tsc,
+            word: self.word & 0x0000_ffff_ffff_ffff,
+        }
     }
 }

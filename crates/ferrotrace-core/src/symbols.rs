@@ -1,31 +1,151 @@
-//! Which symbols belong to the tracer itself.
+//! Which functions belong to the tracer itself.
 //!
 //! A program built with `-Zinstrument-xray=always` that links the ferrotrace runtime has sleds in the
-//! runtime's own functions and in the crates it uses; patching them would make the tracer trace itself
-//! (recursion). The runtime never patches them and `ferrotrace list` never lists them.
+//! runtime's own functions; patching them would make the tracer trace itself (recursion). The runtime
+//! never patches them and `ferrotrace list` never lists them. They are recognised by what they are,
+//! never by the names of the libraries the runtime happens to use (a program's own calls into
+//! `regex_lite` or `crossbeam_queue` are the program's):
+//!
+//! * functions of the runtime's crates, `ferrotrace` and `ferrotrace_core`: defined in them, or generic
+//!   functions they instantiated or that are instantiated with their types. A Rust v0 symbol names every
+//!   crate it involves (the defining crate, the crates of the generic arguments, and, as its last part,
+//!   the crate that instantiated a generic function), each first by its crate-root production `C`, later
+//!   only by back-references: [`is_runtime_symbol`] looks for those productions;
+//! * the tracepoint plumbing that `ferrotrace::tracepoint!` expands inside the program's own crates: it
+//!   is placed in its own section, [`PLUMBING_SECTION`], and recognised by address;
+//! * in a program traced through `LD_PRELOAD`, the runtime is another object (`libferrotrace_preload.so`),
+//!   which the runtime skips as a whole.
 
-/// Length-prefixed crate names as they appear in mangled symbols (v0 names carry the instantiating crate
-/// too, so generic code instantiated for the runtime is caught as well).
-const RUNTIME_CRATES: &[&str] = &[
-    "10ferrotrace",
-    "15ferrotrace_core",
-    "14crossbeam_queue",
-    "10regex_lite",
-    "14rustc_demangle",
-    "9crc32fast",
-    "_6object",
-];
+use core::ops::Range;
 
-/// True for a (mangled) symbol of the tracer or of the crates it runs: never traced.
+/// The section that holds the functions `ferrotrace::tracepoint!` expands in the program's own crates.
+pub const PLUMBING_SECTION: &str = "ferrotrace_text";
+
+/// The crates of the runtime, as they appear in symbols.
+const RUNTIME_CRATES: [&str; 2] = ["ferrotrace", "ferrotrace_core"];
+
+/// True when the function at link-time address `vaddr`, whose symbol is `mangled`, is the tracer's own:
+/// a function of the runtime's crates ([`is_runtime_symbol`]) or in `plumbing`, the address range of the
+/// object's [`PLUMBING_SECTION`] if it has one.
+pub fn is_runtime_function(mangled: &str, vaddr: u64, plumbing: Option<Range<u64>>) -> bool {
+    plumbing.is_some_and(|r| r.contains(&vaddr)) || is_runtime_symbol(mangled)
+}
+
+/// True for a (mangled) symbol of the runtime's crates: defined in `ferrotrace` or `ferrotrace_core`, or
+/// a generic function instantiated by them or for their types.
 ///
 /// ```
 /// use ferrotrace_core::symbols::is_runtime_symbol;
+/// // Defined in the runtime.
 /// assert!(is_runtime_symbol("_RNvNtCs1234_10ferrotrace6thread9slow_path"));
-/// assert!(is_runtime_symbol("__xray_FunctionEntry"));
-/// assert!(!is_runtime_symbol("_RNvCs5678_5myapp5parse"));
+/// // `<crossbeam_queue::ArrayQueue<ferrotrace::pool::FullChunk>>::push`: instantiated for the runtime.
+/// assert!(is_runtime_symbol(
+///     "_RNvMs_NtCs9_15crossbeam_queue11array_queueINtB4_10ArrayQueueNtNtCs1234_10ferrotrace4pool9FullChunkE4pushB1a_"
+/// ));
+/// // `<alloc::vec::Vec<u8>>::push`, instantiated by ferrotrace_core (the suffix names the crate).
+/// assert!(is_runtime_symbol("_RNvMNtCs7_5alloc3vecINtB2_3VechE4pushCs55_15ferrotrace_core"));
+/// // The program's own use of the same library is the program's.
+/// assert!(!is_runtime_symbol(
+///     "_RNvMs_NtCs9_15crossbeam_queue11array_queueINtB4_10ArrayQueuemE4pushCs5678_5myapp"
+/// ));
+/// assert!(!is_runtime_symbol("_RNvMs4_NtCs9_10regex_lite5regexNtB5_5Regex8is_match"));
+/// assert!(!is_runtime_symbol("_RNvCs5678_14my_ferrotrace5parse"));
+/// // Legacy mangling names the defining crate (and the types of an impl) only.
+/// assert!(is_runtime_symbol("_ZN10ferrotrace6thread9slow_path17h0123456789abcdefE"));
+/// assert!(!is_runtime_symbol("_ZN6object4read3elf4File5parse17h0123456789abcdefE"));
 /// ```
-pub fn is_runtime_symbol(name: &str) -> bool {
-    name.starts_with("__xray")
-        || name.contains("__ferrotrace_tp_fire")
-        || RUNTIME_CRATES.iter().any(|c| name.contains(c))
+pub fn is_runtime_symbol(mangled: &str) -> bool {
+    let name = mangled.as_bytes();
+    if let Some(v0) = name.strip_prefix(b"_R") {
+        RUNTIME_CRATES
+            .iter()
+            .any(|c| v0_names_crate(v0, c.as_bytes()))
+    } else if let Some(legacy) = name.strip_prefix(b"_ZN") {
+        legacy_first_component(legacy).is_some_and(|first| {
+            RUNTIME_CRATES
+                .iter()
+                .any(|c| legacy_component_names_crate(first, c.as_bytes()))
+        })
+    } else {
+        false
+    }
+}
+
+/// True when the v0 symbol body `sym` contains the crate-root production of `krate`:
+/// `C [s <base-62 disambiguator> _] <decimal length> <name>`.
+fn v0_names_crate(sym: &[u8], krate: &[u8]) -> bool {
+    (0..sym.len()).any(|i| {
+        if sym[i] != b'C' {
+            return false;
+        }
+        let mut j = i + 1;
+        if sym.get(j) == Some(&b's') {
+            j += 1;
+            while sym.get(j).is_some_and(u8::is_ascii_alphanumeric) {
+                j += 1;
+            }
+            if sym.get(j) != Some(&b'_') {
+                return false;
+            }
+            j += 1;
+        }
+        let digits = sym[j..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let len = core::str::from_utf8(&sym[j..j + digits])
+            .ok()
+            .and_then(|d| d.parse::<usize>().ok());
+        len == Some(krate.len()) && sym[j + digits..].starts_with(krate)
+    })
+}
+
+/// The first `<length><bytes>` component of a legacy (`_ZN…E`) symbol body.
+fn legacy_first_component(body: &[u8]) -> Option<&[u8]> {
+    let digits = body.iter().take_while(|b| b.is_ascii_digit()).count();
+    let len: usize = core::str::from_utf8(&body[..digits]).ok()?.parse().ok()?;
+    body.get(digits..digits + len)
+}
+
+/// True when a legacy path component is the crate itself, or an impl header (`<T as Trait>`, escaped as
+/// `_$LT$…$GT$` with `..` for `::`) whose type or trait path starts at the crate.
+fn legacy_component_names_crate(component: &[u8], krate: &[u8]) -> bool {
+    if component == krate {
+        return true;
+    }
+    (1..component.len()).any(|i| {
+        component[i..].starts_with(krate)
+            && component[i + krate.len()..].starts_with(b"..")
+            && component[i - 1] == b'$'
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plumbing_is_recognised_by_address() {
+        let plumbing = Some(0x5000..0x6000);
+        assert!(is_runtime_function(
+            "_RNvNtCs1_5myapp8vfs_open20__ferrotrace_tp_fire",
+            0x5010,
+            plumbing.clone()
+        ));
+        assert!(!is_runtime_function(
+            "_RNvCs1_5myapp4main",
+            0x6000,
+            plumbing
+        ));
+        assert!(!is_runtime_function("_RNvCs1_5myapp4main", 0x5010, None));
+    }
+
+    #[test]
+    fn legacy_impl_headers_name_their_crate() {
+        // <ferrotrace::pool::FullChunk as core::fmt::Debug>::fmt
+        assert!(is_runtime_symbol(
+            "_ZN64_$LT$ferrotrace..pool..FullChunk$u20$as$u20$core..fmt..Debug$GT$3fmt17h0123456789abcdefE"
+        ));
+        // <my_ferrotrace::X as core::fmt::Debug>::fmt
+        assert!(!is_runtime_symbol(
+            "_ZN53_$LT$my_ferrotrace..X$u20$as$u20$core..fmt..Debug$GT$3fmt17h0123456789abcdefE"
+        ));
+    }
 }

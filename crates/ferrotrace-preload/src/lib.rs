@@ -4,7 +4,7 @@
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
 //! once, and its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
-//! (as forked children often do); its malloc family ([`malloc`](crate::malloc)) reports allocations
+//! (as forked children often do); its malloc family (`malloc.rs`) reports allocations
 //! when they are recorded; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
 
@@ -14,7 +14,7 @@ mod malloc;
 #[link_section = ".init_array"]
 static START_PRELOADED: extern "C" fn() = {
     extern "C" fn start_preloaded() {
-        ferrotrace::runtime::start_from_env(ferrotrace::Role::Preload);
+        ferrotrace::__preload::start();
     }
     start_preloaded
 };
@@ -39,7 +39,7 @@ pub unsafe extern "C" fn dlopen(
     let handle = real(filename, flags);
     if !handle.is_null() {
         // Runtime work on the program's thread: its allocations are not the program's.
-        ferrotrace::alloc::unrecorded(ferrotrace::rescan);
+        ferrotrace::__preload::unrecorded(ferrotrace::rescan);
     }
     handle
 }
@@ -47,11 +47,8 @@ pub unsafe extern "C" fn dlopen(
 /// Finishes this process's trace, then ends the process through the C library's function `name`.
 fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
     // A no-op in a process whose runtime is a forked parent's copy, and in a vfork child (it shares
-    // its parent's memory, runtime included, but has a pid of its own). Bounded waits, as from a signal
-    // handler: `_exit` is async-signal-safe and programs call it from their handlers.
-    if let Some(rt) = ferrotrace::runtime::get() {
-        rt.finish(ferrotrace::runtime::EndReason::Exit, 0, true);
-    }
+    // its parent's memory, runtime included, but has a pid of its own).
+    ferrotrace::__preload::finish_before_exit();
     type Exit = unsafe extern "C" fn(libc::c_int) -> !;
     // SAFETY: RTLD_NEXT's `_exit`/`_Exit` is the C library's, with this signature; exit_group is the
     // system call both make, should the lookup fail.

@@ -12,7 +12,9 @@
 use core::ffi::c_void;
 use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 
-use ferrotrace::alloc::{alloc_event, before_free, free_cancelled, free_event, free_now, Caller};
+use ferrotrace::__preload::{
+    alloc_event, before_free, free_cancelled, free_event, free_now, Caller,
+};
 
 /// The C library's functions, resolved together at first use (0 until then).
 struct Real {
@@ -363,7 +365,7 @@ pub unsafe extern "C" fn pthread_getattr_np(
         REAL_GETATTR.store(f, Relaxed);
     }
     // SAFETY: the C library's pthread_getattr_np with the caller's arguments.
-    ferrotrace::alloc::unrecorded(|| unsafe {
+    ferrotrace::__preload::unrecorded(|| unsafe {
         core::mem::transmute::<usize, GetAttr>(f)(thread, attr)
     })
 }

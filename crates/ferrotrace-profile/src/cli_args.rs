@@ -46,6 +46,12 @@ impl EventSpec {
         let bad = |why: &str| ProfileError::BadArgument(format!("bad event `{s}`: {why}"));
         match s {
             "cpu-clock" | "cpu" | "profile" | "task-clock" => return Ok(EventSpec::CpuClock(None)),
+            "off-cpu" | "offcpu" => {
+                return Ok(EventSpec::Tracepoint {
+                    category: "sched".into(),
+                    name: "sched_switch".into(),
+                })
+            }
             "cycles" | "instructions" | "cache-misses" | "branch-misses" | "cpu-cycles" => {
                 return Err(bad(
                     "hardware counters are not available on this machine; use cpu-clock",
@@ -99,6 +105,13 @@ impl EventSpec {
         }
     }
 
+    /// True for the event that gives off-CPU time: `sched:sched_switch` (also spelled `off-cpu`). Its
+    /// samples are the stacks at which threads left the CPU, each weighted by the time until the thread
+    /// ran again.
+    pub fn is_off_cpu(&self) -> bool {
+        matches!(self, EventSpec::Tracepoint { category, name } if category == "sched" && name == "sched_switch")
+    }
+
     /// The canonical spelling, as stored in the trace file.
     pub fn spelling(&self) -> String {
         match self {
@@ -139,7 +152,7 @@ fn split_path_symbol(s: &str) -> Option<(&str, &str)> {
 pub use ferrotrace_core::schema::CallGraph;
 
 /// Parses `fp` or `dwarf` (perf's `dwarf,SIZE` is accepted; the size is ignored here, see
-/// [`ProfileConfig::stack_size`]).
+/// [`crate::ProfileConfig::stack_size`]).
 pub fn parse_call_graph(s: &str) -> Result<CallGraph, ProfileError> {
     match s.split(',').next().unwrap_or("") {
         "fp" | "frame-pointer" => Ok(CallGraph::FramePointers),

@@ -301,9 +301,11 @@ pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
         .symbols()
         .find(|s| s.name() == Ok("main") && s.address() != 0)?;
     let off = crate::probes::vaddr_to_file_offset(&f, main.address())? as usize;
-    let code = data.get(off..off + 12)?;
+    let code = data.get(off..off + 24)?;
     let code = code
         .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
         .unwrap_or(code); // endbr64
-    Some(code.starts_with(&[0x55, 0x48, 0x89, 0xe5]))
+                          // `push rbp`, then `mov rbp, rsp` among the next few instructions (gcc may schedule others
+                          // between them).
+    Some(code.starts_with(&[0x55]) && code[1..16].windows(3).any(|w| w == [0x48, 0x89, 0xe5]))
 }

@@ -41,6 +41,8 @@ pub(crate) struct AttrOptions {
     /// A probe on a function's first instruction: in fp mode also copy the user registers and the top 8
     /// bytes of the stack, which hold the return address that a frame-pointer walk cannot see there.
     pub entry_probe: bool,
+    /// Also report the task's context switches (PERF_RECORD_SWITCH): off-CPU time ends at a switch in.
+    pub context_switch: bool,
 }
 
 /// True when samples of an event opened with `o` carry user registers and a stack copy.
@@ -94,6 +96,9 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
         a.set_comm(1);
         a.set_comm_exec(1);
         a.set_task(1);
+    }
+    if o.context_switch {
+        a.set_context_switch(1);
     }
     a.set_watermark(1);
     a.__bindgen_anon_2.wakeup_watermark = 64 * 1024;
@@ -417,6 +422,9 @@ pub(crate) mod rt {
     pub const MMAP2: u32 = b::PERF_RECORD_MMAP2;
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
     pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
+    pub const EXIT: u32 = b::PERF_RECORD_EXIT;
+    pub const SWITCH: u32 = b::PERF_RECORD_SWITCH;
+    pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
     pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
     pub const CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
     pub const CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;

@@ -218,11 +218,19 @@ struct State {
     id_to_event: HashMap<u64, u32>,
     /// Per event: the weight of one of its samples (ns of CPU for the timer, 1 for a probe hit).
     event_weight: Vec<u64>,
+    /// The off-CPU event, if recorded.
+    off_cpu_event: Option<u32>,
+    /// Off-CPU pairing: a thread's last switch out (time, stack) waiting for its switch back in, and a
+    /// switch in seen before its switch out (the two can come from different CPUs' rings).
+    switched_out: HashMap<u32, (u64, Option<u32>)>,
+    switched_in: HashMap<u32, u64>,
     /// Per event: its samples carry user registers and a stack copy.
     event_regs: Vec<bool>,
     samples: u64,
     lost: u64,
     unwind_errors: u64,
+    /// Frame-pointer stacks cut where they ran into an address of no mapped object.
+    junk_stacks: u64,
     scratch: Vec<u64>,
     write_error: Option<std::io::Error>,
 }
@@ -362,6 +370,22 @@ impl State {
                     self.lost += n;
                 }
             }
+            rt::SWITCH if misc & rt::MISC_SWITCH_OUT == 0 => {
+                // A switch in: the sample_id trailer is {pid, tid}, time, {cpu, res}, identifier.
+                let Some(t) = body.len().checked_sub(32).map(|at| &body[at..]) else {
+                    return;
+                };
+                let word =
+                    |i: usize| u64::from_le_bytes(t[i..i + 8].try_into().unwrap_or_default());
+                let tid = (word(0) >> 32) as u32;
+                self.switch_in(tid, word(8), out);
+            }
+            rt::EXIT => {
+                // A thread that left the CPU for good is not off it.
+                if let (Some(_pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
+                    self.switched_out.remove(&tid);
+                }
+            }
             _ => {}
         }
     }
@@ -439,6 +463,18 @@ impl State {
                 // A user stack of one frame: no frame pointers to walk.
                 ok = false;
             }
+            // A frame-pointer walk through code built without them reads whatever the stack holds
+            // (text, pointers to data) as return addresses: keep the stack up to the first one that
+            // lies in no mapped object, and count it.
+            let space = self.space(s.pid) as *const Space;
+            // SAFETY: `space` points into self.spaces, read-only here.
+            let junk = (kernel_frames + 1..frames.len())
+                .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
+            if let Some(i) = junk {
+                frames.truncate(i);
+                ok = false;
+                self.junk_stacks += 1;
+            }
         }
         if !ok {
             self.unwind_errors += 1;
@@ -459,12 +495,64 @@ impl State {
             parent = Some(self.intern_node(parent, module, rel, out));
         }
         self.scratch = frames;
+        // A thread first seen in a sample (its COMM or FORK record not drained yet, or it started before
+        // an attach): its name from /proc while it still runs.
         self.threads
             .entry(s.tid)
-            .or_insert_with(|| (s.pid, String::new()));
+            .or_insert_with(|| (s.pid, thread_comm(s.pid, s.tid)));
         self.samples += 1;
+        if Some(event) == self.off_cpu_event {
+            self.switch_out(s.tid, s.time, parent, out);
+            return;
+        }
         let weight = self.event_weight.get(event as usize).copied().unwrap_or(1);
         out.sample(s.time, s.tid, event, parent, weight);
+    }
+
+    /// Thread `tid` left the CPU at `time` with this stack: its off-CPU sample waits for the switch in.
+    fn switch_out(&mut self, tid: u32, time: u64, stack: Option<u32>, out: &mut SampleWriter) {
+        match self.switched_in.remove(&tid) {
+            Some(back) if back >= time => self.off_cpu_sample(tid, time, stack, back, out),
+            _ => {
+                self.switched_out.insert(tid, (time, stack));
+            }
+        }
+    }
+
+    /// Thread `tid` was switched back in at `time`.
+    fn switch_in(&mut self, tid: u32, time: u64, out: &mut SampleWriter) {
+        match self.switched_out.remove(&tid) {
+            Some((left, stack)) if left <= time => self.off_cpu_sample(tid, left, stack, time, out),
+            Some(early) => {
+                // A later switch out drained before this switch in: keep waiting for its own.
+                self.switched_out.insert(tid, early);
+            }
+            None => {
+                self.switched_in.insert(tid, time);
+            }
+        }
+    }
+
+    fn off_cpu_sample(
+        &mut self,
+        tid: u32,
+        left: u64,
+        stack: Option<u32>,
+        back: u64,
+        out: &mut SampleWriter,
+    ) {
+        if let Some(ev) = self.off_cpu_event {
+            out.sample(left, tid, ev, stack, back - left);
+        }
+    }
+
+    /// At the end: threads still off the CPU were so until `end`.
+    fn end_off_cpu(&mut self, end: u64, out: &mut SampleWriter) {
+        let mut waiting: Vec<(u32, (u64, Option<u32>))> = self.switched_out.drain().collect();
+        waiting.sort_unstable_by_key(|w| w.0);
+        for (tid, (left, stack)) in waiting {
+            self.off_cpu_sample(tid, left, stack, end.max(left), out);
+        }
     }
 }
 
@@ -543,7 +631,11 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     perf::EventKind::Tracepoint {
                         id: probes::tracepoint_id(tf, category, name)?,
                     },
-                    SamplerKind::Tracepoint,
+                    if e.is_off_cpu() {
+                        SamplerKind::OffCpu
+                    } else {
+                        SamplerKind::Tracepoint
+                    },
                 )
             }
             EventSpec::Uprobe { path, symbol } => {
@@ -611,6 +703,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         enable_on_exec: child.is_some(),
                         sideband: ti == 0 && ei == 0,
                         entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
+                        context_switch: cfg.events[ei].is_off_cpu(),
                     };
                     let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
                     id_to_event.insert(ev.id, ei as u32);
@@ -708,6 +801,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         stack_ids: HashMap::new(),
         id_to_event,
         event_weight,
+        off_cpu_event: cfg
+            .events
+            .iter()
+            .position(EventSpec::is_off_cpu)
+            .map(|i| i as u32),
+        switched_out: HashMap::new(),
+        switched_in: HashMap::new(),
         event_regs: cfg
             .events
             .iter()
@@ -719,12 +819,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     enable_on_exec: false,
                     sideband: false,
                     entry_probe: matches!(e, EventSpec::Uprobe { .. }),
+                    context_switch: false,
                 })
             })
             .collect(),
         samples: 0,
         lost: 0,
         unwind_errors: 0,
+        junk_stacks: 0,
         scratch: Vec::new(),
         write_error: None,
     };
@@ -741,9 +843,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);
             for &tid in &tids {
-                let name = std::fs::read_to_string(format!("/proc/{root_pid}/task/{tid}/comm"))
-                    .unwrap_or_default();
-                st.threads.insert(tid, (root_pid, name.trim().to_string()));
+                st.threads
+                    .insert(tid, (root_pid, thread_comm(root_pid, tid)));
             }
             for ev in &events {
                 perf::enable(ev)?;
@@ -825,6 +926,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             exit_code = c.wait(true);
         }
     }
+    st.end_off_cpu(ferrotrace_core::clock::monotonic_ns(), &mut out);
     if let Some(e) = st.write_error.take() {
         return Err(io_err(e));
     }
@@ -859,6 +961,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
         );
     }
+    if !dwarf && st.junk_stacks > 0 {
+        warnings.push(format!(
+            "{} of {} stacks walked into code without frame pointers and were cut there (their \
+             next 'return address' was in no mapped object); --call-graph dwarf unwinds such code",
+            st.junk_stacks, st.samples
+        ));
+    }
     if !dwarf && st.samples > 20 && st.unwind_errors * 2 > st.samples {
         warnings.push(format!(
             "{} of {} stacks ended after one user frame: the program may lack frame pointers; try --call-graph dwarf",
@@ -878,6 +987,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         finishing_time: finish_start.elapsed(),
         warnings,
     })
+}
+
+/// The name of thread `tid` of process `pid`, empty when it is gone.
+fn thread_comm(pid: u32, tid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
+        .map(|n| n.trim_end().to_string())
+        .unwrap_or_default()
 }
 
 /// Creates the trace file, private to its owner (it holds the program's addresses and names).

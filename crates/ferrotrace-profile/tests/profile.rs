@@ -37,7 +37,7 @@ fn programs() -> &'static Path {
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("profile-programs");
         std::fs::create_dir_all(&dir).unwrap();
         let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/programs");
-        for name in ["cpu_hot", "threads4", "allocs", "sleeper"] {
+        for name in ["cpu_hot", "threads4", "allocs", "sleeper", "weights"] {
             let st = Command::new("rustc")
                 .args([
                     "-O",
@@ -59,6 +59,15 @@ fn programs() -> &'static Path {
             .status()
             .expect("gcc runs");
         assert!(st.success(), "building nofp");
+        for name in ["junkfp", "mallocs"] {
+            let st = Command::new("gcc")
+                .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
+                .arg(dir.join(name))
+                .arg(src.join(format!("{name}.c")))
+                .status()
+                .expect("gcc runs");
+            assert!(st.success(), "building {name}");
+        }
         dir
     })
 }
@@ -273,6 +282,214 @@ fn sched_switch_gives_off_cpu_stacks() {
         .frames
         .iter()
         .any(|f| f.kernel && f.function.contains("schedule")));
+}
+
+/// `perf report --no-children` of a `perf record` of `argv`: (self %, symbol) by self, descending.
+fn perf_self_percentages(dir: &str, argv: &[&str], call_graph: &str) -> Vec<(f64, String)> {
+    let data = out_file(&format!("{dir}-perf"));
+    let st = Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "999",
+            "--call-graph",
+            call_graph,
+            "-o",
+        ])
+        .arg(&data)
+        .arg("--")
+        .args(argv)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("perf (scripts/setup.sh installs linux-perf)");
+    assert!(st.success(), "perf record");
+    let out = Command::new("perf")
+        .args([
+            "report",
+            "--no-children",
+            "--stdio",
+            "--sort",
+            "sym",
+            "-g",
+            "none",
+            "-i",
+        ])
+        .arg(&data)
+        .output()
+        .expect("perf report");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .filter_map(|l| {
+            let (pct, rest) = l.trim().split_once('%')?;
+            let sym = rest.trim().strip_prefix("[.]")?.trim();
+            Some((pct.trim().parse().ok()?, sym.to_string()))
+        })
+        .collect()
+}
+
+#[test]
+fn self_time_goes_to_the_function_not_its_inlined_helpers_as_in_perf() {
+    let _g = serial();
+    let names = ["weights::work_a", "weights::work_b", "weights::work_c"];
+    for (call_graph, spelling) in [
+        (CallGraph::FramePointers, "fp"),
+        (CallGraph::Dwarf, "dwarf"),
+    ] {
+        let argv = [prog("weights"), "200".to_string()];
+        let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+        let mut cfg = config(&format!("weights-{spelling}"), &argv);
+        cfg.call_graph = call_graph;
+        profile(&cfg).unwrap();
+        let set = read_samples(&cfg.output).unwrap();
+        let rep = report(&set);
+        // The three hot functions lead, in the order of the time they take, with the inlined helpers
+        // (black_box, wrapping_add...) at no self time of their own.
+        let top: Vec<&str> = rep
+            .rows
+            .iter()
+            .take(3)
+            .map(|r| r.function.as_str())
+            .collect();
+        assert_eq!(top, names, "{spelling}:\n{rep}");
+        let pct = |f: &str| {
+            rep.get(f)
+                .map_or(0.0, |r| r.self_weight as f64 * 100.0 / rep.weight as f64)
+        };
+        assert!(pct("core::hint::black_box") == 0.0, "{spelling}:\n{rep}");
+        // perf, on the same program, in the same mode: the same order and about the same shares.
+        let perf = perf_self_percentages(&format!("weights-{spelling}"), &argv, spelling);
+        let perf_top: Vec<&str> = perf.iter().take(3).map(|(_, s)| s.as_str()).collect();
+        assert_eq!(perf_top, names, "perf {spelling}: {perf:?}");
+        for (p, sym) in perf.iter().take(3) {
+            assert!(
+                (pct(sym) - p).abs() < 8.0,
+                "{spelling}: {sym}: ferrotrace {:.1}% vs perf {p:.1}%\n{rep}",
+                pct(sym)
+            );
+        }
+        // --inline charges the innermost inlined function instead, as before.
+        let inline = samples::report(
+            &set,
+            samples::ReportOptions {
+                inline: true,
+                ..Default::default()
+            },
+        );
+        assert!(
+            !inline.rows[0].function.starts_with("weights::"),
+            "{spelling} --inline: an inlined std helper leads\n{inline}"
+        );
+    }
+}
+
+#[test]
+fn libc_frames_are_named_from_its_debug_file() {
+    let _g = serial();
+    let mut cfg = config("mallocs", &[&prog("mallocs")]);
+    cfg.call_graph = CallGraph::Dwarf;
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    let rep = report(&set);
+    // Most of the time is in libc's allocator, named as perf names it with libc6-dbg installed.
+    let libc_named: u64 = rep
+        .rows
+        .iter()
+        .filter(|r| {
+            [
+                "malloc",
+                "free",
+                "_int_malloc",
+                "_int_free",
+                "unlink_chunk",
+                "malloc_consolidate",
+            ]
+            .iter()
+            .any(|n| r.function.starts_with(n) || r.function.starts_with(&format!("_{n}")))
+        })
+        .map(|r| r.self_weight)
+        .sum();
+    assert!(libc_named * 2 > rep.weight, "{rep}");
+    assert!(rep.get("_int_malloc").is_some(), "{rep}");
+    // Nothing is named by a raw address; what stays unknown is one row per module.
+    assert!(
+        !rep.rows.iter().any(|r| r.function.contains("+0x")),
+        "{rep}"
+    );
+    // And the caller is on the stacks.
+    assert!(
+        rep.rows
+            .iter()
+            .any(|r| r.function.starts_with("churn") && r.total_weight * 10 > rep.weight * 8),
+        "{rep}"
+    );
+}
+
+#[test]
+fn frame_pointer_walks_into_text_are_cut_and_reported() {
+    let _g = serial();
+    let cfg = config("junkfp", &[&prog("junkfp")]);
+    let sum = profile(&cfg).unwrap();
+    assert!(sum.samples >= 20, "{sum:?}");
+    assert!(
+        sum.warnings
+            .iter()
+            .any(|w| w.contains("without frame pointers")),
+        "{:?}",
+        sum.warnings
+    );
+    let set = read_samples(&cfg.output).unwrap();
+    // No stack holds an address that lies in no mapped object (the text read as a return address).
+    let junk: Vec<_> = set
+        .frames
+        .iter()
+        .filter(|f| f.function.starts_with("[unknown]"))
+        .collect();
+    assert!(junk.is_empty(), "{junk:?}");
+    assert!(report(&set).get("spin").is_some());
+}
+
+#[test]
+fn off_cpu_time_goes_to_the_stack_that_blocked() {
+    let _g = serial();
+    // The program measures the time it spends in its sleeps and writes the sum (ns) to a file.
+    let slept_file = out_file("offcpu-slept");
+    let cmd = format!("exec {} > {}", prog("sleeper"), slept_file.display());
+    let mut cfg = config("offcpu-time", &["/bin/sh", "-c", &cmd]);
+    cfg.events = vec![EventSpec::parse("off-cpu").unwrap()];
+    cfg.call_graph = CallGraph::Dwarf;
+    profile(&cfg).unwrap();
+    let slept: u64 = std::fs::read_to_string(&slept_file)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    assert_eq!(
+        set.events[0].kind,
+        ferrotrace_analysis::reader::SamplerKind::OffCpu
+    );
+    let off: u64 = set
+        .samples
+        .iter()
+        .filter(|s| {
+            set.stack_frames(s.stack)
+                .iter()
+                .any(|f| f.function.ends_with("sleeper::nap_in_known_place"))
+        })
+        .map(|s| s.weight)
+        .sum();
+    assert!(
+        off.abs_diff(slept) * 10 <= slept,
+        "off-CPU time through nap_in_known_place {off} ns, the program slept {slept} ns\n{}",
+        report(&set)
+    );
+    // The report weighs by time: the sleeping stack's total is that time.
+    let rep = report(&set);
+    assert!(rep.weighs_time);
+    let nap = rep.get("sleeper::nap_in_known_place").unwrap();
+    assert_eq!(nap.total_weight, off);
 }
 
 #[test]

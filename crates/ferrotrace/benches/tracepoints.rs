@@ -3,6 +3,7 @@
 //!
 //! ```text
 //! tracepoints MODE N      MODE: none | disabled | tracing-off | rdtsc | enabled | tracing-on
+//!                                | rdtscp | rseq-cpu
 //! ```
 //!
 //! Every mode runs the same loop of N iterations (`acc = black_box(acc + i)`); `disabled` adds a
@@ -10,7 +11,10 @@
 //! and no subscriber (the event is rejected by the level filter), `enabled` the tracepoint enabled and
 //! recorded (run it under `FERROTRACE_TRACE=bench_tp`), `tracing-on` the event delivered to a subscriber
 //! that stores TSC and fields into a per-thread buffer in memory, `rdtsc` the loop with one `rdtsc` (the
-//! floor of any timestamped event). Prints `MODE N ns_per_iteration`.
+//! floor of any timestamped event). `rdtscp` and `rseq-cpu` are the two ways to learn an event's CPU
+//! that were weighed for the records' CPU field: `rdtscp` (a timestamp and the CPU, in place of
+//! `rdtsc`), and one load of `cpu_id` from the thread's rseq area (what the runtime does). Prints
+//! `MODE N ns_per_iteration`.
 use std::cell::RefCell;
 use std::hint::black_box;
 use std::time::Instant;
@@ -43,6 +47,42 @@ fn loop_rdtsc(n: u64) -> u64 {
         acc = black_box(acc.wrapping_add(i));
         // SAFETY: rdtsc has no preconditions.
         black_box(unsafe { core::arch::x86_64::_rdtsc() });
+    }
+    acc
+}
+
+#[inline(never)]
+fn loop_rdtscp(n: u64) -> u64 {
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = black_box(acc.wrapping_add(i));
+        let mut cpu = 0u32;
+        // SAFETY: rdtscp has no preconditions on x86_64 CPUs that have it (all this project runs on).
+        black_box(unsafe { core::arch::x86_64::__rdtscp(&mut cpu) });
+        black_box(cpu);
+    }
+    acc
+}
+
+/// `cpu_id` of the thread's rseq area, as an offset from the thread pointer (glibc's `__rseq_offset`
+/// + 4), or 0 where the C library does not register rseq.
+static RSEQ_CPU: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+#[inline(never)]
+fn loop_rseq_cpu(n: u64) -> u64 {
+    let thread_pointer: usize;
+    // SAFETY: on x86_64 Linux, %fs:0 holds the thread control block's own address.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) thread_pointer, options(nostack, readonly))
+    };
+    let cpu_id =
+        (thread_pointer as i64 + RSEQ_CPU.load(std::sync::atomic::Ordering::Relaxed)) as *const u16;
+    let mut acc = 0u64;
+    for i in 0..n {
+        acc = black_box(acc.wrapping_add(i));
+        // SAFETY: inside the thread's control block (main checked that glibc exports the offset); a
+        // volatile load, as the kernel updates it.
+        black_box(unsafe { cpu_id.read_volatile() });
     }
     acc
 }
@@ -120,6 +160,20 @@ fn main() {
         "disabled" => run(loop_tracepoint),
         "tracing-off" => run(loop_tracing),
         "rdtsc" => run(loop_rdtsc),
+        "rdtscp" => run(loop_rdtscp),
+        "rseq-cpu" => {
+            // SAFETY: dlsym with a NUL-terminated name; glibc's symbol is a ptrdiff_t.
+            let offset = unsafe {
+                let sym = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+                (!sym.is_null()).then(|| (sym as *const isize).read())
+            };
+            let Some(offset) = offset else {
+                eprintln!("rseq-cpu: the C library does not export __rseq_offset (glibc < 2.35)");
+                std::process::exit(2);
+            };
+            RSEQ_CPU.store(offset as i64 + 4, std::sync::atomic::Ordering::Relaxed);
+            run(loop_rseq_cpu)
+        }
         "enabled" => {
             if !ferrotrace::is_recording() {
                 eprintln!(

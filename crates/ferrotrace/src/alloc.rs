@@ -76,7 +76,7 @@ pub struct Settings {
 /// The allocation settings of the environment, `None` when allocations are not to be recorded.
 pub fn requested() -> Result<Option<Settings>, String> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if !var(ALLOC_VAR).is_some_and(|v| v != "0") {
+    if var(ALLOC_VAR).is_none_or(|v| v == "0") {
         return Ok(None);
     }
     let sample = match var(SAMPLE_VAR).as_deref() {
@@ -175,11 +175,6 @@ pub fn start(settings: Settings) {
     };
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
-}
-
-/// The sampling interval recorded in the Session chunk (0: every allocation).
-pub fn sample_interval() -> u64 {
-    SAMPLE_INTERVAL.load(Relaxed)
 }
 
 /// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads).

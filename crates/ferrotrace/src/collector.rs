@@ -54,7 +54,8 @@ pub fn encode_events(
     let mut counts = Counts::default();
     let mut i = 0;
     while i < records.len() {
-        let r = &records[i];
+        // The CPU some records carry (live mode) stays in memory.
+        let r = &records[i].without_cpu();
         // Function entries and exits without payload are nearly every record: encode them without the
         // general path's kind decoding and payload slicing.
         if r.word >> 34 == 0 && r.word >> 32 != 3 {
@@ -156,6 +157,9 @@ impl State {
                         let c = remaining.min(u32::MAX as u64);
                         recs.push(Record::new(tsc, EventKind::Lost, c as u32));
                         remaining -= c;
+                    }
+                    if crate::live::active() {
+                        crate::live::lost(count);
                     }
                     let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
                     self.totals.events += counts.events;

@@ -12,17 +12,25 @@
 //! * exit, `exit()` from any thread, panics and fatal signals flush every thread's events;
 //! * static tracepoints ([`tracepoint!`]): one NOP while disabled, enabled at run time by glob (from
 //!   `ferrotrace record --trace`, `FERROTRACE_TRACE` or [`tracepoints::enable`]), written into the same
-//!   chunks, printed live by `ferrotrace live`, and visible to bpftrace as USDT probes.
+//!   chunks, printed live by `ferrotrace live`, and USDT probes that bpftrace and perf can attach to
+//!   whether or not ferrotrace records.
 //!
 //! Who should use it: programs that want tracepoints depend on this crate and declare them; nothing
-//! else needs calling. `ferrotrace record` starts the runtime through the environment, either by
-//! LD_PRELOAD of `libferrotrace_preload.so` (programs that do not depend on ferrotrace) or in the copy
-//! linked into a program that depends on this crate, which stays dormant and costs nothing (a NOP per
-//! tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set. Never two runtimes at
-//! once.
+//! else needs calling. The API is the two macros, [`tracepoints::enable`] and
+//! [`tracepoints::disable`], [`is_recording`], [`finish`] and [`rescan`]. `ferrotrace record` starts the
+//! runtime through the environment, either by LD_PRELOAD of `libferrotrace_preload.so` (programs that
+//! do not depend on ferrotrace) or in the copy linked into a program that depends on this crate, which
+//! stays dormant (a NOP per tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set;
+//! in a program with tracepoints, one thread reads their USDT semaphores every 200 ms
+//! (`FERROTRACE_USDT=off` leaves it out). Never two runtimes at once.
 //!
 //! Who should not: code that *reads* traces wants `ferrotrace-analysis`; code without an operating
-//! system wants `ferrotrace-core`. x86_64 Linux only.
+//! system wants `ferrotrace-core`.
+//!
+//! The runtime exists on x86_64 Linux. On every other target the crate still builds, so that a library
+//! may declare tracepoints without losing its other platforms: tracepoints compile to nothing (their
+//! arguments are type-checked, never evaluated), [`tracepoints::enable`] selects nothing, and
+//! [`is_recording`] is false.
 //!
 //! ```no_run
 //! ferrotrace::tracepoint!(request_done, id: u64, status: u16, "request {id} -> {status}");
@@ -37,36 +45,65 @@
 //! }
 //! ```
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
-#[cfg(not(all(target_arch = "x86_64", target_os = "linux")))]
-compile_error!("the ferrotrace runtime supports x86_64 Linux only");
+// What users see is the macros ([`tracepoint!`], [`trace!`]), `tracepoints::{enable, disable}`,
+// `is_recording`, `finish` and `rescan`. Every module below is private: items marked `pub` inside them
+// are visible to the crate only. The plumbing that macro expansions and the preload library must reach
+// is in the hidden modules at the end.
 
-#[doc(hidden)]
-pub mod alloc;
-pub mod clock;
-pub mod collector;
-pub mod config;
-pub mod exit;
-pub mod live;
-pub mod pool;
-pub mod runtime;
-pub mod static_key;
-pub mod thread;
-pub mod tracepoint;
+mod arg;
+
+// The runtime's modules exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
+#[cfg(ferrotrace_runtime)]
+mod alloc;
+#[cfg(ferrotrace_runtime)]
+mod clock;
+#[cfg(ferrotrace_runtime)]
+mod collector;
+#[cfg(ferrotrace_runtime)]
+mod config;
+#[cfg(ferrotrace_runtime)]
+mod exit;
+#[cfg(ferrotrace_runtime)]
+mod live;
+#[cfg(ferrotrace_runtime)]
+mod pool;
+#[cfg(ferrotrace_runtime)]
+mod runtime;
+#[cfg(ferrotrace_runtime)]
+mod static_key;
+#[cfg(ferrotrace_runtime)]
+mod thread;
+#[cfg(ferrotrace_runtime)]
+mod tracepoint;
+#[cfg(ferrotrace_runtime)]
 pub mod tracepoints;
-pub mod trampoline;
-pub mod xray;
+#[cfg(ferrotrace_runtime)]
+mod trampoline;
+#[cfg(ferrotrace_runtime)]
+mod usdt;
+#[cfg(ferrotrace_runtime)]
+mod xray;
 
+// Everywhere else: tracepoints compile to nothing and the functions below do nothing.
+#[cfg(not(ferrotrace_runtime))]
+mod portable;
+#[cfg(not(ferrotrace_runtime))]
+pub use portable::{finish, is_recording, rescan, tracepoints, Allocator};
+
+#[cfg(ferrotrace_runtime)]
 pub use alloc::Allocator;
-pub use runtime::Role;
 
 /// True while this process is being recorded.
+#[cfg(ferrotrace_runtime)]
 pub fn is_recording() -> bool {
     runtime::get().is_some_and(|rt| rt.recording.load(std::sync::atomic::Ordering::Relaxed))
 }
 
 /// Finishes the trace now, as at exit: every thread's events are written and recording stops. Useful
 /// before a program ends in a way that skips `atexit` handlers (`_exit`, `exec`).
+#[cfg(ferrotrace_runtime)]
 pub fn finish() {
     if let Some(rt) = runtime::get() {
         rt.finish(runtime::EndReason::Exit, 0, false);
@@ -75,22 +112,57 @@ pub fn finish() {
 
 /// Traces the XRay-instrumented functions of objects loaded since the runtime started (`dlopen`) right
 /// away, instead of at the collector's next periodic look (every second). No-op when not recording.
+#[cfg(ferrotrace_runtime)]
 pub fn rescan() {
     runtime::rescan();
 }
 
 /// Marker that `ferrotrace record` looks for to know that a program links its own runtime.
+#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[no_mangle]
 #[used]
-pub static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
+static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
 
-/// Starts the linked copy when the environment asks for it; see [`runtime::start_from_env`].
-#[cfg(not(feature = "preload"))]
+/// Starts the linked copy when the environment asks for it ([`runtime::start_from_env`]), and makes the
+/// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).
+#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[used]
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
-        runtime::start_from_env(Role::Linked);
+        runtime::start_from_env(runtime::Role::Linked);
+        usdt::watch();
     }
     start_linked
 };
+
+/// What the expansions of [`tracepoint!`] and [`trace!`] refer to. Not an API: it changes without notice.
+#[doc(hidden)]
+pub mod __macro_support {
+    pub use crate::arg::{usdt_buf, Arg};
+    #[cfg(ferrotrace_runtime)]
+    pub use crate::tracepoint::{emit, encode, encoded_len, Descriptor, Semaphore};
+}
+
+/// The hooks of `libferrotrace_preload.so` (crate `ferrotrace-preload`). Not an API.
+#[cfg(all(ferrotrace_runtime, feature = "preload"))]
+#[doc(hidden)]
+pub mod __preload {
+    /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
+    pub fn start() {
+        crate::runtime::start_from_env(crate::runtime::Role::Preload);
+    }
+
+    /// Before the process ends without `atexit` handlers (`_exit`, `_Exit`): finishes its trace, with
+    /// the bounded waits of a signal handler (`_exit` is async-signal-safe and called from handlers).
+    pub fn finish_before_exit() {
+        if let Some(rt) = crate::runtime::get() {
+            rt.finish(crate::runtime::EndReason::Exit, 0, true);
+        }
+    }
+
+    /// What the malloc family reports to (see `alloc`).
+    pub use crate::alloc::{
+        alloc_event, before_free, free_cancelled, free_event, free_now, unrecorded, Caller,
+    };
+}

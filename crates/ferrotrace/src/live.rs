@@ -7,11 +7,15 @@
 //!   written so far into its current chunk (a chunk is only ever freed by the collector, and records
 //!   below a thread's cursor are final, so this needs no cooperation from the traced thread); full chunks
 //!   handed over later are printed from where the peek stopped;
-//! * lines are `SECONDS TID THREAD-NAME` then the event: a tracepoint as `crate::name(arg=value, …)` or its
-//!   format, a function entry as `name() {` and exit as `} /* name */`, indented by call depth;
+//! * a line is `TID THREAD-NAME CPU SECONDS` then the event, as OSv's strace prints them: a tracepoint
+//!   as `crate::name(arg=value, …)` or its format, a function entry as `name() {` and exit as
+//!   `} /* name */`, indented by call depth. The CPU is the one the event happened on, recorded with it
+//!   (`?` where the C library does not say: see `trampoline::init_cpu_offset`);
 //! * the descriptor is non-blocking and the text waits in a bounded buffer: when the reader is slow and
-//!   the buffer full, events are counted instead of printed and a `lost N events` line says so as soon as
-//!   there is room again. The traced threads never wait for the terminal.
+//!   the buffer full, events are counted instead of printed. The traced threads never wait for the
+//!   terminal. Every event is printed or counted: what the reader could not take, what the program's
+//!   trace buffers could not hold (drop mode), and what was still waiting when the program ended are
+//!   said on standard error (a copy of the descriptor the program started with), never in the output.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
@@ -22,6 +26,7 @@ use ferrotrace_core::clock::TscConverter;
 use ferrotrace_core::record::{EventKind, Record};
 
 use crate::runtime::Runtime;
+use crate::trampoline::UNKNOWN_CPU;
 
 /// Environment variable with the descriptor to print to.
 pub const LIVE_FD_VAR: &str = "FERROTRACE_LIVE_FD";
@@ -29,6 +34,9 @@ pub const LIVE_FD_VAR: &str = "FERROTRACE_LIVE_FD";
 const MAX_PENDING: usize = 256 << 10;
 
 static FD: AtomicI32 = AtomicI32::new(-1);
+/// Where losses are said: the program's standard error as it was at start (the program may redirect its
+/// own later).
+static ERR_FD: AtomicI32 = AtomicI32::new(2);
 static FUNCTIONS: OnceLock<Vec<String>> = OnceLock::new();
 static STATE: Mutex<Option<State>> = Mutex::new(None);
 
@@ -39,8 +47,12 @@ struct Tp {
 }
 
 struct ThreadView {
-    /// Records already printed of chunks peeked at but not handed to the collector yet, by sequence.
+    /// Records already printed of the chunk peeked at (at most one: the thread's current chunk) but not
+    /// handed to the collector yet, by sequence.
     printed: HashMap<u32, usize>,
+    /// Sequence number of the thread's next chunk to print: one before it may still wait in the full
+    /// queue, and is printed first.
+    next_seq: u32,
     depth: usize,
     name: String,
 }
@@ -51,6 +63,9 @@ struct State {
     tracepoints: HashMap<u32, Tp>,
     threads: HashMap<u32, ThreadView>,
     pending: Vec<u8>,
+    /// Events not printed because the reader did not keep up, not said yet.
+    not_printed: u64,
+    /// Events the program's trace buffers could not hold (drop mode), not said yet.
     lost: u64,
     line: String,
 }
@@ -69,6 +84,10 @@ pub fn init_from_env() {
     unsafe {
         if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
             return;
+        }
+        let err = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
+        if err >= 0 {
+            ERR_FD.store(err, Ordering::Relaxed);
         }
         let fl = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
@@ -92,9 +111,15 @@ pub fn set_functions(names: Vec<String>) {
     let _ = FUNCTIONS.set(names);
 }
 
+/// The thread's name, one line of printable text.
 fn thread_name(tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/self/task/{tid}/comm"))
-        .map(|s| s.trim_end().to_string())
+        .map(|s| {
+            s.trim_end_matches('\n')
+                .chars()
+                .map(|c| if c.is_control() { '?' } else { c })
+                .collect()
+        })
         .unwrap_or_else(|_| "?".into())
 }
 
@@ -122,6 +147,7 @@ impl State {
             tracepoints,
             threads: HashMap::new(),
             pending: Vec::new(),
+            not_printed: 0,
             lost: 0,
             line: String::new(),
         }
@@ -130,6 +156,7 @@ impl State {
     fn view(&mut self, tid: u32) -> &mut ThreadView {
         self.threads.entry(tid).or_insert_with(|| ThreadView {
             printed: HashMap::new(),
+            next_seq: 0,
             depth: 0,
             name: thread_name(tid),
         })
@@ -155,17 +182,17 @@ impl State {
 
     fn event(&mut self, tid: u32, r: Record, payload: &[u8]) {
         let Some(kind) = r.kind() else { return };
-        if matches!(kind, EventKind::Wait | EventKind::Alloc | EventKind::Free) {
-            return;
+        match kind {
+            EventKind::Lost => {
+                self.lost += r.id() as u64;
+                return;
+            }
+            EventKind::Entry | EventKind::Exit | EventKind::TailExit | EventKind::Tracepoint => {}
+            _ => return,
         }
         if self.pending.len() >= MAX_PENDING {
-            self.lost += 1;
+            self.not_printed += 1;
             return;
-        }
-        if self.lost > 0 {
-            let n = std::mem::take(&mut self.lost);
-            self.pending
-                .extend_from_slice(format!("lost {n} events\n").as_bytes());
         }
         let secs = self.clock.to_ns(r.tsc).saturating_sub(self.start_ns) as f64 / 1e9;
         self.view(tid);
@@ -187,13 +214,14 @@ impl State {
             }
             _ => th.depth,
         };
-        let _ = write!(
-            line,
-            "{secs:12.6} {tid:>7} {:<15} {:indent$}",
-            th.name,
-            "",
-            indent = depth * 2
-        );
+        let _ = write!(line, "{tid:>7} {:<15} ", th.name);
+        match r.cpu() {
+            cpu if cpu >= UNKNOWN_CPU => line.push_str("  ?"),
+            cpu => {
+                let _ = write!(line, "{cpu:>3}");
+            }
+        }
+        let _ = write!(line, " {secs:12.6} {:indent$}", "", indent = depth * 2);
         match kind {
             EventKind::Entry => {
                 th.depth += 1;
@@ -202,7 +230,7 @@ impl State {
             EventKind::Exit | EventKind::TailExit => {
                 let _ = write!(line, "}} /* {} */", fname(r.id()));
             }
-            EventKind::Tracepoint => match self.tracepoints.get(&r.id()) {
+            _ => match self.tracepoints.get(&r.id()) {
                 Some(tp) => {
                     let _ = ferrotrace_core::tracepoint::write_event(
                         line, tp.name, tp.args, tp.format, payload,
@@ -212,13 +240,37 @@ impl State {
                     let _ = write!(line, "tracepoint#{}", r.id());
                 }
             },
-            EventKind::Lost => {
-                let _ = write!(line, "lost {} events (trace buffers full)", r.id());
-            }
-            _ => {}
         }
         line.push('\n');
         self.pending.extend_from_slice(line.as_bytes());
+    }
+
+    /// Says on standard error how many events were not printed since the last time, once the reader
+    /// takes events again (or at the end: `ending`).
+    fn say_losses(&mut self, ending: bool) {
+        let say = |n: u64, why: &str| {
+            let text = format!("ferrotrace: {n} events {why}\n");
+            // SAFETY: writing our own buffer to a descriptor.
+            unsafe {
+                libc::write(
+                    ERR_FD.load(Ordering::Relaxed),
+                    text.as_ptr() as *const libc::c_void,
+                    text.len(),
+                )
+            };
+        };
+        if self.lost > 0 {
+            say(
+                std::mem::take(&mut self.lost),
+                "lost: the program's trace buffers were full",
+            );
+        }
+        if self.not_printed > 0 && (ending || self.pending.len() < MAX_PENDING) {
+            say(
+                std::mem::take(&mut self.not_printed),
+                "not printed: the output did not keep up",
+            );
+        }
     }
 
     /// Writes what the descriptor takes without blocking.
@@ -256,8 +308,8 @@ pub fn tick(rt: &Runtime) {
         for (tid, seq, index, len) in crate::thread::current_chunks(rt) {
             let view = st.view(tid);
             // An earlier chunk of this thread is still on its way to the collector: print that one first
-            // (on_chunk), this one next round, so that lines stay in order.
-            if view.printed.keys().any(|&s| s != seq) {
+            // (on_chunk), this one in a later round, so that lines stay in order.
+            if seq != view.next_seq {
                 continue;
             }
             let from = view.printed.get(&seq).copied().unwrap_or(0);
@@ -270,25 +322,29 @@ pub fn tick(rt: &Runtime) {
             }
         }
         st.drain(fd);
+        st.say_losses(false);
     });
 }
 
 /// Collector hook: a thread handed over a full chunk; prints the part not printed yet.
 pub fn on_chunk(tid: u32, seq: u32, records: &[Record]) {
     with_state(|st, _| {
-        let from = st.view(tid).printed.remove(&seq).unwrap_or(0);
+        let view = st.view(tid);
+        let from = view.printed.remove(&seq).unwrap_or(0);
+        view.next_seq = seq.wrapping_add(1);
         st.print(tid, &records[from.min(records.len())..]);
     });
 }
 
-/// Collector hook at the end: writes everything still pending, waiting for the reader (at most 2 s).
+/// Collector hook: a thread lost `count` events and never got a chunk to say so in.
+pub fn lost(count: u64) {
+    with_state(|st, _| st.lost += count);
+}
+
+/// Collector hook at the end: writes everything still pending, waiting for the reader (at most 2 s),
+/// and says what could not be printed.
 pub fn finish() {
     with_state(|st, fd| {
-        if st.lost > 0 {
-            let n = std::mem::take(&mut st.lost);
-            st.pending
-                .extend_from_slice(format!("lost {n} events\n").as_bytes());
-        }
         let start = std::time::Instant::now();
         while !st.pending.is_empty() && start.elapsed() < std::time::Duration::from_secs(2) {
             st.drain(fd);
@@ -296,5 +352,10 @@ pub fn finish() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+        // One line per event: what the reader did not take in time is counted, not dropped silently.
+        let unsent = st.pending.iter().filter(|&&b| b == b'\n').count() as u64;
+        st.not_printed += unsent;
+        st.pending.clear();
+        st.say_losses(true);
     });
 }

@@ -83,11 +83,6 @@ impl Pool {
         self.chunk_records
     }
 
-    /// Number of chunks.
-    pub fn count(&self) -> usize {
-        self.count
-    }
-
     /// True once enough chunks wait for the collector that it should be woken rather than left to its
     /// next periodic look: a quarter of the pool (at least one). Waking costs the producer a futex call
     /// and, in a VM, an inter-processor interrupt; doing it for every chunk cost about 4 ns per traced
@@ -97,9 +92,10 @@ impl Pool {
         self.full.len() >= (self.count / 4).max(1)
     }
 
-    /// First record slot of chunk `index`.
+    /// First record slot of chunk `index` (panics if there is no such chunk: indices come from the
+    /// pool's own queues, and the check costs nothing next to the slow path that asks).
     pub fn chunk_ptr(&self, index: u32) -> *mut Record {
-        debug_assert!((index as usize) < self.count);
+        assert!((index as usize) < self.count, "chunk {index} out of range");
         // SAFETY: index < count, so the offset stays inside the mapping.
         unsafe { self.base.add(index as usize * self.chunk_records) }
     }
@@ -109,7 +105,9 @@ impl Pool {
     /// # Safety
     /// The caller must own the chunk (it came out of `full`) and `len` records must have been written.
     pub unsafe fn records(&self, index: u32, len: usize) -> &[Record] {
-        core::slice::from_raw_parts(self.chunk_ptr(index), len.min(self.chunk_records))
+        // SAFETY: the chunk lies inside the mapping (chunk_ptr checks the index) and is at least
+        // `len.min(chunk_records)` records long; the caller owns it and its records are written.
+        unsafe { core::slice::from_raw_parts(self.chunk_ptr(index), len.min(self.chunk_records)) }
     }
 }
 

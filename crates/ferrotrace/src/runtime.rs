@@ -208,7 +208,8 @@ pub fn rescan() {
         .extend(chunks.iter().cloned());
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
-    if let Err(e) = xray::patch(&found) {
+    // SAFETY: `found` is discover's answer, unchanged.
+    if let Err(e) = unsafe { xray::patch(&found) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
@@ -216,7 +217,8 @@ pub fn rescan() {
 /// Which copy of the runtime this is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// Linked into the program (the `ferrotrace` rlib).
+    /// Linked into the program (the `ferrotrace` rlib). Never made in the preload library's build.
+    #[cfg_attr(feature = "preload", allow(dead_code))]
     Linked,
     /// Injected with LD_PRELOAD (`libferrotrace_preload.so`).
     Preload,
@@ -343,6 +345,7 @@ fn start(role: Role) -> Result<(), String> {
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
+    trampoline::init_cpu_offset();
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role, &mut known)?;
     crate::live::init_from_env();
@@ -355,18 +358,43 @@ fn start(role: Role) -> Result<(), String> {
                 .collect(),
         );
     }
+    if !started_by_traced {
+        for (re, _) in config
+            .include
+            .iter()
+            .zip(&found.filter_hits)
+            .filter(|(_, hit)| !**hit)
+        {
+            eprintln!(
+                "ferrotrace: -F '{}' selects none of the {} instrumented functions in {} and the libraries \
+                 loaded with it",
+                re.as_str(),
+                found.total_functions,
+                found.exe_name()
+            );
+        }
+    }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
         if started_by_traced {
             // A program the traced one runs (a shell, a compiler...) without sleds: nothing to record,
             // and no reason to say so or leave an empty file.
             return Ok(());
         }
-        eprintln!(
-            "ferrotrace: no XRay-instrumented function selected in {} ({} instrumented functions found): \
-             build with RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument, and check -F/-N",
-            found.exe_name(),
-            found.total_functions
-        );
+        if found.total_functions == 0 {
+            eprintln!(
+                "ferrotrace: {} has no XRay-instrumented function: build with \
+                 RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument",
+                found.exe_name()
+            );
+        } else if found.filter_hits.iter().all(|&hit| hit) {
+            // The build is fine, and every -F matched something (a pattern that matched nothing was
+            // named above): -N excluded what -F selected.
+            eprintln!(
+                "ferrotrace: warning: -F/-N selected none of the {} XRay-instrumented functions of {}",
+                found.total_functions,
+                found.exe_name()
+            );
+        }
     }
     let pool = new_pool(&config)?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
@@ -385,7 +413,8 @@ fn start(role: Role) -> Result<(), String> {
     )?;
     exit::install(rt);
     rt.recording.store(true, Ordering::Release);
-    xray::patch(&found)?;
+    // SAFETY: `found` is discover's answer, unchanged.
+    unsafe { xray::patch(&found) }?;
     crate::tracepoints::enable_requested();
     // Last: the start-up's own allocations (and their frees) are not the program's.
     drop(found);

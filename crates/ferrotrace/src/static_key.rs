@@ -70,15 +70,26 @@ fn protect(addr: usize, len: usize, writable: bool) -> Result<(), String> {
 }
 
 /// Stores 2 bytes with one instruction (atomic for a naturally aligned or in-cache-line store on x86).
+///
+/// # Safety
+/// `p` must be valid for writing 2 bytes.
 unsafe fn store2(p: usize, b: [u8; 2]) {
     let v = u16::from_le_bytes(b);
-    core::arch::asm!("mov word ptr [{p}], {v:x}", p = in(reg) p, v = in(reg) v, options(nostack, preserves_flags));
+    // SAFETY: the caller guarantees `p..p + 2` is writable.
+    unsafe {
+        core::arch::asm!("mov word ptr [{p}], {v:x}", p = in(reg) p, v = in(reg) v, options(nostack, preserves_flags));
+    }
 }
 
 /// Writes `new` over the 5 bytes at `site`, which must currently hold `old` (else nothing is done and
-/// `false` is returned). The caller holds [`TEXT_LOCK`] and has made the page writable.
+/// `false` is returned).
+///
+/// # Safety
+/// `site` is a tracepoint site of this program whose page is writable, and the caller holds
+/// [`TEXT_LOCK`].
 unsafe fn poke(site: usize, old: [u8; 5], new: [u8; 5]) -> bool {
-    let cur = core::ptr::read_volatile(site as *const [u8; 5]);
+    // SAFETY: the site's 5 bytes are mapped (the caller's contract).
+    let cur = unsafe { core::ptr::read_volatile(site as *const [u8; 5]) };
     if cur == new {
         return true;
     }
@@ -87,7 +98,9 @@ unsafe fn poke(site: usize, old: [u8; 5], new: [u8; 5]) -> bool {
     }
     let word = site & !7;
     if site + 5 <= word + 8 {
-        let a = &*(word as *const AtomicU64);
+        // SAFETY: the aligned 8-byte word holding the site lies in the same writable page (a page is a
+        // multiple of 8 bytes); other code in it is rewritten with its own bytes by the exchange.
+        let a = unsafe { &*(word as *const AtomicU64) };
         let mut w = a.load(Ordering::SeqCst);
         loop {
             let mut bytes = w.to_le_bytes();
@@ -104,20 +117,28 @@ unsafe fn poke(site: usize, old: [u8; 5], new: [u8; 5]) -> bool {
             }
         }
     } else {
-        store2(site, [0xeb, 0xfe]);
-        membarrier_sync_core();
-        for (i, b) in new.iter().enumerate().skip(2) {
-            core::ptr::write_volatile((site + i) as *mut u8, *b);
+        // SAFETY: the site's bytes are writable (the caller's contract); `eb fe` parks a thread that
+        // arrives meanwhile at the site until the last store.
+        unsafe {
+            store2(site, [0xeb, 0xfe]);
+            membarrier_sync_core();
+            for (i, b) in new.iter().enumerate().skip(2) {
+                core::ptr::write_volatile((site + i) as *mut u8, *b);
+            }
+            membarrier_sync_core();
+            store2(site, [new[0], new[1]]);
         }
-        membarrier_sync_core();
-        store2(site, [new[0], new[1]]);
     }
     true
 }
 
 /// Sets each site `(address, target)` to enabled (`jmp target`) or disabled (NOP). Returns how many
 /// sites now have the requested form.
-pub fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String> {
+///
+/// # Safety
+/// Every pair is a site and its target from this program's site table ([`crate::tracepoint::sites`]):
+/// anything else would be overwritten with a jump.
+pub unsafe fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String> {
     if sites.is_empty() {
         return Ok(0);
     }
@@ -129,8 +150,8 @@ pub fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String
         };
         let (old, new) = if enable { (NOP5, jmp) } else { (jmp, NOP5) };
         protect(site, 5, true)?;
-        // SAFETY: `site` is a tracepoint site of this program (from the linker-built table), its page is
-        // writable, and TEXT_LOCK is held.
+        // SAFETY: `site` is a tracepoint site of this program (the caller's contract), its page was made
+        // writable above, and TEXT_LOCK is held.
         if unsafe { poke(site, old, new) } {
             done += 1;
         }

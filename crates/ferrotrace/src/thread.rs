@@ -182,6 +182,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         stop_hot(h);
         return;
     }
+    // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
     let slot = match unsafe { cold.slot.get().as_ref() } {
         Some(s) => s,
         None => match register(rt, cold) {
@@ -230,9 +231,10 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         put(*p);
     }
     st.chunk = Some(index);
-    // SAFETY: n <= cap.
-    h.cursor.store(unsafe { start.add(n) }, Ordering::Relaxed);
-    h.end.store(unsafe { start.add(cap) }, Ordering::Relaxed);
+    // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside (or one past) the chunk.
+    let (cursor, end) = unsafe { (start.add(n), start.add(cap)) };
+    h.cursor.store(cursor, Ordering::Relaxed);
+    h.end.store(end, Ordering::Relaxed);
 }
 
 /// Gets a free chunk for the slot's thread according to the mode. In lossless and flight mode it waits,
@@ -277,9 +279,12 @@ fn written(rt: &Runtime, index: u32, h: &Hot) -> usize {
 }
 
 /// Hands the slot's current chunk, if it has one, to the collector with everything written into it.
+/// The thread's cursor is stopped before the chunk is queued: the queue's code may be traced (the
+/// program may use the same library), and its events must not land in a chunk the collector owns.
 fn hand_over(rt: &Runtime, st: &mut SlotState, h: &Hot) {
     if let Some(index) = st.chunk.take() {
         let len = written(rt, index, h);
+        stop_hot(h);
         submit(rt, index, len, st);
     }
 }
@@ -453,6 +458,7 @@ fn thread_exit() {
     let _ = COLD.try_with(|cold| {
         cold.busy.set(true);
         cold.ignored.set(true);
+        // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
         let Some(slot) = (unsafe { cold.slot.get().as_ref() }) else {
             return;
         };

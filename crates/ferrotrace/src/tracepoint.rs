@@ -22,16 +22,6 @@
 //! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
 //! pointer to a NUL-terminated copy of at most 256 bytes).
 //!
-//! ```
-//! ferrotrace::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
-//!
-//! parsed(512, true); // a NOP until enabled
-//! let tp = ferrotrace::tracepoint::all().into_iter().find(|t| t.short_name() == "parsed").unwrap();
-//! assert_eq!(tp.args, "bytes:usize,ok:bool");
-//! let desc = tp.header as *const _ as usize;
-//! assert!(ferrotrace::tracepoint::sites().iter().any(|s| s.desc == desc));
-//! ```
-
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};
@@ -42,10 +32,6 @@ use crate::trampoline::HOT;
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
 /// Size of a descriptor's [`Header`].
 pub const HEADER_LEN: usize = 16;
-/// Strings and byte slices are cut to this many bytes in a record.
-pub const MAX_STR: usize = 256;
-/// Largest payload of one event (255 slots of 16 bytes).
-pub const MAX_PAYLOAD: usize = 255 * 16;
 
 /// The fixed part of a tracepoint descriptor.
 #[derive(Debug)]
@@ -57,7 +43,8 @@ pub struct Header {
     pub size: u32,
     /// Tracepoint id in the trace, assigned when the runtime starts (0: none yet).
     pub id: AtomicU32,
-    /// 1 when the tracepoint's sites are patched to fire.
+    /// 1 while ferrotrace records the tracepoint (its sites are patched to fire then, and also while a
+    /// tracer is attached to its SDT probe).
     pub enabled: AtomicU32,
 }
 
@@ -83,181 +70,6 @@ impl<const N: usize> Descriptor<N> {
             data,
         }
     }
-}
-
-/// A type a tracepoint argument may have.
-///
-/// # Safety
-/// `encode` must write exactly `encoded_len` bytes.
-pub unsafe trait Arg {
-    /// Type name in descriptors (`u32`, `str`, `bytes`, …).
-    const TYPE: &'static str;
-    /// SDT argument size: 8 for unsigned and pointer-like values, -8 for signed ones.
-    const USDT_SIZE: i32;
-    /// Bytes this value takes in a record's payload.
-    fn encoded_len(&self) -> usize;
-    /// Writes the value at `dst` and returns the position after it.
-    ///
-    /// # Safety
-    /// `dst` must be valid for `encoded_len()` bytes.
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8;
-    /// The 64-bit word handed to an attached SDT probe; strings are copied NUL-terminated into `buf`.
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64;
-}
-
-macro_rules! int_arg {
-    ($($t:ty => $name:literal, $size:literal, $wide:ty;)*) => {$(
-        // SAFETY: writes exactly size_of::<$t>() bytes.
-        unsafe impl Arg for $t {
-            const TYPE: &'static str = $name;
-            const USDT_SIZE: i32 = $size;
-            #[inline(always)]
-            fn encoded_len(&self) -> usize {
-                core::mem::size_of::<$t>()
-            }
-            #[inline(always)]
-            unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-                (dst as *mut [u8; core::mem::size_of::<$t>()]).write_unaligned(self.to_le_bytes());
-                dst.add(core::mem::size_of::<$t>())
-            }
-            #[inline(always)]
-            fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-                *self as $wide as u64
-            }
-        }
-    )*};
-}
-
-int_arg! {
-    u8 => "u8", 8, u64;
-    u16 => "u16", 8, u64;
-    u32 => "u32", 8, u64;
-    u64 => "u64", 8, u64;
-    usize => "usize", 8, u64;
-    i8 => "i8", -8, i64;
-    i16 => "i16", -8, i64;
-    i32 => "i32", -8, i64;
-    i64 => "i64", -8, i64;
-    isize => "isize", -8, i64;
-}
-
-// SAFETY: 4 bytes.
-unsafe impl Arg for f32 {
-    const TYPE: &'static str = "f32";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        4
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        (dst as *mut [u8; 4]).write_unaligned(self.to_le_bytes());
-        dst.add(4)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits() as u64
-    }
-}
-
-// SAFETY: 8 bytes.
-unsafe impl Arg for f64 {
-    const TYPE: &'static str = "f64";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        8
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        (dst as *mut [u8; 8]).write_unaligned(self.to_le_bytes());
-        dst.add(8)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        self.to_bits()
-    }
-}
-
-// SAFETY: 1 byte.
-unsafe impl Arg for bool {
-    const TYPE: &'static str = "bool";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        1
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        dst.write(*self as u8);
-        dst.add(1)
-    }
-    fn usdt_word(&self, _buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        *self as u64
-    }
-}
-
-#[inline(always)]
-unsafe fn encode_bytes(b: &[u8], dst: *mut u8) -> *mut u8 {
-    let n = b.len().min(MAX_STR);
-    (dst as *mut [u8; 2]).write_unaligned((n as u16).to_le_bytes());
-    core::ptr::copy_nonoverlapping(b.as_ptr(), dst.add(2), n);
-    dst.add(2 + n)
-}
-
-fn usdt_bytes(b: &[u8], buf: &mut [u8; MAX_STR + 1]) -> u64 {
-    let n = b.len().min(MAX_STR);
-    buf[..n].copy_from_slice(&b[..n]);
-    buf[n] = 0;
-    buf.as_ptr() as u64
-}
-
-/// The longest prefix of `s` of at most [`MAX_STR`] bytes that ends at a character boundary.
-#[inline(always)]
-fn str_cut(s: &str) -> &[u8] {
-    let mut n = s.len().min(MAX_STR);
-    while !s.is_char_boundary(n) {
-        n -= 1;
-    }
-    &s.as_bytes()[..n]
-}
-
-// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
-unsafe impl Arg for &str {
-    const TYPE: &'static str = "str";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        2 + str_cut(self).len()
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        encode_bytes(str_cut(self), dst)
-    }
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        usdt_bytes(self.as_bytes(), buf)
-    }
-}
-
-// SAFETY: u16 length + at most MAX_STR bytes, as encoded_len says.
-unsafe impl Arg for &[u8] {
-    const TYPE: &'static str = "bytes";
-    const USDT_SIZE: i32 = 8;
-    #[inline(always)]
-    fn encoded_len(&self) -> usize {
-        2 + self.len().min(MAX_STR)
-    }
-    #[inline(always)]
-    unsafe fn encode(&self, dst: *mut u8) -> *mut u8 {
-        encode_bytes(self, dst)
-    }
-    fn usdt_word(&self, buf: &mut [u8; MAX_STR + 1]) -> u64 {
-        usdt_bytes(self, buf)
-    }
-}
-
-/// Scratch space for one string argument of an SDT probe.
-#[doc(hidden)]
-pub fn usdt_buf() -> [u8; MAX_STR + 1] {
-    [0; MAX_STR + 1]
 }
 
 // ---- descriptor encoding (const) -------------------------------------------------------------------
@@ -379,7 +191,7 @@ pub const fn encode<const N: usize>(
 
 /// Writes one Tracepoint record and `len` payload bytes (written by `write`) into the calling thread's
 /// chunk: directly when there is room for the record and its slots, else through
-/// [`crate::thread::record_slow`]. Never allocates or locks.
+/// the thread's slow path (`thread::record_slow`). Never allocates or locks.
 #[inline(always)]
 pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
     let slots = len.div_ceil(16);
@@ -387,12 +199,13 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         return;
     }
     let tsc = crate::clock::rdtsc();
-    let rec = Record::with_payload(
+    let mut rec = Record::with_payload(
         tsc,
         EventKind::Tracepoint,
         header.id.load(Ordering::Relaxed),
         slots as u8,
     );
+    rec.word |= crate::trampoline::cpu_bits();
     let _ = HOT.try_with(|hot| {
         let cur = hot.cursor.load(Ordering::Relaxed);
         let end = hot.end.load(Ordering::Relaxed);
@@ -447,13 +260,6 @@ pub struct Info {
     pub line: u32,
 }
 
-impl Info {
-    /// The name without the crate.
-    pub fn short_name(&self) -> &'static str {
-        self.name.rsplit("::").next().unwrap_or(self.name)
-    }
-}
-
 /// Parses the data after a descriptor header: `(name, args, format, file, line)`.
 pub fn parse_data(d: &[u8]) -> Option<(&str, &str, &str, &str, u32)> {
     let mut pos = 0usize;
@@ -484,9 +290,11 @@ extern "C" {
     static __stop_ferrotrace_tp: u8;
     static __start_ferrotrace_sites: u8;
     static __stop_ferrotrace_sites: u8;
+    static __start_ferrotrace_usdt: u8;
+    static __stop_ferrotrace_usdt: u8;
 }
 
-// Keeps both sections (and so their start/stop symbols) present in every program that links this crate,
+// Keeps the three sections (and so their start/stop symbols) present in every program that links this crate,
 // even one without tracepoints. Walkers skip these zero entries.
 #[used]
 #[link_section = "ferrotrace_tp"]
@@ -504,6 +312,10 @@ core::arch::global_asm!(
     ".pushsection ferrotrace_sites,\"awR\",@progbits",
     ".balign 8",
     ".quad 0, 0, 0",
+    ".popsection",
+    ".pushsection ferrotrace_usdt,\"awR\",@progbits",
+    ".balign 8",
+    ".quad 0, 0",
     ".popsection",
 );
 
@@ -547,29 +359,71 @@ pub fn all() -> Vec<Info> {
 
 /// Every site in this program.
 pub fn sites() -> Vec<Site> {
-    // SAFETY: linker-defined bounds of our own section.
-    let (start, stop) = unsafe {
-        (
+    // SAFETY: linker-defined bounds of our own section, whose entries are three PC-relative fields.
+    let entries = unsafe {
+        pc_relative_table::<3>(
             &__start_ferrotrace_sites as *const u8 as usize,
             &__stop_ferrotrace_sites as *const u8 as usize,
         )
     };
-    let mut out = Vec::new();
-    let mut p = start;
-    while p + 24 <= stop {
-        // SAFETY: entries are 24 bytes, 8-aligned, inside the section.
-        let f = |i: usize| unsafe { ((p + 8 * i) as *const i64).read() };
-        let (a, t, d) = (f(0), f(1), f(2));
-        if a != 0 && t != 0 && d != 0 {
-            out.push(Site {
-                addr: (p as i64).wrapping_add(a) as usize,
-                target: (p as i64 + 8).wrapping_add(t) as usize,
-                desc: (p as i64 + 16).wrapping_add(d) as usize,
-            });
+    entries
+        .map(|[addr, target, desc]| Site { addr, target, desc })
+        .collect()
+}
+
+/// The SDT probe of a tracepoint, from the `ferrotrace_usdt` table.
+#[derive(Clone, Copy, Debug)]
+pub struct Probe {
+    /// Its semaphore: non-zero while a tracer is attached.
+    pub semaphore: &'static Semaphore,
+    /// Address of the tracepoint's descriptor.
+    pub desc: usize,
+}
+
+/// The SDT probe of every tracepoint in this program.
+pub fn probes() -> Vec<Probe> {
+    // SAFETY: linker-defined bounds of our own section, whose entries are two PC-relative fields.
+    let entries = unsafe {
+        pc_relative_table::<2>(
+            &__start_ferrotrace_usdt as *const u8 as usize,
+            &__stop_ferrotrace_usdt as *const u8 as usize,
+        )
+    };
+    entries
+        .map(|[sema, desc]| Probe {
+            // SAFETY: the entry points at a tracepoint's `SEMA` static (see `tracepoint!`).
+            semaphore: unsafe { &*(sema as *const Semaphore) },
+            desc,
+        })
+        .collect()
+}
+
+/// The entries of a table of `N` PC-relative `i64` fields per entry (each field holds `target - &field`)
+/// between `start` and `stop`, as absolute addresses; entries with a zero field (the sentinels) are
+/// skipped.
+///
+/// # Safety
+/// `start..stop` is such a table, 8-aligned and mapped.
+unsafe fn pc_relative_table<const N: usize>(
+    start: usize,
+    stop: usize,
+) -> impl Iterator<Item = [usize; N]> {
+    (start..stop).step_by(8 * N).filter_map(move |p| {
+        if p + 8 * N > stop {
+            return None;
         }
-        p += 24;
-    }
-    out
+        let mut fields = [0usize; N];
+        for (i, f) in fields.iter_mut().enumerate() {
+            let at = p + 8 * i;
+            // SAFETY: inside the table (the caller's contract), 8-aligned.
+            let rel = unsafe { (at as *const i64).read() };
+            if rel == 0 {
+                return None;
+            }
+            *f = (at as i64).wrapping_add(rel) as usize;
+        }
+        Some(fields)
+    })
 }
 
 /// Semaphore type of SDT probes (incremented by the kernel while a tracer is attached).
@@ -588,11 +442,13 @@ pub type Semaphore = AtomicU16;
 /// `crate::NAME` in listings and globs; names are unique per crate.
 ///
 /// The declaration defines a function `NAME(ARG…)` that fires the tracepoint (its arguments are evaluated
-/// by the caller, as for any call) and a module `NAME` that holds the descriptor. To fire without
-/// evaluating the arguments while the tracepoint is disabled, use [`trace!`](crate::trace!).
+/// by the caller, as for any call), and a hidden module `NAME` with its descriptor and out-of-line path
+/// (plumbing, not an API). To fire without evaluating the arguments while the tracepoint is disabled, use
+/// [`trace!`](crate::trace!).
 ///
 /// Disabled, a site is one 5-byte NOP. Enable tracepoints with `ferrotrace record --trace GLOB`,
-/// `FERROTRACE_TRACE=GLOB`, or [`crate::tracepoints::enable`].
+/// `FERROTRACE_TRACE=GLOB`, or [`crate::tracepoints::enable`]. On targets other than x86_64 Linux the
+/// declaration compiles to a function that does nothing.
 ///
 /// ```
 /// ferrotrace::tracepoint!(vfs_open, path: &str, flags: u32);
@@ -619,46 +475,64 @@ macro_rules! tracepoint {
 macro_rules! __tracepoint_impl {
     ($vis:vis $name:ident [$($arg:ident : $ty:ty),*] $fmt:literal) => {
         #[allow(non_snake_case, dead_code)]
-        #[doc = concat!("Descriptor and out-of-line path of the tracepoint `", stringify!($name), "`.")]
+        #[doc(hidden)]
         $vis mod $name {
             #[allow(unused_imports)]
             use super::*;
 
-            const __ARGS: &[(&str, &str)] = &[$((stringify!($arg), <$ty as $crate::tracepoint::Arg>::TYPE)),*];
-            const __LEN: usize = $crate::tracepoint::encoded_len(
+            const __ARGS: &[(&str, &str)] = &[$((stringify!($arg), <$ty as $crate::__macro_support::Arg>::TYPE)),*];
+            const __LEN: usize = $crate::__macro_support::encoded_len(
                 module_path!(), stringify!($name), __ARGS, $fmt, file!());
 
             /// The descriptor.
             #[used]
             #[link_section = "ferrotrace_tp"]
-            pub static DESC: $crate::tracepoint::Descriptor<__LEN> = $crate::tracepoint::Descriptor::new(
-                $crate::tracepoint::encode::<__LEN>(
+            pub static DESC: $crate::__macro_support::Descriptor<__LEN> = $crate::__macro_support::Descriptor::new(
+                $crate::__macro_support::encode::<__LEN>(
                     module_path!(), stringify!($name), __ARGS, $fmt, file!(), line!()));
 
             /// SDT semaphore: non-zero while bpftrace or perf is attached to this tracepoint's probe.
             #[used]
             #[link_section = ".probes"]
-            pub static SEMA: $crate::tracepoint::Semaphore = $crate::tracepoint::Semaphore::new(0);
+            pub static SEMA: $crate::__macro_support::Semaphore = $crate::__macro_support::Semaphore::new(0);
 
-            /// Records the event (the target of enabled sites).
+            /// Records the event (the target of enabled sites). In the tracer's own section, so that the
+            /// runtime never traces it as the program's function.
             #[cold]
             #[inline(never)]
+            #[link_section = "ferrotrace_text"]
             pub fn __ferrotrace_tp_fire($($arg: $ty),*) {
                 if false {
                     let _ = format_args!($fmt);
                 }
+                // The sites jump here while ferrotrace records the tracepoint, or while a tracer is
+                // attached to its SDT probe (it raised the semaphore), or both.
                 if SEMA.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
                     $crate::__usdt_probe!($name [$($arg : $ty),*]);
                 }
-                let len = 0usize $(+ $crate::tracepoint::Arg::encoded_len(&$arg))*;
-                $crate::tracepoint::emit(&DESC.header, len, |p: *mut u8| {
-                    $(
-                        // SAFETY: emit hands over `len` writable bytes.
-                        let p = unsafe { $crate::tracepoint::Arg::encode(&$arg, p) };
-                    )*
-                    let _ = p;
-                });
+                if DESC.header.enabled.load(::core::sync::atomic::Ordering::Relaxed) != 0 {
+                    let len = 0usize $(+ $crate::__macro_support::Arg::encoded_len(&$arg))*;
+                    $crate::__macro_support::emit(&DESC.header, len, |p: *mut u8| {
+                        $(
+                            // SAFETY: emit hands over `len` writable bytes.
+                            let p = unsafe { $crate::__macro_support::Arg::encode(&$arg, p) };
+                        )*
+                        let _ = p;
+                    });
+                }
             }
+
+            // The semaphore of this tracepoint's SDT probe, for the runtime (`usdt`): a 16-byte entry
+            // `i64 semaphore - &field, i64 descriptor - &field` in the retained `ferrotrace_usdt` section.
+            ::core::arch::global_asm!(
+                ".pushsection ferrotrace_usdt,\"awR\",@progbits",
+                ".balign 8",
+                ".quad {sema} - .",
+                ".quad {desc} - .",
+                ".popsection",
+                sema = sym SEMA,
+                desc = sym DESC,
+            );
         }
 
         #[doc = concat!("Fires the tracepoint `", stringify!($name), "` (a 5-byte NOP while it is disabled).")]
@@ -750,12 +624,32 @@ macro_rules! __usdt_probe {
                 ".popsection",
                 ".endif",
                 $(
-                    const <$ty as $crate::tracepoint::Arg>::USDT_SIZE,
-                    in(reg) $crate::tracepoint::Arg::usdt_word(&$arg, &mut $crate::tracepoint::usdt_buf()),
+                    const <$ty as $crate::__macro_support::Arg>::USDT_SIZE,
+                    in(reg) $crate::__macro_support::Arg::usdt_word(&$arg, &mut $crate::__macro_support::usdt_buf()),
                 )*
                 sema = sym SEMA,
                 options(att_syntax, nostack, readonly, preserves_flags),
             );
         }
     };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    crate::tracepoint!(pub parsed, bytes: usize, ok: bool, "parsed {bytes} bytes, ok={ok}");
+
+    #[test]
+    fn a_declaration_has_a_descriptor_and_a_site() {
+        parsed(512, true); // a NOP until enabled
+        let tp = all()
+            .into_iter()
+            .find(|t| t.name.ends_with("::parsed"))
+            .unwrap();
+        assert_eq!(tp.args, "bytes:usize,ok:bool");
+        assert_eq!(tp.format, "parsed {bytes} bytes, ok={ok}");
+        let desc = tp.header as *const _ as usize;
+        assert!(sites().iter().any(|s| s.desc == desc));
+    }
 }

@@ -15,14 +15,15 @@
 //! ```
 
 use std::sync::atomic::Ordering;
+use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
 
 use crate::static_key;
-use crate::tracepoint::{self, Info};
+use crate::tracepoint::{self, Info, Probe};
 
 /// Matches `text` against a glob with `*` and `?`.
-pub fn glob_match(glob: &str, text: &str) -> bool {
+pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
     let (g, t) = (glob.as_bytes(), text.as_bytes());
     let (mut gi, mut ti) = (0usize, 0usize);
     let mut star: Option<(usize, usize)> = None;
@@ -45,7 +46,7 @@ pub fn glob_match(glob: &str, text: &str) -> bool {
 }
 
 /// True when `glob` selects the tracepoint called `full` (`crate::name`).
-pub fn selects(glob: &str, full: &str) -> bool {
+pub(crate) fn selects(glob: &str, full: &str) -> bool {
     let glob = glob.trim();
     if glob.contains("::") {
         glob_match(glob, full)
@@ -55,13 +56,47 @@ pub fn selects(glob: &str, full: &str) -> bool {
 }
 
 /// Splits a list of globs separated by commas or newlines.
-pub fn split_globs(list: &str) -> impl Iterator<Item = &str> {
+pub(crate) fn split_globs(list: &str) -> impl Iterator<Item = &str> {
     list.split([',', '\n'])
         .map(str::trim)
         .filter(|g| !g.is_empty())
 }
 
+/// Serialises the decisions about which sites fire: a tracepoint's sites are patched while ferrotrace
+/// records it (`enable`) or while a tracer is attached to its SDT probe (`usdt`).
+static CONTROL: Mutex<()> = Mutex::new(());
+
+/// Patches the sites of the tracepoints with descriptors `descs` to fire or not: they fire while the
+/// tracepoint is enabled or its probe has a tracer. The caller holds [`CONTROL`].
+fn apply(descs: &[usize], probes: &[Probe]) {
+    let fires = |desc: usize| {
+        // SAFETY: `desc` is the address of a descriptor of this program (from its own tables).
+        let header = unsafe { &*(desc as *const tracepoint::Header) };
+        header.enabled.load(Ordering::Relaxed) != 0 || crate::usdt::attached(probes, desc)
+    };
+    let sites = tracepoint::sites();
+    for want in [true, false] {
+        let pairs: Vec<(usize, usize)> = sites
+            .iter()
+            .filter(|s| descs.contains(&s.desc) && fires(s.desc) == want)
+            .map(|s| (s.addr, s.target))
+            .collect();
+        // SAFETY: the pairs come from this program's site table.
+        if let Err(e) = unsafe { static_key::set_sites(&pairs, want) } {
+            eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
+        }
+    }
+}
+
+/// The USDT watcher: the probes of `descs` gained or lost their tracer.
+#[cfg(not(feature = "preload"))]
+pub(crate) fn refresh(descs: &[usize], probes: &[Probe]) {
+    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+    apply(descs, probes);
+}
+
 fn set(glob: &str, enable: bool) -> usize {
+    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
     let all = tracepoint::all();
     let chosen: Vec<&Info> = all
         .iter()
@@ -70,21 +105,14 @@ fn set(glob: &str, enable: bool) -> usize {
     if chosen.is_empty() {
         return 0;
     }
+    for t in &chosen {
+        t.header.enabled.store(enable as u32, Ordering::Relaxed);
+    }
     let descs: Vec<usize> = chosen
         .iter()
         .map(|t| t.header as *const _ as usize)
         .collect();
-    let sites: Vec<(usize, usize)> = tracepoint::sites()
-        .into_iter()
-        .filter(|s| descs.contains(&s.desc))
-        .map(|s| (s.addr, s.target))
-        .collect();
-    for t in &chosen {
-        t.header.enabled.store(enable as u32, Ordering::Relaxed);
-    }
-    if let Err(e) = static_key::set_sites(&sites, enable) {
-        eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
-    }
+    apply(&descs, &tracepoint::probes());
     chosen.len()
 }
 
@@ -111,51 +139,8 @@ pub fn disable(glob: &str) -> usize {
     set(glob, false)
 }
 
-/// A tracepoint of this program, as [`list`] returns it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Tracepoint {
-    /// `crate::name`.
-    pub name: String,
-    /// Arguments as `name:type`, comma-separated.
-    pub args: String,
-    /// Display format, empty if none.
-    pub format: String,
-    /// Declaration's source file and line.
-    pub location: (String, u32),
-    /// Number of sites in the program.
-    pub sites: usize,
-    /// Whether its sites are enabled.
-    pub enabled: bool,
-}
-
-/// Every tracepoint linked into this program.
-///
-/// ```
-/// ferrotrace::tracepoint!(listed, x: i32);
-/// listed(1);
-/// let all = ferrotrace::tracepoints::list();
-/// assert!(all.iter().any(|t| t.name.ends_with("::listed") && t.args == "x:i32"));
-/// ```
-pub fn list() -> Vec<Tracepoint> {
-    let sites = tracepoint::sites();
-    tracepoint::all()
-        .into_iter()
-        .map(|t| Tracepoint {
-            name: t.name.to_string(),
-            args: t.args.to_string(),
-            format: t.format.to_string(),
-            location: (t.file.to_string(), t.line),
-            sites: sites
-                .iter()
-                .filter(|s| s.desc == t.header as *const _ as usize)
-                .count(),
-            enabled: t.header.enabled.load(Ordering::Relaxed) != 0,
-        })
-        .collect()
-}
-
 /// The globs of `FERROTRACE_TRACE`, if set and not empty.
-pub fn requested() -> Option<String> {
+pub(crate) fn requested() -> Option<String> {
     std::env::var("FERROTRACE_TRACE")
         .ok()
         .filter(|v| split_globs(v).next().is_some())
@@ -163,7 +148,7 @@ pub fn requested() -> Option<String> {
 
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload.
-pub fn assign_ids() -> Vec<u8> {
+pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
     let mut p = Vec::new();
     let _ = schema::Count(all.len() as u64).encode(&mut p);
@@ -183,10 +168,20 @@ pub fn assign_ids() -> Vec<u8> {
     p
 }
 
-/// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for.
-pub fn enable_requested() {
-    if let Some(globs) = requested() {
-        enable(&globs);
+/// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for, and says which of its
+/// globs select nothing.
+pub(crate) fn enable_requested() {
+    let Some(globs) = requested() else { return };
+    enable(&globs);
+    let all = tracepoint::all();
+    for glob in split_globs(&globs) {
+        if !all.iter().any(|t| selects(glob, t.name)) {
+            let names: Vec<&str> = all.iter().map(|t| t.name).collect();
+            eprintln!(
+                "ferrotrace: --trace '{glob}' selects none of the program's tracepoints ({})",
+                names.join(", ")
+            );
+        }
     }
 }
 

@@ -99,6 +99,56 @@ pub fn tls_offset() -> i64 {
     FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
 }
 
+/// Offset from the thread pointer of a 16-bit word that holds the CPU the thread runs on: the low half
+/// of `cpu_id` in the thread's rseq area, which the kernel updates before the thread returns to user
+/// space on another CPU (glibc 2.35 and later register that area for every thread and export its offset
+/// as `__rseq_offset`); else [`NO_CPU`]'s. Read by `cpu_bits` and the live trampolines: one load, where
+/// `rdtscp` (which also returns the CPU) costs a second `rdtsc` (docs/performance.md).
+static FERROTRACE_CPU_OFFSET: AtomicI64 = AtomicI64::new(0);
+
+/// The CPU of a record, where none is known: rseq's `cpu_id` is -1 before registration and -2 when it
+/// failed, whose low halves are 0xffff and 0xfffe.
+pub const UNKNOWN_CPU: u16 = 0xfffe;
+
+thread_local! {
+    /// What the CPU reads as without rseq: unknown.
+    static NO_CPU: u16 = const { u16::MAX };
+}
+
+/// Finds where the thread's CPU is ([`FERROTRACE_CPU_OFFSET`]). Must run before any sled is patched.
+pub fn init_cpu_offset() {
+    // SAFETY: dlsym with a NUL-terminated name; the symbol, where glibc defines it, is a `ptrdiff_t`.
+    let rseq_offset = unsafe {
+        let sym = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+        (!sym.is_null()).then(|| (sym as *const isize).read())
+    };
+    let offset = match rseq_offset {
+        // `cpu_id` is the second u32 of `struct rseq`.
+        Some(off) => off as i64 + 4,
+        None => NO_CPU.with(|c| c as *const u16 as i64) - thread_pointer() as i64,
+    };
+    FERROTRACE_CPU_OFFSET.store(offset, Ordering::Relaxed);
+}
+
+/// The calling thread's CPU, in place in a record's second word (bits 48–63). Garbage before
+/// [`init_cpu_offset`] ran, which only matters where nothing is recorded.
+#[inline(always)]
+pub fn cpu_bits() -> u64 {
+    let cpu: u64;
+    // SAFETY: reads a 16-bit word at a constant offset from the thread pointer, inside the thread's own
+    // static TLS or TCB (the rseq area), which lives as long as the thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {cpu}, qword ptr [rip + {off}]",
+            "movzx {cpu:e}, word ptr fs:[{cpu}]",
+            cpu = out(reg) cpu,
+            off = sym FERROTRACE_CPU_OFFSET,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    cpu << 48
+}
+
 extern "C" {
     /// Entry trampoline: reached by `call` from an ENTRY sled, `r10d` = function id.
     pub fn ferrotrace_xray_entry();
@@ -106,6 +156,32 @@ extern "C" {
     pub fn ferrotrace_xray_exit();
     /// Tail trampoline: reached by `call` from a TAIL sled before a tail jump, `r10d` = function id.
     pub fn ferrotrace_xray_tail();
+    /// [`ferrotrace_xray_entry`] that also records the CPU (`ferrotrace live`).
+    pub fn ferrotrace_xray_entry_cpu();
+    /// [`ferrotrace_xray_exit`] that also records the CPU (`ferrotrace live`).
+    pub fn ferrotrace_xray_exit_cpu();
+    /// [`ferrotrace_xray_tail`] that also records the CPU (`ferrotrace live`).
+    pub fn ferrotrace_xray_tail_cpu();
+}
+
+/// The trampolines that sleds are patched to call: `[entry, exit, tail]`. Live mode prints the CPU of
+/// each event, so its trampolines record it (4 more instructions: two loads, a shift, an or); recording
+/// does without.
+pub fn trampolines(with_cpu: bool) -> [u64; 3] {
+    let f = |t: unsafe extern "C" fn()| t as *const () as u64;
+    if with_cpu {
+        [
+            f(ferrotrace_xray_entry_cpu),
+            f(ferrotrace_xray_exit_cpu),
+            f(ferrotrace_xray_tail_cpu),
+        ]
+    } else {
+        [
+            f(ferrotrace_xray_entry),
+            f(ferrotrace_xray_exit),
+            f(ferrotrace_xray_tail),
+        ]
+    }
 }
 
 // The slow path receives the timestamp in rax and the record's second word in r10 and preserves every
@@ -115,8 +191,10 @@ extern "C" {
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_trampolines,\"ax\",@progbits",
     // Entry and tail are reached by `call` with the argument registers live; they differ only in the
-    // kind bit set in the record word (entry: none, kind 0).
-    ".macro ferrotrace_called_trampoline name, kind_bit",
+    // kind bit set in the record word (entry: none, kind 0). With `cpu`, the CPU goes into bits 48-63 of
+    // the record word, read through rdx once rdtsc's halves are combined (before the cursor check, so
+    // the slow path records it too).
+    ".macro ferrotrace_called_trampoline name, kind_bit, cpu",
     ".p2align 4",
     ".globl \\name",
     ".hidden \\name",
@@ -131,6 +209,12 @@ core::arch::global_asm!(
     "  rdtsc",
     "  shl rdx, 32",
     "  or rax, rdx",
+    "  .ifnb \\cpu",
+    "  mov rdx, qword ptr [rip + {cpu_off}]",
+    "  movzx edx, word ptr fs:[rdx]",
+    "  shl rdx, 48",
+    "  or r10, rdx",
+    "  .endif",
     "  mov rdx, qword ptr fs:[r11]",
     "  cmp rdx, qword ptr fs:[r11 + 8]",
     "  jae 2f",
@@ -153,14 +237,17 @@ core::arch::global_asm!(
     ".endm",
     "ferrotrace_called_trampoline ferrotrace_xray_entry",
     "ferrotrace_called_trampoline ferrotrace_xray_tail, 33",
+    "ferrotrace_called_trampoline ferrotrace_xray_entry_cpu, , 1",
+    "ferrotrace_called_trampoline ferrotrace_xray_tail_cpu, 33, 1",
     ".purgem ferrotrace_called_trampoline",
     "",
     // Exit: only rax, rdx, xmm0, xmm1 are live (the sled replaced `ret`); rcx, rsi, rdi, r8-r11 are dead.
+    ".macro ferrotrace_exit_trampoline name, cpu",
     ".p2align 4",
-    ".globl ferrotrace_xray_exit",
-    ".hidden ferrotrace_xray_exit",
-    ".type ferrotrace_xray_exit,@function",
-    "ferrotrace_xray_exit:",
+    ".globl \\name",
+    ".hidden \\name",
+    ".type \\name,@function",
+    "\\name:",
     "  mov rcx, rax",
     "  mov rsi, rdx",
     "  bts r10, 32",
@@ -168,6 +255,12 @@ core::arch::global_asm!(
     "  rdtsc",
     "  shl rdx, 32",
     "  or rax, rdx",
+    "  .ifnb \\cpu",
+    "  mov rdi, qword ptr [rip + {cpu_off}]",
+    "  movzx edi, word ptr fs:[rdi]",
+    "  shl rdi, 48",
+    "  or r10, rdi",
+    "  .endif",
     "  mov rdi, qword ptr fs:[r11]",
     "  cmp rdi, qword ptr fs:[r11 + 8]",
     "  jae 2f",
@@ -184,7 +277,11 @@ core::arch::global_asm!(
     "  mov rax, rcx",
     "  mov rdx, rsi",
     "  ret",
-    ".size ferrotrace_xray_exit, . - ferrotrace_xray_exit",
+    ".size \\name, . - \\name",
+    ".endm",
+    "ferrotrace_exit_trampoline ferrotrace_xray_exit",
+    "ferrotrace_exit_trampoline ferrotrace_xray_exit_cpu, 1",
+    ".purgem ferrotrace_exit_trampoline",
     "",
     ".p2align 4",
     ".type ferrotrace_slow_record,@function",
@@ -281,6 +378,7 @@ core::arch::global_asm!(
     ".size ferrotrace_slow_record, . - ferrotrace_slow_record",
     ".popsection",
     off = sym FERROTRACE_TLS_OFFSET,
+    cpu_off = sym FERROTRACE_CPU_OFFSET,
     slow = sym crate::thread::slow_path,
     xsave_bytes = sym FERROTRACE_XSAVE_BYTES,
     xsave_mask = const XSAVE_MASK,

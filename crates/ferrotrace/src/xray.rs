@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU16, Ordering};
 
 use ferrotrace_core::schema::{self, Payload};
-use ferrotrace_core::symbols::is_runtime_symbol;
+use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -64,6 +64,8 @@ pub struct Discovery {
     pub functions: Vec<Function>,
     /// Instrumented functions found, selected or not.
     pub total_functions: usize,
+    /// For each `-F` regex (`Config::include`), whether it matched any instrumented function.
+    pub filter_hits: Vec<bool>,
 }
 
 impl Discovery {
@@ -118,17 +120,24 @@ struct Loaded {
     text: Option<(u64, u64)>,
 }
 
+/// `dl_iterate_phdr` callback: notes one loaded object in the `Vec<Loaded>` that `data` points to.
+///
+/// # Safety
+/// `info` is what `dl_iterate_phdr` passes; `data` points to a `Vec<Loaded>` nobody else uses meanwhile.
 unsafe extern "C" fn collect_object(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    let out = &mut *(data as *mut Vec<Loaded>);
-    let info = &*info;
+    // SAFETY: the caller's contract.
+    let (out, info) = unsafe { (&mut *(data as *mut Vec<Loaded>), &*info) };
     let name = if info.dlpi_name.is_null() {
         ""
     } else {
-        CStr::from_ptr(info.dlpi_name).to_str().unwrap_or("")
+        // SAFETY: a non-null dlpi_name is a NUL-terminated string owned by the dynamic loader.
+        unsafe { CStr::from_ptr(info.dlpi_name) }
+            .to_str()
+            .unwrap_or("")
     };
     let path = if out.is_empty() && name.is_empty() {
         match std::fs::read_link("/proc/self/exe") {
@@ -142,7 +151,8 @@ unsafe extern "C" fn collect_object(
     };
     let mut text: Option<(u64, u64)> = None;
     for i in 0..info.dlpi_phnum as usize {
-        let ph = &*info.dlpi_phdr.add(i);
+        // SAFETY: dlpi_phdr points to dlpi_phnum program headers.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
         if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
             let s = info.dlpi_addr + ph.p_vaddr;
             let e = s + ph.p_memsz;
@@ -243,7 +253,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         )
     };
     let own_text = trampoline::ferrotrace_xray_entry as *const () as u64;
-    let mut out = Discovery::default();
+    let mut out = Discovery {
+        filter_hits: vec![false; config.include.len()],
+        ..Discovery::default()
+    };
     let mut next_id = known.next_function_id.max(1);
     for l in loaded {
         if known
@@ -278,8 +291,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         let Some(section) = elf.section_by_name("xray_instr_map") else {
             continue;
         };
-        // The preloaded runtime must not patch itself; neither must the linked one (it has sleds when the
-        // program was built with -Zinstrument-xray): its functions are excluded by name below.
+        // The preloaded runtime must not patch itself (the whole library is skipped); neither must the
+        // linked one (it has sleds when the program was built with -Zinstrument-xray): its functions are
+        // recognised below (`symbols`: its crates, and the tracepoint plumbing's section).
         if role == Role::Preload && (text_start..text_end).contains(&own_text) {
             continue;
         }
@@ -298,6 +312,9 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
+        let plumbing = elf
+            .section_by_name(PLUMBING_SECTION)
+            .map(|s| s.address()..s.address() + s.size());
         for (func, sleds) in funcs {
             out.total_functions += 1;
             let vaddr = func.wrapping_sub(l.bias);
@@ -306,7 +323,17 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
                 Some((_, size, name)) => (name.to_string(), size),
                 None => (format!("fn_{vaddr:x}"), 0),
             };
-            if is_runtime_symbol(&name) || !config.selects(&display_name(&name)) {
+            if is_runtime_function(&name, vaddr, plumbing.clone()) {
+                continue;
+            }
+            if !config.include.is_empty() {
+                // Which -F patterns match anything at all (a run that selects nothing says so).
+                let shown = display_name(&name);
+                for (hit, re) in out.filter_hits.iter_mut().zip(&config.include) {
+                    *hit = *hit || re.is_match(&shown);
+                }
+            }
+            if !config.selects(&name) {
                 continue;
             }
             out.functions.push(Function {
@@ -326,11 +353,10 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 
 const PAGE: u64 = 4096;
 
-/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds.
+/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds, to the trampolines (those that
+/// record the CPU in live mode).
 fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
-    let entry = trampoline::ferrotrace_xray_entry as *const () as u64;
-    let exit = trampoline::ferrotrace_xray_exit as *const () as u64;
-    let tail = trampoline::ferrotrace_xray_tail as *const () as u64;
+    let targets = trampoline::trampolines(crate::live::active());
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
@@ -362,7 +388,7 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
             continue;
         }
         let page = p as *mut u8;
-        for (slot, target) in [entry, exit, tail].into_iter().enumerate() {
+        for (slot, target) in targets.into_iter().enumerate() {
             // jmp qword ptr [rip + 0]; .quad target; int3 int3
             let mut stub = [0xccu8; 16];
             stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
@@ -380,7 +406,11 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
 }
 
 /// Patches every sled of the selected functions. Safe while other threads run through them.
-pub fn patch(found: &Discovery) -> Result<(), String> {
+///
+/// # Safety
+/// `found` is what [`discover`] returned, unchanged: every sled address is one of a loaded object's
+/// instrumentation map, and anything else would be overwritten with a call.
+pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
     for module in &found.modules {
         let funcs: Vec<&Function> = found
             .functions
@@ -416,8 +446,8 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
         }
         for f in &funcs {
             for &(sled, kind) in &f.sleds {
-                // SAFETY: sled addresses come from the object's own instrumentation map and lie in pages
-                // made writable above.
+                // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
+                // contract) and lie in pages made writable above.
                 unsafe { patch_sled(sled, kind, f.id, stub) };
             }
         }
@@ -442,6 +472,10 @@ pub fn patch(found: &Discovery) -> Result<(), String> {
     Ok(())
 }
 
+/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
+///
+/// # Safety
+/// `sled` is an XRay sled of the given kind, in a writable page.
 unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
     let p = sled as *mut u8;
     let (expected_first, target, opcode) = match kind {
@@ -449,7 +483,8 @@ unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
         SledKind::Exit => (0xc3, stub + 16, 0xe9),
         SledKind::Tail => (0xeb, stub + 32, 0xe8),
     };
-    if p.read() != expected_first {
+    // SAFETY: the sled's 11 bytes are mapped and writable (the caller's contract).
+    if unsafe { p.read() } != expected_first {
         return; // already patched, or not a sled we know
     }
     let rel = (target as i64 - (sled as i64 + 11)) as i32;
@@ -460,9 +495,12 @@ unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
     bytes[6] = opcode;
     bytes[7..11].copy_from_slice(&rel.to_le_bytes());
     for (i, b) in bytes.iter().enumerate().skip(2) {
-        core::ptr::write_volatile(p.add(i), *b);
+        // SAFETY: as above; a thread running through still jumps over these bytes (`jmp +9` or `ret`).
+        unsafe { core::ptr::write_volatile(p.add(i), *b) };
     }
     core::sync::atomic::fence(Ordering::SeqCst);
     // Sleds are 2-byte aligned: one atomic store flips the sled to the new instruction pair.
-    (*(p as *const AtomicU16)).store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
+    // SAFETY: the sled is 2-byte aligned and writable.
+    unsafe { &*(p as *const AtomicU16) }
+        .store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
 }

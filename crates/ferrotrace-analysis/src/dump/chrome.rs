@@ -1,6 +1,6 @@
 //! `dump --format chrome`: Chrome trace-event JSON (`chrome://tracing`, Perfetto UI, speedscope),
-//! written while streaming. Function frames are `"B"`/`"E"` pairs (balanced per thread, see
-//! [`super::walk`]); lost events, waits, tracepoints and allocations are thread-scoped instant
+//! written while streaming. Function frames are `"B"`/`"E"` pairs, both named (balanced per thread,
+//! see [`super::walk`]); lost events, waits, tracepoints and allocations are thread-scoped instant
 //! events (`"i"`); thread and process names are metadata events (`"M"`). `ts` is CLOCK_MONOTONIC in
 //! microseconds with nanosecond decimals.
 
@@ -21,6 +21,37 @@ fn push_head(line: &mut String, ph: &str, pid: u32, tid: u32, ts_ns: u64) {
         ts_ns / 1000,
         ts_ns % 1000
     );
+}
+
+/// About how many bytes [`write()`] will write for `trace`: one line per event (the few metadata lines
+/// aside) of fixed fields, the digits of pid, tid and timestamp, and the name (taken at the mean length
+/// of the trace's function names). Read from the trace's index, before anything is decoded, so that a
+/// user can be told before gigabytes are written.
+pub fn estimated_bytes(trace: &Trace) -> u64 {
+    let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as u64 + 1;
+    let names = Names::of(trace);
+    let (count, total) = trace.functions.keys().fold((0u64, 0u64), |(c, t), &id| {
+        (
+            c + 1,
+            t + serde_json::Value::from(names.get(id).as_ref())
+                .to_string()
+                .len() as u64,
+        )
+    });
+    let name = total.checked_div(count).unwrap_or(8);
+    let ts_us = trace.clocks.last().map_or(1, |c| c.mono_ns / 1000);
+    let tid = trace.threads.keys().last().copied().unwrap_or(1);
+    // `,\n{"ph":"B","pid":` … `,"tid":` … `,"ts":` … `.nnn,"name":` … `}`
+    let line =
+        40 + digits(trace.session.pid.into()) + digits(tid.into()) + digits(ts_us) + 4 + name;
+    trace.event_count() * line
+}
+
+/// The JSON string of function `id`'s name, quoted once per function.
+fn quoted_name<'a>(cache: &'a mut HashMap<u32, String>, names: &Names, id: u32) -> &'a str {
+    cache
+        .entry(id)
+        .or_insert_with(|| serde_json::Value::from(names.get(id).as_ref()).to_string())
 }
 
 /// Writes the trace as Chrome JSON; returns the read errors met.
@@ -52,16 +83,19 @@ pub fn write(
         line.clear();
         match ev {
             Ev::Begin { tid, id, ts, .. } => {
-                let name = quoted
-                    .entry(id)
-                    .or_insert_with(|| serde_json::Value::from(names.get(id).as_ref()).to_string());
                 push_head(&mut line, "\"B\"", pid, tid, ts);
                 line.push_str(",\"name\":");
-                line.push_str(name);
+                line.push_str(quoted_name(&mut quoted, &names, id));
                 line.push('}');
             }
-            Ev::End { tid, ts, how, .. } => {
+            Ev::End {
+                tid, id, ts, how, ..
+            } => {
+                // The name on "E" too: the format leaves it optional, but speedscope pairs ends with
+                // begins by name and fails on a trace without them.
                 push_head(&mut line, "\"E\"", pid, tid, ts);
+                line.push_str(",\"name\":");
+                line.push_str(quoted_name(&mut quoted, &names, id));
                 let note = how.note();
                 if !note.is_empty() {
                     line.push_str(",\"args\":{\"end\":\"");

@@ -38,9 +38,13 @@ fn record(out: &mut impl Write, ts: u64, kind: u64, depth: usize, address: u64) 
     out.write_all(&w.to_le_bytes())
 }
 
-/// Writes the uftrace directory `dir` (created if needed); returns the read errors met.
+/// Writes the uftrace directory `dir` (created if needed, in a parent that must exist, as the other
+/// formats' output files); returns the read errors met.
 pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<Vec<String>> {
-    fs::create_dir_all(dir)?;
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists && dir.is_dir() => {}
+        other => other?,
+    }
     let names = Names::of(trace);
     let mut errors = Vec::new();
     let initial = initial_stacks(trace).unwrap_or_else(|e| {

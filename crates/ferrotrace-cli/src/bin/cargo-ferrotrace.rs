@@ -3,22 +3,25 @@
 //! ```text
 //! cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
 //! cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-//! cargo ferrotrace record [-o FILE] [-F REGEX]... [-N REGEX]... [--mode MODE] [--buffer-size SIZE]
-//!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-//! cargo ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] [--duration D]
-//!                         [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
 //! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
-//! -Cforce-frame-pointers=yes` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
-//! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. `record` and `profile` hand the built
+//! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. RECORD-OPTIONS and PROFILE-OPTIONS
+//! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions. `record` and `profile` hand the built
 //! program to the `ferrotrace` binary installed next to this one.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
 
-const USAGE: &str = "\
+use clap::Args;
+use ferrotrace_cli::cmd::profile::ProfileArgs;
+use ferrotrace_cli::cmd::record::RecordArgs;
+
+const USAGE_HEAD: &str = "\
 Build the current cargo project with XRay instrumentation (nightly) and trace it with ferrotrace.
 
 Usage:
@@ -26,75 +29,121 @@ Usage:
   cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+";
 
-RECORD-OPTIONS (see `ferrotrace record --help`):
-  -o, --output FILE        trace file [default: ferrotrace.data]
-  -F, --filter REGEX       trace only matching functions (repeatable)
-  -N, --notrace REGEX      never trace matching functions (repeatable)
-      --mode MODE          lossless | drop | flight
-      --buffer-size SIZE   buffer memory, e.g. 64M
+const USAGE_TAIL: &str = "\
+`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes
+-Csymbol-mangling-version=v0' (and limited debug info) into <target-dir>/ferrotrace-profile: the
+same frame pointers and symbol names as the instrumented build.
+CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...; -F belongs to
+ferrotrace in `record` and `profile`: spell cargo's --features there). The
+instrumented build goes to <target-dir>/ferrotrace with the nightly toolchain and
+RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0'; normal
+builds are untouched.";
 
-PROFILE-OPTIONS (see `ferrotrace profile --help`):
-  -F, --freq HZ            sampling frequency [default: 999]
-  -e, --event EVENT        cpu-clock, uprobe:PATH:SYMBOL, tracepoint:CAT:NAME (repeatable)
-      --call-graph MODE    fp | dwarf
-  -o, --output FILE        trace file [default: ferrotrace.data]
-      --duration D         stop after D (e.g. 10s)
+/// The options of `ferrotrace ACTION` that `cargo ferrotrace ACTION` takes and hands on, read from the
+/// very clap definitions `ferrotrace` parses with (so the two cannot drift): every option but the
+/// program, and for `profile` but `--pid` (cargo ferrotrace runs the program it built; `-p` is cargo's
+/// `--package`).
+fn own_options(action: &str) -> Vec<clap::Arg> {
+    let cmd = match action {
+        "record" => RecordArgs::augment_args(clap::Command::new("record")),
+        "profile" => ProfileArgs::augment_args(clap::Command::new("profile")),
+        _ => return Vec::new(),
+    };
+    cmd.get_arguments()
+        .filter(|a| !a.is_positional() && a.get_id() != "pid")
+        .cloned()
+        .collect()
+}
 
-`profile` builds with the default toolchain and RUSTFLAGS='-Cforce-frame-pointers=yes' (and limited
-debug info) into <target-dir>/ferrotrace-profile.
-CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...). The instrumented
-build goes to <target-dir>/ferrotrace with the nightly toolchain and
-RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes'; normal builds are untouched.";
-
-const PROFILE_VALUE_OPTIONS: &[&str] = &[
-    "-o",
-    "--output",
-    "-F",
-    "--freq",
-    "-e",
-    "--event",
-    "--call-graph",
-    "--duration",
-];
-const RECORD_VALUE_OPTIONS: &[&str] = &[
-    "-o",
-    "--output",
-    "-F",
-    "--filter",
-    "-N",
-    "--notrace",
-    "--mode",
-    "--buffer-size",
-];
+/// The usage text, with the options of `record` and `profile` as `ferrotrace --help` describes them.
+fn usage() -> String {
+    use std::fmt::Write;
+    let mut u = USAGE_HEAD.to_string();
+    for action in ["record", "profile"] {
+        let _ = write!(
+            u,
+            "\n{}-OPTIONS (see `ferrotrace {action} --help`):\n",
+            action.to_uppercase()
+        );
+        for a in own_options(action).iter().filter(|a| !a.is_hide_set()) {
+            let names = match (a.get_short(), a.get_long()) {
+                (Some(s), Some(l)) => format!("-{s}, --{l}"),
+                (None, Some(l)) => format!("    --{l}"),
+                (Some(s), None) => format!("-{s}"),
+                (None, None) => continue,
+            };
+            let value = if a.get_action().takes_values() {
+                a.get_value_names()
+                    .and_then(|v| v.first())
+                    .map_or_else(|| " VALUE".to_string(), |v| format!(" {v}"))
+            } else {
+                String::new()
+            };
+            let help = a.get_help().map(|h| h.to_string()).unwrap_or_default();
+            let _ = writeln!(u, "  {:<28} {help}", format!("{names}{value}"));
+        }
+    }
+    u.push('\n');
+    u.push_str(USAGE_TAIL);
+    u
+}
 
 struct Invocation {
     action: String,
-    record_opts: Vec<OsString>,
+    own_opts: Vec<OsString>,
     cargo_args: Vec<OsString>,
     bin: Option<String>,
     program_args: Vec<OsString>,
 }
 
-fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
+/// What `--help` asks for: not an error, printed to stdout.
+struct Help;
+
+/// Finds the option of `own` that the argument `arg` names: `--long`, `--long=VALUE`, `-s`, or `-sVALUE`.
+/// Returns it and the value given in the same argument.
+fn own_option<'a>(own: &'a [clap::Arg], arg: &str) -> Option<(&'a clap::Arg, Option<String>)> {
+    if let Some(long) = arg.strip_prefix("--") {
+        let (name, value) = match long.split_once('=') {
+            Some((n, v)) => (n, Some(v.to_string())),
+            None => (long, None),
+        };
+        return own
+            .iter()
+            .find(|a| a.get_long() == Some(name))
+            .map(|a| (a, value));
+    }
+    let mut chars = arg.strip_prefix('-')?.chars();
+    let short = chars.next()?;
+    let rest: String = chars.collect();
+    own.iter()
+        .find(|a| a.get_short() == Some(short))
+        .filter(|a| rest.is_empty() || a.get_action().takes_values())
+        .map(|a| (a, (!rest.is_empty()).then_some(rest)))
+}
+
+fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
     // `cargo ferrotrace ...` runs us as `cargo-ferrotrace ferrotrace ...`.
     if args.first().is_some_and(|a| a == "ferrotrace") {
         args.remove(0);
     }
     let Some(action) = args.first().and_then(|a| a.to_str()).map(str::to_string) else {
-        return Err(USAGE.into());
+        return Ok(Err(Help));
     };
     if matches!(action.as_str(), "-h" | "--help" | "help") {
-        return Err(USAGE.into());
+        return Ok(Err(Help));
     }
     if !matches!(action.as_str(), "build" | "run" | "record" | "profile") {
         return Err(format!(
-            "unknown action '{action}': expected build, run, record or profile\n\n{USAGE}"
+            "unknown action '{action}': expected build, run, record or profile\n\n{}",
+            usage()
         ));
     }
+    let own = own_options(&action);
     let mut inv = Invocation {
         action,
-        record_opts: Vec::new(),
+        own_opts: Vec::new(),
         cargo_args: Vec::new(),
         bin: None,
         program_args: Vec::new(),
@@ -106,32 +155,22 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
             inv.program_args = it.collect();
             break;
         }
-        let (name, inline) = match s.split_once('=') {
-            Some((n, v)) if n.starts_with("--") => (n.to_string(), Some(v.to_string())),
-            _ => (s.clone(), None),
-        };
-        let own = match inv.action.as_str() {
-            "record" => RECORD_VALUE_OPTIONS,
-            "profile" => PROFILE_VALUE_OPTIONS,
-            _ => &[],
-        };
-        if own.contains(&name.as_str()) {
-            let value = match inline {
-                Some(v) => OsString::from(v),
-                None => it.next().ok_or_else(|| format!("{name} needs a value"))?,
+        if let Some((opt, inline)) = own_option(&own, &s) {
+            let name = match opt.get_long() {
+                Some(l) => format!("--{l}"),
+                None => format!("-{}", opt.get_short().unwrap_or_default()),
             };
-            inv.record_opts.push(name.into());
-            inv.record_opts.push(value);
-        } else if RECORD_VALUE_OPTIONS.contains(&name.as_str())
-            || PROFILE_VALUE_OPTIONS.contains(&name.as_str())
-        {
-            return Err(format!(
-                "{name} is an option of `cargo ferrotrace record` or `profile`, not of `{}`",
-                inv.action
-            ));
-        } else if name == "--bin" {
-            let value = match inline {
-                Some(v) => v,
+            inv.own_opts.push(name.clone().into());
+            if opt.get_action().takes_values() {
+                let value = match inline {
+                    Some(v) => OsString::from(v),
+                    None => it.next().ok_or_else(|| format!("{s} needs a value"))?,
+                };
+                inv.own_opts.push(value);
+            }
+        } else if s == "--bin" || s.starts_with("--bin=") {
+            let value = match s.strip_prefix("--bin=") {
+                Some(v) => v.to_string(),
                 None => it
                     .next()
                     .ok_or("--bin needs a value")?
@@ -145,7 +184,7 @@ fn parse(mut args: Vec<OsString>) -> Result<Invocation, String> {
             inv.cargo_args.push(a);
         }
     }
-    Ok(inv)
+    Ok(Ok(inv))
 }
 
 fn check_nightly() -> Result<(), String> {
@@ -188,7 +227,9 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
     let mut cmd = if profiling {
         // Sampling needs no sleds: the default toolchain and frame pointers, plus limited debug info
         // (line tables alone lose the module paths of function names) unless the user chose a level.
-        rustflags.push_str(" -Cforce-frame-pointers=yes");
+        // v0 symbol names, as the nightly of traced builds gives: a closure is `{closure#0}` and drop
+        // glue `drop_glue::<T>` in a profile as in a trace, not `{{closure}}` and `drop_in_place`.
+        rustflags.push_str(" -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0");
         let mut c = Command::new("cargo");
         if std::env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
             c.env("CARGO_PROFILE_RELEASE_DEBUG", "limited");
@@ -196,7 +237,9 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
         c
     } else {
         check_nightly()?;
-        rustflags.push_str(" -Zinstrument-xray=always -Cforce-frame-pointers=yes");
+        rustflags.push_str(
+            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0",
+        );
         let mut c = Command::new("rustup");
         c.args(["run", "nightly", "cargo"])
             .env_remove("RUSTUP_TOOLCHAIN");
@@ -295,17 +338,21 @@ fn run(inv: Invocation) -> Result<ExitCode, String> {
         let me =
             std::env::current_exe().map_err(|e| format!("cannot locate cargo-ferrotrace: {e}"))?;
         let ferrotrace = me.with_file_name("ferrotrace");
-        Command::new(&ferrotrace)
-            .arg(if inv.action == "profile" {
-                "profile"
-            } else {
-                "record"
-            })
-            .args(&inv.record_opts)
+        let mut cmd = Command::new(&ferrotrace);
+        cmd.arg(&inv.action)
+            .args(&inv.own_opts)
             .arg("--")
             .arg(&exe)
-            .args(&inv.program_args)
-            .status()
+            .args(&inv.program_args);
+        eprintln!(
+            "cargo ferrotrace: running {}",
+            std::iter::once(cmd.get_program())
+                .chain(cmd.get_args())
+                .map(|a| a.to_string_lossy())
+                .collect::<Vec<_>>()
+                .join(" ")
+        );
+        cmd.status()
             .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", ferrotrace.display())))
     }
     .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
@@ -314,12 +361,15 @@ fn run(inv: Invocation) -> Result<ExitCode, String> {
 
 fn main() -> ExitCode {
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
-    match parse(args).and_then(run) {
-        Ok(code) => code,
-        Err(e) if e.starts_with("Build the current") => {
-            println!("{e}");
+    match parse(args) {
+        Ok(Err(Help)) => {
+            println!("{}", usage());
             ExitCode::SUCCESS
         }
+        Ok(Ok(inv)) => run(inv).unwrap_or_else(|e| {
+            eprintln!("cargo ferrotrace: {e}");
+            ExitCode::from(2)
+        }),
         Err(e) => {
             eprintln!("cargo ferrotrace: {e}");
             ExitCode::from(2)

@@ -1,6 +1,5 @@
 //! `ferrotrace dump`.
 
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -55,7 +54,8 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
                 .into_bytes(),
             Format::Perfetto => {
                 let mut buf = Vec::new();
-                samples::perfetto(&set, !a.uncompressed, &mut buf).map_err(super::write_err)?;
+                samples::perfetto(&set, !a.uncompressed, &mut buf)
+                    .map_err(|e| format!("cannot encode the samples: {e}"))?;
                 buf
             }
             Format::Uftrace | Format::Chrome => {
@@ -92,13 +92,16 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         eprintln!("ferrotrace: wrote uftrace data to {}", dir.display());
         errs
     } else {
-        let mut out: Box<dyn Write> = match &a.output {
-            Some(p) => Box::new(BufWriter::with_capacity(
-                1 << 16,
-                std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
-            )),
-            None => Box::new(BufWriter::with_capacity(1 << 16, std::io::stdout().lock())),
-        };
+        if let Format::Chrome = a.format {
+            // ~60 bytes per event: say so before writing gigabytes, and where a smaller form is.
+            eprintln!(
+                "ferrotrace: Chrome JSON of {} events will take about {}; --format perfetto writes \
+                 them in about 1 byte each",
+                trace.event_count(),
+                human_bytes(dump::chrome::estimated_bytes(&trace))
+            );
+        }
+        let mut out = super::Output::to(a.output.as_deref())?;
         let r = match a.format {
             Format::Chrome => dump::chrome::write(&trace, &mut out, &mut progress),
             Format::Perfetto => dump::perfetto::write(
@@ -112,9 +115,25 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
             Format::Folded => dump::folded::write(&trace, &mut out, &mut progress),
             Format::Uftrace | Format::Firefox => unreachable!("handled above"),
         };
-        let errs = r.map_err(super::write_err)?;
-        out.flush().map_err(super::write_err)?;
+        let errs = r.map_err(|e| out.error(e))?;
+        out.finish()?;
         errs
     };
     Ok(super::finish(&trace, &errors))
+}
+
+/// `1.5 GB`, `320 MB`, `12 kB`: decimal units, as `ls -h --si` and disk sizes.
+fn human_bytes(n: u64) -> String {
+    let mut v = n as f64;
+    for unit in ["bytes", "kB", "MB", "GB"] {
+        if v < 1000.0 {
+            return if unit == "bytes" {
+                format!("{n} bytes")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+        v /= 1000.0;
+    }
+    format!("{v:.1} TB")
 }

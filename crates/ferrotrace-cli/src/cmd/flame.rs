@@ -1,6 +1,5 @@
 //! `ferrotrace flame`.
 
-use std::io::{BufWriter, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -119,19 +118,14 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
         (None, true) => None,
         (None, false) => Some(PathBuf::from("flame.svg")),
     };
-    let mut out: Box<dyn Write> = match &output {
-        Some(p) => Box::new(BufWriter::new(
-            std::fs::File::create(p).map_err(|e| format!("{}: {e}", p.display()))?,
-        )),
-        None => Box::new(BufWriter::new(std::io::stdout().lock())),
-    };
+    let mut out = super::Output::to(output.as_deref())?;
     let title = format!("ferrotrace: {}", trace.session.args.join(" "));
     if a.folded {
-        write_folded(&cct, &mut out).map_err(super::write_err)?;
+        write_folded(&cct, &mut out).map_err(|e| out.error(e))?;
     } else {
-        write_svg(&cct, &title, &mut out).map_err(super::write_err)?;
+        write_svg(&cct, &title, &mut out).map_err(|e| out.error(e))?;
     }
-    out.flush().map_err(super::write_err)?;
+    out.finish()?;
     if let Some(p) = output {
         eprintln!("ferrotrace: wrote {}", p.display());
     }

@@ -1,6 +1,5 @@
 //! `ferrotrace graph`.
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -29,15 +28,17 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .as_deref()
         .map(|r| Regex::new(r).map_err(|e| format!("bad function regex {r:?}: {e}")))
         .transpose()?;
+    let mut out = super::Output::stdout();
     if let Some(set) = super::samples(&trace)? {
-        std::io::stdout()
-            .lock()
-            .write_all(ferrotrace_analysis::samples::graph_text(&set, focus.as_ref()).as_bytes())
-            .map_err(super::write_err)?;
+        out.print(&ferrotrace_analysis::samples::graph_text(
+            &set,
+            focus.as_ref(),
+        ))?;
         if !trace.has_function_events() {
+            out.finish()?;
             return Ok(super::finish(&trace, &[]));
         }
-        println!();
+        out.print("\n")?;
     }
     let mut progress = Progress::new("graph", trace.event_count());
     let cct = Cct::build(&trace, focus.as_ref(), &mut progress).map_err(|e| e.to_string())?;
@@ -46,9 +47,7 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         Some(f) => format!("/{f}/"),
         None => "the whole program".to_string(),
     };
-    std::io::stdout()
-        .lock()
-        .write_all(to_text(&cct, &what).as_bytes())
-        .map_err(super::write_err)?;
+    out.print(&to_text(&cct, &what))?;
+    out.finish()?;
     Ok(super::finish(&trace, &cct.errors))
 }

@@ -22,6 +22,7 @@ pub struct InfoArgs {
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
     let trace = Trace::open(&args.input).map_err(|e| e.to_string())?;
+    let mut out = super::Output::stdout();
     let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
     let set = super::samples(&trace)?;
     if args.json {
@@ -30,12 +31,13 @@ pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
             let rep = samples::report(set, samples::ReportOptions::default());
             j["samples"] = samples::report_json(set, &rep);
         }
-        println!("{j}");
+        out.print(&format!("{j}\n"))?;
     } else {
-        print!("{}", summary.to_text());
+        out.print(&summary.to_text())?;
         if let Some(set) = &set {
-            print!("{}", samples::info_text(set));
+            out.print(&samples::info_text(set))?;
         }
     }
+    out.finish()?;
     Ok(super::finish(&trace, &[]))
 }

@@ -1,6 +1,7 @@
 //! `ferrotrace list`: the tracepoints and traceable functions of a program, read from its file.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -11,7 +12,8 @@ use crate::elf;
 /// Arguments of `ferrotrace list`.
 #[derive(Args)]
 pub struct ListArgs {
-    /// Print one JSON object instead of text
+    /// Print one JSON object instead of text. Functions carry `xray_id`, their XRay id in the file
+    /// (llvm-xray's numbering), which is not the `id` a trace gives the functions it selected
     #[arg(long)]
     json: bool,
     /// Only tracepoints
@@ -64,7 +66,7 @@ pub fn run(args: ListArgs) -> Result<ExitCode, String> {
                 .iter()
                 .map(|f| {
                     serde_json::json!({
-                        "id": f.id,
+                        "xray_id": f.xray_id,
                         "name": f.name,
                         "mangled": f.mangled,
                         "address": format!("{:#x}", f.address),
@@ -74,18 +76,22 @@ pub fn run(args: ListArgs) -> Result<ExitCode, String> {
                 .collect();
             o.insert("functions".into(), fns.into());
         }
-        println!("{}", serde_json::Value::Object(o));
+        let mut out = super::Output::stdout();
+        out.print(&format!("{}\n", serde_json::Value::Object(o)))?;
+        out.finish()?;
         return Ok(ExitCode::SUCCESS);
     }
+    let mut out = super::Output::stdout();
     if show_tp {
-        println!("Tracepoints ({}):", bin.tracepoints.len());
+        writeln!(out, "Tracepoints ({}):", bin.tracepoints.len()).map_err(|e| out.error(e))?;
         for t in &bin.tracepoints {
             let args: Vec<String> = t
                 .args
                 .iter()
                 .map(|a| format!("{}: {}", a.name, rust_type(&a.ty)))
                 .collect();
-            print!(
+            write!(
+                out,
                 "  {}({})  {}:{}  {} site{}",
                 t.name,
                 args.join(", "),
@@ -93,21 +99,28 @@ pub fn run(args: ListArgs) -> Result<ExitCode, String> {
                 t.line,
                 t.sites.len(),
                 if t.sites.len() == 1 { "" } else { "s" }
-            );
+            )
+            .map_err(|e| out.error(e))?;
             if !t.format.is_empty() {
-                print!("  format {:?}", t.format);
+                write!(out, "  format {:?}", t.format).map_err(|e| out.error(e))?;
             }
-            println!();
+            writeln!(out).map_err(|e| out.error(e))?;
         }
     }
     if show_fn {
         if show_tp {
-            println!();
+            writeln!(out).map_err(|e| out.error(e))?;
         }
-        println!("XRay-instrumented functions ({}):", bin.functions.len());
+        writeln!(
+            out,
+            "XRay-instrumented functions ({}):",
+            bin.functions.len()
+        )
+        .map_err(|e| out.error(e))?;
         for f in &bin.functions {
-            println!("  {}", f.name);
+            writeln!(out, "  {}", f.name).map_err(|e| out.error(e))?;
         }
     }
+    out.finish()?;
     Ok(ExitCode::SUCCESS)
 }

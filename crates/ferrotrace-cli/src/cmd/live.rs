@@ -2,11 +2,12 @@
 //! exits) as they happen.
 //!
 //! The runtime in the program formats events on its collector thread and writes them into a pipe
-//! without ever blocking (a full pipe makes it count `lost N events`); this command copies the pipe to
-//! standard output line by line, so `| grep` sees each event at once.
+//! without ever blocking (what a full pipe cannot take is counted and said on standard error); this
+//! command copies the pipe to standard output line by line, flushing whenever the pipe has nothing more
+//! for now, so `| grep` sees each event at once.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
@@ -28,12 +29,7 @@ pub struct LiveArgs {
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
@@ -77,15 +73,16 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     use std::os::unix::process::CommandExt;
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
     inject_runtime(&mut cmd, &program, &facts)?;
-    // Without -F no function is traced: a filter nothing matches.
-    let filter = if args.filter.is_empty() {
-        "^$".to_string()
+    // Without -F no function is traced: every one is excluded (a filter that matches nothing would be
+    // warned about as a mistake).
+    let notrace = if args.filter.is_empty() {
+        ".".to_string()
     } else {
-        args.filter.join("\n")
+        args.notrace.join("\n")
     };
     cmd.env("FERROTRACE_OUTPUT", &trace_file)
-        .env("FERROTRACE_FILTER", filter)
-        .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
+        .env("FERROTRACE_FILTER", args.filter.join("\n"))
+        .env("FERROTRACE_NOTRACE", notrace)
         .env("FERROTRACE_TRACE", args.trace.join("\n"))
         .env("FERROTRACE_MODE", "drop")
         .env("FERROTRACE_LIVE_FD", child_fd.to_string())
@@ -107,23 +104,36 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
         libc::signal(libc::SIGINT, libc::SIG_IGN);
         libc::signal(libc::SIGQUIT, libc::SIG_IGN);
     }
-    let reader = BufReader::new(std::fs::File::from(read_end));
-    let stdout = std::io::stdout();
-    for line in reader.split(b'\n') {
-        let Ok(line) = line else { break };
-        let mut out = stdout.lock();
-        if out
-            .write_all(&line)
-            .and_then(|_| out.write_all(b"\n"))
-            .and_then(|_| out.flush())
-            .is_err()
-        {
-            break; // our reader went away (`| head`): stop printing, let the program finish
-        }
-    }
+    copy_lines(
+        BufReader::new(std::fs::File::from(read_end)),
+        std::io::stdout().lock(),
+    );
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
     let _ = std::fs::remove_file(&trace_file);
     Ok(exit_code_of(status, &program))
+}
+
+/// Copies whole lines from the pipe to `out`, flushing whenever the pipe has nothing more for now (a
+/// flush per line costs a system call per event). A last line without its newline was cut when the
+/// program ended: the runtime counted it as not printed, so it is not printed. Stops quietly when our
+/// own reader goes away (`| head`), letting the program finish.
+fn copy_lines(mut pipe: BufReader<impl Read>, mut out: impl Write) {
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match pipe.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) if line.last() != Some(&b'\n') => break,
+            Ok(_) => {}
+        }
+        if out.write_all(&line).is_err() {
+            return;
+        }
+        if pipe.buffer().is_empty() && out.flush().is_err() {
+            return;
+        }
+    }
+    let _ = out.flush();
 }

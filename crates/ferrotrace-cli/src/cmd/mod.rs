@@ -12,6 +12,7 @@ pub mod record;
 pub mod replay;
 pub mod report;
 
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
@@ -21,6 +22,16 @@ use ferrotrace_analysis::samples::SampleSet;
 /// Opens a trace; errors become the one-line message `main` prints.
 pub fn open(path: &Path) -> Result<Trace, String> {
     Trace::open(path).map_err(|e| e.to_string())
+}
+
+/// `--srcline`: `file:line` by function id, with one warning for each module whose lines cannot be
+/// read (a column that stays empty must say why).
+pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, String> {
+    let found = ferrotrace_analysis::srcline::lookup(trace).map_err(|e| e.to_string())?;
+    for why in &found.unavailable {
+        eprintln!("ferrotrace: warning: --srcline: {why}");
+    }
+    Ok(found.lines)
 }
 
 /// Warns about a truncated trace or read errors after the results were printed; returns the exit code
@@ -51,6 +62,98 @@ pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
     code
 }
 
+/// Where a command writes its results: standard output or a file, buffered. Every command writes
+/// through one, so every write error is handled in one place ([`Output::error`]): a reader that went
+/// away (`| head`: EPIPE) ends the command quietly with exit 0, anything else (ENOSPC, EIO) becomes one
+/// line saying what could not be written.
+pub struct Output {
+    out: BufWriter<Box<dyn Write>>,
+    /// What the output is, for messages: `standard output` or the file's path.
+    name: String,
+    /// Standard output: [`Write::flush`] also notices a reader that went away without a write failing.
+    is_stdout: bool,
+}
+
+impl Output {
+    /// Standard output.
+    pub fn stdout() -> Output {
+        Output {
+            out: BufWriter::with_capacity(1 << 16, Box::new(std::io::stdout().lock())),
+            name: "standard output".into(),
+            is_stdout: true,
+        }
+    }
+
+    /// A new file at `path` (its directory must exist).
+    pub fn create(path: &Path) -> Result<Output, String> {
+        let file = std::fs::File::create(path)
+            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        Ok(Output {
+            out: BufWriter::with_capacity(1 << 16, Box::new(file)),
+            name: path.display().to_string(),
+            is_stdout: false,
+        })
+    }
+
+    /// The file at `path`, or standard output.
+    pub fn to(path: Option<&Path>) -> Result<Output, String> {
+        path.map_or_else(|| Ok(Output::stdout()), Output::create)
+    }
+
+    /// The message for a write error, or a quiet exit when the reader went away.
+    pub fn error(&self, e: std::io::Error) -> String {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            // Nothing is left to say to a reader that is gone; stderr stays quiet too (`cmd | head`).
+            std::process::exit(0);
+        }
+        format!("cannot write {}: {e}", self.name)
+    }
+
+    /// Flushes what is buffered; write errors become [`Output::error`]'s message.
+    pub fn finish(mut self) -> Result<(), String> {
+        self.flush().map_err(|e| self.error(e))
+    }
+
+    /// Writes `s` whole.
+    pub fn print(&mut self, s: &str) -> Result<(), String> {
+        self.write_all(s.as_bytes()).map_err(|e| self.error(e))
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.out.write(buf)
+    }
+
+    fn write_all(&mut self, buf: &[u8]) -> std::io::Result<()> {
+        self.out.write_all(buf)
+    }
+
+    /// Flushes, then (on standard output) asks whether the reader is still there: a command whose
+    /// output is rare (`replay -D 3 | head`) would otherwise read the whole trace before a write
+    /// failed. The analyses flush every 65,536 events.
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.out.flush()?;
+        if self.is_stdout && reader_gone(libc::STDOUT_FILENO) {
+            return Err(std::io::ErrorKind::BrokenPipe.into());
+        }
+        Ok(())
+    }
+}
+
+/// True when `fd` is a pipe or socket whose reading end is closed (poll reports POLLERR on the writing
+/// end of a widowed pipe, POLLHUP on a socket).
+fn reader_gone(fd: libc::c_int) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, no waiting.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n == 1 && p.revents & (libc::POLLERR | libc::POLLHUP) != 0
+}
+
 /// The samples of `trace`, `None` when it holds none.
 pub fn samples(trace: &Trace) -> Result<Option<SampleSet>, String> {
     SampleSet::load(trace).map_err(|e| e.to_string())
@@ -58,21 +161,11 @@ pub fn samples(trace: &Trace) -> Result<Option<SampleSet>, String> {
 
 /// Writes `bytes` to `output`, or to stdout.
 pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    match output {
-        Some(p) => {
-            std::fs::write(p, bytes).map_err(|e| format!("{}: {e}", p.display()))?;
-            eprintln!("ferrotrace: wrote {}", p.display());
-            Ok(())
-        }
-        None => std::io::stdout().lock().write_all(bytes).map_err(write_err),
+    let mut out = Output::to(output)?;
+    out.write_all(bytes).map_err(|e| out.error(e))?;
+    out.finish()?;
+    if let Some(p) = output {
+        eprintln!("ferrotrace: wrote {}", p.display());
     }
-}
-
-/// Maps a write error: a closed pipe (`| head`) ends quietly, anything else is reported.
-pub fn write_err(e: std::io::Error) -> String {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        std::process::exit(0);
-    }
-    format!("cannot write output: {e}")
+    Ok(())
 }

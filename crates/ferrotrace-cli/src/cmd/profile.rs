@@ -44,11 +44,7 @@ pub struct ProfileArgs {
     #[arg(long)]
     force_fp: bool,
     /// The program to run and its arguments
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
 }
 

@@ -60,12 +60,7 @@ pub struct RecordArgs {
           value_parser = clap::value_parser!(u32).range(0..=256))]
     pub alloc_stack_depth: u32,
     /// The program to run and its arguments
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "PROGRAM"
-    )]
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
 }
 
@@ -258,13 +253,56 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
-    report(&output, start);
+    report(&output, start, &args.filter, &program);
     Ok(exit_code_of(status, &program))
 }
 
-fn report(output: &Path, start: std::time::SystemTime) {
+/// Says which `-F` patterns matched no function of the trace, and why when the program's debug info
+/// tells: a function inlined into its callers has no sled.
+fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
+    for pattern in filters {
+        let Ok(re) = regex_lite::Regex::new(pattern) else {
+            continue; // checked before the run
+        };
+        if trace.functions.values().any(|f| re.is_match(&f.name)) {
+            continue;
+        }
+        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
+        {
+            Ok(mut inlined) if !inlined.is_empty() => {
+                let count = inlined.len();
+                format!(
+                ": {} {} inlined into {} callers (no sled): mark {} #[inline(never)], or build with \
+                 -Cllvm-args=-inline-threshold=0",
+                {
+                    // The shortest names first: the function itself before the generic code that
+                    // mentions it in its arguments.
+                    inlined.sort_by_key(|n| (n.len(), n.clone()));
+                    let more = inlined.len().saturating_sub(2);
+                    inlined.truncate(2);
+                    let mut names = inlined.join(", ");
+                    if more > 0 {
+                        names.push_str(&format!(" (and {more} more)"));
+                    }
+                    names
+                },
+                if count == 1 { "was" } else { "were" },
+                if count == 1 { "its" } else { "their" },
+                if count == 1 { "it" } else { "them" },
+            )
+            }
+            // The runtime said already that the pattern selects nothing; only the reason is new.
+            Ok(_) => continue,
+            Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
+        };
+        eprintln!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
+    }
+}
+
+fn report(output: &Path, start: std::time::SystemTime, filters: &[String], program: &Path) {
     match Trace::open(output) {
         Ok(t) => {
+            warn_unmatched_filters(&t, filters, program);
             let events = t.event_count();
             let per = if events > 0 {
                 t.file_len as f64 / events as f64

@@ -1,14 +1,13 @@
 //! `ferrotrace replay`.
 
 use std::collections::HashMap;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
-use ferrotrace_analysis::srcline;
 use regex_lite::Regex;
 
 /// Arguments of `ferrotrace replay`.
@@ -86,25 +85,24 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
             .transpose()?
             .unwrap_or_default(),
         srclines: if a.srcline {
-            srcline::lookup(&trace).map_err(|e| e.to_string())?
+            super::srclines(&trace)?
         } else {
             HashMap::new()
         },
     };
-    let stdout = std::io::stdout();
-    let mut out = BufWriter::with_capacity(1 << 16, stdout.lock());
+    let mut out = super::Output::stdout();
     if let Some(set) = super::samples(&trace)? {
         ferrotrace_analysis::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
-            .map_err(super::write_err)?;
+            .map_err(|e| out.error(e))?;
         if !trace.has_function_events() {
-            out.flush().map_err(super::write_err)?;
+            out.finish()?;
             return Ok(super::finish(&trace, &[]));
         }
-        writeln!(out).map_err(super::write_err)?;
+        writeln!(out).map_err(|e| out.error(e))?;
     }
     let mut progress = Progress::new("replay", trace.event_count());
-    let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(super::write_err)?;
-    out.flush().map_err(super::write_err)?;
+    let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(|e| out.error(e))?;
+    out.finish()?;
     drop(progress);
     Ok(super::finish(&trace, &errors))
 }

@@ -1,7 +1,6 @@
 //! `ferrotrace report`.
 
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -9,7 +8,6 @@ use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
 use ferrotrace_analysis::samples;
-use ferrotrace_analysis::srcline;
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
@@ -132,13 +130,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         if !trace.has_function_events() {
             return Ok(super::finish(&trace, &[]));
         }
-        println!();
+        super::emit(None, b"\n")?;
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
     let report = Report::with_progress(&trace, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
-    let mut out = std::io::stdout().lock();
+    let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
         let other = super::open(other_path)?;
         let mut progress = Progress::new("report", other.event_count());
@@ -147,25 +145,28 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
-            writeln!(out, "{}", diff_json(&trace, &other, sort, &rows))
-                .map_err(super::write_err)?;
+            out.print(&format!("{}\n", diff_json(&trace, &other, sort, &rows)))?;
         } else {
-            write!(out, "{}", diff_text(&rows)).map_err(super::write_err)?;
+            out.print(&diff_text(&rows))?;
         }
+        out.finish()?;
         let c1 = super::finish(&trace, &report.errors);
         let c2 = super::finish(&other, &other_report.errors);
         return Ok(if c1 == ExitCode::SUCCESS { c2 } else { c1 });
     }
     let lines: HashMap<u32, String> = if a.srcline {
-        srcline::lookup(&trace).map_err(|e| e.to_string())?
+        super::srclines(&trace)?
     } else {
         HashMap::new()
     };
     if a.json {
-        writeln!(out, "{}", report.to_json(&trace, sort, a.threads, &lines))
-            .map_err(super::write_err)?;
+        out.print(&format!(
+            "{}\n",
+            report.to_json(&trace, sort, a.threads, &lines)
+        ))?;
     } else {
-        write!(out, "{}", report.to_text(sort, a.threads, &lines)).map_err(super::write_err)?;
+        out.print(&report.to_text(sort, a.threads, &lines))?;
     }
+    out.finish()?;
     Ok(super::finish(&trace, &report.errors))
 }

@@ -166,3 +166,28 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
     assert!(out.status.success(), "protoc: {}", text(&out.stderr));
     text(&out.stdout)
 }
+
+/// `ferrotrace record --mode drop -F '^fib::fib$' -o TRACE -- fib 24` with two 4 KiB chunks, program and
+/// collector on one CPU: the program outruns the collector, so events are lost (and counted).
+pub fn record_losing_events(trace: &Path) -> Output {
+    Command::new("taskset")
+        .args(["-c", "0"])
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env("FERROTRACE_PRELOAD", preload())
+        .args([
+            "record",
+            "--mode",
+            "drop",
+            "--buffer-size",
+            "8K",
+            "--chunk-size",
+            "4K",
+        ])
+        .args(["-F", "^fib::fib$", "-o"])
+        .arg(trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("24")
+        .output()
+        .expect("run ferrotrace record under taskset")
+}

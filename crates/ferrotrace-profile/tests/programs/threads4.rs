@@ -1,4 +1,5 @@
-// Four worker threads, each named and busy in its own function for a while.
+// Four worker threads, each named and busy in its own function for a while (300 ms, or the
+// number of ms given).
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -15,11 +16,12 @@ fn spin_worker(seed: u64, ms: u64) -> u64 {
 }
 
 fn main() {
+    let ms: u64 = std::env::args().nth(1).and_then(|a| a.parse().ok()).unwrap_or(300);
     let handles: Vec<_> = (0..4u64)
         .map(|i| {
             std::thread::Builder::new()
                 .name(format!("worker-{i}"))
-                .spawn(move || spin_worker(i, 300))
+                .spawn(move || spin_worker(i, ms))
                 .unwrap()
         })
         .collect();

@@ -1,0 +1,493 @@
+//! The command line itself: arguments, where output goes and what happens when it cannot go there, on
+//! traces of real instrumented programs.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+
+use common::*;
+
+/// A trace of `fib 15`, recorded once per test binary.
+fn fib_trace() -> &'static PathBuf {
+    static T: OnceLock<PathBuf> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = scratch("cli_fib");
+        let (out, trace) = record(&dir, &[], &testprog("fib"), &["15"]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        trace
+    })
+}
+
+fn p(path: &Path) -> &str {
+    path.to_str().expect("utf-8 path")
+}
+
+/// Every command that prints to standard output, with its arguments.
+fn printing_commands(trace: &Path) -> Vec<Vec<String>> {
+    let t = p(trace).to_string();
+    let fib = p(&testprog("fib")).to_string();
+    let with = |args: &[&str]| {
+        let mut v: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        if v[0] != "list" {
+            v.extend(["-i".to_string(), t.clone()]);
+        }
+        v
+    };
+    vec![
+        vec!["list".into(), fib.clone()],
+        vec!["list".into(), "--json".into(), fib],
+        with(&["info"]),
+        with(&["info", "--json"]),
+        with(&["replay"]),
+        with(&["replay", "-D", "2"]),
+        with(&["report"]),
+        with(&["report", "--json"]),
+        with(&["graph"]),
+        with(&["flame", "--folded"]),
+        with(&["dump", "--format", "chrome"]),
+        with(&["dump", "--format", "perfetto"]),
+        with(&["dump", "--format", "folded"]),
+    ]
+}
+
+#[test]
+fn every_command_ends_quietly_when_its_reader_goes_away() {
+    let trace = fib_trace();
+    for args in printing_commands(trace) {
+        let mut child = ferrotrace()
+            .args(&args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ferrotrace");
+        drop(child.stdout.take()); // the reader is gone before the first write
+        let out = child.wait_with_output().expect("wait");
+        // Quiet: nothing on stderr but dump's size note, which comes before any output.
+        let err = text(&out.stderr);
+        let noise: Vec<&str> = err
+            .lines()
+            .filter(|l| !l.contains("Chrome JSON of"))
+            .collect();
+        assert!(
+            out.status.success() && noise.is_empty(),
+            "ferrotrace {args:?} with its reader gone: {} {}",
+            out.status,
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn every_command_says_what_it_could_not_write_on_a_full_disk() {
+    let trace = fib_trace();
+    for args in printing_commands(trace) {
+        let out = ferrotrace()
+            .args(&args)
+            .stdout(std::fs::File::create("/dev/full").expect("/dev/full"))
+            .output()
+            .expect("run ferrotrace");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "ferrotrace {args:?}: {err}");
+        assert!(
+            err.contains("cannot write standard output: No space left on device")
+                && !err.contains("panicked"),
+            "ferrotrace {args:?} > /dev/full: {err}"
+        );
+    }
+    for args in [
+        vec!["flame", "-o", "/dev/full"],
+        vec!["flame", "--folded", "-o", "/dev/full"],
+        vec!["dump", "--format", "chrome", "-o", "/dev/full"],
+        vec!["dump", "--format", "perfetto", "-o", "/dev/full"],
+    ] {
+        let out = ft(&[&args[..], &["-i", p(trace)]].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "ferrotrace {args:?}: {err}");
+        assert!(
+            err.contains("cannot write /dev/full: No space left on device"),
+            "ferrotrace {args:?}: {err}"
+        );
+    }
+}
+
+/// How many `read`/`pread64` system calls `ferrotrace ARGS` makes on the trace file, with standard output a pipe
+/// whose reader takes `lines` lines (all if `None`) and leaves.
+fn trace_reads(args: &[&str], trace: &Path, lines: Option<usize>, dir: &Path) -> usize {
+    use std::io::BufRead;
+    let log = dir.join("strace.log");
+    let mut child = Command::new("strace")
+        .args(["-f", "-e", "trace=openat,read,pread64", "-o"])
+        .arg(&log)
+        .arg(env!("CARGO_BIN_EXE_ferrotrace"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("strace (scripts/setup.sh installs it)");
+    let mut reader = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let mut taken = 0;
+    while lines.is_none_or(|n| taken < n) && reader.read_line(&mut line).unwrap_or(0) > 0 {
+        taken += 1;
+        line.clear();
+    }
+    drop(reader);
+    assert!(child.wait().expect("wait").success());
+    // The descriptor the trace was opened on, then its reads.
+    let log = std::fs::read_to_string(&log).expect("strace log");
+    let name = format!("\"{}\"", p(trace));
+    let fds: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("openat(") && l.contains(&name))
+        .filter_map(|l| l.rsplit("= ").next().map(str::to_string))
+        .collect();
+    assert!(!fds.is_empty(), "the trace was never opened:\n{log}");
+    log.lines()
+        .filter(|l| {
+            fds.iter().any(|fd| {
+                (l.contains(&format!("read({fd},")) || l.contains(&format!("pread64({fd},")))
+                    && !l.ends_with("= 0")
+            })
+        })
+        .count()
+}
+
+#[test]
+fn replay_ends_when_its_reader_stops_taking_output() {
+    // Deep recursion: a depth limit leaves a few lines early in the trace and none after, so only the
+    // reader's going away can end the replay early.
+    let dir = scratch("replay_reader_gone");
+    let (out, trace) = record(&dir, &[], &testprog("fib"), &["25"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let args = ["replay", "-D", "3", "-i", p(&trace)];
+    let whole = trace_reads(&args, &trace, None, &dir);
+    let head = trace_reads(&args, &trace, Some(2), &dir);
+    assert!(
+        head * 4 < whole * 3,
+        "replay -D 3 | head read {head} times from the trace, the whole replay {whole}"
+    );
+}
+
+#[test]
+fn options_before_the_program_are_checked_and_those_after_it_are_the_programs() {
+    let dir = scratch("unknown_option");
+    let fib = testprog("fib");
+    let trace = dir.join("t.data");
+    for cmd in [
+        &["record", "-o", p(&trace), "--alloc", "--"][..],
+        &["live", "--trace", "x", "--alloc", "--"],
+        &["profile", "-o", p(&trace), "--alloc", "--"],
+    ] {
+        let out = ferrotrace()
+            .args(cmd)
+            .arg(&fib)
+            .arg("5")
+            .current_dir(&dir)
+            .output()
+            .expect("run ferrotrace");
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
+        assert!(
+            err.contains("unexpected argument '--alloc'"),
+            "{cmd:?}: {err}"
+        );
+        assert!(out.stdout.is_empty(), "{cmd:?} ran the program");
+        assert!(!trace.exists(), "{cmd:?} wrote a trace");
+    }
+    // After the program's name everything is the program's, options included, with or without `--`.
+    for cmd in [
+        &["record", "-o", p(&trace)][..],
+        &["record", "-o", p(&trace), "--"],
+    ] {
+        let out = ferrotrace()
+            .args(cmd)
+            .arg(&fib)
+            .args(["12", "-o", "--alloc"])
+            .current_dir(&dir)
+            .output()
+            .expect("run ferrotrace");
+        assert!(out.status.success(), "{cmd:?}: {}", text(&out.stderr));
+        assert!(text(&out.stdout).contains("result=144"));
+        let info = ok(ft(&["info", "--json", "-i", p(&trace)]));
+        assert!(info.contains("\"-o\",\"--alloc\""), "{info}");
+    }
+}
+
+#[test]
+fn reversed_time_range_is_an_error() {
+    let out = ft(&["replay", "--time-range", "5ms~1ms", "-i", p(fib_trace())]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("ends before it starts"), "{err}");
+    assert!(out.stdout.is_empty());
+}
+
+#[test]
+fn dumps_refuse_an_output_in_a_missing_directory_alike() {
+    let dir = scratch("dump_missing_dir");
+    let missing = dir.join("missing/sub");
+    for format in ["uftrace", "chrome", "perfetto", "folded"] {
+        let target = missing.join("out");
+        let out = ft(&[
+            "dump",
+            "--format",
+            format,
+            "-o",
+            p(&target),
+            "-i",
+            p(fib_trace()),
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{format}: {err}");
+        assert!(err.contains("No such file or directory"), "{format}: {err}");
+        assert!(!dir.join("missing").exists(), "{format} made the directory");
+    }
+    // The uftrace directory itself is made in a parent that exists.
+    let target = dir.join("u");
+    ok(ft(&[
+        "dump",
+        "--format",
+        "uftrace",
+        "-o",
+        p(&target),
+        "-i",
+        p(fib_trace()),
+    ]));
+    assert!(target.join("info").is_file());
+}
+
+#[test]
+fn list_numbers_functions_as_llvm_xray_does_and_calls_that_number_xray_id() {
+    let fib = testprog("fib");
+    let list: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["list", "--json", "--functions", p(&fib)]))).unwrap();
+    let functions = list["functions"].as_array().expect("functions");
+    assert!(functions.len() > 5);
+    // llvm-xray's own numbering: `- { id: N, address: ..., function: 0xADDR, kind: ...`.
+    let extract = Command::new("llvm-xray")
+        .args(["extract", p(&fib)])
+        .output()
+        .expect("llvm-xray (package llvm)");
+    assert!(extract.status.success(), "{}", text(&extract.stderr));
+    let mut by_id = std::collections::HashMap::new();
+    for line in text(&extract.stdout).lines() {
+        let field = |k: &str| {
+            line.split(&format!("{k}: "))
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .map(str::to_string)
+        };
+        if let (Some(id), Some(function)) = (field("id"), field("function")) {
+            by_id.insert(id.parse::<u64>().unwrap(), function.to_lowercase());
+        }
+    }
+    for f in functions {
+        assert!(
+            f.get("id").is_none(),
+            "list still calls its number \"id\": {f}"
+        );
+        let xray_id = f["xray_id"].as_u64().expect("xray_id");
+        assert_eq!(
+            by_id.get(&xray_id).map(String::as_str),
+            f["address"].as_str(),
+            "{f}"
+        );
+    }
+}
+
+#[test]
+fn chrome_dump_says_how_big_it_will_be_and_where_a_smaller_form_is() {
+    let dir = scratch("chrome_size");
+    let json = dir.join("t.json");
+    let out = ft(&[
+        "dump",
+        "--format",
+        "chrome",
+        "-i",
+        p(fib_trace()),
+        "-o",
+        p(&json),
+    ]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // "Chrome JSON of N events will take about 407.4 kB; --format perfetto ..."
+    let about = err
+        .split("will take about ")
+        .nth(1)
+        .and_then(|r| r.split(';').next())
+        .unwrap_or_else(|| panic!("no size estimate: {err}"));
+    assert!(err.contains("--format perfetto"), "{err}");
+    let (number, unit) = about.split_once(' ').expect("N UNIT");
+    let scale = match unit {
+        "kB" => 1e3,
+        "MB" => 1e6,
+        "GB" => 1e9,
+        _ => panic!("unit {unit}"),
+    };
+    let estimate = number.parse::<f64>().unwrap() * scale;
+    let actual = std::fs::metadata(&json).unwrap().len() as f64;
+    assert!(
+        estimate > actual / 1.5 && estimate < actual * 1.5,
+        "estimated {estimate} bytes, wrote {actual}"
+    );
+}
+
+#[test]
+fn record_summary_and_info_count_the_same_events_when_events_were_lost() {
+    let dir = scratch("drop_counts");
+    let trace = dir.join("trace.data");
+    let out = record_losing_events(&trace);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // "ferrotrace: wrote PATH: N events from ..."
+    let summary: u64 = err
+        .split(".data: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no event count in: {err}"));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["info", "--json", "-i", p(&trace)]))).unwrap();
+    assert!(
+        info["lost"].as_u64().unwrap() > 0,
+        "the tiny buffer lost events"
+    );
+    assert_eq!(info["events"].as_u64(), Some(summary), "{err}\n{info}");
+}
+
+#[test]
+fn selections_that_match_nothing_say_so_and_why() {
+    let dir = scratch("selects_nothing");
+    let prog = testprog("inlined");
+    let run = |opts: &[&str]| {
+        let (out, _) = record(&dir, opts, &prog, &["10"]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{opts:?}: {err}");
+        assert!(text(&out.stdout).starts_with("sum="));
+        err
+    };
+    // A function inlined into its callers has no sled: say so, and that the build is fine.
+    let err = run(&["-F", "json_phase"]);
+    assert!(
+        err.contains("-F 'json_phase' matched no traced function: inlined::json_phase, ")
+            && err.contains("inlined into their callers (no sled): mark them #[inline(never)]"),
+        "{err}"
+    );
+    assert!(
+        err.contains("-F 'json_phase' selects none of the") && !err.contains("RUSTFLAGS"),
+        "{err}"
+    );
+    // A pattern that names nothing at all: said once, by the runtime.
+    let err = run(&["-F", "no_such_function_xyz"]);
+    assert_eq!(
+        err.matches("no_such_function_xyz").count(),
+        1,
+        "one warning per pattern: {err}"
+    );
+    assert!(
+        err.contains("-F 'no_such_function_xyz' selects none of the"),
+        "{err}"
+    );
+    // One pattern matches, the other does not: only the other is named.
+    let err = run(&["-F", "kept_phase", "-F", "json_phase"]);
+    assert!(!err.contains("'kept_phase' matched no"), "{err}");
+    assert!(
+        err.contains("'json_phase' matched no traced function"),
+        "{err}"
+    );
+    assert!(!err.contains("selected none"), "{err}");
+    // Tracepoint globs that select nothing.
+    let (out, _) = record(&dir, &["--trace", "nomatch*"], &testprog("tp_basic"), &[]);
+    let err = text(&out.stderr);
+    assert!(
+        err.contains("--trace 'nomatch*' selects none of the"),
+        "{err}"
+    );
+}
+
+#[test]
+fn srcline_says_when_the_binary_has_no_line_information() {
+    let dir = scratch("srcline_no_debug");
+    // A copy of fib without debug info, traced.
+    let stripped = dir.join("fib");
+    std::fs::copy(testprog("fib"), &stripped).unwrap();
+    let strip = Command::new("strip")
+        .arg("--strip-debug")
+        .arg(&stripped)
+        .status()
+        .expect("strip (binutils)");
+    assert!(strip.success());
+    let (out, trace) = record(&dir, &["-F", "^fib::"], &stripped, &["5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for cmd in ["report", "replay"] {
+        let out = ft(&[cmd, "--srcline", "-i", p(&trace)]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains("--srcline:") && err.contains("no line information"),
+            "{cmd}: {err}"
+        );
+    }
+}
+
+#[test]
+fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
+    let dir = scratch("two_statics");
+    let exe = dir.join("twostatics");
+    let src = repo().join("testprogs/c/twostatics");
+    let status = Command::new("clang-16")
+        .args([
+            "-O2",
+            "-g",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-o",
+        ])
+        .arg(&exe)
+        .arg(src.join("a.c"))
+        .arg(src.join("b.c"))
+        .status()
+        .expect("clang-16");
+    assert!(status.success());
+    let (out, trace) = record(&dir, &[], &exe, &["3", "5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["report", "--json", "-i", p(&trace)]))).unwrap();
+    let rows = report["functions"].as_array().unwrap();
+    let mut names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    names.sort_unstable();
+    let before = names.len();
+    names.dedup();
+    assert_eq!(names.len(), before, "two rows with one name: {names:?}");
+    // Both helpers, each with its own calls and its address (as nm shows it) in the name.
+    let nm = text(
+        &Command::new("nm")
+            .arg(&exe)
+            .output()
+            .expect("nm (binutils)")
+            .stdout,
+    );
+    let mut helpers: Vec<(String, u64)> = rows
+        .iter()
+        .filter(|r| r["name"].as_str().unwrap().starts_with("helper ["))
+        .map(|r| {
+            (
+                r["name"].as_str().unwrap().to_string(),
+                r["calls"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    helpers.sort_by_key(|h| h.1);
+    assert_eq!(helpers.len(), 2, "{names:?}");
+    assert_eq!((helpers[0].1, helpers[1].1), (3, 5));
+    for (name, _) in &helpers {
+        let addr = name.trim_start_matches("helper [@0x").trim_end_matches(']');
+        assert!(
+            nm.lines()
+                .any(|l| l.ends_with(" t helper") && l.trim_start_matches('0').starts_with(addr)),
+            "{name} is not a helper's address in nm:\n{nm}"
+        );
+    }
+}

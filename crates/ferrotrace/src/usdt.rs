@@ -1,0 +1,90 @@
+//! SDT (USDT) probes that fire when a tracer attaches, whether or not ferrotrace records.
+//!
+//! Each tracepoint carries a SystemTap SDT probe with a semaphore (see `tracepoint!`). A tracer that
+//! attaches to the probe (`bpftrace usdt:…`, `perf record -e sdt_…`) makes the kernel raise the
+//! semaphore in the process's memory, and nothing else: no signal, no system call the process could
+//! see. The probe sits in the tracepoint's out-of-line path, which runs only while the site is patched
+//! to jump there, so the runtime must notice the semaphore and patch the sites itself.
+//!
+//! Reading the semaphore at the site would cost every disabled site a load and a branch; the site stays
+//! one NOP instead, and the semaphores are read elsewhere:
+//!
+//! * once when the program starts (the linked runtime's constructor): a tracer that attached before the
+//!   program ran (`bpftrace -c`, `perf record -e sdt_… -- prog`, or a system-wide probe) raised the
+//!   semaphore when the kernel mapped the executable;
+//! * then every [`PERIOD`] by a watcher thread (`ferrotrace-usdt`), started only in programs that have
+//!   tracepoints, for tracers that attach to a running process (`bpftrace -p`): it reads one 16-bit
+//!   semaphore per tracepoint and sleeps; it patches a tracepoint's sites when its semaphore rises and
+//!   restores the NOP when it falls back to zero (unless ferrotrace records the tracepoint). Its cost is
+//!   measured in docs/performance.md; `FERROTRACE_USDT=off` leaves it out (tracers attaching later then
+//!   see nothing). A child forked without `exec` has no watcher.
+
+use std::sync::atomic::Ordering;
+#[cfg(not(feature = "preload"))]
+use std::time::Duration;
+
+#[cfg(not(feature = "preload"))]
+use crate::tracepoint;
+use crate::tracepoint::Probe;
+
+/// How often the watcher reads the semaphores: the delay between a tracer attaching and the probe firing.
+#[cfg(not(feature = "preload"))]
+pub const PERIOD: Duration = Duration::from_millis(200);
+
+/// `FERROTRACE_USDT=off`: no watcher thread.
+#[cfg(not(feature = "preload"))]
+pub const USDT_VAR: &str = "FERROTRACE_USDT";
+
+/// True while a tracer is attached to the probe of the tracepoint with descriptor `desc`.
+pub fn attached(probes: &[Probe], desc: usize) -> bool {
+    probes
+        .iter()
+        .any(|p| p.desc == desc && p.semaphore.load(Ordering::Relaxed) != 0)
+}
+
+/// Patches the sites of the tracepoints whose semaphore rose or fell since `seen` (their last states).
+#[cfg(not(feature = "preload"))]
+fn sync(probes: &[Probe], seen: &mut [bool]) {
+    let mut changed = Vec::new();
+    for (probe, seen) in probes.iter().zip(seen.iter_mut()) {
+        let now = probe.semaphore.load(Ordering::Relaxed) != 0;
+        if now != *seen {
+            *seen = now;
+            changed.push(probe.desc);
+        }
+    }
+    if !changed.is_empty() {
+        crate::tracepoints::refresh(&changed, probes);
+    }
+}
+
+/// The linked runtime's constructor: patches the sites of probes tracers are attached to already, and
+/// starts the watcher (in programs that have tracepoints, unless `FERROTRACE_USDT=off`). Not in the
+/// preload library, which has no tracepoints of its own.
+#[cfg(not(feature = "preload"))]
+pub fn watch() {
+    let probes = tracepoint::probes();
+    if probes.is_empty() {
+        return;
+    }
+    let mut seen = vec![false; probes.len()];
+    sync(&probes, &mut seen);
+    if std::env::var_os(USDT_VAR).is_some_and(|v| v == "off") {
+        return;
+    }
+    let started = std::thread::Builder::new()
+        .name("ferrotrace-usdt".into())
+        .stack_size(64 << 10)
+        .spawn(move || {
+            crate::thread::ignore_current_thread();
+            loop {
+                std::thread::sleep(PERIOD);
+                sync(&probes, &mut seen);
+            }
+        });
+    if let Err(e) = started {
+        eprintln!(
+            "ferrotrace: no watcher for USDT probes (tracers attaching later see nothing): {e}"
+        );
+    }
+}
