@@ -2,7 +2,7 @@
 //!
 //! A trace's Sample events carry a stack id into its interned stack table (return addresses, relative
 //! to their modules) and a weight. [`SampleSet::load`] reads them through the same reader as every other
-//! event, names each distinct address once with the one [`Symbolizer`] (inlined frames included), and
+//! event, names each distinct address once with the one [`Symbolizer`](crate::symbolize::Symbolizer) (inlined frames included), and
 //! turns address stacks into frame stacks; the views below work on that:
 //! [`report`] (self and total weight per function), [`folded`] stacks, [`flame_svg`], [`firefox_json`],
 //! [`perfetto`], [`replay_text`] and [`graph_text`].
