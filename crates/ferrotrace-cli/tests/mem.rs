@@ -388,3 +388,41 @@ fn bad_input_gets_one_line() {
     let out = ft(&["flame", "--weight", "bytes", "-i", trace.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2));
 }
+
+#[test]
+fn allocations_in_signal_handlers_and_drop_mode_never_break_the_program() {
+    let dir = scratch("mem_signals");
+    let exe = allocs_gcc(&dir);
+    let n = 400_000;
+    for mode in ["lossless", "drop"] {
+        // A small buffer: in drop mode events are lost (and counted), the program goes on.
+        let trace = record_ok(
+            &dir,
+            &["--alloc", "--mode", mode, "--buffer-size", "256K"],
+            &exe,
+            &["signals", &n.to_string()],
+        );
+        let info: Value =
+            serde_json::from_str(&ok(ft(&["info", "--json", "-i", trace.to_str().unwrap()])))
+                .unwrap();
+        let j = mem_json(&trace);
+        let with_signals = site(&j, "with_signals")["allocations"].as_u64().unwrap();
+        if mode == "lossless" {
+            assert_eq!(with_signals, n, "{mode}: every allocation of the loop");
+            assert_eq!(info["lost"], 0, "{info}");
+            // The handler's allocations: recorded unless they interrupted the hooks themselves.
+            assert!(site(&j, "on_alarm")["allocations"].as_u64().unwrap() > 0);
+            assert_eq!(j["leaked"]["bytes"], 0, "{mode}");
+        } else {
+            // Every event of the loop is either in the trace or counted as lost where it happened.
+            assert!(with_signals <= n, "{mode}");
+            let events = info["events"].as_u64().unwrap();
+            let lost = info["lost"].as_u64().unwrap();
+            assert!(
+                events + lost >= 2 * n,
+                "{events} recorded + {lost} lost < {}",
+                2 * n
+            );
+        }
+    }
+}
