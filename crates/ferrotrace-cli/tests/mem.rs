@@ -225,17 +225,7 @@ fn a_forked_child_records_into_its_own_file() {
     let dir = scratch("mem_fork");
     let exe = allocs_gcc(&dir);
     let trace = record_ok(&dir, &["--alloc"], &exe, &["fork"]);
-    let child: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("trace.data.")
-        })
-        .collect();
+    let child = traces_beside(&trace);
     assert_eq!(child.len(), 1, "{child:?}");
     let c = mem_json(&child[0]);
     assert_eq!(

@@ -199,8 +199,7 @@ extern "C" fn calloc_hook(
     ret_slot: *const usize,
     rbp: usize,
 ) -> *mut c_void {
-    let Some(bytes) = n.checked_mul(size) else {
-        set_errno(libc::ENOMEM);
+    let Some(bytes) = array_bytes(n, size) else {
         return core::ptr::null_mut();
     };
     if RESOLVING.load(Relaxed) {
@@ -313,8 +312,7 @@ extern "C" fn reallocarray_hook(
     ret_slot: *const usize,
     rbp: usize,
 ) -> *mut c_void {
-    let Some(bytes) = n.checked_mul(size) else {
-        set_errno(libc::ENOMEM);
+    let Some(bytes) = array_bytes(n, size) else {
         return core::ptr::null_mut();
     };
     resize(p, bytes, caller(ret_slot, rbp))
@@ -336,9 +334,14 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     }
 }
 
-fn set_errno(e: libc::c_int) {
-    // SAFETY: errno is the calling thread's.
-    unsafe { *libc::__errno_location() = e };
+/// `n × size` for `calloc` and `reallocarray`, or `None` with errno ENOMEM when it overflows.
+fn array_bytes(n: usize, size: usize) -> Option<usize> {
+    let bytes = n.checked_mul(size);
+    if bytes.is_none() {
+        // SAFETY: errno is the calling thread's.
+        unsafe { *libc::__errno_location() = libc::ENOMEM };
+    }
+    bytes
 }
 
 /// Interposes the C library's `pthread_getattr_np`, whose allocations are never recorded: it allocates

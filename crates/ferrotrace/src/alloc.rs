@@ -364,19 +364,13 @@ fn write_one(rec: Record) {
 #[cold]
 #[inline(never)]
 fn init_thread(t: &AllocThread) {
-    // SAFETY: queries of the calling thread's attributes into zeroed out-structs; the mapping is
-    // checked. pthread_getattr_np may allocate (the main thread's reads /proc): `busy` is set.
+    // pthread_getattr_np may allocate (the main thread's reads /proc): `busy` is set.
+    if let Some((lo, hi)) = crate::thread::stack_bounds() {
+        t.stack_lo.store(lo, Relaxed);
+        t.stack_hi.store(hi, Relaxed);
+    }
+    // SAFETY: an anonymous private mapping, checked.
     unsafe {
-        let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                t.stack_lo.store(addr as usize, Relaxed);
-                t.stack_hi.store(addr as usize + size, Relaxed);
-            }
-            libc::pthread_attr_destroy(&mut attr);
-        }
         if DEPTH.load(Relaxed) > 0 {
             let map = libc::mmap(
                 core::ptr::null_mut(),
