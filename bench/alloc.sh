@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Cost of allocation tracing per malloc+free pair, all variants measured in one run on the same program
 # (testprogs/c/allocs.c `loop N`: N × { p = malloc(64); free(p); }, built with gcc -O1 and frame
-# pointers; it times its own loop, so start-up and the writing of the trace at exit are excluded):
+# pointers; it times its own loop in thread CPU time, so start-up, the writing of the trace at exit, and
+# the time this shared machine gave to other processes are excluded; the collector thread's work is
+# excluded too: it runs beside the program, on the other core):
 #   untraced | ferrotrace record --alloc (stacks, 64 frames deep) | --alloc-stack-depth 0 (no stacks) |
 #   --alloc-sample 512K | heaptrack (Debian package; libunwind stacks).
 # Prints ns per pair (medians of RUNS interleaved rounds), the overhead over untraced, heaptrack's
