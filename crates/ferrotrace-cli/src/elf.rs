@@ -20,7 +20,7 @@ pub struct ProgramFacts {
 
 /// Reads the facts from the file.
 pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
-    let data = ferrotrace_analysis::binary::map(path)?;
+    let data = ferrotrace_analysis::binary::map(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data)
         .map_err(|e| format!("{} is not an ELF executable ({e})", path.display()))?;
     let has_sleds = file.section_by_name("xray_instr_map").is_some();
