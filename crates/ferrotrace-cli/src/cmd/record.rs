@@ -181,7 +181,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if args.alloc && facts.links_runtime && !facts.has_allocator {
         eprintln!(
-            "ferrotrace: {} links the ferrotrace runtime, which records allocations only through              ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
+            "ferrotrace: {} links the ferrotrace runtime, which records allocations only through ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
             program.display()
         );
     }
