@@ -328,7 +328,26 @@ fn rust_program_through_the_preload_hooks() {
 #[test]
 fn global_alloc_wrapper_around_a_bump_allocator() {
     let dir = scratch("mem_bump");
-    let trace = record_ok(&dir, &["--alloc"], &testprog("bump_alloc"), &[]);
+    let (out, trace) = record(&dir, &["--alloc"], &testprog("bump_alloc"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let warning = "records allocations only through ferrotrace::Allocator";
+    assert!(
+        !text(&out.stderr).contains(warning),
+        "{}",
+        text(&out.stderr)
+    );
+    // A program that links the runtime without the wrapper is told why nothing is recorded.
+    let (other, _) = record(
+        &scratch("mem_linked"),
+        &["--alloc"],
+        &testprog("tp_basic"),
+        &[],
+    );
+    assert!(
+        text(&other.stderr).contains(warning),
+        "{}",
+        text(&other.stderr)
+    );
     let j = mem_json(&trace);
     // keep_three: three Vec<u8> of 1000 bytes and the Vec of 3 × 24 bytes holding them, alive at finish.
     let keep = site(&j, "bump_alloc::keep_three");
