@@ -22,7 +22,10 @@
 //! probability `p = 1 - exp(-s/N)` (Poisson sampling of the bytes); each recorded one stands for
 //! `1/p` allocations and `s/p` bytes (Horvitz–Thompson weights: their expectation over the sampling is
 //! exactly the unsampled count and size, so every total below is unbiased). Its variance for one
-//! allocation is `s² (1 - p) / p`. Figures of sampled traces are these estimates, rounded.
+//! allocation is `s² (1 - p) / p`. Figures of sampled traces are these estimates, rounded. Temporaries
+//! are the exception: whether a block was freed before its thread's next allocation needs every
+//! allocation, so in a sampled trace the next *recorded* one stands in and the figure is an upper
+//! bound.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt::Write as _;
