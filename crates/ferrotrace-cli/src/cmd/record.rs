@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::format::parse_size;
+use ferrotrace_core::schema::source as instrumentation;
 
 use crate::elf;
 
@@ -44,6 +45,9 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
+    /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    pub depth: Option<u32>,
     /// Bytes per thread chunk (power of two, at least 4K)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -185,14 +189,25 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             program.display()
         );
     }
-    if !facts.has_sleds && !records_tracepoints && !args.alloc {
+    if facts.instrumentation == 0 && !records_tracepoints && !args.alloc {
         return Err(format!(
-            "{} has no XRay sleds, so there is nothing to trace. Build it with \
-             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
-             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument; or record its \
-             allocations alone with --alloc",
+            "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
+             there is nothing to trace (record its allocations alone with --alloc): {}",
+            program.display(),
+            instrumentation::HOW_TO_BUILD
+        ));
+    }
+    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
+    if args.depth.is_some() && facts.instrumentation & hooked == 0 {
+        return Err(format!(
+            "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and {} has \
+             no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the depth shown \
+             with `ferrotrace replay -D`",
             program.display()
         ));
+    }
+    if args.depth == Some(0) {
+        return Err("--depth must be at least 1".into());
     }
     let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
@@ -229,6 +244,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             );
     } else {
         cmd.env_remove("FERROTRACE_ALLOC");
+    }
+    if let Some(d) = args.depth {
+        cmd.env("FERROTRACE_DEPTH", d.to_string());
     }
     let _ = std::fs::remove_file(&output);
     let start = std::time::SystemTime::now();
