@@ -15,8 +15,9 @@ use serde_json::Value;
 fn allocs_gcc(dir: &Path) -> PathBuf {
     build_c(
         dir,
-        "allocs",
         "gcc",
+        "allocs.c",
+        "allocs",
         &["-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
     )
 }
@@ -131,8 +132,9 @@ fn allocations_sit_between_the_function_events_that_made_them() {
     let dir = scratch("mem_c_xray");
     let exe = build_c(
         &dir,
-        "allocs",
         "clang-16",
+        "allocs.c",
+        "allocs",
         &[
             "-O1",
             "-g",

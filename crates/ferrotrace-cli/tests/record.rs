@@ -47,7 +47,7 @@ fn filters_include_and_exclude_exactly_what_they_name() {
 fn clang_xray(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
     let mut all = vec!["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"];
     all.extend_from_slice(flags);
-    build_c(dir, name, "clang-16", &all)
+    build_c(dir, "clang-16", &format!("{name}.c"), name, &all)
 }
 
 #[test]

@@ -181,22 +181,6 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
-/// Builds `testprogs/c/NAME.c` into `dir/NAME` with `compiler` (clang-16, gcc) and `flags`.
-pub fn build_c(dir: &Path, name: &str, compiler: &str, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let status = Command::new(compiler)
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(repo().join(format!("testprogs/c/{name}.c")))
-        .status()
-        .unwrap_or_else(|e| {
-            panic!("{compiler} is needed for this test (scripts/setup.sh installs it): {e}")
-        });
-    assert!(status.success(), "{compiler} failed on {name}.c");
-    exe
-}
-
 /// The files beside `trace` named `<its name>.<suffix>`: the traces of the processes the traced one
 /// started or forked.
 pub fn traces_beside(trace: &Path) -> Vec<PathBuf> {
