@@ -437,3 +437,50 @@ fn allocations_in_signal_handlers_and_drop_mode_never_break_the_program() {
         }
     }
 }
+
+#[test]
+fn stacks_see_through_the_mcount_return_hooks() {
+    // gcc -pg: the mcount hooks replace each traced function's return address with a stub while it
+    // runs; an allocation's stack must show the real callers.
+    let dir = scratch("mem_mcount");
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "allocs.c",
+        "allocs",
+        &["-pg", "-O1", "-g", "-fno-omit-frame-pointer", "-pthread"],
+    );
+    let trace = record_ok(&dir, &["--alloc"], &exe, &["basic"]);
+    let j = mem_json(&trace);
+    let group = j["leaked"]["stacks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["site"] == "leak_here")
+        .unwrap_or_else(|| panic!("{:#}", j["leaked"]));
+    assert_eq!(
+        (group["bytes"].as_u64(), group["blocks"].as_u64()),
+        (Some(3000), Some(3))
+    );
+    let functions: Vec<&str> = group["stack"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["function"].as_str().unwrap())
+        .collect();
+    assert_eq!(&functions[..2], ["leak_here", "main"], "{functions:?}");
+    // The allocations sit inside the function events of the same trace.
+    let replay = ok(ft(&["replay", "-i", trace.to_str().unwrap()]));
+    let open = replay
+        .lines()
+        .position(|l| l.ends_with("leak_here() {"))
+        .expect(&replay);
+    assert!(
+        replay
+            .lines()
+            .nth(open + 1)
+            .unwrap()
+            .contains("malloc(1000) = 0x"),
+        "{replay}"
+    );
+}

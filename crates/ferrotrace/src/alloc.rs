@@ -536,8 +536,10 @@ fn walk(
     depth: usize,
     out: &mut [MaybeUninit<usize>; MAX_DEPTH],
 ) -> usize {
+    let mut hooks = HookedReturns::of(hot());
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
-    out[0].write(unsafe { *caller.ret_slot });
+    let first = unsafe { *caller.ret_slot };
+    out[0].write(hooks.real(first, caller.ret_slot as usize));
     let mut n = 1;
     let here = caller.ret_slot as usize;
     let (lo, hi) = (t.stack_lo.load(Relaxed), t.stack_hi.load(Relaxed));
@@ -557,12 +559,56 @@ fn walk(
         if ret < 4096 {
             break;
         }
-        out[n].write(ret);
+        out[n].write(hooks.real(ret, fp + 8));
         n += 1;
         floor = fp + 16;
         fp = next;
     }
     n
+}
+
+/// The mcount hooks replace a traced function's return address with the thread's return stub and keep
+/// the real one in a shadow frame `{return address, address of its stack slot, record word}` (see
+/// `mcount`). A stack walk outward meets the hooked slots in the order the shadow stack holds them,
+/// top down, so one cursor finds them all.
+struct HookedReturns {
+    stub: usize,
+    base: usize,
+    cursor: usize,
+}
+
+/// Bytes of one mcount shadow frame.
+const SHADOW_FRAME: usize = 24;
+
+impl HookedReturns {
+    #[inline(always)]
+    fn of(h: &Hot) -> HookedReturns {
+        HookedReturns {
+            stub: h.shadow_stub.load(Relaxed) as usize,
+            base: h.shadow_base.load(Relaxed) as usize,
+            cursor: h.shadow_top.load(Relaxed) as usize,
+        }
+    }
+
+    /// The real return address of the one found in `slot` (itself, unless it is the return stub).
+    #[inline(always)]
+    fn real(&mut self, ret: usize, slot: usize) -> usize {
+        if self.stub == 0 || ret != self.stub {
+            return ret;
+        }
+        while self.cursor >= self.base + SHADOW_FRAME {
+            self.cursor -= SHADOW_FRAME;
+            // SAFETY: base .. top is this thread's shadow stack, written by its own hooks.
+            let (real, at) = unsafe {
+                let f = self.cursor as *const usize;
+                (*f, *f.add(1))
+            };
+            if at == slot {
+                return real;
+            }
+        }
+        ret
+    }
 }
 
 #[inline(always)]
