@@ -85,7 +85,11 @@ macro_rules! call {
     ($slot:ident as fn($($t:ty),*) -> $r:ty, $($arg:expr),*) => {{
         match real(&REAL.$slot) {
             // SAFETY: the slot holds the C library's function of this name, with this signature.
-            Some(f) => unsafe { core::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> $r>(f)($($arg),*) },
+            // Inside the C library's allocator the thread's allocations are not recorded (a signal
+            // handler's: see `unrecorded`).
+            Some(f) => ferrotrace::__preload::unrecorded(|| unsafe {
+                core::mem::transmute::<usize, unsafe extern "C" fn($($t),*) -> $r>(f)($($arg),*)
+            }),
             None => return arena_alloc(0, 16).cast(),
         }
     }};
@@ -250,12 +254,12 @@ extern "C" fn posix_memalign_hook(
         return libc::ENOMEM;
     };
     // SAFETY: the C library's posix_memalign with the caller's arguments.
-    let rc = unsafe {
+    let rc = ferrotrace::__preload::unrecorded(|| unsafe {
         core::mem::transmute::<
             usize,
             unsafe extern "C" fn(*mut *mut c_void, usize, usize) -> libc::c_int,
         >(f)(out, align, size)
-    };
+    });
     if rc == 0 {
         // SAFETY: on success posix_memalign stored the block's address through `out`.
         alloc_event(size, unsafe { *out } as usize, caller(ret_slot, rbp));
@@ -330,7 +334,9 @@ pub unsafe extern "C" fn free(p: *mut c_void) {
     free_now(p as usize);
     if let Some(f) = real(&REAL.free) {
         // SAFETY: the C library's free of a block it allocated.
-        unsafe { core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(f)(p) };
+        ferrotrace::__preload::unrecorded(|| unsafe {
+            core::mem::transmute::<usize, unsafe extern "C" fn(*mut c_void)>(f)(p)
+        });
     }
 }
 

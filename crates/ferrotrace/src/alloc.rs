@@ -196,13 +196,20 @@ pub fn thread_exit() {
 }
 
 /// Runs `f` with the calling thread's allocations unrecorded: runtime work on a program thread (a
-/// rescan from the `dlopen` hook).
+/// rescan from the `dlopen` hook), and every call into the C library's allocator from the hooks. The
+/// latter matters for signal handlers that allocate: glibc serves a small block from its thread cache
+/// without the arena lock, so a handler that interrupts `malloc` may well allocate; recording it might
+/// intern a new stack, which allocates and would wait for the lock the interrupted `malloc` holds.
+/// A plain load and store, not an atomic increment: only this thread and its signal handlers touch the
+/// flag, and a handler leaves it as it found it.
+#[inline(always)]
 pub fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
     match this_thread() {
         Some(t) => {
-            t.busy.fetch_add(1, Relaxed);
+            let was = t.busy.load(Relaxed);
+            t.busy.store(was + 1, Relaxed);
             let r = f();
-            t.busy.fetch_sub(1, Relaxed);
+            t.busy.store(was, Relaxed);
             r
         }
         None => f(),
