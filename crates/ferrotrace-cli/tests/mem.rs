@@ -382,7 +382,7 @@ fn bad_input_gets_one_line() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(
-        text(&out.stderr).contains("--alloc-sample: invalid size '12Q'"),
+        text(&out.stderr).contains("--alloc-sample 12Q: "),
         "{}",
         text(&out.stderr)
     );

@@ -55,6 +55,9 @@ pub enum ChunkKind {
     Samplers = 9,
     /// Call stacks, interned: a tree of return addresses ([`crate::schema::StackNode`]).
     Stacks = 10,
+    /// The process died without its End chunk and `ferrotrace record` appended the events it had not
+    /// written yet ([`crate::schema::Salvage`]); last chunk of such a trace.
+    Salvage = 12,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -70,6 +73,7 @@ impl ChunkKind {
             8 => ChunkKind::Tracepoints,
             9 => ChunkKind::Samplers,
             10 => ChunkKind::Stacks,
+            12 => ChunkKind::Salvage,
             _ => return None,
         })
     }
@@ -176,23 +180,6 @@ impl ChunkHeader {
     pub fn verify(&self, payload: &[u8]) -> bool {
         self.checksum(payload) == self.crc
     }
-}
-
-/// Parses a size as the command line and the environment spell it: `16M`, `512K`, `1G` or a plain
-/// number of bytes (`None` for anything else, 0 included).
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
 }
 
 #[cfg(test)]

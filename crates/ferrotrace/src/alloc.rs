@@ -81,7 +81,8 @@ pub fn requested() -> Result<Option<Settings>, String> {
     }
     let sample = match var(SAMPLE_VAR).as_deref() {
         None | Some("0") => 0,
-        Some(s) => crate::config::parse_size(s).map_err(|e| format!("{SAMPLE_VAR}: {e}"))? as u64,
+        Some(s) => ferrotrace_core::size::parse_size(s)
+            .map_err(|e| format!("{SAMPLE_VAR} {s}: {e}"))? as u64,
     };
     let depth = match var(DEPTH_VAR) {
         None => DEFAULT_DEPTH,
