@@ -2,7 +2,7 @@
 //!
 //! A trace's Sample events carry a stack id into its interned stack table (return addresses, relative
 //! to their modules) and a weight. [`SampleSet::load`] reads them through the same reader as every other
-//! event, names each distinct address once with the one [`Symbolizer`] (inlined frames included), and
+//! event, names each distinct address once with the one [`Symbolizer`](crate::symbolize::Symbolizer) (inlined frames included), and
 //! turns address stacks into frame stacks; the views below work on that:
 //! [`report`] (self and total weight per function), [`folded`] stacks, [`flame_svg`], [`firefox_json`],
 //! [`perfetto`], [`replay_text`] and [`graph_text`].
@@ -18,7 +18,8 @@ use std::sync::Arc;
 use fxprof_processed_profile as fx;
 
 use crate::reader::{EventKind, ReadError, SamplerKind, Trace};
-use crate::symbolize::{SymFrame, Symbolizer};
+use crate::stacks::FrameTree;
+pub use crate::stacks::{Frame, StackNode};
 
 pub use ferrotrace_core::schema::CallGraph;
 
@@ -40,18 +41,6 @@ pub struct ThreadInfo {
     pub pid: u32,
     /// Its name.
     pub name: String,
-}
-
-/// A named frame: one function, or one inlined function at a call site (the symbolizer's).
-pub type Frame = SymFrame;
-
-/// A node of the frame-level stack tree: `frame` called from the stack `parent`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackNode {
-    /// Caller's stack, `None` for an outermost frame.
-    pub parent: Option<u32>,
-    /// Frame id.
-    pub frame: u32,
 }
 
 /// One sample.
@@ -106,69 +95,6 @@ pub struct SampleSet {
     pub unreadable_modules: Vec<String>,
 }
 
-/// Turns the trace's address stacks into frame stacks, naming each address once.
-struct FrameTree<'t> {
-    trace: &'t Trace,
-    sym: Symbolizer,
-    frame_ids: HashMap<Frame, u32>,
-    frames: Vec<Frame>,
-    node_ids: HashMap<(Option<u32>, u32), u32>,
-    nodes: Vec<StackNode>,
-    /// Address-stack id → frame-stack leaf.
-    leaf_of: HashMap<u32, Option<u32>>,
-}
-
-impl FrameTree<'_> {
-    fn frame(&mut self, f: Frame) -> u32 {
-        let next = self.frames.len() as u32;
-        *self.frame_ids.entry(f.clone()).or_insert_with(|| {
-            self.frames.push(f);
-            next
-        })
-    }
-
-    fn node(&mut self, parent: Option<u32>, frame: u32) -> u32 {
-        let next = self.nodes.len() as u32;
-        *self.node_ids.entry((parent, frame)).or_insert_with(|| {
-            self.nodes.push(StackNode { parent, frame });
-            next
-        })
-    }
-
-    /// The frame-stack leaf of address stack `id`.
-    fn leaf(&mut self, id: u32) -> Option<u32> {
-        if let Some(&l) = self.leaf_of.get(&id) {
-            return l;
-        }
-        // Collect the address chain (innermost first), then build from the outermost end.
-        let mut chain = Vec::new();
-        let mut cur = Some(id);
-        let mut start = None;
-        while let Some(c) = cur {
-            if let Some(&l) = self.leaf_of.get(&c) {
-                start = l;
-                break;
-            }
-            let Some(node) = self.trace.stacks.get(c as usize) else {
-                break;
-            };
-            chain.push((c, *node));
-            cur = node.parent;
-        }
-        let mut parent = start;
-        for (c, node) in chain.into_iter().rev() {
-            let frames = self.sym.frames(node.module, node.address);
-            // Outermost (the containing function) first, then what was inlined into it.
-            for f in frames.iter().rev() {
-                let id = self.frame(f.clone());
-                parent = Some(self.node(parent, id));
-            }
-            self.leaf_of.insert(c, parent);
-        }
-        parent
-    }
-}
-
 impl SampleSet {
     /// The samples of `trace`, or `None` when it holds none (and no sampler).
     pub fn load(trace: &Trace) -> Result<Option<SampleSet>, ReadError> {
@@ -196,15 +122,7 @@ impl SampleSet {
         if !has_samples {
             return Ok(None);
         }
-        let mut tree = FrameTree {
-            trace,
-            sym: Symbolizer::new(trace),
-            frame_ids: HashMap::new(),
-            frames: Vec::new(),
-            node_ids: HashMap::new(),
-            nodes: Vec::new(),
-            leaf_of: HashMap::new(),
-        };
+        let mut tree = FrameTree::new(trace);
         for th in trace.threads.values() {
             let mut events = trace.thread_events(th.tid)?;
             while let Some(e) = events.next_ref() {
@@ -247,6 +165,7 @@ impl SampleSet {
                     name: t.name.clone(),
                 })
                 .collect(),
+            unreadable_modules: tree.sym.unreadable.clone(),
             frames: tree.frames,
             stacks: tree.nodes,
             samples: Vec::new(),
@@ -254,22 +173,12 @@ impl SampleSet {
             unwind_errors: end.map_or(0, |e| e.unwind_errors),
             exit_code: end.and_then(|e| e.exit_code),
             complete: end.is_some(),
-            unreadable_modules: tree.sym.unreadable,
         }))
     }
 
     /// Frames of `stack`, leaf first.
     pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
-        let mut out = Vec::new();
-        let mut cur = stack;
-        while let Some(node) = cur.and_then(|s| self.stacks.get(s as usize)) {
-            if let Some(f) = self.frames.get(node.frame as usize) {
-                out.push(f);
-            }
-            // Parents always have smaller ids: the walk ends.
-            cur = node.parent.filter(|&p| Some(p) < cur);
-        }
-        out
+        crate::stacks::frames_of(&self.frames, &self.stacks, stack)
     }
 
     /// Index of the sampler whose spelling is or ends with `name` (`cpu-clock`, `sched:sched_switch`,

@@ -115,6 +115,7 @@ pub fn write(
                 kind,
                 id,
                 payload,
+                fields,
                 ..
             } => {
                 let (name, values) = super::instant(
@@ -123,8 +124,13 @@ pub fn write(
                     kind,
                     id,
                     payload,
+                    &fields,
                 );
-                let args = (kind == EventKind::Tracepoint).then(|| {
+                let args = matches!(
+                    kind,
+                    EventKind::Tracepoint | EventKind::Alloc | EventKind::Free
+                )
+                .then(|| {
                     let obj: serde_json::Map<String, serde_json::Value> = values
                         .iter()
                         .map(|(k, v)| (k.clone(), v.to_json()))

@@ -6,6 +6,7 @@ pub mod graph;
 pub mod info;
 pub mod list;
 pub mod live;
+pub mod mem;
 pub mod profile;
 pub mod record;
 pub mod replay;

@@ -181,6 +181,18 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The files beside `trace` named `<its name>.<suffix>`: the traces of the processes the traced one
+/// started or forked.
+pub fn traces_beside(trace: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
+    std::fs::read_dir(trace.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Decodes a Perfetto protobuf trace with `protoc` against the repository's subset of Perfetto's
 /// published .proto files: an independent decoder.
 pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
