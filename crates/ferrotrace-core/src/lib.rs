@@ -13,8 +13,9 @@
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
-//! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
-//!   profiler;
+//! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
+//!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
+//!   (`TraceWriter`, shared by the runtime and the profiler);
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters.
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
@@ -54,6 +55,5 @@ pub mod record;
 pub mod schema;
 pub mod symbols;
 pub mod tracepoint;
-#[cfg(feature = "std")]
 pub mod writer;
 pub mod xray;
