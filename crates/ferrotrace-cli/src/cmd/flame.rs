@@ -15,6 +15,10 @@ pub struct FlameArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Where to write (default: flame.svg, or stdout with --folded)
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
@@ -28,7 +32,7 @@ pub struct FlameArgs {
 
 /// Writes the flame graph.
 pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let use_samples = a.samples || !trace.has_function_events();
     if let Some(set) = super::samples(&trace)?.filter(|_| use_samples) {
         // Samples: weighted by sample count (off-CPU: by time off the CPU).
