@@ -340,8 +340,9 @@ pub fn init_with(
     Ok(Tracer { _private: () })
 }
 
-/// The tracer, once set up: a handle to the global state (`mcount` has no other way to find it).
-#[derive(Debug)]
+/// The tracer, once set up: a handle to the global state (`mcount` has no other way to find it), to
+/// copy wherever it is needed (a thread that registers itself, a shutdown path).
+#[derive(Clone, Copy, Debug)]
 pub struct Tracer {
     _private: (),
 }
