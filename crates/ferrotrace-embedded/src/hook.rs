@@ -8,9 +8,12 @@
 //! its backend for another target to get the same).
 //!
 //! **Per event**: one load of the enabled word, the thread's slot (one `%fs`/`%gs` load, or a call of
-//! the embedder's function), the clock (`rdtsc`, or a call), and a 16-byte record claimed with one
-//! unlocked `xadd` on the slot's own cursor: no shared cache line is written, and an interrupt or signal
-//! handler on the same CPU that traces too gets a record of its own (the claim is one instruction).
+//! the embedder's function), the clock (`rdtsc`, or a call), and a 16-byte record in the slot: no
+//! shared cache line is written. A record (and a shadow frame) is claimed, by moving the slot's cursor,
+//! before it is filled, so that an interrupt or signal handler that traces on the same CPU writes past
+//! it; only one arriving between the load and the store of the claim (one instruction apart) would
+//! write the same place. An unlocked `xadd` would close that window, but costs about 12 ns per event
+//! on the machine measured (docs/performance.md), as much as the `rdtsc`.
 //!
 //! **Returns**: a traced call pushes `{real return address, its stack slot, record word}` on the
 //! slot's shadow stack (claimed the same way) and writes [`ftemb_return`]'s address into the slot. The
@@ -152,9 +155,8 @@ global_asm!(
     "24:",
     ".endm",
     // ftemb_record: appends the record {clock, rsi} to the slot in rcx. Clobbers rax, rdx, rdi.
-    // Full: in stop mode the event is counted lost (the cursor keeps counting past the end); in wrap
-    // mode the cursor starts again at the beginning. (A handler interrupting the three instructions
-    // of the wrap may write the same first record.)
+    // Full: in stop mode the event is counted lost; in wrap mode the cursor starts again at the
+    // beginning.
     ".macro ftemb_record",
     "  mov rax, qword ptr [rip + {hot} + {h_clock_fn}]",
     "  test rax, rax",
@@ -166,10 +168,11 @@ global_asm!(
     "31:",
     "  call ftemb_call",
     "32:",
-    "  mov edx, 16",
-    "  xadd qword ptr [rcx + {s_cursor}], rdx",
+    "  mov rdx, qword ptr [rcx + {s_cursor}]",
     "  cmp rdx, qword ptr [rcx + {s_end}]",
     "  jae 33f",
+    "  lea rdi, [rdx + 16]",
+    "  mov qword ptr [rcx + {s_cursor}], rdi",
     "34:",
     "  mov qword ptr [rdx], rax",
     "  mov qword ptr [rdx + 8], rsi",
@@ -215,10 +218,11 @@ global_asm!(
     "  jb 9f",
     "  ftemb_slot 9f",
     "  lea rsi, \\slot_at",
-    "  mov eax, {frame}",
-    "  xadd qword ptr [rcx + {s_top}], rax",
+    "  mov rax, qword ptr [rcx + {s_top}]",
     "  cmp rax, qword ptr [rcx + {s_limit}]",
     "  jae 8f",
+    "  lea rdx, [rax + {frame}]",
+    "  mov qword ptr [rcx + {s_top}], rdx",
     "  mov rdx, qword ptr [rsi]",
     "  mov qword ptr [rax], rdx",
     "  mov qword ptr [rax + 8], rsi",
@@ -240,7 +244,6 @@ global_asm!(
     "  ret",
     // The shadow stack is full: neither the entry nor the exit is recorded; both count as lost.
     "8:",
-    "  sub qword ptr [rcx + {s_top}], {frame}",
     "  add qword ptr [rcx + {s_lost}], 2",
     "  jmp 9b",
     ".size \\name, . - \\name",

@@ -33,7 +33,8 @@
 //! bytes is ignored, so they must not call other instrumented functions.
 //!
 //! What the embedder must supply: nothing at link time but a `#[panic_handler]` (or the crate's
-//! `panic-handler` feature, for C embedders of the `staticlib`); at run time, in `%fs`/`%gs` mode,
+//! `panic-handler` feature, for C embedders of the `staticlib`, built with `panic = "abort"`: it also
+//! defines the `rust_eh_personality` that the precompiled `core` refers to); at run time, in `%fs`/`%gs` mode,
 //! every thread that runs instrumented code while tracing must have that register pointing at memory
 //! whose word at the offset is 0 (not traced) or its slot ([`Tracer::register_thread`]).
 //!
@@ -514,3 +515,9 @@ fn panic(_: &core::panic::PanicInfo<'_>) -> ! {
     // SAFETY: ud2 raises #UD; it does not return.
     unsafe { core::arch::asm!("ud2", options(noreturn)) }
 }
+
+/// The personality routine the precompiled `core` refers to in its unwind tables (feature
+/// `panic-handler`, built with `panic = "abort"`: never called).
+#[cfg(all(feature = "panic-handler", not(feature = "hosted"), not(test)))]
+#[no_mangle]
+pub extern "C" fn rust_eh_personality() {}

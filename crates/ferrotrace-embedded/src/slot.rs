@@ -15,7 +15,7 @@ pub(crate) const NAME_LEN: usize = 40;
 /// The header at the start of each slot. The hooks use the offsets of these fields.
 #[repr(C, align(64))]
 pub(crate) struct Header {
-    /// Address where the next record goes (counts on past `end` in stop mode).
+    /// Address where the next record goes.
     pub cursor: AtomicU64,
     /// End of the record area.
     pub end: AtomicU64,

@@ -2,10 +2,11 @@
 //! `_start`, raw system calls, two threads made with a raw `clone` (each with its own `%fs` block
 //! holding its slot), the trace memory a static buffer, the trace written with `open`/`write`.
 //!
-//! `freestanding OUT N REPS [untraced]`: each of the two threads computes `fib(N)` recursively REPS
-//! times and counts its calls; the trace goes to OUT (a new file). With `untraced`, tracing stays off
-//! and no file is written. Prints `calls=MAIN,WORKER ns=MAIN,WORKER tsc_hz=HZ`: the calls each
-//! thread counted, and the CLOCK_MONOTONIC time each spent in its loop.
+//! `freestanding OUT N REPS [untraced] [single]`: each of the two threads computes `fib(N)`
+//! recursively REPS times and counts its calls; the trace goes to OUT (a new file). With `untraced`,
+//! tracing stays off and no file is written; with `single`, the main thread works alone (for
+//! benchmarks: two threads on a busy two-CPU machine time each other). Prints `calls=MAIN,WORKER ns=MAIN,WORKER tsc_hz=HZ lost=L`: the calls each
+//! thread counted, the CLOCK_MONOTONIC time each spent in its loop, and the events the tracer lost.
 #![no_std]
 #![no_main]
 
@@ -89,7 +90,7 @@ static mut BLOCKS: [ThreadBlock; 2] = [
     },
 ];
 
-static mut MEMORY: [u8; 32 << 20] = [0; 32 << 20];
+static mut MEMORY: [u8; 128 << 20] = [0; 128 << 20];
 
 #[repr(C, align(16))]
 struct Stack([u8; 256 << 10]);
@@ -101,11 +102,14 @@ static WORKER_TID: AtomicU32 = AtomicU32::new(0);
 static CALLS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 static ELAPSED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 static mut TRACER: Option<Tracer> = None;
-static mut WORK: (u32, u32, bool) = (0, 0, false);
+static mut WORK: (u32, u32) = (0, 0);
 
 #[inline(never)]
 fn fib(n: u32, thread: usize) -> u64 {
-    CALLS[thread].fetch_add(1, Ordering::Relaxed);
+    // A load and a store, not a locked `fetch_add`: each thread counts alone, and a locked
+    // instruction would be a full barrier in every call (testprogs' fib counts the same way).
+    let c = &CALLS[thread];
+    c.store(c.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     if n < 2 {
         return n as u64;
     }
@@ -118,7 +122,7 @@ fn fib(n: u32, thread: usize) -> u64 {
 #[inline(never)]
 fn run(thread: usize) -> u64 {
     // SAFETY: written by the main thread before the worker starts, read-only after.
-    let (n, reps, _) = unsafe { WORK };
+    let (n, reps) = unsafe { WORK };
     let t0 = sys::monotonic_ns();
     let mut sum = 0;
     for _ in 0..reps {
@@ -233,14 +237,15 @@ extern "C" fn main(sp: *const usize) -> ! {
     // SAFETY: the kernel's initial stack: argc, argv[0..argc], NULL.
     let args = unsafe { core::slice::from_raw_parts(sp.add(1) as *const *const u8, *sp) };
     if args.len() < 4 {
-        fail(b"usage: freestanding OUT N REPS [untraced]\n");
+        fail(b"usage: freestanding OUT N REPS [untraced] [single]\n");
     }
     // SAFETY: argv strings are NUL-terminated.
     let arg = |i: usize| unsafe { c_str(args[i]) };
     let (Some(n), Some(reps)) = (parse(arg(2)), parse(arg(3))) else {
         fail(b"freestanding: N and REPS are numbers\n");
     };
-    let traced = args.len() < 5 || arg(4) != b"untraced";
+    let flag = |f: &[u8]| (4..args.len()).any(|i| arg(i) == f);
+    let (traced, single) = (!flag(b"untraced"), flag(b"single"));
     let mut path = [0u8; 4096];
     let out = arg(1);
     if out.len() >= path.len() {
@@ -250,7 +255,7 @@ extern "C" fn main(sp: *const usize) -> ! {
 
     // SAFETY: single-threaded until the worker starts; each block is its thread's alone.
     unsafe {
-        WORK = (n, reps, traced);
+        WORK = (n, reps);
         let blocks = &raw mut BLOCKS;
         (*blocks)[0].self_ptr = &raw const (*blocks)[0] as u64;
         (*blocks)[1].self_ptr = &raw const (*blocks)[1] as u64;
@@ -261,6 +266,11 @@ extern "C" fn main(sp: *const usize) -> ! {
     if traced {
         // SAFETY: the only reference to MEMORY, handed to the tracer for good.
         let memory = unsafe { &mut *(&raw mut MEMORY) };
+        // Fault every page in now (it is .bss): a page fault costs more than the events it holds.
+        for page in memory.chunks_mut(4096) {
+            // SAFETY: a byte of the buffer.
+            unsafe { core::ptr::write_volatile(page.as_mut_ptr(), 0) };
+        }
         let tracer = match init(memory, Clock::tsc(hz), Threads::fs(SLOT_OFFSET, 2)) {
             Ok(t) => t,
             Err(_) => fail(b"freestanding: tracer set-up failed\n"),
@@ -270,10 +280,12 @@ extern "C" fn main(sp: *const usize) -> ! {
         unsafe { TRACER = Some(tracer) };
         tracer.enable();
     }
-    // SAFETY: the worker's stack and block are its own.
-    unsafe {
-        let blocks = &raw mut BLOCKS;
-        spawn(&raw mut WORKER_STACK, &raw mut (*blocks)[1], worker, 0);
+    if !single {
+        // SAFETY: the worker's stack and block are its own.
+        unsafe {
+            let blocks = &raw mut BLOCKS;
+            spawn(&raw mut WORKER_STACK, &raw mut (*blocks)[1], worker, 0);
+        }
     }
     core::hint::black_box(run(0));
     join_worker();
@@ -312,6 +324,8 @@ extern "C" fn main(sp: *const usize) -> ! {
     put(decimal(ELAPSED[1].load(Ordering::Relaxed), &mut b));
     put(b" tsc_hz=");
     put(decimal(hz, &mut b));
+    put(b" lost=");
+    put(decimal(tracer().map_or(0, |t| t.stats().lost), &mut b));
     put(b"\n");
     let _ = sys::write_all(1, &line[..len]);
     sys::exit_group(0)
