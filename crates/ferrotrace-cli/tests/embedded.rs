@@ -53,7 +53,11 @@ fn counts(stdout: &str, key: &str) -> Vec<u64> {
 fn report_row(report: &str, name: &str) -> (f64, u64) {
     let line = report
         .lines()
-        .find(|l| l.split_whitespace().last() == Some(name))
+        .find(|l| {
+            // The name ends the row, or comes before a note like `(6 still running at end)`.
+            let row = l.split("  (").next().unwrap_or(l);
+            row.split_whitespace().last() == Some(name)
+        })
         .unwrap_or_else(|| panic!("no row for {name} in\n{report}"));
     let cols: Vec<&str> = line.split_whitespace().collect();
     let ns = |v: &str, unit: &str| {
@@ -196,11 +200,14 @@ fn hosted_front_end_traces_an_ordinary_program_and_uftrace_reads_it() {
         .unwrap()
         .parse()
         .unwrap();
+    assert!(stdout.contains("caught=true"), "{stdout}");
     let t = trace.to_str().unwrap();
     // The trace names the executable, its load bias and build-id: no --symbols needed.
     let report = ok(ft(&["report", "-i", t]));
     assert_eq!(report_row(&report, "hosted::fib").1, fib_calls, "{report}");
-    assert_eq!(report_row(&report, "hosted::worker").1, 3, "{report}");
+    assert_eq!(report_row(&report, "hosted::worker").1, 4, "{report}");
+    // Frames a caught panic unwound show their entries (their exits are not recorded).
+    assert_eq!(report_row(&report, "hosted::fall").1, 6, "{report}");
     let info = ok(ft(&["info", "-i", t]));
     assert!(info.contains("worker0") && info.contains("worker1"), "{info}");
 

@@ -1,5 +1,6 @@
 //! The hosted front end on an ordinary program: three threads compute Fibonacci numbers recursively
-//! and count their own calls; the trace must show the same counts.
+//! and count their own calls (the trace must show the same counts); the main thread also catches a
+//! panic thrown through traced calls and goes on.
 //!
 //! ```sh
 //! RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' \
@@ -29,6 +30,15 @@ fn worker(n: u32) -> u64 {
     fib(n)
 }
 
+/// Panics `depth` traced calls down: the unwinder must walk through hooked frames.
+#[inline(never)]
+fn fall(depth: u32) -> u32 {
+    if depth == 0 {
+        panic!("deep down");
+    }
+    std::hint::black_box(fall(depth - 1)) + 1
+}
+
 fn main() {
     let path = std::env::args().nth(1).unwrap_or_else(|| "trace.data".to_string());
     ferrotrace_embedded::hosted::init(64 << 20, 8).expect("tracer set up");
@@ -42,10 +52,16 @@ fn main() {
         })
         .collect();
     let mut sum = worker(14);
+    // A panic through traced calls, caught: the program goes on, traced.
+    let caught = std::panic::catch_unwind(|| fall(5)).is_err();
+    sum += worker(3);
     for t in threads {
         sum += t.join().expect("worker");
     }
     ferrotrace_embedded::hosted::disable();
     ferrotrace_embedded::hosted::dump(&path).expect("trace written");
-    println!("sum={sum} fib_calls={}", FIB_CALLS.load(Ordering::Relaxed));
+    println!(
+        "sum={sum} fib_calls={} caught={caught}",
+        FIB_CALLS.load(Ordering::Relaxed)
+    );
 }

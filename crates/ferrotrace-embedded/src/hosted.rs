@@ -15,7 +15,7 @@
 //!
 //! Then `ferrotrace report -i trace.data` names the functions from the executable. A panic that
 //! unwinds through traced calls first puts their real return addresses back (unwinders cannot read
-//! the shadow stack): those calls show no exit in the trace.
+//! the shadow stack): those calls show no exit in the trace, and the panic's own hooks are not traced.
 
 use std::cell::Cell;
 use std::ffi::c_void;
@@ -23,7 +23,7 @@ use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use crate::{Clock, Program, Threads, Tracer};
@@ -120,37 +120,76 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
     crate::HOT
         .bind_fn
         .store(bind_current_thread as *const () as usize as u64, Ordering::Release);
+    TLS_OFFSET.store(offset as i64, Ordering::Relaxed);
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
-        unhook_current_thread();
-        previous(info)
+        let slot = unhook_current_thread();
+        previous(info);
+        if slot > 1 {
+            // SAFETY: this thread's own word, at the offset the hooks read.
+            unsafe { set_word(slot) };
+        }
     }));
     Ok(())
 }
 
-/// Puts the real return address back into every hooked frame of the calling thread and empties its
-/// shadow stack, so that an unwinder walks its stack as if it were not traced.
-fn unhook_current_thread() {
-    let at = SLOT.with(|s| s.get());
+/// `SLOT`'s offset from the thread pointer, for code that must not call `SLOT.with` (a traced call).
+static TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
+
+/// Sets this thread's slot word.
+///
+/// # Safety
+/// Only the tracer's own values: 0, 1 or a slot's address.
+#[inline(always)]
+unsafe fn set_word(v: u64) {
+    let offset = TLS_OFFSET.load(Ordering::Relaxed);
+    // SAFETY: the word of SLOT in this thread's static TLS block (the hooks read the same place).
+    unsafe { core::arch::asm!("mov qword ptr fs:[{o}], {v}", o = in(reg) offset, v = in(reg) v) };
+}
+
+/// At a panic (the hook runs before unwinding starts): stops tracing the thread (its word becomes 1,
+/// so that the panic's message and hooks are not traced), takes back the panic hook's own entry (the
+/// last record, whose frame is on top of the shadow stack), puts the real return address back into
+/// every hooked frame, and empties the shadow stack, so that an unwinder walks the stack as if it were
+/// not traced. Returns the thread's slot word, for the hook to restore when it is done. Inlined into
+/// the hook: a call would be traced.
+#[inline(always)]
+fn unhook_current_thread() -> u64 {
+    let offset = TLS_OFFSET.load(Ordering::Relaxed);
+    let at: u64;
+    // SAFETY: SLOT's word in this thread's static TLS block.
+    unsafe { core::arch::asm!("mov {v}, qword ptr fs:[{o}]", o = in(reg) offset, v = out(reg) at) };
     if at <= 1 {
-        return;
+        return at;
     }
+    // SAFETY: 1 is the tracer's "not traced" value.
+    unsafe { set_word(1) };
     // SAFETY: a slot address the hooks stored for this thread: a live header in the tracer's memory.
     let h = unsafe { &*(at as *const crate::slot::Header) };
     let base = h.base.load(Ordering::Relaxed);
-    let mut frame = h.top.load(Ordering::Relaxed);
-    while frame > base {
-        frame -= crate::hook::FRAME as u64;
+    let top = h.top.load(Ordering::Relaxed);
+    let frame = crate::hook::FRAME as u64;
+    let cursor = h.cursor.load(Ordering::Relaxed);
+    if top > base && cursor > h.start.load(Ordering::Relaxed) {
+        // SAFETY: the top frame and the last record were written by this thread's hooks.
+        let (word, last) = unsafe { (*((top - frame + 16) as *const u64), *((cursor - 8) as *const u64)) };
+        if word == last {
+            h.cursor.store(cursor - 16, Ordering::Relaxed);
+        }
+    }
+    let mut f = top;
+    while f > base {
+        f -= frame;
         // SAFETY: frames between base and top were pushed by this thread's hooks: {real return
         // address, its stack slot, word}; the slots are in frames of this thread that are still live
-        // (the panic is unwinding from above them).
+        // (the panic unwinds from above them).
         unsafe {
-            let real = *(frame as *const u64);
-            let slot = *((frame + 8) as *const u64) as *mut u64;
-            *slot = real;
+            let real = *(f as *const u64);
+            *(*((f + 8) as *const u64) as *mut u64) = real;
         }
     }
     h.top.store(base, Ordering::Relaxed);
+    at
 }
 
 fn tracer() -> Option<&'static Tracer> {
