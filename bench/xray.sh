@@ -13,28 +13,9 @@ N=${1:-30}
 RUNS=${RUNS:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/fib.sh"
-out="$root/bench/out/xray"
-mkdir -p "$out"
-cd "$root"
-echo "building (release) ..." >&2
-cargo build --release -q --workspace
-ft="$root/target/release/ferrotrace"
-build_fib "$out/plain" "-Cforce-frame-pointers=yes"
-build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
-build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
+setup_fib_builds xray
 
-# run NAME CMD...: runs CMD once, appends the elapsed_ns of its fib computation to NAME's samples.
-# The variants run interleaved, round after round, so that a slow spell of this shared machine falls
-# on all of them rather than on whichever was running.
-declare -A samples ns
-calls=0
-run() {
-  local name=$1; shift
-  local line
-  line=$("$@" 2>/dev/null | grep elapsed_ns=)
-  samples[$name]+="$(echo "$line" | field elapsed_ns) "
-  calls=$(echo "$line" | field calls)
-}
+declare -A samples ns calls
 cd "$out"
 have_uftrace=$(command -v uftrace >/dev/null && echo 1 || true)
 for round in $(seq "$RUNS"); do
@@ -58,28 +39,15 @@ bytes=$(stat -c %s "$out/traced.data")
 waited=$("$ft" info -i "$out/traced.data" --json | grep -o '"waited_ns":[0-9]*' | cut -d: -f2 | paste -sd+ | bc)
 
 echo
-echo "fib($N): $calls calls, median of $RUNS runs, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+echo "fib($N): ${calls[plain]} calls, median of $RUNS runs, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 printf '%-34s %12s %14s %16s\n' variant "ns/call" "overhead/call" "vs uftrace"
-# row VARIANT BASELINE UFTRACE_VARIANT LABEL: ns per call, overhead over BASELINE, ratio of uftrace's
-# overhead to this one's
-row() {
-  local v=$1 base=$2 uf=$3 label=$4
-  [ -n "${ns[$v]:-}" ] || return 0
-  local per over ratio="-"
-  per=$(echo "scale=2; ${ns[$v]} / $calls" | bc)
-  over=$(echo "scale=2; (${ns[$v]} - ${ns[$base]}) / $calls" | bc)
-  if [ -n "$uf" ] && [ -n "${ns[$uf]:-}" ]; then
-    ratio=$(echo "scale=1; (${ns[$uf]} - ${ns[$base]}) / (${ns[$v]} - ${ns[$base]} + 0.000001)" | bc)x
-  fi
-  printf '%-34s %12s %14s %16s\n' "$label" "$per" "$over" "$ratio"
-}
 row plain plain "" "uninstrumented"
 row floor plain "" "floor: rdtsc at entry and exit"
 row unpatched plain "" "XRay sleds, not patched"
 row filtered plain "" "patched run, fib filtered out (-N)"
 row ferrotrace plain uftrace "ferrotrace record (all functions)"
 row uftrace plain "" "uftrace record (mcount build)"
-echo "ferrotrace above the floor: $(echo "scale=2; (${ns[ferrotrace]} - ${ns[floor]}) / $calls" | bc) ns per call"
+echo "ferrotrace above the floor: $(echo "scale=2; (${ns[ferrotrace]} - ${ns[floor]}) / ${calls[floor]}" | bc) ns per call"
 echo "with a locked fetch_add in every call (fib $N locked):"
 row plain_locked plain_locked "" "uninstrumented"
 row ferrotrace_locked plain_locked uftrace_locked "ferrotrace record"

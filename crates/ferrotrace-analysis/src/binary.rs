@@ -12,7 +12,7 @@
 //! for t in &bin.tracepoints {
 //!     println!("{} {}:{} ({} sites)", t.name, t.file, t.line, t.sites.len());
 //! }
-//! # Ok::<(), String>(())
+//! # Ok::<(), ferrotrace_analysis::binary::BinaryError>(())
 //! ```
 
 use std::path::Path;
@@ -92,31 +92,90 @@ fn read_i64(b: &[u8], at: usize) -> Option<i64> {
 ///
 /// Only regular files are opened: a path read from a trace is input, and a FIFO or a device there
 /// (`/dev/zero`) must not make an analysis block or read forever.
-pub fn map(path: &Path) -> Result<memmap2::Mmap, String> {
-    let meta =
-        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("{} is not a regular file", path.display()));
+pub fn map(path: &Path) -> Result<memmap2::Mmap, BinaryError> {
+    let io = |source| BinaryError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    if !std::fs::metadata(path).map_err(io)?.is_file() {
+        return Err(BinaryError::NotAFile(path.to_path_buf()));
     }
-    let file =
-        std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file = std::fs::File::open(path).map_err(io)?;
     // SAFETY: a private read-only mapping; the bytes are only parsed (bounds-checked by `object`).
     // Like every tool that maps binaries (addr2line's loader, perf), it assumes no one truncates the
     // file while it is read: that would be a SIGBUS, not a wrong answer.
-    unsafe { memmap2::Mmap::map(&file) }.map_err(|e| format!("cannot map {}: {e}", path.display()))
+    unsafe { memmap2::Mmap::map(&file) }.map_err(io)
+}
+
+/// Why a program's file could not be read.
+#[derive(Debug)]
+pub enum BinaryError {
+    /// It could not be opened or mapped.
+    Io {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// It is a directory, a device or a FIFO.
+    NotAFile(std::path::PathBuf),
+    /// It is not an ELF file `object` can parse.
+    NotElf {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What the parser said.
+        reason: object::Error,
+    },
+    /// It has no DWARF debug information (needed to answer the question asked).
+    NoDebugInfo(std::path::PathBuf),
+    /// One of its sections could not be read.
+    BadSection {
+        /// The section.
+        section: &'static str,
+        /// What the parser said.
+        reason: object::Error,
+    },
+}
+
+impl std::fmt::Display for BinaryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BinaryError::Io { path, source } => {
+                write!(f, "cannot read {}: {source}", path.display())
+            }
+            BinaryError::NotAFile(p) => write!(f, "{} is not a regular file", p.display()),
+            BinaryError::NotElf { path, reason } => {
+                write!(f, "{} is not an ELF file ({reason})", path.display())
+            }
+            BinaryError::NoDebugInfo(p) => write!(f, "{} has no debug info", p.display()),
+            BinaryError::BadSection { section, reason } => write!(f, "{section}: {reason}"),
+        }
+    }
+}
+
+impl std::error::Error for BinaryError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BinaryError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 /// Reads the tracepoints and instrumented functions of the ELF file at `path`.
-pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
+pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
     let data = map(path)?;
-    let file = object::File::parse(&*data)
-        .map_err(|e| format!("{} is not an ELF file ({e})", path.display()))?;
+    let file = object::File::parse(&*data).map_err(|reason| BinaryError::NotElf {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let section = |section: &'static str| move |reason| BinaryError::BadSection { section, reason };
     let mut out = BinaryInfo::default();
 
     // Tracepoints: descriptors, then sites by descriptor address.
     let mut by_addr: Vec<(u64, usize)> = Vec::new();
     if let Some(sec) = file.section_by_name("ferrotrace_tp") {
-        let bytes = sec.data().map_err(|e| format!("ferrotrace_tp: {e}"))?;
+        let bytes = sec.data().map_err(section("ferrotrace_tp"))?;
         let mut p = 0usize;
         while p + 16 <= bytes.len() {
             let word = |i: usize| u32::from_le_bytes(bytes[p + i..p + i + 4].try_into().unwrap());
@@ -147,7 +206,7 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
         }
     }
     if let Some(sec) = file.section_by_name("ferrotrace_sites") {
-        let bytes = sec.data().map_err(|e| format!("ferrotrace_sites: {e}"))?;
+        let bytes = sec.data().map_err(section("ferrotrace_sites"))?;
         let base = sec.address();
         let mut p = 0usize;
         while p + 24 <= bytes.len() {
@@ -170,7 +229,7 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, String> {
 
     // XRay functions.
     if let Some(sec) = file.section_by_name("xray_instr_map") {
-        let bytes = sec.data().map_err(|e| format!("xray_instr_map: {e}"))?;
+        let bytes = sec.data().map_err(section("xray_instr_map"))?;
         let base = sec.address();
         let mut symbols: Vec<(u64, u64, &str)> = file
             .symbols()

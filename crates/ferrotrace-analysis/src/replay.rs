@@ -72,7 +72,7 @@ impl Default for Fields {
 impl Fields {
     /// Parses a comma-separated list of `duration,tid,time,delta,elapsed`; a leading `+` adds to the
     /// defaults; `none` clears all.
-    pub fn parse(s: &str) -> Result<Fields, String> {
+    pub fn parse(s: &str) -> Result<Fields, OptionError> {
         let (mut f, list) = match s.strip_prefix('+') {
             Some(rest) => (Fields::default(), rest),
             None => (
@@ -94,11 +94,7 @@ impl Fields {
                 "delta" => f.delta = true,
                 "elapsed" => f.elapsed = true,
                 "none" => {}
-                other => {
-                    return Err(format!(
-                        "unknown field {other:?}: use duration, tid, time, delta, elapsed"
-                    ))
-                }
+                other => return Err(OptionError::UnknownField(other.to_string())),
             }
         }
         Ok(f)
@@ -126,50 +122,88 @@ pub struct Options {
     pub srclines: HashMap<u32, String>,
 }
 
+/// A replay option that could not be parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OptionError {
+    /// `-f` named a field that does not exist.
+    UnknownField(String),
+    /// `--time-range` is not `START~END`.
+    NoTilde(String),
+    /// One side of `--time-range` is not a time.
+    BadTime {
+        /// The whole range.
+        range: String,
+        /// The side that is wrong.
+        side: String,
+    },
+    /// `--time-range` ends before it starts.
+    Reversed(String),
+}
+
+impl std::fmt::Display for OptionError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            OptionError::UnknownField(x) => {
+                write!(
+                    f,
+                    "unknown field {x:?}: use duration, tid, time, delta, elapsed"
+                )
+            }
+            OptionError::NoTilde(r) => write!(f, "time range {r:?} needs the form START~END"),
+            OptionError::BadTime { range, side } => write!(
+                f,
+                "bad time {side:?} in range {range:?} (an elapsed time with a unit: ns, us, ms, s; \
+                 or a SECONDS.NANOSECONDS timestamp)"
+            ),
+            // Nothing can lie in a reversed range: an empty replay with exit 0 would say "nothing
+            // happened".
+            OptionError::Reversed(r) => write!(
+                f,
+                "time range {r:?} ends before it starts: give START~END with START <= END"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for OptionError {}
+
 /// Parses a `--time-range` of `A~B` (either side may be empty). Each side is an elapsed time since
 /// the trace's first event with a unit (`1.5ms`, `200us`, `3s`, `10ns`), or an absolute timestamp
 /// as printed by `-f time` (`SECONDS.NANOSECONDS`), or absolute nanoseconds (an integer).
-pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), String> {
+pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), OptionError> {
     let (a, b) = s
         .split_once('~')
-        .ok_or_else(|| format!("time range {s:?} needs the form START~END"))?;
-    let one = |x: &str, default: u64| -> Result<u64, String> {
+        .ok_or_else(|| OptionError::NoTilde(s.to_string()))?;
+    let one = |x: &str, default: u64| -> Result<u64, OptionError> {
         let x = x.trim();
         if x.is_empty() {
             return Ok(default);
         }
+        let bad = || OptionError::BadTime {
+            range: s.to_string(),
+            side: x.to_string(),
+        };
         for (unit, mul) in [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)] {
             if let Some(num) = x.strip_suffix(unit) {
-                let v: f64 = num
-                    .trim()
-                    .parse()
-                    .map_err(|_| format!("bad time {x:?} in range {s:?}"))?;
+                let v: f64 = num.trim().parse().map_err(|_| bad())?;
                 return Ok(trace_start_ns.saturating_add((v * mul) as u64));
             }
         }
         if let Some((sec, frac)) = x.split_once('.') {
-            let sec: u64 = sec
-                .parse()
-                .map_err(|_| format!("bad timestamp {x:?} in range {s:?}"))?;
+            let sec: u64 = sec.parse().map_err(|_| bad())?;
             let mut frac = frac.to_string();
             frac.truncate(9);
             while frac.len() < 9 {
                 frac.push('0');
             }
-            let ns: u64 = frac
-                .parse()
-                .map_err(|_| format!("bad timestamp {x:?} in range {s:?}"))?;
+            let ns: u64 = frac.parse().map_err(|_| bad())?;
             return Ok(sec.saturating_mul(1_000_000_000).saturating_add(ns));
         }
-        x.parse()
-            .map_err(|_| format!("bad time {x:?} in range {s:?} (give a unit: ns, us, ms, s)"))
+        x.parse().map_err(|_| bad())
     };
     let (start, end) = (one(a, 0)?, one(b, u64::MAX)?);
     if start > end {
-        // Nothing can lie in a reversed range: an empty replay with exit 0 would say "nothing happened".
-        return Err(format!(
-            "time range {s:?} ends before it starts: give START~END with START <= END"
-        ));
+        return Err(OptionError::Reversed(s.to_string()));
     }
     Ok((start, end))
 }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use fxprof_processed_profile as fx;
 
 use crate::reader::{EventKind, ReadError, SamplerKind, Trace};
-use crate::symbolize::Symbolizer;
+use crate::symbolize::{SymFrame, Symbolizer};
 
 pub use ferrotrace_core::schema::CallGraph;
 
@@ -42,20 +42,8 @@ pub struct ThreadInfo {
     pub name: String,
 }
 
-/// A named frame: one function, or one inlined function at a call site.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Frame {
-    /// Demangled function name, `[module]` when nothing named it.
-    pub function: Arc<str>,
-    /// Source file, empty when unknown.
-    pub file: Arc<str>,
-    /// Source line, 0 when unknown.
-    pub line: u32,
-    /// The function was inlined into its caller (the next frame out).
-    pub inlined: bool,
-    /// A kernel frame.
-    pub kernel: bool,
-}
+/// A named frame: one function, or one inlined function at a call site (the symbolizer's).
+pub type Frame = SymFrame;
 
 /// A node of the frame-level stack tree: `frame` called from the stack `parent`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -172,13 +160,7 @@ impl FrameTree<'_> {
             let frames = self.sym.frames(node.module, node.address);
             // Outermost (the containing function) first, then what was inlined into it.
             for f in frames.iter().rev() {
-                let id = self.frame(Frame {
-                    function: f.function.clone(),
-                    file: f.file.clone(),
-                    line: f.line,
-                    inlined: f.inlined,
-                    kernel: f.kernel,
-                });
+                let id = self.frame(f.clone());
                 parent = Some(self.node(parent, id));
             }
             self.leaf_of.insert(c, parent);

@@ -117,14 +117,14 @@ fn load_dwarf<'a>(data: &'a [u8], build_id: &[u8]) -> Option<gimli::Dwarf<Reader
 pub fn inlined_functions(
     path: &std::path::Path,
     selects: impl Fn(&str) -> bool,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, crate::binary::BinaryError> {
     let data = crate::binary::map(path)?;
     let dwarf = load_dwarf(&data, &[])
         .filter(|d| {
             use gimli::Section;
             !d.debug_info.reader().is_empty()
         })
-        .ok_or_else(|| format!("{} has no debug info", path.display()))?;
+        .ok_or_else(|| crate::binary::BinaryError::NoDebugInfo(path.to_path_buf()))?;
     let mut found = std::collections::BTreeSet::new();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {

@@ -146,7 +146,7 @@ impl Symbolizer {
         let data = match crate::binary::map(Path::new(&path)) {
             Ok(d) => d,
             Err(e) => {
-                self.unreadable.push(e);
+                self.unreadable.push(e.to_string());
                 return None;
             }
         };

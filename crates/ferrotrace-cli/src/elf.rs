@@ -2,12 +2,15 @@
 
 use std::path::Path;
 
-use object::{Object, ObjectSymbol};
+use ferrotrace_core::mcount::{for_each_call, hook_flavor, Flavor};
+use ferrotrace_core::schema::source as instrumentation;
+use object::{Object, ObjectSection, ObjectSymbol};
 
 /// Facts about an executable.
 pub struct ProgramFacts {
-    /// It has an `xray_instr_map` section.
-    pub has_sleds: bool,
+    /// How its functions are instrumented: bits of `ferrotrace_core::format::instrumentation` (0: not
+    /// at all).
+    pub instrumentation: u64,
     /// It links the ferrotrace runtime (marker symbol present).
     pub links_runtime: bool,
     /// It is dynamically linked (LD_PRELOAD can work).
@@ -18,10 +21,42 @@ pub struct ProgramFacts {
 
 /// Reads the facts from the file.
 pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
-    let data = ferrotrace_analysis::binary::map(path)?;
+    let data = ferrotrace_analysis::binary::map(path).map_err(|e| e.to_string())?;
     let file = object::File::parse(&*data)
         .map_err(|e| format!("{} is not an ELF executable ({e})", path.display()))?;
-    let has_sleds = file.section_by_name("xray_instr_map").is_some();
+    let mut instr = 0;
+    if file.section_by_name("xray_instr_map").is_some() {
+        instr |= instrumentation::XRAY;
+    }
+    let bit = |f: Flavor| match f {
+        Flavor::Mcount => instrumentation::MCOUNT,
+        Flavor::Fentry => instrumentation::FENTRY,
+    };
+    // Calls through the PLT or GOT to the C library's hooks (or the preload library's)...
+    for s in file.dynamic_symbols().filter(|s| s.is_undefined()) {
+        if let Some(f) = s.name().ok().and_then(hook_flavor) {
+            instr |= bit(f);
+        }
+    }
+    // ... or direct calls to the program's own (a program that links the ferrotrace runtime).
+    let own: Vec<(u64, Flavor)> = file
+        .symbols()
+        .filter(|s| s.is_definition())
+        .filter_map(|s| Some((s.address(), hook_flavor(s.name().ok()?)?)))
+        .collect();
+    if let (false, Some(text)) = (own.is_empty(), file.section_by_name(".text")) {
+        let targets: Vec<u64> = own.iter().map(|o| o.0).collect();
+        if let Ok(code) = text.data() {
+            for_each_call(code, text.address(), &targets, &[], |c| {
+                instr |= bit(own[c.hook].1)
+            });
+        }
+    }
+    for name in ["__mcount_loc", "__patchable_function_entries"] {
+        if file.section_by_name(name).is_some_and(|s| s.size() > 0) {
+            instr |= instrumentation::PATCHABLE_NOP;
+        }
+    }
     let links_runtime = file
         .symbols()
         .chain(file.dynamic_symbols())
@@ -31,7 +66,7 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
     let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();
     Ok(ProgramFacts {
         has_tracepoints,
-        has_sleds,
+        instrumentation: instr,
         links_runtime,
         dynamic,
     })

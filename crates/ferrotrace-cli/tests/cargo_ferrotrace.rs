@@ -95,6 +95,30 @@ fn record_builds_with_sleds_in_its_own_target_dir_and_traces() {
 }
 
 #[test]
+fn record_with_mcount_builds_with_mcount_calls_and_traces() {
+    let dir = scratch("cargo_record_mcount");
+    new_project(&dir);
+    let out = cargo_ferrotrace(&dir, None)
+        .args(["record", "--mcount", "--release", "-o", "t.data", "--", "9"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("sum=72"));
+    assert!(
+        dir.join("target/ferrotrace-mcount/release/demo").is_file(),
+        "mcount build in target/ferrotrace-mcount"
+    );
+    let t = Trace::open(dir.join("t.data")).expect("trace");
+    assert_eq!(
+        t.session.sources,
+        ferrotrace_core::schema::source::MCOUNT,
+        "recorded by mcount hooks"
+    );
+    let w = walk(&t, t.session.pid);
+    assert_eq!(w.entries.get("demo::step"), Some(&9), "{w:?}");
+}
+
+#[test]
 fn missing_nightly_is_said_plainly() {
     let dir = scratch("cargo_no_nightly");
     new_project(&dir);
@@ -176,6 +200,7 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("record", "mode") => "drop",
         ("record", "buffer-size") => "8M",
         ("record", "chunk-size") => "64K",
+        ("record", "depth") => "4",
         ("profile", "freq") => "99",
         ("profile", "event") => "cpu-clock",
         ("profile", "call-graph") => "fp",

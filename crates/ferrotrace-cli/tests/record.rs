@@ -6,155 +6,16 @@ use common::*;
 use ferrotrace_analysis::reader::{EventKind, Trace};
 use std::path::{Path, PathBuf};
 
-/// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
-fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
-    let mut entries = 0;
-    let mut exits = 0;
-    for &tid in trace.threads.keys() {
-        let mut stack: Vec<u32> = Vec::new();
-        for e in trace.thread_events(tid).expect("thread events") {
-            let e = e.expect("event");
-            let is_func = trace.function_name(e.id) == func;
-            match e.kind {
-                EventKind::Entry => {
-                    stack.push(e.id);
-                    entries += is_func as u64;
-                }
-                EventKind::Exit | EventKind::TailExit => {
-                    assert_eq!(
-                        stack.pop(),
-                        Some(e.id),
-                        "exit of {} does not match the open frame",
-                        trace.function_name(e.id)
-                    );
-                    exits += is_func as u64;
-                }
-                _ => {}
-            }
-        }
-        assert!(
-            stack.is_empty(),
-            "thread {tid} ends with open frames {stack:?}"
-        );
-    }
-    (entries, exits)
-}
-
-fn program_calls(stdout: &[u8]) -> u64 {
-    let s = text(stdout);
-    s.split_whitespace()
-        .find_map(|w| w.strip_prefix("calls="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or_else(|| panic!("no calls= in output: {s}"))
-}
-
 #[test]
 fn recursive_program_has_exactly_its_calls_in_every_run() {
-    let dir = scratch("fib_exact");
-    let fib = testprog("fib");
-    for run in 0..3 {
-        let (out, trace) = record(&dir, &[], &fib, &["22"]);
-        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
-        let calls = program_calls(&out.stdout);
-        let t = Trace::open(&trace).expect("open trace");
-        assert!(t.end.is_some() && t.truncation.is_none());
-        let (entries, exits) = nested_counts(&t, "fib::fib");
-        assert_eq!((entries, exits), (calls, calls), "run {run}");
-    }
-}
-
-/// What walking a thread's events with unwinding semantics found.
-#[derive(Default, Debug)]
-struct Walk {
-    /// Frames popped without their own exit, because an exit further down arrived (panic unwinding).
-    unwound: Vec<String>,
-    /// Exits with no matching entry (functions running before tracing started).
-    preexisting: Vec<String>,
-    /// Frames still open at the end of the thread's events.
-    open_at_end: Vec<String>,
-    entries: std::collections::HashMap<String, u64>,
-}
-
-fn walk(trace: &Trace, tid: u32) -> Walk {
-    let mut w = Walk::default();
-    let mut stack: Vec<u32> = Vec::new();
-    for e in trace.thread_events(tid).expect("events") {
-        let e = e.expect("event decodes");
-        let name = trace.function_name(e.id);
-        match e.kind {
-            EventKind::Entry => {
-                stack.push(e.id);
-                *w.entries.entry(name).or_default() += 1;
-            }
-            EventKind::Exit | EventKind::TailExit => match stack.iter().rposition(|&f| f == e.id) {
-                Some(pos) => {
-                    for f in stack.drain(pos + 1..) {
-                        w.unwound.push(trace.function_name(f));
-                    }
-                    stack.pop();
-                }
-                None => w.preexisting.push(name),
-            },
-            _ => {}
-        }
-    }
-    w.open_at_end = stack.iter().map(|&f| trace.function_name(f)).collect();
-    w
-}
-
-fn tid_named(trace: &Trace, name: &str) -> u32 {
-    trace
-        .threads
-        .values()
-        .find(|t| t.name == name)
-        .unwrap_or_else(|| panic!("no thread named {name}"))
-        .tid
+    assert_fib_exact_in_every_run(&scratch("fib_exact"), &testprog("fib"));
 }
 
 #[test]
 fn eight_threads_all_present_balanced_with_real_tids_and_names() {
     let dir = scratch("threads");
     let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    let expected_fn = [
-        "threads::sum_squares",
-        "threads::collatz_len",
-        "threads::string_work",
-    ];
-    for i in 0..8u64 {
-        let name = format!("worker-{i}");
-        let tid = tid_named(&t, &name);
-        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
-        let w = walk(&t, tid);
-        assert!(
-            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
-            "{name}: {w:?}"
-        );
-        let calls = 200 + i * 50;
-        assert_eq!(w.entries.get("threads::worker"), Some(&1), "{name}");
-        assert_eq!(
-            w.entries.get(expected_fn[(i % 3) as usize]),
-            Some(&calls),
-            "{name} did its own work"
-        );
-        let printed = format!("{name} calls={calls}");
-        assert!(
-            text(&out.stdout).contains(&printed),
-            "program says {printed}"
-        );
-    }
-    assert!(
-        t.threads.contains_key(&t.session.pid),
-        "main thread recorded under the process id"
-    );
-    // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
-    assert_eq!(t.threads.len(), 9);
-    assert!(
-        t.threads.keys().all(|&tid| tid > 16),
-        "{:?}",
-        t.threads.keys()
-    );
+    assert_threads_program(&out, &trace);
 }
 
 #[test]
@@ -259,48 +120,12 @@ fn vector_arguments_survive_the_slow_path() {
 
 #[test]
 fn shared_library_with_sleds_is_traced() {
-    let dir = scratch("uselib");
-    let (out, trace) = record(&dir, &[], &testprog("uselib"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    let lib = t
-        .functions
-        .values()
-        .find(|f| f.name == "xlib_work")
-        .expect("xlib_work traced");
-    let module = t
-        .modules
-        .iter()
-        .find(|m| m.id == lib.module)
-        .expect("module");
-    assert!(module.path.ends_with("libft_xlib.so"), "{}", module.path);
-    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (25, 25));
-    assert_eq!(nested_counts(&t, "uselib::call_lib"), (1, 1));
+    assert_linked_library_traced(&scratch("uselib"), &testprog("uselib"));
 }
 
 #[test]
 fn program_linking_the_runtime_uses_its_own_copy() {
-    let dir = scratch("linked");
-    let (out, trace) = record(&dir, &[], &testprog("linked"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(
-        text(&out.stdout).contains("recording=true"),
-        "the linked runtime is the one recording"
-    );
-    let t = Trace::open(&trace).expect("open");
-    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
-    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
-    assert!(
-        t.functions
-            .values()
-            .all(|f| !f.name.starts_with("ferrotrace")),
-        "the runtime never traces itself"
-    );
-    // Without `record`, the linked runtime stays dormant.
-    let plain = std::process::Command::new(testprog("linked"))
-        .output()
-        .expect("run");
-    assert!(text(&plain.stdout).contains("recording=false"));
+    assert_linked_program_records_itself(&scratch("linked"), &testprog("linked"));
 }
 
 #[test]
@@ -507,39 +332,7 @@ fn truncated_trace_reads_the_complete_prefix_and_says_so() {
 
 #[test]
 fn child_process_writes_its_own_valid_trace_and_status_passes_through() {
-    let dir = scratch("spawn");
-    let (out, trace) = record(&dir, &[], &testprog("spawner"), &[]);
-    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
-    assert!(text(&out.stdout).contains("child done"));
-    let parent = Trace::open(&trace).expect("parent trace");
-    let w = walk(&parent, parent.session.pid);
-    assert_eq!(w.entries.get("spawner::parent_work"), Some(&50));
-    assert_eq!(w.entries.get("spawner::child_work"), None);
-    assert!(w.unwound.is_empty() && w.preexisting.is_empty());
-    assert_eq!(
-        w.open_at_end.last().map(String::as_str),
-        Some("spawner::main"),
-        "main calls exit(3)"
-    );
-    let child_files: Vec<_> = std::fs::read_dir(&dir)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with("trace.data.")
-        })
-        .collect();
-    assert_eq!(child_files.len(), 1, "{child_files:?}");
-    let child = Trace::open(&child_files[0]).expect("child trace");
-    assert_eq!(child.session.ppid, parent.session.pid);
-    assert!(child_files[0]
-        .to_string_lossy()
-        .ends_with(&format!(".{}", child.session.pid)));
-    assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
-    assert!(text(&out.stderr).contains("a child process wrote"));
+    assert_spawned_child_writes_its_own_trace(&scratch("spawn"), &testprog("spawner"));
 }
 
 #[test]
@@ -548,10 +341,19 @@ fn binary_without_sleds_gets_a_clear_error() {
     let (out, _) = record(&dir, &[], std::path::Path::new("/bin/true"), &[]);
     assert_eq!(out.status.code(), Some(2));
     let err = text(&out.stderr);
-    assert!(
-        err.contains("has no XRay sleds") && err.contains("-Zinstrument-xray"),
-        "{err}"
-    );
+    // Every supported way to build is named.
+    for way in [
+        "is not instrumented",
+        "-Zinstrument-xray",
+        "-Zinstrument-mcount",
+        "-fxray-instrument",
+        "gcc -pg",
+        "-mfentry",
+        "-mnop-mcount",
+        "--mcount",
+    ] {
+        assert!(err.contains(way), "{way} in {err}");
+    }
     assert_eq!(err.lines().count(), 1, "one line: {err}");
 }
 
@@ -725,51 +527,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
 
 #[test]
 fn forked_children_write_their_own_complete_traces() {
-    let dir = scratch("fork");
-    let (out, trace) = record(&dir, &[], &testprog("forker"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let stdout = text(&out.stdout);
-    let t = Trace::open(&trace).expect("parent trace");
-    assert!(t.end.is_some() && t.truncation.is_none());
-    let w = walk(&t, t.session.pid);
-    assert_eq!(
-        w.entries.get("forker::work"),
-        Some(&30),
-        "the parent's calls only"
-    );
-    assert!(
-        w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
-        "{w:?}"
-    );
-    assert_eq!(t.threads.len(), 1);
-    // Each child: its own file, named after its pid, complete although the first left with `_exit`.
-    for (status, calls) in [(0, 1000), (3, 500)] {
-        let line = stdout
-            .lines()
-            .find(|l| l.starts_with(&format!("child={status} ")))
-            .unwrap_or_else(|| panic!("child exiting {status} in {stdout}"));
-        let pid: u32 = line.rsplit('=').next().unwrap().parse().unwrap();
-        let mut name = trace.clone().into_os_string();
-        name.push(format!(".{pid}"));
-        let c = Trace::open(std::path::Path::new(&name)).expect("child trace");
-        assert_eq!(c.session.pid, pid);
-        assert_eq!(c.session.ppid, t.session.pid);
-        assert!(
-            c.end.is_some() && c.truncation.is_none(),
-            "child {pid}: complete"
-        );
-        // The child starts recording inside the closure it runs, and ends inside it: that frame is
-        // open at the end, every `work` call is closed.
-        let w = walk(&c, pid);
-        assert_eq!(w.entries.get("forker::work"), Some(&calls), "child {pid}");
-        assert!(
-            w.unwound.is_empty()
-                && w.preexisting.is_empty()
-                && !w.open_at_end.iter().any(|f| f == "forker::work"),
-            "child {pid}: {w:?}"
-        );
-        assert_eq!(c.threads.len(), 1, "child {pid}: the thread that forked");
-    }
+    assert_forked_children_write_their_own_traces(&scratch("fork"), &testprog("forker"));
 }
 
 #[test]
@@ -848,16 +606,7 @@ fn children_without_sleds_are_left_alone() {
 
 #[test]
 fn library_loaded_with_dlopen_after_start_is_traced() {
-    let dir = scratch("dlopen");
-    let (out, trace) = record(&dir, &[], &testprog("dlopener"), &[]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let t = Trace::open(&trace).expect("open");
-    assert!(
-        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
-        "the dlopened module is in the map"
-    );
-    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
-    assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
+    assert_dlopened_library_traced(&scratch("dlopen"), &testprog("dlopener"));
 }
 
 #[test]

@@ -946,3 +946,35 @@ fn tracepoints_appear_in_replay_report_and_exports_with_their_arguments() {
     );
     assert!(decoded.contains("name: \"bytes\"") && decoded.contains("uint_value: 200"));
 }
+
+#[test]
+fn tracepoints_toggled_while_libraries_are_loaded_and_patched() {
+    // Two threads patch code at once: one toggles a tracepoint, the other dlopens libraries whose sleds
+    // the runtime patches. Both go through the one text patcher, so neither restores a page's
+    // protection in the middle of the other's writes (a fault), and both sets of patches hold.
+    let dir = scratch("tp_dlopen");
+    let (out, trace) = record(
+        &dir,
+        &["--trace", "tick"],
+        &testprog("tp_dlopen"),
+        &["300", dir.to_str().unwrap(), "8"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).starts_with("toggles=300 libraries=8 "));
+    let t = Trace::open(&trace).expect("trace");
+    assert!(t.end.is_some());
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (80, 80));
+    let libs = t
+        .modules
+        .iter()
+        .filter(|m| m.path.contains("libxlib"))
+        .count();
+    assert_eq!(libs, 8, "every copy found by a rescan");
+    // The final `tick` fires after the toggler has left it enabled.
+    let ticks = t
+        .thread_events(t.session.pid)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().kind == EventKind::Tracepoint)
+        .count();
+    assert!(ticks >= 1, "{ticks}");
+}

@@ -32,17 +32,41 @@ use crate::writer::TraceWriter;
 /// Events per Events chunk.
 const EVENTS_PER_CHUNK: usize = 4096;
 
-struct Buffered {
-    ticks: u64,
-    kind: EventKind,
-    id: u32,
-    payload: Vec<u8>,
-    fields: EventFields,
+/// One event of a thread, as [`encode_events`] takes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Its time, in the trace's ticks.
+    pub ticks: u64,
+    /// What happened.
+    pub kind: EventKind,
+    /// Function id, tracepoint id, stack id + 1, or count (see [`EventKind`]).
+    pub id: u32,
+    /// A tracepoint's argument bytes (empty for other kinds).
+    pub payload: Vec<u8>,
+    /// The fields of allocation and sample events.
+    pub fields: EventFields,
+}
+
+/// Appends the payload of an Events chunk of thread `tid` (its `seq`-th) holding `events`, in order, to
+/// `out`: the one encoding every writer that has its events in hand uses.
+pub fn encode_events(tid: u32, seq: u32, events: &[Event], out: &mut Vec<u8>) {
+    let base = events.first().map_or(0, |e| e.ticks);
+    let _ = schema::EventsHeader {
+        tid,
+        seq,
+        base_ticks: base,
+        count: events.len() as u64,
+    }
+    .encode(out);
+    let mut enc = EventEncoder::new(base);
+    for e in events {
+        let _ = enc.encode(e.ticks, e.kind, e.id, &e.payload, &e.fields, out);
+    }
 }
 
 #[derive(Default)]
 struct ThreadBuf {
-    events: Vec<Buffered>,
+    events: Vec<Event>,
     seq: u32,
 }
 
@@ -152,7 +176,7 @@ impl<W: Write> TraceBuilder<W> {
         self.stacks.len() as u32 - 1
     }
 
-    fn push(&mut self, tid: u32, ev: Buffered) -> io::Result<()> {
+    fn push(&mut self, tid: u32, ev: Event) -> io::Result<()> {
         self.first_ticks.get_or_insert(ev.ticks);
         self.last_ticks = self.last_ticks.max(ev.ticks);
         let t = self.threads.entry(tid).or_default();
@@ -170,7 +194,7 @@ impl<W: Write> TraceBuilder<W> {
         }
         self.push(
             tid,
-            Buffered {
+            Event {
                 ticks,
                 kind,
                 id,
@@ -184,7 +208,7 @@ impl<W: Write> TraceBuilder<W> {
     pub fn tracepoint_hit(&mut self, tid: u32, ticks: u64, id: u32, args: &[u8]) -> io::Result<()> {
         self.push(
             tid,
-            Buffered {
+            Event {
                 ticks,
                 kind: EventKind::Tracepoint,
                 id,
@@ -205,7 +229,7 @@ impl<W: Write> TraceBuilder<W> {
     ) -> io::Result<()> {
         self.push(
             tid,
-            Buffered {
+            Event {
                 ticks,
                 kind: EventKind::Sample,
                 id: stack.map_or(0, |s| s + 1),
@@ -226,7 +250,7 @@ impl<W: Write> TraceBuilder<W> {
     ) -> io::Result<()> {
         self.push(
             tid,
-            Buffered {
+            Event {
                 ticks,
                 kind: EventKind::Alloc,
                 id: stack.map_or(0, |s| s + 1),
@@ -240,7 +264,7 @@ impl<W: Write> TraceBuilder<W> {
     pub fn free(&mut self, tid: u32, ticks: u64, address: u64) -> io::Result<()> {
         self.push(
             tid,
-            Buffered {
+            Event {
                 ticks,
                 kind: EventKind::Free,
                 id: 0,
@@ -296,19 +320,8 @@ impl<W: Write> TraceBuilder<W> {
         let events = std::mem::take(&mut t.events);
         let seq = t.seq;
         t.seq += 1;
-        let base = events[0].ticks;
         let mut p = Vec::new();
-        let _ = schema::EventsHeader {
-            tid,
-            seq,
-            base_ticks: base,
-            count: events.len() as u64,
-        }
-        .encode(&mut p);
-        let mut enc = EventEncoder::new(base);
-        for e in &events {
-            let _ = enc.encode(e.ticks, e.kind, e.id, &e.payload, &e.fields, &mut p);
-        }
+        encode_events(tid, seq, &events, &mut p);
         self.events += events.len() as u64;
         self.w.chunk(ChunkKind::Events, &p)
     }

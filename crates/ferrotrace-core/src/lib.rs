@@ -12,6 +12,7 @@
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
 //!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
@@ -51,6 +52,7 @@ pub mod builder;
 pub mod clock;
 pub mod codec;
 pub mod format;
+pub mod mcount;
 pub mod record;
 pub mod schema;
 pub mod symbols;

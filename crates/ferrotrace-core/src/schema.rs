@@ -93,6 +93,12 @@ pub mod source {
     /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
     pub const EMBEDDED: u64 = 128;
 
+    /// Every way to build a program whose functions ferrotrace can trace, for messages.
+    pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
+        or RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' (nightly; `cargo ferrotrace build [--mcount]`), \
+        C/C++ with clang -fxray-instrument, gcc -pg or clang -pg, gcc -pg -mfentry, or gcc -pg -mnop-mcount \
+        -mrecord-mcount (with -no-pie)";
+
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
         const NAMES: [&str; 8] = [

@@ -4,7 +4,9 @@
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
 //! once, and its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
-//! (as forked children often do); everything else lives in the `ferrotrace` crate. Not for linking.
+//! (as forked children often do), and its `_Unwind_Backtrace` leaves the mcount return stub out of
+//! backtraces (Rust's panic backtraces); everything else lives in the `ferrotrace` crate. Not for
+//! linking.
 #![warn(missing_docs)]
 
 #[used]
@@ -74,4 +76,64 @@ pub unsafe extern "C" fn _exit(status: libc::c_int) -> ! {
 #[no_mangle]
 pub unsafe extern "C" fn _Exit(status: libc::c_int) -> ! {
     finish_then_exit(c"_Exit", status)
+}
+
+/// A `_Unwind_Backtrace` callback and its argument, with the stub frames to leave out.
+struct Backtrace {
+    callback: UnwindTraceFn,
+    arg: *mut libc::c_void,
+    stub: usize,
+}
+
+type UnwindTraceFn = unsafe extern "C" fn(*mut libc::c_void, *mut libc::c_void) -> libc::c_int;
+
+extern "C" {
+    fn _Unwind_GetIP(context: *mut libc::c_void) -> usize;
+}
+
+/// Passes every frame but the thread's mcount return stub on to the caller's callback.
+unsafe extern "C" fn skip_stub_frames(
+    context: *mut libc::c_void,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: `arg` is the `Backtrace` that `_Unwind_Backtrace` below passed, alive for the whole walk.
+    let bt = &*(arg as *const Backtrace);
+    if _Unwind_GetIP(context) == bt.stub {
+        return 0; // _URC_NO_REASON: go on to the next frame
+    }
+    (bt.callback)(context, bt.arg)
+}
+
+/// Interposes the unwinder's `_Unwind_Backtrace` (what Rust's backtraces use): while frames of this
+/// thread are hooked by mcount tracing, each is followed by a frame in the thread's return stub
+/// (unwinding through it is correct, see `ferrotrace::mcount`); those are left out, so the backtrace
+/// reads as without the tracer.
+///
+/// # Safety
+/// Same contract as the unwinder's `_Unwind_Backtrace`.
+#[no_mangle]
+pub unsafe extern "C" fn _Unwind_Backtrace(
+    callback: UnwindTraceFn,
+    arg: *mut libc::c_void,
+) -> libc::c_int {
+    type Real = unsafe extern "C" fn(UnwindTraceFn, *mut libc::c_void) -> libc::c_int;
+    let real = libc::dlsym(libc::RTLD_NEXT, c"_Unwind_Backtrace".as_ptr());
+    if real.is_null() {
+        return 9; // _URC_FATAL_PHASE1_ERROR: no unwinder to ask
+    }
+    // SAFETY: RTLD_NEXT's `_Unwind_Backtrace` is the unwinder's, with this signature.
+    let real = core::mem::transmute::<*mut libc::c_void, Real>(real);
+    let stub = ferrotrace::__preload::mcount_return_stub() as usize;
+    if stub == 0 {
+        return real(callback, arg);
+    }
+    let mut bt = Backtrace {
+        callback,
+        arg,
+        stub,
+    };
+    real(
+        skip_stub_frames,
+        &mut bt as *mut Backtrace as *mut libc::c_void,
+    )
 }

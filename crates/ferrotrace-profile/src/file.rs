@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::io::BufWriter;
 
+use ferrotrace_core::builder::{encode_events, Event};
 use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
-use ferrotrace_core::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use ferrotrace_core::record::EventKind;
 use ferrotrace_core::schema::{
-    self, ClockSample, EventsHeader, Payload, Sampler, SamplersHeader, StackNode, StacksHeader,
+    self, ClockSample, Sampler, SamplersHeader, StackNode, StacksHeader,
 };
 use ferrotrace_core::writer::TraceWriter;
 
@@ -185,32 +185,19 @@ impl SampleWriter {
     }
 
     fn events_chunk(&mut self, tid: u32, seq: u32, part: &[Pending]) -> std::io::Result<()> {
-        let base = part.first().map_or(0, |p| p.time);
+        let events: Vec<Event> = part
+            .iter()
+            .map(|p| Event {
+                ticks: p.time,
+                kind: EventKind::Sample,
+                id: p.stack.map_or(0, |s| s + 1),
+                payload: Vec::new(),
+                fields: [p.sampler as u64, p.weight],
+            })
+            .collect();
         let mut buf = std::mem::take(&mut self.scratch);
         buf.clear();
-        let _ = EventsHeader {
-            tid,
-            seq,
-            base_ticks: base,
-            count: part.len() as u64,
-        }
-        .encode(&mut buf);
-        let mut enc = EventEncoder::new(base);
-        let mut ev = [0u8; MAX_EVENT_LEN];
-        for p in part {
-            let mut sink = SliceSink::new(&mut ev);
-            let id = p.stack.map_or(0, |s| s + 1);
-            let _ = enc.encode(
-                p.time,
-                EventKind::Sample,
-                id,
-                &[],
-                &[p.sampler as u64, p.weight],
-                &mut sink,
-            );
-            let n = sink.len();
-            buf.extend_from_slice(&ev[..n]);
-        }
+        encode_events(tid, seq, &events, &mut buf);
         let r = self
             .w
             .chunk(ferrotrace_core::format::ChunkKind::Events, &buf);

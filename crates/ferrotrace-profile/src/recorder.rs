@@ -357,7 +357,12 @@ impl State {
                     .get(&_ptid)
                     .map(|t| t.1.clone())
                     .unwrap_or_default();
-                self.threads.entry(tid).or_insert((pid, name));
+                // The thread's samples may have been drained first (another CPU's ring) and found
+                // it gone from /proc: the name it was forked with is better than none.
+                let t = self.threads.entry(tid).or_insert((pid, String::new()));
+                if t.1.is_empty() {
+                    t.1 = name;
+                }
             }
             rt::LOST => {
                 let (Some(_id), Some(n)) = (c.u64(), c.u64()) else {

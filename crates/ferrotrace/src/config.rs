@@ -11,6 +11,8 @@
 //! | `FERROTRACE_MODE` | `lossless`, `drop` or `flight` | `lossless` |
 //! | `FERROTRACE_BUFFER_SIZE` | bytes of chunk memory (lossless, drop) or of the flight ring (flight); `K`/`M`/`G` suffixes | 16M |
 //! | `FERROTRACE_CHUNK_SIZE` | bytes per chunk (a power of two ≥ 256) | 64K |
+//! | `FERROTRACE_DEPTH` | trace mcount/fentry calls only down to this nesting depth (`-D`): deeper calls are left untraced, not counted as lost | all |
+//! | `FERROTRACE_SHADOW_DEPTH` | frames of each thread's shadow stack (mcount return hooks); deeper calls are not traced and are counted as lost | 16384 |
 //! | `FERROTRACE_USDT` | `off`: no thread watching the tracepoints' SDT semaphores, so tracers that attach to a running program (`bpftrace -p`) see nothing (`usdt`) | on, in programs with tracepoints |
 
 use std::ffi::OsString;
@@ -33,6 +35,10 @@ pub struct Config {
     pub buffer_size: usize,
     /// Bytes per chunk.
     pub chunk_size: usize,
+    /// Frames of each thread's shadow stack (mcount/fentry return hooks).
+    pub shadow_depth: usize,
+    /// Nesting depth below which mcount/fentry calls are not traced (`-D`), if limited.
+    pub max_depth: Option<usize>,
 }
 
 /// Parses `16M`, `512K`, `1G` or a plain number of bytes.
@@ -159,7 +165,29 @@ impl Config {
                 "FERROTRACE_CHUNK_SIZE: {chunk_size} is not a power of two of at least 256"
             ));
         }
+        let shadow_depth = match var("FERROTRACE_SHADOW_DEPTH") {
+            None => crate::mcount::DEFAULT_DEPTH,
+            Some(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|&d| (1..=1 << 24).contains(&d))
+                .ok_or_else(|| {
+                    format!("FERROTRACE_SHADOW_DEPTH: '{v}' is not a number of frames from 1 to 16777216")
+                })?,
+        };
+        let max_depth = var("FERROTRACE_DEPTH")
+            .map(|v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|&d| (1..=1 << 24).contains(&d))
+                    .ok_or_else(|| {
+                        format!("FERROTRACE_DEPTH: '{v}' is not a depth from 1 to 16777216")
+                    })
+            })
+            .transpose()?;
         Ok(Config {
+            shadow_depth,
+            max_depth,
             output: std::env::var_os("FERROTRACE_OUTPUT")
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)

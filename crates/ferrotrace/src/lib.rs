@@ -66,11 +66,15 @@ mod exit;
 #[cfg(ferrotrace_runtime)]
 mod live;
 #[cfg(ferrotrace_runtime)]
+mod mcount;
+#[cfg(ferrotrace_runtime)]
 mod pool;
 #[cfg(ferrotrace_runtime)]
 mod runtime;
 #[cfg(ferrotrace_runtime)]
 mod static_key;
+#[cfg(ferrotrace_runtime)]
+mod text;
 #[cfg(ferrotrace_runtime)]
 mod thread;
 #[cfg(ferrotrace_runtime)]
@@ -154,5 +158,10 @@ pub mod __preload {
         if let Some(rt) = crate::runtime::get() {
             rt.finish(crate::runtime::EndReason::Exit, 0, true);
         }
+    }
+
+    /// The calling thread's mcount return stub (0 if none): the frames a backtrace leaves out.
+    pub fn mcount_return_stub() -> u64 {
+        crate::mcount::thread_stub()
     }
 }

@@ -88,6 +88,8 @@ pub struct Runtime {
     /// The chunks that describe the program (modules, functions, tracepoints), as written at the head of
     /// the file and by rescans since: a forked child's trace starts with them.
     header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
+    /// How the program is instrumented (the Session chunk's field), for a forked child's trace.
+    instrumentation: u64,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -157,6 +159,14 @@ impl Runtime {
         } else {
             Duration::from_secs(30)
         });
+        let too_deep = crate::mcount::depth_lost();
+        if too_deep > 0 && !from_signal {
+            eprintln!(
+                "ferrotrace: {too_deep} calls nested deeper than the shadow stack ({} frames) were not traced \
+                 (counted as lost events); FERROTRACE_SHADOW_DEPTH sets its depth",
+                crate::mcount::depth()
+            );
+        }
     }
 
     /// False in a forked child that has not started recording on its own.
@@ -281,7 +291,12 @@ fn create_trace_file(path: &PathBuf) -> Result<File, String> {
     Ok(file)
 }
 
-fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8> {
+fn session_payload(
+    config: &Config,
+    tsc_hz: u64,
+    start_realtime: u64,
+    instrumentation: u64,
+) -> Vec<u8> {
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -289,7 +304,8 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64) -> Vec<u8>
     let cmdline = cmdline.strip_suffix(&[0]).unwrap_or(&cmdline);
     // SAFETY: getppid cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
-    let mut sources = schema::source::XRAY;
+    // How the functions were instrumented (XRay, mcount, fentry, NOPs: bits of the same values).
+    let mut sources = instrumentation;
     if !crate::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
     }
@@ -366,25 +382,36 @@ fn start(role: Role) -> Result<(), String> {
     }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
         if started_by_traced {
-            // A program the traced one runs (a shell, a compiler...) without sleds: nothing to record,
-            // and no reason to say so or leave an empty file.
+            // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
+            // record, and no reason to say so or leave an empty file.
             return Ok(());
         }
         if found.total_functions == 0 {
             eprintln!(
-                "ferrotrace: {} has no XRay-instrumented function: build with \
-                 RUSTFLAGS='-Zinstrument-xray=always' (nightly) or clang -fxray-instrument",
-                found.exe_name()
+                "ferrotrace: {} has no instrumented function: {}",
+                found.exe_name(),
+                ferrotrace_core::schema::source::HOW_TO_BUILD
             );
         } else if found.filter_hits.iter().all(|&hit| hit) {
             // The build is fine, and every -F matched something (a pattern that matched nothing was
             // named above): -N excluded what -F selected.
             eprintln!(
-                "ferrotrace: warning: -F/-N selected none of the {} XRay-instrumented functions of {}",
+                "ferrotrace: warning: -F/-N selected none of the {} instrumented functions of {}",
                 found.total_functions,
                 found.exe_name()
             );
         }
+    }
+    if found.no_frame_pointer > 0 && !started_by_traced {
+        eprintln!(
+            "ferrotrace: {} functions call mcount without setting up a frame pointer and are not traced: \
+             build with -Cforce-frame-pointers=yes (Rust) or without -fomit-frame-pointer (C)",
+            found.no_frame_pointer
+        );
+    }
+    match config.max_depth {
+        Some(limit) => crate::mcount::set_depth(limit, true),
+        None => crate::mcount::set_depth(config.shadow_depth, false),
     }
     let pool = new_pool(&config)?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
@@ -394,9 +421,9 @@ fn start(role: Role) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
-    let writer = open_trace(&config, &path, &header)?;
+    let writer = open_trace(&config, &path, &header, found.instrumentation)?;
     let rt = launch(
-        Runtime::new(config, pool, known, role, header),
+        Runtime::new(config, pool, known, role, header, found.instrumentation),
         writer,
         path,
         None,
@@ -422,6 +449,7 @@ fn open_trace(
     config: &Config,
     path: &PathBuf,
     header: &[(ChunkKind, Vec<u8>)],
+    instrumentation: u64,
 ) -> Result<Writer, String> {
     let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
@@ -431,7 +459,7 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime),
+            &session_payload(config, tsc_hz, start_realtime, instrumentation),
         )
         .map_err(io)?;
     writer
@@ -451,6 +479,7 @@ impl Runtime {
         known: xray::Known,
         role: Role,
         header: Vec<(ChunkKind, Vec<u8>)>,
+        instrumentation: u64,
     ) -> Runtime {
         Runtime {
             config,
@@ -471,6 +500,7 @@ impl Runtime {
             finished: AtomicBool::new(false),
             pid: std::process::id(),
             header: Mutex::new(header),
+            instrumentation,
         }
     }
 }
@@ -535,9 +565,16 @@ pub fn restart_in_forked_child() {
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
     let started = new_pool(&config).and_then(|pool| {
-        let writer = open_trace(&config, &path, &header)?;
+        let writer = open_trace(&config, &path, &header, parent.instrumentation)?;
         launch(
-            Runtime::new(config, pool, known, parent.role, header),
+            Runtime::new(
+                config,
+                pool,
+                known,
+                parent.role,
+                header,
+                parent.instrumentation,
+            ),
             writer,
             path,
             Some(parent),

@@ -153,6 +153,34 @@ pub fn forget_current_thread() {
     let _ = COLD.try_with(|cold| cold.slot.set(core::ptr::null()));
 }
 
+/// Runs `f` as runtime work on the calling thread: events of code it calls (a traced allocator, say)
+/// are dropped rather than recursed on. `None` (without running `f`) when the thread is already inside
+/// the runtime or never records.
+pub fn as_runtime<R>(f: impl FnOnce() -> R) -> Option<R> {
+    COLD.try_with(|cold| {
+        if cold.busy.get() || cold.ignored.get() {
+            return None;
+        }
+        cold.busy.set(true);
+        let r = f();
+        cold.busy.set(false);
+        Some(r)
+    })
+    .ok()
+    .flatten()
+}
+
+/// Counts `n` events the calling thread could not record; they are written as one `Lost` event with
+/// its next chunk (or at its end).
+pub fn count_lost(n: u64) {
+    let _ = COLD.try_with(|cold| {
+        // SAFETY: the slot pointer is null or a leaked, never-freed slot registered by this thread.
+        if let Some(slot) = unsafe { cold.slot.get().as_ref() } {
+            slot.lock().state().lost += n;
+        }
+    });
+}
+
 /// Called by `ferrotrace_slow_record` when the thread has no chunk or its chunk is full.
 pub extern "C" fn slow_path(tsc: u64, word: u64) {
     record_slow(Record { tsc, word }, &[]);
@@ -483,6 +511,7 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
+        crate::mcount::release_thread();
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.

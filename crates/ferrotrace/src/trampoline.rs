@@ -7,25 +7,45 @@
 //! moved to dead ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record`
 //! saves every caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
 
-use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use ferrotrace_core::record::Record;
 
-/// The per-thread cursor pair the trampolines use. `#[repr(C)]`: the assembly reads `cursor` at offset 0
-/// and `end` at offset 8. Both are null until the thread registers; `cursor >= end` sends every event to
-/// the slow path, which is how a thread is stopped from the outside (set `end` to null).
+/// The per-thread block the trampolines and the mcount hooks use. `#[repr(C)]`: the assembly reads
+/// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
+/// until the thread registers; `cursor >= end` sends every event to the slow path, which is how a thread
+/// is stopped from the outside (set `end` to null). The shadow stack (mcount return hooks, see
+/// [`crate::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
+/// call to the hook's slow path.
 #[repr(C)]
 pub struct Hot {
     /// Where the next record goes.
     pub cursor: AtomicPtr<Record>,
     /// One past the last record slot of the current chunk.
     pub end: AtomicPtr<Record>,
+    /// The next free shadow frame.
+    pub shadow_top: AtomicU64,
+    /// One past the last shadow frame.
+    pub shadow_limit: AtomicU64,
+    /// This thread's return stub: what a hooked frame's return address is replaced with.
+    pub shadow_stub: AtomicU64,
+    /// The shadow stack's first frame (a sentinel that matches nothing).
+    pub shadow_base: AtomicU64,
 }
 
 thread_local! {
     /// Const-initialised and without `Drop`, so it lives in the static TLS block at a fixed offset from
     /// the thread pointer, the same offset in every thread.
-    pub static HOT: Hot = const { Hot { cursor: AtomicPtr::new(core::ptr::null_mut()), end: AtomicPtr::new(core::ptr::null_mut()) } };
+    pub static HOT: Hot = const {
+        Hot {
+            cursor: AtomicPtr::new(core::ptr::null_mut()),
+            end: AtomicPtr::new(core::ptr::null_mut()),
+            shadow_top: AtomicU64::new(0),
+            shadow_limit: AtomicU64::new(0),
+            shadow_stub: AtomicU64::new(0),
+            shadow_base: AtomicU64::new(0),
+        }
+    };
 }
 
 /// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
@@ -185,7 +205,7 @@ pub fn trampolines(with_cpu: bool) -> [u64; 3] {
 }
 
 // The slow path receives the timestamp in rax and the record's second word in r10 and preserves every
-// register but those two (vector registers whole, through XSAVE where the OS enabled it): it is reached
+// register (r11 included) (vector registers whole, through XSAVE where the OS enabled it): it is reached
 // from the entry side (arguments live) and the exit side (return values live), with either stack
 // alignment.
 core::arch::global_asm!(
@@ -284,8 +304,24 @@ core::arch::global_asm!(
     ".purgem ferrotrace_exit_trampoline",
     "",
     ".p2align 4",
+    ".globl ferrotrace_slow_record",
+    ".hidden ferrotrace_slow_record",
     ".type ferrotrace_slow_record,@function",
     "ferrotrace_slow_record:",
+    "  push r11",
+    "  lea r11, [rip + {slow}]",
+    "  call ferrotrace_slow_call",
+    "  pop r11",
+    "  ret",
+    ".size ferrotrace_slow_record, . - ferrotrace_slow_record",
+    "",
+    // Calls the Rust function in r11 (`extern "C" fn(u64, u64) -> u64`) with the caller's rax and r10 as
+    // arguments, preserving every register but r11, which returns the function's result.
+    ".p2align 4",
+    ".globl ferrotrace_slow_call",
+    ".hidden ferrotrace_slow_call",
+    ".type ferrotrace_slow_call,@function",
+    "ferrotrace_slow_call:",
     "  push rbp",
     "  mov rbp, rsp",
     "  push rax",
@@ -318,7 +354,8 @@ core::arch::global_asm!(
     "  xsave64 [rsp]",
     "  mov rdi, qword ptr [rbp - 8]",
     "  mov rsi, qword ptr [rbp - 64]",
-    "  call {slow}",
+    "  call r11",
+    "  mov qword ptr [rbp - 72], rax",
     "  mov eax, {xsave_mask}",
     "  xor edx, edx",
     "  xrstor64 [rsp]",
@@ -345,7 +382,8 @@ core::arch::global_asm!(
     "  movaps [rsp + 240], xmm15",
     "  mov rdi, qword ptr [rbp - 8]",
     "  mov rsi, qword ptr [rbp - 64]",
-    "  call {slow}",
+    "  call r11",
+    "  mov qword ptr [rbp - 72], rax",
     "  movaps xmm0, [rsp + 0]",
     "  movaps xmm1, [rsp + 16]",
     "  movaps xmm2, [rsp + 32]",
@@ -375,7 +413,7 @@ core::arch::global_asm!(
     "  pop rax",
     "  pop rbp",
     "  ret",
-    ".size ferrotrace_slow_record, . - ferrotrace_slow_record",
+    ".size ferrotrace_slow_call, . - ferrotrace_slow_call",
     ".popsection",
     off = sym FERROTRACE_TLS_OFFSET,
     cpu_off = sym FERROTRACE_CPU_OFFSET,

@@ -19,6 +19,18 @@
 //!   measured in docs/performance.md; `FERROTRACE_USDT=off` leaves it out (tracers attaching later then
 //!   see nothing). A child forked without `exec` has no watcher.
 
+// The semaphores' section starts on a page of its own. The kernel raises a semaphore at its file
+// offset, in the mapping of the executable that covers that offset; when the page also belongs to the
+// previous segment (the linker packs the RELRO segment's last page and the data segment's first one
+// from the same file page, mapped twice), it may pick that mapping and raise a copy the program never
+// reads. Seen with rust-lld once the text grew by a few KiB: bpftrace -c saw no event.
+#[cfg(not(feature = "preload"))]
+core::arch::global_asm!(
+    ".pushsection .probes,\"awR\",@progbits",
+    ".p2align 12",
+    ".popsection"
+);
+
 use std::sync::atomic::Ordering;
 #[cfg(not(feature = "preload"))]
 use std::time::Duration;

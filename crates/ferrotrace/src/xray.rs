@@ -1,23 +1,27 @@
-//! Finding XRay sleds in every loaded object and patching the selected ones.
+//! Finding the instrumented functions of every loaded object and patching the selected ones.
 //!
 //! Discovery walks the loaded objects with `dl_iterate_phdr`, maps each one's file, and reads its
-//! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory.
+//! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory,
+//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount::find_sites`]).
 //! Function names come from the file's symbol table. Patching follows compiler-rt: make the pages
 //! writable, write bytes 2..11 of each sled, then its first two bytes with one atomic 16-bit store, so a
-//! thread running through sees either the old `jmp +9` or the whole new instruction pair.
+//! thread running through sees either the old `jmp +9` or the whole new instruction pair; NOPs become
+//! calls in one atomic write ([`crate::text`]).
 
 use std::ffi::CStr;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU16, Ordering};
 
-use ferrotrace_core::schema::{self, Payload};
+use ferrotrace_core::mcount::{is_nop5, Flavor};
+use ferrotrace_core::schema::{self, source as instrumentation, Payload};
 use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::config::Config;
 use crate::runtime::Role;
-use crate::trampoline;
+use crate::text::{rel32, Patcher};
+use crate::{mcount, trampoline};
 
 pub use ferrotrace_core::xray::SledKind;
 
@@ -53,6 +57,9 @@ pub struct Function {
     pub name: String,
     /// Its sleds: runtime address and kind.
     pub sleds: Vec<(u64, SledKind)>,
+    /// Its patchable NOPs (`-mnop-mcount`, `-fpatchable-function-entry`): runtime address and the hook
+    /// the patched call goes to.
+    pub nops: Vec<(u64, Flavor)>,
 }
 
 /// Result of discovery.
@@ -66,6 +73,13 @@ pub struct Discovery {
     pub total_functions: usize,
     /// For each `-F` regex (`Config::include`), whether it matched any instrumented function.
     pub filter_hits: Vec<bool>,
+    /// mcount/`__fentry__` call sites: `(the hook's return address, record word)`, word 0 for functions
+    /// not traced (filtered out, the runtime's own, or without a frame pointer).
+    pub calls: Vec<(u64, u64)>,
+    /// Functions calling mcount that cannot be traced because they set up no frame pointer.
+    pub no_frame_pointer: usize,
+    /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source`.
+    pub instrumentation: u64,
 }
 
 impl Discovery {
@@ -231,6 +245,123 @@ fn read_sleds(map: u64, count: usize) -> Vec<(u64, Vec<(u64, SledKind)>)> {
     funcs
 }
 
+/// Discovery inside one object: ids, selection and the symbol table.
+struct Scope<'a, 'b> {
+    config: &'a Config,
+    module: u32,
+    bias: u64,
+    symbols: &'a [(u64, u64, &'b str)],
+    /// Link-time range of the tracepoint plumbing's section (never traced), if any.
+    plumbing: Option<Range<u64>>,
+    next_id: &'a mut u32,
+    out: &'a mut Discovery,
+}
+
+impl Scope<'_, '_> {
+    /// Counts the instrumented function at runtime address `func` and, if it is selected, adds it with a
+    /// fresh id and returns it.
+    fn function(&mut self, func: u64) -> Option<&mut Function> {
+        self.out.total_functions += 1;
+        let vaddr = func.wrapping_sub(self.bias);
+        let (name, size) = match symbol_at(self.symbols, vaddr) {
+            Some((_, size, name)) => (name.to_string(), size),
+            None => (format!("fn_{vaddr:x}"), 0),
+        };
+        if is_runtime_function(&name, vaddr, self.plumbing.clone()) {
+            return None;
+        }
+        if !self.config.include.is_empty() {
+            // Which -F patterns match anything at all (a run that selects nothing says so).
+            let shown = display_name(&name);
+            for (hit, re) in self.out.filter_hits.iter_mut().zip(&self.config.include) {
+                *hit = *hit || re.is_match(&shown);
+            }
+        }
+        if !self.config.selects(&name) {
+            return None;
+        }
+        self.out.functions.push(Function {
+            id: *self.next_id,
+            module: self.module,
+            addr: func,
+            size,
+            name,
+            sleds: Vec::new(),
+            nops: Vec::new(),
+        });
+        *self.next_id += 1;
+        self.out.functions.last_mut()
+    }
+
+    /// Finds the object's mcount/`__fentry__` calls and patchable NOPs: calls of selected functions get
+    /// their function's record word, other calls word 0; NOPs of selected functions are listed to patch.
+    fn add_mcount_sites(&mut self, sites: &[mcount::Site], text: (u64, u64)) {
+        let mut i = 0;
+        while i < sites.len() {
+            let vaddr = sites[i].addr.wrapping_sub(self.bias);
+            let func = symbol_at(self.symbols, vaddr).filter(|s| s.1 > 0);
+            // The sites of one function are adjacent (sorted by address).
+            let end = match func {
+                Some((start, size, _)) => {
+                    let fn_end = self.bias.wrapping_add(start + size);
+                    i + sites[i..].iter().take_while(|s| s.addr < fn_end).count()
+                }
+                None => i + 1,
+            };
+            let group = &sites[i..end];
+            i = end;
+            let Some((start, _, _)) = func else {
+                // No symbol: no function start to check the prologue against, nor a name.
+                self.out.no_frame_pointer += 1;
+                self.out
+                    .calls
+                    .extend(group.iter().filter(|s| !s.nop).map(|s| (s.key, 0)));
+                continue;
+            };
+            let start = self.bias.wrapping_add(start);
+            let flavors: Vec<Option<Flavor>> = group
+                .iter()
+                .map(|s| mcount::hookable(s, start, text))
+                .collect();
+            for (s, f) in group.iter().zip(&flavors) {
+                self.out.instrumentation |= match (s.nop, f) {
+                    (true, _) => instrumentation::PATCHABLE_NOP,
+                    (false, Some(Flavor::Fentry)) => instrumentation::FENTRY,
+                    (false, _) => instrumentation::MCOUNT,
+                };
+            }
+            if flavors.iter().all(Option::is_none) {
+                self.out.total_functions += 1;
+                self.out.no_frame_pointer += 1;
+                self.out
+                    .calls
+                    .extend(group.iter().filter(|s| !s.nop).map(|s| (s.key, 0)));
+                continue;
+            }
+            let word = match self.function(start) {
+                Some(f) => {
+                    for (s, flavor) in group.iter().zip(&flavors) {
+                        if let (true, Some(flavor)) = (s.nop, flavor) {
+                            f.nops.push((s.addr, *flavor));
+                        }
+                    }
+                    mcount::record_word(f.id)
+                }
+                None => 0,
+            };
+            for (s, flavor) in group.iter().zip(&flavors) {
+                // A NOP becomes a call only when patched, so only a selected one's key is needed; a
+                // call of a function whose prologue the hook cannot use stays untraced.
+                if !s.nop || word != 0 {
+                    self.out
+                        .calls
+                        .push((s.key, if flavor.is_some() { word } else { 0 }));
+                }
+            }
+        }
+    }
+}
+
 /// What discovery has already seen: objects by load address and the next ids to hand out. Kept by the
 /// runtime so that a rescan after `dlopen` only looks at new objects and ids stay unique.
 #[derive(Clone, Debug, Default)]
@@ -288,17 +419,21 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             build_id,
         });
         let Some(elf) = elf else { continue };
-        let Some(section) = elf.section_by_name("xray_instr_map") else {
-            continue;
-        };
         // The preloaded runtime must not patch itself (the whole library is skipped); neither must the
-        // linked one (it has sleds when the program was built with -Zinstrument-xray): its functions are
-        // recognised below (`symbols`: its crates, and the tracepoint plumbing's section).
+        // linked one (it has sleds or mcount calls when the program was built with instrumentation): its
+        // functions are recognised by `Scope::function` (its crates, and the tracepoint plumbing's
+        // section).
         if role == Role::Preload && (text_start..text_end).contains(&own_text) {
             continue;
         }
-        let map = l.bias.wrapping_add(section.address());
-        let funcs = read_sleds(map, section.size() as usize / ENTRY_LEN);
+        let xray_map = elf.section_by_name("xray_instr_map");
+        let sites = match xray_map {
+            Some(_) => Vec::new(),
+            None => mcount::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
+        };
+        if xray_map.is_none() && sites.is_empty() {
+            continue;
+        }
         let mut symbols: Vec<(u64, u64, &str)> = elf
             .symbols()
             .chain(elf.dynamic_symbols())
@@ -312,39 +447,27 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
-        let plumbing = elf
-            .section_by_name(PLUMBING_SECTION)
-            .map(|s| s.address()..s.address() + s.size());
-        for (func, sleds) in funcs {
-            out.total_functions += 1;
-            let vaddr = func.wrapping_sub(l.bias);
-            let sym = symbol_at(&symbols, vaddr);
-            let (name, size) = match sym {
-                Some((_, size, name)) => (name.to_string(), size),
-                None => (format!("fn_{vaddr:x}"), 0),
-            };
-            if is_runtime_function(&name, vaddr, plumbing.clone()) {
-                continue;
-            }
-            if !config.include.is_empty() {
-                // Which -F patterns match anything at all (a run that selects nothing says so).
-                let shown = display_name(&name);
-                for (hit, re) in out.filter_hits.iter_mut().zip(&config.include) {
-                    *hit = *hit || re.is_match(&shown);
+        let mut scope = Scope {
+            config,
+            module: module_id,
+            bias: l.bias,
+            symbols: &symbols,
+            plumbing: elf
+                .section_by_name(PLUMBING_SECTION)
+                .map(|s| s.address()..s.address() + s.size()),
+            next_id: &mut next_id,
+            out: &mut out,
+        };
+        if let Some(section) = xray_map {
+            let map = l.bias.wrapping_add(section.address());
+            for (func, sleds) in read_sleds(map, section.size() as usize / ENTRY_LEN) {
+                if let Some(f) = scope.function(func) {
+                    f.sleds = sleds;
                 }
             }
-            if !config.selects(&name) {
-                continue;
-            }
-            out.functions.push(Function {
-                id: next_id,
-                module: module_id,
-                addr: func,
-                size,
-                name,
-                sleds,
-            });
-            next_id += 1;
+            scope.out.instrumentation |= instrumentation::XRAY;
+        } else {
+            scope.add_mcount_sites(&sites, (text_start, text_end));
         }
     }
     known.next_function_id = next_id;
@@ -353,10 +476,16 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 
 const PAGE: u64 = 4096;
 
-/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds, to the trampolines (those that
-/// record the CPU in live mode).
+/// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail (those that record
+/// the CPU in live mode), the mcount hook, the fentry hook.
+fn stub_targets() -> [u64; 5] {
+    let [entry, exit, tail] = trampoline::trampolines(crate::live::active());
+    let (mcount_hook, fentry_hook) = mcount::hook_addresses();
+    [entry, exit, tail, mcount_hook, fentry_hook]
+}
+
+/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds and patchable NOPs.
 fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
-    let targets = trampoline::trampolines(crate::live::active());
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
@@ -388,7 +517,7 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
             continue;
         }
         let page = p as *mut u8;
-        for (slot, target) in targets.into_iter().enumerate() {
+        for (slot, target) in stub_targets().into_iter().enumerate() {
             // jmp qword ptr [rip + 0]; .quad target; int3 int3
             let mut stub = [0xccu8; 16];
             stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
@@ -405,68 +534,52 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
     ))
 }
 
-/// Patches every sled of the selected functions. Safe while other threads run through them.
+/// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
+/// hands the mcount call sites to the hooks' table. Safe while other threads run through them.
 ///
 /// # Safety
-/// `found` is what [`discover`] returned, unchanged: every sled address is one of a loaded object's
-/// instrumentation map, and anything else would be overwritten with a call.
+/// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
+/// object's instrumentation, and anything else would be overwritten with a call.
 pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
+    mcount::publish(&found.calls);
+    let mut patcher = Patcher::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
             .functions
             .iter()
             .filter(|f| f.module == module.id)
             .collect();
-        let Some(lo) = funcs.iter().flat_map(|f| f.sleds.iter().map(|s| s.0)).min() else {
+        let sleds = funcs.iter().flat_map(|f| f.sleds.iter().map(|s| (s.0, 11)));
+        let nops = funcs.iter().flat_map(|f| f.nops.iter().map(|n| (n.0, 5)));
+        let spans: Vec<(u64, u64)> = sleds.chain(nops).collect();
+        let Some(lo) = spans.iter().map(|s| s.0).min() else {
             continue;
         };
-        let hi = funcs
-            .iter()
-            .flat_map(|f| f.sleds.iter().map(|s| s.0 + 11))
-            .max()
-            .unwrap_or(lo);
+        let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
         let stub = stub_page_near(lo, hi)?;
-        let first = lo & !(PAGE - 1);
-        let last = (hi + PAGE - 1) & !(PAGE - 1);
-        let len = (last - first) as usize;
-        // SAFETY: making the pages that hold the sleds writable; they may hold running code, hence RWX.
-        let rc = unsafe {
-            libc::mprotect(
-                first as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_WRITE | libc::PROT_EXEC,
-            )
-        };
-        if rc != 0 {
-            return Err(format!(
-                "cannot make {} writable to patch sleds: {}",
-                module.path.display(),
-                std::io::Error::last_os_error()
-            ));
-        }
+        patcher
+            .make_writable(lo as usize, (hi - lo) as usize)
+            .map_err(|e| format!("{}: {e}", module.path.display()))?;
         for f in &funcs {
             for &(sled, kind) in &f.sleds {
                 // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
                 // contract) and lie in pages made writable above.
-                unsafe { patch_sled(sled, kind, f.id, stub) };
+                unsafe { patch_sled(&patcher, sled, kind, f.id, stub) };
             }
-        }
-        // SAFETY: restoring the text protection.
-        unsafe {
-            libc::mprotect(
-                first as *mut libc::c_void,
-                len,
-                libc::PROT_READ | libc::PROT_EXEC,
-            )
-        };
-    }
-    // Make every core see the new code before its next instruction fetch (cross-modifying code).
-    // SAFETY: plain syscalls; failures only mean the older, still-correct serialisation of the kernel.
-    unsafe {
-        const REGISTER_SYNC_CORE: libc::c_long = 1 << 6; // MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE
-        const SYNC_CORE: libc::c_long = 1 << 5; // MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE
-        if libc::syscall(libc::SYS_membarrier, REGISTER_SYNC_CORE, 0) == 0 {
-            libc::syscall(libc::SYS_membarrier, SYNC_CORE, 0);
+            for &(site, flavor) in &f.nops {
+                let hook = stub + if flavor == Flavor::Mcount { 48 } else { 64 };
+                // SAFETY: a 5-byte NOP listed by the object's __mcount_loc or
+                // __patchable_function_entries (checked at discovery), made writable above; NOPs differ
+                // in their last byte (gcc's 0f 1f 44 00 00, clang's 0f 1f 44 00 08).
+                unsafe {
+                    let nop = (site as *const [u8; 5]).read();
+                    if let (true, Some(call)) =
+                        (is_nop5(&nop), rel32(0xe8, site as usize, hook as usize))
+                    {
+                        patcher.poke5(site as usize, nop, call);
+                    }
+                }
+            }
         }
     }
     Ok(())
@@ -475,16 +588,15 @@ pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
 /// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
 ///
 /// # Safety
-/// `sled` is an XRay sled of the given kind, in a writable page.
-unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
-    let p = sled as *mut u8;
+/// `sled` is an XRay sled of the given kind, in a page `patcher` made writable.
+unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub: u64) {
     let (expected_first, target, opcode) = match kind {
         SledKind::Entry => (0xebu8, stub, 0xe8u8),
         SledKind::Exit => (0xc3, stub + 16, 0xe9),
         SledKind::Tail => (0xeb, stub + 32, 0xe8),
     };
-    // SAFETY: the sled's 11 bytes are mapped and writable (the caller's contract).
-    if unsafe { p.read() } != expected_first {
+    // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
+    if unsafe { (sled as *const u8).read() } != expected_first {
         return; // already patched, or not a sled we know
     }
     let rel = (target as i64 - (sled as i64 + 11)) as i32;
@@ -494,13 +606,7 @@ unsafe fn patch_sled(sled: u64, kind: SledKind, id: u32, stub: u64) {
     bytes[2..6].copy_from_slice(&id.to_le_bytes());
     bytes[6] = opcode;
     bytes[7..11].copy_from_slice(&rel.to_le_bytes());
-    for (i, b) in bytes.iter().enumerate().skip(2) {
-        // SAFETY: as above; a thread running through still jumps over these bytes (`jmp +9` or `ret`).
-        unsafe { core::ptr::write_volatile(p.add(i), *b) };
-    }
-    core::sync::atomic::fence(Ordering::SeqCst);
-    // Sleds are 2-byte aligned: one atomic store flips the sled to the new instruction pair.
-    // SAFETY: the sled is 2-byte aligned and writable.
-    unsafe { &*(p as *const AtomicU16) }
-        .store(u16::from_le_bytes([bytes[0], bytes[1]]), Ordering::SeqCst);
+    // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
+    // instruction jumps over the rest until the flip.
+    unsafe { patcher.write_then_flip2(sled as usize, &bytes) };
 }

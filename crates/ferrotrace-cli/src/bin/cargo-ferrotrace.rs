@@ -1,13 +1,15 @@
-//! `cargo ferrotrace`: build the current cargo project with XRay sleds and trace it.
+//! `cargo ferrotrace`: build the current cargo project with XRay sleds (or mcount calls) and trace it.
 //!
 //! ```text
-//! cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-//! cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-//! cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+//! cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+//! cargo ferrotrace record [--mcount] [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 //! ```
 //! `build`, `run` and `record` use the nightly toolchain with `-Zinstrument-xray=always
-//! -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0` into `<target-dir>/ferrotrace`; `profile` needs no instrumentation and
+//! -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0` into `<target-dir>/ferrotrace` (with
+//! `--mcount`: `-Zinstrument-mcount` instead, into `<target-dir>/ferrotrace-mcount`); `profile` needs no
+//! instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
 //! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. RECORD-OPTIONS and PROFILE-OPTIONS
 //! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions. `record` and `profile` hand the built
@@ -25,9 +27,9 @@ const USAGE_HEAD: &str = "\
 Build the current cargo project with XRay instrumentation (nightly) and trace it with ferrotrace.
 
 Usage:
-  cargo ferrotrace build  [CARGO-BUILD-OPTIONS]
-  cargo ferrotrace run    [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
-  cargo ferrotrace record [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace build  [--mcount] [CARGO-BUILD-OPTIONS]
+  cargo ferrotrace run    [--mcount] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
+  cargo ferrotrace record [--mcount] [RECORD-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
   cargo ferrotrace profile [PROFILE-OPTIONS] [--bin NAME] [CARGO-BUILD-OPTIONS] [-- ARGS]
 ";
 
@@ -39,7 +41,8 @@ CARGO-BUILD-OPTIONS are passed to `cargo build` (--release, --features, -p, ...;
 ferrotrace in `record` and `profile`: spell cargo's --features there). The
 instrumented build goes to <target-dir>/ferrotrace with the nightly toolchain and
 RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0'; normal
-builds are untouched.";
+builds are untouched. --mcount builds with -Zinstrument-mcount instead of -Zinstrument-xray=always
+(calls to mcount in every function, as for gprof and uftrace) into <target-dir>/ferrotrace-mcount.";
 
 /// The options of `ferrotrace ACTION` that `cargo ferrotrace ACTION` takes and hands on, read from the
 /// very clap definitions `ferrotrace` parses with (so the two cannot drift): every option but the
@@ -96,6 +99,8 @@ struct Invocation {
     cargo_args: Vec<OsString>,
     bin: Option<String>,
     program_args: Vec<OsString>,
+    /// Instrument with mcount calls instead of XRay sleds.
+    mcount: bool,
 }
 
 /// What `--help` asks for: not an error, printed to stdout.
@@ -147,6 +152,7 @@ fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
         cargo_args: Vec::new(),
         bin: None,
         program_args: Vec::new(),
+        mcount: false,
     };
     let mut it = args.into_iter().skip(1);
     while let Some(a) = it.next() {
@@ -168,6 +174,11 @@ fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
                 };
                 inv.own_opts.push(value);
             }
+        } else if s == "--mcount" {
+            if inv.action == "profile" {
+                return Err("--mcount chooses how `build`, `run` and `record` instrument; `profile` needs no instrumentation".into());
+            }
+            inv.mcount = true;
         } else if s == "--bin" || s.starts_with("--bin=") {
             let value = match s.strip_prefix("--bin=") {
                 Some(v) => v.to_string(),
@@ -237,25 +248,27 @@ fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
         c
     } else {
         check_nightly()?;
-        rustflags.push_str(
-            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0",
-        );
+        rustflags.push_str(if inv.mcount {
+            " -Zinstrument-mcount -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
+        } else {
+            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
+        });
         let mut c = Command::new("rustup");
         c.args(["run", "nightly", "cargo"])
             .env_remove("RUSTUP_TOOLCHAIN");
         c
     };
-    let target = target_dir()?.with_file_name(if profiling {
-        "ferrotrace-profile"
-    } else {
-        "ferrotrace"
+    let target = target_dir()?.with_file_name(match (profiling, inv.mcount) {
+        (true, _) => "ferrotrace-profile",
+        (false, true) => "ferrotrace-mcount",
+        (false, false) => "ferrotrace",
     });
     eprintln!(
         "cargo ferrotrace: building {} into {}",
-        if profiling {
-            "with frame pointers"
-        } else {
-            "with nightly and XRay sleds"
+        match (profiling, inv.mcount) {
+            (true, _) => "with frame pointers",
+            (false, true) => "with nightly and mcount calls",
+            (false, false) => "with nightly and XRay sleds",
         },
         target.display()
     );

@@ -38,7 +38,7 @@ fn rust_type(t: &str) -> &str {
 /// Prints the listing.
 pub fn run(args: ListArgs) -> Result<ExitCode, String> {
     let path = elf::resolve_program(&args.program)?;
-    let bin = inspect(&path)?;
+    let bin = inspect(&path).map_err(|e| e.to_string())?;
     let show_tp = !args.functions;
     let show_fn = !args.tracepoints;
     if args.json {

@@ -50,11 +50,11 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
             program.display()
         ));
     }
-    if !args.filter.is_empty() && !facts.has_sleds {
+    if !args.filter.is_empty() && facts.instrumentation == 0 {
         return Err(format!(
-            "{} has no XRay sleds, so -F selects nothing: build it with \
-             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build",
-            program.display()
+            "{} is not instrumented, so -F selects nothing: {}",
+            program.display(),
+            ferrotrace_core::schema::source::HOW_TO_BUILD
         ));
     }
     let mut fds = [0i32; 2];

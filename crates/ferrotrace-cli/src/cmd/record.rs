@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::schema::source as instrumentation;
 
 use crate::elf;
 
@@ -43,6 +44,9 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
+    /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
+    #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
+    pub depth: Option<u32>,
     /// Bytes per thread chunk (power of two, at least 4K)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -157,13 +161,25 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         ));
     }
     let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if !facts.has_sleds && !records_tracepoints {
+    if facts.instrumentation == 0 && !records_tracepoints {
         return Err(format!(
-            "{} has no XRay sleds, so there is nothing to trace. Build it with \
-             RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' cargo +nightly build \
-             (or `cargo ferrotrace build`), or for C/C++ with clang -fxray-instrument",
+            "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
+             there is nothing to trace: {}",
+            program.display(),
+            instrumentation::HOW_TO_BUILD
+        ));
+    }
+    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
+    if args.depth.is_some() && facts.instrumentation & hooked == 0 {
+        return Err(format!(
+            "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and {} has \
+             no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the depth shown \
+             with `ferrotrace replay -D`",
             program.display()
         ));
+    }
+    if args.depth == Some(0) {
+        return Err("--depth must be at least 1".into());
     }
     let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
@@ -187,6 +203,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if let Some(s) = &args.chunk_size {
         cmd.env("FERROTRACE_CHUNK_SIZE", s);
+    }
+    if let Some(d) = args.depth {
+        cmd.env("FERROTRACE_DEPTH", d.to_string());
     }
     let _ = std::fs::remove_file(&output);
     let start = std::time::SystemTime::now();

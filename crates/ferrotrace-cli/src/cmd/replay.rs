@@ -81,12 +81,14 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
             .time_range
             .as_deref()
             .map(|r| parse_time_range(r, start))
-            .transpose()?,
+            .transpose()
+            .map_err(|e| e.to_string())?,
         fields: a
             .fields
             .as_deref()
             .map(Fields::parse)
-            .transpose()?
+            .transpose()
+            .map_err(|e| e.to_string())?
             .unwrap_or_default(),
         srclines: if a.srcline {
             super::srclines(&trace)?

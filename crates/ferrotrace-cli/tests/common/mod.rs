@@ -3,6 +3,8 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
+
+use ferrotrace_analysis::reader::{EventKind, Trace};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -45,21 +47,65 @@ fn run_ok(cmd: &mut Command, what: &str) {
     );
 }
 
+/// Builds `testprogs/` with nightly and `rustflags` into `testprogs/target/SUBDIR` (the default
+/// `testprogs/target` for none) and returns the directory of the release binaries.
+fn build_testprogs(subdir: Option<&str>, rustflags: &str) -> PathBuf {
+    let root = repo().join("testprogs");
+    let mut cmd = Command::new("rustup");
+    clean_cargo_env(&mut cmd)
+        .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
+        .current_dir(&root)
+        .env("RUSTFLAGS", rustflags);
+    let target = match subdir {
+        Some(d) => {
+            cmd.env("CARGO_TARGET_DIR", root.join("target").join(d));
+            root.join("target").join(d)
+        }
+        None => root.join("target"),
+    };
+    run_ok(
+        &mut cmd,
+        &format!("building testprogs with nightly and {rustflags} (is the nightly toolchain installed? rustup toolchain install nightly)"),
+    );
+    target.join("release")
+}
+
 /// Path of a test program from `testprogs/`, built once per test binary with nightly and XRay sleds.
 pub fn testprog(name: &str) -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
-    let dir = BUILT.get_or_init(|| {
-        let root = repo().join("testprogs");
-        run_ok(
-            clean_cargo_env(&mut Command::new("rustup"))
-                .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
-                .current_dir(&root)
-                .env("RUSTFLAGS", "-Zinstrument-xray=always -Cforce-frame-pointers=yes"),
-            "building testprogs with nightly (is the nightly toolchain installed? rustup toolchain install nightly)",
-        );
-        root.join("target/release")
-    });
-    dir.join(name)
+    BUILT
+        .get_or_init(|| {
+            build_testprogs(None, "-Zinstrument-xray=always -Cforce-frame-pointers=yes")
+        })
+        .join(name)
+}
+
+/// Path of a test program from `testprogs/`, built once per test binary with nightly and mcount calls
+/// (`-Zinstrument-mcount -Cforce-frame-pointers=yes`) into `testprogs/target/mcount`.
+pub fn testprog_mcount(name: &str) -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_testprogs(
+                Some("mcount"),
+                "-Zinstrument-mcount -Cforce-frame-pointers=yes",
+            )
+        })
+        .join(name)
+}
+
+/// Builds `testprogs/c/SOURCE` into `dir/OUT` with `compiler` (gcc, g++, clang-16) and `flags`.
+pub fn build_c(dir: &Path, compiler: &str, source: &str, out: &str, flags: &[&str]) -> PathBuf {
+    let exe = dir.join(out);
+    run_ok(
+        Command::new(compiler)
+            .args(flags)
+            .arg("-o")
+            .arg(&exe)
+            .arg(repo().join("testprogs/c").join(source)),
+        &format!("{compiler} {flags:?} {source}"),
+    );
+    exe
 }
 
 /// Path of the preload library, built once per test binary in the test profile.
@@ -151,6 +197,264 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
     text(&out.stdout)
 }
 
+/// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
+pub fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
+    let mut entries = 0;
+    let mut exits = 0;
+    for &tid in trace.threads.keys() {
+        let mut stack: Vec<u32> = Vec::new();
+        for e in trace.thread_events(tid).expect("thread events") {
+            let e = e.expect("event");
+            let is_func = trace.function_name(e.id) == func;
+            match e.kind {
+                EventKind::Entry => {
+                    stack.push(e.id);
+                    entries += is_func as u64;
+                }
+                EventKind::Exit | EventKind::TailExit => {
+                    assert_eq!(
+                        stack.pop(),
+                        Some(e.id),
+                        "exit of {} does not match the open frame",
+                        trace.function_name(e.id)
+                    );
+                    exits += is_func as u64;
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            stack.is_empty(),
+            "thread {tid} ends with open frames {stack:?}"
+        );
+    }
+    (entries, exits)
+}
+
+pub fn program_calls(stdout: &[u8]) -> u64 {
+    let s = text(stdout);
+    s.split_whitespace()
+        .find_map(|w| w.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no calls= in output: {s}"))
+}
+
+/// What walking a thread's events with unwinding semantics found.
+#[derive(Default, Debug)]
+pub struct Walk {
+    /// Frames popped without their own exit, because an exit further down arrived (panic unwinding).
+    pub unwound: Vec<String>,
+    /// Exits with no matching entry (functions running before tracing started).
+    pub preexisting: Vec<String>,
+    /// Frames still open at the end of the thread's events.
+    pub open_at_end: Vec<String>,
+    pub entries: std::collections::HashMap<String, u64>,
+}
+
+pub fn walk(trace: &Trace, tid: u32) -> Walk {
+    let mut w = Walk::default();
+    let mut stack: Vec<u32> = Vec::new();
+    for e in trace.thread_events(tid).expect("events") {
+        let e = e.expect("event decodes");
+        let name = trace.function_name(e.id);
+        match e.kind {
+            EventKind::Entry => {
+                stack.push(e.id);
+                *w.entries.entry(name).or_default() += 1;
+            }
+            EventKind::Exit | EventKind::TailExit => match stack.iter().rposition(|&f| f == e.id) {
+                Some(pos) => {
+                    for f in stack.drain(pos + 1..) {
+                        w.unwound.push(trace.function_name(f));
+                    }
+                    stack.pop();
+                }
+                None => w.preexisting.push(name),
+            },
+            _ => {}
+        }
+    }
+    w.open_at_end = stack.iter().map(|&f| trace.function_name(f)).collect();
+    w
+}
+
+pub fn tid_named(trace: &Trace, name: &str) -> u32 {
+    trace
+        .threads
+        .values()
+        .find(|t| t.name == name)
+        .unwrap_or_else(|| panic!("no thread named {name}"))
+        .tid
+}
+
+/// Checks a run of `testprogs` `threads` (eight named workers, each doing its own share of work) and
+/// its trace: every worker under its own real OS tid and name, balanced, with exactly its calls.
+pub fn assert_threads_program(out: &Output, trace: &Path) {
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(trace).expect("open");
+    let expected_fn = [
+        "threads::sum_squares",
+        "threads::collatz_len",
+        "threads::string_work",
+    ];
+    for i in 0..8u64 {
+        let name = format!("worker-{i}");
+        let tid = tid_named(&t, &name);
+        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
+        let w = walk(&t, tid);
+        assert!(
+            w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+            "{name}: {w:?}"
+        );
+        let calls = 200 + i * 50;
+        assert_eq!(w.entries.get("threads::worker"), Some(&1), "{name}");
+        assert_eq!(
+            w.entries.get(expected_fn[(i % 3) as usize]),
+            Some(&calls),
+            "{name} did its own work"
+        );
+        let printed = format!("{name} calls={calls}");
+        assert!(
+            text(&out.stdout).contains(&printed),
+            "program says {printed}"
+        );
+    }
+    assert!(
+        t.threads.contains_key(&t.session.pid),
+        "main thread recorded under the process id"
+    );
+    // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
+    assert_eq!(t.threads.len(), 9);
+    assert!(
+        t.threads.keys().all(|&tid| tid > 16),
+        "{:?}",
+        t.threads.keys()
+    );
+}
+
+/// Records `fib 22` three times: every run's trace has exactly the calls the program counted, each
+/// entry matched by its exit.
+pub fn assert_fib_exact_in_every_run(dir: &Path, fib: &Path) {
+    for run in 0..3 {
+        let (out, trace) = record(dir, &[], fib, &["22"]);
+        assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
+        let calls = program_calls(&out.stdout);
+        let t = Trace::open(&trace).expect("open trace");
+        assert!(t.end.is_some() && t.truncation.is_none());
+        assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls), "run {run}");
+    }
+}
+
+/// Records `testprogs` `linked` (which links the runtime): its own copy records (the collector thread
+/// never traced, nor the runtime's own functions), and stays dormant without `record`.
+pub fn assert_linked_program_records_itself(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("recording=true"),
+        "the linked runtime is the one recording"
+    );
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
+    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
+    assert!(
+        t.functions
+            .values()
+            .all(|f| !f.name.starts_with("ferrotrace")),
+        "the runtime never traces itself"
+    );
+    let plain = Command::new(prog).current_dir(dir).output().expect("run");
+    assert!(text(&plain.stdout).contains("recording=false"));
+}
+
+/// Records `testprogs` `spawner`, which runs a copy of itself (fork and exec) and exits with status 3:
+/// the status passes through, the parent's trace has the parent's calls, the child writes its own
+/// trace named after its pid, and `record` says so.
+pub fn assert_spawned_child_writes_its_own_trace(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("child done"));
+    let parent = Trace::open(&trace).expect("parent trace");
+    let w = walk(&parent, parent.session.pid);
+    assert_eq!(w.entries.get("spawner::parent_work"), Some(&50));
+    assert_eq!(w.entries.get("spawner::child_work"), None);
+    assert!(w.unwound.is_empty() && w.preexisting.is_empty());
+    assert_eq!(
+        w.open_at_end.last().map(String::as_str),
+        Some("spawner::main"),
+        "main calls exit(3)"
+    );
+    let child_files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with("trace.data.")
+        })
+        .collect();
+    assert_eq!(child_files.len(), 1, "{child_files:?}");
+    let child = Trace::open(&child_files[0]).expect("child trace");
+    assert_eq!(child.session.ppid, parent.session.pid);
+    assert!(child_files[0]
+        .to_string_lossy()
+        .ends_with(&format!(".{}", child.session.pid)));
+    assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
+    assert!(text(&out.stderr).contains("a child process wrote"));
+}
+
+/// Records `testprogs` `forker`, which forks twice without exec: the parent's trace has the parent's
+/// calls only; each child writes its own complete trace, named after its pid, although the first
+/// leaves with `_exit`.
+pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let t = Trace::open(&trace).expect("parent trace");
+    assert!(t.end.is_some() && t.truncation.is_none());
+    let w = walk(&t, t.session.pid);
+    assert_eq!(
+        w.entries.get("forker::work"),
+        Some(&30),
+        "the parent's calls only"
+    );
+    assert!(
+        w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
+        "{w:?}"
+    );
+    assert_eq!(t.threads.len(), 1);
+    // Each child: its own file, named after its pid, complete although the first left with `_exit`.
+    for (status, calls) in [(0, 1000), (3, 500)] {
+        let line = stdout
+            .lines()
+            .find(|l| l.starts_with(&format!("child={status} ")))
+            .unwrap_or_else(|| panic!("child exiting {status} in {stdout}"));
+        let pid: u32 = line.rsplit('=').next().unwrap().parse().unwrap();
+        let mut name = trace.clone().into_os_string();
+        name.push(format!(".{pid}"));
+        let c = Trace::open(std::path::Path::new(&name)).expect("child trace");
+        assert_eq!(c.session.pid, pid);
+        assert_eq!(c.session.ppid, t.session.pid);
+        assert!(
+            c.end.is_some() && c.truncation.is_none(),
+            "child {pid}: complete"
+        );
+        // The child starts recording inside the closure it runs, and ends inside it: that frame is
+        // open at the end, every `work` call is closed.
+        let w = walk(&c, pid);
+        assert_eq!(w.entries.get("forker::work"), Some(&calls), "child {pid}");
+        assert!(
+            w.unwound.is_empty()
+                && w.preexisting.is_empty()
+                && !w.open_at_end.iter().any(|f| f == "forker::work"),
+            "child {pid}: {w:?}"
+        );
+        assert_eq!(c.threads.len(), 1, "child {pid}: the thread that forked");
+    }
+}
+
 /// `ferrotrace record --mode drop -F '^fib::fib$' -o TRACE -- fib 24` with two 4 KiB chunks, program and
 /// collector on one CPU: the program outruns the collector, so events are lost (and counted).
 pub fn record_losing_events(trace: &Path) -> Output {
@@ -174,4 +478,39 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .arg("24")
         .output()
         .expect("run ferrotrace record under taskset")
+}
+
+/// Records `testprogs` `uselib`, linked against the instrumented `libft_xlib.so`: the library's
+/// functions are traced and attributed to its module.
+pub fn assert_linked_library_traced(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let lib = t
+        .functions
+        .values()
+        .find(|f| f.name == "xlib_work")
+        .expect("xlib_work traced");
+    let module = t
+        .modules
+        .iter()
+        .find(|m| m.id == lib.module)
+        .expect("module");
+    assert!(module.path.ends_with("libft_xlib.so"), "{}", module.path);
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (25, 25));
+    assert_eq!(nested_counts(&t, "uselib::call_lib"), (1, 1));
+}
+
+/// Records `testprogs` `dlopener`, which loads the instrumented `libft_xlib.so` with `dlopen` after
+/// start-up: the library is found by a rescan and its calls are traced.
+pub fn assert_dlopened_library_traced(dir: &Path, prog: &Path) {
+    let (out, trace) = record(dir, &[], prog, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    assert!(
+        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
+        "the dlopened module is in the map"
+    );
+    assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
+    assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
 }

@@ -1,0 +1,793 @@
+//! Tracing programs built with mcount or `__fentry__` calls (`-Zinstrument-mcount`, `gcc -pg`,
+//! `gcc -pg -mfentry`), and patching the NOPs of `gcc -pg -mnop-mcount -mrecord-mcount` and
+//! `-fpatchable-function-entry=5` into calls, with the same records and chunks as the XRay trampolines.
+//!
+//! **Entry.** The runtime exports `mcount`, `_mcount` and `__fentry__` (the preload library's override
+//! the C library's; a program that links the runtime binds its calls to them). A hook looks its own
+//! return address up in the site table (a hash table from return address to record word, built at
+//! discovery; word 0 = not traced: filtered out, the runtime's own code, or no frame pointer), and for a
+//! traced function pushes `{real return address, its stack slot, word}` on the thread's shadow stack,
+//! replaces the return address in the stack with the thread's return stub, and appends an entry record
+//! through the same `HOT` cursor as the XRay trampolines. A filtered-out function costs the call, the
+//! lookup and a `ret`.
+//!
+//! **Exit.** The function returns into the stub, which jumps to [`ferrotrace_mcount_return`]: it pops
+//! the frame (the one whose slot is the one just returned through), appends the exit record, and `jmp`s
+//! to the real return address (a `ret` there would unbalance the return stack buffer for the callers
+//! above). Frames above it that never returned (left by `longjmp` or unwinding) are dropped first: the
+//! trace shows them as unwound.
+//!
+//! **Unwinding.** Each thread's return stub has its own DWARF CFI, registered with the unwinder
+//! (`__register_frame`): the caller's return address is the shadow frame whose slot is the stub frame's
+//! CFA − 8, found by a loop in a DWARF expression. So `_Unwind_RaiseException` (Rust panics, C++
+//! exceptions), `_Unwind_Backtrace` (panic backtraces, `backtrace()`) and forced unwinding walk through
+//! hooked frames without any change to the stack; a landing pad in a hooked frame keeps its hook and its
+//! exit is recorded. To an unwinder the stub is one more frame after each hooked function; the preload
+//! library's `_Unwind_Backtrace` leaves those out.
+//!
+//! **Depth.** Calls nested deeper than the shadow stack (`FERROTRACE_SHADOW_DEPTH`, 16384 frames by
+//! default) are not traced: neither entry nor exit is recorded, each is counted as two lost events, and
+//! the runtime says how many at the end. `record -D N` makes the shadow stack N frames deep and leaves
+//! deeper calls out on purpose (not counted).
+//!
+//! **Registers.** Hooks preserve every register but the flags (gcc's `-fipa-ra` lets callers keep values
+//! in registers a callee is known not to touch, and the mcount call in the prologue is invisible to
+//! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
+//! everything, vector state included (see [`crate::trampoline`]).
+
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use ferrotrace_core::mcount::{
+    for_each_call, has_frame_pointer_prologue, hook_flavor, is_nop5, plt_stub_slot, Flavor, ENDBR64,
+};
+use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
+
+use crate::trampoline::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
+
+/// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
+const FRAME: u64 = 24;
+
+/// Default shadow stack depth in frames.
+pub const DEFAULT_DEPTH: usize = 16384;
+
+static DEPTH: AtomicU64 = AtomicU64::new(DEFAULT_DEPTH as u64);
+
+/// The depth is a limit the user asked for (`-D`): calls below it are left out on purpose, not lost.
+static DEPTH_IS_LIMIT: AtomicBool = AtomicBool::new(false);
+
+/// Calls not traced because the shadow stack was full, in every thread.
+static DEPTH_LOST: AtomicU64 = AtomicU64::new(0);
+
+/// Sets the shadow stack depth of threads that start tracing from now on; `limit` says the user asked
+/// for it (`-D`): deeper calls are then left out without being counted as lost.
+pub fn set_depth(frames: usize, limit: bool) {
+    DEPTH.store(frames.max(1) as u64, Ordering::Relaxed);
+    DEPTH_IS_LIMIT.store(limit, Ordering::Relaxed);
+}
+
+/// Calls not traced so far because they were nested deeper than the shadow stack.
+pub fn depth_lost() -> u64 {
+    DEPTH_LOST.load(Ordering::Relaxed)
+}
+
+/// The shadow stack depth in frames.
+pub fn depth() -> u64 {
+    DEPTH.load(Ordering::Relaxed)
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Finding sites in a loaded object.
+
+/// A site found in a loaded object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Site {
+    /// Runtime address of the call (or NOP) instruction.
+    pub addr: u64,
+    /// What the hook sees as its return address: the key of the site table.
+    pub key: u64,
+    /// Which hook it calls (or, for a NOP, would call once patched).
+    pub flavor: Flavor,
+    /// A patchable NOP rather than a call.
+    pub nop: bool,
+}
+
+/// Reads `len` bytes of this process's memory at `addr`, or `None` outside every loaded object's
+/// executable segments (`text` = the object's `[start, end)`).
+fn code_at(addr: u64, len: usize, text: (u64, u64)) -> Option<&'static [u8]> {
+    if addr < text.0 || addr.checked_add(len as u64)? > text.1 {
+        return None;
+    }
+    // SAFETY: inside the object's mapped executable segments (from its program headers), which stay
+    // mapped as long as the object is loaded; readable (R-X).
+    Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
+}
+
+/// Finds the mcount/`__fentry__` calls and the patchable NOPs of one loaded object. `text` is the
+/// runtime range of its executable segments; `main` is true for the executable (whose own definitions of
+/// the hooks, when it links the runtime, are what its calls target).
+pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -> Vec<Site> {
+    let hook_symbols = |syms: object::SymbolIterator<'_, '_>, defined: bool| {
+        syms.filter(move |s| s.is_undefined() != defined)
+            .filter_map(|s| Some((s.address(), hook_flavor(s.name().ok()?)?)))
+            .collect::<Vec<_>>()
+    };
+    let imported = hook_symbols(elf.dynamic_symbols(), false);
+    let defined: Vec<(u64, Flavor)> = if main {
+        hook_symbols(elf.symbols(), true)
+            .into_iter()
+            .chain(hook_symbols(elf.dynamic_symbols(), true))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    let mut sites = Vec::new();
+    if !imported.is_empty() || !defined.is_empty() {
+        // GOT slots of the hooks (PLT jumps and `call *slot(%rip)` go through them).
+        let mut slots: Vec<(u64, Flavor)> = Vec::new();
+        if let (Some(relocs), Some(dynsyms)) =
+            (elf.dynamic_relocations(), elf.dynamic_symbol_table())
+        {
+            for (offset, reloc) in relocs {
+                if let object::RelocationTarget::Symbol(index) = reloc.target() {
+                    let flavor = dynsyms
+                        .symbol_by_index(index)
+                        .ok()
+                        .and_then(|s| hook_flavor(s.name().ok()?));
+                    if let Some(flavor) = flavor {
+                        slots.push((bias.wrapping_add(offset), flavor));
+                    }
+                }
+            }
+        }
+        let mut targets: Vec<(u64, Flavor)> = defined
+            .iter()
+            .map(|&(a, f)| (bias.wrapping_add(a), f))
+            .collect();
+        let plt = |name: &str| name.starts_with(".plt");
+        for section in elf.sections() {
+            if !section.name().is_ok_and(plt) {
+                continue;
+            }
+            let start = bias.wrapping_add(section.address());
+            for stub in (start..start + section.size()).step_by(16) {
+                let Some(code) =
+                    code_at(stub, 16.min((start + section.size() - stub) as usize), text)
+                else {
+                    continue;
+                };
+                if let Some(slot) = plt_stub_slot(code, stub) {
+                    if let Some(&(_, f)) = slots.iter().find(|s| s.0 == slot) {
+                        targets.push((stub, f));
+                    }
+                }
+            }
+        }
+        let target_addrs: Vec<u64> = targets.iter().map(|t| t.0).collect();
+        let slot_addrs: Vec<u64> = slots.iter().map(|s| s.0).collect();
+        for section in elf.sections() {
+            let executable = matches!(section.flags(), SectionFlags::Elf { sh_flags } if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0);
+            if !executable || section.name().is_ok_and(plt) {
+                continue;
+            }
+            let start = bias.wrapping_add(section.address());
+            let Some(code) = code_at(start, section.size() as usize, text) else {
+                continue;
+            };
+            for_each_call(code, start, &target_addrs, &slot_addrs, |c| {
+                let flavor = if c.len == 5 {
+                    targets[c.hook].1
+                } else {
+                    slots[c.hook].1
+                };
+                sites.push(Site {
+                    addr: c.site,
+                    key: c.site + c.len as u64,
+                    flavor,
+                    nop: false,
+                });
+            });
+        }
+    }
+    // Patchable NOPs: the sections list runtime addresses (relocated at load), so read them from memory.
+    for name in ["__mcount_loc", "__patchable_function_entries"] {
+        let Some(section) = elf.section_by_name(name) else {
+            continue;
+        };
+        let at = bias.wrapping_add(section.address());
+        for i in 0..section.size() / 8 {
+            // SAFETY: an allocated section of the loaded object, `size` bytes long; entries may be
+            // unaligned in principle.
+            let addr = unsafe { ((at + i * 8) as *const u64).read_unaligned() };
+            let addr = if addr < bias {
+                bias.wrapping_add(addr)
+            } else {
+                addr
+            };
+            if code_at(addr, 5, text).is_some_and(is_nop5) {
+                sites.push(Site {
+                    addr,
+                    key: addr + 5,
+                    flavor: Flavor::Mcount, // decided against the function's start by the caller
+                    nop: true,
+                });
+            }
+        }
+    }
+    sites.sort_unstable_by_key(|s| s.addr);
+    sites.dedup_by_key(|s| s.addr);
+    sites
+}
+
+/// Whether a site in the function starting at `func` can be hooked, and with which flavor: a NOP at
+/// the function's start (after an optional `endbr64`) is an fentry site; an mcount site needs the
+/// function to set up its frame pointer (`rbp + 8` is where the hook finds the return address).
+pub fn hookable(site: &Site, func: u64, text: (u64, u64)) -> Option<Flavor> {
+    let start = code_at(func, 8, text)?;
+    let entry = if start.starts_with(&ENDBR64) {
+        func + 4
+    } else {
+        func
+    };
+    if site.nop && site.addr == entry {
+        return Some(Flavor::Fentry);
+    }
+    match site.flavor {
+        Flavor::Fentry => Some(Flavor::Fentry),
+        Flavor::Mcount => has_frame_pointer_prologue(start).then_some(Flavor::Mcount),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The site table.
+
+/// The empty table the hooks read before discovery: mask 0, one empty slot.
+static EMPTY_TABLE: [u64; 4] = [0; 4];
+
+/// The site table the hooks read: a header word (the probe mask in bytes, `(slots - 1) * 16`), a spare
+/// word, then `slots` pairs `{return address, record word}`. Replaced whole (never changed in place) when
+/// a rescan finds more sites; old tables are leaked, a hook may still be reading one.
+static FERROTRACE_SITES: AtomicPtr<u64> = AtomicPtr::new(EMPTY_TABLE.as_ptr() as *mut u64);
+
+/// Every site the table holds: `(key, word)`.
+static ALL_SITES: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
+
+fn probe_start(key: u64, mask_bytes: u64) -> u64 {
+    (key.wrapping_mul(HASH_MUL) >> 28) & mask_bytes
+}
+
+/// The record word of a traced function's entry (its exit sets bit 32): the id, and the CPU unknown
+/// (bits 48–63 all ones: the hooks do not read it, so `ferrotrace live` prints `?` rather than a wrong
+/// CPU).
+pub fn record_word(id: u32) -> u64 {
+    id as u64 | (u16::MAX as u64) << 48
+}
+
+/// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read.
+pub fn publish(sites: &[(u64, u64)]) {
+    if sites.is_empty() {
+        return;
+    }
+    let mut all = ALL_SITES.lock().unwrap_or_else(|e| e.into_inner());
+    all.extend_from_slice(sites);
+    let slots = (all.len() * 4).next_power_of_two().max(2) as u64;
+    let mask_bytes = (slots - 1) * 16;
+    let mut table = vec![0u64; 2 + 2 * slots as usize].into_boxed_slice();
+    table[0] = mask_bytes;
+    for &(key, word) in all.iter() {
+        let mut at = probe_start(key, mask_bytes);
+        loop {
+            let i = 2 + (at / 8) as usize;
+            if table[i] == 0 || table[i] == key {
+                table[i] = key;
+                table[i + 1] = word;
+                break;
+            }
+            at = (at + 16) & mask_bytes;
+        }
+    }
+    FERROTRACE_SITES.store(Box::leak(table).as_mut_ptr(), Ordering::Release);
+}
+
+/// The record word the hooks find for `key` (the hooks do this in assembly).
+#[cfg(test)]
+fn lookup(key: u64) -> Option<u64> {
+    let table = FERROTRACE_SITES.load(Ordering::Acquire);
+    // SAFETY: the table is a leaked, never-freed array of the documented layout.
+    unsafe {
+        let mask = *table;
+        let mut at = probe_start(key, mask);
+        loop {
+            let k = *table.add(2 + (at / 8) as usize);
+            if k == key {
+                return Some(*table.add(3 + (at / 8) as usize));
+            }
+            if k == 0 {
+                return None;
+            }
+            at = (at + 16) & mask;
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The hooks.
+
+extern "C" {
+    /// The mcount hook: reached by `call` after the traced function's prologue.
+    fn ferrotrace_mcount_hook();
+    /// The fentry hook: reached by `call` before the traced function's prologue.
+    fn ferrotrace_fentry_hook();
+    /// The shared return trampoline, reached from every thread's return stub.
+    pub fn ferrotrace_mcount_return();
+}
+
+/// The C library's mcount interface, overridden: see the module documentation.
+///
+/// # Safety
+/// Called only by compiler-generated instrumentation, after a prologue that set up `rbp`.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn mcount() {
+    core::arch::naked_asm!("jmp {}", sym ferrotrace_mcount_hook)
+}
+
+/// glibc's other name for [`mcount`].
+///
+/// # Safety
+/// As [`mcount`].
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn _mcount() {
+    core::arch::naked_asm!("jmp {}", sym ferrotrace_mcount_hook)
+}
+
+/// The `-mfentry` hook, called as a function's first instruction.
+///
+/// # Safety
+/// Called only by compiler-generated instrumentation.
+#[unsafe(naked)]
+#[no_mangle]
+pub unsafe extern "C" fn __fentry__() {
+    core::arch::naked_asm!("jmp {}", sym ferrotrace_fentry_hook)
+}
+
+/// The calling thread's return stub (what hooked frames return into), 0 if it has none. Unwinders see it
+/// as one frame after each hooked function; a backtrace can leave those out.
+#[cfg(feature = "preload")]
+pub fn thread_stub() -> u64 {
+    HOT.try_with(|h| h.shadow_stub.load(Ordering::Relaxed))
+        .unwrap_or(0)
+}
+
+/// Addresses of the two hooks, for patched NOP sites: `(mcount, fentry)`.
+pub fn hook_addresses() -> (u64, u64) {
+    (
+        ferrotrace_mcount_hook as *const () as u64,
+        ferrotrace_fentry_hook as *const () as u64,
+    )
+}
+
+// Hot block offsets (see `trampoline::Hot`): cursor 0, end 8, shadow_top 16, shadow_limit 24,
+// shadow_stub 32. Frames: ret 0, slot 8, word 16.
+core::arch::global_asm!(
+    ".pushsection .text.ferrotrace_mcount,\"ax\",@progbits",
+    // Appends the record {rdtsc, rsi} through the HOT cursor (rcx = the HOT block's TLS offset); goes to
+    // the caller's label 7 when the chunk is full or the thread has none. Clobbers rax, rdx.
+    ".macro ferrotrace_mcount_append",
+    "  rdtsc",
+    "  shl rdx, 32",
+    "  or rax, rdx",
+    "  mov rdx, qword ptr fs:[rcx]",
+    "  cmp rdx, qword ptr fs:[rcx + 8]",
+    "  jae 7f",
+    "  prefetchw [rdx + 256]",
+    "  mov qword ptr [rdx], rax",
+    "  mov qword ptr [rdx + 8], rsi",
+    "  add rdx, 16",
+    "  mov qword ptr fs:[rcx], rdx",
+    ".endm",
+    ".macro ferrotrace_call_hook name, parent_slot",
+    ".p2align 4",
+    ".globl \\name",
+    ".hidden \\name",
+    ".type \\name,@function",
+    "\\name:",
+    "  push rax",
+    "  push rcx",
+    "  push rdx",
+    "  push rsi",
+    "  push rdi",
+    "  lea rsi, \\parent_slot",
+    // Look the hook's own return address up: multiplicative hash, linear probing, 0 = empty.
+    "  mov rcx, qword ptr [rsp + 40]",
+    "  mov rdx, qword ptr [rip + {sites}]",
+    "  movabs rax, {hash_mul}",
+    "  imul rax, rcx",
+    "  shr rax, 28",
+    "1:",
+    "  and rax, qword ptr [rdx]",
+    "  cmp rcx, qword ptr [rdx + rax + 16]",
+    "  je 2f",
+    "  cmp qword ptr [rdx + rax + 16], 0",
+    "  je 9f",
+    "  add rax, 16",
+    "  jmp 1b",
+    "2:",
+    "  mov rax, qword ptr [rdx + rax + 24]",
+    "  test rax, rax",
+    "  jz 9f",
+    "3:",
+    "  mov rcx, qword ptr [rip + {off}]",
+    "  mov rdx, qword ptr fs:[rcx + 16]",
+    "  cmp rdx, qword ptr fs:[rcx + 24]",
+    "  jae 8f",
+    // Claim the frame before filling it: a signal handler's hooks push above it.
+    "  lea rdi, [rdx + 24]",
+    "  mov qword ptr fs:[rcx + 16], rdi",
+    "  mov rdi, qword ptr [rsi]",
+    "  mov qword ptr [rdx], rdi",
+    "  mov qword ptr [rdx + 8], rsi",
+    "  mov qword ptr [rdx + 16], rax",
+    "  mov rdi, qword ptr fs:[rcx + 32]",
+    "  mov qword ptr [rsi], rdi",
+    "  mov rsi, rax",
+    "  ferrotrace_mcount_append",
+    "9:",
+    "  pop rdi",
+    "  pop rsi",
+    "  pop rdx",
+    "  pop rcx",
+    "  pop rax",
+    "  ret",
+    // No chunk, or a full one.
+    "7:",
+    "  push r10",
+    "  mov r10, rsi",
+    "  call ferrotrace_slow_record",
+    "  pop r10",
+    "  jmp 9b",
+    // No shadow stack yet, or a full one: the slow path says retry (0) or leave untraced.
+    "8:",
+    "  push r11",
+    "  lea r11, [rip + {shadow_slow}]",
+    "  call ferrotrace_slow_call",
+    "  test r11, r11",
+    "  pop r11",
+    "  jz 3b",
+    "  jmp 9b",
+    ".size \\name, . - \\name",
+    ".endm",
+    // mcount: after `push rbp; mov rbp, rsp`, the function's return address is at rbp + 8.
+    "ferrotrace_call_hook ferrotrace_mcount_hook, [rbp+8]",
+    // __fentry__: before the prologue, just above the hook's own return address (5 pushes in).
+    "ferrotrace_call_hook ferrotrace_fentry_hook, [rsp+48]",
+    ".purgem ferrotrace_call_hook",
+    "",
+    // Reached from a thread's return stub (the hooked function's `ret` popped it): rsp is the function's
+    // return-address slot + 8, where the real return address goes back before the final `jmp`. Only the
+    // return registers are live by the ABI, but callers may rely on more (-fipa-ra): all are kept.
+    ".p2align 4",
+    ".globl ferrotrace_mcount_return",
+    ".hidden ferrotrace_mcount_return",
+    ".type ferrotrace_mcount_return,@function",
+    "ferrotrace_mcount_return:",
+    "  lea rsp, [rsp - 8]",
+    "  push rax",
+    "  push rcx",
+    "  push rdx",
+    "  push rsi",
+    "1:",
+    "  mov rcx, qword ptr [rip + {off}]",
+    "  mov rsi, qword ptr fs:[rcx + 16]",
+    "  lea rax, [rsp + 32]",
+    "  cmp rax, qword ptr [rsi - 16]",
+    "  jne 5f",
+    "  mov rax, qword ptr [rsi - 24]",
+    "  mov qword ptr [rsp + 32], rax",
+    "  mov rax, qword ptr [rsi - 8]",
+    "  sub rsi, 24",
+    "  mov qword ptr fs:[rcx + 16], rsi",
+    "  bts rax, 32",
+    "  mov rsi, rax",
+    "  ferrotrace_mcount_append",
+    "6:",
+    "  pop rsi",
+    "  pop rdx",
+    "  pop rcx",
+    "  pop rax",
+    // The real return address stays in the slot just below rsp: the red zone, which signal delivery
+    // skips.
+    "  lea rsp, [rsp + 8]",
+    "  jmp qword ptr [rsp - 8]",
+    "7:",
+    "  push r10",
+    "  mov r10, rsi",
+    "  call ferrotrace_slow_record",
+    "  pop r10",
+    "  jmp 6b",
+    // The top frame is not this one: frames above it were left without returning. Drop them (or abort
+    // with a message if this frame is not on the shadow stack at all).
+    "5:",
+    "  push r11",
+    "  lea r11, [rip + {resync}]",
+    "  call ferrotrace_slow_call",
+    "  pop r11",
+    "  jmp 1b",
+    ".size ferrotrace_mcount_return, . - ferrotrace_mcount_return",
+    ".purgem ferrotrace_mcount_append",
+    ".popsection",
+    sites = sym FERROTRACE_SITES,
+    off = sym FERROTRACE_TLS_OFFSET,
+    hash_mul = const HASH_MUL,
+    shadow_slow = sym shadow_slow,
+    resync = sym resync,
+);
+
+// ---------------------------------------------------------------------------------------------------
+// Per-thread shadow stacks and return stubs.
+
+extern "C" {
+    fn __register_frame(begin: *const u8);
+    fn __deregister_frame(begin: *const u8);
+}
+
+const PAGE: usize = 4096;
+/// Offset of the return stub in its page (preceded by a NOP that the CFI covers: unwinders look up
+/// `return address - 1`).
+const STUB_AT: usize = 16;
+/// Offset of the stub's `.eh_frame` data in the page.
+const EH_FRAME_AT: usize = 64;
+
+/// What the CFI of a stub makes the return address when its frame is not on the shadow stack: 0, the
+/// end of the stack for an unwinder.
+static NO_RETURN_ADDRESS: u64 = 0;
+
+fn hot() -> &'static Hot {
+    // SAFETY: HOT has no destructor, so it lives as long as the thread; the reference stays on it.
+    HOT.with(|h| unsafe { &*(h as *const Hot) })
+}
+
+/// Called (all registers saved) when a traced call finds no shadow stack or a full one: returns 0 to
+/// retry the hook, 1 to leave the call untraced.
+extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
+    let h = hot();
+    if h.shadow_base.load(Ordering::Relaxed) != 0 {
+        // Full: neither the entry nor the exit of this call is recorded. A thread whose shadow stack
+        // was released (it is exiting: code in later thread-local destructors) is not counted, nor a
+        // call below the depth the user asked for.
+        if DEPTH_IS_LIMIT.load(Ordering::Relaxed) || h.shadow_stub.load(Ordering::Relaxed) == 0 {
+            return 1;
+        }
+        DEPTH_LOST.fetch_add(1, Ordering::Relaxed);
+        crate::thread::count_lost(2);
+        return 1;
+    }
+    let prepared = crate::thread::as_runtime(|| {
+        crate::runtime::get().is_some_and(|rt| rt.recording.load(Ordering::Acquire)) && prepare(h)
+    });
+    if prepared == Some(true) {
+        0
+    } else {
+        1
+    }
+}
+
+/// Gives the calling thread its shadow stack and its return stub with the stub's unwind information.
+fn prepare(h: &Hot) -> bool {
+    if tls_offset() != crate::trampoline::hot_offset_here() {
+        return false;
+    }
+    let frames = depth() + 1; // + the sentinel
+    let shadow_len = ((frames * FRAME) as usize).next_multiple_of(PAGE);
+    // SAFETY: fresh anonymous mappings, checked; the stub page is filled then made R-X.
+    unsafe {
+        let shadow = libc::mmap(
+            core::ptr::null_mut(),
+            shadow_len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        );
+        if shadow == libc::MAP_FAILED {
+            return false;
+        }
+        let page = libc::mmap(
+            core::ptr::null_mut(),
+            PAGE,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        );
+        if page == libc::MAP_FAILED {
+            libc::munmap(shadow, shadow_len);
+            return false;
+        }
+        let base = shadow as u64;
+        let stub = page as u64 + STUB_AT as u64;
+        let bytes = core::slice::from_raw_parts_mut(page as *mut u8, PAGE);
+        bytes[..EH_FRAME_AT].fill(0xcc);
+        bytes[STUB_AT - 1] = 0x90;
+        bytes[STUB_AT..STUB_AT + 6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+        bytes[STUB_AT + 6..STUB_AT + 14]
+            .copy_from_slice(&(ferrotrace_mcount_return as *const () as u64).to_le_bytes());
+        let top_addr = &h.shadow_top as *const AtomicU64 as u64;
+        let len = eh_frame(&mut bytes[EH_FRAME_AT..], stub - 1, 15, top_addr, base);
+        if len == 0 || libc::mprotect(page, PAGE, libc::PROT_READ | libc::PROT_EXEC) != 0 {
+            libc::munmap(page, PAGE);
+            libc::munmap(shadow, shadow_len);
+            return false;
+        }
+        __register_frame(bytes.as_ptr().add(EH_FRAME_AT));
+        h.shadow_base.store(base, Ordering::Relaxed);
+        h.shadow_stub.store(stub, Ordering::Relaxed);
+        h.shadow_limit
+            .store(base + frames * FRAME, Ordering::Relaxed);
+        h.shadow_top.store(base + FRAME, Ordering::Relaxed);
+    }
+    true
+}
+
+/// At thread exit (no hooked frame of the thread is left): unregisters and unmaps the thread's return
+/// stub and shadow stack; later calls go to the slow path, which leaves them untraced.
+pub fn release_thread() {
+    let h = hot();
+    let base = h.shadow_base.load(Ordering::Relaxed);
+    if base == 0 {
+        return;
+    }
+    let frames = (h.shadow_limit.load(Ordering::Relaxed) - base) / FRAME;
+    let page = h.shadow_stub.load(Ordering::Relaxed) - STUB_AT as u64;
+    h.shadow_top.store(0, Ordering::Relaxed);
+    h.shadow_limit.store(0, Ordering::Relaxed);
+    h.shadow_stub.store(0, Ordering::Relaxed);
+    // SAFETY: the page and the shadow stack are this thread's own mappings made by `prepare`, whose
+    // frame information was registered there; nothing refers to them any more.
+    unsafe {
+        __deregister_frame((page as usize + EH_FRAME_AT) as *const u8);
+        libc::munmap(page as *mut libc::c_void, PAGE);
+        libc::munmap(
+            base as *mut libc::c_void,
+            ((frames * FRAME) as usize).next_multiple_of(PAGE),
+        );
+    }
+    // Left set so that the thread's later calls find "full" and stay untraced, without a new stack.
+    h.shadow_base.store(base, Ordering::Relaxed);
+}
+
+/// Called (all registers saved) by the return trampoline when the top frame's slot is not `slot`:
+/// frames above the returning one were left without returning (`longjmp`, unwinding). Pops them and
+/// returns 0; aborts with a message if the returning frame is not on the shadow stack at all.
+extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
+    let h = hot();
+    let base = h.shadow_base.load(Ordering::Relaxed);
+    let mut frame = h.shadow_top.load(Ordering::Relaxed);
+    while frame > base + FRAME {
+        frame -= FRAME;
+        // SAFETY: between the sentinel and the top: frames of this thread's shadow stack.
+        if unsafe { *((frame + 8) as *const u64) } == slot {
+            h.shadow_top.store(frame + FRAME, Ordering::Relaxed);
+            return 0;
+        }
+    }
+    let msg = b"ferrotrace: a traced function returned through a stack slot the shadow stack does not know \
+(did the program switch stacks: swapcontext, coroutines?); mcount tracing cannot follow it, aborting\n";
+    // SAFETY: write(2) and abort(3) are async-signal-safe; the real return address is lost.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::abort();
+    }
+}
+
+/// Writes a CIE and one FDE for the return stub (`pc_begin`, `pc_range` bytes, starting with the NOP
+/// before the stub) and the zero terminator into `out`; returns the bytes written, 0 if `out` is short.
+/// The rules: CFA = rsp + 8, rsp = CFA - 8; the return address is saved in the shadow frame whose slot
+/// is rsp − 8, found by
+/// walking down from the thread's shadow top (read at `top_addr`) to `base` (not found: 0, the end of the
+/// stack).
+fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u64) -> usize {
+    const LIT16: u8 = 0x40;
+    const LIT24: u8 = 0x48;
+    const MINUS: u8 = 0x1c;
+    const CONST8U: u8 = 0x0e;
+    const DEREF: u8 = 0x06;
+    const DUP: u8 = 0x12;
+    const DROP: u8 = 0x13;
+    const SWAP: u8 = 0x16;
+    const PICK: u8 = 0x15;
+    const LT: u8 = 0x2d;
+    const EQ: u8 = 0x29;
+    const BRA: u8 = 0x28;
+    const SKIP: u8 = 0x2f;
+    const PLUS_UCONST: u8 = 0x23;
+    // The expression (the CFA is on the stack when it starts, and stays at the bottom: libgcc's
+    // DW_OP_pick refuses to pick the bottom element). The slot: CFA - 16.
+    let mut e: Vec<u8> = vec![DUP, LIT16, MINUS, CONST8U];
+    e.extend_from_slice(&top_addr.to_le_bytes());
+    e.push(DEREF);
+    let looping = e.len();
+    e.extend_from_slice(&[LIT24, MINUS, DUP, CONST8U]);
+    e.extend_from_slice(&base.to_le_bytes());
+    e.push(LT);
+    let to_not_found = e.len();
+    e.extend_from_slice(&[BRA, 0, 0]);
+    e.extend_from_slice(&[DUP, PLUS_UCONST, 8, DEREF, PICK, 2, EQ]);
+    let to_found = e.len();
+    e.extend_from_slice(&[BRA, 0, 0]);
+    let to_loop = e.len();
+    e.extend_from_slice(&[SKIP, 0, 0]);
+    let not_found = e.len();
+    e.extend_from_slice(&[DROP, DROP, DROP, CONST8U]);
+    e.extend_from_slice(&(&NO_RETURN_ADDRESS as *const u64 as u64).to_le_bytes());
+    let to_end = e.len();
+    e.extend_from_slice(&[SKIP, 0, 0]);
+    let found = e.len();
+    e.extend_from_slice(&[SWAP, DROP, SWAP, DROP]);
+    let end = e.len();
+    let mut branch = |at: usize, to: usize| {
+        let rel = (to as i64 - (at as i64 + 3)) as i16;
+        e[at + 1..at + 3].copy_from_slice(&rel.to_le_bytes());
+    };
+    branch(to_not_found, not_found);
+    branch(to_found, found);
+    branch(to_loop, looping);
+    branch(to_end, end);
+
+    let mut cie: Vec<u8> = vec![0, 0, 0, 0, 0, 0, 0, 0, 1];
+    cie.extend_from_slice(b"zR\0");
+    cie.extend_from_slice(&[1, 0x78, 16, 1, 0x00]); // code align 1, data align -8, RA column 16, 'R': absptr
+                                                    // CFA = rsp + 8 and rsp = CFA - 8 (DW_CFA_val_offset, factored by -8): the caller's stack pointer is
+                                                    // the stub frame's rsp, as for any return, but the CFA differs from the hooked frame's. Unwinders
+                                                    // identify a frame by its callee's CFA; with CFA = rsp, the stub frame above a handler frame
+                                                    // would share the handler's identity and libgcc's phase 2 would stop at the stub (an abort).
+    cie.extend_from_slice(&[0x0c, 7, 8]); // DW_CFA_def_cfa rsp, 8
+    cie.extend_from_slice(&[0x14, 7, 1]); // DW_CFA_val_offset rsp, -8
+    cie.extend_from_slice(&[0x10, 16]); // DW_CFA_expression RA
+    cie.push(e.len() as u8); // uleb128: the expression is shorter than 128 bytes
+    cie.extend_from_slice(&e);
+    while !cie.len().is_multiple_of(8) {
+        cie.push(0); // DW_CFA_nop
+    }
+    let cie_len = (cie.len() - 4) as u32;
+    cie[..4].copy_from_slice(&cie_len.to_le_bytes());
+
+    let mut fde: Vec<u8> = vec![0; 8];
+    fde.extend_from_slice(&pc_begin.to_le_bytes());
+    fde.extend_from_slice(&pc_range.to_le_bytes());
+    fde.push(0); // augmentation data length
+    while !fde.len().is_multiple_of(8) {
+        fde.push(0);
+    }
+    let fde_len = (fde.len() - 4) as u32;
+    fde[..4].copy_from_slice(&fde_len.to_le_bytes());
+    let cie_pointer = (cie.len() + 4) as u32; // from the FDE's CIE-pointer field back to the CIE
+    fde[4..8].copy_from_slice(&cie_pointer.to_le_bytes());
+
+    let total = cie.len() + fde.len() + 4;
+    if out.len() < total {
+        return 0;
+    }
+    out[..cie.len()].copy_from_slice(&cie);
+    out[cie.len()..cie.len() + fde.len()].copy_from_slice(&fde);
+    out[cie.len() + fde.len()..total].fill(0);
+    total
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_finds_every_key_and_nothing_else() {
+        let sites: Vec<(u64, u64)> = (0..1000u64).map(|i| (0x5555_0000 + i * 37, i)).collect();
+        publish(&sites);
+        for &(k, w) in &sites {
+            assert_eq!(lookup(k), Some(w));
+        }
+        assert_eq!(lookup(0x5555_0001), None);
+    }
+}
