@@ -40,7 +40,7 @@ fn freestanding() -> PathBuf {
         .clone()
 }
 
-/// `calls=A,B ns=A,B tsc_hz=HZ` of the freestanding program.
+/// `calls=A,B elapsed_ns=A,B tsc_hz=HZ lost=L` of the freestanding program.
 fn counts(stdout: &str, key: &str) -> Vec<u64> {
     let field = stdout
         .split_whitespace()
@@ -88,7 +88,7 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
     let dir = scratch("embedded_freestanding");
     let (trace, stdout) = run_freestanding(&dir, "14", "2");
     let calls = counts(&stdout, "calls");
-    let elapsed = counts(&stdout, "ns");
+    let elapsed = counts(&stdout, "elapsed_ns");
     let bin = freestanding();
     let bin = bin.to_str().unwrap();
     let t = trace.to_str().unwrap();

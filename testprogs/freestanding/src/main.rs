@@ -5,8 +5,9 @@
 //! `freestanding OUT N REPS [untraced] [single]`: each of the two threads computes `fib(N)`
 //! recursively REPS times and counts its calls; the trace goes to OUT (a new file). With `untraced`,
 //! tracing stays off and no file is written; with `single`, the main thread works alone (for
-//! benchmarks: two threads on a busy two-CPU machine time each other). Prints `calls=MAIN,WORKER ns=MAIN,WORKER tsc_hz=HZ lost=L`: the calls each
-//! thread counted, the CLOCK_MONOTONIC time each spent in its loop, and the events the tracer lost.
+//! benchmarks: two threads on a busy two-CPU machine time each other). Prints
+//! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER tsc_hz=HZ lost=L`: the calls each thread counted, the
+//! CLOCK_MONOTONIC time each spent in its loop, and the events the tracer lost.
 #![no_std]
 #![no_main]
 
@@ -318,7 +319,7 @@ extern "C" fn main(sp: *const usize) -> ! {
     put(decimal(CALLS[0].load(Ordering::Relaxed), &mut b));
     put(b",");
     put(decimal(CALLS[1].load(Ordering::Relaxed), &mut b));
-    put(b" ns=");
+    put(b" elapsed_ns=");
     put(decimal(ELAPSED[0].load(Ordering::Relaxed), &mut b));
     put(b",");
     put(decimal(ELAPSED[1].load(Ordering::Relaxed), &mut b));
