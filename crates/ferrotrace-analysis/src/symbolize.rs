@@ -225,7 +225,10 @@ impl Symbolizer {
 /// (`--symbols`: the trace's module path is then replaced by it), else from the path the trace
 /// records; addresses nothing names are named by their address (`0x2011a0`). Does nothing for a trace
 /// that has a Functions chunk. Returns what the user should be warned about.
-pub fn name_address_ids(trace: &mut Trace, binary: Option<&Path>) -> Result<Vec<String>, crate::reader::ReadError> {
+pub fn name_address_ids(
+    trace: &mut Trace,
+    binary: Option<&Path>,
+) -> Result<Vec<String>, crate::reader::ReadError> {
     let mut warnings = Vec::new();
     if !trace.functions.is_empty() {
         if let Some(b) = binary {
@@ -300,7 +303,11 @@ pub fn name_address_ids(trace: &mut Trace, binary: Option<&Path>) -> Result<Vec<
     if !pathless && unnamed > 0 && unnamed == trace.functions.len() {
         warnings.push(format!(
             "no function of the trace is named by {}: is it the traced binary?",
-            trace.modules.iter().find(|m| m.id == module_id).map_or("", |m| m.path.as_str())
+            trace
+                .modules
+                .iter()
+                .find(|m| m.id == module_id)
+                .map_or("", |m| m.path.as_str())
         ));
     }
     Ok(warnings)

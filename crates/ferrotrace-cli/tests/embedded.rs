@@ -12,11 +12,21 @@ use common::{ft, ok, repo, scratch, text};
 const INSTRUMENT: &str = "-Zinstrument-mcount -Cforce-frame-pointers=yes";
 
 fn build(cmd: &mut Command, what: &str) {
-    for var in ["RUSTC", "RUSTC_WRAPPER", "CARGO_TARGET_DIR", "RUSTUP_TOOLCHAIN", "CARGO"] {
+    for var in [
+        "RUSTC",
+        "RUSTC_WRAPPER",
+        "CARGO_TARGET_DIR",
+        "RUSTUP_TOOLCHAIN",
+        "CARGO",
+    ] {
         cmd.env_remove(var);
     }
     let out = cmd.output().unwrap_or_else(|e| panic!("{what}: {e}"));
-    assert!(out.status.success(), "{what} failed:\n{}", text(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{what} failed:\n{}",
+        text(&out.stderr)
+    );
 }
 
 /// testprogs/freestanding built with nightly and mcount instrumentation.
@@ -95,7 +105,10 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
 
     let info = ok(ft(&["info", "-i", t]));
     assert!(info.contains("mcount, embedded"), "{info}");
-    assert!(info.contains(" main ") && info.contains(" worker "), "{info}");
+    assert!(
+        info.contains(" main ") && info.contains(" worker "),
+        "{info}"
+    );
     assert!(info.contains(", 0 lost"), "{info}");
 
     let report = ok(ft(&["report", "-i", t, "--symbols", bin]));
@@ -112,7 +125,11 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
 
     // The nesting: run, then fib 14 levels deep under it (fib(14) recurses to fib(1)), per thread.
     let replay = ok(ft(&["replay", "-i", t, "--symbols", bin]));
-    let depth = |l: &str| l.split('|').nth(1).map_or(0, |f| f.len() - f.trim_start().len());
+    let depth = |l: &str| {
+        l.split('|')
+            .nth(1)
+            .map_or(0, |f| f.len() - f.trim_start().len())
+    };
     let run_depth = replay
         .lines()
         .find(|l| l.contains("ft_freestanding::run() {"))
@@ -124,11 +141,20 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
         .map(depth)
         .max()
         .unwrap();
-    assert_eq!(deepest, run_depth + 2 * 14, "fib(14) to fib(1): 14 levels below run\n{}", &replay[..2000]);
+    assert_eq!(
+        deepest,
+        run_depth + 2 * 14,
+        "fib(14) to fib(1): 14 levels below run\n{}",
+        &replay[..2000]
+    );
 
     // Without the binary the functions are addresses, and the user is told what to do.
     let bare = ft(&["report", "-i", t]);
-    assert!(text(&bare.stderr).contains("--symbols BINARY"), "{}", text(&bare.stderr));
+    assert!(
+        text(&bare.stderr).contains("--symbols BINARY"),
+        "{}",
+        text(&bare.stderr)
+    );
     assert!(text(&bare.stdout).contains("0x"), "{}", text(&bare.stdout));
 }
 
@@ -139,13 +165,33 @@ fn freestanding_trace_works_in_every_command_and_export() {
     let calls = counts(&stdout, "calls");
     let bin = freestanding();
     let (t, b) = (trace.to_str().unwrap(), bin.to_str().unwrap());
-    let graph = ok(ft(&["graph", "-i", t, "--symbols", b, "ft_freestanding::run"]));
+    let graph = ok(ft(&[
+        "graph",
+        "-i",
+        t,
+        "--symbols",
+        b,
+        "ft_freestanding::run",
+    ]));
     assert!(graph.contains("ft_freestanding::fib"), "{graph}");
     let svg = dir.join("flame.svg");
-    ok(ft(&["flame", "-i", t, "--symbols", b, "-o", svg.to_str().unwrap()]));
-    assert!(std::fs::read_to_string(&svg).unwrap().contains("ft_freestanding::fib"));
+    ok(ft(&[
+        "flame",
+        "-i",
+        t,
+        "--symbols",
+        b,
+        "-o",
+        svg.to_str().unwrap(),
+    ]));
+    assert!(std::fs::read_to_string(&svg)
+        .unwrap()
+        .contains("ft_freestanding::fib"));
     let folded = ok(ft(&["dump", "-i", t, "--symbols", b, "--format", "folded"]));
-    assert!(folded.contains("ft_freestanding::run;ft_freestanding::fib"), "{folded}");
+    assert!(
+        folded.contains("ft_freestanding::run;ft_freestanding::fib"),
+        "{folded}"
+    );
     let chrome = ok(ft(&["dump", "-i", t, "--symbols", b, "--format", "chrome"]));
     assert_eq!(
         chrome.matches("\"ft_freestanding::fib\"").count() as u64,
@@ -153,10 +199,30 @@ fn freestanding_trace_works_in_every_command_and_export() {
         "a B and an E event per call"
     );
     let pf = dir.join("t.perfetto");
-    ok(ft(&["dump", "-i", t, "--symbols", b, "--format", "perfetto", "-o", pf.to_str().unwrap()]));
+    ok(ft(&[
+        "dump",
+        "-i",
+        t,
+        "--symbols",
+        b,
+        "--format",
+        "perfetto",
+        "-o",
+        pf.to_str().unwrap(),
+    ]));
     assert!(std::fs::metadata(&pf).unwrap().len() > 0);
     let ud = dir.join("uftrace.data");
-    ok(ft(&["dump", "-i", t, "--symbols", b, "--format", "uftrace", "-o", ud.to_str().unwrap()]));
+    ok(ft(&[
+        "dump",
+        "-i",
+        t,
+        "--symbols",
+        b,
+        "--format",
+        "uftrace",
+        "-o",
+        ud.to_str().unwrap(),
+    ]));
     let out = Command::new("uftrace")
         .args(["report", "-d", ud.to_str().unwrap()])
         .output()
@@ -167,7 +233,11 @@ fn freestanding_trace_works_in_every_command_and_export() {
         .find(|l| l.ends_with("ft_freestanding::fib"))
         .unwrap_or_else(|| panic!("{report}\n{}", text(&out.stderr)));
     assert_eq!(
-        row.split_whitespace().nth(4).unwrap().parse::<u64>().unwrap(),
+        row.split_whitespace()
+            .nth(4)
+            .unwrap()
+            .parse::<u64>()
+            .unwrap(),
         calls[0] + calls[1],
         "{report}"
     );
@@ -180,7 +250,14 @@ fn hosted_front_end_traces_an_ordinary_program_and_uftrace_reads_it() {
     build(
         Command::new("rustup")
             .args(["run", "nightly", "cargo", "build", "--release", "--quiet"])
-            .args(["-p", "ferrotrace-embedded", "--features", "hosted", "--example", "hosted"])
+            .args([
+                "-p",
+                "ferrotrace-embedded",
+                "--features",
+                "hosted",
+                "--example",
+                "hosted",
+            ])
             .arg("--target-dir")
             .arg(&target)
             .current_dir(repo())
@@ -209,10 +286,21 @@ fn hosted_front_end_traces_an_ordinary_program_and_uftrace_reads_it() {
     // Frames a caught panic unwound show their entries (their exits are not recorded).
     assert_eq!(report_row(&report, "hosted::fall").1, 6, "{report}");
     let info = ok(ft(&["info", "-i", t]));
-    assert!(info.contains("worker0") && info.contains("worker1"), "{info}");
+    assert!(
+        info.contains("worker0") && info.contains("worker1"),
+        "{info}"
+    );
 
     let ud = dir.join("uftrace.data");
-    ok(ft(&["dump", "-i", t, "--format", "uftrace", "-o", ud.to_str().unwrap()]));
+    ok(ft(&[
+        "dump",
+        "-i",
+        t,
+        "--format",
+        "uftrace",
+        "-o",
+        ud.to_str().unwrap(),
+    ]));
     let out = Command::new("uftrace")
         .args(["replay", "-d", ud.to_str().unwrap()])
         .output()

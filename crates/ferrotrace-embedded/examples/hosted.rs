@@ -40,7 +40,9 @@ fn fall(depth: u32) -> u32 {
 }
 
 fn main() {
-    let path = std::env::args().nth(1).unwrap_or_else(|| "trace.data".to_string());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or_else(|| "trace.data".to_string());
     ferrotrace_embedded::hosted::init(64 << 20, 8).expect("tracer set up");
     ferrotrace_embedded::hosted::enable();
     let threads: Vec<_> = (0..2)

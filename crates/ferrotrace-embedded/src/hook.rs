@@ -189,11 +189,9 @@ global_asm!(
     "  inc qword ptr [rcx + {s_lost}]",
     "35:",
     ".endm",
-    // The compiler hooks: `mcount` after the traced function's `push rbp; mov rbp, rsp` (its return
-    // address at rbp + 8), `__fentry__` before its prologue (just above the hook's own return
-    // address: rsp + 48 after the five pushes). The hook's own return address (rsp + 40) is the call
-    // site, inside the traced function: what the record names it by.
-    ".macro ftemb_hook name, slot_at, source",
+    // The start of a hook (a global function NAME): return at once while tracing is off, else save
+    // the registers the hook uses; ftemb_epilogue restores them and returns.
+    ".macro ftemb_prologue name",
     ".p2align 4",
     ".globl \\name",
     ".type \\name,@function",
@@ -207,6 +205,21 @@ global_asm!(
     "  push rdx",
     "  push rsi",
     "  push rdi",
+    ".endm",
+    ".macro ftemb_epilogue",
+    "  pop rdi",
+    "  pop rsi",
+    "  pop rdx",
+    "  pop rcx",
+    "  pop rax",
+    "  ret",
+    ".endm",
+    // The compiler hooks: `mcount` after the traced function's `push rbp; mov rbp, rsp` (its return
+    // address at rbp + 8), `__fentry__` before its prologue (just above the hook's own return
+    // address: rsp + 48 after the five pushes). The hook's own return address (rsp + 40) is the call
+    // site, inside the traced function: what the record names it by.
+    ".macro ftemb_hook name, slot_at, source",
+    "ftemb_prologue \\name",
     "  mov rdi, qword ptr [rsp + 40]",
     "  mov rax, rdi",
     "  sub rax, qword ptr [rip + {hot} + {h_thread_fn}]",
@@ -236,12 +249,7 @@ global_asm!(
     "  mov rsi, rdi",
     "  ftemb_record",
     "9:",
-    "  pop rdi",
-    "  pop rsi",
-    "  pop rdx",
-    "  pop rcx",
-    "  pop rax",
-    "  ret",
+    "ftemb_epilogue",
     // The shadow stack is full: neither the entry nor the exit is recorded; both count as lost.
     "8:",
     "  add qword ptr [rcx + {s_lost}], 2",
@@ -298,19 +306,7 @@ global_asm!(
     // The explicit API: rdi = the function's address. Every register is kept, so that hand-written
     // assembly (interrupt entry) can call them without saving anything.
     ".macro ftemb_explicit name, exit",
-    ".p2align 4",
-    ".globl \\name",
-    ".type \\name,@function",
-    "\\name:",
-    "  cmp qword ptr [rip + {hot}], 0",
-    "  jne 1f",
-    "  ret",
-    "1:",
-    "  push rax",
-    "  push rcx",
-    "  push rdx",
-    "  push rsi",
-    "  push rdi",
+    "ftemb_prologue \\name",
     "  mov rsi, rdi",
     "  shl rsi, 16",
     "  shr rsi, 16",
@@ -320,17 +316,14 @@ global_asm!(
     "  ftemb_slot 9f",
     "  ftemb_record",
     "9:",
-    "  pop rdi",
-    "  pop rsi",
-    "  pop rdx",
-    "  pop rcx",
-    "  pop rax",
-    "  ret",
+    "ftemb_epilogue",
     ".size \\name, . - \\name",
     ".endm",
     "ftemb_explicit ferrotrace_embedded_enter, 0",
     "ftemb_explicit ferrotrace_embedded_exit, 1",
     ".purgem ftemb_explicit",
+    ".purgem ftemb_prologue",
+    ".purgem ftemb_epilogue",
     ".purgem ftemb_slot",
     ".purgem ftemb_record",
     ".popsection",

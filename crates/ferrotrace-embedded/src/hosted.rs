@@ -26,6 +26,8 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
+use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
+
 use crate::{Clock, Program, Threads, Tracer};
 
 thread_local! {
@@ -44,16 +46,6 @@ static STATE: OnceLock<State> = OnceLock::new();
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 /// Threads that found every slot taken.
 static UNTRACED_THREADS: AtomicU64 = AtomicU64::new(0);
-
-fn clock_ns(clock: libc::clockid_t) -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: a valid out-pointer.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
-}
 
 fn tsc() -> u64 {
     // SAFETY: rdtsc has no preconditions.
@@ -100,10 +92,10 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
         // SAFETY: a valid, exclusive byte of `memory`.
         unsafe { core::ptr::write_volatile(page.as_mut_ptr(), 0) };
     }
-    let start = (tsc(), clock_ns(libc::CLOCK_MONOTONIC));
+    let start = (tsc(), monotonic_ns());
     // A first frequency for the tracer (the trace gets exact pairs from `dump`): 2 ms of both clocks.
-    while clock_ns(libc::CLOCK_MONOTONIC) < start.1 + 2_000_000 {}
-    let (t, n) = (tsc(), clock_ns(libc::CLOCK_MONOTONIC));
+    while monotonic_ns() < start.1 + 2_000_000 {}
+    let (t, n) = (tsc(), monotonic_ns());
     let hz = ((t - start.0) as u128 * 1_000_000_000 / (n - start.1).max(1) as u128) as u64;
     let offset = tls_offset();
     let tracer = crate::init(memory, Clock::tsc(hz.max(1)), Threads::fs(offset, threads))
@@ -112,14 +104,15 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
         tracer,
         tls_offset: offset,
         start,
-        start_realtime_ns: clock_ns(libc::CLOCK_REALTIME),
+        start_realtime_ns: realtime_ns(),
     };
     if STATE.set(state).is_err() {
         return Err(io::Error::other("the tracer is initialized already"));
     }
-    crate::HOT
-        .bind_fn
-        .store(bind_current_thread as *const () as usize as u64, Ordering::Release);
+    crate::HOT.bind_fn.store(
+        bind_current_thread as *const () as usize as u64,
+        Ordering::Release,
+    );
     TLS_OFFSET.store(offset as i64, Ordering::Relaxed);
     let previous = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
@@ -172,7 +165,12 @@ fn unhook_current_thread() -> u64 {
     let cursor = h.cursor.load(Ordering::Relaxed);
     if top > base && cursor > h.start.load(Ordering::Relaxed) {
         // SAFETY: the top frame and the last record were written by this thread's hooks.
-        let (word, last) = unsafe { (*((top - frame + 16) as *const u64), *((cursor - 8) as *const u64)) };
+        let (word, last) = unsafe {
+            (
+                *((top - frame + 16) as *const u64),
+                *((cursor - 8) as *const u64),
+            )
+        };
         if word == last {
             h.cursor.store(cursor - 16, Ordering::Relaxed);
         }
@@ -249,7 +247,11 @@ fn main_object() -> (u64, Vec<u8>) {
 fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
     let word = |b: &[u8], i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
     while notes.len() >= 12 {
-        let (namesz, descsz, kind) = (word(notes, 0)? as usize, word(notes, 4)? as usize, word(notes, 8)?);
+        let (namesz, descsz, kind) = (
+            word(notes, 0)? as usize,
+            word(notes, 4)? as usize,
+            word(notes, 8)?,
+        );
         let desc_at = 12 + namesz.next_multiple_of(4);
         let next = desc_at + descsz.next_multiple_of(4);
         if kind == 3 && notes.get(12..12 + namesz)? == b"GNU\0" {
@@ -293,7 +295,7 @@ pub fn dump(path: impl AsRef<Path>) -> io::Result<()> {
         pid: std::process::id(),
         cmdline: &cmdline,
         start_realtime_ns: state.start_realtime_ns,
-        clock_pairs: Some([state.start, (tsc(), clock_ns(libc::CLOCK_MONOTONIC))]),
+        clock_pairs: Some([state.start, (tsc(), monotonic_ns())]),
     };
     state
         .tracer

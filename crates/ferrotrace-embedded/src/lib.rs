@@ -60,7 +60,7 @@
 //!     .expect("written");
 //! ```
 //!
-//! With feature `hosted`, [`hosted`] is the same recorder for ordinary programs, rftrace-style
+//! With feature `hosted`, the module `hosted` is the same recorder for ordinary programs, rftrace-style
 //! (`init`, `enable`, `dump`): memory from the allocator, threads bound at their first call, the trace
 //! written to a file.
 #![cfg_attr(not(feature = "hosted"), no_std)]
@@ -277,7 +277,11 @@ impl core::fmt::Display for InitError {
 }
 
 /// Sets the tracer up over `memory` with the default [`Options`] (stop when full, 512 frames deep).
-pub fn init(memory: &'static mut [u8], clock: Clock, threads: Threads) -> Result<Tracer, InitError> {
+pub fn init(
+    memory: &'static mut [u8],
+    clock: Clock,
+    threads: Threads,
+) -> Result<Tracer, InitError> {
     init_with(memory, clock, threads, Options::default())
 }
 
@@ -296,7 +300,8 @@ pub fn init_with(
         return Err(InitError::NoFrequency);
     }
     let depth = options.shadow_depth.max(1);
-    let slot_min = (slot::HEADER + depth * hook::FRAME + 16 + MIN_RECORDS * 16).next_multiple_of(64);
+    let slot_min =
+        (slot::HEADER + depth * hook::FRAME + 16 + MIN_RECORDS * 16).next_multiple_of(64);
     let at = memory.as_mut_ptr() as usize;
     let skip = at.next_multiple_of(64) - at;
     let needed = skip + SCRATCH_LEN + count.saturating_mul(slot_min);
@@ -486,7 +491,8 @@ pub(crate) fn slot_header(index: usize) -> Option<&'static slot::Header> {
     if index >= HOT.count.load(Ordering::Relaxed) as usize {
         return None;
     }
-    let at = HOT.slots.load(Ordering::Relaxed) + (index as u64) * HOT.stride.load(Ordering::Relaxed);
+    let at =
+        HOT.slots.load(Ordering::Relaxed) + (index as u64) * HOT.stride.load(Ordering::Relaxed);
     // SAFETY: set up by init: a header at the start of each of `count` slots, living for 'static.
     Some(unsafe { &*(at as *const slot::Header) })
 }

@@ -65,7 +65,9 @@ pub enum WriteError<E> {
 impl<E: core::fmt::Display> core::fmt::Display for WriteError<E> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         match self {
-            WriteError::Enabled => f.write_str("tracing is on: disable it before writing the trace"),
+            WriteError::Enabled => {
+                f.write_str("tracing is on: disable it before writing the trace")
+            }
             WriteError::Busy => f.write_str("the trace is being written already"),
             WriteError::Output(e) => write!(f, "writing the trace: {e}"),
         }
@@ -149,7 +151,9 @@ pub(crate) fn write<E>(
         }
     };
     let hz = match program.clock_pairs {
-        Some([a, b]) if b.1 > a.1 => ((b.0 - a.0) as u128 * 1_000_000_000 / (b.1 - a.1) as u128) as u64,
+        Some([a, b]) if b.1 > a.1 => {
+            ((b.0 - a.0) as u128 * 1_000_000_000 / (b.1 - a.1) as u128) as u64
+        }
         _ => clocks.hz,
     };
 
@@ -278,8 +282,12 @@ fn write_functions<E>(
             let mut sink = SliceSink::new(&mut head);
             let _ = Count(n).encode(&mut sink);
             let head_len = sink.len();
-            w.chunk(out, ChunkKind::Functions, &[&head[..head_len], &scratch[..len]])
-                .map_err(WriteError::Output)?;
+            w.chunk(
+                out,
+                ChunkKind::Functions,
+                &[&head[..head_len], &scratch[..len]],
+            )
+            .map_err(WriteError::Output)?;
         }
         rest = &rest[taken..];
     }
@@ -312,7 +320,14 @@ fn write_events<E>(
             } else {
                 EventKind::Entry
             };
-            chunk.push(w, out, scratch, r.ticks, kind, event_id(r.address(), program))?;
+            chunk.push(
+                w,
+                out,
+                scratch,
+                r.ticks,
+                kind,
+                event_id(r.address(), program),
+            )?;
             last_ticks = r.ticks;
             total += 1;
         }

@@ -26,10 +26,6 @@ pub fn write_and_open(tracer: &Tracer, program: &Program<'_>, name: &str) -> (Tr
     let trace = Trace::open(&path).expect("a trace");
     assert!(trace.truncation.is_none(), "{:?}", trace.truncation);
     assert!(trace.problems.is_empty(), "{:?}", trace.problems);
-    let events = trace
-        .events()
-        .unwrap()
-        .map(|e| e.unwrap())
-        .collect();
+    let events = trace.events().unwrap().map(|e| e.unwrap()).collect();
     (trace, events)
 }

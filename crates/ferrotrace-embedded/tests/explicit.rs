@@ -7,7 +7,9 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrotrace_analysis::reader::EventKind;
-use ferrotrace_embedded::{enter, exit, init_with, Clock, OnFull, Options, Program, Symbol, Threads};
+use ferrotrace_embedded::{
+    enter, exit, init_with, Clock, OnFull, Options, Program, Symbol, Threads,
+};
 
 /// The embedder's clock: every reading 1 µs after the previous one.
 static NOW: AtomicU64 = AtomicU64::new(0);
@@ -31,8 +33,13 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
         on_full: OnFull::Stop,
         shadow_depth: 8,
     };
-    let tracer = init_with(common::memory(2, 100, 8), Clock::ns(clock), Threads::from_fn(2, current), options)
-        .expect("set up");
+    let tracer = init_with(
+        common::memory(2, 100, 8),
+        Clock::ns(clock),
+        Threads::from_fn(2, current),
+        options,
+    )
+    .expect("set up");
     assert!(tracer.register_thread(0, 4242, "zero"));
     assert!(tracer.register_thread(1, 4343, "one"));
     assert!(!tracer.register_thread(2, 1, "none"));

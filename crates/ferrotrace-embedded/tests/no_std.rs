@@ -13,7 +13,12 @@ use std::process::Command;
 
 fn cargo() -> Command {
     let mut c = Command::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
-    for var in ["RUSTFLAGS", "CARGO_ENCODED_RUSTFLAGS", "CARGO_TARGET_DIR", "RUSTC_WRAPPER"] {
+    for var in [
+        "RUSTFLAGS",
+        "CARGO_ENCODED_RUSTFLAGS",
+        "CARGO_TARGET_DIR",
+        "RUSTC_WRAPPER",
+    ] {
         c.env_remove(var);
     }
     c.current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."));
@@ -61,7 +66,13 @@ fn staticlib_needs_nothing_at_link_time_and_holds_no_std() {
     run(cargo()
         .args(["--config", "profile.release.panic=\"abort\""])
         .args(["rustc", "--quiet", "--release", "-p", "ferrotrace-embedded"])
-        .args(["--features", "panic-handler", "--crate-type", "staticlib", "--target-dir"])
+        .args([
+            "--features",
+            "panic-handler",
+            "--crate-type",
+            "staticlib",
+            "--target-dir",
+        ])
         .arg(&target));
     let archive = target.join("release/libferrotrace_embedded.a");
 
@@ -71,7 +82,12 @@ fn staticlib_needs_nothing_at_link_time_and_holds_no_std() {
         needed.iter().all(|n| EMBEDDER_SUPPLIES.contains(n)),
         "the staticlib needs {needed:?}, not only what its embedder is documented to supply"
     );
-    for hook in ["mcount", "__fentry__", "ferrotrace_embedded_enter", "ferrotrace_embedded_exit"] {
+    for hook in [
+        "mcount",
+        "__fentry__",
+        "ferrotrace_embedded_enter",
+        "ferrotrace_embedded_exit",
+    ] {
         assert!(defined.contains(hook), "{hook} is not defined");
     }
 
@@ -81,18 +97,29 @@ fn staticlib_needs_nothing_at_link_time_and_holds_no_std() {
         .filter_map(|m| m.split(['-', '.']).next())
         .collect();
     for forbidden in ["std", "alloc", "libc"] {
-        assert!(!crates.contains(forbidden), "{forbidden} is linked in: {crates:?}");
+        assert!(
+            !crates.contains(forbidden),
+            "{forbidden} is linked in: {crates:?}"
+        );
     }
     assert!(crates.contains("ferrotrace_core"), "{crates:?}");
 
     // What cargo resolves for the crate (normal dependencies only): ferrotrace-core and what it needs.
     for package in ["ferrotrace-embedded", "ferrotrace-core"] {
         let tree = run(cargo().args(["tree", "-e", "normal", "--prefix", "none", "-p", package]));
-        let names: BTreeSet<&str> = tree.lines().filter_map(|l| l.split_whitespace().next()).collect();
-        let expected: BTreeSet<&str> = ["ferrotrace-embedded", "ferrotrace-core", "crc32fast", "cfg-if"]
-            .into_iter()
-            .filter(|n| package == "ferrotrace-embedded" || *n != "ferrotrace-embedded")
+        let names: BTreeSet<&str> = tree
+            .lines()
+            .filter_map(|l| l.split_whitespace().next())
             .collect();
+        let expected: BTreeSet<&str> = [
+            "ferrotrace-embedded",
+            "ferrotrace-core",
+            "crc32fast",
+            "cfg-if",
+        ]
+        .into_iter()
+        .filter(|n| package == "ferrotrace-embedded" || *n != "ferrotrace-embedded")
+        .collect();
         assert_eq!(names, expected, "{tree}");
     }
 }

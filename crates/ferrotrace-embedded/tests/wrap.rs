@@ -16,8 +16,13 @@ fn a_wrapping_slot_keeps_the_newest_events() {
         on_full: OnFull::Wrap,
         shadow_depth: 4,
     };
-    let tracer = init_with(common::memory(1, 64, 4), Clock::tsc(2_000_000_000), Threads::gs(8, 1), options)
-        .expect("set up");
+    let tracer = init_with(
+        common::memory(1, 64, 4),
+        Clock::tsc(2_000_000_000),
+        Threads::gs(8, 1),
+        options,
+    )
+    .expect("set up");
     assert!(tracer.register_thread(0, 7, "cpu0"));
     assert_ne!(block[1], 0, "register_thread bound the slot at %gs:8");
     tracer.enable();
@@ -38,7 +43,10 @@ fn a_wrapping_slot_keeps_the_newest_events() {
     assert_eq!(events.len() as u64, kept);
     // The newest: the last pair's exit is last, and ids run on without a gap.
     let last = events.last().unwrap();
-    assert_eq!((last.kind, last.id as u64), (EventKind::Exit, 0x1000 + total / 2 - 1));
+    assert_eq!(
+        (last.kind, last.id as u64),
+        (EventKind::Exit, 0x1000 + total / 2 - 1)
+    );
     for pair in events.windows(2) {
         assert!(pair[1].id == pair[0].id || pair[1].id == pair[0].id + 1);
         assert!(pair[1].ts_ns >= pair[0].ts_ns);

@@ -150,8 +150,14 @@ extern "C" fn worker(_: usize) -> ! {
 ///
 /// # Safety
 /// `stack` and `tls` are the new thread's alone for as long as it runs.
-unsafe fn spawn(stack: *mut Stack, tls: *mut ThreadBlock, f: extern "C" fn(usize) -> !, arg: usize) {
-    const FLAGS: usize = 0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x100000 | 0x200000;
+unsafe fn spawn(
+    stack: *mut Stack,
+    tls: *mut ThreadBlock,
+    f: extern "C" fn(usize) -> !,
+    arg: usize,
+) {
+    const FLAGS: usize =
+        0x100 | 0x200 | 0x400 | 0x800 | 0x10000 | 0x40000 | 0x80000 | 0x100000 | 0x200000;
     // CLONE_VM | FS | FILES | SIGHAND | THREAD | SYSVSEM | SETTLS | PARENT_SETTID | CHILD_CLEARTID
     // SAFETY: the caller's; the child's stack starts with {arg, f}, 16-byte aligned.
     unsafe {
@@ -185,7 +191,10 @@ fn join_worker() {
         }
         // SAFETY: futex(2) FUTEX_WAIT on the tid word the kernel clears and wakes at the thread's exit.
         unsafe {
-            sys::syscall(202, [WORKER_TID.as_ptr() as usize, 0, tid as usize, 0, 0, 0]);
+            sys::syscall(
+                202,
+                [WORKER_TID.as_ptr() as usize, 0, tid as usize, 0, 0, 0],
+            );
         }
     }
 }
@@ -216,7 +225,9 @@ fn decimal(mut v: u64, buf: &mut [u8; 20]) -> &[u8] {
 fn parse(arg: &[u8]) -> Option<u32> {
     let mut v: u32 = 0;
     for &b in arg {
-        v = v.checked_mul(10)?.checked_add(b.checked_sub(b'0').filter(|d| *d < 10)? as u32)?;
+        v = v
+            .checked_mul(10)?
+            .checked_add(b.checked_sub(b'0').filter(|d| *d < 10)? as u32)?;
     }
     (!arg.is_empty()).then_some(v)
 }
@@ -296,12 +307,24 @@ extern "C" fn main(sp: *const usize) -> ! {
         // open(2): O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode 0600.
         // SAFETY: a NUL-terminated path.
         let fd = unsafe {
-            sys::syscall(2, [path.as_ptr() as usize, 0o1 | 0o100 | 0o200 | 0o400000 | 0o2000000, 0o600, 0, 0, 0])
+            sys::syscall(
+                2,
+                [
+                    path.as_ptr() as usize,
+                    0o1 | 0o100 | 0o200 | 0o400000 | 0o2000000,
+                    0o600,
+                    0,
+                    0,
+                    0,
+                ],
+            )
         };
         if fd < 0 {
             fail(b"freestanding: cannot create the trace file (it must not exist)\n");
         }
-        if t.write_trace(|bytes| sys::write_all(fd as usize, bytes)).is_err() {
+        if t.write_trace(|bytes| sys::write_all(fd as usize, bytes))
+            .is_err()
+        {
             fail(b"freestanding: writing the trace failed\n");
         }
         // SAFETY: close(2) of our descriptor.
