@@ -104,7 +104,7 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
     let t = trace.to_str().unwrap();
 
     let info = ok(ft(&["info", "-i", t]));
-    assert!(info.contains("mcount, embedded"), "{info}");
+    assert!(info.contains("mcount, fentry, embedded"), "{info}");
     assert!(
         info.contains(" main ") && info.contains(" worker "),
         "{info}"
@@ -114,6 +114,9 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
     let report = ok(ft(&["report", "-i", t, "--symbols", bin]));
     let (_, fib_calls) = report_row(&report, "ft_freestanding::fib");
     assert_eq!(fib_calls, calls[0] + calls[1], "{report}");
+    // The C part, built with gcc -pg -mfentry: its calls go through __fentry__.
+    let (_, cfib_calls) = report_row(&report, "cfib");
+    assert_eq!(cfib_calls, counts(&stdout, "cfib_calls")[0], "{report}");
     // Durations in ns: `run` holds each thread's timed loop.
     let (run_ns, run_calls) = report_row(&report, "ft_freestanding::run");
     assert_eq!(run_calls, 2);

@@ -3,11 +3,13 @@
 //! holding its slot), the trace memory a static buffer, the trace written with `open`/`write`.
 //!
 //! `freestanding OUT N REPS [untraced] [single]`: each of the two threads computes `fib(N)`
-//! recursively REPS times and counts its calls; the trace goes to OUT (a new file). With `untraced`,
+//! recursively REPS times and counts its calls, then the main thread calls a C fib(10) built with
+//! `gcc -pg -mfentry` (`__fentry__` hooks); the trace goes to OUT (a new file). With `untraced`,
 //! tracing stays off and no file is written; with `single`, the main thread works alone (for
 //! benchmarks: two threads on a busy two-CPU machine time each other). Prints
-//! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER tsc_hz=HZ lost=L`: the calls each thread counted, the
-//! CLOCK_MONOTONIC time each spent in its loop, and the events the tracer lost.
+//! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER cfib_calls=C tsc_hz=HZ lost=L`: the calls each thread
+//! counted, the CLOCK_MONOTONIC time each spent in its loop, the C fib's calls, and the events the
+//! tracer lost.
 #![no_std]
 #![no_main]
 
@@ -101,6 +103,12 @@ static mut WORKER_STACK: Stack = Stack([0; 256 << 10]);
 static WORKER_TID: AtomicU32 = AtomicU32::new(0);
 
 static CALLS: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+
+extern "C" {
+    /// src/cfib.c, built with `gcc -pg -mfentry`: calls `__fentry__` first thing.
+    fn cfib(n: u32) -> u64;
+    static cfib_calls: u64;
+}
 static ELAPSED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
 static mut TRACER: Option<Tracer> = None;
 static mut WORK: (u32, u32) = (0, 0);
@@ -300,6 +308,8 @@ extern "C" fn main(sp: *const usize) -> ! {
         }
     }
     core::hint::black_box(run(0));
+    // SAFETY: a C function without preconditions.
+    core::hint::black_box(unsafe { cfib(10) });
     join_worker();
 
     if let Some(t) = tracer() {
@@ -346,6 +356,12 @@ extern "C" fn main(sp: *const usize) -> ! {
     put(decimal(ELAPSED[0].load(Ordering::Relaxed), &mut b));
     put(b",");
     put(decimal(ELAPSED[1].load(Ordering::Relaxed), &mut b));
+    put(b" cfib_calls=");
+    // SAFETY: written by cfib in this thread only, which has returned.
+    put(decimal(
+        unsafe { core::ptr::read_volatile(&raw const cfib_calls) },
+        &mut b,
+    ));
     put(b" tsc_hz=");
     put(decimal(hz, &mut b));
     put(b" lost=");
