@@ -87,12 +87,21 @@ impl Summary {
             functions: trace.functions.len(),
             file_bytes: trace.file_len,
             complete: trace.end.is_some(),
-            ended_by: match trace.end {
-                Some(e) if e.reason == ferrotrace_core::schema::EndReason::Signal => {
+            ended_by: match (trace.end, trace.salvage) {
+                (Some(e), _) if e.reason == ferrotrace_core::schema::EndReason::Signal => {
                     format!("signal {}", e.signal)
                 }
-                Some(_) => "exit".into(),
-                None => "unknown (no end record)".into(),
+                (Some(_), _) => "exit".into(),
+                (None, Some(s)) => format!(
+                    "{}: {} unfinished chunks recovered ({} events)",
+                    match s.exit_code {
+                        Some(c) => format!("exit {c} without finishing the trace"),
+                        None => format!("killed by {}", signal_name(s.signal)),
+                    },
+                    s.chunks,
+                    s.events
+                ),
+                (None, None) => "unknown (no end record)".into(),
             },
             truncated: trace
                 .truncation
@@ -220,6 +229,48 @@ impl Summary {
             let _ = writeln!(o, "decode error : {e}");
         }
         o
+    }
+}
+
+/// `SIGKILL` for 9: the usual name of a signal, or its number.
+pub fn signal_name(sig: u32) -> String {
+    const NAMES: [&str; 32] = [
+        "",
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGILL",
+        "SIGTRAP",
+        "SIGABRT",
+        "SIGBUS",
+        "SIGFPE",
+        "SIGKILL",
+        "SIGUSR1",
+        "SIGSEGV",
+        "SIGUSR2",
+        "SIGPIPE",
+        "SIGALRM",
+        "SIGTERM",
+        "SIGSTKFLT",
+        "SIGCHLD",
+        "SIGCONT",
+        "SIGSTOP",
+        "SIGTSTP",
+        "SIGTTIN",
+        "SIGTTOU",
+        "SIGURG",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGWINCH",
+        "SIGIO",
+        "SIGPWR",
+        "SIGSYS",
+    ];
+    match NAMES.get(sig as usize) {
+        Some(n) if !n.is_empty() => n.to_string(),
+        _ => format!("signal {sig}"),
     }
 }
 

@@ -203,6 +203,11 @@ pub struct Trace {
     pub tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
     /// Present when the trace was ended properly.
     pub end: Option<End>,
+    /// Present when the process died without an End chunk and `ferrotrace record` appended what it had
+    /// not written (recovered from the chunk pool it shared with record).
+    pub salvage: Option<schema::Salvage>,
+    /// The number the next chunk appended to the readable prefix must carry (chunks are numbered).
+    pub next_chunk_seq: u32,
     /// Set when reading stopped early.
     pub truncation: Option<Truncation>,
     /// Chunks of kinds this reader does not know (skipped).
@@ -276,6 +281,8 @@ impl Trace {
             threads: BTreeMap::new(),
             tracepoints: HashMap::new(),
             end: None,
+            salvage: None,
+            next_chunk_seq: 0,
             truncation: None,
             unknown_chunks: 0,
             problems: Vec::new(),
@@ -360,9 +367,11 @@ impl Trace {
                     reason: format!("malformed chunk: {e}"),
                 });
                 t.valid_len = payload_offset - CHUNK_HEADER_LEN as u64;
+                next_seq = h.seq;
                 break;
             }
         }
+        t.next_chunk_seq = next_seq;
         if after_end > 0 {
             t.problems.push(format!(
                 "{after_end} chunks follow the End chunk (appended later?): ignored"
@@ -509,6 +518,7 @@ impl Trace {
                     self.stacks.push(node);
                 }
             }
+            Some(ChunkKind::Salvage) => self.salvage = Some(schema::Salvage::decode(&mut f)?),
             None => self.unknown_chunks += 1,
         }
         Ok(())

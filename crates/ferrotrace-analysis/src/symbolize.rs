@@ -42,8 +42,8 @@ pub struct SymFrame {
 struct ModuleSyms {
     /// DWARF of the module (its own, or its separate debug file's).
     dwarf: Option<addr2line::Loader>,
-    /// Function symbols, sorted by address, one per address.
-    symbols: Vec<FunctionSymbol>,
+    /// Function symbols, sorted by address, one per address (shared: the kernel's are read once).
+    symbols: Arc<[FunctionSymbol]>,
     /// `[file name]`, for what nothing names.
     label: Arc<str>,
     kernel: bool,
@@ -134,10 +134,11 @@ impl Symbolizer {
         let (path, build_id) = self.paths.get(&module)?.clone();
         if path == KERNEL_MODULE_PATH {
             // Read once per process: 200,000 lines that do not change while it runs.
-            static KALLSYMS: std::sync::OnceLock<Vec<FunctionSymbol>> = std::sync::OnceLock::new();
+            static KALLSYMS: std::sync::OnceLock<Arc<[FunctionSymbol]>> =
+                std::sync::OnceLock::new();
             return Some(ModuleSyms {
                 dwarf: None,
-                symbols: KALLSYMS.get_or_init(kallsyms).clone(),
+                symbols: KALLSYMS.get_or_init(|| kallsyms().into()).clone(),
                 label: "[kernel]".into(),
                 kernel: true,
             });
@@ -181,7 +182,7 @@ impl Symbolizer {
             .flatten();
         Some(ModuleSyms {
             dwarf,
-            symbols,
+            symbols: symbols.into(),
             label,
             kernel: false,
         })

@@ -4,3 +4,5 @@
 
 pub mod cmd;
 mod elf;
+mod pool;
+mod relay;

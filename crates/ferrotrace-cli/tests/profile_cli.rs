@@ -21,6 +21,12 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         text(&out.stdout).contains("calls="),
         "the program's output passes through"
     );
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777,
+        0o600,
+        "a trace is private, like the runtime's (it was 0644)"
+    );
     let run = |args: &[&str]| ok(ft(&[args, &["-i", trace.to_str().unwrap()]].concat()));
     let report: serde_json::Value = serde_json::from_str(&run(&["report", "--json"])).unwrap();
     let top = &report["functions"][0];

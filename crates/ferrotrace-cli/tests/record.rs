@@ -118,6 +118,83 @@ fn vector_arguments_survive_the_slow_path() {
     }
 }
 
+/// An XRay TAIL sled sits right before a tail jump: the trampoline must keep every register the jump
+/// needs. `tailregs` tail-calls through each register LLVM may use for an indirect tail call (rax, rcx,
+/// rdx, rsi, rdi, r8, r9, r11) with all other argument registers and xmm0-7 live; the tail trampoline
+/// clobbered r11 (SQLite's `vdbeCompareMemString` died by SIGSEGV). Run with the default chunks (fast
+/// path) and with 256-byte chunks (the slow path every 16 events, at every position of the call cycle).
+#[test]
+fn indirect_tail_calls_keep_every_register_through_the_tail_trampoline() {
+    let dir = scratch("tailregs");
+    let exe = clang_xray(&dir, "tailregs", &[]);
+    let dump = std::process::Command::new("objdump")
+        .args(["-d", "--no-show-raw-insn"])
+        .arg(&exe)
+        .output()
+        .expect("objdump (binutils) is needed for this test");
+    let dump = text(&dump.stdout);
+    for reg in ["rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax", "r11"] {
+        let body: String = dump
+            .split(&format!("<via_{reg}>:\n"))
+            .nth(1)
+            .unwrap_or_else(|| panic!("no via_{reg} in the binary"))
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .to_string();
+        assert!(
+            body.contains(&format!("jmp    *%{reg}")),
+            "via_{reg} must end in an indirect tail jump through {reg}:\n{body}"
+        );
+    }
+    assert!(
+        dump.split("<via_varargs>:\n")
+            .nth(1)
+            .unwrap()
+            .split("\n\n")
+            .next()
+            .unwrap()
+            .contains("jmp    *%r11"),
+        "the compiler's own choice with six arguments and al live is r11"
+    );
+    let plain = std::process::Command::new(&exe)
+        .arg("200")
+        .output()
+        .unwrap();
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    for opts in [&[][..], &["--chunk-size", "256"][..]] {
+        let (out, trace) = record(&dir, opts, &exe, &["200"]);
+        assert!(
+            out.status.success() && text(&out.stdout) == text(&plain.stdout),
+            "{opts:?}: traced output differs from the untraced run:\n{}{}",
+            text(&out.stdout),
+            text(&out.stderr)
+        );
+        let t = Trace::open(&trace).expect("open");
+        for reg in [
+            "rdi", "rsi", "rdx", "rcx", "r8", "r9", "rax", "r11", "varargs",
+        ] {
+            let name = format!("via_{reg}");
+            let id = t
+                .functions
+                .values()
+                .find(|f| f.name == name)
+                .unwrap_or_else(|| panic!("{name} traced"))
+                .id;
+            let tails = t
+                .events()
+                .unwrap()
+                .map(|e| e.unwrap())
+                .filter(|e| e.kind == EventKind::TailExit && e.id == id)
+                .count();
+            assert_eq!(
+                tails, 200,
+                "{opts:?}: {name} left by its tail call every time"
+            );
+        }
+    }
+}
+
 #[test]
 fn shared_library_with_sleds_is_traced() {
     assert_linked_library_traced(&scratch("uselib"), &testprog("uselib"));
@@ -362,8 +439,9 @@ fn trace_file_is_private_and_stdin_passes_through() {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
     let dir = scratch("private");
-    let trace = dir.join("trace.data");
-    std::fs::write(&trace, b"old").unwrap();
+    // A previous trace that someone made readable to all.
+    let (first, trace) = record(&dir, &[], &testprog("stdin_echo"), &[]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
     std::fs::set_permissions(&trace, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut child = ferrotrace()
         .args(["record", "-o"])
@@ -386,7 +464,10 @@ fn trace_file_is_private_and_stdin_passes_through() {
     let t = Trace::open(&trace).expect("trace");
     assert_eq!(nested_counts(&t, "stdin_echo::answer"), (1, 1));
     let mode = std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777;
-    assert_eq!(mode, 0o600, "an existing file becomes private too");
+    assert_eq!(
+        mode, 0o600,
+        "a new file, private, in place of the previous trace"
+    );
 }
 
 /// Starts `ferrotrace record OPTS -- ending spin` in its own process group and waits for `ready`.
@@ -406,16 +487,7 @@ fn spin_under_record(
         .arg(testprog("ending"))
         .arg("spin")
         .process_group(0);
-    // A shell running tests in the background hands SIGINT down as ignored, and an ignored signal stays
-    // ignored across exec: give the program the default action, as an interactive shell would.
-    // SAFETY: the closure only calls signal(2), which is async-signal-safe.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc_signal_default(2);
-            Ok(())
-        })
-    };
-    let mut child = cmd
+    let mut child = default_sigint(&mut cmd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -428,29 +500,12 @@ fn spin_under_record(
     (child, trace)
 }
 
-fn libc_signal_default(sig: i32) {
-    extern "C" {
-        fn signal(sig: i32, handler: usize) -> usize;
-    }
-    // SAFETY: restoring a default disposition in the child before exec.
-    unsafe { signal(sig, 0) };
-}
-
-/// kill(2): a negative pid signals the process group.
-fn signal(pid: i32, sig: i32) {
-    extern "C" {
-        fn kill(pid: i32, sig: i32) -> i32;
-    }
-    // SAFETY: plain system call.
-    assert_eq!(unsafe { kill(pid, sig) }, 0, "kill({pid}, {sig})");
-}
-
 #[test]
 fn ctrl_c_reaches_the_program_and_the_trace_is_finished() {
     let dir = scratch("sigint");
     let (child, trace) = spin_under_record(&dir, &[]);
     // Like a terminal's Ctrl-C: SIGINT to the whole foreground process group.
-    signal(-(child.id() as i32), 2);
+    kill(-(child.id() as i32), 2);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
@@ -463,7 +518,7 @@ fn ctrl_c_reaches_the_program_and_the_trace_is_finished() {
 fn sigterm_to_record_is_passed_to_the_program() {
     let dir = scratch("sigterm");
     let (child, trace) = spin_under_record(&dir, &[]);
-    signal(child.id() as i32, 15);
+    kill(child.id() as i32, 15);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
@@ -508,7 +563,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
     // Poll: the ring is written after SIGUSR2 while the program keeps running.
     let mut dumped = 0;
     for _ in 0..100 {
-        signal(pid, 12);
+        kill(pid, 12);
         std::thread::sleep(std::time::Duration::from_millis(50));
         if let Ok(t) = Trace::open(&trace) {
             dumped = t.event_count();
@@ -519,7 +574,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
         }
     }
     assert!(dumped > 0, "SIGUSR2 wrote the flight ring");
-    signal(pid, 15);
+    kill(pid, 15);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143));
     assert!(Trace::open(&trace).unwrap().end.is_some());
@@ -654,8 +709,9 @@ fn stack_overflow_ends_as_without_the_tracer_and_the_trace_is_complete() {
         let t = Trace::open(&trace).expect("trace");
         assert_eq!(
             t.end.map(|e| (e.reason as u32, e.signal)),
-            Some((1, 11)),
-            "{mode}: finished from the fault handler"
+            Some((1, 6)),
+            "{mode}: finished from the fault handler, which then aborts as std would: the End chunk \
+             names the signal the program died of"
         );
         let tid = tid_named(&t, if mode == "main" { "overflow" } else { "deep" });
         assert!(
@@ -780,4 +836,96 @@ fn sleds_patched_while_threads_run_through_them() {
         traced_steps >= 4 * 15 * 1000,
         "patched while running: {traced_steps} steps traced"
     );
+}
+
+/// Bad arguments are one line of error and a non-zero exit before the program runs, and the previous
+/// trace and any file named by `-o` stay as they were. They used to run the program untraced with
+/// status 0 and delete the previous trace; `-o notes.txt` overwrote the notes.
+#[test]
+fn bad_record_arguments_are_refused_before_the_program_runs() {
+    let dir = scratch("bad_args");
+    let fib = testprog("fib");
+    let (first, trace) = record(&dir, &[], &fib, &["10"]);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let previous = std::fs::read(&trace).unwrap();
+    let notes = dir.join("notes.txt");
+    std::fs::write(&notes, b"my notes\n").unwrap();
+    let subdir = dir.join("adir");
+    std::fs::create_dir_all(&subdir).unwrap();
+    let out = |s: &std::path::Path| s.to_str().unwrap().to_string();
+    let missing = out(&dir.join("missing/t.data"));
+    let (notes_s, subdir_s, trace_s) = (out(&notes), out(&subdir), out(&trace));
+    let cases: Vec<(Vec<&str>, &str)> = vec![
+        (
+            vec!["--buffer-size", "garbage", "-o", &trace_s],
+            "--buffer-size garbage",
+        ),
+        (
+            vec!["--buffer-size", "0", "-o", &trace_s],
+            "--buffer-size 0",
+        ),
+        (
+            vec!["--buffer-size=-5M", "-o", &trace_s],
+            "--buffer-size -5M",
+        ),
+        (
+            vec!["--buffer-size", "999999999999T", "-o", &trace_s],
+            "999999999999T",
+        ),
+        (
+            vec!["--buffer-size", "64G", "-o", &trace_s],
+            "more than half of this machine's memory",
+        ),
+        (
+            vec!["--buffer-size", "100000G", "-o", &trace_s],
+            "--buffer-size 100000G",
+        ),
+        (
+            vec!["--chunk-size", "3000", "-o", &trace_s],
+            "not a power of two",
+        ),
+        (vec!["-o", &missing], "no such directory"),
+        (vec!["-o", &subdir_s], "is a directory"),
+        (vec!["-o", "/proc/version"], "is not a ferrotrace trace"),
+        (vec!["-o", &notes_s], "is not a ferrotrace trace"),
+    ];
+    let physical = std::fs::read_to_string("/proc/meminfo")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap()
+        << 10;
+    for (args, expected) in cases {
+        if args.contains(&"64G") && physical >= 128 << 30 {
+            eprintln!("skipped --buffer-size 64G: this machine has {physical} bytes of memory");
+            continue;
+        }
+        let o = ferrotrace()
+            .arg("record")
+            .args(&args)
+            .arg("--")
+            .arg(&fib)
+            .arg("10")
+            .current_dir(&dir)
+            .output()
+            .unwrap();
+        let err = text(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(o.stdout.is_empty(), "{args:?}: the program ran");
+        assert_eq!(err.lines().count(), 1, "{args:?}: one line: {err}");
+        assert!(err.contains(expected), "{args:?}: {err}");
+        assert!(
+            std::fs::read(&trace).unwrap() == previous,
+            "{args:?}: trace changed"
+        );
+        assert_eq!(std::fs::read(&notes).unwrap(), b"my notes\n", "{args:?}");
+    }
+    // A good run replaces the trace only by creating the new one; the previous is kept as FILE.old.
+    let (again, _) = record(&dir, &[], &fib, &["12"]);
+    assert!(again.status.success(), "{}", text(&again.stderr));
+    let mut old = trace.clone().into_os_string();
+    old.push(".old");
+    assert_eq!(std::fs::read(&old).unwrap(), previous);
+    assert_ne!(std::fs::read(&trace).unwrap(), previous);
 }

@@ -29,6 +29,47 @@ pub fn realtime_ns() -> u64 {
     clock_ns(libc::CLOCK_REALTIME)
 }
 
+/// Reads the timestamp counter (the runtime's trampolines inline the same instruction).
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+pub fn rdtsc() -> u64 {
+    // SAFETY: rdtsc has no memory effects; it is available on every x86_64 CPU.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// A calibration pair plus the wall clock, taken so that the TSC reading sits in the middle of the
+/// CLOCK_MONOTONIC reading (best of a few tries, to dodge an interrupt between the two).
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub fn calibration_pair() -> (ClockPair, u64) {
+    let mut best = (u64::MAX, ClockPair::default());
+    for _ in 0..5 {
+        let t0 = rdtsc();
+        let mono = monotonic_ns();
+        let t1 = rdtsc();
+        if t1.wrapping_sub(t0) < best.0 {
+            best = (
+                t1.wrapping_sub(t0),
+                ClockPair {
+                    tsc: t0 + (t1 - t0) / 2,
+                    mono_ns: mono,
+                },
+            );
+        }
+    }
+    (best.1, realtime_ns())
+}
+
+/// A Clock chunk's content for the TSC, now ([`calibration_pair`]).
+#[cfg(all(feature = "std", target_arch = "x86_64"))]
+pub fn tsc_clock_sample() -> crate::schema::ClockSample {
+    let (pair, real) = calibration_pair();
+    crate::schema::ClockSample {
+        ticks: pair.tsc,
+        monotonic_ns: pair.mono_ns,
+        realtime_ns: real,
+    }
+}
+
 /// One calibration pair: a TSC reading and the CLOCK_MONOTONIC time taken right next to it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub struct ClockPair {

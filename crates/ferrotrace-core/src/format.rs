@@ -55,6 +55,9 @@ pub enum ChunkKind {
     Samplers = 9,
     /// Call stacks, interned: a tree of return addresses ([`crate::schema::StackNode`]).
     Stacks = 10,
+    /// The process died without its End chunk and `ferrotrace record` appended the events it had not
+    /// written yet ([`crate::schema::Salvage`]); last chunk of such a trace.
+    Salvage = 12,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -70,6 +73,7 @@ impl ChunkKind {
             8 => ChunkKind::Tracepoints,
             9 => ChunkKind::Samplers,
             10 => ChunkKind::Stacks,
+            12 => ChunkKind::Salvage,
             _ => return None,
         })
     }

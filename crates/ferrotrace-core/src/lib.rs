@@ -14,10 +14,16 @@
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
+//! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
+//! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
+//!   not written;
 //! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
 //!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
-//!   (`TraceWriter`, shared by the runtime and the profiler);
-//! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters.
+//!   (`TraceWriter`, shared by the runtime and the profiler), and the Events encoding of in-memory
+//!   records (`encode_events`);
+//! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
+//! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
+//!   over a file that is not a trace).
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
 //! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
@@ -53,8 +59,12 @@ pub mod clock;
 pub mod codec;
 pub mod format;
 pub mod mcount;
+#[cfg(feature = "std")]
+pub mod output;
 pub mod record;
 pub mod schema;
+pub mod shared;
+pub mod size;
 pub mod symbols;
 pub mod tracepoint;
 pub mod writer;

@@ -69,6 +69,11 @@ impl EventKind {
 }
 
 /// One 16-byte record, exactly as the hot path stores it.
+///
+/// Every writer stores `word` before `tsc` (two ordered stores): a record cut in half by the death of
+/// the process then keeps the old timestamp of whatever the slot held before, which is how
+/// [`crate::shared::recoverable`] tells it from a whole one. A record with payload slots is stored after
+/// its slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 #[repr(C, align(16))]
 pub struct Record {

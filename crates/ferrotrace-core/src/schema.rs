@@ -436,6 +436,44 @@ impl<'a> Payload<'a> for End {
     }
 }
 
+/// How a process without an End chunk died, and what `ferrotrace record` recovered of the events it had
+/// not written (see [`crate::shared`]): the last chunk of a salvaged trace, after the recovered Events
+/// chunks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Salvage {
+    /// The signal that killed the process, 0 if it exited (without finishing its trace).
+    pub signal: u32,
+    /// Its exit code, when it exited.
+    pub exit_code: Option<i32>,
+    /// Events chunks recovered from the shared chunk pool (appended before this chunk).
+    pub chunks: u64,
+    /// Events in them.
+    pub events: u64,
+}
+
+impl<'a> Payload<'a> for Salvage {
+    const KIND: ChunkKind = ChunkKind::Salvage;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.signal as u64)?;
+        put_varint(s, self.exit_code.map_or(0, |c| c as u32 as u64 + 1))?;
+        put_varint(s, self.chunks)?;
+        put_varint(s, self.events)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(Salvage {
+            signal: f.varint_u32()?,
+            exit_code: match f.varint()? {
+                0 => None,
+                c => Some(u32::try_from(c - 1).map_err(|_| DecodeError::BadValue)? as i32),
+            },
+            chunks: f.varint()?,
+            events: f.varint()?,
+        })
+    }
+}
+
 /// A tracepoint descriptor. A Tracepoints chunk is `v count` and that many.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TracepointDesc<'a> {

@@ -4,13 +4,19 @@
 //!
 //! A payload is built in memory (from a [`crate::schema`] type, or by the caller) and written behind
 //! its header, so a reader never sees half a chunk unless the writer dies inside the write.
+//! `encode_events` (feature `std`) turns a thread's in-memory records into an Events payload: the
+//! runtime's collector and `ferrotrace record`'s salvage of a killed process share it.
 
 #[cfg(feature = "std")]
 use std::io::{self, Write};
 
+#[cfg(feature = "std")]
+use crate::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use crate::format::{file_header, ChunkHeader, ChunkKind};
 #[cfg(feature = "std")]
-use crate::schema::Payload;
+use crate::record::{EventKind, Record};
+#[cfg(feature = "std")]
+use crate::schema::{EventsHeader, Payload};
 
 /// Frames the chunks of one trace file and hands their bytes to a closure, in order: the file header
 /// first, then each chunk's header and payload. Allocation-free; the closure decides where bytes go
@@ -190,5 +196,142 @@ impl<W: Write> TraceWriter<W> {
     /// Gives back the underlying writer.
     pub fn into_inner(self) -> W {
         self.out
+    }
+}
+
+/// Events and lost events in an encoded chunk.
+#[cfg(feature = "std")]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    /// Events encoded, Lost and Wait markers included: the chunk header's count.
+    pub events: u64,
+    /// Sum of the Lost markers.
+    pub lost: u64,
+}
+
+/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[range]` and returns the
+/// counts and that range. The events are written first, after room for the longest possible header,
+/// and the header (which holds their number) just in front of them: one pass over the records.
+/// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
+/// chunk never clears or zero-fills memory.
+#[cfg(feature = "std")]
+pub fn encode_events(
+    tid: u32,
+    seq: u32,
+    records: &[Record],
+    out: &mut Vec<u8>,
+) -> (Counts, std::ops::Range<usize>) {
+    /// Four varints of at most 10 bytes.
+    const HEAD: usize = 40;
+    let base = records.first().map_or(0, |r| r.tsc);
+    // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
+    let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
+    if out.len() < worst {
+        out.resize(worst, 0);
+    }
+    let mut pos = HEAD;
+    let mut events = 0u64;
+    let mut enc = EventEncoder::new(base);
+    let mut counts = Counts::default();
+    let mut i = 0;
+    while i < records.len() {
+        // The CPU some records carry (live mode) stays in memory.
+        let r = &records[i].without_cpu();
+        // Function entries and exits without payload are nearly every record: encode them without the
+        // general path's kind decoding and payload slicing.
+        if r.word >> 34 == 0 && r.word >> 32 != 3 {
+            match enc.encode_function(r, out, pos) {
+                Some(p) => pos = p,
+                None => break,
+            }
+            events += 1;
+            i += 1;
+            continue;
+        }
+        events += 1;
+        if r.kind() == Some(EventKind::Lost) {
+            counts.lost += r.id() as u64;
+        }
+        let slots = r.payload_slots();
+        let end = (i + 1 + slots).min(records.len());
+        let payload_records = &records[i + 1..end];
+        // SAFETY: Record is plain old data of 16 bytes without padding.
+        let payload = unsafe {
+            core::slice::from_raw_parts(
+                payload_records.as_ptr() as *const u8,
+                payload_records.len() * 16,
+            )
+        };
+        match enc.encode_into(r, payload, out, pos) {
+            Some(p) => pos = p,
+            None => break, // cannot happen: the buffer was sized for the worst case
+        }
+        i = end;
+    }
+    let mut head = [0u8; HEAD];
+    let mut sink = SliceSink::new(&mut head);
+    let _ = EventsHeader {
+        tid,
+        seq,
+        base_ticks: base,
+        count: events,
+    }
+    .encode(&mut sink);
+    let h = sink.len();
+    out[HEAD - h..HEAD].copy_from_slice(&head[..h]);
+    counts.events = events;
+    (counts, HEAD - h..pos)
+}
+
+#[cfg(all(test, feature = "std"))]
+mod tests {
+    use super::*;
+    use crate::codec::{EventDecoder, FieldReader};
+
+    #[test]
+    fn encoded_chunk_decodes_to_the_same_events_with_the_right_header() {
+        let payload = Record {
+            tsc: 0x0706_0504_0302_0100,
+            word: 0,
+        };
+        let records = [
+            Record::new(1_000, EventKind::Entry, 5),
+            Record::with_payload(1_050, EventKind::Tracepoint, 2, 1),
+            payload,
+            Record::new(90_000, EventKind::Lost, 7),
+            Record::new(90_010, EventKind::Exit, 5),
+        ];
+        let mut out = vec![0xaa; 3]; // garbage from an earlier chunk must not matter
+        let (counts, range) = encode_events(42, 3, &records, &mut out);
+        assert_eq!(counts, Counts { events: 4, lost: 7 });
+        let mut f = FieldReader::new(&out[range]);
+        let head = EventsHeader::decode(&mut f).unwrap();
+        assert_eq!(
+            head,
+            EventsHeader {
+                tid: 42,
+                seq: 3,
+                base_ticks: 1_000,
+                count: 4
+            },
+            "tid, seq, base tsc, events (payload slots are not events)"
+        );
+        let events: Vec<_> = EventDecoder::new(f.rest(), 1_000)
+            .map(Result::unwrap)
+            .collect();
+        let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.id, e.tsc)).collect();
+        assert_eq!(
+            kinds,
+            [
+                (EventKind::Entry, 5, 1_000),
+                (EventKind::Tracepoint, 2, 1_050),
+                (EventKind::Lost, 7, 90_000),
+                (EventKind::Exit, 5, 90_010)
+            ]
+        );
+        assert_eq!(
+            events[1].payload,
+            &[0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0]
+        );
     }
 }

@@ -2,7 +2,7 @@
 //! an embedder would give taken from the operating system. A thin layer: memory from the allocator,
 //! each thread bound to a slot at its first traced call (its `%fs`-relative thread-local word), the
 //! TSC calibrated against CLOCK_MONOTONIC, the executable's path, load bias and build-id from the
-//! dynamic loader, and the trace written to a new file (mode 0600).
+//! dynamic loader, and the trace written to a new file (mode 0600, as every ferrotrace trace).
 //!
 //! ```no_run
 //! // Built with RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' (nightly).
@@ -19,9 +19,7 @@
 
 use std::cell::Cell;
 use std::ffi::c_void;
-use std::fs::OpenOptions;
 use std::io::{self, BufWriter, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
@@ -262,19 +260,15 @@ fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
     None
 }
 
-/// Stops recording and writes the trace to `path`, a new file (mode 0600; an existing file is never
-/// overwritten). Call it when the traced threads are done.
+/// Stops recording and writes the trace to `path`, a new file (mode 0600, never through a link; an
+/// earlier trace there is kept as `FILE.old`, anything else in the way is refused: core's `output`).
+/// Call it when the traced threads are done.
 pub fn dump(path: impl AsRef<Path>) -> io::Result<()> {
     let state = STATE
         .get()
         .ok_or_else(|| io::Error::other("the tracer is not initialized"))?;
     state.tracer.disable();
-    let file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path.as_ref())?;
+    let (file, _previous) = ferrotrace_core::output::create(path.as_ref()).map_err(io::Error::other)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy();

@@ -3,10 +3,10 @@
 //! `ferrotrace record` preloads this library into programs that do not link the `ferrotrace` crate
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
-//! once, and its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
-//! (as forked children often do), and its `_Unwind_Backtrace` leaves the mcount return stub out of
-//! backtraces (Rust's panic backtraces); everything else lives in the `ferrotrace` crate. Not for
-//! linking.
+//! once, its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
+//! (as forked children often do), its `sigaction` and `signal` let the runtime see which signals
+//! reach the program, and its `_Unwind_Backtrace` leaves the mcount return stub out of backtraces
+//! (Rust's panic backtraces); everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
 
 #[used]
@@ -40,6 +40,41 @@ pub unsafe extern "C" fn dlopen(
         ferrotrace::rescan();
     }
     handle
+}
+
+/// Interposes the C library's `sigaction`: for the signals `ferrotrace record` passes on, the program's
+/// handler runs behind one that notes each arrival, so that record does not deliver a signal the program
+/// got anyway a second time (see the runtime's `exit::program_sigaction`).
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+#[no_mangle]
+pub unsafe extern "C" fn sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    ferrotrace::__preload::program_sigaction(sig, act, old)
+}
+
+/// Interposes the C library's `signal` (BSD semantics, as glibc's: `SA_RESTART`), through
+/// [`sigaction`].
+///
+/// # Safety
+/// Same contract as `signal(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn signal(
+    sig: libc::c_int,
+    handler: libc::sighandler_t,
+) -> libc::sighandler_t {
+    let mut sa: libc::sigaction = core::mem::zeroed();
+    sa.sa_sigaction = handler;
+    sa.sa_flags = libc::SA_RESTART;
+    let mut old: libc::sigaction = core::mem::zeroed();
+    if ferrotrace::__preload::program_sigaction(sig, &sa, &mut old) != 0 {
+        return libc::SIG_ERR;
+    }
+    old.sa_sigaction
 }
 
 /// Finishes this process's trace, then ends the process through the C library's function `name`.

@@ -1001,13 +1001,13 @@ fn thread_comm(pid: u32, tid: u32) -> String {
 }
 
 /// Creates the trace file, private to its owner (it holds the program's addresses and names).
+/// Private, new, never through a link nor over a file that is not a trace (an old trace is kept as
+/// FILE.old), like the runtime's traces: `ferrotrace_core::output`.
 fn create_trace_file(path: &Path) -> Result<std::fs::File, ProfileError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| ProfileError::io(path, e))
+    match ferrotrace_core::output::create(path) {
+        Ok((file, _)) => Ok(file),
+        Err(ferrotrace_core::output::OutputError::Io(p, e)) => Err(ProfileError::io(p, e)),
+        // Something in the way of -o: an argument to change.
+        Err(other) => Err(ProfileError::BadArgument(other.to_string())),
+    }
 }

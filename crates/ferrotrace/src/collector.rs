@@ -7,11 +7,10 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
-use ferrotrace_core::schema::{self, EventsHeader, Payload, LOST_ONLY_SEQ};
-use ferrotrace_core::writer::TraceWriter;
+use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
+use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 
 use crate::config::Mode;
 use crate::pool::FullChunk;
@@ -20,92 +19,12 @@ use crate::runtime::{clock_payload, Meta, Runtime};
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
 
-/// Events and lost events in an encoded chunk.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Counts {
-    /// Events encoded, Lost and Wait markers included: the chunk header's count.
-    pub events: u64,
-    /// Sum of the Lost markers.
-    pub lost: u64,
-}
-
-/// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[range]` and returns the
-/// counts and that range. The events are written first, after room for the longest possible header,
-/// and the header (which holds their number) just in front of them: one pass over the records.
-/// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
-/// chunk never clears or zero-fills memory.
-pub fn encode_events(
-    tid: u32,
-    seq: u32,
-    records: &[Record],
-    out: &mut Vec<u8>,
-) -> (Counts, std::ops::Range<usize>) {
-    /// Four varints of at most 10 bytes.
-    const HEAD: usize = 40;
-    let base = records.first().map_or(0, |r| r.tsc);
-    // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
-    let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
-    if out.len() < worst {
-        out.resize(worst, 0);
-    }
-    let mut pos = HEAD;
-    let mut events = 0u64;
-    let mut enc = EventEncoder::new(base);
-    let mut counts = Counts::default();
-    let mut i = 0;
-    while i < records.len() {
-        // The CPU some records carry (live mode) stays in memory.
-        let r = &records[i].without_cpu();
-        // Function entries and exits without payload are nearly every record: encode them without the
-        // general path's kind decoding and payload slicing.
-        if r.word >> 34 == 0 && r.word >> 32 != 3 {
-            match enc.encode_function(r, out, pos) {
-                Some(p) => pos = p,
-                None => break,
-            }
-            events += 1;
-            i += 1;
-            continue;
-        }
-        events += 1;
-        if r.kind() == Some(EventKind::Lost) {
-            counts.lost += r.id() as u64;
-        }
-        let slots = r.payload_slots();
-        let end = (i + 1 + slots).min(records.len());
-        let payload_records = &records[i + 1..end];
-        // SAFETY: Record is plain old data of 16 bytes without padding.
-        let payload = unsafe {
-            core::slice::from_raw_parts(
-                payload_records.as_ptr() as *const u8,
-                payload_records.len() * 16,
-            )
-        };
-        match enc.encode_into(r, payload, out, pos) {
-            Some(p) => pos = p,
-            None => break, // cannot happen: the buffer was sized for the worst case
-        }
-        i = end;
-    }
-    let mut head = [0u8; HEAD];
-    let mut sink = SliceSink::new(&mut head);
-    let _ = EventsHeader {
-        tid,
-        seq,
-        base_ticks: base,
-        count: events,
-    }
-    .encode(&mut sink);
-    let h = sink.len();
-    out[HEAD - h..HEAD].copy_from_slice(&head[..h]);
-    counts.events = events;
-    (counts, HEAD - h..pos)
-}
-
 struct State {
     writer: Writer,
     path: PathBuf,
     scratch: Vec<u8>,
+    /// Chunks encoded into the writer and not freed yet.
+    encoded: Vec<u32>,
     /// Flight mode: encoded `Events` payloads and their event counts, oldest first, and their total
     /// size.
     ring: VecDeque<(Vec<u8>, u64)>,
@@ -150,24 +69,29 @@ impl State {
                         self.write(kind, &payload);
                     }
                 }
-                Meta::Lost { tid, count, tsc } => {
-                    let mut remaining = count;
-                    let mut recs = Vec::new();
-                    while remaining > 0 {
-                        let c = remaining.min(u32::MAX as u64);
-                        recs.push(Record::new(tsc, EventKind::Lost, c as u32));
-                        remaining -= c;
-                    }
-                    if crate::live::active() {
-                        crate::live::lost(count);
-                    }
-                    let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-                    self.totals.events += counts.events;
-                    self.totals.lost += counts.lost;
-                    self.write(ChunkKind::Events, &p[range]);
-                }
+                Meta::Lost { tid, count, tsc } => self.lost(tid, count, tsc),
             }
         }
+    }
+
+    /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence
+    /// `LOST_ONLY_SEQ`: the thread had no chunk of its own left to say it in).
+    fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
+        if crate::live::active() {
+            crate::live::lost(count);
+        }
+        let mut remaining = count;
+        let mut recs = Vec::new();
+        while remaining > 0 {
+            let c = remaining.min(u32::MAX as u64);
+            recs.push(Record::new(tsc, EventKind::Lost, c as u32));
+            remaining -= c;
+        }
+        let mut p = Vec::new();
+        let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
+        self.totals.events += counts.events;
+        self.totals.lost += counts.lost;
+        self.write(ChunkKind::Events, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -176,12 +100,16 @@ impl State {
         if crate::live::active() {
             crate::live::on_chunk(c.tid, c.seq, records);
         }
+        let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, range) = encode_events(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
         self.totals.lost += counts.lost;
-        rt.pool.free.push(c.index);
-        if rt.config.mode == Mode::Flight {
+        // Freed once what was encoded from it is written (`release`).
+        self.encoded.push(c.index);
+        if records.is_empty() {
+            // Everything was written by a flight-mode dump already.
+        } else if rt.config.mode == Mode::Flight {
             self.ring_bytes += range.len();
             self.ring
                 .push_back((scratch[range].to_vec(), counts.events));
@@ -195,17 +123,49 @@ impl State {
                     None => break,
                 }
             }
-        } else if !records.is_empty() {
+        } else {
             self.write(ChunkKind::Events, &scratch[range]);
         }
         self.scratch = scratch;
     }
 
-    fn dump_ring(&mut self) {
+    /// Writes out the flight ring, oldest first.
+    fn write_ring(&mut self) {
         while let Some((p, _)) = self.ring.pop_front() {
             self.write(ChunkKind::Events, &p);
         }
         self.ring_bytes = 0;
+    }
+
+    /// A flight-mode dump: the ring, then what each thread has written into its current chunk since
+    /// the last dump (newer than anything in the ring).
+    fn dump(&mut self, rt: &Runtime) {
+        self.write_ring();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        crate::thread::dump_current_chunks(rt, |tid, seq, records| {
+            let (counts, range) = encode_events(tid, seq, records, &mut scratch);
+            self.totals.events += counts.events;
+            self.totals.lost += counts.lost;
+            self.write(ChunkKind::Events, &scratch[range]);
+        });
+        self.scratch = scratch;
+    }
+
+    /// Writes out what was encoded, then gives the chunks it came from back to the threads. In this
+    /// order so that a chunk described as free in the pool shared with `ferrotrace record` has its
+    /// events in the file: if the process is killed, record recovers the others from the pool, and
+    /// nothing is lost in the writer's buffer.
+    fn release(&mut self, rt: &Runtime) {
+        if self.encoded.is_empty() {
+            return;
+        }
+        self.flush();
+        for index in self.encoded.drain(..) {
+            if let Some(d) = rt.pool.descriptor(index) {
+                d.free();
+            }
+            rt.pool.free.push(index);
+        }
     }
 
     fn flush(&mut self) {
@@ -226,6 +186,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         writer,
         path,
         scratch: Vec::with_capacity(1 << 16),
+        encoded: Vec::with_capacity(rt.pool.count()),
         ring: VecDeque::new(),
         ring_bytes: 0,
         failed: false,
@@ -241,12 +202,16 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             crate::live::tick(rt);
         }
         let mut did = false;
-        while let Some(c) = rt.pool.full.pop() {
+        // In batches, each written out before its chunks go back to the threads (`release`): a
+        // quarter of the pool at most, so that threads waiting for a chunk get one soon.
+        for _ in 0..(rt.pool.count() / 4).max(1) {
+            let Some(c) = rt.pool.full.pop() else { break };
             st.chunk(rt, c);
             did = true;
         }
+        st.release(rt);
         if rt.dump_requested.swap(false, Ordering::AcqRel) {
-            st.dump_ring();
+            st.dump(rt);
             st.flush();
         }
         if finishing {
@@ -254,7 +219,12 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             while let Some(c) = rt.pool.full.pop() {
                 st.chunk(rt, c);
             }
-            st.dump_ring();
+            let tsc = crate::clock::rdtsc();
+            for (tid, count) in crate::thread::take_unreported_losses(rt) {
+                st.lost(tid, count, tsc);
+            }
+            // The final flush handed every chunk over: the ring is all there is to write.
+            st.write_ring();
             crate::live::finish();
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();
@@ -293,58 +263,5 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
             rt.collector_sleeping.store(false, Ordering::SeqCst);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ferrotrace_core::codec::{EventDecoder, FieldReader};
-
-    #[test]
-    fn encoded_chunk_decodes_to_the_same_events_with_the_right_header() {
-        let payload = Record {
-            tsc: 0x0706_0504_0302_0100,
-            word: 0,
-        };
-        let records = [
-            Record::new(1_000, EventKind::Entry, 5),
-            Record::with_payload(1_050, EventKind::Tracepoint, 2, 1),
-            payload,
-            Record::new(90_000, EventKind::Lost, 7),
-            Record::new(90_010, EventKind::Exit, 5),
-        ];
-        let mut out = vec![0xaa; 3]; // garbage from an earlier chunk must not matter
-        let (counts, range) = encode_events(42, 3, &records, &mut out);
-        assert_eq!(counts, Counts { events: 4, lost: 7 });
-        let mut f = FieldReader::new(&out[range]);
-        let head = EventsHeader::decode(&mut f).unwrap();
-        assert_eq!(
-            head,
-            EventsHeader {
-                tid: 42,
-                seq: 3,
-                base_ticks: 1_000,
-                count: 4
-            },
-            "tid, seq, base tsc, events (payload slots are not events)"
-        );
-        let events: Vec<_> = EventDecoder::new(f.rest(), 1_000)
-            .map(Result::unwrap)
-            .collect();
-        let kinds: Vec<_> = events.iter().map(|e| (e.kind, e.id, e.tsc)).collect();
-        assert_eq!(
-            kinds,
-            [
-                (EventKind::Entry, 5, 1_000),
-                (EventKind::Tracepoint, 2, 1_050),
-                (EventKind::Lost, 7, 90_000),
-                (EventKind::Exit, 5, 90_010)
-            ]
-        );
-        assert_eq!(
-            events[1].payload,
-            &[0, 1, 2, 3, 4, 5, 6, 7, 0, 0, 0, 0, 0, 0, 0, 0]
-        );
     }
 }

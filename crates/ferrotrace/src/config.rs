@@ -18,6 +18,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
+
 pub use ferrotrace_core::schema::Mode;
 
 /// The runtime's settings.
@@ -39,27 +41,6 @@ pub struct Config {
     pub shadow_depth: usize,
     /// Nesting depth below which mcount/fentry calls are not traced (`-D`), if limited.
     pub max_depth: Option<usize>,
-}
-
-/// Parses `16M`, `512K`, `1G` or a plain number of bytes.
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim()
-        .parse::<usize>()
-        .ok()
-        .and_then(|n| n.checked_mul(mult))
-        .filter(|&n| n > 0)
-        .ok_or_else(|| {
-            format!(
-                "invalid size '{s}': expected a number of bytes with an optional K, M or G suffix"
-            )
-        })
 }
 
 /// A `-F`/`-N` regex, matched against demangled names. Most filters are plain names (`myapp::parse`,
@@ -152,19 +133,16 @@ impl Config {
                 ))
             }
         };
-        let buffer_size = var("FERROTRACE_BUFFER_SIZE")
-            .map(|s| parse_size(&s))
-            .transpose()?
-            .unwrap_or(16 << 20);
-        let chunk_size = var("FERROTRACE_CHUNK_SIZE")
-            .map(|s| parse_size(&s))
-            .transpose()?
-            .unwrap_or(64 << 10);
-        if !chunk_size.is_power_of_two() || chunk_size < 256 {
-            return Err(format!(
-                "FERROTRACE_CHUNK_SIZE: {chunk_size} is not a power of two of at least 256"
-            ));
-        }
+        let size = |name: &str, default: usize| {
+            var(name)
+                .map_or(Ok(default), |s| parse_size(&s))
+                .map_err(|e| format!("{name}: {e}"))
+        };
+        let chunk_size = size("FERROTRACE_CHUNK_SIZE", 64 << 10)?;
+        check_chunk(chunk_size).map_err(|e| format!("FERROTRACE_CHUNK_SIZE: {e}"))?;
+        let buffer_size = size("FERROTRACE_BUFFER_SIZE", 16 << 20)?;
+        check_buffer(buffer_size, chunk_size, physical_memory())
+            .map_err(|e| format!("FERROTRACE_BUFFER_SIZE: {e}"))?;
         let shadow_depth = match var("FERROTRACE_SHADOW_DEPTH") {
             None => crate::mcount::DEFAULT_DEPTH,
             Some(v) => v
@@ -224,19 +202,31 @@ pub fn requested_runtime() -> Option<OsString> {
     std::env::var_os(RUNTIME_VAR)
 }
 
+/// The memfd through which `ferrotrace record` shares the chunk pool (`FERROTRACE_SHARED_FD`), taken
+/// once, at start: the variable is removed and the descriptor closed on `exec`, so that the programs this
+/// one starts never see it. `None` when absent, or when the number does not name record's memfd (a
+/// descriptor the program opened under that number is never touched).
+pub fn take_shared_fd() -> Option<i32> {
+    let value = std::env::var(ferrotrace_core::shared::FD_VAR).ok();
+    let name = std::ffi::CString::new(ferrotrace_core::shared::FD_VAR).unwrap_or_default();
+    // SAFETY: called from the ELF constructor, before the program starts threads of its own.
+    unsafe { libc::unsetenv(name.as_ptr()) };
+    let fd: i32 = value?.parse().ok()?;
+    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
+    if !target
+        .to_string_lossy()
+        .starts_with(&format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME))
+    {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor that is open (read_link found it).
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    Some(fd)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("16M"), Ok(16 << 20));
-        assert_eq!(parse_size("512k"), Ok(512 << 10));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("0").is_err());
-        assert!(parse_size("12Q").is_err());
-        assert!(parse_size("").is_err());
-    }
 
     #[test]
     fn name_patterns_match_exactly_what_their_regex_matches() {

@@ -2,11 +2,17 @@
 //!
 //! * `atexit`: a normal exit (return from `main`, `std::process::exit` from any thread) finishes the
 //!   trace with every thread's partly filled chunk.
-//! * Fatal signals (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT — a Rust panic with `panic=abort` ends in
-//!   SIGABRT or SIGILL) and terminating ones (SIGINT, SIGTERM, SIGHUP): best effort — the handler stops
-//!   all threads, waits a bounded time for the collector to write the End chunk, restores the default
-//!   action and re-raises, so the process dies exactly as it would have. Handlers are installed only where
-//!   the program left the default action; a program that installs its own later takes over.
+//! * Faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT — a Rust panic with `panic=abort` ends in SIGABRT
+//!   or SIGILL) and every other signal whose default action ends the process ([`TERMINATING`]: SIGINT,
+//!   SIGTERM, SIGHUP, SIGPIPE, SIGALRM, …): the handler stops all threads, waits a bounded time for the
+//!   collector to write the End chunk, restores the default action and ends the process by the same
+//!   signal, so it dies exactly as it would have. Handlers are installed only where the program left the
+//!   default action; a program that installs its own later takes over.
+//! * Any number of signals, in any order, from anyone: the first one finishes the trace; while it does,
+//!   every terminating signal is blocked on that thread (the handlers' mask), and one that reaches another
+//!   thread waits for the finish to end, then lets the first signal end the process. The runtime's own
+//!   thread (the collector) blocks every signal, so a signal never runs a handler there, where finishing
+//!   would wait for itself.
 //! * SIGUSR2 in flight mode writes the flight ring.
 //! * `fork` without `exec`: the child's copy of the runtime is its parent's and has no collector thread.
 //!   The child forgets it, and at its first traced event starts a runtime of its own writing
@@ -16,7 +22,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Mode;
-use crate::runtime::{self, EndReason, Runtime};
+use crate::runtime::{self, EndReason, Finished, Runtime};
 
 /// Set in a forked child until its first traced event starts the child's own runtime.
 static RESTART_PENDING: AtomicBool = AtomicBool::new(false);
@@ -39,20 +45,12 @@ fn write_overflow_message() {
         buf[n..n + k].copy_from_slice(&b[..k]);
         n += k;
     };
-    // SAFETY: gettid, getpid and prctl(PR_GET_NAME) are async-signal-safe; the name buffer is 17 bytes.
+    // SAFETY: gettid and getpid are async-signal-safe, as is the name's prctl.
     let (tid, pid, name) = unsafe {
-        let mut name = [0u8; 17];
-        libc::prctl(
-            libc::PR_GET_NAME,
-            name.as_mut_ptr() as libc::c_ulong,
-            0,
-            0,
-            0,
-        );
         (
             libc::syscall(libc::SYS_gettid) as u32,
             libc::getpid() as u32,
-            name,
+            crate::thread::thread_name_bytes(),
         )
     };
     put(b"\nthread '");
@@ -79,28 +77,151 @@ fn write_overflow_message() {
     unsafe { libc::write(2, buf.as_ptr().cast(), n) };
 }
 
+/// Signals whose default action ends the process, that may come from outside at any time (not faults of
+/// the running code), and that the runtime handles where the program left the default: the trace is
+/// finished before the process ends. While a handler runs, all of them are blocked on its thread.
+pub const TERMINATING: [libc::c_int; 13] = [
+    libc::SIGHUP,
+    libc::SIGINT,
+    libc::SIGQUIT,
+    libc::SIGABRT,
+    libc::SIGUSR1,
+    libc::SIGUSR2,
+    libc::SIGPIPE,
+    libc::SIGALRM,
+    libc::SIGTERM,
+    libc::SIGXCPU,
+    libc::SIGXFSZ,
+    libc::SIGVTALRM,
+    libc::SIGPROF,
+];
+
+/// The [`TERMINATING`] signals as a set.
+fn terminating_set() -> libc::sigset_t {
+    // SAFETY: sigemptyset/sigaddset on a local set.
+    unsafe {
+        let mut set: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for sig in TERMINATING {
+            libc::sigaddset(&mut set, sig);
+        }
+        set
+    }
+}
+
+/// Blocks the [`TERMINATING`] signals on the calling thread until dropped (then restores its mask).
+/// Async-signal-safe.
+pub struct TerminatingBlocked(libc::sigset_t);
+
+impl TerminatingBlocked {
+    /// Blocks them now.
+    pub fn now() -> TerminatingBlocked {
+        let set = terminating_set();
+        // SAFETY: pthread_sigmask with valid sets; the old mask is kept to restore.
+        unsafe {
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            TerminatingBlocked(old)
+        }
+    }
+}
+
+impl Drop for TerminatingBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved by `now`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, core::ptr::null_mut()) };
+    }
+}
+
+/// Runs `f` on a new thread that blocks every signal (it inherits the mask of the thread that creates
+/// it, blocked here for the moment of the creation): the runtime's own threads must never run a
+/// handler, and a process-directed signal then always goes to a thread of the program.
+pub fn spawn_without_signals<F: FnOnce() + Send + 'static>(
+    name: &str,
+    f: F,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    // SAFETY: pthread_sigmask with a full set, restored right after the thread is created.
+    unsafe {
+        let mut all: libc::sigset_t = core::mem::zeroed();
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+        spawned
+    }
+}
+
+/// True for a signal the kernel raised because of the instruction being executed (a fault), rather than
+/// one sent by `kill`, `raise` or `abort`: returning from the handler then executes the instruction
+/// again, which faults again.
+fn is_fault(info: *const libc::siginfo_t) -> bool {
+    // SAFETY: the kernel passes a valid siginfo to SA_SIGINFO handlers.
+    let code = unsafe { (*info).si_code };
+    code > 0 && code != libc::SI_KERNEL
+}
+
+/// Ends the process by `sig`, its default action, from a handler of `sig`: the trace is finished. For a
+/// fault, returning from the handler re-executes the faulting instruction (so a core dump shows the
+/// fault where it happened); the terminating signals stay blocked then (`ctx`'s mask, which the kernel
+/// restores on return), so that none that arrived meanwhile ends the process by another signal first.
+/// Otherwise `sig` is raised again and unblocked alone.
+fn die_by(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: restoring the default action, raising and unmasking are async-signal-safe; `ctx` is the
+    // ucontext the kernel passed to this SA_SIGINFO handler.
+    unsafe {
+        let mut default: libc::sigaction = core::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        real_sigaction(sig, &default, core::ptr::null_mut());
+        if is_fault(info) {
+            let uc = ctx as *mut libc::ucontext_t;
+            for s in TERMINATING {
+                libc::sigaddset(&mut (*uc).uc_sigmask, s);
+            }
+            return;
+        }
+        libc::raise(sig);
+        let mut only: libc::sigset_t = core::mem::zeroed();
+        libc::sigemptyset(&mut only);
+        libc::sigaddset(&mut only, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &only, core::ptr::null_mut());
+    }
+}
+
+/// Finishes the trace from a handler of `sig` (which ends the process): `signal` is what the End chunk
+/// says the process died of. When another thread is finishing already, this waits for it, and then, if
+/// that was for a signal too, lets that signal end the process rather than this one (so that the End
+/// chunk names the signal the process died of).
+fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
+    if rt.finish(EndReason::Signal, signal, true) == Finished::ByOther
+        && rt.end_reason.load(Ordering::Relaxed) == EndReason::Signal as u32
+    {
+        // The finisher raises its signal as soon as it is done: give it a moment.
+        std::thread::sleep(std::time::Duration::from_secs(1));
+    }
+}
+
 /// SIGSEGV/SIGBUS, on the thread's alternate stack: finish the trace, then end as the program would
 /// have (a Rust stack overflow prints std's message and aborts; anything else dies by the signal).
-extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let overflow = crate::thread::is_stack_overflow(addr);
+    let overflow = crate::thread::is_stack_overflow(addr) && RUST_STD.load(Ordering::Relaxed);
     if let Some(rt) = runtime::get() {
-        rt.finish(EndReason::Signal, sig, true);
+        // A Rust stack overflow ends by SIGABRT (std's own handler aborts): say so in the End chunk.
+        finish_for_signal(rt, if overflow { libc::SIGABRT } else { sig });
     }
-    if overflow && RUST_STD.load(Ordering::Relaxed) {
+    if overflow {
         write_overflow_message();
         // SAFETY: what std does after its message.
         unsafe { libc::abort() };
     }
-    // SAFETY: restoring the default action; returning re-executes the faulting instruction, which now
-    // kills the process the default way.
-    unsafe { libc::signal(sig, libc::SIG_DFL) };
+    die_by(sig, info, ctx);
 }
 
 extern "C" fn at_exit() {
     if let Some(rt) = runtime::get() {
-        rt.finish(EndReason::Exit, 0, false);
+        let _ = rt.finish(EndReason::Exit, 0, false);
     }
 }
 
@@ -116,22 +237,17 @@ extern "C" fn in_forked_child() {
     }
 }
 
-extern "C" fn on_signal(sig: libc::c_int) {
-    let Some(rt) = runtime::get() else { return };
-    if sig == libc::SIGUSR2 {
-        rt.dump_requested.store(true, Ordering::Release);
-        rt.wake_collector();
-        return;
-    }
-    rt.finish(EndReason::Signal, sig, true);
-    // SAFETY: restoring the default action and re-raising are async-signal-safe. For a fault, returning
-    // re-executes the faulting instruction, which now kills the process the default way.
-    unsafe {
-        libc::signal(sig, libc::SIG_DFL);
-        if !matches!(sig, libc::SIGILL | libc::SIGFPE) {
-            libc::raise(sig);
+extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    note_arrival(sig);
+    if let Some(rt) = runtime::get() {
+        if sig == libc::SIGUSR2 && rt.config.mode == Mode::Flight {
+            rt.dump_requested.store(true, Ordering::Release);
+            rt.wake_collector();
+            return;
         }
+        finish_for_signal(rt, sig);
     }
+    die_by(sig, info, ctx);
 }
 
 /// Installs `handler` (a `sa_sigaction` address) with `flags` for `sig`, only if the program left `sig` at
@@ -140,44 +256,214 @@ fn install_if_default(sig: libc::c_int, handler: usize, flags: libc::c_int) {
     // SAFETY: querying and setting signal dispositions with properly initialised sigaction structs.
     unsafe {
         let mut old: libc::sigaction = core::mem::zeroed();
-        if libc::sigaction(sig, core::ptr::null(), &mut old) != 0
+        if real_sigaction(sig, core::ptr::null(), &mut old) != 0
             || old.sa_sigaction != libc::SIG_DFL
         {
             return;
         }
-        let mut sa: libc::sigaction = core::mem::zeroed();
-        sa.sa_sigaction = handler;
-        sa.sa_flags = flags;
-        libc::sigemptyset(&mut sa.sa_mask);
-        libc::sigaction(sig, &sa, core::ptr::null_mut());
+        real_sigaction(sig, &runtime_action(handler, flags), core::ptr::null_mut());
+    }
+    if handler == on_signal as SigAction as usize {
+        DEFAULT_AT_START.fetch_or(1 << sig, Ordering::Relaxed);
+        set_observed(sig, true);
     }
 }
 
+/// A sigaction of the runtime's: `handler` with `flags`, every terminating signal blocked while it runs
+/// (a second one must not interrupt the finish on this thread).
+fn runtime_action(handler: usize, flags: libc::c_int) -> libc::sigaction {
+    // SAFETY: an all-zero sigaction is valid; the mask is set below.
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
+    sa.sa_sigaction = handler;
+    sa.sa_flags = flags;
+    sa.sa_mask = terminating_set();
+    sa
+}
+
+type SigAction = extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void);
+type SigactionFn =
+    unsafe extern "C" fn(libc::c_int, *const libc::sigaction, *mut libc::sigaction) -> libc::c_int;
+
+/// The C library's `sigaction`, never an interposed one: the preload library defines `sigaction`
+/// itself ([`program_sigaction`]), and calls from inside it would come back to it.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+unsafe fn real_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let mut f = REAL.load(Ordering::Acquire);
+    if f == 0 {
+        // SAFETY: looking a symbol up by a NUL-terminated name.
+        f = unsafe { libc::dlsym(libc::RTLD_NEXT, c"sigaction".as_ptr()) } as usize;
+        if f == 0 {
+            return -1;
+        }
+        REAL.store(f, Ordering::Release);
+    }
+    // SAFETY: RTLD_NEXT's "sigaction" is the C library's, with this signature; the caller keeps
+    // sigaction's contract.
+    unsafe {
+        let f: SigactionFn = core::mem::transmute::<usize, SigactionFn>(f);
+        f(sig, act, old)
+    }
+}
+
+/// Signals (bits) the program had at their default action when the runtime started, and that the
+/// runtime's handler therefore handles: the program's own SIG_DFL for one of them reinstates that
+/// handler (the default action, with the trace finished first).
+static DEFAULT_AT_START: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The signal table shared with `ferrotrace record`, in the process that maps it (a forked child
+/// has a copy of its parent's runtime, but not the mapping). Async-signal-safe.
+fn shared_signals() -> Option<&'static ferrotrace_core::shared::Signals> {
+    runtime::get()
+        .filter(|rt| rt.records_this_process())
+        .and_then(|rt| rt.pool.signals())
+}
+
+fn set_observed(sig: libc::c_int, observed: bool) {
+    if let Some(s) = shared_signals() {
+        if ferrotrace_core::shared::RELAYED.contains(&sig) {
+            s.set_observed(sig, observed);
+        }
+    }
+}
+
+/// Notes the arrival of `sig` where `ferrotrace record` reads it (async-signal-safe).
+fn note_arrival(sig: libc::c_int) {
+    if let Some(s) = shared_signals() {
+        s.arrived(sig, crate::clock::monotonic_ns());
+    }
+}
+
+/// A handler the program installed for a signal `record` passes on, called through [`observe`].
+struct Chained {
+    handler: std::sync::atomic::AtomicUsize,
+    siginfo: AtomicBool,
+}
+
+static CHAINED: [Chained; 65] = [const {
+    Chained {
+        handler: std::sync::atomic::AtomicUsize::new(0),
+        siginfo: AtomicBool::new(false),
+    }
+}; 65];
+
+/// Installed in place of a program's handler for a signal `record` passes on: notes the arrival (so
+/// that record does not deliver the same signal a second time) and calls the program's handler.
+extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    note_arrival(sig);
+    let Some(c) = CHAINED.get(sig as usize) else {
+        return;
+    };
+    let h = c.handler.load(Ordering::Acquire);
+    if h == 0 {
+        return;
+    }
+    // SAFETY: `h` is the handler the program gave, of the form its SA_SIGINFO flag says.
+    unsafe {
+        if c.siginfo.load(Ordering::Acquire) {
+            core::mem::transmute::<usize, SigAction>(h)(sig, info, ctx)
+        } else {
+            core::mem::transmute::<usize, extern "C" fn(libc::c_int)>(h)(sig)
+        }
+    }
+}
+
+/// What the program's `sigaction` does when the preload library interposes it. For the signals
+/// `ferrotrace record` passes on, while the pool is shared with record: a handler the program
+/// installs runs behind `observe`, which notes each arrival; SIG_DFL for a signal the runtime
+/// handles keeps the runtime's handler (the default action, the trace finished first); the program
+/// reads back what it set (its own handler, or SIG_DFL), never the runtime's. Everything else goes
+/// to the C library unchanged.
+///
+/// # Safety
+/// Same contract as `sigaction(2)`.
+pub unsafe fn program_sigaction(
+    sig: libc::c_int,
+    act: *const libc::sigaction,
+    old: *mut libc::sigaction,
+) -> libc::c_int {
+    if shared_signals().is_none() || !ferrotrace_core::shared::RELAYED.contains(&sig) {
+        // SAFETY: the caller keeps sigaction's contract.
+        return unsafe { real_sigaction(sig, act, old) };
+    }
+    // SAFETY: an all-zero sigaction is valid; the query writes into it.
+    let mut current: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: a query into a valid out-struct.
+    if unsafe { real_sigaction(sig, core::ptr::null(), &mut current) } != 0 {
+        return -1;
+    }
+    // What the program set, as it should read it back.
+    let mut view = current;
+    if current.sa_sigaction == observe as SigAction as usize {
+        let c = &CHAINED[sig as usize];
+        view.sa_sigaction = c.handler.load(Ordering::Acquire);
+        if !c.siginfo.load(Ordering::Acquire) {
+            view.sa_flags &= !libc::SA_SIGINFO;
+        }
+    } else if current.sa_sigaction == on_signal as SigAction as usize {
+        view.sa_sigaction = libc::SIG_DFL;
+        view.sa_flags = 0;
+    }
+    // SAFETY: the caller passes a valid sigaction or null.
+    let result = match unsafe { act.as_ref() } {
+        None => 0,
+        Some(a)
+            if a.sa_sigaction == libc::SIG_DFL
+                && DEFAULT_AT_START.load(Ordering::Relaxed) & (1 << sig) != 0 =>
+        {
+            set_observed(sig, true);
+            let ours = runtime_action(
+                on_signal as SigAction as usize,
+                libc::SA_SIGINFO | libc::SA_RESTART,
+            );
+            // SAFETY: installing a valid sigaction.
+            unsafe { real_sigaction(sig, &ours, core::ptr::null_mut()) }
+        }
+        Some(a) if a.sa_sigaction == libc::SIG_DFL || a.sa_sigaction == libc::SIG_IGN => {
+            set_observed(sig, false);
+            // SAFETY: the program's own sigaction, as it gave it.
+            unsafe { real_sigaction(sig, act, core::ptr::null_mut()) }
+        }
+        Some(a) => {
+            let c = &CHAINED[sig as usize];
+            c.siginfo
+                .store(a.sa_flags & libc::SA_SIGINFO != 0, Ordering::Release);
+            c.handler.store(a.sa_sigaction, Ordering::Release);
+            let mut ours = *a;
+            ours.sa_sigaction = observe as SigAction as usize;
+            ours.sa_flags |= libc::SA_SIGINFO;
+            set_observed(sig, true);
+            // SAFETY: the program's sigaction with our handler in front of its own.
+            unsafe { real_sigaction(sig, &ours, core::ptr::null_mut()) }
+        }
+    };
+    // SAFETY: the caller passes a valid out-pointer or null.
+    if let Some(o) = unsafe { old.as_mut() } {
+        *o = view;
+    }
+    result
+}
+
 /// Registers the exit, signal and fork hooks.
-pub fn install(rt: &Runtime) {
+pub fn install() {
     // SAFETY: registering plain extern "C" callbacks.
     unsafe {
         libc::atexit(at_exit);
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
     // Faults run on the thread's alternate stack (SA_ONSTACK): the stack itself may be what overflowed.
-    let on_fault =
-        on_fault as extern "C" fn(libc::c_int, *mut libc::siginfo_t, *mut libc::c_void) as usize;
-    let on_signal = on_signal as extern "C" fn(libc::c_int) as usize;
+    let on_fault = on_fault as SigAction as usize;
+    let on_signal = on_signal as SigAction as usize;
     for sig in [libc::SIGSEGV, libc::SIGBUS] {
         install_if_default(sig, on_fault, libc::SA_SIGINFO | libc::SA_ONSTACK);
     }
-    for sig in [
-        libc::SIGILL,
-        libc::SIGFPE,
-        libc::SIGABRT,
-        libc::SIGINT,
-        libc::SIGTERM,
-        libc::SIGHUP,
-    ] {
-        install_if_default(sig, on_signal, libc::SA_RESTART);
-    }
-    if rt.config.mode == Mode::Flight {
-        install_if_default(libc::SIGUSR2, on_signal, libc::SA_RESTART);
+    for sig in [libc::SIGILL, libc::SIGFPE].into_iter().chain(TERMINATING) {
+        install_if_default(sig, on_signal, libc::SA_SIGINFO | libc::SA_RESTART);
     }
 }

@@ -105,7 +105,7 @@ pub fn is_recording() -> bool {
 #[cfg(ferrotrace_runtime)]
 pub fn finish() {
     if let Some(rt) = runtime::get() {
-        rt.finish(runtime::EndReason::Exit, 0, false);
+        let _ = rt.finish(runtime::EndReason::Exit, 0, false);
     }
 }
 
@@ -147,6 +147,8 @@ pub mod __macro_support {
 #[cfg(all(ferrotrace_runtime, feature = "preload"))]
 #[doc(hidden)]
 pub mod __preload {
+    pub use crate::exit::program_sigaction;
+
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {
         crate::runtime::start_from_env(crate::runtime::Role::Preload);

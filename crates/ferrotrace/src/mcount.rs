@@ -384,8 +384,9 @@ core::arch::global_asm!(
     "  cmp rdx, qword ptr fs:[rcx + 8]",
     "  jae 7f",
     "  prefetchw [rdx + 256]",
-    "  mov qword ptr [rdx], rax",
+    // The word before the timestamp, as in the XRay trampolines (ferrotrace_core::record::Record).
     "  mov qword ptr [rdx + 8], rsi",
+    "  mov qword ptr [rdx], rax",
     "  add rdx, 16",
     "  mov qword ptr fs:[rcx], rdx",
     ".endm",

@@ -1,7 +1,8 @@
 //! Chunk memory and the two lock-free queues between traced threads and the collector.
 //!
-//! All chunks live in one pre-faulted anonymous mapping (lazy page faults on the traced thread would cost
-//! more than the tracing). A chunk is named by its index. `full` holds the chunks handed over to the
+//! All chunks live in one pre-faulted mapping (lazy page faults on the traced thread would cost more
+//! than the tracing): private, or under `ferrotrace record` in a memfd shared with it, with a
+//! descriptor per chunk (`ferrotrace_core::shared`). A chunk is named by its index. `full` holds the chunks handed over to the
 //! collector, in order: a bounded MPMC queue (`crossbeam_queue::ArrayQueue`, lock-free, no allocation
 //! after creation) sized to the chunk count, so a push never fails. `free` holds the empty chunks as a
 //! *stack*: the chunk the collector freed last is the one handed out next, still in cache. (A FIFO of
@@ -12,6 +13,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crossbeam_queue::ArrayQueue;
 use ferrotrace_core::record::{Record, RECORD_SIZE};
+use ferrotrace_core::shared::{self, Descriptor};
 
 /// A chunk handed to the collector.
 #[derive(Clone, Copy, Debug)]
@@ -24,6 +26,9 @@ pub struct FullChunk {
     pub tid: u32,
     /// Per-thread chunk sequence number.
     pub seq: u32,
+    /// Records at the start of the chunk that a flight-mode dump wrote already (under the previous
+    /// sequence number): not to be written again.
+    pub skip: u32,
 }
 
 /// The chunk pool.
@@ -35,6 +40,10 @@ pub struct Pool {
     pub free: FreeStack,
     /// Chunks waiting for the collector.
     pub full: ArrayQueue<FullChunk>,
+    /// The chunks' descriptors in memory shared with `ferrotrace record`, if it gave some.
+    descriptors: Option<&'static [Descriptor]>,
+    /// The signal table in that memory.
+    signals: Option<&'static shared::Signals>,
 }
 
 // SAFETY: the mapping is shared memory handed out by index through the queues: a chunk index is owned by
@@ -44,7 +53,7 @@ unsafe impl Send for Pool {}
 unsafe impl Sync for Pool {}
 
 impl Pool {
-    /// Maps `count` chunks of `chunk_bytes` each.
+    /// Maps `count` chunks of `chunk_bytes` each, in private memory.
     pub fn new(chunk_bytes: usize, count: usize) -> Result<Pool, String> {
         let count = count.max(2);
         let bytes = chunk_bytes * count;
@@ -65,17 +74,99 @@ impl Pool {
                 std::io::Error::last_os_error()
             ));
         }
+        Ok(Pool::over(base.cast(), chunk_bytes, count, None))
+    }
+
+    /// Maps `count` chunks of `chunk_bytes` each with their descriptors in the memfd `fd` that
+    /// `ferrotrace record` passed (ferrotrace_core::shared), so that record can recover the chunks not
+    /// written yet if this process dies without warning. The header names this process and the trace
+    /// (`session_start_ns`). A forked child does not inherit the mapping (it could only corrupt its
+    /// parent's chunks).
+    pub fn in_shared(
+        fd: i32,
+        chunk_bytes: usize,
+        count: usize,
+        session_start_ns: u64,
+    ) -> Result<Pool, String> {
+        let count = count.max(2);
+        let bytes = shared::area_bytes(chunk_bytes, count);
+        let err = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
+        // SAFETY: sizing and mapping the memfd we were given, checked; the header is written through
+        // the fresh mapping before any thread can see the pool.
+        unsafe {
+            if libc::ftruncate(fd, bytes as libc::off_t) != 0 {
+                return Err(err("cannot size the shared trace buffers"));
+            }
+            let map = libc::mmap(
+                core::ptr::null_mut(),
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_POPULATE,
+                fd,
+                0,
+            );
+            if map == libc::MAP_FAILED {
+                return Err(err("cannot map the shared trace buffers"));
+            }
+            libc::madvise(map, bytes, libc::MADV_DONTFORK);
+            let area = core::slice::from_raw_parts_mut(map.cast::<u8>(), bytes);
+            area[..8].copy_from_slice(&shared::MAGIC);
+            let header = &*(map as *const shared::Header);
+            header.pid.store(std::process::id(), Ordering::Relaxed);
+            header
+                .session_start_ns
+                .store(session_start_ns, Ordering::Relaxed);
+            header
+                .chunk_bytes
+                .store(chunk_bytes as u32, Ordering::Relaxed);
+            header.chunk_count.store(count as u32, Ordering::Relaxed);
+            header.version.store(shared::VERSION, Ordering::Release);
+            let descriptors = core::slice::from_raw_parts(
+                map.cast::<u8>().add(shared::DESCRIPTORS_OFFSET) as *const Descriptor,
+                count,
+            );
+            let base = map.cast::<u8>().add(shared::chunks_offset(count));
+            let mut pool = Pool::over(base.cast(), chunk_bytes, count, Some(descriptors));
+            pool.signals =
+                Some(&*(map.cast::<u8>().add(shared::SIGNALS_OFFSET) as *const shared::Signals));
+            Ok(pool)
+        }
+    }
+
+    fn over(
+        base: *mut Record,
+        chunk_bytes: usize,
+        count: usize,
+        descriptors: Option<&'static [Descriptor]>,
+    ) -> Pool {
         let free = FreeStack::new(count);
         for i in (0..count).rev() {
             free.push(i as u32);
         }
-        Ok(Pool {
-            base: base.cast(),
+        Pool {
+            base,
             chunk_records: chunk_bytes / RECORD_SIZE,
             count,
             free,
             full: ArrayQueue::new(count),
-        })
+            descriptors,
+            signals: None,
+        }
+    }
+
+    /// The signal table shared with `ferrotrace record`, if it gave one.
+    pub fn signals(&self) -> Option<&'static shared::Signals> {
+        self.signals
+    }
+
+    /// Number of chunks.
+    pub fn count(&self) -> usize {
+        self.count
+    }
+
+    /// The shared descriptor of chunk `index`, when the pool is shared with `ferrotrace record`.
+    pub fn descriptor(&self, index: u32) -> Option<&'static Descriptor> {
+        self.descriptors.and_then(|d| d.get(index as usize))
     }
 
     /// Records per chunk.
@@ -179,6 +270,7 @@ mod tests {
             len: 0,
             tid: 1,
             seq: index,
+            skip: 0,
         };
         assert!(!pool.backlog_needs_collector());
         pool.full.push(full(0)).unwrap();

@@ -1,9 +1,7 @@
 //! The runtime's global state: start-up, the metadata channel, and the end of the trace.
 
-use std::fs::{File, OpenOptions};
 use std::io::BufWriter;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -15,7 +13,7 @@ use ferrotrace_core::writer::TraceWriter;
 use crate::collector::Writer;
 use crate::config::{Config, Mode, TRACED_PARENT_VAR};
 use crate::pool::Pool;
-use crate::thread::ThreadSlot;
+use crate::thread::Registry;
 use crate::{clock, collector, exit, trampoline, xray};
 
 /// Metadata that traced threads hand to the collector (rare: once per thread and at the end).
@@ -41,6 +39,20 @@ pub enum Meta {
     },
 }
 
+/// The longest a finish waits for the collector to write everything (from a signal handler: 3 s).
+const FINISH_LIMIT: Duration = Duration::from_secs(30);
+
+/// What a call of [`Runtime::finish`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// This call finished the trace.
+    Here,
+    /// Another call (on another thread, or earlier) finished it; this one waited until it was over.
+    ByOther,
+    /// The runtime is a forked parent's copy, which records nothing in this process.
+    NotHere,
+}
+
 /// Why the trace ended, as written in the End chunk.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[repr(u32)]
@@ -60,7 +72,7 @@ pub struct Runtime {
     /// True while events are recorded.
     pub recording: AtomicBool,
     /// Every thread that ever recorded (slots are reused).
-    pub registry: Mutex<Vec<&'static ThreadSlot>>,
+    pub registry: Registry,
     /// Objects already scanned for sleds, and the next function id.
     known: Mutex<xray::Known>,
     role: Role,
@@ -82,6 +94,8 @@ pub struct Runtime {
     /// The signal that ended it, if any.
     pub end_signal: AtomicU32,
     finished: AtomicBool,
+    /// Set once the finish that `finished` let through is over.
+    finish_over: AtomicBool,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
     pid: u32,
@@ -103,21 +117,9 @@ pub fn get() -> Option<&'static Runtime> {
 }
 
 impl Runtime {
-    /// Queues metadata for the collector.
+    /// Queues metadata for the collector (never from a signal handler: it allocates).
     pub fn push_meta(&self, m: Meta) {
-        self.push_meta_from(m, false);
-    }
-
-    /// Queues metadata; from a signal handler only if the lock is free at once.
-    pub fn push_meta_from(&self, m: Meta, from_signal: bool) {
-        let guard = if from_signal {
-            self.meta.try_lock().ok()
-        } else {
-            Some(self.meta.lock().unwrap_or_else(|e| e.into_inner()))
-        };
-        if let Some(mut g) = guard {
-            g.push(m);
-        }
+        self.meta.lock().unwrap_or_else(|e| e.into_inner()).push(m);
     }
 
     /// Takes the queued metadata.
@@ -135,16 +137,26 @@ impl Runtime {
     }
 
     /// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
-    /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`.
+    /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`: it neither
+    /// allocates nor waits without bound. A call while another thread is finishing waits until that
+    /// finish is over (the process must not end before it), and says so.
     /// A forked child's copy of its parent's runtime does nothing here (the parent finishes its own).
-    pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) {
+    pub fn finish(&self, reason: EndReason, signal: i32, from_signal: bool) -> Finished {
         if !self.records_this_process() {
-            return;
+            return Finished::NotHere;
         }
+        // A terminating signal arriving on this thread now would run its handler in the middle of
+        // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
+        // handler they are blocked already, by the handler's mask.)
+        let _blocked = crate::exit::TerminatingBlocked::now();
         if self.finished.swap(true, Ordering::AcqRel) {
-            // Someone else is finishing: give them time to complete before the process goes away.
-            self.wait_collector(Duration::from_secs(2));
-            return;
+            let start = Instant::now();
+            while !self.finish_over.load(Ordering::Acquire)
+                && start.elapsed() < FINISH_LIMIT + Duration::from_secs(5)
+            {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+            return Finished::ByOther;
         }
         self.end_reason.store(reason as u32, Ordering::Relaxed);
         self.end_signal.store(signal as u32, Ordering::Relaxed);
@@ -157,7 +169,7 @@ impl Runtime {
         self.wait_collector(if from_signal {
             Duration::from_secs(3)
         } else {
-            Duration::from_secs(30)
+            FINISH_LIMIT
         });
         let too_deep = crate::mcount::depth_lost();
         if too_deep > 0 && !from_signal {
@@ -167,6 +179,8 @@ impl Runtime {
                 crate::mcount::depth()
             );
         }
+        self.finish_over.store(true, Ordering::Release);
+        Finished::Here
     }
 
     /// False in a forked child that has not started recording on its own.
@@ -234,9 +248,25 @@ pub enum Role {
     Preload,
 }
 
+/// True in a process the kernel runs with privileges its invoker does not have (setuid, setgid, file
+/// capabilities): `getauxval(AT_SECURE)`, the test glibc uses to ignore `LD_PRELOAD` and that makes
+/// `secure_getenv` return nothing.
+fn is_secure_execution() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector; it has no failure mode that matters here (0 when
+    // the entry is missing, which means not secure).
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
 /// Starts the runtime if the environment asks this copy to, printing one line on failure. Called from
 /// the ELF constructors of both copies; only one of them proceeds.
+///
+/// A privileged process (setuid, setgid, capabilities: `getauxval(AT_SECURE)`) stays dormant and reads
+/// no `FERROTRACE_*` variable at all: its environment comes from a user it must not obey, who could
+/// otherwise make it write a trace over any file (`FERROTRACE_OUTPUT`).
 pub fn start_from_env(role: Role) {
+    if is_secure_execution() {
+        return;
+    }
     let wanted = crate::config::requested_runtime();
     let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
         (_, Some("off")) => false,
@@ -278,19 +308,6 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     (path, started_by_traced)
 }
 
-fn create_trace_file(path: &PathBuf) -> Result<File, String> {
-    let file = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| format!("cannot create trace file {}: {e}", path.display()))?;
-    // An existing file keeps its mode on open: make sure the trace is private either way.
-    let _ = file.set_permissions(std::fs::Permissions::from_mode(0o600));
-    Ok(file)
-}
-
 fn session_payload(
     config: &Config,
     tsc_hz: u64,
@@ -327,14 +344,8 @@ fn session_payload(
 
 /// A calibration chunk payload.
 pub fn clock_payload() -> Vec<u8> {
-    let (pair, real) = clock::calibration_pair();
     let mut p = Vec::new();
-    let _ = schema::ClockSample {
-        ticks: pair.tsc,
-        monotonic_ns: pair.mono_ns,
-        realtime_ns: real,
-    }
-    .encode(&mut p);
+    let _ = ferrotrace_core::clock::tsc_clock_sample().encode(&mut p);
     p
 }
 
@@ -348,6 +359,7 @@ fn estimate_tsc_hz() -> u64 {
 
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
+    let shared_fd = crate::config::take_shared_fd();
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
@@ -413,7 +425,14 @@ fn start(role: Role) -> Result<(), String> {
         Some(limit) => crate::mcount::set_depth(limit, true),
         None => crate::mcount::set_depth(config.shadow_depth, false),
     }
-    let pool = new_pool(&config)?;
+    let start_realtime = clock::realtime_ns();
+    // Only the process `record` started shares its pool: processes it starts write traces of their
+    // own, which record does not watch.
+    let pool = new_pool(
+        &config,
+        shared_fd.filter(|_| !started_by_traced),
+        start_realtime,
+    )?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
         .module_payloads()
         .into_iter()
@@ -421,14 +440,20 @@ fn start(role: Role) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
-    let writer = open_trace(&config, &path, &header, found.instrumentation)?;
+    let writer = open_trace(
+        &config,
+        &path,
+        &header,
+        found.instrumentation,
+        start_realtime,
+    )?;
     let rt = launch(
         Runtime::new(config, pool, known, role, header, found.instrumentation),
         writer,
         path,
         None,
     )?;
-    exit::install(rt);
+    exit::install();
     rt.recording.store(true, Ordering::Release);
     // SAFETY: `found` is discover's answer, unchanged.
     unsafe { xray::patch(&found) }?;
@@ -436,24 +461,32 @@ fn start(role: Role) -> Result<(), String> {
     Ok(())
 }
 
-fn new_pool(config: &Config) -> Result<Pool, String> {
-    match config.mode {
+/// The chunk pool, in the memfd `shared` when record gave one (the trace started at `start_realtime`).
+fn new_pool(config: &Config, shared: Option<i32>, start_realtime: u64) -> Result<Pool, String> {
+    let count = match config.mode {
         // The flight ring holds encoded events; the pool only needs to keep up with the collector.
-        Mode::Flight => Pool::new(config.chunk_size, (4 << 20) / config.chunk_size),
-        _ => Pool::new(config.chunk_size, config.buffer_size / config.chunk_size),
+        Mode::Flight => (4 << 20) / config.chunk_size,
+        _ => config.buffer_size / config.chunk_size,
+    };
+    match shared {
+        Some(fd) => Pool::in_shared(fd, config.chunk_size, count, start_realtime),
+        None => Pool::new(config.chunk_size, count),
     }
 }
 
 /// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.
 fn open_trace(
     config: &Config,
-    path: &PathBuf,
+    path: &Path,
     header: &[(ChunkKind, Vec<u8>)],
     instrumentation: u64,
+    start_realtime: u64,
 ) -> Result<Writer, String> {
-    let start_realtime = clock::realtime_ns();
     let tsc_hz = estimate_tsc_hz();
-    let file = create_trace_file(path)?;
+    // A new file, 0600, never through a link nor over a file that is not a trace (an old trace is
+    // kept as FILE.old): see ferrotrace_core::output.
+    let (file, _) = ferrotrace_core::output::create(path)
+        .map_err(|e| format!("cannot create the trace: {e}"))?;
     let io = |e: std::io::Error| format!("{}: {e}", path.display());
     let mut writer = TraceWriter::new(BufWriter::with_capacity(1 << 20, file)).map_err(io)?;
     writer
@@ -485,7 +518,7 @@ impl Runtime {
             config,
             pool,
             recording: AtomicBool::new(false),
-            registry: Mutex::new(Vec::new()),
+            registry: Registry::new(),
             known: Mutex::new(known),
             role,
             meta: Mutex::new(Vec::new()),
@@ -498,6 +531,7 @@ impl Runtime {
             end_reason: AtomicU32::new(0),
             end_signal: AtomicU32::new(0),
             finished: AtomicBool::new(false),
+            finish_over: AtomicBool::new(false),
             pid: std::process::id(),
             header: Mutex::new(header),
             instrumentation,
@@ -528,10 +562,9 @@ fn launch(
     {
         return Err("a ferrotrace runtime is already running in this process".into());
     }
-    let handle = std::thread::Builder::new()
-        .name("ferrotrace".into())
-        .spawn(move || collector::run(rt, writer, path))
-        .map_err(|e| format!("cannot start the collector thread: {e}"))?;
+    let handle =
+        exit::spawn_without_signals("ferrotrace", move || collector::run(rt, writer, path))
+            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
     let _ = rt.collector.set(handle.thread().clone());
     let started = Instant::now();
     while !rt.collector_ready.load(Ordering::Acquire) {
@@ -564,8 +597,15 @@ pub fn restart_in_forked_child() {
     let (header, known) = (header.clone(), known.clone());
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
-    let started = new_pool(&config).and_then(|pool| {
-        let writer = open_trace(&config, &path, &header, parent.instrumentation)?;
+    let start_realtime = clock::realtime_ns();
+    let started = new_pool(&config, None, start_realtime).and_then(|pool| {
+        let writer = open_trace(
+            &config,
+            &path,
+            &header,
+            parent.instrumentation,
+            start_realtime,
+        )?;
         launch(
             Runtime::new(
                 config,
@@ -587,4 +627,31 @@ pub fn restart_in_forked_child() {
             std::process::id()
         ),
     }
+}
+
+/// Starts a runtime for unit tests of this crate: `config`, no program description, no sled patched, no
+/// exit or signal hooks; recording on. One per test binary (the process has one runtime).
+#[cfg(test)]
+pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
+    trampoline::init_tls_offset();
+    let start_realtime = clock::realtime_ns();
+    let pool = new_pool(&config, None, start_realtime).expect("pool");
+    let path = config.output.clone();
+    let writer = open_trace(&config, &path, &[], 0, start_realtime).expect("trace file");
+    let rt = launch(
+        Runtime::new(
+            config,
+            pool,
+            xray::Known::default(),
+            Role::Linked,
+            Vec::new(),
+            0,
+        ),
+        writer,
+        path,
+        None,
+    )
+    .expect("launch");
+    rt.recording.store(true, Ordering::Release);
+    rt
 }

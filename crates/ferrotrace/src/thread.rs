@@ -1,12 +1,14 @@
 //! Per-thread state: registration, the slow path behind the trampolines, and thread exit.
 //!
 //! Each traced thread owns one [`ThreadSlot`] (leaked, reused after the thread exits) that the
-//! [`crate::runtime::Runtime`] registry lists so that exit and fatal-signal handlers can take the
-//! partly filled chunk of every thread. A slot's mutable part is guarded by a tiny spin lock that only the
-//! owner's slow path, its exit, and the final flush take: never the fast path.
+//! [`Registry`] lists so that exit and fatal-signal handlers can take the partly filled chunk of every
+//! thread. A slot's mutable part is guarded by a tiny spin lock that only the owner's slow path, its
+//! exit, the final flush and the collector take: never the fast path. The registry itself takes no
+//! lock: slots are only ever added (to the front of a list), so a signal handler can walk it whatever
+//! the interrupted code was doing.
 
 use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
@@ -58,6 +60,10 @@ struct SlotState {
     lost: u64,
     /// Nanoseconds spent waiting for a chunk (lossless mode), not yet written as a `Wait` record.
     waited_ns: u64,
+    /// Records of the current chunk that a flight-mode dump has written already.
+    dumped: u32,
+    /// The thread's name at registration, for the shared chunk descriptors.
+    name: [u8; 16],
     alive: bool,
     stopped: bool,
 }
@@ -66,6 +72,66 @@ struct SlotState {
 pub struct ThreadSlot {
     lock: AtomicBool,
     state: UnsafeCell<SlotState>,
+    /// The slot added to the registry before this one (set once, before this one is published).
+    next: *const ThreadSlot,
+}
+
+/// Every slot that ever recorded, newest first: a list that only grows (slots are reused, never
+/// freed), so walking it needs no lock, from a signal handler too.
+pub struct Registry {
+    head: AtomicPtr<ThreadSlot>,
+}
+
+// SAFETY: the list is only changed by the compare-exchange in `push`; the slots it links are 'static
+// and never unlinked.
+unsafe impl Sync for Registry {}
+// SAFETY: as above.
+unsafe impl Send for Registry {}
+
+impl Registry {
+    /// An empty registry.
+    pub const fn new() -> Registry {
+        Registry {
+            head: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    }
+
+    /// Adds a slot (whose state its creator has set up already).
+    fn push(&self, slot: Box<ThreadSlot>) -> &'static ThreadSlot {
+        let slot = Box::into_raw(slot);
+        let mut head = self.head.load(Ordering::Acquire);
+        loop {
+            // SAFETY: `slot` is ours until the compare-exchange below publishes it.
+            unsafe { (*slot).next = head };
+            match self
+                .head
+                .compare_exchange_weak(head, slot, Ordering::AcqRel, Ordering::Acquire)
+            {
+                // SAFETY: leaked on purpose: slots live as long as the process.
+                Ok(_) => return unsafe { &*slot },
+                Err(h) => head = h,
+            }
+        }
+    }
+
+    /// Every slot, newest first.
+    pub fn iter(&self) -> impl Iterator<Item = &'static ThreadSlot> {
+        // SAFETY: every pointer in the list is a leaked, fully initialised slot (published by the
+        // release in `push`, read with acquire).
+        let mut next = unsafe { self.head.load(Ordering::Acquire).as_ref() };
+        core::iter::from_fn(move || {
+            let slot = next?;
+            // SAFETY: as above; `next` was set before the slot was published.
+            next = unsafe { slot.next.as_ref() };
+            Some(slot)
+        })
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Registry {
+        Registry::new()
+    }
 }
 
 // SAFETY: `state` is only touched with `lock` held.
@@ -74,19 +140,11 @@ unsafe impl Sync for ThreadSlot {}
 struct SlotGuard<'a>(&'a ThreadSlot);
 
 impl ThreadSlot {
-    fn new() -> ThreadSlot {
+    fn new(state: SlotState) -> ThreadSlot {
         ThreadSlot {
             lock: AtomicBool::new(false),
-            state: UnsafeCell::new(SlotState {
-                tid: 0,
-                hot: core::ptr::null(),
-                chunk: None,
-                seq: 0,
-                lost: 0,
-                waited_ns: 0,
-                alive: false,
-                stopped: false,
-            }),
+            state: UnsafeCell::new(state),
+            next: core::ptr::null(),
         }
     }
 
@@ -258,6 +316,12 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         put(*p);
     }
     st.chunk = Some(index);
+    if let Some(d) = rt.pool.descriptor(index) {
+        // Read now, after the chunk was taken: every record the thread writes from here on is newer,
+        // everything an earlier owner left in the chunk older (ferrotrace_core::shared).
+        let epoch = crate::clock::rdtsc();
+        d.own(st.tid, st.seq, n as u32, epoch, &st.name);
+    }
     // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside (or one past) the chunk.
     let (cursor, end) = unsafe { (start.add(n), start.add(cap)) };
     h.cursor.store(cursor, Ordering::Relaxed);
@@ -316,17 +380,33 @@ fn hand_over(rt: &Runtime, st: &mut SlotState, h: &Hot) {
     }
 }
 
-/// Passes on the count of events the thread lost and never got a chunk to record the loss in.
-fn report_lost(rt: &Runtime, st: &mut SlotState, from_signal: bool) {
+/// Passes on the count of events an exiting thread lost and never got a chunk to record the loss in.
+fn report_lost(rt: &Runtime, st: &mut SlotState) {
     if st.lost > 0 {
-        let lost = Meta::Lost {
+        rt.push_meta(Meta::Lost {
             tid: st.tid,
             count: st.lost,
             tsc: crate::clock::rdtsc(),
-        };
-        rt.push_meta_from(lost, from_signal);
+        });
         st.lost = 0;
     }
+}
+
+/// For the collector, once the final flush has stopped every thread: takes the counts of events that
+/// stopped threads lost and never recorded as `Lost` (the flush leaves them in the slots: it may run in
+/// a signal handler, where nothing may allocate). `(tid, count)` per thread that lost any.
+pub fn take_unreported_losses(rt: &Runtime) -> Vec<(u32, u64)> {
+    let mut out = Vec::new();
+    for slot in rt.registry.iter() {
+        let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
+            continue;
+        };
+        let st = guard.state();
+        if st.stopped && st.lost > 0 {
+            out.push((st.tid, std::mem::take(&mut st.lost)));
+        }
+    }
+    out
 }
 
 fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
@@ -335,8 +415,12 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         len: len as u32,
         tid: st.tid,
         seq: st.seq,
+        skip: std::mem::take(&mut st.dumped),
     };
     st.seq = st.seq.wrapping_add(1);
+    if let Some(d) = rt.pool.descriptor(index) {
+        d.queue(chunk.seq, chunk.len, chunk.skip);
+    }
     if rt.pool.full.push(chunk).is_err() {
         // Cannot happen: the queue holds every chunk there is. Keep the chunk rather than lose memory.
         rt.pool.free.push(index);
@@ -351,8 +435,9 @@ fn gettid() -> u32 {
     unsafe { libc::syscall(libc::SYS_gettid) as u32 }
 }
 
-/// The calling thread's name (prctl PR_GET_NAME).
-pub fn current_thread_name() -> String {
+/// The calling thread's name as the kernel keeps it (prctl PR_GET_NAME): up to 16 bytes, NUL-padded.
+/// Async-signal-safe.
+pub fn thread_name_bytes() -> [u8; 16] {
     let mut buf = [0u8; 17];
     // SAFETY: PR_GET_NAME writes at most 16 bytes plus NUL into the buffer.
     unsafe {
@@ -364,6 +449,14 @@ pub fn current_thread_name() -> String {
             0,
         )
     };
+    let mut name = [0u8; 16];
+    name.copy_from_slice(&buf[..16]);
+    name
+}
+
+/// The calling thread's name.
+pub fn current_thread_name() -> String {
+    let buf = thread_name_bytes();
     let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
@@ -376,6 +469,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         return None;
     }
     let tid = gettid();
+    let name = thread_name_bytes();
     let fresh = || SlotState {
         tid,
         hot: HOT.with(|h| h as *const Hot),
@@ -383,32 +477,23 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         seq: 0,
         lost: 0,
         waited_ns: 0,
+        dumped: 0,
+        name,
         alive: true,
         stopped: false,
     };
-    // The slot is claimed (marked alive) before the registry lock is released: a thread registering at
-    // the same moment must not take it for a dead slot free for reuse.
-    let slot: &'static ThreadSlot = {
-        let mut reg = rt.registry.lock().unwrap_or_else(|e| e.into_inner());
-        let reused = reg.iter().copied().find(|s| {
-            let mut g = s.lock();
-            let st = g.state();
-            let free = !st.alive && st.chunk.is_none() && st.lost == 0;
-            if free {
-                *st = fresh();
-            }
-            free
-        });
-        match reused {
-            Some(s) => s,
-            None => {
-                let s: &'static ThreadSlot = Box::leak(Box::new(ThreadSlot::new()));
-                *s.lock().state() = fresh();
-                reg.push(s);
-                s
-            }
+    // A dead slot is claimed (marked alive) under its own lock, in the same critical section that found
+    // it free: a thread registering at the same moment cannot take it too.
+    let reused = rt.registry.iter().find(|s| {
+        let mut g = s.lock();
+        let st = g.state();
+        let free = !st.alive && st.chunk.is_none() && st.lost == 0;
+        if free {
+            *st = fresh();
         }
-    };
+        free
+    });
+    let slot = reused.unwrap_or_else(|| rt.registry.push(Box::new(ThreadSlot::new(fresh()))));
     rt.push_meta(Meta::Thread {
         tid,
         name: current_thread_name(),
@@ -501,7 +586,7 @@ fn thread_exit() {
         // their events must not land in the chunk just handed over (another thread may own it already).
         stop_hot(h);
         if !st.stopped {
-            report_lost(rt, st, false);
+            report_lost(rt, st);
             // The name may have changed since registration.
             rt.push_meta(Meta::Thread {
                 tid: st.tid,
@@ -530,24 +615,11 @@ fn thread_exit() {
 }
 
 /// Takes the partly filled chunk of every registered thread and stops them all: used once, at the end.
-/// Bounded in time so that it is usable from a fatal-signal handler, where a lock may be held by the
-/// interrupted code.
+/// Bounded in time and, with `from_signal`, free of allocation, so that it is usable from a fatal-signal
+/// handler, where a lock (the allocator's among them) may be held by the interrupted code. Counts of
+/// lost events stay in the slots for the collector ([`take_unreported_losses`]).
 pub fn flush_all(rt: &Runtime, from_signal: bool) {
-    let reg = if from_signal {
-        let start = Instant::now();
-        loop {
-            match rt.registry.try_lock() {
-                Ok(r) => break Some(r),
-                Err(std::sync::TryLockError::Poisoned(p)) => break Some(p.into_inner()),
-                Err(_) if start.elapsed() > Duration::from_millis(200) => break None,
-                Err(_) => std::thread::yield_now(),
-            }
-        }
-    } else {
-        Some(rt.registry.lock().unwrap_or_else(|e| e.into_inner()))
-    };
-    let Some(reg) = reg else { return };
-    for slot in reg.iter() {
+    for slot in rt.registry.iter() {
         let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
             continue;
         };
@@ -560,7 +632,6 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
         let h = unsafe { &*st.hot };
         h.end.store(core::ptr::null_mut(), Ordering::Relaxed);
         hand_over(rt, st, h);
-        report_lost(rt, st, from_signal);
         if !from_signal {
             if let Ok(name) = std::fs::read_to_string(format!("/proc/self/task/{}/comm", st.tid)) {
                 rt.push_meta(Meta::Thread {
@@ -572,12 +643,45 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
     }
 }
 
+/// For a flight-mode dump (collector thread only, SIGUSR2): hands `write` what each live thread has
+/// written into its current chunk since the last dump, `(tid, seq, records)`, and moves the thread on to
+/// the next sequence number, which the rest of that chunk will carry when it is handed over (without
+/// the records written here: [`FullChunk::skip`]). The owner keeps writing meanwhile: records below
+/// its cursor are final, and a chunk is only ever freed by the collector.
+pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Record])) {
+    for slot in rt.registry.iter() {
+        let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
+            continue;
+        };
+        let st = guard.state();
+        let Some(index) = st
+            .chunk
+            .filter(|_| st.alive && !st.stopped && !st.hot.is_null())
+        else {
+            continue;
+        };
+        // SAFETY: the owner is alive (checked under the slot lock), so its HOT block is.
+        let upto = written(rt, index, unsafe { &*st.hot });
+        let from = st.dumped as usize;
+        if upto > from {
+            // SAFETY: the records below the owner's cursor are written and stay put until the chunk
+            // comes back to the collector.
+            let records = unsafe { rt.pool.records(index, upto) };
+            write(st.tid, st.seq, &records[from..]);
+            st.seq = st.seq.wrapping_add(1);
+            st.dumped = upto as u32;
+            if let Some(d) = rt.pool.descriptor(index) {
+                d.dumped(st.seq, st.dumped);
+            }
+        }
+    }
+}
+
 /// For the live printer (collector thread only): `(tid, seq, chunk index, records written)` of every
 /// live thread's current chunk. Takes each slot lock briefly, never the owner's fast path.
 pub fn current_chunks(rt: &Runtime) -> Vec<(u32, u32, u32, usize)> {
-    let reg = rt.registry.lock().unwrap_or_else(|e| e.into_inner());
     let mut out = Vec::new();
-    for slot in reg.iter() {
+    for slot in rt.registry.iter() {
         let mut guard = slot.lock();
         let st = guard.state();
         if !st.alive || st.stopped || st.hot.is_null() {
@@ -590,4 +694,136 @@ pub fn current_chunks(rt: &Runtime) -> Vec<(u32, u32, u32, usize)> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout, System};
+    use std::cell::Cell;
+
+    /// Counts the allocations of the threads that ask it to.
+    struct Counting;
+
+    thread_local! {
+        static COUNTING: Cell<bool> = const { Cell::new(false) };
+        static ALLOCATIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    fn note() {
+        let _ = COUNTING.try_with(|c| {
+            if c.get() {
+                let _ = ALLOCATIONS.try_with(|a| a.set(a.get() + 1));
+            }
+        });
+    }
+
+    // SAFETY: forwards to the system allocator; the bookkeeping is thread-local and allocation-free.
+    unsafe impl GlobalAlloc for Counting {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note();
+            // SAFETY: the caller keeps GlobalAlloc's contract, which System's shares.
+            unsafe { System.alloc(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: as above.
+            unsafe { System.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note();
+            // SAFETY: as above.
+            unsafe { System.realloc(ptr, layout, new_size) }
+        }
+    }
+
+    #[global_allocator]
+    static ALLOCATOR: Counting = Counting;
+
+    /// What the fatal-signal handler runs (`finish` from a signal) must not allocate: the signal may
+    /// have interrupted the allocator itself, holding its lock. It used to, pushing the threads' lost
+    /// counts onto the metadata queue (`Vec::push`).
+    #[test]
+    fn finishing_from_a_signal_handler_does_not_allocate() {
+        let dir = std::env::temp_dir().join(format!("ft-nolloc-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let rt = runtime::start_for_test(crate::config::Config {
+            output: dir.join("t.data"),
+            include: Vec::new(),
+            exclude: Vec::new(),
+            mode: Mode::Drop,
+            buffer_size: 4 << 10,
+            chunk_size: 1 << 10,
+            shadow_depth: crate::mcount::DEFAULT_DEPTH,
+            max_depth: None,
+        });
+        // This thread and another one register and hold a chunk each; both lost events (drop mode).
+        let record =
+            |n: u32| record_slow(Record::new(crate::clock::rdtsc(), EventKind::Entry, n), &[]);
+        let add_lost = |n: u64| {
+            COLD.with(|cold| {
+                // SAFETY: the slot of a registered thread lives as long as the process.
+                let slot = unsafe { &*cold.slot.get() };
+                slot.lock().state().lost += n;
+            })
+        };
+        record(1);
+        add_lost(7);
+        let (registered, finished) = (std::sync::Barrier::new(2), std::sync::Barrier::new(2));
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                record(2);
+                add_lost(5);
+                registered.wait();
+                finished.wait();
+            });
+            registered.wait();
+            // The collector takes the queued metadata (the threads' names) every 5 ms at most: after
+            // that the queue holds nothing, and a push would allocate.
+            std::thread::sleep(Duration::from_millis(50));
+            // The counter works: one allocation is seen.
+            COUNTING.with(|c| c.set(true));
+            drop(std::hint::black_box(Box::new(1u64)));
+            COUNTING.with(|c| c.set(false));
+            assert_eq!(ALLOCATIONS.with(|a| a.replace(0)), 1);
+            COUNTING.with(|c| c.set(true));
+            let done = rt.finish(runtime::EndReason::Signal, libc::SIGTERM, true);
+            COUNTING.with(|c| c.set(false));
+            finished.wait();
+            assert_eq!(done, runtime::Finished::Here);
+        });
+        assert_eq!(
+            ALLOCATIONS.with(Cell::get),
+            0,
+            "allocations while finishing from a signal"
+        );
+        assert!(
+            rt.collector_done.load(Ordering::Acquire),
+            "the End chunk was written"
+        );
+        let file = std::fs::read(dir.join("t.data")).unwrap();
+        // The End chunk is the last one.
+        use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+        use ferrotrace_core::schema::Payload;
+        let mut at = FILE_HEADER_LEN;
+        let mut last = None;
+        while at + CHUNK_HEADER_LEN <= file.len() {
+            let h = ChunkHeader::decode(file[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+            let payload = &file[at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + h.len as usize];
+            last = Some((h.kind, payload));
+            at += CHUNK_HEADER_LEN + h.len as usize;
+        }
+        let (kind, payload) = last.unwrap();
+        assert_eq!(kind, ChunkKind::End as u32);
+        let end = ferrotrace_core::schema::End::decode(
+            &mut ferrotrace_core::codec::FieldReader::new(payload),
+        )
+        .unwrap();
+        assert_eq!(
+            (end.signal, end.lost),
+            (15, 12),
+            "End: signal 15, 12 events lost (7 + 5)"
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

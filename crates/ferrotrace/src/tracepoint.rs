@@ -211,12 +211,17 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         let end = hot.end.load(Ordering::Relaxed);
         if (end as usize).saturating_sub(cur as usize) > slots * 16 && !cur.is_null() {
             // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above).
+            // The payload first, then the record's word, then its timestamp (volatile: in that
+            // order), so that a process killed in the middle leaves no whole-looking record with a
+            // half-written payload (ferrotrace_core::record::Record).
             unsafe {
-                cur.write(rec);
                 if slots > 0 {
                     cur.add(slots).write(Record::default());
                 }
                 write(cur.add(1) as *mut u8);
+                core::sync::atomic::compiler_fence(Ordering::Release);
+                core::ptr::write_volatile(&raw mut (*cur).word, rec.word);
+                core::ptr::write_volatile(&raw mut (*cur).tsc, rec.tsc);
                 hot.cursor.store(cur.add(1 + slots), Ordering::Release);
             }
         } else {
@@ -425,6 +430,20 @@ unsafe fn pc_relative_table<const N: usize>(
         Some(fields)
     })
 }
+
+/// Starts `.probes`, the section of the SDT semaphores, on a page of its own in the file. A tracer that
+/// attaches before the program runs (`bpftrace -c`, `perf record -e sdt_… -- prog`) has the kernel raise
+/// a semaphore when the program's file is mapped, in the first writable mapping of the semaphore's file
+/// page; the page where the RELRO segment ends and `.data` begins is mapped twice (for RELRO, still
+/// writable then, and for `.data`), and a semaphore on it was raised in the RELRO copy, which the program
+/// never reads: the probes stayed silent. Whether that happened depended on the program's layout (seen
+/// when a change of the runtime's size moved `.probes` there). At most a page of padding in the file.
+#[used]
+#[link_section = ".probes"]
+static PROBES_ON_A_PAGE_OF_THEIR_OWN: PageAligned = PageAligned([]);
+
+#[repr(C, align(4096))]
+struct PageAligned([u8; 0]);
 
 /// Semaphore type of SDT probes (incremented by the kernel while a tracer is attached).
 #[doc(hidden)]

@@ -210,11 +210,13 @@ pub fn trampolines(with_cpu: bool) -> [u64; 3] {
 // alignment.
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_trampolines,\"ax\",@progbits",
-    // Entry and tail are reached by `call` with the argument registers live; they differ only in the
-    // kind bit set in the record word (entry: none, kind 0). With `cpu`, the CPU goes into bits 48-63 of
-    // the record word, read through rdx once rdtsc's halves are combined (before the cursor check, so
-    // the slow path records it too).
-    ".macro ferrotrace_called_trampoline name, kind_bit, cpu",
+    // Entry and tail are reached by `call` with the argument registers live (see "Registers" in
+    // docs/architecture.md). They differ in the kind bit set in the record word (entry: none, kind 0)
+    // and in r11: dead at a function's entry, but at a TAIL sled it may hold the target of the indirect
+    // tail jump that follows (`jmp r11`), so the tail trampolines keep it. With `cpu`, the CPU goes
+    // into bits 48-63 of the record word, read through rdx once rdtsc's halves are combined (before the
+    // cursor check, so the slow path records it too).
+    ".macro ferrotrace_called_trampoline name, kind_bit, cpu, keep_r11",
     ".p2align 4",
     ".globl \\name",
     ".hidden \\name",
@@ -222,6 +224,9 @@ core::arch::global_asm!(
     "\\name:",
     "  push rax",
     "  push rdx",
+    "  .ifnb \\keep_r11",
+    "  push r11",
+    "  .endif",
     "  .ifnb \\kind_bit",
     "  bts r10, \\kind_bit",
     "  .endif",
@@ -241,24 +246,32 @@ core::arch::global_asm!(
     // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
     // shared with the collector that read them, and a program that fences waits for the upgrade.
     "  prefetchw [rdx + 256]",
-    "  mov qword ptr [rdx], rax",
+    // The word before the timestamp: a record cut in half by a SIGKILL keeps the slot's old time, and
+    // `record`'s salvage of the shared chunk pool stops there (ferrotrace_core::shared).
     "  mov qword ptr [rdx + 8], r10",
+    "  mov qword ptr [rdx], rax",
     "  add rdx, 16",
     "  mov qword ptr fs:[r11], rdx",
+    "  .ifnb \\keep_r11",
+    "  pop r11",
+    "  .endif",
     "  pop rdx",
     "  pop rax",
     "  ret",
     "2:",
     "  call ferrotrace_slow_record",
+    "  .ifnb \\keep_r11",
+    "  pop r11",
+    "  .endif",
     "  pop rdx",
     "  pop rax",
     "  ret",
     ".size \\name, . - \\name",
     ".endm",
     "ferrotrace_called_trampoline ferrotrace_xray_entry",
-    "ferrotrace_called_trampoline ferrotrace_xray_tail, 33",
+    "ferrotrace_called_trampoline ferrotrace_xray_tail, 33, , keep_r11",
     "ferrotrace_called_trampoline ferrotrace_xray_entry_cpu, , 1",
-    "ferrotrace_called_trampoline ferrotrace_xray_tail_cpu, 33, 1",
+    "ferrotrace_called_trampoline ferrotrace_xray_tail_cpu, 33, 1, keep_r11",
     ".purgem ferrotrace_called_trampoline",
     "",
     // Exit: only rax, rdx, xmm0, xmm1 are live (the sled replaced `ret`); rcx, rsi, rdi, r8-r11 are dead.
@@ -285,8 +298,8 @@ core::arch::global_asm!(
     "  cmp rdi, qword ptr fs:[r11 + 8]",
     "  jae 2f",
     "  prefetchw [rdi + 256]",
-    "  mov qword ptr [rdi], rax",
     "  mov qword ptr [rdi + 8], r10",
+    "  mov qword ptr [rdi], rax",
     "  add rdi, 16",
     "  mov qword ptr fs:[r11], rdi",
     "  mov rax, rcx",

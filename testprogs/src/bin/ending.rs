@@ -2,7 +2,9 @@
 //! `catch` (a panic caught by catch_unwind, then a normal exit), `exit-thread` (process::exit from a
 //! worker while main waits), `abort` (a panic with abort), `segv` (a null write), `panic` (a panic nobody catches: exit status
 //! 101, or SIGABRT when built with `-Cpanic=abort`), `spin` (calls `leaf`
-//! every millisecond, says `ready` after 20 calls, and runs until a signal ends it or 30 s pass).
+//! every millisecond, says `ready` after 20 calls, and runs until a signal ends it or 30 s pass),
+//! `count-signals` (counts the SIGTERM, SIGHUP and SIGUSR1 it receives with its own handler, says `ready`,
+//! and 300 ms after the first one prints `TERM=n HUP=n USR1=n` and exits).
 use std::hint::black_box;
 
 #[inline(never)]
@@ -37,6 +39,41 @@ fn spin_forever() {
         black_box(leaf(1));
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
+}
+
+static RECEIVED: [std::sync::atomic::AtomicU32; 3] =
+    [const { std::sync::atomic::AtomicU32::new(0) }; 3];
+/// SIGTERM, SIGHUP, SIGUSR1 (x86_64 Linux numbers: this file is also built alone, without the libc
+/// crate).
+const COUNTED: [i32; 3] = [15, 1, 10];
+
+extern "C" {
+    fn signal(sig: i32, handler: extern "C" fn(i32)) -> usize;
+}
+
+extern "C" fn count_signal(sig: i32) {
+    if let Some(i) = COUNTED.iter().position(|&s| s == sig) {
+        RECEIVED[i].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+fn count_signals() {
+    use std::io::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    for sig in COUNTED {
+        // SAFETY: installing a handler that only touches atomics.
+        unsafe { signal(sig, count_signal) };
+    }
+    println!("ready");
+    let _ = std::io::stdout().flush();
+    let start = std::time::Instant::now();
+    while RECEIVED.iter().all(|r| r.load(Relaxed) == 0) && start.elapsed().as_secs() < 30 {
+        black_box(leaf(0));
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let [term, hup, usr1] = [0, 1, 2].map(|i| RECEIVED[i].load(Relaxed));
+    println!("TERM={term} HUP={hup} USR1={usr1}");
 }
 
 fn main() {
@@ -98,8 +135,11 @@ fn main() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
+        "count-signals" => count_signals(),
         other => {
-            eprintln!("usage: ending catch|exit-thread|abort|segv|panic|spin (got '{other}')");
+            eprintln!(
+                "usage: ending catch|exit-thread|abort|segv|panic|spin|count-signals (got '{other}')"
+            );
             std::process::exit(2);
         }
     }

@@ -66,8 +66,11 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let child_fd = fds[1];
-    let trace_file =
-        std::env::temp_dir().join(format!("ferrotrace-live-{}.data", std::process::id()));
+    // The trace file is of no use here (the events are printed) but the runtime writes one: in a
+    // directory of our own, where nobody can plant a link or read it.
+    let private = ferrotrace_core::output::PrivateDir::new("ferrotrace-live")
+        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+    let trace_file = private.path().join("trace.data");
 
     let mut cmd = std::process::Command::new(&program);
     use std::os::unix::process::CommandExt;
@@ -95,14 +98,16 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
             Ok(())
         });
     }
+    // As in `record`: the terminal's Ctrl-C goes to the program; we outlive it and pass on what is
+    // sent to us alone.
+    crate::relay::block();
+    crate::relay::unblock_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
     drop(write_end);
-    // SAFETY: as in `record`: the terminal's Ctrl-C goes to the program; we outlive it.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+    if let Err(e) = crate::relay::start(child.id() as i32, None) {
+        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     copy_lines(
         BufReader::new(std::fs::File::from(read_end)),
@@ -111,7 +116,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
-    let _ = std::fs::remove_file(&trace_file);
+    drop(private);
     Ok(exit_code_of(status, &program))
 }
 

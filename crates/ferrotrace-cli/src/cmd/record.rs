@@ -1,10 +1,10 @@
 //! `ferrotrace record`: run a program under the tracer.
 
 use std::ffi::OsString;
+use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicI32, Ordering};
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
@@ -47,22 +47,12 @@ pub struct RecordArgs {
     /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     pub depth: Option<u32>,
-    /// Bytes per thread chunk (power of two, at least 4K)
+    /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
-}
-
-static CHILD_PID: AtomicI32 = AtomicI32::new(0);
-
-extern "C" fn forward_signal(sig: libc::c_int) {
-    let pid = CHILD_PID.load(Ordering::Relaxed);
-    if pid > 0 {
-        // SAFETY: kill is async-signal-safe.
-        unsafe { libc::kill(pid, sig) };
-    }
 }
 
 /// The runtime library to preload: `FERROTRACE_PRELOAD`, or next to this executable.
@@ -149,9 +139,30 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
+/// Checks `--buffer-size` and `--chunk-size` as the runtime will (ferrotrace_core::size), so that a
+/// bad size is an error before the program starts rather than a program run untraced.
+fn check_sizes(buffer: Option<&str>, chunk: Option<&str>) -> Result<(), String> {
+    use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
+    let chunk = match chunk {
+        Some(c) => parse_size(c)
+            .and_then(check_chunk)
+            .map_err(|e| format!("--chunk-size {c}: {e}"))?,
+        None => 64 << 10,
+    };
+    if let Some(b) = buffer {
+        parse_size(b)
+            .and_then(|n| check_buffer(n, chunk, physical_memory()))
+            .map_err(|e| format!("--buffer-size {b}: {e}"))?;
+    }
+    Ok(())
+}
+
 /// Runs the program under the tracer and returns its exit status as ours.
 pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     check_regexes(args.filter.iter().chain(&args.notrace))?;
+    check_sizes(args.buffer_size.as_deref(), args.chunk_size.as_deref())?;
+    let output = absolute(&args.output);
+    ferrotrace_core::output::check(&output).map_err(|e| e.to_string())?;
     let program = elf::resolve_program(&args.command[0])?;
     let facts = elf::inspect(&program)?;
     if !args.trace.is_empty() && !facts.has_tracepoints {
@@ -181,7 +192,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     if args.depth == Some(0) {
         return Err("--depth must be at least 1".into());
     }
-    let output = absolute(&args.output);
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
     inject_runtime(&mut cmd, &program, &facts)?;
@@ -207,31 +217,76 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     if let Some(d) = args.depth {
         cmd.env("FERROTRACE_DEPTH", d.to_string());
     }
-    let _ = std::fs::remove_file(&output);
+    let pool = crate::pool::share(&mut cmd)?;
+    // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
+    // FILE.old): a run that writes nothing leaves it as it was, and says so.
+    let previous = file_identity(&output);
     let start = std::time::SystemTime::now();
     use std::os::unix::process::CommandExt;
+    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
+    // group); we outlive it to report. Signals sent to us alone are passed on (crate::relay).
+    crate::relay::block();
+    crate::relay::unblock_in_child(&mut cmd);
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    CHILD_PID.store(child.id() as i32, Ordering::Relaxed);
-    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
-    // group); we outlive it to report. Signals sent to us alone are passed on.
-    // SAFETY: installing handlers/dispositions for our own process.
-    unsafe {
-        libc::signal(libc::SIGINT, libc::SIG_IGN);
-        libc::signal(libc::SIGQUIT, libc::SIG_IGN);
-        for sig in [libc::SIGTERM, libc::SIGHUP, libc::SIGUSR1, libc::SIGUSR2] {
-            libc::signal(
-                sig,
-                forward_signal as extern "C" fn(libc::c_int) as libc::sighandler_t,
-            );
-        }
+    if let Err(e) = crate::relay::start(child.id() as i32, Some(&pool)) {
+        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
-    report(&output, start, &args.filter, &program);
+    if file_identity(&output) != previous {
+        recover_unwritten(&output, &pool, status);
+    }
+    report(&output, start, previous, &args.filter, &program);
     Ok(exit_code_of(status, &program))
+}
+
+/// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
+/// appends the events it had recorded but not written, from the chunk pool it shared with us.
+fn recover_unwritten(output: &Path, pool: &OwnedFd, status: std::process::ExitStatus) {
+    use ferrotrace_analysis::salvage::{salvage, Death};
+    if Trace::open(output).is_ok_and(|t| t.end.is_some()) {
+        return;
+    }
+    let death = match (status.signal(), status.code()) {
+        (Some(sig), _) => Death::Signal(sig as u32),
+        (None, code) => Death::Exit(code.unwrap_or(0)),
+    };
+    // Nothing the program recorded is newer than this.
+    let now_tsc = ferrotrace_core::clock::rdtsc();
+    let Some(map) = crate::pool::Mapped::new(pool) else {
+        return; // the runtime never set up the pool (it did not start)
+    };
+    let how = match death {
+        Death::Signal(s) => format!(
+            "was killed by {}",
+            ferrotrace_analysis::info::signal_name(s)
+        ),
+        Death::Exit(c) => format!("exited ({c})"),
+    };
+    match salvage(output, map.bytes(), death, now_tsc) {
+        Ok(Some(got)) => eprintln!(
+            "ferrotrace: the program {how} before finishing its trace: {} unfinished chunks \
+             ({} events) recovered from its buffers",
+            got.chunks, got.events
+        ),
+        Ok(None) => {}
+        Err(e) => eprintln!(
+            "ferrotrace: the program {how} before finishing its trace; its unwritten events \
+             are lost: {e}"
+        ),
+    }
+}
+
+/// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
+/// that was there before.
+fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
 }
 
 /// Says which `-F` patterns matched no function of the trace, and why when the program's debug info
@@ -276,7 +331,20 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
     }
 }
 
-fn report(output: &Path, start: std::time::SystemTime, filters: &[String], program: &Path) {
+fn report(
+    output: &Path,
+    start: std::time::SystemTime,
+    previous: Option<(u64, u64)>,
+    filters: &[String],
+    program: &Path,
+) {
+    if previous.is_some() && file_identity(output) == previous {
+        eprintln!(
+            "ferrotrace: no trace was written; {} is still the previous one",
+            output.display()
+        );
+        return;
+    }
     match Trace::open(output) {
         Ok(t) => {
             warn_unmatched_filters(&t, filters, program);

@@ -197,6 +197,57 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
     text(&out.stdout)
 }
 
+/// Entries and exits (`Exit` or `TailExit`) of the function named `func`, per thread name.
+pub fn calls_by_thread(
+    trace: &ferrotrace_analysis::reader::Trace,
+    func: &str,
+) -> std::collections::HashMap<String, (u64, u64)> {
+    use ferrotrace_analysis::reader::EventKind;
+    let mut out = std::collections::HashMap::new();
+    for th in trace.threads.values() {
+        let mut n = (0, 0);
+        for e in trace.thread_events(th.tid).expect("thread events") {
+            let e = e.expect("event");
+            if trace.function_name(e.id) != func {
+                continue;
+            }
+            match e.kind {
+                EventKind::Entry => n.0 += 1,
+                EventKind::Exit | EventKind::TailExit => n.1 += 1,
+                _ => {}
+            }
+        }
+        out.insert(th.name.clone(), n);
+    }
+    out
+}
+
+/// kill(2): a negative pid signals the process group.
+pub fn kill(pid: i32, sig: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    // SAFETY: plain system call.
+    assert_eq!(unsafe { kill(pid, sig) }, 0, "kill({pid}, {sig})");
+}
+
+/// Gives the command's process the default action for SIGINT: a shell running tests in the background
+/// hands SIGINT down as ignored, and an ignored signal stays ignored across exec (an interactive shell
+/// would give the default).
+pub fn default_sigint(cmd: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    extern "C" {
+        fn signal(sig: i32, handler: usize) -> usize;
+    }
+    // SAFETY: the closure only calls signal(2), which is async-signal-safe, in the child before exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            signal(2, 0);
+            Ok(())
+        })
+    }
+}
+
 /// Per-thread check that entries and exits nest properly; returns (entries, exits) of `func`.
 pub fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
     let mut entries = 0;

@@ -1,0 +1,165 @@
+//! Recovering what a killed process recorded but had not written: `ferrotrace record` calls
+//! [`salvage`] after the program died without its End chunk (SIGKILL, the OOM killer, a crash no
+//! handler could finish), with the chunk pool the program shared with it
+//! (`ferrotrace_core::shared`). The events the file lacks are appended, then a `Salvage` chunk that
+//! says how the process died and what was recovered.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::io::{BufWriter, Seek, SeekFrom};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::schema;
+use ferrotrace_core::shared::Area;
+use ferrotrace_core::writer::{encode_events, TraceWriter};
+
+use crate::reader::{ReadError, Trace};
+
+/// How the process ended, as its parent saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Death {
+    /// Killed by this signal.
+    Signal(u32),
+    /// Exited with this code (without finishing its trace).
+    Exit(i32),
+}
+
+/// What [`salvage`] appended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Salvaged {
+    /// Events chunks recovered.
+    pub chunks: u64,
+    /// Events in them.
+    pub events: u64,
+}
+
+/// Why nothing could be recovered.
+#[derive(Debug)]
+pub enum SalvageError {
+    /// The trace cannot be read.
+    Read(ReadError),
+    /// The program never set up the shared pool (its runtime did not start), or the pool belongs to
+    /// another trace (the program replaced itself with `exec`).
+    NoPool(&'static str),
+    /// Appending failed.
+    Io(PathBuf, std::io::Error),
+}
+
+impl fmt::Display for SalvageError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SalvageError::Read(e) => e.fmt(f),
+            SalvageError::NoPool(why) => f.write_str(why),
+            SalvageError::Io(p, e) => write!(f, "{}: {e}", p.display()),
+        }
+    }
+}
+
+impl std::error::Error for SalvageError {}
+
+/// Appends to the trace at `path` the events of `pool` (the program's shared chunk pool, mapped after
+/// it died) that the file does not hold, each thread's in its order, with the names of threads the file
+/// does not name, a Clock chunk (the last calibration) and a `Salvage` chunk. A torn chunk at the end
+/// of the file is cut off first. `now_tsc` is a timestamp read after the death: nothing recorded is
+/// newer. Returns `Ok(None)` for a trace that needs nothing (it has its End or was salvaged already).
+pub fn salvage(
+    path: &Path,
+    pool: &[u8],
+    death: Death,
+    now_tsc: u64,
+) -> Result<Option<Salvaged>, SalvageError> {
+    let trace = Trace::open(path).map_err(SalvageError::Read)?;
+    if trace.end.is_some() || trace.salvage.is_some() {
+        return Ok(None);
+    }
+    let area = Area::new(pool).map_err(|_| {
+        SalvageError::NoPool(
+            "the program did not share its trace buffers (its runtime never started)",
+        )
+    })?;
+    let h = area.header();
+    use std::sync::atomic::Ordering::Relaxed;
+    if h.pid.load(Relaxed) != trace.session.pid
+        || h.session_start_ns.load(Relaxed) != trace.session.start_realtime_ns
+    {
+        return Err(SalvageError::NoPool(
+            "the shared trace buffers belong to another trace (the program replaced itself with exec)",
+        ));
+    }
+    let in_file: HashSet<(u32, u32)> = trace
+        .threads
+        .values()
+        .flat_map(|t| t.chunks.iter().map(move |c| (t.tid, c.seq)))
+        .collect();
+    let named: HashSet<u32> = trace
+        .threads
+        .values()
+        .filter(|t| !t.name.is_empty())
+        .map(|t| t.tid)
+        .collect();
+    let mut recovered: Vec<_> = area
+        .unwritten(now_tsc)
+        .filter(|(d, _)| !in_file.contains(&(d.tid.load(Relaxed), d.seq.load(Relaxed))))
+        .collect();
+    recovered.sort_by_key(|(d, _)| (d.tid.load(Relaxed), d.seq.load(Relaxed)));
+
+    let io = |e| SalvageError::Io(path.to_path_buf(), e);
+    // The file record's runtime created; never through a link, never someone else's.
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+        .map_err(io)?;
+    let meta = file.metadata().map_err(io)?;
+    // SAFETY: geteuid cannot fail.
+    if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } {
+        return Err(SalvageError::NoPool(
+            "the trace file is not ours to append to",
+        ));
+    }
+    file.set_len(trace.valid_len).map_err(io)?;
+    file.seek(SeekFrom::End(0)).map_err(io)?;
+    let mut w = TraceWriter::resume(BufWriter::new(file), trace.valid_len, trace.next_chunk_seq);
+    let mut out = Salvaged {
+        chunks: 0,
+        events: 0,
+    };
+    let mut scratch = Vec::new();
+    let mut named_now = named;
+    for (d, records) in recovered {
+        let (tid, seq) = (d.tid.load(Relaxed), d.seq.load(Relaxed));
+        if named_now.insert(tid) {
+            let raw = d.name();
+            let name =
+                String::from_utf8_lossy(&raw[..raw.iter().position(|&b| b == 0).unwrap_or(16)])
+                    .into_owned();
+            w.write(&schema::Thread {
+                tid,
+                name: &name,
+                pid: 0,
+            })
+            .map_err(io)?;
+        }
+        let (counts, range) = encode_events(tid, seq, records, &mut scratch);
+        w.chunk(ChunkKind::Events, &scratch[range]).map_err(io)?;
+        out.chunks += 1;
+        out.events += counts.events;
+    }
+    w.write(&ferrotrace_core::clock::tsc_clock_sample())
+        .map_err(io)?;
+    let (signal, exit_code) = match death {
+        Death::Signal(s) => (s, None),
+        Death::Exit(c) => (0, Some(c)),
+    };
+    w.write(&schema::Salvage {
+        signal,
+        exit_code,
+        chunks: out.chunks,
+        events: out.events,
+    })
+    .map_err(io)?;
+    w.flush().map_err(io)?;
+    Ok(Some(out))
+}

@@ -1,0 +1,73 @@
+//! The memfd through which the traced program's runtime shares its chunk pool and signal table with
+//! `record` (`ferrotrace_core::shared`): created and passed here, mapped by the signal relay while the
+//! program runs and by the salvage after it died.
+
+use std::os::fd::{FromRawFd, OwnedFd};
+
+/// Creates the memfd through which the program's runtime shares its chunk pool with us
+/// (`ferrotrace_core::shared`) and passes it to the program: its number in `FERROTRACE_SHARED_FD`, the
+/// descriptor kept open across `exec` (the runtime closes it on the next one).
+pub fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
+    use std::os::unix::process::CommandExt;
+    let name = std::ffi::CString::new(ferrotrace_core::shared::MEMFD_NAME).unwrap_or_default();
+    // SAFETY: memfd_create with a valid name; the result is checked and owned below.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+    }
+    cmd.env(ferrotrace_core::shared::FD_VAR, fd.to_string());
+    // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor we own.
+    unsafe {
+        cmd.pre_exec(move || {
+            libc::fcntl(fd, libc::F_SETFD, 0);
+            Ok(())
+        })
+    };
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The whole memfd, mapped read-only.
+pub struct Mapped {
+    ptr: *mut libc::c_void,
+    len: usize,
+}
+
+impl Mapped {
+    /// Maps all of `fd` (None when it is empty or cannot be mapped).
+    pub fn new(fd: &OwnedFd) -> Option<Mapped> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: fstat into a zeroed struct, then a read-only shared mapping of the file's size;
+        // both checked.
+        unsafe {
+            let mut st: libc::stat = core::mem::zeroed();
+            if libc::fstat(fd.as_raw_fd(), &mut st) != 0 || st.st_size <= 0 {
+                return None;
+            }
+            let len = st.st_size as usize;
+            let ptr = libc::mmap(
+                core::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            );
+            (ptr != libc::MAP_FAILED).then_some(Mapped { ptr, len })
+        }
+    }
+
+    /// The mapped bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`. The program may still
+        // write to it: through atomics (ferrotrace_core::shared), which is how it is read.
+        unsafe { core::slice::from_raw_parts(self.ptr.cast(), self.len) }
+    }
+}
+
+impl Drop for Mapped {
+    fn drop(&mut self) {
+        // SAFETY: unmapping our own mapping.
+        unsafe { libc::munmap(self.ptr, self.len) };
+    }
+}

@@ -1,0 +1,301 @@
+//! The tracer gives an attacker nothing: privileged programs stay dormant, trace files never follow a
+//! symlink or replace a file that is not a trace.
+
+mod common;
+
+use common::*;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn euid() -> u32 {
+    extern "C" {
+        fn geteuid() -> u32;
+    }
+    // SAFETY: plain system call without arguments.
+    unsafe { geteuid() }
+}
+
+/// A directory `nobody` can enter and read (the scratch directories live under the repository, which
+/// may not be), owned by root, mode 0755.
+fn shared_dir(test: &str) -> PathBuf {
+    assert_eq!(
+        euid(),
+        0,
+        "this test runs programs as root and as `nobody`: run the test suite as root (scripts/setup.sh's machine)"
+    );
+    let d = std::env::temp_dir().join(format!("ferrotrace-test-{test}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir(&d).unwrap();
+    std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+/// Runs `cmd`, again while it fails with ETXTBSY: a program copied a moment ago can be busy, because
+/// another test's thread forked while the copy was open for writing and the child still holds it.
+fn output_of_copied(cmd: &mut Command) -> std::process::Output {
+    for _ in 0..50 {
+        let out = cmd.output().expect("run");
+        if !text(&out.stderr).contains("Text file busy") {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    panic!("the copied program stayed busy (ETXTBSY)");
+}
+
+/// `setpriv` running `program` as user and group `nobody` (65534) with `env`.
+fn as_nobody(program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(program);
+    c
+}
+
+/// glibc ignores LD_PRELOAD in a setuid program; a program that links the runtime must likewise ignore
+/// FERROTRACE_* variables there (getauxval(AT_SECURE)), or any user can make it overwrite any file with
+/// a trace. Before the fix, `nobody` truncated a root-owned file, made it 0600 and filled it.
+#[test]
+fn setuid_program_linking_the_runtime_ignores_the_environment() {
+    let dir = shared_dir("suid");
+    let prog = dir.join("linked");
+    std::fs::copy(testprog("linked"), &prog).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let victim = dir.join("root-owned-file");
+    std::fs::write(&victim, b"precious root data\n").unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o644)).unwrap();
+
+    let out = output_of_copied(
+        as_nobody(&prog)
+            .env("FERROTRACE_RUNTIME", "linked")
+            .env("FERROTRACE_OUTPUT", &victim)
+            .env("FERROTRACE_TRACE", "*"),
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "recording=false\n",
+        "the runtime stays dormant in a setuid process"
+    );
+    let meta = std::fs::metadata(&victim).unwrap();
+    assert!(
+        std::fs::read(&victim).unwrap() == b"precious root data\n",
+        "the file was overwritten"
+    );
+    assert_eq!(meta.permissions().mode() & 0o7777, 0o644);
+    assert_eq!(meta.uid(), 0);
+
+    // The same program, not setuid, run by the same user with the same environment, does record: the
+    // test above fails for the right reason, not because the runtime never starts as nobody.
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let own = dir.join("nobody-can-write");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let trace = own.join("trace.data");
+    let out = output_of_copied(
+        as_nobody(&prog)
+            .env("FERROTRACE_RUNTIME", "linked")
+            .env("FERROTRACE_OUTPUT", &trace),
+    );
+    assert_eq!(
+        text(&out.stdout),
+        "recording=true\n",
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(trace.exists());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A [`shared_dir`] holding `public/`, writable by everyone (0777, no sticky bit: the kernel's
+/// protected_symlinks does not apply there), and `root-file`, root's, 0644, holding "root's data".
+fn public_dir_and_target(test: &str) -> (PathBuf, PathBuf, PathBuf) {
+    let dir = shared_dir(test);
+    let public = dir.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let target = dir.join("root-file");
+    std::fs::write(&target, b"root's data\n").unwrap();
+    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(0o644)).unwrap();
+    (dir, public, target)
+}
+
+/// In a world-writable directory (no sticky bit, so the kernel's protected_symlinks does not apply),
+/// `nobody` plants symbolic links named after the next pids (`trace.data.<pid>`) pointing at a root
+/// file. Root records a program that forks: the children's traces must not go through the links. They
+/// used to (create + truncate): the target was overwritten.
+#[test]
+fn children_traces_never_follow_links_planted_for_their_pids() {
+    let (dir, public, target) = public_dir_and_target("plant");
+    // Planted without starting a process per link (each would use up a pid), then handed to nobody:
+    // the links are nobody's, as if nobody had made them.
+    testprog("forker");
+    preload();
+    let last: u32 = std::fs::read_to_string("/proc/sys/kernel/ns_last_pid")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let (first, count) = (last + 1, 3000);
+    for pid in first..first + count {
+        let link = public.join(format!("trace.data.{pid}"));
+        std::os::unix::fs::symlink(&target, &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(65534), Some(65534)).unwrap();
+    }
+    let (out, trace) = record(&public, &[], &testprog("forker"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        std::fs::read(&target).unwrap() == b"root's data\n",
+        "the link's target was overwritten"
+    );
+    assert_eq!(
+        std::fs::metadata(&target).unwrap().permissions().mode() & 0o777,
+        0o644
+    );
+    // The children ran where links were planted for them, and said why they were not traced.
+    let stdout = text(&out.stdout);
+    let pids: Vec<u32> = stdout
+        .lines()
+        .filter_map(|l| l.split("pid=").nth(1))
+        .map(|p| p.trim().parse().unwrap())
+        .collect();
+    assert_eq!(pids.len(), 2, "{stdout}");
+    let stderr = text(&out.stderr);
+    for pid in pids {
+        assert!(
+            (first..first + count).contains(&pid),
+            "child {pid} outside the planted range: the test proved nothing"
+        );
+        let link = public.join(format!("trace.data.{pid}"));
+        assert!(
+            std::fs::symlink_metadata(&link)
+                .unwrap()
+                .file_type()
+                .is_symlink(),
+            "the planted link is left as it was"
+        );
+        assert!(
+            stderr.contains(&format!("{} exists and is a symbolic link", link.display())),
+            "{stderr}"
+        );
+    }
+    // The parent's own trace is complete.
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    assert!(t.end.is_some());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `-o` naming a link planted by another user (or anything that is not a trace of ours) is refused
+/// before the program runs, with one line, and the link's target is untouched.
+#[test]
+fn record_refuses_an_output_that_is_a_planted_link() {
+    let (dir, public, target) = public_dir_and_target("olink");
+    let link = public.join("trace.data");
+    let planted = as_nobody(Path::new("ln"))
+        .arg("-s")
+        .arg(&target)
+        .arg(&link)
+        .status()
+        .unwrap();
+    assert!(planted.success());
+    let out = ferrotrace()
+        .args(["record", "-o"])
+        .arg(&link)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("10")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(out.stdout.is_empty(), "the program did not run");
+    let err = text(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is a symbolic link"), "{err}");
+    assert!(
+        std::fs::read(&target).unwrap() == b"root's data\n",
+        "overwritten"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrotrace record` run by `nobody` on a setuid program: the runtime stays dormant (AT_SECURE), no
+/// trace is written, and the previous trace is left in place (it used to be deleted before every run),
+/// which record says.
+#[test]
+fn a_run_that_writes_no_trace_leaves_the_previous_one() {
+    let dir = shared_dir("keep");
+    let own = dir.join("nobody");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let prog = dir.join("linked");
+    std::fs::copy(testprog("linked"), &prog).unwrap();
+    let trace = own.join("trace.data");
+    let run = |prog: &Path| {
+        output_of_copied(
+            as_nobody(Path::new(env!("CARGO_BIN_EXE_ferrotrace")))
+                .args(["record", "-o"])
+                .arg(&trace)
+                .arg("--")
+                .arg(prog),
+        )
+    };
+    let first = run(&prog);
+    assert!(first.status.success(), "{}", text(&first.stderr));
+    let previous = std::fs::read(&trace).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let second = run(&prog);
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    assert_eq!(text(&second.stdout), "recording=false\n");
+    assert!(
+        text(&second.stderr).contains("no trace was written"),
+        "{}",
+        text(&second.stderr)
+    );
+    assert!(
+        std::fs::read(&trace).unwrap() == previous,
+        "the previous trace changed"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `ferrotrace live` writes its (discarded) trace into a private directory of its own, not to a
+/// predictable /tmp/ferrotrace-live-<pid>.data opened with create + truncate and then chmod'ed.
+#[test]
+fn live_keeps_its_trace_in_a_private_directory() {
+    use std::io::BufRead;
+    let tmp = shared_dir("livetmp");
+    let mut child = ferrotrace()
+        .args(["live", "-F", "leaf", "--"])
+        .arg(testprog("ending"))
+        .arg("spin")
+        .env("TMPDIR", &tmp)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("leaf"), "{line}");
+    let entries: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().collect();
+    assert_eq!(entries.len(), 1, "{entries:?}");
+    let private = entries[0].path();
+    let meta = std::fs::symlink_metadata(&private).unwrap();
+    assert!(meta.is_dir(), "{}", private.display());
+    assert_eq!(meta.permissions().mode() & 0o777, 0o700);
+    let trace = private.join("trace.data");
+    assert_eq!(
+        std::fs::metadata(&trace).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    kill(child.id() as i32, 15);
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
+    assert_eq!(
+        std::fs::read_dir(&tmp).unwrap().count(),
+        0,
+        "removed at the end"
+    );
+    let _ = std::fs::remove_dir_all(&tmp);
+}
