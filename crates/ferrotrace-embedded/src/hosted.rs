@@ -268,7 +268,8 @@ pub fn dump(path: impl AsRef<Path>) -> io::Result<()> {
         .get()
         .ok_or_else(|| io::Error::other("the tracer is not initialized"))?;
     state.tracer.disable();
-    let (file, _previous) = ferrotrace_core::output::create(path.as_ref()).map_err(io::Error::other)?;
+    let (file, _previous) =
+        ferrotrace_core::output::create(path.as_ref()).map_err(io::Error::other)?;
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let exe = std::env::current_exe()?;
     let exe = exe.to_string_lossy();
