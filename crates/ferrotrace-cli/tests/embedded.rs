@@ -83,10 +83,11 @@ fn report_row(report: &str, name: &str) -> (f64, u64) {
     (ns(cols[0], cols[1]), cols[4].parse().unwrap())
 }
 
-fn run_freestanding(dir: &Path, n: &str, reps: &str) -> (PathBuf, String) {
+fn run_freestanding(dir: &Path, args: &[&str]) -> (PathBuf, String) {
     let trace = dir.join("trace.data");
     let out = Command::new(freestanding())
-        .args([trace.to_str().unwrap(), n, reps])
+        .arg(&trace)
+        .args(args)
         .output()
         .expect("run the freestanding program");
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -96,7 +97,7 @@ fn run_freestanding(dir: &Path, n: &str, reps: &str) -> (PathBuf, String) {
 #[test]
 fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
     let dir = scratch("embedded_freestanding");
-    let (trace, stdout) = run_freestanding(&dir, "14", "2");
+    let (trace, stdout) = run_freestanding(&dir, &["14", "2"]);
     let calls = counts(&stdout, "calls");
     let elapsed = counts(&stdout, "elapsed_ns");
     let bin = freestanding();
@@ -162,9 +163,36 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
 }
 
 #[test]
+fn callbacks_of_the_embedder_find_threads_and_time_without_being_traced() {
+    // Threads::from_fn and Clock::ns with the program's own functions, instrumented like the rest:
+    // tracing them would recurse; the counts stay exact and neither they nor the tracer's inlined
+    // register_thread show up.
+    let dir = scratch("embedded_callbacks");
+    let (trace, stdout) = run_freestanding(&dir, &["12", "2", "callbacks"]);
+    let calls = counts(&stdout, "calls");
+    let bin = freestanding();
+    let report = ok(ft(&[
+        "report",
+        "-i",
+        trace.to_str().unwrap(),
+        "--symbols",
+        bin.to_str().unwrap(),
+    ]));
+    assert_eq!(
+        report_row(&report, "ft_freestanding::fib").1,
+        calls[0] + calls[1],
+        "{report}"
+    );
+    assert_eq!(report_row(&report, "ft_freestanding::run").1, 2, "{report}");
+    for untraced in ["current_index", "now_ns", "register_thread"] {
+        assert!(!report.contains(untraced), "{untraced} traced:\n{report}");
+    }
+}
+
+#[test]
 fn freestanding_trace_works_in_every_command_and_export() {
     let dir = scratch("embedded_every_command");
-    let (trace, stdout) = run_freestanding(&dir, "10", "1");
+    let (trace, stdout) = run_freestanding(&dir, &["10", "1"]);
     let calls = counts(&stdout, "calls");
     let bin = freestanding();
     let (t, b) = (trace.to_str().unwrap(), bin.to_str().unwrap());

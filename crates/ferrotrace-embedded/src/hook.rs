@@ -29,11 +29,6 @@ use crate::{slot, Hot, HOT};
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
 pub(crate) const FRAME: usize = 24;
 
-/// An mcount call site within this many bytes of the start of the embedder's thread or clock
-/// function is that function's own: it is not traced (the callbacks are instrumented too, and
-/// tracing them would recurse).
-const CALLBACK_GUARD: usize = 128;
-
 /// Bit of a record word that makes it an exit (kind 1) rather than an entry (kind 0).
 pub(crate) const EXIT_BIT: u32 = 48;
 
@@ -83,6 +78,7 @@ global_asm!(
     "  movdqa [rsp + 240], xmm15",
     ".endif",
     "  call rax",
+    "ftemb_call_returned:",
     ".if {sse}",
     "  movdqa xmm0, [rsp]",
     "  movdqa xmm1, [rsp + 16]",
@@ -217,18 +213,15 @@ global_asm!(
     // The compiler hooks: `mcount` after the traced function's `push rbp; mov rbp, rsp` (its return
     // address at rbp + 8), `__fentry__` before its prologue (just above the hook's own return
     // address: rsp + 48 after the five pushes). The hook's own return address (rsp + 40) is the call
-    // site, inside the traced function: what the record names it by.
+    // site, inside the traced function: what the record names it by. A function that returns into
+    // ftemb_call is one of the embedder's callbacks (thread, clock, bind), called by a hook: it is
+    // instrumented too, and tracing it would recurse.
     ".macro ftemb_hook name, slot_at, source",
     "ftemb_prologue \\name",
-    "  mov rdi, qword ptr [rsp + 40]",
-    "  mov rax, rdi",
-    "  sub rax, qword ptr [rip + {hot} + {h_thread_fn}]",
-    "  cmp rax, {guard}",
-    "  jb 9f",
-    "  mov rax, rdi",
-    "  sub rax, qword ptr [rip + {hot} + {h_clock_fn}]",
-    "  cmp rax, {guard}",
-    "  jb 9f",
+    "  lea rsi, \\slot_at",
+    "  lea rax, [rip + ftemb_call_returned]",
+    "  cmp rax, qword ptr [rsi]",
+    "  je 9f",
     "  ftemb_slot 9f",
     "  lea rsi, \\slot_at",
     "  mov rax, qword ptr [rcx + {s_top}]",
@@ -329,7 +322,6 @@ global_asm!(
     ".popsection",
     hot = sym HOT,
     sse = const cfg!(target_feature = "sse2") as u8,
-    guard = const CALLBACK_GUARD,
     frame = const FRAME,
     exit_bit = const EXIT_BIT,
     src_mcount = const ferrotrace_core::schema::source::MCOUNT,

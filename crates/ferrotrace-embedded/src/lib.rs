@@ -27,10 +27,12 @@
 //! traces").
 //!
 //! **It never traces itself.** Everything on the recording path is assembly, which no compiler
-//! instruments; the Rust functions of this crate that an embedder's `-Zinstrument-mcount` build
-//! instruments run only while tracing is off, or before the thread is bound. The embedder's own
-//! callbacks (a thread or clock function) are instrumented too: a call site within their first 128
-//! bytes is ignored, so they must not call other instrumented functions.
+//! instruments; the Rust functions of this crate that may run while tracing are inlined into their
+//! caller ([`Tracer::enable`], [`Tracer::disable`], [`Tracer::register_thread`], [`enter`], [`exit`]),
+//! and the others run only while tracing is off ([`Tracer::write_trace`] refuses otherwise). The
+//! embedder's own callbacks (a thread or clock function) are instrumented too: a function whose return
+//! address is the hooks' callback call site is not traced, so a callback must not call other
+//! instrumented functions (or those are traced, and recurse).
 //!
 //! What the embedder must supply: nothing at link time but a `#[panic_handler]` (or the crate's
 //! `panic-handler` feature, for C embedders of the `staticlib`, built with `panic = "abort"`: it also
@@ -392,6 +394,8 @@ impl Tracer {
     /// Names slot `index` in the trace: `tid` (the embedder's thread or CPU id; default: the index)
     /// and `name`. In `%fs`/`%gs` mode it also binds the calling thread (or CPU) to the slot: its
     /// `%fs:offset` (`%gs:offset`) gets the slot's address. Returns false for an index out of range.
+    /// Inlined, so that an instrumented build does not trace it.
+    #[inline(always)]
     pub fn register_thread(&self, index: usize, tid: u32, name: &str) -> bool {
         let Some(h) = slot_header(index) else {
             return false;
@@ -487,6 +491,7 @@ impl Tracer {
 }
 
 /// Slot `index`'s header.
+#[inline(always)]
 pub(crate) fn slot_header(index: usize) -> Option<&'static slot::Header> {
     if index >= HOT.count.load(Ordering::Relaxed) as usize {
         return None;

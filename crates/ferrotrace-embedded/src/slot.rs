@@ -89,7 +89,9 @@ impl Header {
         self.name_len.store(0, Ordering::Relaxed);
     }
 
-    /// Keeps `name` (as much as fits, cut at a character boundary).
+    /// Keeps `name` (as much as fits, cut at a character boundary). Inlined: it runs while tracing
+    /// (from `Tracer::register_thread`).
+    #[inline(always)]
     pub fn set_name(&self, name: &str) {
         let mut n = name.len().min(NAME_LEN);
         while !name.is_char_boundary(n) {

@@ -2,11 +2,13 @@
 //! `_start`, raw system calls, two threads made with a raw `clone` (each with its own `%fs` block
 //! holding its slot), the trace memory a static buffer, the trace written with `open`/`write`.
 //!
-//! `freestanding OUT N REPS [untraced] [single]`: each of the two threads computes `fib(N)`
+//! `freestanding OUT N REPS [untraced] [single] [callbacks]`: each of the two threads computes `fib(N)`
 //! recursively REPS times and counts its calls, then the main thread calls a C fib(10) built with
 //! `gcc -pg -mfentry` (`__fentry__` hooks); the trace goes to OUT (a new file). With `untraced`,
 //! tracing stays off and no file is written; with `single`, the main thread works alone (for
-//! benchmarks: two threads on a busy two-CPU machine time each other). Prints
+//! benchmarks: two threads on a busy two-CPU machine time each other); with `callbacks`, the tracer
+//! finds threads and time through the program's own (instrumented) functions instead of `%fs` and
+//! the TSC. Prints
 //! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER cfib_calls=C tsc_hz=HZ lost=L`: the calls each thread
 //! counted, the CLOCK_MONOTONIC time each spent in its loop, the C fib's calls, and the events the
 //! tracer lost.
@@ -79,6 +81,8 @@ mod sys {
 struct ThreadBlock {
     self_ptr: u64,
     slot: u64,
+    /// The thread's index, for `callbacks` mode.
+    index: u64,
 }
 
 const SLOT_OFFSET: isize = 8;
@@ -86,10 +90,12 @@ static mut BLOCKS: [ThreadBlock; 2] = [
     ThreadBlock {
         self_ptr: 0,
         slot: 0,
+        index: 0,
     },
     ThreadBlock {
         self_ptr: 0,
         slot: 0,
+        index: 1,
     },
 ];
 
@@ -207,6 +213,24 @@ fn join_worker() {
     }
 }
 
+/// `callbacks` mode: the current thread's slot index, from its block. Instrumented like the rest of
+/// the program: the tracer must not trace it (it would recurse).
+extern "C" fn current_index() -> usize {
+    let index: usize;
+    // SAFETY: every thread's %fs points at its ThreadBlock.
+    unsafe { core::arch::asm!("mov {}, qword ptr fs:[16]", out(reg) index) };
+    core::hint::black_box(index)
+}
+
+static TSC_HZ: AtomicU64 = AtomicU64::new(1);
+
+/// `callbacks` mode: nanoseconds from the TSC. Instrumented too.
+extern "C" fn now_ns() -> u64 {
+    // SAFETY: rdtsc has no preconditions.
+    let t = unsafe { core::arch::x86_64::_rdtsc() };
+    (t as u128 * 1_000_000_000 / TSC_HZ.load(Ordering::Relaxed) as u128) as u64
+}
+
 /// The TSC's frequency, measured against CLOCK_MONOTONIC over 20 ms.
 fn tsc_hz() -> u64 {
     // SAFETY: rdtsc has no preconditions.
@@ -257,7 +281,7 @@ extern "C" fn main(sp: *const usize) -> ! {
     // SAFETY: the kernel's initial stack: argc, argv[0..argc], NULL.
     let args = unsafe { core::slice::from_raw_parts(sp.add(1) as *const *const u8, *sp) };
     if args.len() < 4 {
-        fail(b"usage: freestanding OUT N REPS [untraced] [single]\n");
+        fail(b"usage: freestanding OUT N REPS [untraced] [single] [callbacks]\n");
     }
     // SAFETY: argv strings are NUL-terminated.
     let arg = |i: usize| unsafe { c_str(args[i]) };
@@ -265,7 +289,7 @@ extern "C" fn main(sp: *const usize) -> ! {
         fail(b"freestanding: N and REPS are numbers\n");
     };
     let flag = |f: &[u8]| (4..args.len()).any(|i| arg(i) == f);
-    let (traced, single) = (!flag(b"untraced"), flag(b"single"));
+    let (traced, single, callbacks) = (!flag(b"untraced"), flag(b"single"), flag(b"callbacks"));
     let mut path = [0u8; 4096];
     let out = arg(1);
     if out.len() >= path.len() {
@@ -291,7 +315,13 @@ extern "C" fn main(sp: *const usize) -> ! {
             // SAFETY: a byte of the buffer.
             unsafe { core::ptr::write_volatile(page.as_mut_ptr(), 0) };
         }
-        let tracer = match init(memory, Clock::tsc(hz), Threads::fs(SLOT_OFFSET, 2)) {
+        TSC_HZ.store(hz, Ordering::Relaxed);
+        let (clock, threads) = if callbacks {
+            (Clock::ns(now_ns), Threads::from_fn(2, current_index))
+        } else {
+            (Clock::tsc(hz), Threads::fs(SLOT_OFFSET, 2))
+        };
+        let tracer = match init(memory, clock, threads) {
             Ok(t) => t,
             Err(_) => fail(b"freestanding: tracer set-up failed\n"),
         };
