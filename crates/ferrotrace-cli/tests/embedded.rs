@@ -117,7 +117,7 @@ fn freestanding_program_report_and_replay_name_its_calls_from_the_binary() {
     assert_eq!(fib_calls, calls[0] + calls[1], "{report}");
     // The C part, built with gcc -pg -mfentry: its calls go through __fentry__.
     let (_, cfib_calls) = report_row(&report, "cfib");
-    assert_eq!(cfib_calls, counts(&stdout, "cfib_calls")[0], "{report}");
+    assert_eq!(cfib_calls, counts(&stdout, "cfib")[0], "{report}");
     // Durations in ns: `run` holds each thread's timed loop.
     let (run_ns, run_calls) = report_row(&report, "ft_freestanding::run");
     assert_eq!(run_calls, 2);

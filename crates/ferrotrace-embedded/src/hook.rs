@@ -296,8 +296,8 @@ global_asm!(
     "7:",
     "  ud2",
     ".size ftemb_return, . - ftemb_return",
-    // The explicit API: rdi = the function's address. Every register is kept, so that hand-written
-    // assembly (interrupt entry) can call them without saving anything.
+    // The explicit API: rdi = the function's address. Every register but the flags is kept, so
+    // that hand-written assembly (interrupt entry) can call them without saving anything.
     ".macro ftemb_explicit name, exit",
     "ftemb_prologue \\name",
     "  mov rsi, rdi",

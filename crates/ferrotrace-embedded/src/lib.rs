@@ -34,9 +34,12 @@
 //! address is the hooks' callback call site is not traced, so a callback must not call other
 //! instrumented functions (or those are traced, and recurse).
 //!
-//! What the embedder must supply: nothing at link time but a `#[panic_handler]` (or the crate's
-//! `panic-handler` feature, for C embedders of the `staticlib`, built with `panic = "abort"`: it also
-//! defines the `rust_eh_personality` that the precompiled `core` refers to); at run time, in `%fs`/`%gs` mode,
+//! What the embedder must supply at link time: a `#[panic_handler]` (or the crate's `panic-handler`
+//! feature, for C embedders of the `staticlib`, built with `panic = "abort"`: it also defines the
+//! `rust_eh_personality` that the precompiled `core` refers to), and the C memory functions `memcpy`,
+//! `memmove`, `memset`, `memcmp` and `bcmp` where the target's `compiler_builtins` does not define them
+//! (it does on `-none` targets; on `x86_64-unknown-linux-gnu` a freestanding program defines them, as
+//! testprogs/freestanding does). Nothing else (tested with the `staticlib`'s symbol table). At run time, in `%fs`/`%gs` mode,
 //! every thread that runs instrumented code while tracing must have that register pointing at memory
 //! whose word at the offset is 0 (not traced) or its slot ([`Tracer::register_thread`]).
 //!
@@ -504,7 +507,7 @@ pub(crate) fn slot_header(index: usize) -> Option<&'static slot::Header> {
 
 /// Records the entry of the function at `address` in the calling thread: for code the compiler does
 /// not instrument (interrupt entry, assembly, a function pointer's target). Assembly that calls
-/// `ferrotrace_embedded_enter` directly (address in `rdi`) keeps every register.
+/// `ferrotrace_embedded_enter` directly (address in `rdi`) keeps every register but the flags.
 #[inline(always)]
 pub fn enter(address: usize) {
     // SAFETY: the hook reads only the tracer's own state and the caller's slot.

@@ -9,7 +9,7 @@
 //! benchmarks: two threads on a busy two-CPU machine time each other); with `callbacks`, the tracer
 //! finds threads and time through the program's own (instrumented) functions instead of `%fs` and
 //! the TSC. Prints
-//! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER cfib_calls=C tsc_hz=HZ lost=L`: the calls each thread
+//! `calls=MAIN,WORKER elapsed_ns=MAIN,WORKER cfib=C tsc_hz=HZ lost=L`: the calls each thread
 //! counted, the CLOCK_MONOTONIC time each spent in its loop, the C fib's calls, and the events the
 //! tracer lost.
 #![no_std]
@@ -386,7 +386,7 @@ extern "C" fn main(sp: *const usize) -> ! {
     put(decimal(ELAPSED[0].load(Ordering::Relaxed), &mut b));
     put(b",");
     put(decimal(ELAPSED[1].load(Ordering::Relaxed), &mut b));
-    put(b" cfib_calls=");
+    put(b" cfib=");
     // SAFETY: written by cfib in this thread only, which has returned.
     put(decimal(
         unsafe { core::ptr::read_volatile(&raw const cfib_calls) },
