@@ -172,6 +172,25 @@ impl FrameTree<'_> {
 impl SampleSet {
     /// The samples of `trace`, or `None` when it holds none (and no sampler).
     pub fn load(trace: &Trace) -> Result<Option<SampleSet>, ReadError> {
+        let mut samples = Vec::new();
+        let set = SampleSet::load_each(trace, |s| samples.push(s))?;
+        Ok(set.map(|set| SampleSet { samples, ..set }))
+    }
+
+    /// What [`SampleSet::load`] loads, with the samples summed per stack and sampler instead of kept
+    /// one by one ([`SampleSet::samples`] is empty): what folded stacks and flame graphs need, in
+    /// memory bounded by the number of distinct stacks.
+    pub fn load_totals(trace: &Trace) -> Result<Option<(SampleSet, StackTotals)>, ReadError> {
+        let mut totals = StackTotals::new();
+        let set = SampleSet::load_each(trace, |s| add_sample(&mut totals, &s))?;
+        Ok(set.map(|set| (set, totals)))
+    }
+
+    /// Reads the trace's samples, handing each to `on_sample`; the set has no samples.
+    fn load_each(
+        trace: &Trace,
+        mut on_sample: impl FnMut(Sample),
+    ) -> Result<Option<SampleSet>, ReadError> {
         let has_samples = !trace.samplers.is_empty()
             || trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0;
         if !has_samples {
@@ -186,7 +205,6 @@ impl SampleSet {
             nodes: Vec::new(),
             leaf_of: HashMap::new(),
         };
-        let mut samples = Vec::new();
         for th in trace.threads.values() {
             let mut events = trace.thread_events(th.tid)?;
             while let Some(e) = events.next_ref() {
@@ -195,7 +213,7 @@ impl SampleSet {
                     continue;
                 }
                 let stack = e.id.checked_sub(1).and_then(|s| tree.leaf(s));
-                samples.push(Sample {
+                on_sample(Sample {
                     time_ns: e.ts_ns,
                     tid: e.tid,
                     event: e.fields[0] as u32,
@@ -231,7 +249,7 @@ impl SampleSet {
                 .collect(),
             frames: tree.frames,
             stacks: tree.nodes,
-            samples,
+            samples: Vec::new(),
             lost: end.map_or(0, |e| e.lost),
             unwind_errors: end.map_or(0, |e| e.unwind_errors),
             exit_code: end.and_then(|e| e.exit_code),
@@ -399,13 +417,20 @@ impl fmt::Display for Report {
     }
 }
 
+/// Samples and their summed weight per (stack, sampler).
+pub type StackTotals = HashMap<(Option<u32>, u32), (u64, u64)>;
+
+fn add_sample(totals: &mut StackTotals, s: &Sample) {
+    let e = totals.entry((s.stack, s.event)).or_default();
+    e.0 += 1;
+    e.1 += s.weight;
+}
+
 /// Samples and weight per (stack, sampler).
-fn per_stack(set: &SampleSet) -> HashMap<(Option<u32>, u32), (u64, u64)> {
-    let mut m: HashMap<(Option<u32>, u32), (u64, u64)> = HashMap::new();
+fn per_stack(set: &SampleSet) -> StackTotals {
+    let mut m = StackTotals::new();
     for s in &set.samples {
-        let e = m.entry((s.stack, s.event)).or_default();
-        e.0 += 1;
-        e.1 += s.weight;
+        add_sample(&mut m, s);
     }
     m
 }
@@ -540,21 +565,16 @@ pub fn diff_text(rows: &[DiffRow]) -> String {
 /// tools. Weights are samples, or ns for time samplers when `by_time`. With more than one sampler, each
 /// stack starts with the sampler's name.
 pub fn folded(set: &SampleSet, by_time: bool) -> String {
-    let multi = set.events.len() > 1;
+    folded_totals(set, &per_stack(set), by_time)
+}
+
+/// [`folded`] of samples summed per stack ([`SampleSet::load_totals`]).
+pub fn folded_totals(set: &SampleSet, totals: &StackTotals, by_time: bool) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for ((stack, event), (n, w)) in per_stack(set) {
-        let frames = set.stack_frames(stack);
-        let mut parts: Vec<String> = Vec::with_capacity(frames.len() + 1);
-        if multi {
-            let name = set.events.get(event as usize).map_or("?", |e| &e.name);
-            parts.push(crate::flame::fold_chars(name).collect());
-        }
-        if frames.is_empty() {
-            parts.push("[no stack]".to_string());
-        }
-        for f in frames.iter().rev() {
-            parts.push(crate::flame::fold_chars(&f.function).collect());
-        }
+    for (&(stack, event), &(n, w)) in totals {
+        let parts: Vec<String> = stack_path(set, stack, event)
+            .map(|f| crate::flame::fold_chars(f).collect())
+            .collect();
         *lines.entry(parts.join(";")).or_insert(0) += if by_time { w } else { n };
     }
     let mut out = String::new();
@@ -562,6 +582,23 @@ pub fn folded(set: &SampleSet, by_time: bool) -> String {
         let _ = writeln!(out, "{k} {n}");
     }
     out
+}
+
+/// The frame names of a stack, outermost first: the sampler's name when the set has several, then
+/// the functions, or `[no stack]`.
+fn stack_path(set: &SampleSet, stack: Option<u32>, event: u32) -> impl Iterator<Item = &str> {
+    let multi = set.events.len() > 1;
+    let sampler = multi.then(|| {
+        set.events
+            .get(event as usize)
+            .map_or("?", |e| e.name.as_str())
+    });
+    let frames = set.stack_frames(stack);
+    let none = frames.is_empty().then_some("[no stack]");
+    sampler
+        .into_iter()
+        .chain(none)
+        .chain(frames.into_iter().rev().map(|f| &*f.function))
 }
 
 /// Why a view could not be rendered.
@@ -576,17 +613,45 @@ impl fmt::Display for RenderError {
 
 impl std::error::Error for RenderError {}
 
-/// A flame graph (SVG, rendered by inferno) of the folded stacks.
+/// A flame graph (SVG, rendered by inferno) of the samples.
 pub fn flame_svg(set: &SampleSet, title: &str) -> Result<Vec<u8>, RenderError> {
+    flame_svg_totals(set, &per_stack(set), title)
+}
+
+/// [`flame_svg`] of samples summed per stack ([`SampleSet::load_totals`]). Memory: the distinct
+/// stacks' frames once, and what inferno draws (see [`crate::flame`]).
+pub fn flame_svg_totals(
+    set: &SampleSet,
+    totals: &StackTotals,
+    title: &str,
+) -> Result<Vec<u8>, RenderError> {
     let by_time = set.weighs_time() && set.events.iter().any(|e| e.kind == SamplerKind::OffCpu);
-    let text = folded(set, by_time);
-    if text.is_empty() {
+    let opts = crate::flame::svg_options(title, if by_time { "ns" } else { "samples" });
+    let folded: HashMap<&str, Box<str>> = totals
+        .keys()
+        .flat_map(|&(stack, event)| stack_path(set, stack, event))
+        .map(|name| {
+            (
+                name,
+                crate::flame::fold_chars(name).collect::<String>().into(),
+            )
+        })
+        .collect();
+    let labels = crate::flame::Labels::new(folded.values().map(|n| &**n));
+    let mut tree = crate::flame::StackFrames::default();
+    for (&(stack, event), &(n, w)) in totals {
+        let path = stack_path(set, stack, event).map(|name| labels.get(&folded[name]));
+        tree.add(path, if by_time { w } else { n });
+    }
+    let lines = crate::flame::drawable_lines(&tree, opts.min_width);
+    if lines.is_empty() {
         return Err(RenderError(
             "no samples to draw: the trace holds a sampler but no sample".into(),
         ));
     }
-    crate::flame::render_folded(text.lines(), title, if by_time { "ns" } else { "samples" })
-        .map_err(RenderError)
+    let mut out = Vec::new();
+    crate::flame::render(lines, opts, &mut out).map_err(|e| RenderError(e.to_string()))?;
+    Ok(out)
 }
 
 /// A Firefox Profiler "processed profile" (load it at profiler.firefox.com), symbolized: every frame is

@@ -401,14 +401,18 @@ fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
         "uftrace report: {}",
         text(&out.stderr)
     );
-    let mut v: Vec<(String, u64)> = text(&out.stdout)
+    let stdout = text(&out.stdout);
+    // Columns by position, from the header: a function whose calls all took 0 ns has blank time
+    // columns (uftrace prints no number for a zero duration).
+    let header = stdout.lines().next().unwrap_or_default();
+    let calls_end = header.find("Calls").map_or(0, |i| i + "Calls".len());
+    let name_at = header.find("Function").unwrap_or(0);
+    let mut v: Vec<(String, u64)> = stdout
         .lines()
         .skip(2)
         .filter_map(|l| {
-            let cols: Vec<&str> = l.split_whitespace().collect();
-            // TOTAL UNIT SELF UNIT CALLS NAME…
-            let calls = cols.get(4)?.parse().ok()?;
-            Some((cols[5..].join(" "), calls))
+            let calls = l.get(..calls_end)?.split_whitespace().last()?.parse().ok()?;
+            Some((l.get(name_at..)?.trim().to_string(), calls))
         })
         .collect();
     v.sort();

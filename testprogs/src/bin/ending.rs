@@ -33,10 +33,15 @@ fn exit_from_worker() {
     std::process::exit(7);
 }
 
+/// Set once `spin_forever` has made a traced call: `exit-thread` exits only then, so that the spinner
+/// is certainly in the trace however the threads are scheduled.
+static SPINNING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 #[inline(never)]
 fn spin_forever() {
     loop {
         black_box(leaf(1));
+        SPINNING.store(true, std::sync::atomic::Ordering::Release);
         std::thread::sleep(std::time::Duration::from_millis(1));
     }
 }
@@ -97,6 +102,9 @@ fn main() {
                 .name("spinner".into())
                 .spawn(spin_forever)
                 .expect("spawn");
+            while !SPINNING.load(std::sync::atomic::Ordering::Acquire) {
+                std::thread::yield_now();
+            }
             let t = std::thread::Builder::new()
                 .name("exiter".into())
                 .spawn(exit_from_worker)

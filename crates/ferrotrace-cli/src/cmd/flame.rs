@@ -7,7 +7,7 @@ use clap::Args;
 use ferrotrace_analysis::cct::Cct;
 use ferrotrace_analysis::flame::{write_folded, write_svg};
 use ferrotrace_analysis::progress::Progress;
-use ferrotrace_analysis::samples;
+use ferrotrace_analysis::samples::{self, SampleSet};
 
 /// Arguments of `ferrotrace flame`.
 #[derive(Args)]
@@ -34,13 +34,19 @@ pub struct FlameArgs {
 pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let use_samples = a.samples || !trace.has_function_events();
-    if let Some(set) = super::samples(&trace)?.filter(|_| use_samples) {
-        // Samples: weighted by sample count (off-CPU: by time off the CPU).
+    let totals = if use_samples {
+        SampleSet::load_totals(&trace).map_err(|e| e.to_string())?
+    } else {
+        None
+    };
+    if let Some((set, totals)) = totals {
+        // Samples: weighted by sample count (off-CPU: by time off the CPU), summed per stack as they
+        // are read.
         let title = format!("ferrotrace profile: {}", trace.session.args.join(" "));
         let bytes = if a.folded {
-            samples::folded(&set, false).into_bytes()
+            samples::folded_totals(&set, &totals, false).into_bytes()
         } else {
-            samples::flame_svg(&set, &title).map_err(|e| e.to_string())?
+            samples::flame_svg_totals(&set, &totals, &title).map_err(|e| e.to_string())?
         };
         let output = a
             .output

@@ -197,6 +197,23 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
     text(&out.stdout)
 }
 
+/// `ferrotrace dump --format perfetto --uncompressed` of `trace`, decoded by [`protoc_decode`].
+pub fn perfetto_decoded(trace: &Path, dir: &Path) -> String {
+    let pb = dir.join("t.pftrace");
+    let dump = ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "--uncompressed",
+        "-o",
+        pb.to_str().unwrap(),
+    ]);
+    ok(dump);
+    protoc_decode(&std::fs::read(&pb).unwrap(), dir)
+}
+
 /// Entries and exits (`Exit` or `TailExit`) of the function named `func`, per thread name.
 pub fn calls_by_thread(
     trace: &ferrotrace_analysis::reader::Trace,
@@ -529,6 +546,56 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .arg("24")
         .output()
         .expect("run ferrotrace record under taskset")
+}
+
+/// Path of `testprogs/workload` (serde_json, regex and rayon from crates.io), built once per test
+/// binary with nightly and XRay sleds into its own target directory, which keeps the build for the
+/// next run.
+pub fn workload() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = repo().join("testprogs/workload");
+            run_ok(
+                clean_cargo_env(&mut Command::new("rustup"))
+                    .args([
+                        "run",
+                        "nightly",
+                        "cargo",
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "--locked",
+                    ])
+                    .current_dir(&root)
+                    .env(
+                        "RUSTFLAGS",
+                        "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
+                    ),
+                "building testprogs/workload with nightly",
+            );
+            root.join("target/release/ft-workload")
+        })
+        .clone()
+}
+
+/// A trace of `ft-workload 100` (about 235,000 events from three threads, 8,000 call paths),
+/// recorded once per test binary.
+pub fn workload_trace() -> PathBuf {
+    static RECORDED: OnceLock<PathBuf> = OnceLock::new();
+    RECORDED
+        .get_or_init(|| {
+            let dir = scratch("workload_trace");
+            let (out, trace) = record(&dir, &[], &workload(), &["100"]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).starts_with("records=100 "),
+                "{}",
+                text(&out.stdout)
+            );
+            trace
+        })
+        .clone()
 }
 
 /// Records `testprogs` `uselib`, linked against the instrumented `libft_xlib.so`: the library's
