@@ -254,24 +254,12 @@ fn freestanding_trace_works_in_every_command_and_export() {
         "-o",
         ud.to_str().unwrap(),
     ]));
-    let out = Command::new("uftrace")
-        .args(["report", "-d", ud.to_str().unwrap()])
-        .output()
-        .expect("uftrace (scripts/setup.sh installs it)");
-    let report = text(&out.stdout);
-    let row = report
-        .lines()
-        .find(|l| l.ends_with("ft_freestanding::fib"))
-        .unwrap_or_else(|| panic!("{report}\n{}", text(&out.stderr)));
-    assert_eq!(
-        row.split_whitespace()
-            .nth(4)
-            .unwrap()
-            .parse::<u64>()
-            .unwrap(),
-        calls[0] + calls[1],
-        "{report}"
-    );
+    let calls_of = common::uftrace_report_calls(&ud);
+    let fib = calls_of
+        .iter()
+        .find(|(name, _)| name == "ft_freestanding::fib")
+        .unwrap_or_else(|| panic!("{calls_of:?}"));
+    assert_eq!(fib.1, calls[0] + calls[1], "{calls_of:?}");
 }
 
 #[test]
