@@ -594,7 +594,8 @@ impl Trace {
         const FUNCTION_SOURCES: u64 = schema::source::XRAY
             | schema::source::MCOUNT
             | schema::source::FENTRY
-            | schema::source::PATCHABLE_NOP;
+            | schema::source::PATCHABLE_NOP
+            | schema::source::EMBEDDED;
         !self.functions.is_empty() || self.session.sources & FUNCTION_SOURCES != 0
     }
 

@@ -16,6 +16,10 @@ pub struct FlameArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Where to write (default: flame.svg, or stdout with --folded)
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
@@ -94,7 +98,7 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
     if let Some(w) = a.weight {
         return memory(&a, w);
     }
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let use_samples = a.samples || !trace.has_function_events();
     let totals = if use_samples {
         SampleSet::load_totals(&trace).map_err(|e| e.to_string())?

@@ -24,6 +24,18 @@ pub fn open(path: &Path) -> Result<Trace, String> {
     Trace::open(path).map_err(|e| e.to_string())
 }
 
+/// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
+/// recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
+pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> {
+    let mut trace = open(path)?;
+    let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
+        .map_err(|e| e.to_string())?;
+    for w in warnings {
+        eprintln!("ferrotrace: warning: {w}");
+    }
+    Ok(trace)
+}
+
 /// `--srcline`: `file:line` by function id, with one warning for each module whose lines cannot be
 /// read (a column that stays empty must say why).
 pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, String> {

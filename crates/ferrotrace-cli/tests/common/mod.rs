@@ -644,3 +644,38 @@ pub fn assert_dlopened_library_traced(dir: &Path, prog: &Path) {
     assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
     assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
 }
+
+/// `uftrace report -d DIR`: (function, calls) of every row, sorted.
+pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
+    let out = Command::new("uftrace")
+        .args(["report", "-d"])
+        .arg(dir)
+        .output()
+        .expect("uftrace installed");
+    assert!(
+        out.status.success(),
+        "uftrace report: {}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    // Columns by position, from the header: a function whose calls all took 0 ns has blank time
+    // columns (uftrace prints no number for a zero duration).
+    let header = stdout.lines().next().unwrap_or_default();
+    let calls_end = header.find("Calls").map_or(0, |i| i + "Calls".len());
+    let name_at = header.find("Function").unwrap_or(0);
+    let mut v: Vec<(String, u64)> = stdout
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let calls = l
+                .get(..calls_end)?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()?;
+            Some((l.get(name_at..)?.trim().to_string(), calls))
+        })
+        .collect();
+    v.sort();
+    v
+}
