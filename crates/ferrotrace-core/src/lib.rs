@@ -17,8 +17,10 @@
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
-//! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
-//!   profiler;
+//! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
+//!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
+//!   (`TraceWriter`, shared by the runtime and the profiler), and the Events encoding of in-memory
+//!   records (`encode_events`);
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
 //! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
 //!   over a file that is not a trace).
@@ -65,6 +67,5 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
-#[cfg(feature = "std")]
 pub mod writer;
 pub mod xray;

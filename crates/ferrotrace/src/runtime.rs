@@ -310,6 +310,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
 
 fn session_payload(
     config: &Config,
+    alloc: Option<crate::alloc::Settings>,
     tsc_hz: u64,
     start_realtime: u64,
     instrumentation: u64,
@@ -326,6 +327,9 @@ fn session_payload(
     if !crate::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
     }
+    if alloc.is_some() {
+        sources |= schema::source::ALLOCATIONS;
+    }
     let mut p = Vec::new();
     let _ = schema::Session {
         pid: std::process::id(),
@@ -337,6 +341,7 @@ fn session_payload(
         mode: config.mode,
         tick_hz: tsc_hz,
         sources,
+        alloc_sample: alloc.map_or(0, |a| a.sample),
     }
     .encode(&mut p);
     p
@@ -360,6 +365,7 @@ fn estimate_tsc_hz() -> u64 {
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
     let shared_fd = crate::config::take_shared_fd();
+    let alloc = crate::alloc::requested()?;
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
@@ -392,7 +398,7 @@ fn start(role: Role) -> Result<(), String> {
             );
         }
     }
-    if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
+    if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
         if started_by_traced {
             // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
             // record, and no reason to say so or leave an empty file.
@@ -458,6 +464,11 @@ fn start(role: Role) -> Result<(), String> {
     // SAFETY: `found` is discover's answer, unchanged.
     unsafe { xray::patch(&found) }?;
     crate::tracepoints::enable_requested();
+    // Last: the start-up's own allocations (and their frees) are not the program's.
+    drop(found);
+    if let Some(a) = alloc {
+        crate::alloc::start(a);
+    }
     Ok(())
 }
 
@@ -492,7 +503,13 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime, instrumentation),
+            &session_payload(
+                config,
+                crate::alloc::requested().ok().flatten(),
+                tsc_hz,
+                start_realtime,
+                instrumentation,
+            ),
         )
         .map_err(io)?;
     writer
