@@ -467,7 +467,7 @@ fn spin_under_record(
         .arg(testprog("ending"))
         .arg("spin")
         .process_group(0);
-    let mut child = default_sigint(&mut cmd)
+    let mut child = default_signals(&mut cmd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -83,6 +83,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
     let mut cmd = match scenario {
         Scenario::Timeout => {
             let mut c = Command::new("timeout");
+            default_signals(&mut c);
             c.arg("0.4").arg(env!("CARGO_BIN_EXE_ferrotrace"));
             c.env("FERROTRACE_PRELOAD", preload());
             c
@@ -98,7 +99,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = default_sigint(&mut cmd).spawn().expect("spawn record");
+    let child = default_signals(&mut cmd).spawn().expect("spawn record");
     Run {
         child,
         counts,
@@ -433,6 +434,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
         let trace = dir.join("trace.data");
         let mut cmd = if target == "timeout" {
             let mut c = Command::new("timeout");
+            default_signals(&mut c);
             c.arg("2").arg(env!("CARGO_BIN_EXE_ferrotrace"));
             c.env("FERROTRACE_PRELOAD", preload());
             c
@@ -441,7 +443,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
             c.process_group(0);
             c
         };
-        let mut child = cmd
+        let mut child = default_signals(&mut cmd)
             .args(["record", "-o"])
             .arg(&trace)
             .arg("--")
