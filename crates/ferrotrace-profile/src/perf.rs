@@ -209,6 +209,55 @@ pub(crate) fn online_cpus() -> Vec<i32> {
     }
 }
 
+/// Merges the records of every CPU's ring into time order, as perf's ordered events do.
+///
+/// Each ring is in time order, but rings are drained one after the other: without merging, a sample
+/// taken on one CPU just after an `exec` can be handled before the COMM and MMAP2 records of that exec,
+/// which sit in another CPU's ring, and is then looked up in the old address space. Records wait here
+/// until the drain watermark passes their time (every ring was drained after the watermark was read,
+/// so nothing older can still arrive).
+#[derive(Default)]
+pub(crate) struct Ordered {
+    /// (time, arrival, record), unordered between flushes.
+    pending: Vec<(u64, u64, Vec<u8>)>,
+    arrivals: u64,
+}
+
+impl Ordered {
+    /// Takes a copy of one record as drained from a ring.
+    pub fn push(&mut self, rec: &[u8]) {
+        let time = record_time(rec).unwrap_or(0);
+        self.pending.push((time, self.arrivals, rec.to_vec()));
+        self.arrivals += 1;
+    }
+
+    /// Hands over, in time order, every waiting record no later than `watermark` (all of them when
+    /// `None`: the rings are closed).
+    pub fn flush(&mut self, watermark: Option<u64>, mut f: impl FnMut(&[u8])) {
+        self.pending.sort_unstable_by_key(|r| (r.0, r.1));
+        let ready = match watermark {
+            Some(w) => self.pending.partition_point(|r| r.0 <= w),
+            None => self.pending.len(),
+        };
+        for (_, _, rec) in self.pending.drain(..ready) {
+            f(&rec);
+        }
+    }
+}
+
+/// The time of a record read from a ring opened by [`open`]: a sample's TIME field, or the time in the
+/// `sample_id` trailer every other record carries (`sample_id_all`: TID, TIME, CPU, IDENTIFIER).
+fn record_time(rec: &[u8]) -> Option<u64> {
+    let ty = u32::from_le_bytes(rec.get(..4)?.try_into().ok()?);
+    let body = rec.get(8..)?;
+    let at = if ty == b::PERF_RECORD_SAMPLE {
+        24 // IDENTIFIER, IP, TID, then TIME
+    } else {
+        body.len().checked_sub(24)?
+    };
+    Some(u64::from_le_bytes(body.get(at..at + 8)?.try_into().ok()?))
+}
+
 /// A mapped perf ring buffer (one metadata page + 2^n data pages).
 pub(crate) struct Ring {
     /// The event fd the ring belongs to (for poll).
@@ -428,4 +477,61 @@ pub(crate) mod rt {
     pub const CONTEXT_MAX: u64 = b::PERF_CONTEXT_MAX;
     pub const CONTEXT_KERNEL: u64 = b::PERF_CONTEXT_KERNEL;
     pub const CONTEXT_USER: u64 = b::PERF_CONTEXT_USER;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A record of type `ty` whose time is `time`, laid out as a ring holds it.
+    fn record(ty: u32, time: u64) -> Vec<u8> {
+        let mut body = Vec::new();
+        if ty == b::PERF_RECORD_SAMPLE {
+            // IDENTIFIER, IP, TID, TIME, CPU, callchain length 0
+            for w in [7u64, 0x1000, 1, time, 0, 0] {
+                body.extend_from_slice(&w.to_le_bytes());
+            }
+        } else {
+            // a COMM-like payload, then the sample_id trailer: TID, TIME, CPU, IDENTIFIER
+            body.extend_from_slice(b"pid tid name\0\0\0\0");
+            for w in [1u64, time, 0, 7] {
+                body.extend_from_slice(&w.to_le_bytes());
+            }
+        }
+        let mut rec = ty.to_le_bytes().to_vec();
+        rec.extend_from_slice(&0u16.to_le_bytes());
+        rec.extend_from_slice(&((8 + body.len()) as u16).to_le_bytes());
+        rec.extend_from_slice(&body);
+        rec
+    }
+
+    #[test]
+    fn records_of_two_rings_come_out_in_time_order_up_to_the_watermark() {
+        let mut o = Ordered::default();
+        // CPU 0's ring (drained first) holds samples taken after the exec that CPU 1's ring recorded.
+        let sample_cpu0 = record(b::PERF_RECORD_SAMPLE, 150);
+        let late_cpu0 = record(b::PERF_RECORD_SAMPLE, 400);
+        let exec_cpu1 = record(b::PERF_RECORD_COMM, 100);
+        let mmap_cpu1 = record(b::PERF_RECORD_MMAP2, 120);
+        for r in [&sample_cpu0, &late_cpu0, &exec_cpu1, &mmap_cpu1] {
+            o.push(r);
+        }
+        let mut seen = Vec::new();
+        o.flush(Some(300), |r| seen.push(r.to_vec()));
+        assert_eq!(seen, [exec_cpu1.clone(), mmap_cpu1, sample_cpu0]);
+        // The sample after the watermark waits for the next round, or the end.
+        let mut rest = Vec::new();
+        o.flush(None, |r| rest.push(r.to_vec()));
+        assert_eq!(rest, [late_cpu0]);
+        // Equal times keep the order they were drained in.
+        let (a, b2) = (
+            record(b::PERF_RECORD_COMM, 5),
+            record(b::PERF_RECORD_SAMPLE, 5),
+        );
+        o.push(&a);
+        o.push(&b2);
+        let mut tie = Vec::new();
+        o.flush(None, |r| tie.push(r.to_vec()));
+        assert_eq!(tie, [a, b2]);
+    }
 }

@@ -862,6 +862,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut stop_requested_at: Option<Instant> = None;
     let mut exit_code = None;
     let mut pollfds: Vec<libc::pollfd> = Vec::new();
+    let mut ordered = perf::Ordered::default();
     let poll_ms = if dwarf { 10 } else { 50 };
     loop {
         pollfds.clear();
@@ -878,8 +879,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         // Every ring is drained up to now: no sample older than this can still arrive.
         let watermark = ferrotrace_core::clock::monotonic_ns();
         for r in rings.iter_mut() {
-            r.drain(|rec| st.handle(rec, &mut out));
+            r.drain(|rec| ordered.push(rec));
         }
+        ordered.flush(Some(watermark), |rec| st.handle(rec, &mut out));
         if let Err(e) = out.flush(watermark) {
             st.write_error.get_or_insert(e);
         }
@@ -911,8 +913,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         perf::disable(ev);
     }
     for r in rings.iter_mut() {
-        r.drain(|rec| st.handle(rec, &mut out));
+        r.drain(|rec| ordered.push(rec));
     }
+    ordered.flush(None, |rec| st.handle(rec, &mut out));
     drop(rings);
     drop(events);
     // Probes can only be removed once no event uses them.
