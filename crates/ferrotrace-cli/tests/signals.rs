@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::env;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -84,7 +85,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
         Scenario::Timeout => {
             let mut c = Command::new("timeout");
             c.arg("0.4").arg(env!("CARGO_BIN_EXE_ferrotrace"));
-            c.env("FERROTRACE_PRELOAD", preload());
+            c.env(env::PRELOAD, preload());
             c
         }
         _ => {
@@ -434,7 +435,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
         let mut cmd = if target == "timeout" {
             let mut c = Command::new("timeout");
             c.arg("2").arg(env!("CARGO_BIN_EXE_ferrotrace"));
-            c.env("FERROTRACE_PRELOAD", preload());
+            c.env(env::PRELOAD, preload());
             c
         } else {
             let mut c = ferrotrace();

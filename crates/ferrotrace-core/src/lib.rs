@@ -17,6 +17,8 @@
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
+//! * [`env`](mod@env): the environment protocol between `ferrotrace record`/`live` and the runtime (every
+//!   `FERROTRACE_*` variable, and the symbol of a program that links its own runtime);
 //! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
 //!   profiler;
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
@@ -55,6 +57,7 @@
 pub mod builder;
 pub mod clock;
 pub mod codec;
+pub mod env;
 pub mod format;
 pub mod mcount;
 #[cfg(feature = "std")]

@@ -116,11 +116,12 @@ pub fn rescan() {
     runtime::rescan();
 }
 
-/// Marker that `ferrotrace record` looks for to know that a program links its own runtime.
+/// Marker that `ferrotrace record` looks for to know that a program links its own runtime
+/// (`ferrotrace_core::env::LINKED_RUNTIME_MARKER`).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
-#[no_mangle]
+#[export_name = ferrotrace_core::__linked_runtime_marker!()]
 #[used]
-static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
+static LINKED_RUNTIME_MARKER: u8 = 1;
 
 /// Starts the linked copy when the environment asks for it ([`runtime::start_from_env`]), and makes the
 /// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).

@@ -23,13 +23,12 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock};
 
 use ferrotrace_core::clock::TscConverter;
+use ferrotrace_core::env;
 use ferrotrace_core::record::{EventKind, Record};
 
 use crate::runtime::Runtime;
 use crate::trampoline::UNKNOWN_CPU;
 
-/// Environment variable with the descriptor to print to.
-pub const LIVE_FD_VAR: &str = "FERROTRACE_LIVE_FD";
 /// Text waiting for the reader, at most.
 const MAX_PENDING: usize = 256 << 10;
 
@@ -74,7 +73,7 @@ struct State {
 /// descriptor close-on-exec and non-blocking, forgets the variable and sets `FERROTRACE_RUNTIME=off`, so
 /// that programs this one starts neither write into the same pipe nor trace at all.
 pub fn init_from_env() {
-    let Some(fd) = std::env::var(LIVE_FD_VAR)
+    let Some(fd) = std::env::var(env::LIVE_FD)
         .ok()
         .and_then(|v| v.parse::<i32>().ok())
     else {
@@ -91,12 +90,13 @@ pub fn init_from_env() {
         }
         let fl = libc::fcntl(fd, libc::F_GETFL);
         libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-        let name = std::ffi::CString::new(LIVE_FD_VAR).unwrap_or_default();
+        let name = std::ffi::CString::new(env::LIVE_FD).unwrap_or_default();
         libc::unsetenv(name.as_ptr());
         // Only this process prints: the programs it starts run untraced, rather than tracing into
         // files nobody reads.
-        let runtime = std::ffi::CString::new(crate::config::RUNTIME_VAR).unwrap_or_default();
-        libc::setenv(runtime.as_ptr(), c"off".as_ptr(), 1);
+        let runtime = std::ffi::CString::new(env::RUNTIME).unwrap_or_default();
+        let off = std::ffi::CString::new(env::RUNTIME_OFF).unwrap_or_default();
+        libc::setenv(runtime.as_ptr(), off.as_ptr(), 1);
     }
     FD.store(fd, Ordering::Relaxed);
 }

@@ -6,12 +6,13 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use ferrotrace_core::env;
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, Payload};
 use ferrotrace_core::writer::TraceWriter;
 
 use crate::collector::Writer;
-use crate::config::{Config, Mode, TRACED_PARENT_VAR};
+use crate::config::{Config, Mode};
 use crate::pool::Pool;
 use crate::thread::Registry;
 use crate::{clock, collector, exit, trampoline, xray};
@@ -269,10 +270,10 @@ pub fn start_from_env(role: Role) {
     }
     let wanted = crate::config::requested_runtime();
     let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
-        (_, Some("off")) => false,
-        (Role::Preload, Some("linked")) => false,
+        (_, Some(env::RUNTIME_OFF)) => false,
+        (Role::Preload, Some(env::RUNTIME_LINKED)) => false,
         (Role::Preload, _) => true,
-        (Role::Linked, Some("linked")) => true,
+        (Role::Linked, Some(env::RUNTIME_LINKED)) => true,
         // Tracepoints: FERROTRACE_TRACE alone starts the linked copy.
         (Role::Linked, None) => crate::tracepoints::requested().is_some(),
         (Role::Linked, _) => false,
@@ -293,7 +294,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     let pid = std::process::id();
     // The marker holds the pid of the process that set it: equal to ours after an `exec` of the root
     // process (a wrapper script that execs the real program), which then takes over the main file.
-    let started_by_traced = std::env::var(TRACED_PARENT_VAR).is_ok_and(|v| v != pid.to_string());
+    let started_by_traced = std::env::var(env::TRACED_PARENT).is_ok_and(|v| v != pid.to_string());
     let path = if started_by_traced {
         let mut p = config.output.clone().into_os_string();
         p.push(format!(".{pid}"));
@@ -302,7 +303,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
         config.output.clone()
     };
     let value = std::ffi::CString::new(pid.to_string()).unwrap_or_default();
-    let name = std::ffi::CString::new(TRACED_PARENT_VAR).unwrap_or_default();
+    let name = std::ffi::CString::new(env::TRACED_PARENT).unwrap_or_default();
     // SAFETY: called from the ELF constructor, before the program starts threads of its own.
     unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
     (path, started_by_traced)

@@ -141,7 +141,7 @@ pub fn disable(glob: &str) -> usize {
 
 /// The globs of `FERROTRACE_TRACE`, if set and not empty.
 pub(crate) fn requested() -> Option<String> {
-    std::env::var("FERROTRACE_TRACE")
+    std::env::var(ferrotrace_core::env::TRACE)
         .ok()
         .filter(|v| split_globs(v).next().is_some())
 }

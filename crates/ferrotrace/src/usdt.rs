@@ -43,10 +43,6 @@ use crate::tracepoint::Probe;
 #[cfg(not(feature = "preload"))]
 pub const PERIOD: Duration = Duration::from_millis(200);
 
-/// `FERROTRACE_USDT=off`: no watcher thread.
-#[cfg(not(feature = "preload"))]
-pub const USDT_VAR: &str = "FERROTRACE_USDT";
-
 /// True while a tracer is attached to the probe of the tracepoint with descriptor `desc`.
 pub fn attached(probes: &[Probe], desc: usize) -> bool {
     probes
@@ -81,7 +77,9 @@ pub fn watch() {
     }
     let mut seen = vec![false; probes.len()];
     sync(&probes, &mut seen);
-    if std::env::var_os(USDT_VAR).is_some_and(|v| v == "off") {
+    if std::env::var_os(ferrotrace_core::env::USDT)
+        .is_some_and(|v| v == ferrotrace_core::env::USDT_OFF)
+    {
         return;
     }
     let started = std::thread::Builder::new()
