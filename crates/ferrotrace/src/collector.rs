@@ -4,7 +4,6 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
@@ -181,7 +180,7 @@ impl State {
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
-    rt.collector_ready.store(true, Ordering::Release);
+    rt.lifecycle.collector_running();
     let mut st = State {
         writer,
         path,
@@ -196,7 +195,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     };
     let mut last_clock = Instant::now();
     loop {
-        let finishing = rt.finishing.load(Ordering::Acquire);
+        let finishing = rt.lifecycle.is_finishing();
         st.meta(rt);
         if crate::live::active() {
             crate::live::tick(rt);
@@ -210,7 +209,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             did = true;
         }
         st.release(rt);
-        if rt.dump_requested.swap(false, Ordering::AcqRel) {
+        if rt.lifecycle.take_dump_request() {
             st.dump(rt);
             st.flush();
         }
@@ -228,13 +227,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             crate::live::finish();
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();
+            let (reason, signal) = rt.lifecycle.end();
             let _ = schema::End {
-                reason: if rt.end_reason.load(Ordering::Relaxed) == 0 {
-                    schema::EndReason::Exit
-                } else {
-                    schema::EndReason::Signal
-                },
-                signal: rt.end_signal.load(Ordering::Relaxed),
+                reason,
+                signal,
                 events: st.totals.events,
                 lost: st.totals.lost,
                 chunks: st.writer.next_seq(),
@@ -246,7 +242,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
-            rt.collector_done.store(true, Ordering::Release);
+            rt.lifecycle.end_written();
             return;
         }
         if last_clock.elapsed() > Duration::from_secs(1) {
@@ -257,11 +253,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }
         if !did {
             st.flush();
-            rt.collector_sleeping.store(true, Ordering::SeqCst);
-            if rt.pool.full.is_empty() && !rt.finishing.load(Ordering::Acquire) {
-                std::thread::park_timeout(Duration::from_millis(5));
-            }
-            rt.collector_sleeping.store(false, Ordering::SeqCst);
+            rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }
     }
 }

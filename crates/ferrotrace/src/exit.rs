@@ -24,14 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::config::Mode;
 use crate::runtime::{self, EndReason, Finished, Runtime};
 
-/// Set in a forked child until its first traced event starts the child's own runtime.
-static RESTART_PENDING: AtomicBool = AtomicBool::new(false);
-
-/// True, once, in a forked child that has not started its own runtime yet.
-pub fn take_restart_pending() -> bool {
-    RESTART_PENDING.load(Ordering::Relaxed) && RESTART_PENDING.swap(false, Ordering::Relaxed)
-}
-
 /// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
 /// overflow the runtime then does what std would (message, abort).
 pub static RUST_STD: AtomicBool = AtomicBool::new(false);
@@ -194,7 +186,7 @@ fn die_by(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *mut libc::c_void
 /// chunk names the signal the process died of).
 fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
     if rt.finish(EndReason::Signal, signal, true) == Finished::ByOther
-        && rt.end_reason.load(Ordering::Relaxed) == EndReason::Signal as u32
+        && rt.lifecycle.end().0 == EndReason::Signal
     {
         // The finisher raises its signal as soon as it is done: give it a moment.
         std::thread::sleep(std::time::Duration::from_secs(1));
@@ -230,10 +222,9 @@ extern "C" fn at_exit() {
 extern "C" fn in_forked_child() {
     if let Some(parents) = runtime::get() {
         // The child's copy of the parent's runtime: nothing may record into it (no collector would
-        // ever take the chunks).
-        parents.recording.store(false, Ordering::Release);
+        // ever take the chunks); the child's first traced event starts the child's own.
+        parents.lifecycle.forked();
         crate::thread::forget_current_thread();
-        RESTART_PENDING.store(true, Ordering::Relaxed);
     }
 }
 
@@ -241,8 +232,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     note_arrival(sig);
     if let Some(rt) = runtime::get() {
         if sig == libc::SIGUSR2 && rt.config.mode == Mode::Flight {
-            rt.dump_requested.store(true, Ordering::Release);
-            rt.wake_collector();
+            rt.lifecycle.request_dump();
             return;
         }
         finish_for_signal(rt, sig);

@@ -97,7 +97,7 @@ pub use portable::{finish, is_recording, rescan, tracepoints};
 /// True while this process is being recorded.
 #[cfg(ferrotrace_runtime)]
 pub fn is_recording() -> bool {
-    runtime::get().is_some_and(|rt| rt.recording.load(std::sync::atomic::Ordering::Relaxed))
+    runtime::get().is_some_and(|rt| rt.lifecycle.is_recording())
 }
 
 /// Finishes the trace now, as at exit: every thread's events are written and recording stops. Useful

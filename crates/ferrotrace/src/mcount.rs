@@ -567,7 +567,7 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
         return 1;
     }
     let prepared = crate::thread::as_runtime(|| {
-        crate::runtime::get().is_some_and(|rt| rt.recording.load(Ordering::Acquire)) && prepare(h)
+        crate::runtime::get().is_some_and(|rt| rt.lifecycle.is_recording()) && prepare(h)
     });
     if prepared == Some(true) {
         0

@@ -2,7 +2,7 @@
 
 use std::io::BufWriter;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -55,13 +55,268 @@ pub enum Finished {
 }
 
 /// Why the trace ended, as written in the End chunk.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-#[repr(u32)]
-pub enum EndReason {
-    /// The process exited (`exit`, return from `main`).
-    Exit = 0,
-    /// A signal ended it.
-    Signal = 1,
+pub use ferrotrace_core::schema::EndReason;
+
+/// Where a runtime is in its life. One [`Lifecycle`] word holds it; every change is one of the named
+/// transitions of [`Lifecycle`], and the phases of the end only ever move forward.
+///
+/// ```text
+///  Starting ──collector_running──> Ready ──start_recording──> Recording
+///     │                              │                            │
+///     └──────────────────────────────┴──────claim_finish──────────┤ (any thread, a signal handler)
+///                                                                 v
+///  Stopping ──threads_stopped──> Finishing ──end_written──> Written ──finish_over──> Over
+///  (the finisher flushes          (the collector writes     (End chunk    (the finisher returned;
+///   every thread's chunk)          what is queued, then End)  on disk)      other finishers may go)
+///
+///  in a child forked without exec, its copy of the parent's runtime:
+///  any phase ──forked──> ForkPending ──take_fork_restart──> Forked (the child's own runtime takes over)
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+#[repr(u8)]
+pub enum Phase {
+    /// Made and published; its collector thread is starting.
+    Starting = 0,
+    /// The collector runs (and never records itself); recording has not started.
+    Ready = 1,
+    /// Events are recorded.
+    Recording = 2,
+    /// This is a forked child's copy of its parent's runtime: it records nothing, and the child's first
+    /// traced event starts a runtime of the child's own.
+    ForkPending = 3,
+    /// As [`Phase::ForkPending`], with the child's own runtime started (or refused) already.
+    Forked = 4,
+    /// A finish was claimed: recording stopped, the finisher hands every thread's chunk over.
+    Stopping = 5,
+    /// Every thread's chunk is queued: the collector writes what is left and the End chunk.
+    Finishing = 6,
+    /// The End chunk is written.
+    Written = 7,
+    /// The finish that was claimed has returned.
+    Over = 8,
+}
+
+impl Phase {
+    fn from_word(word: u64) -> Phase {
+        match word & PHASE_MASK {
+            0 => Phase::Starting,
+            1 => Phase::Ready,
+            2 => Phase::Recording,
+            3 => Phase::ForkPending,
+            4 => Phase::Forked,
+            5 => Phase::Stopping,
+            6 => Phase::Finishing,
+            7 => Phase::Written,
+            _ => Phase::Over,
+        }
+    }
+}
+
+/// The lifecycle word: the phase in the low byte; from [`Phase::Stopping`] on, why the trace ended
+/// ([`END_BY_SIGNAL`]) and the signal (the high 32 bits), set by the transition that claims the finish.
+const PHASE_MASK: u64 = 0xff;
+const END_BY_SIGNAL: u64 = 1 << 8;
+const SIGNAL_SHIFT: u32 = 32;
+
+/// The one owner of a runtime's lifecycle: its [`Phase`] and why it ended, in one atomic word, and the
+/// two requests that are not phases (wake the collector; write the flight ring). Every method is
+/// lock-free and allocation-free, so a fatal-signal handler may use any of them.
+///
+/// Memory ordering: a transition that hands work to another thread is a release (the collector's
+/// `Ready` publishes that it runs unrecorded; `Finishing` publishes the chunks the finisher queued;
+/// `Written` the End chunk; `Over` the end of the finish), and every reader of the phase acquires.
+/// `claim_finish` is a compare-exchange, so exactly one caller finishes; the others read why the trace
+/// ended from the same word.
+pub struct Lifecycle {
+    word: AtomicU64,
+    /// The collector thread (set once it is spawned), to wake.
+    collector: OnceLock<std::thread::Thread>,
+    /// Set by the collector while it naps. Traced threads wake it only then; the flag is a hint (a wake
+    /// it misses costs at most the collector's nap, [`COLLECTOR_NAP`]).
+    collector_sleeping: AtomicBool,
+    /// Flight mode: write the ring now (SIGUSR2).
+    dump_requested: AtomicBool,
+}
+
+/// The longest the collector sleeps between two looks at the full queue.
+pub const COLLECTOR_NAP: Duration = Duration::from_millis(5);
+
+impl Lifecycle {
+    fn new() -> Lifecycle {
+        Lifecycle {
+            word: AtomicU64::new(Phase::Starting as u64),
+            collector: OnceLock::new(),
+            collector_sleeping: AtomicBool::new(false),
+            dump_requested: AtomicBool::new(false),
+        }
+    }
+
+    /// The current phase.
+    pub fn phase(&self) -> Phase {
+        Phase::from_word(self.word.load(Ordering::Acquire))
+    }
+
+    /// True while events are recorded ([`Phase::Recording`]).
+    pub fn is_recording(&self) -> bool {
+        self.phase() == Phase::Recording
+    }
+
+    /// True once every thread's chunk is queued for the collector's last round.
+    pub fn is_finishing(&self) -> bool {
+        self.phase() >= Phase::Finishing
+    }
+
+    /// Moves from `from` to `to`, if the phase is `from`.
+    fn transition(&self, from: Phase, to: Phase) -> bool {
+        self.word
+            .compare_exchange(from as u64, to as u64, Ordering::AcqRel, Ordering::Acquire)
+            .is_ok()
+    }
+
+    /// Moves forward to `to` (a phase of the end), keeping why the trace ended; never back.
+    fn advance(&self, to: Phase) {
+        let _ = self
+            .word
+            .fetch_update(Ordering::Release, Ordering::Acquire, |w| {
+                (Phase::from_word(w) < to).then_some(w & !PHASE_MASK | to as u64)
+            });
+    }
+
+    /// Starting → Ready: the collector runs, and has marked its thread as one that never records.
+    /// (Nothing happens if a finish was claimed meanwhile: the collector just goes on to finish.)
+    pub fn collector_running(&self) {
+        self.transition(Phase::Starting, Phase::Ready);
+    }
+
+    /// Notes the collector's thread, which [`Lifecycle::wake_collector`] wakes.
+    pub fn set_collector(&self, thread: std::thread::Thread) {
+        let _ = self.collector.set(thread);
+    }
+
+    /// Waits (at most `limit`) until the collector runs; false if it did not start in time.
+    pub fn wait_collector_running(&self, limit: Duration) -> bool {
+        let started = Instant::now();
+        while self.phase() == Phase::Starting {
+            if started.elapsed() > limit {
+                return false;
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        true
+    }
+
+    /// Ready → Recording. False when a finish was claimed first: then nothing is ever recorded.
+    pub fn start_recording(&self) -> bool {
+        self.transition(Phase::Ready, Phase::Recording)
+    }
+
+    /// Any phase → ForkPending, in a child right after `fork` (the child's only thread), on its copy
+    /// of the parent's runtime: nothing records into it any more (no collector would ever take the
+    /// chunks), and the child's first traced event starts a runtime of its own.
+    pub fn forked(&self) {
+        self.word
+            .store(Phase::ForkPending as u64, Ordering::Release);
+    }
+
+    /// ForkPending → Forked: true, once, for the first traced event of a forked child, which then
+    /// starts the child's own runtime.
+    pub fn take_fork_restart(&self) -> bool {
+        self.phase() == Phase::ForkPending && self.transition(Phase::ForkPending, Phase::Forked)
+    }
+
+    /// Starting, Ready, Recording (or a fork's phase) → Stopping, noting why the trace ends: true for the
+    /// one caller that claims the finish, false if another one did (whatever the phase now).
+    pub fn claim_finish(&self, reason: EndReason, signal: i32) -> bool {
+        let why = match reason {
+            EndReason::Exit => 0,
+            EndReason::Signal => END_BY_SIGNAL,
+        } | (signal as u32 as u64) << SIGNAL_SHIFT;
+        self.word
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |w| {
+                (Phase::from_word(w) < Phase::Stopping).then_some(why | Phase::Stopping as u64)
+            })
+            .is_ok()
+    }
+
+    /// Why the trace ended and by which signal (0 if none), once a finish was claimed.
+    pub fn end(&self) -> (EndReason, u32) {
+        let w = self.word.load(Ordering::Acquire);
+        let reason = if w & END_BY_SIGNAL != 0 {
+            EndReason::Signal
+        } else {
+            EndReason::Exit
+        };
+        (reason, (w >> SIGNAL_SHIFT) as u32)
+    }
+
+    /// Stopping → Finishing (the finisher, once every thread's chunk is queued), and wakes the collector
+    /// for its last round.
+    pub fn threads_stopped(&self) {
+        self.advance(Phase::Finishing);
+        self.unpark_collector();
+    }
+
+    /// Finishing → Written: the collector wrote the End chunk.
+    pub fn end_written(&self) {
+        self.advance(Phase::Written);
+    }
+
+    /// Waits (at most `limit`, waking the collector every 200 µs) until the End chunk is written.
+    pub fn wait_end_written(&self, limit: Duration) {
+        let start = Instant::now();
+        while self.phase() < Phase::Written && start.elapsed() < limit {
+            self.unpark_collector();
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// → Over: the finish that was claimed returns (whether or not the End chunk made it in time).
+    pub fn finish_over(&self) {
+        self.advance(Phase::Over);
+    }
+
+    /// For a finish that found another one claimed: waits (at most `limit`) until that one is over.
+    pub fn wait_finish_over(&self, limit: Duration) {
+        let start = Instant::now();
+        while self.phase() < Phase::Over && start.elapsed() < limit {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
+
+    /// Wakes the collector if it naps (a thread handed over chunks, or found none free).
+    pub fn wake_collector(&self) {
+        if self.collector_sleeping.load(Ordering::Relaxed) {
+            self.unpark_collector();
+        }
+    }
+
+    fn unpark_collector(&self) {
+        if let Some(t) = self.collector.get() {
+            t.unpark();
+        }
+    }
+
+    /// The collector, with nothing to do: naps ([`COLLECTOR_NAP`] at most) unless `work_waiting` says
+    /// otherwise once it is marked as sleeping (a thread queuing a chunk after that wakes it), or the
+    /// finish has started.
+    pub fn collector_nap(&self, work_waiting: impl FnOnce() -> bool) {
+        self.collector_sleeping.store(true, Ordering::SeqCst);
+        if !work_waiting() && !self.is_finishing() {
+            std::thread::park_timeout(COLLECTOR_NAP);
+        }
+        self.collector_sleeping.store(false, Ordering::SeqCst);
+    }
+
+    /// Flight mode, SIGUSR2: asks the collector to write the ring now.
+    pub fn request_dump(&self) {
+        self.dump_requested.store(true, Ordering::Release);
+        self.wake_collector();
+    }
+
+    /// The collector: true once for each [`Lifecycle::request_dump`].
+    pub fn take_dump_request(&self) -> bool {
+        self.dump_requested.swap(false, Ordering::AcqRel)
+    }
 }
 
 /// The one runtime of this process.
@@ -70,33 +325,14 @@ pub struct Runtime {
     pub config: Config,
     /// Chunk memory and queues.
     pub pool: Pool,
-    /// True while events are recorded.
-    pub recording: AtomicBool,
+    /// Where it is in its life, and the requests to its collector.
+    pub lifecycle: Lifecycle,
     /// Every thread that ever recorded (slots are reused).
     pub registry: Registry,
     /// Objects already scanned for sleds, and the next function id.
     known: Mutex<xray::Known>,
     role: Role,
     meta: Mutex<Vec<Meta>>,
-    collector: OnceLock<std::thread::Thread>,
-    /// Set by the collector when it sleeps; traced threads wake it only then.
-    pub collector_sleeping: AtomicBool,
-    /// Set by `finish`: the collector writes what is queued, the End chunk, and stops.
-    pub finishing: AtomicBool,
-    /// Set by the collector once the End chunk is on disk.
-    pub collector_done: AtomicBool,
-    /// Set by the collector once it runs and is marked as never recorded: recording starts only then,
-    /// so that the thread start-up code of the collector is never traced.
-    pub collector_ready: AtomicBool,
-    /// Flight mode: write the ring now (SIGUSR2).
-    pub dump_requested: AtomicBool,
-    /// Why the trace ended.
-    pub end_reason: AtomicU32,
-    /// The signal that ended it, if any.
-    pub end_signal: AtomicU32,
-    finished: AtomicBool,
-    /// Set once the finish that `finished` let through is over.
-    finish_over: AtomicBool,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
     pid: u32,
@@ -128,15 +364,6 @@ impl Runtime {
         std::mem::take(&mut *self.meta.lock().unwrap_or_else(|e| e.into_inner()))
     }
 
-    /// Wakes the collector if it sleeps.
-    pub fn wake_collector(&self) {
-        if self.collector_sleeping.load(Ordering::Relaxed) {
-            if let Some(t) = self.collector.get() {
-                t.unpark();
-            }
-        }
-    }
-
     /// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
     /// End chunk is written. Idempotent; usable from a signal handler with `from_signal`: it neither
     /// allocates nor waits without bound. A call while another thread is finishing waits until that
@@ -150,24 +377,14 @@ impl Runtime {
         // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
         // handler they are blocked already, by the handler's mask.)
         let _blocked = crate::exit::TerminatingBlocked::now();
-        if self.finished.swap(true, Ordering::AcqRel) {
-            let start = Instant::now();
-            while !self.finish_over.load(Ordering::Acquire)
-                && start.elapsed() < FINISH_LIMIT + Duration::from_secs(5)
-            {
-                std::thread::sleep(Duration::from_micros(200));
-            }
+        if !self.lifecycle.claim_finish(reason, signal) {
+            self.lifecycle
+                .wait_finish_over(FINISH_LIMIT + Duration::from_secs(5));
             return Finished::ByOther;
         }
-        self.end_reason.store(reason as u32, Ordering::Relaxed);
-        self.end_signal.store(signal as u32, Ordering::Relaxed);
-        self.recording.store(false, Ordering::Release);
         crate::thread::flush_all(self, from_signal);
-        self.finishing.store(true, Ordering::Release);
-        if let Some(t) = self.collector.get() {
-            t.unpark();
-        }
-        self.wait_collector(if from_signal {
+        self.lifecycle.threads_stopped();
+        self.lifecycle.wait_end_written(if from_signal {
             Duration::from_secs(3)
         } else {
             FINISH_LIMIT
@@ -180,23 +397,13 @@ impl Runtime {
                 crate::mcount::depth()
             );
         }
-        self.finish_over.store(true, Ordering::Release);
+        self.lifecycle.finish_over();
         Finished::Here
     }
 
     /// False in a forked child that has not started recording on its own.
     pub fn records_this_process(&self) -> bool {
         self.pid == std::process::id()
-    }
-
-    fn wait_collector(&self, limit: Duration) {
-        let start = Instant::now();
-        while !self.collector_done.load(Ordering::Acquire) && start.elapsed() < limit {
-            if let Some(t) = self.collector.get() {
-                t.unpark();
-            }
-            std::thread::sleep(Duration::from_micros(200));
-        }
     }
 }
 
@@ -205,7 +412,7 @@ impl Runtime {
 /// collector every second, and by programs through [`crate::rescan`].
 pub fn rescan() {
     let Some(rt) = get() else { return };
-    if !rt.recording.load(Ordering::Acquire) {
+    if !rt.lifecycle.is_recording() {
         return;
     }
     let mut known = rt.known.lock().unwrap_or_else(|e| e.into_inner());
@@ -455,7 +662,8 @@ fn start(role: Role) -> Result<(), String> {
         None,
     )?;
     exit::install();
-    rt.recording.store(true, Ordering::Release);
+    // Fails only if a signal finished the trace already: then nothing records.
+    rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
     unsafe { xray::patch(&found) }?;
     crate::tracepoints::enable_requested();
@@ -518,21 +726,11 @@ impl Runtime {
         Runtime {
             config,
             pool,
-            recording: AtomicBool::new(false),
+            lifecycle: Lifecycle::new(),
             registry: Registry::new(),
             known: Mutex::new(known),
             role,
             meta: Mutex::new(Vec::new()),
-            collector: OnceLock::new(),
-            collector_sleeping: AtomicBool::new(false),
-            finishing: AtomicBool::new(false),
-            collector_done: AtomicBool::new(false),
-            collector_ready: AtomicBool::new(false),
-            dump_requested: AtomicBool::new(false),
-            end_reason: AtomicU32::new(0),
-            end_signal: AtomicU32::new(0),
-            finished: AtomicBool::new(false),
-            finish_over: AtomicBool::new(false),
             pid: std::process::id(),
             header: Mutex::new(header),
             instrumentation,
@@ -566,13 +764,9 @@ fn launch(
     let handle =
         exit::spawn_without_signals("ferrotrace", move || collector::run(rt, writer, path))
             .map_err(|e| format!("cannot start the collector thread: {e}"))?;
-    let _ = rt.collector.set(handle.thread().clone());
-    let started = Instant::now();
-    while !rt.collector_ready.load(Ordering::Acquire) {
-        if started.elapsed() > Duration::from_secs(5) {
-            return Err("the collector thread did not start within 5 s".into());
-        }
-        std::thread::sleep(Duration::from_micros(50));
+    rt.lifecycle.set_collector(handle.thread().clone());
+    if !rt.lifecycle.wait_collector_running(Duration::from_secs(5)) {
+        return Err("the collector thread did not start within 5 s".into());
     }
     Ok(rt)
 }
@@ -622,7 +816,9 @@ pub fn restart_in_forked_child() {
         )
     });
     match started {
-        Ok(rt) => rt.recording.store(true, Ordering::Release),
+        Ok(rt) => {
+            rt.lifecycle.start_recording();
+        }
         Err(e) => eprintln!(
             "ferrotrace: forked child {} not traced: {e}",
             std::process::id()
@@ -653,6 +849,6 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
         None,
     )
     .expect("launch");
-    rt.recording.store(true, Ordering::Release);
+    rt.lifecycle.start_recording();
     rt
 }

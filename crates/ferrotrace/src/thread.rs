@@ -251,7 +251,7 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
             return;
         }
         cold.busy.set(true);
-        if crate::exit::take_restart_pending() {
+        if runtime::get().is_some_and(|rt| rt.lifecycle.take_fork_restart()) {
             runtime::restart_in_forked_child();
         }
         if let Some(rt) = runtime::get() {
@@ -263,7 +263,7 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
 
 fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: &[Record]) {
     let h = hot();
-    if !rt.recording.load(Ordering::Acquire) {
+    if !rt.lifecycle.is_recording() {
         stop_hot(h);
         return;
     }
@@ -346,7 +346,7 @@ fn acquire_chunk<'a>(
         }
         // No free chunk, whatever the mode: only the collector frees chunks, and the queue may still be
         // under its wake threshold (most chunks held by threads).
-        rt.wake_collector();
+        rt.lifecycle.wake_collector();
         if rt.config.mode == Mode::Drop {
             guard.state().lost += 1;
             return None;
@@ -355,7 +355,7 @@ fn acquire_chunk<'a>(
         drop(guard);
         std::thread::sleep(Duration::from_micros(20));
         guard = slot.lock();
-        if guard.state().stopped || !rt.recording.load(Ordering::Acquire) {
+        if guard.state().stopped || !rt.lifecycle.is_recording() {
             return None;
         }
     }
@@ -426,7 +426,7 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         rt.pool.free.push(index);
     }
     if rt.pool.backlog_needs_collector() {
-        rt.wake_collector();
+        rt.lifecycle.wake_collector();
     }
 }
 
@@ -798,7 +798,7 @@ mod tests {
             "allocations while finishing from a signal"
         );
         assert!(
-            rt.collector_done.load(Ordering::Acquire),
+            rt.lifecycle.phase() >= runtime::Phase::Written,
             "the End chunk was written"
         );
         let file = std::fs::read(dir.join("t.data")).unwrap();
