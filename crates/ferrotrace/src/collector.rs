@@ -34,6 +34,8 @@ struct State {
     /// Flight mode: chunks and events the ring dropped to keep the newest.
     dropped_chunks: u64,
     dropped_events: u64,
+    /// `ferrotrace live`: the printer.
+    live: Option<crate::live::Printer>,
 }
 
 impl State {
@@ -76,8 +78,8 @@ impl State {
     /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence
     /// `LOST_ONLY_SEQ`: the thread had no chunk of its own left to say it in).
     fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
-        if crate::live::active() {
-            crate::live::lost(count);
+        if let Some(live) = &mut self.live {
+            live.lost(count);
         }
         let mut remaining = count;
         let mut recs = Vec::new();
@@ -96,8 +98,8 @@ impl State {
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
-        if crate::live::active() {
-            crate::live::on_chunk(c.tid, c.seq, records);
+        if let Some(live) = &mut self.live {
+            live.on_chunk(c.tid, c.seq, records);
         }
         let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -192,13 +194,14 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         totals: Counts::default(),
         dropped_chunks: 0,
         dropped_events: 0,
+        live: rt.live.as_ref().map(crate::live::Printer::new),
     };
     let mut last_clock = Instant::now();
     loop {
         let finishing = rt.lifecycle.is_finishing();
         st.meta(rt);
-        if crate::live::active() {
-            crate::live::tick(rt);
+        if let Some(live) = &mut st.live {
+            live.tick(&rt.pool, crate::thread::current_chunks(rt));
         }
         let mut did = false;
         // In batches, each written out before its chunks go back to the threads (`release`): a
@@ -224,7 +227,9 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
             // The final flush handed every chunk over: the ring is all there is to write.
             st.write_ring();
-            crate::live::finish();
+            if let Some(live) = &mut st.live {
+                live.finish();
+            }
             st.write(ChunkKind::Clock, &clock_payload());
             let mut p = Vec::new();
             let (reason, signal) = rt.lifecycle.end();

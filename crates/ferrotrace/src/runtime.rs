@@ -15,7 +15,7 @@ use crate::collector::Writer;
 use crate::config::{Config, Mode};
 use crate::pool::Pool;
 use crate::thread::Registry;
-use crate::{clock, collector, exit, trampoline, xray};
+use crate::{clock, collector, exit, live, trampoline, xray};
 
 /// Metadata that traced threads hand to the collector (rare: once per thread and at the end).
 #[derive(Debug)]
@@ -341,6 +341,8 @@ pub struct Runtime {
     header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
     /// How the program is instrumented (the Session chunk's field), for a forked child's trace.
     instrumentation: u64,
+    /// `ferrotrace live`: where the collector prints events as they happen.
+    pub live: Option<live::Output>,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -441,7 +443,7 @@ pub fn rescan() {
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { xray::patch(&found) } {
+    if let Err(e) = unsafe { xray::patch(&found, rt.live.is_some()) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
@@ -574,16 +576,30 @@ fn start(role: Role) -> Result<(), String> {
     trampoline::init_cpu_offset();
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role, &mut known)?;
-    crate::live::init_from_env();
-    if crate::live::active() {
-        crate::live::set_functions(
+    // Ids first: the live printer names tracepoints by them.
+    let tracepoints = crate::tracepoints::assign_ids();
+    let live = live::Output::from_env(
+        || {
             found
                 .functions
                 .iter()
                 .map(|f| xray::display_name(&f.name))
-                .collect(),
-        );
-    }
+                .collect()
+        },
+        || {
+            crate::tracepoint::all()
+                .into_iter()
+                .map(|t| {
+                    let tp = live::Tp {
+                        name: t.name,
+                        args: t.args,
+                        format: t.format,
+                    };
+                    (t.header.id.load(Ordering::Relaxed), tp)
+                })
+                .collect()
+        },
+    );
     if !started_by_traced {
         for (re, _) in config
             .include
@@ -647,7 +663,7 @@ fn start(role: Role) -> Result<(), String> {
         .map(|p| (ChunkKind::Module, p))
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    header.push((ChunkKind::Tracepoints, tracepoints));
     let writer = open_trace(
         &config,
         &path,
@@ -656,7 +672,15 @@ fn start(role: Role) -> Result<(), String> {
         start_realtime,
     )?;
     let rt = launch(
-        Runtime::new(config, pool, known, role, header, found.instrumentation),
+        Runtime::new(
+            config,
+            pool,
+            known,
+            role,
+            header,
+            found.instrumentation,
+            live,
+        ),
         writer,
         path,
         None,
@@ -665,7 +689,7 @@ fn start(role: Role) -> Result<(), String> {
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
-    unsafe { xray::patch(&found) }?;
+    unsafe { xray::patch(&found, rt.live.is_some()) }?;
     crate::tracepoints::enable_requested();
     Ok(())
 }
@@ -722,6 +746,7 @@ impl Runtime {
         role: Role,
         header: Vec<(ChunkKind, Vec<u8>)>,
         instrumentation: u64,
+        live: Option<live::Output>,
     ) -> Runtime {
         Runtime {
             config,
@@ -734,6 +759,7 @@ impl Runtime {
             pid: std::process::id(),
             header: Mutex::new(header),
             instrumentation,
+            live,
         }
     }
 }
@@ -778,8 +804,7 @@ fn launch(
 /// read (a lock held by a parent thread when it forked).
 pub fn restart_in_forked_child() {
     // Live mode prints the root process's events; a child's would go to a file nobody reads.
-    let Some(parent) = get().filter(|rt| !rt.records_this_process() && !crate::live::active())
-    else {
+    let Some(parent) = get().filter(|rt| !rt.records_this_process() && rt.live.is_none()) else {
         return;
     };
     let (Ok(header), Ok(known)) = (parent.header.try_lock(), parent.known.try_lock()) else {
@@ -809,6 +834,7 @@ pub fn restart_in_forked_child() {
                 parent.role,
                 header,
                 parent.instrumentation,
+                None,
             ),
             writer,
             path,
@@ -843,6 +869,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
             Role::Linked,
             Vec::new(),
             0,
+            None,
         ),
         writer,
         path,

@@ -477,15 +477,15 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 const PAGE: u64 = 4096;
 
 /// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail (those that record
-/// the CPU in live mode), the mcount hook, the fentry hook.
-fn stub_targets() -> [u64; 5] {
-    let [entry, exit, tail] = trampoline::trampolines(crate::live::active());
+/// the CPU, `with_cpu`, in live mode), the mcount hook, the fentry hook.
+fn stub_targets(with_cpu: bool) -> [u64; 5] {
+    let [entry, exit, tail] = trampoline::trampolines(with_cpu);
     let (mcount_hook, fentry_hook) = mcount::hook_addresses();
     [entry, exit, tail, mcount_hook, fentry_hook]
 }
 
 /// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds and patchable NOPs.
-fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
+fn stub_page_near(lo: u64, hi: u64, with_cpu: bool) -> Result<u64, String> {
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
@@ -517,7 +517,7 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
             continue;
         }
         let page = p as *mut u8;
-        for (slot, target) in stub_targets().into_iter().enumerate() {
+        for (slot, target) in stub_targets(with_cpu).into_iter().enumerate() {
             // jmp qword ptr [rip + 0]; .quad target; int3 int3
             let mut stub = [0xccu8; 16];
             stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
@@ -535,12 +535,13 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
 }
 
 /// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
-/// hands the mcount call sites to the hooks' table. Safe while other threads run through them.
+/// hands the mcount call sites to the hooks' table. Safe while other threads run through them. Sleds
+/// call the trampolines that record the CPU of each event when `with_cpu` (`ferrotrace live`).
 ///
 /// # Safety
 /// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
 /// object's instrumentation, and anything else would be overwritten with a call.
-pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
+pub unsafe fn patch(found: &Discovery, with_cpu: bool) -> Result<(), String> {
     mcount::publish(&found.calls);
     let mut patcher = Patcher::new();
     for module in &found.modules {
@@ -556,7 +557,7 @@ pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
             continue;
         };
         let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
-        let stub = stub_page_near(lo, hi)?;
+        let stub = stub_page_near(lo, hi, with_cpu)?;
         patcher
             .make_writable(lo as usize, (hi - lo) as usize)
             .map_err(|e| format!("{}: {e}", module.path.display()))?;
