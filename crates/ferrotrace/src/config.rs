@@ -11,6 +11,14 @@ use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memo
 
 pub use ferrotrace_core::schema::Mode;
 
+/// Default shadow stack depth in frames (mcount/fentry return hooks).
+pub const DEFAULT_SHADOW_DEPTH: usize = 16384;
+
+/// The name users see and filters match: demangled, without the hash.
+pub fn display_name(mangled: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(mangled))
+}
+
 /// The runtime's settings.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -134,7 +142,7 @@ impl Config {
         check_buffer(buffer_size, chunk_size, physical_memory())
             .map_err(|e| format!("{}: {e}", env::BUFFER_SIZE))?;
         let shadow_depth = match var(env::SHADOW_DEPTH) {
-            None => crate::mcount::DEFAULT_DEPTH,
+            None => DEFAULT_SHADOW_DEPTH,
             Some(v) => v
                 .parse::<usize>()
                 .ok()
@@ -178,7 +186,7 @@ impl Config {
         if self.include.is_empty() && self.exclude.is_empty() {
             return true;
         }
-        let demangled = crate::xray::display_name(mangled);
+        let demangled = display_name(mangled);
         (self.include.is_empty() || self.include.iter().any(|r| r.is_match(&demangled)))
             && !self.exclude.iter().any(|r| r.is_match(&demangled))
     }

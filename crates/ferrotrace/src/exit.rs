@@ -24,10 +24,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use crate::config::Mode;
 use crate::runtime::{self, EndReason, Finished, Runtime};
 
-/// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
-/// overflow the runtime then does what std would (message, abort).
-pub static RUST_STD: AtomicBool = AtomicBool::new(false);
-
 /// Writes std's stack-overflow message for the calling thread, without allocating.
 fn write_overflow_message() {
     let mut buf = [0u8; 160];
@@ -198,8 +194,10 @@ fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
 extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let overflow = crate::thread::is_stack_overflow(addr) && RUST_STD.load(Ordering::Relaxed);
-    if let Some(rt) = runtime::get() {
+    let rt = runtime::get();
+    let overflow =
+        crate::thread::is_stack_overflow(addr) && rt.is_some_and(|rt| rt.program.rust_std);
+    if let Some(rt) = rt {
         // A Rust stack overflow ends by SIGABRT (std's own handler aborts): say so in the End chunk.
         finish_for_signal(rt, if overflow { libc::SIGABRT } else { sig });
     }

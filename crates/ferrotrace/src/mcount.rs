@@ -48,10 +48,7 @@ use crate::trampoline::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
 const FRAME: u64 = 24;
 
-/// Default shadow stack depth in frames.
-pub const DEFAULT_DEPTH: usize = 16384;
-
-static DEPTH: AtomicU64 = AtomicU64::new(DEFAULT_DEPTH as u64);
+static DEPTH: AtomicU64 = AtomicU64::new(crate::config::DEFAULT_SHADOW_DEPTH as u64);
 
 /// The depth is a limit the user asked for (`-D`): calls below it are left out on purpose, not lost.
 static DEPTH_IS_LIMIT: AtomicBool = AtomicBool::new(false);

@@ -329,9 +329,10 @@ pub struct Runtime {
     pub lifecycle: Lifecycle,
     /// Every thread that ever recorded (slots are reused).
     pub registry: Registry,
+    /// What start-up found out about the program.
+    pub program: Program,
     /// Objects already scanned for sleds, and the next function id.
     known: Mutex<xray::Known>,
-    role: Role,
     meta: Mutex<Vec<Meta>>,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
@@ -339,10 +340,22 @@ pub struct Runtime {
     /// The chunks that describe the program (modules, functions, tracepoints), as written at the head of
     /// the file and by rescans since: a forked child's trace starts with them.
     header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
-    /// How the program is instrumented (the Session chunk's field), for a forked child's trace.
-    instrumentation: u64,
     /// `ferrotrace live`: where the collector prints events as they happen.
     pub live: Option<live::Output>,
+}
+
+/// What start-up found out about the program, which a forked child's runtime keeps.
+#[derive(Clone, Copy, Debug)]
+pub struct Program {
+    /// Which copy of the runtime this is.
+    pub role: Role,
+    /// How the program is instrumented (the Session chunk's field).
+    pub instrumentation: u64,
+    /// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
+    /// overflow the runtime then does what std would (message, abort).
+    pub rust_std: bool,
+    /// Where patched sleds and NOPs go (in live mode, the trampolines that record the CPU).
+    pub targets: xray::Targets,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -418,7 +431,7 @@ pub fn rescan() {
         return;
     }
     let mut known = rt.known.lock().unwrap_or_else(|e| e.into_inner());
-    let found = match xray::discover(&rt.config, rt.role, &mut known) {
+    let found = match xray::discover(&rt.config, rt.program.role == Role::Preload, &mut known) {
         Ok(f) => f,
         Err(e) => {
             eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
@@ -443,7 +456,7 @@ pub fn rescan() {
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { xray::patch(&found, rt.live.is_some()) } {
+    if let Err(e) = unsafe { xray::patch(&found, &rt.program.targets) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
@@ -575,7 +588,7 @@ fn start(role: Role) -> Result<(), String> {
     trampoline::init_xsave_area();
     trampoline::init_cpu_offset();
     let mut known = xray::Known::default();
-    let found = xray::discover(&config, role, &mut known)?;
+    let found = xray::discover(&config, role == Role::Preload, &mut known)?;
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     let live = live::Output::from_env(
@@ -583,7 +596,7 @@ fn start(role: Role) -> Result<(), String> {
             found
                 .functions
                 .iter()
-                .map(|f| xray::display_name(&f.name))
+                .map(|f| crate::config::display_name(&f.name))
                 .collect()
         },
         || {
@@ -671,16 +684,14 @@ fn start(role: Role) -> Result<(), String> {
         found.instrumentation,
         start_realtime,
     )?;
+    let program = Program {
+        role,
+        instrumentation: found.instrumentation,
+        rust_std: found.rust_std,
+        targets: targets(live.is_some()),
+    };
     let rt = launch(
-        Runtime::new(
-            config,
-            pool,
-            known,
-            role,
-            header,
-            found.instrumentation,
-            live,
-        ),
+        Runtime::new(config, pool, program, known, header, live),
         writer,
         path,
         None,
@@ -689,7 +700,7 @@ fn start(role: Role) -> Result<(), String> {
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
-    unsafe { xray::patch(&found, rt.live.is_some()) }?;
+    unsafe { xray::patch(&found, &rt.program.targets) }?;
     crate::tracepoints::enable_requested();
     Ok(())
 }
@@ -738,14 +749,24 @@ fn open_trace(
     Ok(writer)
 }
 
+/// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
+/// mcount hooks.
+fn targets(with_cpu: bool) -> xray::Targets {
+    let (mcount, fentry) = crate::mcount::hook_addresses();
+    xray::Targets {
+        xray: trampoline::trampolines(with_cpu),
+        mcount,
+        fentry,
+    }
+}
+
 impl Runtime {
     fn new(
         config: Config,
         pool: Pool,
+        program: Program,
         known: xray::Known,
-        role: Role,
         header: Vec<(ChunkKind, Vec<u8>)>,
-        instrumentation: u64,
         live: Option<live::Output>,
     ) -> Runtime {
         Runtime {
@@ -753,12 +774,11 @@ impl Runtime {
             pool,
             lifecycle: Lifecycle::new(),
             registry: Registry::new(),
+            program,
             known: Mutex::new(known),
-            role,
             meta: Mutex::new(Vec::new()),
             pid: std::process::id(),
             header: Mutex::new(header),
-            instrumentation,
             live,
         }
     }
@@ -823,19 +843,11 @@ pub fn restart_in_forked_child() {
             &config,
             &path,
             &header,
-            parent.instrumentation,
+            parent.program.instrumentation,
             start_realtime,
         )?;
         launch(
-            Runtime::new(
-                config,
-                pool,
-                known,
-                parent.role,
-                header,
-                parent.instrumentation,
-                None,
-            ),
+            Runtime::new(config, pool, parent.program, known, header, None),
             writer,
             path,
             Some(parent),
@@ -865,10 +877,14 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
         Runtime::new(
             config,
             pool,
+            Program {
+                role: Role::Linked,
+                instrumentation: 0,
+                rust_std: false,
+                targets: targets(false),
+            },
             xray::Known::default(),
-            Role::Linked,
             Vec::new(),
-            0,
             None,
         ),
         writer,

@@ -754,7 +754,7 @@ mod tests {
             mode: Mode::Drop,
             buffer_size: 4 << 10,
             chunk_size: 1 << 10,
-            shadow_depth: crate::mcount::DEFAULT_DEPTH,
+            shadow_depth: crate::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
