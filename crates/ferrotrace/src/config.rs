@@ -40,6 +40,14 @@ pub struct Config {
     pub max_depth: Option<usize>,
 }
 
+impl Config {
+    /// Frames of each thread's shadow stack: the depth limit the user asked for (`-D`, deeper calls left
+    /// out on purpose), else `shadow_depth` (deeper calls counted as lost).
+    pub fn shadow_frames(&self) -> usize {
+        self.max_depth.unwrap_or(self.shadow_depth)
+    }
+}
+
 /// A `-F`/`-N` regex, matched against demangled names. Most filters are plain names (`myapp::parse`,
 /// `^fib::fib$`): those are compared as text, which is ~30× faster than regex-lite's PikeVM and was most
 /// of the start-up of a program with 7,000 functions (ripgrep).

@@ -35,7 +35,7 @@
 //! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
 //! everything, vector state included (see [`crate::trampoline`]).
 
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU64, Ordering};
 use std::sync::Mutex;
 
 use ferrotrace_core::mcount::{
@@ -47,31 +47,6 @@ use crate::trampoline::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
 
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
 const FRAME: u64 = 24;
-
-static DEPTH: AtomicU64 = AtomicU64::new(crate::config::DEFAULT_SHADOW_DEPTH as u64);
-
-/// The depth is a limit the user asked for (`-D`): calls below it are left out on purpose, not lost.
-static DEPTH_IS_LIMIT: AtomicBool = AtomicBool::new(false);
-
-/// Calls not traced because the shadow stack was full, in every thread.
-static DEPTH_LOST: AtomicU64 = AtomicU64::new(0);
-
-/// Sets the shadow stack depth of threads that start tracing from now on; `limit` says the user asked
-/// for it (`-D`): deeper calls are then left out without being counted as lost.
-pub fn set_depth(frames: usize, limit: bool) {
-    DEPTH.store(frames.max(1) as u64, Ordering::Relaxed);
-    DEPTH_IS_LIMIT.store(limit, Ordering::Relaxed);
-}
-
-/// Calls not traced so far because they were nested deeper than the shadow stack.
-pub fn depth_lost() -> u64 {
-    DEPTH_LOST.load(Ordering::Relaxed)
-}
-
-/// The shadow stack depth in frames.
-pub fn depth() -> u64 {
-    DEPTH.load(Ordering::Relaxed)
-}
 
 // ---------------------------------------------------------------------------------------------------
 // Finding sites in a loaded object.
@@ -552,19 +527,23 @@ fn hot() -> &'static Hot {
 /// retry the hook, 1 to leave the call untraced.
 extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     let h = hot();
+    // A thread has a shadow stack only once a runtime records.
+    let Some(rt) = crate::runtime::get() else {
+        return 1;
+    };
     if h.shadow_base.load(Ordering::Relaxed) != 0 {
         // Full: neither the entry nor the exit of this call is recorded. A thread whose shadow stack
         // was released (it is exiting: code in later thread-local destructors) is not counted, nor a
         // call below the depth the user asked for.
-        if DEPTH_IS_LIMIT.load(Ordering::Relaxed) || h.shadow_stub.load(Ordering::Relaxed) == 0 {
+        if rt.config.max_depth.is_some() || h.shadow_stub.load(Ordering::Relaxed) == 0 {
             return 1;
         }
-        DEPTH_LOST.fetch_add(1, Ordering::Relaxed);
+        rt.too_deep.fetch_add(1, Ordering::Relaxed);
         crate::thread::count_lost(2);
         return 1;
     }
     let prepared = crate::thread::as_runtime(|| {
-        crate::runtime::get().is_some_and(|rt| rt.lifecycle.is_recording()) && prepare(h)
+        rt.lifecycle.is_recording() && prepare(h, rt.config.shadow_frames())
     });
     if prepared == Some(true) {
         0
@@ -573,12 +552,13 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     }
 }
 
-/// Gives the calling thread its shadow stack and its return stub with the stub's unwind information.
-fn prepare(h: &Hot) -> bool {
+/// Gives the calling thread a shadow stack of `depth` frames and its return stub with the stub's unwind
+/// information.
+fn prepare(h: &Hot, depth: usize) -> bool {
     if tls_offset() != crate::trampoline::hot_offset_here() {
         return false;
     }
-    let frames = depth() + 1; // + the sentinel
+    let frames = depth as u64 + 1; // + the sentinel
     let shadow_len = ((frames * FRAME) as usize).next_multiple_of(PAGE);
     // SAFETY: fresh anonymous mappings, checked; the stub page is filled then made R-X.
     unsafe {

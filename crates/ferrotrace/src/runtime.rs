@@ -342,6 +342,9 @@ pub struct Runtime {
     header: Mutex<Vec<(ChunkKind, Vec<u8>)>>,
     /// `ferrotrace live`: where the collector prints events as they happen.
     pub live: Option<live::Output>,
+    /// mcount/fentry calls not traced because they were nested deeper than the shadow stack, in every
+    /// thread (said at the end).
+    pub too_deep: AtomicU64,
 }
 
 /// What start-up found out about the program, which a forked child's runtime keeps.
@@ -404,12 +407,13 @@ impl Runtime {
         } else {
             FINISH_LIMIT
         });
-        let too_deep = crate::mcount::depth_lost();
+        let too_deep = self.too_deep.load(Ordering::Relaxed);
         if too_deep > 0 && !from_signal {
             eprintln!(
                 "ferrotrace: {too_deep} calls nested deeper than the shadow stack ({} frames) were not traced \
-                 (counted as lost events); FERROTRACE_SHADOW_DEPTH sets its depth",
-                crate::mcount::depth()
+                 (counted as lost events); {} sets its depth",
+                self.config.shadow_frames(),
+                env::SHADOW_DEPTH
             );
         }
         self.lifecycle.finish_over();
@@ -658,10 +662,6 @@ fn start(role: Role) -> Result<(), String> {
             found.no_frame_pointer
         );
     }
-    match config.max_depth {
-        Some(limit) => crate::mcount::set_depth(limit, true),
-        None => crate::mcount::set_depth(config.shadow_depth, false),
-    }
     let start_realtime = clock::realtime_ns();
     // Only the process `record` started shares its pool: processes it starts write traces of their
     // own, which record does not watch.
@@ -780,6 +780,7 @@ impl Runtime {
             pid: std::process::id(),
             header: Mutex::new(header),
             live,
+            too_deep: AtomicU64::new(0),
         }
     }
 }
