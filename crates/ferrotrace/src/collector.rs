@@ -11,9 +11,10 @@ use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 
+use crate::clock::calibration_payload;
 use crate::config::Mode;
 use crate::pool::FullChunk;
-use crate::runtime::{clock_payload, Meta, Runtime};
+use crate::runtime::{Meta, Runtime};
 
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
@@ -230,7 +231,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             if let Some(live) = &mut st.live {
                 live.finish();
             }
-            st.write(ChunkKind::Clock, &clock_payload());
+            st.write(ChunkKind::Clock, &calibration_payload());
             let mut p = Vec::new();
             let (reason, signal) = rt.lifecycle.end();
             let _ = schema::End {
@@ -251,7 +252,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             return;
         }
         if last_clock.elapsed() > Duration::from_secs(1) {
-            st.write(ChunkKind::Clock, &clock_payload());
+            st.write(ChunkKind::Clock, &calibration_payload());
             last_clock = Instant::now();
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
             crate::runtime::rescan();

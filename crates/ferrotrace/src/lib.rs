@@ -83,7 +83,7 @@ mod tracepoint;
 pub mod tracepoints;
 #[cfg(ferrotrace_runtime)]
 mod trampoline;
-#[cfg(ferrotrace_runtime)]
+#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 mod usdt;
 #[cfg(ferrotrace_runtime)]
 mod xray;

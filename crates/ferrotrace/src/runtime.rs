@@ -352,8 +352,9 @@ pub struct Runtime {
 pub struct Program {
     /// Which copy of the runtime this is.
     pub role: Role,
-    /// How the program is instrumented (the Session chunk's field).
-    pub instrumentation: u64,
+    /// What the trace records: how the functions are instrumented (XRay, mcount, fentry, NOPs) and
+    /// whether the program has tracepoints (the Session chunk's field, bits of `schema::source`).
+    pub sources: u64,
     /// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
     /// overflow the runtime then does what std would (message, abort).
     pub rust_std: bool,
@@ -535,12 +536,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     (path, started_by_traced)
 }
 
-fn session_payload(
-    config: &Config,
-    tsc_hz: u64,
-    start_realtime: u64,
-    instrumentation: u64,
-) -> Vec<u8> {
+fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64, sources: u64) -> Vec<u8> {
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -548,11 +544,6 @@ fn session_payload(
     let cmdline = cmdline.strip_suffix(&[0]).unwrap_or(&cmdline);
     // SAFETY: getppid cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
-    // How the functions were instrumented (XRay, mcount, fentry, NOPs: bits of the same values).
-    let mut sources = instrumentation;
-    if !crate::tracepoint::all().is_empty() {
-        sources |= schema::source::TRACEPOINTS;
-    }
     let mut p = Vec::new();
     let _ = schema::Session {
         pid: std::process::id(),
@@ -566,13 +557,6 @@ fn session_payload(
         sources,
     }
     .encode(&mut p);
-    p
-}
-
-/// A calibration chunk payload.
-pub fn clock_payload() -> Vec<u8> {
-    let mut p = Vec::new();
-    let _ = ferrotrace_core::clock::tsc_clock_sample().encode(&mut p);
     p
 }
 
@@ -677,16 +661,16 @@ fn start(role: Role) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, tracepoints));
-    let writer = open_trace(
-        &config,
-        &path,
-        &header,
-        found.instrumentation,
-        start_realtime,
-    )?;
+    // How the functions are instrumented (XRay, mcount, fentry, NOPs: bits of the same values), and
+    // whether there are tracepoints.
+    let mut sources = found.instrumentation;
+    if !crate::tracepoint::all().is_empty() {
+        sources |= schema::source::TRACEPOINTS;
+    }
+    let writer = open_trace(&config, &path, &header, sources, start_realtime)?;
     let program = Program {
         role,
-        instrumentation: found.instrumentation,
+        sources,
         rust_std: found.rust_std,
         targets: targets(live.is_some()),
     };
@@ -723,7 +707,7 @@ fn open_trace(
     config: &Config,
     path: &Path,
     header: &[(ChunkKind, Vec<u8>)],
-    instrumentation: u64,
+    sources: u64,
     start_realtime: u64,
 ) -> Result<Writer, String> {
     let tsc_hz = estimate_tsc_hz();
@@ -736,11 +720,11 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime, instrumentation),
+            &session_payload(config, tsc_hz, start_realtime, sources),
         )
         .map_err(io)?;
     writer
-        .chunk(ChunkKind::Clock, &clock_payload())
+        .chunk(ChunkKind::Clock, &clock::calibration_payload())
         .map_err(io)?;
     for (kind, payload) in header {
         writer.chunk(*kind, payload).map_err(io)?;
@@ -844,7 +828,7 @@ pub fn restart_in_forked_child() {
             &config,
             &path,
             &header,
-            parent.program.instrumentation,
+            parent.program.sources,
             start_realtime,
         )?;
         launch(
@@ -880,7 +864,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
             pool,
             Program {
                 role: Role::Linked,
-                instrumentation: 0,
+                sources: 0,
                 rust_std: false,
                 targets: targets(false),
             },
