@@ -1,6 +1,10 @@
 //! The calling-context tree: every distinct call path with its calls, total and self time. `graph`,
 //! `flame` and the folded-stacks dump are views of it. Memory is one node per distinct path (call
-//! depth × distinct functions at most, for ordinary programs far less), never per event.
+//! depth × distinct functions at most, for ordinary programs far less), never per event: building it
+//! allocates only when a path is seen for the first time.
+//!
+//! A node is a function, not a function id: the ids of one function (copies of a Rust function in
+//! several codegen units, see [`Names::of`]) share one node.
 
 use std::collections::HashMap;
 
@@ -52,6 +56,7 @@ impl Cct {
         progress: &mut Progress,
     ) -> Result<Cct, ReadError> {
         let names = Names::of(trace);
+        let function = names.representatives();
         let mut cct = Cct {
             nodes: vec![Node::default()],
             index: HashMap::new(),
@@ -67,6 +72,7 @@ impl Cct {
             let mut nodes: Vec<Option<usize>> = Vec::new();
             let mut on = |cct: &mut Cct, se: StackEvent| match se {
                 StackEvent::Enter { id, .. } => {
+                    let id = function.of(id);
                     let parent = match nodes.last() {
                         Some(&Some(p)) => Some(p),
                         _ => match focus {

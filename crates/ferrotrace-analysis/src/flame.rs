@@ -1,9 +1,33 @@
 //! `ferrotrace flame`: a flame graph weighted by time (self time in nanoseconds of each call path,
 //! so a frame's width is its total time), drawn by inferno; or the folded stacks as text.
+//!
+//! Memory is bounded by what can be drawn, not by the trace: the calling-context tree ([`Cct`], one
+//! node per distinct call path) is pruned before anything is handed to inferno. inferno draws no
+//! frame narrower than its minimum width (0.01% of the total by default), so a subtree narrower than
+//! that is replaced by one line of its total weight, named after it and never drawn, and runs of such
+//! siblings share lines as long as each line stays narrower than the minimum. What inferno receives
+//! is then at most a few lines per drawable frame, whatever the number of call paths, and it draws
+//! what it would draw from every folded line (with the same labels): the same frames at the same
+//! places, byte for byte.
+//!
+//! Frame labels: inferno shows as much of a label as fits and cuts it from the left (`..e#0}`), so a
+//! long Rust name loses everything that tells what it is. Names longer than [`LONG_NAME`] characters
+//! are shortened before drawing: generic arguments dropped and the path cut to the crate and its
+//! last two segments (`serde_json::…::Deserializer::parse_str`, `<Value as Deserialize>::deserialize`);
+//! names that would then read the same get more detail, a step at a time, until they differ: a level
+//! of generic arguments more (`core::ptr::drop_glue::<Value>`), then the crates of the paths inside
+//! (`<&aho_corasick::…::api::Searcher as core::fmt::Debug>::fmt`), else the whole name. inferno's
+//! frame title (the tooltip, and the text its script fits into the frame) is the label with the
+//! frame's time: it has no separate place for a full name, which `flame --folded`, `report` and
+//! `graph` show.
 
+use std::collections::HashMap;
 use std::io::{self, Write};
 
-use crate::cct::Cct;
+use crate::cct::{Cct, ROOT};
+
+/// Names longer than this are shortened in flame graph labels.
+pub const LONG_NAME: usize = 40;
 
 /// Writes folded stacks: one line per call path with self time, `a;b;c NANOSECONDS`. Paths with no
 /// self time are left out (inferno derives the parents' widths from their children).
@@ -41,54 +65,723 @@ pub fn fold_chars(name: &str) -> impl Iterator<Item = char> + '_ {
     })
 }
 
-/// An SVG flame graph of folded `lines` (inferno), titled `title`, widths counted in `count_name`.
-pub fn render_folded<'a>(
-    lines: impl Iterator<Item = &'a str>,
-    title: &str,
-    count_name: &str,
-) -> Result<Vec<u8>, String> {
+/// The inferno options of every flame graph: titled `title`, widths counted in `count_name`, colors
+/// chosen from the function name (the same function has the same color in every graph).
+pub fn svg_options(title: &str, count_name: &str) -> inferno::flamegraph::Options<'static> {
     let mut opts = inferno::flamegraph::Options::default();
     opts.title = title.to_string();
     opts.count_name = count_name.to_string();
     opts.name_type = "Function:".to_string();
-    let mut out = Vec::new();
-    inferno::flamegraph::from_lines(&mut opts, lines, &mut out).map_err(|e| e.to_string())?;
-    Ok(out)
+    opts.hash = true;
+    opts
 }
 
-/// The folded stacks as lines, for inferno.
-pub fn folded_lines(cct: &Cct) -> Vec<String> {
-    let mut v = Vec::new();
-    write_folded(cct, &mut v).expect("writing to a Vec cannot fail");
-    String::from_utf8_lossy(&v)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-/// Writes an SVG flame graph titled `title`.
+/// Writes an SVG flame graph of the function calls in `cct`, titled `title`.
 pub fn write_svg(cct: &Cct, title: &str, out: &mut dyn Write) -> io::Result<()> {
-    let lines = folded_lines(cct);
-    let mut opts = inferno::flamegraph::Options::default();
-    opts.title = title.to_string();
-    opts.count_name = "ns".to_string();
-    opts.name_type = "Function:".to_string();
+    let opts = svg_options(title, "ns");
+    let lines = drawable_lines(&CctFrames::new(cct), opts.min_width);
     if lines.is_empty() {
         // inferno refuses empty input; draw an honest empty graph instead.
-        writeln!(
-            out,
-            "<?xml version=\"1.0\" standalone=\"no\"?><svg xmlns=\"http://www.w3.org/2000/svg\" \
-             width=\"600\" height=\"60\"><text x=\"10\" y=\"30\">{}: no function calls in the trace</text></svg>",
-            xml_escape(title)
-        )?;
-        return Ok(());
+        return write_empty(out, title, "no function calls in the trace");
     }
-    inferno::flamegraph::from_lines(&mut opts, lines.iter().map(String::as_str), out)
+    render(lines, opts, out)
+}
+
+/// Draws folded `lines` (from [`drawable_lines`]) with `opts`.
+pub fn render(
+    lines: String,
+    mut opts: inferno::flamegraph::Options<'_>,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    inferno::flamegraph::from_lines(&mut opts, lines.lines(), out)
         .map_err(|e| io::Error::other(e.to_string()))
+}
+
+/// An SVG that says why there is no graph.
+fn write_empty(out: &mut dyn Write, title: &str, why: &str) -> io::Result<()> {
+    writeln!(
+        out,
+        "<?xml version=\"1.0\" standalone=\"no\"?><svg xmlns=\"http://www.w3.org/2000/svg\" \
+         width=\"600\" height=\"60\"><text x=\"10\" y=\"30\">{}: {}</text></svg>",
+        xml_escape(title),
+        xml_escape(why)
+    )
 }
 
 fn xml_escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
+}
+
+/// A tree of weighted frames as a flame graph draws it: the calling-context tree of function calls,
+/// or the stacks of samples. Node 0 is the root (not drawn); a node's children have distinct labels.
+pub trait Frames {
+    /// Number of nodes, the root included.
+    fn node_count(&self) -> usize;
+    /// Children of node `n`.
+    fn children(&self, n: usize) -> &[usize];
+    /// Weight of `n` itself, not of its children (self time, samples).
+    fn self_weight(&self, n: usize) -> u64;
+    /// What node `n`'s frame shows, as folded stacks spell it (see [`fold_chars`]).
+    fn label(&self, n: usize) -> &str;
+}
+
+/// The folded lines that draw `tree` as inferno draws all of its lines with minimum frame width
+/// `min_width` (percent of the total): every frame at least that wide is a line or the prefix of
+/// one; each narrower subtree is folded into a line of its total weight named after it, and runs of
+/// such siblings (in label order, inferno's order) share a line while it stays narrower than the
+/// minimum, so inferno draws none of them and every other frame stays in its place. Empty when the
+/// tree weighs nothing.
+pub fn drawable_lines(tree: &dyn Frames, min_width: f64) -> String {
+    let width = subtree_weights(tree);
+    let total = width[ROOT];
+    let mut lines = String::new();
+    if total == 0 {
+        return lines;
+    }
+    // inferno's own arithmetic (flamegraph::from_lines), so that exactly the frames it would leave out
+    // are folded away.
+    let widthpertime_pct = 100.0 / total as f64;
+    let minwidth_time = min_width / widthpertime_pct;
+    let drawn = |n: usize| (width[n] as f64) >= minwidth_time;
+
+    // Depth-first over the drawn nodes; `path` is the folded stack of the node being visited.
+    let mut path = String::new();
+    let mut stack: Vec<Visit> = vec![Visit::Children(ROOT)];
+    while let Some(visit) = stack.pop() {
+        match visit {
+            Visit::Leave(len) => path.truncate(len),
+            Visit::Children(n) => {
+                let mut kids: Vec<usize> = tree
+                    .children(n)
+                    .iter()
+                    .copied()
+                    .filter(|&c| width[c] > 0)
+                    .collect();
+                kids.sort_unstable_by(|&a, &b| tree.label(a).cmp(tree.label(b)));
+                // Pushed in reverse so that children are visited in label order; the runs of narrow
+                // children become lines right away (their order among the lines does not matter:
+                // inferno sorts them).
+                let mut run: Option<(usize, u64)> = None;
+                let mut drawn_kids = Vec::new();
+                for &c in &kids {
+                    if drawn(c) {
+                        if let Some((first, w)) = run.take() {
+                            push_line(&mut lines, &path, Some(tree.label(first)), w);
+                        }
+                        drawn_kids.push(c);
+                        continue;
+                    }
+                    run = match run {
+                        Some((first, w)) if ((w + width[c]) as f64) < minwidth_time => {
+                            Some((first, w + width[c]))
+                        }
+                        Some((first, w)) => {
+                            push_line(&mut lines, &path, Some(tree.label(first)), w);
+                            Some((c, width[c]))
+                        }
+                        None => Some((c, width[c])),
+                    };
+                }
+                if let Some((first, w)) = run {
+                    push_line(&mut lines, &path, Some(tree.label(first)), w);
+                }
+                for &c in drawn_kids.iter().rev() {
+                    stack.push(Visit::Enter(c));
+                }
+            }
+            Visit::Enter(n) => {
+                let len = path.len();
+                if !path.is_empty() {
+                    path.push(';');
+                }
+                path.push_str(tree.label(n));
+                let w = tree.self_weight(n);
+                if w > 0 {
+                    push_line(&mut lines, &path, None, w);
+                }
+                stack.push(Visit::Leave(len));
+                stack.push(Visit::Children(n));
+            }
+        }
+    }
+    lines
+}
+
+/// A step of [`drawable_lines`]' walk.
+enum Visit {
+    /// Add the node to the path and visit its children.
+    Enter(usize),
+    /// Fold the narrow children of the node and enter the others.
+    Children(usize),
+    /// Cut the path back to this length.
+    Leave(usize),
+}
+
+/// Appends `path[;frame] WEIGHT\n`.
+fn push_line(lines: &mut String, path: &str, frame: Option<&str>, weight: u64) {
+    lines.push_str(path);
+    if let Some(f) = frame {
+        if !path.is_empty() {
+            lines.push(';');
+        }
+        lines.push_str(f);
+    }
+    lines.push(' ');
+    lines.push_str(&weight.to_string());
+    lines.push('\n');
+}
+
+/// The weight of every node's subtree (its width in the graph), in one pass after the children.
+fn subtree_weights(tree: &dyn Frames) -> Vec<u64> {
+    let mut width = vec![0u64; tree.node_count()];
+    // Post-order without recursion: a node's weight is final once all its children were added.
+    let mut stack: Vec<(usize, bool)> = vec![(ROOT, false)];
+    while let Some((n, children_done)) = stack.pop() {
+        if children_done {
+            let w = tree.self_weight(n)
+                + tree
+                    .children(n)
+                    .iter()
+                    .map(|&c| width[c])
+                    .fold(0u64, u64::saturating_add);
+            width[n] = w;
+        } else {
+            stack.push((n, true));
+            stack.extend(tree.children(n).iter().map(|&c| (c, false)));
+        }
+    }
+    width
+}
+
+/// The calling-context tree as frames: weights are self times, labels the functions' [`Labels`].
+pub struct CctFrames<'a> {
+    cct: &'a Cct,
+    /// Label of each function of the tree.
+    labels: HashMap<u32, Box<str>>,
+}
+
+impl<'a> CctFrames<'a> {
+    /// The frames of `cct`, labelled.
+    pub fn new(cct: &'a Cct) -> CctFrames<'a> {
+        let mut folded: HashMap<u32, Box<str>> = HashMap::new();
+        for node in &cct.nodes[1..] {
+            folded
+                .entry(node.func)
+                .or_insert_with(|| fold(&cct.names.get(node.func)));
+        }
+        let labels = Labels::new(folded.values().map(|n| &**n));
+        let labels = folded
+            .iter()
+            .map(|(&func, name)| (func, labels.get(name).into()))
+            .collect();
+        CctFrames { cct, labels }
+    }
+}
+
+impl Frames for CctFrames<'_> {
+    fn node_count(&self) -> usize {
+        self.cct.nodes.len()
+    }
+
+    fn children(&self, n: usize) -> &[usize] {
+        &self.cct.nodes[n].children
+    }
+
+    fn self_weight(&self, n: usize) -> u64 {
+        if n == ROOT {
+            0
+        } else {
+            self.cct.nodes[n].self_ns
+        }
+    }
+
+    fn label(&self, n: usize) -> &str {
+        self.labels.get(&self.cct.nodes[n].func).map_or("", |l| l)
+    }
+}
+
+/// A tree of frames built from weighted stacks (samples): a node per distinct path of labels.
+#[derive(Clone, Debug)]
+pub struct StackFrames {
+    nodes: Vec<StackFrame>,
+    index: HashMap<(usize, Box<str>), usize>,
+}
+
+#[derive(Clone, Debug, Default)]
+struct StackFrame {
+    label: Box<str>,
+    children: Vec<usize>,
+    weight: u64,
+}
+
+impl Default for StackFrames {
+    fn default() -> StackFrames {
+        StackFrames {
+            nodes: vec![StackFrame::default()],
+            index: HashMap::new(),
+        }
+    }
+}
+
+impl StackFrames {
+    /// Adds `weight` to the stack `labels` (outermost first, folded).
+    pub fn add<'a>(&mut self, labels: impl IntoIterator<Item = &'a str>, weight: u64) {
+        let mut n = ROOT;
+        for label in labels {
+            n = match self.index.get(&(n, label.into())) {
+                Some(&c) => c,
+                None => {
+                    let c = self.nodes.len();
+                    self.nodes.push(StackFrame {
+                        label: label.into(),
+                        ..StackFrame::default()
+                    });
+                    self.nodes[n].children.push(c);
+                    self.index.insert((n, label.into()), c);
+                    c
+                }
+            };
+        }
+        if n != ROOT {
+            self.nodes[n].weight += weight;
+        }
+    }
+}
+
+impl Frames for StackFrames {
+    fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    fn children(&self, n: usize) -> &[usize] {
+        &self.nodes[n].children
+    }
+
+    fn self_weight(&self, n: usize) -> u64 {
+        self.nodes[n].weight
+    }
+
+    fn label(&self, n: usize) -> &str {
+        &self.nodes[n].label
+    }
+}
+
+/// Frame labels: each frame name (folded, see [`fold_chars`]) as a flame graph shows it (see the
+/// [module docs](self)); distinct names get distinct labels.
+#[derive(Clone, Debug, Default)]
+pub struct Labels {
+    by_name: HashMap<Box<str>, Box<str>>,
+}
+
+impl Labels {
+    /// The labels of the frame names `names` (folded).
+    pub fn new<'a>(names: impl IntoIterator<Item = &'a str>) -> Labels {
+        let mut names: Vec<&str> = names.into_iter().collect();
+        names.sort_unstable();
+        names.dedup();
+        // Each long name starts at the least detail; names whose labels clash get more, one step at a
+        // time, until they differ or are shown whole. Whole names are distinct, so this ends.
+        let mut step: HashMap<&str, usize> = HashMap::new();
+        let labelled = |n: &str, step: usize| match DETAILS.get(step) {
+            Some(&detail) if n.len() > LONG_NAME => shorten(n, detail),
+            _ => None,
+        };
+        let mut label: HashMap<&str, String> = names
+            .iter()
+            .map(|&n| (n, labelled(n, 0).unwrap_or_else(|| n.to_string())))
+            .collect();
+        loop {
+            let mut count: HashMap<&str, usize> = HashMap::new();
+            for l in label.values() {
+                *count.entry(l.as_str()).or_default() += 1;
+            }
+            let clashing: Vec<&str> = names
+                .iter()
+                .copied()
+                .filter(|n| count[label[n].as_str()] > 1 && label[n] != *n)
+                .collect();
+            if clashing.is_empty() {
+                break;
+            }
+            for n in clashing {
+                let s = step.entry(n).or_default();
+                *s += 1;
+                label.insert(n, labelled(n, *s).unwrap_or_else(|| n.to_string()));
+            }
+        }
+        Labels {
+            by_name: label
+                .into_iter()
+                .map(|(n, l)| (n.into(), l.into()))
+                .collect(),
+        }
+    }
+
+    /// The label of the frame name `name` (folded); the name itself if the table was not built with
+    /// it.
+    pub fn get<'a>(&'a self, name: &'a str) -> &'a str {
+        self.by_name.get(name).map_or(name, |l| l)
+    }
+}
+
+/// `name` as a folded frame.
+fn fold(name: &str) -> Box<str> {
+    fold_chars(name).collect::<String>().into()
+}
+
+/// How much of a name a label keeps (see [`shorten`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Detail {
+    /// Levels of generic arguments kept (0: none; `Vec<Option<u8>>` is `Vec` at 0, `Vec<Option>`
+    /// at 1).
+    pub args: usize,
+    /// Paths inside the name keep their crate and last two segments (`aho_corasick::…::api::Searcher`)
+    /// instead of their last segment (`Searcher`).
+    pub inner_crate: bool,
+}
+
+/// The details [`Labels`] tries in turn, least first, for names whose labels would read the same.
+const DETAILS: [Detail; 6] = [
+    Detail {
+        args: 0,
+        inner_crate: false,
+    },
+    Detail {
+        args: 1,
+        inner_crate: false,
+    },
+    Detail {
+        args: 2,
+        inner_crate: false,
+    },
+    Detail {
+        args: 3,
+        inner_crate: false,
+    },
+    Detail {
+        args: usize::MAX,
+        inner_crate: false,
+    },
+    Detail {
+        args: usize::MAX,
+        inner_crate: true,
+    },
+];
+
+/// `name` shortened for a label: every path inside cut to its last segment (two when the last is a
+/// closure or shim, `{closure#0}`), or to its crate and last two with `detail.inner_crate`; generic
+/// arguments kept to `detail.args` levels; the name's own path cut to its first segment and its last
+/// two. What follows the path (` [@0x1140]`, which tells functions of one name apart) is kept.
+/// `None` when the result is not shorter or the name is not a path this understands (it is then shown
+/// whole).
+pub fn shorten(name: &str, detail: Detail) -> Option<String> {
+    let mut p = Parser {
+        s: name.as_bytes(),
+        text: name,
+        i: 0,
+        detail,
+    };
+    let segments = p.path()?;
+    let mut out = cut(&segments, true);
+    out.push_str(&name[p.i..]);
+    (out.len() < name.len()).then_some(out)
+}
+
+/// A path of `segments`: its last segment (two for a closure or shim), or with `crate_and_last_two`
+/// its first and last two segments (all of them when there are no more than three).
+fn cut(segments: &[String], crate_and_last_two: bool) -> String {
+    let n = segments.len();
+    if crate_and_last_two {
+        if n >= 4 {
+            format!(
+                "{}::…::{}::{}",
+                segments[0],
+                segments[n - 2],
+                segments[n - 1]
+            )
+        } else {
+            segments.join("::")
+        }
+    } else {
+        let keep = if n >= 2 && segments[n - 1].starts_with('{') {
+            2
+        } else {
+            1
+        };
+        segments[n - keep..].join("::")
+    }
+}
+
+/// A reader of demangled Rust names (`rustc_demangle`'s alternate form).
+struct Parser<'a> {
+    s: &'a [u8],
+    text: &'a str,
+    i: usize,
+    detail: Detail,
+}
+
+impl<'a> Parser<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.s.get(self.i).copied()
+    }
+
+    fn at(&self, what: &str) -> bool {
+        self.s[self.i..].starts_with(what.as_bytes())
+    }
+
+    /// Generic arguments `args` as the label shows them (`None`: left out).
+    fn args(&self, args: &str) -> Option<Option<String>> {
+        if self.detail.args == 0 {
+            return Some(None);
+        }
+        let inner = Detail {
+            args: self.detail.args - 1,
+            ..self.detail
+        };
+        short_type(inner, args).map(Some)
+    }
+
+    /// A path at the cursor: its segments, each already shortened (generic arguments attached).
+    fn path(&mut self) -> Option<Vec<String>> {
+        let mut segments: Vec<String> = Vec::new();
+        loop {
+            let segment = match self.peek()? {
+                b'<' => {
+                    // A qualified path's head: `<T as Trait>` or an inherent impl's `<T>`.
+                    let inner = self.bracketed(b'<', b'>')?;
+                    match split_top(inner, " as ") {
+                        Some((ty, tr)) => format!(
+                            "<{} as {}>",
+                            short_type(self.detail, ty)?,
+                            short_type(self.detail, tr)?
+                        ),
+                        None => short_type(self.detail, inner)?,
+                    }
+                }
+                b'{' => self.bracketed(b'{', b'}').map(|b| format!("{{{b}}}"))?,
+                c if is_ident(c) => {
+                    let start = self.i;
+                    while self.peek().is_some_and(is_ident) {
+                        self.i += 1;
+                    }
+                    let mut seg = self.text[start..self.i].to_string();
+                    if self.peek() == Some(b'<') {
+                        let args = self.bracketed(b'<', b'>')?;
+                        if let Some(args) = self.args(args)? {
+                            seg = format!("{seg}<{args}>");
+                        }
+                    }
+                    seg
+                }
+                _ => return None,
+            };
+            segments.push(segment);
+            if !self.at("::") {
+                return Some(segments);
+            }
+            self.i += 2;
+            if self.peek() == Some(b'<') {
+                // Turbofish: `f::<T>` belongs to the segment before it.
+                let args = self.bracketed(b'<', b'>')?;
+                if let Some(args) = self.args(args)? {
+                    let last = segments.last_mut().expect("a segment was pushed");
+                    last.push_str("::<");
+                    last.push_str(&args);
+                    last.push('>');
+                }
+                if !self.at("::") {
+                    return Some(segments);
+                }
+                self.i += 2;
+            }
+        }
+    }
+
+    /// The text between the bracket at the cursor and its match (`->` is not a closing `>`); the
+    /// cursor moves past the match.
+    fn bracketed(&mut self, open: u8, close: u8) -> Option<&'a str> {
+        let start = self.i + 1;
+        let mut depth = 0usize;
+        while let Some(c) = self.peek() {
+            if c == open {
+                depth += 1;
+            } else if c == close && !(close == b'>' && self.i > 0 && self.s[self.i - 1] == b'-') {
+                depth -= 1;
+                if depth == 0 {
+                    self.i += 1;
+                    return Some(&self.text[start..self.i - 1]);
+                }
+            }
+            self.i += 1;
+        }
+        None
+    }
+}
+
+/// A type (or a list of them, generic arguments) with every path in it cut as `detail` says.
+fn short_type(detail: Detail, ty: &str) -> Option<String> {
+    let mut p = Parser {
+        s: ty.as_bytes(),
+        text: ty,
+        i: 0,
+        detail,
+    };
+    let mut out = String::new();
+    while let Some(c) = p.peek() {
+        let path_starts =
+            is_ident(c) || c == b'{' || (c == b'<' && !(p.i > 0 && is_ident(p.s[p.i - 1])));
+        if !path_starts {
+            out.push(c as char);
+            p.i += 1;
+            continue;
+        }
+        let segments = p.path()?;
+        out.push_str(&cut(&segments, detail.inner_crate));
+    }
+    Some(out)
+}
+
+/// `s` split at the first `sep` outside brackets.
+fn split_top<'a>(s: &'a str, sep: &str) -> Option<(&'a str, &'a str)> {
+    let b = s.as_bytes();
+    let mut depth = 0i32;
+    for i in 0..b.len() {
+        match b[i] {
+            b'<' | b'(' | b'[' | b'{' => depth += 1,
+            b'>' if i > 0 && b[i - 1] == b'-' => {}
+            b'>' | b')' | b']' | b'}' => depth -= 1,
+            _ if depth == 0 && s[i..].starts_with(sep) => {
+                return Some((&s[..i], &s[i + sep.len()..]))
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+/// A byte of an identifier (any byte of a non-ASCII character counts: Rust identifiers may be
+/// Unicode, and nothing else in a demangled name is).
+fn is_ident(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || c == b'_' || c >= 0x80
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEAST: Detail = DETAILS[0];
+
+    #[test]
+    fn long_rust_names_keep_their_crate_type_and_function() {
+        // Names as a trace of testprogs/workload (serde_json, regex, rayon) has them.
+        for (name, label) in [
+            (
+                "<serde_json::value::Value as serde_core::de::Deserialize>::deserialize::<&mut serde_json::de::Deserializer<serde_json::read::StrRead>>",
+                "<Value as Deserialize>::deserialize",
+            ),
+            (
+                "serde_json::de::from_trait::<serde_json::read::StrRead, serde_json::value::Value>",
+                "serde_json::de::from_trait",
+            ),
+            (
+                "<rayon_core::registry::WorkerThread>::wait_until_cold",
+                "WorkerThread::wait_until_cold",
+            ),
+            (
+                "std::sys::backtrace::__rust_begin_short_backtrace::<fn(), ()>",
+                "std::…::backtrace::__rust_begin_short_backtrace",
+            ),
+            (
+                "<&mut ft_workload::regex_phase::{closure#0} as core::ops::function::FnMut<(&alloc::string::String,)>>::call_mut",
+                "<&mut regex_phase::{closure#0} as FnMut>::call_mut",
+            ),
+            (
+                "<regex_automata::meta::strategy::Core as regex_automata::meta::strategy::Strategy>::search_slots",
+                "<Core as Strategy>::search_slots",
+            ),
+            (
+                "rayon::iter::plumbing::bridge_producer_consumer::helper::<rayon::slice::IterProducer<u64>, rayon::iter::map::MapConsumer<rayon::iter::sum::SumConsumer<u64>, ft_workload::sort_phase::{closure#0}>>",
+                "rayon::…::bridge_producer_consumer::helper",
+            ),
+            // `->` of a function type does not close the generic arguments.
+            (
+                "<fn(u32) -> alloc::string::String as core::ops::function::FnOnce<(u32,)>>::call_once",
+                "<fn(u32) -> String as FnOnce>::call_once",
+            ),
+            // What tells functions of one name apart stays.
+            (
+                "core::ptr::drop_glue::<alloc::string::String> [@0x2cb770]",
+                "core::ptr::drop_glue [@0x2cb770]",
+            ),
+        ] {
+            assert_eq!(shorten(name, LEAST).as_deref(), Some(label), "{name}");
+        }
+        // Nothing to gain, or not a path: shown whole.
+        assert_eq!(shorten("ft_workload::json_phase", LEAST), None);
+        assert_eq!(shorten("<unbalanced::Type as Trait::method", LEAST), None);
+    }
+
+    #[test]
+    fn labels_that_would_read_the_same_keep_just_enough_detail() {
+        let names = [
+            "core::ptr::drop_glue::<serde_json::value::Value>",
+            "core::ptr::drop_glue::<regex_syntax::hir::HirKind>",
+            "<&aho_corasick::packed::api::Searcher as core::fmt::Debug>::fmt",
+            "<&aho_corasick::packed::teddy::builder::Searcher as core::fmt::Debug>::fmt",
+            "<alloc::vec::Vec<u8> as core::ops::drop::Drop>::drop",
+            "<alloc::vec::Vec<regex_syntax::hir::Hir> as core::ops::drop::Drop>::drop",
+            "<rayon_core::sleep::Sleep>::wake_any_threads",
+            "fib::fib",
+        ];
+        let labels = Labels::new(names);
+        let got: Vec<&str> = names.iter().map(|n| labels.get(n)).collect();
+        assert_eq!(
+            got,
+            [
+                "core::ptr::drop_glue::<Value>",
+                "core::ptr::drop_glue::<HirKind>",
+                "<&aho_corasick::…::api::Searcher as core::fmt::Debug>::fmt",
+                "<&aho_corasick::…::builder::Searcher as core::fmt::Debug>::fmt",
+                "<Vec<u8> as Drop>::drop",
+                "<Vec<Hir> as Drop>::drop",
+                "Sleep::wake_any_threads",
+                "fib::fib",
+            ]
+        );
+    }
+
+    /// `narrow` narrow leaves under each of `wide` wide frames, in a tree of samples.
+    fn tree(wide: usize, narrow: usize) -> StackFrames {
+        let mut t = StackFrames::default();
+        for w in 0..wide {
+            let parent = format!("wide{w}");
+            t.add(["main", parent.as_str()], 100_000);
+            for n in 0..narrow {
+                let leaf = format!("leaf{n}");
+                t.add(["main", parent.as_str(), leaf.as_str(), "deeper"], 1);
+            }
+        }
+        t
+    }
+
+    fn svg(lines: String) -> Vec<u8> {
+        let mut out = Vec::new();
+        render(lines, svg_options("t", "ns"), &mut out).unwrap();
+        out
+    }
+
+    #[test]
+    fn pruned_lines_draw_what_every_line_draws() {
+        let t = tree(3, 5000);
+        let min = svg_options("t", "ns").min_width;
+        let all = drawable_lines(&t, 0.0);
+        let pruned = drawable_lines(&t, min);
+        assert_eq!(all.lines().count(), 3 * 5001);
+        // Total 315,000, so frames narrower than 31.5 (0.01%) are not drawn: each wide frame keeps
+        // its line, and its 5,000 leaves fold into lines of 31 (162 of them).
+        assert_eq!(pruned.lines().count(), 3 * (1 + 162), "{pruned}");
+        assert_eq!(svg(pruned), svg(all));
+    }
 }

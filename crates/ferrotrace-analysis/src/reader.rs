@@ -72,6 +72,8 @@ pub struct Session {
     pub tsc_hz: u64,
     /// What recorded the events: bits of [`schema::source`].
     pub sources: u64,
+    /// Allocation events sampled one per this many bytes on average; 0: every allocation.
+    pub alloc_sample: u64,
 }
 
 impl Session {
@@ -419,6 +421,7 @@ impl Trace {
                     mode: Some(s.mode),
                     tsc_hz: s.tick_hz,
                     sources: s.sources,
+                    alloc_sample: s.alloc_sample,
                 };
             }
             Some(ChunkKind::Clock) => {
@@ -591,7 +594,8 @@ impl Trace {
         const FUNCTION_SOURCES: u64 = schema::source::XRAY
             | schema::source::MCOUNT
             | schema::source::FENTRY
-            | schema::source::PATCHABLE_NOP;
+            | schema::source::PATCHABLE_NOP
+            | schema::source::EMBEDDED;
         !self.functions.is_empty() || self.session.sources & FUNCTION_SOURCES != 0
     }
 

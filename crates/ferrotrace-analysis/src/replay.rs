@@ -691,7 +691,7 @@ impl Replayer<'_, '_> {
                 return;
             }
         }
-        let Some(text) = plain::note(self.trace, e.kind, e.id, e.payload) else {
+        let Some(text) = plain::note(self.trace, e.kind, e.id, e.payload, &e.fields) else {
             return;
         };
         let depth = self.display_depth(th, th.stack.depth());
@@ -852,18 +852,6 @@ impl Replayer<'_, '_> {
         self.drain(true)?;
         self.out.flush()
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    use std::fmt::Write as _;
-    let mut s = String::with_capacity(b.len() * 2);
-    for x in b.iter().take(64) {
-        let _ = write!(s, "{x:02x}");
-    }
-    if b.len() > 64 {
-        s.push('…');
-    }
-    s
 }
 
 /// Convenience for tests and library users: the replay as a `String`.

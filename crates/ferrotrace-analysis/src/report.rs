@@ -207,6 +207,9 @@ pub struct Report {
     pub errors: Vec<String>,
     /// Tracepoint events: `(crate::name, count)`, most frequent first.
     pub tracepoints: Vec<(String, u64)>,
+    /// Bytes allocated per function id, `(self, total)`, when the trace holds allocations as well as
+    /// function events (see [`crate::mem::bytes_by_function`]); empty otherwise.
+    pub alloc_bytes: HashMap<u32, (u64, u64)>,
 }
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
@@ -398,6 +401,9 @@ impl Report {
         report
             .tracepoints
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        if trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0 {
+            report.alloc_bytes = crate::mem::bytes_by_function(trace)?;
+        }
         Ok(report)
     }
 
@@ -407,11 +413,11 @@ impl Report {
         if threads {
             for t in &self.threads {
                 let _ = writeln!(o, "# thread {} ({})", t.tid, t.name);
-                table(&mut o, &t.functions, key, srclines);
+                table(&mut o, &t.functions, key, srclines, &HashMap::new());
                 o.push('\n');
             }
         } else {
-            table(&mut o, &self.functions, key, srclines);
+            table(&mut o, &self.functions, key, srclines, &self.alloc_bytes);
         }
         if !self.tracepoints.is_empty() {
             let _ = writeln!(o, "\n  {:>10}  Tracepoint", "Count");
@@ -440,6 +446,11 @@ impl Report {
                     if let Some(s) = srclines.get(&f.id) {
                         j["srcline"] = json!(s);
                     }
+                    if !self.alloc_bytes.is_empty() {
+                        let (s, t) = self.alloc_bytes.get(&f.id).copied().unwrap_or_default();
+                        j["alloc_self_bytes"] = json!(s);
+                        j["alloc_total_bytes"] = json!(t);
+                    }
                     j
                 })
                 .collect::<Vec<_>>()
@@ -464,19 +475,34 @@ impl Report {
     }
 }
 
-fn table(o: &mut String, v: &[FuncStats], key: SortKey, srclines: &HashMap<u32, String>) {
+fn table(
+    o: &mut String,
+    v: &[FuncStats],
+    key: SortKey,
+    srclines: &HashMap<u32, String>,
+    alloc_bytes: &HashMap<u32, (u64, u64)>,
+) {
     let mut v = v.to_vec();
     sort(&mut v, key);
-    let _ = writeln!(
+    let bytes = !alloc_bytes.is_empty();
+    let _ = write!(
         o,
-        "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  Function",
+        "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
         "Total time", "Self time", "Calls", "Avg", "Min", "Max"
     );
-    let _ = writeln!(
+    if bytes {
+        let _ = write!(o, "{:>12}  {:>12}  ", "Self bytes", "Total bytes");
+    }
+    let _ = writeln!(o, "Function");
+    let _ = write!(
         o,
-        "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  {0:=>20}",
+        "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  ",
         ""
     );
+    if bytes {
+        let _ = write!(o, "{0:=>12}  {0:=>12}  ", "");
+    }
+    let _ = writeln!(o, "{0:=>20}", "");
     for f in &v {
         let mut notes = Vec::new();
         if f.unwound > 0 {
@@ -490,15 +516,19 @@ fn table(o: &mut String, v: &[FuncStats], key: SortKey, srclines: &HashMap<u32, 
         }
         let _ = write!(
             o,
-            "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  {}",
+            "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
             fmt_ns(f.total_ns),
             fmt_ns(f.self_ns),
             f.calls,
             fmt_ns(f.avg_ns()),
             fmt_ns(f.min_ns),
             fmt_ns(f.max_ns),
-            f.name
         );
+        if bytes {
+            let (s, t) = alloc_bytes.get(&f.id).copied().unwrap_or_default();
+            let _ = write!(o, "{s:>12}  {t:>12}  ");
+        }
+        let _ = write!(o, "{}", f.name);
         if let Some(s) = srclines.get(&f.id) {
             let _ = write!(o, " [{s}]");
         }

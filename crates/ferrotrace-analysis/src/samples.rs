@@ -2,7 +2,7 @@
 //!
 //! A trace's Sample events carry a stack id into its interned stack table (return addresses, relative
 //! to their modules) and a weight. [`SampleSet::load`] reads them through the same reader as every other
-//! event, names each distinct address once with the one [`Symbolizer`] (inlined frames included), and
+//! event, names each distinct address once with the one [`Symbolizer`](crate::symbolize::Symbolizer) (inlined frames included), and
 //! turns address stacks into frame stacks; the views below work on that:
 //! [`report`] (self and total weight per function), [`folded`] stacks, [`flame_svg`], [`firefox_json`],
 //! [`perfetto`], [`replay_text`] and [`graph_text`].
@@ -18,7 +18,8 @@ use std::sync::Arc;
 use fxprof_processed_profile as fx;
 
 use crate::reader::{EventKind, ReadError, SamplerKind, Trace};
-use crate::symbolize::{SymFrame, Symbolizer};
+use crate::stacks::FrameTree;
+pub use crate::stacks::{Frame, StackNode};
 
 pub use ferrotrace_core::schema::CallGraph;
 
@@ -40,18 +41,6 @@ pub struct ThreadInfo {
     pub pid: u32,
     /// Its name.
     pub name: String,
-}
-
-/// A named frame: one function, or one inlined function at a call site (the symbolizer's).
-pub type Frame = SymFrame;
-
-/// A node of the frame-level stack tree: `frame` called from the stack `parent`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct StackNode {
-    /// Caller's stack, `None` for an outermost frame.
-    pub parent: Option<u32>,
-    /// Frame id.
-    pub frame: u32,
 }
 
 /// One sample.
@@ -106,87 +95,34 @@ pub struct SampleSet {
     pub unreadable_modules: Vec<String>,
 }
 
-/// Turns the trace's address stacks into frame stacks, naming each address once.
-struct FrameTree<'t> {
-    trace: &'t Trace,
-    sym: Symbolizer,
-    frame_ids: HashMap<Frame, u32>,
-    frames: Vec<Frame>,
-    node_ids: HashMap<(Option<u32>, u32), u32>,
-    nodes: Vec<StackNode>,
-    /// Address-stack id → frame-stack leaf.
-    leaf_of: HashMap<u32, Option<u32>>,
-}
-
-impl FrameTree<'_> {
-    fn frame(&mut self, f: Frame) -> u32 {
-        let next = self.frames.len() as u32;
-        *self.frame_ids.entry(f.clone()).or_insert_with(|| {
-            self.frames.push(f);
-            next
-        })
-    }
-
-    fn node(&mut self, parent: Option<u32>, frame: u32) -> u32 {
-        let next = self.nodes.len() as u32;
-        *self.node_ids.entry((parent, frame)).or_insert_with(|| {
-            self.nodes.push(StackNode { parent, frame });
-            next
-        })
-    }
-
-    /// The frame-stack leaf of address stack `id`.
-    fn leaf(&mut self, id: u32) -> Option<u32> {
-        if let Some(&l) = self.leaf_of.get(&id) {
-            return l;
-        }
-        // Collect the address chain (innermost first), then build from the outermost end.
-        let mut chain = Vec::new();
-        let mut cur = Some(id);
-        let mut start = None;
-        while let Some(c) = cur {
-            if let Some(&l) = self.leaf_of.get(&c) {
-                start = l;
-                break;
-            }
-            let Some(node) = self.trace.stacks.get(c as usize) else {
-                break;
-            };
-            chain.push((c, *node));
-            cur = node.parent;
-        }
-        let mut parent = start;
-        for (c, node) in chain.into_iter().rev() {
-            let frames = self.sym.frames(node.module, node.address);
-            // Outermost (the containing function) first, then what was inlined into it.
-            for f in frames.iter().rev() {
-                let id = self.frame(f.clone());
-                parent = Some(self.node(parent, id));
-            }
-            self.leaf_of.insert(c, parent);
-        }
-        parent
-    }
-}
-
 impl SampleSet {
     /// The samples of `trace`, or `None` when it holds none (and no sampler).
     pub fn load(trace: &Trace) -> Result<Option<SampleSet>, ReadError> {
+        let mut samples = Vec::new();
+        let set = SampleSet::load_each(trace, |s| samples.push(s))?;
+        Ok(set.map(|set| SampleSet { samples, ..set }))
+    }
+
+    /// What [`SampleSet::load`] loads, with the samples summed per stack and sampler instead of kept
+    /// one by one ([`SampleSet::samples`] is empty): what folded stacks and flame graphs need, in
+    /// memory bounded by the number of distinct stacks.
+    pub fn load_totals(trace: &Trace) -> Result<Option<(SampleSet, StackTotals)>, ReadError> {
+        let mut totals = StackTotals::new();
+        let set = SampleSet::load_each(trace, |s| add_sample(&mut totals, &s))?;
+        Ok(set.map(|set| (set, totals)))
+    }
+
+    /// Reads the trace's samples, handing each to `on_sample`; the set has no samples.
+    fn load_each(
+        trace: &Trace,
+        mut on_sample: impl FnMut(Sample),
+    ) -> Result<Option<SampleSet>, ReadError> {
         let has_samples = !trace.samplers.is_empty()
             || trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0;
         if !has_samples {
             return Ok(None);
         }
-        let mut tree = FrameTree {
-            trace,
-            sym: Symbolizer::new(trace),
-            frame_ids: HashMap::new(),
-            frames: Vec::new(),
-            node_ids: HashMap::new(),
-            nodes: Vec::new(),
-            leaf_of: HashMap::new(),
-        };
-        let mut samples = Vec::new();
+        let mut tree = FrameTree::new(trace);
         for th in trace.threads.values() {
             let mut events = trace.thread_events(th.tid)?;
             while let Some(e) = events.next_ref() {
@@ -195,7 +131,7 @@ impl SampleSet {
                     continue;
                 }
                 let stack = e.id.checked_sub(1).and_then(|s| tree.leaf(s));
-                samples.push(Sample {
+                on_sample(Sample {
                     time_ns: e.ts_ns,
                     tid: e.tid,
                     event: e.fields[0] as u32,
@@ -229,29 +165,20 @@ impl SampleSet {
                     name: t.name.clone(),
                 })
                 .collect(),
+            unreadable_modules: tree.sym.unreadable.clone(),
             frames: tree.frames,
             stacks: tree.nodes,
-            samples,
+            samples: Vec::new(),
             lost: end.map_or(0, |e| e.lost),
             unwind_errors: end.map_or(0, |e| e.unwind_errors),
             exit_code: end.and_then(|e| e.exit_code),
             complete: end.is_some(),
-            unreadable_modules: tree.sym.unreadable,
         }))
     }
 
     /// Frames of `stack`, leaf first.
     pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
-        let mut out = Vec::new();
-        let mut cur = stack;
-        while let Some(node) = cur.and_then(|s| self.stacks.get(s as usize)) {
-            if let Some(f) = self.frames.get(node.frame as usize) {
-                out.push(f);
-            }
-            // Parents always have smaller ids: the walk ends.
-            cur = node.parent.filter(|&p| Some(p) < cur);
-        }
-        out
+        crate::stacks::frames_of(&self.frames, &self.stacks, stack)
     }
 
     /// Index of the sampler whose spelling is or ends with `name` (`cpu-clock`, `sched:sched_switch`,
@@ -399,13 +326,20 @@ impl fmt::Display for Report {
     }
 }
 
+/// Samples and their summed weight per (stack, sampler).
+pub type StackTotals = HashMap<(Option<u32>, u32), (u64, u64)>;
+
+fn add_sample(totals: &mut StackTotals, s: &Sample) {
+    let e = totals.entry((s.stack, s.event)).or_default();
+    e.0 += 1;
+    e.1 += s.weight;
+}
+
 /// Samples and weight per (stack, sampler).
-fn per_stack(set: &SampleSet) -> HashMap<(Option<u32>, u32), (u64, u64)> {
-    let mut m: HashMap<(Option<u32>, u32), (u64, u64)> = HashMap::new();
+fn per_stack(set: &SampleSet) -> StackTotals {
+    let mut m = StackTotals::new();
     for s in &set.samples {
-        let e = m.entry((s.stack, s.event)).or_default();
-        e.0 += 1;
-        e.1 += s.weight;
+        add_sample(&mut m, s);
     }
     m
 }
@@ -540,21 +474,16 @@ pub fn diff_text(rows: &[DiffRow]) -> String {
 /// tools. Weights are samples, or ns for time samplers when `by_time`. With more than one sampler, each
 /// stack starts with the sampler's name.
 pub fn folded(set: &SampleSet, by_time: bool) -> String {
-    let multi = set.events.len() > 1;
+    folded_totals(set, &per_stack(set), by_time)
+}
+
+/// [`folded`] of samples summed per stack ([`SampleSet::load_totals`]).
+pub fn folded_totals(set: &SampleSet, totals: &StackTotals, by_time: bool) -> String {
     let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for ((stack, event), (n, w)) in per_stack(set) {
-        let frames = set.stack_frames(stack);
-        let mut parts: Vec<String> = Vec::with_capacity(frames.len() + 1);
-        if multi {
-            let name = set.events.get(event as usize).map_or("?", |e| &e.name);
-            parts.push(crate::flame::fold_chars(name).collect());
-        }
-        if frames.is_empty() {
-            parts.push("[no stack]".to_string());
-        }
-        for f in frames.iter().rev() {
-            parts.push(crate::flame::fold_chars(&f.function).collect());
-        }
+    for (&(stack, event), &(n, w)) in totals {
+        let parts: Vec<String> = stack_path(set, stack, event)
+            .map(|f| crate::flame::fold_chars(f).collect())
+            .collect();
         *lines.entry(parts.join(";")).or_insert(0) += if by_time { w } else { n };
     }
     let mut out = String::new();
@@ -562,6 +491,23 @@ pub fn folded(set: &SampleSet, by_time: bool) -> String {
         let _ = writeln!(out, "{k} {n}");
     }
     out
+}
+
+/// The frame names of a stack, outermost first: the sampler's name when the set has several, then
+/// the functions, or `[no stack]`.
+fn stack_path(set: &SampleSet, stack: Option<u32>, event: u32) -> impl Iterator<Item = &str> {
+    let multi = set.events.len() > 1;
+    let sampler = multi.then(|| {
+        set.events
+            .get(event as usize)
+            .map_or("?", |e| e.name.as_str())
+    });
+    let frames = set.stack_frames(stack);
+    let none = frames.is_empty().then_some("[no stack]");
+    sampler
+        .into_iter()
+        .chain(none)
+        .chain(frames.into_iter().rev().map(|f| &*f.function))
 }
 
 /// Why a view could not be rendered.
@@ -576,17 +522,45 @@ impl fmt::Display for RenderError {
 
 impl std::error::Error for RenderError {}
 
-/// A flame graph (SVG, rendered by inferno) of the folded stacks.
+/// A flame graph (SVG, rendered by inferno) of the samples.
 pub fn flame_svg(set: &SampleSet, title: &str) -> Result<Vec<u8>, RenderError> {
+    flame_svg_totals(set, &per_stack(set), title)
+}
+
+/// [`flame_svg`] of samples summed per stack ([`SampleSet::load_totals`]). Memory: the distinct
+/// stacks' frames once, and what inferno draws (see [`crate::flame`]).
+pub fn flame_svg_totals(
+    set: &SampleSet,
+    totals: &StackTotals,
+    title: &str,
+) -> Result<Vec<u8>, RenderError> {
     let by_time = set.weighs_time() && set.events.iter().any(|e| e.kind == SamplerKind::OffCpu);
-    let text = folded(set, by_time);
-    if text.is_empty() {
+    let opts = crate::flame::svg_options(title, if by_time { "ns" } else { "samples" });
+    let folded: HashMap<&str, Box<str>> = totals
+        .keys()
+        .flat_map(|&(stack, event)| stack_path(set, stack, event))
+        .map(|name| {
+            (
+                name,
+                crate::flame::fold_chars(name).collect::<String>().into(),
+            )
+        })
+        .collect();
+    let labels = crate::flame::Labels::new(folded.values().map(|n| &**n));
+    let mut tree = crate::flame::StackFrames::default();
+    for (&(stack, event), &(n, w)) in totals {
+        let path = stack_path(set, stack, event).map(|name| labels.get(&folded[name]));
+        tree.add(path, if by_time { w } else { n });
+    }
+    let lines = crate::flame::drawable_lines(&tree, opts.min_width);
+    if lines.is_empty() {
         return Err(RenderError(
             "no samples to draw: the trace holds a sampler but no sample".into(),
         ));
     }
-    crate::flame::render_folded(text.lines(), title, if by_time { "ns" } else { "samples" })
-        .map_err(RenderError)
+    let mut out = Vec::new();
+    crate::flame::render(lines, opts, &mut out).map_err(|e| RenderError(e.to_string()))?;
+    Ok(out)
 }
 
 /// A Firefox Profiler "processed profile" (load it at profiler.firefox.com), symbolized: every frame is

@@ -110,6 +110,26 @@ impl Symbolizer {
         frames
     }
 
+    /// The function symbol of `module` that contains `address` (module-relative): its start, size
+    /// and name as in the binary (mangled).
+    pub fn function_symbol(&mut self, module: u32, address: u64) -> Option<(u64, u64, Arc<str>)> {
+        self.symbols(module)
+            .and_then(|syms| symbol_containing(syms, address))
+            .map(|(start, size, name, _)| (*start, *size, name.clone()))
+    }
+
+    /// The function symbols of `module`, sorted by address; `None` when its file cannot be read.
+    fn symbols(&mut self, module: u32) -> Option<&[FunctionSymbol]> {
+        if !self.modules.contains_key(&module) {
+            let loaded = self.load(module);
+            self.modules.insert(module, loaded);
+        }
+        self.modules
+            .get(&module)
+            .and_then(|m| m.as_ref())
+            .map(|m| &m.symbols[..])
+    }
+
     fn load(&mut self, module: u32) -> Option<ModuleSyms> {
         let (path, build_id) = self.paths.get(&module)?.clone();
         if path == KERNEL_MODULE_PATH {
@@ -199,6 +219,101 @@ impl Symbolizer {
     }
 }
 
+/// Names the functions of a trace whose events carry addresses as function ids: one recorded by
+/// `ferrotrace-embedded` without the embedder's names (docs/format.md, "Function ids of embedded
+/// traces": an id is the low 32 bits of the link-time address of the call site or function). Each id
+/// becomes a function named by the symbol of module 1 that contains it, read from `binary` when given
+/// (`--symbols`: the trace's module path is then replaced by it), else from the path the trace
+/// records; addresses nothing names are named by their address (`0x2011a0`). Does nothing for a trace
+/// that has a Functions chunk. Returns what the user should be warned about.
+pub fn name_address_ids(
+    trace: &mut Trace,
+    binary: Option<&Path>,
+) -> Result<Vec<String>, crate::reader::ReadError> {
+    let mut warnings = Vec::new();
+    if !trace.functions.is_empty() {
+        if let Some(b) = binary {
+            warnings.push(format!(
+                "--symbols {}: the trace names its functions itself; the file is not used",
+                b.display()
+            ));
+        }
+        return Ok(warnings);
+    }
+    let embedded = trace.session.sources & ferrotrace_core::schema::source::EMBEDDED != 0;
+    if !embedded && binary.is_none() {
+        return Ok(warnings);
+    }
+    let Some(module) = trace.modules.iter_mut().min_by_key(|m| m.id) else {
+        warnings.push("the trace has no module to name its functions from".to_string());
+        return Ok(warnings);
+    };
+    if let Some(b) = binary {
+        module.path = b.to_string_lossy().into_owned();
+    }
+    let (module_id, bias) = (module.id, module.bias);
+    let pathless = module.path.is_empty();
+    let mut ids = std::collections::BTreeSet::new();
+    let tids: Vec<u32> = trace.threads.keys().copied().collect();
+    for tid in tids {
+        let mut events = trace.thread_events(tid)?;
+        while let Some(e) = events.next_raw() {
+            let (_, kind, id) = e?;
+            if kind.is_function() {
+                ids.insert(id);
+            }
+        }
+    }
+    let mut symbolizer = Symbolizer::new(trace);
+    if pathless {
+        symbolizer.modules.insert(module_id, None);
+        warnings.push(
+            "the trace does not say which binary it traced: name its functions with --symbols BINARY"
+                .to_string(),
+        );
+    }
+    // Ids keep the low 32 bits of an address: the high ones are those of the module's code (a
+    // kernel's 0xffffffff8...), taken from its first function symbol.
+    let high = symbolizer
+        .symbols(module_id)
+        .and_then(|s| s.first())
+        .map_or(0, |s| s.0 & !0xffff_ffff);
+    let mut unnamed = 0;
+    for id in ids {
+        let vaddr = high | id as u64;
+        let (addr, size, mangled) = match symbolizer.function_symbol(module_id, vaddr) {
+            Some((start, size, name)) => (start, size, name.to_string()),
+            None => {
+                unnamed += 1;
+                (vaddr, 0, format!("{vaddr:#x}"))
+            }
+        };
+        trace.functions.insert(
+            id,
+            crate::reader::Function {
+                id,
+                module: module_id,
+                addr: addr.wrapping_add(bias),
+                size,
+                name: demangle(&mangled),
+                mangled,
+            },
+        );
+    }
+    warnings.append(&mut symbolizer.unreadable);
+    if !pathless && unnamed > 0 && unnamed == trace.functions.len() {
+        warnings.push(format!(
+            "no function of the trace is named by {}: is it the traced binary?",
+            trace
+                .modules
+                .iter()
+                .find(|m| m.id == module_id)
+                .map_or("", |m| m.path.as_str())
+        ));
+    }
+    Ok(warnings)
+}
+
 fn file_name(path: &str) -> &str {
     path.rsplit('/').next().unwrap_or(path)
 }
@@ -241,10 +356,14 @@ fn alias_rank(s: &FunctionSymbol) -> (bool, usize, usize, std::cmp::Reverse<u64>
 
 /// The symbol containing `address`: the last one starting at or before it, if the address is within
 /// its size (or it has none).
-fn symbol_at(symbols: &[FunctionSymbol], address: u64) -> Option<&str> {
+fn symbol_containing(symbols: &[FunctionSymbol], address: u64) -> Option<&FunctionSymbol> {
     let i = symbols.partition_point(|s| s.0 <= address);
-    let (start, size, name, _) = symbols.get(i.checked_sub(1)?)?;
-    (*size == 0 || address < start + size).then_some(name)
+    let s = symbols.get(i.checked_sub(1)?)?;
+    (s.1 == 0 || address < s.0 + s.1).then_some(s)
+}
+
+fn symbol_at(symbols: &[FunctionSymbol], address: u64) -> Option<&str> {
+    symbol_containing(symbols, address).map(|s| &*s.2)
 }
 
 fn lookup(m: &ModuleSyms, address: u64) -> Vec<SymFrame> {

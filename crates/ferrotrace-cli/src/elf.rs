@@ -17,6 +17,8 @@ pub struct ProgramFacts {
     pub dynamic: bool,
     /// It has a `ferrotrace_tp` section (tracepoint descriptors).
     pub has_tracepoints: bool,
+    /// It records allocations through `ferrotrace::Allocator` (its recording function is linked in).
+    pub has_allocator: bool,
 }
 
 /// Reads the facts from the file.
@@ -64,7 +66,12 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
     let dynamic =
         file.section_by_name(".interp").is_some() || file.section_by_name(".dynamic").is_some();
     let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();
+    let has_allocator = file.symbols().any(|s| {
+        s.name()
+            .is_ok_and(|n| n.contains("ferrotrace") && n.contains("alloc_from"))
+    });
     Ok(ProgramFacts {
+        has_allocator,
         has_tracepoints,
         instrumentation: instr,
         links_runtime,

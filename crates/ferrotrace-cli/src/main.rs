@@ -29,6 +29,8 @@ enum Command {
     Report(cmd::report::ReportArgs),
     /// The aggregated call graph below a function (or of the whole program)
     Graph(cmd::graph::GraphArgs),
+    /// Memory: allocations, the peak and who held it, leaks, top sites, temporaries (record --alloc)
+    Mem(cmd::mem::MemArgs),
     /// A flame graph (SVG, weighted by time) or folded stacks
     Flame(cmd::flame::FlameArgs),
     /// Convert the trace: uftrace data directory, Chrome JSON, Perfetto protobuf, folded stacks
@@ -49,6 +51,7 @@ fn main() -> ExitCode {
         Command::Replay(a) => cmd::replay::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Graph(a) => cmd::graph::run(a),
+        Command::Mem(a) => cmd::mem::run(a),
         Command::Flame(a) => cmd::flame::run(a),
         Command::Dump(a) => cmd::dump::run(a),
         Command::List(a) => cmd::list::run(a),

@@ -390,35 +390,6 @@ fn flame_svg_has_the_hot_functions_and_folded_is_weighted_by_time() {
     assert!(total.abs_diff(self_sum) <= 1000, "{total} vs {self_sum}");
 }
 
-fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
-    let out = Command::new("uftrace")
-        .args(["report", "-d"])
-        .arg(dir)
-        .output()
-        .expect("uftrace installed");
-    assert!(
-        out.status.success(),
-        "uftrace report: {}",
-        text(&out.stderr)
-    );
-    let stdout = text(&out.stdout);
-    // Columns by position, from the header: a function whose calls all took 0 ns has blank time
-    // columns (uftrace prints no number for a zero duration).
-    let header = stdout.lines().next().unwrap_or_default();
-    let calls_end = header.find("Calls").map_or(0, |i| i + "Calls".len());
-    let name_at = header.find("Function").unwrap_or(0);
-    let mut v: Vec<(String, u64)> = stdout
-        .lines()
-        .skip(2)
-        .filter_map(|l| {
-            let calls = l.get(..calls_end)?.split_whitespace().last()?.parse().ok()?;
-            Some((l.get(name_at..)?.trim().to_string(), calls))
-        })
-        .collect();
-    v.sort();
-    v
-}
-
 #[test]
 fn uftrace_reads_the_dumped_directory() {
     // Single thread: uftrace's replay is byte-identical to ours.

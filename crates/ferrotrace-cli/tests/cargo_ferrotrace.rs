@@ -202,6 +202,8 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("record", "buffer-size") => "8M",
         ("record", "chunk-size") => "64K",
         ("record", "depth") => "4",
+        ("record", "alloc-sample") => "512K",
+        ("record", "alloc-stack-depth") => "16",
         ("profile", "freq") => "99",
         ("profile", "event") => "cpu-clock",
         ("profile", "call-graph") => "fp",

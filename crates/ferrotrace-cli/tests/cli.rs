@@ -176,9 +176,9 @@ fn options_before_the_program_are_checked_and_those_after_it_are_the_programs() 
     let fib = testprog("fib");
     let trace = dir.join("t.data");
     for cmd in [
-        &["record", "-o", p(&trace), "--alloc", "--"][..],
-        &["live", "--trace", "x", "--alloc", "--"],
-        &["profile", "-o", p(&trace), "--alloc", "--"],
+        &["record", "-o", p(&trace), "--bogus", "--"][..],
+        &["live", "--trace", "x", "--bogus", "--"],
+        &["profile", "-o", p(&trace), "--bogus", "--"],
     ] {
         let out = ferrotrace()
             .args(cmd)
@@ -190,7 +190,7 @@ fn options_before_the_program_are_checked_and_those_after_it_are_the_programs() 
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{cmd:?}: {err}");
         assert!(
-            err.contains("unexpected argument '--alloc'"),
+            err.contains("unexpected argument '--bogus'"),
             "{cmd:?}: {err}"
         );
         assert!(out.stdout.is_empty(), "{cmd:?} ran the program");
@@ -204,14 +204,14 @@ fn options_before_the_program_are_checked_and_those_after_it_are_the_programs() 
         let out = ferrotrace()
             .args(cmd)
             .arg(&fib)
-            .args(["12", "-o", "--alloc"])
+            .args(["12", "-o", "--bogus"])
             .current_dir(&dir)
             .output()
             .expect("run ferrotrace");
         assert!(out.status.success(), "{cmd:?}: {}", text(&out.stderr));
         assert!(text(&out.stdout).contains("result=144"));
         let info = ok(ft(&["info", "--json", "-i", p(&trace)]));
-        assert!(info.contains("\"-o\",\"--alloc\""), "{info}");
+        assert!(info.contains("\"-o\",\"--bogus\""), "{info}");
     }
 }
 

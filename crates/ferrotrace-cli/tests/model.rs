@@ -10,7 +10,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ft, ok, protoc_decode, scratch, text};
+use common::{ft, ok, perfetto_decoded, scratch, text};
 use ferrotrace_core::builder::TraceBuilder;
 use ferrotrace_core::format::{ChunkHeader, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
 use ferrotrace_core::record::EventKind;
@@ -133,18 +133,7 @@ fn every_command_answers_a_trace_of_calls_tracepoints_and_samples() {
     assert!(folded.contains("demo::main;demo::work "), "{folded}");
     let ff = ok(ft(&["dump", "-i", t, "--format", "firefox"]));
     assert!(ff.contains("malloc") && ff.contains("qsort"));
-    let pb = dir.join("t.perfetto");
-    ok(ft(&[
-        "dump",
-        "-i",
-        t,
-        "--format",
-        "perfetto",
-        "--uncompressed",
-        "-o",
-        p(&pb),
-    ]));
-    let decoded = protoc_decode(&std::fs::read(&pb).unwrap(), &dir);
+    let decoded = perfetto_decoded(Path::new(t), &dir);
     assert!(decoded.contains("demo::work"), "function slices");
     let chrome = ok(ft(&["dump", "-i", t, "--format", "chrome"]));
     assert!(

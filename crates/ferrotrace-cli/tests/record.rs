@@ -43,31 +43,11 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     assert_eq!(nested_counts(&t, "fib::main"), (1, 1));
 }
 
-/// The files beside `trace` named `<its name>.<suffix>`: the traces of the processes the traced one
-/// started or forked.
-fn traces_beside(trace: &Path) -> Vec<PathBuf> {
-    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
-    std::fs::read_dir(trace.parent().unwrap())
-        .unwrap()
-        .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
-        .map(|e| e.path())
-        .collect()
-}
-
 /// Builds `testprogs/c/NAME.c` into `dir` with clang-16, XRay sleds in every function, and `flags`.
 fn clang_xray(dir: &Path, name: &str, flags: &[&str]) -> PathBuf {
-    let exe = dir.join(name);
-    let status = std::process::Command::new("clang-16")
-        .args(["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"])
-        .args(flags)
-        .arg("-o")
-        .arg(&exe)
-        .arg(repo().join(format!("testprogs/c/{name}.c")))
-        .status()
-        .expect("clang-16 is needed for this test (apt-get install clang-16 libclang-rt-16-dev)");
-    assert!(status.success(), "clang-16 failed on {name}.c");
-    exe
+    let mut all = vec!["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"];
+    all.extend_from_slice(flags);
+    build_c(dir, "clang-16", &format!("{name}.c"), name, &all)
 }
 
 #[test]

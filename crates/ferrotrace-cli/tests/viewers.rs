@@ -142,19 +142,9 @@ fn chromium(url: &str, dir: &Path) -> (String, String) {
     (text(&out.stdout), text(&out.stderr))
 }
 
-#[test]
-fn chrome_json_loads_in_speedscope() {
-    let app = match speedscope() {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("\n\n*** SKIPPED chrome_json_loads_in_speedscope: speedscope cannot be installed: {e} ***\n");
-            return;
-        }
-    };
-    let dir = scratch("speedscope");
-    // 21,891 calls of fib nest as deep as speedscope recurses if it cannot pair ends with begins.
-    let (out, trace) = record(&dir, &[], &testprog("fib"), &["20"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
+/// Loads the Chrome JSON export of `trace` in speedscope and checks that it shows the profile with
+/// every begin paired with its end.
+fn assert_loads_in_speedscope(app: PathBuf, trace: &Path, dir: &Path) {
     let json = dir.join("trace.json");
     let dump = ft(&[
         "dump",
@@ -166,11 +156,11 @@ fn chrome_json_loads_in_speedscope() {
         json.to_str().unwrap(),
     ]);
     assert!(dump.status.success(), "{}", text(&dump.stderr));
-    let (port, stop) = serve(vec![app, dir.clone()]);
+    let (port, stop) = serve(vec![app, dir.to_path_buf()]);
     let base = format!("http://127.0.0.1:{port}");
     let (dom, console) = chromium(
         &format!("{base}/index.html#profileURL={base}/trace.json"),
-        &dir,
+        dir,
     );
     stop.store(true, Ordering::Relaxed);
     let console: Vec<&str> = console.lines().filter(|l| l.contains(":CONSOLE")).collect();
@@ -199,4 +189,103 @@ fn chrome_json_loads_in_speedscope() {
             && !dom.contains("Something went wrong"),
         "speedscope did not show the profile:\n{dom}"
     );
+}
+
+#[test]
+fn chrome_json_loads_in_speedscope() {
+    let app = match speedscope() {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("\n\n*** SKIPPED chrome_json_loads_in_speedscope: speedscope cannot be installed: {e} ***\n");
+            return;
+        }
+    };
+    let dir = scratch("speedscope");
+    // 21,891 calls of fib nest as deep as speedscope recurses if it cannot pair ends with begins.
+    let (out, trace) = record(&dir, &[], &testprog("fib"), &["20"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_loads_in_speedscope(app, &trace, &dir);
+}
+
+#[test]
+fn chrome_json_of_serde_json_regex_rayon_loads_in_speedscope() {
+    // Three threads, 117,000 calls, names with every kind of Rust syntax.
+    let app = speedscope().expect("speedscope (scripts/setup.sh installs it)");
+    let dir = scratch("speedscope_workload");
+    assert_loads_in_speedscope(app, &workload_trace(), &dir);
+}
+
+/// The text each frame of the flame graph `svg` shows once its script has fitted the labels to the
+/// frames, as Chromium renders it: (title, shown text).
+fn flame_as_shown(svg: &Path, dir: &Path) -> Vec<(String, String)> {
+    let (dom, _) = chromium(&format!("file://{}", svg.display()), dir);
+    let unescape = |s: &str| {
+        s.replace("&lt;", "<")
+            .replace("&gt;", ">")
+            .replace("&quot;", "\"")
+            .replace("&amp;", "&")
+    };
+    let mut frames = Vec::new();
+    for g in dom.split("<g>").skip(1) {
+        let Some(title) = g
+            .split_once("<title>")
+            .and_then(|(_, rest)| rest.split_once("</title>"))
+            .map(|(title, _)| title)
+        else {
+            continue;
+        };
+        // `<text .../>` when nothing fits, `<text ...>shown</text>` otherwise.
+        let shown = match g.split_once("<text").map(|(_, t)| t.split_once('>')) {
+            Some(Some((attrs, rest))) if !attrs.ends_with('/') => {
+                rest.split_once("</text").map_or("", |(t, _)| t)
+            }
+            _ => "",
+        };
+        frames.push((unescape(title), unescape(shown)));
+    }
+    frames
+}
+
+#[test]
+fn flame_labels_show_the_function_when_cut() {
+    // inferno's script fits each label into its frame by cutting it from the left: a long Rust name
+    // then showed the end of its generic arguments (`..d::StrRead>>`), never the function.
+    let dir = scratch("flame_labels");
+    let svg = dir.join("flame.svg");
+    let out = ft(&[
+        "flame",
+        "-i",
+        workload_trace().to_str().unwrap(),
+        "-o",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let frames = flame_as_shown(&svg, &dir);
+    assert!(frames.len() > 100, "{} frames", frames.len());
+    for function in [
+        "json_phase",
+        "from_trait",
+        "deserialize",
+        "wait_until_cold",
+        "bridge_producer_consumer::helper",
+    ] {
+        // The frames of the function itself, whether titled with its whole name (generic arguments
+        // after it) or with a label.
+        let shown: Vec<&(String, String)> = frames
+            .iter()
+            .filter(|(title, _)| {
+                let name = title.rsplit_once(" (").map_or(title.as_str(), |(n, _)| n);
+                name.ends_with(function) || name.contains(&format!("{function}::<"))
+            })
+            .collect();
+        assert!(!shown.is_empty(), "no frame of {function}");
+        // Wherever the frame is wide enough for more than its dots, the function's own name shows.
+        for (title, text) in shown {
+            let visible = text.trim_start_matches("..").trim_end();
+            let own = function.rsplit("::").next().unwrap();
+            if visible.len() >= own.len() {
+                assert!(visible.ends_with(own), "{title} shows {text:?}, not {own}");
+            }
+        }
+    }
 }

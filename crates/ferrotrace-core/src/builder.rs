@@ -88,6 +88,18 @@ impl<W: Write> TraceBuilder<W> {
     /// Starts a trace of the program `exe` (process id 1) whose events come from `sources` (bits of
     /// [`schema::source`]).
     pub fn new(out: W, exe: &str, sources: u64, mode: Mode) -> io::Result<Self> {
+        Self::with_alloc_sample(out, exe, sources, mode, 0)
+    }
+
+    /// [`TraceBuilder::new`] for a trace whose allocation events were sampled, one per `alloc_sample`
+    /// bytes on average (the Session chunk says so; 0: every allocation).
+    pub fn with_alloc_sample(
+        out: W,
+        exe: &str,
+        sources: u64,
+        mode: Mode,
+        alloc_sample: u64,
+    ) -> io::Result<Self> {
         let mut w = TraceWriter::new(out)?;
         w.write(&schema::Session {
             pid: 1,
@@ -99,6 +111,7 @@ impl<W: Write> TraceBuilder<W> {
             mode,
             tick_hz: 1_000_000_000,
             sources,
+            alloc_sample,
         })?;
         Ok(TraceBuilder {
             w,

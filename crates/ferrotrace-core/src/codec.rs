@@ -327,7 +327,7 @@ impl EventEncoder {
 
     /// The collector's path: encodes a record as the hot path stored it, with the 16-byte slots that
     /// follow it (`payload`): the argument bytes of a tracepoint, or the little-endian `u64` fields of
-    /// an allocation. Writes at `buf[pos..]` and returns the new position, or `None` when `buf` has less
+    /// an allocation (a Free made by [`Record::free`] has its address in the record and no slot). Writes at `buf[pos..]` and returns the new position, or `None` when `buf` has less
     /// than [`MAX_EVENT_LEN`] bytes (plus the payload's length and 10) after `pos`. Produces exactly the
     /// bytes [`EventEncoder::encode`] would.
     #[inline]
@@ -348,7 +348,13 @@ impl EventEncoder {
         for (f, w) in fields.iter_mut().zip(payload.chunks_exact(8)) {
             *f = u64::from_le_bytes(w.try_into().unwrap_or_default());
         }
-        let mut p = self.head(rec.tsc, kind, rec.id(), &fields, buf, pos);
+        let mut id = rec.id();
+        if kind == EventKind::Free && payload.is_empty() {
+            // The address is in the record itself (Record::free); a Free's id is 0.
+            fields[0] = rec.free_address();
+            id = 0;
+        }
+        let mut p = self.head(rec.tsc, kind, id, &fields, buf, pos);
         if bytes {
             p = write_varint(buf, p, payload.len() as u64);
             buf[p..p + payload.len()].copy_from_slice(payload);
@@ -503,6 +509,23 @@ impl<'a> Iterator for EventDecoder<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_free_record_carries_its_address_and_encodes_as_a_free_of_id_0() {
+        let addr = 0x7ffd_1234_5678u64; // the highest user-space addresses have 47 bits
+        let rec = Record::free(1_000, addr);
+        assert_eq!(rec.kind(), Some(EventKind::Free));
+        assert_eq!((rec.free_address(), rec.payload_slots()), (addr, 0));
+        let mut buf = [0u8; 64];
+        let n = EventEncoder::new(900)
+            .encode_into(&rec, &[], &mut buf, 0)
+            .unwrap();
+        let mut expect = std::vec::Vec::new();
+        EventEncoder::new(900)
+            .encode(1_000, EventKind::Free, 0, &[], &[addr, 0], &mut expect)
+            .unwrap();
+        assert_eq!(&buf[..n], &expect[..]);
+    }
 
     #[test]
     fn varint_round_trip_edges() {

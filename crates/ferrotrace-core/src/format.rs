@@ -137,21 +137,33 @@ pub struct ChunkHeader {
 impl ChunkHeader {
     /// The header for `payload` of `kind`, the `seq`-th chunk of its file.
     pub fn for_payload(kind: ChunkKind, seq: u32, payload: &[u8]) -> ChunkHeader {
+        ChunkHeader::for_parts(kind, seq, &[payload])
+    }
+
+    /// The header for a payload that is `parts` one after the other (a head encoded apart from the
+    /// body it counts, so that neither is copied next to the other).
+    pub fn for_parts(kind: ChunkKind, seq: u32, parts: &[&[u8]]) -> ChunkHeader {
         let mut h = ChunkHeader {
             kind: kind as u32,
-            len: payload.len() as u32,
+            len: parts.iter().map(|p| p.len() as u32).sum(),
             seq,
             crc: 0,
         };
-        h.crc = h.checksum(payload);
+        h.crc = h.checksum_parts(parts);
         h
     }
 
     /// The CRC this header and `payload` should carry.
     pub fn checksum(&self, payload: &[u8]) -> u32 {
+        self.checksum_parts(&[payload])
+    }
+
+    fn checksum_parts(&self, parts: &[&[u8]]) -> u32 {
         let mut c = crc32fast::Hasher::new();
         c.update(&self.encode()[..12]);
-        c.update(payload);
+        for p in parts {
+            c.update(p);
+        }
         c.finalize()
     }
 

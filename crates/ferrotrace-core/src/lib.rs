@@ -19,8 +19,10 @@
 //!   not written;
 //! * [`env`](mod@env): the environment protocol between `ferrotrace record`/`live` and the runtime (every
 //!   `FERROTRACE_*` variable, and the symbol of a program that links its own runtime);
-//! * `writer` (feature `std`): whole-chunk framing over `std::io::Write`, shared by the runtime and the
-//!   profiler;
+//! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
+//!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
+//!   (`TraceWriter`, shared by the runtime and the profiler), and the Events encoding of in-memory
+//!   records (`encode_events`);
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
 //! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
 //!   over a file that is not a trace).
@@ -68,6 +70,5 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
-#[cfg(feature = "std")]
 pub mod writer;
 pub mod xray;

@@ -9,7 +9,11 @@
 //! | 1 | 0–31 | id: function id, tracepoint id, or a count (see [`EventKind`]) |
 //! | 1 | 32–39 | [`EventKind`] |
 //! | 1 | 40–47 | number of 16-byte payload slots that follow this record in the chunk |
-//! | 1 | 48–63 | the CPU the event happened on, where the runtime records it (tracepoints always; function events in `ferrotrace live`), else zero; 0xfffe and 0xffff: unknown. In memory only: the file does not carry it |
+//! | 1 | 48–63 | the CPU the event happened on, where the runtime records it (tracepoints always; function events in `ferrotrace live`), else zero; 0xfffe and 0xffff: unknown; a Free record: bits 32–47 of its address. In memory only: the file does not carry it |
+//!
+//! A Free record carries its address without a payload slot (the hot path writes 16 bytes, not 32): the
+//! low 32 bits in the id field, bits 32–47 in bits 48–63 of word 1 (user-space addresses have 47 bits).
+//! Its id on disk is 0 (see [`Record::free`]).
 //!
 //! The XRay entry trampoline loads the function id into `r10d` (which zero-extends), so an ENTRY record's
 //! word 1 is the id itself and an EXIT is the id with bit 32 set: the trampolines need one `bts`.
@@ -103,6 +107,19 @@ impl Record {
         }
     }
 
+    /// A Free record of `address` (at most 48 bits), without payload.
+    pub const fn free(tsc: u64, address: u64) -> Record {
+        Record {
+            tsc,
+            word: (address & 0xffff_ffff) | (EventKind::Free as u64) << 32 | (address >> 32) << 48,
+        }
+    }
+
+    /// The address of a Free record made by [`Record::free`].
+    pub const fn free_address(&self) -> u64 {
+        (self.word & 0xffff_ffff) | (self.word >> 48) << 32
+    }
+
     /// The id field.
     pub const fn id(&self) -> u32 {
         self.word as u32
@@ -123,8 +140,12 @@ impl Record {
         (self.word >> 48) as u16
     }
 
-    /// The record without its CPU bits: what the file encodes.
+    /// The record without its CPU bits: what the file encodes. A Free record keeps them: they hold
+    /// part of its address ([`Record::free`]).
     pub const fn without_cpu(self) -> Record {
+        if (self.word >> 32) as u8 == EventKind::Free as u8 {
+            return self;
+        }
         Record {
             tsc: self.tsc,
             word: self.word & 0x0000_ffff_ffff_ffff,

@@ -157,6 +157,9 @@ pub struct Session<'a> {
     pub tick_hz: u64,
     /// What recorded the events: bits of [`source`].
     pub sources: u64,
+    /// *Trailing*: allocation events are sampled, one per this many bytes on average (Poisson sampling
+    /// of the allocated bytes); 0 (the default): every allocation is recorded.
+    pub alloc_sample: u64,
 }
 
 impl<'a> Payload<'a> for Session<'a> {
@@ -171,7 +174,8 @@ impl<'a> Payload<'a> for Session<'a> {
         put_str(s, self.version)?;
         put_varint(s, self.mode as u64)?;
         put_varint(s, self.tick_hz)?;
-        put_varint(s, self.sources)
+        put_varint(s, self.sources)?;
+        put_varint(s, self.alloc_sample)
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -185,6 +189,7 @@ impl<'a> Payload<'a> for Session<'a> {
             mode: Mode::from_u64(f.varint()?).ok_or(DecodeError::BadValue)?,
             tick_hz: f.varint()?,
             sources: f.varint()?,
+            alloc_sample: trailing(f, 0)?,
         })
     }
 }
@@ -706,6 +711,7 @@ mod tests {
                 mode: Mode::Flight,
                 tick_hz: 2_445_000_000,
                 sources: source::MCOUNT | source::SAMPLES,
+                alloc_sample: 512 << 10,
             },
             &mut Vec::new(),
         );

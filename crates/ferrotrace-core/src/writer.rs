@@ -1,19 +1,104 @@
-//! Chunk framing over `std::io::Write` (feature `std`).
+//! Chunk framing: [`ChunkWriter`] numbers and frames chunks and hands the bytes to a closure, without an
+//! allocator or an operating system (a kernel's recorder uses it as it is); [`TraceWriter`] (feature
+//! `std`) is the same framing over `std::io::Write`.
 //!
-//! [`TraceWriter`] writes the file header once and then whole chunks, numbered in order: a payload is
-//! built in memory (from a [`crate::schema`] type, or by the caller) and written behind its header with
-//! one `write_all`, so a reader never sees half a chunk unless the process dies inside that call.
-//! [`encode_events`] turns a thread's in-memory records into an Events payload: the runtime's collector
-//! and `ferrotrace record`'s salvage of a killed process share it.
+//! A payload is built in memory (from a [`crate::schema`] type, or by the caller) and written behind
+//! its header, so a reader never sees half a chunk unless the writer dies inside the write.
+//! `encode_events` (feature `std`) turns a thread's in-memory records into an Events payload: the
+//! runtime's collector and `ferrotrace record`'s salvage of a killed process share it.
 
+#[cfg(feature = "std")]
 use std::io::{self, Write};
 
+#[cfg(feature = "std")]
 use crate::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use crate::format::{file_header, ChunkHeader, ChunkKind};
+#[cfg(feature = "std")]
 use crate::record::{EventKind, Record};
+#[cfg(feature = "std")]
 use crate::schema::{EventsHeader, Payload};
 
-/// Appends chunks to a trace file.
+/// Frames the chunks of one trace file and hands their bytes to a closure, in order: the file header
+/// first, then each chunk's header and payload. Allocation-free; the closure decides where bytes go
+/// (a file, a serial port, a buffer) and may fail, which the writer passes on.
+///
+/// ```
+/// use ferrotrace_core::codec::SliceSink;
+/// use ferrotrace_core::format::ChunkKind;
+/// use ferrotrace_core::schema::{Payload, Thread};
+/// use ferrotrace_core::writer::ChunkWriter;
+///
+/// let mut file = [0u8; 64];
+/// let mut len = 0;
+/// let mut out = |bytes: &[u8]| -> Result<(), ()> {
+///     file[len..len + bytes.len()].copy_from_slice(bytes);
+///     len += bytes.len();
+///     Ok(())
+/// };
+/// let mut w = ChunkWriter::new(&mut out).unwrap();
+/// let mut payload = [0u8; 16];
+/// let mut sink = SliceSink::new(&mut payload);
+/// Thread { tid: 42, name: "main", pid: 0 }.encode(&mut sink).unwrap();
+/// let n = sink.len();
+/// w.chunk(&mut out, ChunkKind::Thread, &[&payload[..n]]).unwrap();
+/// assert_eq!(w.next_seq(), 1);
+/// assert_eq!(len, 16 + 16 + 7); // header, chunk header, 42 "main" 0
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct ChunkWriter {
+    written: u64,
+    seq: u32,
+}
+
+impl ChunkWriter {
+    /// Hands the file header to `out`.
+    pub fn new<E>(out: &mut impl FnMut(&[u8]) -> Result<(), E>) -> Result<Self, E> {
+        let h = file_header();
+        out(&h)?;
+        Ok(ChunkWriter {
+            written: h.len() as u64,
+            seq: 0,
+        })
+    }
+
+    /// Continues a file whose header and first `next_seq` chunks were written, `written` bytes in all.
+    pub fn resume(written: u64, next_seq: u32) -> Self {
+        ChunkWriter {
+            written,
+            seq: next_seq,
+        }
+    }
+
+    /// Hands one chunk of `kind` to `out`: its header, then its payload, which is `parts` one after
+    /// the other.
+    pub fn chunk<E>(
+        &mut self,
+        out: &mut impl FnMut(&[u8]) -> Result<(), E>,
+        kind: ChunkKind,
+        parts: &[&[u8]],
+    ) -> Result<(), E> {
+        let header = ChunkHeader::for_parts(kind, self.seq, parts);
+        out(&header.encode())?;
+        for p in parts {
+            out(p)?;
+        }
+        self.written += 16 + header.len as u64;
+        self.seq += 1;
+        Ok(())
+    }
+
+    /// The number the next chunk gets (= chunks written so far).
+    pub fn next_seq(&self) -> u32 {
+        self.seq
+    }
+
+    /// Bytes written so far, header included.
+    pub fn bytes_written(&self) -> u64 {
+        self.written
+    }
+}
+
+/// Appends chunks to a trace file: [`ChunkWriter`] over `std::io::Write`.
 ///
 /// ```
 /// use ferrotrace_core::format::ChunkKind;
@@ -25,22 +110,21 @@ use crate::schema::{EventsHeader, Payload};
 /// assert_eq!(w.next_seq(), 1);
 /// assert_eq!(w.bytes_written(), 16 + 16 + 7); // header, chunk header, 42 "main" 0
 /// ```
+#[cfg(feature = "std")]
 pub struct TraceWriter<W: Write> {
     out: W,
-    written: u64,
-    seq: u32,
+    frame: ChunkWriter,
     scratch: Vec<u8>,
 }
 
+#[cfg(feature = "std")]
 impl<W: Write> TraceWriter<W> {
     /// Writes the file header to `out`.
     pub fn new(mut out: W) -> io::Result<Self> {
-        let h = file_header();
-        out.write_all(&h)?;
+        let frame = ChunkWriter::new(&mut |b: &[u8]| out.write_all(b))?;
         Ok(TraceWriter {
             out,
-            written: h.len() as u64,
-            seq: 0,
+            frame,
             scratch: Vec::new(),
         })
     }
@@ -50,20 +134,16 @@ impl<W: Write> TraceWriter<W> {
     pub fn resume(out: W, written: u64, next_seq: u32) -> Self {
         TraceWriter {
             out,
-            written,
-            seq: next_seq,
+            frame: ChunkWriter::resume(written, next_seq),
             scratch: Vec::new(),
         }
     }
 
     /// Appends one chunk whose payload the caller encoded.
     pub fn chunk(&mut self, kind: ChunkKind, payload: &[u8]) -> io::Result<()> {
-        let header = ChunkHeader::for_payload(kind, self.seq, payload).encode();
-        self.out.write_all(&header)?;
-        self.out.write_all(payload)?;
-        self.written += (header.len() + payload.len()) as u64;
-        self.seq += 1;
-        Ok(())
+        let out = &mut self.out;
+        self.frame
+            .chunk(&mut |b: &[u8]| out.write_all(b), kind, &[payload])
     }
 
     /// Appends a chunk holding `payload`.
@@ -95,12 +175,12 @@ impl<W: Write> TraceWriter<W> {
 
     /// The number the next chunk gets (= chunks written so far).
     pub fn next_seq(&self) -> u32 {
-        self.seq
+        self.frame.next_seq()
     }
 
     /// Bytes written so far, header included.
     pub fn bytes_written(&self) -> u64 {
-        self.written
+        self.frame.bytes_written()
     }
 
     /// Flushes the underlying writer.
@@ -120,6 +200,7 @@ impl<W: Write> TraceWriter<W> {
 }
 
 /// Events and lost events in an encoded chunk.
+#[cfg(feature = "std")]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Counts {
     /// Events encoded, Lost and Wait markers included: the chunk header's count.
@@ -133,6 +214,7 @@ pub struct Counts {
 /// and the header (which holds their number) just in front of them: one pass over the records.
 /// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
 /// chunk never clears or zero-fills memory.
+#[cfg(feature = "std")]
 pub fn encode_events(
     tid: u32,
     seq: u32,
@@ -201,7 +283,7 @@ pub fn encode_events(
     (counts, HEAD - h..pos)
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "std"))]
 mod tests {
     use super::*;
     use crate::codec::{EventDecoder, FieldReader};

@@ -5,9 +5,12 @@
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
 //! once, its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
 //! (as forked children often do), its `sigaction` and `signal` let the runtime see which signals
-//! reach the program, and its `_Unwind_Backtrace` leaves the mcount return stub out of backtraces
-//! (Rust's panic backtraces); everything else lives in the `ferrotrace` crate. Not for linking.
+//! reach the program, its `_Unwind_Backtrace` leaves the mcount return stub out of backtraces
+//! (Rust's panic backtraces), and its malloc family (`malloc.rs`) reports allocations when they are
+//! recorded; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
+
+mod malloc;
 
 #[used]
 #[link_section = ".init_array"]
@@ -37,7 +40,8 @@ pub unsafe extern "C" fn dlopen(
     let real: DlOpen = core::mem::transmute::<*mut libc::c_void, DlOpen>(real);
     let handle = real(filename, flags);
     if !handle.is_null() {
-        ferrotrace::rescan();
+        // Runtime work on the program's thread: its allocations are not the program's.
+        ferrotrace::__preload::unrecorded(ferrotrace::rescan);
     }
     handle
 }

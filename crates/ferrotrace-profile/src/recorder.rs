@@ -770,6 +770,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         // Events are stamped in CLOCK_MONOTONIC nanoseconds.
         tick_hz: 1_000_000_000,
         sources: schema::source::SAMPLES,
+        alloc_sample: 0,
     };
     let header = SamplersHeader {
         call_graph: cfg.call_graph,

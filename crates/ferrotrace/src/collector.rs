@@ -97,6 +97,10 @@ impl State {
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
+        // Stack nodes interned before the chunk's events were written: into the file ahead of them.
+        for (kind, payload) in crate::alloc::take_stacks() {
+            self.write(kind, &payload);
+        }
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         if let Some(live) = &mut self.live {

@@ -13,11 +13,14 @@
 //! * static tracepoints ([`tracepoint!`]): one NOP while disabled, enabled at run time by glob (from
 //!   `ferrotrace record --trace`, `FERROTRACE_TRACE` or [`tracepoints::enable`]), written into the same
 //!   chunks, printed live by `ferrotrace live`, and USDT probes that bpftrace and perf can attach to
-//!   whether or not ferrotrace records.
+//!   whether or not ferrotrace records;
+//! * allocations (`ferrotrace record --alloc`): the preload library interposes the malloc family, and
+//!   programs that link this crate wrap their global allocator in [`Allocator`]; each allocation and
+//!   free goes into the same chunks with its frame-pointer call stack.
 //!
 //! Who should use it: programs that want tracepoints depend on this crate and declare them; nothing
 //! else needs calling. The API is the two macros, [`tracepoints::enable`] and
-//! [`tracepoints::disable`], [`is_recording`], [`finish`] and [`rescan`]. `ferrotrace record` starts the
+//! [`tracepoints::disable`], [`is_recording`], [`finish`], [`rescan`] and [`Allocator`]. `ferrotrace record` starts the
 //! runtime through the environment, either by LD_PRELOAD of `libferrotrace_preload.so` (programs that
 //! do not depend on ferrotrace) or in the copy linked into a program that depends on this crate, which
 //! stays dormant (a NOP per tracepoint) unless `FERROTRACE_RUNTIME=linked` or `FERROTRACE_TRACE` is set;
@@ -56,6 +59,8 @@ mod arg;
 
 // The runtime's modules exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]
+mod alloc;
+#[cfg(ferrotrace_runtime)]
 mod clock;
 #[cfg(ferrotrace_runtime)]
 mod collector;
@@ -92,7 +97,10 @@ mod xray;
 #[cfg(not(ferrotrace_runtime))]
 mod portable;
 #[cfg(not(ferrotrace_runtime))]
-pub use portable::{finish, is_recording, rescan, tracepoints};
+pub use portable::{finish, is_recording, rescan, tracepoints, Allocator};
+
+#[cfg(ferrotrace_runtime)]
+pub use alloc::Allocator;
 
 /// True while this process is being recorded.
 #[cfg(ferrotrace_runtime)]
@@ -167,4 +175,9 @@ pub mod __preload {
     pub fn mcount_return_stub() -> u64 {
         crate::mcount::thread_stub()
     }
+
+    /// What the malloc family reports to (see `alloc`).
+    pub use crate::alloc::{
+        alloc_event, before_free, free_cancelled, free_event, free_now, unrecorded, Caller,
+    };
 }

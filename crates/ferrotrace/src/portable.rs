@@ -57,3 +57,38 @@ macro_rules! trace {
         }
     };
 }
+
+/// The allocator wrapper: on this target it only forwards to the allocator it wraps.
+pub struct Allocator<A> {
+    inner: A,
+}
+
+impl<A> Allocator<A> {
+    /// Wraps `inner`.
+    pub const fn new(inner: A) -> Self {
+        Allocator { inner }
+    }
+}
+
+// SAFETY: every call is forwarded to `inner` with the same arguments.
+unsafe impl<A: std::alloc::GlobalAlloc> std::alloc::GlobalAlloc for Allocator<A> {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is forwarded.
+        unsafe { self.inner.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is forwarded.
+        unsafe { self.inner.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        // SAFETY: the caller's contract is forwarded.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        // SAFETY: the caller's contract is forwarded.
+        unsafe { self.inner.realloc(ptr, layout, new_size) }
+    }
+}

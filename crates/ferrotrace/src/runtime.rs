@@ -360,6 +360,8 @@ pub struct Program {
     pub rust_std: bool,
     /// Where patched sleds and NOPs go (in live mode, the trampolines that record the CPU).
     pub targets: xray::Targets,
+    /// Allocations are recorded, with these settings.
+    pub alloc: Option<crate::alloc::Settings>,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -536,7 +538,12 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     (path, started_by_traced)
 }
 
-fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64, sources: u64) -> Vec<u8> {
+fn session_payload(
+    config: &Config,
+    program: &Program,
+    tsc_hz: u64,
+    start_realtime: u64,
+) -> Vec<u8> {
     let exe = std::fs::read_link("/proc/self/exe")
         .map(|p| p.display().to_string())
         .unwrap_or_default();
@@ -554,7 +561,8 @@ fn session_payload(config: &Config, tsc_hz: u64, start_realtime: u64, sources: u
         version: env!("CARGO_PKG_VERSION"),
         mode: config.mode,
         tick_hz: tsc_hz,
-        sources,
+        sources: program.sources,
+        alloc_sample: program.alloc.map_or(0, |a| a.sample),
     }
     .encode(&mut p);
     p
@@ -571,6 +579,7 @@ fn estimate_tsc_hz() -> u64 {
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
     let shared_fd = crate::config::take_shared_fd();
+    let alloc = crate::alloc::requested()?;
     let (path, started_by_traced) = output_path(&config);
     trampoline::init_tls_offset();
     trampoline::init_xsave_area();
@@ -617,7 +626,7 @@ fn start(role: Role) -> Result<(), String> {
             );
         }
     }
-    if found.functions.is_empty() && crate::tracepoints::requested().is_none() {
+    if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
         if started_by_traced {
             // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
             // record, and no reason to say so or leave an empty file.
@@ -662,18 +671,22 @@ fn start(role: Role) -> Result<(), String> {
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, tracepoints));
     // How the functions are instrumented (XRay, mcount, fentry, NOPs: bits of the same values), and
-    // whether there are tracepoints.
+    // whether there are tracepoints and allocations.
     let mut sources = found.instrumentation;
     if !crate::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
     }
-    let writer = open_trace(&config, &path, &header, sources, start_realtime)?;
+    if alloc.is_some() {
+        sources |= schema::source::ALLOCATIONS;
+    }
     let program = Program {
         role,
         sources,
         rust_std: found.rust_std,
         targets: targets(live.is_some()),
+        alloc,
     };
+    let writer = open_trace(&config, &path, &header, &program, start_realtime)?;
     let rt = launch(
         Runtime::new(config, pool, program, known, header, live),
         writer,
@@ -686,6 +699,11 @@ fn start(role: Role) -> Result<(), String> {
     // SAFETY: `found` is discover's answer, unchanged.
     unsafe { xray::patch(&found, &rt.program.targets) }?;
     crate::tracepoints::enable_requested();
+    // Last: the start-up's own allocations (and their frees) are not the program's.
+    drop(found);
+    if let Some(a) = alloc {
+        crate::alloc::start(a);
+    }
     Ok(())
 }
 
@@ -707,7 +725,7 @@ fn open_trace(
     config: &Config,
     path: &Path,
     header: &[(ChunkKind, Vec<u8>)],
-    sources: u64,
+    program: &Program,
     start_realtime: u64,
 ) -> Result<Writer, String> {
     let tsc_hz = estimate_tsc_hz();
@@ -720,7 +738,7 @@ fn open_trace(
     writer
         .chunk(
             ChunkKind::Session,
-            &session_payload(config, tsc_hz, start_realtime, sources),
+            &session_payload(config, program, tsc_hz, start_realtime),
         )
         .map_err(io)?;
     writer
@@ -824,13 +842,7 @@ pub fn restart_in_forked_child() {
     let (path, _) = output_path(&config);
     let start_realtime = clock::realtime_ns();
     let started = new_pool(&config, None, start_realtime).and_then(|pool| {
-        let writer = open_trace(
-            &config,
-            &path,
-            &header,
-            parent.program.sources,
-            start_realtime,
-        )?;
+        let writer = open_trace(&config, &path, &header, &parent.program, start_realtime)?;
         launch(
             Runtime::new(config, pool, parent.program, known, header, None),
             writer,
@@ -857,17 +869,19 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
     let start_realtime = clock::realtime_ns();
     let pool = new_pool(&config, None, start_realtime).expect("pool");
     let path = config.output.clone();
-    let writer = open_trace(&config, &path, &[], 0, start_realtime).expect("trace file");
+    let program = Program {
+        role: Role::Linked,
+        sources: 0,
+        rust_std: false,
+        targets: targets(false),
+        alloc: None,
+    };
+    let writer = open_trace(&config, &path, &[], &program, start_realtime).expect("trace file");
     let rt = launch(
         Runtime::new(
             config,
             pool,
-            Program {
-                role: Role::Linked,
-                sources: 0,
-                rust_std: false,
-                targets: targets(false),
-            },
+            program,
             xray::Known::default(),
             Vec::new(),
             None,

@@ -49,6 +49,7 @@ impl Drop for ExitGuard {
 /// Marks the calling thread as one the runtime never records (its own threads).
 pub fn ignore_current_thread() {
     COLD.with(|c| c.ignored.set(true));
+    crate::alloc::ignore_current_thread();
 }
 
 struct SlotState {
@@ -511,19 +512,29 @@ const ALT_STACK: usize = 64 << 10;
 /// fault handler must run, and tell a stack overflow from other faults, when the stack is exhausted.
 /// (Rust's std sets these up itself only when it installed its own SIGSEGV handler, which it does not
 /// when the runtime's came first.)
-fn prepare_for_faults(cold: &Cold) {
-    // SAFETY: plain queries of the calling thread's attributes into zeroed out-structs; the mapping and
-    // sigaltstack calls are checked, and the stack is only installed if none is in place.
+/// The calling thread's stack, `(lowest address, one past the highest)`.
+pub fn stack_bounds() -> Option<(usize, usize)> {
+    // SAFETY: plain queries of the calling thread's attributes into a zeroed out-struct, destroyed after.
     unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
-        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
-            let mut addr: *mut libc::c_void = core::ptr::null_mut();
-            let mut size: libc::size_t = 0;
-            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                cold.stack_low.set(addr as usize);
-            }
-            libc::pthread_attr_destroy(&mut attr);
+        if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
+            return None;
         }
+        let mut addr: *mut libc::c_void = core::ptr::null_mut();
+        let mut size: libc::size_t = 0;
+        let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
+        libc::pthread_attr_destroy(&mut attr);
+        ok.then_some((addr as usize, addr as usize + size))
+    }
+}
+
+fn prepare_for_faults(cold: &Cold) {
+    if let Some((low, _)) = stack_bounds() {
+        cold.stack_low.set(low);
+    }
+    // SAFETY: the mapping and sigaltstack calls are checked, and the stack is only installed if none
+    // is in place.
+    unsafe {
         let mut current: libc::stack_t = core::mem::zeroed();
         if libc::sigaltstack(core::ptr::null(), &mut current) != 0
             || current.ss_flags & libc::SS_DISABLE == 0
@@ -597,6 +608,7 @@ fn thread_exit() {
         st.hot = core::ptr::null();
         drop(guard);
         crate::mcount::release_thread();
+        crate::alloc::thread_exit();
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.

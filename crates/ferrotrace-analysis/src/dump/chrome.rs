@@ -91,17 +91,22 @@ pub fn write(
             Ev::End {
                 tid, id, ts, how, ..
             } => {
+                // How an unusual frame ended (unwound, still running at the end) is an instant event
+                // just before its end: args on the "E" would make it another frame for speedscope,
+                // which pairs ends with begins by name and args.
+                let note = how.note();
+                if !note.is_empty() {
+                    push_head(&mut line, "\"i\",\"s\":\"t\"", pid, tid, ts);
+                    line.push_str(",\"name\":");
+                    let what = format!("{}: {note}", names.get(id));
+                    line.push_str(&serde_json::Value::from(what).to_string());
+                    line.push('}');
+                }
                 // The name on "E" too: the format leaves it optional, but speedscope pairs ends with
                 // begins by name and fails on a trace without them.
                 push_head(&mut line, "\"E\"", pid, tid, ts);
                 line.push_str(",\"name\":");
                 line.push_str(quoted_name(&mut quoted, &names, id));
-                let note = how.note();
-                if !note.is_empty() {
-                    line.push_str(",\"args\":{\"end\":\"");
-                    line.push_str(note);
-                    line.push_str("\"}");
-                }
                 line.push('}');
             }
             Ev::Instant {
@@ -110,6 +115,7 @@ pub fn write(
                 kind,
                 id,
                 payload,
+                fields,
                 ..
             } => {
                 let (name, values) = super::instant(
@@ -118,8 +124,13 @@ pub fn write(
                     kind,
                     id,
                     payload,
+                    &fields,
                 );
-                let args = (kind == EventKind::Tracepoint).then(|| {
+                let args = matches!(
+                    kind,
+                    EventKind::Tracepoint | EventKind::Alloc | EventKind::Free
+                )
+                .then(|| {
                     let obj: serde_json::Map<String, serde_json::Value> = values
                         .iter()
                         .map(|(k, v)| (k.clone(), v.to_json()))

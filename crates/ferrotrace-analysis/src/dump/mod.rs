@@ -18,6 +18,7 @@ use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
 use crate::tracepoints::Args;
+pub use ferrotrace_core::codec::EventFields;
 
 /// A balanced event for exporters.
 #[derive(Clone, Copy, Debug)]
@@ -58,6 +59,8 @@ pub enum Ev<'a> {
         id: u32,
         /// Payload.
         payload: &'a [u8],
+        /// Fields (allocation size and address).
+        fields: EventFields,
         /// Current depth.
         depth: usize,
     },
@@ -121,6 +124,7 @@ pub fn walk(
                 kind: e.kind,
                 id: e.id,
                 payload: e.payload,
+                fields: e.fields,
                 depth,
             })?;
         }
@@ -167,6 +171,7 @@ fn convert(tid: u32, se: StackEvent) -> Ev<'static> {
             kind: EventKind::Exit,
             id,
             payload: &[],
+            fields: EventFields::default(),
             depth: 0,
         },
     }
@@ -181,7 +186,9 @@ pub fn instant(
     kind: EventKind,
     id: u32,
     payload: &[u8],
+    fields: &EventFields,
 ) -> (String, Args) {
+    use crate::tracepoints::Value;
     let name = match kind {
         EventKind::Lost => format!("LOST {id} events"),
         EventKind::Wait => format!("ferrotrace waited {id} ns for a buffer"),
@@ -189,8 +196,21 @@ pub fn instant(
             Some(trace) => return crate::tracepoints::name_and_args(trace, id, payload),
             None => format!("tracepoint #{id}"),
         },
-        EventKind::Alloc => "alloc".into(),
-        EventKind::Free => "free".into(),
+        EventKind::Alloc => {
+            return (
+                "malloc".into(),
+                vec![
+                    ("size".into(), Value::Unsigned(fields[0])),
+                    ("address".into(), Value::Unsigned(fields[1])),
+                ],
+            )
+        }
+        EventKind::Free => {
+            return (
+                "free".into(),
+                vec![("address".into(), Value::Unsigned(fields[0]))],
+            )
+        }
         _ => format!("exit of {} without entry", name_of(id)),
     };
     (name, Args::default())

@@ -190,6 +190,23 @@ pub fn write_events(
         });
     });
     sink.packet(&p)?;
+    // A trace with allocations: the heap's size as a counter track of the process (TrackDescriptor.counter
+    // with unit UNIT_SIZE_BYTES; TrackEvent TYPE_COUNTER with counter_value).
+    let heap_uuid = 3u64 << 48 | pid as u64;
+    let mut heap = source
+        .trace
+        .filter(|t| t.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0)
+        .map(|t| crate::mem::HeapTracker::new(t.session.alloc_sample));
+    if heap.is_some() {
+        p.clear();
+        msg(&mut p, 60, |d| {
+            fv(d, 1, heap_uuid);
+            fv(d, 5, process_uuid);
+            fbytes(d, 2, b"heap bytes");
+            msg(d, 8, |c| fv(c, 3, 3));
+        });
+        sink.packet(&p)?;
+    }
     let t0 = source.t0;
     let mut seqs: std::collections::HashMap<u32, Seq> = std::collections::HashMap::new();
     for (i, (tid, thread_name)) in source.threads.iter().enumerate() {
@@ -280,9 +297,14 @@ pub fn write_events(
             }
             Ev::End { .. } => fv(&mut te, 9, 2),
             Ev::Instant {
-                kind, id, payload, ..
+                kind,
+                id,
+                payload,
+                fields,
+                ..
             } => {
-                let (name, values) = super::instant(source.trace, source.name, kind, id, payload);
+                let (name, values) =
+                    super::instant(source.trace, source.name, kind, id, payload, &fields);
                 for (arg, value) in &values {
                     // TrackEvent.debug_annotations (4): DebugAnnotation with name (10) and a value.
                     msg(&mut te, 4, |a| {
@@ -295,7 +317,44 @@ pub fn write_events(
             }
         }
         fbytes(&mut p, 11, &te);
-        sink.packet(&p)
+        sink.packet(&p)?;
+        // The heap counter moves with each allocation and free, at the same time (delta 0).
+        if let (
+            Some(heap),
+            Ev::Instant {
+                tid,
+                ts,
+                kind,
+                id,
+                payload,
+                fields,
+                ..
+            },
+        ) = (heap.as_mut(), ev)
+        {
+            let e = crate::reader::EventRef {
+                tid,
+                ts_ns: ts,
+                tsc: 0,
+                kind,
+                id,
+                payload,
+                fields,
+            };
+            if let Some(bytes) = heap.on_event(&e) {
+                p.clear();
+                fv(&mut p, 8, 0);
+                fv(&mut p, 10, seq.id);
+                fv(&mut p, 13, 2);
+                te.clear();
+                fv(&mut te, 9, 4);
+                fv(&mut te, 11, heap_uuid);
+                fv(&mut te, 30, bytes);
+                fbytes(&mut p, 11, &te);
+                sink.packet(&p)?;
+            }
+        }
+        Ok(())
     })?;
     sink.flush()?;
     Ok(errors)

@@ -13,7 +13,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{self, Write};
 
-use super::{hex, push_duration, push_u64, Fields, Options};
+use super::{push_duration, push_u64, Fields, Options};
 use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
@@ -313,7 +313,13 @@ impl Printer<'_, '_> {
 }
 
 /// The text of a non-function event (shared by both replayers).
-pub(super) fn note(trace: &Trace, kind: EventKind, id: u32, payload: &[u8]) -> Option<String> {
+pub(super) fn note(
+    trace: &Trace,
+    kind: EventKind,
+    id: u32,
+    payload: &[u8],
+    fields: &ferrotrace_core::codec::EventFields,
+) -> Option<String> {
     Some(match kind {
         EventKind::Lost => format!("/* LOST {id} events!! */"),
         EventKind::Wait => format!("/* ferrotrace waited {id} ns for a free buffer */"),
@@ -321,8 +327,8 @@ pub(super) fn note(trace: &Trace, kind: EventKind, id: u32, payload: &[u8]) -> O
             "/* {} */",
             crate::tracepoints::format_payload(trace, id, payload)
         ),
-        EventKind::Alloc => format!("/* alloc: {} */", hex(payload)),
-        EventKind::Free => format!("/* free: {} */", hex(payload)),
+        EventKind::Alloc => format!("malloc({}) = {:#x}", fields[0], fields[1]),
+        EventKind::Free => format!("free({:#x})", fields[0]),
         _ => return None,
     })
 }
@@ -365,7 +371,7 @@ fn one_event(
         }
         let text = {
             let e = ev.peeked_ref();
-            note(trace, e.kind, e.id, e.payload)
+            note(trace, e.kind, e.id, e.payload, &e.fields)
         };
         ev.bump();
         if let Some(text) = text {

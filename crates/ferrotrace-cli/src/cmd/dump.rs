@@ -29,6 +29,10 @@ pub struct DumpArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Output format
     #[arg(long = "format", value_enum)]
     format: Format,
@@ -42,7 +46,7 @@ pub struct DumpArgs {
 
 /// Writes the dump.
 pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let only_samples = !trace.has_function_events();
     if let Some(set) =
         super::samples(&trace)?.filter(|_| only_samples || matches!(a.format, Format::Firefox))

@@ -15,6 +15,10 @@ pub struct GraphArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Show the graph below the functions matching this regex (default: the whole program)
     #[arg(value_name = "FUNCTION_REGEX")]
     function: Option<String>,
@@ -22,7 +26,7 @@ pub struct GraphArgs {
 
 /// Prints the call graph.
 pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let focus = a
         .function
         .as_deref()

@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::info::Summary;
-use ferrotrace_analysis::reader::Trace;
 use ferrotrace_analysis::samples;
 
 /// Arguments of `ferrotrace info`.
@@ -14,6 +13,10 @@ pub struct InfoArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Print one JSON object instead of text
     #[arg(long)]
     json: bool,
@@ -21,7 +24,7 @@ pub struct InfoArgs {
 
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
-    let trace = Trace::open(&args.input).map_err(|e| e.to_string())?;
+    let trace = super::open_named(&args.input, args.symbols.as_deref())?;
     let mut out = super::Output::stdout();
     let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
     let set = super::samples(&trace)?;

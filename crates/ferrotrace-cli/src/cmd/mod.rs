@@ -6,6 +6,7 @@ pub mod graph;
 pub mod info;
 pub mod list;
 pub mod live;
+pub mod mem;
 pub mod profile;
 pub mod record;
 pub mod replay;
@@ -21,6 +22,18 @@ use ferrotrace_analysis::samples::SampleSet;
 /// Opens a trace; errors become the one-line message `main` prints.
 pub fn open(path: &Path) -> Result<Trace, String> {
     Trace::open(path).map_err(|e| e.to_string())
+}
+
+/// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
+/// recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
+pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> {
+    let mut trace = open(path)?;
+    let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
+        .map_err(|e| e.to_string())?;
+    for w in warnings {
+        eprintln!("ferrotrace: warning: {w}");
+    }
+    Ok(trace)
 }
 
 /// `--srcline`: `file:line` by function id, with one warning for each module whose lines cannot be

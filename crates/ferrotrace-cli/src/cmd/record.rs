@@ -51,6 +51,18 @@ pub struct RecordArgs {
     /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
+    /// Record allocations too: malloc, free and the rest of their family (any dynamically linked
+    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace
+    #[arg(long)]
+    pub alloc: bool,
+    /// Sample allocations: one per SIZE allocated bytes on average (e.g. 512K), weighted so that totals
+    /// stay unbiased
+    #[arg(long, value_name = "SIZE", requires = "alloc")]
+    pub alloc_sample: Option<String>,
+    /// Deepest allocation stack to record (0: none)
+    #[arg(long, value_name = "N", requires = "alloc", default_value_t = 64,
+          value_parser = clap::value_parser!(u32).range(0..=256))]
+    pub alloc_stack_depth: u32,
     /// The program to run and its arguments
     #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub command: Vec<OsString>,
@@ -174,10 +186,19 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         ));
     }
     let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if facts.instrumentation == 0 && !records_tracepoints {
+    if let Some(s) = args.alloc_sample.as_deref() {
+        ferrotrace_core::size::parse_size(s).map_err(|e| format!("--alloc-sample {s}: {e}"))?;
+    }
+    if args.alloc && facts.links_runtime && !facts.has_allocator {
+        eprintln!(
+            "ferrotrace: {} links the ferrotrace runtime, which records allocations only through ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
+            program.display()
+        );
+    }
+    if facts.instrumentation == 0 && !records_tracepoints && !args.alloc {
         return Err(format!(
             "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
-             there is nothing to trace: {}",
+             there is nothing to trace (record its allocations alone with --alloc): {}",
             program.display(),
             instrumentation::HOW_TO_BUILD
         ));
@@ -216,6 +237,19 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if let Some(s) = &args.chunk_size {
         cmd.env(env::CHUNK_SIZE, s);
+    }
+    if args.alloc {
+        cmd.env("FERROTRACE_ALLOC", "1")
+            .env(
+                "FERROTRACE_ALLOC_SAMPLE",
+                args.alloc_sample.as_deref().unwrap_or("0"),
+            )
+            .env(
+                "FERROTRACE_ALLOC_STACK_DEPTH",
+                args.alloc_stack_depth.to_string(),
+            );
+    } else {
+        cmd.env_remove("FERROTRACE_ALLOC");
     }
     if let Some(d) = args.depth {
         cmd.env(env::DEPTH, d.to_string());

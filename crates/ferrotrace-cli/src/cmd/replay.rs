@@ -16,6 +16,10 @@ pub struct ReplayArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Show only functions matching REGEX and what they call
     #[arg(short = 'F', long = "filter", value_name = "REGEX")]
     filter: Option<String>,
@@ -65,7 +69,7 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 
 /// Runs the replay.
 pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let start = trace.clocks.first().map_or(0, |c| c.mono_ns);
     let opts = Options {
         filter: regex(&a.filter, "-F")?,

@@ -15,6 +15,10 @@ pub struct ReportArgs {
     /// Trace file to read
     #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
     input: PathBuf,
+    /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
+    /// ferrotrace-embedded without the embedder's symbols)
+    #[arg(long, value_name = "BINARY")]
+    symbols: Option<PathBuf>,
     /// Sort by: total, self, calls, avg, min, max (default: total for function calls, self for
     /// samples, as uftrace and perf do)
     #[arg(short = 's', long = "sort", value_parser = parse_key)]
@@ -59,7 +63,7 @@ fn report_samples(
     };
     let mut text = String::new();
     if let Some(other_path) = &a.diff {
-        let other = super::open(other_path)?;
+        let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
             return Err(format!(
                 "{}: holds no samples to compare with {}",
@@ -123,7 +127,7 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let set = super::samples(&trace)?;
     if let Some(set) = &set {
         report_samples(&a, &trace, set)?;
@@ -138,7 +142,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
-        let other = super::open(other_path)?;
+        let other = super::open_named(other_path, a.symbols.as_deref())?;
         let mut progress = Progress::new("report", other.event_count());
         let other_report =
             Report::with_progress(&other, &mut progress).map_err(|e| e.to_string())?;

@@ -182,6 +182,18 @@ pub fn text(b: &[u8]) -> String {
     String::from_utf8_lossy(b).into_owned()
 }
 
+/// The files beside `trace` named `<its name>.<suffix>`: the traces of the processes the traced one
+/// started or forked.
+pub fn traces_beside(trace: &Path) -> Vec<PathBuf> {
+    let prefix = format!("{}.", trace.file_name().unwrap().to_string_lossy());
+    std::fs::read_dir(trace.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+        .map(|e| e.path())
+        .collect()
+}
+
 /// Decodes a Perfetto protobuf trace with `protoc` against the repository's subset of Perfetto's
 /// published .proto files: an independent decoder.
 pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
@@ -196,6 +208,23 @@ pub fn protoc_decode(bytes: &[u8], dir: &Path) -> String {
         .expect("protoc installed");
     assert!(out.status.success(), "protoc: {}", text(&out.stderr));
     text(&out.stdout)
+}
+
+/// `ferrotrace dump --format perfetto --uncompressed` of `trace`, decoded by [`protoc_decode`].
+pub fn perfetto_decoded(trace: &Path, dir: &Path) -> String {
+    let pb = dir.join("t.pftrace");
+    let dump = ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "--uncompressed",
+        "-o",
+        pb.to_str().unwrap(),
+    ]);
+    ok(dump);
+    protoc_decode(&std::fs::read(&pb).unwrap(), dir)
 }
 
 /// Entries and exits (`Exit` or `TailExit`) of the function named `func`, per thread name.
@@ -532,6 +561,56 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .expect("run ferrotrace record under taskset")
 }
 
+/// Path of `testprogs/workload` (serde_json, regex and rayon from crates.io), built once per test
+/// binary with nightly and XRay sleds into its own target directory, which keeps the build for the
+/// next run.
+pub fn workload() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let root = repo().join("testprogs/workload");
+            run_ok(
+                clean_cargo_env(&mut Command::new("rustup"))
+                    .args([
+                        "run",
+                        "nightly",
+                        "cargo",
+                        "build",
+                        "--release",
+                        "--quiet",
+                        "--locked",
+                    ])
+                    .current_dir(&root)
+                    .env(
+                        "RUSTFLAGS",
+                        "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
+                    ),
+                "building testprogs/workload with nightly",
+            );
+            root.join("target/release/ft-workload")
+        })
+        .clone()
+}
+
+/// A trace of `ft-workload 100` (about 235,000 events from three threads, 8,000 call paths),
+/// recorded once per test binary.
+pub fn workload_trace() -> PathBuf {
+    static RECORDED: OnceLock<PathBuf> = OnceLock::new();
+    RECORDED
+        .get_or_init(|| {
+            let dir = scratch("workload_trace");
+            let (out, trace) = record(&dir, &[], &workload(), &["100"]);
+            assert!(out.status.success(), "{}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).starts_with("records=100 "),
+                "{}",
+                text(&out.stdout)
+            );
+            trace
+        })
+        .clone()
+}
+
 /// Records `testprogs` `uselib`, linked against the instrumented `libft_xlib.so`: the library's
 /// functions are traced and attributed to its module.
 pub fn assert_linked_library_traced(dir: &Path, prog: &Path) {
@@ -565,4 +644,39 @@ pub fn assert_dlopened_library_traced(dir: &Path, prog: &Path) {
     );
     assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
     assert_eq!(nested_counts(&t, "dlopener::load_and_call"), (1, 1));
+}
+
+/// `uftrace report -d DIR`: (function, calls) of every row, sorted.
+pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
+    let out = Command::new("uftrace")
+        .args(["report", "-d"])
+        .arg(dir)
+        .output()
+        .expect("uftrace installed");
+    assert!(
+        out.status.success(),
+        "uftrace report: {}",
+        text(&out.stderr)
+    );
+    let stdout = text(&out.stdout);
+    // Columns by position, from the header: a function whose calls all took 0 ns has blank time
+    // columns (uftrace prints no number for a zero duration).
+    let header = stdout.lines().next().unwrap_or_default();
+    let calls_end = header.find("Calls").map_or(0, |i| i + "Calls".len());
+    let name_at = header.find("Function").unwrap_or(0);
+    let mut v: Vec<(String, u64)> = stdout
+        .lines()
+        .skip(2)
+        .filter_map(|l| {
+            let calls = l
+                .get(..calls_end)?
+                .split_whitespace()
+                .last()?
+                .parse()
+                .ok()?;
+            Some((l.get(name_at..)?.trim().to_string(), calls))
+        })
+        .collect();
+    v.sort();
+    v
 }

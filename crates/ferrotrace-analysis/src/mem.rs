@@ -1,0 +1,827 @@
+//! `ferrotrace mem`: where the memory went — totals, the peak and who held it, leaks, top allocation
+//! sites, temporary allocations — from the Alloc and Free events of a trace.
+//!
+//! Streaming: events are read merged in time order across threads (a block freed by another thread
+//! than the one that allocated it is matched by address), and memory is bounded by the number of
+//! blocks live at once and of distinct stacks, never by the trace's length. The peak takes a second
+//! pass: the first finds when the heap was largest, the second stops there and groups the live blocks
+//! by stack.
+//!
+//! Definitions:
+//! * **heap**: bytes of the blocks allocated and not yet freed (requested sizes, as the program asked).
+//! * **leak**: a block still live when the trace ends.
+//! * **temporary** (heaptrack's definition): a block freed by the thread that allocated it before that
+//!   thread allocated anything else.
+//! * **site**: the function that asked for the memory — the innermost frame of the allocation's stack
+//!   that is not allocator plumbing (`malloc` wrappers, Rust's `alloc::`, `__rust_alloc`, the
+//!   ferrotrace wrapper), with inlined frames folded into the function they were inlined into (as
+//!   perf's report does).
+//! * `realloc` is a free of the old block and an allocation of the new one.
+//!
+//! Sampled traces (`record --alloc-sample N`): an allocation of `s` bytes was recorded with
+//! probability `p = 1 - exp(-s/N)` (Poisson sampling of the bytes); each recorded one stands for
+//! `1/p` allocations and `s/p` bytes (Horvitz–Thompson weights: their expectation over the sampling is
+//! exactly the unsampled count and size, so every total below is unbiased). Its variance for one
+//! allocation is `s² (1 - p) / p`. Figures of sampled traces are these estimates, rounded. Temporaries
+//! are the exception: whether a block was freed before its thread's next allocation needs every
+//! allocation, so in a sampled trace the next *recorded* one stands in and the figure is an upper
+//! bound.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+
+use crate::reader::{EventKind, EventRef, ReadError, Trace};
+use crate::stacks::{frames_of, Frame, FrameTree, StackNode};
+
+/// The weights of one recorded allocation: how many allocations and bytes it stands for.
+pub fn weights(size: u64, sample_interval: u64) -> (f64, f64) {
+    if sample_interval == 0 {
+        return (1.0, size as f64);
+    }
+    let p = -(-(size as f64) / sample_interval as f64).exp_m1();
+    if p <= 0.0 {
+        // A zero-byte allocation is never sampled by bytes: it can only appear unsampled.
+        return (1.0, size as f64);
+    }
+    (1.0 / p, size as f64 / p)
+}
+
+/// The heap size as events go by: what the Perfetto export draws, and the first pass of [`analyse`].
+#[derive(Default)]
+pub struct HeapTracker {
+    sample_interval: u64,
+    live: HashMap<u64, f64>,
+    bytes: f64,
+}
+
+impl HeapTracker {
+    /// A tracker for a trace whose allocations were sampled every `sample_interval` bytes (0: all).
+    pub fn new(sample_interval: u64) -> HeapTracker {
+        HeapTracker {
+            sample_interval,
+            ..HeapTracker::default()
+        }
+    }
+
+    /// Takes one event; returns the new heap size (bytes, estimated when sampled) when it changed.
+    pub fn on_event(&mut self, e: &EventRef<'_>) -> Option<u64> {
+        match e.kind {
+            EventKind::Alloc => {
+                let (_, bytes) = weights(e.fields[0], self.sample_interval);
+                if let Some(old) = self.live.insert(e.fields[1], bytes) {
+                    self.bytes -= old;
+                }
+                self.bytes += bytes;
+            }
+            EventKind::Free => {
+                let old = self.live.remove(&e.fields[0])?;
+                self.bytes -= old;
+            }
+            _ => return None,
+        }
+        Some(self.bytes.max(0.0).round() as u64)
+    }
+}
+
+/// Allocations that share a stack.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StackGroup {
+    /// Leaf of the frame-level stack in [`MemReport::stacks`], `None` without a stack.
+    pub stack: Option<u32>,
+    /// Blocks (estimated when sampled).
+    pub blocks: u64,
+    /// Bytes (estimated when sampled).
+    pub bytes: u64,
+}
+
+/// One allocation site.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Site {
+    /// The function (see the module docs), `[no stack]` when none was recorded.
+    pub function: String,
+    /// Allocations made there.
+    pub allocations: u64,
+    /// Bytes allocated there.
+    pub bytes: u64,
+    /// Bytes of those still live at the end.
+    pub leaked: u64,
+    /// Temporary allocations among them.
+    pub temporary: u64,
+}
+
+/// Everything `ferrotrace mem` says about a trace.
+#[derive(Clone, Debug, Default)]
+pub struct MemReport {
+    /// Sampling interval in bytes (0: every allocation was recorded).
+    pub sample_interval: u64,
+    /// Alloc events in the trace.
+    pub recorded: u64,
+    /// Allocations (estimated when sampled).
+    pub allocations: u64,
+    /// Bytes allocated.
+    pub bytes: u64,
+    /// Frees of recorded blocks.
+    pub frees: u64,
+    /// Largest heap.
+    pub peak_bytes: u64,
+    /// When, ns after the trace's first calibration.
+    pub peak_ns: u64,
+    /// The blocks live at the peak, by stack, largest first.
+    pub peak_stacks: Vec<StackGroup>,
+    /// Blocks live at the end of the trace.
+    pub leaked_blocks: u64,
+    /// Their bytes.
+    pub leaked_bytes: u64,
+    /// Leaks by stack, largest first.
+    pub leaks: Vec<StackGroup>,
+    /// Temporary allocations.
+    pub temporary: u64,
+    /// Temporary allocations by stack, most first.
+    pub temporaries: Vec<StackGroup>,
+    /// Allocations by stack (every allocation), most bytes first.
+    pub by_stack: Vec<StackGroup>,
+    /// Sites, most bytes first.
+    pub sites: Vec<Site>,
+    /// Frame table of the stacks.
+    pub frames: Vec<Frame>,
+    /// Frame-level stack tree.
+    pub stacks: Vec<StackNode>,
+    /// The trace is complete (has its End chunk): without it, "leaked" means "live when it stopped".
+    pub complete: bool,
+    /// Modules that could not be used to name addresses.
+    pub unreadable_modules: Vec<String>,
+}
+
+/// Functions that are allocator plumbing rather than the code that wanted memory (their frames are
+/// skipped when naming an allocation's site).
+fn is_plumbing(function: &str) -> bool {
+    const PREFIXES: [&str; 12] = [
+        "__rust_alloc",
+        "__rust_realloc",
+        "__rust_dealloc",
+        "__rdl_",
+        "__rg_",
+        "alloc::",
+        "<alloc::",
+        "std::sys::",
+        "<std::alloc::System",
+        "std::alloc::",
+        "ferrotrace::alloc",
+        "<ferrotrace::alloc",
+    ];
+    PREFIXES.iter().any(|p| function.starts_with(p))
+        || matches!(
+            function,
+            "malloc"
+                | "calloc"
+                | "realloc"
+                | "operator new(unsigned long)"
+                | "operator new[](unsigned long)"
+        )
+}
+
+#[derive(Default, Clone, Copy)]
+struct Totals {
+    count: f64,
+    bytes: f64,
+}
+
+impl Totals {
+    fn add(&mut self, count: f64, bytes: f64) {
+        self.count += count;
+        self.bytes += bytes;
+    }
+}
+
+struct Block {
+    count: f64,
+    bytes: f64,
+    stack: Option<u32>,
+}
+
+struct Pass<'t> {
+    tree: FrameTree<'t>,
+    sample_interval: u64,
+    live: HashMap<u64, Block>,
+    heap: f64,
+}
+
+impl Pass<'_> {
+    /// Applies one event; returns the allocation's or free's block for the caller's bookkeeping.
+    fn apply(&mut self, e: &EventRef<'_>) -> Option<(bool, Block, Option<Block>)> {
+        match e.kind {
+            EventKind::Alloc => {
+                let (count, bytes) = weights(e.fields[0], self.sample_interval);
+                let stack = e.id.checked_sub(1).and_then(|s| self.tree.leaf(s));
+                let replaced = self.live.insert(
+                    e.fields[1],
+                    Block {
+                        count,
+                        bytes,
+                        stack,
+                    },
+                );
+                if let Some(old) = &replaced {
+                    self.heap -= old.bytes;
+                }
+                self.heap += bytes;
+                Some((
+                    true,
+                    Block {
+                        count,
+                        bytes,
+                        stack,
+                    },
+                    replaced,
+                ))
+            }
+            EventKind::Free => {
+                let old = self.live.remove(&e.fields[0])?;
+                self.heap -= old.bytes;
+                Some((false, old, None))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn round(x: f64) -> u64 {
+    x.max(0.0).round() as u64
+}
+
+fn groups(m: HashMap<Option<u32>, Totals>) -> Vec<StackGroup> {
+    let mut v: Vec<StackGroup> = m
+        .into_iter()
+        .map(|(stack, t)| StackGroup {
+            stack,
+            blocks: round(t.count),
+            bytes: round(t.bytes),
+        })
+        .collect();
+    v.sort_by(|a, b| (b.bytes, b.blocks, a.stack).cmp(&(a.bytes, a.blocks, b.stack)));
+    v
+}
+
+/// Reads the allocation events of `trace` (two streaming passes) into a [`MemReport`].
+pub fn analyse(trace: &Trace) -> Result<MemReport, ReadError> {
+    let sample_interval = trace.session.alloc_sample;
+    let start_ns = trace.clocks.first().map_or(0, |c| c.mono_ns);
+    // Pass 1: totals, sites, leaks, temporaries; when the heap peaked (as an event index).
+    let mut pass = Pass {
+        tree: FrameTree::new(trace),
+        sample_interval,
+        live: HashMap::new(),
+        heap: 0.0,
+    };
+    let mut rep = MemReport {
+        sample_interval,
+        complete: trace.end.is_some(),
+        ..MemReport::default()
+    };
+    let (mut all, mut temps) = (Totals::default(), Totals::default());
+    let mut by_stack: HashMap<Option<u32>, Totals> = HashMap::new();
+    let mut temp_stacks: HashMap<Option<u32>, Totals> = HashMap::new();
+    let mut last_alloc: HashMap<u32, u64> = HashMap::new();
+    let (mut peak, mut peak_index, mut peak_ns, mut index) = (0.0f64, 0u64, 0u64, 0u64);
+    let mut events = trace.events()?;
+    while let Some(e) = events.next_ref() {
+        let e = e?;
+        let Some((is_alloc, block, _)) = pass.apply(&e) else {
+            continue;
+        };
+        index += 1;
+        if is_alloc {
+            rep.recorded += 1;
+            all.add(block.count, block.bytes);
+            by_stack
+                .entry(block.stack)
+                .or_default()
+                .add(block.count, block.bytes);
+            last_alloc.insert(e.tid, e.fields[1]);
+            if pass.heap > peak + 0.5 {
+                peak = pass.heap;
+                peak_index = index;
+                peak_ns = e.ts_ns.saturating_sub(start_ns);
+            }
+        } else {
+            rep.frees += 1;
+            if last_alloc.get(&e.tid) == Some(&e.fields[0]) {
+                last_alloc.remove(&e.tid);
+                temps.add(block.count, block.bytes);
+                temp_stacks
+                    .entry(block.stack)
+                    .or_default()
+                    .add(block.count, block.bytes);
+            }
+        }
+    }
+    drop(events);
+    let mut leaks: HashMap<Option<u32>, Totals> = HashMap::new();
+    for b in pass.live.values() {
+        leaks.entry(b.stack).or_default().add(b.count, b.bytes);
+    }
+    // Pass 2: replay up to the peak and group what was live then.
+    let mut peak_live: HashMap<Option<u32>, Totals> = HashMap::new();
+    if peak_index > 0 {
+        pass.live.clear();
+        pass.heap = 0.0;
+        let mut events = trace.events()?;
+        let mut index = 0u64;
+        while let Some(e) = events.next_ref() {
+            if pass.apply(&e?).is_some() {
+                index += 1;
+                if index == peak_index {
+                    break;
+                }
+            }
+        }
+        for b in pass.live.values() {
+            peak_live.entry(b.stack).or_default().add(b.count, b.bytes);
+        }
+    }
+    rep.allocations = round(all.count);
+    rep.bytes = round(all.bytes);
+    rep.peak_bytes = round(peak);
+    rep.peak_ns = peak_ns;
+    rep.temporary = round(temps.count);
+    rep.frames = pass.tree.frames;
+    rep.stacks = pass.tree.nodes;
+    rep.unreadable_modules = pass.tree.sym.unreadable;
+    rep.peak_stacks = groups(peak_live);
+    rep.leaks = groups(leaks);
+    rep.leaked_blocks = rep.leaks.iter().map(|g| g.blocks).sum();
+    rep.leaked_bytes = rep.leaks.iter().map(|g| g.bytes).sum();
+    rep.temporaries = groups(temp_stacks);
+    rep.by_stack = groups(by_stack);
+    rep.sites = rep.sites_of();
+    Ok(rep)
+}
+
+impl MemReport {
+    /// Frames of a frame-level stack, leaf first.
+    pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
+        frames_of(&self.frames, &self.stacks, stack)
+    }
+
+    /// The site of an allocation stack (see the module docs).
+    pub fn site(&self, stack: Option<u32>) -> String {
+        let frames = self.stack_frames(stack);
+        let Some(first) = frames.iter().position(|f| !is_plumbing(&f.function)) else {
+            return frames
+                .first()
+                .map_or_else(|| "[no stack]".to_string(), |f| f.function.to_string());
+        };
+        frames[first..]
+            .iter()
+            .find(|f| !f.inlined)
+            .unwrap_or(&frames[first])
+            .function
+            .to_string()
+    }
+
+    fn sites_of(&self) -> Vec<Site> {
+        let mut sites: BTreeMap<String, Site> = BTreeMap::new();
+        let mut add = |stack: Option<u32>, a: u64, b: u64, l: u64, t: u64| {
+            let function = self.site(stack);
+            let s = sites.entry(function.clone()).or_insert_with(|| Site {
+                function,
+                allocations: 0,
+                bytes: 0,
+                leaked: 0,
+                temporary: 0,
+            });
+            s.allocations += a;
+            s.bytes += b;
+            s.leaked += l;
+            s.temporary += t;
+        };
+        for g in &self.by_stack {
+            add(g.stack, g.blocks, g.bytes, 0, 0);
+        }
+        for g in &self.leaks {
+            add(g.stack, 0, 0, g.bytes, 0);
+        }
+        for g in &self.temporaries {
+            add(g.stack, 0, 0, 0, g.blocks);
+        }
+        let mut v: Vec<Site> = sites.into_values().collect();
+        v.sort_by(|a, b| {
+            (b.bytes, b.allocations)
+                .cmp(&(a.bytes, a.allocations))
+                .then(a.function.cmp(&b.function))
+        });
+        v
+    }
+}
+
+/// What [`MemReport::text`] shows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum View {
+    /// Totals, the peak and who held it, leaks, top sites by bytes and by allocations.
+    Summary,
+    /// Every leak, by stack.
+    Leaks,
+    /// Temporary allocations, by stack.
+    Temporary,
+}
+
+/// What a memory flame graph's widths count.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Weight {
+    /// Bytes allocated.
+    Bytes,
+    /// Allocations.
+    Allocations,
+    /// Bytes still live at the end.
+    Leaked,
+}
+
+impl Weight {
+    /// The unit inferno prints.
+    pub fn unit(self) -> &'static str {
+        match self {
+            Weight::Bytes | Weight::Leaked => "bytes",
+            Weight::Allocations => "allocations",
+        }
+    }
+}
+
+/// `1234567` as `1,234,567`.
+pub fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+impl MemReport {
+    fn frame_line(f: &Frame) -> String {
+        let mut s = f.function.to_string();
+        if !f.file.is_empty() {
+            let file = f.file.rsplit('/').next().unwrap_or(&f.file);
+            let _ = write!(s, " ({file}:{})", f.line);
+        }
+        s
+    }
+
+    /// Writes a stack from its site outwards, one line per function (inlined frames folded into the
+    /// function they were inlined into, allocator plumbing above the site left out).
+    fn write_stack(&self, out: &mut String, stack: Option<u32>, indent: &str, limit: usize) {
+        let frames = self.stack_frames(stack);
+        let first = frames
+            .iter()
+            .position(|f| !is_plumbing(&f.function))
+            .unwrap_or(0);
+        let shown: Vec<&&Frame> = frames[first..].iter().filter(|f| !f.inlined).collect();
+        if shown.is_empty() {
+            let _ = writeln!(out, "{indent}[no stack]");
+        }
+        for f in shown.iter().take(limit) {
+            let _ = writeln!(out, "{indent}{}", Self::frame_line(f));
+        }
+        if shown.len() > limit {
+            let _ = writeln!(out, "{indent}... {} more frames", shown.len() - limit);
+        }
+    }
+
+    fn write_groups(&self, out: &mut String, groups: &[StackGroup], what: &str, limit: usize) {
+        for g in groups.iter().take(limit) {
+            let _ = writeln!(
+                out,
+                "  {} bytes in {} {what}{}",
+                thousands(g.bytes),
+                thousands(g.blocks),
+                if g.blocks == 1 { "" } else { "s" }
+            );
+            self.write_stack(out, g.stack, "      ", 12);
+        }
+        if groups.len() > limit {
+            let _ = writeln!(out, "  ... {} more stacks", groups.len() - limit);
+        }
+    }
+
+    fn write_sites(&self, out: &mut String, sites: &[&Site]) {
+        let _ = writeln!(
+            out,
+            "  {:>14} {:>12} {:>14} {:>10}  function",
+            "bytes", "allocations", "leaked", "temporary"
+        );
+        for s in sites {
+            let _ = writeln!(
+                out,
+                "  {:>14} {:>12} {:>14} {:>10}  {}",
+                thousands(s.bytes),
+                thousands(s.allocations),
+                thousands(s.leaked),
+                thousands(s.temporary),
+                s.function
+            );
+        }
+    }
+
+    /// The report as text: `view`, with at most `limit` rows or stacks per list.
+    pub fn text(&self, view: View, limit: usize) -> String {
+        let mut out = String::new();
+        let est = if self.sample_interval > 0 {
+            format!(
+                " (estimated from {} allocations sampled every {} bytes on average)",
+                thousands(self.recorded),
+                thousands(self.sample_interval)
+            )
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "allocations: {} ({} bytes), frees: {}{est}",
+            thousands(self.allocations),
+            thousands(self.bytes),
+            thousands(self.frees)
+        );
+        let _ = writeln!(
+            out,
+            "peak heap: {} bytes at {}",
+            thousands(self.peak_bytes),
+            crate::info::fmt_ns(self.peak_ns)
+        );
+        let _ = writeln!(
+            out,
+            "{}: {} bytes in {} blocks",
+            if self.complete {
+                "leaked at exit"
+            } else {
+                "live when the trace stopped (incomplete trace)"
+            },
+            thousands(self.leaked_bytes),
+            thousands(self.leaked_blocks)
+        );
+        let pct = if self.allocations > 0 {
+            self.temporary as f64 * 100.0 / self.allocations as f64
+        } else {
+            0.0
+        };
+        let _ = writeln!(
+            out,
+            "temporary allocations: {} ({pct:.1}% of allocations)",
+            thousands(self.temporary)
+        );
+        match view {
+            View::Summary => {
+                let _ = writeln!(out, "\nheld at the peak:");
+                self.write_groups(&mut out, &self.peak_stacks, "block", limit.min(5));
+                let mut by_bytes: Vec<&Site> = self.sites.iter().collect();
+                by_bytes.truncate(limit);
+                let _ = writeln!(out, "\ntop sites by bytes:");
+                self.write_sites(&mut out, &by_bytes);
+                let mut by_count: Vec<&Site> = self.sites.iter().collect();
+                by_count.sort_by(|a, b| {
+                    (b.allocations, b.bytes)
+                        .cmp(&(a.allocations, a.bytes))
+                        .then(a.function.cmp(&b.function))
+                });
+                by_count.truncate(limit);
+                let _ = writeln!(out, "\ntop sites by allocations:");
+                self.write_sites(&mut out, &by_count);
+                if !self.leaks.is_empty() {
+                    let _ = writeln!(out, "\nleaks:");
+                    self.write_groups(&mut out, &self.leaks, "block", limit.min(5));
+                }
+            }
+            View::Leaks => {
+                let _ = writeln!(out, "\nleaks by stack:");
+                self.write_groups(&mut out, &self.leaks, "block", limit);
+            }
+            View::Temporary => {
+                let _ = writeln!(out, "\ntemporary allocations by stack:");
+                let mut t = self.temporaries.clone();
+                t.sort_by_key(|g| std::cmp::Reverse((g.blocks, g.bytes)));
+                self.write_groups(&mut out, &t, "allocation", limit);
+            }
+        }
+        out
+    }
+
+    fn stack_json(&self, stack: Option<u32>) -> serde_json::Value {
+        serde_json::Value::Array(
+            self.stack_frames(stack)
+                .into_iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "function": &*f.function,
+                        "file": &*f.file,
+                        "line": f.line,
+                        "inlined": f.inlined,
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    fn groups_json(&self, groups: &[StackGroup]) -> serde_json::Value {
+        serde_json::Value::Array(
+            groups
+                .iter()
+                .map(|g| {
+                    serde_json::json!({
+                        "bytes": g.bytes,
+                        "blocks": g.blocks,
+                        "site": self.site(g.stack),
+                        "stack": self.stack_json(g.stack),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The whole report as JSON (every list complete).
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "sample_interval": self.sample_interval,
+            "recorded_allocations": self.recorded,
+            "allocations": self.allocations,
+            "bytes": self.bytes,
+            "frees": self.frees,
+            "peak": {
+                "bytes": self.peak_bytes,
+                "ns": self.peak_ns,
+                "stacks": self.groups_json(&self.peak_stacks),
+            },
+            "leaked": {
+                "bytes": self.leaked_bytes,
+                "blocks": self.leaked_blocks,
+                "complete_trace": self.complete,
+                "stacks": self.groups_json(&self.leaks),
+            },
+            "temporary": {
+                "allocations": self.temporary,
+                "stacks": self.groups_json(&self.temporaries),
+            },
+            "sites": self.sites.iter().map(|s| serde_json::json!({
+                "function": s.function,
+                "allocations": s.allocations,
+                "bytes": s.bytes,
+                "leaked": s.leaked,
+                "temporary": s.temporary,
+            })).collect::<Vec<_>>(),
+        })
+    }
+
+    /// Folded stacks (`root;…;leaf N`) weighted by `weight`, sorted, for flame graphs.
+    pub fn folded(&self, weight: Weight) -> String {
+        let groups = match weight {
+            Weight::Bytes | Weight::Allocations => &self.by_stack,
+            Weight::Leaked => &self.leaks,
+        };
+        let mut lines: BTreeMap<String, u64> = BTreeMap::new();
+        for g in groups {
+            let frames = self.stack_frames(g.stack);
+            let mut parts: Vec<String> = frames
+                .iter()
+                .rev()
+                .map(|f| crate::flame::fold_chars(&f.function).collect())
+                .collect();
+            if parts.is_empty() {
+                parts.push("[no stack]".into());
+            }
+            let n = if weight == Weight::Allocations {
+                g.blocks
+            } else {
+                g.bytes
+            };
+            if n > 0 {
+                *lines.entry(parts.join(";")).or_insert(0) += n;
+            }
+        }
+        let mut out = String::new();
+        for (k, n) in lines {
+            let _ = writeln!(out, "{k} {n}");
+        }
+        out
+    }
+}
+
+/// Bytes allocated while each traced function ran, by function id: `(self, total)` — self while it was
+/// the innermost traced frame of the allocating thread, total while it was anywhere on that thread's
+/// stack (once per allocation, however deep the recursion). Estimated when sampled. For `report`'s
+/// columns on traces that hold function events and allocations.
+pub fn bytes_by_function(trace: &Trace) -> Result<HashMap<u32, (u64, u64)>, ReadError> {
+    let sample_interval = trace.session.alloc_sample;
+    let mut acc: HashMap<u32, (f64, f64)> = HashMap::new();
+    // The allocation that last counted a function in its total: recursion counts once.
+    let mut counted: HashMap<u32, u64> = HashMap::new();
+    let mut allocation = 0u64;
+    for th in trace.threads.values() {
+        let mut stack: Vec<u32> = Vec::new();
+        let mut events = trace.thread_events(th.tid)?;
+        while let Some(e) = events.next_ref() {
+            let e = e?;
+            match e.kind {
+                EventKind::Entry => stack.push(e.id),
+                EventKind::Exit | EventKind::TailExit => {
+                    // Frames above the one that returns were left without their exit (unwound).
+                    if let Some(pos) = stack.iter().rposition(|&f| f == e.id) {
+                        stack.truncate(pos);
+                    }
+                }
+                EventKind::Alloc => {
+                    allocation += 1;
+                    let (_, bytes) = weights(e.fields[0], sample_interval);
+                    if let Some(&top) = stack.last() {
+                        acc.entry(top).or_default().0 += bytes;
+                    }
+                    for &f in &stack {
+                        if counted.insert(f, allocation) != Some(allocation) {
+                            acc.entry(f).or_default().1 += bytes;
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    Ok(acc
+        .into_iter()
+        .map(|(f, (s, t))| (f, (round(s), round(t))))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::schema::{source, Mode};
+
+    fn trace_of(name: &str, sample: u64, build: impl FnOnce(&mut TraceBuilder<Vec<u8>>)) -> Trace {
+        let mut b = TraceBuilder::with_alloc_sample(
+            Vec::new(),
+            "/bin/m",
+            source::ALLOCATIONS,
+            Mode::Lossless,
+            sample,
+        )
+        .unwrap();
+        b.thread(1, "one").unwrap();
+        b.thread(2, "two").unwrap();
+        build(&mut b);
+        let path = std::env::temp_dir().join(format!("ft-mem-{}-{name}.data", std::process::id()));
+        std::fs::write(&path, b.finish().unwrap()).unwrap();
+        let t = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    #[test]
+    fn peak_leaks_and_temporaries_follow_the_definitions() {
+        let t = trace_of("defs", 0, |b| {
+            b.alloc(1, 10, None, 100, 0xa0).unwrap();
+            b.free(2, 20, 0xa0).unwrap(); // another thread: not a temporary
+            b.alloc(1, 30, None, 50, 0xb0).unwrap();
+            b.free(1, 40, 0xb0).unwrap(); // freed before thread 1 allocates again: temporary
+            b.alloc(1, 50, None, 1000, 0xc0).unwrap();
+            b.alloc(1, 60, None, 2000, 0xd0).unwrap(); // peak: 3000
+            b.free(1, 70, 0xc0).unwrap(); // not the last allocation: not a temporary
+            b.alloc(2, 80, None, 10, 0xe0).unwrap();
+            b.free(2, 90, 0xf0).unwrap(); // never allocated: ignored
+        });
+        let r = analyse(&t).unwrap();
+        assert_eq!((r.allocations, r.bytes, r.frees), (5, 3160, 3));
+        assert_eq!((r.peak_bytes, r.peak_ns), (3000, 60 - 10));
+        assert_eq!(
+            r.peak_stacks,
+            vec![StackGroup {
+                stack: None,
+                blocks: 2,
+                bytes: 3000
+            }]
+        );
+        assert_eq!((r.leaked_bytes, r.leaked_blocks), (2010, 2));
+        assert_eq!(r.temporary, 1);
+        assert_eq!(r.sites[0].function, "[no stack]");
+    }
+
+    #[test]
+    fn sampled_allocations_weigh_their_inverse_probability() {
+        assert_eq!(weights(1000, 0), (1.0, 1000.0));
+        let (count, bytes) = weights(1000, 1000);
+        let p = 1.0 - (-1.0f64).exp();
+        assert!((count - 1.0 / p).abs() < 1e-9 && (bytes - 1000.0 / p).abs() < 1e-6);
+        // A block much larger than the interval is (nearly) always sampled and weighs its size.
+        let (count, bytes) = weights(1 << 30, 4096);
+        assert!((count - 1.0).abs() < 1e-9 && (bytes - (1u64 << 30) as f64).abs() < 1e-3);
+        let t = trace_of("sampled", 1000, |b| {
+            b.alloc(1, 10, None, 1000, 0xa0).unwrap();
+        });
+        let r = analyse(&t).unwrap();
+        assert_eq!(r.sample_interval, 1000);
+        assert_eq!(
+            (r.allocations, r.bytes),
+            (2, 1582),
+            "1/p = 1.582 allocations, 1582 bytes"
+        );
+    }
+}

@@ -1,0 +1,57 @@
+//! `ferrotrace mem`: totals, the peak and who held it, leaks, top sites, temporary allocations.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use ferrotrace_analysis::mem::{self, View};
+use ferrotrace_core::schema::source;
+
+/// Arguments of `ferrotrace mem`.
+#[derive(Args)]
+pub struct MemArgs {
+    /// Trace file to read
+    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    input: PathBuf,
+    /// Every leak (block live at exit), by stack
+    #[arg(long, conflicts_with = "temporary")]
+    leaks: bool,
+    /// Temporary allocations (freed before their thread's next allocation), by stack
+    #[arg(long)]
+    temporary: bool,
+    /// Print one JSON object with every list in full
+    #[arg(long, conflicts_with_all = ["leaks", "temporary"])]
+    json: bool,
+    /// Rows or stacks per list
+    #[arg(short = 'n', long, default_value_t = 10)]
+    limit: usize,
+}
+
+/// Prints the memory report of a trace recorded with `record --alloc`.
+pub fn run(args: MemArgs) -> Result<ExitCode, String> {
+    let trace = super::open(&args.input)?;
+    if trace.session.sources & source::ALLOCATIONS == 0 {
+        return Err(format!(
+            "{} holds no allocation events: record with `ferrotrace record --alloc`",
+            args.input.display()
+        ));
+    }
+    let rep = mem::analyse(&trace).map_err(|e| e.to_string())?;
+    let text = if args.json {
+        format!("{}\n", rep.json())
+    } else {
+        let view = if args.leaks {
+            View::Leaks
+        } else if args.temporary {
+            View::Temporary
+        } else {
+            View::Summary
+        };
+        rep.text(view, args.limit)
+    };
+    super::emit(None, text.as_bytes())?;
+    for m in &rep.unreadable_modules {
+        eprintln!("ferrotrace: warning: cannot name addresses in {m}");
+    }
+    Ok(super::finish(&trace, &[]))
+}

@@ -1,0 +1,1106 @@
+//! Allocation events: what the malloc hooks of the preload library and [`Allocator`] record.
+//!
+//! Each allocation becomes an `Alloc` event (size, address, call stack) and each free a `Free` event
+//! (address), written into the calling thread's chunk through the same `HOT` cursor as the XRay
+//! trampolines, so they sit on the same timeline as the function events around them.
+//!
+//! The hot path (per event): one load of [`TLS_OFFSET`] (0 while nothing is recorded: the dormant
+//! cost), the thread's [`AllocThread`] block at a constant offset from `%fs` (never `__tls_get_addr`,
+//! which the preloaded copy would otherwise call), a re-entry flag, the stack walk, `rdtsc`, and two
+//! 16-byte stores (the record and one payload slot `{size, address}` or `{address, 0}`).
+//!
+//! Stacks are walked along frame pointers, bounded by depth and by the thread's stack (every frame
+//! pointer must lie above the current stack pointer and below the stack's top, 8-byte aligned and
+//! increasing: junk in `rbp` ends the walk, never a fault). They are interned as heaptrack does with its
+//! trace tree: a per-thread direct-mapped cache maps a 64-bit hash of the return addresses to the
+//! leaf id of the trace-wide prefix tree, so a stack seen before costs the walk, the hash and one probe;
+//! only a miss takes the global [`Interner`] lock, which adds the new nodes (module-relative addresses,
+//! with `Module` chunks for every object the stacks walk into) and queues them for the collector. The
+//! collector writes queued nodes before it writes any chunk of events ([`take_stacks`]), so a node is
+//! always in the file before the first event that refers to it.
+//!
+//! Sampling (`FERROTRACE_ALLOC_SAMPLE=N`): each thread counts down a number of bytes drawn from an
+//! exponential distribution of mean N; the allocation that crosses zero is recorded, and its address
+//! is remembered in a lock-free set so that only its free is recorded too. This is Poisson sampling of
+//! the allocated bytes (jemalloc's `lg_prof_sample`, heapprofd): an allocation of `s` bytes is sampled
+//! with probability `1 - exp(-s/N)`, and the analysis weighs it by the inverse (see
+//! `ferrotrace_analysis::mem`).
+//!
+//! Never breaking the program: the hooks do nothing on a thread that is inside the runtime or the hooks
+//! already (the `busy` flag: the runtime's own allocations, allocations from a signal handler that
+//! interrupted the hooks), on the runtime's threads, and after the thread's exit hook ran. The global
+//! lock is held across `fork` by `pthread_atfork` handlers, and a forked child's collector writes the
+//! whole stack table again into its own file.
+
+use std::alloc::{GlobalAlloc, Layout};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::mem::MaybeUninit;
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicIsize, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering::Relaxed,
+};
+
+use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
+
+use crate::trampoline::{thread_pointer, Hot};
+
+/// Variable that turns allocation recording on (`1`).
+pub const ALLOC_VAR: &str = "FERROTRACE_ALLOC";
+/// Variable with the sampling interval in bytes (`512K`); unset or 0: every allocation.
+pub const SAMPLE_VAR: &str = "FERROTRACE_ALLOC_SAMPLE";
+/// Variable with the deepest stack to record (0: no stacks).
+pub const DEPTH_VAR: &str = "FERROTRACE_ALLOC_STACK_DEPTH";
+
+/// Deepest stack the hooks walk.
+pub const MAX_DEPTH: usize = 256;
+/// Stack depth when none is asked for.
+pub const DEFAULT_DEPTH: usize = 64;
+
+/// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
+/// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
+/// module-relative already), so they are distinct entries even for the same file.
+pub const STACK_MODULE_BASE: u32 = 1 << 20;
+
+/// What `ferrotrace record --alloc` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Settings {
+    /// Mean bytes between sampled allocations; 0 records every allocation.
+    pub sample: u64,
+    /// Deepest stack to record; 0 records none.
+    pub depth: usize,
+}
+
+/// The allocation settings of the environment, `None` when allocations are not to be recorded.
+pub fn requested() -> Result<Option<Settings>, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if var(ALLOC_VAR).is_none_or(|v| v == "0") {
+        return Ok(None);
+    }
+    let sample = match var(SAMPLE_VAR).as_deref() {
+        None | Some("0") => 0,
+        Some(s) => ferrotrace_core::size::parse_size(s)
+            .map_err(|e| format!("{SAMPLE_VAR} {s}: {e}"))? as u64,
+    };
+    let depth = match var(DEPTH_VAR) {
+        None => DEFAULT_DEPTH,
+        Some(s) => s
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&d| d <= MAX_DEPTH)
+            .ok_or_else(|| format!("{DEPTH_VAR}: '{s}' is not a depth from 0 to {MAX_DEPTH}"))?,
+    };
+    Ok(Some(Settings { sample, depth }))
+}
+
+/// `&ALLOC_THREAD - thread pointer`, the same in every thread (static TLS); 0 while allocations are not
+/// recorded, which is all the dormant hooks look at.
+static TLS_OFFSET: AtomicIsize = AtomicIsize::new(0);
+static SAMPLE_INTERVAL: AtomicU64 = AtomicU64::new(0);
+static DEPTH: AtomicUsize = AtomicUsize::new(0);
+
+const FRESH: u32 = 0;
+const READY: u32 = 1;
+const NEVER: u32 = 2;
+
+/// The per-thread state of the hooks. `#[repr(C)]`, const-initialised and without `Drop`: static TLS at
+/// a fixed offset from the thread pointer. Atomics (relaxed: plain moves) because a signal handler on
+/// the same thread may look at it between any two instructions.
+#[repr(C)]
+pub struct AllocThread {
+    state: AtomicU32,
+    /// Nonzero while the hooks or the runtime run on this thread: their allocations are not recorded.
+    busy: AtomicU32,
+    /// Sampling: bytes still to allocate before the next sampled allocation.
+    countdown: AtomicI64,
+    rng: AtomicU64,
+    stack_lo: AtomicUsize,
+    stack_hi: AtomicUsize,
+    cache: AtomicPtr<CacheEntry>,
+}
+
+thread_local! {
+    static ALLOC_THREAD: AllocThread = const {
+        AllocThread {
+            state: AtomicU32::new(FRESH),
+            busy: AtomicU32::new(0),
+            countdown: AtomicI64::new(0),
+            rng: AtomicU64::new(0),
+            stack_lo: AtomicUsize::new(0),
+            stack_hi: AtomicUsize::new(0),
+            cache: AtomicPtr::new(core::ptr::null_mut()),
+        }
+    };
+}
+
+/// The calling thread's block, or `None` while allocations are not recorded.
+#[inline(always)]
+fn this_thread() -> Option<&'static AllocThread> {
+    let off = TLS_OFFSET.load(Relaxed);
+    if off == 0 {
+        return None;
+    }
+    // SAFETY: a nonzero offset was computed from ALLOC_THREAD in static TLS, the same offset in every
+    // thread; the block has no destructor, so it lives as long as the thread.
+    Some(unsafe { &*((thread_pointer() as isize + off) as *const AllocThread) })
+}
+
+/// The calling thread's `HOT` cursor block, through the trampolines' TLS offset.
+#[inline(always)]
+fn hot() -> &'static Hot {
+    // SAFETY: the trampolines' offset is set before TLS_OFFSET (recording allocations) is; HOT lives in
+    // static TLS without destructor.
+    unsafe {
+        let off = crate::trampoline::FERROTRACE_TLS_OFFSET.load(Relaxed);
+        &*((thread_pointer() as i64 + off) as *const Hot)
+    }
+}
+
+/// Starts recording allocations with `settings`. Called once the runtime records.
+pub fn start(settings: Settings) {
+    SAMPLE_INTERVAL.store(settings.sample, Relaxed);
+    DEPTH.store(settings.depth.min(MAX_DEPTH), Relaxed);
+    if settings.sample > 0 && !SAMPLED.init() {
+        eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
+    }
+    // SAFETY: plain registration of handlers that only take and release the interner's lock.
+    unsafe {
+        libc::pthread_atfork(
+            Some(lock_for_fork),
+            Some(unlock_after_fork),
+            Some(unlock_after_fork),
+        )
+    };
+    let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
+    TLS_OFFSET.store(off, Relaxed);
+}
+
+/// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads).
+pub fn ignore_current_thread() {
+    let _ = ALLOC_THREAD.try_with(|t| t.state.store(NEVER, Relaxed));
+}
+
+/// At thread exit: frees the thread's stack cache; nothing the thread does afterwards is recorded (its
+/// chunk is gone).
+pub fn thread_exit() {
+    let _ = ALLOC_THREAD.try_with(|t| {
+        t.state.store(NEVER, Relaxed);
+        let cache = t.cache.swap(core::ptr::null_mut(), Relaxed);
+        if !cache.is_null() {
+            // SAFETY: the cache was mapped by `init_thread` with this size and nothing else refers to it.
+            unsafe { libc::munmap(cache.cast(), CACHE_BYTES) };
+        }
+    });
+}
+
+/// Runs `f` with the calling thread's allocations unrecorded: runtime work on a program thread (a
+/// rescan from the `dlopen` hook), and every call into the C library's allocator from the hooks. The
+/// latter matters for signal handlers that allocate: glibc serves a small block from its thread cache
+/// without the arena lock, so a handler that interrupts `malloc` may well allocate; recording it might
+/// intern a new stack, which allocates and would wait for the lock the interrupted `malloc` holds.
+/// A plain load and store, not an atomic increment: only this thread and its signal handlers touch the
+/// flag, and a handler leaves it as it found it.
+#[inline(always)]
+pub fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
+    match this_thread() {
+        Some(t) => {
+            let was = t.busy.load(Relaxed);
+            t.busy.store(was + 1, Relaxed);
+            let r = f();
+            t.busy.store(was, Relaxed);
+            r
+        }
+        None => f(),
+    }
+}
+
+// ---- the events ------------------------------------------------------------------------------------
+
+/// Where the hooks were called from: the address of the caller's return address (`rsp` at the hook's
+/// entry) and the caller's frame pointer.
+#[derive(Clone, Copy)]
+#[repr(C)]
+pub struct Caller {
+    /// Points to the return address into the code that called the hook.
+    pub ret_slot: *const usize,
+    /// `rbp` at the hook's entry.
+    pub rbp: usize,
+}
+
+/// A timestamp taken before memory is handed back, so that a free is never later than the allocation
+/// that reuses the address on another thread. `None` when nothing is recorded.
+#[inline(always)]
+pub fn before_free(addr: usize) -> Option<u64> {
+    if addr == 0 {
+        return None;
+    }
+    let t = this_thread()?;
+    if t.busy.load(Relaxed) != 0 || t.state.load(Relaxed) == NEVER {
+        return None;
+    }
+    // Sampling: only the frees of sampled allocations are recorded. The address leaves the set before
+    // the memory is handed back, when no other thread can have it yet.
+    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
+        return None;
+    }
+    Some(crate::clock::rdtsc())
+}
+
+/// Records the free of `addr`, now (before the memory is handed back).
+#[inline(always)]
+pub fn free_now(addr: usize) {
+    let Some(t) = this_thread() else { return };
+    if addr == 0 || t.busy.load(Relaxed) != 0 || t.state.load(Relaxed) == NEVER {
+        return;
+    }
+    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
+        return;
+    }
+    t.busy.store(1, Relaxed);
+    write_one(Record::free(crate::clock::rdtsc(), addr as u64));
+    t.busy.store(0, Relaxed);
+}
+
+/// After [`before_free`] said `Some`, the memory was not handed back after all (a failed `realloc`).
+pub fn free_cancelled(addr: usize) {
+    if SAMPLE_INTERVAL.load(Relaxed) != 0 {
+        SAMPLED.insert(addr as u64);
+    }
+}
+
+/// Records the free of `addr` stamped `tsc` (from [`before_free`]).
+#[inline(always)]
+pub fn free_event(addr: usize, tsc: u64) {
+    let Some(t) = this_thread() else { return };
+    t.busy.store(1, Relaxed);
+    write_one(Record::free(tsc, addr as u64));
+    t.busy.store(0, Relaxed);
+}
+
+/// Records the allocation of `size` bytes at `addr` made by `caller`.
+#[inline(always)]
+pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
+    if addr == 0 {
+        return;
+    }
+    let Some(t) = this_thread() else { return };
+    if t.busy.load(Relaxed) != 0 {
+        return;
+    }
+    let state = t.state.load(Relaxed);
+    if state != READY {
+        if state == NEVER {
+            return;
+        }
+        t.busy.store(1, Relaxed);
+        init_thread(t);
+        t.busy.store(0, Relaxed);
+    }
+    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !sample(t, size, addr) {
+        return;
+    }
+    t.busy.store(1, Relaxed);
+    let depth = DEPTH.load(Relaxed);
+    let stack = if depth == 0 {
+        0
+    } else {
+        stack_id(t, caller, depth)
+    };
+    write(
+        Record::with_payload(crate::clock::rdtsc(), EventKind::Alloc, stack, 1),
+        Record {
+            tsc: size as u64,
+            word: addr as u64,
+        },
+    );
+    t.busy.store(0, Relaxed);
+}
+
+/// Owns the chunk's line four lines ahead of the cursor before the stores reach it, as the trampolines
+/// do: a recycled chunk's lines are shared with the collector that read them.
+#[inline(always)]
+fn prefetch_ahead(cur: *mut Record) {
+    // SAFETY: prefetchw never faults, whatever the address.
+    unsafe {
+        core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
+            options(nostack, preserves_flags, readonly))
+    };
+}
+
+/// Stores the record and its payload slot at the thread's cursor, or hands them to the slow path.
+#[inline(always)]
+fn write(rec: Record, payload: Record) {
+    let h = hot();
+    let cur = h.cursor.load(Relaxed);
+    let end = h.end.load(Relaxed);
+    if !cur.is_null() && (end as usize).saturating_sub(cur as usize) >= 32 {
+        prefetch_ahead(cur);
+        // SAFETY: `cur .. cur + 2` lies inside the chunk this thread owns (checked above).
+        unsafe {
+            cur.write(rec);
+            cur.add(1).write(payload);
+            h.cursor
+                .store(cur.add(2), core::sync::atomic::Ordering::Release);
+        }
+    } else {
+        crate::thread::record_slow(rec, &[payload]);
+    }
+}
+
+/// Stores one record without payload at the thread's cursor, or hands it to the slow path.
+#[inline(always)]
+fn write_one(rec: Record) {
+    let h = hot();
+    let cur = h.cursor.load(Relaxed);
+    let end = h.end.load(Relaxed);
+    if !cur.is_null() && cur < end {
+        prefetch_ahead(cur);
+        // SAFETY: `cur` lies inside the chunk this thread owns (checked above).
+        unsafe {
+            cur.write(rec);
+            h.cursor
+                .store(cur.add(1), core::sync::atomic::Ordering::Release);
+        }
+    } else {
+        crate::thread::record_slow(rec, &[]);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn init_thread(t: &AllocThread) {
+    // pthread_getattr_np may allocate (the main thread's reads /proc): `busy` is set.
+    if let Some((lo, hi)) = crate::thread::stack_bounds() {
+        t.stack_lo.store(lo, Relaxed);
+        t.stack_hi.store(hi, Relaxed);
+    }
+    // SAFETY: an anonymous private mapping, checked.
+    unsafe {
+        if DEPTH.load(Relaxed) > 0 {
+            let map = libc::mmap(
+                core::ptr::null_mut(),
+                CACHE_BYTES,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            );
+            if map != libc::MAP_FAILED {
+                t.cache.store(map.cast(), Relaxed);
+            }
+        }
+    }
+    let seed = crate::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
+    t.rng.store(seed | 1, Relaxed);
+    let interval = SAMPLE_INTERVAL.load(Relaxed);
+    if interval != 0 {
+        t.countdown.store(next_countdown(t, interval), Relaxed);
+    }
+    t.state.store(READY, Relaxed);
+}
+
+// ---- sampling --------------------------------------------------------------------------------------
+
+/// True when this allocation is sampled: the thread's byte countdown crossed zero.
+#[inline(always)]
+fn sample(t: &AllocThread, size: usize, addr: usize) -> bool {
+    let left = t.countdown.load(Relaxed) - size as i64;
+    if left > 0 {
+        t.countdown.store(left, Relaxed);
+        return false;
+    }
+    sampled(t, addr);
+    true
+}
+
+#[cold]
+#[inline(never)]
+fn sampled(t: &AllocThread, addr: usize) {
+    // One allocation that spans several sampling points is still one sample: its weight says how many
+    // bytes it stands for. The distance from its end to the next point is a fresh draw (memoryless).
+    t.countdown
+        .store(next_countdown(t, SAMPLE_INTERVAL.load(Relaxed)), Relaxed);
+    SAMPLED.insert(addr as u64);
+}
+
+/// An exponentially distributed number of bytes of mean `interval` (at least 1).
+fn next_countdown(t: &AllocThread, interval: u64) -> i64 {
+    // xorshift64*: enough for sampling, no allocation, no lock.
+    let mut x = t.rng.load(Relaxed);
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    t.rng.store(x, Relaxed);
+    let r = x.wrapping_mul(0x2545_f491_4f6c_dd1d);
+    // Uniform in (0, 1]: 53 random bits.
+    let u = ((r >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    ((-u.ln() * interval as f64) as i64).max(1)
+}
+
+/// The addresses of live sampled allocations: an open-addressing table of atomic slots (0 empty,
+/// 1 deleted), probed at most [`PROBES`] slots from the address's hash. Lock-free; a full
+/// neighbourhood makes the set give up exactness: from then on every free is recorded (the analysis
+/// ignores frees of addresses it never saw allocated).
+struct SampledSet {
+    slots: AtomicPtr<AtomicU64>,
+    overflowed: AtomicBool,
+}
+
+const SAMPLED_SLOTS: usize = 1 << 18;
+const PROBES: usize = 32;
+const DELETED: u64 = 1;
+
+static SAMPLED: SampledSet = SampledSet {
+    slots: AtomicPtr::new(core::ptr::null_mut()),
+    overflowed: AtomicBool::new(false),
+};
+
+impl SampledSet {
+    fn init(&self) -> bool {
+        // SAFETY: anonymous private mapping, checked; zero pages are empty slots.
+        let map = unsafe {
+            libc::mmap(
+                core::ptr::null_mut(),
+                SAMPLED_SLOTS * 8,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if map == libc::MAP_FAILED {
+            self.overflowed.store(true, Relaxed);
+            return false;
+        }
+        self.slots.store(map.cast(), Relaxed);
+        true
+    }
+
+    fn slot(&self, addr: u64, probe: usize) -> Option<&AtomicU64> {
+        let slots = self.slots.load(Relaxed);
+        if slots.is_null() {
+            return None;
+        }
+        let h = (addr >> 4).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - 18);
+        let i = (h as usize + probe) & (SAMPLED_SLOTS - 1);
+        // SAFETY: i < SAMPLED_SLOTS, inside the mapping, which is never unmapped.
+        Some(unsafe { &*slots.add(i) })
+    }
+
+    fn insert(&self, addr: u64) {
+        for probe in 0..PROBES {
+            let Some(slot) = self.slot(addr, probe) else {
+                break;
+            };
+            let cur = slot.load(Relaxed);
+            if (cur == 0 || cur == DELETED)
+                && slot.compare_exchange(cur, addr, Relaxed, Relaxed).is_ok()
+            {
+                return;
+            }
+        }
+        self.overflowed.store(true, Relaxed);
+    }
+
+    /// True when `addr` was sampled (and forgets it), or when the set is no longer exact.
+    #[inline(always)]
+    fn remove(&self, addr: u64) -> bool {
+        for probe in 0..PROBES {
+            let Some(slot) = self.slot(addr, probe) else {
+                break;
+            };
+            match slot.load(Relaxed) {
+                0 => break,
+                a if a == addr => {
+                    return slot.compare_exchange(a, DELETED, Relaxed, Relaxed).is_ok()
+                }
+                _ => {}
+            }
+        }
+        self.overflowed.load(Relaxed)
+    }
+}
+
+// ---- stacks ----------------------------------------------------------------------------------------
+
+/// One entry of a thread's stack cache: a stack's hash and its leaf id + 1 (0: empty).
+#[repr(C)]
+pub struct CacheEntry {
+    hash: AtomicU64,
+    id: AtomicU32,
+}
+
+const CACHE_ENTRIES: usize = 4096;
+const CACHE_BYTES: usize = CACHE_ENTRIES * core::mem::size_of::<CacheEntry>();
+
+/// The return addresses of the caller's stack, innermost first, into `out`; returns how many.
+#[inline(always)]
+fn walk(
+    t: &AllocThread,
+    caller: Caller,
+    depth: usize,
+    out: &mut [MaybeUninit<usize>; MAX_DEPTH],
+) -> usize {
+    let mut hooks = HookedReturns::of(hot());
+    // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
+    let first = unsafe { *caller.ret_slot };
+    out[0].write(hooks.real(first, caller.ret_slot as usize));
+    let mut n = 1;
+    let here = caller.ret_slot as usize;
+    let (lo, hi) = (t.stack_lo.load(Relaxed), t.stack_hi.load(Relaxed));
+    // Only frames between the current stack pointer and the top of the thread's stack are read: all of
+    // that is mapped. On another stack (a signal handler's alternate stack), only the caller is known.
+    if here < lo || here >= hi {
+        return n;
+    }
+    let mut floor = here;
+    let mut fp = caller.rbp;
+    while n < depth.min(MAX_DEPTH) {
+        if fp < floor || fp & 7 != 0 || fp.saturating_add(16) > hi {
+            break;
+        }
+        // SAFETY: floor <= fp and fp + 16 <= hi: inside the live part of this thread's stack.
+        let (next, ret) = unsafe { (*(fp as *const usize), *(fp as *const usize).add(1)) };
+        if ret < 4096 {
+            break;
+        }
+        out[n].write(hooks.real(ret, fp + 8));
+        n += 1;
+        floor = fp + 16;
+        fp = next;
+    }
+    n
+}
+
+/// The mcount hooks replace a traced function's return address with the thread's return stub and keep
+/// the real one in a shadow frame `{return address, address of its stack slot, record word}` (see
+/// `mcount`). A stack walk outward meets the hooked slots in the order the shadow stack holds them,
+/// top down, so one cursor finds them all.
+struct HookedReturns {
+    stub: usize,
+    base: usize,
+    cursor: usize,
+}
+
+/// Bytes of one mcount shadow frame.
+const SHADOW_FRAME: usize = 24;
+
+impl HookedReturns {
+    #[inline(always)]
+    fn of(h: &Hot) -> HookedReturns {
+        HookedReturns {
+            stub: h.shadow_stub.load(Relaxed) as usize,
+            base: h.shadow_base.load(Relaxed) as usize,
+            cursor: h.shadow_top.load(Relaxed) as usize,
+        }
+    }
+
+    /// The real return address of the one found in `slot` (itself, unless it is the return stub).
+    #[inline(always)]
+    fn real(&mut self, ret: usize, slot: usize) -> usize {
+        if self.stub == 0 || ret != self.stub {
+            return ret;
+        }
+        while self.cursor >= self.base + SHADOW_FRAME {
+            self.cursor -= SHADOW_FRAME;
+            // SAFETY: base .. top is this thread's shadow stack, written by its own hooks.
+            let (real, at) = unsafe {
+                let f = self.cursor as *const usize;
+                (*f, *f.add(1))
+            };
+            if at == slot {
+                return real;
+            }
+        }
+        ret
+    }
+}
+
+#[inline(always)]
+fn hash(frames: &[usize]) -> u64 {
+    let mut h = frames.len() as u64 ^ 0x51_7cc1_b727_220a;
+    for &f in frames {
+        h = (h ^ f as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        h ^= h >> 29;
+    }
+    h | 1
+}
+
+/// The stack id + 1 of the caller's stack (0 when none could be taken).
+#[inline(always)]
+fn stack_id(t: &AllocThread, caller: Caller, depth: usize) -> u32 {
+    // Not zeroed: the walk writes the first `n` entries, and only those are read.
+    let mut buf = [MaybeUninit::<usize>::uninit(); MAX_DEPTH];
+    let n = walk(t, caller, depth, &mut buf);
+    // SAFETY: `walk` initialised buf[..n].
+    let frames: &[usize] = unsafe { core::slice::from_raw_parts(buf.as_ptr().cast(), n) };
+    let h = hash(frames);
+    let cache = t.cache.load(Relaxed);
+    if cache.is_null() {
+        return intern(frames).map_or(0, |id| id + 1);
+    }
+    // SAFETY: the index is below CACHE_ENTRIES, inside this thread's cache mapping.
+    let entry = unsafe { &*cache.add((h >> 52) as usize & (CACHE_ENTRIES - 1)) };
+    if entry.hash.load(Relaxed) == h {
+        return entry.id.load(Relaxed);
+    }
+    let Some(id) = intern(frames) else { return 0 };
+    // A signal handler that interrupts these stores sees hash 0 (no match) in between.
+    entry.hash.store(0, Relaxed);
+    entry.id.store(id + 1, Relaxed);
+    entry.hash.store(h, Relaxed);
+    id + 1
+}
+
+/// An object that stack addresses fall into.
+struct ModuleRange {
+    id: u32,
+    start: u64,
+    end: u64,
+    bias: u64,
+}
+
+#[derive(Default)]
+struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 ^ b as u64).wrapping_mul(0x100_0000_01b3);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(v as u64);
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(26) ^ v).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// The trace-wide stack table: a prefix tree of `(parent, return address)` nodes, with the modules the
+/// addresses are in.
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<(u32, u64), u32, BuildHasherDefault<AddrHasher>>,
+    nodes: Vec<StackNode>,
+    modules: Vec<ModuleRange>,
+    module_chunks: Vec<Vec<u8>>,
+    /// Nodes and module chunks already handed to the collector of process `pid`.
+    nodes_taken: usize,
+    modules_taken: usize,
+    pid: u32,
+}
+
+/// A spin lock around the interner: no allocation to create, and a fork handler can hold it.
+struct Locked {
+    lock: AtomicBool,
+    interner: core::cell::UnsafeCell<Option<Interner>>,
+}
+
+// SAFETY: `interner` is only touched with `lock` held.
+unsafe impl Sync for Locked {}
+
+static INTERNER: Locked = Locked {
+    lock: AtomicBool::new(false),
+    interner: core::cell::UnsafeCell::new(None),
+};
+
+fn lock() {
+    while INTERNER
+        .lock
+        .compare_exchange_weak(false, true, core::sync::atomic::Ordering::Acquire, Relaxed)
+        .is_err()
+    {
+        std::thread::yield_now();
+    }
+}
+
+fn unlock() {
+    INTERNER
+        .lock
+        .store(false, core::sync::atomic::Ordering::Release);
+}
+
+extern "C" fn lock_for_fork() {
+    lock();
+}
+
+extern "C" fn unlock_after_fork() {
+    unlock();
+}
+
+fn with_interner<R>(f: impl FnOnce(&mut Interner) -> R) -> R {
+    lock();
+    // SAFETY: the lock is held.
+    let r = f(unsafe { &mut *INTERNER.interner.get() }.get_or_insert_with(Interner::default));
+    unlock();
+    r
+}
+
+/// Interns a stack (innermost first) and returns its leaf id; `None` for an empty stack.
+#[cold]
+#[inline(never)]
+fn intern(frames: &[usize]) -> Option<u32> {
+    with_interner(|i| {
+        let mut parent: Option<u32> = None;
+        for &ret in frames.iter().rev() {
+            let key = (parent.map_or(0, |p| p + 1), ret as u64);
+            let id = match i.ids.get(&key) {
+                Some(&id) => id,
+                None => {
+                    let id = i.nodes.len() as u32;
+                    // Return addresses minus one: inside the call instruction, so that they resolve to
+                    // the calling line.
+                    let (module, address) = i.locate(ret as u64 - 1);
+                    i.nodes.push(StackNode {
+                        parent,
+                        module,
+                        address,
+                    });
+                    i.ids.insert(key, id);
+                    id
+                }
+            };
+            parent = Some(id);
+        }
+        parent
+    })
+}
+
+impl Interner {
+    /// The module of `addr` and the address relative to it (module 0 and the address itself when no
+    /// loaded object has it).
+    fn locate(&mut self, addr: u64) -> (u32, u64) {
+        if let Some(m) = self.find(addr) {
+            return m;
+        }
+        self.discover();
+        self.find(addr).unwrap_or((0, addr))
+    }
+
+    fn find(&self, addr: u64) -> Option<(u32, u64)> {
+        self.modules
+            .iter()
+            .find(|m| (m.start..m.end).contains(&addr))
+            .map(|m| (m.id, addr - m.bias))
+    }
+
+    /// Adds every loaded object not known yet, with its `Module` chunk.
+    fn discover(&mut self) {
+        let mut found: Vec<Object> = Vec::new();
+        // SAFETY: the callback only reads the info it is given and pushes into `found`.
+        unsafe {
+            libc::dl_iterate_phdr(
+                Some(collect_object),
+                &mut found as *mut Vec<Object> as *mut libc::c_void,
+            )
+        };
+        for o in found {
+            if o.end <= o.start
+                || self
+                    .modules
+                    .iter()
+                    .any(|m| m.start == o.start && m.bias == o.bias)
+            {
+                continue;
+            }
+            let id = STACK_MODULE_BASE + self.modules.len() as u32;
+            let mut p = Vec::new();
+            let _ = schema::Module {
+                id,
+                bias: 0,
+                size: o.end - o.start,
+                path: &o.path,
+                build_id: &o.build_id,
+            }
+            .encode(&mut p);
+            self.module_chunks.push(p);
+            self.modules.push(ModuleRange {
+                id,
+                start: o.start,
+                end: o.end,
+                bias: o.bias,
+            });
+        }
+    }
+}
+
+/// A loaded object as `dl_iterate_phdr` shows it.
+struct Object {
+    path: String,
+    bias: u64,
+    start: u64,
+    end: u64,
+    build_id: Vec<u8>,
+}
+
+unsafe extern "C" fn collect_object(
+    info: *mut libc::dl_phdr_info,
+    _size: libc::size_t,
+    data: *mut libc::c_void,
+) -> libc::c_int {
+    // SAFETY: dl_iterate_phdr passes a valid info and our Vec as data.
+    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Object>)) };
+    let bias = info.dlpi_addr;
+    let name = if info.dlpi_name.is_null() {
+        String::new()
+    } else {
+        // SAFETY: dlpi_name is a NUL-terminated string owned by the loader.
+        unsafe { std::ffi::CStr::from_ptr(info.dlpi_name) }
+            .to_string_lossy()
+            .into_owned()
+    };
+    let path = if name.is_empty() {
+        std::fs::read_link("/proc/self/exe")
+            .map(|p| p.display().to_string())
+            .unwrap_or_default()
+    } else {
+        name
+    };
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    let mut build_id = Vec::new();
+    for i in 0..info.dlpi_phnum as usize {
+        // SAFETY: dlpi_phdr has dlpi_phnum entries.
+        let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
+            start = start.min(bias + ph.p_vaddr);
+            end = end.max(bias + ph.p_vaddr + ph.p_memsz);
+        }
+        if ph.p_type == libc::PT_NOTE && build_id.is_empty() {
+            // SAFETY: a PT_NOTE segment is mapped (it lies inside a loaded segment) for p_memsz bytes.
+            let notes = unsafe {
+                core::slice::from_raw_parts((bias + ph.p_vaddr) as *const u8, ph.p_memsz as usize)
+            };
+            build_id = gnu_build_id(notes).map(<[u8]>::to_vec).unwrap_or_default();
+        }
+    }
+    if start < end {
+        out.push(Object {
+            path,
+            bias,
+            start,
+            end,
+            build_id,
+        });
+    }
+    0
+}
+
+/// The GNU build-id in a note segment (4-byte aligned notes: namesz, descsz, type, name, desc).
+fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
+    let word = |b: &[u8], i: usize| -> Option<usize> {
+        Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?) as usize)
+    };
+    while notes.len() >= 12 {
+        let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
+        let name_end = 12 + namesz.next_multiple_of(4);
+        let desc_end = name_end.checked_add(descsz.next_multiple_of(4))?;
+        if desc_end > notes.len() {
+            return None;
+        }
+        if kind == 3 && notes.get(12..12 + namesz) == Some(b"GNU\0") {
+            return notes.get(name_end..name_end + descsz);
+        }
+        notes = &notes[desc_end..];
+    }
+    None
+}
+
+/// For the collector, before it writes a chunk of events: `Module` chunks for the objects stacks met
+/// since the last call, then one `Stacks` chunk with the nodes interned since. In a forked child's
+/// collector, the first call hands over the whole table (its file starts empty).
+pub fn take_stacks() -> Vec<(ChunkKind, Vec<u8>)> {
+    if TLS_OFFSET.load(Relaxed) == 0 {
+        return Vec::new();
+    }
+    with_interner(|i| {
+        let pid = std::process::id();
+        if i.pid != pid {
+            i.pid = pid;
+            i.nodes_taken = 0;
+            i.modules_taken = 0;
+        }
+        let mut out: Vec<(ChunkKind, Vec<u8>)> = i.module_chunks[i.modules_taken..]
+            .iter()
+            .map(|p| (ChunkKind::Module, p.clone()))
+            .collect();
+        i.modules_taken = i.module_chunks.len();
+        let new = &i.nodes[i.nodes_taken..];
+        if !new.is_empty() {
+            let mut p = Vec::new();
+            let _ = StacksHeader {
+                first_id: i.nodes_taken as u32,
+                count: new.len() as u32,
+            }
+            .encode(&mut p);
+            for n in new {
+                let _ = n.encode(&mut p);
+            }
+            out.push((ChunkKind::Stacks, p));
+            i.nodes_taken = i.nodes.len();
+        }
+        out
+    })
+}
+
+// ---- ferrotrace::Allocator --------------------------------------------------------------------------
+
+/// A [`GlobalAlloc`] that records every allocation and free of the allocator it wraps while the program
+/// is recorded (`ferrotrace record --alloc`), and otherwise only forwards (one load and a branch more
+/// per call).
+///
+/// For programs that link ferrotrace: the preload library's malloc hooks are not in them.
+///
+/// ```no_run
+/// #[global_allocator]
+/// static ALLOC: ferrotrace::Allocator<std::alloc::System> = ferrotrace::Allocator::new(std::alloc::System);
+/// ```
+pub struct Allocator<A> {
+    inner: A,
+}
+
+impl<A> Allocator<A> {
+    /// Wraps `inner`.
+    pub const fn new(inner: A) -> Self {
+        Allocator { inner }
+    }
+}
+
+/// Records an allocation with the stack of the function that called this one (the wrapper).
+#[unsafe(naked)]
+unsafe extern "C" fn alloc_here(_size: usize, _addr: usize) {
+    core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "jmp {}", sym alloc_from)
+}
+
+extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: usize) {
+    alloc_event(size, addr, Caller { ret_slot, rbp });
+}
+
+#[inline(always)]
+fn active() -> bool {
+    TLS_OFFSET.load(Relaxed) != 0
+}
+
+// SAFETY: every call is forwarded to `inner` with the same arguments; recording only reads the result.
+unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
+    #[inline]
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is forwarded.
+        let p = unsafe { self.inner.alloc(layout) };
+        if active() {
+            // SAFETY: alloc_here only reads its own stack and frame pointer.
+            unsafe { alloc_here(layout.size(), p as usize) };
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        // SAFETY: the caller's contract is forwarded.
+        let p = unsafe { self.inner.alloc_zeroed(layout) };
+        if active() {
+            // SAFETY: as in `alloc`.
+            unsafe { alloc_here(layout.size(), p as usize) };
+        }
+        p
+    }
+
+    #[inline]
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        if active() {
+            free_now(ptr as usize);
+        }
+        // SAFETY: the caller's contract is forwarded.
+        unsafe { self.inner.dealloc(ptr, layout) }
+    }
+
+    #[inline]
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let tsc = if active() {
+            before_free(ptr as usize)
+        } else {
+            None
+        };
+        // SAFETY: the caller's contract is forwarded.
+        let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
+        if p.is_null() {
+            if tsc.is_some() {
+                free_cancelled(ptr as usize);
+            }
+        } else {
+            if let Some(tsc) = tsc {
+                free_event(ptr as usize, tsc);
+            }
+            if active() {
+                // SAFETY: as in `alloc`.
+                unsafe { alloc_here(new_size, p as usize) };
+            }
+        }
+        p
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn build_id_is_found_among_notes() {
+        let mut notes = Vec::new();
+        // An ABI tag note first, then the build-id.
+        for (name, kind, desc) in [
+            (&b"GNU\0"[..], 1u32, &[0u8, 0, 0, 0, 3, 0, 0, 0][..]),
+            (b"GNU\0", 3, &[0xab, 0xcd, 0xef][..]),
+        ] {
+            notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
+            notes.extend_from_slice(&kind.to_le_bytes());
+            notes.extend_from_slice(name);
+            notes.extend_from_slice(desc);
+            notes.resize(notes.len().next_multiple_of(4), 0);
+        }
+        assert_eq!(gnu_build_id(&notes), Some(&[0xab, 0xcd, 0xef][..]));
+        assert_eq!(gnu_build_id(&notes[..20]), None);
+    }
+
+    #[test]
+    fn countdowns_average_the_interval() {
+        let t = AllocThread {
+            state: AtomicU32::new(READY),
+            busy: AtomicU32::new(0),
+            countdown: AtomicI64::new(0),
+            rng: AtomicU64::new(0x1234_5678_9abc_def1),
+            stack_lo: AtomicUsize::new(0),
+            stack_hi: AtomicUsize::new(0),
+            cache: AtomicPtr::new(core::ptr::null_mut()),
+        };
+        let n = 200_000;
+        let sum: i64 = (0..n).map(|_| next_countdown(&t, 4096)).sum();
+        let mean = sum as f64 / n as f64;
+        // Exponential with mean 4096: the sample mean's standard error is 4096 / sqrt(n) ≈ 9.2.
+        assert!((mean - 4096.0).abs() < 6.0 * 9.2, "{mean}");
+    }
+
+    #[test]
+    fn the_sampled_set_forgets_what_it_removes() {
+        let set = SampledSet {
+            slots: AtomicPtr::new(core::ptr::null_mut()),
+            overflowed: AtomicBool::new(false),
+        };
+        assert!(set.init());
+        for a in (0x10_0000u64..0x10_0000 + 64 * 1000).step_by(64) {
+            set.insert(a);
+        }
+        assert!(set.remove(0x10_0000 + 64 * 5));
+        assert!(!set.remove(0x10_0000 + 64 * 5), "removed once");
+        assert!(!set.remove(0x20_0000), "never inserted");
+        assert!(set.remove(0x10_0000 + 64 * 999));
+        assert!(!set.overflowed.load(Relaxed));
+    }
+}
