@@ -15,6 +15,9 @@
 //! | [`CHUNK_SIZE`] | `FERROTRACE_CHUNK_SIZE` | `record` (`--chunk-size`) | runtime | bytes per chunk, a power of two ≥ 256; default 64K |
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
+//! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the preload library's malloc family, or `ferrotrace::Allocator`) |
+//! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
+//! | [`ALLOC_STACK_DEPTH`] | `FERROTRACE_ALLOC_STACK_DEPTH` | `record` (`--alloc-stack-depth`) | runtime | deepest allocation stack to record (0: none); default 64 |
 //! | [`USDT`] | `FERROTRACE_USDT` | by hand | linked runtime | [`USDT_OFF`]: no thread watching the tracepoints' SDT semaphores (tracers attaching to a running program see nothing) |
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
 //! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
@@ -50,6 +53,12 @@ pub const CHUNK_SIZE: &str = "FERROTRACE_CHUNK_SIZE";
 pub const DEPTH: &str = "FERROTRACE_DEPTH";
 /// Frames of each thread's shadow stack.
 pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
+/// Record allocations: `1`.
+pub const ALLOC: &str = "FERROTRACE_ALLOC";
+/// Mean bytes between sampled allocations.
+pub const ALLOC_SAMPLE: &str = "FERROTRACE_ALLOC_SAMPLE";
+/// Deepest allocation stack to record.
+pub const ALLOC_STACK_DEPTH: &str = "FERROTRACE_ALLOC_STACK_DEPTH";
 /// [`USDT_OFF`] leaves out the thread that watches the SDT semaphores.
 pub const USDT: &str = "FERROTRACE_USDT";
 /// [`USDT`]: no watcher thread.
@@ -95,6 +104,9 @@ mod tests {
             ("CHUNK_SIZE", CHUNK_SIZE),
             ("DEPTH", DEPTH),
             ("SHADOW_DEPTH", SHADOW_DEPTH),
+            ("ALLOC", ALLOC),
+            ("ALLOC_SAMPLE", ALLOC_SAMPLE),
+            ("ALLOC_STACK_DEPTH", ALLOC_STACK_DEPTH),
             ("USDT", USDT),
             ("LIVE_FD", LIVE_FD),
             ("SHARED_FD", SHARED_FD),

@@ -41,18 +41,12 @@ use std::sync::atomic::{
     Ordering::Relaxed,
 };
 
+use ferrotrace_core::env;
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 
 use crate::trampoline::{thread_pointer, Hot};
-
-/// Variable that turns allocation recording on (`1`).
-pub const ALLOC_VAR: &str = "FERROTRACE_ALLOC";
-/// Variable with the sampling interval in bytes (`512K`); unset or 0: every allocation.
-pub const SAMPLE_VAR: &str = "FERROTRACE_ALLOC_SAMPLE";
-/// Variable with the deepest stack to record (0: no stacks).
-pub const DEPTH_VAR: &str = "FERROTRACE_ALLOC_STACK_DEPTH";
 
 /// Deepest stack the hooks walk.
 pub const MAX_DEPTH: usize = 256;
@@ -76,22 +70,27 @@ pub struct Settings {
 /// The allocation settings of the environment, `None` when allocations are not to be recorded.
 pub fn requested() -> Result<Option<Settings>, String> {
     let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if var(ALLOC_VAR).is_none_or(|v| v == "0") {
+    if var(env::ALLOC).is_none_or(|v| v == "0") {
         return Ok(None);
     }
-    let sample = match var(SAMPLE_VAR).as_deref() {
+    let sample = match var(env::ALLOC_SAMPLE).as_deref() {
         None | Some("0") => 0,
         Some(s) => ferrotrace_core::size::parse_size(s)
-            .map_err(|e| format!("{SAMPLE_VAR} {s}: {e}"))? as u64,
+            .map_err(|e| format!("{} {s}: {e}", env::ALLOC_SAMPLE))? as u64,
     };
-    let depth = match var(DEPTH_VAR) {
+    let depth = match var(env::ALLOC_STACK_DEPTH) {
         None => DEFAULT_DEPTH,
         Some(s) => s
             .trim()
             .parse::<usize>()
             .ok()
             .filter(|&d| d <= MAX_DEPTH)
-            .ok_or_else(|| format!("{DEPTH_VAR}: '{s}' is not a depth from 0 to {MAX_DEPTH}"))?,
+            .ok_or_else(|| {
+                format!(
+                    "{}: '{s}' is not a depth from 0 to {MAX_DEPTH}",
+                    env::ALLOC_STACK_DEPTH
+                )
+            })?,
     };
     Ok(Some(Settings { sample, depth }))
 }

@@ -239,17 +239,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         cmd.env(env::CHUNK_SIZE, s);
     }
     if args.alloc {
-        cmd.env("FERROTRACE_ALLOC", "1")
+        cmd.env(env::ALLOC, "1")
             .env(
-                "FERROTRACE_ALLOC_SAMPLE",
+                env::ALLOC_SAMPLE,
                 args.alloc_sample.as_deref().unwrap_or("0"),
             )
-            .env(
-                "FERROTRACE_ALLOC_STACK_DEPTH",
-                args.alloc_stack_depth.to_string(),
-            );
+            .env(env::ALLOC_STACK_DEPTH, args.alloc_stack_depth.to_string());
     } else {
-        cmd.env_remove("FERROTRACE_ALLOC");
+        cmd.env_remove(env::ALLOC);
     }
     if let Some(d) = args.depth {
         cmd.env(env::DEPTH, d.to_string());
