@@ -46,7 +46,7 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 
-use crate::trampoline::{thread_pointer, Hot};
+use crate::hot::{thread_pointer, Hot};
 
 /// Deepest stack the hooks walk.
 pub const MAX_DEPTH: usize = 256;
@@ -153,7 +153,7 @@ fn hot() -> &'static Hot {
     // SAFETY: the trampolines' offset is set before TLS_OFFSET (recording allocations) is; HOT lives in
     // static TLS without destructor.
     unsafe {
-        let off = crate::trampoline::FERROTRACE_TLS_OFFSET.load(Relaxed);
+        let off = crate::hot::FERROTRACE_TLS_OFFSET.load(Relaxed);
         &*((thread_pointer() as i64 + off) as *const Hot)
     }
 }

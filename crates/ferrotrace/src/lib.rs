@@ -69,6 +69,8 @@ mod config;
 #[cfg(ferrotrace_runtime)]
 mod exit;
 #[cfg(ferrotrace_runtime)]
+mod hot;
+#[cfg(ferrotrace_runtime)]
 mod live;
 #[cfg(ferrotrace_runtime)]
 mod mcount;

@@ -10,7 +10,7 @@
 //! * a line is `TID THREAD-NAME CPU SECONDS` then the event, as OSv's strace prints them: a tracepoint
 //!   as `crate::name(arg=value, …)` or its format, a function entry as `name() {` and exit as
 //!   `} /* name */`, indented by call depth. The CPU is the one the event happened on, recorded with it
-//!   (`?` where the C library does not say: see `trampoline::init_cpu_offset`);
+//!   (`?` where the C library does not say: see `hot::init_cpu_offset`);
 //! * the descriptor is non-blocking and the text waits in a bounded buffer: when the reader is slow and
 //!   the buffer full, events are counted instead of printed. The traced threads never wait for the
 //!   terminal. Every event is printed or counted: what the reader could not take, what the program's
@@ -24,8 +24,8 @@ use ferrotrace_core::clock::TscConverter;
 use ferrotrace_core::env;
 use ferrotrace_core::record::{EventKind, Record};
 
+use crate::hot::UNKNOWN_CPU;
 use crate::pool::Pool;
-use crate::trampoline::UNKNOWN_CPU;
 
 /// Text waiting for the reader, at most.
 const MAX_PENDING: usize = 256 << 10;

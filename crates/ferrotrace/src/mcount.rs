@@ -43,7 +43,7 @@ use ferrotrace_core::mcount::{
 };
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
 
-use crate::trampoline::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
+use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
 
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
 const FRAME: u64 = 24;
@@ -342,7 +342,7 @@ pub fn hook_addresses() -> (u64, u64) {
     )
 }
 
-// Hot block offsets (see `trampoline::Hot`): cursor 0, end 8, shadow_top 16, shadow_limit 24,
+// Hot block offsets (see `hot::Hot`): cursor 0, end 8, shadow_top 16, shadow_limit 24,
 // shadow_stub 32. Frames: ret 0, slot 8, word 16.
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_mcount,\"ax\",@progbits",
@@ -555,7 +555,7 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
 /// Gives the calling thread a shadow stack of `depth` frames and its return stub with the stub's unwind
 /// information.
 fn prepare(h: &Hot, depth: usize) -> bool {
-    if tls_offset() != crate::trampoline::hot_offset_here() {
+    if tls_offset() != crate::hot::hot_offset_here() {
         return false;
     }
     let frames = depth as u64 + 1; // + the sentinel

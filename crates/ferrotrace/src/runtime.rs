@@ -581,9 +581,9 @@ fn start(role: Role) -> Result<(), String> {
     let shared_fd = crate::config::take_shared_fd();
     let alloc = crate::alloc::requested()?;
     let (path, started_by_traced) = output_path(&config);
-    trampoline::init_tls_offset();
+    crate::hot::init_tls_offset();
     trampoline::init_xsave_area();
-    trampoline::init_cpu_offset();
+    crate::hot::init_cpu_offset();
     let mut known = xray::Known::default();
     let found = xray::discover(&config, role == Role::Preload, &mut known)?;
     // Ids first: the live printer names tracepoints by them.
@@ -865,7 +865,7 @@ pub fn restart_in_forked_child() {
 /// exit or signal hooks; recording on. One per test binary (the process has one runtime).
 #[cfg(test)]
 pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
-    trampoline::init_tls_offset();
+    crate::hot::init_tls_offset();
     let start_realtime = clock::realtime_ns();
     let pool = new_pool(&config, None, start_realtime).expect("pool");
     let path = config.output.clone();

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::config::Mode;
+use crate::hot::{hot_offset_here, tls_offset, Hot, HOT};
 use crate::pool::FullChunk;
 use crate::runtime::{self, Meta, Runtime};
-use crate::trampoline::{hot_offset_here, tls_offset, Hot, HOT};
 
 /// What only the owner thread needs, kept out of the hot block.
 struct Cold {
