@@ -77,6 +77,8 @@ mod mcount;
 #[cfg(ferrotrace_runtime)]
 mod pool;
 #[cfg(ferrotrace_runtime)]
+mod registry;
+#[cfg(ferrotrace_runtime)]
 mod runtime;
 #[cfg(ferrotrace_runtime)]
 mod static_key;

@@ -14,7 +14,7 @@ use ferrotrace_core::writer::TraceWriter;
 use crate::collector::Writer;
 use crate::config::{Config, Mode};
 use crate::pool::Pool;
-use crate::thread::Registry;
+use crate::registry::Registry;
 use crate::{clock, collector, exit, live, trampoline, xray};
 
 /// Metadata that traced threads hand to the collector (rare: once per thread and at the end).
