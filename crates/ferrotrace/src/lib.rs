@@ -75,6 +75,8 @@ mod live;
 #[cfg(ferrotrace_runtime)]
 mod mcount;
 #[cfg(ferrotrace_runtime)]
+mod mcount_sites;
+#[cfg(ferrotrace_runtime)]
 mod pool;
 #[cfg(ferrotrace_runtime)]
 mod registry;

@@ -2,7 +2,7 @@
 //!
 //! Discovery walks the loaded objects with `dl_iterate_phdr`, maps each one's file, and reads its
 //! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory,
-//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount::find_sites`]).
+//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount_sites::find_sites`]).
 //! Function names come from the file's symbol table. Patching follows compiler-rt: make the pages
 //! writable, write bytes 2..11 of each sled, then its first two bytes with one atomic 16-bit store, so a
 //! thread running through sees either the old `jmp +9` or the whole new instruction pair; NOPs become
@@ -19,7 +19,7 @@ use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
 use crate::config::{display_name, Config};
-use crate::mcount;
+use crate::mcount_sites;
 use crate::text::{rel32, Patcher};
 
 pub use ferrotrace_core::xray::SledKind;
@@ -292,7 +292,7 @@ impl Scope<'_, '_> {
 
     /// Finds the object's mcount/`__fentry__` calls and patchable NOPs: calls of selected functions get
     /// their function's record word, other calls word 0; NOPs of selected functions are listed to patch.
-    fn add_mcount_sites(&mut self, sites: &[mcount::Site], text: (u64, u64)) {
+    fn add_mcount_sites(&mut self, sites: &[mcount_sites::Site], text: (u64, u64)) {
         let mut i = 0;
         while i < sites.len() {
             let vaddr = sites[i].addr.wrapping_sub(self.bias);
@@ -318,7 +318,7 @@ impl Scope<'_, '_> {
             let start = self.bias.wrapping_add(start);
             let flavors: Vec<Option<Flavor>> = group
                 .iter()
-                .map(|s| mcount::hookable(s, start, text))
+                .map(|s| mcount_sites::hookable(s, start, text))
                 .collect();
             for (s, f) in group.iter().zip(&flavors) {
                 self.out.instrumentation |= match (s.nop, f) {
@@ -342,7 +342,7 @@ impl Scope<'_, '_> {
                             f.nops.push((s.addr, *flavor));
                         }
                     }
-                    mcount::record_word(f.id)
+                    mcount_sites::record_word(f.id)
                 }
                 None => 0,
             };
@@ -431,7 +431,7 @@ pub fn discover(
         let xray_map = elf.section_by_name("xray_instr_map");
         let sites = match xray_map {
             Some(_) => Vec::new(),
-            None => mcount::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
+            None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
         if xray_map.is_none() && sites.is_empty() {
             continue;
@@ -555,7 +555,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
 /// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
 /// object's instrumentation, and anything else would be overwritten with a call.
 pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
-    mcount::publish(&found.calls);
+    mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
