@@ -83,6 +83,8 @@ mod registry;
 #[cfg(ferrotrace_runtime)]
 mod runtime;
 #[cfg(ferrotrace_runtime)]
+mod start;
+#[cfg(ferrotrace_runtime)]
 mod static_key;
 #[cfg(ferrotrace_runtime)]
 mod text;
@@ -119,7 +121,7 @@ pub fn is_recording() -> bool {
 #[cfg(ferrotrace_runtime)]
 pub fn finish() {
     if let Some(rt) = runtime::get() {
-        let _ = rt.finish(runtime::EndReason::Exit, 0, false);
+        let _ = exit::finish(rt, runtime::EndReason::Exit, 0, false);
     }
 }
 
@@ -137,14 +139,14 @@ pub fn rescan() {
 #[used]
 static LINKED_RUNTIME_MARKER: u8 = 1;
 
-/// Starts the linked copy when the environment asks for it ([`runtime::start_from_env`]), and makes the
+/// Starts the linked copy when the environment asks for it ([`start::start_from_env`]), and makes the
 /// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[used]
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
-        runtime::start_from_env(runtime::Role::Linked);
+        start::start_from_env(runtime::Role::Linked);
         usdt::watch();
     }
     start_linked
@@ -166,14 +168,14 @@ pub mod __preload {
 
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {
-        crate::runtime::start_from_env(crate::runtime::Role::Preload);
+        crate::start::start_from_env(crate::runtime::Role::Preload);
     }
 
     /// Before the process ends without `atexit` handlers (`_exit`, `_Exit`): finishes its trace, with
     /// the bounded waits of a signal handler (`_exit` is async-signal-safe and called from handlers).
     pub fn finish_before_exit() {
         if let Some(rt) = crate::runtime::get() {
-            rt.finish(crate::runtime::EndReason::Exit, 0, true);
+            crate::exit::finish(rt, crate::runtime::EndReason::Exit, 0, true);
         }
     }
 

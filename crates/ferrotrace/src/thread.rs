@@ -109,7 +109,7 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
         }
         cold.busy.set(true);
         if runtime::get().is_some_and(|rt| rt.lifecycle.take_fork_restart()) {
-            runtime::restart_in_forked_child();
+            crate::start::restart_in_forked_child();
         }
         if let Some(rt) = runtime::get() {
             record_with_runtime(rt, cold, rec, payload);
@@ -615,7 +615,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ft-nolloc-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let rt = runtime::start_for_test(crate::config::Config {
+        let rt = crate::start::start_for_test(crate::config::Config {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
@@ -655,10 +655,10 @@ mod tests {
             COUNTING.with(|c| c.set(false));
             assert_eq!(ALLOCATIONS.with(|a| a.replace(0)), 1);
             COUNTING.with(|c| c.set(true));
-            let done = rt.finish(runtime::EndReason::Signal, libc::SIGTERM, true);
+            let done = crate::exit::finish(rt, runtime::EndReason::Signal, libc::SIGTERM, true);
             COUNTING.with(|c| c.set(false));
             finished.wait();
-            assert_eq!(done, runtime::Finished::Here);
+            assert_eq!(done, crate::exit::Finished::Here);
         });
         assert_eq!(
             ALLOCATIONS.with(Cell::get),
