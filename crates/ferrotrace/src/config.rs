@@ -227,6 +227,47 @@ pub fn take_shared_fd() -> Option<i32> {
     Some(fd)
 }
 
+/// Deepest allocation stack the hooks walk.
+pub const ALLOC_MAX_DEPTH: usize = 256;
+/// Allocation stack depth when none is asked for.
+pub const ALLOC_DEFAULT_DEPTH: usize = 64;
+
+/// What `ferrotrace record --alloc` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocSettings {
+    /// Mean bytes between sampled allocations; 0 records every allocation.
+    pub sample: u64,
+    /// Deepest stack to record; 0 records none.
+    pub depth: usize,
+}
+
+/// The allocation settings of the environment, `None` when allocations are not to be recorded.
+pub fn alloc_requested() -> Result<Option<AllocSettings>, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if var(env::ALLOC).is_none_or(|v| v == "0") {
+        return Ok(None);
+    }
+    let sample = match var(env::ALLOC_SAMPLE).as_deref() {
+        None | Some("0") => 0,
+        Some(s) => parse_size(s).map_err(|e| format!("{} {s}: {e}", env::ALLOC_SAMPLE))? as u64,
+    };
+    let depth = match var(env::ALLOC_STACK_DEPTH) {
+        None => ALLOC_DEFAULT_DEPTH,
+        Some(s) => s
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&d| d <= ALLOC_MAX_DEPTH)
+            .ok_or_else(|| {
+                format!(
+                    "{}: '{s}' is not a depth from 0 to {ALLOC_MAX_DEPTH}",
+                    env::ALLOC_STACK_DEPTH
+                )
+            })?,
+    };
+    Ok(Some(AllocSettings { sample, depth }))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

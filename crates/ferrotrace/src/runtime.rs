@@ -347,7 +347,7 @@ pub struct Program {
     /// Where patched sleds and NOPs go (in live mode, the trampolines that record the CPU).
     pub targets: xray::Targets,
     /// Allocations are recorded, with these settings.
-    pub alloc: Option<crate::alloc::Settings>,
+    pub alloc: Option<crate::config::AllocSettings>,
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is

@@ -119,7 +119,7 @@ fn estimate_tsc_hz() -> u64 {
 fn start(role: Role) -> Result<(), String> {
     let config = Config::from_env()?;
     let shared_fd = crate::config::take_shared_fd();
-    let alloc = crate::alloc::requested()?;
+    let alloc = crate::config::alloc_requested()?;
     let (path, started_by_traced) = output_path(&config);
     crate::hot::init_tls_offset();
     trampoline::init_xsave_area();
