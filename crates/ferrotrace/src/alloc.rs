@@ -135,7 +135,8 @@ pub fn start(settings: AllocSettings) {
     TLS_OFFSET.store(off, Relaxed);
 }
 
-/// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads).
+/// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads, which
+/// also call `thread::ignore_current_thread`).
 pub fn ignore_current_thread() {
     let _ = ALLOC_THREAD.try_with(|t| t.state.store(NEVER, Relaxed));
 }

@@ -187,6 +187,7 @@ impl State {
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
+    crate::alloc::ignore_current_thread();
     rt.lifecycle.collector_running();
     let mut st = State {
         writer,

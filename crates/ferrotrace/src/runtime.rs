@@ -317,6 +317,8 @@ pub struct Runtime {
     pub registry: Registry,
     /// What start-up found out about the program.
     pub program: Program,
+    /// What the recording core calls above itself.
+    pub upcalls: Upcalls,
     /// Objects already scanned for sleds, and the next function id.
     known: Mutex<xray::Known>,
     meta: Mutex<Vec<Meta>>,
@@ -348,6 +350,20 @@ pub struct Program {
     pub targets: xray::Targets,
     /// Allocations are recorded, with these settings.
     pub alloc: Option<crate::config::AllocSettings>,
+}
+
+/// What the recording core calls in the layers above it. The slow path (`thread`) is below every
+/// recorder, which call it, and below start-up, which needs the recorders' addresses to patch code; yet
+/// two moments it is the first to see belong to those layers: a forked child's first traced event
+/// starts the child's own runtime (start-up's work), and a traced thread's exit frees what the recorders
+/// keep for the thread. Start-up hands down the functions that do it, with the runtime.
+#[derive(Clone, Copy, Debug)]
+pub struct Upcalls {
+    /// In a forked child, at its first traced event (called on the parent's copy of the runtime):
+    /// starts the child's own runtime.
+    pub fork_restart: fn(),
+    /// A traced thread exits, its last chunk handed over: frees what the recorders keep for it.
+    pub thread_exit: fn(),
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -390,6 +406,7 @@ impl Runtime {
         config: Config,
         pool: Pool,
         program: Program,
+        upcalls: Upcalls,
         known: xray::Known,
         header: Chunks,
         live: Option<live::Output>,
@@ -400,6 +417,7 @@ impl Runtime {
             lifecycle: Lifecycle::new(),
             registry: Registry::new(),
             program,
+            upcalls,
             known: Mutex::new(known),
             meta: Mutex::new(Vec::new()),
             pid: std::process::id(),

@@ -15,7 +15,7 @@ use ferrotrace_core::writer::TraceWriter;
 use crate::collector::Writer;
 use crate::config::{Config, Mode};
 use crate::pool::Pool;
-use crate::runtime::{get, Program, Role, Runtime};
+use crate::runtime::{get, Program, Role, Runtime, Upcalls};
 use crate::{clock, collector, exit, live, trampoline, xray};
 
 /// True in a process the kernel runs with privileges its invoker does not have (setuid, setgid, file
@@ -228,7 +228,7 @@ fn start(role: Role) -> Result<(), String> {
     };
     let writer = open_trace(&config, &path, &header, &program, start_realtime)?;
     let rt = launch(
-        Runtime::new(config, pool, program, known, header, live),
+        Runtime::new(config, pool, program, UPCALLS, known, header, live),
         writer,
         path,
         None,
@@ -291,6 +291,19 @@ fn open_trace(
     Ok(writer)
 }
 
+/// The layers above the slow path, for it to call ([`Upcalls`]).
+const UPCALLS: Upcalls = Upcalls {
+    fork_restart: restart_in_forked_child,
+    thread_exit: recorders_thread_exit,
+};
+
+/// A traced thread exits, its last chunk handed over: the recorders free what they keep for it (the
+/// mcount shadow stack and return stub, the allocation hooks' stack cache).
+fn recorders_thread_exit() {
+    crate::mcount::release_thread();
+    crate::alloc::thread_exit();
+}
+
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.
 fn targets(with_cpu: bool) -> xray::Targets {
@@ -344,7 +357,15 @@ pub fn restart_in_forked_child() {
     let started = new_pool(&config, None, start_realtime).and_then(|pool| {
         let writer = open_trace(&config, &path, &header, &parent.program, start_realtime)?;
         launch(
-            Runtime::new(config, pool, parent.program, known, header, None),
+            Runtime::new(
+                config,
+                pool,
+                parent.program,
+                parent.upcalls,
+                known,
+                header,
+                None,
+            ),
             writer,
             path,
             Some(parent),
@@ -382,6 +403,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
             config,
             pool,
             program,
+            UPCALLS,
             xray::Known::default(),
             Vec::new(),
             None,

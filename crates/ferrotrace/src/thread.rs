@@ -46,7 +46,6 @@ impl Drop for ExitGuard {
 /// Marks the calling thread as one the runtime never records (its own threads).
 pub fn ignore_current_thread() {
     COLD.with(|c| c.ignored.set(true));
-    crate::alloc::ignore_current_thread();
 }
 
 fn hot() -> &'static Hot {
@@ -108,8 +107,8 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
             return;
         }
         cold.busy.set(true);
-        if runtime::get().is_some_and(|rt| rt.lifecycle.take_fork_restart()) {
-            crate::start::restart_in_forked_child();
+        if let Some(parents) = runtime::get().filter(|rt| rt.lifecycle.take_fork_restart()) {
+            (parents.upcalls.fork_restart)();
         }
         if let Some(rt) = runtime::get() {
             record_with_runtime(rt, cold, rec, payload);
@@ -463,8 +462,7 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
-        crate::mcount::release_thread();
-        crate::alloc::thread_exit();
+        (rt.upcalls.thread_exit)();
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.

@@ -76,6 +76,7 @@ pub fn watch() {
         .stack_size(64 << 10)
         .spawn(move || {
             crate::thread::ignore_current_thread();
+            crate::alloc::ignore_current_thread();
             loop {
                 std::thread::sleep(PERIOD);
                 sync(&probes, &mut seen);
