@@ -501,3 +501,62 @@ pub enum Role {
     /// Injected with LD_PRELOAD (`libferrotrace_preload.so`).
     Preload,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_finish_is_claimed_and_says_why() {
+        let life = Lifecycle::new();
+        life.collector_running();
+        assert!(life.start_recording());
+        assert!(life.is_recording());
+        let winners: Vec<(usize, bool)> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let life = &life;
+                    s.spawn(move || (i, life.claim_finish(EndReason::Signal, 1 + i as i32)))
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<usize> = winners.iter().filter(|w| w.1).map(|w| w.0).collect();
+        assert_eq!(won.len(), 1, "{winners:?}");
+        assert_eq!(life.end(), (EndReason::Signal, 1 + won[0] as u32));
+        assert_eq!(life.phase(), Phase::Stopping);
+        assert!(!life.is_recording());
+        assert!(!life.claim_finish(EndReason::Exit, 0));
+        assert_eq!(life.end(), (EndReason::Signal, 1 + won[0] as u32));
+    }
+
+    #[test]
+    fn the_end_only_moves_forward_and_recording_never_starts_after_it() {
+        let life = Lifecycle::new();
+        // A finish claimed before the collector ran: the collector's start changes nothing, and
+        // recording cannot start.
+        assert!(life.claim_finish(EndReason::Exit, 0));
+        life.collector_running();
+        assert_eq!(life.phase(), Phase::Stopping);
+        assert!(!life.start_recording());
+        life.threads_stopped();
+        assert!(life.is_finishing());
+        // The finisher gave up waiting and returned before the collector wrote the End chunk.
+        life.finish_over();
+        life.end_written();
+        assert_eq!(life.phase(), Phase::Over);
+        assert_eq!(life.end(), (EndReason::Exit, 0));
+    }
+
+    #[test]
+    fn a_forked_copy_restarts_once() {
+        let life = Lifecycle::new();
+        life.collector_running();
+        assert!(life.start_recording());
+        life.forked();
+        assert!(!life.is_recording());
+        assert!(life.take_fork_restart());
+        assert!(!life.take_fork_restart());
+        assert_eq!(life.phase(), Phase::Forked);
+    }
+}
