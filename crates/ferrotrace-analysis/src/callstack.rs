@@ -34,6 +34,8 @@
 
 use std::collections::HashMap;
 
+use ferrotrace_core::running::RunningAtStart;
+
 use crate::reader::{EventKind, ReadError, Trace};
 
 /// How a frame was closed.
@@ -295,33 +297,29 @@ impl CallStack {
     }
 }
 
-/// The functions running when tracing began, per thread, outermost first: one streaming pass over the
-/// events that replays each thread's stack and collects the exits that match nothing. A read error
-/// ends that thread's scan (the analysis that follows meets the same error and reports it).
+/// The functions running when tracing began, per thread, outermost first: from the trace's
+/// RunningAtStart chunk when it can be trusted (see [`Trace::running_at_start`]), else one streaming
+/// pass over the events that replays each thread's stack and collects the exits that match nothing. A
+/// read error ends that thread's scan (the analysis that follows meets the same error and reports it).
 pub fn initial_stacks(trace: &Trace) -> Result<HashMap<u32, Vec<u32>>, ReadError> {
+    match trace.running_at_start() {
+        // The writer saw every event and wrote what the scan would find: no need to read them twice.
+        Some(known) => Ok(known.clone()),
+        None => scan_initial_stacks(trace),
+    }
+}
+
+/// [`initial_stacks`] by reading every event of every thread, whatever the trace holds.
+pub fn scan_initial_stacks(trace: &Trace) -> Result<HashMap<u32, Vec<u32>>, ReadError> {
     let mut out = HashMap::new();
     for &tid in trace.threads.keys() {
-        let mut stack: Vec<u32> = Vec::new();
-        let mut orphans: Vec<u32> = Vec::new();
+        let mut running = RunningAtStart::default();
         let mut ev = trace.thread_events(tid)?;
         while let Some(Ok((_, kind, id))) = ev.next_raw() {
-            match kind {
-                EventKind::Entry => stack.push(id),
-                EventKind::Exit | EventKind::TailExit => {
-                    match stack.iter().rposition(|&f| f == id) {
-                        Some(pos) => stack.truncate(pos),
-                        None => {
-                            stack.clear();
-                            orphans.push(id);
-                        }
-                    }
-                }
-                _ => {}
-            }
+            running.observe(kind, id);
         }
-        if !orphans.is_empty() {
-            orphans.reverse();
-            out.insert(tid, orphans);
+        if !running.is_empty() {
+            out.insert(tid, running.outermost_first().collect());
         }
     }
     Ok(out)

@@ -208,6 +208,8 @@ pub struct Trace {
     /// Present when the process died without an End chunk and `ferrotrace record` appended what it had
     /// not written (recovered from the chunk pool it shared with record).
     pub salvage: Option<schema::Salvage>,
+    /// The RunningAtStart chunk: per thread, the functions already running when its tracing began.
+    running: Option<HashMap<u32, Vec<u32>>>,
     /// The number the next chunk appended to the readable prefix must carry (chunks are numbered).
     pub next_chunk_seq: u32,
     /// Set when reading stopped early.
@@ -284,6 +286,7 @@ impl Trace {
             tracepoints: HashMap::new(),
             end: None,
             salvage: None,
+            running: None,
             next_chunk_seq: 0,
             truncation: None,
             unknown_chunks: 0,
@@ -522,6 +525,15 @@ impl Trace {
                 }
             }
             Some(ChunkKind::Salvage) => self.salvage = Some(schema::Salvage::decode(&mut f)?),
+            Some(ChunkKind::RunningAtStart) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                let mut running = HashMap::new();
+                for _ in 0..n {
+                    let r = schema::RunningAtStart::decode(&mut f)?;
+                    running.insert(r.tid, r.functions.iter().collect());
+                }
+                self.running = Some(running);
+            }
             None => self.unknown_chunks += 1,
         }
         Ok(())
@@ -587,6 +599,17 @@ impl Trace {
                 ));
             }
         }
+    }
+
+    /// Per thread, the functions already running when its tracing began, outermost first, as the writer
+    /// saw them: only when that is what the file holds too (complete, nothing missing or dropped);
+    /// otherwise `None`, and a reader that needs them replays the threads to find them
+    /// ([`crate::callstack::initial_stacks`]).
+    pub fn running_at_start(&self) -> Option<&HashMap<u32, Vec<u32>>> {
+        let whole = self.end.is_some_and(|e| e.dropped_chunks == 0)
+            && self.truncation.is_none()
+            && self.problems.is_empty();
+        self.running.as_ref().filter(|_| whole)
     }
 
     /// True when the trace holds function entries and exits (from any instrumentation).

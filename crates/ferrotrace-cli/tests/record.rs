@@ -467,7 +467,7 @@ fn spin_under_record(
         .arg(testprog("ending"))
         .arg("spin")
         .process_group(0);
-    let mut child = default_sigint(&mut cmd)
+    let mut child = default_signals(&mut cmd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -810,6 +810,14 @@ fn sleds_patched_while_threads_run_through_them() {
         assert!(w.open_at_end.is_empty(), "{}: {w:?}", th.name);
         traced_steps += w.entries.get("ft_xlib::xlib_step").copied().unwrap_or(0);
     }
+    // What the collector wrote about the frames already running (RunningAtStart) is what a scan of
+    // every event finds, and there are some.
+    let scanned = ferrotrace_analysis::callstack::scan_initial_stacks(&t).unwrap();
+    assert!(
+        !scanned.is_empty(),
+        "frames running when their sleds were patched"
+    );
+    assert_eq!(t.running_at_start(), Some(&scanned));
     // Each worker made 20 calls of 1000 steps after it saw xlib_work's entry sled patched; the sleds of
     // xlib_step may still have been in the middle of patching for the first few of those calls.
     assert!(

@@ -84,6 +84,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
     let mut cmd = match scenario {
         Scenario::Timeout => {
             let mut c = Command::new("timeout");
+            default_signals(&mut c);
             c.arg("0.4").arg(env!("CARGO_BIN_EXE_ferrotrace"));
             c.env(env::PRELOAD, preload());
             c
@@ -99,7 +100,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
         .current_dir(dir)
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let child = default_sigint(&mut cmd).spawn().expect("spawn record");
+    let child = default_signals(&mut cmd).spawn().expect("spawn record");
     Run {
         child,
         counts,
@@ -434,6 +435,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
         let trace = dir.join("trace.data");
         let mut cmd = if target == "timeout" {
             let mut c = Command::new("timeout");
+            default_signals(&mut c);
             c.arg("2").arg(env!("CARGO_BIN_EXE_ferrotrace"));
             c.env(env::PRELOAD, preload());
             c
@@ -442,7 +444,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
             c.process_group(0);
             c
         };
-        let mut child = cmd
+        let mut child = default_signals(&mut cmd)
             .args(["record", "-o"])
             .arg(&trace)
             .arg("--")

@@ -58,6 +58,10 @@ pub enum ChunkKind {
     /// The process died without its End chunk and `ferrotrace record` appended the events it had not
     /// written yet ([`crate::schema::Salvage`]); last chunk of such a trace.
     Salvage = 12,
+    /// Per thread, the functions that were already running when its tracing began (exits without
+    /// entries), as the writer saw them: what a reader needs to replay a thread from its first chunk
+    /// on ([`crate::schema::RunningAtStart`]); before End.
+    RunningAtStart = 13,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -74,6 +78,7 @@ impl ChunkKind {
             9 => ChunkKind::Samplers,
             10 => ChunkKind::Stacks,
             12 => ChunkKind::Salvage,
+            13 => ChunkKind::RunningAtStart,
             _ => return None,
         })
     }

@@ -65,6 +65,8 @@ pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;
 pub mod record;
+#[cfg(feature = "std")]
+pub mod running;
 pub mod schema;
 pub mod shared;
 pub mod size;

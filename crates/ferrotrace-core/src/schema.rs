@@ -685,6 +685,76 @@ impl<'a> Payload<'a> for StackNode {
     }
 }
 
+/// Function ids as [`RunningAtStart`] holds them: a slice to write, or encoded varints read back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionIds<'a> {
+    /// Ids to encode.
+    Slice(&'a [u32]),
+    /// `count` varints as read from a payload.
+    Encoded {
+        /// How many.
+        count: u32,
+        /// Their bytes.
+        bytes: &'a [u8],
+    },
+}
+
+impl FunctionIds<'_> {
+    /// The ids, in order (an encoded list that turns out malformed ends early).
+    pub fn iter(&self) -> impl Iterator<Item = u32> + '_ {
+        let (slice, count, bytes): (&[u32], u32, &[u8]) = match *self {
+            FunctionIds::Slice(s) => (s, 0, &[]),
+            FunctionIds::Encoded { count, bytes } => (&[], count, bytes),
+        };
+        let mut f = FieldReader::new(bytes);
+        slice
+            .iter()
+            .copied()
+            .chain((0..count).map_while(move |_| f.varint_u32().ok()))
+    }
+}
+
+/// One thread's functions already running when its tracing began (their exits come without entries),
+/// outermost first. A RunningAtStart chunk is `v count` and that many; threads without such functions
+/// are left out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunningAtStart<'a> {
+    /// The thread.
+    pub tid: u32,
+    /// Function ids, outermost first.
+    pub functions: FunctionIds<'a>,
+}
+
+impl<'a> Payload<'a> for RunningAtStart<'a> {
+    const KIND: ChunkKind = ChunkKind::RunningAtStart;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.tid as u64)?;
+        put_varint(s, self.functions.iter().count() as u64)?;
+        for id in self.functions.iter() {
+            put_varint(s, id as u64)?;
+        }
+        Ok(())
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        let tid = f.varint_u32()?;
+        let count = f.varint_u32()?;
+        let start = f.clone();
+        for _ in 0..count {
+            f.varint_u32()?;
+        }
+        let used = start.remaining() - f.remaining();
+        Ok(RunningAtStart {
+            tid,
+            functions: FunctionIds::Encoded {
+                count,
+                bytes: &start.rest()[..used],
+            },
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -815,6 +885,20 @@ mod tests {
             },
             &mut Vec::new(),
         );
+    }
+
+    #[test]
+    fn running_at_start_round_trips() {
+        let mut p = Vec::new();
+        RunningAtStart {
+            tid: 7,
+            functions: FunctionIds::Slice(&[3, 300, 2]),
+        }
+        .encode(&mut p)
+        .unwrap();
+        let back = RunningAtStart::decode(&mut FieldReader::new(&p)).unwrap();
+        assert_eq!(back.tid, 7);
+        assert_eq!(back.functions.iter().collect::<Vec<_>>(), [3, 300, 2]);
     }
 
     #[test]

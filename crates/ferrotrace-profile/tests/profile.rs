@@ -566,6 +566,65 @@ fn attach_to_a_running_process() {
     );
 }
 
+/// DWARF unwinding of a running multi-threaded process (`-p`, threads that started before the attach)
+/// does as well as of the same program launched by the profiler: every thread's samples reach its
+/// worker function, and unwinding stops early no more often.
+#[test]
+fn attached_dwarf_stacks_are_as_complete_as_launched_ones() {
+    let _g = serial();
+    let mut launched = config("dwarf-launched", &[&prog("threads4"), "800"]);
+    launched.call_graph = CallGraph::Dwarf;
+    let launched_sum = profile(&launched).unwrap();
+    let mut child = Command::new(prog("threads4"))
+        .arg("2500")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    let attached = ProfileConfig {
+        target: Target::Pid(child.id()),
+        output: out_file("dwarf-attached"),
+        duration: Some(Duration::from_millis(800)),
+        handle_signals: false,
+        call_graph: CallGraph::Dwarf,
+        ..ProfileConfig::default()
+    };
+    let attached_sum = profile(&attached);
+    let _ = child.kill();
+    let _ = child.wait();
+    let attached_sum = attached_sum.unwrap();
+    for (what, sum, cfg) in [
+        ("launched", &launched_sum, &launched),
+        ("attached", &attached_sum, &attached),
+    ] {
+        assert!(sum.samples >= 100, "{what}: {sum:?}");
+        let set = read_samples(&cfg.output).unwrap();
+        let workers = set.threads.iter().filter(|t| t.name.starts_with("worker-"));
+        for t in workers {
+            let mine: Vec<_> = set.samples.iter().filter(|s| s.tid == t.tid).collect();
+            let through = mine
+                .iter()
+                .filter(|s| {
+                    set.stack_frames(s.stack)
+                        .iter()
+                        .any(|f| f.function.ends_with("threads4::spin_worker"))
+                })
+                .count();
+            assert!(
+                through * 10 >= mine.len() * 9,
+                "{what}: {}: {through} of {} samples reach spin_worker",
+                t.name,
+                mine.len()
+            );
+        }
+    }
+    let rate = |s: &ferrotrace_profile::ProfileSummary| s.unwind_errors as f64 / s.samples as f64;
+    assert!(
+        rate(&attached_sum) <= rate(&launched_sum) + 0.05,
+        "unwind errors: attached {attached_sum:?}, launched {launched_sum:?}"
+    );
+}
+
 #[test]
 fn flame_graph_and_firefox_profile() {
     let _g = serial();

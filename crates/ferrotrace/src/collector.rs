@@ -1,6 +1,6 @@
 //! The collector thread: turns full chunks into `Events` chunks on disk, off the traced threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 
@@ -37,6 +38,9 @@ struct State {
     dropped_events: u64,
     /// `ferrotrace live`: the printer.
     live: Option<crate::live::Printer>,
+    /// Per thread, the functions that were running when its tracing began, found as its chunks go by:
+    /// written before End, so that a replay needs no pre-scan of the whole trace.
+    running: HashMap<u32, RunningAtStart>,
 }
 
 impl State {
@@ -108,7 +112,7 @@ impl State {
         }
         let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
-        let (counts, range) = encode_events(c.tid, c.seq, records, &mut scratch);
+        let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
         self.totals.events += counts.events;
         self.totals.lost += counts.lost;
         // Freed once what was encoded from it is written (`release`).
@@ -135,6 +139,46 @@ impl State {
         self.scratch = scratch;
     }
 
+    /// Encodes one thread's records (see [`encode_events`]), following its calls on the way.
+    fn encode(
+        &mut self,
+        tid: u32,
+        seq: u32,
+        records: &[Record],
+        out: &mut Vec<u8>,
+    ) -> (Counts, std::ops::Range<usize>) {
+        let running = self.running.entry(tid).or_default();
+        let mut i = 0;
+        while let Some(r) = records.get(i) {
+            if let Some(kind) = r.kind().filter(|k| k.is_function()) {
+                running.observe(kind, r.id());
+            }
+            i += 1 + r.payload_slots();
+        }
+        encode_events(tid, seq, records, out)
+    }
+
+    /// The RunningAtStart chunk: the threads whose first events include exits without entries.
+    fn write_running_at_start(&mut self) {
+        let mut threads: Vec<(u32, Vec<u32>)> = self
+            .running
+            .iter()
+            .filter(|(_, r)| !r.is_empty())
+            .map(|(&tid, r)| (tid, r.outermost_first().collect()))
+            .collect();
+        threads.sort_unstable_by_key(|t| t.0);
+        let mut p = Vec::new();
+        let _ = schema::Count(threads.len() as u64).encode(&mut p);
+        for (tid, ids) in &threads {
+            let _ = schema::RunningAtStart {
+                tid: *tid,
+                functions: schema::FunctionIds::Slice(ids),
+            }
+            .encode(&mut p);
+        }
+        self.write(ChunkKind::RunningAtStart, &p);
+    }
+
     /// Writes out the flight ring, oldest first.
     fn write_ring(&mut self) {
         while let Some((p, _)) = self.ring.pop_front() {
@@ -149,7 +193,7 @@ impl State {
         self.write_ring();
         let mut scratch = std::mem::take(&mut self.scratch);
         crate::thread::dump_current_chunks(rt, |tid, seq, records| {
-            let (counts, range) = encode_events(tid, seq, records, &mut scratch);
+            let (counts, range) = self.encode(tid, seq, records, &mut scratch);
             self.totals.events += counts.events;
             self.totals.lost += counts.lost;
             self.write(ChunkKind::Events, &scratch[range]);
@@ -201,6 +245,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         dropped_chunks: 0,
         dropped_events: 0,
         live: rt.live.as_ref().map(crate::live::Printer::new),
+        running: HashMap::new(),
     };
     let mut last_clock = Instant::now();
     loop {
@@ -236,6 +281,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             if let Some(live) = &mut st.live {
                 live.finish();
             }
+            st.write_running_at_start();
             st.write(ChunkKind::Clock, &calibration_payload());
             let mut p = Vec::new();
             let (reason, signal) = rt.lifecycle.end();

@@ -141,6 +141,9 @@ pub fn scratch(test: &str) -> PathBuf {
 pub fn ferrotrace() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ferrotrace"));
     c.env(env::PRELOAD, preload());
+    // The tests send signals and count them: whatever the test runner inherited (nohup, a shell in
+    // the background) must not decide what they do.
+    default_signals(&mut c);
     c
 }
 
@@ -261,18 +264,25 @@ pub fn kill(pid: i32, sig: i32) {
     assert_eq!(unsafe { kill(pid, sig) }, 0, "kill({pid}, {sig})");
 }
 
-/// Gives the command's process the default action for SIGINT: a shell running tests in the background
-/// hands SIGINT down as ignored, and an ignored signal stays ignored across exec (an interactive shell
-/// would give the default).
-pub fn default_sigint(cmd: &mut Command) -> &mut Command {
+/// Gives the command's process the default action for every signal the tests send, unblocked: a
+/// shell running tests in the background hands SIGINT down as ignored, `nohup` SIGHUP, and an ignored
+/// signal stays ignored across exec (an interactive shell would give the default).
+pub fn default_signals(cmd: &mut Command) -> &mut Command {
     use std::os::unix::process::CommandExt;
     extern "C" {
         fn signal(sig: i32, handler: usize) -> usize;
+        fn sigprocmask(how: i32, set: *const [u64; 16], old: *mut [u64; 16]) -> i32;
     }
-    // SAFETY: the closure only calls signal(2), which is async-signal-safe, in the child before exec.
+    // SAFETY: the closure only calls signal(2) and sigprocmask(2), which are async-signal-safe, in the
+    // child before exec; the empty set is a valid sigset_t (128 bytes).
     unsafe {
         cmd.pre_exec(|| {
-            signal(2, 0);
+            // SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE, SIGALRM, SIGTERM.
+            for sig in [1, 2, 3, 10, 12, 13, 14, 15] {
+                signal(sig, 0);
+            }
+            let empty = [0u64; 16];
+            sigprocmask(2 /* SIG_SETMASK */, &empty, std::ptr::null_mut());
             Ok(())
         })
     }
