@@ -62,7 +62,7 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
     let links_runtime = file
         .symbols()
         .chain(file.dynamic_symbols())
-        .any(|s| s.name() == Ok("FERROTRACE_LINKED_RUNTIME_V1"));
+        .any(|s| s.name() == Ok(ferrotrace_core::env::LINKED_RUNTIME_MARKER));
     let dynamic =
         file.section_by_name(".interp").is_some() || file.section_by_name(".dynamic").is_some();
     let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();

@@ -5,7 +5,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 
 /// Creates the memfd through which the program's runtime shares its chunk pool with us
-/// (`ferrotrace_core::shared`) and passes it to the program: its number in `FERROTRACE_SHARED_FD`, the
+/// (`ferrotrace_core::shared`) and passes it to the program: its number in [`ferrotrace_core::env::SHARED_FD`], the
 /// descriptor kept open across `exec` (the runtime closes it on the next one).
 pub fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
     use std::os::unix::process::CommandExt;
@@ -15,7 +15,7 @@ pub fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
     if fd < 0 {
         return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
     }
-    cmd.env(ferrotrace_core::shared::FD_VAR, fd.to_string());
+    cmd.env(ferrotrace_core::env::SHARED_FD, fd.to_string());
     // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor we own.
     unsafe {
         cmd.pre_exec(move || {

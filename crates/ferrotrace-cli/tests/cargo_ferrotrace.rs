@@ -7,6 +7,7 @@ use std::process::Command;
 
 use common::*;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::env;
 
 fn cargo_ferrotrace(dir: &Path, path_prefix: Option<&Path>) -> Command {
     let bin = Path::new(env!("CARGO_BIN_EXE_cargo-ferrotrace"));
@@ -20,7 +21,7 @@ fn cargo_ferrotrace(dir: &Path, path_prefix: Option<&Path>) -> Command {
     let mut c = Command::new(bin);
     c.current_dir(dir)
         .env("PATH", path)
-        .env("FERROTRACE_PRELOAD", preload())
+        .env(env::PRELOAD, preload())
         .env_remove("RUSTFLAGS")
         .env_remove("CARGO_TARGET_DIR")
         .arg("ferrotrace");

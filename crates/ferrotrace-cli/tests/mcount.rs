@@ -9,6 +9,7 @@ use std::process::Command;
 
 use common::*;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::env;
 
 /// `testprogs/c/mcwork.c` built with gcc and `flags` (plus -O2, no sibling calls: every call is a call).
 fn mcwork(dir: &Path, out: &str, flags: &[&str]) -> PathBuf {
@@ -322,7 +323,7 @@ fn calls_deeper_than_the_shadow_stack_are_counted_and_reported() {
         .args(["record", "-o"])
         .arg(&trace)
         .args(["--", exe.to_str().unwrap(), "deep", "1000"])
-        .env("FERROTRACE_SHADOW_DEPTH", "100")
+        .env(env::SHADOW_DEPTH, "100")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));

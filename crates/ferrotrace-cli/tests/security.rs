@@ -4,6 +4,7 @@
 mod common;
 
 use common::*;
+use ferrotrace_core::env;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -67,9 +68,9 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
 
     let out = output_of_copied(
         as_nobody(&prog)
-            .env("FERROTRACE_RUNTIME", "linked")
-            .env("FERROTRACE_OUTPUT", &victim)
-            .env("FERROTRACE_TRACE", "*"),
+            .env(env::RUNTIME, env::RUNTIME_LINKED)
+            .env(env::OUTPUT, &victim)
+            .env(env::TRACE, "*"),
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(
@@ -94,8 +95,8 @@ fn setuid_program_linking_the_runtime_ignores_the_environment() {
     let trace = own.join("trace.data");
     let out = output_of_copied(
         as_nobody(&prog)
-            .env("FERROTRACE_RUNTIME", "linked")
-            .env("FERROTRACE_OUTPUT", &trace),
+            .env(env::RUNTIME, env::RUNTIME_LINKED)
+            .env(env::OUTPUT, &trace),
     );
     assert_eq!(
         text(&out.stdout),

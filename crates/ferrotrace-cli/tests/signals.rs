@@ -10,6 +10,7 @@ mod common;
 
 use common::*;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_core::env;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -85,7 +86,7 @@ fn start(dir: &Path, scenario: Scenario) -> Run {
             let mut c = Command::new("timeout");
             default_signals(&mut c);
             c.arg("0.4").arg(env!("CARGO_BIN_EXE_ferrotrace"));
-            c.env("FERROTRACE_PRELOAD", preload());
+            c.env(env::PRELOAD, preload());
             c
         }
         _ => {
@@ -436,7 +437,7 @@ fn signals_reach_a_program_with_its_own_handlers_exactly_once() {
             let mut c = Command::new("timeout");
             default_signals(&mut c);
             c.arg("2").arg(env!("CARGO_BIN_EXE_ferrotrace"));
-            c.env("FERROTRACE_PRELOAD", preload());
+            c.env(env::PRELOAD, preload());
             c
         } else {
             let mut c = ferrotrace();

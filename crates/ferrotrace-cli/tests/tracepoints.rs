@@ -9,6 +9,7 @@ use std::process::{Command, Stdio};
 use common::*;
 use ferrotrace_analysis::reader::{EventKind, Trace};
 use ferrotrace_analysis::tracepoints::{decode, format_tracepoint, Value};
+use ferrotrace_core::env;
 
 /// The text of every Tracepoint event, thread by thread, in order.
 fn tracepoint_lines(t: &Trace) -> Vec<String> {
@@ -121,8 +122,8 @@ fn the_environment_alone_enables_tracepoints() {
     let trace = dir.join("env.data");
     let out = Command::new(testprog("tp_basic"))
         .arg("2")
-        .env("FERROTRACE_TRACE", "vfs_open,tp_basic::net_*")
-        .env("FERROTRACE_OUTPUT", &trace)
+        .env(env::TRACE, "vfs_open,tp_basic::net_*")
+        .env(env::OUTPUT, &trace)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
@@ -308,8 +309,8 @@ fn bpftrace_attaches_to_the_usdt_probe_and_reads_arguments() {
         .arg(&script)
         .arg("-c")
         .arg(format!("{p} 3"))
-        .env("FERROTRACE_TRACE", "vfs_open,net_recv")
-        .env("FERROTRACE_OUTPUT", dir.join("usdt.data"))
+        .env(env::TRACE, "vfs_open,net_recv")
+        .env(env::OUTPUT, dir.join("usdt.data"))
         .current_dir(&dir)
         .output()
         .unwrap();
@@ -334,11 +335,11 @@ fn bpftrace_started_with_the_program_counts_every_call_without_ferrotrace_record
         .arg(&script)
         .arg("-c")
         .arg(format!("{} 1000", prog.display()))
-        .env_remove("FERROTRACE_TRACE")
-        .env_remove("FERROTRACE_RUNTIME")
+        .env_remove(env::TRACE)
+        .env_remove(env::RUNTIME)
         // Without the watcher thread: the semaphores are up before the program starts, and the
         // runtime's constructor sees them.
-        .env("FERROTRACE_USDT", "off")
+        .env(env::USDT, env::USDT_OFF)
         .current_dir(&dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -431,8 +432,8 @@ fn bpftrace_attaching_to_a_running_program_makes_its_probes_fire_and_detaching_r
     let prog = testprog("tp_usdt");
     let mut program = Command::new(&prog)
         .arg("1000")
-        .env_remove("FERROTRACE_TRACE")
-        .env_remove("FERROTRACE_RUNTIME")
+        .env_remove(env::TRACE)
+        .env_remove(env::RUNTIME)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -570,8 +571,8 @@ fn perf_records_the_sdt_probe_without_ferrotrace_recording() {
         .arg("--")
         .arg(&prog)
         .arg("100")
-        .env_remove("FERROTRACE_TRACE")
-        .env_remove("FERROTRACE_RUNTIME")
+        .env_remove(env::TRACE)
+        .env_remove(env::RUNTIME)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -714,7 +715,7 @@ fn a_slow_reader_never_stalls_the_program_and_live_counts_what_it_lost() {
             "'{ft}' live --trace net_recv -- '{}' 200000 | (sleep 1; cat)",
             prog.display()
         ))
-        .env("FERROTRACE_PRELOAD", preload())
+        .env(env::PRELOAD, preload())
         .output()
         .unwrap();
     let s = text(&out.stdout);

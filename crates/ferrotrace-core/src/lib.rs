@@ -17,6 +17,8 @@
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
+//! * [`env`](mod@env): the environment protocol between `ferrotrace record`/`live` and the runtime (every
+//!   `FERROTRACE_*` variable, and the symbol of a program that links its own runtime);
 //! * [`writer`]: whole-chunk framing, handed to a closure without an allocator ([`writer::ChunkWriter`],
 //!   what a `no_std` recorder writes with) and, with feature `std`, over `std::io::Write`
 //!   (`TraceWriter`, shared by the runtime and the profiler), and the Events encoding of in-memory
@@ -57,6 +59,7 @@
 pub mod builder;
 pub mod clock;
 pub mod codec;
+pub mod env;
 pub mod format;
 pub mod mcount;
 #[cfg(feature = "std")]

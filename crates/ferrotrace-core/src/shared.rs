@@ -2,7 +2,7 @@
 //! warning (SIGKILL, the OOM killer) loses nothing it recorded: `record` reads the chunks the process had
 //! not written to the file yet, after it died, and appends them to the trace ("salvage").
 //!
-//! `record` creates a memfd and passes it to the program (`FERROTRACE_SHARED_FD`); the runtime of the
+//! `record` creates a memfd and passes it to the program ([`crate::env::SHARED_FD`]); the runtime of the
 //! program's own process sizes it and maps its chunk pool there, with a descriptor per chunk that says
 //! who holds the chunk and how far it is filled. Layout, all integers little-endian:
 //!
@@ -43,8 +43,6 @@ pub const SIGNALS_OFFSET: usize = 64;
 pub const DESCRIPTORS_OFFSET: usize = 4096;
 /// Bytes per descriptor.
 pub const DESCRIPTOR_BYTES: usize = 64;
-/// The environment variable that passes the memfd's descriptor number to the program.
-pub const FD_VAR: &str = "FERROTRACE_SHARED_FD";
 /// The memfd's name (`/proc/PID/fd/N` shows `/memfd:NAME (deleted)`).
 pub const MEMFD_NAME: &str = "ferrotrace-shared";
 

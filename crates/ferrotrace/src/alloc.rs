@@ -45,56 +45,13 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 
-use crate::trampoline::{thread_pointer, Hot};
-
-/// Variable that turns allocation recording on (`1`).
-pub const ALLOC_VAR: &str = "FERROTRACE_ALLOC";
-/// Variable with the sampling interval in bytes (`512K`); unset or 0: every allocation.
-pub const SAMPLE_VAR: &str = "FERROTRACE_ALLOC_SAMPLE";
-/// Variable with the deepest stack to record (0: no stacks).
-pub const DEPTH_VAR: &str = "FERROTRACE_ALLOC_STACK_DEPTH";
-
-/// Deepest stack the hooks walk.
-pub const MAX_DEPTH: usize = 256;
-/// Stack depth when none is asked for.
-pub const DEFAULT_DEPTH: usize = 64;
+use crate::config::{AllocSettings, ALLOC_MAX_DEPTH};
+use crate::hot::{thread_pointer, Hot};
 
 /// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
 /// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
 /// module-relative already), so they are distinct entries even for the same file.
 pub const STACK_MODULE_BASE: u32 = 1 << 20;
-
-/// What `ferrotrace record --alloc` asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Settings {
-    /// Mean bytes between sampled allocations; 0 records every allocation.
-    pub sample: u64,
-    /// Deepest stack to record; 0 records none.
-    pub depth: usize,
-}
-
-/// The allocation settings of the environment, `None` when allocations are not to be recorded.
-pub fn requested() -> Result<Option<Settings>, String> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if var(ALLOC_VAR).is_none_or(|v| v == "0") {
-        return Ok(None);
-    }
-    let sample = match var(SAMPLE_VAR).as_deref() {
-        None | Some("0") => 0,
-        Some(s) => ferrotrace_core::size::parse_size(s)
-            .map_err(|e| format!("{SAMPLE_VAR} {s}: {e}"))? as u64,
-    };
-    let depth = match var(DEPTH_VAR) {
-        None => DEFAULT_DEPTH,
-        Some(s) => s
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&d| d <= MAX_DEPTH)
-            .ok_or_else(|| format!("{DEPTH_VAR}: '{s}' is not a depth from 0 to {MAX_DEPTH}"))?,
-    };
-    Ok(Some(Settings { sample, depth }))
-}
 
 /// `&ALLOC_THREAD - thread pointer`, the same in every thread (static TLS); 0 while allocations are not
 /// recorded, which is all the dormant hooks look at.
@@ -154,15 +111,15 @@ fn hot() -> &'static Hot {
     // SAFETY: the trampolines' offset is set before TLS_OFFSET (recording allocations) is; HOT lives in
     // static TLS without destructor.
     unsafe {
-        let off = crate::trampoline::FERROTRACE_TLS_OFFSET.load(Relaxed);
+        let off = crate::hot::FERROTRACE_TLS_OFFSET.load(Relaxed);
         &*((thread_pointer() as i64 + off) as *const Hot)
     }
 }
 
 /// Starts recording allocations with `settings`. Called once the runtime records.
-pub fn start(settings: Settings) {
+pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
-    DEPTH.store(settings.depth.min(MAX_DEPTH), Relaxed);
+    DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
         eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
@@ -178,7 +135,8 @@ pub fn start(settings: Settings) {
     TLS_OFFSET.store(off, Relaxed);
 }
 
-/// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads).
+/// Marks the calling thread as one whose allocations are never recorded (the runtime's own threads, which
+/// also call `thread::ignore_current_thread`).
 pub fn ignore_current_thread() {
     let _ = ALLOC_THREAD.try_with(|t| t.state.store(NEVER, Relaxed));
 }
@@ -542,7 +500,7 @@ fn walk(
     t: &AllocThread,
     caller: Caller,
     depth: usize,
-    out: &mut [MaybeUninit<usize>; MAX_DEPTH],
+    out: &mut [MaybeUninit<usize>; ALLOC_MAX_DEPTH],
 ) -> usize {
     let mut hooks = HookedReturns::of(hot());
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
@@ -558,7 +516,7 @@ fn walk(
     }
     let mut floor = here;
     let mut fp = caller.rbp;
-    while n < depth.min(MAX_DEPTH) {
+    while n < depth.min(ALLOC_MAX_DEPTH) {
         if fp < floor || fp & 7 != 0 || fp.saturating_add(16) > hi {
             break;
         }
@@ -633,7 +591,7 @@ fn hash(frames: &[usize]) -> u64 {
 #[inline(always)]
 fn stack_id(t: &AllocThread, caller: Caller, depth: usize) -> u32 {
     // Not zeroed: the walk writes the first `n` entries, and only those are read.
-    let mut buf = [MaybeUninit::<usize>::uninit(); MAX_DEPTH];
+    let mut buf = [MaybeUninit::<usize>::uninit(); ALLOC_MAX_DEPTH];
     let n = walk(t, caller, depth, &mut buf);
     // SAFETY: `walk` initialised buf[..n].
     let frames: &[usize] = unsafe { core::slice::from_raw_parts(buf.as_ptr().cast(), n) };

@@ -2,3 +2,12 @@
 //! write traces outside the traced process: `ferrotrace_core::clock`).
 
 pub use ferrotrace_core::clock::{calibration_pair, monotonic_ns, rdtsc, realtime_ns};
+
+use ferrotrace_core::schema::Payload;
+
+/// A Clock chunk's payload: a calibration pair read now.
+pub fn calibration_payload() -> Vec<u8> {
+    let mut p = Vec::new();
+    let _ = ferrotrace_core::clock::tsc_clock_sample().encode(&mut p);
+    p
+}

@@ -4,7 +4,6 @@ use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::io::BufWriter;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
@@ -13,9 +12,10 @@ use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 
+use crate::clock::calibration_payload;
 use crate::config::Mode;
 use crate::pool::FullChunk;
-use crate::runtime::{clock_payload, Meta, Runtime};
+use crate::runtime::{Meta, Runtime};
 
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
@@ -36,6 +36,8 @@ struct State {
     /// Flight mode: chunks and events the ring dropped to keep the newest.
     dropped_chunks: u64,
     dropped_events: u64,
+    /// `ferrotrace live`: the printer.
+    live: Option<crate::live::Printer>,
     /// Per thread, the functions that were running when its tracing began, found as its chunks go by:
     /// written before End, so that a replay needs no pre-scan of the whole trace.
     running: HashMap<u32, RunningAtStart>,
@@ -81,8 +83,8 @@ impl State {
     /// Writes a thread's `count` lost events as an `Events` chunk of `Lost` records (sequence
     /// `LOST_ONLY_SEQ`: the thread had no chunk of its own left to say it in).
     fn lost(&mut self, tid: u32, count: u64, tsc: u64) {
-        if crate::live::active() {
-            crate::live::lost(count);
+        if let Some(live) = &mut self.live {
+            live.lost(count);
         }
         let mut remaining = count;
         let mut recs = Vec::new();
@@ -105,8 +107,8 @@ impl State {
         }
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
-        if crate::live::active() {
-            crate::live::on_chunk(c.tid, c.seq, records);
+        if let Some(live) = &mut self.live {
+            live.on_chunk(c.tid, c.seq, records);
         }
         let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -229,7 +231,8 @@ impl State {
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
-    rt.collector_ready.store(true, Ordering::Release);
+    crate::alloc::ignore_current_thread();
+    rt.lifecycle.collector_running();
     let mut st = State {
         writer,
         path,
@@ -241,14 +244,15 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         totals: Counts::default(),
         dropped_chunks: 0,
         dropped_events: 0,
+        live: rt.live.as_ref().map(crate::live::Printer::new),
         running: HashMap::new(),
     };
     let mut last_clock = Instant::now();
     loop {
-        let finishing = rt.finishing.load(Ordering::Acquire);
+        let finishing = rt.lifecycle.is_finishing();
         st.meta(rt);
-        if crate::live::active() {
-            crate::live::tick(rt);
+        if let Some(live) = &mut st.live {
+            live.tick(&rt.pool, crate::thread::current_chunks(rt));
         }
         let mut did = false;
         // In batches, each written out before its chunks go back to the threads (`release`): a
@@ -259,7 +263,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             did = true;
         }
         st.release(rt);
-        if rt.dump_requested.swap(false, Ordering::AcqRel) {
+        if rt.lifecycle.take_dump_request() {
             st.dump(rt);
             st.flush();
         }
@@ -274,17 +278,16 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
             // The final flush handed every chunk over: the ring is all there is to write.
             st.write_ring();
-            crate::live::finish();
+            if let Some(live) = &mut st.live {
+                live.finish();
+            }
             st.write_running_at_start();
-            st.write(ChunkKind::Clock, &clock_payload());
+            st.write(ChunkKind::Clock, &calibration_payload());
             let mut p = Vec::new();
+            let (reason, signal) = rt.lifecycle.end();
             let _ = schema::End {
-                reason: if rt.end_reason.load(Ordering::Relaxed) == 0 {
-                    schema::EndReason::Exit
-                } else {
-                    schema::EndReason::Signal
-                },
-                signal: rt.end_signal.load(Ordering::Relaxed),
+                reason,
+                signal,
                 events: st.totals.events,
                 lost: st.totals.lost,
                 chunks: st.writer.next_seq(),
@@ -296,22 +299,18 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
-            rt.collector_done.store(true, Ordering::Release);
+            rt.lifecycle.end_written();
             return;
         }
         if last_clock.elapsed() > Duration::from_secs(1) {
-            st.write(ChunkKind::Clock, &clock_payload());
+            st.write(ChunkKind::Clock, &calibration_payload());
             last_clock = Instant::now();
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
             crate::runtime::rescan();
         }
         if !did {
             st.flush();
-            rt.collector_sleeping.store(true, Ordering::SeqCst);
-            if rt.pool.full.is_empty() && !rt.finishing.load(Ordering::Acquire) {
-                std::thread::park_timeout(Duration::from_millis(5));
-            }
-            rt.collector_sleeping.store(false, Ordering::SeqCst);
+            rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }
     }
 }

@@ -1,26 +1,23 @@
 //! Runtime configuration, read once from the environment.
 //!
-//! `ferrotrace record` sets these variables for the program it runs; they can also be set by hand.
-//!
-//! | variable | meaning | default |
-//! |---|---|---|
-//! | `FERROTRACE_OUTPUT` | trace file to write | `ferrotrace.data` |
-//! | `FERROTRACE_RUNTIME` | which runtime may start: `preload` (the LD_PRELOADed library), `linked` (the copy linked into the program) or `off` (none: set by live mode for the processes its program starts) | `linked` if the program links one, else `preload` |
-//! | `FERROTRACE_FILTER` | newline-separated regexes: trace only functions whose demangled name matches one (`-F`) | all functions |
-//! | `FERROTRACE_NOTRACE` | newline-separated regexes: never trace these (`-N`) | none |
-//! | `FERROTRACE_MODE` | `lossless`, `drop` or `flight` | `lossless` |
-//! | `FERROTRACE_BUFFER_SIZE` | bytes of chunk memory (lossless, drop) or of the flight ring (flight); `K`/`M`/`G` suffixes | 16M |
-//! | `FERROTRACE_CHUNK_SIZE` | bytes per chunk (a power of two ≥ 256) | 64K |
-//! | `FERROTRACE_DEPTH` | trace mcount/fentry calls only down to this nesting depth (`-D`): deeper calls are left untraced, not counted as lost | all |
-//! | `FERROTRACE_SHADOW_DEPTH` | frames of each thread's shadow stack (mcount return hooks); deeper calls are not traced and are counted as lost | 16384 |
-//! | `FERROTRACE_USDT` | `off`: no thread watching the tracepoints' SDT semaphores, so tracers that attach to a running program (`bpftrace -p`) see nothing (`usdt`) | on, in programs with tracepoints |
+//! `ferrotrace record` sets these variables for the program it runs; they can also be set by hand. Their
+//! names, who sets them and what they mean: [`ferrotrace_core::env`].
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use ferrotrace_core::env;
 use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
 
 pub use ferrotrace_core::schema::Mode;
+
+/// Default shadow stack depth in frames (mcount/fentry return hooks).
+pub const DEFAULT_SHADOW_DEPTH: usize = 16384;
+
+/// The name users see and filters match: demangled, without the hash.
+pub fn display_name(mangled: &str) -> String {
+    format!("{:#}", rustc_demangle::demangle(mangled))
+}
 
 /// The runtime's settings.
 #[derive(Clone, Debug)]
@@ -41,6 +38,14 @@ pub struct Config {
     pub shadow_depth: usize,
     /// Nesting depth below which mcount/fentry calls are not traced (`-D`), if limited.
     pub max_depth: Option<usize>,
+}
+
+impl Config {
+    /// Frames of each thread's shadow stack: the depth limit the user asked for (`-D`, deeper calls left
+    /// out on purpose), else `shadow_depth` (deeper calls counted as lost).
+    pub fn shadow_frames(&self) -> usize {
+        self.max_depth.unwrap_or(self.shadow_depth)
+    }
 }
 
 /// A `-F`/`-N` regex, matched against demangled names. Most filters are plain names (`myapp::parse`,
@@ -123,13 +128,14 @@ impl Config {
     /// Reads the configuration from the environment.
     pub fn from_env() -> Result<Config, String> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let mode = match var("FERROTRACE_MODE").as_deref() {
+        let mode = match var(env::MODE).as_deref() {
             None | Some("lossless") => Mode::Lossless,
             Some("drop") => Mode::Drop,
             Some("flight") => Mode::Flight,
             Some(other) => {
                 return Err(format!(
-                    "FERROTRACE_MODE: unknown mode '{other}' (lossless, drop or flight)"
+                    "{}: unknown mode '{other}' (lossless, drop or flight)",
+                    env::MODE
                 ))
             }
         };
@@ -138,40 +144,43 @@ impl Config {
                 .map_or(Ok(default), |s| parse_size(&s))
                 .map_err(|e| format!("{name}: {e}"))
         };
-        let chunk_size = size("FERROTRACE_CHUNK_SIZE", 64 << 10)?;
-        check_chunk(chunk_size).map_err(|e| format!("FERROTRACE_CHUNK_SIZE: {e}"))?;
-        let buffer_size = size("FERROTRACE_BUFFER_SIZE", 16 << 20)?;
+        let chunk_size = size(env::CHUNK_SIZE, 64 << 10)?;
+        check_chunk(chunk_size).map_err(|e| format!("{}: {e}", env::CHUNK_SIZE))?;
+        let buffer_size = size(env::BUFFER_SIZE, 16 << 20)?;
         check_buffer(buffer_size, chunk_size, physical_memory())
-            .map_err(|e| format!("FERROTRACE_BUFFER_SIZE: {e}"))?;
-        let shadow_depth = match var("FERROTRACE_SHADOW_DEPTH") {
-            None => crate::mcount::DEFAULT_DEPTH,
+            .map_err(|e| format!("{}: {e}", env::BUFFER_SIZE))?;
+        let shadow_depth = match var(env::SHADOW_DEPTH) {
+            None => DEFAULT_SHADOW_DEPTH,
             Some(v) => v
                 .parse::<usize>()
                 .ok()
                 .filter(|&d| (1..=1 << 24).contains(&d))
                 .ok_or_else(|| {
-                    format!("FERROTRACE_SHADOW_DEPTH: '{v}' is not a number of frames from 1 to 16777216")
+                    format!(
+                        "{}: '{v}' is not a number of frames from 1 to 16777216",
+                        env::SHADOW_DEPTH
+                    )
                 })?,
         };
-        let max_depth = var("FERROTRACE_DEPTH")
+        let max_depth = var(env::DEPTH)
             .map(|v| {
                 v.parse::<usize>()
                     .ok()
                     .filter(|&d| (1..=1 << 24).contains(&d))
                     .ok_or_else(|| {
-                        format!("FERROTRACE_DEPTH: '{v}' is not a depth from 1 to 16777216")
+                        format!("{}: '{v}' is not a depth from 1 to 16777216", env::DEPTH)
                     })
             })
             .transpose()?;
         Ok(Config {
             shadow_depth,
             max_depth,
-            output: std::env::var_os("FERROTRACE_OUTPUT")
+            output: std::env::var_os(env::OUTPUT)
                 .filter(|v| !v.is_empty())
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("ferrotrace.data")),
-            include: regexes("FERROTRACE_FILTER")?,
-            exclude: regexes("FERROTRACE_NOTRACE")?,
+            include: regexes(env::FILTER)?,
+            exclude: regexes(env::NOTRACE)?,
             mode,
             buffer_size,
             chunk_size,
@@ -185,30 +194,24 @@ impl Config {
         if self.include.is_empty() && self.exclude.is_empty() {
             return true;
         }
-        let demangled = crate::xray::display_name(mangled);
+        let demangled = display_name(mangled);
         (self.include.is_empty() || self.include.iter().any(|r| r.is_match(&demangled)))
             && !self.exclude.iter().any(|r| r.is_match(&demangled))
     }
 }
 
-/// The name of the environment variable that marks processes started by a traced process.
-pub const TRACED_PARENT_VAR: &str = "FERROTRACE_TRACED_PARENT";
-
-/// The variable that says which runtime may start.
-pub const RUNTIME_VAR: &str = "FERROTRACE_RUNTIME";
-
 /// Which runtime the environment asks to start, if any.
 pub fn requested_runtime() -> Option<OsString> {
-    std::env::var_os(RUNTIME_VAR)
+    std::env::var_os(env::RUNTIME)
 }
 
-/// The memfd through which `ferrotrace record` shares the chunk pool (`FERROTRACE_SHARED_FD`), taken
+/// The memfd through which `ferrotrace record` shares the chunk pool ([`env::SHARED_FD`]), taken
 /// once, at start: the variable is removed and the descriptor closed on `exec`, so that the programs this
 /// one starts never see it. `None` when absent, or when the number does not name record's memfd (a
 /// descriptor the program opened under that number is never touched).
 pub fn take_shared_fd() -> Option<i32> {
-    let value = std::env::var(ferrotrace_core::shared::FD_VAR).ok();
-    let name = std::ffi::CString::new(ferrotrace_core::shared::FD_VAR).unwrap_or_default();
+    let value = std::env::var(env::SHARED_FD).ok();
+    let name = std::ffi::CString::new(env::SHARED_FD).unwrap_or_default();
     // SAFETY: called from the ELF constructor, before the program starts threads of its own.
     unsafe { libc::unsetenv(name.as_ptr()) };
     let fd: i32 = value?.parse().ok()?;
@@ -222,6 +225,47 @@ pub fn take_shared_fd() -> Option<i32> {
     // SAFETY: fcntl on a descriptor that is open (read_link found it).
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     Some(fd)
+}
+
+/// Deepest allocation stack the hooks walk.
+pub const ALLOC_MAX_DEPTH: usize = 256;
+/// Allocation stack depth when none is asked for.
+pub const ALLOC_DEFAULT_DEPTH: usize = 64;
+
+/// What `ferrotrace record --alloc` asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AllocSettings {
+    /// Mean bytes between sampled allocations; 0 records every allocation.
+    pub sample: u64,
+    /// Deepest stack to record; 0 records none.
+    pub depth: usize,
+}
+
+/// The allocation settings of the environment, `None` when allocations are not to be recorded.
+pub fn alloc_requested() -> Result<Option<AllocSettings>, String> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    if var(env::ALLOC).is_none_or(|v| v == "0") {
+        return Ok(None);
+    }
+    let sample = match var(env::ALLOC_SAMPLE).as_deref() {
+        None | Some("0") => 0,
+        Some(s) => parse_size(s).map_err(|e| format!("{} {s}: {e}", env::ALLOC_SAMPLE))? as u64,
+    };
+    let depth = match var(env::ALLOC_STACK_DEPTH) {
+        None => ALLOC_DEFAULT_DEPTH,
+        Some(s) => s
+            .trim()
+            .parse::<usize>()
+            .ok()
+            .filter(|&d| d <= ALLOC_MAX_DEPTH)
+            .ok_or_else(|| {
+                format!(
+                    "{}: '{s}' is not a depth from 0 to {ALLOC_MAX_DEPTH}",
+                    env::ALLOC_STACK_DEPTH
+                )
+            })?,
+    };
+    Ok(Some(AllocSettings { sample, depth }))
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! Making sure nothing recorded is lost at the end: `exit` from any thread, fatal signals, Ctrl-C, fork.
+//! The end of the trace ([`finish`]), and making sure it happens whatever ends the process: `exit` from
+//! any thread, fatal signals, Ctrl-C, fork.
 //!
 //! * `atexit`: a normal exit (return from `main`, `std::process::exit` from any thread) finishes the
 //!   trace with every thread's partly filled chunk.
@@ -16,25 +17,68 @@
 //! * SIGUSR2 in flight mode writes the flight ring.
 //! * `fork` without `exec`: the child's copy of the runtime is its parent's and has no collector thread.
 //!   The child forgets it, and at its first traced event starts a runtime of its own writing
-//!   `FILE.<pid>` ([`runtime::restart_in_forked_child`]); a child that calls `exec` before that is traced
+//!   `FILE.<pid>` ([`start::restart_in_forked_child`](crate::start::restart_in_forked_child)); a child that calls `exec` before that is traced
 //!   afresh by the runtime the new image loads, into the same file name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use ferrotrace_core::env;
 
 use crate::config::Mode;
-use crate::runtime::{self, EndReason, Finished, Runtime};
+use crate::runtime::{self, EndReason, Runtime};
 
-/// Set in a forked child until its first traced event starts the child's own runtime.
-static RESTART_PENDING: AtomicBool = AtomicBool::new(false);
+/// The longest a finish waits for the collector to write everything (from a signal handler: 3 s).
+const FINISH_LIMIT: Duration = Duration::from_secs(30);
 
-/// True, once, in a forked child that has not started its own runtime yet.
-pub fn take_restart_pending() -> bool {
-    RESTART_PENDING.load(Ordering::Relaxed) && RESTART_PENDING.swap(false, Ordering::Relaxed)
+/// What a call of [`finish`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Finished {
+    /// This call finished the trace.
+    Here,
+    /// Another call (on another thread, or earlier) finished it; this one waited until it was over.
+    ByOther,
+    /// The runtime is a forked parent's copy, which records nothing in this process.
+    NotHere,
 }
 
-/// The program links Rust's std, whose own stack-overflow handler the runtime's displaces: on a stack
-/// overflow the runtime then does what std would (message, abort).
-pub static RUST_STD: AtomicBool = AtomicBool::new(false);
+/// Ends the trace: stops every thread, hands their chunks to the collector, waits (bounded) until the
+/// End chunk is written. Idempotent; usable from a signal handler with `from_signal`: it neither
+/// allocates nor waits without bound. A call while another thread is finishing waits until that
+/// finish is over (the process must not end before it), and says so.
+/// A forked child's copy of its parent's runtime does nothing here (the parent finishes its own).
+pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -> Finished {
+    if !rt.records_this_process() {
+        return Finished::NotHere;
+    }
+    // A terminating signal arriving on this thread now would run its handler in the middle of
+    // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
+    // handler they are blocked already, by the handler's mask.)
+    let _blocked = crate::exit::TerminatingBlocked::now();
+    if !rt.lifecycle.claim_finish(reason, signal) {
+        rt.lifecycle
+            .wait_finish_over(FINISH_LIMIT + Duration::from_secs(5));
+        return Finished::ByOther;
+    }
+    crate::thread::flush_all(rt, from_signal);
+    rt.lifecycle.threads_stopped();
+    rt.lifecycle.wait_end_written(if from_signal {
+        Duration::from_secs(3)
+    } else {
+        FINISH_LIMIT
+    });
+    let too_deep = rt.too_deep.load(Ordering::Relaxed);
+    if too_deep > 0 && !from_signal {
+        eprintln!(
+            "ferrotrace: {too_deep} calls nested deeper than the shadow stack ({} frames) were not traced \
+             (counted as lost events); {} sets its depth",
+            rt.config.shadow_frames(),
+            env::SHADOW_DEPTH
+        );
+    }
+    rt.lifecycle.finish_over();
+    Finished::Here
+}
 
 /// Writes std's stack-overflow message for the calling thread, without allocating.
 fn write_overflow_message() {
@@ -193,8 +237,8 @@ fn die_by(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *mut libc::c_void
 /// that was for a signal too, lets that signal end the process rather than this one (so that the End
 /// chunk names the signal the process died of).
 fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
-    if rt.finish(EndReason::Signal, signal, true) == Finished::ByOther
-        && rt.end_reason.load(Ordering::Relaxed) == EndReason::Signal as u32
+    if finish(rt, EndReason::Signal, signal, true) == Finished::ByOther
+        && rt.lifecycle.end().0 == EndReason::Signal
     {
         // The finisher raises its signal as soon as it is done: give it a moment.
         std::thread::sleep(std::time::Duration::from_secs(1));
@@ -206,8 +250,10 @@ fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
 extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo for SA_SIGINFO handlers.
     let addr = unsafe { (*info).si_addr() } as usize;
-    let overflow = crate::thread::is_stack_overflow(addr) && RUST_STD.load(Ordering::Relaxed);
-    if let Some(rt) = runtime::get() {
+    let rt = runtime::get();
+    let overflow =
+        crate::thread::is_stack_overflow(addr) && rt.is_some_and(|rt| rt.program.rust_std);
+    if let Some(rt) = rt {
         // A Rust stack overflow ends by SIGABRT (std's own handler aborts): say so in the End chunk.
         finish_for_signal(rt, if overflow { libc::SIGABRT } else { sig });
     }
@@ -221,7 +267,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
 
 extern "C" fn at_exit() {
     if let Some(rt) = runtime::get() {
-        let _ = rt.finish(EndReason::Exit, 0, false);
+        let _ = finish(rt, EndReason::Exit, 0, false);
     }
 }
 
@@ -230,10 +276,9 @@ extern "C" fn at_exit() {
 extern "C" fn in_forked_child() {
     if let Some(parents) = runtime::get() {
         // The child's copy of the parent's runtime: nothing may record into it (no collector would
-        // ever take the chunks).
-        parents.recording.store(false, Ordering::Release);
+        // ever take the chunks); the child's first traced event starts the child's own.
+        parents.lifecycle.forked();
         crate::thread::forget_current_thread();
-        RESTART_PENDING.store(true, Ordering::Relaxed);
     }
 }
 
@@ -241,8 +286,7 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
     note_arrival(sig);
     if let Some(rt) = runtime::get() {
         if sig == libc::SIGUSR2 && rt.config.mode == Mode::Flight {
-            rt.dump_requested.store(true, Ordering::Release);
-            rt.wake_collector();
+            rt.lifecycle.request_dump();
             return;
         }
         finish_for_signal(rt, sig);

@@ -69,13 +69,21 @@ mod config;
 #[cfg(ferrotrace_runtime)]
 mod exit;
 #[cfg(ferrotrace_runtime)]
+mod hot;
+#[cfg(ferrotrace_runtime)]
 mod live;
 #[cfg(ferrotrace_runtime)]
 mod mcount;
 #[cfg(ferrotrace_runtime)]
+mod mcount_sites;
+#[cfg(ferrotrace_runtime)]
 mod pool;
 #[cfg(ferrotrace_runtime)]
+mod registry;
+#[cfg(ferrotrace_runtime)]
 mod runtime;
+#[cfg(ferrotrace_runtime)]
+mod start;
 #[cfg(ferrotrace_runtime)]
 mod static_key;
 #[cfg(ferrotrace_runtime)]
@@ -88,7 +96,7 @@ mod tracepoint;
 pub mod tracepoints;
 #[cfg(ferrotrace_runtime)]
 mod trampoline;
-#[cfg(ferrotrace_runtime)]
+#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 mod usdt;
 #[cfg(ferrotrace_runtime)]
 mod xray;
@@ -105,7 +113,7 @@ pub use alloc::Allocator;
 /// True while this process is being recorded.
 #[cfg(ferrotrace_runtime)]
 pub fn is_recording() -> bool {
-    runtime::get().is_some_and(|rt| rt.recording.load(std::sync::atomic::Ordering::Relaxed))
+    runtime::get().is_some_and(|rt| rt.lifecycle.is_recording())
 }
 
 /// Finishes the trace now, as at exit: every thread's events are written and recording stops. Useful
@@ -113,7 +121,7 @@ pub fn is_recording() -> bool {
 #[cfg(ferrotrace_runtime)]
 pub fn finish() {
     if let Some(rt) = runtime::get() {
-        let _ = rt.finish(runtime::EndReason::Exit, 0, false);
+        let _ = exit::finish(rt, runtime::EndReason::Exit, 0, false);
     }
 }
 
@@ -124,20 +132,21 @@ pub fn rescan() {
     runtime::rescan();
 }
 
-/// Marker that `ferrotrace record` looks for to know that a program links its own runtime.
+/// Marker that `ferrotrace record` looks for to know that a program links its own runtime
+/// (`ferrotrace_core::env::LINKED_RUNTIME_MARKER`).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
-#[no_mangle]
+#[export_name = ferrotrace_core::__linked_runtime_marker!()]
 #[used]
-static FERROTRACE_LINKED_RUNTIME_V1: u8 = 1;
+static LINKED_RUNTIME_MARKER: u8 = 1;
 
-/// Starts the linked copy when the environment asks for it ([`runtime::start_from_env`]), and makes the
+/// Starts the linked copy when the environment asks for it ([`start::start_from_env`]), and makes the
 /// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[used]
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
-        runtime::start_from_env(runtime::Role::Linked);
+        start::start_from_env(runtime::Role::Linked);
         usdt::watch();
     }
     start_linked
@@ -159,14 +168,14 @@ pub mod __preload {
 
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {
-        crate::runtime::start_from_env(crate::runtime::Role::Preload);
+        crate::start::start_from_env(crate::runtime::Role::Preload);
     }
 
     /// Before the process ends without `atexit` handlers (`_exit`, `_Exit`): finishes its trace, with
     /// the bounded waits of a signal handler (`_exit` is async-signal-safe and called from handlers).
     pub fn finish_before_exit() {
         if let Some(rt) = crate::runtime::get() {
-            rt.finish(crate::runtime::EndReason::Exit, 0, true);
+            crate::exit::finish(rt, crate::runtime::EndReason::Exit, 0, true);
         }
     }
 

@@ -10,7 +10,7 @@
 //! * a line is `TID THREAD-NAME CPU SECONDS` then the event, as OSv's strace prints them: a tracepoint
 //!   as `crate::name(arg=value, …)` or its format, a function entry as `name() {` and exit as
 //!   `} /* name */`, indented by call depth. The CPU is the one the event happened on, recorded with it
-//!   (`?` where the C library does not say: see `trampoline::init_cpu_offset`);
+//!   (`?` where the C library does not say: see `hot::init_cpu_offset`);
 //! * the descriptor is non-blocking and the text waits in a bounded buffer: when the reader is slow and
 //!   the buffer full, events are counted instead of printed. The traced threads never wait for the
 //!   terminal. Every event is printed or counted: what the reader could not take, what the program's
@@ -19,31 +19,38 @@
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, OnceLock};
 
 use ferrotrace_core::clock::TscConverter;
+use ferrotrace_core::env;
 use ferrotrace_core::record::{EventKind, Record};
 
-use crate::runtime::Runtime;
-use crate::trampoline::UNKNOWN_CPU;
+use crate::hot::UNKNOWN_CPU;
+use crate::pool::Pool;
 
-/// Environment variable with the descriptor to print to.
-pub const LIVE_FD_VAR: &str = "FERROTRACE_LIVE_FD";
 /// Text waiting for the reader, at most.
 const MAX_PENDING: usize = 256 << 10;
 
-static FD: AtomicI32 = AtomicI32::new(-1);
-/// Where losses are said: the program's standard error as it was at start (the program may redirect its
-/// own later).
-static ERR_FD: AtomicI32 = AtomicI32::new(2);
-static FUNCTIONS: OnceLock<Vec<String>> = OnceLock::new();
-static STATE: Mutex<Option<State>> = Mutex::new(None);
+/// Where and what to print: set up at start (`runtime::Runtime::live`), read by the collector.
+pub struct Output {
+    /// The descriptor to print to (non-blocking).
+    fd: i32,
+    /// Where losses are said: the program's standard error as it was at start (the program may
+    /// redirect its own later).
+    err_fd: i32,
+    /// Function names by id (index = id - 1), demangled.
+    functions: Vec<String>,
+    /// Tracepoints by id.
+    tracepoints: HashMap<u32, Tp>,
+}
 
-struct Tp {
-    name: &'static str,
-    args: &'static str,
-    format: &'static str,
+/// A tracepoint's name, argument list and format, to print its events.
+pub struct Tp {
+    /// `crate::name`.
+    pub name: &'static str,
+    /// `name:type,…`.
+    pub args: &'static str,
+    /// Display format, empty if none.
+    pub format: &'static str,
 }
 
 struct ThreadView {
@@ -57,10 +64,12 @@ struct ThreadView {
     name: String,
 }
 
-struct State {
+/// The printer, on the collector thread: what it printed of each thread, and the text waiting for the
+/// reader.
+pub struct Printer {
+    out: &'static Output,
     clock: TscConverter,
     start_ns: u64,
-    tracepoints: HashMap<u32, Tp>,
     threads: HashMap<u32, ThreadView>,
     pending: Vec<u8>,
     /// Events not printed because the reader did not keep up, not said yet.
@@ -70,45 +79,44 @@ struct State {
     line: String,
 }
 
-/// Reads `FERROTRACE_LIVE_FD` at start-up (from the runtime's constructor, before `main`): marks the
-/// descriptor close-on-exec and non-blocking, forgets the variable and sets `FERROTRACE_RUNTIME=off`, so
-/// that programs this one starts neither write into the same pipe nor trace at all.
-pub fn init_from_env() {
-    let Some(fd) = std::env::var(LIVE_FD_VAR)
-        .ok()
-        .and_then(|v| v.parse::<i32>().ok())
-    else {
-        return;
-    };
-    // SAFETY: fcntl on a descriptor number; failure means it is not open, and live mode stays off.
-    unsafe {
-        if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
-            return;
+impl Output {
+    /// Reads `FERROTRACE_LIVE_FD` at start-up (from the runtime's constructor, before `main`): `None`
+    /// unless it names an open descriptor. Marks the descriptor close-on-exec and non-blocking, forgets
+    /// the variable and sets `FERROTRACE_RUNTIME=off`, so that programs this one starts neither write
+    /// into the same pipe nor trace at all. `functions` (names by id) and `tracepoints` (by id) are
+    /// asked for only then.
+    pub fn from_env(
+        functions: impl FnOnce() -> Vec<String>,
+        tracepoints: impl FnOnce() -> HashMap<u32, Tp>,
+    ) -> Option<Output> {
+        let fd = std::env::var(env::LIVE_FD).ok()?.parse::<i32>().ok()?;
+        let mut err_fd = 2;
+        // SAFETY: fcntl on a descriptor number; failure means it is not open, and live mode stays off.
+        unsafe {
+            if libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) != 0 {
+                return None;
+            }
+            let err = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
+            if err >= 0 {
+                err_fd = err;
+            }
+            let fl = libc::fcntl(fd, libc::F_GETFL);
+            libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
+            let name = std::ffi::CString::new(env::LIVE_FD).unwrap_or_default();
+            libc::unsetenv(name.as_ptr());
+            // Only this process prints: the programs it starts run untraced, rather than tracing into
+            // files nobody reads.
+            let runtime = std::ffi::CString::new(env::RUNTIME).unwrap_or_default();
+            let off = std::ffi::CString::new(env::RUNTIME_OFF).unwrap_or_default();
+            libc::setenv(runtime.as_ptr(), off.as_ptr(), 1);
         }
-        let err = libc::fcntl(2, libc::F_DUPFD_CLOEXEC, 3);
-        if err >= 0 {
-            ERR_FD.store(err, Ordering::Relaxed);
-        }
-        let fl = libc::fcntl(fd, libc::F_GETFL);
-        libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-        let name = std::ffi::CString::new(LIVE_FD_VAR).unwrap_or_default();
-        libc::unsetenv(name.as_ptr());
-        // Only this process prints: the programs it starts run untraced, rather than tracing into
-        // files nobody reads.
-        let runtime = std::ffi::CString::new(crate::config::RUNTIME_VAR).unwrap_or_default();
-        libc::setenv(runtime.as_ptr(), c"off".as_ptr(), 1);
+        Some(Output {
+            fd,
+            err_fd,
+            functions: functions(),
+            tracepoints: tracepoints(),
+        })
     }
-    FD.store(fd, Ordering::Relaxed);
-}
-
-/// True when events are printed live.
-pub fn active() -> bool {
-    FD.load(Ordering::Relaxed) >= 0
-}
-
-/// Function names by id (index = id - 1), demangled; set once at start-up.
-pub fn set_functions(names: Vec<String>) {
-    let _ = FUNCTIONS.set(names);
 }
 
 /// The thread's name, one line of printable text.
@@ -123,28 +131,16 @@ fn thread_name(tid: u32) -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
-impl State {
-    fn new() -> State {
+impl Printer {
+    /// A printer to `out` (on the collector thread, where it calibrates its clock: 2 ms).
+    pub fn new(out: &'static Output) -> Printer {
         let (a, _) = crate::clock::calibration_pair();
         std::thread::sleep(std::time::Duration::from_millis(2));
         let (b, _) = crate::clock::calibration_pair();
-        let tracepoints = crate::tracepoint::all()
-            .into_iter()
-            .map(|t| {
-                (
-                    t.header.id.load(Ordering::Relaxed),
-                    Tp {
-                        name: t.name,
-                        args: t.args,
-                        format: t.format,
-                    },
-                )
-            })
-            .collect();
-        State {
+        Printer {
+            out,
             clock: TscConverter::new(a, b),
             start_ns: a.mono_ns,
-            tracepoints,
             threads: HashMap::new(),
             pending: Vec::new(),
             not_printed: 0,
@@ -199,10 +195,10 @@ impl State {
         let Some(th) = self.threads.get_mut(&tid) else {
             return;
         };
+        let functions = &self.out.functions;
         let fname = |id: u32| {
-            FUNCTIONS
-                .get()
-                .and_then(|f| f.get(id.wrapping_sub(1) as usize))
+            functions
+                .get(id.wrapping_sub(1) as usize)
                 .map_or_else(|| format!("fn#{id}"), |s| s.clone())
         };
         let line = &mut self.line;
@@ -230,7 +226,7 @@ impl State {
             EventKind::Exit | EventKind::TailExit => {
                 let _ = write!(line, "}} /* {} */", fname(r.id()));
             }
-            _ => match self.tracepoints.get(&r.id()) {
+            _ => match self.out.tracepoints.get(&r.id()) {
                 Some(tp) => {
                     let _ = ferrotrace_core::tracepoint::write_event(
                         line, tp.name, tp.args, tp.format, payload,
@@ -248,16 +244,11 @@ impl State {
     /// Says on standard error how many events were not printed since the last time, once the reader
     /// takes events again (or at the end: `ending`).
     fn say_losses(&mut self, ending: bool) {
+        let err_fd = self.out.err_fd;
         let say = |n: u64, why: &str| {
             let text = format!("ferrotrace: {n} events {why}\n");
             // SAFETY: writing our own buffer to a descriptor.
-            unsafe {
-                libc::write(
-                    ERR_FD.load(Ordering::Relaxed),
-                    text.as_ptr() as *const libc::c_void,
-                    text.len(),
-                )
-            };
+            unsafe { libc::write(err_fd, text.as_ptr() as *const libc::c_void, text.len()) };
         };
         if self.lost > 0 {
             say(
@@ -274,7 +265,8 @@ impl State {
     }
 
     /// Writes what the descriptor takes without blocking.
-    fn drain(&mut self, fd: i32) {
+    fn drain(&mut self) {
+        let fd = self.out.fd;
         while !self.pending.is_empty() {
             // SAFETY: writing our own buffer to a descriptor.
             let n = unsafe {
@@ -290,23 +282,13 @@ impl State {
             self.pending.drain(..n as usize);
         }
     }
-}
 
-fn with_state(f: impl FnOnce(&mut State, i32)) {
-    let fd = FD.load(Ordering::Relaxed);
-    if fd < 0 {
-        return;
-    }
-    let mut g = STATE.lock().unwrap_or_else(|e| e.into_inner());
-    let st = g.get_or_insert_with(State::new);
-    f(st, fd);
-}
-
-/// Collector hook, every round: prints what each thread has written since the last round.
-pub fn tick(rt: &Runtime) {
-    with_state(|st, fd| {
-        for (tid, seq, index, len) in crate::thread::current_chunks(rt) {
-            let view = st.view(tid);
+    /// Collector hook, every round: prints what each thread has written since the last round, from
+    /// `current` (`(tid, seq, chunk index, records written)` of each thread's current chunk, which only
+    /// the collector frees).
+    pub fn tick(&mut self, pool: &Pool, current: Vec<(u32, u32, u32, usize)>) {
+        for (tid, seq, index, len) in current {
+            let view = self.view(tid);
             // An earlier chunk of this thread is still on its way to the collector: print that one first
             // (on_chunk), this one in a later round, so that lines stay in order.
             if seq != view.next_seq {
@@ -316,46 +298,42 @@ pub fn tick(rt: &Runtime) {
             if len > from {
                 // SAFETY: only the collector (this thread) frees chunks, and records below a thread's
                 // cursor are never rewritten: the range stays valid and final while we read it.
-                let records = unsafe { rt.pool.records(index, len) };
-                st.print(tid, &records[from..]);
-                st.view(tid).printed.insert(seq, len);
+                let records = unsafe { pool.records(index, len) };
+                self.print(tid, &records[from..]);
+                self.view(tid).printed.insert(seq, len);
             }
         }
-        st.drain(fd);
-        st.say_losses(false);
-    });
-}
+        self.drain();
+        self.say_losses(false);
+    }
 
-/// Collector hook: a thread handed over a full chunk; prints the part not printed yet.
-pub fn on_chunk(tid: u32, seq: u32, records: &[Record]) {
-    with_state(|st, _| {
-        let view = st.view(tid);
+    /// Collector hook: a thread handed over a full chunk; prints the part not printed yet.
+    pub fn on_chunk(&mut self, tid: u32, seq: u32, records: &[Record]) {
+        let view = self.view(tid);
         let from = view.printed.remove(&seq).unwrap_or(0);
         view.next_seq = seq.wrapping_add(1);
-        st.print(tid, &records[from.min(records.len())..]);
-    });
-}
+        self.print(tid, &records[from.min(records.len())..]);
+    }
 
-/// Collector hook: a thread lost `count` events and never got a chunk to say so in.
-pub fn lost(count: u64) {
-    with_state(|st, _| st.lost += count);
-}
+    /// Collector hook: a thread lost `count` events and never got a chunk to say so in.
+    pub fn lost(&mut self, count: u64) {
+        self.lost += count;
+    }
 
-/// Collector hook at the end: writes everything still pending, waiting for the reader (at most 2 s),
-/// and says what could not be printed.
-pub fn finish() {
-    with_state(|st, fd| {
+    /// Collector hook at the end: writes everything still pending, waiting for the reader (at most 2 s),
+    /// and says what could not be printed.
+    pub fn finish(&mut self) {
         let start = std::time::Instant::now();
-        while !st.pending.is_empty() && start.elapsed() < std::time::Duration::from_secs(2) {
-            st.drain(fd);
-            if !st.pending.is_empty() {
+        while !self.pending.is_empty() && start.elapsed() < std::time::Duration::from_secs(2) {
+            self.drain();
+            if !self.pending.is_empty() {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
         }
         // One line per event: what the reader did not take in time is counted, not dropped silently.
-        let unsent = st.pending.iter().filter(|&&b| b == b'\n').count() as u64;
-        st.not_printed += unsent;
-        st.pending.clear();
-        st.say_losses(true);
-    });
+        let unsent = self.pending.iter().filter(|&&b| b == b'\n').count() as u64;
+        self.not_printed += unsent;
+        self.pending.clear();
+        self.say_losses(true);
+    }
 }

@@ -1,22 +1,19 @@
 //! Per-thread state: registration, the slow path behind the trampolines, and thread exit.
 //!
-//! Each traced thread owns one [`ThreadSlot`] (leaked, reused after the thread exits) that the
-//! [`Registry`] lists so that exit and fatal-signal handlers can take the partly filled chunk of every
-//! thread. A slot's mutable part is guarded by a tiny spin lock that only the owner's slow path, its
-//! exit, the final flush and the collector take: never the fast path. The registry itself takes no
-//! lock: slots are only ever added (to the front of a list), so a signal handler can walk it whatever
-//! the interrupted code was doing.
+//! Each traced thread owns one slot of the runtime's [`Registry`](crate::registry::Registry), through
+//! which exit and fatal-signal handlers take the partly filled chunk of every thread.
 
-use std::cell::{Cell, UnsafeCell};
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::cell::Cell;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::config::Mode;
+use crate::hot::{hot_offset_here, tls_offset, Hot, HOT};
 use crate::pool::FullChunk;
+use crate::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::runtime::{self, Meta, Runtime};
-use crate::trampoline::{hot_offset_here, tls_offset, Hot, HOT};
 
 /// What only the owner thread needs, kept out of the hot block.
 struct Cold {
@@ -49,148 +46,6 @@ impl Drop for ExitGuard {
 /// Marks the calling thread as one the runtime never records (its own threads).
 pub fn ignore_current_thread() {
     COLD.with(|c| c.ignored.set(true));
-    crate::alloc::ignore_current_thread();
-}
-
-struct SlotState {
-    tid: u32,
-    hot: *const Hot,
-    chunk: Option<u32>,
-    seq: u32,
-    /// Events that found no chunk (drop mode), not yet written as a `Lost` record.
-    lost: u64,
-    /// Nanoseconds spent waiting for a chunk (lossless mode), not yet written as a `Wait` record.
-    waited_ns: u64,
-    /// Records of the current chunk that a flight-mode dump has written already.
-    dumped: u32,
-    /// The thread's name at registration, for the shared chunk descriptors.
-    name: [u8; 16],
-    alive: bool,
-    stopped: bool,
-}
-
-/// One traced thread's registry entry.
-pub struct ThreadSlot {
-    lock: AtomicBool,
-    state: UnsafeCell<SlotState>,
-    /// The slot added to the registry before this one (set once, before this one is published).
-    next: *const ThreadSlot,
-}
-
-/// Every slot that ever recorded, newest first: a list that only grows (slots are reused, never
-/// freed), so walking it needs no lock, from a signal handler too.
-pub struct Registry {
-    head: AtomicPtr<ThreadSlot>,
-}
-
-// SAFETY: the list is only changed by the compare-exchange in `push`; the slots it links are 'static
-// and never unlinked.
-unsafe impl Sync for Registry {}
-// SAFETY: as above.
-unsafe impl Send for Registry {}
-
-impl Registry {
-    /// An empty registry.
-    pub const fn new() -> Registry {
-        Registry {
-            head: AtomicPtr::new(core::ptr::null_mut()),
-        }
-    }
-
-    /// Adds a slot (whose state its creator has set up already).
-    fn push(&self, slot: Box<ThreadSlot>) -> &'static ThreadSlot {
-        let slot = Box::into_raw(slot);
-        let mut head = self.head.load(Ordering::Acquire);
-        loop {
-            // SAFETY: `slot` is ours until the compare-exchange below publishes it.
-            unsafe { (*slot).next = head };
-            match self
-                .head
-                .compare_exchange_weak(head, slot, Ordering::AcqRel, Ordering::Acquire)
-            {
-                // SAFETY: leaked on purpose: slots live as long as the process.
-                Ok(_) => return unsafe { &*slot },
-                Err(h) => head = h,
-            }
-        }
-    }
-
-    /// Every slot, newest first.
-    pub fn iter(&self) -> impl Iterator<Item = &'static ThreadSlot> {
-        // SAFETY: every pointer in the list is a leaked, fully initialised slot (published by the
-        // release in `push`, read with acquire).
-        let mut next = unsafe { self.head.load(Ordering::Acquire).as_ref() };
-        core::iter::from_fn(move || {
-            let slot = next?;
-            // SAFETY: as above; `next` was set before the slot was published.
-            next = unsafe { slot.next.as_ref() };
-            Some(slot)
-        })
-    }
-}
-
-impl Default for Registry {
-    fn default() -> Registry {
-        Registry::new()
-    }
-}
-
-// SAFETY: `state` is only touched with `lock` held.
-unsafe impl Sync for ThreadSlot {}
-
-struct SlotGuard<'a>(&'a ThreadSlot);
-
-impl ThreadSlot {
-    fn new(state: SlotState) -> ThreadSlot {
-        ThreadSlot {
-            lock: AtomicBool::new(false),
-            state: UnsafeCell::new(state),
-            next: core::ptr::null(),
-        }
-    }
-
-    fn try_lock_for(&self, limit: Option<Duration>) -> Option<SlotGuard<'_>> {
-        let start = limit.map(|_| Instant::now());
-        let mut spins = 0u32;
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            spins += 1;
-            if spins < 100 {
-                core::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
-                if let (Some(limit), Some(start)) = (limit, start) {
-                    if start.elapsed() > limit {
-                        return None;
-                    }
-                }
-            }
-        }
-        Some(SlotGuard(self))
-    }
-
-    fn lock(&self) -> SlotGuard<'_> {
-        match self.try_lock_for(None) {
-            Some(g) => g,
-            None => unreachable!("an unbounded lock attempt cannot time out"),
-        }
-    }
-}
-
-impl SlotGuard<'_> {
-    fn state(&mut self) -> &mut SlotState {
-        // SAFETY: the guard holds the lock.
-        unsafe { &mut *self.0.state.get() }
-    }
-}
-
-impl Drop for SlotGuard<'_> {
-    fn drop(&mut self) {
-        self.0.lock.store(false, Ordering::Release);
-    }
 }
 
 fn hot() -> &'static Hot {
@@ -252,8 +107,8 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
             return;
         }
         cold.busy.set(true);
-        if crate::exit::take_restart_pending() {
-            runtime::restart_in_forked_child();
+        if let Some(parents) = runtime::get().filter(|rt| rt.lifecycle.take_fork_restart()) {
+            (parents.upcalls.fork_restart)();
         }
         if let Some(rt) = runtime::get() {
             record_with_runtime(rt, cold, rec, payload);
@@ -264,7 +119,7 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
 
 fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: &[Record]) {
     let h = hot();
-    if !rt.recording.load(Ordering::Acquire) {
+    if !rt.lifecycle.is_recording() {
         stop_hot(h);
         return;
     }
@@ -347,7 +202,7 @@ fn acquire_chunk<'a>(
         }
         // No free chunk, whatever the mode: only the collector frees chunks, and the queue may still be
         // under its wake threshold (most chunks held by threads).
-        rt.wake_collector();
+        rt.lifecycle.wake_collector();
         if rt.config.mode == Mode::Drop {
             guard.state().lost += 1;
             return None;
@@ -356,7 +211,7 @@ fn acquire_chunk<'a>(
         drop(guard);
         std::thread::sleep(Duration::from_micros(20));
         guard = slot.lock();
-        if guard.state().stopped || !rt.recording.load(Ordering::Acquire) {
+        if guard.state().stopped || !rt.lifecycle.is_recording() {
             return None;
         }
     }
@@ -427,7 +282,7 @@ fn submit(rt: &Runtime, index: u32, len: usize, st: &mut SlotState) {
         rt.pool.free.push(index);
     }
     if rt.pool.backlog_needs_collector() {
-        rt.wake_collector();
+        rt.lifecycle.wake_collector();
     }
 }
 
@@ -607,8 +462,7 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
-        crate::mcount::release_thread();
-        crate::alloc::thread_exit();
+        (rt.upcalls.thread_exit)();
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.
@@ -759,14 +613,14 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ft-nolloc-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let rt = runtime::start_for_test(crate::config::Config {
+        let rt = crate::start::start_for_test(crate::config::Config {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
             mode: Mode::Drop,
             buffer_size: 4 << 10,
             chunk_size: 1 << 10,
-            shadow_depth: crate::mcount::DEFAULT_DEPTH,
+            shadow_depth: crate::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
@@ -799,10 +653,10 @@ mod tests {
             COUNTING.with(|c| c.set(false));
             assert_eq!(ALLOCATIONS.with(|a| a.replace(0)), 1);
             COUNTING.with(|c| c.set(true));
-            let done = rt.finish(runtime::EndReason::Signal, libc::SIGTERM, true);
+            let done = crate::exit::finish(rt, runtime::EndReason::Signal, libc::SIGTERM, true);
             COUNTING.with(|c| c.set(false));
             finished.wait();
-            assert_eq!(done, runtime::Finished::Here);
+            assert_eq!(done, crate::exit::Finished::Here);
         });
         assert_eq!(
             ALLOCATIONS.with(Cell::get),
@@ -810,7 +664,7 @@ mod tests {
             "allocations while finishing from a signal"
         );
         assert!(
-            rt.collector_done.load(Ordering::Acquire),
+            rt.lifecycle.phase() >= runtime::Phase::Written,
             "the End chunk was written"
         );
         let file = std::fs::read(dir.join("t.data")).unwrap();

@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};
 
-use crate::trampoline::HOT;
+use crate::hot::HOT;
 
 /// `"FTP1"`: the first word of every descriptor.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
@@ -205,7 +205,7 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         header.id.load(Ordering::Relaxed),
         slots as u8,
     );
-    rec.word |= crate::trampoline::cpu_bits();
+    rec.word |= crate::hot::cpu_bits();
     let _ = HOT.try_with(|hot| {
         let cur = hot.cursor.load(Ordering::Relaxed);
         let end = hot.end.load(Ordering::Relaxed);

@@ -66,13 +66,20 @@ pub(crate) fn split_globs(list: &str) -> impl Iterator<Item = &str> {
 /// records it (`enable`) or while a tracer is attached to its SDT probe (`usdt`).
 static CONTROL: Mutex<()> = Mutex::new(());
 
+/// True while a tracer is attached to the SDT probe of the tracepoint with descriptor `desc`.
+fn attached(probes: &[Probe], desc: usize) -> bool {
+    probes
+        .iter()
+        .any(|p| p.desc == desc && p.semaphore.load(Ordering::Relaxed) != 0)
+}
+
 /// Patches the sites of the tracepoints with descriptors `descs` to fire or not: they fire while the
-/// tracepoint is enabled or its probe has a tracer. The caller holds [`CONTROL`].
+/// tracepoint is enabled or its probe has a tracer (`usdt`). The caller holds [`CONTROL`].
 fn apply(descs: &[usize], probes: &[Probe]) {
     let fires = |desc: usize| {
         // SAFETY: `desc` is the address of a descriptor of this program (from its own tables).
         let header = unsafe { &*(desc as *const tracepoint::Header) };
-        header.enabled.load(Ordering::Relaxed) != 0 || crate::usdt::attached(probes, desc)
+        header.enabled.load(Ordering::Relaxed) != 0 || attached(probes, desc)
     };
     let sites = tracepoint::sites();
     for want in [true, false] {
@@ -141,7 +148,7 @@ pub fn disable(glob: &str) -> usize {
 
 /// The globs of `FERROTRACE_TRACE`, if set and not empty.
 pub(crate) fn requested() -> Option<String> {
-    std::env::var("FERROTRACE_TRACE")
+    std::env::var(ferrotrace_core::env::TRACE)
         .ok()
         .filter(|v| split_globs(v).next().is_some())
 }

@@ -18,13 +18,14 @@
 //!   restores the NOP when it falls back to zero (unless ferrotrace records the tracepoint). Its cost is
 //!   measured in docs/performance.md; `FERROTRACE_USDT=off` leaves it out (tracers attaching later then
 //!   see nothing). A child forked without `exec` has no watcher.
+//!
+//! Not in the preload library, which has no tracepoints of its own.
 
 // The semaphores' section starts on a page of its own. The kernel raises a semaphore at its file
 // offset, in the mapping of the executable that covers that offset; when the page also belongs to the
 // previous segment (the linker packs the RELRO segment's last page and the data segment's first one
 // from the same file page, mapped twice), it may pick that mapping and raise a copy the program never
 // reads. Seen with rust-lld once the text grew by a few KiB: bpftrace -c saw no event.
-#[cfg(not(feature = "preload"))]
 core::arch::global_asm!(
     ".pushsection .probes,\"awR\",@progbits",
     ".p2align 12",
@@ -32,30 +33,15 @@ core::arch::global_asm!(
 );
 
 use std::sync::atomic::Ordering;
-#[cfg(not(feature = "preload"))]
 use std::time::Duration;
 
-#[cfg(not(feature = "preload"))]
 use crate::tracepoint;
 use crate::tracepoint::Probe;
 
 /// How often the watcher reads the semaphores: the delay between a tracer attaching and the probe firing.
-#[cfg(not(feature = "preload"))]
 pub const PERIOD: Duration = Duration::from_millis(200);
 
-/// `FERROTRACE_USDT=off`: no watcher thread.
-#[cfg(not(feature = "preload"))]
-pub const USDT_VAR: &str = "FERROTRACE_USDT";
-
-/// True while a tracer is attached to the probe of the tracepoint with descriptor `desc`.
-pub fn attached(probes: &[Probe], desc: usize) -> bool {
-    probes
-        .iter()
-        .any(|p| p.desc == desc && p.semaphore.load(Ordering::Relaxed) != 0)
-}
-
 /// Patches the sites of the tracepoints whose semaphore rose or fell since `seen` (their last states).
-#[cfg(not(feature = "preload"))]
 fn sync(probes: &[Probe], seen: &mut [bool]) {
     let mut changed = Vec::new();
     for (probe, seen) in probes.iter().zip(seen.iter_mut()) {
@@ -73,7 +59,6 @@ fn sync(probes: &[Probe], seen: &mut [bool]) {
 /// The linked runtime's constructor: patches the sites of probes tracers are attached to already, and
 /// starts the watcher (in programs that have tracepoints, unless `FERROTRACE_USDT=off`). Not in the
 /// preload library, which has no tracepoints of its own.
-#[cfg(not(feature = "preload"))]
 pub fn watch() {
     let probes = tracepoint::probes();
     if probes.is_empty() {
@@ -81,7 +66,9 @@ pub fn watch() {
     }
     let mut seen = vec![false; probes.len()];
     sync(&probes, &mut seen);
-    if std::env::var_os(USDT_VAR).is_some_and(|v| v == "off") {
+    if std::env::var_os(ferrotrace_core::env::USDT)
+        .is_some_and(|v| v == ferrotrace_core::env::USDT_OFF)
+    {
         return;
     }
     let started = std::thread::Builder::new()
@@ -89,6 +76,7 @@ pub fn watch() {
         .stack_size(64 << 10)
         .spawn(move || {
             crate::thread::ignore_current_thread();
+            crate::alloc::ignore_current_thread();
             loop {
                 std::thread::sleep(PERIOD);
                 sync(&probes, &mut seen);

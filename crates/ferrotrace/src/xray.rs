@@ -2,7 +2,7 @@
 //!
 //! Discovery walks the loaded objects with `dl_iterate_phdr`, maps each one's file, and reads its
 //! `xray_instr_map` section (32-byte unaligned entries; version 2 addresses are PC-relative) from memory,
-//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount::find_sites`]).
+//! or, without one, its mcount/`__fentry__` calls and patchable NOPs ([`crate::mcount_sites::find_sites`]).
 //! Function names come from the file's symbol table. Patching follows compiler-rt: make the pages
 //! writable, write bytes 2..11 of each sled, then its first two bytes with one atomic 16-bit store, so a
 //! thread running through sees either the old `jmp +9` or the whole new instruction pair; NOPs become
@@ -18,10 +18,9 @@ use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
-use crate::config::Config;
-use crate::runtime::Role;
+use crate::config::{display_name, Config};
+use crate::mcount_sites;
 use crate::text::{rel32, Patcher};
-use crate::{mcount, trampoline};
 
 pub use ferrotrace_core::xray::SledKind;
 
@@ -80,6 +79,9 @@ pub struct Discovery {
     pub no_frame_pointer: usize,
     /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source`.
     pub instrumentation: u64,
+    /// The executable links Rust's std (it has std's panic entry point): the fault handler then ends a
+    /// stack overflow the way std would (see `exit`).
+    pub rust_std: bool,
 }
 
 impl Discovery {
@@ -222,11 +224,6 @@ impl Drop for Mapped {
     }
 }
 
-/// The name users see and filters match: demangled, without the hash.
-pub fn display_name(mangled: &str) -> String {
-    format!("{:#}", rustc_demangle::demangle(mangled))
-}
-
 /// Reads the `count` entries of a mapped `xray_instr_map` at runtime address `map` and groups the
 /// function sleds by function, in map order.
 fn read_sleds(map: u64, count: usize) -> Vec<(u64, Vec<(u64, SledKind)>)> {
@@ -295,7 +292,7 @@ impl Scope<'_, '_> {
 
     /// Finds the object's mcount/`__fentry__` calls and patchable NOPs: calls of selected functions get
     /// their function's record word, other calls word 0; NOPs of selected functions are listed to patch.
-    fn add_mcount_sites(&mut self, sites: &[mcount::Site], text: (u64, u64)) {
+    fn add_mcount_sites(&mut self, sites: &[mcount_sites::Site], text: (u64, u64)) {
         let mut i = 0;
         while i < sites.len() {
             let vaddr = sites[i].addr.wrapping_sub(self.bias);
@@ -321,7 +318,7 @@ impl Scope<'_, '_> {
             let start = self.bias.wrapping_add(start);
             let flavors: Vec<Option<Flavor>> = group
                 .iter()
-                .map(|s| mcount::hookable(s, start, text))
+                .map(|s| mcount_sites::hookable(s, start, text))
                 .collect();
             for (s, f) in group.iter().zip(&flavors) {
                 self.out.instrumentation |= match (s.nop, f) {
@@ -345,7 +342,7 @@ impl Scope<'_, '_> {
                             f.nops.push((s.addr, *flavor));
                         }
                     }
-                    mcount::record_word(f.id)
+                    mcount_sites::record_word(f.id)
                 }
                 None => 0,
             };
@@ -373,8 +370,13 @@ pub struct Known {
 }
 
 /// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
-/// records the new objects in `known`.
-pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discovery, String> {
+/// records the new objects in `known`. With `skip_own_object` (the preload library), the object that
+/// holds this code is left out whole.
+pub fn discover(
+    config: &Config,
+    skip_own_object: bool,
+    known: &mut Known,
+) -> Result<Discovery, String> {
     let mut loaded: Vec<Loaded> = Vec::new();
     // SAFETY: the callback only reads the info it is given and pushes into `loaded`.
     unsafe {
@@ -383,7 +385,7 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             &mut loaded as *mut Vec<Loaded> as *mut libc::c_void,
         )
     };
-    let own_text = trampoline::ferrotrace_xray_entry as *const () as u64;
+    let own_text = discover as *const () as u64;
     let mut out = Discovery {
         filter_hits: vec![false; config.include.len()],
         ..Discovery::default()
@@ -423,13 +425,13 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
         // linked one (it has sleds or mcount calls when the program was built with instrumentation): its
         // functions are recognised by `Scope::function` (its crates, and the tracepoint plumbing's
         // section).
-        if role == Role::Preload && (text_start..text_end).contains(&own_text) {
+        if skip_own_object && (text_start..text_end).contains(&own_text) {
             continue;
         }
         let xray_map = elf.section_by_name("xray_instr_map");
         let sites = match xray_map {
             Some(_) => Vec::new(),
-            None => mcount::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
+            None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
         if xray_map.is_none() && sites.is_empty() {
             continue;
@@ -440,10 +442,8 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
             .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
             .collect();
-        // An executable with std has its panic entry point: the fault handler then ends a stack
-        // overflow the way std would (see `exit`).
         if module_id == 0 && symbols.iter().any(|s| s.2.contains("rust_begin_unwind")) {
-            crate::exit::RUST_STD.store(true, std::sync::atomic::Ordering::Relaxed);
+            out.rust_std = true;
         }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
@@ -476,16 +476,29 @@ pub fn discover(config: &Config, role: Role, known: &mut Known) -> Result<Discov
 
 const PAGE: u64 = 4096;
 
-/// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail (those that record
-/// the CPU in live mode), the mcount hook, the fentry hook.
-fn stub_targets() -> [u64; 5] {
-    let [entry, exit, tail] = trampoline::trampolines(crate::live::active());
-    let (mcount_hook, fentry_hook) = mcount::hook_addresses();
-    [entry, exit, tail, mcount_hook, fentry_hook]
+/// Where patched code goes, through a stub page near each object: the XRay trampolines and the mcount
+/// hooks (the runtime's, which discovery does not know).
+#[derive(Clone, Copy, Debug)]
+pub struct Targets {
+    /// The XRay trampolines: entry, exit, tail.
+    pub xray: [u64; 3],
+    /// The mcount hook (patchable NOPs after a prologue).
+    pub mcount: u64,
+    /// The fentry hook (patchable NOPs at a function's start).
+    pub fentry: u64,
 }
 
-/// A page of `jmp [rip]` stubs within rel32 reach of one object's sleds and patchable NOPs.
-fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
+impl Targets {
+    /// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail, the mcount
+    /// hook, the fentry hook.
+    fn in_stub_order(&self) -> [u64; 5] {
+        let [entry, exit, tail] = self.xray;
+        [entry, exit, tail, self.mcount, self.fentry]
+    }
+}
+
+/// A page of `jmp [rip]` stubs to `targets` within rel32 reach of one object's sleds and patchable NOPs.
+fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
@@ -517,7 +530,7 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
             continue;
         }
         let page = p as *mut u8;
-        for (slot, target) in stub_targets().into_iter().enumerate() {
+        for (slot, target) in targets.in_stub_order().into_iter().enumerate() {
             // jmp qword ptr [rip + 0]; .quad target; int3 int3
             let mut stub = [0xccu8; 16];
             stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
@@ -535,13 +548,14 @@ fn stub_page_near(lo: u64, hi: u64) -> Result<u64, String> {
 }
 
 /// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
-/// hands the mcount call sites to the hooks' table. Safe while other threads run through them.
+/// hands the mcount call sites to the hooks' table. Safe while other threads run through them. Patched
+/// code goes to `targets`.
 ///
 /// # Safety
 /// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
 /// object's instrumentation, and anything else would be overwritten with a call.
-pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
-    mcount::publish(&found.calls);
+pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
+    mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
@@ -556,7 +570,7 @@ pub unsafe fn patch(found: &Discovery) -> Result<(), String> {
             continue;
         };
         let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
-        let stub = stub_page_near(lo, hi)?;
+        let stub = stub_page_near(lo, hi, targets)?;
         patcher
             .make_writable(lo as usize, (hi - lo) as usize)
             .map_err(|e| format!("{}: {e}", module.path.display()))?;

@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use ferrotrace_core::env;
 use object::{Object, ObjectSymbol};
 
 #[test]
@@ -34,9 +35,9 @@ fn the_portable_fallback_builds_without_warnings_and_does_nothing() {
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let run = Command::new(&exe)
-        .env("FERROTRACE_TRACE", "*")
-        .env("FERROTRACE_RUNTIME", "linked")
-        .env("FERROTRACE_OUTPUT", dir.join("trace.data"))
+        .env(env::TRACE, "*")
+        .env(env::RUNTIME, env::RUNTIME_LINKED)
+        .env(env::OUTPUT, dir.join("trace.data"))
         .output()
         .unwrap();
     assert!(run.status.success());
@@ -68,5 +69,5 @@ fn the_portable_fallback_builds_without_warnings_and_does_nothing() {
     }
     assert!(!elf
         .symbols()
-        .any(|s| s.name() == Ok("FERROTRACE_LINKED_RUNTIME_V1")));
+        .any(|s| s.name() == Ok(env::LINKED_RUNTIME_MARKER)));
 }

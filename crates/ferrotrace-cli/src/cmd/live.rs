@@ -12,6 +12,8 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 use clap::Args;
+use ferrotrace_core::env;
+use ferrotrace_core::schema::Mode;
 
 use crate::cmd::record::{check_regexes, exit_code_of, inject_runtime};
 use crate::elf;
@@ -83,13 +85,13 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     } else {
         args.notrace.join("\n")
     };
-    cmd.env("FERROTRACE_OUTPUT", &trace_file)
-        .env("FERROTRACE_FILTER", args.filter.join("\n"))
-        .env("FERROTRACE_NOTRACE", notrace)
-        .env("FERROTRACE_TRACE", args.trace.join("\n"))
-        .env("FERROTRACE_MODE", "drop")
-        .env("FERROTRACE_LIVE_FD", child_fd.to_string())
-        .env_remove("FERROTRACE_TRACED_PARENT");
+    cmd.env(env::OUTPUT, &trace_file)
+        .env(env::FILTER, args.filter.join("\n"))
+        .env(env::NOTRACE, notrace)
+        .env(env::TRACE, args.trace.join("\n"))
+        .env(env::MODE, Mode::Drop.name())
+        .env(env::LIVE_FD, child_fd.to_string())
+        .env_remove(env::TRACED_PARENT);
     // SAFETY: between fork and exec only async-signal-safe fcntl: keep the write end open in the child.
     unsafe {
         cmd.pre_exec(move || {

@@ -8,7 +8,8 @@ use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
-use ferrotrace_core::schema::source as instrumentation;
+use ferrotrace_core::env;
+use ferrotrace_core::schema::{self, source as instrumentation};
 
 use crate::elf;
 
@@ -67,9 +68,9 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-/// The runtime library to preload: `FERROTRACE_PRELOAD`, or next to this executable.
+/// The runtime library to preload: [`env::PRELOAD`], or next to this executable.
 pub fn preload_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os("FERROTRACE_PRELOAD") {
+    if let Some(p) = std::env::var_os(env::PRELOAD) {
         return Ok(PathBuf::from(p));
     }
     let exe = std::env::current_exe()
@@ -87,8 +88,9 @@ pub fn preload_library() -> Result<PathBuf, String> {
     }
     Err(format!(
         "cannot find libferrotrace_preload.so next to {}: build the whole ferrotrace workspace \
-         (cargo build --release) or point FERROTRACE_PRELOAD at it",
-        exe.display()
+         (cargo build --release) or point {} at it",
+        exe.display(),
+        env::PRELOAD
     ))
 }
 
@@ -108,7 +110,7 @@ pub fn inject_runtime(
     facts: &elf::ProgramFacts,
 ) -> Result<(), String> {
     if facts.links_runtime {
-        cmd.env("FERROTRACE_RUNTIME", "linked");
+        cmd.env(env::RUNTIME, env::RUNTIME_LINKED);
         return Ok(());
     }
     if !facts.dynamic {
@@ -124,7 +126,7 @@ pub fn inject_runtime(
         preload.push(old);
     }
     cmd.env("LD_PRELOAD", preload)
-        .env("FERROTRACE_RUNTIME", "preload");
+        .env(env::RUNTIME, env::RUNTIME_PRELOAD);
     Ok(())
 }
 
@@ -216,40 +218,38 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
     inject_runtime(&mut cmd, &program, &facts)?;
-    cmd.env("FERROTRACE_OUTPUT", &output)
-        .env("FERROTRACE_FILTER", args.filter.join("\n"))
-        .env("FERROTRACE_NOTRACE", args.notrace.join("\n"))
-        .env("FERROTRACE_TRACE", args.trace.join("\n"))
+    cmd.env(env::OUTPUT, &output)
+        .env(env::FILTER, args.filter.join("\n"))
+        .env(env::NOTRACE, args.notrace.join("\n"))
+        .env(env::TRACE, args.trace.join("\n"))
         .env(
-            "FERROTRACE_MODE",
+            env::MODE,
             match args.mode {
-                Mode::Lossless => "lossless",
-                Mode::Drop => "drop",
-                Mode::Flight => "flight",
-            },
+                Mode::Lossless => schema::Mode::Lossless,
+                Mode::Drop => schema::Mode::Drop,
+                Mode::Flight => schema::Mode::Flight,
+            }
+            .name(),
         )
-        .env_remove("FERROTRACE_TRACED_PARENT");
+        .env_remove(env::TRACED_PARENT);
     if let Some(s) = &args.buffer_size {
-        cmd.env("FERROTRACE_BUFFER_SIZE", s);
+        cmd.env(env::BUFFER_SIZE, s);
     }
     if let Some(s) = &args.chunk_size {
-        cmd.env("FERROTRACE_CHUNK_SIZE", s);
+        cmd.env(env::CHUNK_SIZE, s);
     }
     if args.alloc {
-        cmd.env("FERROTRACE_ALLOC", "1")
+        cmd.env(env::ALLOC, "1")
             .env(
-                "FERROTRACE_ALLOC_SAMPLE",
+                env::ALLOC_SAMPLE,
                 args.alloc_sample.as_deref().unwrap_or("0"),
             )
-            .env(
-                "FERROTRACE_ALLOC_STACK_DEPTH",
-                args.alloc_stack_depth.to_string(),
-            );
+            .env(env::ALLOC_STACK_DEPTH, args.alloc_stack_depth.to_string());
     } else {
-        cmd.env_remove("FERROTRACE_ALLOC");
+        cmd.env_remove(env::ALLOC);
     }
     if let Some(d) = args.depth {
-        cmd.env("FERROTRACE_DEPTH", d.to_string());
+        cmd.env(env::DEPTH, d.to_string());
     }
     let pool = crate::pool::share(&mut cmd)?;
     // The previous trace, if any, stays until the runtime creates the new one (and is then kept as

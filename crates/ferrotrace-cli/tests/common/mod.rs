@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 
 use ferrotrace_analysis::reader::{EventKind, Trace};
+use ferrotrace_core::env;
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
@@ -139,7 +140,7 @@ pub fn scratch(test: &str) -> PathBuf {
 /// `ferrotrace` with the preload library configured.
 pub fn ferrotrace() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_ferrotrace"));
-    c.env("FERROTRACE_PRELOAD", preload());
+    c.env(env::PRELOAD, preload());
     // The tests send signals and count them: whatever the test runner inherited (nohup, a shell in
     // the background) must not decide what they do.
     default_signals(&mut c);
@@ -551,7 +552,7 @@ pub fn record_losing_events(trace: &Path) -> Output {
     Command::new("taskset")
         .args(["-c", "0"])
         .arg(env!("CARGO_BIN_EXE_ferrotrace"))
-        .env("FERROTRACE_PRELOAD", preload())
+        .env(env::PRELOAD, preload())
         .args([
             "record",
             "--mode",

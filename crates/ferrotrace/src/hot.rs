@@ -1,0 +1,125 @@
+//! The block every hot path writes through, and the offsets from the thread pointer that the assembly
+//! reads: `HOT` (the cursor into the thread's chunk and the mcount shadow stack, at one constant offset
+//! from `%fs` in every thread: static TLS), and the word that holds the CPU the thread runs on.
+//!
+//! Written by the XRay trampolines ([`crate::trampoline`]), the mcount hooks, tracepoints and
+//! allocation events; set up by the slow path ([`crate::thread`]).
+
+use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
+
+use ferrotrace_core::record::Record;
+
+/// The per-thread block the trampolines and the mcount hooks use. `#[repr(C)]`: the assembly reads
+/// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
+/// until the thread registers; `cursor >= end` sends every event to the slow path, which is how a thread
+/// is stopped from the outside (set `end` to null). The shadow stack (mcount return hooks, see
+/// [`crate::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
+/// call to the hook's slow path.
+#[repr(C)]
+pub struct Hot {
+    /// Where the next record goes.
+    pub cursor: AtomicPtr<Record>,
+    /// One past the last record slot of the current chunk.
+    pub end: AtomicPtr<Record>,
+    /// The next free shadow frame.
+    pub shadow_top: AtomicU64,
+    /// One past the last shadow frame.
+    pub shadow_limit: AtomicU64,
+    /// This thread's return stub: what a hooked frame's return address is replaced with.
+    pub shadow_stub: AtomicU64,
+    /// The shadow stack's first frame (a sentinel that matches nothing).
+    pub shadow_base: AtomicU64,
+}
+
+thread_local! {
+    /// Const-initialised and without `Drop`, so it lives in the static TLS block at a fixed offset from
+    /// the thread pointer, the same offset in every thread.
+    pub static HOT: Hot = const {
+        Hot {
+            cursor: AtomicPtr::new(core::ptr::null_mut()),
+            end: AtomicPtr::new(core::ptr::null_mut()),
+            shadow_top: AtomicU64::new(0),
+            shadow_limit: AtomicU64::new(0),
+            shadow_stub: AtomicU64::new(0),
+            shadow_base: AtomicU64::new(0),
+        }
+    };
+}
+
+/// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
+pub static FERROTRACE_TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
+
+/// The thread pointer (`%fs` base): glibc stores it at `%fs:0`.
+pub fn thread_pointer() -> usize {
+    let tp: usize;
+    // SAFETY: on x86_64 Linux with glibc or musl, %fs:0 holds the thread control block's own address.
+    unsafe {
+        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
+    };
+    tp
+}
+
+/// `&HOT - thread pointer` in the calling thread.
+pub fn hot_offset_here() -> i64 {
+    HOT.with(|h| h as *const Hot as i64) - thread_pointer() as i64
+}
+
+/// Fixes the TLS offset from the calling thread. Must run before any sled is patched.
+pub fn init_tls_offset() {
+    FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
+}
+
+/// The TLS offset the trampolines use.
+pub fn tls_offset() -> i64 {
+    FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
+}
+
+/// Offset from the thread pointer of a 16-bit word that holds the CPU the thread runs on: the low half
+/// of `cpu_id` in the thread's rseq area, which the kernel updates before the thread returns to user
+/// space on another CPU (glibc 2.35 and later register that area for every thread and export its offset
+/// as `__rseq_offset`); else [`NO_CPU`]'s. Read by `cpu_bits` and the live trampolines: one load, where
+/// `rdtscp` (which also returns the CPU) costs a second `rdtsc` (docs/performance.md).
+pub static FERROTRACE_CPU_OFFSET: AtomicI64 = AtomicI64::new(0);
+
+/// The CPU of a record, where none is known: rseq's `cpu_id` is -1 before registration and -2 when it
+/// failed, whose low halves are 0xffff and 0xfffe.
+pub const UNKNOWN_CPU: u16 = 0xfffe;
+
+thread_local! {
+    /// What the CPU reads as without rseq: unknown.
+    static NO_CPU: u16 = const { u16::MAX };
+}
+
+/// Finds where the thread's CPU is ([`FERROTRACE_CPU_OFFSET`]). Must run before any sled is patched.
+pub fn init_cpu_offset() {
+    // SAFETY: dlsym with a NUL-terminated name; the symbol, where glibc defines it, is a `ptrdiff_t`.
+    let rseq_offset = unsafe {
+        let sym = libc::dlsym(libc::RTLD_DEFAULT, c"__rseq_offset".as_ptr());
+        (!sym.is_null()).then(|| (sym as *const isize).read())
+    };
+    let offset = match rseq_offset {
+        // `cpu_id` is the second u32 of `struct rseq`.
+        Some(off) => off as i64 + 4,
+        None => NO_CPU.with(|c| c as *const u16 as i64) - thread_pointer() as i64,
+    };
+    FERROTRACE_CPU_OFFSET.store(offset, Ordering::Relaxed);
+}
+
+/// The calling thread's CPU, in place in a record's second word (bits 48–63). Garbage before
+/// [`init_cpu_offset`] ran, which only matters where nothing is recorded.
+#[inline(always)]
+pub fn cpu_bits() -> u64 {
+    let cpu: u64;
+    // SAFETY: reads a 16-bit word at a constant offset from the thread pointer, inside the thread's own
+    // static TLS or TCB (the rseq area), which lives as long as the thread.
+    unsafe {
+        core::arch::asm!(
+            "mov {cpu}, qword ptr [rip + {off}]",
+            "movzx {cpu:e}, word ptr fs:[{cpu}]",
+            cpu = out(reg) cpu,
+            off = sym FERROTRACE_CPU_OFFSET,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    cpu << 48
+}
