@@ -145,7 +145,7 @@ fn told_apart<'a>(
     let mut by_name: HashMap<&str, Vec<(Identity, Vec<&Function>)>> = HashMap::new();
     for f in functions {
         let identity = Identity::of(f);
-        let same = by_name.entry(f.name.as_str()).or_default();
+        let same = by_name.entry(f.name()).or_default();
         match same.iter_mut().find(|(i, _)| *i == identity) {
             Some((_, fs)) => fs.push(f),
             None => same.push((identity, vec![f])),
@@ -267,14 +267,7 @@ mod tests {
     use super::*;
 
     fn function(id: u32, addr: u64, mangled: &str) -> Function {
-        Function {
-            id,
-            module: 0,
-            addr,
-            size: 16,
-            mangled: mangled.to_string(),
-            name: crate::reader::demangle(mangled),
-        }
+        Function::new(id, 0, addr, 16, mangled.to_string())
     }
 
     fn names(functions: &[Function]) -> Vec<(u32, String)> {

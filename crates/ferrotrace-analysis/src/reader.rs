@@ -6,6 +6,7 @@ use std::fs::File;
 use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use ferrotrace_core::clock::{ClockPair, TscConverter};
 use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader};
@@ -116,8 +117,28 @@ pub struct Function {
     pub size: u64,
     /// Symbol name as in the binary (mangled).
     pub mangled: String,
+    /// Demangled name without hash, made when first asked for ([`Function::name`]): a trace names
+    /// thousands of functions, and commands such as `record`'s summary or `info` need none of them.
+    demangled: OnceLock<String>,
+}
+
+impl Function {
+    /// The function `mangled` (as in the binary) at `addr`, size `size`, in module `module`.
+    pub fn new(id: u32, module: u32, addr: u64, size: u64, mangled: String) -> Function {
+        Function {
+            id,
+            module,
+            addr,
+            size,
+            mangled,
+            demangled: OnceLock::new(),
+        }
+    }
+
     /// Demangled name without hash (`myapp::parse`).
-    pub name: String,
+    pub fn name(&self) -> &str {
+        self.demangled.get_or_init(|| demangle(&self.mangled))
+    }
 }
 
 /// A reference to one Events chunk in the file.
@@ -450,14 +471,13 @@ impl Trace {
                     let fun = schema::Function::decode(&mut f)?;
                     self.functions.insert(
                         fun.id,
-                        Function {
-                            id: fun.id,
-                            module: fun.module,
-                            addr: fun.address,
-                            size: fun.size,
-                            mangled: fun.name.to_string(),
-                            name: demangle(fun.name),
-                        },
+                        Function::new(
+                            fun.id,
+                            fun.module,
+                            fun.address,
+                            fun.size,
+                            fun.name.to_string(),
+                        ),
                     );
                 }
             }
@@ -656,7 +676,7 @@ impl Trace {
     pub fn function_name(&self, id: u32) -> String {
         self.functions
             .get(&id)
-            .map_or_else(|| format!("fn#{id}"), |f| f.name.clone())
+            .map_or_else(|| format!("fn#{id}"), |f| f.name().to_string())
     }
 
     /// Streams the events of one thread in order.

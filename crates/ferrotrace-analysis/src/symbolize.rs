@@ -290,14 +290,7 @@ pub fn name_address_ids(
         };
         trace.functions.insert(
             id,
-            crate::reader::Function {
-                id,
-                module: module_id,
-                addr: addr.wrapping_add(bias),
-                size,
-                name: demangle(&mangled),
-                mangled,
-            },
+            crate::reader::Function::new(id, module_id, addr.wrapping_add(bias), size, mangled),
         );
     }
     warnings.append(&mut symbolizer.unreadable);

@@ -17,7 +17,8 @@ pub struct ProgramFacts {
     pub dynamic: bool,
     /// It has a `ferrotrace_tp` section (tracepoint descriptors).
     pub has_tracepoints: bool,
-    /// It records allocations through `ferrotrace::Allocator` (its recording function is linked in).
+    /// It records allocations through `ferrotrace::Allocator` (its recording function is linked in;
+    /// looked for only in a program that links the runtime).
     pub has_allocator: bool,
 }
 
@@ -40,12 +41,27 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
             instr |= bit(f);
         }
     }
-    // ... or direct calls to the program's own (a program that links the ferrotrace runtime).
-    let own: Vec<(u64, Flavor)> = file
-        .symbols()
-        .filter(|s| s.is_definition())
-        .filter_map(|s| Some((s.address(), hook_flavor(s.name().ok()?)?)))
-        .collect();
+    // One pass over the symbol table (tens of thousands of entries in a big program with debug info;
+    // names compared as bytes, since checking them as UTF-8 was the pass's main cost): the program's
+    // own mcount/__fentry__ (it links the ferrotrace runtime) and the runtime's marker.
+    let mut own: Vec<(u64, Flavor)> = Vec::new();
+    let mut links_runtime = false;
+    let marker = ferrotrace_core::env::LINKED_RUNTIME_MARKER.as_bytes();
+    for s in file.symbols() {
+        let Ok(name) = s.name_bytes() else { continue };
+        links_runtime |= name == marker;
+        if s.is_definition() && matches!(name.first(), Some(b'm' | b'_')) {
+            if let Some(f) = std::str::from_utf8(name).ok().and_then(hook_flavor) {
+                own.push((s.address(), f));
+            }
+        }
+    }
+    links_runtime |= file.dynamic_symbols().any(|s| s.name_bytes() == Ok(marker));
+    let has_allocator = links_runtime
+        && file.symbols().any(|s| {
+            s.name_bytes()
+                .is_ok_and(|n| contains(n, b"ferrotrace") && contains(n, b"alloc_from"))
+        });
     if let (false, Some(text)) = (own.is_empty(), file.section_by_name(".text")) {
         let targets: Vec<u64> = own.iter().map(|o| o.0).collect();
         if let Ok(code) = text.data() {
@@ -59,17 +75,9 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
             instr |= instrumentation::PATCHABLE_NOP;
         }
     }
-    let links_runtime = file
-        .symbols()
-        .chain(file.dynamic_symbols())
-        .any(|s| s.name() == Ok(ferrotrace_core::env::LINKED_RUNTIME_MARKER));
     let dynamic =
         file.section_by_name(".interp").is_some() || file.section_by_name(".dynamic").is_some();
     let has_tracepoints = file.section_by_name("ferrotrace_tp").is_some();
-    let has_allocator = file.symbols().any(|s| {
-        s.name()
-            .is_ok_and(|n| n.contains("ferrotrace") && n.contains("alloc_from"))
-    });
     Ok(ProgramFacts {
         has_allocator,
         has_tracepoints,
@@ -77,6 +85,10 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, String> {
         links_runtime,
         dynamic,
     })
+}
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 /// Finds `program` on PATH unless it already names a file.

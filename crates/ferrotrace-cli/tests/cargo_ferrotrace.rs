@@ -77,8 +77,7 @@ fn record_builds_with_sleds_in_its_own_target_dir_and_traces() {
         "normal builds untouched"
     );
     let t = Trace::open(dir.join("t.data")).expect("trace");
-    let names: std::collections::BTreeSet<_> =
-        t.functions.values().map(|f| f.name.as_str()).collect();
+    let names: std::collections::BTreeSet<_> = t.functions.values().map(|f| f.name()).collect();
     assert!(
         names.contains("demo::step") && names.contains("demo::main"),
         "{names:?}"

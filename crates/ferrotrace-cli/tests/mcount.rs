@@ -176,7 +176,7 @@ fn filters_select_exactly_what_they_name() {
     let (out, trace) = record(&dir, &["-N", "^fib::fib$"], &fib, &["16"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    assert!(t.functions.values().all(|f| f.name != "fib::fib"));
+    assert!(t.functions.values().all(|f| f.name() != "fib::fib"));
     let w = walk(&t, t.session.pid);
     assert!(clean(&w), "{w:?}");
     assert_eq!(w.entries.get("fib::main"), Some(&1));

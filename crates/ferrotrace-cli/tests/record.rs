@@ -25,7 +25,7 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     let (out, trace) = record(&dir, &["-F", "^fib::fib$"], &fib, &["15"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
-    let names: Vec<String> = t.functions.values().map(|f| f.name.clone()).collect();
+    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
     assert_eq!(names, vec!["fib::fib".to_string()]);
     let calls = program_calls(&out.stdout);
     assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls));
@@ -34,9 +34,9 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     let (out, trace) = record(&dir, &["-N", "fib::fib"], &fib, &["15"]);
     assert!(out.status.success());
     let t = Trace::open(&trace).expect("open");
-    assert!(t.functions.values().all(|f| f.name != "fib::fib"));
+    assert!(t.functions.values().all(|f| f.name() != "fib::fib"));
     assert!(
-        t.functions.values().any(|f| f.name == "fib::main"),
+        t.functions.values().any(|f| f.name() == "fib::main"),
         "others still traced"
     );
     assert_eq!(nested_counts(&t, "fib::fib"), (0, 0));
@@ -158,7 +158,7 @@ fn indirect_tail_calls_keep_every_register_through_the_tail_trampoline() {
             let id = t
                 .functions
                 .values()
-                .find(|f| f.name == name)
+                .find(|f| f.name() == name)
                 .unwrap_or_else(|| panic!("{name} traced"))
                 .id;
             let tails = t
@@ -208,9 +208,9 @@ fn a_programs_own_use_of_the_runtimes_libraries_is_traced_and_listed() {
         // plumbing) is not there.
         for f in t.functions.values() {
             assert!(
-                !f.name.contains("ferrotrace") && !f.name.contains("FullChunk"),
+                !f.name().contains("ferrotrace") && !f.name().contains("FullChunk"),
                 "{program}: the runtime's {} was traced",
-                f.name
+                f.name()
             );
         }
         let listed = ok(ft(&["list", "--functions", prog.to_str().unwrap()]));

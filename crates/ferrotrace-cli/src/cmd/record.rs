@@ -270,10 +270,17 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     let status = child
         .wait()
         .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
+    // The trace is read once for the summary, again only if events had to be recovered into it.
+    let mut written = None;
     if file_identity(&output) != previous {
-        recover_unwritten(&output, &pool, status);
+        let trace = Trace::open(&output);
+        if trace.as_ref().is_ok_and(|t| t.end.is_some()) {
+            written = Some(trace);
+        } else {
+            recover_unwritten(&output, &pool, status);
+        }
     }
-    report(&output, start, previous, &args.filter, &program);
+    report(&output, written, start, previous, &args.filter, &program);
     Ok(exit_code_of(status, &program))
 }
 
@@ -281,9 +288,6 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
 /// appends the events it had recorded but not written, from the chunk pool it shared with us.
 fn recover_unwritten(output: &Path, pool: &OwnedFd, status: std::process::ExitStatus) {
     use ferrotrace_analysis::salvage::{salvage, Death};
-    if Trace::open(output).is_ok_and(|t| t.end.is_some()) {
-        return;
-    }
     let death = match (status.signal(), status.code()) {
         (Some(sig), _) => Death::Signal(sig as u32),
         (None, code) => Death::Exit(code.unwrap_or(0)),
@@ -330,7 +334,7 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
         let Ok(re) = regex_lite::Regex::new(pattern) else {
             continue; // checked before the run
         };
-        if trace.functions.values().any(|f| re.is_match(&f.name)) {
+        if trace.functions.values().any(|f| re.is_match(f.name())) {
             continue;
         }
         let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
@@ -365,8 +369,10 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
     }
 }
 
+/// The summary line of the run (`written`: the trace, if already read), and the traces of children.
 fn report(
     output: &Path,
+    written: Option<Result<Trace, ferrotrace_analysis::reader::ReadError>>,
     start: std::time::SystemTime,
     previous: Option<(u64, u64)>,
     filters: &[String],
@@ -379,7 +385,7 @@ fn report(
         );
         return;
     }
-    match Trace::open(output) {
+    match written.unwrap_or_else(|| Trace::open(output)) {
         Ok(t) => {
             warn_unmatched_filters(&t, filters, program);
             let events = t.event_count();

@@ -451,7 +451,7 @@ pub fn assert_linked_program_records_itself(dir: &Path, prog: &Path) {
     assert!(
         t.functions
             .values()
-            .all(|f| !f.name.starts_with("ferrotrace")),
+            .all(|f| !f.name().starts_with("ferrotrace")),
         "the runtime never traces itself"
     );
     let plain = Command::new(prog).current_dir(dir).output().expect("run");
@@ -630,7 +630,7 @@ pub fn assert_linked_library_traced(dir: &Path, prog: &Path) {
     let lib = t
         .functions
         .values()
-        .find(|f| f.name == "xlib_work")
+        .find(|f| f.name() == "xlib_work")
         .expect("xlib_work traced");
     let module = t
         .modules
