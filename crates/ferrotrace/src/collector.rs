@@ -15,7 +15,7 @@ use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 use crate::clock::calibration_payload;
 use crate::config::Mode;
 use crate::pool::FullChunk;
-use crate::runtime::{Meta, Runtime};
+use crate::runtime::{Meta, Phase, Runtime};
 
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
@@ -233,6 +233,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
     crate::alloc::ignore_current_thread();
     rt.lifecycle.collector_running();
+    rt.pool.prefault(|| rt.lifecycle.phase() >= Phase::Stopping);
     let mut st = State {
         writer,
         path,

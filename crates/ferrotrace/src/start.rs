@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use ferrotrace_core::clock::ClockPair;
 use ferrotrace_core::env;
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, Payload};
@@ -108,15 +109,25 @@ fn session_payload(
     p
 }
 
-/// Rough TSC frequency from two pairs 2 ms apart; the reader uses the pairs themselves.
-fn estimate_tsc_hz() -> u64 {
-    let (a, _) = clock::calibration_pair();
-    std::thread::sleep(Duration::from_millis(2));
-    let (b, _) = clock::calibration_pair();
-    ferrotrace_core::clock::TscConverter::new(a, b).hz()
+/// Rough TSC frequency (for the Session chunk; the reader uses the Clock chunks' pairs themselves)
+/// from `first`, a pair taken when start-up began, and one taken now, at least 2 ms later. Start-up's
+/// own work (discovery, the pool) usually spans that already: it sleeps only for what is left.
+fn estimate_tsc_hz(first: ClockPair) -> u64 {
+    const SPAN_NS: u64 = 2_000_000;
+    let (mut now, _) = clock::calibration_pair();
+    let elapsed = now.mono_ns.saturating_sub(first.mono_ns);
+    if elapsed < SPAN_NS {
+        std::thread::sleep(Duration::from_nanos(SPAN_NS - elapsed));
+        now = clock::calibration_pair().0;
+    }
+    ferrotrace_core::clock::TscConverter::new(first, now).hz()
 }
 
 fn start(role: Role) -> Result<(), String> {
+    let first_clock = clock::calibration_pair().0;
+    // While the process has one thread: registering then costs nothing, and a grace period (~10 ms
+    // here) once the collector runs.
+    crate::text::register_membarrier();
     let config = Config::from_env()?;
     let shared_fd = crate::config::take_shared_fd();
     let alloc = crate::config::alloc_requested()?;
@@ -226,7 +237,21 @@ fn start(role: Role) -> Result<(), String> {
         targets: targets(live.is_some()),
         alloc,
     };
-    let writer = open_trace(&config, &path, &header, &program, start_realtime)?;
+    let writer = open_trace(
+        &config,
+        &path,
+        &header,
+        &program,
+        start_realtime,
+        first_clock,
+    )?;
+    // While the process has one thread, before the collector's: patching copies each text page on
+    // write, and with another thread of the process running on the other CPU every copy also costs a
+    // TLB-shootdown interrupt there (~17 ms on ripgrep's 7,249 functions in this VM). Nothing runs the
+    // patched code before start-up returns, by when recording is on. A failure is reported once the
+    // runtime runs, as before: what was patched is recorded and the trace is finished.
+    // SAFETY: `found` is discover's answer, unchanged.
+    let patched = unsafe { xray::patch(&found, &program.targets) };
     let rt = launch(
         Runtime::new(config, pool, program, UPCALLS, known, header, live),
         writer,
@@ -236,8 +261,7 @@ fn start(role: Role) -> Result<(), String> {
     exit::install();
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
-    // SAFETY: `found` is discover's answer, unchanged.
-    unsafe { xray::patch(&found, &rt.program.targets) }?;
+    patched?;
     crate::tracepoints::enable_requested();
     // Last: the start-up's own allocations (and their frees) are not the program's.
     drop(found);
@@ -267,8 +291,9 @@ fn open_trace(
     header: &[(ChunkKind, Vec<u8>)],
     program: &Program,
     start_realtime: u64,
+    first_clock: ClockPair,
 ) -> Result<Writer, String> {
-    let tsc_hz = estimate_tsc_hz();
+    let tsc_hz = estimate_tsc_hz(first_clock);
     // A new file, 0600, never through a link nor over a file that is not a trace (an old trace is
     // kept as FILE.old): see ferrotrace_core::output.
     let (file, _) = ferrotrace_core::output::create(path)
@@ -353,9 +378,17 @@ pub fn restart_in_forked_child() {
     };
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
+    let first_clock = clock::calibration_pair().0;
     let start_realtime = clock::realtime_ns();
     let started = new_pool(&config, None, start_realtime).and_then(|pool| {
-        let writer = open_trace(&config, &path, &header, &parent.program, start_realtime)?;
+        let writer = open_trace(
+            &config,
+            &path,
+            &header,
+            &parent.program,
+            start_realtime,
+            first_clock,
+        )?;
         launch(
             Runtime::new(
                 config,
@@ -387,6 +420,7 @@ pub fn restart_in_forked_child() {
 #[cfg(test)]
 pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
     crate::hot::init_tls_offset();
+    let first_clock = clock::calibration_pair().0;
     let start_realtime = clock::realtime_ns();
     let pool = new_pool(&config, None, start_realtime).expect("pool");
     let path = config.output.clone();
@@ -397,7 +431,8 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
         targets: targets(false),
         alloc: None,
     };
-    let writer = open_trace(&config, &path, &[], &program, start_realtime).expect("trace file");
+    let writer =
+        open_trace(&config, &path, &[], &program, start_realtime, first_clock).expect("trace file");
     let rt = launch(
         Runtime::new(
             config,

@@ -33,19 +33,27 @@ pub fn rel32(opcode: u8, site: usize, target: usize) -> Option<[u8; 5]> {
     Some([opcode, r[0], r[1], r[2], r[3]])
 }
 
+const MEMBARRIER_REGISTER_SYNC_CORE: libc::c_long = 1 << 6;
+const MEMBARRIER_SYNC_CORE: libc::c_long = 1 << 5;
+
+/// Registers the process for [`membarrier_sync_core`]. The kernel waits for a grace period (~10 ms in
+/// this VM) when the process already has more than one thread, and not otherwise: start-up calls this
+/// first, before it starts the collector thread.
+pub fn register_membarrier() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| membarrier(MEMBARRIER_REGISTER_SYNC_CORE))
+}
+
+fn membarrier(command: libc::c_long) -> bool {
+    // SAFETY: a plain system call without pointers.
+    unsafe { libc::syscall(libc::SYS_membarrier, command, 0) == 0 }
+}
+
 /// Makes every core serialise its instruction stream (or, where the kernel lacks the command, a full
 /// fence: the kernel's own serialisation on return from the system calls made is then what is left).
 pub fn membarrier_sync_core() {
-    const REGISTER_SYNC_CORE: libc::c_long = 1 << 6;
-    const SYNC_CORE: libc::c_long = 1 << 5;
-    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    // SAFETY: plain system calls without pointers.
-    let ok = *REGISTERED
-        .get_or_init(|| unsafe { libc::syscall(libc::SYS_membarrier, REGISTER_SYNC_CORE, 0) } == 0);
-    if ok {
-        // SAFETY: as above.
-        unsafe { libc::syscall(libc::SYS_membarrier, SYNC_CORE, 0) };
-    } else {
+    // (A forked child keeps its parent's registration with the address space it copies.)
+    if !(register_membarrier() && membarrier(MEMBARRIER_SYNC_CORE)) {
         core::sync::atomic::fence(Ordering::SeqCst);
     }
 }
