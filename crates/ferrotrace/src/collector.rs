@@ -15,7 +15,7 @@ use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 use crate::clock::calibration_payload;
 use crate::config::Mode;
 use crate::pool::FullChunk;
-use crate::runtime::{Meta, Phase, Runtime};
+use crate::runtime::{Meta, Runtime};
 
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
@@ -233,7 +233,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::thread::ignore_current_thread();
     crate::alloc::ignore_current_thread();
     rt.lifecycle.collector_running();
-    rt.pool.prefault(|| rt.lifecycle.phase() >= Phase::Stopping);
+    let mut prefault = rt.pool.prefault();
     let mut st = State {
         writer,
         path,
@@ -309,7 +309,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
             crate::runtime::rescan();
         }
-        if !did {
+        if !did && !prefault.step() {
             st.flush();
             rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }

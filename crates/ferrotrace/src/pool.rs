@@ -46,6 +46,35 @@ pub struct Pool {
     signals: Option<&'static shared::Signals>,
 }
 
+/// Faults in the pool's pages, in the order threads take the chunks, without changing what they hold
+/// (`MADV_POPULATE_WRITE`), a step at a time: the collector's work when it has nothing else to do. A
+/// fault in the middle of a chunk costs more than the events around it; mapping the pool with
+/// `MAP_POPULATE` instead held up the program's start by 10-15 ms (16 MiB), and doing it all at once
+/// in the collector left a fast program waiting for chunks the collector was not returning. A thread
+/// that takes a chunk before its turn here faults its pages itself; on kernels before 5.14 they all do.
+pub struct Prefault {
+    at: usize,
+    end: usize,
+}
+
+impl Prefault {
+    /// Faults in the next 1 MiB; false once there is nothing left to do.
+    pub fn step(&mut self) -> bool {
+        const STEP: usize = 1 << 20;
+        if self.at >= self.end {
+            return false;
+        }
+        let len = STEP.min(self.end - self.at);
+        // SAFETY: the range lies within the pool's mapping (its start rounded down to the page, inside
+        // the shared area's head when the pool follows it); the advice changes no byte.
+        let r =
+            unsafe { libc::madvise(self.at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
+        // Refused (an older kernel): pages fault in as threads write them.
+        self.at = if r == 0 { self.at + len } else { self.end };
+        true
+    }
+}
+
 /// The page size of x86_64 Linux.
 const PAGE: usize = 4096;
 
@@ -157,26 +186,11 @@ impl Pool {
         }
     }
 
-    /// Faults in every chunk's pages, in the order threads take the chunks, without changing what they
-    /// hold (`MADV_POPULATE_WRITE`), until `stop` says so. The collector does it as it starts, beside
-    /// the program: a fault in the middle of a chunk costs more than the events around it, and mapping
-    /// the pool with `MAP_POPULATE` instead held up the program's start by ~10 ms (16 MiB). It goes
-    /// 1 MiB at a time so that a short program's exit does not wait for the rest. A thread that takes a
-    /// chunk before its turn here faults its pages itself; on kernels before 5.14 they all do.
-    pub fn prefault(&self, stop: impl Fn() -> bool) {
-        const STEP: usize = 1 << 20;
-        let mut at = self.base as usize & !(PAGE - 1);
-        let end = self.base as usize + self.count * self.chunk_records * RECORD_SIZE;
-        while at < end && !stop() {
-            let len = STEP.min(end - at);
-            // SAFETY: the range lies within the pool's mapping (its start rounded down to the page,
-            // inside the shared area's head when the pool follows it); the advice changes no byte.
-            let r =
-                unsafe { libc::madvise(at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
-            if r != 0 {
-                return; // not supported here: pages fault in as threads write them
-            }
-            at += len;
+    /// The work of faulting in every chunk's pages ahead of the threads ([`Prefault`]).
+    pub fn prefault(&self) -> Prefault {
+        Prefault {
+            at: self.base as usize & !(PAGE - 1),
+            end: self.base as usize + self.count * self.chunk_records * RECORD_SIZE,
         }
     }
 
