@@ -126,6 +126,7 @@ pub fn inlined_functions(
         })
         .ok_or_else(|| crate::binary::BinaryError::NoDebugInfo(path.to_path_buf()))?;
     let mut found = std::collections::BTreeSet::new();
+    let mut seen = std::collections::HashSet::new();
     let mut units = dwarf.units();
     while let Ok(Some(header)) = units.next() {
         let Ok(unit) = dwarf.unit(header) else {
@@ -148,14 +149,21 @@ pub fn inlined_functions(
             let name_of = |at| {
                 die.attr_value(at)
                     .and_then(|v| dwarf.attr_string(&unit, v).ok())
-                    .map(|s| String::from_utf8_lossy(s.slice()).into_owned())
+                    .map(|s| s.slice())
             };
-            let name = match name_of(gimli::DW_AT_linkage_name) {
-                Some(mangled) => crate::reader::demangle(&mangled),
-                None => match name_of(gimli::DW_AT_name) {
-                    Some(n) => n,
-                    None => continue,
-                },
+            let Some(raw) =
+                name_of(gimli::DW_AT_linkage_name).or_else(|| name_of(gimli::DW_AT_name))
+            else {
+                continue;
+            };
+            // Every unit that inlines a function repeats its declaration: name each once.
+            if !seen.insert(raw) {
+                continue;
+            }
+            let raw = String::from_utf8_lossy(raw);
+            let name = match die.attr_value(gimli::DW_AT_linkage_name) {
+                Some(_) => crate::reader::demangle(&raw),
+                None => raw.into_owned(),
             };
             if selects(&name) {
                 found.insert(name);

@@ -25,7 +25,9 @@
 //!   records (`encode_events`);
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
 //! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
-//!   over a file that is not a trace).
+//!   over a file that is not a trace);
+//! * `pattern` (feature `pattern`): the `-F`/`-N` name filters, plain names compared as text, other
+//!   regexes through regex-lite.
 //!
 //! Who should use it: the in-process runtime (`ferrotrace`), the analysis tools (`ferrotrace-analysis`),
 //! and anyone writing a backend that must run where there is no allocator or operating system (a kernel,
@@ -64,6 +66,8 @@ pub mod format;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;
+#[cfg(feature = "pattern")]
+pub mod pattern;
 pub mod record;
 #[cfg(feature = "std")]
 pub mod running;

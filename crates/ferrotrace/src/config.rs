@@ -7,6 +7,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use ferrotrace_core::env;
+use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
 
 pub use ferrotrace_core::schema::Mode;
@@ -45,71 +46,6 @@ impl Config {
     /// out on purpose), else `shadow_depth` (deeper calls counted as lost).
     pub fn shadow_frames(&self) -> usize {
         self.max_depth.unwrap_or(self.shadow_depth)
-    }
-}
-
-/// A `-F`/`-N` regex, matched against demangled names. Most filters are plain names (`myapp::parse`,
-/// `^fib::fib$`): those are compared as text, which is ~30× faster than regex-lite's PikeVM and was most
-/// of the start-up of a program with 7,000 functions (ripgrep).
-#[derive(Clone, Debug)]
-pub enum NamePattern {
-    /// A regex without metacharacters: `text` anywhere, or at the start (`^`) and/or end (`$`).
-    Literal {
-        /// The text.
-        text: String,
-        /// Anchored with `^`.
-        start: bool,
-        /// Anchored with `$`.
-        end: bool,
-    },
-    /// Any other regex.
-    Regex(regex_lite::Regex),
-}
-
-impl NamePattern {
-    /// Parses the regex `p`.
-    pub fn new(p: &str) -> Result<NamePattern, regex_lite::Error> {
-        let regex = regex_lite::Regex::new(p)?; // the syntax check, and the general case
-        let start = p.starts_with('^');
-        let body = if start { &p[1..] } else { p };
-        let end = body.ends_with('$');
-        let body = if end { &body[..body.len() - 1] } else { body };
-        let meta = |c: char| "\\.+*?()|[]{}^$#&-~ \t\n".contains(c);
-        Ok(if body.contains(meta) {
-            NamePattern::Regex(regex)
-        } else {
-            NamePattern::Literal {
-                text: body.to_string(),
-                start,
-                end,
-            }
-        })
-    }
-
-    /// The pattern as the user wrote it.
-    pub fn as_str(&self) -> std::borrow::Cow<'_, str> {
-        match self {
-            NamePattern::Literal { text, start, end } => format!(
-                "{}{text}{}",
-                if *start { "^" } else { "" },
-                if *end { "$" } else { "" }
-            )
-            .into(),
-            NamePattern::Regex(r) => r.as_str().into(),
-        }
-    }
-
-    /// True when the pattern matches (somewhere in) `name`.
-    pub fn is_match(&self, name: &str) -> bool {
-        match self {
-            NamePattern::Literal { text, start, end } => match (start, end) {
-                (false, false) => name.contains(text.as_str()),
-                (true, false) => name.starts_with(text.as_str()),
-                (false, true) => name.ends_with(text.as_str()),
-                (true, true) => name == text,
-            },
-            NamePattern::Regex(r) => r.is_match(name),
-        }
     }
 }
 
@@ -266,57 +202,4 @@ pub fn alloc_requested() -> Result<Option<AllocSettings>, String> {
             })?,
     };
     Ok(Some(AllocSettings { sample, depth }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn name_patterns_match_exactly_what_their_regex_matches() {
-        let names = [
-            "fib::fib",
-            "fib::main",
-            "fib::fib_locked",
-            "<alloc::vec::Vec<u8>>::push",
-            "core::ptr::drop_glue::<std::env::Args>",
-            "",
-        ];
-        let patterns = [
-            "fib",
-            "^fib::fib$",
-            "^fib::",
-            "fib$",
-            "::push",
-            "^$",
-            "^",
-            "$",
-            "fib.fib",
-            "f(i|o)b",
-            "Vec<u8>",
-            "^<alloc",
-            "drop_glue::<std",
-            "a\\$",
-            "[a-z]+::main",
-        ];
-        for p in patterns {
-            let fast = NamePattern::new(p).unwrap();
-            let regex = regex_lite::Regex::new(p).unwrap();
-            for n in names {
-                assert_eq!(fast.is_match(n), regex.is_match(n), "{p:?} on {n:?}");
-            }
-        }
-        assert!(matches!(
-            NamePattern::new("^fib::fib$").unwrap(),
-            NamePattern::Literal {
-                start: true,
-                end: true,
-                ..
-            }
-        ));
-        assert!(matches!(
-            NamePattern::new("fib.fib").unwrap(),
-            NamePattern::Regex(_)
-        ));
-    }
 }

@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env;
+use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::schema::{self, source as instrumentation};
 
 use crate::elf;
@@ -97,7 +98,7 @@ pub fn preload_library() -> Result<PathBuf, String> {
 /// Checks `-F`/`-N` patterns before anything runs (the runtime would only warn from inside the program).
 pub fn check_regexes<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Result<(), String> {
     for re in patterns {
-        regex_lite::Regex::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
+        NamePattern::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
     }
     Ok(())
 }
@@ -331,7 +332,7 @@ fn file_identity(path: &Path) -> Option<(u64, u64)> {
 /// tells: a function inlined into its callers has no sled.
 fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
     for pattern in filters {
-        let Ok(re) = regex_lite::Regex::new(pattern) else {
+        let Ok(re) = NamePattern::new(pattern) else {
             continue; // checked before the run
         };
         if trace.functions.values().any(|f| re.is_match(f.name())) {
