@@ -22,7 +22,8 @@ cd "$OUT"
 hyperfine -N -w "$WARMUP" -r "$RUNS" --export-markdown "$OUT/startup.md" \
   -n "rg --version (XRay build, untraced)" "$RX --version" \
   -n "ferrotrace record (every function)" "$FT record -o $OUT/rg.data -- $RX --version" \
-  -n "ferrotrace record -F nothing_matches" "$FT record -F nothing_matches -o $OUT/rg-none.data -- $RX --version" \
+  -n "ferrotrace record -N . (nothing selected)" "$FT record -N . -o $OUT/rg-none.data -- $RX --version" \
+  -n "ferrotrace record -F nothing_matches" "$FT record -F nothing_matches -o $OUT/rg-nomatch.data -- $RX --version" \
   -n "ferrotrace record -F '^grep_cli::'" "$FT record -F ^grep_cli:: -o $OUT/rg-cli.data -- $RX --version" \
   -n "rg --version (mcount build, untraced)" "$RM --version" \
   -n "uftrace record" "uftrace record -d $OUT/rg.uftrace $RM --version" \
