@@ -1,7 +1,8 @@
 //! Chunk memory and the two lock-free queues between traced threads and the collector.
 //!
-//! All chunks live in one pre-faulted mapping (lazy page faults on the traced thread would cost more
-//! than the tracing): private, or under `ferrotrace record` in a memfd shared with it, with a
+//! All chunks live in one mapping, which the collector faults in ahead of the threads ([`Prefault`]:
+//! lazy page faults on the traced thread would cost more than the tracing): private, or under
+//! `ferrotrace record` in a memfd shared with it, with a
 //! descriptor per chunk (`ferrotrace_core::shared`). A chunk is named by its index. `full` holds the chunks handed over to the
 //! collector, in order: a bounded MPMC queue (`crossbeam_queue::ArrayQueue`, lock-free, no allocation
 //! after creation) sized to the chunk count, so a push never fails. `free` holds the empty chunks as a
