@@ -25,8 +25,13 @@ measure() {
   rss=$(awk -F': ' '/Maximum resident/{print $2}' "$log")
   local cpu rate
   cpu=$(echo "$user + $sys" | bc -l)
-  rate=$(echo "$events / $cpu / 1000000" | bc -l)
-  printf '| %s | %s | %.2f s | %.1f M/s | %.1f MB |\n' "$label" "$wall" "$cpu" "$rate" "$(echo "$rss/1024" | bc -l)"
+  # Below the timer's 10 ms resolution the rate is unknown, not infinite.
+  if [ "$(echo "$cpu > 0" | bc -l)" = 1 ]; then
+    rate=$(printf '%.1f M/s' "$(echo "$events / $cpu / 1000000" | bc -l)")
+  else
+    rate="(< 10 ms)"
+  fi
+  printf '| %s | %s | %.2f s | %s | %.1f MB |\n' "$label" "$wall" "$cpu" "$rate" "$(echo "$rss/1024" | bc -l)"
 }
 
 echo "| command | wall | CPU (user+sys) | events/s (CPU) | peak RSS |"
