@@ -469,3 +469,25 @@ fn program_linking_the_runtime_gets_its_hooks_from_it() {
     // Its calls to mcount bind to the runtime's own hooks at link time.
     assert_linked_program_records_itself(&scratch("mcount_linked"), &testprog_mcount("linked"));
 }
+
+#[test]
+fn gprof_does_not_run_beside_the_tracing() {
+    // A -pg program starts glibc's gprof (a SIGPROF timer) and writes gmon.out at exit; traced, its
+    // mcount is the runtime's, so that file would hold no call arcs and overwrite the user's.
+    let dir = scratch("mcount_no_gmon");
+    let prog = mcwork(&dir, "pg", &["-pg"]);
+    let gmon = dir.join("gmon.out");
+    let plain = Command::new(&prog)
+        .args(["fib", "10"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(plain.status.success());
+    assert!(gmon.exists(), "untraced, the -pg program writes gmon.out");
+    std::fs::remove_file(&gmon).unwrap();
+    let (out, trace) = record(&dir, &[], &prog, &["fib", "10"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!gmon.exists(), "traced, gprof stays out of the way");
+    let t = Trace::open(&trace).unwrap();
+    assert!(t.event_count() > 0);
+}
