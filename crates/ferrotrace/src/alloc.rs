@@ -105,17 +105,6 @@ fn this_thread() -> Option<&'static AllocThread> {
     Some(unsafe { &*((thread_pointer() as isize + off) as *const AllocThread) })
 }
 
-/// The calling thread's `HOT` cursor block, through the trampolines' TLS offset.
-#[inline(always)]
-fn hot() -> &'static Hot {
-    // SAFETY: the trampolines' offset is set before TLS_OFFSET (recording allocations) is; HOT lives in
-    // static TLS without destructor.
-    unsafe {
-        let off = crate::hot::FERROTRACE_TLS_OFFSET.load(Relaxed);
-        &*((thread_pointer() as i64 + off) as *const Hot)
-    }
-}
-
 /// Starts recording allocations with `settings`. Called once the runtime records.
 pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
@@ -277,33 +266,14 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
     t.busy.store(0, Relaxed);
 }
 
-/// Owns the chunk's line four lines ahead of the cursor before the stores reach it, as the trampolines
-/// do: a recycled chunk's lines are shared with the collector that read them.
-#[inline(always)]
-fn prefetch_ahead(cur: *mut Record) {
-    // SAFETY: prefetchw never faults, whatever the address.
-    unsafe {
-        core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
-            options(nostack, preserves_flags, readonly))
-    };
-}
-
 /// Stores the record and its payload slot at the thread's cursor, or hands them to the slow path.
 #[inline(always)]
 fn write(rec: Record, payload: Record) {
-    let h = hot();
-    let cur = h.cursor.load(Relaxed);
-    let end = h.end.load(Relaxed);
-    if !cur.is_null() && (end as usize).saturating_sub(cur as usize) >= 32 {
-        prefetch_ahead(cur);
-        // SAFETY: `cur .. cur + 2` lies inside the chunk this thread owns (checked above).
-        unsafe {
-            cur.write(rec);
-            cur.add(1).write(payload);
-            h.cursor
-                .store(cur.add(2), core::sync::atomic::Ordering::Release);
-        }
-    } else {
+    let fill = |p: *mut Record| {
+        // SAFETY: `p` is the one payload slot `append` has room for.
+        unsafe { p.write(payload) }
+    };
+    if Hot::current_static().append(rec, 1, fill).is_err() {
         crate::thread::record_slow(rec, &[payload]);
     }
 }
@@ -311,18 +281,7 @@ fn write(rec: Record, payload: Record) {
 /// Stores one record without payload at the thread's cursor, or hands it to the slow path.
 #[inline(always)]
 fn write_one(rec: Record) {
-    let h = hot();
-    let cur = h.cursor.load(Relaxed);
-    let end = h.end.load(Relaxed);
-    if !cur.is_null() && cur < end {
-        prefetch_ahead(cur);
-        // SAFETY: `cur` lies inside the chunk this thread owns (checked above).
-        unsafe {
-            cur.write(rec);
-            h.cursor
-                .store(cur.add(1), core::sync::atomic::Ordering::Release);
-        }
-    } else {
+    if Hot::current_static().append(rec, 0, |_| {}).is_err() {
         crate::thread::record_slow(rec, &[]);
     }
 }
@@ -502,7 +461,7 @@ fn walk(
     depth: usize,
     out: &mut [MaybeUninit<usize>; ALLOC_MAX_DEPTH],
 ) -> usize {
-    let mut hooks = HookedReturns::of(hot());
+    let mut hooks = HookedReturns::of(Hot::current_static());
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
     let first = unsafe { *caller.ret_slot };
     out[0].write(hooks.real(first, caller.ret_slot as usize));

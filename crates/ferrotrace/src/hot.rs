@@ -7,7 +7,7 @@
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
-use ferrotrace_core::record::Record;
+use ferrotrace_core::record::{Record, RECORD_SIZE};
 
 /// The per-thread block the trampolines and the mcount hooks use. `#[repr(C)]`: the assembly reads
 /// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
@@ -44,6 +44,59 @@ thread_local! {
             shadow_base: AtomicU64::new(0),
         }
     };
+}
+
+impl Hot {
+    /// The calling thread's block, through `HOT` (in the preload library, a `__tls_get_addr` call: for
+    /// the slow paths).
+    pub fn current() -> &'static Hot {
+        // SAFETY: HOT has no destructor, so it lives as long as the thread; the reference stays on it.
+        HOT.with(|h| unsafe { &*(h as *const Hot) })
+    }
+
+    /// The calling thread's block, at the offset the trampolines use: two loads, no call, for recorders
+    /// written in Rust whose every event comes here (the allocation hooks). Valid once
+    /// [`init_tls_offset`] ran, which start-up does before any recorder is enabled.
+    #[inline(always)]
+    pub fn current_static() -> &'static Hot {
+        // SAFETY: the offset is HOT's in static TLS, the same in every thread; HOT has no destructor.
+        unsafe { &*((thread_pointer() as i64 + tls_offset()) as *const Hot) }
+    }
+
+    /// Appends `rec` followed by `slots` payload records (which `fill` writes, given where the first
+    /// goes) to the thread's chunk; when the chunk has no room for them (or the thread none) writes
+    /// nothing and hands `fill` back, for the caller's slow path. The one way recorders
+    /// written in Rust store events, in the order `ferrotrace_core::record::Record` asks of every
+    /// writer, as the trampolines do: the payload, then the record's word, then its timestamp, then
+    /// the cursor, so that a process killed in the middle leaves no whole-looking record with a
+    /// half-written payload for `record` to salvage.
+    #[inline(always)]
+    pub fn append<F: FnOnce(*mut Record)>(
+        &self,
+        rec: Record,
+        slots: usize,
+        fill: F,
+    ) -> Result<(), F> {
+        let cur = self.cursor.load(Ordering::Relaxed);
+        let end = self.end.load(Ordering::Relaxed);
+        if cur.is_null() || (end as usize).saturating_sub(cur as usize) <= slots * RECORD_SIZE {
+            return Err(fill);
+        }
+        // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above);
+        // prefetchw never faults, whatever the address.
+        unsafe {
+            // The chunk's line four lines ahead owned before the stores reach it, as the trampolines
+            // do: a recycled chunk's lines are shared with the collector that read them.
+            core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
+                options(nostack, preserves_flags, readonly));
+            fill(cur.add(1));
+            core::sync::atomic::compiler_fence(Ordering::Release);
+            core::ptr::write_volatile(&raw mut (*cur).word, rec.word);
+            core::ptr::write_volatile(&raw mut (*cur).tsc, rec.tsc);
+            self.cursor.store(cur.add(1 + slots), Ordering::Release);
+        }
+        Ok(())
+    }
 }
 
 /// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.

@@ -38,7 +38,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, HOT};
+use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET};
 use crate::mcount_sites::{FERROTRACE_SITES, HASH_MUL};
 
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
@@ -90,8 +90,7 @@ pub unsafe extern "C" fn __fentry__() {
 /// as one frame after each hooked function; a backtrace can leave those out.
 #[cfg(feature = "preload")]
 pub fn thread_stub() -> u64 {
-    HOT.try_with(|h| h.shadow_stub.load(Ordering::Relaxed))
-        .unwrap_or(0)
+    Hot::current().shadow_stub.load(Ordering::Relaxed)
 }
 
 /// Addresses of the two hooks, for patched NOP sites: `(mcount, fentry)`.
@@ -278,15 +277,10 @@ const EH_FRAME_AT: usize = 64;
 /// end of the stack for an unwinder.
 static NO_RETURN_ADDRESS: u64 = 0;
 
-fn hot() -> &'static Hot {
-    // SAFETY: HOT has no destructor, so it lives as long as the thread; the reference stays on it.
-    HOT.with(|h| unsafe { &*(h as *const Hot) })
-}
-
 /// Called (all registers saved) when a traced call finds no shadow stack or a full one: returns 0 to
 /// retry the hook, 1 to leave the call untraced.
 extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
-    let h = hot();
+    let h = Hot::current();
     // A thread has a shadow stack only once a runtime records.
     let Some(rt) = crate::runtime::get() else {
         return 1;
@@ -373,7 +367,7 @@ fn prepare(h: &Hot, depth: usize) -> bool {
 /// At thread exit (no hooked frame of the thread is left): unregisters and unmaps the thread's return
 /// stub and shadow stack; later calls go to the slow path, which leaves them untraced.
 pub fn release_thread() {
-    let h = hot();
+    let h = Hot::current();
     let base = h.shadow_base.load(Ordering::Relaxed);
     if base == 0 {
         return;
@@ -401,7 +395,7 @@ pub fn release_thread() {
 /// frames above the returning one were left without returning (`longjmp`, unwinding). Pops them and
 /// returns 0; aborts with a message if the returning frame is not on the shadow stack at all.
 extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
-    let h = hot();
+    let h = Hot::current();
     let base = h.shadow_base.load(Ordering::Relaxed);
     let mut frame = h.shadow_top.load(Ordering::Relaxed);
     while frame > base + FRAME {

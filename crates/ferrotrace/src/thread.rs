@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::config::Mode;
-use crate::hot::{hot_offset_here, tls_offset, Hot, HOT};
+use crate::hot::{hot_offset_here, tls_offset, Hot};
 use crate::pool::FullChunk;
 use crate::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::runtime::{self, Meta, Runtime};
@@ -48,12 +48,6 @@ pub fn ignore_current_thread() {
     COLD.with(|c| c.ignored.set(true));
 }
 
-fn hot() -> &'static Hot {
-    // SAFETY: HOT has no destructor, so it lives as long as the thread; the reference does not escape
-    // the thread.
-    HOT.with(|h| unsafe { &*(h as *const Hot) })
-}
-
 fn stop_hot(h: &Hot) {
     h.end.store(core::ptr::null_mut(), Ordering::Relaxed);
     h.cursor.store(core::ptr::null_mut(), Ordering::Relaxed);
@@ -63,7 +57,7 @@ fn stop_hot(h: &Hot) {
 /// Stops its cursor and forgets the slot, so that its next event registers it with the child's own
 /// runtime.
 pub fn forget_current_thread() {
-    stop_hot(hot());
+    stop_hot(Hot::current());
     let _ = COLD.try_with(|cold| cold.slot.set(core::ptr::null()));
 }
 
@@ -118,7 +112,7 @@ pub fn record_slow(rec: Record, payload: &[Record]) {
 }
 
 fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: &[Record]) {
-    let h = hot();
+    let h = Hot::current();
     if !rt.lifecycle.is_recording() {
         stop_hot(h);
         return;
@@ -328,7 +322,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
     let name = thread_name_bytes();
     let fresh = || SlotState {
         tid,
-        hot: HOT.with(|h| h as *const Hot),
+        hot: Hot::current(),
         chunk: None,
         seq: 0,
         lost: 0,
@@ -442,7 +436,7 @@ fn thread_exit() {
         };
         cold.slot.set(core::ptr::null());
         let Some(rt) = runtime::get() else { return };
-        let h = hot();
+        let h = Hot::current();
         let mut guard = slot.lock();
         let st = guard.state();
         if !st.stopped {

@@ -26,7 +26,7 @@ use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};
 
-use crate::hot::HOT;
+use crate::hot::Hot;
 
 /// `"FTP1"`: the first word of every descriptor.
 pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
@@ -206,41 +206,33 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         slots as u8,
     );
     rec.word |= crate::hot::cpu_bits();
-    let _ = HOT.try_with(|hot| {
-        let cur = hot.cursor.load(Ordering::Relaxed);
-        let end = hot.end.load(Ordering::Relaxed);
-        if (end as usize).saturating_sub(cur as usize) > slots * 16 && !cur.is_null() {
-            // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above).
-            // The payload first, then the record's word, then its timestamp (volatile: in that
-            // order), so that a process killed in the middle leaves no whole-looking record with a
-            // half-written payload (ferrotrace_core::record::Record).
-            unsafe {
-                if slots > 0 {
-                    cur.add(slots).write(Record::default());
-                }
-                write(cur.add(1) as *mut u8);
-                core::sync::atomic::compiler_fence(Ordering::Release);
-                core::ptr::write_volatile(&raw mut (*cur).word, rec.word);
-                core::ptr::write_volatile(&raw mut (*cur).tsc, rec.tsc);
-                hot.cursor.store(cur.add(1 + slots), Ordering::Release);
+    // The payload's last slot is zeroed first, so that the bytes `write` leaves unwritten are defined.
+    let fill = move |payload: *mut Record| {
+        // SAFETY: there is room for `slots` records at `payload` (in the chunk, or the slow path's
+        // buffer).
+        unsafe {
+            if slots > 0 {
+                payload.add(slots - 1).write(Record::default());
             }
-        } else {
-            slow(rec, slots, write);
         }
-    });
+        write(payload as *mut u8);
+    };
+    if let Err(fill) = Hot::current().append(rec, slots, fill) {
+        slow(rec, slots, fill);
+    }
 }
 
 /// Out of line: the enabled path's common case is the direct write above.
 #[cold]
 #[inline(never)]
-fn slow(rec: Record, slots: usize, write: impl FnOnce(*mut u8)) {
+fn slow(rec: Record, slots: usize, fill: impl FnOnce(*mut Record)) {
     let mut buf = core::mem::MaybeUninit::<[Record; 255]>::uninit();
     let p = buf.as_mut_ptr() as *mut Record;
-    // SAFETY: `slots` <= 255 records of the buffer are zeroed, then `write` fills at most `slots` * 16
-    // bytes of them (the payload length it was sized for).
+    // SAFETY: `slots` <= 255 records of the buffer are zeroed, then `fill` writes at most `slots`
+    // records' bytes of them (the payload length it was sized for).
     let payload = unsafe {
         core::ptr::write_bytes(p, 0, slots);
-        write(p as *mut u8);
+        fill(p);
         core::slice::from_raw_parts(p, slots)
     };
     crate::thread::record_slow(rec, payload);
