@@ -423,20 +423,6 @@ unsafe fn pc_relative_table<const N: usize>(
     })
 }
 
-/// Starts `.probes`, the section of the SDT semaphores, on a page of its own in the file. A tracer that
-/// attaches before the program runs (`bpftrace -c`, `perf record -e sdt_… -- prog`) has the kernel raise
-/// a semaphore when the program's file is mapped, in the first writable mapping of the semaphore's file
-/// page; the page where the RELRO segment ends and `.data` begins is mapped twice (for RELRO, still
-/// writable then, and for `.data`), and a semaphore on it was raised in the RELRO copy, which the program
-/// never reads: the probes stayed silent. Whether that happened depended on the program's layout (seen
-/// when a change of the runtime's size moved `.probes` there). At most a page of padding in the file.
-#[used]
-#[link_section = ".probes"]
-static PROBES_ON_A_PAGE_OF_THEIR_OWN: PageAligned = PageAligned([]);
-
-#[repr(C, align(4096))]
-struct PageAligned([u8; 0]);
-
 /// Semaphore type of SDT probes (incremented by the kernel while a tracer is attached).
 #[doc(hidden)]
 pub type Semaphore = AtomicU16;
