@@ -182,6 +182,7 @@ impl Drop for TerminatingBlocked {
 /// handler, and a process-directed signal then always goes to a thread of the program.
 pub fn spawn_without_signals<F: FnOnce() + Send + 'static>(
     name: &str,
+    stack_size: Option<usize>,
     f: F,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     // SAFETY: pthread_sigmask with a full set, restored right after the thread is created.
@@ -190,7 +191,11 @@ pub fn spawn_without_signals<F: FnOnce() + Send + 'static>(
         let mut old: libc::sigset_t = core::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let spawned = std::thread::Builder::new().name(name.into()).spawn(f);
+        let mut builder = std::thread::Builder::new().name(name.into());
+        if let Some(bytes) = stack_size {
+            builder = builder.stack_size(bytes);
+        }
+        let spawned = builder.spawn(f);
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
         spawned
     }

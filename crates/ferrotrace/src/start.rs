@@ -350,7 +350,7 @@ fn launch(
 ) -> Result<&'static Runtime, String> {
     let rt = crate::runtime::publish(rt, replacing)?;
     let handle =
-        exit::spawn_without_signals("ferrotrace", move || collector::run(rt, writer, path))
+        exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
             .map_err(|e| format!("cannot start the collector thread: {e}"))?;
     rt.lifecycle.set_collector(handle.thread().clone());
     if !rt.lifecycle.wait_collector_running(Duration::from_secs(5)) {

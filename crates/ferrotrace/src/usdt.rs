@@ -71,10 +71,10 @@ pub fn watch() {
     {
         return;
     }
-    let started = std::thread::Builder::new()
-        .name("ferrotrace-usdt".into())
-        .stack_size(64 << 10)
-        .spawn(move || {
+    // Like every thread of the runtime's, with every signal blocked: a signal for the process must
+    // reach a thread of the program, whose handlers finish the trace.
+    let started =
+        crate::exit::spawn_without_signals("ferrotrace-usdt", Some(64 << 10), move || {
             crate::thread::ignore_current_thread();
             crate::alloc::ignore_current_thread();
             loop {
