@@ -123,16 +123,15 @@ impl Config {
         })
     }
 
-    /// True when the function whose symbol is `mangled` passes the `-F`/`-N` filters, which match
-    /// its demangled name (demangled only when there is a filter: without one every function is
-    /// traced, and its name is demangled by the analysis, not at the traced program's start).
-    pub fn selects(&self, mangled: &str) -> bool {
-        if self.include.is_empty() && self.exclude.is_empty() {
-            return true;
-        }
-        let demangled = display_name(mangled);
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(&demangled)))
-            && !self.exclude.iter().any(|r| r.is_match(&demangled))
+    /// True when there is a `-F` or `-N` filter: without one every function is traced.
+    pub fn has_filters(&self) -> bool {
+        !self.include.is_empty() || !self.exclude.is_empty()
+    }
+
+    /// True when the function named `demangled` ([`display_name`]) passes the `-F`/`-N` filters.
+    pub fn selects(&self, demangled: &str) -> bool {
+        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(demangled)))
+            && !self.exclude.iter().any(|r| r.is_match(demangled))
     }
 }
 

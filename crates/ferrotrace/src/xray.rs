@@ -267,15 +267,17 @@ impl Scope<'_, '_> {
         if is_runtime_function(&name, vaddr, self.plumbing.clone()) {
             return None;
         }
-        if !self.config.include.is_empty() {
-            // Which -F patterns match anything at all (a run that selects nothing says so).
+        // Filters match demangled names: demangled once, and only when there is a filter (without one
+        // every function is traced, and names are demangled by the analysis, not at the program's start).
+        if self.config.has_filters() {
             let shown = display_name(&name);
+            // Which -F patterns match anything at all (a run that selects nothing says so).
             for (hit, re) in self.out.filter_hits.iter_mut().zip(&self.config.include) {
                 *hit = *hit || re.is_match(&shown);
             }
-        }
-        if !self.config.selects(&name) {
-            return None;
+            if !self.config.selects(&shown) {
+                return None;
+            }
         }
         self.out.functions.push(Function {
             id: *self.next_id,
