@@ -223,7 +223,6 @@ global_asm!(
     "  cmp rax, qword ptr [rsi]",
     "  je 9f",
     "  ftemb_slot 9f",
-    "  lea rsi, \\slot_at",
     "  mov rax, qword ptr [rcx + {s_top}]",
     "  cmp rax, qword ptr [rcx + {s_limit}]",
     "  jae 8f",
