@@ -51,7 +51,7 @@ use serde_json::{json, Value};
 
 use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::info::fmt_ns;
-use crate::names::Names;
+use crate::names::{Names, Representatives};
 use crate::progress::Progress;
 use crate::reader::{EventKind, ReadError, Trace};
 
@@ -228,16 +228,24 @@ struct Acc {
     active: u32,
 }
 
-struct Slots {
+/// One accumulator per function, found by event id: the ids of one function (see
+/// [`Names::representatives`]) share their function's slot, resolved once per id (the per-event lookup
+/// stays one indexed load).
+struct Slots<'a> {
+    function: &'a Representatives,
+    /// By function (representative) id: its slot.
     index: HashMap<u32, u32>,
+    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
     dense: Vec<u32>,
+    /// By slot: the function's (representative) id.
     ids: Vec<u32>,
     acc: Vec<Acc>,
 }
 
-impl Slots {
-    fn new() -> Slots {
+impl<'a> Slots<'a> {
+    fn new(function: &'a Representatives) -> Slots<'a> {
         Slots {
+            function,
             index: HashMap::new(),
             dense: Vec::new(),
             ids: Vec::new(),
@@ -258,9 +266,10 @@ impl Slots {
     #[cold]
     fn slot_slow(&mut self, id: u32) -> usize {
         let next = self.ids.len() as u32;
-        let s = *self.index.entry(id).or_insert(next);
+        let function = self.function.of(id);
+        let s = *self.index.entry(function).or_insert(next);
         if s == next {
-            self.ids.push(id);
+            self.ids.push(function);
             self.acc.push(Acc::default());
         }
         if (id as usize) < (1 << 20) {
@@ -282,13 +291,14 @@ impl Report {
     /// Like [`Report::of`], counting events on `progress`.
     pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
         let names = Names::of(trace);
+        // The ids of one function (same module and address, one name: see `Names::of`) are counted as
+        // that function's, in one row: a copy calling another is a recursion, whose total counts once.
+        let function = names.representatives();
         let mut report = Report::default();
-        // By name: ids of one function (same module and address) share a name and make one row;
-        // distinct functions have distinct names (see `Names::of`).
-        let mut all: HashMap<String, FuncStats> = HashMap::new();
+        let mut all: HashMap<u32, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
         for th in trace.threads.values() {
-            let mut slots = Slots::new();
+            let mut slots = Slots::new(&function);
             // One pass: frames already running when tracing began are closed at their exit.
             let mut stack = CallStack::single_pass();
             let on_leave = |slots: &mut Slots, e: StackEvent| match e {
@@ -352,7 +362,6 @@ impl Report {
             stack.finish(&mut |se| on_leave(&mut slots, se));
             report.events += n;
             let mut funcs: Vec<FuncStats> = Vec::with_capacity(slots.ids.len());
-            let mut row_of: HashMap<String, usize> = HashMap::new();
             for (i, &id) in slots.ids.iter().enumerate() {
                 let a = slots.acc[i];
                 if a.calls == 0 {
@@ -372,20 +381,14 @@ impl Report {
                     still_running: a.open,
                     entered_before: a.before,
                 };
-                all.entry(fs.name.clone())
+                all.entry(id)
                     .or_insert_with(|| FuncStats {
                         id,
                         name: fs.name.clone(),
                         ..FuncStats::default()
                     })
                     .merge(&fs);
-                match row_of.get(&fs.name) {
-                    Some(&row) => funcs[row].merge(&fs),
-                    None => {
-                        row_of.insert(fs.name.clone(), funcs.len());
-                        funcs.push(fs);
-                    }
-                }
+                funcs.push(fs);
             }
             report.threads.push(ThreadReport {
                 tid: th.tid,
@@ -402,7 +405,7 @@ impl Report {
             .tracepoints
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         if trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0 {
-            report.alloc_bytes = crate::mem::bytes_by_function(trace)?;
+            report.alloc_bytes = crate::mem::bytes_by_function(trace, &function)?;
         }
         Ok(report)
     }
@@ -690,5 +693,54 @@ mod tests {
         };
         assert_eq!(f.avg_ns(), 11);
         assert_eq!(FuncStats::default().avg_ns(), 0);
+    }
+
+    /// Two copies of one function (ids 1 and 2: same module, address and name, as a rescan that sees an
+    /// object again makes them) are one function to every column: copy 1 calling copy 2 is a
+    /// recursion, whose total counts once, and the bytes allocated in either copy are its bytes.
+    #[test]
+    fn copies_of_a_function_are_one_row_in_every_column() {
+        use ferrotrace_core::builder::TraceBuilder;
+        use ferrotrace_core::schema::{source, Mode};
+        let mut b = TraceBuilder::new(
+            Vec::new(),
+            "/bin/r",
+            source::XRAY | source::ALLOCATIONS,
+            Mode::Lossless,
+        )
+        .unwrap();
+        b.function(1, 0x1000, 16, "finish_grow").unwrap();
+        b.function(2, 0x1000, 16, "finish_grow").unwrap();
+        b.function(3, 0x2000, 16, "main").unwrap();
+        b.thread(7, "t").unwrap();
+        b.event(7, 0, EventKind::Entry, 3).unwrap();
+        b.event(7, 10, EventKind::Entry, 1).unwrap();
+        b.event(7, 20, EventKind::Entry, 2).unwrap();
+        b.alloc(7, 25, None, 1000, 0xa0).unwrap();
+        b.event(7, 30, EventKind::Exit, 2).unwrap();
+        b.alloc(7, 35, None, 100, 0xb0).unwrap();
+        b.event(7, 40, EventKind::Exit, 1).unwrap();
+        b.event(7, 50, EventKind::Exit, 3).unwrap();
+        // Another thread, traced from inside `main`: its allocation is main's too.
+        b.thread(8, "u").unwrap();
+        b.alloc(8, 5, None, 10, 0xc0).unwrap();
+        b.event(8, 6, EventKind::Exit, 3).unwrap();
+        let path =
+            std::env::temp_dir().join(format!("ft-report-copies-{}.data", std::process::id()));
+        std::fs::write(&path, b.finish().unwrap()).unwrap();
+        let t = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let r = Report::of(&t).unwrap();
+        let rows: Vec<_> = r
+            .functions
+            .iter()
+            .filter(|f| f.name == "finish_grow")
+            .collect();
+        assert_eq!(rows.len(), 1, "{:?}", r.functions);
+        let f = rows[0];
+        assert_eq!((f.calls, f.total_ns, f.self_ns), (2, 30, 30));
+        assert_eq!(r.alloc_bytes.get(&f.id), Some(&(1100, 1100)));
+        let main = r.functions.iter().find(|f| f.name == "main").unwrap();
+        assert_eq!(r.alloc_bytes.get(&main.id), Some(&(10, 1110)));
     }
 }
