@@ -365,6 +365,15 @@ fn depth_limit_leaves_deeper_calls_out_without_counting_them_lost() {
     assert!(
         text(&out.stderr).contains("--depth limits the nesting depth of mcount and fentry tracing")
     );
+    // A depth the runtime would refuse is refused before the program runs (it ran untraced).
+    for depth in ["0", "16777217"] {
+        let (out, _) = record(&dir, &["-D", depth], &exe, &["deep", "10"]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "-D {depth}: {err}");
+        assert!(out.stdout.is_empty(), "-D {depth}: the program ran");
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(&format!("--depth {depth}: ")), "{err}");
+    }
 }
 
 #[test]

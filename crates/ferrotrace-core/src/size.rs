@@ -47,6 +47,47 @@ impl fmt::Display for SizeError {
 /// The smallest chunk size.
 pub const MIN_CHUNK: usize = 256;
 
+/// The chunk size when none is given.
+pub const DEFAULT_CHUNK: usize = 64 << 10;
+
+/// The buffer size when none is given.
+pub const DEFAULT_BUFFER: usize = 16 << 20;
+
+/// The deepest mcount/fentry shadow stack, and `-D` limit, in frames.
+pub const MAX_DEPTH: usize = 1 << 24;
+
+/// True for a depth in frames (a shadow stack, a `-D` limit) that the runtime accepts.
+pub fn depth_is_valid(frames: usize) -> bool {
+    (1..=MAX_DEPTH).contains(&frames)
+}
+
+/// Which of the two sizes [`check_sizes`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SizeOption {
+    /// The buffer size.
+    Buffer,
+    /// The chunk size.
+    Chunk,
+}
+
+/// The buffer and chunk sizes as written (`None`: the default), parsed and checked against each
+/// other and this machine's memory: `(buffer, chunk)`, or which one is wrong and why.
+#[cfg(feature = "std")]
+pub fn check_sizes(
+    buffer: Option<&str>,
+    chunk: Option<&str>,
+) -> Result<(usize, usize), (SizeOption, SizeError)> {
+    let chunk = chunk
+        .map_or(Ok(DEFAULT_CHUNK), parse_size)
+        .and_then(check_chunk)
+        .map_err(|e| (SizeOption::Chunk, e))?;
+    let buffer = buffer
+        .map_or(Ok(DEFAULT_BUFFER), parse_size)
+        .and_then(|b| check_buffer(b, chunk, physical_memory()))
+        .map_err(|e| (SizeOption::Buffer, e))?;
+    Ok((buffer, chunk))
+}
+
 /// Parses `16M`, `512K`, `1G` or a plain number of bytes (positive).
 pub fn parse_size(s: &str) -> Result<usize, SizeError> {
     let s = s.trim();

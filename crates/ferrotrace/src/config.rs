@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use ferrotrace_core::env;
 use ferrotrace_core::pattern::NamePattern;
-use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
+use ferrotrace_core::size::{check_sizes, depth_is_valid, parse_size, SizeOption, MAX_DEPTH};
 
 pub use ferrotrace_core::schema::Mode;
 
@@ -75,39 +75,30 @@ impl Config {
                 ))
             }
         };
-        let size = |name: &str, default: usize| {
+        let (buffer_size, chunk_size) = check_sizes(
+            var(env::BUFFER_SIZE).as_deref(),
+            var(env::CHUNK_SIZE).as_deref(),
+        )
+        .map_err(|(which, e)| {
+            let name = match which {
+                SizeOption::Buffer => env::BUFFER_SIZE,
+                SizeOption::Chunk => env::CHUNK_SIZE,
+            };
+            format!("{name}: {e}")
+        })?;
+        let depth = |name: &str, what: &str| {
             var(name)
-                .map_or(Ok(default), |s| parse_size(&s))
-                .map_err(|e| format!("{name}: {e}"))
+                .map(|v| {
+                    v.parse::<usize>()
+                        .ok()
+                        .filter(|&d| depth_is_valid(d))
+                        .ok_or_else(|| format!("{name}: '{v}' is not {what} from 1 to {MAX_DEPTH}"))
+                })
+                .transpose()
         };
-        let chunk_size = size(env::CHUNK_SIZE, 64 << 10)?;
-        check_chunk(chunk_size).map_err(|e| format!("{}: {e}", env::CHUNK_SIZE))?;
-        let buffer_size = size(env::BUFFER_SIZE, 16 << 20)?;
-        check_buffer(buffer_size, chunk_size, physical_memory())
-            .map_err(|e| format!("{}: {e}", env::BUFFER_SIZE))?;
-        let shadow_depth = match var(env::SHADOW_DEPTH) {
-            None => DEFAULT_SHADOW_DEPTH,
-            Some(v) => v
-                .parse::<usize>()
-                .ok()
-                .filter(|&d| (1..=1 << 24).contains(&d))
-                .ok_or_else(|| {
-                    format!(
-                        "{}: '{v}' is not a number of frames from 1 to 16777216",
-                        env::SHADOW_DEPTH
-                    )
-                })?,
-        };
-        let max_depth = var(env::DEPTH)
-            .map(|v| {
-                v.parse::<usize>()
-                    .ok()
-                    .filter(|&d| (1..=1 << 24).contains(&d))
-                    .ok_or_else(|| {
-                        format!("{}: '{v}' is not a depth from 1 to 16777216", env::DEPTH)
-                    })
-            })
-            .transpose()?;
+        let shadow_depth =
+            depth(env::SHADOW_DEPTH, "a number of frames")?.unwrap_or(DEFAULT_SHADOW_DEPTH);
+        let max_depth = depth(env::DEPTH, "a depth")?;
         Ok(Config {
             shadow_depth,
             max_depth,

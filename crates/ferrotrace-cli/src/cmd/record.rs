@@ -157,19 +157,13 @@ fn absolute(p: &Path) -> PathBuf {
 /// Checks `--buffer-size` and `--chunk-size` as the runtime will (ferrotrace_core::size), so that a
 /// bad size is an error before the program starts rather than a program run untraced.
 fn check_sizes(buffer: Option<&str>, chunk: Option<&str>) -> Result<(), String> {
-    use ferrotrace_core::size::{check_buffer, check_chunk, parse_size, physical_memory};
-    let chunk = match chunk {
-        Some(c) => parse_size(c)
-            .and_then(check_chunk)
-            .map_err(|e| format!("--chunk-size {c}: {e}"))?,
-        None => 64 << 10,
-    };
-    if let Some(b) = buffer {
-        parse_size(b)
-            .and_then(|n| check_buffer(n, chunk, physical_memory()))
-            .map_err(|e| format!("--buffer-size {b}: {e}"))?;
-    }
-    Ok(())
+    use ferrotrace_core::size::SizeOption;
+    ferrotrace_core::size::check_sizes(buffer, chunk)
+        .map(|_| ())
+        .map_err(|(which, e)| match which {
+            SizeOption::Chunk => format!("--chunk-size {}: {e}", chunk.unwrap_or_default()),
+            SizeOption::Buffer => format!("--buffer-size {}: {e}", buffer.unwrap_or_default()),
+        })
 }
 
 /// Runs the program under the tracer and returns its exit status as ours.
@@ -213,8 +207,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             program.display()
         ));
     }
-    if args.depth == Some(0) {
-        return Err("--depth must be at least 1".into());
+    if let Some(d) = args
+        .depth
+        .filter(|&d| !ferrotrace_core::size::depth_is_valid(d as usize))
+    {
+        return Err(format!(
+            "--depth {d}: the depth is a number of frames from 1 to {}",
+            ferrotrace_core::size::MAX_DEPTH
+        ));
     }
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
