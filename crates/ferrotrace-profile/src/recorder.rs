@@ -561,6 +561,11 @@ impl State {
     }
 }
 
+/// The frequency of a cpu-clock event: its own (`profile:hz:N`), else `-F`'s.
+fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
+    own.unwrap_or(cfg.frequency)
+}
+
 /// Runs a whole profiling session.
 pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     if cfg.events.is_empty() {
@@ -626,7 +631,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         let (kind, ty) = match e {
             EventSpec::CpuClock(hz) => (
                 perf::EventKind::CpuClock {
-                    freq: hz.unwrap_or(cfg.frequency),
+                    freq: cpu_clock_hz(*hz, cfg),
                 },
                 SamplerKind::CpuClock,
             ),
@@ -774,7 +779,15 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     };
     let header = SamplersHeader {
         call_graph: cfg.call_graph,
-        frequency: cfg.frequency,
+        // The timer's (`profile:hz:N` overrides -F): what the views show and take its period from.
+        frequency: cfg
+            .events
+            .iter()
+            .find_map(|e| match e {
+                EventSpec::CpuClock(hz) => Some(cpu_clock_hz(*hz, cfg)),
+                _ => None,
+            })
+            .unwrap_or(cfg.frequency),
         count: samplers.len() as u32,
     };
     let list: Vec<Sampler<'_>> = samplers
@@ -790,9 +803,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         .iter()
         .map(|e| match e {
             // A timer sample stands for one period of CPU time.
-            EventSpec::CpuClock(hz) => {
-                1_000_000_000 / u64::from(hz.unwrap_or(cfg.frequency).max(1))
-            }
+            EventSpec::CpuClock(hz) => 1_000_000_000 / u64::from(cpu_clock_hz(*hz, cfg).max(1)),
             _ => 1,
         })
         .collect();

@@ -513,6 +513,18 @@ fn cpu_clock_and_tracepoint_together() {
 }
 
 #[test]
+fn a_timer_with_its_own_frequency_is_the_traces_frequency() {
+    // `profile:hz:N` overrides -F: the trace says N, which the views take the sampling period from.
+    let _g = serial();
+    let mut cfg = config("own_hz", &[&prog("cpu_hot"), "300"]);
+    cfg.events = vec![EventSpec::parse("profile:hz:99").unwrap()];
+    assert_ne!(cfg.frequency, 99);
+    profile(&cfg).unwrap();
+    let set = read_samples(&cfg.output).unwrap();
+    assert_eq!(set.frequency, 99);
+}
+
+#[test]
 fn child_processes_created_later_are_followed() {
     let _g = serial();
     let cmd = format!("{} 400; true", prog("cpu_hot"));
