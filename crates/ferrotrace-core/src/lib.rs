@@ -12,6 +12,7 @@
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
@@ -57,6 +58,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
+pub mod build_id;
 #[cfg(feature = "std")]
 pub mod builder;
 pub mod clock;

@@ -229,7 +229,7 @@ fn main_object() -> (u64, Vec<u8>) {
                     ph.p_memsz as usize,
                 )
             };
-            if let Some(id) = gnu_build_id(notes) {
+            if let Some(id) = ferrotrace_core::build_id::gnu_build_id(notes) {
                 out.1 = id.to_vec();
             }
         }
@@ -239,25 +239,6 @@ fn main_object() -> (u64, Vec<u8>) {
     // SAFETY: the callback matches the loader's signature and only reads what it is given.
     unsafe { libc::dl_iterate_phdr(Some(first), &mut out as *mut _ as *mut c_void) };
     out
-}
-
-/// The GNU build-id in a segment of ELF notes.
-fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
-    let word = |b: &[u8], i: usize| Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?));
-    while notes.len() >= 12 {
-        let (namesz, descsz, kind) = (
-            word(notes, 0)? as usize,
-            word(notes, 4)? as usize,
-            word(notes, 8)?,
-        );
-        let desc_at = 12 + namesz.next_multiple_of(4);
-        let next = desc_at + descsz.next_multiple_of(4);
-        if kind == 3 && notes.get(12..12 + namesz)? == b"GNU\0" {
-            return notes.get(desc_at..desc_at + descsz);
-        }
-        notes = notes.get(next..)?;
-    }
-    None
 }
 
 /// Stops recording and writes the trace to `path`, a new file (mode 0600, never through a link; an
@@ -307,27 +288,4 @@ pub fn dump(path: impl AsRef<Path>) -> io::Result<()> {
         );
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::gnu_build_id;
-
-    #[test]
-    fn build_id_note_is_found_among_others() {
-        let mut notes = Vec::new();
-        // An ABI tag note first (type 1), then the build-id (type 3).
-        for (kind, desc) in [(1u32, &[0u8, 0, 0, 0][..]), (3, &[0xab, 0xcd, 0xef][..])] {
-            notes.extend_from_slice(&4u32.to_le_bytes());
-            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-            notes.extend_from_slice(&kind.to_le_bytes());
-            notes.extend_from_slice(b"GNU\0");
-            notes.extend_from_slice(desc);
-            while notes.len() % 4 != 0 {
-                notes.push(0);
-            }
-        }
-        assert_eq!(gnu_build_id(&notes), Some(&[0xab, 0xcd, 0xef][..]));
-        assert_eq!(gnu_build_id(&notes[..8]), None);
-    }
 }

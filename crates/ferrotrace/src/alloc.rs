@@ -794,7 +794,9 @@ unsafe extern "C" fn collect_object(
             let notes = unsafe {
                 core::slice::from_raw_parts((bias + ph.p_vaddr) as *const u8, ph.p_memsz as usize)
             };
-            build_id = gnu_build_id(notes).map(<[u8]>::to_vec).unwrap_or_default();
+            build_id = ferrotrace_core::build_id::gnu_build_id(notes)
+                .map(<[u8]>::to_vec)
+                .unwrap_or_default();
         }
     }
     if start < end {
@@ -807,26 +809,6 @@ unsafe extern "C" fn collect_object(
         });
     }
     0
-}
-
-/// The GNU build-id in a note segment (4-byte aligned notes: namesz, descsz, type, name, desc).
-fn gnu_build_id(mut notes: &[u8]) -> Option<&[u8]> {
-    let word = |b: &[u8], i: usize| -> Option<usize> {
-        Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?) as usize)
-    };
-    while notes.len() >= 12 {
-        let (namesz, descsz, kind) = (word(notes, 0)?, word(notes, 4)?, word(notes, 8)?);
-        let name_end = 12 + namesz.next_multiple_of(4);
-        let desc_end = name_end.checked_add(descsz.next_multiple_of(4))?;
-        if desc_end > notes.len() {
-            return None;
-        }
-        if kind == 3 && notes.get(12..12 + namesz) == Some(b"GNU\0") {
-            return notes.get(name_end..name_end + descsz);
-        }
-        notes = &notes[desc_end..];
-    }
-    None
 }
 
 /// For the collector, before it writes a chunk of events: `Module` chunks for the objects stacks met
@@ -966,25 +948,6 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn build_id_is_found_among_notes() {
-        let mut notes = Vec::new();
-        // An ABI tag note first, then the build-id.
-        for (name, kind, desc) in [
-            (&b"GNU\0"[..], 1u32, &[0u8, 0, 0, 0, 3, 0, 0, 0][..]),
-            (b"GNU\0", 3, &[0xab, 0xcd, 0xef][..]),
-        ] {
-            notes.extend_from_slice(&(name.len() as u32).to_le_bytes());
-            notes.extend_from_slice(&(desc.len() as u32).to_le_bytes());
-            notes.extend_from_slice(&kind.to_le_bytes());
-            notes.extend_from_slice(name);
-            notes.extend_from_slice(desc);
-            notes.resize(notes.len().next_multiple_of(4), 0);
-        }
-        assert_eq!(gnu_build_id(&notes), Some(&[0xab, 0xcd, 0xef][..]));
-        assert_eq!(gnu_build_id(&notes[..20]), None);
-    }
 
     #[test]
     fn countdowns_average_the_interval() {
