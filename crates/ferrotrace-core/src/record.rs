@@ -115,6 +115,24 @@ impl Record {
         }
     }
 
+    /// The `Lost` records that say `count` events were lost at `tsc`: as many as it takes, a record's
+    /// id (the count) being 32 bits.
+    ///
+    /// ```
+    /// use ferrotrace_core::record::Record;
+    /// let counts: Vec<u32> = Record::lost(7, (1 << 32) + 5).map(|r| r.id()).collect();
+    /// assert_eq!(counts, [u32::MAX, 6]);
+    /// assert_eq!(Record::lost(7, 0).count(), 0);
+    /// ```
+    pub fn lost(tsc: u64, count: u64) -> impl Iterator<Item = Record> {
+        let mut remaining = count;
+        core::iter::from_fn(move || {
+            let n = remaining.min(u32::MAX as u64);
+            remaining -= n;
+            (n > 0).then(|| Record::new(tsc, EventKind::Lost, n as u32))
+        })
+    }
+
     /// The address of a Free record made by [`Record::free`].
     pub const fn free_address(&self) -> u64 {
         (self.word & 0xffff_ffff) | (self.word >> 48) << 32

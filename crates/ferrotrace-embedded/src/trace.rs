@@ -334,11 +334,8 @@ fn write_events<E>(
         }
     }
     // What a full slot lost, where recording stopped: one Lost event (ids are 32 bits: more if needed).
-    let mut lost = h.lost.load(Ordering::Relaxed);
-    while lost > 0 {
-        let n = lost.min(u32::MAX as u64);
-        chunk.push(w, out, scratch, last_ticks, EventKind::Lost, n as u32)?;
-        lost -= n;
+    for lost in ferrotrace_core::record::Record::lost(last_ticks, h.lost.load(Ordering::Relaxed)) {
+        chunk.push(w, out, scratch, last_ticks, EventKind::Lost, lost.id())?;
         total += 1;
     }
     chunk.flush(w, out, scratch)?;

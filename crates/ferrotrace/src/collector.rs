@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
-use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::record::Record;
 use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
@@ -86,13 +86,7 @@ impl State {
         if let Some(live) = &mut self.live {
             live.lost(count);
         }
-        let mut remaining = count;
-        let mut recs = Vec::new();
-        while remaining > 0 {
-            let c = remaining.min(u32::MAX as u64);
-            recs.push(Record::new(tsc, EventKind::Lost, c as u32));
-            remaining -= c;
-        }
+        let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
         self.totals.events += counts.events;

@@ -148,10 +148,8 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
             n += 1;
         }
     };
-    while st.lost > 0 {
-        let count = st.lost.min(u32::MAX as u64);
-        put(Record::new(rec.tsc, EventKind::Lost, count as u32));
-        st.lost -= count;
+    for lost in Record::lost(rec.tsc, core::mem::take(&mut st.lost)) {
+        put(lost);
     }
     if st.waited_ns > 0 {
         put(Record::new(
