@@ -64,6 +64,13 @@ impl Mode {
         })
     }
 
+    /// The mode `--mode` calls `name`.
+    pub fn from_name(name: &str) -> Option<Mode> {
+        [Mode::Lossless, Mode::Drop, Mode::Flight]
+            .into_iter()
+            .find(|m| m.name() == name)
+    }
+
     /// The mode's name, as `--mode` spells it.
     pub const fn name(self) -> &'static str {
         match self {

@@ -64,16 +64,14 @@ impl Config {
     /// Reads the configuration from the environment.
     pub fn from_env() -> Result<Config, String> {
         let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let mode = match var(env::MODE).as_deref() {
-            None | Some("lossless") => Mode::Lossless,
-            Some("drop") => Mode::Drop,
-            Some("flight") => Mode::Flight,
-            Some(other) => {
-                return Err(format!(
-                    "{}: unknown mode '{other}' (lossless, drop or flight)",
+        let mode = match var(env::MODE) {
+            None => Mode::Lossless,
+            Some(name) => Mode::from_name(&name).ok_or_else(|| {
+                format!(
+                    "{}: unknown mode '{name}' (lossless, drop or flight)",
                     env::MODE
-                ))
-            }
+                )
+            })?,
         };
         let (buffer_size, chunk_size) = check_sizes(
             var(env::BUFFER_SIZE).as_deref(),
