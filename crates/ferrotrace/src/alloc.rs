@@ -612,6 +612,9 @@ struct Interner {
     nodes_taken: usize,
     modules_taken: usize,
     pid: u32,
+    /// The loader's count of objects added and removed at the last walk of them: an address in none
+    /// (JIT code, an anonymous mapping) walks them again only if that changed.
+    loaded: Option<(u64, u64)>,
 }
 
 /// A spin lock around the interner: no allocation to create, and a fork handler can hold it.
@@ -708,17 +711,26 @@ impl Interner {
             .map(|m| (m.id, addr - m.bias))
     }
 
-    /// Adds every loaded object not known yet, with its `Module` chunk.
+    /// Adds every loaded object not known yet, with its `Module` chunk (nothing to do, and no object
+    /// looked at, when none was loaded or unloaded since the last time).
     fn discover(&mut self) {
-        let mut found: Vec<Object> = Vec::new();
-        // SAFETY: the callback only reads the info it is given and pushes into `found`.
+        let mut walk = Walk {
+            objects: Vec::new(),
+            known: self.loaded,
+            loaded: None,
+        };
+        // SAFETY: the callback only reads the info it is given and writes into `walk`.
         unsafe {
             libc::dl_iterate_phdr(
                 Some(collect_object),
-                &mut found as *mut Vec<Object> as *mut libc::c_void,
+                &mut walk as *mut Walk as *mut libc::c_void,
             )
         };
-        for o in found {
+        if walk.loaded.is_none() {
+            return; // unchanged
+        }
+        self.loaded = walk.loaded;
+        for o in walk.objects {
             if o.end <= o.start
                 || self
                     .modules
@@ -757,13 +769,30 @@ struct Object {
     build_id: Vec<u8>,
 }
 
+/// What [`Interner::discover`] asks `dl_iterate_phdr` for.
+struct Walk {
+    objects: Vec<Object>,
+    /// The loader's (adds, subs) at the last walk.
+    known: Option<(u64, u64)>,
+    /// Now, if they changed (else the walk stopped at the first object).
+    loaded: Option<(u64, u64)>,
+}
+
 unsafe extern "C" fn collect_object(
     info: *mut libc::dl_phdr_info,
     _size: libc::size_t,
     data: *mut libc::c_void,
 ) -> libc::c_int {
-    // SAFETY: dl_iterate_phdr passes a valid info and our Vec as data.
-    let (info, out) = unsafe { (&*info, &mut *(data as *mut Vec<Object>)) };
+    // SAFETY: dl_iterate_phdr passes a valid info and our Walk as data.
+    let (info, walk) = unsafe { (&*info, &mut *(data as *mut Walk)) };
+    if walk.loaded.is_none() {
+        let now = (info.dlpi_adds, info.dlpi_subs);
+        if walk.known == Some(now) {
+            return 1; // the same objects as last time: stop
+        }
+        walk.loaded = Some(now);
+    }
+    let out = &mut walk.objects;
     let bias = info.dlpi_addr;
     let name = if info.dlpi_name.is_null() {
         String::new()
