@@ -304,7 +304,11 @@ pub fn thread_name_bytes() -> [u8; 16] {
 
 /// The calling thread's name.
 pub fn current_thread_name() -> String {
-    let buf = thread_name_bytes();
+    name_of(&thread_name_bytes())
+}
+
+/// A thread name as `PR_GET_NAME` gives it (NUL-padded), as text.
+fn name_of(buf: &[u8; 16]) -> String {
     let len = buf.iter().position(|&b| b == 0).unwrap_or(16);
     String::from_utf8_lossy(&buf[..len]).into_owned()
 }
@@ -344,7 +348,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
     let slot = reused.unwrap_or_else(|| rt.registry.push(Box::new(ThreadSlot::new(fresh()))));
     rt.push_meta(Meta::Thread {
         tid,
-        name: current_thread_name(),
+        name: name_of(&name),
     });
     let _ = EXIT_GUARD.try_with(|_| {});
     cold.slot.set(slot);
@@ -355,14 +359,18 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
 /// Bytes of the alternate signal stack each traced thread gets (plus a guard page below it).
 const ALT_STACK: usize = 64 << 10;
 
-/// Notes where the thread's stack ends and gives it an alternate signal stack, unless it has one: the
-/// fault handler must run, and tell a stack overflow from other faults, when the stack is exhausted.
-/// (Rust's std sets these up itself only when it installed its own SIGSEGV handler, which it does not
-/// when the runtime's came first.)
-/// The calling thread's stack, `(lowest address, one past the highest)`.
+/// The calling thread's stack, `(lowest address, one past the highest)`, asked once per thread (both
+/// the registration and the allocation hooks want it; for the main thread glibc reads
+/// `/proc/self/maps` to answer).
 pub fn stack_bounds() -> Option<(usize, usize)> {
+    thread_local! {
+        static BOUNDS: core::cell::Cell<Option<(usize, usize)>> = const { core::cell::Cell::new(None) };
+    }
+    if let Some(b) = BOUNDS.try_with(|b| b.get()).ok().flatten() {
+        return Some(b);
+    }
     // SAFETY: plain queries of the calling thread's attributes into a zeroed out-struct, destroyed after.
-    unsafe {
+    let bounds = unsafe {
         let mut attr: libc::pthread_attr_t = core::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) != 0 {
             return None;
@@ -372,9 +380,15 @@ pub fn stack_bounds() -> Option<(usize, usize)> {
         let ok = libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0;
         libc::pthread_attr_destroy(&mut attr);
         ok.then_some((addr as usize, addr as usize + size))
-    }
+    };
+    let _ = BOUNDS.try_with(|b| b.set(bounds));
+    bounds
 }
 
+/// Notes where the thread's stack ends and gives it an alternate signal stack, unless it has one: the
+/// fault handler must run, and tell a stack overflow from other faults, when the stack is exhausted.
+/// (Rust's std sets these up itself only when it installed its own SIGSEGV handler, which it does not
+/// when the runtime's came first.)
 fn prepare_for_faults(cold: &Cold) {
     if let Some((low, _)) = stack_bounds() {
         cold.stack_low.set(low);
