@@ -490,9 +490,25 @@ pub struct Targets {
     pub fentry: u64,
 }
 
+/// The stubs of a stub page, 16 bytes apart, in the order of [`Targets::in_stub_order`].
+#[derive(Clone, Copy)]
+enum Stub {
+    XrayEntry,
+    XrayExit,
+    XrayTail,
+    Mcount,
+    Fentry,
+}
+
+impl Stub {
+    /// Where this stub is in the stub page at `page`.
+    fn at(self, page: u64) -> u64 {
+        page + 16 * self as u64
+    }
+}
+
 impl Targets {
-    /// The stubs of a stub page, 16 bytes apart, in this order: XRay entry, exit, tail, the mcount
-    /// hook, the fentry hook.
+    /// The targets of a stub page's stubs, in [`Stub`] order.
     fn in_stub_order(&self) -> [u64; 5] {
         let [entry, exit, tail] = self.xray;
         [entry, exit, tail, self.mcount, self.fentry]
@@ -583,7 +599,11 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
                 unsafe { patch_sled(&patcher, sled, kind, f.id, stub) };
             }
             for &(site, flavor) in &f.nops {
-                let hook = stub + if flavor == Flavor::Mcount { 48 } else { 64 };
+                let hook = match flavor {
+                    Flavor::Mcount => Stub::Mcount,
+                    Flavor::Fentry => Stub::Fentry,
+                }
+                .at(stub);
                 // SAFETY: a 5-byte NOP listed by the object's __mcount_loc or
                 // __patchable_function_entries (checked at discovery), made writable above; NOPs differ
                 // in their last byte (gcc's 0f 1f 44 00 00, clang's 0f 1f 44 00 08).
@@ -607,21 +627,23 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
 /// `sled` is an XRay sled of the given kind, in a page `patcher` made writable.
 unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub: u64) {
     let (expected_first, target, opcode) = match kind {
-        SledKind::Entry => (0xebu8, stub, 0xe8u8),
-        SledKind::Exit => (0xc3, stub + 16, 0xe9),
-        SledKind::Tail => (0xeb, stub + 32, 0xe8),
+        SledKind::Entry => (0xebu8, Stub::XrayEntry, 0xe8u8),
+        SledKind::Exit => (0xc3, Stub::XrayExit, 0xe9),
+        SledKind::Tail => (0xeb, Stub::XrayTail, 0xe8),
     };
     // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
     if unsafe { (sled as *const u8).read() } != expected_first {
         return; // already patched, or not a sled we know
     }
-    let rel = (target as i64 - (sled as i64 + 11)) as i32;
+    // The stub page is within reach of every sled of the object (stub_page_near).
+    let Some(jump) = rel32(opcode, sled as usize + 6, target.at(stub) as usize) else {
+        return;
+    };
     let mut bytes = [0u8; 11];
     bytes[0] = 0x41;
     bytes[1] = 0xba;
     bytes[2..6].copy_from_slice(&id.to_le_bytes());
-    bytes[6] = opcode;
-    bytes[7..11].copy_from_slice(&rel.to_le_bytes());
+    bytes[6..11].copy_from_slice(&jump);
     // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
     // instruction jumps over the rest until the flip.
     unsafe { patcher.write_then_flip2(sled as usize, &bytes) };
