@@ -199,16 +199,9 @@ pub fn before_free(addr: usize) -> Option<u64> {
 /// Records the free of `addr`, now (before the memory is handed back).
 #[inline(always)]
 pub fn free_now(addr: usize) {
-    let Some(t) = this_thread() else { return };
-    if addr == 0 || t.busy.load(Relaxed) != 0 || t.state.load(Relaxed) == NEVER {
-        return;
+    if let Some(tsc) = before_free(addr) {
+        free_event(addr, tsc);
     }
-    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
-        return;
-    }
-    t.busy.store(1, Relaxed);
-    write_one(Record::free(crate::clock::rdtsc(), addr as u64));
-    t.busy.store(0, Relaxed);
 }
 
 /// After [`before_free`] said `Some`, the memory was not handed back after all (a failed `realloc`).
@@ -910,6 +903,8 @@ extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: 
     alloc_event(size, addr, Caller { ret_slot, rbp });
 }
 
+/// Whether allocations are recorded at all: checked before the out-of-line `alloc_here` (the free
+/// paths check it inline, in `this_thread`).
 #[inline(always)]
 fn active() -> bool {
     TLS_OFFSET.load(Relaxed) != 0
@@ -941,20 +936,14 @@ unsafe impl<A: GlobalAlloc> GlobalAlloc for Allocator<A> {
 
     #[inline]
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        if active() {
-            free_now(ptr as usize);
-        }
+        free_now(ptr as usize);
         // SAFETY: the caller's contract is forwarded.
         unsafe { self.inner.dealloc(ptr, layout) }
     }
 
     #[inline]
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        let tsc = if active() {
-            before_free(ptr as usize)
-        } else {
-            None
-        };
+        let tsc = before_free(ptr as usize);
         // SAFETY: the caller's contract is forwarded.
         let p = unsafe { self.inner.realloc(ptr, layout, new_size) };
         if p.is_null() {
