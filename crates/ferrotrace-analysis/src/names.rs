@@ -141,24 +141,32 @@ fn told_apart<'a>(
     functions: impl Iterator<Item = &'a Function>,
     modules: &[Module],
 ) -> Vec<(u32, String)> {
-    // Functions by demangled name, then by what makes them one function.
-    let mut by_name: HashMap<&str, Vec<(Identity, Vec<&Function>)>> = HashMap::new();
+    // Functions by demangled name, then, where a name has several ids, by what makes them one
+    // function (a second, full demangling: only for those).
+    let mut by_name: HashMap<&str, Vec<&Function>> = HashMap::new();
     for f in functions {
-        let identity = Identity::of(f);
-        let same = by_name.entry(f.name()).or_default();
-        match same.iter_mut().find(|(i, _)| *i == identity) {
-            Some((_, fs)) => fs.push(f),
-            None => same.push((identity, vec![f])),
-        }
+        by_name.entry(f.name()).or_default().push(f);
     }
     let mut names = Vec::new();
-    for (name, functions) in &by_name {
+    for (name, ids) in &by_name {
+        if let [f] = ids[..] {
+            names.push((f.id, name.to_string()));
+            continue;
+        }
+        let mut functions: Vec<(Identity, Vec<&Function>)> = Vec::new();
+        for &f in ids {
+            let identity = Identity::of(f);
+            match functions.iter_mut().find(|(i, _)| *i == identity) {
+                Some((_, fs)) => fs.push(f),
+                None => functions.push((identity, vec![f])),
+            }
+        }
         if functions.len() == 1 {
             names.extend(functions[0].1.iter().map(|f| (f.id, name.to_string())));
             continue;
         }
         let identities: Vec<&Identity> = functions.iter().map(|(i, _)| i).collect();
-        for (identity, fs) in functions {
+        for (identity, fs) in &functions {
             let why = identity.why_not(&identities, modules, fs);
             names.extend(fs.iter().map(|f| (f.id, format!("{name} [{why}]"))));
         }
