@@ -266,6 +266,17 @@ fn groups(m: HashMap<Option<u32>, Totals>) -> Vec<StackGroup> {
 
 /// Reads the allocation events of `trace` (two streaming passes) into a [`MemReport`].
 pub fn analyse(trace: &Trace) -> Result<MemReport, ReadError> {
+    analyse_passes(trace, true)
+}
+
+/// Like [`analyse`] in one pass: everything but what was live at the peak (`peak_stacks` is empty),
+/// which needs a second reading up to the peak; for memory flame graphs, which weigh stacks by the
+/// totals and leaks alone.
+pub fn analyse_totals(trace: &Trace) -> Result<MemReport, ReadError> {
+    analyse_passes(trace, false)
+}
+
+fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadError> {
     let sample_interval = trace.session.alloc_sample;
     let start_ns = trace.clocks.first().map_or(0, |c| c.mono_ns);
     // Pass 1: totals, sites, leaks, temporaries; when the heap peaked (as an event index).
@@ -324,7 +335,7 @@ pub fn analyse(trace: &Trace) -> Result<MemReport, ReadError> {
     }
     // Pass 2: replay up to the peak and group what was live then.
     let mut peak_live: HashMap<Option<u32>, Totals> = HashMap::new();
-    if peak_index > 0 {
+    if peak_stacks && peak_index > 0 {
         pass.live.clear();
         pass.heap = 0.0;
         let mut events = trace.events()?;

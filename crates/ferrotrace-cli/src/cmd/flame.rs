@@ -60,7 +60,7 @@ fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
         MemWeight::Allocations => mem::Weight::Allocations,
         MemWeight::Leaked => mem::Weight::Leaked,
     };
-    let rep = mem::analyse(&trace).map_err(|e| e.to_string())?;
+    let rep = mem::analyse_totals(&trace).map_err(|e| e.to_string())?;
     let folded = rep.folded(weight);
     let bytes = if a.folded {
         folded.into_bytes()
