@@ -470,6 +470,13 @@ pub fn diff_text(rows: &[DiffRow]) -> String {
     o
 }
 
+/// [`diff`] as JSON: `{"diff": [{"function", "before_pct", "after_pct"}, …]}`.
+pub fn diff_json(rows: &[DiffRow]) -> serde_json::Value {
+    serde_json::json!({"diff": rows.iter().map(|r| serde_json::json!({
+        "function": r.function, "before_pct": r.before_pct, "after_pct": r.after_pct,
+    })).collect::<Vec<_>>()})
+}
+
 /// Folded stacks (`root;…;leaf WEIGHT`, one line per distinct stack, sorted), the input of flame graph
 /// tools. Weights are samples, or ns for time samplers when `by_time`. With more than one sampler, each
 /// stack starts with the sampler's name.

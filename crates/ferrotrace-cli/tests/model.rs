@@ -257,3 +257,48 @@ fn a_trace_that_is_not_what_was_written_says_so_in_every_command() {
         );
     }
 }
+
+#[test]
+fn a_sample_report_compared_with_a_damaged_trace_says_so_in_its_status() {
+    let dir = scratch("model_sample_diff");
+    let (build_id, qsort, malloc) = libc_facts();
+    let write = |name: &str| {
+        let path = dir.join(name);
+        let mut b = TraceBuilder::new(
+            std::fs::File::create(&path).unwrap(),
+            "/usr/bin/demo",
+            source::SAMPLES,
+            Mode::Lossless,
+        )
+        .unwrap();
+        b.module(1, LIBC, &build_id).unwrap();
+        b.thread(42, "main").unwrap();
+        let cpu = b.sampler(SamplerKind::CpuClock, "cpu-clock");
+        let outer = b.stack(None, 1, qsort + 4);
+        let leaf = b.stack(Some(outer), 1, malloc + 4);
+        for i in 0..200u64 {
+            b.sample(42, 1_000_000 + i * 1_000, Some(leaf), cpu, 1_000_000)
+                .unwrap();
+        }
+        b.finish().unwrap();
+        path
+    };
+    let (base, other) = (write("base.data"), write("other.data"));
+    let out = ft(&["report", "-i", p(&base), "--diff", p(&other)]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // The other trace cut short: the comparison is still printed, and the status says it is partial.
+    let bytes = std::fs::read(&other).unwrap();
+    std::fs::write(&other, &bytes[..bytes.len() - 40]).unwrap();
+    let out = ft(&["report", "-i", p(&base), "--diff", p(&other)]);
+    assert!(
+        text(&out.stdout).contains("malloc"),
+        "{}",
+        text(&out.stdout)
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains(&format!("{}: truncated", other.display())),
+        "{}",
+        text(&out.stderr)
+    );
+}

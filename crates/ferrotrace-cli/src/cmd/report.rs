@@ -41,11 +41,13 @@ pub struct ReportArgs {
 }
 
 /// The report of a trace's samples: sort keys, `--threads`, `--diff` and `--json` as for functions.
+/// Returns the exit status that the other trace of `--diff` calls for (its warnings said), unless the
+/// function report that follows reads it too.
 fn report_samples(
     a: &ReportArgs,
     trace: &ferrotrace_analysis::reader::Trace,
     set: &samples::SampleSet,
-) -> Result<(), String> {
+) -> Result<ExitCode, String> {
     let by_total = match a.sort {
         Some(SortKey::Total) => true,
         None | Some(SortKey::SelfTime) => false,
@@ -62,6 +64,7 @@ fn report_samples(
         by_total,
     };
     let mut text = String::new();
+    let mut code = ExitCode::SUCCESS;
     if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
@@ -76,16 +79,13 @@ fn report_samples(
             &samples::report(&other_set, opts),
         );
         text = if a.json {
-            format!(
-                "{}\n",
-                serde_json::json!({"diff": rows.iter().map(|r| serde_json::json!({
-                    "function": r.function, "before_pct": r.before_pct, "after_pct": r.after_pct,
-                })).collect::<Vec<_>>()})
-            )
+            format!("{}\n", samples::diff_json(&rows))
         } else {
             samples::diff_text(&rows)
         };
-        super::finish(&other, &[]);
+        if !trace.has_function_events() {
+            code = super::finish(&other, &[]);
+        }
     } else if a.threads {
         let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
         tids.sort_unstable();
@@ -117,7 +117,8 @@ fn report_samples(
             rep.to_string()
         };
     }
-    super::emit(None, text.as_bytes())
+    super::emit(None, text.as_bytes())?;
+    Ok(code)
 }
 
 fn parse_key(s: &str) -> Result<SortKey, String> {
@@ -130,9 +131,14 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let set = super::samples(&trace)?;
     if let Some(set) = &set {
-        report_samples(&a, &trace, set)?;
+        let other = report_samples(&a, &trace, set)?;
         if !trace.has_function_events() {
-            return Ok(super::finish(&trace, &[]));
+            let code = super::finish(&trace, &[]);
+            return Ok(if code == ExitCode::SUCCESS {
+                other
+            } else {
+                code
+            });
         }
         super::emit(None, b"\n")?;
     }
