@@ -125,8 +125,8 @@ core::arch::global_asm!(
     "  shl rdx, 48",
     "  or r10, rdx",
     "  .endif",
-    "  mov rdx, qword ptr fs:[r11]",
-    "  cmp rdx, qword ptr fs:[r11 + 8]",
+    "  mov rdx, qword ptr fs:[r11 + {h_cursor}]",
+    "  cmp rdx, qword ptr fs:[r11 + {h_end}]",
     "  jae 2f",
     // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
     // shared with the collector that read them, and a program that fences waits for the upgrade.
@@ -136,7 +136,7 @@ core::arch::global_asm!(
     "  mov qword ptr [rdx + 8], r10",
     "  mov qword ptr [rdx], rax",
     "  add rdx, 16",
-    "  mov qword ptr fs:[r11], rdx",
+    "  mov qword ptr fs:[r11 + {h_cursor}], rdx",
     "  .ifnb \\keep_r11",
     "  pop r11",
     "  .endif",
@@ -179,14 +179,14 @@ core::arch::global_asm!(
     "  shl rdi, 48",
     "  or r10, rdi",
     "  .endif",
-    "  mov rdi, qword ptr fs:[r11]",
-    "  cmp rdi, qword ptr fs:[r11 + 8]",
+    "  mov rdi, qword ptr fs:[r11 + {h_cursor}]",
+    "  cmp rdi, qword ptr fs:[r11 + {h_end}]",
     "  jae 2f",
     "  prefetchw [rdi + 256]",
     "  mov qword ptr [rdi + 8], r10",
     "  mov qword ptr [rdi], rax",
     "  add rdi, 16",
-    "  mov qword ptr fs:[r11], rdi",
+    "  mov qword ptr fs:[r11 + {h_cursor}], rdi",
     "  mov rax, rcx",
     "  mov rdx, rsi",
     "  ret",
@@ -318,6 +318,8 @@ core::arch::global_asm!(
     slow = sym crate::thread::slow_path,
     xsave_bytes = sym FERROTRACE_XSAVE_BYTES,
     xsave_mask = const XSAVE_MASK,
+    h_cursor = const core::mem::offset_of!(crate::hot::Hot, cursor),
+    h_end = const core::mem::offset_of!(crate::hot::Hot, end),
 );
 
 #[cfg(test)]
