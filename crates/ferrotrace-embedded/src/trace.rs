@@ -60,6 +60,9 @@ pub enum WriteError<E> {
     Busy,
     /// The output closure failed.
     Output(E),
+    /// A chunk describing the program (its Session or Module: the path, the command line) does not
+    /// fit the scratch area; a trace without it could not be read.
+    TooLarge(ChunkKind),
 }
 
 impl<E: core::fmt::Display> core::fmt::Display for WriteError<E> {
@@ -70,6 +73,11 @@ impl<E: core::fmt::Display> core::fmt::Display for WriteError<E> {
             }
             WriteError::Busy => f.write_str("the trace is being written already"),
             WriteError::Output(e) => write!(f, "writing the trace: {e}"),
+            WriteError::TooLarge(kind) => write!(
+                f,
+                "the {kind:?} chunk does not fit the {}-byte scratch area (a path or command line that long?)",
+                crate::SCRATCH_LEN
+            ),
         }
     }
 }
@@ -107,10 +115,10 @@ fn put<'a, E, P: Payload<'a>>(
     payload: &P,
 ) -> Result<(), WriteError<E>> {
     let mut sink = SliceSink::new(scratch);
-    // A Session or Module longer than the scratch area (a path of 16 KiB) is cut: the encoders fail
-    // only on a full sink, and a chunk is never written half-encoded.
+    // The encoders fail only on a full sink: a Session or Module longer than the scratch area (a path
+    // of 16 KiB). Never written half-encoded, nor left out.
     if payload.encode(&mut sink).is_err() {
-        return Ok(());
+        return Err(WriteError::TooLarge(P::KIND));
     }
     let n = sink.len();
     w.chunk(out, P::KIND, &[&scratch[..n]])

@@ -128,4 +128,23 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
     let last = zero.last().unwrap();
     assert_eq!((last.kind, last.id as u64), (EventKind::Lost, stats.lost));
     assert!(zero[..zero.len() - 1].iter().all(|e| e.id == 0x40_1000));
+
+    // A program path longer than the scratch area: no trace without its Session, but an error.
+    let long_path = format!("/{}", "p".repeat(ferrotrace_embedded::SCRATCH_LEN));
+    let program = Program {
+        path: &long_path,
+        ..program
+    };
+    let mut written = 0usize;
+    let r = tracer.write_trace_with(&program, |b| {
+        written += b.len();
+        Ok::<(), ()>(())
+    });
+    assert_eq!(
+        r,
+        Err(ferrotrace_embedded::WriteError::TooLarge(
+            ferrotrace_core::format::ChunkKind::Session
+        ))
+    );
+    assert!(written <= 64, "no more than the file header: {written} bytes");
 }
