@@ -145,8 +145,9 @@ impl SampleWriter {
         });
     }
 
-    /// Writes the chunks of threads with a full chunk's worth of samples older than `watermark` (no
-    /// ring can still deliver an older one); everything with `watermark == u64::MAX`.
+    /// Writes the chunks of threads with a full chunk's worth of samples older than `watermark` (the
+    /// recorder's records are handled in time order up to it, so no older sample can still come);
+    /// everything with `watermark == u64::MAX`.
     pub fn flush(&mut self, watermark: u64) -> std::io::Result<()> {
         let all = watermark == u64::MAX;
         let mut ready: Vec<u32> = self
@@ -171,7 +172,8 @@ impl SampleWriter {
             let Some(t) = self.threads.get_mut(&tid) else {
                 continue;
             };
-            // Rings are per CPU: a thread that migrated has its samples in several of them.
+            // Records arrive in time order (perf::Ordered), but an off-CPU sample is stamped when its
+            // thread left the CPU and made when it came back, after the samples of other events.
             t.pending.sort_by_key(|p| p.time);
             let take = t.pending.partition_point(|p| p.time <= watermark);
             let batch: Vec<Pending> = t.pending.drain(..take).collect();
