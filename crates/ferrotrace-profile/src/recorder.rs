@@ -249,6 +249,14 @@ impl State {
         })
     }
 
+    /// Adds a mapping of `path` to process `pid`'s address space.
+    fn add_mapping(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, path: &str) {
+        self.space(pid);
+        if let Some(space) = self.spaces.get_mut(&pid) {
+            space.add_mapping(&mut self.modules, addr, len, pgoff, path);
+        }
+    }
+
     /// The id of stack node `(parent, module, address)`, writing it (and its module) when new.
     fn intern_node(
         &mut self,
@@ -307,9 +315,7 @@ impl State {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
-                let space = self.space(pid) as *mut Space;
-                // SAFETY: `space` points into self.spaces, which add_mapping does not touch.
-                unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
+                self.add_mapping(pid, addr, len, pgoff, &name);
             }
             rt::MMAP => {
                 let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
@@ -322,9 +328,7 @@ impl State {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
-                let space = self.space(pid) as *mut Space;
-                // SAFETY: as above.
-                unsafe { (*space).add_mapping(&mut self.modules, addr, len, pgoff, &name) };
+                self.add_mapping(pid, addr, len, pgoff, &name);
             }
             rt::COMM => {
                 let (Some(pid), Some(tid)) = (c.u32(), c.u32()) else {
@@ -437,18 +441,13 @@ impl State {
         let mut ok = true;
         if self.dwarf {
             if let Some(regs) = s.user_regs {
-                let pid = s.pid;
-                let space = self.space(pid) as *const Space;
-                let cache = self.caches.entry(pid).or_default();
+                self.space(s.pid);
+                let space = &self.spaces[&s.pid];
+                let cache = self.caches.entry(s.pid).or_default();
                 let before = frames.len();
-                // SAFETY: `space` points into self.spaces, untouched while unwinding.
-                ok = unsafe { (*space).unwind(cache, regs, s.stack, &mut frames) };
+                ok = space.unwind(cache, regs, s.stack, &mut frames);
                 // A return address outside every mapped object is garbage (a mis-unwind): stop there.
-                // SAFETY: as above, read-only.
-                let bad = (before + 1..frames.len())
-                    .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
-                if let Some(i) = bad {
-                    frames.truncate(i);
+                if cut_at_unmapped(space, &mut frames, before + 1) {
                     ok = false;
                 }
             }
@@ -471,12 +470,7 @@ impl State {
             // A frame-pointer walk through code built without them reads whatever the stack holds
             // (text, pointers to data) as return addresses: keep the stack up to the first one that
             // lies in no mapped object, and count it.
-            let space = self.space(s.pid) as *const Space;
-            // SAFETY: `space` points into self.spaces, read-only here.
-            let junk = (kernel_frames + 1..frames.len())
-                .find(|&i| unsafe { (*space).resolve(frames[i]) }.is_none());
-            if let Some(i) = junk {
-                frames.truncate(i);
+            if cut_at_unmapped(self.space(s.pid), &mut frames, kernel_frames + 1) {
                 ok = false;
                 self.junk_stacks += 1;
             }
@@ -564,6 +558,18 @@ impl State {
 /// The frequency of a cpu-clock event: its own (`profile:hz:N`), else `-F`'s.
 fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
     own.unwrap_or(cfg.frequency)
+}
+
+/// Cuts `frames` (user frames from `from` on) before the first address in no mapped object of `space`;
+/// true if it did.
+fn cut_at_unmapped(space: &Space, frames: &mut Vec<u64>, from: usize) -> bool {
+    match (from..frames.len()).find(|&i| space.resolve(frames[i]).is_none()) {
+        Some(i) => {
+            frames.truncate(i);
+            true
+        }
+        None => false,
+    }
 }
 
 /// Runs a whole profiling session.
