@@ -65,6 +65,31 @@ pub fn fold_chars(name: &str) -> impl Iterator<Item = char> + '_ {
     })
 }
 
+/// Folded stacks from `(path, weight)` pairs, paths outermost first: one line per distinct path
+/// (`root;…;leaf WEIGHT`, the weights of equal paths summed), sorted, names through [`fold_chars`].
+/// The folded writer of the stacks of samples and of allocations.
+pub fn fold_paths<'a, P: IntoIterator<Item = &'a str>>(
+    paths: impl IntoIterator<Item = (P, u64)>,
+) -> String {
+    use std::fmt::Write as _;
+    let mut lines: std::collections::BTreeMap<String, u64> = std::collections::BTreeMap::new();
+    for (path, weight) in paths {
+        let mut line = String::new();
+        for (i, name) in path.into_iter().enumerate() {
+            if i > 0 {
+                line.push(';');
+            }
+            line.extend(fold_chars(name));
+        }
+        *lines.entry(line).or_insert(0) += weight;
+    }
+    let mut out = String::new();
+    for (k, n) in lines {
+        let _ = writeln!(out, "{k} {n}");
+    }
+    out
+}
+
 /// The inferno options of every flame graph: titled `title`, widths counted in `count_name`, colors
 /// chosen from the function name (the same function has the same color in every graph).
 pub fn svg_options(title: &str, count_name: &str) -> inferno::flamegraph::Options<'static> {

@@ -690,31 +690,20 @@ impl MemReport {
             Weight::Bytes | Weight::Allocations => &self.by_stack,
             Weight::Leaked => &self.leaks,
         };
-        let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-        for g in groups {
-            let frames = self.stack_frames(g.stack);
-            let mut parts: Vec<String> = frames
-                .iter()
-                .rev()
-                .map(|f| crate::flame::fold_chars(&f.function).collect())
-                .collect();
-            if parts.is_empty() {
-                parts.push("[no stack]".into());
-            }
+        crate::flame::fold_paths(groups.iter().filter_map(|g| {
             let n = if weight == Weight::Allocations {
                 g.blocks
             } else {
                 g.bytes
             };
-            if n > 0 {
-                *lines.entry(parts.join(";")).or_insert(0) += n;
-            }
-        }
-        let mut out = String::new();
-        for (k, n) in lines {
-            let _ = writeln!(out, "{k} {n}");
-        }
-        out
+            let frames = self.stack_frames(g.stack);
+            let none = frames.is_empty().then_some("[no stack]");
+            let path: Vec<&str> = none
+                .into_iter()
+                .chain(frames.into_iter().rev().map(|f| &*f.function))
+                .collect();
+            (n > 0).then_some((path, n))
+        }))
     }
 }
 

@@ -486,18 +486,9 @@ pub fn folded(set: &SampleSet, by_time: bool) -> String {
 
 /// [`folded`] of samples summed per stack ([`SampleSet::load_totals`]).
 pub fn folded_totals(set: &SampleSet, totals: &StackTotals, by_time: bool) -> String {
-    let mut lines: BTreeMap<String, u64> = BTreeMap::new();
-    for (&(stack, event), &(n, w)) in totals {
-        let parts: Vec<String> = stack_path(set, stack, event)
-            .map(|f| crate::flame::fold_chars(f).collect())
-            .collect();
-        *lines.entry(parts.join(";")).or_insert(0) += if by_time { w } else { n };
-    }
-    let mut out = String::new();
-    for (k, n) in lines {
-        let _ = writeln!(out, "{k} {n}");
-    }
-    out
+    crate::flame::fold_paths(totals.iter().map(|(&(stack, event), &(n, w))| {
+        (stack_path(set, stack, event), if by_time { w } else { n })
+    }))
 }
 
 /// The frame names of a stack, outermost first: the sampler's name when the set has several, then
