@@ -24,7 +24,7 @@ use std::path::Path;
 use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use ferrotrace_core::clock::{monotonic_ns, realtime_ns};
+use ferrotrace_core::clock::{monotonic_ns, rdtsc, realtime_ns};
 
 use crate::{Clock, Program, Threads, Tracer};
 
@@ -44,11 +44,6 @@ static STATE: OnceLock<State> = OnceLock::new();
 static NEXT_SLOT: AtomicUsize = AtomicUsize::new(0);
 /// Threads that found every slot taken.
 static UNTRACED_THREADS: AtomicU64 = AtomicU64::new(0);
-
-fn tsc() -> u64 {
-    // SAFETY: rdtsc has no preconditions.
-    unsafe { core::arch::x86_64::_rdtsc() }
-}
 
 /// The offset of this thread's `SLOT` from its `%fs` base: the same in every thread for the static
 /// TLS block of an executable (the hooks rely on it; a thread where it differs is not traced).
@@ -90,10 +85,10 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
         // SAFETY: a valid, exclusive byte of `memory`.
         unsafe { core::ptr::write_volatile(page.as_mut_ptr(), 0) };
     }
-    let start = (tsc(), monotonic_ns());
+    let start = (rdtsc(), monotonic_ns());
     // A first frequency for the tracer (the trace gets exact pairs from `dump`): 2 ms of both clocks.
     while monotonic_ns() < start.1 + 2_000_000 {}
-    let (t, n) = (tsc(), monotonic_ns());
+    let (t, n) = (rdtsc(), monotonic_ns());
     let hz = ((t - start.0) as u128 * 1_000_000_000 / (n - start.1).max(1) as u128) as u64;
     let offset = tls_offset();
     let tracer = crate::init(memory, Clock::tsc(hz.max(1)), Threads::fs(offset, threads))
@@ -271,7 +266,7 @@ pub fn dump(path: impl AsRef<Path>) -> io::Result<()> {
         pid: std::process::id(),
         cmdline: &cmdline,
         start_realtime_ns: state.start_realtime_ns,
-        clock_pairs: Some([state.start, (tsc(), monotonic_ns())]),
+        clock_pairs: Some([state.start, (rdtsc(), monotonic_ns())]),
     };
     state
         .tracer

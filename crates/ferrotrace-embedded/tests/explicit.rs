@@ -146,5 +146,8 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
             ferrotrace_core::format::ChunkKind::Session
         ))
     );
-    assert!(written <= 64, "no more than the file header: {written} bytes");
+    assert!(
+        written <= 64,
+        "no more than the file header: {written} bytes"
+    );
 }
