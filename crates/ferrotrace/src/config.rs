@@ -129,15 +129,28 @@ pub fn requested_runtime() -> Option<OsString> {
     std::env::var_os(env::RUNTIME)
 }
 
+/// Sets (or with `None` removes) the environment variable `name` of this process, for the programs it
+/// starts. Only at start-up, from the ELF constructor or the collector's set-up, before the program
+/// starts threads of its own: the C library's environment is not thread-safe.
+pub fn set_env(name: &str, value: Option<&str>) {
+    let c = |s: &str| std::ffi::CString::new(s).unwrap_or_default();
+    let name = c(name);
+    // SAFETY: NUL-terminated strings; called where no other thread reads the environment (above).
+    unsafe {
+        match value {
+            Some(v) => libc::setenv(name.as_ptr(), c(v).as_ptr(), 1),
+            None => libc::unsetenv(name.as_ptr()),
+        };
+    }
+}
+
 /// The memfd through which `ferrotrace record` shares the chunk pool ([`env::SHARED_FD`]), taken
 /// once, at start: the variable is removed and the descriptor closed on `exec`, so that the programs this
 /// one starts never see it. `None` when absent, or when the number does not name record's memfd (a
 /// descriptor the program opened under that number is never touched).
 pub fn take_shared_fd() -> Option<i32> {
     let value = std::env::var(env::SHARED_FD).ok();
-    let name = std::ffi::CString::new(env::SHARED_FD).unwrap_or_default();
-    // SAFETY: called from the ELF constructor, before the program starts threads of its own.
-    unsafe { libc::unsetenv(name.as_ptr()) };
+    set_env(env::SHARED_FD, None);
     let fd: i32 = value?.parse().ok()?;
     let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
     if !target

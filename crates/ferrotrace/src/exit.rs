@@ -271,8 +271,14 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
 }
 
 extern "C" fn at_exit() {
+    finish_at_exit(false);
+}
+
+/// Finishes the running runtime's trace, if any, because the process exits (`from_signal`: with the
+/// bounded waits of a signal handler, for `_exit` and `_Exit`, which handlers may call).
+pub fn finish_at_exit(from_signal: bool) {
     if let Some(rt) = runtime::get() {
-        let _ = finish(rt, EndReason::Exit, 0, false);
+        let _ = finish(rt, EndReason::Exit, 0, from_signal);
     }
 }
 

@@ -120,9 +120,7 @@ pub fn is_recording() -> bool {
 /// before a program ends in a way that skips `atexit` handlers (`_exit`, `exec`).
 #[cfg(ferrotrace_runtime)]
 pub fn finish() {
-    if let Some(rt) = runtime::get() {
-        let _ = exit::finish(rt, runtime::EndReason::Exit, 0, false);
-    }
+    exit::finish_at_exit(false);
 }
 
 /// Traces the XRay-instrumented functions of objects loaded since the runtime started (`dlopen`) right
@@ -174,9 +172,7 @@ pub mod __preload {
     /// Before the process ends without `atexit` handlers (`_exit`, `_Exit`): finishes its trace, with
     /// the bounded waits of a signal handler (`_exit` is async-signal-safe and called from handlers).
     pub fn finish_before_exit() {
-        if let Some(rt) = crate::runtime::get() {
-            crate::exit::finish(rt, crate::runtime::EndReason::Exit, 0, true);
-        }
+        crate::exit::finish_at_exit(true);
     }
 
     /// The calling thread's mcount return stub (0 if none): the frames a backtrace leaves out.

@@ -102,14 +102,11 @@ impl Output {
             }
             let fl = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
-            let name = std::ffi::CString::new(env::LIVE_FD).unwrap_or_default();
-            libc::unsetenv(name.as_ptr());
-            // Only this process prints: the programs it starts run untraced, rather than tracing into
-            // files nobody reads.
-            let runtime = std::ffi::CString::new(env::RUNTIME).unwrap_or_default();
-            let off = std::ffi::CString::new(env::RUNTIME_OFF).unwrap_or_default();
-            libc::setenv(runtime.as_ptr(), off.as_ptr(), 1);
         }
+        crate::config::set_env(env::LIVE_FD, None);
+        // Only this process prints: the programs it starts run untraced, rather than tracing into
+        // files nobody reads.
+        crate::config::set_env(env::RUNTIME, Some(env::RUNTIME_OFF));
         Some(Output {
             fd,
             err_fd,

@@ -72,10 +72,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     } else {
         config.output.clone()
     };
-    let value = std::ffi::CString::new(pid.to_string()).unwrap_or_default();
-    let name = std::ffi::CString::new(env::TRACED_PARENT).unwrap_or_default();
-    // SAFETY: called from the ELF constructor, before the program starts threads of its own.
-    unsafe { libc::setenv(name.as_ptr(), value.as_ptr(), 1) };
+    crate::config::set_env(env::TRACED_PARENT, Some(&pid.to_string()));
     (path, started_by_traced)
 }
 
