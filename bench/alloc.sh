@@ -13,13 +13,8 @@ set -euo pipefail
 N=${1:-5000000}
 RUNS=${RUNS:-5}
 root=$(cd "$(dirname "$0")/.." && pwd)
-source "$root/bench/fib.sh" # median, field
-out="$root/bench/out/alloc"
-mkdir -p "$out"
-cd "$root"
-echo "building (release) ..." >&2
-cargo build --release -q --workspace
-ft="$root/target/release/ferrotrace"
+source "$root/bench/fib.sh" # setup_release, median, field
+setup_release alloc
 gcc -O1 -g -fno-omit-frame-pointer -pthread -o "$out/allocs" testprogs/c/allocs.c
 
 declare -A samples ps

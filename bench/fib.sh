@@ -1,10 +1,9 @@
-# Shared by bench/xray.sh, bench/mcount.sh and bench/preload-ab.sh (sourced, not run): builds testprogs'
-# fib and reads what it prints.
+# Shared by the benchmarks in bench/ (sourced, not run): builds ferrotrace and testprogs' fib, and reads
+# what fib prints.
 
-# setup_fib_builds NAME: builds ferrotrace (release) and fib three ways (uninstrumented, XRay sleds,
-# mcount calls) under bench/out/NAME/{plain,xray,mcount}; sets $out (that directory) and $ft (the
+# setup_release NAME: builds ferrotrace (release); sets $out (bench/out/NAME, created) and $ft (the
 # ferrotrace binary); leaves the working directory at the repository's root.
-setup_fib_builds() {
+setup_release() {
   local root
   root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
   out="$root/bench/out/$1"
@@ -13,6 +12,12 @@ setup_fib_builds() {
   echo "building (release) ..." >&2
   cargo build --release -q --workspace
   ft="$root/target/release/ferrotrace"
+}
+
+# setup_fib_builds NAME: setup_release NAME, and fib built three ways (uninstrumented, XRay sleds,
+# mcount calls) under $out/{plain,xray,mcount}.
+setup_fib_builds() {
+  setup_release "$1"
   build_fib "$out/plain" "-Cforce-frame-pointers=yes"
   build_fib "$out/xray" "-Zinstrument-xray=always -Cforce-frame-pointers=yes"
   build_fib "$out/mcount" "-Zinstrument-mcount -Cforce-frame-pointers=yes"
