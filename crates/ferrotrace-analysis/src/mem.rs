@@ -278,7 +278,7 @@ pub fn analyse_totals(trace: &Trace) -> Result<MemReport, ReadError> {
 
 fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadError> {
     let sample_interval = trace.session.alloc_sample;
-    let start_ns = trace.clocks.first().map_or(0, |c| c.mono_ns);
+    let start_ns = trace.start_ns();
     // Pass 1: totals, sites, leaks, temporaries; when the heap peaked (as an event index).
     let mut pass = Pass {
         tree: FrameTree::new(trace),

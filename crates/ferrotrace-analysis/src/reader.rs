@@ -642,6 +642,17 @@ impl Trace {
         !self.functions.is_empty() || self.session.sources & FUNCTION_SOURCES != 0
     }
 
+    /// True when the trace's recorder says it recorded allocations (Alloc and Free events).
+    pub fn has_allocations(&self) -> bool {
+        self.session.sources & schema::source::ALLOCATIONS != 0
+    }
+
+    /// CLOCK_MONOTONIC at the trace's first Clock chunk (its start, for times shown relative to it);
+    /// 0 without one.
+    pub fn start_ns(&self) -> u64 {
+        self.clocks.first().map_or(0, |c| c.mono_ns)
+    }
+
     /// The trace file's path.
     pub fn path(&self) -> &Path {
         &self.path

@@ -404,7 +404,7 @@ impl Report {
         report
             .tracepoints
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
-        if trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0 {
+        if trace.has_allocations() {
             report.alloc_bytes = crate::mem::bytes_by_function(trace, &function)?;
         }
         Ok(report)

@@ -145,7 +145,7 @@ impl SampleSet {
             pid: trace.session.pid,
             call_graph: trace.call_graph,
             frequency: trace.sample_frequency,
-            start_monotonic_ns: trace.clocks.first().map_or(0, |c| c.mono_ns),
+            start_monotonic_ns: trace.start_ns(),
             start_realtime_ns: trace.session.start_realtime_ns,
             end_monotonic_ns: trace.clocks.last().map_or(0, |c| c.mono_ns),
             events: trace

@@ -140,7 +140,7 @@ pub fn write(
         pid: trace.session.pid,
         process_name: exe,
         threads,
-        t0: trace.clocks.first().map_or(0, |c| c.mono_ns),
+        t0: trace.start_ns(),
         name: &|id| names.get(id).into_owned(),
         trace: Some(trace),
     };
@@ -195,7 +195,7 @@ pub fn write_events(
     let heap_uuid = 3u64 << 48 | pid as u64;
     let mut heap = source
         .trace
-        .filter(|t| t.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0)
+        .filter(|t| t.has_allocations())
         .map(|t| crate::mem::HeapTracker::new(t.session.alloc_sample));
     if heap.is_some() {
         p.clear();

@@ -49,7 +49,7 @@ pub enum MemWeight {
 /// The allocation flame graph.
 fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
-    if trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS == 0 {
+    if !trace.has_allocations() {
         return Err(format!(
             "{}: --weight: the trace holds no allocations (record with --alloc)",
             a.input.display()

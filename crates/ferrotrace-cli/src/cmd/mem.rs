@@ -5,7 +5,6 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::mem::{self, View};
-use ferrotrace_core::schema::source;
 
 /// Arguments of `ferrotrace mem`.
 #[derive(Args)]
@@ -30,7 +29,7 @@ pub struct MemArgs {
 /// Prints the memory report of a trace recorded with `record --alloc`.
 pub fn run(args: MemArgs) -> Result<ExitCode, String> {
     let trace = super::open(&args.input)?;
-    if trace.session.sources & source::ALLOCATIONS == 0 {
+    if !trace.has_allocations() {
         return Err(format!(
             "{} holds no allocation events: record with `ferrotrace record --alloc`",
             args.input.display()

@@ -70,7 +70,7 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 /// Runs the replay.
 pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
-    let start = trace.clocks.first().map_or(0, |c| c.mono_ns);
+    let start = trace.start_ns();
     let opts = Options {
         filter: regex(&a.filter, "-F")?,
         hide: regex(&a.notrace, "-N")?,
