@@ -18,6 +18,7 @@
 use std::path::Path;
 
 use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
+use ferrotrace_core::tracepoint::{descriptor_fields, DESCRIPTOR_HEADER_LEN, DESCRIPTOR_MAGIC};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -66,20 +67,11 @@ pub struct BinaryInfo {
     pub functions: Vec<BinaryFunction>,
 }
 
-const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
-
 /// Parses descriptor data after the header: `(name, args, format, file, line)`.
 fn parse_descriptor(d: &[u8]) -> Option<(String, String, String, String, u32)> {
-    let mut pos = 0usize;
-    let mut s = || -> Option<String> {
-        let n = u16::from_le_bytes([*d.get(pos)?, *d.get(pos + 1)?]) as usize;
-        let v = String::from_utf8_lossy(d.get(pos + 2..pos + 2 + n)?).into_owned();
-        pos += 2 + n;
-        Some(v)
-    };
-    let (name, args, format, file) = (s()?, s()?, s()?, s()?);
-    let line = u32::from_le_bytes(d.get(pos..pos + 4)?.try_into().ok()?);
-    Some((name, args, format, file, line))
+    let ([name, args, format, file], line) = descriptor_fields(d)?;
+    let s = |b| String::from_utf8_lossy(b).into_owned();
+    Some((s(name), s(args), s(format), s(file), line))
 }
 
 fn read_i64(b: &[u8], at: usize) -> Option<i64> {
@@ -177,15 +169,15 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
     if let Some(sec) = file.section_by_name("ferrotrace_tp") {
         let bytes = sec.data().map_err(section("ferrotrace_tp"))?;
         let mut p = 0usize;
-        while p + 16 <= bytes.len() {
+        while p + DESCRIPTOR_HEADER_LEN <= bytes.len() {
             let word = |i: usize| u32::from_le_bytes(bytes[p + i..p + i + 4].try_into().unwrap());
             let (magic, size) = (word(0), word(4) as usize);
-            if magic != MAGIC || size < 16 || p + size > bytes.len() {
+            if magic != DESCRIPTOR_MAGIC || size < DESCRIPTOR_HEADER_LEN || p + size > bytes.len() {
                 p += 8;
                 continue;
             }
             if let Some((name, args, format, file_name, line)) =
-                parse_descriptor(&bytes[p + 16..p + size])
+                parse_descriptor(&bytes[p + DESCRIPTOR_HEADER_LEN..p + size])
             {
                 by_addr.push((sec.address() + p as u64, out.tracepoints.len()));
                 out.tracepoints.push(BinaryTracepoint {

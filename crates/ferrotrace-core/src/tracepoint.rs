@@ -32,6 +32,41 @@ use core::fmt::{self, Write};
 
 use crate::codec::DecodeError;
 
+/// `"FTP1"`: the first word of every tracepoint descriptor (in the `ferrotrace_tp` section).
+pub const DESCRIPTOR_MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
+
+/// Size of a descriptor's fixed header (magic, size, id, enabled flag); its fields follow.
+pub const DESCRIPTOR_HEADER_LEN: usize = 16;
+
+/// The fields after a descriptor's header: the name, argument list, format and source file (each a
+/// `u16` length and that many bytes), then the line (`u32`); `None` when they run past `data`. The
+/// runtime, which reads its own descriptors, and `ferrotrace list`, which reads a binary's, share it.
+///
+/// ```
+/// use ferrotrace_core::tracepoint::descriptor_fields;
+/// let mut d = Vec::new();
+/// for s in ["app::ping", "n:u64", "", "src/main.rs"] {
+///     d.extend_from_slice(&(s.len() as u16).to_le_bytes());
+///     d.extend_from_slice(s.as_bytes());
+/// }
+/// d.extend_from_slice(&42u32.to_le_bytes());
+/// let ([name, args, _, file], line) = descriptor_fields(&d).unwrap();
+/// assert_eq!((name, args, file, line), (&b"app::ping"[..], &b"n:u64"[..], &b"src/main.rs"[..], 42));
+/// assert!(descriptor_fields(&d[..d.len() - 1]).is_none());
+/// ```
+pub fn descriptor_fields(data: &[u8]) -> Option<([&[u8]; 4], u32)> {
+    let mut pos = 0usize;
+    let mut field = || -> Option<&[u8]> {
+        let n = u16::from_le_bytes([*data.get(pos)?, *data.get(pos + 1)?]) as usize;
+        let v = data.get(pos + 2..pos + 2 + n)?;
+        pos += 2 + n;
+        Some(v)
+    };
+    let strings = [field()?, field()?, field()?, field()?];
+    let line = u32::from_le_bytes(data.get(pos..pos + 4)?.try_into().ok()?);
+    Some((strings, line))
+}
+
 /// The type of a tracepoint argument.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ArgType {

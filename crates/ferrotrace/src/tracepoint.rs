@@ -28,10 +28,9 @@ use ferrotrace_core::record::{EventKind, Record};
 
 use crate::hot::Hot;
 
-/// `"FTP1"`: the first word of every descriptor.
-pub const MAGIC: u32 = u32::from_le_bytes(*b"FTP1");
-/// Size of a descriptor's [`Header`].
-pub const HEADER_LEN: usize = 16;
+pub use ferrotrace_core::tracepoint::{
+    DESCRIPTOR_HEADER_LEN as HEADER_LEN, DESCRIPTOR_MAGIC as MAGIC,
+};
 
 /// The fixed part of a tracepoint descriptor.
 #[derive(Debug)]
@@ -259,16 +258,9 @@ pub struct Info {
 
 /// Parses the data after a descriptor header: `(name, args, format, file, line)`.
 pub fn parse_data(d: &[u8]) -> Option<(&str, &str, &str, &str, u32)> {
-    let mut pos = 0usize;
-    let mut s = || -> Option<&str> {
-        let n = u16::from_le_bytes([*d.get(pos)?, *d.get(pos + 1)?]) as usize;
-        let v = core::str::from_utf8(d.get(pos + 2..pos + 2 + n)?).ok()?;
-        pos += 2 + n;
-        Some(v)
-    };
-    let (name, args, format, file) = (s()?, s()?, s()?, s()?);
-    let line = u32::from_le_bytes(d.get(pos..pos + 4)?.try_into().ok()?);
-    Some((name, args, format, file, line))
+    let ([name, args, format, file], line) = ferrotrace_core::tracepoint::descriptor_fields(d)?;
+    let s = |b| core::str::from_utf8(b).ok();
+    Some((s(name)?, s(args)?, s(format)?, s(file)?, line))
 }
 
 /// A site in the `ferrotrace_sites` table, with absolute addresses.
