@@ -99,6 +99,9 @@ impl Hot {
     }
 }
 
+/// The page size of x86_64 Linux, for the runtime's mappings and code patching.
+pub const PAGE: usize = 4096;
+
 /// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
 pub static FERROTRACE_TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
 

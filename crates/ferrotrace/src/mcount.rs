@@ -38,7 +38,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET};
+use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
 use crate::mcount_sites::{FERROTRACE_SITES, HASH_MUL};
 
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
@@ -272,7 +272,6 @@ extern "C" {
     fn __deregister_frame(begin: *const u8);
 }
 
-const PAGE: usize = 4096;
 /// Offset of the return stub in its page (preceded by a NOP that the CFI covers: unwinders look up
 /// `return address - 1`).
 const STUB_AT: usize = 16;

@@ -16,6 +16,8 @@ use crossbeam_queue::ArrayQueue;
 use ferrotrace_core::record::{Record, RECORD_SIZE};
 use ferrotrace_core::shared::{self, Descriptor};
 
+use crate::hot::PAGE;
+
 /// A chunk handed to the collector.
 #[derive(Clone, Copy, Debug)]
 pub struct FullChunk {
@@ -75,9 +77,6 @@ impl Prefault {
         true
     }
 }
-
-/// The page size of x86_64 Linux.
-const PAGE: usize = 4096;
 
 // SAFETY: the mapping is shared memory handed out by index through the queues: a chunk index is owned by
 // exactly one thread (or queue) at a time.

@@ -17,10 +17,10 @@
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
+use crate::hot::PAGE;
+
 /// Serialises every change to code made by this runtime.
 static TEXT_LOCK: Mutex<()> = Mutex::new(());
-
-const PAGE: usize = 4096;
 
 /// The 5-byte NOP of tracepoint sites and of gcc's `-mnop-mcount`.
 pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];

@@ -402,7 +402,7 @@ fn prepare_for_faults(cold: &Cold) {
         {
             return;
         }
-        let page = 4096;
+        let page = crate::hot::PAGE;
         let map = libc::mmap(
             core::ptr::null_mut(),
             ALT_STACK + page,
@@ -433,7 +433,7 @@ fn prepare_for_faults(cold: &Cold) {
 pub fn is_stack_overflow(addr: usize) -> bool {
     COLD.try_with(|c| {
         let low = c.stack_low.get();
-        low != 0 && addr < low + 4096 && addr + (1 << 20) >= low
+        low != 0 && addr < low + crate::hot::PAGE && addr + (1 << 20) >= low
     })
     .unwrap_or(false)
 }
@@ -479,7 +479,7 @@ fn thread_exit() {
                     ss_size: 0,
                 };
                 if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
-                    libc::munmap(alt, ALT_STACK + 4096);
+                    libc::munmap(alt, ALT_STACK + crate::hot::PAGE);
                 }
             }
         }

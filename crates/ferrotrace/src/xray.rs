@@ -476,7 +476,7 @@ pub fn discover(
     Ok(out)
 }
 
-const PAGE: u64 = 4096;
+const PAGE: u64 = crate::hot::PAGE as u64;
 
 /// Where patched code goes, through a stub page near each object: the XRay trampolines and the mcount
 /// hooks (the runtime's, which discovery does not know).
