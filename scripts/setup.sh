@@ -34,4 +34,10 @@ if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: (-Zinstrument-xray). Install it with: rustup toolchain install nightly" >&2
   exit 1
 fi
+# tracefs, for uprobes and kernel tracepoints (profile, the USDT tests): a fresh machine may not have it
+# mounted; without it a test that adds a uprobe depends on which test happened to mount it first.
+if [ ! -e /sys/kernel/tracing/uprobe_events ]; then
+  "${as_root[@]}" mount -t tracefs nodev /sys/kernel/tracing 2>/dev/null \
+    || echo "setup: warning: cannot mount tracefs at /sys/kernel/tracing: uprobe and tracepoint tests will fail" >&2
+fi
 echo "setup: $(rustc --version); nightly: $(rustup run nightly rustc --version)" >&2

@@ -16,8 +16,7 @@
 //! [`symbolize`] (addresses to names: DWARF with inlined frames, separate debug files, symbol tables),
 //! [`srcline`] (file:line from DWARF) and [`progress`]. [`samples`] gives every command its view of
 //! Sample events (timer samples, probe hits, time off the CPU): report, folded stacks, flame graphs,
-//! Firefox Profiler and Perfetto output, replay and graph. [`salvage`] appends to the trace of a killed
-//! process what it recorded and never wrote (for `ferrotrace record`).
+//! Firefox Profiler and Perfetto output, replay and graph.
 //!
 //! Who should use it: the `ferrotrace` command-line tool, and programs that want to analyse traces
 //! themselves. Who should not: code inside the traced process (that is the `ferrotrace` runtime).
@@ -47,7 +46,6 @@ pub mod progress;
 pub mod reader;
 pub mod replay;
 pub mod report;
-pub mod salvage;
 pub mod samples;
 pub mod srcline;
 pub mod stacks;

@@ -87,6 +87,241 @@ macro_rules! __linked_runtime_marker {
 /// the preload library. The version suffix changes when the protocol does.
 pub const LINKED_RUNTIME_MARKER: &str = crate::__linked_runtime_marker!();
 
+#[cfg(feature = "std")]
+pub use spec::{AllocSpec, RuntimeSpec, SpecError, Which};
+
+/// The variables above as one typed value (feature `std`): `record` and `live` build a
+/// [`RuntimeSpec`] and hand it to the program with [`RuntimeSpec::to_env`]; the runtime reads it back
+/// with [`RuntimeSpec::from_env`]. One value on both sides, so a variable cannot be spelled, split or
+/// defaulted two ways.
+///
+/// ```
+/// use ferrotrace_core::env::{RuntimeSpec, Which};
+///
+/// let spec = RuntimeSpec {
+///     runtime: Some(Which::Preload),
+///     filter: vec!["^parse".into()],
+///     depth: Some(8),
+///     ..RuntimeSpec::default()
+/// };
+/// let vars = spec.to_env();
+/// let back = RuntimeSpec::from_env(|name| {
+///     vars.iter().find(|(n, _)| *n == name).and_then(|(_, v)| v.clone())
+/// })
+/// .unwrap();
+/// assert_eq!(back, spec);
+/// ```
+#[cfg(feature = "std")]
+mod spec {
+    use std::ffi::OsString;
+    use std::fmt;
+    use std::path::PathBuf;
+
+    use super::*;
+    use crate::schema::Mode;
+
+    /// Which runtime copy may start ([`RUNTIME`]).
+    #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+    pub enum Which {
+        /// The LD_PRELOADed library ([`RUNTIME_PRELOAD`]).
+        Preload,
+        /// The copy linked into the program ([`RUNTIME_LINKED`]).
+        Linked,
+        /// None ([`RUNTIME_OFF`]).
+        Off,
+    }
+
+    impl Which {
+        /// The value of [`RUNTIME`] that asks for this copy.
+        pub const fn name(self) -> &'static str {
+            match self {
+                Which::Preload => RUNTIME_PRELOAD,
+                Which::Linked => RUNTIME_LINKED,
+                Which::Off => RUNTIME_OFF,
+            }
+        }
+
+        /// The copy a value of [`RUNTIME`] asks for.
+        pub fn from_name(name: &str) -> Option<Which> {
+            [Which::Preload, Which::Linked, Which::Off]
+                .into_iter()
+                .find(|w| w.name() == name)
+        }
+    }
+
+    /// Allocation recording ([`ALLOC`], [`ALLOC_SAMPLE`], [`ALLOC_STACK_DEPTH`]).
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct AllocSpec {
+        /// Mean bytes between sampled allocations as written (`512K`); `None`: every allocation.
+        pub sample: Option<String>,
+        /// Deepest stack to record; `None`: the runtime's default.
+        pub stack_depth: Option<u32>,
+    }
+
+    /// What `record` or `live` asks of the runtime in the program it starts: every variable of this
+    /// module that they set. Sizes stay as the user wrote them (`16M`), checked by
+    /// [`crate::size::check_sizes`] on both sides.
+    #[derive(Clone, Debug, Default, PartialEq, Eq)]
+    pub struct RuntimeSpec {
+        /// [`RUNTIME`]: which copy may start.
+        pub runtime: Option<Which>,
+        /// [`OUTPUT`]: the trace file (`None`: `ferrotrace.data`).
+        pub output: Option<PathBuf>,
+        /// [`FILTER`]: `-F` regexes.
+        pub filter: Vec<String>,
+        /// [`NOTRACE`]: `-N` regexes.
+        pub notrace: Vec<String>,
+        /// [`TRACE`]: tracepoint globs.
+        pub trace: Vec<String>,
+        /// [`MODE`] (`None`: lossless).
+        pub mode: Option<Mode>,
+        /// [`BUFFER_SIZE`], as written.
+        pub buffer_size: Option<String>,
+        /// [`CHUNK_SIZE`], as written.
+        pub chunk_size: Option<String>,
+        /// [`DEPTH`]: the mcount/fentry depth limit.
+        pub depth: Option<u32>,
+        /// [`ALLOC`] and its settings: `None` records no allocations.
+        pub alloc: Option<AllocSpec>,
+        /// [`LIVE_FD`]: the descriptor `live` reads printed events from.
+        pub live_fd: Option<i32>,
+        /// [`SHARED_FD`]: the memfd `record` salvages from.
+        pub shared_fd: Option<i32>,
+    }
+
+    /// A variable that does not say what [`RuntimeSpec::from_env`] expects.
+    #[derive(Clone, Debug, PartialEq, Eq)]
+    pub struct SpecError {
+        /// The variable.
+        pub variable: &'static str,
+        /// Its value.
+        pub value: String,
+        /// What it should be.
+        pub expected: &'static str,
+    }
+
+    impl fmt::Display for SpecError {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(
+                f,
+                "{}: '{}' is not {}",
+                self.variable, self.value, self.expected
+            )
+        }
+    }
+
+    impl std::error::Error for SpecError {}
+
+    fn lines(v: &[String]) -> Option<OsString> {
+        Some(v.join("\n").into())
+    }
+
+    impl RuntimeSpec {
+        /// Every variable this spec covers, with its value, or `None` for a variable the program must
+        /// not inherit (an unset option: the runtime's default applies). [`TRACED_PARENT`] is always
+        /// removed: a program `record` starts is a root, not a traced process's child.
+        pub fn to_env(&self) -> Vec<(&'static str, Option<OsString>)> {
+            let string = |s: &Option<String>| s.as_ref().map(OsString::from);
+            let number = |n: Option<i64>| n.map(|n| OsString::from(n.to_string()));
+            let alloc = self.alloc.as_ref();
+            vec![
+                (RUNTIME, self.runtime.map(|w| w.name().into())),
+                (OUTPUT, self.output.as_ref().map(|p| p.clone().into())),
+                (FILTER, lines(&self.filter)),
+                (NOTRACE, lines(&self.notrace)),
+                (TRACE, lines(&self.trace)),
+                (MODE, self.mode.map(|m| m.name().into())),
+                (BUFFER_SIZE, string(&self.buffer_size)),
+                (CHUNK_SIZE, string(&self.chunk_size)),
+                (DEPTH, number(self.depth.map(i64::from))),
+                (ALLOC, alloc.map(|_| "1".into())),
+                (ALLOC_SAMPLE, alloc.and_then(|a| string(&a.sample))),
+                (
+                    ALLOC_STACK_DEPTH,
+                    number(alloc.and_then(|a| a.stack_depth).map(i64::from)),
+                ),
+                (LIVE_FD, number(self.live_fd.map(i64::from))),
+                (SHARED_FD, number(self.shared_fd.map(i64::from))),
+                (TRACED_PARENT, None),
+            ]
+        }
+
+        /// Reads the spec through `var` (the process's environment in the runtime: `|n|
+        /// std::env::var_os(n)`). An empty variable counts as unset.
+        pub fn from_env(var: impl Fn(&str) -> Option<OsString>) -> Result<RuntimeSpec, SpecError> {
+            let text = |name: &str| {
+                var(name)
+                    .map(|v| v.to_string_lossy().into_owned())
+                    .filter(|v| !v.is_empty())
+            };
+            let list = |name: &str| {
+                text(name).map_or_else(Vec::new, |v| {
+                    v.split('\n')
+                        .filter(|p| !p.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+            };
+            fn parsed<T: std::str::FromStr>(
+                variable: &'static str,
+                value: Option<String>,
+                expected: &'static str,
+            ) -> Result<Option<T>, SpecError> {
+                value
+                    .map(|v| {
+                        v.parse().map_err(|_| SpecError {
+                            variable,
+                            value: v,
+                            expected,
+                        })
+                    })
+                    .transpose()
+            }
+            let runtime = match text(RUNTIME) {
+                None => None,
+                Some(v) => Some(Which::from_name(&v).ok_or(SpecError {
+                    variable: RUNTIME,
+                    value: v,
+                    expected: "preload, linked or off",
+                })?),
+            };
+            let mode = match text(MODE) {
+                None => None,
+                Some(v) => Some(Mode::from_name(&v).ok_or(SpecError {
+                    variable: MODE,
+                    value: v,
+                    expected: "a mode (lossless, drop or flight)",
+                })?),
+            };
+            let alloc = match text(ALLOC) {
+                None => None,
+                Some(_) => Some(AllocSpec {
+                    sample: text(ALLOC_SAMPLE).filter(|s| s != "0"),
+                    stack_depth: parsed(
+                        ALLOC_STACK_DEPTH,
+                        text(ALLOC_STACK_DEPTH),
+                        "a number of frames",
+                    )?,
+                }),
+            };
+            Ok(RuntimeSpec {
+                runtime,
+                output: var(OUTPUT).filter(|v| !v.is_empty()).map(PathBuf::from),
+                filter: list(FILTER),
+                notrace: list(NOTRACE),
+                trace: list(TRACE),
+                mode,
+                buffer_size: text(BUFFER_SIZE),
+                chunk_size: text(CHUNK_SIZE),
+                depth: parsed(DEPTH, text(DEPTH), "a depth")?,
+                alloc,
+                live_fd: parsed(LIVE_FD, text(LIVE_FD), "a descriptor number")?,
+                shared_fd: parsed(SHARED_FD, text(SHARED_FD), "a descriptor number")?,
+            })
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     /// Every variable is spelled `FERROTRACE_` + its constant's name, and no two are the same.
@@ -117,5 +352,46 @@ mod tests {
             assert_eq!(var.strip_prefix("FERROTRACE_"), Some(*constant));
             assert!(vars[..i].iter().all(|(_, other)| other != var));
         }
+    }
+
+    /// Every field survives the trip through the environment, and what a spec leaves unset is
+    /// removed, not inherited.
+    #[cfg(feature = "std")]
+    #[test]
+    fn spec_round_trips_through_the_environment() {
+        use super::*;
+        use crate::schema::Mode;
+        let full = RuntimeSpec {
+            runtime: Some(Which::Linked),
+            output: Some("/tmp/x y.data".into()),
+            filter: vec!["^a".into(), "b$".into()],
+            notrace: vec!["c".into()],
+            trace: vec!["vfs_*".into()],
+            mode: Some(Mode::Flight),
+            buffer_size: Some("8M".into()),
+            chunk_size: Some("4K".into()),
+            depth: Some(3),
+            alloc: Some(AllocSpec {
+                sample: Some("512K".into()),
+                stack_depth: Some(17),
+            }),
+            live_fd: Some(5),
+            shared_fd: Some(6),
+        };
+        for spec in [full, RuntimeSpec::default()] {
+            let vars = spec.to_env();
+            let get = |n: &str| {
+                vars.iter()
+                    .find(|(v, _)| *v == n)
+                    .and_then(|(_, v)| v.clone())
+            };
+            assert_eq!(RuntimeSpec::from_env(get).unwrap(), spec);
+        }
+        let unset = RuntimeSpec::default().to_env();
+        assert!(unset
+            .iter()
+            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | TRACE)));
+        let bad = RuntimeSpec::from_env(|n| (n == MODE).then(|| "fast".into()));
+        assert_eq!(bad.unwrap_err().variable, MODE);
     }
 }

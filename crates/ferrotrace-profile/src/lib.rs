@@ -22,7 +22,7 @@
 //! use ferrotrace_profile::{profile, ProfileConfig, Target};
 //!
 //! let cfg = ProfileConfig {
-//!     target: Target::Command(vec!["./my-app".into()]),
+//!     target: Target::Command { program: "./my-app".into(), argv: vec!["./my-app".into()] },
 //!     output: "ferrotrace.data".into(),
 //!     ..ProfileConfig::default()
 //! };
@@ -50,8 +50,14 @@ pub use error::ProfileError;
 /// What to profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// Start this program (`argv[0]` is looked up in `PATH`) and profile it until it exits.
-    Command(Vec<OsString>),
+    /// Start this program and profile it until it exits.
+    Command {
+        /// The file to run, found by the caller as `execvp` finds it
+        /// (`ferrotrace_launch::program::resolve`): it is run as it is, not looked up again.
+        program: std::path::PathBuf,
+        /// Its `argv`, from `argv[0]` as the user wrote it.
+        argv: Vec<OsString>,
+    },
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
 }
@@ -88,7 +94,10 @@ impl Default for ProfileConfig {
             call_graph: CallGraph::FramePointers,
             stack_size: 8192,
             output: PathBuf::from("ferrotrace.data"),
-            target: Target::Command(Vec::new()),
+            target: Target::Command {
+                program: std::path::PathBuf::new(),
+                argv: Vec::new(),
+            },
             duration: None,
             handle_signals: true,
             allow_missing_frame_pointers: false,

@@ -79,11 +79,11 @@ fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), ProfileError> {
 }
 
 impl BlockedChild {
-    fn spawn(argv: &[OsString]) -> Result<BlockedChild, ProfileError> {
-        let program = argv
-            .first()
-            .map(|p| p.to_string_lossy().into_owned())
-            .unwrap_or_default();
+    fn spawn(file: &Path, argv: &[OsString]) -> Result<BlockedChild, ProfileError> {
+        let program = file.display().to_string();
+        let file = CString::new(file.as_os_str().as_bytes()).map_err(|_| {
+            ProfileError::BadArgument("the program's path contains a NUL byte".into())
+        })?;
         let cargs: Vec<CString> = argv
             .iter()
             .map(|a| CString::new(a.as_bytes()))
@@ -96,7 +96,7 @@ impl BlockedChild {
         ptrs.push(std::ptr::null());
         let (go_r, go_w) = pipe_cloexec()?;
         let (err_r, err_w) = pipe_cloexec()?;
-        // SAFETY: after fork the child only calls async-signal-safe functions (read, execvp, write,
+        // SAFETY: after fork the child only calls async-signal-safe functions (read, execv, write,
         // _exit) on memory prepared before the fork.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
@@ -109,7 +109,7 @@ impl BlockedChild {
             unsafe {
                 let mut b = 0u8;
                 libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1);
-                libc::execvp(ptrs[0], ptrs.as_ptr());
+                libc::execv(file.as_ptr(), ptrs.as_ptr());
                 let e = *libc::__errno_location();
                 let eb = e.to_le_bytes();
                 libc::write(err_w.as_raw_fd(), eb.as_ptr() as *const libc::c_void, 4);
@@ -194,16 +194,6 @@ impl Drop for BlockedChild {
             self.wait(true);
         }
     }
-}
-
-fn find_in_path(program: &Path) -> Option<PathBuf> {
-    if program.components().count() > 1 || program.is_absolute() {
-        return Some(program.to_path_buf());
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 /// Interning state built while recording.
@@ -592,18 +582,17 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
 
     // The program, for the frame-pointer check.
     let exe: Option<PathBuf> = match &cfg.target {
-        Target::Command(argv) => {
-            let p = argv
-                .first()
-                .ok_or_else(|| ProfileError::BadArgument("no program given".into()))?;
-            let found = find_in_path(Path::new(p));
-            if found.as_ref().is_none_or(|f| !f.exists()) {
+        Target::Command { program, argv } => {
+            if argv.is_empty() {
+                return Err(ProfileError::BadArgument("no program given".into()));
+            }
+            if !program.exists() {
                 return Err(ProfileError::Spawn {
-                    program: p.to_string_lossy().into_owned(),
+                    program: program.display().to_string(),
                     source: std::io::Error::from(std::io::ErrorKind::NotFound),
                 });
             }
-            found
+            Some(program.clone())
         }
         Target::Pid(pid) => {
             if !Path::new(&format!("/proc/{pid}")).exists() {
@@ -676,8 +665,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     // Start or find the target.
     let mut child = None;
     let (root_pid, tids): (u32, Vec<u32>) = match &cfg.target {
-        Target::Command(argv) => {
-            let c = BlockedChild::spawn(argv)?;
+        Target::Command { program, argv } => {
+            let c = BlockedChild::spawn(program, argv)?;
             let pid = c.pid as u32;
             child = Some(c);
             (pid, vec![pid])
@@ -758,7 +747,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     }
 
     let cmdline: Vec<u8> = match &cfg.target {
-        Target::Command(argv) => argv
+        Target::Command { argv, .. } => argv
             .iter()
             .map(|a| a.as_bytes())
             .collect::<Vec<_>>()
@@ -856,7 +845,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     match &mut child {
         Some(c) => {
             let program = match &cfg.target {
-                Target::Command(a) => a[0].to_string_lossy().into_owned(),
+                Target::Command { program, .. } => program.display().to_string(),
                 Target::Pid(_) => String::new(),
             };
             c.release(&program)?;

@@ -88,7 +88,10 @@ fn out_file(name: &str) -> PathBuf {
 
 fn config(name: &str, argv: &[&str]) -> ProfileConfig {
     ProfileConfig {
-        target: Target::Command(argv.iter().map(Into::into).collect()),
+        target: Target::Command {
+            program: argv.first().copied().unwrap_or_default().into(),
+            argv: argv.iter().map(Into::into).collect(),
+        },
         output: out_file(name),
         handle_signals: false,
         ..ProfileConfig::default()

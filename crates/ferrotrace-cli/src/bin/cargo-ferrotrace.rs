@@ -12,16 +12,18 @@
 //! instrumentation and
 //! builds with the default toolchain, frame pointers and limited debug info into
 //! `<target-dir>/ferrotrace-profile`. Normal builds are untouched. RECORD-OPTIONS and PROFILE-OPTIONS
-//! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions. `record` and `profile` hand the built
-//! program to the `ferrotrace` binary installed next to this one.
+//! are those of `ferrotrace record` and `ferrotrace profile`, taken from their clap definitions; `record`
+//! and `profile` run in this process, through the same code as `ferrotrace record` and `ferrotrace
+//! profile` (the preload library is found next to this executable, where it is next to `ferrotrace`).
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitCode;
 
-use clap::Args;
-use ferrotrace_cli::cmd::profile::ProfileArgs;
-use ferrotrace_cli::cmd::record::RecordArgs;
+use clap::{Args, Parser};
+use ferrotrace_cli::cmd::{self, profile::ProfileArgs, record::RecordArgs};
+use ferrotrace_cli::Error;
+use ferrotrace_launch::cargo::{self, BuildKind};
 
 const USAGE_HEAD: &str = "\
 Build the current cargo project with XRay instrumentation (nightly) and trace it with ferrotrace.
@@ -198,178 +200,53 @@ fn parse(mut args: Vec<OsString>) -> Result<Result<Invocation, Help>, String> {
     Ok(Ok(inv))
 }
 
-fn check_nightly() -> Result<(), String> {
-    let ok = Command::new("rustup")
-        .args(["run", "nightly", "rustc", "--version"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if ok {
-        Ok(())
-    } else {
-        Err("the nightly toolchain is needed to instrument programs (-Zinstrument-xray) and was not found: \
-             install it with `rustup toolchain install nightly`"
-            .into())
-    }
+/// `ferrotrace ACTION OWN-OPTIONS -- PROGRAM ARGS`, parsed by the clap definitions of `ferrotrace`.
+#[derive(clap::Parser)]
+#[command(name = "ferrotrace")]
+enum Ferrotrace {
+    Record(RecordArgs),
+    Profile(ProfileArgs),
 }
 
-fn target_dir() -> Result<PathBuf, String> {
-    let out = Command::new("cargo")
-        .args(["metadata", "--format-version", "1", "--no-deps"])
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|e| format!("cannot run cargo metadata: {e}"))?;
-    if !out.status.success() {
-        return Err("cargo metadata failed: is this a cargo project?".into());
-    }
-    let meta: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("cannot parse cargo metadata: {e}"))?;
-    meta["target_directory"]
-        .as_str()
-        .map(|d| Path::new(d).join("ferrotrace"))
-        .ok_or_else(|| "cargo metadata has no target_directory".into())
-}
-
-/// Builds and returns the executables produced, as (target name, path).
-fn build(inv: &Invocation) -> Result<Vec<(String, PathBuf)>, String> {
-    let profiling = inv.action == "profile";
-    let mut rustflags = std::env::var("RUSTFLAGS").unwrap_or_default();
-    let mut cmd = if profiling {
-        // Sampling needs no sleds: the default toolchain and frame pointers, plus limited debug info
-        // (line tables alone lose the module paths of function names) unless the user chose a level.
-        // v0 symbol names, as the nightly of traced builds gives: a closure is `{closure#0}` and drop
-        // glue `drop_glue::<T>` in a profile as in a trace, not `{{closure}}` and `drop_in_place`.
-        rustflags.push_str(" -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0");
-        let mut c = Command::new("cargo");
-        if std::env::var_os("CARGO_PROFILE_RELEASE_DEBUG").is_none() {
-            c.env("CARGO_PROFILE_RELEASE_DEBUG", "limited");
-        }
-        c
-    } else {
-        check_nightly()?;
-        rustflags.push_str(if inv.mcount {
-            " -Zinstrument-mcount -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
-        } else {
-            " -Zinstrument-xray=always -Cforce-frame-pointers=yes -Csymbol-mangling-version=v0"
-        });
-        let mut c = Command::new("rustup");
-        c.args(["run", "nightly", "cargo"])
-            .env_remove("RUSTUP_TOOLCHAIN");
-        c
+fn run(inv: Invocation) -> Result<ExitCode, Error> {
+    let kind = match (inv.action.as_str(), inv.mcount) {
+        ("profile", _) => BuildKind::Profile,
+        (_, true) => BuildKind::Mcount,
+        (_, false) => BuildKind::Xray,
     };
-    let target = target_dir()?.with_file_name(match (profiling, inv.mcount) {
-        (true, _) => "ferrotrace-profile",
-        (false, true) => "ferrotrace-mcount",
-        (false, false) => "ferrotrace",
-    });
-    eprintln!(
-        "cargo ferrotrace: building {} into {}",
-        match (profiling, inv.mcount) {
-            (true, _) => "with frame pointers",
-            (false, true) => "with nightly and mcount calls",
-            (false, false) => "with nightly and XRay sleds",
-        },
-        target.display()
-    );
-    cmd.args(["build", "--message-format=json-render-diagnostics"])
-        .args(&inv.cargo_args)
-        .env("RUSTFLAGS", rustflags.trim())
-        .env("CARGO_TARGET_DIR", &target)
-        .env_remove("RUSTC")
-        .env_remove("CARGO")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    let out = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
-    if !out.status.success() {
-        return Err("the build failed (see the errors above)".into());
-    }
-    let mut exes = Vec::new();
-    for line in out.stdout.split(|&b| b == b'\n') {
-        let Ok(msg) = serde_json::from_slice::<serde_json::Value>(line) else {
-            continue;
-        };
-        if msg["reason"] != "compiler-artifact" {
-            continue;
-        }
-        let is_bin = msg["target"]["kind"]
-            .as_array()
-            .is_some_and(|k| k.iter().any(|k| k == "bin"));
-        if let (true, Some(exe)) = (is_bin, msg["executable"].as_str()) {
-            exes.push((
-                msg["target"]["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .to_string(),
-                PathBuf::from(exe),
-            ));
-        }
-    }
-    Ok(exes)
-}
-
-fn pick(inv: &Invocation, exes: Vec<(String, PathBuf)>) -> Result<PathBuf, String> {
-    match (&inv.bin, exes.len()) {
-        (Some(name), _) => exes
-            .into_iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, p)| p)
-            .ok_or_else(|| format!("no binary named '{name}' was built")),
-        (None, 1) => Ok(exes.into_iter().next().map(|(_, p)| p).unwrap_or_default()),
-        (None, 0) => Err("the build produced no binary to run".into()),
-        (None, _) => Err(format!(
-            "the build produced several binaries ({}): choose one with --bin NAME",
-            exes.iter()
-                .map(|(n, _)| n.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        )),
-    }
-}
-
-fn exit_code(status: std::process::ExitStatus) -> ExitCode {
-    use std::os::unix::process::ExitStatusExt;
-    match (status.code(), status.signal()) {
-        (Some(c), _) => ExitCode::from(c as u8),
-        (None, Some(sig)) => ExitCode::from((128 + sig) as u8),
-        _ => ExitCode::FAILURE,
-    }
-}
-
-fn run(inv: Invocation) -> Result<ExitCode, String> {
-    let exes = build(&inv)?;
+    let exes = cargo::build(kind, &inv.cargo_args)?;
     if inv.action == "build" {
-        for (name, path) in &exes {
-            eprintln!("cargo ferrotrace: built {name}: {}", path.display());
+        for b in &exes {
+            eprintln!("cargo ferrotrace: built {}: {}", b.name, b.path.display());
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let exe = pick(&inv, exes)?;
-    let status = if inv.action == "run" {
-        Command::new(&exe).args(&inv.program_args).status()
-    } else {
-        let me =
-            std::env::current_exe().map_err(|e| format!("cannot locate cargo-ferrotrace: {e}"))?;
-        let ferrotrace = me.with_file_name("ferrotrace");
-        let mut cmd = Command::new(&ferrotrace);
-        cmd.arg(&inv.action)
-            .args(&inv.own_opts)
-            .arg("--")
-            .arg(&exe)
-            .args(&inv.program_args);
-        eprintln!(
-            "cargo ferrotrace: running {}",
-            std::iter::once(cmd.get_program())
-                .chain(cmd.get_args())
-                .map(|a| a.to_string_lossy())
-                .collect::<Vec<_>>()
-                .join(" ")
-        );
-        cmd.status()
-            .map_err(|e| std::io::Error::new(e.kind(), format!("{}: {e}", ferrotrace.display())))
+    let exe = cargo::pick(inv.bin.as_deref(), exes)?;
+    if inv.action == "run" {
+        let status = cargo::run_untraced(&exe, &inv.program_args)?;
+        return Ok(ExitCode::from(match (status.code(), status.signal()) {
+            (Some(c), _) => c as u8,
+            (None, sig) => (128 + sig.unwrap_or(0)) as u8,
+        }));
     }
-    .map_err(|e| format!("cannot run {}: {e}", exe.display()))?;
-    Ok(exit_code(status))
+    let argv: Vec<OsString> = [OsString::from("ferrotrace"), inv.action.clone().into()]
+        .into_iter()
+        .chain(inv.own_opts)
+        .chain([OsString::from("--"), exe.into_os_string()])
+        .chain(inv.program_args)
+        .collect();
+    eprintln!(
+        "cargo ferrotrace: running {}",
+        argv.iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    match Ferrotrace::try_parse_from(argv) {
+        Ok(Ferrotrace::Record(args)) => cmd::record::run(args),
+        Ok(Ferrotrace::Profile(args)) => cmd::profile::run(args),
+        Err(e) => e.exit(),
+    }
 }
 
 fn main() -> ExitCode {

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::binary::inspect;
 
-use crate::elf;
+use ferrotrace_launch::program::resolve;
 
 /// Arguments of `ferrotrace list`.
 #[derive(Args)]
@@ -37,7 +37,7 @@ fn rust_type(t: &str) -> &str {
 
 /// Prints the listing.
 pub fn run(args: ListArgs) -> Result<ExitCode, String> {
-    let path = elf::resolve_program(&args.program)?;
+    let path = resolve(&args.program).map_err(|e| e.to_string())?;
     let bin = inspect(&path).map_err(|e| e.to_string())?;
     let show_tp = !args.functions;
     let show_fn = !args.tracepoints;

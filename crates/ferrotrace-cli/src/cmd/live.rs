@@ -8,15 +8,17 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::ExitCode;
 
 use clap::Args;
-use ferrotrace_core::env;
+use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::schema::Mode;
+use ferrotrace_launch::checks;
+use ferrotrace_launch::start::{start, Options, Program};
 
-use crate::cmd::record::{check_regexes, exit_code_of, inject_runtime};
-use crate::elf;
+use crate::cmd::record::exit_code_of;
+use crate::Error;
 
 /// Arguments of `ferrotrace live`.
 #[derive(Args)]
@@ -36,90 +38,56 @@ pub struct LiveArgs {
 }
 
 /// Runs the program and prints its events; returns its exit status as ours.
-pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
-    check_regexes(args.filter.iter().chain(&args.notrace))?;
-    if args.trace.is_empty() && args.filter.is_empty() {
-        return Err(
-            "nothing to print: select tracepoints with --trace GLOB and/or functions with -F REGEX"
-                .into(),
-        );
-    }
-    let program = elf::resolve_program(&args.command[0])?;
-    let facts = elf::inspect(&program)?;
-    if !args.trace.is_empty() && !facts.has_tracepoints {
-        return Err(format!(
-            "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!)",
-            program.display()
-        ));
-    }
-    if !args.filter.is_empty() && facts.instrumentation == 0 {
-        return Err(format!(
-            "{} is not instrumented, so -F selects nothing: {}",
-            program.display(),
-            ferrotrace_core::schema::source::HOW_TO_BUILD
-        ));
-    }
+pub fn run(args: LiveArgs) -> Result<ExitCode, Error> {
+    // Without -F no function is traced: every one is excluded (a filter that matches nothing would be
+    // warned about as a mistake).
+    let notrace = if args.filter.is_empty() {
+        vec![".".to_string()]
+    } else {
+        args.notrace.clone()
+    };
+    let mut spec = RuntimeSpec {
+        filter: args.filter.clone(),
+        notrace,
+        trace: args.trace.clone(),
+        mode: Some(Mode::Drop),
+        ..RuntimeSpec::default()
+    };
+    checks::check_regexes(args.filter.iter().chain(&args.notrace))?;
+    let program = Program::find(&args.command)?;
+    checks::check_live(&program, &spec)?;
     let mut fds = [0i32; 2];
     // SAFETY: pipe2 fills the two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(format!("pipe: {}", std::io::Error::last_os_error()));
+        return Err(Error::Usage(format!(
+            "pipe: {}",
+            std::io::Error::last_os_error()
+        )));
     }
     // SAFETY: fresh descriptors that we own.
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    let child_fd = fds[1];
     // The trace file is of no use here (the events are printed) but the runtime writes one: in a
     // directory of our own, where nobody can plant a link or read it.
     let private = ferrotrace_core::output::PrivateDir::new("ferrotrace-live")
-        .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
-    let trace_file = private.path().join("trace.data");
-
-    let mut cmd = std::process::Command::new(&program);
-    use std::os::unix::process::CommandExt;
-    cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    inject_runtime(&mut cmd, &program, &facts)?;
-    // Without -F no function is traced: every one is excluded (a filter that matches nothing would be
-    // warned about as a mistake).
-    let notrace = if args.filter.is_empty() {
-        ".".to_string()
-    } else {
-        args.notrace.join("\n")
+        .map_err(|e| Error::Usage(format!("cannot create a temporary directory: {e}")))?;
+    spec.output = Some(private.path().join("trace.data"));
+    let options = Options {
+        live_fd: Some(write_end.as_raw_fd()),
+        ..Options::default()
     };
-    cmd.env(env::OUTPUT, &trace_file)
-        .env(env::FILTER, args.filter.join("\n"))
-        .env(env::NOTRACE, notrace)
-        .env(env::TRACE, args.trace.join("\n"))
-        .env(env::MODE, Mode::Drop.name())
-        .env(env::LIVE_FD, child_fd.to_string())
-        .env_remove(env::TRACED_PARENT);
-    // SAFETY: between fork and exec only async-signal-safe fcntl: keep the write end open in the child.
-    unsafe {
-        cmd.pre_exec(move || {
-            let fl = libc::fcntl(child_fd, libc::F_GETFD);
-            libc::fcntl(child_fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC);
-            Ok(())
-        });
-    }
-    // As in `record`: the terminal's Ctrl-C goes to the program; we outlive it and pass on what is
-    // sent to us alone.
-    crate::relay::block();
-    crate::relay::unblock_in_child(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
+    let running = start(&program, spec, options)?;
     drop(write_end);
-    if let Err(e) = crate::relay::start(child.id() as i32, None) {
+    if let Some(e) = running.relay_error() {
         eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     copy_lines(
         BufReader::new(std::fs::File::from(read_end)),
         std::io::stdout().lock(),
     );
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
+    let ended = running.wait()?;
     drop(private);
-    Ok(exit_code_of(status, &program))
+    Ok(exit_code_of(&ended, &program.path))
 }
 
 /// Copies whole lines from the pipe to `out`, flushing whenever the pipe has nothing more for now (a

@@ -8,6 +8,8 @@ use clap::Args;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, EventSpec, ProfileConfig, Target};
 
+use crate::Error;
+
 /// Arguments of `ferrotrace profile`.
 #[derive(Args)]
 #[command(
@@ -49,15 +51,17 @@ pub struct ProfileArgs {
 }
 
 /// Records, prints a summary, and returns the program's exit status.
-pub fn run(args: ProfileArgs) -> Result<ExitCode, String> {
-    let err = |e: ferrotrace_profile::ProfileError| e.to_string();
-    let target = match (args.pid, args.command.is_empty()) {
+pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
+    let target = match (args.pid, args.command.first()) {
         (Some(pid), _) => Target::Pid(pid),
-        (None, false) => Target::Command(args.command),
-        (None, true) => {
-            return Err(
+        (None, Some(name)) => Target::Command {
+            program: ferrotrace_launch::program::resolve(name)?,
+            argv: args.command,
+        },
+        (None, None) => {
+            return Err(Error::Usage(
                 "nothing to profile: give a program after -- or a process with -p PID".into(),
-            )
+            ))
         }
     };
     let events = if args.events.is_empty() {
@@ -66,26 +70,19 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, String> {
         args.events
             .iter()
             .map(|e| EventSpec::parse(e))
-            .collect::<Result<_, _>>()
-            .map_err(err)?
+            .collect::<Result<_, _>>()?
     };
     let cfg = ProfileConfig {
         events,
-        frequency: parse_frequency(&args.freq).map_err(err)?,
-        call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)
-            .map_err(err)?,
+        frequency: parse_frequency(&args.freq)?,
+        call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)?,
         output: args.output,
         target,
-        duration: args
-            .duration
-            .as_deref()
-            .map(parse_duration)
-            .transpose()
-            .map_err(err)?,
+        duration: args.duration.as_deref().map(parse_duration).transpose()?,
         allow_missing_frame_pointers: args.force_fp,
         ..ProfileConfig::default()
     };
-    let s = profile(&cfg).map_err(err)?;
+    let s = profile(&cfg)?;
     for w in &s.warnings {
         eprintln!("ferrotrace: warning: {w}");
     }

@@ -1,18 +1,20 @@
 //! `ferrotrace record`: run a program under the tracer.
 
 use std::ffi::OsString;
-use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
-use ferrotrace_core::env;
+use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
 use ferrotrace_core::pattern::NamePattern;
-use ferrotrace_core::schema::{self, source as instrumentation};
+use ferrotrace_core::schema;
+use ferrotrace_launch::salvage::Death;
+use ferrotrace_launch::start::{Options, Program};
+use ferrotrace_launch::{self as launch, checks, Ended};
 
-use crate::elf;
+use crate::Error;
 
 /// What happens when trace buffers run out.
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -69,79 +71,40 @@ pub struct RecordArgs {
     pub command: Vec<OsString>,
 }
 
-/// The runtime library to preload: [`env::PRELOAD`], or next to this executable.
-pub fn preload_library() -> Result<PathBuf, String> {
-    if let Some(p) = std::env::var_os(env::PRELOAD) {
-        return Ok(PathBuf::from(p));
-    }
-    let exe = std::env::current_exe()
-        .map_err(|e| format!("cannot locate the ferrotrace executable: {e}"))?;
-    let dir = exe.parent().unwrap_or(Path::new("."));
-    for candidate in [
-        dir.join("libferrotrace_preload.so"),
-        dir.join("../libferrotrace_preload.so"),
-    ] {
-        if candidate.is_file() {
-            return candidate
-                .canonicalize()
-                .map_err(|e| format!("{}: {e}", candidate.display()));
+impl RecordArgs {
+    /// What the runtime in the program is asked to do, writing to `output`.
+    fn spec(&self, output: &Path) -> RuntimeSpec {
+        RuntimeSpec {
+            output: Some(output.to_path_buf()),
+            filter: self.filter.clone(),
+            notrace: self.notrace.clone(),
+            trace: self.trace.clone(),
+            mode: Some(match self.mode {
+                Mode::Lossless => schema::Mode::Lossless,
+                Mode::Drop => schema::Mode::Drop,
+                Mode::Flight => schema::Mode::Flight,
+            }),
+            buffer_size: self.buffer_size.clone(),
+            chunk_size: self.chunk_size.clone(),
+            depth: self.depth,
+            alloc: self.alloc.then(|| AllocSpec {
+                sample: self.alloc_sample.clone(),
+                stack_depth: Some(self.alloc_stack_depth),
+            }),
+            ..RuntimeSpec::default()
         }
     }
-    Err(format!(
-        "cannot find libferrotrace_preload.so next to {}: build the whole ferrotrace workspace \
-         (cargo build --release) or point {} at it",
-        exe.display(),
-        env::PRELOAD
-    ))
 }
 
-/// Checks `-F`/`-N` patterns before anything runs (the runtime would only warn from inside the program).
-pub fn check_regexes<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Result<(), String> {
-    for re in patterns {
-        NamePattern::new(re).map_err(|e| format!("invalid regex '{re}': {e}"))?;
-    }
-    Ok(())
-}
-
-/// Makes the program start a runtime: its own linked copy when it has one, else the preload library
-/// (ahead of any LD_PRELOAD already set). Shared by `record` and `live`.
-pub fn inject_runtime(
-    cmd: &mut std::process::Command,
-    program: &Path,
-    facts: &elf::ProgramFacts,
-) -> Result<(), String> {
-    if facts.links_runtime {
-        cmd.env(env::RUNTIME, env::RUNTIME_LINKED);
-        return Ok(());
-    }
-    if !facts.dynamic {
-        return Err(format!(
-            "{} is statically linked: LD_PRELOAD cannot inject the runtime. Link it dynamically, or make it \
-             depend on the ferrotrace crate",
+/// The program's end as our exit code, saying once when a signal killed it.
+pub fn exit_code_of(ended: &Ended, program: &Path) -> ExitCode {
+    if let Some(sig) = ended.status.signal() {
+        eprintln!(
+            "ferrotrace: {} was killed by signal {sig}",
             program.display()
-        ));
+        );
     }
-    let mut preload = preload_library()?.into_os_string();
-    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
-        preload.push(":");
-        preload.push(old);
-    }
-    cmd.env("LD_PRELOAD", preload)
-        .env(env::RUNTIME, env::RUNTIME_PRELOAD);
-    Ok(())
-}
-
-/// The traced program's exit status as ours: its code, or 128 + the signal that killed it (said once).
-pub fn exit_code_of(status: std::process::ExitStatus, program: &Path) -> ExitCode {
-    if let Some(code) = status.code() {
-        return ExitCode::from(code as u8);
-    }
-    let sig = status.signal().unwrap_or(0);
-    eprintln!(
-        "ferrotrace: {} was killed by signal {sig}",
-        program.display()
-    );
-    ExitCode::from((128 + sig) as u8)
+    ExitCode::from(ended.exit_code())
 }
 
 fn absolute(p: &Path) -> PathBuf {
@@ -154,123 +117,29 @@ fn absolute(p: &Path) -> PathBuf {
     }
 }
 
-/// Checks `--buffer-size` and `--chunk-size` as the runtime will (ferrotrace_core::size), so that a
-/// bad size is an error before the program starts rather than a program run untraced.
-fn check_sizes(buffer: Option<&str>, chunk: Option<&str>) -> Result<(), String> {
-    use ferrotrace_core::size::SizeOption;
-    ferrotrace_core::size::check_sizes(buffer, chunk)
-        .map(|_| ())
-        .map_err(|(which, e)| match which {
-            SizeOption::Chunk => format!("--chunk-size {}: {e}", chunk.unwrap_or_default()),
-            SizeOption::Buffer => format!("--buffer-size {}: {e}", buffer.unwrap_or_default()),
-        })
-}
-
 /// Runs the program under the tracer and returns its exit status as ours.
-pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
-    check_regexes(args.filter.iter().chain(&args.notrace))?;
-    check_sizes(args.buffer_size.as_deref(), args.chunk_size.as_deref())?;
+pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     let output = absolute(&args.output);
-    ferrotrace_core::output::check(&output).map_err(|e| e.to_string())?;
-    let program = elf::resolve_program(&args.command[0])?;
-    let facts = elf::inspect(&program)?;
-    if !args.trace.is_empty() && !facts.has_tracepoints {
-        return Err(format!(
-            "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!), so --trace selects nothing",
-            program.display()
-        ));
+    let spec = args.spec(&output);
+    checks::check_record_options(&spec)?;
+    ferrotrace_core::output::check(&output)?;
+    let program = Program::find(&args.command)?;
+    for warning in checks::check_record(&program, &spec)? {
+        eprintln!("ferrotrace: {warning}");
     }
-    let records_tracepoints = facts.has_tracepoints && !args.trace.is_empty();
-    if let Some(s) = args.alloc_sample.as_deref() {
-        ferrotrace_core::size::parse_size(s).map_err(|e| format!("--alloc-sample {s}: {e}"))?;
-    }
-    if args.alloc && facts.links_runtime && !facts.has_allocator {
-        eprintln!(
-            "ferrotrace: {} links the ferrotrace runtime, which records allocations only through ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
-            program.display()
-        );
-    }
-    if facts.instrumentation == 0 && !records_tracepoints && !args.alloc {
-        return Err(format!(
-            "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
-             there is nothing to trace (record its allocations alone with --alloc): {}",
-            program.display(),
-            instrumentation::HOW_TO_BUILD
-        ));
-    }
-    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
-    if args.depth.is_some() && facts.instrumentation & hooked == 0 {
-        return Err(format!(
-            "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and {} has \
-             no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the depth shown \
-             with `ferrotrace replay -D`",
-            program.display()
-        ));
-    }
-    if let Some(d) = args
-        .depth
-        .filter(|&d| !ferrotrace_core::size::depth_is_valid(d as usize))
-    {
-        return Err(format!(
-            "--depth {d}: the depth is a number of frames from 1 to {}",
-            ferrotrace_core::size::MAX_DEPTH
-        ));
-    }
-    let mut cmd = std::process::Command::new(&program);
-    cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    inject_runtime(&mut cmd, &program, &facts)?;
-    cmd.env(env::OUTPUT, &output)
-        .env(env::FILTER, args.filter.join("\n"))
-        .env(env::NOTRACE, args.notrace.join("\n"))
-        .env(env::TRACE, args.trace.join("\n"))
-        .env(
-            env::MODE,
-            match args.mode {
-                Mode::Lossless => schema::Mode::Lossless,
-                Mode::Drop => schema::Mode::Drop,
-                Mode::Flight => schema::Mode::Flight,
-            }
-            .name(),
-        )
-        .env_remove(env::TRACED_PARENT);
-    if let Some(s) = &args.buffer_size {
-        cmd.env(env::BUFFER_SIZE, s);
-    }
-    if let Some(s) = &args.chunk_size {
-        cmd.env(env::CHUNK_SIZE, s);
-    }
-    if args.alloc {
-        cmd.env(env::ALLOC, "1")
-            .env(
-                env::ALLOC_SAMPLE,
-                args.alloc_sample.as_deref().unwrap_or("0"),
-            )
-            .env(env::ALLOC_STACK_DEPTH, args.alloc_stack_depth.to_string());
-    } else {
-        cmd.env_remove(env::ALLOC);
-    }
-    if let Some(d) = args.depth {
-        cmd.env(env::DEPTH, d.to_string());
-    }
-    let pool = crate::pool::share(&mut cmd)?;
     // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
     // FILE.old): a run that writes nothing leaves it as it was, and says so.
     let previous = file_identity(&output);
     let start = std::time::SystemTime::now();
-    use std::os::unix::process::CommandExt;
-    // Like a shell waiting for a job: the terminal's Ctrl-C and Ctrl-\ go to the program (same process
-    // group); we outlive it to report. Signals sent to us alone are passed on (crate::relay).
-    crate::relay::block();
-    crate::relay::unblock_in_child(&mut cmd);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", program.display()))?;
-    if let Err(e) = crate::relay::start(child.id() as i32, Some(&pool)) {
+    let options = Options {
+        share_pool: true,
+        ..Options::default()
+    };
+    let running = launch::start::start(&program, spec, options)?;
+    if let Some(e) = running.relay_error() {
         eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
-    let status = child
-        .wait()
-        .map_err(|e| format!("waiting for {}: {e}", program.display()))?;
+    let ended = running.wait()?;
     // The trace is read once for the summary, again only if events had to be recovered into it.
     let mut written = None;
     if file_identity(&output) != previous {
@@ -278,44 +147,42 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         if trace.as_ref().is_ok_and(|t| t.end.is_some()) {
             written = Some(trace);
         } else {
-            recover_unwritten(&output, &pool, status);
+            say_recovered(&ended, &output);
         }
     }
-    report(&output, written, start, previous, &args.filter, &program);
-    Ok(exit_code_of(status, &program))
+    report(
+        &output,
+        written,
+        start,
+        previous,
+        &args.filter,
+        &program.path,
+    );
+    Ok(exit_code_of(&ended, &program.path))
 }
 
 /// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
-/// appends the events it had recorded but not written, from the chunk pool it shared with us.
-fn recover_unwritten(output: &Path, pool: &OwnedFd, status: std::process::ExitStatus) {
-    use ferrotrace_analysis::salvage::{salvage, Death};
-    let death = match (status.signal(), status.code()) {
-        (Some(sig), _) => Death::Signal(sig as u32),
-        (None, code) => Death::Exit(code.unwrap_or(0)),
-    };
-    // Nothing the program recorded is newer than this.
-    let now_tsc = ferrotrace_core::clock::rdtsc();
-    let Some(map) = crate::pool::Mapped::new(pool) else {
-        return; // the runtime never set up the pool (it did not start)
-    };
-    let how = match death {
+/// recovers the events it had recorded but not written, and says what happened.
+fn say_recovered(ended: &Ended, output: &Path) {
+    let how = match ended.death() {
         Death::Signal(s) => format!(
             "was killed by {}",
             ferrotrace_analysis::info::signal_name(s)
         ),
         Death::Exit(c) => format!("exited ({c})"),
     };
-    match salvage(output, map.bytes(), death, now_tsc) {
-        Ok(Some(got)) => eprintln!(
+    match ended.recover_unwritten(output) {
+        Some(Ok(Some(got))) => eprintln!(
             "ferrotrace: the program {how} before finishing its trace: {} unfinished chunks \
              ({} events) recovered from its buffers",
             got.chunks, got.events
         ),
-        Ok(None) => {}
-        Err(e) => eprintln!(
+        Some(Err(e)) => eprintln!(
             "ferrotrace: the program {how} before finishing its trace; its unwritten events \
              are lost: {e}"
         ),
+        // The runtime never set up the pool (it did not start), or nothing was missing.
+        None | Some(Ok(None)) => {}
     }
 }
 

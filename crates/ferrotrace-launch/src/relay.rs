@@ -22,6 +22,8 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
+use crate::LaunchError;
+
 pub use ferrotrace_core::shared::RELAYED;
 
 /// How long the relay waits for the program's runtime to note that a signal arrived there too.
@@ -41,7 +43,7 @@ fn relayed_set() -> libc::sigset_t {
 
 /// Blocks the [`RELAYED`] signals in the calling thread (and every thread it creates after). Call before
 /// starting the program and the relay.
-pub fn block() {
+pub(crate) fn block() {
     let set = relayed_set();
     // SAFETY: pthread_sigmask with a valid set.
     unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, core::ptr::null_mut()) };
@@ -49,7 +51,7 @@ pub fn block() {
 
 /// Makes the program start with the [`RELAYED`] signals unblocked (a mask is inherited across `fork`
 /// and `exec`).
-pub fn unblock_in_child(cmd: &mut std::process::Command) {
+pub(crate) fn unblock_in_child(cmd: &mut std::process::Command) {
     use std::os::unix::process::CommandExt;
     // SAFETY: the closure runs in the forked child before exec and only calls pthread_sigmask, which is
     // async-signal-safe.
@@ -104,18 +106,21 @@ fn arrived_there_too(pool: Option<&OwnedFd>, sig: i32, received: u64) -> bool {
 
 /// Starts the relay thread for the program `child` (a child of ours, not reaped yet), whose runtime
 /// shares `pool` with us (if it does).
-pub fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), String> {
+pub(crate) fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), LaunchError> {
     // SAFETY: pidfd_open on our own unreaped child; the result is checked.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as i32;
     if fd < 0 {
-        return Err(format!("pidfd_open: {}", std::io::Error::last_os_error()));
+        return Err(LaunchError::setup("pidfd_open"));
     }
     // SAFETY: a fresh descriptor that we own.
     let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
     let pool = pool
         .map(|p| p.try_clone())
         .transpose()
-        .map_err(|e| format!("dup: {e}"))?;
+        .map_err(|source| LaunchError::Setup {
+            what: "dup",
+            source,
+        })?;
     std::thread::Builder::new()
         .name("signal relay".into())
         .spawn(move || {
@@ -145,6 +150,9 @@ pub fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), String> {
                 };
             }
         })
-        .map_err(|e| format!("cannot start the signal relay: {e}"))?;
+        .map_err(|source| LaunchError::Setup {
+            what: "cannot start the signal relay",
+            source,
+        })?;
     Ok(())
 }

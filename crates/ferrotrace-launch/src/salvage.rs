@@ -1,4 +1,4 @@
-//! Recovering what a killed process recorded but had not written: `ferrotrace record` calls
+//! Recovering what a killed process recorded but had not written: [`crate::Ended::recover_unwritten`] calls
 //! [`salvage`] after the program died without its End chunk (SIGKILL, the OOM killer, a crash no
 //! handler could finish), with the chunk pool the program shared with it
 //! (`ferrotrace_core::shared`). The events the file lacks are appended, then a `Salvage` chunk that
@@ -15,7 +15,7 @@ use ferrotrace_core::schema;
 use ferrotrace_core::shared::Area;
 use ferrotrace_core::writer::{encode_events, TraceWriter};
 
-use crate::reader::{ReadError, Trace};
+use ferrotrace_analysis::reader::{ReadError, Trace};
 
 /// How the process ended, as its parent saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -4,18 +4,19 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
+use crate::LaunchError;
+
 /// Creates the memfd through which the program's runtime shares its chunk pool with us
-/// (`ferrotrace_core::shared`) and passes it to the program: its number in [`ferrotrace_core::env::SHARED_FD`], the
-/// descriptor kept open across `exec` (the runtime closes it on the next one).
-pub fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
+/// (`ferrotrace_core::shared`) and keeps it open across the program's `exec` (the runtime closes it
+/// on the next one); the caller passes its number ([`ferrotrace_core::env::SHARED_FD`]).
+pub(crate) fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, LaunchError> {
     use std::os::unix::process::CommandExt;
     let name = std::ffi::CString::new(ferrotrace_core::shared::MEMFD_NAME).unwrap_or_default();
     // SAFETY: memfd_create with a valid name; the result is checked and owned below.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
-        return Err(format!("memfd_create: {}", std::io::Error::last_os_error()));
+        return Err(LaunchError::setup("memfd_create"));
     }
-    cmd.env(ferrotrace_core::env::SHARED_FD, fd.to_string());
     // SAFETY: between fork and exec, only fcntl (async-signal-safe) on a descriptor we own.
     unsafe {
         cmd.pre_exec(move || {
@@ -28,14 +29,14 @@ pub fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, String> {
 }
 
 /// The whole memfd, mapped read-only.
-pub struct Mapped {
+pub(crate) struct Mapped {
     ptr: *mut libc::c_void,
     len: usize,
 }
 
 impl Mapped {
     /// Maps all of `fd` (None when it is empty or cannot be mapped).
-    pub fn new(fd: &OwnedFd) -> Option<Mapped> {
+    pub(crate) fn new(fd: &OwnedFd) -> Option<Mapped> {
         use std::os::fd::AsRawFd;
         // SAFETY: fstat into a zeroed struct, then a read-only shared mapping of the file's size;
         // both checked.
@@ -58,7 +59,7 @@ impl Mapped {
     }
 
     /// The mapped bytes.
-    pub fn bytes(&self) -> &[u8] {
+    pub(crate) fn bytes(&self) -> &[u8] {
         // SAFETY: the mapping is `len` readable bytes and lives as long as `self`. The program may still
         // write to it: through atomics (ferrotrace_core::shared), which is how it is read.
         unsafe { core::slice::from_raw_parts(self.ptr.cast(), self.len) }

@@ -1,0 +1,143 @@
+//! Why a program could not be started, attached to or built: one enum for the whole crate, each
+//! variant saying what went wrong and what to do about it.
+
+use std::fmt;
+use std::path::PathBuf;
+
+use ferrotrace_core::schema::source::HOW_TO_BUILD;
+
+/// Why launching failed. `Display` gives the one line a user reads.
+#[derive(Debug)]
+pub enum LaunchError {
+    /// The name is not a file and no directory of `$PATH` holds an executable of that name.
+    NotFound(PathBuf),
+    /// The file exists but cannot be executed (`execvp` would fail with this error).
+    NotExecutable {
+        /// The file.
+        path: PathBuf,
+        /// What the system says.
+        source: std::io::Error,
+    },
+    /// The program's file could not be read as an ELF executable.
+    Inspect {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        reason: String,
+    },
+    /// The program is statically linked and does not link the runtime: nothing can inject it.
+    StaticallyLinked(PathBuf),
+    /// `libferrotrace_preload.so` was not found.
+    NoPreloadLibrary {
+        /// The ferrotrace executable it was looked for beside.
+        beside: PathBuf,
+    },
+    /// The program has no instrumentation, and nothing else was asked for.
+    NotInstrumented(PathBuf),
+    /// `--trace` was given for a program without tracepoints.
+    NoTracepoints(PathBuf),
+    /// `-D` was given for a program without mcount or fentry calls.
+    DepthWithoutMcount(PathBuf),
+    /// An option's value is wrong (`--depth 0`, a bad size, a bad regex): the message says which.
+    BadOption(String),
+    /// A system call needed before the program starts failed.
+    Setup {
+        /// What was being set up (`memfd_create`, `pipe`, ...).
+        what: &'static str,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// The program could not be started.
+    Spawn {
+        /// The program.
+        program: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// Waiting for the program failed.
+    Wait {
+        /// The program.
+        program: PathBuf,
+        /// What the system said.
+        source: std::io::Error,
+    },
+    /// A cargo build (`cargo ferrotrace`) failed or gave nothing to run: the message says which.
+    Build(String),
+}
+
+impl fmt::Display for LaunchError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LaunchError::NotFound(p) => write!(f, "{}: command not found", p.display()),
+            LaunchError::NotExecutable { path, source } => {
+                write!(f, "cannot run {}: {source}", path.display())
+            }
+            LaunchError::Inspect { path, reason } => {
+                write!(f, "{} is not an ELF executable ({reason})", path.display())
+            }
+            LaunchError::StaticallyLinked(p) => write!(
+                f,
+                "{} is statically linked: LD_PRELOAD cannot inject the runtime. Link it dynamically, \
+                 or make it depend on the ferrotrace crate",
+                p.display()
+            ),
+            LaunchError::NoPreloadLibrary { beside } => write!(
+                f,
+                "cannot find libferrotrace_preload.so next to {}: build the whole ferrotrace workspace \
+                 (cargo build --release) or point {} at it",
+                beside.display(),
+                ferrotrace_core::env::PRELOAD
+            ),
+            LaunchError::NotInstrumented(p) => write!(
+                f,
+                "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable \
+                 NOPs), so there is nothing to trace (record its allocations alone with --alloc): \
+                 {HOW_TO_BUILD}",
+                p.display()
+            ),
+            LaunchError::NoTracepoints(p) => write!(
+                f,
+                "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!), so \
+                 --trace selects nothing",
+                p.display()
+            ),
+            LaunchError::DepthWithoutMcount(p) => write!(
+                f,
+                "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and \
+                 {} has no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the \
+                 depth shown with `ferrotrace replay -D`",
+                p.display()
+            ),
+            LaunchError::BadOption(m) | LaunchError::Build(m) => f.write_str(m),
+            LaunchError::Setup { what, source } => write!(f, "{what}: {source}"),
+            LaunchError::Spawn { program, source } => {
+                write!(f, "cannot run {}: {source}", program.display())
+            }
+            LaunchError::Wait { program, source } => {
+                write!(f, "waiting for {}: {source}", program.display())
+            }
+        }
+    }
+}
+
+impl std::error::Error for LaunchError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LaunchError::NotExecutable { source, .. }
+            | LaunchError::Setup { source, .. }
+            | LaunchError::Spawn { source, .. }
+            | LaunchError::Wait { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+impl LaunchError {
+    /// A failed system call during set-up, with `errno` as it is now.
+    pub(crate) fn setup(what: &'static str) -> LaunchError {
+        LaunchError::Setup {
+            what,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+}

@@ -1,0 +1,38 @@
+//! The host side of ferrotrace: everything between a command line and a traced process.
+//!
+//! * [`program`]: the file `execvp` will run ([`program::resolve`]; one rule for `record`, `live`,
+//!   `profile` and `cargo ferrotrace`, so the file inspected is the file run) and what it holds
+//!   ([`program::inspect`]: instrumentation, a linked runtime, tracepoints);
+//! * [`start`](mod@start): starting a program with the runtime, configured by one typed
+//!   [`ferrotrace_core::env::RuntimeSpec`], the chunk pool shared for salvage, signals relayed
+//!   ([`relay`]), and recovering what a killed program had not written ([`salvage`]);
+//! * [`checks`]: what `record` refuses before anything runs, as typed errors;
+//! * [`cargo`]: building a cargo project with sleds, mcount calls or frame pointers.
+//!
+//! Who should use it: the `ferrotrace` and `cargo-ferrotrace` binaries, and recorders that start or
+//! attach to programs. Who should not: code inside the traced process (the `ferrotrace` runtime) and
+//! code that only reads traces (`ferrotrace-analysis`).
+//!
+//! ```no_run
+//! use ferrotrace_core::env::RuntimeSpec;
+//! use ferrotrace_launch::start::{start, Options, Program};
+//!
+//! let program = Program::find(&["./app".into(), "--fast".into()])?;
+//! let spec = RuntimeSpec { filter: vec!["^parse".into()], ..RuntimeSpec::default() };
+//! let ended = start(&program, spec, Options { share_pool: true, ..Options::default() })?.wait()?;
+//! std::process::exit(ended.exit_code().into());
+//! # Ok::<(), ferrotrace_launch::LaunchError>(())
+//! ```
+#![warn(missing_docs)]
+
+pub mod cargo;
+pub mod checks;
+mod error;
+mod pool;
+pub mod program;
+pub mod relay;
+pub mod salvage;
+pub mod start;
+
+pub use error::LaunchError;
+pub use start::Ended;

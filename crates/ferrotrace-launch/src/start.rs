@@ -1,0 +1,228 @@
+//! Starting a program under the runtime: the one spawn sequence of `record` and `live`.
+//!
+//! [`Program::find`] resolves and inspects the program; [`start`] chooses the runtime (the program's
+//! linked copy, else the preload library ahead of any `LD_PRELOAD`), hands it the [`RuntimeSpec`]
+//! through the environment, shares the chunk pool (for salvage after a kill) and a descriptor (for
+//! `live`), blocks the relayed signals here and unblocks them in the child, and starts the relay.
+//! [`Running::wait`] gives the [`Ended`] program, which can recover what a killed program had not
+//! written.
+
+use std::ffi::OsString;
+use std::os::fd::{OwnedFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus};
+
+use ferrotrace_core::env::{RuntimeSpec, Which};
+
+use crate::program::{inspect, resolve, ProgramFacts};
+use crate::salvage::{Death, SalvageError, Salvaged};
+use crate::{pool, relay, LaunchError};
+
+/// A program to run: the file `execvp` would run, its arguments, and what it holds.
+pub struct Program {
+    /// The file that runs (resolved as `execvp` does; always contains a `/`).
+    pub path: PathBuf,
+    /// Its `argv`: the name as given, then the arguments.
+    pub argv: Vec<OsString>,
+    /// What its file holds.
+    pub facts: ProgramFacts,
+}
+
+impl Program {
+    /// Resolves `command[0]` and inspects the file found.
+    pub fn find(command: &[OsString]) -> Result<Program, LaunchError> {
+        let name = command
+            .first()
+            .ok_or_else(|| LaunchError::BadOption("no program given".into()))?;
+        let path = resolve(name)?;
+        let facts = inspect(&path)?;
+        Ok(Program {
+            path,
+            argv: command.to_vec(),
+            facts,
+        })
+    }
+}
+
+/// What [`start`] sets up beside the runtime's settings.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Options {
+    /// Share the chunk pool with us, so that [`Ended::recover_unwritten`] can salvage after a kill.
+    pub share_pool: bool,
+    /// A descriptor of ours the program inherits and the runtime prints live events to.
+    pub live_fd: Option<RawFd>,
+}
+
+/// The runtime library to preload: [`ferrotrace_core::env::PRELOAD`], or next to this executable
+/// (or one directory up, where cargo puts libraries beside `deps/`).
+pub fn preload_library() -> Result<PathBuf, LaunchError> {
+    if let Some(p) = std::env::var_os(ferrotrace_core::env::PRELOAD) {
+        return Ok(PathBuf::from(p));
+    }
+    let exe = std::env::current_exe().map_err(|source| LaunchError::Setup {
+        what: "cannot locate the ferrotrace executable",
+        source,
+    })?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    [
+        dir.join("libferrotrace_preload.so"),
+        dir.join("../libferrotrace_preload.so"),
+    ]
+    .into_iter()
+    .find(|c| c.is_file())
+    .map(|c| c.canonicalize().unwrap_or(c))
+    .ok_or(LaunchError::NoPreloadLibrary { beside: exe })
+}
+
+/// Makes `cmd` start a runtime in `program`: its own linked copy when it has one, else the preload
+/// library (ahead of any `LD_PRELOAD` already set). Sets `spec.runtime` to the copy chosen.
+fn inject_runtime(
+    cmd: &mut Command,
+    program: &Program,
+    spec: &mut RuntimeSpec,
+) -> Result<(), LaunchError> {
+    if program.facts.links_runtime {
+        spec.runtime = Some(Which::Linked);
+        return Ok(());
+    }
+    if !program.facts.dynamic {
+        return Err(LaunchError::StaticallyLinked(program.path.clone()));
+    }
+    let mut preload = preload_library()?.into_os_string();
+    if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
+        preload.push(":");
+        preload.push(old);
+    }
+    cmd.env("LD_PRELOAD", preload);
+    spec.runtime = Some(Which::Preload);
+    Ok(())
+}
+
+/// Starts `program` with the runtime configured by `spec`. Like a shell waiting for a job: the
+/// terminal's Ctrl-C and Ctrl-\ go to the program (same process group), and signals sent to us alone
+/// are passed on ([`crate::relay`]); we outlive the program to finish its trace.
+pub fn start(
+    program: &Program,
+    mut spec: RuntimeSpec,
+    options: Options,
+) -> Result<Running, LaunchError> {
+    let mut cmd = Command::new(&program.path);
+    cmd.arg0(&program.argv[0]).args(&program.argv[1..]);
+    inject_runtime(&mut cmd, program, &mut spec)?;
+    let pool = if options.share_pool {
+        let fd = pool::share(&mut cmd)?;
+        spec.shared_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&fd));
+        Some(fd)
+    } else {
+        None
+    };
+    if let Some(fd) = options.live_fd {
+        spec.live_fd = Some(fd);
+        // SAFETY: between fork and exec only async-signal-safe fcntl: keep the descriptor open in the
+        // child.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fl = libc::fcntl(fd, libc::F_GETFD);
+                libc::fcntl(fd, libc::F_SETFD, fl & !libc::FD_CLOEXEC);
+                Ok(())
+            });
+        }
+    }
+    for (name, value) in spec.to_env() {
+        match value {
+            Some(v) => cmd.env(name, v),
+            None => cmd.env_remove(name),
+        };
+    }
+    relay::block();
+    relay::unblock_in_child(&mut cmd);
+    let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
+        program: program.path.clone(),
+        source,
+    })?;
+    let relay = relay::start(child.id() as i32, pool.as_ref()).err();
+    Ok(Running {
+        child,
+        pool,
+        program: program.path.clone(),
+        relay,
+    })
+}
+
+/// A program [`start`] started.
+pub struct Running {
+    child: Child,
+    pool: Option<OwnedFd>,
+    program: PathBuf,
+    relay: Option<LaunchError>,
+}
+
+impl Running {
+    /// Its process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Why signals sent to us will not reach the program, if the relay could not start (the program
+    /// runs all the same).
+    pub fn relay_error(&self) -> Option<&LaunchError> {
+        self.relay.as_ref()
+    }
+
+    /// Waits for the program to end.
+    pub fn wait(mut self) -> Result<Ended, LaunchError> {
+        let status = self.child.wait().map_err(|source| LaunchError::Wait {
+            program: self.program.clone(),
+            source,
+        })?;
+        Ok(Ended {
+            status,
+            pool: self.pool,
+        })
+    }
+}
+
+/// A program that ended.
+pub struct Ended {
+    /// How it ended.
+    pub status: ExitStatus,
+    pool: Option<OwnedFd>,
+}
+
+impl Ended {
+    /// Our exit code for it: its own, or 128 + the signal that killed it.
+    pub fn exit_code(&self) -> u8 {
+        match (self.status.code(), self.status.signal()) {
+            (Some(code), _) => code as u8,
+            (None, sig) => (128 + sig.unwrap_or(0)) as u8,
+        }
+    }
+
+    /// How it died, as the trace's Salvage chunk says it.
+    pub fn death(&self) -> Death {
+        match (self.status.signal(), self.status.code()) {
+            (Some(sig), _) => Death::Signal(sig as u32),
+            (None, code) => Death::Exit(code.unwrap_or(0)),
+        }
+    }
+
+    /// After the program died without finishing its trace at `output` (no End chunk: SIGKILL, the OOM
+    /// killer, ...), appends the events it had recorded but not written, from the chunk pool it shared
+    /// with us. `None` when it shared no pool (its runtime never started, or [`Options::share_pool`]
+    /// was off).
+    pub fn recover_unwritten(
+        &self,
+        output: &Path,
+    ) -> Option<Result<Option<Salvaged>, SalvageError>> {
+        // Nothing the program recorded is newer than this.
+        let now_tsc = ferrotrace_core::clock::rdtsc();
+        let map = pool::Mapped::new(self.pool.as_ref()?)?;
+        Some(crate::salvage::salvage(
+            output,
+            map.bytes(),
+            self.death(),
+            now_tsc,
+        ))
+    }
+}
