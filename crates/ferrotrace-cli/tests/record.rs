@@ -917,3 +917,59 @@ fn bad_record_arguments_are_refused_before_the_program_runs() {
     assert_eq!(std::fs::read(&old).unwrap(), previous);
     assert_ne!(std::fs::read(&trace).unwrap(), previous);
 }
+
+/// Two runs given one `-o` at once: the second keeps the first's trace as `FILE.old`, and each run's
+/// summary describes the trace it wrote (it described whatever file was at `-o` when it ended).
+#[test]
+fn two_runs_to_one_output_each_summarise_their_own_trace() {
+    let dir = scratch("two_runs");
+    let trace = dir.join("trace.data");
+    let fib = testprog("fib");
+    let run = |n: &str| {
+        ferrotrace()
+            .args(["record", "-F", "^fib::fib$", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&fib)
+            .arg(n)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("run ferrotrace record")
+    };
+    let long = run("29");
+    // The first run's runtime creates the file as it starts; the second starts after that.
+    let t0 = std::time::Instant::now();
+    while !trace.exists() {
+        assert!(t0.elapsed().as_secs() < 20, "the first run wrote no trace");
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    let short = run("12").wait_with_output().unwrap();
+    let long = long.wait_with_output().unwrap();
+    assert!(short.status.success() && long.status.success());
+    let wrote = |out: &std::process::Output| {
+        let err = text(&out.stderr);
+        let line = err
+            .lines()
+            .find_map(|l| l.strip_prefix("ferrotrace: wrote "))
+            .unwrap_or_else(|| panic!("no summary: {err}"))
+            .to_string();
+        let path = PathBuf::from(line.split(':').next().unwrap());
+        let events: u64 = line
+            .split(": ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no event count in {line}"));
+        (path, events, err)
+    };
+    for (out, expected_path) in [(&short, trace.clone()), (&long, dir.join("trace.data.old"))] {
+        let (path, events, err) = wrote(out);
+        assert_eq!(path, expected_path, "{err}");
+        let t = Trace::open(&path).expect("open");
+        // Every fib call of this run: the file the summary names is this run's, and so is its count.
+        assert_eq!(nested_counts(&t, "fib::fib").0, program_calls(&out.stdout));
+        assert_eq!(t.event_count(), events, "{err}");
+    }
+    assert!(text(&long.stderr).contains("another run wrote"));
+}

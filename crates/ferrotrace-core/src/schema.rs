@@ -104,7 +104,7 @@ pub mod source {
     pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
         or RUSTFLAGS='-Zinstrument-mcount -Cforce-frame-pointers=yes' (nightly; `cargo ferrotrace build [--mcount]`), \
         C/C++ with clang -fxray-instrument, gcc -pg or clang -pg, gcc -pg -mfentry, or gcc -pg -mnop-mcount \
-        -mrecord-mcount (with -no-pie)";
+        -mrecord-mcount -fno-pie -no-pie (gcc refuses -mnop-mcount in its default position-independent code)";
 
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {

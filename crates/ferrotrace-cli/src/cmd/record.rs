@@ -139,26 +139,51 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     if let Some(e) = running.relay_error() {
         eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
+    let pid = running.pid();
     let ended = running.wait()?;
-    // The trace is read once for the summary, again only if events had to be recovered into it.
-    let mut written = None;
-    if file_identity(&output) != previous {
-        let trace = Trace::open(&output);
-        if trace.as_ref().is_ok_and(|t| t.end.is_some()) {
-            written = Some(trace);
-        } else {
-            say_recovered(&ended, &output);
+    match trace_of(&output, pid) {
+        Some(ours) => {
+            if ours != output {
+                eprintln!(
+                    "ferrotrace: another run wrote {} while this one ran; this run's trace is {}",
+                    output.display(),
+                    ours.display()
+                );
+            }
+            // The trace is read once for the summary, again only if events had to be recovered.
+            let mut trace = Trace::open(&ours);
+            if !trace.as_ref().is_ok_and(|t| t.end.is_some()) {
+                say_recovered(&ended, &ours);
+                trace = Trace::open(&ours);
+            }
+            report(&ours, trace, &args.filter, &program.path);
         }
+        None if file_identity(&output) == previous && previous.is_some() => eprintln!(
+            "ferrotrace: no trace was written; {} is still the previous one",
+            output.display()
+        ),
+        None if file_identity(&output).is_some() && file_identity(&output) != previous => {
+            eprintln!(
+            "ferrotrace: {} is another run's trace (two runs were given one -o); this run's trace \
+             was replaced",
+            output.display()
+        )
+        }
+        None => eprintln!("ferrotrace: no trace was written"),
     }
-    report(
-        &output,
-        written,
-        start,
-        previous,
-        &args.filter,
-        &program.path,
-    );
+    report_children(&output, start);
     Ok(exit_code_of(&ended, &program.path))
+}
+
+/// The trace this run wrote: `output` when its Session names the program's process `pid`, else
+/// `output.old` when another run started at `output` after ours (and kept ours as `.old`). `None`
+/// when neither is this run's (none was written, or a third run replaced it).
+fn trace_of(output: &Path, pid: u32) -> Option<PathBuf> {
+    let mut old = output.as_os_str().to_owned();
+    old.push(".old");
+    [output.to_path_buf(), PathBuf::from(old)]
+        .into_iter()
+        .find(|p| Trace::open(p).is_ok_and(|t| t.session.pid == pid))
 }
 
 /// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
@@ -237,23 +262,14 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
     }
 }
 
-/// The summary line of the run (`written`: the trace, if already read), and the traces of children.
+/// The summary line of the run, for its trace at `output`.
 fn report(
     output: &Path,
-    written: Option<Result<Trace, ferrotrace_analysis::reader::ReadError>>,
-    start: std::time::SystemTime,
-    previous: Option<(u64, u64)>,
+    trace: Result<Trace, ferrotrace_analysis::reader::ReadError>,
     filters: &[String],
     program: &Path,
 ) {
-    if previous.is_some() && file_identity(output) == previous {
-        eprintln!(
-            "ferrotrace: no trace was written; {} is still the previous one",
-            output.display()
-        );
-        return;
-    }
-    match written.unwrap_or_else(|| Trace::open(output)) {
+    match trace {
         Ok(t) => {
             warn_unmatched_filters(&t, filters, program);
             let events = t.event_count();
@@ -278,6 +294,10 @@ fn report(
         }
         Err(e) => eprintln!("ferrotrace: no trace was written ({e})"),
     }
+}
+
+/// Names the traces that processes the program started wrote beside `output` since `start`.
+fn report_children(output: &Path, start: std::time::SystemTime) {
     let name = output
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
