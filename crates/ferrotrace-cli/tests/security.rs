@@ -300,3 +300,49 @@ fn live_keeps_its_trace_in_a_private_directory() {
     );
     let _ = std::fs::remove_dir_all(&tmp);
 }
+
+/// `flame -o` and `dump -o` write results only where a trace file could go: never over the trace
+/// they read (`flame -i t.data -o t.data` destroyed it, exit 0), never through a planted link.
+#[test]
+fn results_never_overwrite_a_trace_or_follow_a_link() {
+    let dir = scratch("result_outputs");
+    let (out, trace) = record(&dir, &["-F", "^fib::fib$"], &testprog("fib"), &["10"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let before = std::fs::read(&trace).unwrap();
+    let t = trace.to_str().unwrap();
+    for args in [
+        vec!["flame", "-i", t, "-o", t],
+        vec!["dump", "-i", t, "--format", "chrome", "-o", t],
+    ] {
+        let out = ft(&args);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?} succeeded: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.ends_with("is a ferrotrace trace: ferrotrace writes results only into new files, its own files, or devices (choose another -o)"), "{err}");
+    }
+    assert_eq!(
+        std::fs::read(&trace).unwrap(),
+        before,
+        "the trace was changed"
+    );
+    let victim = dir.join("victim");
+    std::fs::write(&victim, "keep me").unwrap();
+    let link = dir.join("flame.svg");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&victim, &link).unwrap();
+    let out = ft(&["flame", "-i", t, "-o", link.to_str().unwrap()]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("is a symbolic link"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    // A result of ours is replaced, and a new one is private.
+    let svg = dir.join("ok.svg");
+    for _ in 0..2 {
+        let out = ft(&["flame", "-i", t, "-o", svg.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+    }
+    assert_eq!(std::fs::metadata(&svg).unwrap().mode() & 0o777, 0o600);
+}

@@ -30,6 +30,9 @@ pub enum OutputError {
     NotWritable(PathBuf, io::Error),
     /// Something that must not be replaced is in the way: the path, and what it is.
     InTheWay(PathBuf, &'static str),
+    /// A result (`flame -o`, `dump -o`) would be written over something it must not replace: the
+    /// path, and what it is.
+    NotAResult(PathBuf, &'static str),
     /// Another error while checking or creating.
     Io(PathBuf, io::Error),
 }
@@ -46,6 +49,12 @@ impl fmt::Display for OutputError {
             OutputError::InTheWay(p, what) => write!(
                 f,
                 "{} exists and is {what}: ferrotrace replaces only its own traces (move it away or choose another -o)",
+                p.display()
+            ),
+            OutputError::NotAResult(p, what) => write!(
+                f,
+                "{} is {what}: ferrotrace writes results only into new files, its own files, or \
+                 devices (choose another -o)",
                 p.display()
             ),
             OutputError::Io(p, e) => write!(f, "{}: {e}", p.display()),
@@ -166,6 +175,57 @@ pub fn create(path: &Path) -> Result<(File, Option<PathBuf>), OutputError> {
     }
 }
 
+/// Opens `path` for a result that is not a trace (an SVG, JSON, a Perfetto file): a new file is
+/// created with mode 0600 (results hold the program's data as traces do); an existing regular file of
+/// ours is truncated, unless it is a ferrotrace trace (`flame -i t.data -o t.data` would destroy the
+/// input); a device or FIFO (`/dev/null`, a pipe) is written as it is. Never through a symbolic link,
+/// never over another user's file or a directory.
+pub fn create_result(path: &Path) -> Result<File, OutputError> {
+    let refuse = |what| Err(OutputError::NotAResult(path.to_path_buf(), what));
+    let io = |e| OutputError::Io(path.to_path_buf(), e);
+    let meta = match std::fs::symlink_metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return match create_new(path) {
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                    refuse("a file created by someone else meanwhile")
+                }
+                r => r.map_err(io),
+            };
+        }
+        Err(e) => return Err(io(e)),
+    };
+    let ft = meta.file_type();
+    if ft.is_symlink() {
+        return refuse("a symbolic link");
+    }
+    if ft.is_dir() {
+        return refuse("a directory");
+    }
+    let mut options = std::fs::OpenOptions::new();
+    options
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if ft.is_file() {
+        // SAFETY: geteuid cannot fail.
+        if meta.uid() != unsafe { libc::geteuid() } {
+            return refuse("owned by another user");
+        }
+        let mut magic = [0u8; 8];
+        let is_trace = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .and_then(|mut f| f.read_exact(&mut magic))
+            .is_ok_and(|()| magic == MAGIC);
+        if is_trace {
+            return refuse("a ferrotrace trace");
+        }
+        options.truncate(true);
+    }
+    options.open(path).map_err(io)
+}
+
 /// A directory only its creator can use (mkdtemp: a fresh name, mode 0700) under the system's temporary
 /// directory, removed with what it holds when dropped: for traces that nobody else may see or plant
 /// files into (`ferrotrace live`, whose trace is thrown away).
@@ -213,6 +273,38 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    #[test]
+    fn results_never_replace_traces_links_or_directories() {
+        let dir = std::env::temp_dir().join(format!("ft-result-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let trace = dir.join("t.data");
+        std::fs::write(&trace, [&MAGIC[..], b"events"].concat()).unwrap();
+        assert!(matches!(
+            create_result(&trace),
+            Err(OutputError::NotAResult(_, "a ferrotrace trace"))
+        ));
+        assert_eq!(
+            std::fs::read(&trace).unwrap().len(),
+            14,
+            "the trace is untouched"
+        );
+        let link = dir.join("link.svg");
+        std::os::unix::fs::symlink(&trace, &link).unwrap();
+        assert!(matches!(
+            create_result(&link),
+            Err(OutputError::NotAResult(_, "a symbolic link"))
+        ));
+        assert!(create_result(&dir).is_err());
+        // A new file, 0600; an old result of ours is replaced; /dev/null is written as it is.
+        let svg = dir.join("f.svg");
+        std::io::Write::write_all(&mut create_result(&svg).unwrap(), b"long old content").unwrap();
+        assert_eq!(std::fs::metadata(&svg).unwrap().mode() & 0o777, 0o600);
+        std::io::Write::write_all(&mut create_result(&svg).unwrap(), b"new").unwrap();
+        assert_eq!(std::fs::read(&svg).unwrap(), b"new");
+        assert!(create_result(Path::new("/dev/null")).is_ok());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

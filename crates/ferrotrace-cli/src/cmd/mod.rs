@@ -96,10 +96,10 @@ impl Output {
         }
     }
 
-    /// A new file at `path` (its directory must exist).
+    /// A file at `path` for results (its directory must exist): never through a link, never over a
+    /// trace or another user's file ([`ferrotrace_core::output::create_result`]).
     pub fn create(path: &Path) -> Result<Output, String> {
-        let file = std::fs::File::create(path)
-            .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+        let file = ferrotrace_core::output::create_result(path).map_err(|e| e.to_string())?;
         Ok(Output {
             out: BufWriter::with_capacity(1 << 16, Box::new(file)),
             name: path.display().to_string(),
