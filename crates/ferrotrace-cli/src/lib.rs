@@ -4,6 +4,16 @@
 //! binaries are the interface. Each command parses, calls the libraries (`ferrotrace-launch` starts
 //! programs, `ferrotrace-profile` samples them, `ferrotrace-analysis` reads traces) and prints.
 
+/// `eprintln!` that never fails: a standard error that is closed or full (`2>&1 | head -c1`,
+/// `2>/dev/full`) is no reason to end a command with a panic (exit 101); the line is dropped.
+#[macro_export]
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod cmd;
 mod error;
 

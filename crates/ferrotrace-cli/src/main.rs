@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ferrotrace_cli::{cmd, Error};
+use ferrotrace_cli::{cmd, say, Error};
 
 #[derive(Parser)]
 #[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]
@@ -63,7 +63,7 @@ fn main() -> ExitCode {
         // Nothing is left to say to a reader that is gone; stderr stays quiet too (`cmd | head`).
         Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("ferrotrace: {e}");
+            say!("ferrotrace: {e}");
             ExitCode::from(2)
         }
     }

@@ -112,6 +112,56 @@ fn every_command_says_what_it_could_not_write_on_a_full_disk() {
     }
 }
 
+/// A standard error that cannot be written (`2>/dev/full`, `2>&1 | head -c1`) ends no command with a
+/// panic (exit 101): what it would have said is dropped, the command's own status stands.
+#[test]
+fn a_full_or_closed_standard_error_is_not_a_crash() {
+    let dir = scratch("stderr_full");
+    let trace = dir.join("trace.data");
+    let svg = dir.join("f.svg");
+    let fib = testprog("fib");
+    let cases: Vec<(Vec<&str>, i32)> = vec![
+        (vec!["record", "-o", p(&trace), "--", p(&fib), "12"], 0),
+        (vec!["flame", "-i", p(&trace), "-o", p(&svg)], 0),
+        (vec!["info", "-i", "/nonexistent/trace.data"], 2),
+    ];
+    for (args, code) in cases {
+        let full = ferrotrace()
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create("/dev/full").expect("/dev/full"))
+            .status()
+            .expect("run ferrotrace");
+        assert_eq!(full.code(), Some(code), "ferrotrace {args:?} 2>/dev/full");
+        // A pipe whose reader is gone: EPIPE on every write to standard error.
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two descriptors; the read end is closed at once.
+        let write_end = unsafe {
+            assert_eq!(libc_pipe(fds.as_mut_ptr()), 0);
+            libc_close(fds[0]);
+            <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fds[1])
+        };
+        let closed = ferrotrace()
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(write_end)
+            .status()
+            .expect("run ferrotrace");
+        assert_eq!(
+            closed.code(),
+            Some(code),
+            "ferrotrace {args:?} 2>&1 | head -c0"
+        );
+    }
+}
+
+extern "C" {
+    #[link_name = "pipe"]
+    fn libc_pipe(fds: *mut i32) -> i32;
+    #[link_name = "close"]
+    fn libc_close(fd: i32) -> i32;
+}
+
 /// How many `read`/`pread64` system calls `ferrotrace ARGS` makes on the trace file, with standard output a pipe
 /// whose reader takes `lines` lines (all if `None`) and leaves.
 /// How many event chunks `ferrotrace ARGS` loaded from the trace (its positional reads: the index

@@ -3,6 +3,7 @@
 //! target directory of its own so that normal builds are untouched.
 
 use std::ffi::OsString;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 
@@ -119,7 +120,9 @@ pub fn build(kind: BuildKind, cargo_args: &[OsString]) -> Result<Vec<Built>, Lau
         c
     };
     let target = target_dir()?.join(kind.dir_name());
-    eprintln!(
+    // A closed standard error is no reason to stop the build.
+    let _ = writeln!(
+        std::io::stderr(),
         "cargo ferrotrace: building {} into {}",
         kind.describe(),
         target.display()

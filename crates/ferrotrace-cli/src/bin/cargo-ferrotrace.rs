@@ -22,7 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser};
 use ferrotrace_cli::cmd::{self, profile::ProfileArgs, record::RecordArgs};
-use ferrotrace_cli::Error;
+use ferrotrace_cli::{say, Error};
 use ferrotrace_launch::cargo::{self, BuildKind};
 
 const USAGE_HEAD: &str = "\
@@ -217,7 +217,7 @@ fn run(inv: Invocation) -> Result<ExitCode, Error> {
     let exes = cargo::build(kind, &inv.cargo_args)?;
     if inv.action == "build" {
         for b in &exes {
-            eprintln!("cargo ferrotrace: built {}: {}", b.name, b.path.display());
+            say!("cargo ferrotrace: built {}: {}", b.name, b.path.display());
         }
         return Ok(ExitCode::SUCCESS);
     }
@@ -235,7 +235,7 @@ fn run(inv: Invocation) -> Result<ExitCode, Error> {
         .chain([OsString::from("--"), exe.into_os_string()])
         .chain(inv.program_args)
         .collect();
-    eprintln!(
+    say!(
         "cargo ferrotrace: running {}",
         argv.iter()
             .map(|a| a.to_string_lossy())
@@ -257,11 +257,11 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Ok(Ok(inv)) => run(inv).unwrap_or_else(|e| {
-            eprintln!("cargo ferrotrace: {e}");
+            say!("cargo ferrotrace: {e}");
             ExitCode::from(2)
         }),
         Err(e) => {
-            eprintln!("cargo ferrotrace: {e}");
+            say!("cargo ferrotrace: {e}");
             ExitCode::from(2)
         }
     }

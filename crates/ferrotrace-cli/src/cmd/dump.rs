@@ -93,12 +93,12 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         let errs = dump::uftrace::write(&trace, &dir, &mut progress)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         drop(progress);
-        eprintln!("ferrotrace: wrote uftrace data to {}", dir.display());
+        say!("ferrotrace: wrote uftrace data to {}", dir.display());
         errs
     } else {
         if let Format::Chrome = a.format {
             // ~60 bytes per event: say so before writing gigabytes, and where a smaller form is.
-            eprintln!(
+            say!(
                 "ferrotrace: Chrome JSON of {} events will take about {}; --format perfetto writes \
                  them in about 1 byte each",
                 trace.event_count(),

@@ -144,7 +144,7 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
     }
     out.finish()?;
     if let Some(p) = output {
-        eprintln!("ferrotrace: wrote {}", p.display());
+        say!("ferrotrace: wrote {}", p.display());
     }
     Ok(super::finish(&trace, &cct.errors))
 }

@@ -79,7 +79,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, Error> {
     let running = start(&program, spec, options)?;
     drop(write_end);
     if let Some(e) = running.relay_error() {
-        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
+        say!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     copy_lines(
         BufReader::new(std::fs::File::from(read_end)),

@@ -50,7 +50,7 @@ pub fn run(args: MemArgs) -> Result<ExitCode, String> {
     };
     super::emit(None, text.as_bytes())?;
     for m in &rep.unreadable_modules {
-        eprintln!("ferrotrace: warning: cannot name addresses in {m}");
+        say!("ferrotrace: warning: cannot name addresses in {m}");
     }
     Ok(super::finish(&trace, &[]))
 }

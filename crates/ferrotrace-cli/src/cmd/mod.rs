@@ -31,7 +31,7 @@ pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> 
     let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
         .map_err(|e| e.to_string())?;
     for w in warnings {
-        eprintln!("ferrotrace: warning: {w}");
+        say!("ferrotrace: warning: {w}");
     }
     Ok(trace)
 }
@@ -41,7 +41,7 @@ pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> 
 pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, String> {
     let found = ferrotrace_analysis::srcline::lookup(trace).map_err(|e| e.to_string())?;
     for why in &found.unavailable {
-        eprintln!("ferrotrace: warning: --srcline: {why}");
+        say!("ferrotrace: warning: --srcline: {why}");
     }
     Ok(found.lines)
 }
@@ -51,14 +51,14 @@ pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>,
 pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     for p in &trace.problems {
-        eprintln!(
+        say!(
             "ferrotrace: warning: {}: {p}; results may not be what was recorded",
             trace.path().display()
         );
         code = ExitCode::from(1);
     }
     if let Some(t) = &trace.truncation {
-        eprintln!(
+        say!(
             "ferrotrace: warning: {}: truncated at byte {} of {} ({}); results cover the readable prefix",
             trace.path().display(),
             t.offset,
@@ -68,7 +68,7 @@ pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
         code = ExitCode::from(1);
     }
     for e in errors {
-        eprintln!("ferrotrace: warning: {e}; that thread's results stop there");
+        say!("ferrotrace: warning: {e}; that thread's results stop there");
         code = ExitCode::from(1);
     }
     code
@@ -177,7 +177,7 @@ pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
     out.write_all(bytes).map_err(|e| out.error(e))?;
     out.finish()?;
     if let Some(p) = output {
-        eprintln!("ferrotrace: wrote {}", p.display());
+        say!("ferrotrace: wrote {}", p.display());
     }
     Ok(())
 }

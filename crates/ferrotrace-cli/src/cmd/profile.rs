@@ -84,9 +84,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     };
     let s = profile(&cfg)?;
     for w in &s.warnings {
-        eprintln!("ferrotrace: warning: {w}");
+        say!("ferrotrace: warning: {w}");
     }
-    eprintln!(
+    say!(
         "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (finished in {:.0?})",
         s.output.display(),
         s.samples,

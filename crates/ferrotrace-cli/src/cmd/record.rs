@@ -99,7 +99,7 @@ impl RecordArgs {
 /// The program's end as our exit code, saying once when a signal killed it.
 pub fn exit_code_of(ended: &Ended, program: &Path) -> ExitCode {
     if let Some(sig) = ended.status.signal() {
-        eprintln!(
+        say!(
             "ferrotrace: {} was killed by signal {sig}",
             program.display()
         );
@@ -125,7 +125,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     ferrotrace_core::output::check(&output)?;
     let program = Program::find(&args.command)?;
     for warning in checks::check_record(&program, &spec)? {
-        eprintln!("ferrotrace: {warning}");
+        say!("ferrotrace: {warning}");
     }
     // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
     // FILE.old): a run that writes nothing leaves it as it was, and says so.
@@ -137,14 +137,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     };
     let running = launch::start::start(&program, spec, options)?;
     if let Some(e) = running.relay_error() {
-        eprintln!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
+        say!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
     let pid = running.pid();
     let ended = running.wait()?;
     match trace_of(&output, pid) {
         Some(ours) => {
             if ours != output {
-                eprintln!(
+                say!(
                     "ferrotrace: another run wrote {} while this one ran; this run's trace is {}",
                     output.display(),
                     ours.display()
@@ -158,18 +158,18 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             }
             report(&ours, trace, &args.filter, &program.path);
         }
-        None if file_identity(&output) == previous && previous.is_some() => eprintln!(
+        None if file_identity(&output) == previous && previous.is_some() => say!(
             "ferrotrace: no trace was written; {} is still the previous one",
             output.display()
         ),
         None if file_identity(&output).is_some() && file_identity(&output) != previous => {
-            eprintln!(
+            say!(
             "ferrotrace: {} is another run's trace (two runs were given one -o); this run's trace \
              was replaced",
             output.display()
         )
         }
-        None => eprintln!("ferrotrace: no trace was written"),
+        None => say!("ferrotrace: no trace was written"),
     }
     report_children(&output, start);
     Ok(exit_code_of(&ended, &program.path))
@@ -197,12 +197,13 @@ fn say_recovered(ended: &Ended, output: &Path) {
         Death::Exit(c) => format!("exited ({c})"),
     };
     match ended.recover_unwritten(output) {
-        Some(Ok(Some(got))) => eprintln!(
+        Some(Ok(Some(got))) => say!(
             "ferrotrace: the program {how} before finishing its trace: {} unfinished chunks \
              ({} events) recovered from its buffers",
-            got.chunks, got.events
+            got.chunks,
+            got.events
         ),
-        Some(Err(e)) => eprintln!(
+        Some(Err(e)) => say!(
             "ferrotrace: the program {how} before finishing its trace; its unwritten events \
              are lost: {e}"
         ),
@@ -258,7 +259,7 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
             Ok(_) => continue,
             Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
         };
-        eprintln!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
+        say!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
     }
 }
 
@@ -278,7 +279,7 @@ fn report(
             } else {
                 0.0
             };
-            eprintln!(
+            say!(
                 "ferrotrace: wrote {}: {} events from {} threads, {} functions, {} bytes ({per:.2} bytes/event){}",
                 output.display(),
                 events,
@@ -292,7 +293,7 @@ fn report(
                 }
             );
         }
-        Err(e) => eprintln!("ferrotrace: no trace was written ({e})"),
+        Err(e) => say!("ferrotrace: no trace was written ({e})"),
     }
 }
 
@@ -319,7 +320,7 @@ fn report_children(output: &Path, start: std::time::SystemTime) {
             .collect();
         children.sort();
         for c in children {
-            eprintln!("ferrotrace: a child process wrote {}", c.display());
+            say!("ferrotrace: a child process wrote {}", c.display());
         }
     }
 }
