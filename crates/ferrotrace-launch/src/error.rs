@@ -63,6 +63,13 @@ pub enum LaunchError {
     },
     /// A cargo build (`cargo ferrotrace`) failed or gave nothing to run: the message says which.
     Build(String),
+    /// A running process cannot be attached to, or attaching failed: why.
+    CannotAttach {
+        /// The process.
+        pid: u32,
+        /// Why, in words.
+        why: String,
+    },
 }
 
 impl fmt::Display for LaunchError {
@@ -112,6 +119,9 @@ impl fmt::Display for LaunchError {
             LaunchError::Setup { what, source } => write!(f, "{what}: {source}"),
             LaunchError::Spawn { program, source } => {
                 write!(f, "cannot run {}: {source}", program.display())
+            }
+            LaunchError::CannotAttach { pid, why } => {
+                write!(f, "cannot attach to process {pid}: {why}")
             }
             LaunchError::Wait { program, source } => {
                 write!(f, "waiting for {}: {source}", program.display())

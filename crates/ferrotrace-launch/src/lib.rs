@@ -7,6 +7,8 @@
 //!   [`ferrotrace_core::env::RuntimeSpec`], the chunk pool shared for salvage, signals relayed
 //!   ([`relay`]), and recovering what a killed program had not written ([`salvage`]);
 //! * [`checks`]: what `record` refuses before anything runs, as typed errors;
+//! * [`attach`]: entering a running process with ptrace (one thread borrowed to call the loader's
+//!   `dlopen` and the runtime's entry points, then restored exactly);
 //! * [`cargo`]: building a cargo project with sleds, mcount calls or frame pointers.
 //!
 //! Who should use it: the `ferrotrace` and `cargo-ferrotrace` binaries, and recorders that start or
@@ -25,6 +27,7 @@
 //! ```
 #![warn(missing_docs)]
 
+pub mod attach;
 pub mod cargo;
 pub mod checks;
 mod error;

@@ -1,0 +1,554 @@
+//! Entering a running process as debuggers do: one of its threads is stopped with ptrace, made to call
+//! a function of the process (the loader's `dlopen`, then an entry point of what it loaded) and
+//! restored exactly as it was, registers and vector state included; the other threads run on.
+//!
+//! Why only one thread: a thread stopped while it holds a lock (the allocator's, the loader's) would
+//! deadlock the call if the call needs that lock, so every other thread keeps running and releases
+//! what it holds. The thread chosen is one blocked in a system call that holds no user-space lock
+//! (`read`, `accept`, `epoll_wait`, `poll`, a sleep ...) when there is one; its interrupted system call
+//! is restarted when it resumes, as after a debugger's call. [`check`] refuses, with one line each,
+//! what cannot be entered: a process that does not exist, another user's, a setuid one, one another
+//! tracer holds, one with no loader to call.
+//!
+//! Limits: the call runs on the thread's stack, 1 KiB below its red zone; a thread chosen while it
+//! holds a lock the call needs would wait forever (the call is given [`CALL_TIMEOUT`], then the
+//! attach fails and says which thread).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use object::{Object, ObjectSegment, ObjectSymbol};
+
+use crate::LaunchError;
+
+/// How long a call in the process may take before the attach gives up on it.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// `NT_X86_XSTATE`: the whole vector state (x87, SSE, AVX, AVX-512) for `PTRACE_GETREGSET`.
+const NT_X86_XSTATE: libc::c_int = 0x202;
+/// Room for the largest XSAVE area (AVX-512 with AMX fits in 8 KiB... and then some).
+const XSTATE_BYTES: usize = 16 << 10;
+
+/// System calls in which a thread waits for the outside world without holding a user-space lock:
+/// the best threads to borrow. (`futex` is left out: it is how a thread waits for a lock.)
+const QUIET_SYSCALLS: &[i64] = &[
+    libc::SYS_read,
+    libc::SYS_readv,
+    libc::SYS_pread64,
+    libc::SYS_recvfrom,
+    libc::SYS_recvmsg,
+    libc::SYS_accept,
+    libc::SYS_accept4,
+    libc::SYS_poll,
+    libc::SYS_ppoll,
+    libc::SYS_select,
+    libc::SYS_pselect6,
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_nanosleep,
+    libc::SYS_clock_nanosleep,
+    libc::SYS_wait4,
+    libc::SYS_pause,
+    libc::SYS_rt_sigsuspend,
+    libc::SYS_rt_sigtimedwait,
+];
+
+fn status_field(pid: u32, field: &str) -> Option<String> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .map(|v| v.trim().to_string())
+}
+
+/// Refuses, before anything is touched, a process that cannot or must not be entered.
+pub fn check(pid: u32) -> Result<(), LaunchError> {
+    let refuse = |why: String| Err(LaunchError::CannotAttach { pid, why });
+    if status_field(pid, "Name").is_none() {
+        return refuse("no such process".into());
+    }
+    if let Some(tracer) = status_field(pid, "TracerPid").filter(|t| t != "0") {
+        return refuse(format!(
+            "another tracer (process {tracer}) is attached to it: a process has one tracer at a time"
+        ));
+    }
+    // SAFETY: geteuid cannot fail.
+    let me = unsafe { libc::geteuid() };
+    let uids = status_field(pid, "Uid").unwrap_or_default();
+    let uids: Vec<u32> = uids
+        .split_whitespace()
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    if me != 0 && uids.iter().any(|&u| u != me) {
+        return refuse(format!(
+            "it runs as user {} and ferrotrace as {me}: attach as that user or as root",
+            uids.first().copied().unwrap_or_default()
+        ));
+    }
+    if uids.windows(2).any(|w| w[0] != w[1]) || secure_exec(pid) {
+        return refuse(
+            "it runs with privileges its user does not have (setuid, setgid or file capabilities), \
+             and the tracer stays out of such processes"
+                .into(),
+        );
+    }
+    if let Ok(scope) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
+        match scope.trim() {
+            "3" => {
+                return refuse(
+                    "ptrace is disabled on this system (kernel.yama.ptrace_scope = 3)".into(),
+                )
+            }
+            "1" | "2" if me != 0 => {
+                return refuse(format!(
+                    "kernel.yama.ptrace_scope is {} here, which lets only root (or the process's \
+                     parent) attach: run as root, or `sysctl kernel.yama.ptrace_scope=0`",
+                    scope.trim()
+                ))
+            }
+            _ => {}
+        }
+    }
+    if loader_symbol(pid).is_err() {
+        return refuse(
+            "it has no dynamic loader to load the tracer with (a statically linked program): \
+             link it dynamically, or make it depend on the ferrotrace crate"
+                .into(),
+        );
+    }
+    Ok(())
+}
+
+/// AT_SECURE of the process (set for setuid, setgid and capability-raised programs).
+fn secure_exec(pid: u32) -> bool {
+    let Ok(auxv) = std::fs::read(format!("/proc/{pid}/auxv")) else {
+        return false;
+    };
+    auxv.chunks_exact(16).any(|e| {
+        let key = u64::from_ne_bytes(e[..8].try_into().unwrap_or_default());
+        let value = u64::from_ne_bytes(e[8..].try_into().unwrap_or_default());
+        key == libc::AT_SECURE && value != 0
+    })
+}
+
+/// Where `path` (an object mapped into the process) is loaded: the start of its mapping at file offset
+/// 0, as `/proc/PID/maps` shows it.
+fn load_address(pid: u32, matches: impl Fn(&str) -> bool) -> Option<(u64, PathBuf)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    maps.lines().find_map(|line| {
+        let mut f = line.split_whitespace();
+        let range = f.next()?;
+        let (_perms, offset) = (f.next()?, f.next()?);
+        let (_dev, _inode) = (f.next()?, f.next()?);
+        let path = f.next()?;
+        if offset.trim_start_matches('0').is_empty() && matches(path) {
+            let start = u64::from_str_radix(range.split('-').next()?, 16).ok()?;
+            Some((start, PathBuf::from(path)))
+        } else {
+            None
+        }
+    })
+}
+
+/// The address in process `pid` of the dynamic symbol `name` of the object `object` (matched by its
+/// path in `/proc/PID/maps`). The file is read through `/proc/PID/root` so that a process in another
+/// mount namespace is read as it sees its files.
+pub fn symbol_in(
+    pid: u32,
+    object: impl Fn(&str) -> bool,
+    names: &[&str],
+) -> Result<u64, LaunchError> {
+    let missing = |why: String| LaunchError::CannotAttach { pid, why };
+    let (base, path) = load_address(pid, object)
+        .ok_or_else(|| missing(format!("none of {names:?} is loaded in it")))?;
+    let file =
+        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path));
+    let data = std::fs::read(&file).map_err(|e| missing(format!("{}: {e}", path.display())))?;
+    let elf =
+        object::File::parse(&*data).map_err(|e| missing(format!("{}: {e}", path.display())))?;
+    // The address the object was linked at for its first byte: the lowest loaded segment's address
+    // less its file offset (0 for shared libraries).
+    let linked_base = elf
+        .segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0);
+    for name in names {
+        if let Some(s) = elf
+            .dynamic_symbols()
+            .find(|s| s.is_definition() && s.name() == Ok(name))
+        {
+            return Ok(base + s.address() - linked_base);
+        }
+    }
+    Err(missing(format!(
+        "{} defines none of {names:?}",
+        path.display()
+    )))
+}
+
+/// The loader's `dlopen` in the process: libc's own since glibc 2.34, `__libc_dlopen_mode` before.
+fn loader_symbol(pid: u32) -> Result<u64, LaunchError> {
+    symbol_in(
+        pid,
+        |p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+        },
+        &["dlopen", "__libc_dlopen_mode"],
+    )
+}
+
+/// The thread of `pid` to borrow: one waiting in a [`QUIET_SYSCALLS`] call if there is one, else the
+/// main thread.
+fn quiet_thread(pid: u32) -> u32 {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return pid;
+    };
+    let mut tids: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    tids.into_iter()
+        .find(|tid| {
+            std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
+                .ok()
+                .and_then(|s| s.split_whitespace().next()?.parse::<i64>().ok())
+                .is_some_and(|nr| QUIET_SYSCALLS.contains(&nr))
+        })
+        .unwrap_or(pid)
+}
+
+/// One thread of a process, stopped under ptrace and borrowed for calls. Dropping it restores the
+/// thread (registers, vector state) and lets it go.
+pub struct Borrowed {
+    pid: u32,
+    tid: u32,
+    regs: libc::user_regs_struct,
+    xstate: Vec<u8>,
+    mem: File,
+    /// A signal that arrived while the thread was ours, delivered when it is let go.
+    pending_signal: i32,
+    released: bool,
+    /// ptrace answers only the thread that attached: a `Borrowed` stays on it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+fn ptrace_error(pid: u32, what: &str) -> LaunchError {
+    LaunchError::CannotAttach {
+        pid,
+        why: format!("{what}: {}", std::io::Error::last_os_error()),
+    }
+}
+
+impl Borrowed {
+    /// Stops one thread of `pid` ([`quiet_thread`]) and takes its state. Call [`check`] first.
+    pub fn stop(pid: u32) -> Result<Borrowed, LaunchError> {
+        let tid = quiet_thread(pid);
+        // SAFETY: ptrace requests on a thread id with no memory passed.
+        unsafe {
+            if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
+                return Err(ptrace_error(pid, "ptrace(PTRACE_SEIZE)"));
+            }
+            if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) != 0 {
+                let e = ptrace_error(pid, "ptrace(PTRACE_INTERRUPT)");
+                libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0);
+                return Err(e);
+            }
+        }
+        let mut pending_signal = 0;
+        // The stop the interrupt asked for; a signal that was being delivered is kept for later.
+        loop {
+            let status = wait(tid).map_err(|e| LaunchError::CannotAttach {
+                pid,
+                why: format!("waiting for thread {tid} to stop: {e}"),
+            })?;
+            if !libc::WIFSTOPPED(status) {
+                return Err(LaunchError::CannotAttach {
+                    pid,
+                    why: "it ended while ferrotrace was attaching".into(),
+                });
+            }
+            if status >> 16 == libc::PTRACE_EVENT_STOP {
+                break;
+            }
+            pending_signal = libc::WSTOPSIG(status);
+            // SAFETY: resuming our tracee without the signal; the interrupt is still pending.
+            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
+        }
+        let mem = File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| LaunchError::CannotAttach {
+                pid,
+                why: format!("/proc/{pid}/mem: {e}"),
+            })?;
+        let mut borrowed = Borrowed {
+            pid,
+            tid,
+            // SAFETY: plain data, filled below.
+            regs: unsafe { core::mem::zeroed() },
+            xstate: vec![0; XSTATE_BYTES],
+            mem,
+            pending_signal,
+            released: false,
+            _not_send: std::marker::PhantomData,
+        };
+        borrowed.regs = borrowed.get_regs()?;
+        let mut iov = libc::iovec {
+            iov_base: borrowed.xstate.as_mut_ptr().cast(),
+            iov_len: borrowed.xstate.len(),
+        };
+        // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE, &mut iov) } != 0 {
+            return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
+        }
+        borrowed.xstate.truncate(iov.iov_len);
+        Ok(borrowed)
+    }
+
+    /// The borrowed thread.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+
+    fn get_regs(&self) -> Result<libc::user_regs_struct, LaunchError> {
+        // SAFETY: plain data the kernel fills.
+        let mut regs: libc::user_regs_struct = unsafe { core::mem::zeroed() };
+        // SAFETY: PTRACE_GETREGS writes one user_regs_struct.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGS, self.tid, 0, &mut regs) } != 0 {
+            return Err(ptrace_error(self.pid, "ptrace(PTRACE_GETREGS)"));
+        }
+        Ok(regs)
+    }
+
+    fn set_regs(&self, regs: &libc::user_regs_struct) -> Result<(), LaunchError> {
+        // SAFETY: PTRACE_SETREGS reads one user_regs_struct.
+        if unsafe { libc::ptrace(libc::PTRACE_SETREGS, self.tid, 0, regs) } != 0 {
+            return Err(ptrace_error(self.pid, "ptrace(PTRACE_SETREGS)"));
+        }
+        Ok(())
+    }
+
+    /// Writes `bytes` into the process at `addr`.
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), LaunchError> {
+        self.mem
+            .write_all_at(bytes, addr)
+            .map_err(|e| LaunchError::CannotAttach {
+                pid: self.pid,
+                why: format!("writing its memory at {addr:#x}: {e}"),
+            })
+    }
+
+    /// Reads a NUL-terminated string of the process at `addr` (at most 4 KiB).
+    pub fn read_c_string(&self, addr: u64) -> String {
+        let mut buf = vec![0u8; 4096];
+        let n = self.mem.read_at(&mut buf, addr).unwrap_or(0);
+        buf.truncate(n);
+        let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    }
+
+    /// Calls `function(args...)` (at most 6 integer arguments; `strings` are written into the stack
+    /// below the call and passed by address in their place where `args` holds `None`) on the borrowed
+    /// thread, and returns what it returned (`rax`). The thread's own state is put back afterwards.
+    pub fn call(&mut self, function: u64, args: &[Arg<'_>]) -> Result<u64, LaunchError> {
+        let saved = self.regs;
+        // Below the red zone, 16-byte aligned; strings first, then the return address 0: returning
+        // there faults, and that fault is how the end of the call is seen.
+        let mut sp = (saved.rsp - 128 - 1024) & !0xf;
+        let mut values = [0u64; 6];
+        for (i, a) in args.iter().take(6).enumerate() {
+            values[i] = match a {
+                Arg::Int(v) => *v,
+                Arg::Str(s) => {
+                    let mut bytes = s.as_bytes().to_vec();
+                    bytes.push(0);
+                    sp = (sp - bytes.len() as u64) & !0xf;
+                    self.write(sp, &bytes)?;
+                    sp
+                }
+            };
+        }
+        sp -= 8;
+        self.write(sp, &0u64.to_ne_bytes())?;
+        let mut regs = saved;
+        regs.rip = function;
+        regs.rsp = sp;
+        regs.rdi = values[0];
+        regs.rsi = values[1];
+        regs.rdx = values[2];
+        regs.rcx = values[3];
+        regs.r8 = values[4];
+        regs.r9 = values[5];
+        regs.rax = 0;
+        // Not a system call to restart: the kernel must not rewind rip when the thread resumes.
+        regs.orig_rax = u64::MAX;
+        self.set_regs(&regs)?;
+        let result = self.run_until_return();
+        // Restore whatever happened: the thread must go on as if nothing had.
+        let restored = self.set_regs(&saved).and_then(|()| self.restore_xstate());
+        let rax = result?;
+        restored?;
+        Ok(rax)
+    }
+
+    fn restore_xstate(&mut self) -> Result<(), LaunchError> {
+        let mut iov = libc::iovec {
+            iov_base: self.xstate.as_mut_ptr().cast(),
+            iov_len: self.xstate.len(),
+        };
+        // SAFETY: the kernel reads iov_len bytes of the state it gave us.
+        if unsafe { libc::ptrace(libc::PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, &mut iov) } != 0 {
+            return Err(ptrace_error(self.pid, "ptrace(PTRACE_SETREGSET)"));
+        }
+        Ok(())
+    }
+
+    /// Resumes the thread until it returns to address 0; signals that arrive meanwhile are kept for
+    /// when it is let go.
+    fn run_until_return(&mut self) -> Result<u64, LaunchError> {
+        let started = Instant::now();
+        let mut signal = 0;
+        loop {
+            // SAFETY: resuming our tracee.
+            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, signal) } != 0 {
+                return Err(ptrace_error(self.pid, "ptrace(PTRACE_CONT)"));
+            }
+            signal = 0;
+            let status = loop {
+                match wait_nohang(self.tid) {
+                    Ok(Some(s)) => break s,
+                    Ok(None) if started.elapsed() > CALL_TIMEOUT => {
+                        return Err(LaunchError::CannotAttach {
+                            pid: self.pid,
+                            why: format!(
+                                "its thread {} did not come back from the loader within {:?} \
+                                 (it may hold a lock the loader needs); the process is left as it is",
+                                self.tid, CALL_TIMEOUT
+                            ),
+                        });
+                    }
+                    Ok(None) => std::thread::sleep(Duration::from_micros(200)),
+                    Err(e) => {
+                        return Err(LaunchError::CannotAttach {
+                            pid: self.pid,
+                            why: format!("waiting for its thread {}: {e}", self.tid),
+                        })
+                    }
+                }
+            };
+            if !libc::WIFSTOPPED(status) {
+                self.released = true; // nothing left to let go
+                return Err(LaunchError::CannotAttach {
+                    pid: self.pid,
+                    why: "it ended during the call".into(),
+                });
+            }
+            if status >> 16 != 0 {
+                continue; // an event stop (an interrupt): just resume
+            }
+            let sig = libc::WSTOPSIG(status);
+            if sig == libc::SIGSEGV {
+                let regs = self.get_regs()?;
+                if regs.rip == 0 {
+                    return Ok(regs.rax);
+                }
+                return Err(LaunchError::CannotAttach {
+                    pid: self.pid,
+                    why: format!(
+                        "the call crashed at {:#x} (SIGSEGV); its state was restored",
+                        regs.rip
+                    ),
+                });
+            }
+            // Any other signal is the program's: delivered when the thread is let go.
+            self.pending_signal = sig;
+        }
+    }
+
+    /// Lets the thread go on where it was, with any signal that arrived meanwhile.
+    pub fn release(mut self) -> Result<(), LaunchError> {
+        self.let_go()
+    }
+
+    fn let_go(&mut self) -> Result<(), LaunchError> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        // SAFETY: detaching our tracee, delivering the signal it had pending.
+        if unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending_signal) } != 0 {
+            return Err(ptrace_error(self.pid, "ptrace(PTRACE_DETACH)"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Borrowed {
+    fn drop(&mut self) {
+        let _ = self.set_regs(&self.regs.clone());
+        let _ = self.let_go();
+    }
+}
+
+/// An argument of [`Borrowed::call`].
+pub enum Arg<'a> {
+    /// An integer or address.
+    Int(u64),
+    /// A string, copied into the process and passed by address.
+    Str(&'a str),
+}
+
+fn wait(tid: u32) -> std::io::Result<i32> {
+    let mut status = 0;
+    // SAFETY: waiting for our tracee.
+    if unsafe { libc::waitpid(tid as i32, &mut status, libc::__WALL) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(status)
+}
+
+fn wait_nohang(tid: u32) -> std::io::Result<Option<i32>> {
+    let mut status = 0;
+    // SAFETY: waiting for our tracee, without blocking.
+    match unsafe { libc::waitpid(tid as i32, &mut status, libc::__WALL | libc::WNOHANG) } {
+        0 => Ok(None),
+        r if r < 0 => Err(std::io::Error::last_os_error()),
+        _ => Ok(Some(status)),
+    }
+}
+
+/// Loads `library` into process `pid` (`dlopen(library, RTLD_NOW)` on one of its threads) and returns
+/// the borrowed thread for further calls. The library is never unloaded: a thread may be inside it.
+pub fn load_library(pid: u32, library: &Path) -> Result<Borrowed, LaunchError> {
+    check(pid)?;
+    let dlopen = loader_symbol(pid)?;
+    let mut thread = Borrowed::stop(pid)?;
+    let path = library.to_string_lossy();
+    let handle = thread.call(dlopen, &[Arg::Str(&path), Arg::Int(libc::RTLD_NOW as u64)])?;
+    if handle == 0 {
+        let why = symbol_in(
+            pid,
+            |p| {
+                Path::new(p)
+                    .file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
+            },
+            &["dlerror"],
+        )
+        .and_then(|dlerror| thread.call(dlerror, &[]))
+        .map(|msg| thread.read_c_string(msg))
+        .unwrap_or_default();
+        return Err(LaunchError::CannotAttach {
+            pid,
+            why: format!("its loader could not load {}: {why}", library.display()),
+        });
+    }
+    Ok(thread)
+}
