@@ -7,6 +7,7 @@
 //! properly nested.
 
 pub mod chrome;
+pub mod firefox;
 pub mod folded;
 pub mod perfetto;
 pub mod uftrace;

@@ -200,6 +200,9 @@ pub fn demangle(mangled: &str) -> String {
 
 /// One event, borrowed from the reader's chunk buffer: the allocation-free form that the analyses use
 /// ([`ThreadEvents::next_ref`], [`MergedEvents::next_ref`]).
+///
+/// [`ThreadEvents::next_ref`]: super::ThreadEvents::next_ref
+/// [`MergedEvents::next_ref`]: super::MergedEvents::next_ref
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct EventRef<'b> {
     /// Thread id.

@@ -6,7 +6,6 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::dump;
 use ferrotrace_analysis::progress::Progress;
-use ferrotrace_analysis::samples;
 
 /// Output formats.
 #[derive(Clone, Copy, ValueEnum)]
@@ -52,13 +51,13 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         super::samples(&trace)?.filter(|_| only_samples || matches!(a.format, Format::Firefox))
     {
         let bytes = match a.format {
-            Format::Folded => samples::folded(&set, false).into_bytes(),
-            Format::Firefox => samples::firefox_json(&set)
+            Format::Folded => ferrotrace_analysis::flame::samples::folded(&set, false).into_bytes(),
+            Format::Firefox => dump::firefox::firefox_json(&set)
                 .map_err(|e| e.to_string())?
                 .into_bytes(),
             Format::Perfetto => {
                 let mut buf = Vec::new();
-                samples::perfetto(&set, !a.uncompressed, &mut buf)
+                dump::perfetto::write_samples(&set, !a.uncompressed, &mut buf)
                     .map_err(|e| format!("cannot encode the samples: {e}"))?;
                 buf
             }

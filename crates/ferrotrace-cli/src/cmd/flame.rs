@@ -5,10 +5,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::cct::Cct;
+use ferrotrace_analysis::flame::memory::Weight;
+use ferrotrace_analysis::flame::samples;
 use ferrotrace_analysis::flame::{write_folded, write_svg};
-use ferrotrace_analysis::mem;
 use ferrotrace_analysis::progress::Progress;
-use ferrotrace_analysis::samples::{self, SampleSet};
+use ferrotrace_analysis::samples::SampleSet;
 
 /// Arguments of `ferrotrace flame`.
 #[derive(Args)]
@@ -56,11 +57,11 @@ fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
         ));
     }
     let weight = match weight {
-        MemWeight::Bytes => mem::Weight::Bytes,
-        MemWeight::Allocations => mem::Weight::Allocations,
-        MemWeight::Leaked => mem::Weight::Leaked,
+        MemWeight::Bytes => Weight::Bytes,
+        MemWeight::Allocations => Weight::Allocations,
+        MemWeight::Leaked => Weight::Leaked,
     };
-    let rep = mem::analyse_totals(&trace).map_err(|e| e.to_string())?;
+    let rep = ferrotrace_analysis::mem::analyse_totals(&trace).map_err(|e| e.to_string())?;
     let folded = rep.folded(weight);
     let bytes = if a.folded {
         folded.into_bytes()

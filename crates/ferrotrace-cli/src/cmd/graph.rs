@@ -34,7 +34,7 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .transpose()?;
     let mut out = super::Output::stdout();
     if let Some(set) = super::samples(&trace)? {
-        out.print(&ferrotrace_analysis::samples::graph_text(
+        out.print(&ferrotrace_analysis::graph::samples::graph_text(
             &set,
             focus.as_ref(),
         ))?;

@@ -98,7 +98,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
     };
     let mut out = super::Output::stdout();
     if let Some(set) = super::samples(&trace)? {
-        ferrotrace_analysis::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
+        ferrotrace_analysis::replay::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
             .map_err(|e| out.error(e))?;
         if !trace.has_function_events() {
             out.finish()?;

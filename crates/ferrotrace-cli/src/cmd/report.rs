@@ -6,8 +6,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::report::samples;
 use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
-use ferrotrace_analysis::samples;
+use ferrotrace_analysis::samples::{thread_label, SampleSet};
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
@@ -46,7 +47,7 @@ pub struct ReportArgs {
 fn report_samples(
     a: &ReportArgs,
     trace: &ferrotrace_analysis::reader::Trace,
-    set: &samples::SampleSet,
+    set: &SampleSet,
 ) -> Result<ExitCode, String> {
     let by_total = match a.sort {
         Some(SortKey::Total) => true,
@@ -97,12 +98,12 @@ fn report_samples(
             if a.json {
                 let mut j = samples::report_json(&sub, &rep);
                 j["tid"] = tid.into();
-                j["name"] = samples::thread_label(set.thread_name(tid), tid).into();
+                j["name"] = thread_label(set.thread_name(tid), tid).into();
                 json.push(j);
             } else {
                 text.push_str(&format!(
                     "# thread {tid} ({})\n{rep}\n",
-                    samples::thread_label(set.thread_name(tid), tid)
+                    thread_label(set.thread_name(tid), tid)
                 ));
             }
         }
