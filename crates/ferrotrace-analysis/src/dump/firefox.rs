@@ -4,6 +4,8 @@ use std::collections::HashMap;
 
 use fxprof_processed_profile as fx;
 
+use super::{Exporter, Options, Samples};
+
 use crate::reader::SamplerKind;
 use crate::samples::{thread_label, RenderError, SampleSet};
 
@@ -90,4 +92,29 @@ pub fn firefox_json(set: &SampleSet) -> Result<String, RenderError> {
         p.add_sample(thread, ts(s.time_ns), stack, cpu, 1);
     }
     serde_json::to_string(&p).map_err(|e| RenderError(e.to_string()))
+}
+
+/// `--format firefox`: samples only.
+pub struct Firefox;
+
+impl Exporter for Firefox {
+    fn name(&self) -> &'static str {
+        "firefox"
+    }
+
+    fn about(&self) -> &'static str {
+        "Firefox Profiler processed-profile JSON with symbols (profiler.firefox.com; samples only)"
+    }
+
+    fn writes_functions(&self) -> bool {
+        false
+    }
+
+    fn writes_samples(&self) -> Samples {
+        Samples::Always
+    }
+
+    fn write_samples(&self, set: &SampleSet, _opts: Options) -> Result<Vec<u8>, RenderError> {
+        firefox_json(set).map(String::into_bytes)
+    }
 }

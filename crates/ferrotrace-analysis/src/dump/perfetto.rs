@@ -22,11 +22,11 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
-use super::{walk, Ev};
+use super::{stream, walk, Ev, Exporter, Samples, Target};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::Trace;
-use crate::samples::{thread_label, SampleSet};
+use crate::samples::{thread_label, RenderError, SampleSet};
 
 /// Output options.
 #[derive(Clone, Copy, Debug)]
@@ -474,4 +474,41 @@ pub fn write_samples(
         Ok(Vec::new())
     })
     .map(|_| ())
+}
+
+/// `--format perfetto`.
+pub struct Perfetto;
+
+impl Exporter for Perfetto {
+    fn name(&self) -> &'static str {
+        "perfetto"
+    }
+
+    fn about(&self) -> &'static str {
+        "Perfetto protobuf (ui.perfetto.dev)"
+    }
+
+    fn writes_samples(&self) -> Samples {
+        Samples::WithoutFunctions
+    }
+
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        opts: super::Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Vec<String>> {
+        let opts = Options {
+            compress: opts.compress,
+        };
+        write(trace, opts, stream(target)?, progress)
+    }
+
+    fn write_samples(&self, set: &SampleSet, opts: super::Options) -> Result<Vec<u8>, RenderError> {
+        let mut buf = Vec::new();
+        write_samples(set, opts.compress, &mut buf)
+            .map_err(|e| RenderError(format!("cannot encode the samples: {e}")))?;
+        Ok(buf)
+    }
 }
