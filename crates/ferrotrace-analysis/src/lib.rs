@@ -52,6 +52,7 @@ pub mod replay;
 pub mod report;
 pub mod salvage;
 pub mod samples;
+pub mod sections;
 pub mod srcline;
 pub mod stacks;
 pub mod symbolize;

@@ -1,6 +1,8 @@
 //! Memory flame graphs: the allocations of a trace by their stacks ([`crate::mem`]).
 
+use super::FlameError;
 use crate::mem::MemReport;
+use crate::reader::Trace;
 
 /// What a memory flame graph's widths count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,4 +47,32 @@ impl MemReport {
             (n > 0).then_some((path, n))
         }))
     }
+}
+
+/// What `flame --weight` draws of `trace`'s allocations: an SVG titled with the program's command
+/// line, or the folded stacks (`folded`).
+pub fn draw(trace: &Trace, weight: Weight, folded: bool) -> Result<Vec<u8>, FlameError> {
+    if !trace.has_allocations() {
+        return Err(FlameError::NoAllocations(trace.path().to_path_buf()));
+    }
+    let rep = crate::mem::analyse_totals(trace).map_err(FlameError::Read)?;
+    let lines = rep.folded(weight);
+    if folded {
+        return Ok(lines.into_bytes());
+    }
+    if lines.is_empty() {
+        return Err(FlameError::NothingToDraw(
+            trace.path().to_path_buf(),
+            weight.unit(),
+        ));
+    }
+    let title = format!(
+        "ferrotrace memory ({}): {}",
+        weight.unit(),
+        trace.session.args.join(" ")
+    );
+    let mut svg = Vec::new();
+    super::render(lines, super::svg_options(&title, weight.unit()), &mut svg)
+        .map_err(|e| FlameError::Render(e.to_string()))?;
+    Ok(svg)
 }

@@ -26,9 +26,13 @@ pub mod samples;
 pub mod shorten;
 
 use std::collections::HashMap;
+use std::fmt;
 use std::io::{self, Write};
+use std::path::PathBuf;
 
 use crate::cct::{Cct, ROOT};
+use crate::reader::{ReadError, Trace};
+use crate::samples::{SampleSet, StackTotals};
 use shorten::Labels;
 
 /// Names longer than this are shortened in flame graph labels.
@@ -115,6 +119,85 @@ pub fn write_svg(cct: &Cct, title: &str, out: &mut dyn Write) -> io::Result<()> 
         return write_empty(out, title, "no function calls in the trace");
     }
     render(lines, opts, out)
+}
+
+/// What `flame` draws of a trace ([`Input::of`]).
+pub enum Input {
+    /// Its samples, summed per stack.
+    Samples(Box<SampleSet>, StackTotals),
+    /// Its function calls.
+    Functions,
+}
+
+impl Input {
+    /// The samples of `trace` when asked for (`samples`, `flame --samples`) or when it holds no
+    /// function events (a profile); its function calls otherwise. An error when samples were asked
+    /// for and the trace holds none.
+    pub fn of(trace: &Trace, samples: bool) -> Result<Input, FlameError> {
+        let totals = if samples || !trace.has_function_events() {
+            SampleSet::load_totals(trace).map_err(FlameError::Read)?
+        } else {
+            None
+        };
+        match totals {
+            Some((set, totals)) => Ok(Input::Samples(Box::new(set), totals)),
+            None if samples => Err(FlameError::NoSamples(trace.path().to_path_buf())),
+            None => Ok(Input::Functions),
+        }
+    }
+}
+
+/// Why a flame graph cannot be drawn.
+#[derive(Debug)]
+pub enum FlameError {
+    /// The trace could not be read.
+    Read(ReadError),
+    /// Samples were asked for; the trace holds none.
+    NoSamples(PathBuf),
+    /// Allocations were asked for; the trace holds none.
+    NoAllocations(PathBuf),
+    /// No allocation has the weight asked for (`--weight leaked` of a trace without leaks).
+    NothingToDraw(PathBuf, &'static str),
+    /// Drawing failed.
+    Render(String),
+}
+
+impl fmt::Display for FlameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FlameError::Read(e) => write!(f, "{e}"),
+            FlameError::NoSamples(p) => {
+                write!(f, "{}: --samples: the trace holds no samples", p.display())
+            }
+            FlameError::NoAllocations(p) => write!(
+                f,
+                "{}: --weight: the trace holds no allocations (record with --alloc)",
+                p.display()
+            ),
+            FlameError::NothingToDraw(p, unit) => {
+                write!(f, "{}: no allocation has {unit} to draw", p.display())
+            }
+            FlameError::Render(e) => f.write_str(e),
+        }
+    }
+}
+
+impl std::error::Error for FlameError {}
+
+/// Writes the flame graph of the function calls in `cct` (of `trace`): an SVG titled with the
+/// program's command line, or the folded stacks (`folded`).
+pub fn write_functions(
+    trace: &Trace,
+    cct: &Cct,
+    folded: bool,
+    out: &mut dyn Write,
+) -> io::Result<()> {
+    if folded {
+        write_folded(cct, out)
+    } else {
+        let title = format!("ferrotrace: {}", trace.session.args.join(" "));
+        write_svg(cct, &title, out)
+    }
 }
 
 /// Draws folded `lines` (from [`drawable_lines`]) with `opts`.

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use crate::reader::SamplerKind;
+use crate::reader::{SamplerKind, Trace};
 use crate::samples::{per_stack, RenderError, SampleSet, StackTotals};
 
 /// Folded stacks (`root;…;leaf WEIGHT`, one line per distinct stack, sorted), the input of flame graph
@@ -75,4 +75,20 @@ pub fn flame_svg_totals(
     let mut out = Vec::new();
     crate::flame::render(lines, opts, &mut out).map_err(|e| RenderError(e.to_string()))?;
     Ok(out)
+}
+
+/// What `flame` draws of samples (summed per stack, [`SampleSet::load_totals`]) of `trace`: an SVG
+/// titled with the program's command line, or the folded stacks (`folded`).
+pub fn draw(
+    trace: &Trace,
+    set: &SampleSet,
+    totals: &StackTotals,
+    folded: bool,
+) -> Result<Vec<u8>, RenderError> {
+    // Weighted by sample count (off-CPU: by time off the CPU).
+    if folded {
+        return Ok(folded_totals(set, totals, false).into_bytes());
+    }
+    let title = format!("ferrotrace profile: {}", trace.session.args.join(" "));
+    flame_svg_totals(set, totals, &title)
 }

@@ -7,7 +7,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write as _};
 
-use crate::samples::{per_stack, SampleSet};
+use super::SortKey;
+use crate::samples::{per_stack, thread_label, SampleSet};
 
 /// Self and total weight of one function.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -262,4 +263,67 @@ pub fn report_json(set: &SampleSet, rep: &Report) -> serde_json::Value {
             "self_weight": f.self_weight, "total_weight": f.total_weight,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// The options of `report` on samples: sorted by self weight (the default) or by total weight with
+/// `sort`; samples have no other column, so any other key is returned as the error.
+pub fn options(sort: Option<SortKey>, inline: bool) -> Result<ReportOptions, SortKey> {
+    let by_total = match sort {
+        Some(SortKey::Total) => true,
+        None | Some(SortKey::SelfTime) => false,
+        Some(other) => return Err(other),
+    };
+    Ok(ReportOptions { inline, by_total })
+}
+
+/// What `report` prints of samples: the report of the whole set, or one per thread (`threads`), as
+/// text or JSON (`{"threads": [...]}` per thread, each with its `tid` and `name`).
+pub fn render(set: &SampleSet, opts: ReportOptions, threads: bool, json: bool) -> String {
+    if !threads {
+        let rep = report(set, opts);
+        return if json {
+            format!("{}\n", report_json(set, &rep))
+        } else {
+            rep.to_string()
+        };
+    }
+    let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
+    tids.sort_unstable();
+    tids.dedup();
+    let mut text = String::new();
+    let mut objects = Vec::new();
+    for tid in tids {
+        let sub = set.only_thread(tid);
+        let rep = report(&sub, opts);
+        if json {
+            let mut j = report_json(&sub, &rep);
+            j["tid"] = tid.into();
+            j["name"] = thread_label(set.thread_name(tid), tid).into();
+            objects.push(j);
+        } else {
+            text.push_str(&format!(
+                "# thread {tid} ({})\n{rep}\n",
+                thread_label(set.thread_name(tid), tid)
+            ));
+        }
+    }
+    if json {
+        text = format!("{}\n", serde_json::json!({ "threads": objects }));
+    }
+    text
+}
+
+/// What `report --diff` prints of two sets of samples, as text or JSON.
+pub fn render_diff(
+    before: &SampleSet,
+    after: &SampleSet,
+    opts: ReportOptions,
+    json: bool,
+) -> String {
+    let rows = diff(&report(before, opts), &report(after, opts));
+    if json {
+        format!("{}\n", diff_json(&rows))
+    } else {
+        diff_text(&rows)
+    }
 }
