@@ -13,12 +13,13 @@
 //! [`report`] (per-function statistics, `--diff`, the bytes columns of allocations), [`graph`]
 //! (aggregated call graph), [`flame`] (SVG flame graph, folded stacks, memory flame graphs, the label
 //! shortener), [`mem`] (allocations: the analysis, and its rendering) and [`dump`] (uftrace data
-//! directory, Chrome JSON, Perfetto protobuf, folded stacks, Firefox Profiler). They share
-//! [`reader`] (model, index and integrity checks, streaming), [`samples`] (the loader of Sample
-//! events: timer samples, probe hits, time off the CPU), [`callstack`] (stack reconstruction: unwound
-//! frames, functions running before tracing began, frames open at the end), [`cct`]
-//! (calling-context tree), [`names`], [`symbolize`] (addresses to names: DWARF with inlined frames,
-//! separate debug files, symbol tables), [`srcline`] (file:line from DWARF) and [`progress`].
+//! directory, Chrome JSON, Perfetto protobuf, folded stacks, Firefox Profiler: one
+//! [`dump::Exporter`] per format, registered in [`dump::FORMATS`]); [`sections`] says which sections
+//! a trace gets. They share [`reader`] (model, index and integrity checks, streaming), [`samples`]
+//! (the loader of Sample events: timer samples, probe hits, time off the CPU), [`callstack`] (stack
+//! reconstruction: unwound frames, functions running before tracing began, frames open at the end),
+//! [`cct`] (calling-context tree), [`names`], [`symbolize`] (addresses to names: DWARF with inlined
+//! frames, separate debug files, symbol tables), [`srcline`] (file:line from DWARF) and [`progress`].
 //! [`salvage`] appends to the trace of a killed process what it recorded and never wrote (for
 //! `ferrotrace record`).
 //!
