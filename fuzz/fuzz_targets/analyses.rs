@@ -39,11 +39,11 @@ fuzz_target!(|data: &[u8]| {
     let _ = dump::perfetto::write(&trace, Default::default(), &mut Vec::new(), &mut quiet());
     let _ = dump::folded::write(&trace, &mut Vec::new(), &mut quiet());
     if let Ok(Some(set)) = samples::SampleSet::load(&trace) {
-        let rep = samples::report(&set, Default::default());
+        let rep = ferrotrace_analysis::report::samples::report(&set, Default::default());
         let _ = rep.to_string();
-        let _ = samples::folded(&set, true);
-        let _ = samples::replay_text(&set, 0, &mut Vec::new());
-        let _ = samples::graph_text(&set, None);
-        let _ = samples::perfetto(&set, false, &mut Vec::new());
+        let _ = ferrotrace_analysis::flame::samples::folded(&set, true);
+        let _ = ferrotrace_analysis::replay::samples::replay_text(&set, 0, &mut Vec::new());
+        let _ = ferrotrace_analysis::graph::samples::graph_text(&set, None);
+        let _ = dump::perfetto::write_samples(&set, false, &mut Vec::new());
     }
 });

@@ -7,16 +7,19 @@
 //! demangled. Memory is bounded by the number of threads, functions and chunks, never by the number of
 //! events.
 //!
-//! The analyses, one module per command, all streaming (memory bounded by call depth, distinct
-//! functions or call paths, and threads): [`replay`] (call tree in time order), [`report`]
-//! (per-function statistics, `--diff`), [`graph`] (aggregated call graph), [`flame`] (SVG flame
-//! graph, folded stacks) and [`dump`] (uftrace data directory, Chrome JSON, Perfetto protobuf,
-//! folded stacks). They share [`callstack`] (stack reconstruction: unwound frames, functions running
-//! before tracing began, frames open at the end), [`cct`] (calling-context tree), [`names`],
-//! [`symbolize`] (addresses to names: DWARF with inlined frames, separate debug files, symbol tables),
-//! [`srcline`] (file:line from DWARF) and [`progress`]. [`samples`] gives every command its view of
-//! Sample events (timer samples, probe hits, time off the CPU): report, folded stacks, flame graphs,
-//! Firefox Profiler and Perfetto output, replay and graph.
+//! The analyses, one module per command, each holding that command's view of every kind of event
+//! (function calls, samples, allocations) side by side, all streaming (memory bounded by call depth,
+//! distinct functions or call paths, and threads): [`info`], [`replay`] (call tree in time order),
+//! [`report`] (per-function statistics, `--diff`, the bytes columns of allocations), [`graph`]
+//! (aggregated call graph), [`flame`] (SVG flame graph, folded stacks, memory flame graphs, the label
+//! shortener), [`mem`] (allocations: the analysis, and its rendering) and [`dump`] (uftrace data
+//! directory, Chrome JSON, Perfetto protobuf, folded stacks, Firefox Profiler: one
+//! [`dump::Exporter`] per format, registered in [`dump::FORMATS`]); [`sections`] says which sections
+//! a trace gets. They share [`reader`] (model, index and integrity checks, streaming), [`samples`]
+//! (the loader of Sample events: timer samples, probe hits, time off the CPU), [`callstack`] (stack
+//! reconstruction: unwound frames, functions running before tracing began, frames open at the end),
+//! [`cct`] (calling-context tree), [`names`], [`symbolize`] (addresses to names: DWARF with inlined
+//! frames, separate debug files, symbol tables), [`srcline`] (file:line from DWARF) and [`progress`].
 //!
 //! Who should use it: the `ferrotrace` command-line tool, and programs that want to analyse traces
 //! themselves. Who should not: code inside the traced process (that is the `ferrotrace` runtime).
@@ -47,6 +50,7 @@ pub mod reader;
 pub mod replay;
 pub mod report;
 pub mod samples;
+pub mod sections;
 pub mod srcline;
 pub mod stacks;
 pub mod symbolize;

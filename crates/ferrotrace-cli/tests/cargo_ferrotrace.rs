@@ -175,7 +175,7 @@ fn profile_builds_with_frame_pointers_and_samples_the_hot_function() {
     let set = ferrotrace_analysis::samples::SampleSet::load(&trace)
         .unwrap()
         .expect("a trace of samples");
-    let report = ferrotrace_analysis::samples::report(&set, Default::default());
+    let report = ferrotrace_analysis::report::samples::report(&set, Default::default());
     let step = report
         .get("demo::step")
         .expect("the hot function, with its module path");

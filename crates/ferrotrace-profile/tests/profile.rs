@@ -6,8 +6,10 @@ use std::process::Command;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
+use ferrotrace_analysis::dump::firefox::firefox_json;
 use ferrotrace_analysis::reader::Trace;
-use ferrotrace_analysis::samples::{self, firefox_json, SampleSet};
+use ferrotrace_analysis::report::samples;
+use ferrotrace_analysis::samples::{RenderError, SampleSet};
 use ferrotrace_profile::{profile, CallGraph, EventSpec, ProfileConfig, ProfileError, Target};
 
 /// The profile as every command reads it: the one reader, then the samples view.
@@ -23,11 +25,11 @@ fn report(set: &SampleSet) -> samples::Report {
 }
 
 fn folded(set: &SampleSet) -> String {
-    samples::folded(set, false)
+    ferrotrace_analysis::flame::samples::folded(set, false)
 }
 
-fn flame_svg(set: &SampleSet) -> Result<Vec<u8>, samples::RenderError> {
-    samples::flame_svg(set, "ferrotrace profile")
+fn flame_svg(set: &SampleSet) -> Result<Vec<u8>, RenderError> {
+    ferrotrace_analysis::flame::samples::flame_svg(set, "ferrotrace profile")
 }
 
 /// Builds every program under tests/programs once per test binary.

@@ -3,9 +3,12 @@
 
 use std::io::{self, Write};
 
+use super::{stream, Exporter, Options, Samples, Target};
+
 use crate::cct::Cct;
 use crate::progress::Progress;
 use crate::reader::Trace;
+use crate::samples::{RenderError, SampleSet};
 
 /// Writes the folded stacks of `trace`; returns read errors met (each ended one thread early).
 pub fn write(
@@ -16,4 +19,35 @@ pub fn write(
     let cct = Cct::build(trace, None, progress).map_err(|e| io::Error::other(e.to_string()))?;
     crate::flame::write_folded(&cct, out)?;
     Ok(cct.errors)
+}
+
+/// `--format folded`.
+pub struct Folded;
+
+impl Exporter for Folded {
+    fn name(&self) -> &'static str {
+        "folded"
+    }
+
+    fn about(&self) -> &'static str {
+        "Folded stacks weighted by self time in ns (samples: by sample count)"
+    }
+
+    fn writes_samples(&self) -> Samples {
+        Samples::WithoutFunctions
+    }
+
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        _opts: Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Vec<String>> {
+        write(trace, stream(target)?, progress)
+    }
+
+    fn write_samples(&self, set: &SampleSet, _opts: Options) -> Result<Vec<u8>, RenderError> {
+        Ok(crate::flame::samples::folded(set, false).into_bytes())
+    }
 }

@@ -1,24 +1,233 @@
 //! `ferrotrace dump`: the trace in other tools' formats, each written while streaming the events
 //! (memory: call stacks and per-function tables, never the trace).
 //!
-//! The exporters share [`walk`]: time-ordered, balanced begin/end events per thread. Functions
-//! already running when tracing began get a begin at their thread's first event; frames unwound by a
-//! panic or still open at the end get an end where the call stack learns it, so every output is
-//! properly nested.
+//! One [`Exporter`] per format, one module each, listed in [`FORMATS`]: `dump` finds the format by
+//! its name there, [`plan`] decides what of the trace it writes (function calls or samples, or why it
+//! cannot), and the exporter writes it. Adding a format is one new module and one line in
+//! [`FORMATS`] (see `docs/architecture.md`, "Adding an export format").
+//!
+//! The exporters of function calls share [`walk`]: time-ordered, balanced begin/end events per
+//! thread. Functions already running when tracing began get a begin at their thread's first event;
+//! frames unwound by a panic or still open at the end get an end where the call stack learns it, so
+//! every output is properly nested.
 
 pub mod chrome;
+pub mod firefox;
 pub mod folded;
 pub mod perfetto;
 pub mod uftrace;
 
 use std::collections::HashMap;
-use std::io;
+use std::fmt;
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
 
 use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::progress::Progress;
-use crate::reader::{EventKind, Trace};
+use crate::reader::{EventKind, ReadError, Trace};
+use crate::samples::{RenderError, SampleSet};
 use crate::tracepoints::Args;
 pub use ferrotrace_core::codec::EventFields;
+
+/// Every format `dump` writes, in the order `--format`'s help lists them. A new format is a module
+/// with an [`Exporter`] and one line here.
+pub static FORMATS: &[&dyn Exporter] = &[
+    &uftrace::Uftrace,
+    &chrome::Chrome,
+    &perfetto::Perfetto,
+    &folded::Folded,
+    &firefox::Firefox,
+];
+
+/// The format named `name` (as `--format` spells it).
+pub fn format(name: &str) -> Option<&'static dyn Exporter> {
+    FORMATS.iter().copied().find(|f| f.name() == name)
+}
+
+/// Options of `dump` that formats may use.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Compress what the format can compress (Perfetto: zlib-compressed packet batches).
+    pub compress: bool,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options { compress: true }
+    }
+}
+
+/// When a format writes a trace's samples rather than its function calls.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Samples {
+    /// Never: it has no form for samples.
+    Never,
+    /// When the trace holds no function events (a trace of `ferrotrace profile`).
+    WithoutFunctions,
+    /// Whenever the trace holds samples: the format is for samples.
+    Always,
+}
+
+/// Where a format writes function calls.
+pub enum Target<'a> {
+    /// A stream: standard output or a file.
+    Stream(&'a mut dyn Write),
+    /// A directory (created if needed, in a parent that must exist).
+    Directory(&'a Path),
+}
+
+/// One output format of `dump`.
+pub trait Exporter: Sync {
+    /// Its name, as `--format` takes it.
+    fn name(&self) -> &'static str;
+
+    /// One line for `--format`'s help.
+    fn about(&self) -> &'static str;
+
+    /// True when it writes function calls ([`Exporter::write_functions`]).
+    fn writes_functions(&self) -> bool {
+        true
+    }
+
+    /// When it writes samples ([`Exporter::write_samples`]) instead of function calls.
+    fn writes_samples(&self) -> Samples {
+        Samples::Never
+    }
+
+    /// `Some(default name)` when it writes function calls to a directory, not to a stream.
+    fn directory(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// What to tell the user before writing `trace`'s function calls (how large the output will be).
+    fn notice(&self, _trace: &Trace) -> Option<String> {
+        None
+    }
+
+    /// Writes the function calls of `trace` to `target`; returns the read errors met (each ended one
+    /// thread early).
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        opts: Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Vec<String>> {
+        let _ = (trace, opts, target, progress);
+        Err(io::Error::other(format!(
+            "{} does not write function calls",
+            self.name()
+        )))
+    }
+
+    /// The samples of a trace in this format.
+    fn write_samples(&self, set: &SampleSet, opts: Options) -> Result<Vec<u8>, RenderError> {
+        let _ = (set, opts);
+        Err(RenderError(format!(
+            "{} does not write samples",
+            self.name()
+        )))
+    }
+}
+
+/// A [`Target::Stream`], or the error of a format that writes directories.
+pub(crate) fn stream<'a>(target: Target<'a>) -> io::Result<&'a mut dyn Write> {
+    match target {
+        Target::Stream(out) => Ok(out),
+        Target::Directory(dir) => Err(io::Error::other(format!(
+            "{}: this format writes a file, not a directory",
+            dir.display()
+        ))),
+    }
+}
+
+/// What `dump` writes of a trace in a format ([`plan`]).
+#[derive(Debug)]
+pub enum Plan {
+    /// Its function calls ([`Exporter::write_functions`]).
+    Functions,
+    /// Its samples ([`Exporter::write_samples`]).
+    Samples(Box<SampleSet>),
+}
+
+/// Why a trace cannot be dumped in a format.
+#[derive(Debug)]
+pub enum DumpError {
+    /// The trace's samples could not be read.
+    Read(ReadError),
+    /// A trace of samples alone, and a format without samples.
+    NoFunctionCalls {
+        /// The trace.
+        path: PathBuf,
+        /// The format's name.
+        format: &'static str,
+    },
+    /// A format of samples alone, and a trace without samples.
+    NeedsSamples {
+        /// The trace.
+        path: PathBuf,
+        /// The format's name.
+        format: &'static str,
+    },
+}
+
+impl fmt::Display for DumpError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DumpError::Read(e) => write!(f, "{e}"),
+            DumpError::NoFunctionCalls { path, format } => {
+                // The formats that write samples, those made for samples first.
+                let mut names: Vec<&str> = [Samples::Always, Samples::WithoutFunctions]
+                    .iter()
+                    .flat_map(|&when| {
+                        FORMATS
+                            .iter()
+                            .filter(move |x| x.writes_samples() == when)
+                            .map(|x| x.name())
+                    })
+                    .collect();
+                let last = names.pop().unwrap_or_default();
+                write!(
+                    f,
+                    "{}: a trace of samples has no function calls to dump as {format}; use --format {}{}{last}",
+                    path.display(),
+                    names.join(", "),
+                    if names.is_empty() { "" } else { " or " },
+                )
+            }
+            DumpError::NeedsSamples { path, format } => write!(
+                f,
+                "{}: --format {format} is for traces with samples (ferrotrace profile); use perfetto or chrome for function traces",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for DumpError {}
+
+/// What `dump` writes of `trace` in `format`: its samples when the format is for samples, or when the
+/// trace holds samples and no function calls (a profile); otherwise its function calls. An error when
+/// the format has no form for what the trace holds.
+pub fn plan(trace: &Trace, format: &dyn Exporter) -> Result<Plan, DumpError> {
+    let only_samples = !trace.has_function_events();
+    let samples = format.writes_samples();
+    let set = SampleSet::load(trace)
+        .map_err(DumpError::Read)?
+        .filter(|_| only_samples || samples == Samples::Always);
+    match set {
+        Some(_) if samples == Samples::Never => Err(DumpError::NoFunctionCalls {
+            path: trace.path().to_path_buf(),
+            format: format.name(),
+        }),
+        Some(set) => Ok(Plan::Samples(Box::new(set))),
+        None if !format.writes_functions() => Err(DumpError::NeedsSamples {
+            path: trace.path().to_path_buf(),
+            format: format.name(),
+        }),
+        None => Ok(Plan::Functions),
+    }
+}
 
 /// A balanced event for exporters.
 #[derive(Clone, Copy, Debug)]
@@ -214,4 +423,84 @@ pub fn instant(
         _ => format!("exit of {} without entry", name_of(id)),
     };
     (name, Args::default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::schema::{source, Mode, SamplerKind};
+
+    /// A trace of function calls (`functions`), samples (`samples`), or both.
+    fn trace(name: &str, functions: bool, samples: bool) -> Trace {
+        let sources =
+            if functions { source::XRAY } else { 0 } | if samples { source::SAMPLES } else { 0 };
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/d", sources, Mode::Lossless).unwrap();
+        b.thread(1, "main").unwrap();
+        if functions {
+            b.function(1, 0x1000, 16, "d::f").unwrap();
+            b.event(1, 1_000, EventKind::Entry, 1).unwrap();
+            b.event(1, 2_000, EventKind::Exit, 1).unwrap();
+        }
+        if samples {
+            let cpu = b.sampler(SamplerKind::CpuClock, "cpu-clock");
+            b.sample(1, 1_500, None, cpu, 1_000).unwrap();
+        }
+        let path = std::env::temp_dir().join(format!("ft-dump-{}-{name}.data", std::process::id()));
+        std::fs::write(&path, b.finish().unwrap()).unwrap();
+        let t = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    fn planned(t: &Trace, name: &str) -> Result<&'static str, String> {
+        match plan(t, format(name).unwrap()) {
+            Ok(Plan::Functions) => Ok("functions"),
+            Ok(Plan::Samples(_)) => Ok("samples"),
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    #[test]
+    fn formats_are_found_by_their_distinct_names() {
+        for f in FORMATS {
+            assert!(std::ptr::addr_eq(format(f.name()).unwrap(), *f));
+        }
+        let mut names: Vec<&str> = FORMATS.iter().map(|f| f.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), FORMATS.len());
+        assert!(format("svg").is_none());
+    }
+
+    #[test]
+    fn each_format_writes_what_the_trace_holds_or_says_why_not() {
+        let functions = trace("functions", true, false);
+        let samples = trace("samples", false, true);
+        let both = trace("both", true, true);
+        for name in ["uftrace", "chrome", "perfetto", "folded"] {
+            assert_eq!(planned(&functions, name), Ok("functions"), "{name}");
+            assert_eq!(planned(&both, name), Ok("functions"), "{name}");
+        }
+        for name in ["perfetto", "folded", "firefox"] {
+            assert_eq!(planned(&samples, name), Ok("samples"), "{name}");
+        }
+        assert_eq!(planned(&both, "firefox"), Ok("samples"));
+        let path = samples.path().display();
+        assert_eq!(
+            planned(&samples, "chrome"),
+            Err(format!(
+                "{path}: a trace of samples has no function calls to dump as chrome; use --format \
+                 firefox, perfetto or folded"
+            ))
+        );
+        let path = functions.path().display();
+        assert_eq!(
+            planned(&functions, "firefox"),
+            Err(format!(
+                "{path}: --format firefox is for traces with samples (ferrotrace profile); use \
+                 perfetto or chrome for function traces"
+            ))
+        );
+    }
 }

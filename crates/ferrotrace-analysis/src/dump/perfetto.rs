@@ -22,10 +22,11 @@
 use std::collections::HashSet;
 use std::io::{self, Write};
 
-use super::{walk, Ev};
+use super::{stream, walk, Ev, Exporter, Samples, Target};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::Trace;
+use crate::samples::{thread_label, RenderError, SampleSet};
 
 /// Output options.
 #[derive(Clone, Copy, Debug)]
@@ -381,5 +382,133 @@ fn debug_annotation_value(a: &mut Vec<u8>, v: &crate::tracepoints::Value) {
                 .collect::<String>()
                 .as_bytes(),
         ),
+    }
+}
+
+/// Writes samples as Perfetto slices: per thread, each sample's stack is a pile of nested slices lasting
+/// one sampling period; frames shared with the previous sample continue (a "stack chart", as profilers
+/// draw it), and everything closes when the thread goes quiet for more than two periods.
+pub fn write_samples(
+    set: &SampleSet,
+    compress: bool,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    use crate::callstack::EndKind;
+
+    let period = 1_000_000_000 / u64::from(set.frequency.max(1));
+    let name = |id: u32| {
+        set.frames
+            .get(id as usize)
+            .map_or_else(|| format!("frame#{id}"), |f| f.function.to_string())
+    };
+    let source = Source {
+        pid: set.pid,
+        process_name: set
+            .threads
+            .iter()
+            .find(|t| t.tid == set.pid)
+            .map_or_else(String::new, |t| t.name.clone()),
+        threads: set
+            .threads
+            .iter()
+            .map(|t| (t.tid, thread_label(&t.name, t.tid)))
+            .collect(),
+        t0: set.start_monotonic_ns,
+        name: &name,
+        trace: None,
+    };
+    let frames_of = |leaf: Option<u32>| {
+        let mut v: Vec<u32> = Vec::new();
+        let mut node = leaf;
+        while let Some(n) = node.and_then(|n| set.stacks.get(n as usize)) {
+            v.push(n.frame);
+            node = n.parent;
+        }
+        v.reverse();
+        v
+    };
+    write_events(&source, Options { compress }, out, |emit| {
+        let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        for tid in tids {
+            let mut open: Vec<u32> = Vec::new();
+            let mut last = 0u64;
+            let close_to =
+                |open: &mut Vec<u32>,
+                 keep: usize,
+                 ts: u64,
+                 emit: &mut dyn FnMut(Ev<'_>) -> std::io::Result<()>| {
+                    while open.len() > keep {
+                        let id = open.pop().unwrap_or_default();
+                        emit(Ev::End {
+                            tid,
+                            id,
+                            ts,
+                            depth: open.len(),
+                            how: EndKind::Return,
+                        })?;
+                    }
+                    Ok::<(), std::io::Error>(())
+                };
+            for s in set.samples.iter().filter(|s| s.tid == tid) {
+                let frames = frames_of(s.stack);
+                if !open.is_empty() && s.time_ns > last + 2 * period {
+                    close_to(&mut open, 0, last + period, emit)?;
+                }
+                let common = open.iter().zip(&frames).take_while(|(a, b)| a == b).count();
+                close_to(&mut open, common, s.time_ns, emit)?;
+                for &f in &frames[common..] {
+                    emit(Ev::Begin {
+                        tid,
+                        id: f,
+                        ts: s.time_ns,
+                        depth: open.len(),
+                    })?;
+                    open.push(f);
+                }
+                last = s.time_ns;
+            }
+            close_to(&mut open, 0, last + period, emit)?;
+        }
+        Ok(Vec::new())
+    })
+    .map(|_| ())
+}
+
+/// `--format perfetto`.
+pub struct Perfetto;
+
+impl Exporter for Perfetto {
+    fn name(&self) -> &'static str {
+        "perfetto"
+    }
+
+    fn about(&self) -> &'static str {
+        "Perfetto protobuf (ui.perfetto.dev)"
+    }
+
+    fn writes_samples(&self) -> Samples {
+        Samples::WithoutFunctions
+    }
+
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        opts: super::Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Vec<String>> {
+        let opts = Options {
+            compress: opts.compress,
+        };
+        write(trace, opts, stream(target)?, progress)
+    }
+
+    fn write_samples(&self, set: &SampleSet, opts: super::Options) -> Result<Vec<u8>, RenderError> {
+        let mut buf = Vec::new();
+        write_samples(set, opts.compress, &mut buf)
+            .map_err(|e| RenderError(format!("cannot encode the samples: {e}")))?;
+        Ok(buf)
     }
 }

@@ -19,6 +19,7 @@ use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
+use super::{Exporter, Options, Target};
 use crate::callstack::{initial_stacks, CallStack, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
@@ -175,4 +176,36 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     writeln!(sym, "{:016x} ? __func_end", addr(last) + 16 - BASE)?;
     sym.flush()?;
     Ok(errors)
+}
+
+/// `--format uftrace`.
+pub struct Uftrace;
+
+impl Exporter for Uftrace {
+    fn name(&self) -> &'static str {
+        "uftrace"
+    }
+
+    fn about(&self) -> &'static str {
+        "A uftrace data directory (uftrace replay/report -d DIR)"
+    }
+
+    fn directory(&self) -> Option<&'static str> {
+        Some("uftrace.data")
+    }
+
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        _opts: Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Vec<String>> {
+        match target {
+            Target::Directory(dir) => write(trace, dir, progress),
+            Target::Stream(_) => Err(io::Error::other(
+                "a uftrace data directory cannot be written to a stream",
+            )),
+        }
+    }
 }

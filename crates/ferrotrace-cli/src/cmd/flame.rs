@@ -5,10 +5,9 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::cct::Cct;
-use ferrotrace_analysis::flame::{write_folded, write_svg};
-use ferrotrace_analysis::mem;
+use ferrotrace_analysis::flame::memory::{self, Weight};
+use ferrotrace_analysis::flame::{self, Input};
 use ferrotrace_analysis::progress::Progress;
-use ferrotrace_analysis::samples::{self, SampleSet};
 
 /// Arguments of `ferrotrace flame`.
 #[derive(Args)]
@@ -49,48 +48,21 @@ pub enum MemWeight {
 /// The allocation flame graph.
 fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
     let trace = super::open(&a.input)?;
-    if !trace.has_allocations() {
-        return Err(format!(
-            "{}: --weight: the trace holds no allocations (record with --alloc)",
-            a.input.display()
-        ));
-    }
     let weight = match weight {
-        MemWeight::Bytes => mem::Weight::Bytes,
-        MemWeight::Allocations => mem::Weight::Allocations,
-        MemWeight::Leaked => mem::Weight::Leaked,
+        MemWeight::Bytes => Weight::Bytes,
+        MemWeight::Allocations => Weight::Allocations,
+        MemWeight::Leaked => Weight::Leaked,
     };
-    let rep = mem::analyse_totals(&trace).map_err(|e| e.to_string())?;
-    let folded = rep.folded(weight);
-    let bytes = if a.folded {
-        folded.into_bytes()
-    } else if folded.is_empty() {
-        return Err(format!(
-            "{}: no allocation has {} to draw",
-            a.input.display(),
-            weight.unit()
-        ));
-    } else {
-        let title = format!(
-            "ferrotrace memory ({}): {}",
-            weight.unit(),
-            trace.session.args.join(" ")
-        );
-        let mut svg = Vec::new();
-        ferrotrace_analysis::flame::render(
-            folded,
-            ferrotrace_analysis::flame::svg_options(&title, weight.unit()),
-            &mut svg,
-        )
-        .map_err(|e| e.to_string())?;
-        svg
-    };
-    let output = a
-        .output
-        .clone()
-        .or_else(|| (!a.folded).then(|| PathBuf::from("flame.svg")));
-    super::emit(output.as_deref(), &bytes)?;
+    let bytes = memory::draw(&trace, weight, a.folded).map_err(|e| e.to_string())?;
+    super::emit(default_output(a).as_deref(), &bytes)?;
     Ok(super::finish(&trace, &[]))
+}
+
+/// `-o`, or `flame.svg` for an SVG (folded stacks go to standard output).
+fn default_output(a: &FlameArgs) -> Option<PathBuf> {
+    a.output
+        .clone()
+        .or_else(|| (!a.folded).then(|| PathBuf::from("flame.svg")))
 }
 
 /// Writes the flame graph.
@@ -99,49 +71,18 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
         return memory(&a, w);
     }
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
-    let use_samples = a.samples || !trace.has_function_events();
-    let totals = if use_samples {
-        SampleSet::load_totals(&trace).map_err(|e| e.to_string())?
-    } else {
-        None
-    };
-    if let Some((set, totals)) = totals {
-        // Samples: weighted by sample count (off-CPU: by time off the CPU), summed per stack as they
-        // are read.
-        let title = format!("ferrotrace profile: {}", trace.session.args.join(" "));
-        let bytes = if a.folded {
-            samples::folded_totals(&set, &totals, false).into_bytes()
-        } else {
-            samples::flame_svg_totals(&set, &totals, &title).map_err(|e| e.to_string())?
-        };
-        let output = a
-            .output
-            .clone()
-            .or_else(|| (!a.folded).then(|| PathBuf::from("flame.svg")));
-        super::emit(output.as_deref(), &bytes)?;
+    if let Input::Samples(set, totals) = Input::of(&trace, a.samples).map_err(|e| e.to_string())? {
+        let bytes =
+            flame::samples::draw(&trace, &set, &totals, a.folded).map_err(|e| e.to_string())?;
+        super::emit(default_output(&a).as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
-    }
-    if a.samples {
-        return Err(format!(
-            "{}: --samples: the trace holds no samples",
-            a.input.display()
-        ));
     }
     let mut progress = Progress::new("flame", trace.event_count());
     let cct = Cct::build(&trace, None, &mut progress).map_err(|e| e.to_string())?;
     drop(progress);
-    let output = match (&a.output, a.folded) {
-        (Some(p), _) => Some(p.clone()),
-        (None, true) => None,
-        (None, false) => Some(PathBuf::from("flame.svg")),
-    };
+    let output = default_output(&a);
     let mut out = super::Output::to(output.as_deref())?;
-    let title = format!("ferrotrace: {}", trace.session.args.join(" "));
-    if a.folded {
-        write_folded(&cct, &mut out).map_err(|e| out.error(e))?;
-    } else {
-        write_svg(&cct, &title, &mut out).map_err(|e| out.error(e))?;
-    }
+    flame::write_functions(&trace, &cct, a.folded, &mut out).map_err(|e| out.error(e))?;
     out.finish()?;
     if let Some(p) = output {
         say!("ferrotrace: wrote {}", p.display());

@@ -7,6 +7,7 @@ use clap::Args;
 use ferrotrace_analysis::cct::Cct;
 use ferrotrace_analysis::graph::to_text;
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::sections::Sections;
 use regex_lite::Regex;
 
 /// Arguments of `ferrotrace graph`.
@@ -33,12 +34,13 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .map(|r| Regex::new(r).map_err(|e| format!("bad function regex {r:?}: {e}")))
         .transpose()?;
     let mut out = super::Output::stdout();
-    if let Some(set) = super::samples(&trace)? {
-        out.print(&ferrotrace_analysis::samples::graph_text(
-            &set,
+    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    if let Some(set) = &sections.samples {
+        out.print(&ferrotrace_analysis::graph::samples::graph_text(
+            set,
             focus.as_ref(),
         ))?;
-        if !trace.has_function_events() {
+        if !sections.functions {
             out.finish()?;
             return Ok(super::finish(&trace, &[]));
         }

@@ -4,8 +4,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use ferrotrace_analysis::info::samples::info_text;
 use ferrotrace_analysis::info::Summary;
-use ferrotrace_analysis::samples;
+use ferrotrace_analysis::report::samples;
 
 /// Arguments of `ferrotrace info`.
 #[derive(Args)]
@@ -38,7 +39,7 @@ pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
     } else {
         out.print(&summary.to_text())?;
         if let Some(set) = &set {
-            out.print(&samples::info_text(set))?;
+            out.print(&info_text(set))?;
         }
     }
     out.finish()?;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
+use ferrotrace_analysis::sections::Sections;
 use regex_lite::Regex;
 
 /// Arguments of `ferrotrace replay`.
@@ -97,10 +98,11 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
         },
     };
     let mut out = super::Output::stdout();
-    if let Some(set) = super::samples(&trace)? {
-        ferrotrace_analysis::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
+    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    if let Some(set) = &sections.samples {
+        ferrotrace_analysis::replay::samples::replay_text(set, a.depth.unwrap_or(0), &mut out)
             .map_err(|e| out.error(e))?;
-        if !trace.has_function_events() {
+        if !sections.functions {
             out.finish()?;
             return Ok(super::finish(&trace, &[]));
         }

@@ -6,8 +6,11 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::reader::Trace;
+use ferrotrace_analysis::report::samples;
 use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
-use ferrotrace_analysis::samples;
+use ferrotrace_analysis::samples::SampleSet;
+use ferrotrace_analysis::sections::Sections;
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
@@ -45,27 +48,19 @@ pub struct ReportArgs {
 /// function report that follows reads it too.
 fn report_samples(
     a: &ReportArgs,
-    trace: &ferrotrace_analysis::reader::Trace,
-    set: &samples::SampleSet,
+    trace: &Trace,
+    set: &SampleSet,
+    functions_follow: bool,
 ) -> Result<ExitCode, String> {
-    let by_total = match a.sort {
-        Some(SortKey::Total) => true,
-        None | Some(SortKey::SelfTime) => false,
-        Some(other) => {
-            return Err(format!(
-                "{}: samples have no {}: sort them by self or total",
-                trace.path().display(),
-                other.name()
-            ))
-        }
-    };
-    let opts = samples::ReportOptions {
-        inline: a.inline,
-        by_total,
-    };
-    let mut text = String::new();
+    let opts = samples::options(a.sort, a.inline).map_err(|other| {
+        format!(
+            "{}: samples have no {}: sort them by self or total",
+            trace.path().display(),
+            other.name()
+        )
+    })?;
     let mut code = ExitCode::SUCCESS;
-    if let Some(other_path) = &a.diff {
+    let text = if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
             return Err(format!(
@@ -74,49 +69,13 @@ fn report_samples(
                 trace.path().display()
             ));
         };
-        let rows = samples::diff(
-            &samples::report(set, opts),
-            &samples::report(&other_set, opts),
-        );
-        text = if a.json {
-            format!("{}\n", samples::diff_json(&rows))
-        } else {
-            samples::diff_text(&rows)
-        };
-        if !trace.has_function_events() {
+        if !functions_follow {
             code = super::finish(&other, &[]);
         }
-    } else if a.threads {
-        let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
-        tids.sort_unstable();
-        tids.dedup();
-        let mut json = Vec::new();
-        for tid in tids {
-            let sub = set.only_thread(tid);
-            let rep = samples::report(&sub, opts);
-            if a.json {
-                let mut j = samples::report_json(&sub, &rep);
-                j["tid"] = tid.into();
-                j["name"] = samples::thread_label(set.thread_name(tid), tid).into();
-                json.push(j);
-            } else {
-                text.push_str(&format!(
-                    "# thread {tid} ({})\n{rep}\n",
-                    samples::thread_label(set.thread_name(tid), tid)
-                ));
-            }
-        }
-        if a.json {
-            text = format!("{}\n", serde_json::json!({ "threads": json }));
-        }
+        samples::render_diff(set, &other_set, opts, a.json)
     } else {
-        let rep = samples::report(set, opts);
-        text = if a.json {
-            format!("{}\n", samples::report_json(set, &rep))
-        } else {
-            rep.to_string()
-        };
-    }
+        samples::render(set, opts, a.threads, a.json)
+    };
     super::emit(None, text.as_bytes())?;
     Ok(code)
 }
@@ -129,10 +88,10 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
-    let set = super::samples(&trace)?;
-    if let Some(set) = &set {
-        let other = report_samples(&a, &trace, set)?;
-        if !trace.has_function_events() {
+    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    if let Some(set) = &sections.samples {
+        let other = report_samples(&a, &trace, set, sections.functions)?;
+        if !sections.functions {
             let code = super::finish(&trace, &[]);
             return Ok(if code == ExitCode::SUCCESS {
                 other

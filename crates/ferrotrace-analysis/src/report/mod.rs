@@ -44,6 +44,9 @@
 //! "other": FUNCTION|null, "diff": {"total_ns": N, "self_ns": N, "calls": N}}]}` where `diff` is
 //! other − base (signed) and functions are matched by name.
 
+pub mod bytes;
+pub mod samples;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
@@ -208,7 +211,7 @@ pub struct Report {
     /// Tracepoint events: `(crate::name, count)`, most frequent first.
     pub tracepoints: Vec<(String, u64)>,
     /// Bytes allocated per function id, `(self, total)`, when the trace holds allocations as well as
-    /// function events (see [`crate::mem::bytes_by_function`]); empty otherwise.
+    /// function events (see [`bytes::bytes_by_function`]); empty otherwise.
     pub alloc_bytes: HashMap<u32, (u64, u64)>,
 }
 
@@ -405,7 +408,7 @@ impl Report {
             .tracepoints
             .sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         if trace.has_allocations() {
-            report.alloc_bytes = crate::mem::bytes_by_function(trace, &function)?;
+            report.alloc_bytes = bytes::bytes_by_function(trace, &function)?;
         }
         Ok(report)
     }

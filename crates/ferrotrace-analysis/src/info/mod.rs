@@ -1,5 +1,7 @@
 //! `ferrotrace info`: what a trace holds.
 
+pub mod samples;
+
 use serde_json::{json, Value};
 
 use crate::reader::{EventKind, ReadError, Trace};

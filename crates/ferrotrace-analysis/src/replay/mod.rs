@@ -38,6 +38,7 @@ use crate::progress::Progress;
 use crate::reader::{EventKind, EventRef, ReadError, Trace};
 
 mod plain;
+pub mod samples;
 
 /// Most events held back to fold leaf calls or apply `-t`.
 pub const MAX_LOOKAHEAD: usize = 1 << 20;

@@ -10,6 +10,8 @@
 //!     1.020 ms :    (2) fib::fib
 //! ```
 
+pub mod samples;
+
 use std::fmt::Write as _;
 
 use crate::cct::{Cct, ROOT};

@@ -1,0 +1,173 @@
+#!/usr/bin/env bash
+# The whole process's cost per traced call on real programs, against uftrace, in interleaved rounds:
+#   sqlite3 (the shell: 100,000 rows inserted, indexed and queried in memory), Lua 5.4 (binary-trees)
+#   and zstd (-9 on 4 threads, 20 MB), built from Debian's source packages with gcc -pg, gcc -pg
+#   -mfentry, gcc -pg -mnop-mcount -mrecord-mcount and clang-16 -fxray-instrument, each run untraced
+#   (its plain -O2 build), under `ferrotrace record` and under `uftrace record --no-libcall` (uftrace
+#   cannot read XRay sleds; -mnop-mcount builds are patched by its -P .).
+# Prints, per program and build, the medians of: wall time and CPU time (user + system of the whole
+# process tree, the tracer's threads and processes included) per traced call above the plain build's,
+# ferrotrace's bytes per event, and uftrace's cost over ferrotrace's.
+# Usage: bench/real.sh [PROGRAMS=sqlite,lua,zstd] (RUNS=5 rounds). Needs root for apt-get source.
+set -euo pipefail
+RUNS=${RUNS:-5}
+PROGRAMS=${1:-sqlite,lua,zstd}
+root=$(cd "$(dirname "$0")/.." && pwd)
+source "$root/bench/fib.sh"
+setup_release real
+src="$out/src"
+mkdir -p "$src"
+
+# --- sources (Debian's, bookworm) ---
+fetch() { # fetch PACKAGE GLOB: unpacks the source package unless a directory matching GLOB exists
+  local dir
+  dir=$(ls -d "$src"/$2 2>/dev/null | head -1 || true)
+  if [ -z "$dir" ]; then
+    if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ /etc/apt/sources.list 2>/dev/null; then
+      printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+        > /etc/apt/sources.list.d/ferrotrace-bench-src.sources
+      apt-get update -qq
+    fi
+    (cd "$src" && apt-get source -qq "$1" >/dev/null 2>&1)
+    dir=$(ls -d "$src"/$2 | head -1)
+  fi
+  echo "$dir"
+}
+
+# --- builds: plain, pg, fentry, nop, xray ---
+declare -A cc_flags=(
+  [plain]="gcc -O2 -fno-pie -no-pie"
+  [pg]="gcc -O2 -pg"
+  [fentry]="gcc -O2 -pg -mfentry"
+  [nop]="gcc -O2 -pg -mnop-mcount -mrecord-mcount -fno-pie -no-pie"
+  [xray]="clang-16 -O2 -fxray-instrument -fxray-instruction-threshold=1"
+)
+builds=(pg fentry nop xray)
+
+build_sqlite() { # $1: build
+  local d
+  d=$(fetch sqlite3 'sqlite3-*')
+  if [ ! -f "$d/bld/sqlite3.c" ]; then
+    echo "sqlite: making the amalgamation ..." >&2
+    (mkdir -p "$d/bld" && cd "$d/bld" && ../configure -q >/dev/null && make -s sqlite3.c shell.c >/dev/null 2>&1)
+  fi
+  [ -x "$out/sqlite-$1" ] || ${cc_flags[$1]} -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
+    -I"$d/bld" "$d/bld/sqlite3.c" "$d/bld/shell.c" -o "$out/sqlite-$1" -lm
+}
+build_lua() {
+  local d
+  d=$(fetch lua5.4 'lua5.4-*')
+  [ -x "$out/lua-$1" ] || ${cc_flags[$1]} -DLUA_USE_LINUX -I"$d/src" \
+    $(ls "$d"/src/*.c | grep -v luac.c) -o "$out/lua-$1" -lm -ldl
+}
+build_zstd() {
+  local d
+  d=$(fetch libzstd 'libzstd-*')
+  if [ ! -x "$out/zstd-$1" ]; then
+    rm -rf "$out/zstd-build-$1" && cp -r "$d" "$out/zstd-build-$1"
+    # shellcheck disable=SC2086
+    set -- $1 ${cc_flags[$1]}
+    local b=$1 cc=$2; shift 2
+    make -s -C "$out/zstd-build-$b/programs" zstd CC="$cc" CFLAGS="$*" MOREFLAGS="$*" \
+      HAVE_ZLIB=0 HAVE_LZMA=0 HAVE_LZ4=0 >/dev/null 2>&1
+    cp "$out/zstd-build-$b/programs/zstd" "$out/zstd-$b"
+  fi
+}
+
+# --- workloads ---
+sql="CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
+WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i<100000)
+INSERT INTO t(b,c) SELECT printf('%08x-%d', (i*2654435761)%4294967296, i), i*1.5 FROM s;
+CREATE INDEX ib ON t(b); SELECT count(*), sum(c) FROM t WHERE b LIKE 'a%';"
+cat > "$out/binarytrees.lua" <<'EOF'
+-- The Computer Language Benchmarks Game's binary-trees, as Lua's own test suite has it.
+local function BottomUpTree(depth)
+  if depth > 0 then depth = depth - 1
+    return { BottomUpTree(depth), BottomUpTree(depth) }
+  else return {} end
+end
+local function ItemCheck(tree)
+  if tree[1] then return 1 + ItemCheck(tree[1]) + ItemCheck(tree[2]) else return 1 end
+end
+local N = tonumber(arg and arg[1]) or 14
+local maxdepth = math.max(6, N)
+local check = 0
+for depth = 4, maxdepth, 2 do
+  local iterations = 2 ^ (maxdepth - depth + 4)
+  for _ = 1, iterations do check = check + ItemCheck(BottomUpTree(depth)) end
+end
+print(check)
+EOF
+if [ ! -f "$out/zstd-input" ]; then
+  tar cf - /usr/include /usr/share/doc 2>/dev/null | head -c 20000000 > "$out/zstd-input"
+fi
+workload() { # workload PROGRAM BUILD: the command line
+  case $1 in
+    sqlite) echo "$out/sqlite-$2 :memory:" ;;
+    lua) echo "$out/lua-$2 $out/binarytrees.lua 14" ;;
+    zstd) echo "$out/zstd-$2 -q -9 -T4 -f $out/zstd-input -o $out/zstd-output-$2.zst" ;;
+  esac
+}
+stdin_of() { if [ "$1" = sqlite ]; then echo "$sql"; else echo; fi; }
+
+# timed NAME CMD...: runs CMD (stdin: the workload's), appends wall and CPU seconds (user+system of
+# the whole process tree) to samples.
+declare -A wall cpu events bytes
+timed() {
+  local name=$1 prog=$2; shift 2
+  local t
+  t=$( { TIMEFORMAT='%R %U %S'; time (stdin_of "$prog" | "$@" >/dev/null 2>&1); } 2>&1 | tail -1)
+  wall[$name]+="$(echo "$t" | awk '{print $1}') "
+  cpu[$name]+="$(echo "$t" | awk '{print $2 + $3}') "
+}
+
+IFS=, read -r -a programs <<< "$PROGRAMS"
+for p in "${programs[@]}"; do
+  for b in plain "${builds[@]}"; do
+    echo "building $p ($b) ..." >&2
+    "build_$p" "$b"
+  done
+done
+
+have_uftrace=$(command -v uftrace >/dev/null && echo 1 || true)
+for round in $(seq "$RUNS"); do
+  echo "round $round/$RUNS ..." >&2
+  for p in "${programs[@]}"; do
+    # shellcheck disable=SC2046
+    timed "$p/plain" "$p" $(workload "$p" plain)
+    for b in "${builds[@]}"; do
+      # shellcheck disable=SC2046
+      timed "$p/$b/ft" "$p" "$ft" record -o "$out/$p-$b.data" -- $(workload "$p" "$b")
+      if [ -n "$have_uftrace" ] && [ "$b" != xray ]; then
+        patch=(); [ "$b" = nop ] && patch=(-P .)
+        # shellcheck disable=SC2046
+        timed "$p/$b/uf" "$p" uftrace record --no-libcall "${patch[@]}" -d "$out/$p-$b.uftrace" \
+          $(workload "$p" "$b")
+      fi
+    done
+  done
+done
+
+echo
+echo "median of $RUNS rounds, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
+printf '%-8s %-7s %12s %16s %10s %10s %14s %14s %12s\n' program build calls "ft ns/call wall" "ft cpu" \
+  "B/event" "uftrace wall" "uftrace cpu" "uf/ft (cpu)"
+for p in "${programs[@]}"; do
+  base_w=$(printf '%s\n' ${wall[$p/plain]} | median)
+  base_c=$(printf '%s\n' ${cpu[$p/plain]} | median)
+  for b in "${builds[@]}"; do
+    info=$("$ft" info --json -i "$out/$p-$b.data" 2>/dev/null)
+    n=$(echo "$info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(t["entries"] for t in d["threads"]))')
+    bpe=$(echo "$info" | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["bytes_per_event"])')
+    per() { echo "scale=1; ($(printf '%s\n' $1 | median) - $2) * 1000000000 / $n" | bc; }
+    fw=$(per "${wall[$p/$b/ft]}" "$base_w")
+    fc=$(per "${cpu[$p/$b/ft]}" "$base_c")
+    uw=-; uc=-; ratio=-
+    if [ -n "${cpu[$p/$b/uf]:-}" ]; then
+      uw=$(per "${wall[$p/$b/uf]}" "$base_w")
+      uc=$(per "${cpu[$p/$b/uf]}" "$base_c")
+      ratio=$(echo "scale=2; $uc / $fc" | bc)x
+    fi
+    printf '%-8s %-7s %12s %16s %10s %10s %14s %14s %12s\n' "$p" "$b" "$n" "$fw" "$fc" "$bpe" "$uw" "$uc" "$ratio"
+  done
+done

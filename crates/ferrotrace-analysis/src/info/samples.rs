@@ -1,0 +1,54 @@
+//! `info` of samples.
+
+use std::fmt::Write as _;
+
+use crate::reader::{CallGraph, SamplerKind};
+use crate::samples::{thread_label, SampleSet};
+
+/// The `info` lines of a trace's samples.
+pub fn info_text(set: &SampleSet) -> String {
+    let mut o = String::new();
+    let call_graph = match set.call_graph {
+        CallGraph::None => "no",
+        CallGraph::FramePointers => "frame-pointer",
+        CallGraph::Dwarf => "DWARF",
+    };
+    let timer = if set.events.iter().any(|e| e.kind == SamplerKind::CpuClock) {
+        format!(" at {} Hz", set.frequency)
+    } else {
+        String::new()
+    };
+    let _ = writeln!(o, "samples      : {call_graph} stacks{timer}");
+    let _ = writeln!(
+        o,
+        "samplers     : {}",
+        set.events
+            .iter()
+            .map(|e| e.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let _ = writeln!(
+        o,
+        "sampled      : {} samples, {} lost, {} unwind errors",
+        set.samples.len(),
+        set.lost,
+        set.unwind_errors
+    );
+    for t in &set.threads {
+        let n = set.samples.iter().filter(|s| s.tid == t.tid).count();
+        if n > 0 {
+            let _ = writeln!(
+                o,
+                "  {:>8}  {:<16} {:>10} samples",
+                t.tid,
+                thread_label(&t.name, t.tid),
+                n
+            );
+        }
+    }
+    for m in &set.unreadable_modules {
+        let _ = writeln!(o, "not named    : {m}");
+    }
+    o
+}

@@ -1,0 +1,695 @@
+//! Indexing and integrity: one pass over the file that checks every chunk (length, CRC, numbering,
+//! nothing after End, End's counts), keeps the metadata and an index of the Events chunks, and stops
+//! cleanly at a truncated or corrupt chunk.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::io::{self, BufReader, Read};
+use std::path::Path;
+
+use ferrotrace_core::clock::{ClockPair, TscConverter};
+use ferrotrace_core::codec::{DecodeError, FieldReader};
+use ferrotrace_core::format::{
+    parse_file_header, ChunkHeader, ChunkKind, HeaderError, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
+    MAX_CHUNK_PAYLOAD, VERSION_MAJOR,
+};
+use ferrotrace_core::schema::{self, Payload};
+
+use super::{
+    CallGraph, ChunkRef, Function, Module, ReadError, Sampler, Session, Trace, Truncation,
+};
+
+/// Opens and indexes the trace at `path` ([`Trace::open`]).
+pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
+    let path = path.to_path_buf();
+    let io_err = |e| ReadError::Io(path.clone(), e);
+    let file = File::open(&path).map_err(io_err)?;
+    let file_len = file.metadata().map_err(io_err)?.len();
+    let mut r = BufReader::with_capacity(1 << 20, file.try_clone().map_err(io_err)?);
+    let mut header = [0u8; FILE_HEADER_LEN];
+    let got = read_up_to(&mut r, &mut header).map_err(io_err)?;
+    let version = parse_file_header(&header[..got]).map_err(|e| {
+        ReadError::Format(
+            path.clone(),
+            match e {
+                HeaderError::Short => {
+                    format!("only {got} bytes: too short to be a ferrotrace trace")
+                }
+                HeaderError::NotATrace => "not a ferrotrace trace (bad magic)".into(),
+                HeaderError::UnsupportedVersion(a, b) => format!(
+                    "trace format version {a}.{b} is not supported by this ferrotrace (it reads \
+                     {VERSION_MAJOR}.x){}",
+                    if a < VERSION_MAJOR {
+                        ": it was written by an older ferrotrace; read it with that version, or \
+                         record it again"
+                    } else {
+                        ": upgrade ferrotrace to read it"
+                    }
+                ),
+            },
+        )
+    })?;
+    let mut t = Trace {
+        path: path.clone(),
+        file,
+        file_len,
+        valid_len: FILE_HEADER_LEN as u64,
+        version,
+        session: Session::default(),
+        clocks: Vec::new(),
+        modules: Vec::new(),
+        functions: HashMap::new(),
+        threads: BTreeMap::new(),
+        tracepoints: HashMap::new(),
+        end: None,
+        salvage: None,
+        running: None,
+        next_chunk_seq: 0,
+        truncation: None,
+        unknown_chunks: 0,
+        problems: Vec::new(),
+        call_graph: CallGraph::None,
+        sample_frequency: 0,
+        samplers: Vec::new(),
+        stacks: Vec::new(),
+        skipped_chunks: 0,
+        converter: TscConverter::new(ClockPair::default(), ClockPair::default()),
+    };
+    t.session.mode = None;
+    let mut offset = FILE_HEADER_LEN as u64;
+    let mut payload = Vec::new();
+    let mut next_seq = 0u32;
+    let mut after_end = 0u64;
+    loop {
+        if offset == file_len {
+            break;
+        }
+        let mut hb = [0u8; CHUNK_HEADER_LEN];
+        let got = read_up_to(&mut r, &mut hb).map_err(io_err)?;
+        if got < CHUNK_HEADER_LEN {
+            t.truncation = Some(Truncation {
+                offset,
+                reason: format!("chunk header cut short ({got} of 12 bytes)"),
+            });
+            break;
+        }
+        let h = ChunkHeader::decode(&hb);
+        if h.len > MAX_CHUNK_PAYLOAD {
+            t.truncation = Some(Truncation {
+                offset,
+                reason: format!("implausible chunk length {}", h.len),
+            });
+            break;
+        }
+        payload.resize(h.len as usize, 0);
+        let got = read_up_to(&mut r, &mut payload).map_err(io_err)?;
+        if got < h.len as usize {
+            t.truncation = Some(Truncation {
+                offset,
+                reason: format!("chunk of {} bytes cut short after {got}", h.len),
+            });
+            break;
+        }
+        if !h.verify(&payload) {
+            t.truncation = Some(Truncation {
+                offset,
+                reason: "checksum mismatch".into(),
+            });
+            break;
+        }
+        let payload_offset = offset + CHUNK_HEADER_LEN as u64;
+        offset = payload_offset + h.len as u64;
+        t.valid_len = offset;
+        // Every chunk is numbered: a gap is a chunk that was lost, a repeat or a step back one
+        // that was copied or moved. Either way the results would not be what was recorded.
+        if h.seq != next_seq {
+            if h.seq > next_seq {
+                t.problems.push(format!(
+                    "chunks {next_seq}..{} are missing (before byte {})",
+                    h.seq - 1,
+                    payload_offset - CHUNK_HEADER_LEN as u64
+                ));
+            } else {
+                t.problems.push(format!(
+                    "chunk {} at byte {} repeats or is out of place (expected chunk {next_seq}): skipped",
+                    h.seq,
+                    payload_offset - CHUNK_HEADER_LEN as u64
+                ));
+                continue;
+            }
+        }
+        next_seq = h.seq.wrapping_add(1);
+        if t.end.is_some() {
+            after_end += 1;
+            continue;
+        }
+        if let Err(e) = t.index_chunk(h.kind, h.seq, &payload, payload_offset) {
+            t.truncation = Some(Truncation {
+                offset: payload_offset - CHUNK_HEADER_LEN as u64,
+                reason: format!("malformed chunk: {e}"),
+            });
+            t.valid_len = payload_offset - CHUNK_HEADER_LEN as u64;
+            next_seq = h.seq;
+            break;
+        }
+    }
+    t.next_chunk_seq = next_seq;
+    if after_end > 0 {
+        t.problems.push(format!(
+            "{after_end} chunks follow the End chunk (appended later?): ignored"
+        ));
+    }
+    t.check_threads();
+    t.converter = match (t.clocks.first(), t.clocks.last()) {
+        (Some(&a), Some(&b)) if b.tsc > a.tsc && b.mono_ns > a.mono_ns + 1_000_000 => {
+            TscConverter::new(a, b)
+        }
+        (Some(&a), _) => TscConverter::from_hz(a, t.session.tsc_hz),
+        _ => TscConverter::from_hz(ClockPair::default(), t.session.tsc_hz),
+    };
+    if t.clocks.is_empty() && t.truncation.is_none() {
+        return Err(ReadError::Format(
+            path,
+            "no clock calibration in the trace".into(),
+        ));
+    }
+    Ok(t)
+}
+
+impl Trace {
+    fn index_chunk(
+        &mut self,
+        kind: u32,
+        seq: u32,
+        p: &[u8],
+        offset: u64,
+    ) -> Result<(), DecodeError> {
+        let mut f = FieldReader::new(p);
+        match ChunkKind::from_u32(kind) {
+            Some(ChunkKind::Session) => {
+                let s = schema::Session::decode(&mut f)?;
+                self.session = Session {
+                    pid: s.pid,
+                    ppid: s.ppid,
+                    exe: s.exe.to_string(),
+                    args: s
+                        .cmdline
+                        .split(|&b| b == 0)
+                        .map(|a| String::from_utf8_lossy(a).into_owned())
+                        .collect(),
+                    start_realtime_ns: s.start_realtime_ns,
+                    version: s.version.to_string(),
+                    mode: Some(s.mode),
+                    tsc_hz: s.tick_hz,
+                    sources: s.sources,
+                    alloc_sample: s.alloc_sample,
+                };
+            }
+            Some(ChunkKind::Clock) => {
+                let c = schema::ClockSample::decode(&mut f)?;
+                self.clocks.push(ClockPair {
+                    tsc: c.ticks,
+                    mono_ns: c.monotonic_ns,
+                });
+            }
+            Some(ChunkKind::Module) => {
+                let m = schema::Module::decode(&mut f)?;
+                self.modules.push(Module {
+                    id: m.id,
+                    bias: m.bias,
+                    size: m.size,
+                    path: m.path.to_string(),
+                    build_id: m.build_id.to_vec(),
+                });
+            }
+            Some(ChunkKind::Functions) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                for _ in 0..n {
+                    let fun = schema::Function::decode(&mut f)?;
+                    self.functions.insert(
+                        fun.id,
+                        Function::new(
+                            fun.id,
+                            fun.module,
+                            fun.address,
+                            fun.size,
+                            fun.name.to_string(),
+                        ),
+                    );
+                }
+            }
+            Some(ChunkKind::Thread) => {
+                let th = schema::Thread::decode(&mut f)?;
+                let t = self.threads.entry(th.tid).or_default();
+                t.tid = th.tid;
+                t.name = th.name.to_string();
+                if th.pid != 0 {
+                    t.pid = th.pid;
+                }
+            }
+            Some(ChunkKind::Events) => {
+                let h = schema::EventsHeader::decode(&mut f)?;
+                let th = self.threads.entry(h.tid).or_default();
+                th.tid = h.tid;
+                th.events = th.events.saturating_add(h.count);
+                th.chunks.push(ChunkRef {
+                    offset,
+                    len: p.len() as u32,
+                    seq: h.seq,
+                    count: h.count,
+                });
+            }
+            Some(ChunkKind::Tracepoints) => {
+                for d in crate::tracepoints::parse_chunk(&mut f)? {
+                    self.tracepoints.insert(d.id, d);
+                }
+            }
+            Some(ChunkKind::End) => {
+                let end = schema::End::decode(&mut f)?;
+                if end.chunks != seq {
+                    self.problems.push(format!(
+                        "the End chunk counts {} chunks before it, the file holds {seq}",
+                        end.chunks
+                    ));
+                }
+                self.end = Some(end);
+            }
+            Some(ChunkKind::Samplers) => {
+                let h = schema::SamplersHeader::decode(&mut f)?;
+                self.call_graph = h.call_graph;
+                self.sample_frequency = h.frequency;
+                for _ in 0..h.count {
+                    let s = schema::Sampler::decode(&mut f)?;
+                    self.samplers.push(Sampler {
+                        kind: s.kind,
+                        spelling: s.spelling.to_string(),
+                    });
+                }
+            }
+            Some(ChunkKind::Stacks) => {
+                let h = schema::StacksHeader::decode(&mut f)?;
+                if h.first_id as usize != self.stacks.len() {
+                    return Err(DecodeError::BadValue);
+                }
+                for _ in 0..h.count {
+                    let node = schema::StackNode::decode(&mut f)?;
+                    // A parent always precedes its children: no cycles, and a reader that meets a
+                    // node knows its whole stack.
+                    if node.parent.is_some_and(|p| p as usize >= self.stacks.len()) {
+                        return Err(DecodeError::BadValue);
+                    }
+                    self.stacks.push(node);
+                }
+            }
+            Some(ChunkKind::Salvage) => self.salvage = Some(schema::Salvage::decode(&mut f)?),
+            Some(ChunkKind::RunningAtStart) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                let mut running = HashMap::new();
+                for _ in 0..n {
+                    let r = schema::RunningAtStart::decode(&mut f)?;
+                    running.insert(r.tid, r.functions.iter().collect());
+                }
+                self.running = Some(running);
+            }
+            None => self.unknown_chunks += 1,
+        }
+        Ok(())
+    }
+
+    /// Checks each thread's chunk numbers (0, 1, 2, ... without gaps or repeats) and the End chunk's
+    /// count of events against what was read; repeats are dropped from the index.
+    fn check_threads(&mut self) {
+        let mut read_events = 0u64;
+        for th in self.threads.values_mut() {
+            if th.pid == 0 {
+                th.pid = self.session.pid;
+            }
+            th.chunks.sort_by_key(|c| c.seq);
+            let before = th.chunks.len();
+            th.chunks.dedup_by_key(|c| c.seq);
+            let repeats = before - th.chunks.len();
+            if repeats > 0 {
+                self.skipped_chunks += repeats as u64;
+                self.problems.push(format!(
+                    "thread {}: {repeats} events chunks repeat a chunk number: skipped",
+                    th.tid
+                ));
+                th.events = th.chunks.iter().map(|c| c.count).sum();
+            }
+            let numbered: Vec<u32> = th
+                .chunks
+                .iter()
+                .map(|c| c.seq)
+                .filter(|&s| s != schema::LOST_ONLY_SEQ)
+                .collect();
+            let flight = self.session.mode == Some(schema::Mode::Flight);
+            // A flight ring keeps the newest chunks: its numbers may start anywhere, but not skip.
+            let first = if flight {
+                numbered.first().copied().unwrap_or(0)
+            } else {
+                0
+            };
+            let missing: u64 = numbered
+                .iter()
+                .zip(first..)
+                .map(|(&got, want)| got != want)
+                .filter(|&d| d)
+                .count() as u64;
+            if missing > 0 {
+                self.problems.push(format!(
+                    "thread {}: its events chunks are numbered {}..={} but {} of them are missing",
+                    th.tid,
+                    first,
+                    numbered.last().copied().unwrap_or(0),
+                    numbered.last().copied().unwrap_or(0) as u64 + 1
+                        - first as u64
+                        - numbered.len() as u64
+                ));
+            }
+            read_events = read_events.saturating_add(th.events);
+        }
+        if let Some(end) = &self.end {
+            let expected = end.events.saturating_sub(end.dropped_events);
+            if read_events != expected {
+                self.problems.push(format!(
+                    "the End chunk counts {expected} events, the file holds {read_events}"
+                ));
+            }
+        }
+    }
+}
+
+fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match r.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::format::file_header;
+    use ferrotrace_core::record::EventKind;
+    use ferrotrace_core::schema::{source, Mode};
+
+    /// Events of the one thread: three full Events chunks (4,096 each) and one of 10.
+    const EVENTS: u64 = 3 * 4096 + 10;
+    const EVENTS_KIND: u32 = ChunkKind::Events as u32;
+
+    /// One chunk of a trace file as written.
+    #[derive(Clone)]
+    struct Chunk {
+        kind: u32,
+        seq: u32,
+        payload: Vec<u8>,
+    }
+
+    /// A whole trace of thread 7 calling `t::f` over and over, through the builder.
+    fn whole() -> Vec<u8> {
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+        b.function(1, 0x1000, 16, "t::f").unwrap();
+        b.thread(7, "main").unwrap();
+        for i in 0..EVENTS {
+            let kind = if i % 2 == 0 {
+                EventKind::Entry
+            } else {
+                EventKind::Exit
+            };
+            b.event(7, 1_000 + 10 * i, kind, 1).unwrap();
+        }
+        b.finish().unwrap()
+    }
+
+    fn split(bytes: &[u8]) -> Vec<Chunk> {
+        let mut chunks = Vec::new();
+        let mut at = FILE_HEADER_LEN;
+        while at < bytes.len() {
+            let h = ChunkHeader::decode(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+            let start = at + CHUNK_HEADER_LEN;
+            chunks.push(Chunk {
+                kind: h.kind,
+                seq: h.seq,
+                payload: bytes[start..start + h.len as usize].to_vec(),
+            });
+            at = start + h.len as usize;
+        }
+        chunks
+    }
+
+    /// The file of `chunks`, each with a header (and CRC) for its number.
+    fn join(chunks: &[Chunk]) -> Vec<u8> {
+        let mut out = file_header().to_vec();
+        for c in chunks {
+            let kind = ChunkKind::from_u32(c.kind).unwrap();
+            out.extend(ChunkHeader::for_payload(kind, c.seq, &c.payload).encode());
+            out.extend(&c.payload);
+        }
+        out
+    }
+
+    /// Numbers `chunks` 0, 1, 2, ... again (what a writer that lost or copied one would have done).
+    fn renumber(chunks: &mut [Chunk]) {
+        for (i, c) in chunks.iter_mut().enumerate() {
+            c.seq = i as u32;
+        }
+    }
+
+    /// Byte offset of chunk `i` of the file `chunks` makes.
+    fn offset_of(chunks: &[Chunk], i: usize) -> u64 {
+        (FILE_HEADER_LEN
+            + chunks[..i]
+                .iter()
+                .map(|c| CHUNK_HEADER_LEN + c.payload.len())
+                .sum::<usize>()) as u64
+    }
+
+    /// Indices of the Events chunks.
+    fn events_chunks(chunks: &[Chunk]) -> Vec<usize> {
+        (0..chunks.len())
+            .filter(|&i| chunks[i].kind == EVENTS_KIND)
+            .collect()
+    }
+
+    fn open_bytes(name: &str, bytes: &[u8]) -> Trace {
+        let path = std::env::temp_dir().join(format!(
+            "ft-reader-index-{}-{name}.data",
+            std::process::id()
+        ));
+        std::fs::write(&path, bytes).unwrap();
+        let t = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    #[test]
+    fn a_whole_trace_has_no_problems() {
+        let bytes = whole();
+        let chunks = split(&bytes);
+        assert_eq!(events_chunks(&chunks).len(), 4);
+        let t = open_bytes("whole", &bytes);
+        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(t.truncation, None);
+        assert!(t.end.is_some());
+        assert_eq!(t.event_count(), EVENTS);
+        assert_eq!(t.valid_len, bytes.len() as u64);
+        assert_eq!(t.next_chunk_seq, chunks.len() as u32);
+    }
+
+    #[test]
+    fn a_missing_chunk_is_a_gap() {
+        let mut chunks = split(&whole());
+        let i = events_chunks(&chunks)[1];
+        let seq = chunks[i].seq;
+        chunks.remove(i);
+        let t = open_bytes("missing", &join(&chunks));
+        assert_eq!(
+            t.problems[0],
+            format!(
+                "chunks {seq}..{seq} are missing (before byte {})",
+                offset_of(&chunks, i)
+            )
+        );
+        assert!(t.problems.contains(&format!(
+            "the End chunk counts {EVENTS} events, the file holds {}",
+            EVENTS - 4096
+        )));
+        assert_eq!(t.truncation, None);
+        assert_eq!(t.event_count(), EVENTS - 4096);
+    }
+
+    #[test]
+    fn a_repeated_chunk_is_skipped() {
+        let mut chunks = split(&whole());
+        let i = events_chunks(&chunks)[1];
+        chunks.insert(i + 1, chunks[i].clone());
+        let seq = chunks[i].seq;
+        let t = open_bytes("repeated", &join(&chunks));
+        assert_eq!(
+            t.problems,
+            vec![format!(
+                "chunk {seq} at byte {} repeats or is out of place (expected chunk {}): skipped",
+                offset_of(&chunks, i + 1),
+                seq + 1
+            )]
+        );
+        assert_eq!(t.event_count(), EVENTS);
+        assert!(t.end.is_some());
+    }
+
+    #[test]
+    fn chunks_out_of_order_are_a_gap_then_a_step_back() {
+        let mut chunks = split(&whole());
+        let e = events_chunks(&chunks);
+        let (a, b) = (e[1], e[2]);
+        assert_eq!(b, a + 1);
+        chunks.swap(a, b);
+        let seq = chunks[b].seq;
+        let t = open_bytes("swapped", &join(&chunks));
+        assert_eq!(
+            t.problems[..2],
+            [
+                format!(
+                    "chunks {seq}..{seq} are missing (before byte {})",
+                    offset_of(&chunks, a)
+                ),
+                format!(
+                    "chunk {seq} at byte {} repeats or is out of place (expected chunk {}): skipped",
+                    offset_of(&chunks, b),
+                    seq + 2
+                ),
+            ]
+        );
+        // The step back is skipped: its thread misses that chunk's events.
+        assert_eq!(t.event_count(), EVENTS - 4096);
+    }
+
+    #[test]
+    fn chunks_after_the_end_are_ignored() {
+        let mut chunks = split(&whole());
+        let i = events_chunks(&chunks)[0];
+        let mut extra = chunks[i].clone();
+        extra.seq = chunks.len() as u32;
+        chunks.push(extra);
+        let t = open_bytes("after-end", &join(&chunks));
+        assert_eq!(
+            t.problems,
+            vec!["1 chunks follow the End chunk (appended later?): ignored".to_string()]
+        );
+        assert_eq!(t.event_count(), EVENTS);
+        assert_eq!(t.next_chunk_seq, chunks.len() as u32);
+    }
+
+    #[test]
+    fn an_end_that_counts_otherwise_and_a_thread_gap_are_problems() {
+        // A chunk lost and the rest numbered again: the file's numbering has no gap, but End's counts
+        // and the thread's own numbering tell.
+        let mut chunks = split(&whole());
+        let i = events_chunks(&chunks)[1];
+        chunks.remove(i);
+        renumber(&mut chunks);
+        let t = open_bytes("end-counts", &join(&chunks));
+        let end_seq = chunks.len() as u32 - 1;
+        assert_eq!(
+            t.problems,
+            vec![
+                format!(
+                    "the End chunk counts {} chunks before it, the file holds {end_seq}",
+                    end_seq + 1
+                ),
+                "thread 7: its events chunks are numbered 0..=3 but 1 of them are missing"
+                    .to_string(),
+                format!(
+                    "the End chunk counts {EVENTS} events, the file holds {}",
+                    EVENTS - 4096
+                ),
+            ]
+        );
+        assert!(t.running_at_start().is_none());
+    }
+
+    #[test]
+    fn a_thread_chunk_number_repeated_is_skipped() {
+        let mut chunks = split(&whole());
+        let i = events_chunks(&chunks)[1];
+        chunks.insert(i + 1, chunks[i].clone());
+        renumber(&mut chunks);
+        let t = open_bytes("thread-repeat", &join(&chunks));
+        let end_seq = chunks.len() as u32 - 1;
+        assert_eq!(
+            t.problems,
+            vec![
+                format!(
+                    "the End chunk counts {} chunks before it, the file holds {end_seq}",
+                    end_seq - 1
+                ),
+                "thread 7: 1 events chunks repeat a chunk number: skipped".to_string(),
+            ]
+        );
+        assert_eq!(t.event_count(), EVENTS);
+        assert_eq!(t.threads[&7].chunks.len(), 4);
+    }
+
+    #[test]
+    fn a_damaged_chunk_ends_the_readable_prefix() {
+        let bytes = whole();
+        let chunks = split(&bytes);
+        let i = events_chunks(&chunks)[1];
+        let at = offset_of(&chunks, i);
+        let mut damaged = bytes.clone();
+        damaged[at as usize + CHUNK_HEADER_LEN + 5] ^= 0x40;
+        let t = open_bytes("crc", &damaged);
+        assert_eq!(
+            t.truncation,
+            Some(Truncation {
+                offset: at,
+                reason: "checksum mismatch".into()
+            })
+        );
+        assert_eq!(t.valid_len, at);
+        assert_eq!(t.next_chunk_seq, chunks[i].seq);
+        assert!(t.end.is_none());
+        assert_eq!(t.event_count(), 4096);
+        assert_eq!(t.problems, Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_trace_cut_at_a_chunk_boundary_is_a_clean_prefix() {
+        let bytes = whole();
+        let chunks = split(&bytes);
+        let end = chunks.len() - 1;
+        let at = offset_of(&chunks, end) as usize;
+        let t = open_bytes("cut-boundary", &bytes[..at]);
+        assert_eq!(t.truncation, None);
+        assert!(t.end.is_none());
+        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(t.valid_len, at as u64);
+        assert_eq!(t.next_chunk_seq, end as u32);
+        assert_eq!(t.event_count(), EVENTS);
+        // No End chunk: the writer's list of running functions is not trusted.
+        assert!(t.running_at_start().is_none());
+
+        let t = open_bytes("cut-header", &bytes[..at + 5]);
+        let cut = t.truncation.expect("cut inside a header");
+        assert_eq!(cut.offset, at as u64);
+        assert!(cut.reason.starts_with("chunk header cut short (5 of"));
+        assert_eq!(t.valid_len, at as u64);
+
+        let len = chunks[end].payload.len();
+        let t = open_bytes("cut-payload", &bytes[..at + CHUNK_HEADER_LEN + 3]);
+        assert_eq!(
+            t.truncation,
+            Some(Truncation {
+                offset: at as u64,
+                reason: format!("chunk of {len} bytes cut short after 3")
+            })
+        );
+    }
+}

@@ -1,0 +1,153 @@
+//! The streaming trace reader: [`Trace`] and its public API.
+//!
+//! Three rooms: [`model`] (what a trace holds and its events), `index` (the one pass that indexes
+//! the chunks and checks the file's integrity) and [`stream`] (events per thread or merged in time
+//! order, one decoded chunk per thread in memory).
+
+mod index;
+pub mod model;
+pub mod stream;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use ferrotrace_core::clock::{ClockPair, TscConverter};
+use ferrotrace_core::schema;
+
+pub use model::{
+    demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
+    Sampler, SamplerKind, Session, StackNode, Thread, Truncation,
+};
+pub use stream::{MergedEvents, ThreadEvents};
+
+/// An opened trace: metadata and the index of event chunks.
+#[derive(Debug)]
+pub struct Trace {
+    path: PathBuf,
+    /// One descriptor for every event stream (positional reads), however many threads there are.
+    file: File,
+    /// File size in bytes.
+    pub file_len: u64,
+    /// Bytes that were read and verified.
+    pub valid_len: u64,
+    /// `(major, minor)` format version.
+    pub version: (u16, u16),
+    /// Process metadata.
+    pub session: Session,
+    /// Calibration pairs in file order.
+    pub clocks: Vec<ClockPair>,
+    /// Loaded objects.
+    pub modules: Vec<Module>,
+    /// Traced functions by id.
+    pub functions: HashMap<u32, Function>,
+    /// Threads by tid.
+    pub threads: BTreeMap<u32, Thread>,
+    /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
+    pub tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
+    /// Present when the trace was ended properly.
+    pub end: Option<End>,
+    /// Present when the process died without an End chunk and `ferrotrace record` appended what it had
+    /// not written (recovered from the chunk pool it shared with record).
+    pub salvage: Option<schema::Salvage>,
+    /// The RunningAtStart chunk: per thread, the functions already running when its tracing began.
+    running: Option<HashMap<u32, Vec<u32>>>,
+    /// The number the next chunk appended to the readable prefix must carry (chunks are numbered).
+    pub next_chunk_seq: u32,
+    /// Set when reading stopped early.
+    pub truncation: Option<Truncation>,
+    /// Chunks of kinds this reader does not know (skipped).
+    pub unknown_chunks: u64,
+    /// What is wrong with the trace besides a cut-short tail: chunks missing, duplicated, out of
+    /// place, after the end, or an End chunk that disagrees with what was read. Commands print these
+    /// as warnings: the results are not what was recorded.
+    pub problems: Vec<String>,
+    /// How the stacks of samples were taken (from the Samplers chunk).
+    pub call_graph: CallGraph,
+    /// Timer frequency of the samplers, Hz (0 without a timer).
+    pub sample_frequency: u32,
+    /// The samplers; Sample events refer to them by index.
+    pub samplers: Vec<Sampler>,
+    /// The interned stacks of samples and allocations, by id.
+    pub stacks: Vec<StackNode>,
+    /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
+    skipped_chunks: u64,
+    converter: TscConverter,
+}
+
+impl Trace {
+    /// Opens and indexes a trace. A truncated or corrupt tail is not an error: reading stops there and
+    /// [`Trace::truncation`] says where and why.
+    pub fn open(path: impl AsRef<Path>) -> Result<Trace, ReadError> {
+        index::open(path.as_ref())
+    }
+
+    /// Per thread, the functions already running when its tracing began, outermost first, as the writer
+    /// saw them: only when that is what the file holds too (complete, nothing missing or dropped);
+    /// otherwise `None`, and a reader that needs them replays the threads to find them
+    /// ([`crate::callstack::initial_stacks`]).
+    pub fn running_at_start(&self) -> Option<&HashMap<u32, Vec<u32>>> {
+        let whole = self.end.is_some_and(|e| e.dropped_chunks == 0)
+            && self.truncation.is_none()
+            && self.problems.is_empty();
+        self.running.as_ref().filter(|_| whole)
+    }
+
+    /// True when the trace holds function entries and exits (from any instrumentation).
+    pub fn has_function_events(&self) -> bool {
+        const FUNCTION_SOURCES: u64 = schema::source::XRAY
+            | schema::source::MCOUNT
+            | schema::source::FENTRY
+            | schema::source::PATCHABLE_NOP
+            | schema::source::EMBEDDED;
+        !self.functions.is_empty() || self.session.sources & FUNCTION_SOURCES != 0
+    }
+
+    /// True when the trace's recorder says it recorded allocations (Alloc and Free events).
+    pub fn has_allocations(&self) -> bool {
+        self.session.sources & schema::source::ALLOCATIONS != 0
+    }
+
+    /// CLOCK_MONOTONIC at the trace's first Clock chunk (its start, for times shown relative to it);
+    /// 0 without one.
+    pub fn start_ns(&self) -> u64 {
+        self.clocks.first().map_or(0, |c| c.mono_ns)
+    }
+
+    /// The trace file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Converts a raw TSC value to CLOCK_MONOTONIC nanoseconds.
+    pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
+        self.converter.to_ns(tsc)
+    }
+
+    /// Length of `ticks` TSC ticks in nanoseconds.
+    pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
+        self.converter.ticks_to_ns(ticks)
+    }
+
+    /// Recording duration in nanoseconds (first to last calibration).
+    pub fn duration_ns(&self) -> u64 {
+        match (self.clocks.first(), self.clocks.last()) {
+            (Some(a), Some(b)) => b.mono_ns.saturating_sub(a.mono_ns),
+            _ => 0,
+        }
+    }
+
+    /// Events in all threads.
+    pub fn event_count(&self) -> u64 {
+        self.threads
+            .values()
+            .fold(0u64, |a, t| a.saturating_add(t.events))
+    }
+
+    /// The display name of function `id`, or `fn#id` when the table lacks it.
+    pub fn function_name(&self, id: u32) -> String {
+        self.functions
+            .get(&id)
+            .map_or_else(|| format!("fn#{id}"), |f| f.name().to_string())
+    }
+}

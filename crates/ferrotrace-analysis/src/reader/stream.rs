@@ -1,0 +1,285 @@
+//! Streaming events: one decoded chunk per thread in memory at a time, per thread
+//! ([`ThreadEvents`]) or merged across threads in time order ([`MergedEvents`]).
+
+use std::collections::BinaryHeap;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader};
+use ferrotrace_core::schema::{self, Payload};
+
+use super::{ChunkRef, Event, EventKind, EventRef, ReadError, Trace};
+
+fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
+    ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
+}
+
+impl Trace {
+    /// Streams the events of one thread in order.
+    pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
+        let chunks = self
+            .threads
+            .get(&tid)
+            .map(|t| t.chunks.clone())
+            .unwrap_or_default();
+        Ok(ThreadEvents {
+            trace: self,
+            tid,
+            chunks,
+            next_chunk: 0,
+            buf: Vec::new(),
+            events: Vec::new(),
+            pos: 0,
+        })
+    }
+
+    /// Streams the events of all threads merged in time order.
+    pub fn events(&self) -> Result<MergedEvents<'_>, ReadError> {
+        self.events_of(&self.threads.keys().copied().collect::<Vec<_>>())
+    }
+
+    /// Streams the events of the given threads merged in time order.
+    pub fn events_of(&self, tids: &[u32]) -> Result<MergedEvents<'_>, ReadError> {
+        let mut m = MergedEvents {
+            streams: Vec::new(),
+            heap: BinaryHeap::new(),
+            advance: None,
+            error: None,
+        };
+        for &tid in tids {
+            m.streams.push(self.thread_events(tid)?);
+        }
+        for s in 0..m.streams.len() {
+            m.push_current(s);
+        }
+        Ok(m)
+    }
+}
+
+/// A decoded event whose payload is a range of the chunk buffer.
+#[derive(Clone, Copy, Debug)]
+struct RawEvent {
+    tsc: u64,
+    id: u32,
+    kind: EventKind,
+    payload_start: u32,
+    payload_len: u32,
+    fields: EventFields,
+}
+
+/// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
+///
+/// Use it as an [`Iterator`] of owned [`Event`]s, or call [`ThreadEvents::next_ref`] for borrowed
+/// [`EventRef`]s without any per-event allocation.
+pub struct ThreadEvents<'a> {
+    trace: &'a Trace,
+    tid: u32,
+    chunks: Vec<ChunkRef>,
+    next_chunk: usize,
+    buf: Vec<u8>,
+    /// Offset of the event body in `buf`.
+    events: Vec<RawEvent>,
+    pos: usize,
+}
+
+impl ThreadEvents<'_> {
+    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+        let Some(c) = self.chunks.get(self.next_chunk).copied() else {
+            return Ok(false);
+        };
+        self.next_chunk += 1;
+        let path = &self.trace.path;
+        self.buf.resize(c.len as usize, 0);
+        self.trace
+            .file
+            .read_exact_at(&mut self.buf, c.offset)
+            .map_err(|e| ReadError::Io(path.clone(), e))?;
+        let mut f = FieldReader::new(&self.buf);
+        let head =
+            schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+        let (base, count) = (head.base_ticks, head.count);
+        self.events.clear();
+        self.pos = 0;
+        let body = f.rest();
+        let body_off = self.buf.len() - body.len();
+        let buf_start = self.buf.as_ptr() as usize;
+        // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
+        self.events
+            .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
+        for e in EventDecoder::new(body, base) {
+            let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+            let start = if e.payload.is_empty() {
+                body_off
+            } else {
+                e.payload.as_ptr() as usize - buf_start
+            };
+            self.events.push(RawEvent {
+                tsc: e.tsc,
+                id: e.id,
+                kind: e.kind,
+                payload_start: start as u32,
+                payload_len: e.payload.len() as u32,
+                fields: e.fields,
+            });
+        }
+        if self.events.len() as u64 != count {
+            return Err(ReadError::Corrupt(
+                path.clone(),
+                c.offset,
+                format!(
+                    "chunk announces {count} events but holds {}",
+                    self.events.len()
+                ),
+            ));
+        }
+        Ok(true)
+    }
+
+    /// Makes sure an event is available at `pos`; `Ok(false)` at the end.
+    fn fill(&mut self) -> Result<bool, ReadError> {
+        while self.pos >= self.events.len() {
+            match self.load_next_chunk() {
+                Ok(true) => {}
+                Ok(false) => return Ok(false),
+                Err(e) => {
+                    self.next_chunk = self.chunks.len();
+                    self.events.clear();
+                    self.pos = 0;
+                    return Err(e);
+                }
+            }
+        }
+        Ok(true)
+    }
+
+    fn event_at(&self, pos: usize) -> EventRef<'_> {
+        let r = self.events[pos];
+        let start = r.payload_start as usize;
+        EventRef {
+            tid: self.tid,
+            ts_ns: self.trace.converter.to_ns(r.tsc),
+            tsc: r.tsc,
+            kind: r.kind,
+            id: r.id,
+            payload: &self.buf[start..start + r.payload_len as usize],
+            fields: r.fields,
+        }
+    }
+
+    /// The next event, borrowed (no allocation). After an error the stream ends.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
+        match self.fill() {
+            Ok(true) => {}
+            Ok(false) => return None,
+            Err(e) => return Some(Err(e)),
+        }
+        self.pos += 1;
+        Some(Ok(self.event_at(self.pos - 1)))
+    }
+
+    /// The next event as `(tsc, kind, id)` only: the cheapest form, for aggregations that work in
+    /// TSC ticks and ignore payloads.
+    #[inline]
+    pub fn next_raw(&mut self) -> Option<Result<(u64, EventKind, u32), ReadError>> {
+        if self.pos >= self.events.len() {
+            match self.fill() {
+                Ok(true) => {}
+                Ok(false) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        }
+        let r = self.events[self.pos];
+        self.pos += 1;
+        Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
+    /// The next event as `(tsc, kind, id)` without consuming it; `Ok(None)` at the end. A read error
+    /// is returned once, then the stream ends.
+    #[inline]
+    pub(crate) fn peek_raw(&mut self) -> Result<Option<(u64, EventKind, u32)>, ReadError> {
+        if self.pos >= self.events.len() && !self.fill()? {
+            return Ok(None);
+        }
+        let r = self.events[self.pos];
+        Ok(Some((r.tsc, r.kind, r.id)))
+    }
+
+    /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
+    /// `Ok(Some(_))`.
+    pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
+        self.event_at(self.pos)
+    }
+
+    /// Consumes the event [`ThreadEvents::peek_raw`] returned.
+    #[inline]
+    pub(crate) fn bump(&mut self) {
+        self.pos += 1;
+    }
+
+    /// The thread this stream reads.
+    pub fn tid(&self) -> u32 {
+        self.tid
+    }
+}
+
+impl Iterator for ThreadEvents<'_> {
+    type Item = Result<Event, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_ref().map(|r| r.map(|e| e.to_event()))
+    }
+}
+
+/// Events of all threads in time order (a k-way merge of per-thread streams).
+///
+/// Iterate for owned [`Event`]s or call [`MergedEvents::next_ref`] for borrowed ones.
+pub struct MergedEvents<'a> {
+    streams: Vec<ThreadEvents<'a>>,
+    /// `(Reverse(tsc), Reverse(stream))` of each stream's current event.
+    heap: BinaryHeap<(std::cmp::Reverse<u64>, std::cmp::Reverse<usize>)>,
+    /// The stream whose current event was handed out last: advance it before the next pop.
+    advance: Option<usize>,
+    /// An error met while advancing, handed out next.
+    error: Option<ReadError>,
+}
+
+impl MergedEvents<'_> {
+    fn push_current(&mut self, s: usize) {
+        match self.streams[s].fill() {
+            Ok(true) => {
+                let st = &self.streams[s];
+                let tsc = st.events[st.pos].tsc;
+                self.heap
+                    .push((std::cmp::Reverse(tsc), std::cmp::Reverse(s)));
+            }
+            Ok(false) => {}
+            Err(e) => self.error = Some(e),
+        }
+    }
+
+    /// The next event in time order, borrowed (no allocation). Events with equal timestamps come in
+    /// thread-id order. A read error of one thread is returned once; the other threads go on.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
+        if let Some(s) = self.advance.take() {
+            self.streams[s].pos += 1;
+            self.push_current(s);
+        }
+        if let Some(e) = self.error.take() {
+            return Some(Err(e));
+        }
+        let (_, std::cmp::Reverse(s)) = self.heap.pop()?;
+        self.advance = Some(s);
+        let st = &self.streams[s];
+        Some(Ok(st.event_at(st.pos)))
+    }
+}
+
+impl Iterator for MergedEvents<'_> {
+    type Item = Result<Event, ReadError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        self.next_ref().map(|r| r.map(|e| e.to_event()))
+    }
+}

@@ -1,0 +1,69 @@
+//! `replay` of samples.
+
+use std::fmt::Write as _;
+
+use crate::samples::{Sample, SampleSet};
+
+/// `replay` of samples: each sample in time order with its thread, sampler and stack (leaf first),
+/// written to `out` as it goes; `max_depth` limits the frames shown per sample (0: all).
+pub fn replay_text(
+    set: &SampleSet,
+    max_depth: usize,
+    out: &mut dyn std::io::Write,
+) -> std::io::Result<()> {
+    let mut order: Vec<&Sample> = set.samples.iter().collect();
+    order.sort_by_key(|s| (s.time_ns, s.tid));
+    writeln!(
+        out,
+        "#  ELAPSED     TID  SAMPLER      WEIGHT  STACK (leaf first)"
+    )?;
+    for s in order {
+        let sampler = set.events.get(s.event as usize).map_or("?", |e| &e.name);
+        let weight = if set
+            .events
+            .get(s.event as usize)
+            .is_some_and(|e| e.kind.weighs_time())
+        {
+            crate::info::fmt_ns(s.weight)
+        } else {
+            s.weight.to_string()
+        };
+        writeln!(
+            out,
+            "{:>10} {:>7}  {:<12} {:>7}  {}",
+            crate::info::fmt_ns(s.time_ns.saturating_sub(set.start_monotonic_ns)),
+            s.tid,
+            sampler,
+            weight,
+            stack_line(set, s.stack, max_depth)
+        )?;
+    }
+    Ok(())
+}
+
+fn stack_line(set: &SampleSet, stack: Option<u32>, max_depth: usize) -> String {
+    let frames = set.stack_frames(stack);
+    if frames.is_empty() {
+        return "[no stack]".into();
+    }
+    let n = if max_depth == 0 {
+        frames.len()
+    } else {
+        max_depth.min(frames.len())
+    };
+    let mut s = frames[..n]
+        .iter()
+        .map(|f| {
+            if f.inlined {
+                format!("{} (inlined)", f.function)
+            } else {
+                f.function.to_string()
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" <- ");
+    if n < frames.len() {
+        let _ = write!(s, " <- ... ({} more)", frames.len() - n);
+    }
+    s
+}
