@@ -18,6 +18,8 @@ pub enum Error {
     Profile(ProfileError),
     /// Reading a trace.
     Read(ReadError),
+    /// An analysis failed (its own typed error, kept whole).
+    Analysis(Box<dyn std::error::Error + Send + Sync + 'static>),
     /// The trace file to write is not one we may replace.
     Output(OutputError),
     /// Writing results.
@@ -32,6 +34,11 @@ pub enum Error {
 }
 
 impl Error {
+    /// An analysis library's error, kept whole.
+    pub fn analysis(e: impl std::error::Error + Send + Sync + 'static) -> Error {
+        Error::Analysis(Box::new(e))
+    }
+
     /// True when the reader of our output went away (`| head`): the command ends quietly, exit 0.
     pub fn is_closed_pipe(&self) -> bool {
         matches!(self, Error::Write { source, .. } if source.kind() == std::io::ErrorKind::BrokenPipe)
@@ -44,6 +51,7 @@ impl fmt::Display for Error {
             Error::Launch(e) => e.fmt(f),
             Error::Profile(e) => e.fmt(f),
             Error::Read(e) => e.fmt(f),
+            Error::Analysis(e) => e.fmt(f),
             Error::Output(e) => e.fmt(f),
             Error::Write { what, source } => write!(f, "cannot write {what}: {source}"),
             Error::Usage(m) => f.write_str(m),

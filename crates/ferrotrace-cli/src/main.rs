@@ -8,7 +8,7 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use ferrotrace_cli::{cmd, say, Error};
+use ferrotrace_cli::{cmd, say};
 
 #[derive(Parser)]
 #[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]
@@ -47,14 +47,14 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
-        Command::Info(a) => cmd::info::run(a).map_err(Error::from),
-        Command::Replay(a) => cmd::replay::run(a).map_err(Error::from),
-        Command::Report(a) => cmd::report::run(a).map_err(Error::from),
-        Command::Graph(a) => cmd::graph::run(a).map_err(Error::from),
-        Command::Mem(a) => cmd::mem::run(a).map_err(Error::from),
-        Command::Flame(a) => cmd::flame::run(a).map_err(Error::from),
-        Command::Dump(a) => cmd::dump::run(a).map_err(Error::from),
-        Command::List(a) => cmd::list::run(a).map_err(Error::from),
+        Command::Info(a) => cmd::info::run(a),
+        Command::Replay(a) => cmd::replay::run(a),
+        Command::Report(a) => cmd::report::run(a),
+        Command::Graph(a) => cmd::graph::run(a),
+        Command::Mem(a) => cmd::mem::run(a),
+        Command::Flame(a) => cmd::flame::run(a),
+        Command::Dump(a) => cmd::dump::run(a),
+        Command::List(a) => cmd::list::run(a),
         Command::Live(a) => cmd::live::run(a),
         Command::Profile(a) => cmd::profile::run(a),
     };

@@ -1,5 +1,6 @@
 //! `ferrotrace dump`.
 
+use crate::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -40,16 +41,14 @@ pub struct DumpArgs {
 }
 
 /// Writes the dump.
-pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
+pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let format = a.format;
     let opts = dump::Options {
         compress: !a.uncompressed,
     };
-    if let Plan::Samples(set) = dump::plan(&trace, format).map_err(|e| e.to_string())? {
-        let bytes = format
-            .write_samples(&set, opts)
-            .map_err(|e| e.to_string())?;
+    if let Plan::Samples(set) = dump::plan(&trace, format).map_err(Error::analysis)? {
+        let bytes = format.write_samples(&set, opts).map_err(Error::analysis)?;
         super::emit(a.output.as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
     }

@@ -1,5 +1,6 @@
 //! `ferrotrace flame`.
 
+use crate::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -46,14 +47,14 @@ pub enum MemWeight {
 }
 
 /// The allocation flame graph.
-fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, String> {
+fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, Error> {
     let trace = super::open(&a.input)?;
     let weight = match weight {
         MemWeight::Bytes => Weight::Bytes,
         MemWeight::Allocations => Weight::Allocations,
         MemWeight::Leaked => Weight::Leaked,
     };
-    let bytes = memory::draw(&trace, weight, a.folded).map_err(|e| e.to_string())?;
+    let bytes = memory::draw(&trace, weight, a.folded).map_err(Error::analysis)?;
     super::emit(default_output(a).as_deref(), &bytes)?;
     Ok(super::finish(&trace, &[]))
 }
@@ -66,19 +67,19 @@ fn default_output(a: &FlameArgs) -> Option<PathBuf> {
 }
 
 /// Writes the flame graph.
-pub fn run(a: FlameArgs) -> Result<ExitCode, String> {
+pub fn run(a: FlameArgs) -> Result<ExitCode, Error> {
     if let Some(w) = a.weight {
         return memory(&a, w);
     }
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
-    if let Input::Samples(set, totals) = Input::of(&trace, a.samples).map_err(|e| e.to_string())? {
+    if let Input::Samples(set, totals) = Input::of(&trace, a.samples).map_err(Error::analysis)? {
         let bytes =
-            flame::samples::draw(&trace, &set, &totals, a.folded).map_err(|e| e.to_string())?;
+            flame::samples::draw(&trace, &set, &totals, a.folded).map_err(Error::analysis)?;
         super::emit(default_output(&a).as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
     }
     let mut progress = Progress::new("flame", trace.event_count());
-    let cct = Cct::build(&trace, None, &mut progress).map_err(|e| e.to_string())?;
+    let cct = Cct::build(&trace, None, &mut progress).map_err(Error::analysis)?;
     drop(progress);
     let output = default_output(&a);
     let mut out = super::Output::to(output.as_deref())?;

@@ -1,5 +1,6 @@
 //! `ferrotrace graph`.
 
+use crate::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -26,7 +27,7 @@ pub struct GraphArgs {
 }
 
 /// Prints the call graph.
-pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
+pub fn run(a: GraphArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let focus = a
         .function
@@ -34,7 +35,7 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         .map(|r| Regex::new(r).map_err(|e| format!("bad function regex {r:?}: {e}")))
         .transpose()?;
     let mut out = super::Output::stdout();
-    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
         out.print(&ferrotrace_analysis::graph::samples::graph_text(
             set,
@@ -47,7 +48,7 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, String> {
         out.print("\n")?;
     }
     let mut progress = Progress::new("graph", trace.event_count());
-    let cct = Cct::build(&trace, focus.as_ref(), &mut progress).map_err(|e| e.to_string())?;
+    let cct = Cct::build(&trace, focus.as_ref(), &mut progress).map_err(Error::analysis)?;
     drop(progress);
     let what = match &a.function {
         Some(f) => format!("/{f}/"),

@@ -1,5 +1,6 @@
 //! `ferrotrace info`.
 
+use crate::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -24,10 +25,10 @@ pub struct InfoArgs {
 }
 
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
-pub fn run(args: InfoArgs) -> Result<ExitCode, String> {
+pub fn run(args: InfoArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&args.input, args.symbols.as_deref())?;
     let mut out = super::Output::stdout();
-    let summary = Summary::of(&trace).map_err(|e| e.to_string())?;
+    let summary = Summary::of(&trace).map_err(Error::analysis)?;
     let set = super::samples(&trace)?;
     if args.json {
         let mut j = summary.to_json();

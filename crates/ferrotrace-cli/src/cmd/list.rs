@@ -1,5 +1,6 @@
 //! `ferrotrace list`: the tracepoints and traceable functions of a program, read from its file.
 
+use crate::Error;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitCode;
@@ -36,9 +37,9 @@ fn rust_type(t: &str) -> &str {
 }
 
 /// Prints the listing.
-pub fn run(args: ListArgs) -> Result<ExitCode, String> {
-    let path = resolve(&args.program).map_err(|e| e.to_string())?;
-    let bin = inspect(&path).map_err(|e| e.to_string())?;
+pub fn run(args: ListArgs) -> Result<ExitCode, Error> {
+    let path = resolve(&args.program)?;
+    let bin = inspect(&path).map_err(Error::analysis)?;
     let show_tp = !args.functions;
     let show_fn = !args.tracepoints;
     if args.json {

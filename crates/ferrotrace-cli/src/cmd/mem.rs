@@ -1,5 +1,6 @@
 //! `ferrotrace mem`: totals, the peak and who held it, leaks, top sites, temporary allocations.
 
+use crate::Error;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -27,15 +28,15 @@ pub struct MemArgs {
 }
 
 /// Prints the memory report of a trace recorded with `record --alloc`.
-pub fn run(args: MemArgs) -> Result<ExitCode, String> {
+pub fn run(args: MemArgs) -> Result<ExitCode, Error> {
     let trace = super::open(&args.input)?;
     if !trace.has_allocations() {
-        return Err(format!(
+        return Err(Error::Usage(format!(
             "{} holds no allocation events: record with `ferrotrace record --alloc`",
             args.input.display()
-        ));
+        )));
     }
-    let rep = mem::analyse(&trace).map_err(|e| e.to_string())?;
+    let rep = mem::analyse(&trace).map_err(Error::analysis)?;
     let text = if args.json {
         format!("{}\n", rep.json())
     } else {

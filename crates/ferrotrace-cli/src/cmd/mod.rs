@@ -17,19 +17,21 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use ferrotrace_analysis::reader::Trace;
+
+use crate::Error;
 use ferrotrace_analysis::samples::SampleSet;
 
 /// Opens a trace; errors become the one-line message `main` prints.
-pub fn open(path: &Path) -> Result<Trace, String> {
-    Trace::open(path).map_err(|e| e.to_string())
+pub fn open(path: &Path) -> Result<Trace, Error> {
+    Ok(Trace::open(path)?)
 }
 
 /// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
 /// recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
-pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> {
+pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, Error> {
     let mut trace = open(path)?;
     let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
-        .map_err(|e| e.to_string())?;
+        .map_err(Error::analysis)?;
     for w in warnings {
         say!("ferrotrace: warning: {w}");
     }
@@ -38,8 +40,8 @@ pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, String> 
 
 /// `--srcline`: `file:line` by function id, with one warning for each module whose lines cannot be
 /// read (a column that stays empty must say why).
-pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, String> {
-    let found = ferrotrace_analysis::srcline::lookup(trace).map_err(|e| e.to_string())?;
+pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>, Error> {
+    let found = ferrotrace_analysis::srcline::lookup(trace).map_err(Error::analysis)?;
     for why in &found.unavailable {
         say!("ferrotrace: warning: --srcline: {why}");
     }
@@ -75,9 +77,9 @@ pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
 }
 
 /// Where a command writes its results: standard output or a file, buffered. Every command writes
-/// through one, so every write error is handled in one place ([`Output::error`]): a reader that went
-/// away (`| head`: EPIPE) ends the command quietly with exit 0, anything else (ENOSPC, EIO) becomes one
-/// line saying what could not be written.
+/// through one, so every write error becomes one [`Error::Write`] ([`Output::error`]): a reader that
+/// went away (`| head`: EPIPE) ends the command quietly with exit 0 (decided once, in `main`),
+/// anything else (ENOSPC, EIO) becomes one line saying what could not be written.
 pub struct Output {
     out: BufWriter<Box<dyn Write>>,
     /// What the output is, for messages: `standard output` or the file's path.
@@ -98,8 +100,8 @@ impl Output {
 
     /// A file at `path` for results (its directory must exist): never through a link, never over a
     /// trace or another user's file ([`ferrotrace_core::output::create_result`]).
-    pub fn create(path: &Path) -> Result<Output, String> {
-        let file = ferrotrace_core::output::create_result(path).map_err(|e| e.to_string())?;
+    pub fn create(path: &Path) -> Result<Output, Error> {
+        let file = ferrotrace_core::output::create_result(path)?;
         Ok(Output {
             out: BufWriter::with_capacity(1 << 16, Box::new(file)),
             name: path.display().to_string(),
@@ -108,26 +110,26 @@ impl Output {
     }
 
     /// The file at `path`, or standard output.
-    pub fn to(path: Option<&Path>) -> Result<Output, String> {
+    pub fn to(path: Option<&Path>) -> Result<Output, Error> {
         path.map_or_else(|| Ok(Output::stdout()), Output::create)
     }
 
-    /// The message for a write error, or a quiet exit when the reader went away.
-    pub fn error(&self, e: std::io::Error) -> String {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            // Nothing is left to say to a reader that is gone; stderr stays quiet too (`cmd | head`).
-            std::process::exit(0);
+    /// The error for a failed write: [`Error::Write`], which `main` turns into a quiet exit when the
+    /// reader went away (EPIPE) and into one line saying what could not be written otherwise.
+    pub fn error(&self, source: std::io::Error) -> Error {
+        Error::Write {
+            what: self.name.clone(),
+            source,
         }
-        format!("cannot write {}: {e}", self.name)
     }
 
     /// Flushes what is buffered; write errors become [`Output::error`]'s message.
-    pub fn finish(mut self) -> Result<(), String> {
+    pub fn finish(mut self) -> Result<(), Error> {
         self.flush().map_err(|e| self.error(e))
     }
 
     /// Writes `s` whole.
-    pub fn print(&mut self, s: &str) -> Result<(), String> {
+    pub fn print(&mut self, s: &str) -> Result<(), Error> {
         self.write_all(s.as_bytes()).map_err(|e| self.error(e))
     }
 }
@@ -167,12 +169,12 @@ fn reader_gone(fd: libc::c_int) -> bool {
 }
 
 /// The samples of `trace`, `None` when it holds none.
-pub fn samples(trace: &Trace) -> Result<Option<SampleSet>, String> {
-    SampleSet::load(trace).map_err(|e| e.to_string())
+pub fn samples(trace: &Trace) -> Result<Option<SampleSet>, Error> {
+    SampleSet::load(trace).map_err(Error::analysis)
 }
 
 /// Writes `bytes` to `output`, or to stdout.
-pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), String> {
+pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), Error> {
     let mut out = Output::to(output)?;
     out.write_all(bytes).map_err(|e| out.error(e))?;
     out.finish()?;

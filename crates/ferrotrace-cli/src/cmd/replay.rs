@@ -1,5 +1,6 @@
 //! `ferrotrace replay`.
 
+use crate::Error;
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
@@ -69,7 +70,7 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 }
 
 /// Runs the replay.
-pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
+pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let start = trace.start_ns();
     let opts = Options {
@@ -83,13 +84,13 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
             .as_deref()
             .map(|r| parse_time_range(r, start))
             .transpose()
-            .map_err(|e| e.to_string())?,
+            .map_err(Error::analysis)?,
         fields: a
             .fields
             .as_deref()
             .map(Fields::parse)
             .transpose()
-            .map_err(|e| e.to_string())?
+            .map_err(Error::analysis)?
             .unwrap_or_default(),
         srclines: if a.srcline {
             super::srclines(&trace)?
@@ -98,7 +99,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, String> {
         },
     };
     let mut out = super::Output::stdout();
-    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
         ferrotrace_analysis::replay::samples::replay_text(set, a.depth.unwrap_or(0), &mut out)
             .map_err(|e| out.error(e))?;

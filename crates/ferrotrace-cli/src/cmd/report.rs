@@ -1,5 +1,6 @@
 //! `ferrotrace report`.
 
+use crate::Error;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -51,7 +52,7 @@ fn report_samples(
     trace: &Trace,
     set: &SampleSet,
     functions_follow: bool,
-) -> Result<ExitCode, String> {
+) -> Result<ExitCode, Error> {
     let opts = samples::options(a.sort, a.inline).map_err(|other| {
         format!(
             "{}: samples have no {}: sort them by self or total",
@@ -63,11 +64,11 @@ fn report_samples(
     let text = if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
-            return Err(format!(
+            return Err(Error::Usage(format!(
                 "{}: holds no samples to compare with {}",
                 other_path.display(),
                 trace.path().display()
-            ));
+            )));
         };
         if !functions_follow {
             code = super::finish(&other, &[]);
@@ -86,9 +87,9 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 }
 
 /// Runs the report.
-pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
+pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
-    let sections = Sections::of(&trace).map_err(|e| e.to_string())?;
+    let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
         let other = report_samples(&a, &trace, set, sections.functions)?;
         if !sections.functions {
@@ -103,14 +104,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
-    let report = Report::with_progress(&trace, &mut progress).map_err(|e| e.to_string())?;
+    let report = Report::with_progress(&trace, &mut progress).map_err(Error::analysis)?;
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let mut progress = Progress::new("report", other.event_count());
-        let other_report =
-            Report::with_progress(&other, &mut progress).map_err(|e| e.to_string())?;
+        let other_report = Report::with_progress(&other, &mut progress).map_err(Error::analysis)?;
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
