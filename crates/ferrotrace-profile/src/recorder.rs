@@ -228,6 +228,10 @@ struct State {
     event_regs: Vec<bool>,
     samples: u64,
     lost: u64,
+    /// Samples whose layout could not be read (counted as lost).
+    unreadable: u64,
+    /// Bookkeeping records (maps, threads) the kernel dropped, when it says so.
+    lost_bookkeeping: u64,
     unwind_errors: u64,
     /// Frame-pointer stacks cut where they ran into an address of no mapped object.
     junk_stacks: u64,
@@ -413,6 +417,8 @@ impl State {
             .copied()
             .unwrap_or(self.dwarf);
         let Some(s) = perf::parse_sample(body, regs) else {
+            // Not seen, but never silently: a sample that cannot be read is a lost one.
+            self.unreadable += 1;
             return;
         };
         let mut frames = std::mem::take(&mut self.scratch);
@@ -560,6 +566,27 @@ fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
     own.unwrap_or(cfg.frequency)
 }
 
+/// Data pages of each CPU's ring to try, largest first (an unprivileged user is limited by
+/// `kernel.perf_event_mlock_kb`): `--mmap-pages` alone when given; else sized for the events. A timer's
+/// rate is known (999 Hz of ~300-byte records is 300 KB/s, of 8 KiB stack copies 8 MB/s), a probe's is
+/// not: malloc in ripgrep fires 500,000 times a second, 150 MB/s of frame-pointer stacks, and the
+/// kernel drops what does not fit while the profiler handles what it drained (perf only copies it).
+fn ring_sizes(cfg: &ProfileConfig, dwarf: bool) -> Vec<usize> {
+    if let Some(pages) = cfg.buffer_pages {
+        return vec![pages];
+    }
+    let probes = cfg
+        .events
+        .iter()
+        .any(|e| !matches!(e, EventSpec::CpuClock(_)));
+    match (probes, dwarf) {
+        (false, false) => vec![128, 64, 16],
+        (false, true) => vec![2048, 512, 128, 16],
+        (true, false) => vec![4096, 1024, 256, 64, 16],
+        (true, true) => vec![8192, 2048, 512, 128, 16],
+    }
+}
+
 /// Cuts `frames` (user frames from `from` on) before the first address in no mapped object of `space`;
 /// true if it did.
 fn cut_at_unmapped(space: &Space, frames: &mut Vec<u64>, from: usize) -> bool {
@@ -585,6 +612,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     if cfg.stack_size == 0 || cfg.stack_size > 65528 || !cfg.stack_size.is_multiple_of(8) {
         return Err(ProfileError::BadArgument(
             "the DWARF stack copy size must be a multiple of 8 up to 65528".into(),
+        ));
+    }
+    if cfg
+        .buffer_pages
+        .is_some_and(|p| !p.is_power_of_two() || p > 1 << 20)
+    {
+        return Err(ProfileError::BadArgument(
+            "the ring buffer size must be a power of two of pages, at most 4 GiB".into(),
         ));
     }
     let dwarf = cfg.call_graph == CallGraph::Dwarf;
@@ -696,12 +731,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut events: Vec<PerfEvent> = Vec::new();
     let mut rings: Vec<Ring> = Vec::new();
     let mut id_to_event = HashMap::new();
-    // Rings per CPU, largest first (an unprivileged user is limited by kernel.perf_event_mlock_kb).
-    let ring_pages: &[usize] = if dwarf {
-        &[2048, 512, 128, 16]
-    } else {
-        &[128, 64, 16]
-    };
+    let ring_pages = ring_sizes(cfg, dwarf);
+    let ring_pages = &ring_pages[..];
+    // Wake the reader at a quarter of the smallest ring it may get (the kernel would lower a larger
+    // mark to the ring's size: a wake-up only when it is full).
+    let smallest = ring_pages.iter().min().copied().unwrap_or(1) * 4096;
+    let wakeup_bytes = (smallest / 4).clamp(512, 64 * 1024) as u32;
     let mut exclude_kernel = false;
     let open_all = |exclude_kernel: bool,
                     events: &mut Vec<PerfEvent>,
@@ -711,18 +746,30 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         let mut leaders: Vec<Option<usize>> = vec![None; cpus.len()];
         for (ti, &tid) in tids.iter().enumerate() {
             for (ci, &cpu) in cpus.iter().enumerate() {
-                for (ei, kind) in kinds.iter().enumerate() {
+                // The process bookkeeping (maps, comm, fork, exit) on an event of its own that never
+                // samples, as perf's dummy event: the kernel's count of the records each event lost
+                // then tells lost samples from lost bookkeeping.
+                let bookkeeping = (ti == 0).then_some((None, perf::EventKind::Dummy));
+                let samplers = kinds.iter().enumerate().map(|(ei, k)| (Some(ei), *k));
+                for (ei, kind) in bookkeeping.into_iter().chain(samplers) {
+                    let spec = ei.map(|ei| &cfg.events[ei]);
                     let o = AttrOptions {
                         dwarf,
                         stack_size: cfg.stack_size,
                         exclude_kernel,
                         enable_on_exec: child.is_some(),
-                        sideband: ti == 0 && ei == 0,
-                        entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
-                        context_switch: cfg.events[ei].is_off_cpu(),
+                        sideband: ei.is_none(),
+                        entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
+                        context_switch: spec.is_some_and(EventSpec::is_off_cpu),
+                        wakeup_bytes,
                     };
-                    let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
-                    id_to_event.insert(ev.id, ei as u32);
+                    let mut ev = perf::open_event(kind, &o, tid as i32, cpu)?;
+                    match ei {
+                        Some(ei) => {
+                            id_to_event.insert(ev.id, ei as u32);
+                        }
+                        None => ev.bookkeeping = true,
+                    }
                     match leaders[ci] {
                         None => {
                             let mut ring = Err(ProfileError::BadArgument("no ring size".into()));
@@ -842,11 +889,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     sideband: false,
                     entry_probe: matches!(e, EventSpec::Uprobe { .. }),
                     context_switch: false,
+                    wakeup_bytes: 0,
                 })
             })
             .collect(),
         samples: 0,
         lost: 0,
+        unreadable: 0,
+        lost_bookkeeping: 0,
         unwind_errors: 0,
         junk_stacks: 0,
         scratch: Vec::new(),
@@ -933,6 +983,21 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         r.drain(|rec| ordered.push(rec));
     }
     ordered.flush(None, |rec| st.handle(rec, &mut out));
+    // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
+    // written (a full ring at the end of the run).
+    let lost_of = |bookkeeping: bool| -> Option<u64> {
+        events
+            .iter()
+            .filter(|e| e.bookkeeping == bookkeeping)
+            .map(PerfEvent::lost)
+            .sum()
+    };
+    if let (Some(samples), Some(bookkeeping)) = (lost_of(false), lost_of(true)) {
+        st.lost = samples;
+        st.lost_bookkeeping = bookkeeping;
+    }
+    st.lost += st.unreadable;
+    let ring_bytes = rings.first().map_or(0, Ring::data_bytes);
     drop(rings);
     drop(events);
     // Probes can only be removed once no event uses them.
@@ -976,9 +1041,19 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     .map_err(io_err)?;
     let mut warnings = Vec::new();
     if st.lost > 0 {
+        let ring_kib = ring_bytes / 1024;
         warnings.push(format!(
-            "{} samples lost (the profiler could not keep up): lower the frequency with -F, or use --call-graph fp",
-            st.lost
+            "{} samples lost (the kernel found the ring buffers full): give larger buffers with \
+             --mmap-pages (now {} KiB per CPU), lower the frequency with -F, or use --call-graph fp",
+            st.lost,
+            ring_kib
+        ));
+    }
+    if st.lost_bookkeeping > 0 {
+        warnings.push(format!(
+            "{} records of mappings and threads lost (the ring buffers were full): some frames may \
+             be unnamed; give larger buffers with --mmap-pages",
+            st.lost_bookkeeping
         ));
     }
     if exclude_kernel {

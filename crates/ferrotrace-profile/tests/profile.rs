@@ -59,7 +59,7 @@ fn programs() -> &'static Path {
             .status()
             .expect("gcc runs");
         assert!(st.success(), "building nofp");
-        for name in ["junkfp", "mallocs"] {
+        for name in ["junkfp", "mallocs", "hits"] {
             let st = Command::new("gcc")
                 .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
                 .arg(dir.join(name))
@@ -242,6 +242,45 @@ fn uprobe_on_malloc_sees_every_allocation_with_its_stack() {
         assert!(
             !events.contains(&format!("ferrotrace_{}", std::process::id())),
             "{events}"
+        );
+    }
+}
+
+/// A probe on `hits`' `hit`, which it calls `n` times: every hit is recorded or counted as lost.
+fn hits_probed(
+    name: &str,
+    n: u64,
+    buffer_pages: Option<usize>,
+) -> (ferrotrace_profile::ProfileSummary, usize) {
+    let mut cfg = config(name, &[&prog("hits"), &n.to_string()]);
+    cfg.events = vec![EventSpec::Uprobe {
+        path: prog("hits").into(),
+        symbol: "hit".into(),
+    }];
+    cfg.buffer_pages = buffer_pages;
+    let sum = profile(&cfg).unwrap();
+    assert_eq!(sum.exit_code, Some(0));
+    let set = read_samples(&cfg.output).unwrap();
+    assert_eq!(set.samples.len() as u64, sum.samples);
+    (sum, set.samples.len())
+}
+
+#[test]
+fn every_probe_hit_is_recorded_or_counted_as_lost() {
+    let _g = serial();
+    // One page per CPU: the kernel drops most hits, also the last ones, after which no record came
+    // to carry their count (PERF_RECORD_LOST is written before the next record that fits).
+    let n = 200_000;
+    for _ in 0..3 {
+        let (sum, _) = hits_probed("hits_small", n, Some(1));
+        assert!(sum.lost > 0, "{sum:?}");
+        assert_eq!(sum.samples + sum.lost, n, "{sum:?}");
+        assert!(
+            sum.warnings
+                .iter()
+                .any(|w| w.contains("lost") && w.contains("--mmap-pages")),
+            "{:?}",
+            sum.warnings
         );
     }
 }
