@@ -22,6 +22,32 @@ use crate::reader::{demangle, Trace};
 /// The module id of the kernel in stacks (its addresses are absolute).
 pub const KERNEL_MODULE_PATH: &str = "[kernel.kallsyms]";
 
+/// The module path of the vDSO (the kernel's name for its mapping). Its addresses are offsets in the
+/// image; `ferrotrace profile` records its build-id.
+pub const VDSO_PATH: &str = "[vdso]";
+
+/// This process's vDSO image, read from `/proc/self/mem` at its `[vdso]` mapping: the kernel maps the
+/// same image into every 64-bit process, so on the recording machine it is the profiled program's.
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let (a, b) = maps
+        .lines()
+        .find(|l| l.ends_with(VDSO_PATH))?
+        .split(' ')
+        .next()?
+        .split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(a)).ok()?;
+    let mut image = vec![0; b.checked_sub(a)? as usize];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
 /// One frame of an address: a function, or a function inlined at that address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SymFrame {
@@ -144,25 +170,44 @@ impl Symbolizer {
             });
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
-        let data = match crate::binary::map(Path::new(&path)) {
-            Ok(d) => d,
-            Err(e) => {
-                self.unreadable.push(e.to_string());
-                return None;
-            }
+        let (mapped, vdso);
+        let data: &[u8] = if path == VDSO_PATH {
+            // The vDSO has no file: this process's own is the recorded one when the build-ids
+            // agree (same kernel), checked below.
+            vdso = match own_vdso() {
+                Some(d) => d,
+                None => {
+                    self.unreadable
+                        .push("[vdso]: this process has no vDSO to read".into());
+                    return None;
+                }
+            };
+            &vdso
+        } else {
+            mapped = match crate::binary::map(Path::new(&path)) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.unreadable.push(e.to_string());
+                    return None;
+                }
+            };
+            &mapped
         };
-        let obj = object::File::parse(&*data).ok()?;
+        let obj = object::File::parse(data).ok()?;
         let file_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
         if !build_id.is_empty() && file_id.as_deref().is_some_and(|id| id != build_id) {
-            self.unreadable.push(format!(
-                "{path}: rebuilt since it was traced (build-id differs)"
-            ));
+            self.unreadable.push(if path == VDSO_PATH {
+                "[vdso]: recorded under another kernel (build-id differs); its frames stay unnamed"
+                    .to_string()
+            } else {
+                format!("{path}: rebuilt since it was traced (build-id differs)")
+            });
             return None;
         }
         let mut symbols = function_symbols(&obj);
         symbols.extend(plt_symbols(&obj));
         let has_dwarf = obj.section_by_name(".debug_info").is_some();
-        let debug_file = (!has_dwarf)
+        let debug_file = (!has_dwarf && path != VDSO_PATH)
             .then(|| self.separate_debug_file(Path::new(&path), &obj, file_id.as_deref()))
             .flatten();
         let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));

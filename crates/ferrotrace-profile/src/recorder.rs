@@ -315,7 +315,7 @@ impl State {
                     return;
                 };
                 let Some(name) = c.cstr() else { return };
-                if prot & libc::PROT_EXEC as u32 == 0 || !name.starts_with(b"/") {
+                if prot & libc::PROT_EXEC as u32 == 0 || !modules::is_code_mapping(name) {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
@@ -328,7 +328,7 @@ impl State {
                     return;
                 };
                 let Some(name) = c.cstr() else { return };
-                if !name.starts_with(b"/") || misc & 0x2000 != 0 {
+                if !modules::is_code_mapping(name) || misc & 0x2000 != 0 {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();

@@ -59,7 +59,7 @@ fn programs() -> &'static Path {
             .status()
             .expect("gcc runs");
         assert!(st.success(), "building nofp");
-        for name in ["junkfp", "mallocs", "hits"] {
+        for name in ["junkfp", "mallocs", "hits", "clocks"] {
             let st = Command::new("gcc")
                 .args(["-O2", "-g", "-fno-omit-frame-pointer", "-o"])
                 .arg(dir.join(name))
@@ -282,6 +282,41 @@ fn every_probe_hit_is_recorded_or_counted_as_lost() {
             "{:?}",
             sum.warnings
         );
+    }
+}
+
+#[test]
+fn time_in_the_vdso_is_named_as_perf_names_it() {
+    let _g = serial();
+    // 67 % of such a program's samples were `[unknown]`: the vDSO's mapping was not recorded.
+    for cg in [CallGraph::FramePointers, CallGraph::Dwarf] {
+        let mut cfg = config("clocks", &[&prog("clocks"), "20000000"]);
+        cfg.call_graph = cg;
+        let sum = profile(&cfg).unwrap();
+        assert_eq!(sum.exit_code, Some(0));
+        let set = read_samples(&cfg.output).unwrap();
+        let n = set.samples.len();
+        assert!(n >= 50, "{cg:?}: {n} samples");
+        let in_vdso = samples_through(&set, "__vdso_clock_gettime", None);
+        let unknown_leaf = set
+            .samples
+            .iter()
+            .filter(|s| set.stack_frames(s.stack).first().is_none_or(|f| f.unknown))
+            .count();
+        assert!(
+            in_vdso * 3 > n && unknown_leaf * 10 < n,
+            "{cg:?}: {in_vdso} of {n} samples in __vdso_clock_gettime, {unknown_leaf} unnamed\n{}",
+            folded(&set)
+        );
+        if cg == CallGraph::Dwarf {
+            // The vDSO's .eh_frame unwinds out of it, up to the program's caller.
+            let through = samples_through(&set, "read_clocks", None);
+            assert!(
+                through * 10 >= n * 9,
+                "{through} of {n} reach read_clocks\n{}",
+                folded(&set)
+            );
+        }
     }
 }
 
