@@ -958,7 +958,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 exit_code = Some(code);
                 break;
             }
-        } else if !Path::new(&format!("/proc/{root_pid}")).exists() {
+        } else if !process_runs(root_pid) {
             break;
         }
         if deadline.is_some_and(|d| now >= d) {
@@ -1025,6 +1025,10 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     out.threads(&st.threads).map_err(io_err)?;
     let (reason, signal) = match exit_code {
         Some(c) if c > 128 => (schema::EndReason::Signal, (c - 128) as u32),
+        // Attached, and the process is still there: the recording ended, not the program.
+        None if matches!(cfg.target, Target::Pid(_)) && process_runs(root_pid) => {
+            (schema::EndReason::Stopped, 0)
+        }
         _ => (schema::EndReason::Exit, 0),
     };
     out.finish(schema::End {
@@ -1086,6 +1090,16 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         recording_time: recorded,
         finishing_time: finish_start.elapsed(),
         warnings,
+    })
+}
+
+/// True while process `pid` exists and has not exited (a zombie waiting for its parent has).
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) S ...`: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
     })
 }
 

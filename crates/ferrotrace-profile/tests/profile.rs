@@ -650,6 +650,13 @@ fn attach_to_a_running_process() {
         rep.get("cpu_hot::hot_loop").unwrap().total_samples * 10 >= rep.samples * 8,
         "{rep}"
     );
+    // The process went on after the recording: `info` said "ended by: exit".
+    let info = ferrotrace_analysis::info::Summary::of(&Trace::open(&cfg.output).unwrap()).unwrap();
+    assert!(
+        info.ended_by.starts_with("end of recording"),
+        "{}",
+        info.ended_by
+    );
 }
 
 /// DWARF unwinding of a running multi-threaded process (`-p`, threads that started before the attach)
