@@ -647,10 +647,20 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             std::fs::read_link(format!("/proc/{pid}/exe")).ok()
         }
     };
+    // Timer samples are only worth their stacks: refuse. Probe hits and tracepoints are also
+    // counted, which needs no stack: record them, and say that the stacks stop early.
+    let mut no_frame_pointers = None;
     if !dwarf && !cfg.allow_missing_frame_pointers {
         if let Some(exe) = &exe {
             if modules::main_has_frame_pointer(exe) == Some(false) {
-                return Err(ProfileError::NoFramePointers(exe.clone()));
+                if cfg
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, EventSpec::CpuClock(_)))
+                {
+                    return Err(ProfileError::NoFramePointers(exe.clone()));
+                }
+                no_frame_pointers = Some(exe.clone());
             }
         }
     }
@@ -1051,6 +1061,13 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
              --mmap-pages (now {} KiB per CPU), lower the frequency with -F, or use --call-graph fp",
             st.lost,
             ring_kib
+        ));
+    }
+    if let Some(exe) = no_frame_pointers {
+        warnings.push(format!(
+            "{} has no frame pointers: the hits are all counted, but their stacks stop at its first \
+             frame without one; --call-graph dwarf gives whole stacks",
+            exe.display()
         ));
     }
     if st.lost_bookkeeping > 0 {

@@ -775,6 +775,21 @@ fn clear_errors() {
     let mut cfg = config("err", &[&prog("nofp")]);
     cfg.call_graph = CallGraph::Dwarf;
     assert_eq!(profile(&cfg).unwrap().exit_code, Some(0));
+    // Probes alone: their hits are counted whatever the stacks (a malloc probe on python was refused).
+    let mut cfg = config("err", &[&prog("nofp")]);
+    cfg.events = vec![EventSpec::Uprobe {
+        path: libc_path().into(),
+        symbol: "printf".into(),
+    }];
+    let sum = profile(&cfg).unwrap();
+    assert_eq!((sum.exit_code, sum.samples), (Some(0), 1), "{sum:?}");
+    assert!(
+        sum.warnings
+            .iter()
+            .any(|w| w.contains("no frame pointers") && w.contains("--call-graph dwarf")),
+        "{:?}",
+        sum.warnings
+    );
 
     let cfg = ProfileConfig {
         target: Target::Pid(999_999_999),
