@@ -39,6 +39,16 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         "most samples are in fib"
     );
 
+    // --srcline has no column in a sample report: it was ignored without a word.
+    let srcline = ft(&["report", "--srcline", "-i", trace.to_str().unwrap()]);
+    assert!(srcline.status.success());
+    assert_eq!(
+        text(&srcline.stderr).matches("--srcline").count(),
+        1,
+        "{}",
+        text(&srcline.stderr)
+    );
+
     let svg = dir.join("flame.svg");
     run(&["flame", "-o", svg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("fib::fib"));

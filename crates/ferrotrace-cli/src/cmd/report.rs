@@ -131,6 +131,18 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let set = super::samples(&trace)?;
     if let Some(set) = &set {
+        if a.srcline {
+            eprintln!(
+                "ferrotrace: warning: --srcline: not shown for samples: a sampled function's time \
+                 comes from many addresses with lines of their own; `dump --format firefox` gives \
+                 every frame's file:line (the profiler's source view){}",
+                if trace.has_function_events() {
+                    "; the function calls' report below shows it"
+                } else {
+                    ""
+                }
+            );
+        }
         let other = report_samples(&a, &trace, set)?;
         if !trace.has_function_events() {
             let code = super::finish(&trace, &[]);
