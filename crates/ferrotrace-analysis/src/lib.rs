@@ -38,6 +38,7 @@ pub mod binary;
 pub mod callstack;
 pub mod cct;
 pub mod dump;
+pub mod firefox_libs;
 pub mod flame;
 pub mod graph;
 pub mod info;

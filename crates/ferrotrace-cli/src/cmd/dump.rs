@@ -53,9 +53,12 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
     {
         let bytes = match a.format {
             Format::Folded => samples::folded(&set, false).into_bytes(),
-            Format::Firefox => samples::firefox_json(&set)
-                .map_err(|e| e.to_string())?
-                .into_bytes(),
+            Format::Firefox => {
+                let named = samples::firefox_json(&set).map_err(|e| e.to_string())?;
+                ferrotrace_analysis::firefox_libs::add_native_frames(&trace, &named)
+                    .map_err(|e| e.to_string())?
+                    .into_bytes()
+            }
             Format::Perfetto => {
                 let mut buf = Vec::new();
                 samples::perfetto(&set, !a.uncompressed, &mut buf)

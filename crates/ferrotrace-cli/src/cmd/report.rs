@@ -134,8 +134,8 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, String> {
         if a.srcline {
             eprintln!(
                 "ferrotrace: warning: --srcline: not shown for samples: a sampled function's time \
-                 comes from many addresses, each with a line of its own, and the sample view keeps \
-                 names, not addresses{}",
+                 comes from many addresses, each with a line of its own; `dump --format firefox` \
+                 gives every frame its file:line{}",
                 if trace.has_function_events() {
                     "; the function calls' report below shows it"
                 } else {
