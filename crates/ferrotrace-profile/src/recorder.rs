@@ -569,8 +569,9 @@ fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
 /// Data pages of each CPU's ring to try, largest first (an unprivileged user is limited by
 /// `kernel.perf_event_mlock_kb`): `--mmap-pages` alone when given; else sized for the events. A timer's
 /// rate is known (999 Hz of ~300-byte records is 300 KB/s, of 8 KiB stack copies 8 MB/s), a probe's is
-/// not: malloc in ripgrep fires 500,000 times a second, 150 MB/s of frame-pointer stacks, and the
-/// kernel drops what does not fit while the profiler handles what it drained (perf only copies it).
+/// not: malloc in `rg -j1` fires 87,610 times in 0.2 s, ~100 MB/s of ~230-byte frame-pointer
+/// records, and the kernel drops what does not fit while the profiler handles what it drained (perf
+/// only copies it).
 fn ring_sizes(cfg: &ProfileConfig, dwarf: bool) -> Vec<usize> {
     if let Some(pages) = cfg.buffer_pages {
         return vec![pages];
