@@ -85,7 +85,7 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
                     .samplers
                     .get(sampler as usize)
                     .map_or("?", |s| s.spelling.as_str());
-                let func = t.func(name, None, None);
+                let func = t.func(name, None, None, None);
                 let frame = t.frame((0, u64::MAX, sampler), -1, 0, user, func, None);
                 prefix = Some(t.stack(prefix, frame));
             }
@@ -105,7 +105,20 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
                 // Outermost (the function containing the address) first: inline depth 0.
                 for (depth, f) in frames.iter().rev().enumerate() {
                     let file = (!f.file.is_empty()).then_some(&*f.file);
-                    let func = t.func(&f.function, resource, file);
+                    // The function's own first line: that of its symbol's first address (known for
+                    // the function containing the address; an inlined one's is not).
+                    let mut start_line = || {
+                        let (start, _, _) = sym.function_symbol(node.module, node.address)?;
+                        let first = sym.frames(node.module, start);
+                        let outer = first.last().filter(|o| o.function == f.function)?;
+                        (outer.line != 0 && outer.file == f.file).then_some(outer.line)
+                    };
+                    let first_line = if depth == 0 && lib.is_some() {
+                        start_line()
+                    } else {
+                        None
+                    };
+                    let func = t.func(&f.function, resource, file, first_line);
                     let address = match lib {
                         Some(_) if node.address < 1 << 52 => node.address as i64,
                         _ => -1,
@@ -151,13 +164,17 @@ fn lib_json(path: &str, build_id: &[u8]) -> Value {
     })
 }
 
+/// A function: its name's string, resource, file name's string and first line.
+type Func = (usize, Option<usize>, Option<usize>, Option<u32>);
+
 /// One thread's tables, built anew.
 struct Tables {
     strings: Vec<Value>,
     string_ids: HashMap<String, usize>,
     resources: Vec<(usize, usize)>,
     resource_ids: HashMap<usize, usize>,
-    funcs: Vec<(usize, Option<usize>, Option<usize>)>,
+    /// (name, resource, file name, first line).
+    funcs: Vec<Func>,
     func_ids: HashMap<(String, Option<usize>, Option<String>), usize>,
     frames: Vec<(i64, usize, usize, usize, Option<u32>)>,
     frame_ids: HashMap<(u32, u64, u32), usize>,
@@ -206,14 +223,23 @@ impl Tables {
         self.resources.len() - 1
     }
 
-    fn func(&mut self, name: &str, resource: Option<usize>, file: Option<&str>) -> usize {
+    fn func(
+        &mut self,
+        name: &str,
+        resource: Option<usize>,
+        file: Option<&str>,
+        first_line: Option<u32>,
+    ) -> usize {
         let key = (name.to_string(), resource, file.map(str::to_string));
         if let Some(&f) = self.func_ids.get(&key) {
+            if self.funcs[f].3.is_none() {
+                self.funcs[f].3 = first_line;
+            }
             return f;
         }
         let name = self.string(name);
         let file = file.map(|f| self.string(f));
-        self.funcs.push((name, resource, file));
+        self.funcs.push((name, resource, file, first_line));
         self.func_ids.insert(key, self.funcs.len() - 1);
         self.funcs.len() - 1
     }
@@ -269,7 +295,7 @@ impl Tables {
             "relevantForJS": vec![false; n],
             "resource": self.funcs.iter().map(|f| f.1.map_or(-1, |r| r as i64)).collect::<Vec<_>>(),
             "fileName": self.funcs.iter().map(|f| opt(f.2)).collect::<Vec<_>>(),
-            "lineNumber": vec![Value::Null; n],
+            "lineNumber": self.funcs.iter().map(|f| f.3.map_or(Value::Null, Value::from)).collect::<Vec<_>>(),
             "columnNumber": vec![Value::Null; n],
         });
         let n = self.resources.len();

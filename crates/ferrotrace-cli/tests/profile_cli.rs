@@ -84,6 +84,7 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         let resource = funcs["resource"][f].as_i64().unwrap();
         assert!(resource >= 0 && t["resourceTable"]["lib"][resource as usize] == lib);
         assert!(frames["address"][i].as_i64().unwrap() > 0);
+        assert!(funcs["lineNumber"][f].as_u64().expect("its first line") > 0);
         let file = funcs["fileName"][f].as_u64().expect("a file name");
         assert!(strings[file as usize].as_str().unwrap().ends_with("fib.rs"));
     }
