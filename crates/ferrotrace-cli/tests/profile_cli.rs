@@ -132,6 +132,22 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
     assert!(text(&chrome.stderr).contains("use --format firefox, perfetto or folded"));
 }
 
+#[test]
+fn profile_help_names_every_event_and_the_buffer_size() {
+    let help = ok(ft(&["profile", "--help"]));
+    for want in [
+        "off-cpu",
+        "uprobe:PATH:SYMBOL",
+        "--mmap-pages",
+        "tracepoint:CATEGORY:NAME",
+    ] {
+        assert!(help.contains(want), "{want} missing:\n{help}");
+    }
+    let bad = ft(&["profile", "-m", "3", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("power of two"));
+}
+
 /// A program's functions have one name whether traced or sampled: the profile of a traced program
 /// names its functions exactly as the trace of it does (closures, generics and drop glue included).
 #[test]
