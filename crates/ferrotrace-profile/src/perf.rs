@@ -276,14 +276,20 @@ impl Ordered {
     /// Hands over, in time order, every waiting record no later than `watermark` (all of them when
     /// `None`: the rings are closed).
     pub fn flush(&mut self, watermark: Option<u64>, mut f: impl FnMut(&[u8])) {
+        for rec in self.take(watermark) {
+            f(&rec);
+        }
+    }
+
+    /// Takes out, in time order, every waiting record no later than `watermark` (all when `None`),
+    /// so that more can be pushed while they are handled.
+    pub fn take(&mut self, watermark: Option<u64>) -> Vec<Vec<u8>> {
         self.pending.sort_unstable_by_key(|r| (r.0, r.1));
         let ready = match watermark {
             Some(w) => self.pending.partition_point(|r| r.0 <= w),
             None => self.pending.len(),
         };
-        for (_, _, rec) in self.pending.drain(..ready) {
-            f(&rec);
-        }
+        self.pending.drain(..ready).map(|r| r.2).collect()
     }
 }
 

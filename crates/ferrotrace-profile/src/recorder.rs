@@ -959,7 +959,17 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         for r in rings.iter_mut() {
             r.drain(|rec| ordered.push(rec));
         }
-        ordered.flush(Some(watermark), |rec| st.handle(rec, &mut out));
+        // Handling (unwinding above all) takes longer than draining: the rings are drained again
+        // every 256 records handled, so that they do not fill meanwhile (what is drained waits in
+        // `ordered` for the next round).
+        for (i, rec) in ordered.take(Some(watermark)).iter().enumerate() {
+            st.handle(rec, &mut out);
+            if i % 256 == 255 {
+                for r in rings.iter_mut() {
+                    r.drain(|rec| ordered.push(rec));
+                }
+            }
+        }
         if let Err(e) = out.flush(watermark) {
             st.write_error.get_or_insert(e);
         }
