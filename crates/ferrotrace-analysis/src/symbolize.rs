@@ -22,6 +22,32 @@ use crate::reader::{demangle, Trace};
 /// The module id of the kernel in stacks (its addresses are absolute).
 pub const KERNEL_MODULE_PATH: &str = "[kernel.kallsyms]";
 
+/// The module path of the vDSO (the kernel's name for its mapping). Its addresses are offsets in the
+/// image; `ferrotrace profile` records its build-id.
+pub const VDSO_PATH: &str = "[vdso]";
+
+/// This process's vDSO image, read from `/proc/self/mem` at its `[vdso]` mapping: the kernel maps the
+/// same image into every 64-bit process, so on the recording machine it is the profiled program's.
+fn own_vdso() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let (a, b) = maps
+        .lines()
+        .find(|l| l.ends_with(VDSO_PATH))?
+        .split(' ')
+        .next()?
+        .split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(a)).ok()?;
+    let mut image = vec![0; b.checked_sub(a)? as usize];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
 /// One frame of an address: a function, or a function inlined at that address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct SymFrame {
@@ -144,24 +170,44 @@ impl Symbolizer {
             });
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
-        let data = match crate::binary::map(Path::new(&path)) {
-            Ok(d) => d,
-            Err(e) => {
-                self.unreadable.push(e.to_string());
-                return None;
-            }
+        let (mapped, vdso);
+        let data: &[u8] = if path == VDSO_PATH {
+            // The vDSO has no file: this process's own is the recorded one when the build-ids
+            // agree (same kernel), checked below.
+            vdso = match own_vdso() {
+                Some(d) => d,
+                None => {
+                    self.unreadable
+                        .push("[vdso]: this process has no vDSO to read".into());
+                    return None;
+                }
+            };
+            &vdso
+        } else {
+            mapped = match crate::binary::map(Path::new(&path)) {
+                Ok(d) => d,
+                Err(e) => {
+                    self.unreadable.push(e.to_string());
+                    return None;
+                }
+            };
+            &mapped
         };
-        let obj = object::File::parse(&*data).ok()?;
+        let obj = object::File::parse(data).ok()?;
         let file_id = obj.build_id().ok().flatten().map(<[u8]>::to_vec);
         if !build_id.is_empty() && file_id.as_deref().is_some_and(|id| id != build_id) {
-            self.unreadable.push(format!(
-                "{path}: rebuilt since it was traced (build-id differs)"
-            ));
+            self.unreadable.push(if path == VDSO_PATH {
+                "[vdso]: recorded under another kernel (build-id differs); its frames stay unnamed"
+                    .to_string()
+            } else {
+                format!("{path}: rebuilt since it was traced (build-id differs)")
+            });
             return None;
         }
         let mut symbols = function_symbols(&obj);
+        symbols.extend(plt_symbols(&obj));
         let has_dwarf = obj.section_by_name(".debug_info").is_some();
-        let debug_file = (!has_dwarf)
+        let debug_file = (!has_dwarf && path != VDSO_PATH)
             .then(|| self.separate_debug_file(Path::new(&path), &obj, file_id.as_deref()))
             .flatten();
         let dwarf_path = debug_file.clone().unwrap_or_else(|| PathBuf::from(&path));
@@ -340,6 +386,86 @@ fn function_symbols(obj: &object::File<'_>) -> Vec<FunctionSymbol> {
         .collect()
 }
 
+/// `name@plt` for each entry of the PLT sections (`.plt`, `.plt.sec`, `.plt.got`), as perf and objdump
+/// name them: the stubs have no symbols, and their time would go to whatever symbol precedes them
+/// (`_init`, whose size is 0). An entry is `jmp *GOT(%rip)` (after an `endbr64` or a `bnd` prefix);
+/// the relocation of that GOT slot names it: JUMP_SLOT and GLOB_DAT by their symbol, IRELATIVE (an
+/// IFUNC inside the library itself: libc's `memcmp`) by the symbol at its resolver, perf's
+/// `*ABS*+0x…@plt`. Entries whose slot has no relocation (PLT0, lazy-binding stubs) get no name.
+fn plt_symbols(obj: &object::File<'_>) -> Vec<FunctionSymbol> {
+    use object::{ObjectSection, ObjectSymbolTable, RelocationFlags, RelocationTarget};
+    let Some(relocations) = obj.dynamic_relocations() else {
+        return Vec::new();
+    };
+    let dynsyms = obj.dynamic_symbol_table();
+    let symbols = function_symbols(obj);
+    let mut by_slot: HashMap<u64, Arc<str>> = HashMap::new();
+    for (slot, r) in relocations {
+        let RelocationFlags::Elf { r_type } = r.flags() else {
+            continue;
+        };
+        let name = match (r_type, r.target()) {
+            (
+                object::elf::R_X86_64_JUMP_SLOT | object::elf::R_X86_64_GLOB_DAT,
+                RelocationTarget::Symbol(i),
+            ) => dynsyms
+                .as_ref()
+                .and_then(|t| t.symbol_by_index(i).ok())
+                .and_then(|s| s.name().ok().map(demangle)),
+            (object::elf::R_X86_64_IRELATIVE, _) => {
+                let resolver = r.addend() as u64;
+                Some(
+                    symbols
+                        .iter()
+                        .filter(|s| s.0 == resolver)
+                        .min_by_key(|s| alias_rank(s))
+                        .map_or_else(|| format!("*ABS*+{resolver:#x}"), |s| demangle(&s.2)),
+                )
+            }
+            _ => None,
+        };
+        if let Some(name) = name.filter(|n| !n.is_empty()) {
+            by_slot.insert(slot, format!("{name}@plt").into());
+        }
+    }
+    let mut out = Vec::new();
+    for section in obj.sections() {
+        if !matches!(section.name(), Ok(".plt" | ".plt.sec" | ".plt.got")) {
+            continue;
+        }
+        let Ok(data) = section.data() else { continue };
+        let entry = elf_entsize(obj, &section).unwrap_or(16);
+        for (i, code) in data.chunks(entry as usize).enumerate() {
+            let at = section.address() + i as u64 * entry;
+            // The first `ff 25 rel32` (jmp *rel32(%rip)) of the entry.
+            let Some(j) = code.windows(6).position(|w| w[0] == 0xff && w[1] == 0x25) else {
+                continue;
+            };
+            let rel = i32::from_le_bytes([code[j + 2], code[j + 3], code[j + 4], code[j + 5]]);
+            let slot = (at + j as u64 + 6).wrapping_add(rel as i64 as u64);
+            if let Some(name) = by_slot.get(&slot) {
+                out.push((at, entry, name.clone(), false));
+            }
+        }
+    }
+    out
+}
+
+/// A section's `sh_entsize` (the PLT's entry size: 16, or 8 for a `.plt.got` without IBT).
+fn elf_entsize(obj: &object::File<'_>, section: &object::Section<'_, '_>) -> Option<u64> {
+    use object::read::elf::SectionHeader;
+    use object::ObjectSection;
+    let e = match (obj, section.index()) {
+        (object::File::Elf64(f), i) => f
+            .elf_section_table()
+            .section(i)
+            .ok()
+            .map(|h| h.sh_entsize(f.endian()))?,
+        _ => return None,
+    };
+    (e != 0).then_some(e)
+}
+
 /// Which of several names of one address to show: a global one, then the one with the fewest leading
 /// underscores, then the shortest; the largest size wins among equals.
 fn alias_rank(s: &FunctionSymbol) -> (bool, usize, usize, std::cmp::Reverse<u64>) {
@@ -470,6 +596,70 @@ mod tests {
             "_int_malloc",
             "{frames:?}"
         );
+    }
+
+    /// The address objdump gives `<NAME>:` in `path`'s disassembly.
+    fn objdump_address(path: &Path, name: &str) -> u64 {
+        let out = std::process::Command::new("objdump")
+            .arg("-d")
+            .arg(path)
+            .output()
+            .expect("objdump (binutils)");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let line = text
+            .lines()
+            .find(|l| l.ends_with(&format!(" <{name}>:")))
+            .unwrap_or_else(|| panic!("no {name} in objdump -d {}", path.display()));
+        u64::from_str_radix(line.split_whitespace().next().unwrap(), 16).unwrap()
+    }
+
+    #[test]
+    fn plt_stubs_are_named_like_perf_and_objdump_name_them() {
+        // A program that calls memcmp through its PLT (lazy-binding .plt, as gcc links by default):
+        // the stub's samples were charged to `_init`, the symbol before .plt, whose size is 0.
+        let dir = std::env::temp_dir().join(format!("ft-plt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let src = dir.join("plt.c");
+        std::fs::write(
+            &src,
+            "#include <string.h>\nint main(int c, char **v) { return memcmp(v[0], v[c - 1], 4) == 7; }\n",
+        )
+        .unwrap();
+        let exe = dir.join("plt");
+        for (flags, name) in [
+            (&["-O2"][..], "lazy"),
+            (&["-O2", "-fcf-protection=full", "-Wl,-z,ibtplt"][..], "ibt"),
+        ] {
+            let exe = exe.with_extension(name);
+            let st = std::process::Command::new("gcc")
+                .args(flags)
+                .args(["-fno-builtin", "-o"])
+                .arg(&exe)
+                .arg(&src)
+                .status()
+                .expect("gcc");
+            assert!(st.success());
+            let data = std::fs::read(&exe).unwrap();
+            let obj = object::File::parse(&*data).unwrap();
+            assert_eq!(
+                obj.section_by_name(".plt.sec").is_some(),
+                name == "ibt",
+                "{name}: the stubs are in .plt.sec with IBT"
+            );
+            let stub = objdump_address(&exe, "memcmp@plt");
+            let mut s = Symbolizer::for_modules([(2, exe.display().to_string(), Vec::new())]);
+            let f = s.frames(2, stub + 4);
+            assert_eq!(&*f[0].function, "memcmp@plt", "{name}: {f:?}");
+        }
+        // A library's: libc's malloc@plt is in .plt.got (8-byte entries, a GLOB_DAT slot), realloc@plt
+        // in .plt (JUMP_SLOT).
+        let libc = Path::new("/lib/x86_64-linux-gnu/libc.so.6");
+        let mut s = Symbolizer::for_modules([(3, libc.display().to_string(), Vec::new())]);
+        for name in ["malloc@plt", "realloc@plt"] {
+            let stub = objdump_address(libc, name);
+            assert_eq!(&*s.frames(3, stub + 2)[0].function, name);
+        }
+        std::fs::remove_dir_all(&dir).ok();
     }
 
     #[test]

@@ -39,6 +39,16 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         "most samples are in fib"
     );
 
+    // --srcline has no column in a sample report: it was ignored without a word.
+    let srcline = ft(&["report", "--srcline", "-i", trace.to_str().unwrap()]);
+    assert!(srcline.status.success());
+    assert_eq!(
+        text(&srcline.stderr).matches("--srcline").count(),
+        1,
+        "{}",
+        text(&srcline.stderr)
+    );
+
     let svg = dir.join("flame.svg");
     run(&["flame", "-o", svg.to_str().unwrap()]);
     assert!(std::fs::read_to_string(&svg).unwrap().contains("fib::fib"));
@@ -50,6 +60,42 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
     assert!(
         std::fs::read_to_string(&ff).unwrap().contains("fib::fib"),
         "symbols included"
+    );
+    // Native frames: the program among the libraries, fib::fib's frames at addresses in it, with
+    // its source file and lines (the export had names only).
+    let libs = profile["libs"].as_array().unwrap();
+    let lib = libs
+        .iter()
+        .position(|l| l["path"] == testprog("fib").to_str().unwrap())
+        .unwrap_or_else(|| panic!("fib not among the libs: {libs:?}"));
+    assert!(libs[lib]["breakpadId"].as_str().unwrap().len() == 33);
+    let t = &profile["threads"][0];
+    let strings = t["stringArray"].as_array().unwrap();
+    let (frames, funcs) = (&t["frameTable"], &t["funcTable"]);
+    let fib_frames: Vec<usize> = (0..frames["length"].as_u64().unwrap() as usize)
+        .filter(|&i| {
+            let f = frames["func"][i].as_u64().unwrap() as usize;
+            strings[funcs["name"][f].as_u64().unwrap() as usize] == "fib::fib"
+        })
+        .collect();
+    assert!(!fib_frames.is_empty());
+    for &i in &fib_frames {
+        let f = frames["func"][i].as_u64().unwrap() as usize;
+        let resource = funcs["resource"][f].as_i64().unwrap();
+        assert!(resource >= 0 && t["resourceTable"]["lib"][resource as usize] == lib);
+        assert!(frames["address"][i].as_i64().unwrap() > 0);
+        assert!(funcs["lineNumber"][f].as_u64().expect("its first line") > 0);
+        let file = funcs["fileName"][f].as_u64().expect("a file name");
+        assert!(strings[file as usize].as_str().unwrap().ends_with("fib.rs"));
+    }
+    let with_lines = fib_frames
+        .iter()
+        .filter(|&&i| frames["line"][i].as_u64().is_some_and(|l| l > 0))
+        .count();
+    assert!(
+        with_lines * 2 > fib_frames.len(),
+        "{with_lines} of {}",
+        fib_frames.len()
     );
 
     let pb = dir.join("p.pb");
@@ -84,6 +130,22 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         .unwrap();
     assert_eq!(chrome.status.code(), Some(2));
     assert!(text(&chrome.stderr).contains("use --format firefox, perfetto or folded"));
+}
+
+#[test]
+fn profile_help_names_every_event_and_the_buffer_size() {
+    let help = ok(ft(&["profile", "--help"]));
+    for want in [
+        "off-cpu",
+        "uprobe:PATH:SYMBOL",
+        "--mmap-pages",
+        "tracepoint:CATEGORY:NAME",
+    ] {
+        assert!(help.contains(want), "{want} missing:\n{help}");
+    }
+    let bad = ft(&["profile", "-m", "3", "--", "true"]);
+    assert_eq!(bad.status.code(), Some(2), "{}", text(&bad.stderr));
+    assert!(text(&bad.stderr).contains("power of two"));
 }
 
 /// A program's functions have one name whether traced or sampled: the profile of a traced program

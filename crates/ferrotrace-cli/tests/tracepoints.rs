@@ -520,28 +520,30 @@ fn sdt_probe(prog: &std::path::Path, provider: &str, name: &str) -> (u64, u64, S
 }
 
 /// A uprobe event in tracefs, removed when dropped.
-struct UprobeEvent(String);
+struct UprobeEvent(String, std::path::PathBuf);
 
 impl UprobeEvent {
     fn add(definition: &str, name: &str) -> UprobeEvent {
+        // tracefs is mounted here if nothing mounted it yet: the test passed only when another had
+        // (ferrotrace profile's probe tests mount it, and run after this file in a workspace run).
+        let events_file = ferrotrace_profile::probes::ensure_tracefs()
+            .expect("tracefs (as root)")
+            .join("uprobe_events");
         let mut events = std::fs::OpenOptions::new()
             .append(true)
-            .open("/sys/kernel/tracing/uprobe_events")
+            .open(&events_file)
             .expect("tracefs (as root)");
         // One write per command: tracefs parses each write on its own.
         events
             .write_all(format!("{definition}\n").as_bytes())
             .unwrap();
-        UprobeEvent(name.to_string())
+        UprobeEvent(name.to_string(), events_file)
     }
 }
 
 impl Drop for UprobeEvent {
     fn drop(&mut self) {
-        if let Ok(mut events) = std::fs::OpenOptions::new()
-            .append(true)
-            .open("/sys/kernel/tracing/uprobe_events")
-        {
+        if let Ok(mut events) = std::fs::OpenOptions::new().append(true).open(&self.1) {
             let _ = events.write_all(format!("-:{}\n", self.0).as_bytes());
         }
     }

@@ -384,6 +384,9 @@ pub enum EndReason {
     Exit = 0,
     /// The program was ended by a signal.
     Signal = 1,
+    /// The recording stopped while the program went on (`ferrotrace profile -p PID` at the end of
+    /// `--duration` or on Ctrl-C).
+    Stopped = 2,
 }
 
 /// The last chunk of a complete trace: what the writer wrote, so a reader can tell a complete trace from
@@ -429,6 +432,7 @@ impl<'a> Payload<'a> for End {
         let reason = match f.varint()? {
             0 => EndReason::Exit,
             1 => EndReason::Signal,
+            2 => EndReason::Stopped,
             _ => return Err(DecodeError::BadValue),
         };
         Ok(End {

@@ -2,16 +2,17 @@
 //!
 //! The `ferrotrace` CLI crate owns the argument parser; this module gives it everything that is specific to
 //! profiling so that its `profile.rs` stays a thin wrapper: the EVENT spellings ([`EventSpec::parse`]), the
-//! `--call-graph` values ([`parse_call_graph`]) and durations ([`parse_duration`]).
+//! `--call-graph` values ([`parse_call_graph`]), durations ([`parse_duration`]) and ring sizes
+//! ([`parse_buffer_size`]).
 //!
 //! ```text
-//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] -- PROGRAM ARGS
-//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-o FILE] -p PID [--duration 10s]
+//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-m PAGES] [-o FILE] -- PROGRAM ARGS
+//! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-m PAGES] [-o FILE] -p PID [--duration 10s]
 //! ```
 //!
-//! EVENT spellings: `cpu-clock` (default), `uprobe:PATH:SYMBOL`, `tracepoint:CATEGORY:NAME`, and
-//! cargo-trace's `profile:hz:99` and `uprobe:/path:sym`; a bare `CATEGORY:NAME` such as
-//! `sched:sched_switch` is a tracepoint.
+//! EVENT spellings: `cpu-clock` (default), `uprobe:PATH:SYMBOL`, `tracepoint:CATEGORY:NAME`, `off-cpu`
+//! (`sched:sched_switch`, weighted by the time off the CPU), and cargo-trace's `profile:hz:99` and
+//! `uprobe:/path:sym`; a bare `CATEGORY:NAME` such as `sched:sched_switch` is a tracepoint.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -195,6 +196,39 @@ pub fn parse_frequency(s: &str) -> Result<u32, ProfileError> {
     }
 }
 
+/// Parses `--mmap-pages`/`-m` as perf does: a number of data pages per CPU ring (a power of two), or
+/// a size with a `K`, `M` or `G` suffix (`8M`), rounded up to a power of two of pages.
+pub fn parse_buffer_size(s: &str) -> Result<usize, ProfileError> {
+    let bad = || {
+        ProfileError::BadArgument(format!(
+            "bad --mmap-pages `{s}`: expected a power of two of pages (512) or a size (2M), up to 4G"
+        ))
+    };
+    let t = s.trim();
+    let unit = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
+        Some('B') => 1,
+        Some('K') => 1 << 10,
+        Some('M') => 1 << 20,
+        Some('G') => 1 << 30,
+        _ => 0,
+    };
+    let pages = if unit == 0 {
+        let p: usize = t.parse().map_err(|_| bad())?;
+        if !p.is_power_of_two() {
+            return Err(bad());
+        }
+        p
+    } else {
+        let n: u64 = t[..t.len() - 1].parse().map_err(|_| bad())?;
+        let bytes = n.checked_mul(unit).filter(|&b| b > 0).ok_or_else(bad)?;
+        (bytes.div_ceil(4096) as usize).next_power_of_two()
+    };
+    if pages == 0 || pages > 1 << 20 {
+        return Err(bad());
+    }
+    Ok(pages)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -246,6 +280,18 @@ mod tests {
         ] {
             let e = EventSpec::parse(bad).unwrap_err().to_string();
             assert!(e.contains("bad event"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn buffer_sizes() {
+        assert_eq!(parse_buffer_size("1").unwrap(), 1);
+        assert_eq!(parse_buffer_size("512").unwrap(), 512);
+        assert_eq!(parse_buffer_size("2M").unwrap(), 512);
+        assert_eq!(parse_buffer_size("64k").unwrap(), 16);
+        assert_eq!(parse_buffer_size("5K").unwrap(), 2);
+        for b in ["", "0", "3", "x", "0M", "8G", "-1"] {
+            assert!(parse_buffer_size(b).is_err(), "{b}");
         }
     }
 

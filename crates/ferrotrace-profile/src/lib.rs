@@ -84,6 +84,10 @@ pub struct ProfileConfig {
     pub handle_signals: bool,
     /// Record with `--call-graph fp` even when the program's `main` has no frame pointer.
     pub allow_missing_frame_pointers: bool,
+    /// Data pages of each CPU's ring buffer (a power of two; perf's `--mmap-pages`). `None`: sized for
+    /// the events (larger for probes and DWARF stacks, whose rate or records are large), smaller
+    /// sizes tried when the kernel refuses the memory.
+    pub buffer_pages: Option<usize>,
 }
 
 impl Default for ProfileConfig {
@@ -101,6 +105,7 @@ impl Default for ProfileConfig {
             duration: None,
             handle_signals: true,
             allow_missing_frame_pointers: false,
+            buffer_pages: None,
         }
     }
 }
@@ -114,7 +119,8 @@ pub struct ProfileSummary {
     pub pid: u32,
     /// Samples and probe hits recorded.
     pub samples: u64,
-    /// Samples the kernel dropped because a ring was full.
+    /// Samples and probe hits the kernel dropped because a ring was full (every one counted: the
+    /// kernel's count of each event is read at the end).
     pub lost: u64,
     /// Stacks whose unwinding stopped early.
     pub unwind_errors: u64,

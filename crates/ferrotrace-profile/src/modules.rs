@@ -23,6 +23,46 @@ pub(crate) struct ModuleFile {
     unwind_tried: bool,
 }
 
+/// The name the kernel gives the vDSO's mapping (MMAP2 records, `/proc/PID/maps`).
+pub(crate) const VDSO: &str = "[vdso]";
+
+/// The vDSO image of this process, read from its memory (`/proc/self/mem` at the `[vdso]` mapping). It
+/// is the image the kernel maps into every 64-bit process, so it stands for the profiled program's:
+/// its build-id goes into the trace, and its `.eh_frame` unwinds samples taken inside it (DWARF mode).
+pub(crate) fn vdso_image() -> Option<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    let range = maps
+        .lines()
+        .find(|l| l.ends_with(VDSO))?
+        .split(' ')
+        .next()?;
+    let (a, b) = range.split_once('-')?;
+    let (a, b) = (
+        u64::from_str_radix(a, 16).ok()?,
+        u64::from_str_radix(b, 16).ok()?,
+    );
+    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
+    mem.seek(SeekFrom::Start(a)).ok()?;
+    let mut image = vec![0; b.checked_sub(a)? as usize];
+    mem.read_exact(&mut image).ok()?;
+    Some(image)
+}
+
+/// The bytes of the file of module `path` (the vDSO's from memory).
+fn module_bytes(path: &str) -> Option<Vec<u8>> {
+    if path == VDSO {
+        vdso_image()
+    } else {
+        std::fs::read(path).ok()
+    }
+}
+
+/// True for a mapping the recorder keeps: a file, or the vDSO.
+pub(crate) fn is_code_mapping(name: &[u8]) -> bool {
+    name.starts_with(b"/") || name == VDSO.as_bytes()
+}
+
 impl ModuleFile {
     fn open(path: &str) -> ModuleFile {
         let mut m = ModuleFile {
@@ -32,7 +72,7 @@ impl ModuleFile {
             unwind: None,
             unwind_tried: false,
         };
-        if let Ok(data) = std::fs::read(path) {
+        if let Some(data) = module_bytes(path) {
             if let Ok(f) = object::File::parse(&*data) {
                 m.build_id = f
                     .build_id()
@@ -76,7 +116,7 @@ impl ModuleFile {
 }
 
 fn load_unwind_info(path: &str) -> Option<ExplicitModuleSectionInfo<Arc<[u8]>>> {
-    let data = std::fs::read(path).ok()?;
+    let data = module_bytes(path)?;
     let f = object::File::parse(&*data).ok()?;
     let sect = |name: &str| -> (Option<std::ops::Range<u64>>, Option<Arc<[u8]>>) {
         match f.section_by_name(name) {
@@ -274,7 +314,7 @@ pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
         };
         let path: Vec<&str> = it.collect();
         let path = path.join(" ");
-        if !perms.contains('x') || !path.starts_with('/') {
+        if !perms.contains('x') || !is_code_mapping(path.as_bytes()) {
             continue;
         }
         let Some((a, b)) = range.split_once('-') else {

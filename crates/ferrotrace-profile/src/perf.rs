@@ -25,8 +25,14 @@ pub(crate) const REGS_MASK: u64 = (1 << 6) | (1 << 7) | (1 << 8);
 /// What to open.
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum EventKind {
-    CpuClock { freq: u32 },
-    Tracepoint { id: u64 },
+    CpuClock {
+        freq: u32,
+    },
+    Tracepoint {
+        id: u64,
+    },
+    /// Never samples: carries the process bookkeeping records.
+    Dummy,
 }
 
 /// Attribute options shared by the events of a session.
@@ -43,6 +49,8 @@ pub(crate) struct AttrOptions {
     pub entry_probe: bool,
     /// Also report the task's context switches (PERF_RECORD_SWITCH): off-CPU time ends at a switch in.
     pub context_switch: bool,
+    /// Bytes in the ring before poll() wakes the reader.
+    pub wakeup_bytes: u32,
 }
 
 /// True when samples of an event opened with `o` carry user registers and a stack copy.
@@ -64,6 +72,11 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
         EventKind::Tracepoint { id } => {
             a.type_ = b::PERF_TYPE_TRACEPOINT;
             a.config = id;
+            a.__bindgen_anon_1.sample_period = 1;
+        }
+        EventKind::Dummy => {
+            a.type_ = b::PERF_TYPE_SOFTWARE;
+            a.config = b::PERF_COUNT_SW_DUMMY as u64;
             a.__bindgen_anon_1.sample_period = 1;
         }
     }
@@ -101,7 +114,11 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
         a.set_context_switch(1);
     }
     a.set_watermark(1);
-    a.__bindgen_anon_2.wakeup_watermark = 64 * 1024;
+    a.__bindgen_anon_2.wakeup_watermark = o.wakeup_bytes.max(1);
+    // The kernel counts, per event, every record it could not put into a full ring (Linux 6.0):
+    // read at the end, it also counts the losses after which no PERF_RECORD_LOST was written (it is
+    // written before the next record that fits, and after the last ones nothing comes).
+    a.read_format = b::PERF_FORMAT_LOST as u64;
     a
 }
 
@@ -109,6 +126,24 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
 pub(crate) struct PerfEvent {
     pub fd: OwnedFd,
     pub id: u64,
+    /// It carries the bookkeeping records only (EventKind::Dummy).
+    pub bookkeeping: bool,
+    /// Its read() gives the kernel's count of its lost records (PERF_FORMAT_LOST).
+    counts_lost: bool,
+}
+
+impl PerfEvent {
+    /// The records of this event (and of its inherited copies, whose output goes to it) that the
+    /// kernel dropped because the ring was full; `None` on kernels before 6.0.
+    pub fn lost(&self) -> Option<u64> {
+        if !self.counts_lost {
+            return None;
+        }
+        let mut v = [0u64; 2];
+        // SAFETY: reading at most 16 bytes into `v` from our perf fd.
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), v.as_mut_ptr().cast(), 16) };
+        (n == 16).then_some(v[1])
+    }
 }
 
 /// Opens one event for `pid` on `cpu`.
@@ -119,16 +154,18 @@ pub(crate) fn open_event(
     cpu: i32,
 ) -> Result<PerfEvent, ProfileError> {
     let mut a = attr_for(kind, o);
-    // SAFETY: `a` is a valid, fully initialised attribute struct that outlives the call.
-    let fd = unsafe {
-        sys::perf_event_open(
-            &mut a,
-            pid,
-            cpu,
-            -1,
-            b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong,
-        )
+    let open = |a: &mut b::perf_event_attr| {
+        // SAFETY: `a` is a valid, fully initialised attribute struct that outlives the call.
+        unsafe { sys::perf_event_open(a, pid, cpu, -1, b::PERF_FLAG_FD_CLOEXEC as libc::c_ulong) }
     };
+    let mut fd = open(&mut a);
+    let mut counts_lost = true;
+    if fd < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+        // Before Linux 6.0: no PERF_FORMAT_LOST; the PERF_RECORD_LOST records are all there is.
+        a.read_format = 0;
+        counts_lost = false;
+        fd = open(&mut a);
+    }
     if fd < 0 {
         let err = io::Error::last_os_error();
         return Err(match err.raw_os_error() {
@@ -149,7 +186,12 @@ pub(crate) fn open_event(
     if unsafe { sys::ioctls::ID(fd.as_raw_fd(), &mut id) } < 0 {
         return Err(ProfileError::sys("PERF_EVENT_IOC_ID"));
     }
-    Ok(PerfEvent { fd, id })
+    Ok(PerfEvent {
+        fd,
+        id,
+        bookkeeping: false,
+        counts_lost,
+    })
 }
 
 /// Current `kernel.perf_event_paranoid`.
@@ -234,14 +276,20 @@ impl Ordered {
     /// Hands over, in time order, every waiting record no later than `watermark` (all of them when
     /// `None`: the rings are closed).
     pub fn flush(&mut self, watermark: Option<u64>, mut f: impl FnMut(&[u8])) {
+        for rec in self.take(watermark) {
+            f(&rec);
+        }
+    }
+
+    /// Takes out, in time order, every waiting record no later than `watermark` (all when `None`),
+    /// so that more can be pushed while they are handled.
+    pub fn take(&mut self, watermark: Option<u64>) -> Vec<Vec<u8>> {
         self.pending.sort_unstable_by_key(|r| (r.0, r.1));
         let ready = match watermark {
             Some(w) => self.pending.partition_point(|r| r.0 <= w),
             None => self.pending.len(),
         };
-        for (_, _, rec) in self.pending.drain(..ready) {
-            f(&rec);
-        }
+        self.pending.drain(..ready).map(|r| r.2).collect()
     }
 }
 
@@ -310,6 +358,11 @@ impl Ring {
             data_size,
             scratch: Vec::new(),
         })
+    }
+
+    /// Size of its data area.
+    pub fn data_bytes(&self) -> usize {
+        self.data_size
     }
 
     fn meta(&self) -> *mut b::perf_event_mmap_page {

@@ -218,6 +218,10 @@ struct State {
     event_regs: Vec<bool>,
     samples: u64,
     lost: u64,
+    /// Samples whose layout could not be read (counted as lost).
+    unreadable: u64,
+    /// Bookkeeping records (maps, threads) the kernel dropped, when it says so.
+    lost_bookkeeping: u64,
     unwind_errors: u64,
     /// Frame-pointer stacks cut where they ran into an address of no mapped object.
     junk_stacks: u64,
@@ -301,7 +305,7 @@ impl State {
                     return;
                 };
                 let Some(name) = c.cstr() else { return };
-                if prot & libc::PROT_EXEC as u32 == 0 || !name.starts_with(b"/") {
+                if prot & libc::PROT_EXEC as u32 == 0 || !modules::is_code_mapping(name) {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
@@ -314,7 +318,7 @@ impl State {
                     return;
                 };
                 let Some(name) = c.cstr() else { return };
-                if !name.starts_with(b"/") || misc & 0x2000 != 0 {
+                if !modules::is_code_mapping(name) || misc & 0x2000 != 0 {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
@@ -403,6 +407,8 @@ impl State {
             .copied()
             .unwrap_or(self.dwarf);
         let Some(s) = perf::parse_sample(body, regs) else {
+            // Not seen, but never silently: a sample that cannot be read is a lost one.
+            self.unreadable += 1;
             return;
         };
         let mut frames = std::mem::take(&mut self.scratch);
@@ -550,6 +556,28 @@ fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
     own.unwrap_or(cfg.frequency)
 }
 
+/// Data pages of each CPU's ring to try, largest first (an unprivileged user is limited by
+/// `kernel.perf_event_mlock_kb`): `--mmap-pages` alone when given; else sized for the events. A timer's
+/// rate is known (999 Hz of ~300-byte records is 300 KB/s, of 8 KiB stack copies 8 MB/s), a probe's is
+/// not: malloc in `rg -j1` fires 87,610 times in 0.2 s, ~100 MB/s of ~230-byte frame-pointer
+/// records, and the kernel drops what does not fit while the profiler handles what it drained (perf
+/// only copies it).
+fn ring_sizes(cfg: &ProfileConfig, dwarf: bool) -> Vec<usize> {
+    if let Some(pages) = cfg.buffer_pages {
+        return vec![pages];
+    }
+    let probes = cfg
+        .events
+        .iter()
+        .any(|e| !matches!(e, EventSpec::CpuClock(_)));
+    match (probes, dwarf) {
+        (false, false) => vec![128, 64, 16],
+        (false, true) => vec![2048, 512, 128, 16],
+        (true, false) => vec![4096, 1024, 256, 64, 16],
+        (true, true) => vec![8192, 2048, 512, 128, 16],
+    }
+}
+
 /// Cuts `frames` (user frames from `from` on) before the first address in no mapped object of `space`;
 /// true if it did.
 fn cut_at_unmapped(space: &Space, frames: &mut Vec<u64>, from: usize) -> bool {
@@ -577,6 +605,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             "the DWARF stack copy size must be a multiple of 8 up to 65528".into(),
         ));
     }
+    if cfg
+        .buffer_pages
+        .is_some_and(|p| !p.is_power_of_two() || p > 1 << 20)
+    {
+        return Err(ProfileError::BadArgument(
+            "the ring buffer size must be a power of two of pages, at most 4 GiB".into(),
+        ));
+    }
     let dwarf = cfg.call_graph == CallGraph::Dwarf;
     let started = Instant::now();
 
@@ -601,10 +637,20 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             std::fs::read_link(format!("/proc/{pid}/exe")).ok()
         }
     };
+    // Timer samples are only worth their stacks: refuse. Probe hits and tracepoints are also
+    // counted, which needs no stack: record them, and say that the stacks stop early.
+    let mut no_frame_pointers = None;
     if !dwarf && !cfg.allow_missing_frame_pointers {
         if let Some(exe) = &exe {
             if modules::main_has_frame_pointer(exe) == Some(false) {
-                return Err(ProfileError::NoFramePointers(exe.clone()));
+                if cfg
+                    .events
+                    .iter()
+                    .any(|e| matches!(e, EventSpec::CpuClock(_)))
+                {
+                    return Err(ProfileError::NoFramePointers(exe.clone()));
+                }
+                no_frame_pointers = Some(exe.clone());
             }
         }
     }
@@ -685,12 +731,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let mut events: Vec<PerfEvent> = Vec::new();
     let mut rings: Vec<Ring> = Vec::new();
     let mut id_to_event = HashMap::new();
-    // Rings per CPU, largest first (an unprivileged user is limited by kernel.perf_event_mlock_kb).
-    let ring_pages: &[usize] = if dwarf {
-        &[2048, 512, 128, 16]
-    } else {
-        &[128, 64, 16]
-    };
+    let ring_pages = ring_sizes(cfg, dwarf);
+    let ring_pages = &ring_pages[..];
+    // Wake the reader at a quarter of the smallest ring it may get (the kernel would lower a larger
+    // mark to the ring's size: a wake-up only when it is full).
+    let smallest = ring_pages.iter().min().copied().unwrap_or(1) * 4096;
+    let wakeup_bytes = (smallest / 4).clamp(512, 64 * 1024) as u32;
     let mut exclude_kernel = false;
     let open_all = |exclude_kernel: bool,
                     events: &mut Vec<PerfEvent>,
@@ -700,18 +746,30 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         let mut leaders: Vec<Option<usize>> = vec![None; cpus.len()];
         for (ti, &tid) in tids.iter().enumerate() {
             for (ci, &cpu) in cpus.iter().enumerate() {
-                for (ei, kind) in kinds.iter().enumerate() {
+                // The process bookkeeping (maps, comm, fork, exit) on an event of its own that never
+                // samples, as perf's dummy event: the kernel's count of the records each event lost
+                // then tells lost samples from lost bookkeeping.
+                let bookkeeping = (ti == 0).then_some((None, perf::EventKind::Dummy));
+                let samplers = kinds.iter().enumerate().map(|(ei, k)| (Some(ei), *k));
+                for (ei, kind) in bookkeeping.into_iter().chain(samplers) {
+                    let spec = ei.map(|ei| &cfg.events[ei]);
                     let o = AttrOptions {
                         dwarf,
                         stack_size: cfg.stack_size,
                         exclude_kernel,
                         enable_on_exec: child.is_some(),
-                        sideband: ti == 0 && ei == 0,
-                        entry_probe: matches!(cfg.events[ei], EventSpec::Uprobe { .. }),
-                        context_switch: cfg.events[ei].is_off_cpu(),
+                        sideband: ei.is_none(),
+                        entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
+                        context_switch: spec.is_some_and(EventSpec::is_off_cpu),
+                        wakeup_bytes,
                     };
-                    let ev = perf::open_event(*kind, &o, tid as i32, cpu)?;
-                    id_to_event.insert(ev.id, ei as u32);
+                    let mut ev = perf::open_event(kind, &o, tid as i32, cpu)?;
+                    match ei {
+                        Some(ei) => {
+                            id_to_event.insert(ev.id, ei as u32);
+                        }
+                        None => ev.bookkeeping = true,
+                    }
                     match leaders[ci] {
                         None => {
                             let mut ring = Err(ProfileError::BadArgument("no ring size".into()));
@@ -831,11 +889,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     sideband: false,
                     entry_probe: matches!(e, EventSpec::Uprobe { .. }),
                     context_switch: false,
+                    wakeup_bytes: 0,
                 })
             })
             .collect(),
         samples: 0,
         lost: 0,
+        unreadable: 0,
+        lost_bookkeeping: 0,
         unwind_errors: 0,
         junk_stacks: 0,
         scratch: Vec::new(),
@@ -887,7 +948,17 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         for r in rings.iter_mut() {
             r.drain(|rec| ordered.push(rec));
         }
-        ordered.flush(Some(watermark), |rec| st.handle(rec, &mut out));
+        // Handling (unwinding above all) takes longer than draining: the rings are drained again
+        // every 256 records handled, so that they do not fill meanwhile (what is drained waits in
+        // `ordered` for the next round).
+        for (i, rec) in ordered.take(Some(watermark)).iter().enumerate() {
+            st.handle(rec, &mut out);
+            if i % 256 == 255 {
+                for r in rings.iter_mut() {
+                    r.drain(|rec| ordered.push(rec));
+                }
+            }
+        }
         if let Err(e) = out.flush(watermark) {
             st.write_error.get_or_insert(e);
         }
@@ -897,7 +968,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 exit_code = Some(code);
                 break;
             }
-        } else if !Path::new(&format!("/proc/{root_pid}")).exists() {
+        } else if !process_runs(root_pid) {
             break;
         }
         if deadline.is_some_and(|d| now >= d) {
@@ -922,6 +993,21 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         r.drain(|rec| ordered.push(rec));
     }
     ordered.flush(None, |rec| st.handle(rec, &mut out));
+    // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
+    // written (a full ring at the end of the run).
+    let lost_of = |bookkeeping: bool| -> Option<u64> {
+        events
+            .iter()
+            .filter(|e| e.bookkeeping == bookkeeping)
+            .map(PerfEvent::lost)
+            .sum()
+    };
+    if let (Some(samples), Some(bookkeeping)) = (lost_of(false), lost_of(true)) {
+        st.lost = samples;
+        st.lost_bookkeeping = bookkeeping;
+    }
+    st.lost += st.unreadable;
+    let ring_bytes = rings.first().map_or(0, Ring::data_bytes);
     drop(rings);
     drop(events);
     // Probes can only be removed once no event uses them.
@@ -949,6 +1035,10 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     out.threads(&st.threads).map_err(io_err)?;
     let (reason, signal) = match exit_code {
         Some(c) if c > 128 => (schema::EndReason::Signal, (c - 128) as u32),
+        // Attached, and the process is still there: the recording ended, not the program.
+        None if matches!(cfg.target, Target::Pid(_)) && process_runs(root_pid) => {
+            (schema::EndReason::Stopped, 0)
+        }
         _ => (schema::EndReason::Exit, 0),
     };
     out.finish(schema::End {
@@ -965,9 +1055,26 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     .map_err(io_err)?;
     let mut warnings = Vec::new();
     if st.lost > 0 {
+        let ring_kib = ring_bytes / 1024;
         warnings.push(format!(
-            "{} samples lost (the profiler could not keep up): lower the frequency with -F, or use --call-graph fp",
-            st.lost
+            "{} samples lost (the kernel found the ring buffers full): give larger buffers with \
+             --mmap-pages (now {} KiB per CPU), lower the frequency with -F, or use --call-graph fp",
+            st.lost,
+            ring_kib
+        ));
+    }
+    if let Some(exe) = no_frame_pointers {
+        warnings.push(format!(
+            "{} has no frame pointers: the hits are all counted, but their stacks stop at its first \
+             frame without one; --call-graph dwarf gives whole stacks",
+            exe.display()
+        ));
+    }
+    if st.lost_bookkeeping > 0 {
+        warnings.push(format!(
+            "{} records of mappings and threads lost (the ring buffers were full): some frames may \
+             be unnamed; give larger buffers with --mmap-pages",
+            st.lost_bookkeeping
         ));
     }
     if exclude_kernel {
@@ -1000,6 +1107,16 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         recording_time: recorded,
         finishing_time: finish_start.elapsed(),
         warnings,
+    })
+}
+
+/// True while process `pid` exists and has not exited (a zombie waiting for its parent has).
+fn process_runs(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        // `pid (comm) S ...`: the state follows the last ')'.
+        stat.rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| !matches!(state, 'Z' | 'X' | 'x'))
     })
 }
 

@@ -214,7 +214,7 @@ impl Lifecycle {
     /// one caller that claims the finish, false if another one did (whatever the phase now).
     pub fn claim_finish(&self, reason: EndReason, signal: i32) -> bool {
         let why = match reason {
-            EndReason::Exit => 0,
+            EndReason::Exit | EndReason::Stopped => 0,
             EndReason::Signal => END_BY_SIGNAL,
         } | (signal as u32 as u64) << SIGNAL_SHIFT;
         self.word

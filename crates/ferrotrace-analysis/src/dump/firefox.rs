@@ -114,7 +114,17 @@ impl Exporter for Firefox {
         Samples::Always
     }
 
-    fn write_samples(&self, set: &SampleSet, _opts: Options) -> Result<Vec<u8>, RenderError> {
-        firefox_json(set).map(String::into_bytes)
+    /// The named profile, then libraries, addresses and source lines added from the trace's address
+    /// stacks ([`super::firefox_libs`]).
+    fn write_samples(
+        &self,
+        trace: &crate::reader::Trace,
+        set: &SampleSet,
+        _opts: Options,
+    ) -> Result<Vec<u8>, RenderError> {
+        let named = firefox_json(set)?;
+        super::firefox_libs::add_native_frames(trace, &named)
+            .map(String::into_bytes)
+            .map_err(|e| RenderError(e.to_string()))
     }
 }

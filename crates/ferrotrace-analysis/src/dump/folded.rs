@@ -47,7 +47,12 @@ impl Exporter for Folded {
         write(trace, stream(target)?, progress)
     }
 
-    fn write_samples(&self, set: &SampleSet, _opts: Options) -> Result<Vec<u8>, RenderError> {
+    fn write_samples(
+        &self,
+        _trace: &crate::reader::Trace,
+        set: &SampleSet,
+        _opts: Options,
+    ) -> Result<Vec<u8>, RenderError> {
         Ok(crate::flame::samples::folded(set, false).into_bytes())
     }
 }

@@ -13,6 +13,7 @@
 
 pub mod chrome;
 pub mod firefox;
+mod firefox_libs;
 pub mod folded;
 pub mod perfetto;
 pub mod uftrace;
@@ -121,8 +122,13 @@ pub trait Exporter: Sync {
     }
 
     /// The samples of a trace in this format.
-    fn write_samples(&self, set: &SampleSet, opts: Options) -> Result<Vec<u8>, RenderError> {
-        let _ = (set, opts);
+    fn write_samples(
+        &self,
+        trace: &Trace,
+        set: &SampleSet,
+        opts: Options,
+    ) -> Result<Vec<u8>, RenderError> {
+        let _ = (trace, set, opts);
         Err(RenderError(format!(
             "{} does not write samples",
             self.name()

@@ -505,7 +505,12 @@ impl Exporter for Perfetto {
         write(trace, opts, stream(target)?, progress)
     }
 
-    fn write_samples(&self, set: &SampleSet, opts: super::Options) -> Result<Vec<u8>, RenderError> {
+    fn write_samples(
+        &self,
+        _trace: &crate::reader::Trace,
+        set: &SampleSet,
+        opts: super::Options,
+    ) -> Result<Vec<u8>, RenderError> {
         let mut buf = Vec::new();
         write_samples(set, opts.compress, &mut buf)
             .map_err(|e| RenderError(format!("cannot encode the samples: {e}")))?;

@@ -93,6 +93,9 @@ impl Summary {
                 (Some(e), _) if e.reason == ferrotrace_core::schema::EndReason::Signal => {
                     format!("signal {}", e.signal)
                 }
+                (Some(e), _) if e.reason == ferrotrace_core::schema::EndReason::Stopped => {
+                    "end of recording (the program went on)".into()
+                }
                 (Some(_), _) => "exit".into(),
                 (None, Some(s)) => format!(
                     "{}: {} unfinished chunks recovered ({} events)",

@@ -48,7 +48,9 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
         compress: !a.uncompressed,
     };
     if let Plan::Samples(set) = dump::plan(&trace, format).map_err(Error::analysis)? {
-        let bytes = format.write_samples(&set, opts).map_err(Error::analysis)?;
+        let bytes = format
+            .write_samples(&trace, &set, opts)
+            .map_err(Error::analysis)?;
         super::emit(a.output.as_deref(), &bytes)?;
         return Ok(super::finish(&trace, &[]));
     }

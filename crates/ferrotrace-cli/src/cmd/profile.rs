@@ -14,8 +14,8 @@ use crate::Error;
 #[derive(Args)]
 #[command(
     after_help = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
-path such as myapp::parse), tracepoint:CATEGORY:NAME (e.g. sched:sched_switch for off-CPU stacks); \
-cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
+path such as myapp::parse), tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
+stacks at which threads blocked, weighted by the time until they ran again: sched:sched_switch); cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
 `ferrotrace dump --format firefox|perfetto|folded`."
 )]
 pub struct ProfileArgs {
@@ -28,6 +28,14 @@ pub struct ProfileArgs {
     /// How to take stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf)
     #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "fp")]
     call_graph: String,
+    /// Ring buffer per CPU: data pages (a power of two) or a size such as 8M; default sized for the events
+    #[arg(
+        short = 'm',
+        long = "mmap-pages",
+        visible_alias = "buffer-size",
+        value_name = "PAGES"
+    )]
+    mmap_pages: Option<String>,
     /// Trace file to write
     #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
     output: PathBuf,
@@ -80,6 +88,11 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         target,
         duration: args.duration.as_deref().map(parse_duration).transpose()?,
         allow_missing_frame_pointers: args.force_fp,
+        buffer_pages: args
+            .mmap_pages
+            .as_deref()
+            .map(ferrotrace_profile::cli_args::parse_buffer_size)
+            .transpose()?,
         ..ProfileConfig::default()
     };
     let s = profile(&cfg)?;

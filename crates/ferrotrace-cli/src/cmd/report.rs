@@ -91,6 +91,18 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
+        if a.srcline {
+            say!(
+                "ferrotrace: warning: --srcline: not shown for samples: a sampled function's time \
+                 comes from many addresses, each with a line of its own; `dump --format firefox` \
+                 gives every frame its file:line{}",
+                if sections.functions {
+                    "; the function calls' report below shows it"
+                } else {
+                    ""
+                }
+            );
+        }
         let other = report_samples(&a, &trace, set, sections.functions)?;
         if !sections.functions {
             let code = super::finish(&trace, &[]);
