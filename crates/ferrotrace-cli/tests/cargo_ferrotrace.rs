@@ -207,6 +207,7 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("profile", "event") => "cpu-clock",
         ("profile", "call-graph") => "fp",
         ("profile", "duration") => "20s",
+        ("profile", "mmap-pages") => "64",
         _ => panic!("no test value for `ferrotrace {action} --{long}`: add one"),
     }
 }
