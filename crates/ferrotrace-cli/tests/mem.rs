@@ -222,6 +222,55 @@ fn blocks_freed_by_another_thread_are_matched() {
     assert_eq!(through(&j["peak"]["stacks"], "worker"), (800 * 48, 800));
 }
 
+/// Frees made after `exit` began: in an atexit handler, in the program's ELF destructor and in a
+/// library's (testprogs/c/exitfrees.c). valgrind: "in use at exit: 4,000 bytes in 1 blocks; total heap
+/// usage: 4 allocs, 3 frees, 10,000 bytes allocated". Before they were recorded: 10,000 bytes in 4 blocks.
+#[test]
+fn frees_in_atexit_handlers_and_elf_destructors_are_recorded() {
+    let dir = scratch("mem_exit_frees");
+    let flags = ["-O1", "-g", "-fno-omit-frame-pointer"];
+    let lib_flags: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain(["-shared", "-fPIC", "-DLIBRARY"])
+        .collect();
+    build_c(&dir, "gcc", "exitfrees.c", "libexitfrees.so", &lib_flags);
+    let link = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let exe_flags: Vec<&str> = flags
+        .iter()
+        .copied()
+        .chain([
+            "-DWITH_LIBRARY",
+            &link,
+            &rpath,
+            "-Wl,--no-as-needed",
+            "-lexitfrees",
+        ])
+        .collect();
+    let exe = build_c(&dir, "gcc", "exitfrees.c", "exitfrees", &exe_flags);
+    for args in [&[][..], &["exit"][..]] {
+        let trace = record_ok(&dir, &["--alloc"], &exe, args);
+        let j = mem_json(&trace);
+        assert_eq!(j["allocations"], 4, "{args:?}: {j:#}");
+        assert_eq!(j["bytes"], 10_000, "{args:?}");
+        assert_eq!(j["leaked"]["bytes"], 4000, "{args:?}: {:#}", j["leaked"]);
+        assert_eq!(j["leaked"]["blocks"], 1, "{args:?}");
+        assert_eq!(
+            through(&j["leaked"]["stacks"], "leak_for_real"),
+            (4000, 1),
+            "{args:?}"
+        );
+        for freed in [
+            "allocate_freed_at_exit",
+            "allocate_freed_in_destructor",
+            "lib_allocate",
+        ] {
+            assert_eq!(site(&j, freed)["leaked"], 0, "{args:?}: {freed}");
+        }
+    }
+}
+
 #[test]
 fn a_forked_child_records_into_its_own_file() {
     let dir = scratch("mem_fork");

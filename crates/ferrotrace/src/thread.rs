@@ -39,8 +39,22 @@ struct ExitGuard;
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
+        // The main thread's TLS destructors run at the start of `exit` (glibc's `__run_exit_handlers`
+        // calls `__call_tls_dtors` before the atexit handlers and the ELF destructors), not when the
+        // thread is gone: it keeps recording what those do (their frees above all) until the finish,
+        // which takes its chunk. Its TLS is never freed, so its slot may stay alive (also after a
+        // `pthread_exit` of the main thread, until the process ends).
+        if is_main_thread() {
+            return;
+        }
         thread_exit();
     }
+}
+
+/// True on the process's main thread (its tid is the pid).
+fn is_main_thread() -> bool {
+    // SAFETY: gettid and getpid have no preconditions.
+    unsafe { libc::syscall(libc::SYS_gettid) == libc::getpid() as libc::c_long }
 }
 
 /// Marks the calling thread as one the runtime never records (its own threads).
