@@ -2,7 +2,8 @@
 //! any thread, fatal signals, Ctrl-C, fork.
 //!
 //! * `atexit`: a normal exit (return from `main`, `std::process::exit` from any thread) finishes the
-//!   trace with every thread's partly filled chunk.
+//!   trace with every thread's partly filled chunk; in the preload library after the program's atexit
+//!   handlers and every ELF destructor, whose frees are recorded ([`install`]).
 //! * Faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT — a Rust panic with `panic=abort` ends in SIGABRT
 //!   or SIGILL) and every other signal whose default action ends the process ([`TERMINATING`]: SIGINT,
 //!   SIGTERM, SIGHUP, SIGPIPE, SIGALRM, …): the handler stops all threads, waits a bounded time for the
