@@ -15,14 +15,14 @@
 //! | [`CHUNK_SIZE`] | `FERROTRACE_CHUNK_SIZE` | `record` (`--chunk-size`) | runtime | bytes per chunk, a power of two ≥ 256; default 64K |
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
-//! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the preload library's malloc family, or `ferrotrace::Allocator`) |
+//! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
 //! | [`ALLOC_STACK_DEPTH`] | `FERROTRACE_ALLOC_STACK_DEPTH` | `record` (`--alloc-stack-depth`) | runtime | deepest allocation stack to record (0: none); default 64 |
 //! | [`USDT`] | `FERROTRACE_USDT` | by hand | linked runtime | [`USDT_OFF`]: no thread watching the tracepoints' SDT semaphores (tracers attaching to a running program see nothing) |
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
 //! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
-//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable |
+//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it) |
 //!
 //! A privileged process (setuid, setgid, file capabilities) reads none of them: its environment comes
 //! from a user it must not obey.

@@ -7,9 +7,9 @@
 //! (as forked children often do), its `sigaction` and `signal` let the runtime see which signals
 //! reach the program, its `_Unwind_Backtrace` leaves the mcount return stub out of backtraces
 //! (Rust's panic backtraces), its `__monstartup` and `_mcleanup` keep gprof's own profiling of `-pg`
-//! programs (a timer, `gmon.out`) from running beside the tracing, and its malloc family (`malloc.rs`)
-//! reports allocations when they are recorded; everything else lives in the `ferrotrace` crate. Not
-//! for linking.
+//! programs (a timer, `gmon.out`) from running beside the tracing, and its hooks of the malloc family
+//! (`malloc.rs`, reached through `libferrotrace_alloc.so`, which `record --alloc` alone preloads)
+//! report allocations; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
 
 mod malloc;

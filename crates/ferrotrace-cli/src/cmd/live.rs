@@ -77,7 +77,7 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, String> {
     let mut cmd = std::process::Command::new(&program);
     use std::os::unix::process::CommandExt;
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    inject_runtime(&mut cmd, &program, &facts)?;
+    inject_runtime(&mut cmd, &program, &facts, false)?;
     // Without -F no function is traced: every one is excluded (a filter that matches nothing would be
     // warned about as a mistake).
     let notrace = if args.filter.is_empty() {

@@ -103,12 +103,28 @@ pub fn check_regexes<'a>(patterns: impl IntoIterator<Item = &'a String>) -> Resu
     Ok(())
 }
 
+/// `libferrotrace_alloc.so`, the malloc family that only `--alloc` preloads: beside the preload library.
+fn alloc_library(preload: &Path) -> Result<PathBuf, String> {
+    let lib = preload.with_file_name("libferrotrace_alloc.so");
+    if lib.is_file() {
+        Ok(lib)
+    } else {
+        Err(format!(
+            "--alloc needs libferrotrace_alloc.so beside {}: build the whole ferrotrace workspace \
+             (cargo build --release)",
+            preload.display()
+        ))
+    }
+}
+
 /// Makes the program start a runtime: its own linked copy when it has one, else the preload library
-/// (ahead of any LD_PRELOAD already set). Shared by `record` and `live`.
+/// (ahead of any LD_PRELOAD already set), and with `alloc` the malloc family's library before it
+/// (without, the program's allocator is not interposed at all). Shared by `record` and `live`.
 pub fn inject_runtime(
     cmd: &mut std::process::Command,
     program: &Path,
     facts: &elf::ProgramFacts,
+    alloc: bool,
 ) -> Result<(), String> {
     if facts.links_runtime {
         cmd.env(env::RUNTIME, env::RUNTIME_LINKED);
@@ -121,7 +137,15 @@ pub fn inject_runtime(
             program.display()
         ));
     }
-    let mut preload = preload_library()?.into_os_string();
+    let runtime = preload_library()?;
+    let mut preload = OsString::new();
+    if alloc {
+        // First: the hooks look the C library's functions up with dlsym(RTLD_NEXT) from the runtime's
+        // library, which must not find these again.
+        preload.push(alloc_library(&runtime)?);
+        preload.push(":");
+    }
+    preload.push(runtime);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
         preload.push(old);
@@ -218,7 +242,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     let mut cmd = std::process::Command::new(&program);
     cmd.arg0(&args.command[0]).args(&args.command[1..]);
-    inject_runtime(&mut cmd, &program, &facts)?;
+    inject_runtime(&mut cmd, &program, &facts, args.alloc)?;
     cmd.env(env::OUTPUT, &output)
         .env(env::FILTER, args.filter.join("\n"))
         .env(env::NOTRACE, args.notrace.join("\n"))
