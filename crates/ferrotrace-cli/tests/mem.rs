@@ -246,6 +246,72 @@ fn the_malloc_family_is_interposed_only_with_alloc() {
     );
 }
 
+/// `--alloc` on an instrumented program traces its functions too (allocations on the timeline of the
+/// calls that made them, above); `--no-functions` records the allocations alone, as heaptrack would:
+/// no function patched, no function event, the same allocation figures.
+#[test]
+fn no_functions_records_the_allocations_alone() {
+    let dir = scratch("mem_no_functions");
+    let exe = build_c(
+        &dir,
+        "clang-16",
+        "allocs.c",
+        "allocs",
+        &[
+            "-O1",
+            "-g",
+            "-fno-omit-frame-pointer",
+            "-pthread",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+        ],
+    );
+    let info = |trace: &Path| -> Value {
+        let out = ok(ft(&["info", "--json", "-i", trace.to_str().unwrap()]));
+        serde_json::from_str(&out).expect("info --json is JSON")
+    };
+    let both = record_ok(&dir, &["--alloc"], &exe, &["basic"]);
+    let i = info(&both);
+    assert!(i["functions"].as_u64().unwrap() > 5, "{i:#}");
+    let calls = |i: &Value| {
+        i["threads"][0]["entries"].as_u64().unwrap() + i["threads"][0]["exits"].as_u64().unwrap()
+    };
+    assert!(calls(&i) > 10, "{i:#}");
+    let allocation_events = i["events"].as_u64().unwrap() - calls(&i);
+    assert_eq!(mem_json(&both)["allocations"], 80);
+
+    let alone = record_ok(&dir, &["--alloc", "--no-functions"], &exe, &["basic"]);
+    let i = info(&alone);
+    assert_eq!(i["functions"], 0, "{i:#}");
+    assert_eq!(calls(&i), 0, "{i:#}");
+    assert_eq!(i["events"], allocation_events, "{i:#}");
+    let j = mem_json(&alone);
+    assert_eq!(j["allocations"], 80);
+    assert_eq!(j["leaked"]["bytes"], 3000);
+    assert_eq!(through(&j["leaked"]["stacks"], "leak_here"), (3000, 3));
+
+    // Nothing to record, or functions asked for both ways: refused before the program runs.
+    let (out, _) = record(&dir, &["--no-functions"], &exe, &["basic"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--no-functions leaves nothing to record"),
+        "{}",
+        text(&out.stderr)
+    );
+    let (out, _) = record(
+        &dir,
+        &["--alloc", "--no-functions", "-F", "main"],
+        &exe,
+        &["basic"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("cannot be used with"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 #[test]
 fn blocks_freed_by_another_thread_are_matched() {
     let dir = scratch("mem_threads");

@@ -9,6 +9,7 @@
 //! | [`OUTPUT`] | `FERROTRACE_OUTPUT` | `record` (`-o`), `live` (a private directory) | runtime | the trace file; default `ferrotrace.data`; processes started by a traced one add `.PID` |
 //! | [`FILTER`] | `FERROTRACE_FILTER` | `record`, `live` (`-F`) | runtime | newline-separated regexes: trace only functions whose demangled name matches one; unset or empty: all |
 //! | [`NOTRACE`] | `FERROTRACE_NOTRACE` | `record`, `live` (`-N`) | runtime | newline-separated regexes: never trace these |
+//! | [`FUNCTIONS`] | `FERROTRACE_FUNCTIONS` | `record` (`--no-functions`: [`FUNCTIONS_NONE`]; removed without it) | runtime | [`FUNCTIONS_NONE`]: trace no function (allocations or tracepoints alone) |
 //! | [`TRACE`] | `FERROTRACE_TRACE` | `record`, `live` (`--trace`), or by hand | runtime | tracepoint globs, separated by commas or newlines; set alone, it starts the linked runtime |
 //! | [`MODE`] | `FERROTRACE_MODE` | `record` (`--mode`), `live` (`drop`) | runtime | `lossless` (default), `drop` or `flight` ([`crate::schema::Mode::name`]) |
 //! | [`BUFFER_SIZE`] | `FERROTRACE_BUFFER_SIZE` | `record` (`--buffer-size`) | runtime | bytes of chunk memory, or of the flight ring; `K`/`M`/`G` suffixes ([`crate::size`]); default 16M |
@@ -41,6 +42,10 @@ pub const OUTPUT: &str = "FERROTRACE_OUTPUT";
 pub const FILTER: &str = "FERROTRACE_FILTER";
 /// Functions never to trace (`-N`): newline-separated regexes.
 pub const NOTRACE: &str = "FERROTRACE_NOTRACE";
+/// [`FUNCTIONS_NONE`]: no function is traced (`record --no-functions`).
+pub const FUNCTIONS: &str = "FERROTRACE_FUNCTIONS";
+/// [`FUNCTIONS`]: no function.
+pub const FUNCTIONS_NONE: &str = "none";
 /// Tracepoints to record: globs separated by commas or newlines.
 pub const TRACE: &str = "FERROTRACE_TRACE";
 /// What to do when buffers run out: `lossless`, `drop` or `flight`.
@@ -98,6 +103,7 @@ mod tests {
             ("OUTPUT", OUTPUT),
             ("FILTER", FILTER),
             ("NOTRACE", NOTRACE),
+            ("FUNCTIONS", FUNCTIONS),
             ("TRACE", TRACE),
             ("MODE", MODE),
             ("BUFFER_SIZE", BUFFER_SIZE),

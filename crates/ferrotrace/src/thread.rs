@@ -637,6 +637,7 @@ mod tests {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
+            functions: true,
             mode: Mode::Drop,
             buffer_size: 4 << 10,
             chunk_size: 1 << 10,

@@ -53,9 +53,14 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// Record allocations too: malloc, free and the rest of their family (any dynamically linked
-    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace
+    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace.
+    /// An instrumented program's functions are traced as well: add --no-functions for allocations alone
     #[arg(long)]
     pub alloc: bool,
+    /// Trace no function, even in an instrumented program: record the allocations (--alloc) or the
+    /// tracepoints (--trace) alone, at their cost alone (as heaptrack records a heap profile)
+    #[arg(long, conflicts_with_all = ["filter", "notrace", "depth"])]
+    pub no_functions: bool,
     /// Sample allocations: one per SIZE allocated bytes on average (e.g. 512K), weighted so that totals
     /// stay unbiased
     #[arg(long, value_name = "SIZE", requires = "alloc")]
@@ -214,6 +219,12 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
             program.display()
         );
     }
+    if args.no_functions && !records_tracepoints && !args.alloc {
+        return Err(
+            "--no-functions leaves nothing to record: add --alloc (allocations) or --trace (tracepoints)"
+                .to_string(),
+        );
+    }
     if facts.instrumentation == 0 && !records_tracepoints && !args.alloc {
         return Err(format!(
             "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable NOPs), so \
@@ -275,6 +286,11 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
     }
     if let Some(d) = args.depth {
         cmd.env(env::DEPTH, d.to_string());
+    }
+    if args.no_functions {
+        cmd.env(env::FUNCTIONS, env::FUNCTIONS_NONE);
+    } else {
+        cmd.env_remove(env::FUNCTIONS);
     }
     let pool = crate::pool::share(&mut cmd)?;
     // The previous trace, if any, stays until the runtime creates the new one (and is then kept as
