@@ -44,17 +44,26 @@ impl Drop for ExitGuard {
         // thread is gone: it keeps recording what those do (their frees above all) until the finish,
         // which takes its chunk. Its TLS is never freed, so its slot may stay alive (also after a
         // `pthread_exit` of the main thread, until the process ends).
-        if is_main_thread() {
+        // So do those of a thread that called `exit` (the preload library's `exit` says which).
+        // SAFETY: gettid and getpid have no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
+        // SAFETY: as above.
+        if tid == unsafe { libc::getpid() } as i64 || tid == EXITING.load(Ordering::Relaxed) {
             return;
         }
         thread_exit();
     }
 }
 
-/// True on the process's main thread (its tid is the pid).
-fn is_main_thread() -> bool {
-    // SAFETY: gettid and getpid have no preconditions.
-    unsafe { libc::syscall(libc::SYS_gettid) == libc::getpid() as libc::c_long }
+/// The thread that called `exit` (0: none yet), whose TLS destructors `exit` runs before the atexit
+/// handlers: like the main thread's, they are not its end.
+static EXITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// The calling thread is about to call the C library's `exit`.
+pub fn exit_begins() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
+    let _ = EXITING.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Marks the calling thread as one the runtime never records (its own threads).
