@@ -59,7 +59,7 @@ pub struct RecordArgs {
     pub alloc: bool,
     /// Trace no function, even in an instrumented program: record the allocations (--alloc) or the
     /// tracepoints (--trace) alone, at their cost alone (as heaptrack records a heap profile)
-    #[arg(long, conflicts_with_all = ["filter", "notrace", "depth"])]
+    #[arg(long)]
     pub no_functions: bool,
     /// Sample allocations: one per SIZE allocated bytes on average (e.g. 512K), weighted so that totals
     /// stay unbiased
@@ -217,6 +217,14 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, String> {
         eprintln!(
             "ferrotrace: {} links the ferrotrace runtime, which records allocations only through ferrotrace::Allocator (#[global_allocator]); its malloc calls are not interposed",
             program.display()
+        );
+    }
+    if args.no_functions
+        && (!args.filter.is_empty() || !args.notrace.is_empty() || args.depth.is_some())
+    {
+        return Err(
+            "--no-functions traces no function, and -F, -N and --depth select functions"
+                .to_string(),
         );
     }
     if args.no_functions && !records_tracepoints && !args.alloc {
