@@ -9,7 +9,10 @@
  *                      prints the number of handler runs
  *   allocs loop N      N malloc(64)+free pairs; prints the picoseconds per pair of the thread's CPU
  *                      time (time the machine gave to others does not count: it is shared)
+ *   allocs whose       prints malloc_from=<the object whose malloc the program calls>
  */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <signal.h>
 #include <sys/time.h>
 #include <malloc.h>
@@ -202,6 +205,12 @@ int main(int argc, char **argv) {
         aligned_family();
         edge_cases();
         say("basic done\n");
+    } else if (!strcmp(mode, "whose")) {
+        Dl_info info;
+        void *f = dlsym(RTLD_DEFAULT, "malloc");
+        say("malloc_from=");
+        say(f && dladdr(f, &info) && info.dli_fname ? info.dli_fname : "?");
+        say("\n");
     } else if (!strcmp(mode, "threads")) {
         threads((int)n);
         say("threads done\n");

@@ -9,20 +9,21 @@
 //! | [`OUTPUT`] | `FERROTRACE_OUTPUT` | `record` (`-o`), `live` (a private directory) | runtime | the trace file; default `ferrotrace.data`; processes started by a traced one add `.PID` |
 //! | [`FILTER`] | `FERROTRACE_FILTER` | `record`, `live` (`-F`) | runtime | newline-separated regexes: trace only functions whose demangled name matches one; unset or empty: all |
 //! | [`NOTRACE`] | `FERROTRACE_NOTRACE` | `record`, `live` (`-N`) | runtime | newline-separated regexes: never trace these |
+//! | [`FUNCTIONS`] | `FERROTRACE_FUNCTIONS` | `record` (`--no-functions`: [`FUNCTIONS_NONE`]; removed without it) | runtime | [`FUNCTIONS_NONE`]: trace no function (allocations or tracepoints alone) |
 //! | [`TRACE`] | `FERROTRACE_TRACE` | `record`, `live` (`--trace`), or by hand | runtime | tracepoint globs, separated by commas or newlines; set alone, it starts the linked runtime |
 //! | [`MODE`] | `FERROTRACE_MODE` | `record` (`--mode`), `live` (`drop`) | runtime | `lossless` (default), `drop` or `flight` ([`crate::schema::Mode::name`]) |
 //! | [`BUFFER_SIZE`] | `FERROTRACE_BUFFER_SIZE` | `record` (`--buffer-size`) | runtime | bytes of chunk memory, or of the flight ring; `K`/`M`/`G` suffixes ([`crate::size`]); default 16M |
 //! | [`CHUNK_SIZE`] | `FERROTRACE_CHUNK_SIZE` | `record` (`--chunk-size`) | runtime | bytes per chunk, a power of two ≥ 256; default 64K |
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
-//! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the preload library's malloc family, or `ferrotrace::Allocator`) |
+//! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
 //! | [`ALLOC_STACK_DEPTH`] | `FERROTRACE_ALLOC_STACK_DEPTH` | `record` (`--alloc-stack-depth`) | runtime | deepest allocation stack to record (0: none); default 64 |
 //! | [`USDT`] | `FERROTRACE_USDT` | by hand | linked runtime | [`USDT_OFF`]: no thread watching the tracepoints' SDT semaphores (tracers attaching to a running program see nothing) |
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
 //! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
-//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable |
+//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it) |
 //!
 //! A privileged process (setuid, setgid, file capabilities) reads none of them: its environment comes
 //! from a user it must not obey.
@@ -41,6 +42,10 @@ pub const OUTPUT: &str = "FERROTRACE_OUTPUT";
 pub const FILTER: &str = "FERROTRACE_FILTER";
 /// Functions never to trace (`-N`): newline-separated regexes.
 pub const NOTRACE: &str = "FERROTRACE_NOTRACE";
+/// [`FUNCTIONS_NONE`]: no function is traced (`record --no-functions`).
+pub const FUNCTIONS: &str = "FERROTRACE_FUNCTIONS";
+/// [`FUNCTIONS`]: no function.
+pub const FUNCTIONS_NONE: &str = "none";
 /// Tracepoints to record: globs separated by commas or newlines.
 pub const TRACE: &str = "FERROTRACE_TRACE";
 /// What to do when buffers run out: `lossless`, `drop` or `flight`.
@@ -171,6 +176,8 @@ mod spec {
         pub filter: Vec<String>,
         /// [`NOTRACE`]: `-N` regexes.
         pub notrace: Vec<String>,
+        /// [`FUNCTIONS`] = [`FUNCTIONS_NONE`]: trace no function (`--no-functions`).
+        pub no_functions: bool,
         /// [`TRACE`]: tracepoint globs.
         pub trace: Vec<String>,
         /// [`MODE`] (`None`: lossless).
@@ -229,6 +236,7 @@ mod spec {
                 (OUTPUT, self.output.as_ref().map(|p| p.clone().into())),
                 (FILTER, lines(&self.filter)),
                 (NOTRACE, lines(&self.notrace)),
+                (FUNCTIONS, self.no_functions.then(|| FUNCTIONS_NONE.into())),
                 (TRACE, lines(&self.trace)),
                 (MODE, self.mode.map(|m| m.name().into())),
                 (BUFFER_SIZE, string(&self.buffer_size)),
@@ -309,6 +317,7 @@ mod spec {
                 output: var(OUTPUT).filter(|v| !v.is_empty()).map(PathBuf::from),
                 filter: list(FILTER),
                 notrace: list(NOTRACE),
+                no_functions: text(FUNCTIONS).is_some_and(|v| v == FUNCTIONS_NONE),
                 trace: list(TRACE),
                 mode,
                 buffer_size: text(BUFFER_SIZE),
@@ -333,6 +342,7 @@ mod tests {
             ("OUTPUT", OUTPUT),
             ("FILTER", FILTER),
             ("NOTRACE", NOTRACE),
+            ("FUNCTIONS", FUNCTIONS),
             ("TRACE", TRACE),
             ("MODE", MODE),
             ("BUFFER_SIZE", BUFFER_SIZE),
@@ -366,6 +376,7 @@ mod tests {
             output: Some("/tmp/x y.data".into()),
             filter: vec!["^a".into(), "b$".into()],
             notrace: vec!["c".into()],
+            no_functions: true,
             trace: vec!["vfs_*".into()],
             mode: Some(Mode::Flight),
             buffer_size: Some("8M".into()),

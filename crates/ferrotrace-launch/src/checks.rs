@@ -52,6 +52,20 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
         return Err(LaunchError::NoTracepoints(path.clone()));
     }
     let records_tracepoints = facts.has_tracepoints && !spec.trace.is_empty();
+    if spec.no_functions
+        && (!spec.filter.is_empty() || !spec.notrace.is_empty() || spec.depth.is_some())
+    {
+        return Err(LaunchError::BadOption(
+            "--no-functions traces no function, and -F, -N and --depth select functions".into(),
+        ));
+    }
+    if spec.no_functions && !records_tracepoints && spec.alloc.is_none() {
+        return Err(LaunchError::BadOption(
+            "--no-functions leaves nothing to record: add --alloc (allocations) or --trace \
+             (tracepoints)"
+                .into(),
+        ));
+    }
     let mut warnings = Vec::new();
     if spec.alloc.is_some() && facts.links_runtime && !facts.has_allocator {
         warnings.push(format!(

@@ -32,6 +32,12 @@ pub enum LaunchError {
         /// The ferrotrace executable it was looked for beside.
         beside: PathBuf,
     },
+    /// `libferrotrace_alloc.so` (the malloc family `--alloc` preloads) is not beside the preload
+    /// library.
+    NoAllocLibrary {
+        /// The preload library it was looked for beside.
+        beside: PathBuf,
+    },
     /// The program has no instrumentation, and nothing else was asked for.
     NotInstrumented(PathBuf),
     /// `--trace` was given for a program without tracepoints.
@@ -94,6 +100,12 @@ impl fmt::Display for LaunchError {
                  (cargo build --release) or point {} at it",
                 beside.display(),
                 ferrotrace_core::env::PRELOAD
+            ),
+            LaunchError::NoAllocLibrary { beside } => write!(
+                f,
+                "--alloc needs libferrotrace_alloc.so beside {}: build the whole ferrotrace \
+                 workspace (cargo build --release)",
+                beside.display()
             ),
             LaunchError::NotInstrumented(p) => write!(
                 f,

@@ -76,7 +76,8 @@ pub fn preload_library() -> Result<PathBuf, LaunchError> {
 }
 
 /// Makes `cmd` start a runtime in `program`: its own linked copy when it has one, else the preload
-/// library (ahead of any `LD_PRELOAD` already set). Sets `spec.runtime` to the copy chosen.
+/// library (ahead of any `LD_PRELOAD` already set), with `libferrotrace_alloc.so` in front of it when
+/// the spec records allocations. Sets `spec.runtime` to the copy chosen.
 fn inject_runtime(
     cmd: &mut Command,
     program: &Program,
@@ -89,7 +90,20 @@ fn inject_runtime(
     if !program.facts.dynamic {
         return Err(LaunchError::StaticallyLinked(program.path.clone()));
     }
-    let mut preload = preload_library()?.into_os_string();
+    let runtime = preload_library()?;
+    let mut preload = std::ffi::OsString::new();
+    if spec.alloc.is_some() {
+        // The malloc family is interposed only when asked for (without --alloc the program's
+        // allocator is not touched at all), and first: the hooks look the C library's functions up
+        // with dlsym(RTLD_NEXT) from the runtime's library, which must not find these again.
+        let alloc = runtime.with_file_name("libferrotrace_alloc.so");
+        if !alloc.is_file() {
+            return Err(LaunchError::NoAllocLibrary { beside: runtime });
+        }
+        preload.push(alloc);
+        preload.push(":");
+    }
+    preload.push(runtime);
     if let Some(old) = std::env::var_os("LD_PRELOAD").filter(|o| !o.is_empty()) {
         preload.push(":");
         preload.push(old);

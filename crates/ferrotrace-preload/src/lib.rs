@@ -4,12 +4,13 @@
 //! themselves. Its ELF constructor starts the runtime (unless `FERROTRACE_RUNTIME=linked` says the
 //! program's own copy should), and its `dlopen` wraps the C library's to trace newly loaded objects at
 //! once, its `_exit` and `_Exit` finish the trace before the process ends without `atexit` handlers
-//! (as forked children often do), its `sigaction` and `signal` let the runtime see which signals
+//! (as forked children often do), its `exit` keeps the calling thread recording through the atexit
+//! handlers and ELF destructors, its `sigaction` and `signal` let the runtime see which signals
 //! reach the program, its `_Unwind_Backtrace` leaves the mcount return stub out of backtraces
 //! (Rust's panic backtraces), its `__monstartup` and `_mcleanup` keep gprof's own profiling of `-pg`
-//! programs (a timer, `gmon.out`) from running beside the tracing, and its malloc family (`malloc.rs`)
-//! reports allocations when they are recorded; everything else lives in the `ferrotrace` crate. Not
-//! for linking.
+//! programs (a timer, `gmon.out`) from running beside the tracing, and its hooks of the malloc family
+//! (`malloc.rs`, reached through `libferrotrace_alloc.so`, which `record --alloc` alone preloads)
+//! report allocations; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
 
 mod malloc;
@@ -106,6 +107,27 @@ fn finish_then_exit(name: &core::ffi::CStr, status: libc::c_int) -> ! {
     // system call both make, should the lookup fail.
     unsafe {
         let real = libc::dlsym(libc::RTLD_NEXT, name.as_ptr());
+        if !real.is_null() {
+            core::mem::transmute::<*mut libc::c_void, Exit>(real)(status);
+        }
+        libc::syscall(libc::SYS_exit_group, status);
+    }
+    unreachable!("exit_group returned")
+}
+
+/// Interposes the C library's `exit` (a return from `main` calls it inside the C library, unseen; the
+/// main thread needs no telling): the calling thread keeps recording through the atexit handlers and
+/// ELF destructors that `exit` runs on it after its TLS destructors.
+///
+/// # Safety
+/// Same contract as `exit(3)`.
+#[no_mangle]
+pub unsafe extern "C" fn exit(status: libc::c_int) -> ! {
+    ferrotrace::__preload::exit_begins();
+    type Exit = unsafe extern "C" fn(libc::c_int) -> !;
+    // SAFETY: RTLD_NEXT's `exit` is the C library's, with this signature.
+    unsafe {
+        let real = libc::dlsym(libc::RTLD_NEXT, c"exit".as_ptr());
         if !real.is_null() {
             core::mem::transmute::<*mut libc::c_void, Exit>(real)(status);
         }

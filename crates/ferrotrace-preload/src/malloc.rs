@@ -1,6 +1,11 @@
-//! The malloc family, interposed: each function calls the C library's own (found with
+//! The malloc family's hooks: each function calls the C library's own (found with
 //! `dlsym(RTLD_NEXT, …)`) and reports what it did to `ferrotrace::alloc`, which records it only while
 //! the runtime records allocations (`ferrotrace record --alloc`).
+//!
+//! They are exported as `ferrotrace_alloc_malloc`, `ferrotrace_alloc_free`, …, not as `malloc`: the
+//! program's calls reach them only through `libferrotrace_alloc.so` (crate `ferrotrace-preload-alloc`),
+//! whose `malloc` is one jump here and which `record` preloads only with `--alloc`. Without it the
+//! program's allocator runs untouched.
 //!
 //! Functions that allocate are entered through a naked stub that hands the Rust hook the address of
 //! the caller's return address and the caller's `rbp`, so that the stack starts at the code that called
@@ -145,12 +150,12 @@ fn in_arena(p: *mut c_void) -> bool {
 /// and `rbp` into the two argument registers after its own arguments and jumps to `$hook`.
 macro_rules! entry {
     ($name:ident($($arg:ident: $t:ty),*) -> $r:ty, $hook:ident, $slot:literal, $fp:literal) => {
-        #[doc = concat!("Interposes the C library's `", stringify!($name), "`.")]
+        #[doc = concat!("The hook of the C library's `", stringify!($name), "` (`libferrotrace_alloc.so`'s jumps here).")]
         ///
         /// # Safety
         /// Same contract as the C library's function.
         #[unsafe(naked)]
-        #[no_mangle]
+        #[export_name = concat!("ferrotrace_alloc_", stringify!($name))]
         pub unsafe extern "C" fn $name($($arg: $t),*) -> $r {
             core::arch::naked_asm!(
                 concat!("mov ", $slot, ", rsp"),
@@ -322,11 +327,11 @@ extern "C" fn reallocarray_hook(
     resize(p, bytes, caller(ret_slot, rbp))
 }
 
-/// Interposes the C library's `free`.
+/// The hook of the C library's `free` (exported as `ferrotrace_alloc_free`).
 ///
 /// # Safety
 /// Same contract as `free(3)`.
-#[no_mangle]
+#[export_name = "ferrotrace_alloc_free"]
 pub unsafe extern "C" fn free(p: *mut c_void) {
     if p.is_null() || in_arena(p) {
         return;
@@ -350,14 +355,15 @@ fn array_bytes(n: usize, size: usize) -> Option<usize> {
     bytes
 }
 
-/// Interposes the C library's `pthread_getattr_np`, whose allocations are never recorded: it allocates
+/// The hook of the C library's `pthread_getattr_np` (exported as
+/// `ferrotrace_alloc_pthread_getattr_np`), whose allocations are never recorded: it allocates
 /// (the main thread's reads `/proc/self/maps` with `fopen`) while holding the thread's lock, and the
 /// first recorded event of a thread registers it, which asks `pthread_getattr_np` for the thread's
 /// stack: recording there would take the same lock again.
 ///
 /// # Safety
 /// Same contract as `pthread_getattr_np(3)`.
-#[no_mangle]
+#[export_name = "ferrotrace_alloc_pthread_getattr_np"]
 pub unsafe extern "C" fn pthread_getattr_np(
     thread: libc::pthread_t,
     attr: *mut libc::pthread_attr_t,

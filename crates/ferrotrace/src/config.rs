@@ -29,6 +29,9 @@ pub struct Config {
     pub include: Vec<NamePattern>,
     /// Patterns of functions never to trace (`-N`).
     pub exclude: Vec<NamePattern>,
+    /// False when no function is traced at all (`record --no-functions`): allocations or tracepoints
+    /// alone.
+    pub functions: bool,
     /// What to do when buffers run out.
     pub mode: Mode,
     /// Chunk memory in bytes (or flight ring size in flight mode).
@@ -106,6 +109,7 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("ferrotrace.data")),
             include: regexes(env::FILTER)?,
             exclude: regexes(env::NOTRACE)?,
+            functions: var(env::FUNCTIONS).as_deref() != Some(env::FUNCTIONS_NONE),
             mode,
             buffer_size,
             chunk_size,

@@ -2,7 +2,8 @@
 //! any thread, fatal signals, Ctrl-C, fork.
 //!
 //! * `atexit`: a normal exit (return from `main`, `std::process::exit` from any thread) finishes the
-//!   trace with every thread's partly filled chunk.
+//!   trace with every thread's partly filled chunk; in the preload library after the program's atexit
+//!   handlers and every ELF destructor, whose frees are recorded ([`install`]).
 //! * Faults (SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT — a Rust panic with `panic=abort` ends in SIGABRT
 //!   or SIGILL) and every other signal whose default action ends the process ([`TERMINATING`]: SIGINT,
 //!   SIGTERM, SIGHUP, SIGPIPE, SIGALRM, …): the handler stops all threads, waits a bounded time for the
@@ -270,8 +271,19 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     die_by(sig, info, ctx);
 }
 
-extern "C" fn at_exit() {
+extern "C" fn at_exit(_: *mut libc::c_void) {
     finish_at_exit(false);
+}
+
+extern "C" {
+    /// glibc's registration behind `atexit`, which the C library's `atexit` calls with the caller's
+    /// `__dso_handle`: a handler registered that way runs when that object's destructors run, inside
+    /// `_dl_fini`. Registered with no object, it runs only from `exit`'s own list.
+    fn __cxa_atexit(
+        f: extern "C" fn(*mut libc::c_void),
+        arg: *mut libc::c_void,
+        dso: *mut libc::c_void,
+    ) -> libc::c_int;
 }
 
 /// Finishes the running runtime's trace, if any, because the process exits (`from_signal`: with the
@@ -509,7 +521,11 @@ pub unsafe fn program_sigaction(
 pub fn install() {
     // SAFETY: registering plain extern "C" callbacks.
     unsafe {
-        libc::atexit(at_exit);
+        // Not tied to this object: the preload library's constructor runs before the program's
+        // `__libc_start_main` registers `_dl_fini`, so the finish comes after every ELF destructor
+        // (the program's and every library's) and every atexit handler, whose frees are recorded.
+        // (The linked copy starts after that registration: its finish runs before `_dl_fini`.)
+        __cxa_atexit(at_exit, core::ptr::null_mut(), core::ptr::null_mut());
         libc::pthread_atfork(None, None, Some(in_forked_child));
     }
     // Faults run on the thread's alternate stack (SA_ONSTACK): the stack itself may be what overflowed.

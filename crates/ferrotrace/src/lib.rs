@@ -175,6 +175,12 @@ pub mod __preload {
         crate::exit::finish_at_exit(true);
     }
 
+    /// The calling thread is about to call `exit`: its TLS destructors, which `exit` runs first, do not
+    /// end its recording (what the atexit handlers and ELF destructors free on it is recorded).
+    pub fn exit_begins() {
+        crate::thread::exit_begins();
+    }
+
     /// The calling thread's mcount return stub (0 if none): the frames a backtrace leaves out.
     pub fn mcount_return_stub() -> u64 {
         crate::mcount::thread_stub()

@@ -196,7 +196,7 @@ fn start(role: Role) -> Result<(), String> {
             );
         }
     }
-    if found.no_frame_pointer > 0 && !started_by_traced {
+    if found.no_frame_pointer > 0 && !started_by_traced && config.functions {
         eprintln!(
             "ferrotrace: {} functions call mcount without setting up a frame pointer and are not traced: \
              build with -Cforce-frame-pointers=yes (Rust) or without -fomit-frame-pointer (C)",

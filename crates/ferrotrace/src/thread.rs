@@ -39,8 +39,31 @@ struct ExitGuard;
 
 impl Drop for ExitGuard {
     fn drop(&mut self) {
+        // The main thread's TLS destructors run at the start of `exit` (glibc's `__run_exit_handlers`
+        // calls `__call_tls_dtors` before the atexit handlers and the ELF destructors), not when the
+        // thread is gone: it keeps recording what those do (their frees above all) until the finish,
+        // which takes its chunk. Its TLS is never freed, so its slot may stay alive (also after a
+        // `pthread_exit` of the main thread, until the process ends).
+        // So do those of a thread that called `exit` (the preload library's `exit` says which).
+        // SAFETY: gettid and getpid have no preconditions.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
+        // SAFETY: as above.
+        if tid == unsafe { libc::getpid() } as i64 || tid == EXITING.load(Ordering::Relaxed) {
+            return;
+        }
         thread_exit();
     }
+}
+
+/// The thread that called `exit` (0: none yet), whose TLS destructors `exit` runs before the atexit
+/// handlers: like the main thread's, they are not its end.
+static EXITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// The calling thread is about to call the C library's `exit`.
+pub fn exit_begins() {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
+    let _ = EXITING.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Marks the calling thread as one the runtime never records (its own threads).
@@ -623,6 +646,7 @@ mod tests {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
+            functions: true,
             mode: Mode::Drop,
             buffer_size: 4 << 10,
             chunk_size: 1 << 10,

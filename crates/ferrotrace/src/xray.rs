@@ -264,7 +264,7 @@ impl Scope<'_, '_> {
             Some((_, size, name)) => (name.to_string(), size),
             None => (format!("fn_{vaddr:x}"), 0),
         };
-        if is_runtime_function(&name, vaddr, self.plumbing.clone()) {
+        if !self.config.functions || is_runtime_function(&name, vaddr, self.plumbing.clone()) {
             return None;
         }
         // Filters match demangled names: demangled once, and only when there is a filter (without one

@@ -55,9 +55,14 @@ pub struct RecordArgs {
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
     /// Record allocations too: malloc, free and the rest of their family (any dynamically linked
-    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace
+    /// program, with or without sleds), or `ferrotrace::Allocator` in programs that link ferrotrace.
+    /// An instrumented program's functions are traced as well: add --no-functions for allocations alone
     #[arg(long)]
     pub alloc: bool,
+    /// Trace no function, even in an instrumented program: record the allocations (--alloc) or the
+    /// tracepoints (--trace) alone, at their cost alone (as heaptrack records a heap profile)
+    #[arg(long)]
+    pub no_functions: bool,
     /// Sample allocations: one per SIZE allocated bytes on average (e.g. 512K), weighted so that totals
     /// stay unbiased
     #[arg(long, value_name = "SIZE", requires = "alloc")]
@@ -78,6 +83,7 @@ impl RecordArgs {
             output: Some(output.to_path_buf()),
             filter: self.filter.clone(),
             notrace: self.notrace.clone(),
+            no_functions: self.no_functions,
             trace: self.trace.clone(),
             mode: Some(match self.mode {
                 Mode::Lossless => schema::Mode::Lossless,

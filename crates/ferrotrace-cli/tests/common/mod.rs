@@ -117,9 +117,16 @@ pub fn preload() -> PathBuf {
             let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
             run_ok(
                 clean_cargo_env(&mut Command::new(cargo))
-                    .args(["build", "--quiet", "-p", "ferrotrace-preload"])
+                    .args([
+                        "build",
+                        "--quiet",
+                        "-p",
+                        "ferrotrace-preload",
+                        "-p",
+                        "ferrotrace-preload-alloc",
+                    ])
                     .current_dir(repo()),
-                "building ferrotrace-preload",
+                "building ferrotrace-preload and ferrotrace-preload-alloc",
             );
             let exe = PathBuf::from(env!("CARGO_BIN_EXE_ferrotrace"));
             exe.parent()
