@@ -57,49 +57,29 @@
 
 mod arg;
 
-// The runtime's modules exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
+// The runtime's rooms exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]
-mod alloc;
+mod buffers;
 #[cfg(ferrotrace_runtime)]
-mod clock;
+mod lifecycle;
 #[cfg(ferrotrace_runtime)]
-mod collector;
+mod patch;
 #[cfg(ferrotrace_runtime)]
-mod config;
+mod recorders;
+
+// The modules' names before the rooms, so that the moved files still compile unchanged.
 #[cfg(ferrotrace_runtime)]
-mod exit;
+use buffers::{clock, collector, hot, live, pool, registry, thread};
 #[cfg(ferrotrace_runtime)]
-mod hot;
+use lifecycle::{config, exit, runtime, start};
 #[cfg(ferrotrace_runtime)]
-mod live;
+use patch::{discovery as xray, static_key, text};
 #[cfg(ferrotrace_runtime)]
-mod mcount;
-#[cfg(ferrotrace_runtime)]
-mod mcount_sites;
-#[cfg(ferrotrace_runtime)]
-mod pool;
-#[cfg(ferrotrace_runtime)]
-mod registry;
-#[cfg(ferrotrace_runtime)]
-mod runtime;
-#[cfg(ferrotrace_runtime)]
-mod start;
-#[cfg(ferrotrace_runtime)]
-mod static_key;
-#[cfg(ferrotrace_runtime)]
-mod text;
-#[cfg(ferrotrace_runtime)]
-mod thread;
-#[cfg(ferrotrace_runtime)]
-mod tracepoint;
-#[cfg(ferrotrace_runtime)]
-pub mod tracepoints;
-#[cfg(ferrotrace_runtime)]
-mod trampoline;
+pub use recorders::tracepoint::control as tracepoints;
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
-mod usdt;
+use recorders::tracepoint::usdt;
 #[cfg(ferrotrace_runtime)]
-mod xray;
+use recorders::{alloc, mcount, mcount::sites as mcount_sites, tracepoint, xray as trampoline};
 
 // Everywhere else: tracepoints compile to nothing and the functions below do nothing.
 #[cfg(not(ferrotrace_runtime))]

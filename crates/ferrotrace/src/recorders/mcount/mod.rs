@@ -36,6 +36,8 @@
 //! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
 //! everything, vector state included (see [`crate::trampoline`]).
 
+pub mod sites;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};

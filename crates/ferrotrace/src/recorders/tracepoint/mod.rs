@@ -22,6 +22,10 @@
 //! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
 //! pointer to a NUL-terminated copy of at most 256 bytes).
 //!
+pub mod control;
+#[cfg(not(feature = "preload"))]
+pub mod usdt;
+
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};

@@ -1,0 +1,18 @@
+//! The recorders: each turns one kind of event into 16-byte records in the calling thread's chunk.
+//!
+//! * [`xray`]: the XRay trampolines that patched sleds call (and the register-saving slow path every
+//!   assembly recorder falls back to);
+//! * [`mcount`]: the mcount/`__fentry__` hooks, their return trampoline and shadow stacks, and
+//!   [`mcount::sites`], their call sites and the table the hooks look return addresses up in;
+//! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]);
+//! * [`tracepoint`]: the `tracepoint!`/`trace!` macros, descriptors, the enabled path, enabling by glob
+//!   ([`tracepoint::control`], public as `ferrotrace::tracepoints`) and the USDT watcher.
+//!
+//! Not here: where records go once written (`buffers`), how code is changed to reach a recorder
+//! (`patch`), and when recording starts and ends (`lifecycle`). A recorder writes through
+//! `buffers::hot` and never names another recorder.
+
+pub mod alloc;
+pub mod mcount;
+pub mod tracepoint;
+pub mod xray;
