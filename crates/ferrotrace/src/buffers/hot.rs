@@ -2,8 +2,8 @@
 //! reads: `HOT` (the cursor into the thread's chunk and the mcount shadow stack, at one constant offset
 //! from `%fs` in every thread: static TLS), and the word that holds the CPU the thread runs on.
 //!
-//! Written by the XRay trampolines ([`crate::trampoline`]), the mcount hooks, tracepoints and
-//! allocation events; set up by the slow path ([`crate::thread`]).
+//! Written by the XRay trampolines ([`crate::recorders::xray`]), the mcount hooks, tracepoints and
+//! allocation events; set up by the slow path ([`crate::buffers::thread`]).
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
@@ -13,7 +13,7 @@ use ferrotrace_core::record::{Record, RECORD_SIZE};
 /// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
 /// until the thread registers; `cursor >= end` sends every event to the slow path, which is how a thread
 /// is stopped from the outside (set `end` to null). The shadow stack (mcount return hooks, see
-/// [`crate::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
+/// [`crate::recorders::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
 /// call to the hook's slow path.
 #[repr(C)]
 pub struct Hot {

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
 
-use crate::config::Config;
-use crate::pool::Pool;
-use crate::registry::Registry;
-use crate::{live, xray};
+use crate::buffers::live;
+use crate::buffers::pool::Pool;
+use crate::buffers::registry::Registry;
+use crate::lifecycle::config::Config;
+use crate::patch::{discovery, sites};
 
 /// Chunks to write as they are: `(kind, payload)`.
 pub type Chunks = Vec<(ChunkKind, Vec<u8>)>;
@@ -320,7 +321,7 @@ pub struct Runtime {
     /// What the recording core calls above itself.
     pub upcalls: Upcalls,
     /// Objects already scanned for sleds, and the next function id.
-    known: Mutex<xray::Known>,
+    known: Mutex<discovery::Known>,
     meta: Mutex<Vec<Meta>>,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
@@ -347,9 +348,9 @@ pub struct Program {
     /// overflow the runtime then does what std would (message, abort).
     pub rust_std: bool,
     /// Where patched sleds and NOPs go (in live mode, the trampolines that record the CPU).
-    pub targets: xray::Targets,
+    pub targets: sites::Targets,
     /// Allocations are recorded, with these settings.
-    pub alloc: Option<crate::config::AllocSettings>,
+    pub alloc: Option<crate::lifecycle::config::AllocSettings>,
 }
 
 /// What the recording core calls in the layers above it. The slow path (`thread`) is below every
@@ -407,7 +408,7 @@ impl Runtime {
         pool: Pool,
         program: Program,
         upcalls: Upcalls,
-        known: xray::Known,
+        known: discovery::Known,
         header: Chunks,
         live: Option<live::Output>,
     ) -> Runtime {
@@ -445,7 +446,7 @@ impl Runtime {
     /// The program's description as written at the head of the trace and by rescans since (modules,
     /// functions, tracepoints), and what discovery has seen: what a forked child's trace starts with.
     /// `None` if a thread of the parent was changing them when it forked.
-    pub fn description(&self) -> Option<(Chunks, xray::Known)> {
+    pub fn description(&self) -> Option<(Chunks, discovery::Known)> {
         let (Ok(header), Ok(known)) = (self.header.try_lock(), self.known.try_lock()) else {
             return None;
         };
@@ -462,7 +463,8 @@ pub fn rescan() {
         return;
     }
     let mut known = rt.known.lock().unwrap_or_else(|e| e.into_inner());
-    let found = match xray::discover(&rt.config, rt.program.role == Role::Preload, &mut known) {
+    let found = match discovery::discover(&rt.config, rt.program.role == Role::Preload, &mut known)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
@@ -487,7 +489,7 @@ pub fn rescan() {
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { xray::patch(&found, &rt.program.targets) } {
+    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }

@@ -8,5 +8,6 @@
 //! patching happens (`lifecycle::start`, rescans in `lifecycle::runtime`).
 
 pub mod discovery;
+pub mod sites;
 pub mod static_key;
 pub mod text;

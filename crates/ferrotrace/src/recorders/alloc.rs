@@ -45,8 +45,8 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 
-use crate::config::{AllocSettings, ALLOC_MAX_DEPTH};
-use crate::hot::{thread_pointer, Hot};
+use crate::buffers::hot::{thread_pointer, Hot};
+use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
 
 /// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
 /// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
@@ -193,7 +193,7 @@ pub fn before_free(addr: usize) -> Option<u64> {
     if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
         return None;
     }
-    Some(crate::clock::rdtsc())
+    Some(crate::buffers::clock::rdtsc())
 }
 
 /// Records the free of `addr`, now (before the memory is handed back).
@@ -250,7 +250,7 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
         stack_id(t, caller, depth)
     };
     write(
-        Record::with_payload(crate::clock::rdtsc(), EventKind::Alloc, stack, 1),
+        Record::with_payload(crate::buffers::clock::rdtsc(), EventKind::Alloc, stack, 1),
         Record {
             tsc: size as u64,
             word: addr as u64,
@@ -267,7 +267,7 @@ fn write(rec: Record, payload: Record) {
         unsafe { p.write(payload) }
     };
     if Hot::current_static().append(rec, 1, fill).is_err() {
-        crate::thread::record_slow(rec, &[payload]);
+        crate::buffers::thread::record_slow(rec, &[payload]);
     }
 }
 
@@ -275,7 +275,7 @@ fn write(rec: Record, payload: Record) {
 #[inline(always)]
 fn write_one(rec: Record) {
     if Hot::current_static().append(rec, 0, |_| {}).is_err() {
-        crate::thread::record_slow(rec, &[]);
+        crate::buffers::thread::record_slow(rec, &[]);
     }
 }
 
@@ -283,7 +283,7 @@ fn write_one(rec: Record) {
 #[inline(never)]
 fn init_thread(t: &AllocThread) {
     // pthread_getattr_np may allocate (the main thread's reads /proc): `busy` is set.
-    if let Some((lo, hi)) = crate::thread::stack_bounds() {
+    if let Some((lo, hi)) = crate::buffers::thread::stack_bounds() {
         t.stack_lo.store(lo, Relaxed);
         t.stack_hi.store(hi, Relaxed);
     }
@@ -303,7 +303,7 @@ fn init_thread(t: &AllocThread) {
             }
         }
     }
-    let seed = crate::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
+    let seed = crate::buffers::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
     t.rng.store(seed | 1, Relaxed);
     let interval = SAMPLE_INTERVAL.load(Relaxed);
     if interval != 0 {

@@ -2,14 +2,14 @@
 //!
 //! Patched sleds call (entry, tail) or jump to (exit) these assembly routines with the function id in
 //! `r10d`. The fast path is `rdtsc`, a `prefetchw` ahead, one 16-byte store pair into the thread's chunk
-//! and a cursor bump through the thread's `HOT` block ([`crate::hot`]), at a constant offset from `%fs`: no call, no lock, no branch besides "chunk
+//! and a cursor bump through the thread's `HOT` block ([`crate::buffers::hot`]), at a constant offset from `%fs`: no call, no lock, no branch besides "chunk
 //! full?". Only the registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are
 //! moved to dead ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record`
-//! saves every caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
+//! saves every caller-saved register, aligns the stack, and calls [`crate::buffers::thread::slow_path`].
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
+use crate::buffers::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
 
 /// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
 /// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.
@@ -315,11 +315,11 @@ core::arch::global_asm!(
     ".popsection",
     off = sym FERROTRACE_TLS_OFFSET,
     cpu_off = sym FERROTRACE_CPU_OFFSET,
-    slow = sym crate::thread::slow_path,
+    slow = sym crate::buffers::thread::slow_path,
     xsave_bytes = sym FERROTRACE_XSAVE_BYTES,
     xsave_mask = const XSAVE_MASK,
-    h_cursor = const core::mem::offset_of!(crate::hot::Hot, cursor),
-    h_end = const core::mem::offset_of!(crate::hot::Hot, end),
+    h_cursor = const core::mem::offset_of!(crate::buffers::hot::Hot, cursor),
+    h_end = const core::mem::offset_of!(crate::buffers::hot::Hot, end),
 );
 
 #[cfg(test)]

@@ -4,7 +4,7 @@
 //!
 //! **Entry.** The runtime exports `mcount`, `_mcount` and `__fentry__` (the preload library's override
 //! the C library's; a program that links the runtime binds its calls to them). A hook looks its own
-//! return address up in the site table ([`crate::mcount_sites`]: a hash table from return address to
+//! return address up in the site table ([`crate::recorders::mcount::sites`]: a hash table from return address to
 //! record word, built at discovery; word 0 = not traced: filtered out, the runtime's own code, or no
 //! frame pointer), and for a
 //! traced function pushes `{real return address, its stack slot, word}` on the thread's shadow stack,
@@ -34,14 +34,14 @@
 //! **Registers.** Hooks preserve every register but the flags (gcc's `-fipa-ra` lets callers keep values
 //! in registers a callee is known not to touch, and the mcount call in the prologue is invisible to
 //! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
-//! everything, vector state included (see [`crate::trampoline`]).
+//! everything, vector state included (see [`crate::recorders::xray`]).
 
 pub mod sites;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
-use crate::mcount_sites::{FERROTRACE_SITES, HASH_MUL};
+use crate::buffers::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
+use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
 
 /// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
 const FRAME: u64 = 24;
@@ -289,7 +289,7 @@ static NO_RETURN_ADDRESS: u64 = 0;
 extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     let h = Hot::current();
     // A thread has a shadow stack only once a runtime records.
-    let Some(rt) = crate::runtime::get() else {
+    let Some(rt) = crate::lifecycle::runtime::get() else {
         return 1;
     };
     if h.shadow_base.load(Ordering::Relaxed) != 0 {
@@ -300,10 +300,10 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
             return 1;
         }
         rt.too_deep.fetch_add(1, Ordering::Relaxed);
-        crate::thread::count_lost(2);
+        crate::buffers::thread::count_lost(2);
         return 1;
     }
-    let prepared = crate::thread::as_runtime(|| {
+    let prepared = crate::buffers::thread::as_runtime(|| {
         rt.lifecycle.is_recording() && prepare(h, rt.config.shadow_frames())
     });
     if prepared == Some(true) {
@@ -316,7 +316,7 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
 /// Gives the calling thread a shadow stack of `depth` frames and its return stub with the stub's unwind
 /// information.
 fn prepare(h: &Hot, depth: usize) -> bool {
-    if tls_offset() != crate::hot::hot_offset_here() {
+    if tls_offset() != crate::buffers::hot::hot_offset_here() {
         return false;
     }
     let frames = depth as u64 + 1; // + the sentinel
