@@ -70,9 +70,14 @@ extern "C" fn bind_current_thread() -> usize {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     let current = std::thread::current();
-    state
+    // Indices come from one counter: each is registered once, so this cannot be refused.
+    if state
         .tracer
-        .register_thread(index, tid, current.name().unwrap_or(""));
+        .register_thread(index, tid, current.name().unwrap_or(""))
+        .is_err()
+    {
+        return 1;
+    }
     header as *const crate::slot::Header as usize
 }
 
@@ -91,7 +96,11 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
     let (t, n) = (rdtsc(), monotonic_ns());
     let hz = ((t - start.0) as u128 * 1_000_000_000 / (n - start.1).max(1) as u128) as u64;
     let offset = tls_offset();
-    let tracer = crate::init(memory, Clock::tsc(hz.max(1)), Threads::fs(offset, threads))
+    // SAFETY: `offset` is where this thread's `SLOT` lies from its thread pointer: a word of the
+    // executable's static TLS block, the same offset in every thread, mapped for each thread's life,
+    // 0 until bound and written by nobody but the tracer (the hooks, `register_thread`, `set_word`).
+    let threads = unsafe { Threads::fs(offset, threads) };
+    let tracer = crate::init(memory, Clock::tsc(hz.max(1)), threads)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let state = State {
         tracer,

@@ -35,11 +35,15 @@ pub(crate) struct Header {
     pub sources: AtomicU64,
     /// The id the embedder gave the thread or CPU, as the trace shows it.
     pub tid: AtomicU64,
-    /// Length of `name` in use.
+    /// Length of `name` in use, and [`REGISTERED`] once `Tracer::register_thread` claimed the slot.
     pub name_len: AtomicU64,
     /// The thread's name, UTF-8 (cut at a character boundary).
     pub name: [AtomicU64; NAME_LEN / 8],
 }
+
+/// The bit of [`Header::name_len`] that says the slot was registered (a name is at most
+/// [`NAME_LEN`] bytes, so the bits above the length are free).
+pub(crate) const REGISTERED: u64 = 1 << 63;
 
 /// Size of the header.
 pub(crate) const HEADER: usize = core::mem::size_of::<Header>();
@@ -89,8 +93,15 @@ impl Header {
         self.name_len.store(0, Ordering::Relaxed);
     }
 
-    /// Keeps `name` (as much as fits, cut at a character boundary). Inlined: it runs while tracing
-    /// (from `Tracer::register_thread`).
+    /// Claims the slot for one registration: false if it was claimed before. Inlined: it runs while
+    /// tracing (from `Tracer::register_thread`).
+    #[inline(always)]
+    pub fn claim(&self) -> bool {
+        self.name_len.fetch_or(REGISTERED, Ordering::AcqRel) & REGISTERED == 0
+    }
+
+    /// Keeps `name` (as much as fits, cut at a character boundary), in a slot this caller claimed
+    /// ([`Header::claim`]). Inlined: it runs while tracing (from `Tracer::register_thread`).
     #[inline(always)]
     pub fn set_name(&self, name: &str) {
         let mut n = name.len().min(NAME_LEN);
@@ -104,7 +115,8 @@ impl Header {
             le.copy_from_slice(b);
             w.store(u64::from_le_bytes(le), Ordering::Relaxed);
         }
-        self.name_len.store(n as u64, Ordering::Relaxed);
+        self.name_len
+            .store(n as u64 | REGISTERED, Ordering::Relaxed);
     }
 
     /// The name into `buf`; empty if none was given.
@@ -112,7 +124,7 @@ impl Header {
         for (w, b) in self.name.iter().zip(buf.chunks_exact_mut(8)) {
             b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
-        let n = (self.name_len.load(Ordering::Relaxed) as usize).min(NAME_LEN);
+        let n = ((self.name_len.load(Ordering::Relaxed) & !REGISTERED) as usize).min(NAME_LEN);
         core::str::from_utf8(&buf[..n]).unwrap_or("")
     }
 

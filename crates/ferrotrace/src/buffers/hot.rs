@@ -55,11 +55,15 @@ impl Hot {
     }
 
     /// The calling thread's block, at the offset the trampolines use: two loads, no call, for recorders
-    /// written in Rust whose every event comes here (the allocation hooks). Valid once
-    /// [`init_tls_offset`] ran, which start-up does before any recorder is enabled.
+    /// written in Rust whose every event comes here (the allocation hooks).
+    ///
+    /// # Safety
+    /// [`init_tls_offset`] ran in this process (start-up does it before any recorder is enabled):
+    /// before, the offset is 0 and the reference would point at the thread control block.
     #[inline(always)]
-    pub fn current_static() -> &'static Hot {
-        // SAFETY: the offset is HOT's in static TLS, the same in every thread; HOT has no destructor.
+    pub unsafe fn current_static() -> &'static Hot {
+        // SAFETY: the offset is HOT's in static TLS (the caller's contract: it was computed), the same
+        // in every thread; HOT has no destructor, so it lives as long as the thread.
         unsafe { &*((thread_pointer() as i64 + tls_offset()) as *const Hot) }
     }
 

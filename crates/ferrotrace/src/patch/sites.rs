@@ -105,7 +105,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
 /// code goes to `targets`.
 ///
 /// # Safety
-/// `found` is what [`discover`] returned, unchanged: every sled and NOP address is one of a loaded
+/// `found` is what [`discover`](crate::patch::discovery::discover) returned, unchanged: every sled and NOP address is one of a loaded
 /// object's instrumentation, and anything else would be overwritten with a call.
 pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
     mcount_sites::publish(&found.calls);

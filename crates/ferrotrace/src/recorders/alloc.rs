@@ -221,8 +221,13 @@ pub fn free_event(addr: usize, tsc: u64) {
 }
 
 /// Records the allocation of `size` bytes at `addr` made by `caller`.
+///
+/// # Safety
+/// `caller.ret_slot` points to a readable word of the calling thread's stack: the return address the
+/// call to the hook pushed (`rsp` at the hook's entry). `caller.rbp` may be anything: the frame
+/// pointers the stack walk follows from it are checked against the thread's stack bounds.
 #[inline(always)]
-pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
+pub unsafe fn alloc_event(size: usize, addr: usize, caller: Caller) {
     if addr == 0 {
         return;
     }
@@ -266,7 +271,12 @@ fn write(rec: Record, payload: Record) {
         // SAFETY: `p` is the one payload slot `append` has room for.
         unsafe { p.write(payload) }
     };
-    if Hot::current_static().append(rec, 1, fill).is_err() {
+    // SAFETY: allocations are recorded once `start` ran (`this_thread` is `Some` only then), which
+    // start-up calls after `init_tls_offset`.
+    if unsafe { Hot::current_static() }
+        .append(rec, 1, fill)
+        .is_err()
+    {
         crate::buffers::thread::record_slow(rec, &[payload]);
     }
 }
@@ -274,7 +284,11 @@ fn write(rec: Record, payload: Record) {
 /// Stores one record without payload at the thread's cursor, or hands it to the slow path.
 #[inline(always)]
 fn write_one(rec: Record) {
-    if Hot::current_static().append(rec, 0, |_| {}).is_err() {
+    // SAFETY: as in `write`: only after `start`, so after `init_tls_offset`.
+    if unsafe { Hot::current_static() }
+        .append(rec, 0, |_| {})
+        .is_err()
+    {
         crate::buffers::thread::record_slow(rec, &[]);
     }
 }
@@ -454,8 +468,11 @@ fn walk(
     depth: usize,
     out: &mut [MaybeUninit<usize>; ALLOC_MAX_DEPTH],
 ) -> usize {
-    let mut hooks = HookedReturns::of(Hot::current_static());
-    // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
+    // SAFETY: stacks are walked for allocation events, recorded only after `start`, so after
+    // `init_tls_offset`.
+    let mut hooks = HookedReturns::of(unsafe { Hot::current_static() });
+    // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed
+    // (`alloc_event`'s contract, which reaches here through `stack_id`).
     let first = unsafe { *caller.ret_slot };
     out[0].write(hooks.real(first, caller.ret_slot as usize));
     let mut n = 1;
@@ -900,7 +917,9 @@ unsafe extern "C" fn alloc_here(_size: usize, _addr: usize) {
 }
 
 extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: usize) {
-    alloc_event(size, addr, Caller { ret_slot, rbp });
+    // SAFETY: reached only from `alloc_here`, which passes its entry `rsp` (the return address its
+    // call pushed) as `ret_slot`.
+    unsafe { alloc_event(size, addr, Caller { ret_slot, rbp }) };
 }
 
 /// Whether allocations are recorded at all: checked before the out-of-line `alloc_here` (the free
