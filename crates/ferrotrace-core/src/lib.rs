@@ -15,6 +15,8 @@
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
+//! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
+//!   recorder's), with the offsets its assembly uses;
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
@@ -74,6 +76,7 @@ pub mod record;
 #[cfg(feature = "std")]
 pub mod running;
 pub mod schema;
+pub mod shadow;
 pub mod shared;
 pub mod size;
 pub mod symbols;

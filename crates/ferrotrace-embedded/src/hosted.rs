@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ferrotrace_core::clock::{monotonic_ns, rdtsc, realtime_ns};
+use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::{Clock, Program, Threads, Tracer};
 
@@ -163,13 +164,13 @@ fn unhook_current_thread() -> u64 {
     let h = unsafe { &*(at as *const crate::slot::Header) };
     let base = h.base.load(Ordering::Relaxed);
     let top = h.top.load(Ordering::Relaxed);
-    let frame = crate::hook::FRAME as u64;
+    let frame = ShadowFrame::SIZE as u64;
     let cursor = h.cursor.load(Ordering::Relaxed);
     if top > base && cursor > h.start.load(Ordering::Relaxed) {
         // SAFETY: the top frame and the last record were written by this thread's hooks.
         let (word, last) = unsafe {
             (
-                *((top - frame + 16) as *const u64),
+                (*((top - frame) as *const ShadowFrame)).word,
                 *((cursor - 8) as *const u64),
             )
         };
@@ -184,8 +185,8 @@ fn unhook_current_thread() -> u64 {
         // address, its stack slot, word}; the slots are in frames of this thread that are still live
         // (the panic unwinds from above them).
         unsafe {
-            let real = *(f as *const u64);
-            *(*((f + 8) as *const u64) as *mut u64) = real;
+            let hooked = *(f as *const ShadowFrame);
+            *(hooked.slot as *mut u64) = hooked.ret;
         }
     }
     h.top.store(base, Ordering::Relaxed);

@@ -354,7 +354,8 @@ pub fn init_with(
     }
     let depth = options.shadow_depth.max(1);
     let slot_min =
-        (slot::HEADER + depth * hook::FRAME + 16 + MIN_RECORDS * 16).next_multiple_of(64);
+        (slot::HEADER + depth * ferrotrace_core::shadow::ShadowFrame::SIZE + 16 + MIN_RECORDS * 16)
+            .next_multiple_of(64);
     let at = memory.as_mut_ptr() as usize;
     let skip = at.next_multiple_of(64) - at;
     let needed = skip + SCRATCH_LEN + count.saturating_mul(slot_min);

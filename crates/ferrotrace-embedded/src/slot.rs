@@ -1,13 +1,15 @@
 //! A thread's (or CPU's) region of the embedder's memory: a header, its shadow stack, its records.
 //!
 //! ```text
-//! | Header (128 bytes) | shadow stack: depth × 24 bytes | records: 16 bytes each ... |
+//! | Header (128 bytes) | shadow stack: depth × ShadowFrame (24 bytes) | records: 16 bytes each ... |
 //! ```
 //!
 //! Only the thread that owns a slot writes it while tracing (the hooks in [`crate::hook`] read and
 //! write the header at fixed offsets); the rest of the crate reads it when tracing is off.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+
+use ferrotrace_core::shadow::ShadowFrame;
 
 /// Bytes of a thread name kept in the header.
 pub(crate) const NAME_LEN: usize = 40;
@@ -77,7 +79,7 @@ impl Header {
     pub fn reset(&self, len: usize, depth: usize) {
         let at = self as *const Header as u64;
         let base = at + HEADER as u64;
-        let limit = base + (depth * crate::hook::FRAME) as u64;
+        let limit = base + (depth * ShadowFrame::SIZE) as u64;
         let start = limit.next_multiple_of(16);
         let records = (at + len as u64 - start) / 16;
         self.base.store(base, Ordering::Relaxed);

@@ -44,6 +44,7 @@ use std::sync::atomic::{
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
+use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::buffers::hot::{thread_pointer, Hot};
 use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
@@ -512,9 +513,6 @@ struct HookedReturns {
     cursor: usize,
 }
 
-/// Bytes of one mcount shadow frame.
-const SHADOW_FRAME: usize = 24;
-
 impl HookedReturns {
     #[inline(always)]
     fn of(h: &Hot) -> HookedReturns {
@@ -531,15 +529,12 @@ impl HookedReturns {
         if self.stub == 0 || ret != self.stub {
             return ret;
         }
-        while self.cursor >= self.base + SHADOW_FRAME {
-            self.cursor -= SHADOW_FRAME;
+        while self.cursor >= self.base + ShadowFrame::SIZE {
+            self.cursor -= ShadowFrame::SIZE;
             // SAFETY: base .. top is this thread's shadow stack, written by its own hooks.
-            let (real, at) = unsafe {
-                let f = self.cursor as *const usize;
-                (*f, *f.add(1))
-            };
-            if at == slot {
-                return real;
+            let f = unsafe { *(self.cursor as *const ShadowFrame) };
+            if f.slot as usize == slot {
+                return f.ret as usize;
             }
         }
         ret

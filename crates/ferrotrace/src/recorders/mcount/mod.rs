@@ -40,11 +40,14 @@ pub mod sites;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use ferrotrace_core::shadow::ShadowFrame;
+
 use crate::buffers::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
 use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
 
-/// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
-const FRAME: u64 = 24;
+/// Bytes of one shadow frame ([`ShadowFrame`]: `{real return address, address of its stack slot,
+/// record word}`).
+const FRAME: u64 = ShadowFrame::SIZE as u64;
 
 // ---------------------------------------------------------------------------------------------------
 // The hooks.
@@ -103,8 +106,8 @@ pub fn hook_addresses() -> (u64, u64) {
     )
 }
 
-// The HOT block's fields are at the offsets `hot::Hot` gives them (`h_*`, from offset_of!). A shadow
-// frame is FRAME bytes: ret 0, slot 8, word 16.
+// The HOT block's fields are at the offsets `hot::Hot` gives them (`h_*`, from offset_of!), a shadow
+// frame's at those `ShadowFrame` gives them (`f_*`; `frame` bytes in all).
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_mcount,\"ax\",@progbits",
     // Appends the record {rdtsc, rsi} through the HOT cursor (rcx = the HOT block's TLS offset); goes to
@@ -162,9 +165,9 @@ core::arch::global_asm!(
     "  lea rdi, [rdx + {frame}]",
     "  mov qword ptr fs:[rcx + {h_top}], rdi",
     "  mov rdi, qword ptr [rsi]",
-    "  mov qword ptr [rdx], rdi",
-    "  mov qword ptr [rdx + 8], rsi",
-    "  mov qword ptr [rdx + 16], rax",
+    "  mov qword ptr [rdx + {f_ret}], rdi",
+    "  mov qword ptr [rdx + {f_slot}], rsi",
+    "  mov qword ptr [rdx + {f_word}], rax",
     "  mov rdi, qword ptr fs:[rcx + {h_stub}]",
     "  mov qword ptr [rsi], rdi",
     "  mov rsi, rax",
@@ -217,11 +220,11 @@ core::arch::global_asm!(
     "  mov rcx, qword ptr [rip + {off}]",
     "  mov rsi, qword ptr fs:[rcx + {h_top}]",
     "  lea rax, [rsp + 32]",
-    "  cmp rax, qword ptr [rsi - 16]",
+    "  cmp rax, qword ptr [rsi - {frame} + {f_slot}]",
     "  jne 5f",
-    "  mov rax, qword ptr [rsi - 24]",
+    "  mov rax, qword ptr [rsi - {frame} + {f_ret}]",
     "  mov qword ptr [rsp + 32], rax",
-    "  mov rax, qword ptr [rsi - 8]",
+    "  mov rax, qword ptr [rsi - {frame} + {f_word}]",
     "  sub rsi, {frame}",
     "  mov qword ptr fs:[rcx + {h_top}], rsi",
     "  bts rax, 32",
@@ -261,7 +264,10 @@ core::arch::global_asm!(
     h_top = const core::mem::offset_of!(Hot, shadow_top),
     h_limit = const core::mem::offset_of!(Hot, shadow_limit),
     h_stub = const core::mem::offset_of!(Hot, shadow_stub),
-    frame = const FRAME,
+    frame = const ShadowFrame::SIZE,
+    f_ret = const ShadowFrame::RET,
+    f_slot = const ShadowFrame::SLOT,
+    f_word = const ShadowFrame::WORD,
     shadow_slow = sym shadow_slow,
     resync = sym resync,
 );
@@ -408,7 +414,7 @@ extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
     while frame > base + FRAME {
         frame -= FRAME;
         // SAFETY: between the sentinel and the top: frames of this thread's shadow stack.
-        if unsafe { *((frame + 8) as *const u64) } == slot {
+        if unsafe { (*(frame as *const ShadowFrame)).slot } == slot {
             h.shadow_top.store(frame + FRAME, Ordering::Relaxed);
             return 0;
         }
@@ -429,8 +435,11 @@ extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
 /// walking down from the thread's shadow top (read at `top_addr`) to `base` (not found: 0, the end of the
 /// stack).
 fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u64) -> usize {
-    const LIT16: u8 = 0x40;
-    const LIT24: u8 = 0x48;
+    const LIT0: u8 = 0x30;
+    const LIT16: u8 = LIT0 + 16;
+    // One shadow frame down; the slot within it (the address of `ret`, offset 0, is the rule's result).
+    const LIT_FRAME: u8 = LIT0 + ShadowFrame::SIZE as u8;
+    const AT_SLOT: u8 = ShadowFrame::SLOT as u8;
     const MINUS: u8 = 0x1c;
     const CONST8U: u8 = 0x0e;
     const DEREF: u8 = 0x06;
@@ -449,12 +458,12 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     e.extend_from_slice(&top_addr.to_le_bytes());
     e.push(DEREF);
     let looping = e.len();
-    e.extend_from_slice(&[LIT24, MINUS, DUP, CONST8U]);
+    e.extend_from_slice(&[LIT_FRAME, MINUS, DUP, CONST8U]);
     e.extend_from_slice(&base.to_le_bytes());
     e.push(LT);
     let to_not_found = e.len();
     e.extend_from_slice(&[BRA, 0, 0]);
-    e.extend_from_slice(&[DUP, PLUS_UCONST, 8, DEREF, PICK, 2, EQ]);
+    e.extend_from_slice(&[DUP, PLUS_UCONST, AT_SLOT, DEREF, PICK, 2, EQ]);
     let to_found = e.len();
     e.extend_from_slice(&[BRA, 0, 0]);
     let to_loop = e.len();
