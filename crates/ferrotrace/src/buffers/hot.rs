@@ -103,6 +103,62 @@ impl Hot {
     }
 }
 
+/// The assembly that appends one record without payload through the thread's `HOT` block, as one
+/// template string for `global_asm!`: the record-store order of [`Hot::append`] for the recorders
+/// written in assembly (the XRay trampolines, the mcount hooks and their return trampoline).
+///
+/// `tls`: the register holding `HOT`'s offset from `%fs`; `cursor`: a free register, left holding the
+/// new cursor; `word`, `tsc`: the registers holding the record's word and timestamp; `full`: the label
+/// to jump to, the registers untouched but `cursor`, when the chunk is full or the thread has none.
+/// The caller's `global_asm!` gives the operands `h_cursor`, `h_end` (the fields of [`Hot`]),
+/// `r_word` and `r_tsc` (those of `Record`) and `r_size`.
+///
+/// The order: own the chunk's line four lines ahead before the stores reach it (a recycled chunk's
+/// lines are shared with the collector that read them, and a program that fences waits for the
+/// upgrade); the word before the timestamp, so that a record cut in half by a SIGKILL keeps the slot's
+/// old time and `record`'s salvage of the shared chunk pool stops there (`ferrotrace_core::shared`);
+/// then the cursor.
+macro_rules! append_record_asm {
+    (tls = $tls:literal, cursor = $cur:literal, word = $word:literal, tsc = $tsc:literal, full = $full:literal) => {
+        concat!(
+            "  mov ",
+            $cur,
+            ", qword ptr fs:[",
+            $tls,
+            " + {h_cursor}]\n",
+            "  cmp ",
+            $cur,
+            ", qword ptr fs:[",
+            $tls,
+            " + {h_end}]\n",
+            "  jae ",
+            $full,
+            "\n",
+            "  prefetchw [",
+            $cur,
+            " + 256]\n",
+            "  mov qword ptr [",
+            $cur,
+            " + {r_word}], ",
+            $word,
+            "\n",
+            "  mov qword ptr [",
+            $cur,
+            " + {r_tsc}], ",
+            $tsc,
+            "\n",
+            "  add ",
+            $cur,
+            ", {r_size}\n",
+            "  mov qword ptr fs:[",
+            $tls,
+            " + {h_cursor}], ",
+            $cur,
+        )
+    };
+}
+pub(crate) use append_record_asm;
+
 /// The page size of x86_64 Linux, for the runtime's mappings and code patching.
 pub const PAGE: usize = 4096;
 

@@ -9,7 +9,7 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::buffers::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
+use crate::buffers::hot::{append_record_asm, FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
 
 /// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
 /// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.
@@ -125,18 +125,8 @@ core::arch::global_asm!(
     "  shl rdx, 48",
     "  or r10, rdx",
     "  .endif",
-    "  mov rdx, qword ptr fs:[r11 + {h_cursor}]",
-    "  cmp rdx, qword ptr fs:[r11 + {h_end}]",
-    "  jae 2f",
-    // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
-    // shared with the collector that read them, and a program that fences waits for the upgrade.
-    "  prefetchw [rdx + 256]",
-    // The word before the timestamp: a record cut in half by a SIGKILL keeps the slot's old time, and
-    // `record`'s salvage of the shared chunk pool stops there (ferrotrace_core::shared).
-    "  mov qword ptr [rdx + 8], r10",
-    "  mov qword ptr [rdx], rax",
-    "  add rdx, 16",
-    "  mov qword ptr fs:[r11 + {h_cursor}], rdx",
+    // The record store, in the order every writer keeps (hot::append_record_asm).
+    append_record_asm!(tls = "r11", cursor = "rdx", word = "r10", tsc = "rax", full = "2f"),
     "  .ifnb \\keep_r11",
     "  pop r11",
     "  .endif",
@@ -179,14 +169,7 @@ core::arch::global_asm!(
     "  shl rdi, 48",
     "  or r10, rdi",
     "  .endif",
-    "  mov rdi, qword ptr fs:[r11 + {h_cursor}]",
-    "  cmp rdi, qword ptr fs:[r11 + {h_end}]",
-    "  jae 2f",
-    "  prefetchw [rdi + 256]",
-    "  mov qword ptr [rdi + 8], r10",
-    "  mov qword ptr [rdi], rax",
-    "  add rdi, 16",
-    "  mov qword ptr fs:[r11 + {h_cursor}], rdi",
+    append_record_asm!(tls = "r11", cursor = "rdi", word = "r10", tsc = "rax", full = "2f"),
     "  mov rax, rcx",
     "  mov rdx, rsi",
     "  ret",
@@ -320,6 +303,9 @@ core::arch::global_asm!(
     xsave_mask = const XSAVE_MASK,
     h_cursor = const core::mem::offset_of!(crate::buffers::hot::Hot, cursor),
     h_end = const core::mem::offset_of!(crate::buffers::hot::Hot, end),
+    r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
+    r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
+    r_size = const ferrotrace_core::record::RECORD_SIZE,
 );
 
 #[cfg(test)]

@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrotrace_core::shadow::ShadowFrame;
 
-use crate::buffers::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
+use crate::buffers::hot::{append_record_asm, tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
 use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
 
 /// Bytes of one shadow frame ([`ShadowFrame`]: `{real return address, address of its stack slot,
@@ -116,15 +116,8 @@ core::arch::global_asm!(
     "  rdtsc",
     "  shl rdx, 32",
     "  or rax, rdx",
-    "  mov rdx, qword ptr fs:[rcx + {h_cursor}]",
-    "  cmp rdx, qword ptr fs:[rcx + {h_end}]",
-    "  jae 7f",
-    "  prefetchw [rdx + 256]",
-    // The word before the timestamp, as in the XRay trampolines (ferrotrace_core::record::Record).
-    "  mov qword ptr [rdx + 8], rsi",
-    "  mov qword ptr [rdx], rax",
-    "  add rdx, 16",
-    "  mov qword ptr fs:[rcx + {h_cursor}], rdx",
+    // The record store, in the order every writer keeps (hot::append_record_asm).
+    append_record_asm!(tls = "rcx", cursor = "rdx", word = "rsi", tsc = "rax", full = "7f"),
     ".endm",
     ".macro ferrotrace_call_hook name, parent_slot",
     ".p2align 4",
@@ -261,6 +254,9 @@ core::arch::global_asm!(
     hash_mul = const HASH_MUL,
     h_cursor = const core::mem::offset_of!(Hot, cursor),
     h_end = const core::mem::offset_of!(Hot, end),
+    r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
+    r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
+    r_size = const ferrotrace_core::record::RECORD_SIZE,
     h_top = const core::mem::offset_of!(Hot, shadow_top),
     h_limit = const core::mem::offset_of!(Hot, shadow_limit),
     h_stub = const core::mem::offset_of!(Hot, shadow_stub),
