@@ -260,7 +260,7 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 
 /// The name users see: demangled (Rust v0 and legacy), without the hash.
 pub fn demangle(mangled: &str) -> String {
-    format!("{:#}", rustc_demangle::demangle(mangled))
+    ferrotrace_core::symbols::display_name(mangled)
 }
 
 impl Trace {
