@@ -96,8 +96,10 @@ impl State {
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
         // Stack nodes interned before the chunk's events were written: into the file ahead of them.
-        for (kind, payload) in crate::recorders::alloc::take_stacks() {
-            self.write(kind, &payload);
+        for r in rt.upcalls.recorders {
+            for (kind, payload) in (r.metadata)() {
+                self.write(kind, &payload);
+            }
         }
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
@@ -225,7 +227,9 @@ impl State {
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::buffers::thread::ignore_current_thread();
-    crate::recorders::alloc::ignore_current_thread();
+    for r in rt.upcalls.recorders {
+        (r.ignore_thread)();
+    }
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
     let mut st = State {

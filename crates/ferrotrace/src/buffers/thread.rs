@@ -468,7 +468,9 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
-        (rt.upcalls.thread_exit)();
+        for r in rt.upcalls.recorders {
+            (r.thread_exit)();
+        }
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.

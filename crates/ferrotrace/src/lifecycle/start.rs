@@ -18,7 +18,7 @@ use crate::buffers::pool::Pool;
 use crate::buffers::{clock, collector, live};
 use crate::lifecycle::config::{Config, Mode};
 use crate::lifecycle::exit;
-use crate::lifecycle::runtime::{get, Program, Role, Runtime, Upcalls};
+use crate::lifecycle::runtime::{get, Program, Recorder, Role, Runtime, Upcalls};
 use crate::patch::{discovery, sites};
 use crate::recorders::xray as trampoline;
 
@@ -262,13 +262,23 @@ fn start(role: Role) -> Result<(), String> {
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
     patched?;
-    crate::tracepoints::enable_requested();
-    // Last: the start-up's own allocations (and their frees) are not the program's.
+    // Last: the start-up's own allocations (and their frees) are not the program's (the allocation
+    // recorder is the last of `recorders::ALL`).
     drop(found);
-    if let Some(a) = alloc {
-        crate::recorders::alloc::start(a);
-    }
+    start_recorders(&rt.program, rt.upcalls.recorders);
     Ok(())
+}
+
+/// Starts every recorder, in order, and registers the fork handlers of those that record.
+fn start_recorders(program: &Program, recorders: &[Recorder]) {
+    for r in recorders {
+        if (r.start)(program) {
+            if let Some(f) = r.fork {
+                // SAFETY: registering handlers; each recorder's are safe to run around any fork.
+                unsafe { libc::pthread_atfork(Some(f.prepare), Some(f.parent), Some(f.child)) };
+            }
+        }
+    }
 }
 
 /// The chunk pool, in the memfd `shared` when record gave one (the trace started at `start_realtime`).
@@ -319,15 +329,8 @@ fn open_trace(
 /// The layers above the slow path, for it to call ([`Upcalls`]).
 const UPCALLS: Upcalls = Upcalls {
     fork_restart: restart_in_forked_child,
-    thread_exit: recorders_thread_exit,
+    recorders: &crate::recorders::ALL,
 };
-
-/// A traced thread exits, its last chunk handed over: the recorders free what they keep for it (the
-/// mcount shadow stack and return stub, the allocation hooks' stack cache).
-fn recorders_thread_exit() {
-    crate::recorders::mcount::release_thread();
-    crate::recorders::alloc::thread_exit();
-}
 
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.

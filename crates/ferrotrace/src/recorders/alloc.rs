@@ -48,6 +48,7 @@ use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::buffers::hot::{thread_pointer, Hot};
 use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
+use crate::lifecycle::runtime::{ForkHandlers, Recorder};
 
 /// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
 /// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
@@ -106,21 +107,35 @@ fn this_thread() -> Option<&'static AllocThread> {
     Some(unsafe { &*((thread_pointer() as isize + off) as *const AllocThread) })
 }
 
-/// Starts recording allocations with `settings`. Called once the runtime records.
+/// The allocation recorder's hooks (`recorders::ALL`): started when `record --alloc` asked for it,
+/// the interner's lock held across `fork`, the thread's stack cache freed at its exit, the interned
+/// stacks handed to the collector.
+pub const RECORDER: Recorder = Recorder {
+    start: |program| match program.alloc {
+        Some(settings) => {
+            start(settings);
+            true
+        }
+        None => false,
+    },
+    fork: Some(ForkHandlers {
+        prepare: lock_for_fork,
+        parent: unlock_after_fork,
+        child: unlock_after_fork,
+    }),
+    thread_exit,
+    ignore_thread: ignore_current_thread,
+    metadata: take_stacks,
+};
+
+/// Starts recording allocations with `settings`. Called once the runtime records; start-up then
+/// registers the fork handlers ([`RECORDER`]), which only take and release the interner's lock.
 pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
     DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
         eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
-    // SAFETY: plain registration of handlers that only take and release the interner's lock.
-    unsafe {
-        libc::pthread_atfork(
-            Some(lock_for_fork),
-            Some(unlock_after_fork),
-            Some(unlock_after_fork),
-        )
-    };
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
 }

@@ -16,3 +16,22 @@ pub mod alloc;
 pub mod mcount;
 pub mod tracepoint;
 pub mod xray;
+
+use crate::lifecycle::runtime::Recorder;
+
+/// Every recorder's hooks ([`Recorder`]), in the order start-up starts them: allocations last, so
+/// that start-up's own allocations are not the program's. The one list to extend with a new recorder.
+pub static ALL: [Recorder; 4] = [
+    xray::RECORDER,
+    mcount::RECORDER,
+    tracepoint::RECORDER,
+    alloc::RECORDER,
+];
+
+/// Leaves the calling thread, one of the runtime's own (the USDT watcher), out of every recorder.
+#[cfg(not(feature = "preload"))]
+pub fn ignore_current_thread() {
+    for r in &ALL {
+        (r.ignore_thread)();
+    }
+}

@@ -10,6 +10,10 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::buffers::hot::{append_record_asm, FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
+use crate::lifecycle::runtime::Recorder;
+
+/// The XRay recorder's hooks (`recorders::ALL`): none; its trampolines keep nothing per thread.
+pub const RECORDER: Recorder = Recorder { ..Recorder::NONE };
 
 /// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
 /// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.

@@ -43,7 +43,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::buffers::hot::{append_record_asm, tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
+use crate::lifecycle::runtime::Recorder;
 use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
+
+/// The mcount recorder's hooks (`recorders::ALL`): a thread's shadow stack and return stub are freed
+/// at its exit.
+pub const RECORDER: Recorder = Recorder {
+    thread_exit: release_thread,
+    ..Recorder::NONE
+};
 
 /// Bytes of one shadow frame ([`ShadowFrame`]: `{real return address, address of its stack slot,
 /// record word}`).

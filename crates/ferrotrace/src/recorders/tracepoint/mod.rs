@@ -31,6 +31,17 @@ use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 use ferrotrace_core::record::{EventKind, Record};
 
 use crate::buffers::hot::Hot;
+use crate::lifecycle::runtime::Recorder;
+
+/// The tracepoint recorder's hooks (`recorders::ALL`): at start, the tracepoints the environment asks
+/// for (`FERROTRACE_TRACE`, `record --trace`) are enabled.
+pub const RECORDER: Recorder = Recorder {
+    start: |_| {
+        control::enable_requested();
+        true
+    },
+    ..Recorder::NONE
+};
 
 pub use ferrotrace_core::tracepoint::{
     DESCRIPTOR_HEADER_LEN as HEADER_LEN, DESCRIPTOR_MAGIC as MAGIC,

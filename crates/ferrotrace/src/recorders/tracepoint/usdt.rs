@@ -78,7 +78,7 @@ pub fn watch() {
         Some(64 << 10),
         move || {
             crate::buffers::thread::ignore_current_thread();
-            crate::recorders::alloc::ignore_current_thread();
+            crate::recorders::ignore_current_thread();
             loop {
                 std::thread::sleep(PERIOD);
                 sync(&probes, &mut seen);
