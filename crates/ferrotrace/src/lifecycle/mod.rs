@@ -3,8 +3,10 @@
 //! ([`start`]), and the end of the trace whatever ends the process ([`exit`]: atexit, signals, fork).
 //!
 //! Not here: recording (`recorders`), chunk memory and the collector (`buffers`), or changing code
-//! (`patch`). This room sits on top: it may name every other room; none of them names it except
-//! `runtime` and `config`, which sit at the bottom of the layers (see docs/architecture.md).
+//! (`patch`). `start` and `exit` sit on top and may name every other room; `config` sits at the
+//! bottom, and `runtime` in the middle (below the slow path and the recorders, which ask it for the
+//! runtime, above `patch`, whose discovery and patching it runs again after dlopen). The layers, and
+//! the hooks that go up through them, are in docs/architecture.md.
 
 pub mod config;
 pub mod exit;

@@ -8,6 +8,11 @@
 //! * [`tracepoint`]: the `tracepoint!`/`trace!` macros, descriptors, the enabled path, enabling by glob
 //!   ([`tracepoint::control`], public as `ferrotrace::tracepoints`) and the USDT watcher.
 //!
+//! Each recorder gives the rooms below it its hooks (`RECORDER`: start, fork handlers, thread exit,
+//! metadata for the collector; [`crate::lifecycle::runtime::Recorder`]) through [`ALL`], so that
+//! neither the slow path nor the collector names a recorder. Adding one: its module, and a line in
+//! [`ALL`] (the checklist is in docs/architecture.md, "Adding a recorder").
+//!
 //! Not here: where records go once written (`buffers`), how code is changed to reach a recorder
 //! (`patch`), and when recording starts and ends (`lifecycle`). A recorder writes through
 //! `buffers::hot` and never names another recorder.
