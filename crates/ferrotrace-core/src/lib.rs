@@ -11,7 +11,8 @@
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
-//! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed), and (feature
+//!   `std`) `display_name`, the one rule for the name users see and `-F`/`-N` match;
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
