@@ -11,10 +11,13 @@
 //!   records into 2–4 bytes on disk;
 //! * [`clock`]: conversion of raw TSC ticks to nanoseconds from calibration pairs (and, with feature
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
-//! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed);
+//! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed), and (feature
+//!   `std`) `display_name`, the one rule for the name users see and `-F`/`-N` match;
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
+//! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
+//!   recorder's), with the offsets its assembly uses;
 //! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
@@ -57,6 +60,11 @@
 //! ```
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
+#![warn(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 pub mod build_id;
 #[cfg(feature = "std")]
@@ -74,6 +82,7 @@ pub mod record;
 #[cfg(feature = "std")]
 pub mod running;
 pub mod schema;
+pub mod shadow;
 pub mod shared;
 pub mod size;
 pub mod symbols;

@@ -56,6 +56,13 @@ pub const DEFAULT_BUFFER: usize = 16 << 20;
 /// The deepest mcount/fentry shadow stack, and `-D` limit, in frames.
 pub const MAX_DEPTH: usize = 1 << 24;
 
+/// The deepest allocation call stack the runtime's hooks walk (`record --alloc-stack-depth`,
+/// `FERROTRACE_ALLOC_STACK_DEPTH`), in frames; 0 records no stacks.
+pub const ALLOC_MAX_STACK_DEPTH: usize = 256;
+
+/// The allocation call stack depth when none is given, in frames.
+pub const ALLOC_DEFAULT_STACK_DEPTH: usize = 64;
+
 /// True for a depth in frames (a shadow stack, a `-D` limit) that the runtime accepts.
 pub fn depth_is_valid(frames: usize) -> bool {
     (1..=MAX_DEPTH).contains(&frames)

@@ -1,4 +1,5 @@
-//! Which functions belong to the tracer itself.
+//! Which functions belong to the tracer itself, and (feature `std`) the name users see of any function,
+//! [`display_name`].
 //!
 //! A program built with `-Zinstrument-xray=always` that links the ferrotrace runtime has sleds in the
 //! runtime's own functions; patching them would make the tracer trace itself (recursion). The runtime
@@ -17,6 +18,22 @@
 //!   which the runtime skips as a whole.
 
 use core::ops::Range;
+
+/// The name users see of a function whose symbol is `mangled`, and what the `-F`/`-N` filters match:
+/// Rust v0 and legacy symbols demangled without their hash (`{:#}`), anything else as it is. The one
+/// rule for the runtime's filters and every view of the analysis, so that what `-F` matches is what
+/// `report` prints.
+///
+/// ```
+/// use ferrotrace_core::symbols::display_name;
+///
+/// assert_eq!(display_name("_ZN3fib3fib17h0123456789abcdefE"), "fib::fib");
+/// assert_eq!(display_name("main"), "main");
+/// ```
+#[cfg(feature = "std")]
+pub fn display_name(mangled: &str) -> std::string::String {
+    std::format!("{:#}", rustc_demangle::demangle(mangled))
+}
 
 /// The section that holds the functions `ferrotrace::tracepoint!` expands in the program's own crates.
 pub const PLUMBING_SECTION: &str = "ferrotrace_text";

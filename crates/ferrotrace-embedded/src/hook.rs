@@ -24,10 +24,9 @@
 
 use core::arch::global_asm;
 
-use crate::{slot, Hot, HOT};
+use ferrotrace_core::shadow::ShadowFrame;
 
-/// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
-pub(crate) const FRAME: usize = 24;
+use crate::{slot, Hot, HOT};
 
 /// Bit of a record word that makes it an exit (kind 1) rather than an entry (kind 0).
 pub(crate) const EXIT_BIT: u32 = 48;
@@ -229,12 +228,12 @@ global_asm!(
     "  lea rdx, [rax + {frame}]",
     "  mov qword ptr [rcx + {s_top}], rdx",
     "  mov rdx, qword ptr [rsi]",
-    "  mov qword ptr [rax], rdx",
-    "  mov qword ptr [rax + 8], rsi",
+    "  mov qword ptr [rax + {f_ret}], rdx",
+    "  mov qword ptr [rax + {f_slot}], rsi",
     "  mov rdi, qword ptr [rsp + 40]",
     "  shl rdi, 16",
     "  shr rdi, 16",
-    "  mov qword ptr [rax + 16], rdi",
+    "  mov qword ptr [rax + {f_word}], rdi",
     "  lea rdx, [rip + ftemb_return]",
     "  mov qword ptr [rsi], rdx",
     "  or qword ptr [rcx + {s_sources}], \\source",
@@ -265,10 +264,10 @@ global_asm!(
     "1:",
     "  mov rsi, qword ptr [rcx + {s_top}]",
     "  lea rax, [rsp + 32]",
-    "  cmp rax, qword ptr [rsi - 16]",
+    "  cmp rax, qword ptr [rsi - {frame} + {f_slot}]",
     "  jne 5f",
-    "  mov r11, qword ptr [rsi - 24]",
-    "  mov rdi, qword ptr [rsi - 8]",
+    "  mov r11, qword ptr [rsi - {frame} + {f_ret}]",
+    "  mov rdi, qword ptr [rsi - {frame} + {f_word}]",
     "  sub qword ptr [rcx + {s_top}], {frame}",
     "  bts rdi, {exit_bit}",
     "  mov rsi, rdi",
@@ -287,7 +286,7 @@ global_asm!(
     "  sub rsi, {frame}",
     "  cmp rsi, qword ptr [rcx + {s_base}]",
     "  jb 7f",
-    "  cmp rax, qword ptr [rsi + 8]",
+    "  cmp rax, qword ptr [rsi + {f_slot}]",
     "  jne 51b",
     "  add rsi, {frame}",
     "  mov qword ptr [rcx + {s_top}], rsi",
@@ -321,7 +320,10 @@ global_asm!(
     ".popsection",
     hot = sym HOT,
     sse = const cfg!(target_feature = "sse2") as u8,
-    frame = const FRAME,
+    frame = const ShadowFrame::SIZE,
+    f_ret = const ShadowFrame::RET,
+    f_slot = const ShadowFrame::SLOT,
+    f_word = const ShadowFrame::WORD,
     exit_bit = const EXIT_BIT,
     src_mcount = const ferrotrace_core::schema::source::MCOUNT,
     src_fentry = const ferrotrace_core::schema::source::FENTRY,

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 use ferrotrace_core::clock::{monotonic_ns, rdtsc, realtime_ns};
+use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::{Clock, Program, Threads, Tracer};
 
@@ -70,9 +71,14 @@ extern "C" fn bind_current_thread() -> usize {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
     let current = std::thread::current();
-    state
+    // Indices come from one counter: each is registered once, so this cannot be refused.
+    if state
         .tracer
-        .register_thread(index, tid, current.name().unwrap_or(""));
+        .register_thread(index, tid, current.name().unwrap_or(""))
+        .is_err()
+    {
+        return 1;
+    }
     header as *const crate::slot::Header as usize
 }
 
@@ -91,7 +97,11 @@ pub fn init(bytes: usize, threads: usize) -> io::Result<()> {
     let (t, n) = (rdtsc(), monotonic_ns());
     let hz = ((t - start.0) as u128 * 1_000_000_000 / (n - start.1).max(1) as u128) as u64;
     let offset = tls_offset();
-    let tracer = crate::init(memory, Clock::tsc(hz.max(1)), Threads::fs(offset, threads))
+    // SAFETY: `offset` is where this thread's `SLOT` lies from its thread pointer: a word of the
+    // executable's static TLS block, the same offset in every thread, mapped for each thread's life,
+    // 0 until bound and written by nobody but the tracer (the hooks, `register_thread`, `set_word`).
+    let threads = unsafe { Threads::fs(offset, threads) };
+    let tracer = crate::init(memory, Clock::tsc(hz.max(1)), threads)
         .map_err(|e| io::Error::other(e.to_string()))?;
     let state = State {
         tracer,
@@ -154,13 +164,13 @@ fn unhook_current_thread() -> u64 {
     let h = unsafe { &*(at as *const crate::slot::Header) };
     let base = h.base.load(Ordering::Relaxed);
     let top = h.top.load(Ordering::Relaxed);
-    let frame = crate::hook::FRAME as u64;
+    let frame = ShadowFrame::SIZE as u64;
     let cursor = h.cursor.load(Ordering::Relaxed);
     if top > base && cursor > h.start.load(Ordering::Relaxed) {
         // SAFETY: the top frame and the last record were written by this thread's hooks.
         let (word, last) = unsafe {
             (
-                *((top - frame + 16) as *const u64),
+                (*((top - frame) as *const ShadowFrame)).word,
                 *((cursor - 8) as *const u64),
             )
         };
@@ -175,8 +185,8 @@ fn unhook_current_thread() -> u64 {
         // address, its stack slot, word}; the slots are in frames of this thread that are still live
         // (the panic unwinds from above them).
         unsafe {
-            let real = *(f as *const u64);
-            *(*((f + 8) as *const u64) as *mut u64) = real;
+            let hooked = *(f as *const ShadowFrame);
+            *(hooked.slot as *mut u64) = hooked.ret;
         }
     }
     h.top.store(base, Ordering::Relaxed);

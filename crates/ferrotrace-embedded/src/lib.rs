@@ -47,13 +47,19 @@
 //! use ferrotrace_embedded::{init, Clock, Threads};
 //!
 //! static mut EVENTS: [u8; 8 << 20] = [0; 8 << 20];
+//! /// The offset, in each CPU's `%gs` area (a kernel's per-CPU block), of a word the kernel reserves
+//! /// for the tracer and zeroes at boot.
+//! const PERCPU_TRACE_SLOT: isize = 0x40;
 //! # fn run_workload() {}
 //! # fn my_write(_: &[u8]) {}
 //! # let tsc_hz = 2_445_000_000;
+//! // SAFETY: every CPU's `%gs:PERCPU_TRACE_SLOT` is reserved for the tracer (nothing else reads or
+//! // writes it) and is 0 until that CPU registers.
+//! let threads = unsafe { Threads::gs(PERCPU_TRACE_SLOT, 4) };
 //! // SAFETY: the only reference to EVENTS, handed over for good.
-//! let tracer = init(unsafe { &mut *core::ptr::addr_of_mut!(EVENTS) }, Clock::tsc(tsc_hz), Threads::fs(8, 4))
-//!     .expect("memory for 4 threads");
-//! tracer.register_thread(0, 1, "main"); // the thread's %fs:8 now holds its slot
+//! let tracer = init(unsafe { &mut *core::ptr::addr_of_mut!(EVENTS) }, Clock::tsc(tsc_hz), threads)
+//!     .expect("memory for 4 CPUs");
+//! tracer.register_thread(0, 0, "cpu0").expect("slot 0, once"); // on CPU 0: %gs:0x40 now holds its slot
 //! tracer.enable();
 //! run_workload();
 //! tracer.disable();
@@ -70,6 +76,11 @@
 //! written to a file.
 #![cfg_attr(not(feature = "hosted"), no_std)]
 #![warn(missing_docs)]
+#![warn(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -176,10 +187,13 @@ impl Clock {
     }
 }
 
-/// How the hooks find the current thread's (or CPU's) slot.
+/// How the hooks find the current thread's (or CPU's) slot. Made by [`Threads::fs`], [`Threads::gs`]
+/// or [`Threads::from_fn`], whose safety contracts the hooks rely on (the variants cannot be built
+/// outside this crate).
 #[derive(Clone, Copy, Debug)]
 pub enum Threads {
     /// The slot's address is at `%fs:offset` (thread-local storage; 0 = not traced).
+    #[non_exhaustive]
     Fs {
         /// Offset from the `%fs` base (negative for variables of the static TLS block).
         offset: isize,
@@ -187,6 +201,7 @@ pub enum Threads {
         count: usize,
     },
     /// The slot's address is at `%gs:offset` (a kernel's per-CPU area; 0 = not traced).
+    #[non_exhaustive]
     Gs {
         /// Offset from the `%gs` base.
         offset: isize,
@@ -195,6 +210,7 @@ pub enum Threads {
     },
     /// A function returns the current slot's index (a CPU number, a dense thread index); an index of
     /// `count` or more is not traced. Called on every event, every register saved around it.
+    #[non_exhaustive]
     Fn {
         /// The current index.
         current: extern "C" fn() -> usize,
@@ -205,17 +221,35 @@ pub enum Threads {
 
 impl Threads {
     /// `count` slots, the current one's address at `%fs:offset`.
-    pub const fn fs(offset: isize, count: usize) -> Threads {
+    ///
+    /// # Safety
+    /// From [`init`] on, for good: in every thread that runs instrumented code or calls
+    /// [`Tracer::register_thread`], the 8 bytes at `%fs:offset` are mapped, writable, reserved for the
+    /// tracer (nothing else reads or writes them) and hold 0 until the thread registers.
+    /// [`Tracer::register_thread`] writes the calling thread's word; the hooks read it on every event
+    /// and write through the address it holds. (In a glibc process `%fs:8` is the DTV pointer, not
+    /// such a word: a Rust `thread_local!`'s offset from `%fs:0` is one, as `hosted` uses.)
+    pub const unsafe fn fs(offset: isize, count: usize) -> Threads {
         Threads::Fs { offset, count }
     }
 
     /// `count` slots, the current one's address at `%gs:offset`.
-    pub const fn gs(offset: isize, count: usize) -> Threads {
+    ///
+    /// # Safety
+    /// As for [`Threads::fs`], for `%gs`: on every CPU (or thread) that runs instrumented code or calls
+    /// [`Tracer::register_thread`], the 8 bytes at `%gs:offset` are mapped, writable, reserved for the
+    /// tracer and 0 until it registers.
+    pub const unsafe fn gs(offset: isize, count: usize) -> Threads {
         Threads::Gs { offset, count }
     }
 
     /// `count` slots, the current one's index from `current`.
-    pub const fn from_fn(count: usize, current: extern "C" fn() -> usize) -> Threads {
+    ///
+    /// # Safety
+    /// `current` never gives two threads (or CPUs) that may run at the same time the same index below
+    /// `count`: the slot at an index is written by whoever runs with it, without a lock. It must not
+    /// panic or unwind (it is called from the hooks' assembly).
+    pub const unsafe fn from_fn(count: usize, current: extern "C" fn() -> usize) -> Threads {
         Threads::Fn { current, count }
     }
 
@@ -281,6 +315,25 @@ impl core::fmt::Display for InitError {
     }
 }
 
+/// Why [`Tracer::register_thread`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RegisterError {
+    /// The index is not below the number of slots.
+    OutOfRange,
+    /// The slot was registered already: two threads registering one index would share its shadow
+    /// stack and records.
+    Taken,
+}
+
+impl core::fmt::Display for RegisterError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            RegisterError::OutOfRange => f.write_str("no slot of that index"),
+            RegisterError::Taken => f.write_str("the slot is registered already"),
+        }
+    }
+}
+
 /// Sets the tracer up over `memory` with the default [`Options`] (stop when full, 512 frames deep).
 pub fn init(
     memory: &'static mut [u8],
@@ -306,7 +359,8 @@ pub fn init_with(
     }
     let depth = options.shadow_depth.max(1);
     let slot_min =
-        (slot::HEADER + depth * hook::FRAME + 16 + MIN_RECORDS * 16).next_multiple_of(64);
+        (slot::HEADER + depth * ferrotrace_core::shadow::ShadowFrame::SIZE + 16 + MIN_RECORDS * 16)
+            .next_multiple_of(64);
     let at = memory.as_mut_ptr() as usize;
     let skip = at.next_multiple_of(64) - at;
     let needed = skip + SCRATCH_LEN + count.saturating_mul(slot_min);
@@ -396,30 +450,35 @@ impl Tracer {
 
     /// Names slot `index` in the trace: `tid` (the embedder's thread or CPU id; default: the index)
     /// and `name`. In `%fs`/`%gs` mode it also binds the calling thread (or CPU) to the slot: its
-    /// `%fs:offset` (`%gs:offset`) gets the slot's address. Returns false for an index out of range.
-    /// Inlined, so that an instrumented build does not trace it.
+    /// `%fs:offset` (`%gs:offset`) gets the slot's address (the word [`Threads::fs`]'s contract
+    /// reserves). Each index is registered once: a second registration is refused
+    /// ([`RegisterError::Taken`]), as is an index out of range. Inlined, so that an instrumented
+    /// build does not trace it.
     #[inline(always)]
-    pub fn register_thread(&self, index: usize, tid: u32, name: &str) -> bool {
+    pub fn register_thread(&self, index: usize, tid: u32, name: &str) -> Result<(), RegisterError> {
         let Some(h) = slot_header(index) else {
-            return false;
+            return Err(RegisterError::OutOfRange);
         };
+        if !h.claim() {
+            return Err(RegisterError::Taken);
+        }
         h.tid.store(tid as u64, Ordering::Relaxed);
         h.set_name(name);
         let at = h as *const slot::Header as u64;
         let offset = HOT.tls_offset.load(Ordering::Relaxed);
         match HOT.threads.load(Ordering::Relaxed) {
-            // SAFETY: the embedder's contract for %fs/%gs mode: the word at the offset is the
-            // thread's (or CPU's) own, reserved for the tracer.
+            // SAFETY: the contract of `Threads::fs`, the only way to this mode: the word at the offset
+            // is the thread's own, mapped and reserved for the tracer.
             0 => unsafe {
                 core::arch::asm!("mov qword ptr fs:[{o}], {v}", o = in(reg) offset, v = in(reg) at)
             },
-            // SAFETY: as above, for %gs.
+            // SAFETY: as above, for %gs (`Threads::gs`).
             1 => unsafe {
                 core::arch::asm!("mov qword ptr gs:[{o}], {v}", o = in(reg) offset, v = in(reg) at)
             },
             _ => {}
         }
-        true
+        Ok(())
     }
 
     /// What was recorded so far.

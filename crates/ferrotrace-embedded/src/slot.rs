@@ -1,13 +1,15 @@
 //! A thread's (or CPU's) region of the embedder's memory: a header, its shadow stack, its records.
 //!
 //! ```text
-//! | Header (128 bytes) | shadow stack: depth × 24 bytes | records: 16 bytes each ... |
+//! | Header (128 bytes) | shadow stack: depth × ShadowFrame (24 bytes) | records: 16 bytes each ... |
 //! ```
 //!
 //! Only the thread that owns a slot writes it while tracing (the hooks in [`crate::hook`] read and
 //! write the header at fixed offsets); the rest of the crate reads it when tracing is off.
 
 use core::sync::atomic::{AtomicU64, Ordering};
+
+use ferrotrace_core::shadow::ShadowFrame;
 
 /// Bytes of a thread name kept in the header.
 pub(crate) const NAME_LEN: usize = 40;
@@ -35,11 +37,15 @@ pub(crate) struct Header {
     pub sources: AtomicU64,
     /// The id the embedder gave the thread or CPU, as the trace shows it.
     pub tid: AtomicU64,
-    /// Length of `name` in use.
+    /// Length of `name` in use, and [`REGISTERED`] once `Tracer::register_thread` claimed the slot.
     pub name_len: AtomicU64,
     /// The thread's name, UTF-8 (cut at a character boundary).
     pub name: [AtomicU64; NAME_LEN / 8],
 }
+
+/// The bit of [`Header::name_len`] that says the slot was registered (a name is at most
+/// [`NAME_LEN`] bytes, so the bits above the length are free).
+pub(crate) const REGISTERED: u64 = 1 << 63;
 
 /// Size of the header.
 pub(crate) const HEADER: usize = core::mem::size_of::<Header>();
@@ -73,7 +79,7 @@ impl Header {
     pub fn reset(&self, len: usize, depth: usize) {
         let at = self as *const Header as u64;
         let base = at + HEADER as u64;
-        let limit = base + (depth * crate::hook::FRAME) as u64;
+        let limit = base + (depth * ShadowFrame::SIZE) as u64;
         let start = limit.next_multiple_of(16);
         let records = (at + len as u64 - start) / 16;
         self.base.store(base, Ordering::Relaxed);
@@ -89,8 +95,15 @@ impl Header {
         self.name_len.store(0, Ordering::Relaxed);
     }
 
-    /// Keeps `name` (as much as fits, cut at a character boundary). Inlined: it runs while tracing
-    /// (from `Tracer::register_thread`).
+    /// Claims the slot for one registration: false if it was claimed before. Inlined: it runs while
+    /// tracing (from `Tracer::register_thread`).
+    #[inline(always)]
+    pub fn claim(&self) -> bool {
+        self.name_len.fetch_or(REGISTERED, Ordering::AcqRel) & REGISTERED == 0
+    }
+
+    /// Keeps `name` (as much as fits, cut at a character boundary), in a slot this caller claimed
+    /// ([`Header::claim`]). Inlined: it runs while tracing (from `Tracer::register_thread`).
     #[inline(always)]
     pub fn set_name(&self, name: &str) {
         let mut n = name.len().min(NAME_LEN);
@@ -104,7 +117,8 @@ impl Header {
             le.copy_from_slice(b);
             w.store(u64::from_le_bytes(le), Ordering::Relaxed);
         }
-        self.name_len.store(n as u64, Ordering::Relaxed);
+        self.name_len
+            .store(n as u64 | REGISTERED, Ordering::Relaxed);
     }
 
     /// The name into `buf`; empty if none was given.
@@ -112,7 +126,7 @@ impl Header {
         for (w, b) in self.name.iter().zip(buf.chunks_exact_mut(8)) {
             b.copy_from_slice(&w.load(Ordering::Relaxed).to_le_bytes());
         }
-        let n = (self.name_len.load(Ordering::Relaxed) as usize).min(NAME_LEN);
+        let n = ((self.name_len.load(Ordering::Relaxed) & !REGISTERED) as usize).min(NAME_LEN);
         core::str::from_utf8(&buf[..n]).unwrap_or("")
     }
 

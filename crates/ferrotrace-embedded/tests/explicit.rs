@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrotrace_analysis::reader::EventKind;
 use ferrotrace_embedded::{
-    enter, exit, init_with, Clock, OnFull, Options, Program, Symbol, Threads,
+    enter, exit, init_with, Clock, OnFull, Options, Program, RegisterError, Symbol, Threads,
 };
 
 /// The embedder's clock: every reading 1 µs after the previous one.
@@ -36,13 +36,22 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
     let tracer = init_with(
         common::memory(2, 100, 8),
         Clock::ns(clock),
-        Threads::from_fn(2, current),
+        // SAFETY: `current` gives each of the test's threads its own index.
+        unsafe { Threads::from_fn(2, current) },
         options,
     )
     .expect("set up");
-    assert!(tracer.register_thread(0, 4242, "zero"));
-    assert!(tracer.register_thread(1, 4343, "one"));
-    assert!(!tracer.register_thread(2, 1, "none"));
+    assert_eq!(tracer.register_thread(0, 4242, "zero"), Ok(()));
+    assert_eq!(tracer.register_thread(1, 4343, "one"), Ok(()));
+    assert_eq!(
+        tracer.register_thread(2, 1, "none"),
+        Err(RegisterError::OutOfRange)
+    );
+    assert_eq!(
+        tracer.register_thread(0, 1, "again"),
+        Err(RegisterError::Taken),
+        "a second registration of one index is refused"
+    );
     tracer.enable();
     assert_eq!(
         tracer.write_trace(|_| Ok::<(), ()>(())),

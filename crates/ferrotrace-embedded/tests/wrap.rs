@@ -19,11 +19,12 @@ fn a_wrapping_slot_keeps_the_newest_events() {
     let tracer = init_with(
         common::memory(1, 64, 4),
         Clock::tsc(2_000_000_000),
-        Threads::gs(8, 1),
+        // SAFETY: the test set %gs to `block`, whose word at 8 is the tracer's alone and 0.
+        unsafe { Threads::gs(8, 1) },
         options,
     )
     .expect("set up");
-    assert!(tracer.register_thread(0, 7, "cpu0"));
+    assert_eq!(tracer.register_thread(0, 7, "cpu0"), Ok(()));
     assert_ne!(block[1], 0, "register_thread bound the slot at %gs:8");
     tracer.enable();
     let total = 1000u64;

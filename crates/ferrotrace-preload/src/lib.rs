@@ -12,6 +12,11 @@
 //! (`malloc.rs`, reached through `libferrotrace_alloc.so`, which `record --alloc` alone preloads)
 //! report allocations; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
+#![warn(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
 mod malloc;
 
@@ -35,13 +40,15 @@ pub unsafe extern "C" fn dlopen(
     flags: libc::c_int,
 ) -> *mut libc::c_void {
     type DlOpen = unsafe extern "C" fn(*const libc::c_char, libc::c_int) -> *mut libc::c_void;
-    let real = libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr());
+    // SAFETY: a NUL-terminated name; dlsym has no other precondition.
+    let real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"dlopen".as_ptr()) };
     if real.is_null() {
         return core::ptr::null_mut();
     }
     // SAFETY: RTLD_NEXT's "dlopen" is the C library's dlopen, with this signature.
-    let real: DlOpen = core::mem::transmute::<*mut libc::c_void, DlOpen>(real);
-    let handle = real(filename, flags);
+    let real: DlOpen = unsafe { core::mem::transmute::<*mut libc::c_void, DlOpen>(real) };
+    // SAFETY: the caller's arguments, under dlopen's contract (ours).
+    let handle = unsafe { real(filename, flags) };
     if !handle.is_null() {
         // Runtime work on the program's thread: its allocations are not the program's.
         ferrotrace::__preload::unrecorded(ferrotrace::rescan);
@@ -61,7 +68,8 @@ pub unsafe extern "C" fn sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
-    ferrotrace::__preload::program_sigaction(sig, act, old)
+    // SAFETY: the caller's arguments, under sigaction's contract (ours).
+    unsafe { ferrotrace::__preload::program_sigaction(sig, act, old) }
 }
 
 /// Interposes the C library's `signal` (BSD semantics, as glibc's: `SA_RESTART`), through
@@ -74,11 +82,15 @@ pub unsafe extern "C" fn signal(
     sig: libc::c_int,
     handler: libc::sighandler_t,
 ) -> libc::sighandler_t {
-    let mut sa: libc::sigaction = core::mem::zeroed();
+    // SAFETY: all-zero is a valid `sigaction` (no handler, empty mask, no flags).
+    let mut sa: libc::sigaction = unsafe { core::mem::zeroed() };
     sa.sa_sigaction = handler;
     sa.sa_flags = libc::SA_RESTART;
-    let mut old: libc::sigaction = core::mem::zeroed();
-    if ferrotrace::__preload::program_sigaction(sig, &sa, &mut old) != 0 {
+    // SAFETY: as above.
+    let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+    // SAFETY: `sa` and `old` are valid, live `sigaction`s; `handler` is the caller's, under signal's
+    // contract.
+    if unsafe { ferrotrace::__preload::program_sigaction(sig, &sa, &mut old) } != 0 {
         return libc::SIG_ERR;
     }
     old.sa_sigaction
@@ -173,11 +185,14 @@ unsafe extern "C" fn skip_stub_frames(
     arg: *mut libc::c_void,
 ) -> libc::c_int {
     // SAFETY: `arg` is the `Backtrace` that `_Unwind_Backtrace` below passed, alive for the whole walk.
-    let bt = &*(arg as *const Backtrace);
-    if _Unwind_GetIP(context) == bt.stub {
+    let bt = unsafe { &*(arg as *const Backtrace) };
+    // SAFETY: `context` is the unwinder's, for the frame this callback is called on.
+    if unsafe { _Unwind_GetIP(context) } == bt.stub {
         return 0; // _URC_NO_REASON: go on to the next frame
     }
-    (bt.callback)(context, bt.arg)
+    // SAFETY: the caller's callback with the unwinder's context and the caller's argument, as the
+    // real `_Unwind_Backtrace` would call it.
+    unsafe { (bt.callback)(context, bt.arg) }
 }
 
 /// Interposes the unwinder's `_Unwind_Backtrace` (what Rust's backtraces use): while frames of this
@@ -193,23 +208,29 @@ pub unsafe extern "C" fn _Unwind_Backtrace(
     arg: *mut libc::c_void,
 ) -> libc::c_int {
     type Real = unsafe extern "C" fn(UnwindTraceFn, *mut libc::c_void) -> libc::c_int;
-    let real = libc::dlsym(libc::RTLD_NEXT, c"_Unwind_Backtrace".as_ptr());
+    // SAFETY: a NUL-terminated name; dlsym has no other precondition.
+    let real = unsafe { libc::dlsym(libc::RTLD_NEXT, c"_Unwind_Backtrace".as_ptr()) };
     if real.is_null() {
         return 9; // _URC_FATAL_PHASE1_ERROR: no unwinder to ask
     }
     // SAFETY: RTLD_NEXT's `_Unwind_Backtrace` is the unwinder's, with this signature.
-    let real = core::mem::transmute::<*mut libc::c_void, Real>(real);
+    let real = unsafe { core::mem::transmute::<*mut libc::c_void, Real>(real) };
     let stub = ferrotrace::__preload::mcount_return_stub() as usize;
     if stub == 0 {
-        return real(callback, arg);
+        // SAFETY: the caller's arguments, under the unwinder's contract (ours).
+        return unsafe { real(callback, arg) };
     }
     let mut bt = Backtrace {
         callback,
         arg,
         stub,
     };
-    real(
-        skip_stub_frames,
-        &mut bt as *mut Backtrace as *mut libc::c_void,
-    )
+    // SAFETY: `skip_stub_frames` calls the caller's callback with its argument for every frame it
+    // passes on; `bt` outlives the walk.
+    unsafe {
+        real(
+            skip_stub_frames,
+            &mut bt as *mut Backtrace as *mut libc::c_void,
+        )
+    }
 }

@@ -186,19 +186,22 @@ extern "C" fn malloc_hook(size: usize, ret_slot: *const usize, rbp: usize) -> *m
         return arena_alloc(size, 16).cast();
     }
     let p = call!(malloc as fn(usize) -> *mut c_void, size);
-    alloc_event(size, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(size, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
 extern "C" fn valloc_hook(size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
     let p = call!(valloc as fn(usize) -> *mut c_void, size);
-    alloc_event(size, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(size, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
 extern "C" fn pvalloc_hook(size: usize, ret_slot: *const usize, rbp: usize) -> *mut c_void {
     let p = call!(pvalloc as fn(usize) -> *mut c_void, size);
-    alloc_event(size, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(size, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
@@ -215,7 +218,8 @@ extern "C" fn calloc_hook(
         return arena_alloc(bytes, 16).cast();
     }
     let p = call!(calloc as fn(usize, usize) -> *mut c_void, n, size);
-    alloc_event(bytes, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(bytes, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
@@ -230,7 +234,8 @@ extern "C" fn aligned_alloc_hook(
         align,
         size
     );
-    alloc_event(size, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(size, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
@@ -244,7 +249,8 @@ extern "C" fn memalign_hook(
         return arena_alloc(size, align).cast();
     }
     let p = call!(memalign as fn(usize, usize) -> *mut c_void, align, size);
-    alloc_event(size, p as usize, caller(ret_slot, rbp));
+    // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+    unsafe { alloc_event(size, p as usize, caller(ret_slot, rbp)) };
     p
 }
 
@@ -267,7 +273,9 @@ extern "C" fn posix_memalign_hook(
     });
     if rc == 0 {
         // SAFETY: on success posix_memalign stored the block's address through `out`.
-        alloc_event(size, unsafe { *out } as usize, caller(ret_slot, rbp));
+        let block = unsafe { *out };
+        // SAFETY: `ret_slot` is the entry `rsp` of the interposed function (`entry!`): its return address.
+        unsafe { alloc_event(size, block as usize, caller(ret_slot, rbp)) };
     }
     rc
 }
@@ -281,7 +289,8 @@ fn resize(p: *mut c_void, size: usize, caller: Caller) -> *mut c_void {
         if !q.is_null() {
             // SAFETY: both blocks hold at least min(old, size) bytes.
             unsafe { core::ptr::copy_nonoverlapping(p as *const u8, q as *mut u8, old.min(size)) };
-            alloc_event(size, q as usize, caller);
+            // SAFETY: `resize`'s callers pass `caller(ret_slot, rbp)` of their entry (`entry!`).
+            unsafe { alloc_event(size, q as usize, caller) };
         }
         return q;
     }
@@ -295,7 +304,8 @@ fn resize(p: *mut c_void, size: usize, caller: Caller) -> *mut c_void {
             if let Some(tsc) = tsc {
                 free_event(p as usize, tsc);
             }
-            alloc_event(size, q as usize, caller);
+            // SAFETY: `resize`'s callers pass `caller(ret_slot, rbp)` of their entry (`entry!`).
+            unsafe { alloc_event(size, q as usize, caller) };
         }
         (true, None) => {}
     }

@@ -48,58 +48,34 @@
 //! }
 //! ```
 #![warn(missing_docs)]
-#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
+#![warn(
+    unsafe_op_in_unsafe_fn,
+    clippy::undocumented_unsafe_blocks,
+    clippy::missing_safety_doc
+)]
 
-// What users see is the macros ([`tracepoint!`], [`trace!`]), `tracepoints::{enable, disable}`,
-// `is_recording`, `finish` and `rescan`. Every module below is private: items marked `pub` inside them
-// are visible to the crate only. The plumbing that macro expansions and the preload library must reach
-// is in the hidden modules at the end.
+// What users see is the macros ([`tracepoint!`], [`trace!`]), `tracepoints::{enable, disable}` (the
+// public re-export of `recorders::tracepoint::control`), `is_recording`, `finish`, `rescan` and
+// `Allocator`. The rooms below are private: items marked `pub` inside them are visible to the crate
+// only. The plumbing that macro expansions and the preload library must reach is in the hidden modules
+// at the end. `arg` (argument types) and `portable` (the crate on other targets) sit at the root
+// because both builds use the first and the second replaces the rooms.
 
 mod arg;
 
-// The runtime's modules exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
+// The runtime's rooms exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]
-mod alloc;
+mod buffers;
 #[cfg(ferrotrace_runtime)]
-mod clock;
+mod lifecycle;
 #[cfg(ferrotrace_runtime)]
-mod collector;
+mod patch;
 #[cfg(ferrotrace_runtime)]
-mod config;
+mod recorders;
+
+// `ferrotrace::tracepoints::{enable, disable}`, the public face of the tracepoint recorder's control.
 #[cfg(ferrotrace_runtime)]
-mod exit;
-#[cfg(ferrotrace_runtime)]
-mod hot;
-#[cfg(ferrotrace_runtime)]
-mod live;
-#[cfg(ferrotrace_runtime)]
-mod mcount;
-#[cfg(ferrotrace_runtime)]
-mod mcount_sites;
-#[cfg(ferrotrace_runtime)]
-mod pool;
-#[cfg(ferrotrace_runtime)]
-mod registry;
-#[cfg(ferrotrace_runtime)]
-mod runtime;
-#[cfg(ferrotrace_runtime)]
-mod start;
-#[cfg(ferrotrace_runtime)]
-mod static_key;
-#[cfg(ferrotrace_runtime)]
-mod text;
-#[cfg(ferrotrace_runtime)]
-mod thread;
-#[cfg(ferrotrace_runtime)]
-mod tracepoint;
-#[cfg(ferrotrace_runtime)]
-pub mod tracepoints;
-#[cfg(ferrotrace_runtime)]
-mod trampoline;
-#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
-mod usdt;
-#[cfg(ferrotrace_runtime)]
-mod xray;
+pub use recorders::tracepoint::control as tracepoints;
 
 // Everywhere else: tracepoints compile to nothing and the functions below do nothing.
 #[cfg(not(ferrotrace_runtime))]
@@ -108,26 +84,26 @@ mod portable;
 pub use portable::{finish, is_recording, rescan, tracepoints, Allocator};
 
 #[cfg(ferrotrace_runtime)]
-pub use alloc::Allocator;
+pub use recorders::alloc::Allocator;
 
 /// True while this process is being recorded.
 #[cfg(ferrotrace_runtime)]
 pub fn is_recording() -> bool {
-    runtime::get().is_some_and(|rt| rt.lifecycle.is_recording())
+    lifecycle::runtime::get().is_some_and(|rt| rt.lifecycle.is_recording())
 }
 
 /// Finishes the trace now, as at exit: every thread's events are written and recording stops. Useful
 /// before a program ends in a way that skips `atexit` handlers (`_exit`, `exec`).
 #[cfg(ferrotrace_runtime)]
 pub fn finish() {
-    exit::finish_at_exit(false);
+    lifecycle::exit::finish_at_exit(false);
 }
 
 /// Traces the XRay-instrumented functions of objects loaded since the runtime started (`dlopen`) right
 /// away, instead of at the collector's next periodic look (every second). No-op when not recording.
 #[cfg(ferrotrace_runtime)]
 pub fn rescan() {
-    runtime::rescan();
+    lifecycle::runtime::rescan();
 }
 
 /// Marker that `ferrotrace record` looks for to know that a program links its own runtime
@@ -137,15 +113,15 @@ pub fn rescan() {
 #[used]
 static LINKED_RUNTIME_MARKER: u8 = 1;
 
-/// Starts the linked copy when the environment asks for it ([`start::start_from_env`]), and makes the
-/// tracepoints' SDT probes work for tracers that attach ([`usdt::watch`]).
+/// Starts the linked copy when the environment asks for it ([`lifecycle::start::start_from_env`]), and makes the
+/// tracepoints' SDT probes work for tracers that attach ([`recorders::tracepoint::usdt::watch`]).
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[used]
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
-        start::start_from_env(runtime::Role::Linked);
-        usdt::watch();
+        lifecycle::start::start_from_env(lifecycle::runtime::Role::Linked);
+        recorders::tracepoint::usdt::watch();
     }
     start_linked
 };
@@ -155,39 +131,39 @@ static START_LINKED: extern "C" fn() = {
 pub mod __macro_support {
     pub use crate::arg::{usdt_buf, Arg};
     #[cfg(ferrotrace_runtime)]
-    pub use crate::tracepoint::{emit, encode, encoded_len, Descriptor, Semaphore};
+    pub use crate::recorders::tracepoint::{emit, encode, encoded_len, Descriptor, Semaphore};
 }
 
 /// The hooks of `libferrotrace_preload.so` (crate `ferrotrace-preload`). Not an API.
 #[cfg(all(ferrotrace_runtime, feature = "preload"))]
 #[doc(hidden)]
 pub mod __preload {
-    pub use crate::exit::program_sigaction;
+    pub use crate::lifecycle::exit::program_sigaction;
 
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {
-        crate::start::start_from_env(crate::runtime::Role::Preload);
+        crate::lifecycle::start::start_from_env(crate::lifecycle::runtime::Role::Preload);
     }
 
     /// Before the process ends without `atexit` handlers (`_exit`, `_Exit`): finishes its trace, with
     /// the bounded waits of a signal handler (`_exit` is async-signal-safe and called from handlers).
     pub fn finish_before_exit() {
-        crate::exit::finish_at_exit(true);
+        crate::lifecycle::exit::finish_at_exit(true);
     }
 
     /// The calling thread is about to call `exit`: its TLS destructors, which `exit` runs first, do not
     /// end its recording (what the atexit handlers and ELF destructors free on it is recorded).
     pub fn exit_begins() {
-        crate::thread::exit_begins();
+        crate::buffers::thread::exit_begins();
     }
 
     /// The calling thread's mcount return stub (0 if none): the frames a backtrace leaves out.
     pub fn mcount_return_stub() -> u64 {
-        crate::mcount::thread_stub()
+        crate::recorders::mcount::thread_stub()
     }
 
     /// What the malloc family reports to (see `alloc`).
-    pub use crate::alloc::{
+    pub use crate::recorders::alloc::{
         alloc_event, before_free, free_cancelled, free_event, free_now, unrecorded, Caller,
     };
 }

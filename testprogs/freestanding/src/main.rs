@@ -154,7 +154,7 @@ fn tracer() -> Option<Tracer> {
 
 extern "C" fn worker(_: usize) -> ! {
     if let Some(t) = tracer() {
-        t.register_thread(1, sys::gettid(), "worker");
+        let _ = t.register_thread(1, sys::gettid(), "worker");
     }
     core::hint::black_box(run(1));
     sys::exit_thread()
@@ -317,15 +317,18 @@ extern "C" fn main(sp: *const usize) -> ! {
         }
         TSC_HZ.store(hz, Ordering::Relaxed);
         let (clock, threads) = if callbacks {
-            (Clock::ns(now_ns), Threads::from_fn(2, current_index))
+            // SAFETY: `current_index` gives the main thread 0 and the worker 1.
+            (Clock::ns(now_ns), unsafe { Threads::from_fn(2, current_index) })
         } else {
-            (Clock::tsc(hz), Threads::fs(SLOT_OFFSET, 2))
+            // SAFETY: each thread's %fs block is this program's own `ThreadBlock`, whose word at
+            // SLOT_OFFSET is reserved for the tracer and 0 until the thread registers.
+            (Clock::tsc(hz), unsafe { Threads::fs(SLOT_OFFSET, 2) })
         };
         let tracer = match init(memory, clock, threads) {
             Ok(t) => t,
             Err(_) => fail(b"freestanding: tracer set-up failed\n"),
         };
-        tracer.register_thread(0, sys::gettid(), "main");
+        let _ = tracer.register_thread(0, sys::gettid(), "main");
         // SAFETY: before the worker starts.
         unsafe { TRACER = Some(tracer) };
         tracer.enable();

@@ -195,7 +195,7 @@ pub struct Event {
 
 /// The name users see: demangled (Rust v0 and legacy), without the hash.
 pub fn demangle(mangled: &str) -> String {
-    format!("{:#}", rustc_demangle::demangle(mangled))
+    ferrotrace_core::symbols::display_name(mangled)
 }
 
 /// One event, borrowed from the reader's chunk buffer: the allocation-free form that the analyses use

@@ -1,5 +1,5 @@
 //! mcount/`__fentry__` call sites and patchable NOPs: finding them in a loaded object (for discovery,
-//! `xray`), and the table the mcount hooks ([`crate::mcount`]) look their return address up in.
+//! `xray`), and the table the mcount hooks ([`crate::recorders::mcount`]) look their return address up in.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
 use std::sync::Mutex;

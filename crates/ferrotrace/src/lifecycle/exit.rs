@@ -18,7 +18,7 @@
 //! * SIGUSR2 in flight mode writes the flight ring.
 //! * `fork` without `exec`: the child's copy of the runtime is its parent's and has no collector thread.
 //!   The child forgets it, and at its first traced event starts a runtime of its own writing
-//!   `FILE.<pid>` ([`start::restart_in_forked_child`](crate::start::restart_in_forked_child)); a child that calls `exec` before that is traced
+//!   `FILE.<pid>` ([`start::restart_in_forked_child`](crate::lifecycle::start::restart_in_forked_child)); a child that calls `exec` before that is traced
 //!   afresh by the runtime the new image loads, into the same file name.
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,8 +26,8 @@ use std::time::Duration;
 
 use ferrotrace_core::env;
 
-use crate::config::Mode;
-use crate::runtime::{self, EndReason, Runtime};
+use crate::lifecycle::config::Mode;
+use crate::lifecycle::runtime::{self, EndReason, Runtime};
 
 /// The longest a finish waits for the collector to write everything (from a signal handler: 3 s).
 const FINISH_LIMIT: Duration = Duration::from_secs(30);
@@ -55,13 +55,13 @@ pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -
     // A terminating signal arriving on this thread now would run its handler in the middle of
     // this finish and wait for it forever: it waits until the finish is over instead. (In a signal
     // handler they are blocked already, by the handler's mask.)
-    let _blocked = crate::exit::TerminatingBlocked::now();
+    let _blocked = crate::lifecycle::exit::TerminatingBlocked::now();
     if !rt.lifecycle.claim_finish(reason, signal) {
         rt.lifecycle
             .wait_finish_over(FINISH_LIMIT + Duration::from_secs(5));
         return Finished::ByOther;
     }
-    crate::thread::flush_all(rt, from_signal);
+    crate::buffers::thread::flush_all(rt, from_signal);
     rt.lifecycle.threads_stopped();
     rt.lifecycle.wait_end_written(if from_signal {
         Duration::from_secs(3)
@@ -95,7 +95,7 @@ fn write_overflow_message() {
         (
             libc::syscall(libc::SYS_gettid) as u32,
             libc::getpid() as u32,
-            crate::thread::thread_name_bytes(),
+            crate::buffers::thread::thread_name_bytes(),
         )
     };
     put(b"\nthread '");
@@ -258,7 +258,7 @@ extern "C" fn on_fault(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut l
     let addr = unsafe { (*info).si_addr() } as usize;
     let rt = runtime::get();
     let overflow =
-        crate::thread::is_stack_overflow(addr) && rt.is_some_and(|rt| rt.program.rust_std);
+        crate::buffers::thread::is_stack_overflow(addr) && rt.is_some_and(|rt| rt.program.rust_std);
     if let Some(rt) = rt {
         // A Rust stack overflow ends by SIGABRT (std's own handler aborts): say so in the End chunk.
         finish_for_signal(rt, if overflow { libc::SIGABRT } else { sig });
@@ -301,7 +301,7 @@ extern "C" fn in_forked_child() {
         // The child's copy of the parent's runtime: nothing may record into it (no collector would
         // ever take the chunks); the child's first traced event starts the child's own.
         parents.lifecycle.forked();
-        crate::thread::forget_current_thread();
+        crate::buffers::thread::forget_current_thread();
     }
 }
 
@@ -403,7 +403,7 @@ fn set_observed(sig: libc::c_int, observed: bool) {
 /// Notes the arrival of `sig` where `ferrotrace record` reads it (async-signal-safe).
 fn note_arrival(sig: libc::c_int) {
     if let Some(s) = shared_signals() {
-        s.arrived(sig, crate::clock::monotonic_ns());
+        s.arrived(sig, crate::buffers::clock::monotonic_ns());
     }
 }
 

@@ -2,14 +2,18 @@
 //!
 //! Patched sleds call (entry, tail) or jump to (exit) these assembly routines with the function id in
 //! `r10d`. The fast path is `rdtsc`, a `prefetchw` ahead, one 16-byte store pair into the thread's chunk
-//! and a cursor bump through the thread's `HOT` block ([`crate::hot`]), at a constant offset from `%fs`: no call, no lock, no branch besides "chunk
+//! and a cursor bump through the thread's `HOT` block ([`crate::buffers::hot`]), at a constant offset from `%fs`: no call, no lock, no branch besides "chunk
 //! full?". Only the registers it touches are saved (entry: `rax`, `rdx`; exit: the return registers are
 //! moved to dead ones). When the chunk is full, or the thread has none yet, `ferrotrace_slow_record`
-//! saves every caller-saved register, aligns the stack, and calls [`crate::thread::slow_path`].
+//! saves every caller-saved register, aligns the stack, and calls [`crate::buffers::thread::slow_path`].
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use crate::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
+use crate::buffers::hot::{append_record_asm, FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
+use crate::lifecycle::runtime::Recorder;
+
+/// The XRay recorder's hooks (`recorders::ALL`): none; its trampolines keep nothing per thread.
+pub const RECORDER: Recorder = Recorder { ..Recorder::NONE };
 
 /// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
 /// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.
@@ -125,18 +129,8 @@ core::arch::global_asm!(
     "  shl rdx, 48",
     "  or r10, rdx",
     "  .endif",
-    "  mov rdx, qword ptr fs:[r11 + {h_cursor}]",
-    "  cmp rdx, qword ptr fs:[r11 + {h_end}]",
-    "  jae 2f",
-    // Own the chunk's line four lines ahead before the stores reach it: a recycled chunk's lines are
-    // shared with the collector that read them, and a program that fences waits for the upgrade.
-    "  prefetchw [rdx + 256]",
-    // The word before the timestamp: a record cut in half by a SIGKILL keeps the slot's old time, and
-    // `record`'s salvage of the shared chunk pool stops there (ferrotrace_core::shared).
-    "  mov qword ptr [rdx + 8], r10",
-    "  mov qword ptr [rdx], rax",
-    "  add rdx, 16",
-    "  mov qword ptr fs:[r11 + {h_cursor}], rdx",
+    // The record store, in the order every writer keeps (hot::append_record_asm).
+    append_record_asm!(tls = "r11", cursor = "rdx", word = "r10", tsc = "rax", full = "2f"),
     "  .ifnb \\keep_r11",
     "  pop r11",
     "  .endif",
@@ -179,14 +173,7 @@ core::arch::global_asm!(
     "  shl rdi, 48",
     "  or r10, rdi",
     "  .endif",
-    "  mov rdi, qword ptr fs:[r11 + {h_cursor}]",
-    "  cmp rdi, qword ptr fs:[r11 + {h_end}]",
-    "  jae 2f",
-    "  prefetchw [rdi + 256]",
-    "  mov qword ptr [rdi + 8], r10",
-    "  mov qword ptr [rdi], rax",
-    "  add rdi, 16",
-    "  mov qword ptr fs:[r11 + {h_cursor}], rdi",
+    append_record_asm!(tls = "r11", cursor = "rdi", word = "r10", tsc = "rax", full = "2f"),
     "  mov rax, rcx",
     "  mov rdx, rsi",
     "  ret",
@@ -315,11 +302,14 @@ core::arch::global_asm!(
     ".popsection",
     off = sym FERROTRACE_TLS_OFFSET,
     cpu_off = sym FERROTRACE_CPU_OFFSET,
-    slow = sym crate::thread::slow_path,
+    slow = sym crate::buffers::thread::slow_path,
     xsave_bytes = sym FERROTRACE_XSAVE_BYTES,
     xsave_mask = const XSAVE_MASK,
-    h_cursor = const core::mem::offset_of!(crate::hot::Hot, cursor),
-    h_end = const core::mem::offset_of!(crate::hot::Hot, end),
+    h_cursor = const core::mem::offset_of!(crate::buffers::hot::Hot, cursor),
+    h_end = const core::mem::offset_of!(crate::buffers::hot::Hot, end),
+    r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
+    r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
+    r_size = const ferrotrace_core::record::RECORD_SIZE,
 );
 
 #[cfg(test)]

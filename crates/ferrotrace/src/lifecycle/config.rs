@@ -15,10 +15,8 @@ pub use ferrotrace_core::schema::Mode;
 /// Default shadow stack depth in frames (mcount/fentry return hooks).
 pub const DEFAULT_SHADOW_DEPTH: usize = 16384;
 
-/// The name users see and filters match: demangled, without the hash.
-pub fn display_name(mangled: &str) -> String {
-    format!("{:#}", rustc_demangle::demangle(mangled))
-}
+/// The name users see and filters match: core's one rule, shared with the analysis.
+pub use ferrotrace_core::symbols::display_name;
 
 /// The runtime's settings.
 #[derive(Clone, Debug)]
@@ -168,10 +166,10 @@ pub fn take_shared_fd() -> Option<i32> {
     Some(fd)
 }
 
-/// Deepest allocation stack the hooks walk.
-pub const ALLOC_MAX_DEPTH: usize = 256;
+/// Deepest allocation stack the hooks walk (checked alike by `record`).
+pub const ALLOC_MAX_DEPTH: usize = ferrotrace_core::size::ALLOC_MAX_STACK_DEPTH;
 /// Allocation stack depth when none is asked for.
-pub const ALLOC_DEFAULT_DEPTH: usize = 64;
+pub const ALLOC_DEFAULT_DEPTH: usize = ferrotrace_core::size::ALLOC_DEFAULT_STACK_DEPTH;
 
 /// What `ferrotrace record --alloc` asked for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

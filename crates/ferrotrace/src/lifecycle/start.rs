@@ -13,11 +13,14 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, Payload};
 use ferrotrace_core::writer::TraceWriter;
 
-use crate::collector::Writer;
-use crate::config::{Config, Mode};
-use crate::pool::Pool;
-use crate::runtime::{get, Program, Role, Runtime, Upcalls};
-use crate::{clock, collector, exit, live, trampoline, xray};
+use crate::buffers::collector::Writer;
+use crate::buffers::pool::Pool;
+use crate::buffers::{clock, collector, live};
+use crate::lifecycle::config::{Config, Mode};
+use crate::lifecycle::exit;
+use crate::lifecycle::runtime::{get, Program, Recorder, Role, Runtime, Upcalls};
+use crate::patch::{discovery, sites};
+use crate::recorders::xray as trampoline;
 
 /// True in a process the kernel runs with privileges its invoker does not have (setuid, setgid, file
 /// capabilities): `getauxval(AT_SECURE)`, the test glibc uses to ignore `LD_PRELOAD` and that makes
@@ -38,7 +41,7 @@ pub fn start_from_env(role: Role) {
     if is_secure_execution() {
         return;
     }
-    let wanted = crate::config::requested_runtime();
+    let wanted = crate::lifecycle::config::requested_runtime();
     let go = match (role, wanted.as_ref().and_then(|w| w.to_str())) {
         (_, Some(env::RUNTIME_OFF)) => false,
         (Role::Preload, Some(env::RUNTIME_LINKED)) => false,
@@ -72,7 +75,7 @@ fn output_path(config: &Config) -> (PathBuf, bool) {
     } else {
         config.output.clone()
     };
-    crate::config::set_env(env::TRACED_PARENT, Some(&pid.to_string()));
+    crate::lifecycle::config::set_env(env::TRACED_PARENT, Some(&pid.to_string()));
     (path, started_by_traced)
 }
 
@@ -124,16 +127,16 @@ fn start(role: Role) -> Result<(), String> {
     let first_clock = clock::calibration_pair().0;
     // While the process has one thread: registering then costs nothing, and a grace period (~10 ms
     // here) once the collector runs.
-    crate::text::register_membarrier();
+    crate::patch::text::register_membarrier();
     let config = Config::from_env()?;
-    let shared_fd = crate::config::take_shared_fd();
-    let alloc = crate::config::alloc_requested()?;
+    let shared_fd = crate::lifecycle::config::take_shared_fd();
+    let alloc = crate::lifecycle::config::alloc_requested()?;
     let (path, started_by_traced) = output_path(&config);
-    crate::hot::init_tls_offset();
+    crate::buffers::hot::init_tls_offset();
     trampoline::init_xsave_area();
-    crate::hot::init_cpu_offset();
-    let mut known = xray::Known::default();
-    let found = xray::discover(&config, role == Role::Preload, &mut known)?;
+    crate::buffers::hot::init_cpu_offset();
+    let mut known = discovery::Known::default();
+    let found = discovery::discover(&config, role == Role::Preload, &mut known)?;
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     let live = live::Output::from_env(
@@ -141,11 +144,11 @@ fn start(role: Role) -> Result<(), String> {
             found
                 .functions
                 .iter()
-                .map(|f| crate::config::display_name(&f.name))
+                .map(|f| crate::lifecycle::config::display_name(&f.name))
                 .collect()
         },
         || {
-            crate::tracepoint::all()
+            crate::recorders::tracepoint::all()
                 .into_iter()
                 .map(|t| {
                     let tp = live::Tp {
@@ -221,7 +224,7 @@ fn start(role: Role) -> Result<(), String> {
     // How the functions are instrumented (XRay, mcount, fentry, NOPs: bits of the same values), and
     // whether there are tracepoints and allocations.
     let mut sources = found.instrumentation;
-    if !crate::tracepoint::all().is_empty() {
+    if !crate::recorders::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
     }
     if alloc.is_some() {
@@ -248,7 +251,7 @@ fn start(role: Role) -> Result<(), String> {
     // patched code before start-up returns, by when recording is on. A failure is reported once the
     // runtime runs, as before: what was patched is recorded and the trace is finished.
     // SAFETY: `found` is discover's answer, unchanged.
-    let patched = unsafe { xray::patch(&found, &program.targets) };
+    let patched = unsafe { sites::patch(&found, &program.targets) };
     let rt = launch(
         Runtime::new(config, pool, program, UPCALLS, known, header, live),
         writer,
@@ -259,13 +262,23 @@ fn start(role: Role) -> Result<(), String> {
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
     patched?;
-    crate::tracepoints::enable_requested();
-    // Last: the start-up's own allocations (and their frees) are not the program's.
+    // Last: the start-up's own allocations (and their frees) are not the program's (the allocation
+    // recorder is the last of `recorders::ALL`).
     drop(found);
-    if let Some(a) = alloc {
-        crate::alloc::start(a);
-    }
+    start_recorders(&rt.program, rt.upcalls.recorders);
     Ok(())
+}
+
+/// Starts every recorder, in order, and registers the fork handlers of those that record.
+fn start_recorders(program: &Program, recorders: &[Recorder]) {
+    for r in recorders {
+        if (r.start)(program) {
+            if let Some(f) = r.fork {
+                // SAFETY: registering handlers; each recorder's are safe to run around any fork.
+                unsafe { libc::pthread_atfork(Some(f.prepare), Some(f.parent), Some(f.child)) };
+            }
+        }
+    }
 }
 
 /// The chunk pool, in the memfd `shared` when record gave one (the trace started at `start_realtime`).
@@ -316,21 +329,14 @@ fn open_trace(
 /// The layers above the slow path, for it to call ([`Upcalls`]).
 const UPCALLS: Upcalls = Upcalls {
     fork_restart: restart_in_forked_child,
-    thread_exit: recorders_thread_exit,
+    recorders: &crate::recorders::ALL,
 };
-
-/// A traced thread exits, its last chunk handed over: the recorders free what they keep for it (the
-/// mcount shadow stack and return stub, the allocation hooks' stack cache).
-fn recorders_thread_exit() {
-    crate::mcount::release_thread();
-    crate::alloc::thread_exit();
-}
 
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.
-fn targets(with_cpu: bool) -> xray::Targets {
-    let (mcount, fentry) = crate::mcount::hook_addresses();
-    xray::Targets {
+fn targets(with_cpu: bool) -> sites::Targets {
+    let (mcount, fentry) = crate::recorders::mcount::hook_addresses();
+    sites::Targets {
         xray: trampoline::trampolines(with_cpu),
         mcount,
         fentry,
@@ -345,7 +351,7 @@ fn launch(
     path: PathBuf,
     replacing: Option<&'static Runtime>,
 ) -> Result<&'static Runtime, String> {
-    let rt = crate::runtime::publish(rt, replacing)?;
+    let rt = crate::lifecycle::runtime::publish(rt, replacing)?;
     let handle =
         exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
             .map_err(|e| format!("cannot start the collector thread: {e}"))?;
@@ -416,7 +422,7 @@ pub fn restart_in_forked_child() {
 /// exit or signal hooks; recording on. One per test binary (the process has one runtime).
 #[cfg(test)]
 pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
-    crate::hot::init_tls_offset();
+    crate::buffers::hot::init_tls_offset();
     let first_clock = clock::calibration_pair().0;
     let start_realtime = clock::realtime_ns();
     let pool = new_pool(&config, None, start_realtime).expect("pool");
@@ -436,7 +442,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
             pool,
             program,
             UPCALLS,
-            xray::Known::default(),
+            discovery::Known::default(),
             Vec::new(),
             None,
         ),

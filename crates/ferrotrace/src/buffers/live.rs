@@ -24,8 +24,8 @@ use ferrotrace_core::clock::TscConverter;
 use ferrotrace_core::env;
 use ferrotrace_core::record::{EventKind, Record};
 
-use crate::hot::UNKNOWN_CPU;
-use crate::pool::Pool;
+use crate::buffers::hot::UNKNOWN_CPU;
+use crate::buffers::pool::Pool;
 
 /// Text waiting for the reader, at most.
 const MAX_PENDING: usize = 256 << 10;
@@ -103,10 +103,10 @@ impl Output {
             let fl = libc::fcntl(fd, libc::F_GETFL);
             libc::fcntl(fd, libc::F_SETFL, fl | libc::O_NONBLOCK);
         }
-        crate::config::set_env(env::LIVE_FD, None);
+        crate::lifecycle::config::set_env(env::LIVE_FD, None);
         // Only this process prints: the programs it starts run untraced, rather than tracing into
         // files nobody reads.
-        crate::config::set_env(env::RUNTIME, Some(env::RUNTIME_OFF));
+        crate::lifecycle::config::set_env(env::RUNTIME, Some(env::RUNTIME_OFF));
         Some(Output {
             fd,
             err_fd,
@@ -131,9 +131,9 @@ fn thread_name(tid: u32) -> String {
 impl Printer {
     /// A printer to `out` (on the collector thread, where it calibrates its clock: 2 ms).
     pub fn new(out: &'static Output) -> Printer {
-        let (a, _) = crate::clock::calibration_pair();
+        let (a, _) = crate::buffers::clock::calibration_pair();
         std::thread::sleep(std::time::Duration::from_millis(2));
-        let (b, _) = crate::clock::calibration_pair();
+        let (b, _) = crate::buffers::clock::calibration_pair();
         Printer {
             out,
             clock: TscConverter::new(a, b),

@@ -9,10 +9,11 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
 
-use crate::config::Config;
-use crate::pool::Pool;
-use crate::registry::Registry;
-use crate::{live, xray};
+use crate::buffers::live;
+use crate::buffers::pool::Pool;
+use crate::buffers::registry::Registry;
+use crate::lifecycle::config::Config;
+use crate::patch::{discovery, sites};
 
 /// Chunks to write as they are: `(kind, payload)`.
 pub type Chunks = Vec<(ChunkKind, Vec<u8>)>;
@@ -320,7 +321,7 @@ pub struct Runtime {
     /// What the recording core calls above itself.
     pub upcalls: Upcalls,
     /// Objects already scanned for sleds, and the next function id.
-    known: Mutex<xray::Known>,
+    known: Mutex<discovery::Known>,
     meta: Mutex<Vec<Meta>>,
     /// The process this runtime records: a forked child has a copy of its parent's runtime, which it
     /// must neither finish nor write through.
@@ -347,23 +348,66 @@ pub struct Program {
     /// overflow the runtime then does what std would (message, abort).
     pub rust_std: bool,
     /// Where patched sleds and NOPs go (in live mode, the trampolines that record the CPU).
-    pub targets: xray::Targets,
+    pub targets: sites::Targets,
     /// Allocations are recorded, with these settings.
-    pub alloc: Option<crate::config::AllocSettings>,
+    pub alloc: Option<crate::lifecycle::config::AllocSettings>,
 }
 
-/// What the recording core calls in the layers above it. The slow path (`thread`) is below every
-/// recorder, which call it, and below start-up, which needs the recorders' addresses to patch code; yet
-/// two moments it is the first to see belong to those layers: a forked child's first traced event
-/// starts the child's own runtime (start-up's work), and a traced thread's exit frees what the recorders
-/// keep for the thread. Start-up hands down the functions that do it, with the runtime.
+/// What the recording core calls in the layers above it. The slow path (`thread`) and the collector are
+/// below every recorder, which call them, and below start-up, which needs the recorders' addresses to
+/// patch code; yet some moments they are the first to see belong to those layers: a forked child's
+/// first traced event starts the child's own runtime (start-up's work), a traced thread's exit frees
+/// what the recorders keep for the thread, and the collector writes what the recorders describe (the
+/// allocation stacks). Start-up hands down the functions that do it, with the runtime.
 #[derive(Clone, Copy, Debug)]
 pub struct Upcalls {
     /// In a forked child, at its first traced event (called on the parent's copy of the runtime):
     /// starts the child's own runtime.
     pub fork_restart: fn(),
-    /// A traced thread exits, its last chunk handed over: frees what the recorders keep for it.
+    /// Every recorder's hooks (`recorders::ALL`), in the order they start.
+    pub recorders: &'static [Recorder],
+}
+
+/// One recorder's hooks: what the rooms that must not name a recorder call (the slow path at a
+/// thread's exit, the collector, start-up). Each recorder defines one (`RECORDER`, beside its code)
+/// and `recorders::ALL` lists them: adding a recorder is its module and one line there.
+#[derive(Clone, Copy, Debug)]
+pub struct Recorder {
+    /// At the end of start-up, once recording is on (not in a forked child, which inherits its
+    /// parent's recorders as they are): starts the recorder with what start-up found. True when it
+    /// records in this run.
+    pub start: fn(&Program) -> bool,
+    /// `pthread_atfork` handlers, registered when `start` said it records.
+    pub fork: Option<ForkHandlers>,
+    /// A traced thread exits, its last chunk handed over: frees what the recorder keeps for it.
     pub thread_exit: fn(),
+    /// One of the runtime's own threads starts (the collector, the USDT watcher): never record it.
+    pub ignore_thread: fn(),
+    /// For the collector, before it writes a chunk of events: the chunks describing what those events
+    /// may refer to that the recorder made since the last call (written ahead of the events).
+    pub metadata: fn() -> Vec<(ChunkKind, Vec<u8>)>,
+}
+
+impl Recorder {
+    /// A recorder that needs none of the hooks: fill in those it needs (`..Recorder::NONE`).
+    pub const NONE: Recorder = Recorder {
+        start: |_| true,
+        fork: None,
+        thread_exit: || {},
+        ignore_thread: || {},
+        metadata: Vec::new,
+    };
+}
+
+/// A recorder's fork handlers: before the fork, then in the parent, and in the child.
+#[derive(Clone, Copy, Debug)]
+pub struct ForkHandlers {
+    /// Before `fork`, in the forking thread.
+    pub prepare: extern "C" fn(),
+    /// After `fork`, in the parent.
+    pub parent: extern "C" fn(),
+    /// After `fork`, in the child.
+    pub child: extern "C" fn(),
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
@@ -407,7 +451,7 @@ impl Runtime {
         pool: Pool,
         program: Program,
         upcalls: Upcalls,
-        known: xray::Known,
+        known: discovery::Known,
         header: Chunks,
         live: Option<live::Output>,
     ) -> Runtime {
@@ -445,7 +489,7 @@ impl Runtime {
     /// The program's description as written at the head of the trace and by rescans since (modules,
     /// functions, tracepoints), and what discovery has seen: what a forked child's trace starts with.
     /// `None` if a thread of the parent was changing them when it forked.
-    pub fn description(&self) -> Option<(Chunks, xray::Known)> {
+    pub fn description(&self) -> Option<(Chunks, discovery::Known)> {
         let (Ok(header), Ok(known)) = (self.header.try_lock(), self.known.try_lock()) else {
             return None;
         };
@@ -462,7 +506,8 @@ pub fn rescan() {
         return;
     }
     let mut known = rt.known.lock().unwrap_or_else(|e| e.into_inner());
-    let found = match xray::discover(&rt.config, rt.program.role == Role::Preload, &mut known) {
+    let found = match discovery::discover(&rt.config, rt.program.role == Role::Preload, &mut known)
+    {
         Ok(f) => f,
         Err(e) => {
             eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
@@ -487,7 +532,7 @@ pub fn rescan() {
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { xray::patch(&found, &rt.program.targets) } {
+    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
         eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }

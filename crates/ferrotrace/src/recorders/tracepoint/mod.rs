@@ -22,11 +22,26 @@
 //! semaphore and the probe gets the arguments (integers as 64-bit values, strings and byte slices as a
 //! pointer to a NUL-terminated copy of at most 256 bytes).
 //!
+pub mod control;
+#[cfg(not(feature = "preload"))]
+pub mod usdt;
+
 use core::sync::atomic::{AtomicU16, AtomicU32, Ordering};
 
 use ferrotrace_core::record::{EventKind, Record};
 
-use crate::hot::Hot;
+use crate::buffers::hot::Hot;
+use crate::lifecycle::runtime::Recorder;
+
+/// The tracepoint recorder's hooks (`recorders::ALL`): at start, the tracepoints the environment asks
+/// for (`FERROTRACE_TRACE`, `record --trace`) are enabled.
+pub const RECORDER: Recorder = Recorder {
+    start: |_| {
+        control::enable_requested();
+        true
+    },
+    ..Recorder::NONE
+};
 
 pub use ferrotrace_core::tracepoint::{
     DESCRIPTOR_HEADER_LEN as HEADER_LEN, DESCRIPTOR_MAGIC as MAGIC,
@@ -197,14 +212,14 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
     if slots > 255 {
         return;
     }
-    let tsc = crate::clock::rdtsc();
+    let tsc = crate::buffers::clock::rdtsc();
     let mut rec = Record::with_payload(
         tsc,
         EventKind::Tracepoint,
         header.id.load(Ordering::Relaxed),
         slots as u8,
     );
-    rec.word |= crate::hot::cpu_bits();
+    rec.word |= crate::buffers::hot::cpu_bits();
     // The payload's last slot is zeroed first, so that the bytes `write` leaves unwritten are defined.
     let fill = move |payload: *mut Record| {
         // SAFETY: there is room for `slots` records at `payload` (in the chunk, or the slow path's
@@ -234,7 +249,7 @@ fn slow(rec: Record, slots: usize, fill: impl FnOnce(*mut Record)) {
         fill(p);
         core::slice::from_raw_parts(p, slots)
     };
-    crate::thread::record_slow(rec, payload);
+    crate::buffers::thread::record_slow(rec, payload);
 }
 
 // ---- finding descriptors and sites -----------------------------------------------------------------

@@ -44,9 +44,11 @@ use std::sync::atomic::{
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
+use ferrotrace_core::shadow::ShadowFrame;
 
-use crate::config::{AllocSettings, ALLOC_MAX_DEPTH};
-use crate::hot::{thread_pointer, Hot};
+use crate::buffers::hot::{thread_pointer, Hot};
+use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
+use crate::lifecycle::runtime::{ForkHandlers, Recorder};
 
 /// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
 /// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
@@ -105,21 +107,35 @@ fn this_thread() -> Option<&'static AllocThread> {
     Some(unsafe { &*((thread_pointer() as isize + off) as *const AllocThread) })
 }
 
-/// Starts recording allocations with `settings`. Called once the runtime records.
+/// The allocation recorder's hooks (`recorders::ALL`): started when `record --alloc` asked for it,
+/// the interner's lock held across `fork`, the thread's stack cache freed at its exit, the interned
+/// stacks handed to the collector.
+pub const RECORDER: Recorder = Recorder {
+    start: |program| match program.alloc {
+        Some(settings) => {
+            start(settings);
+            true
+        }
+        None => false,
+    },
+    fork: Some(ForkHandlers {
+        prepare: lock_for_fork,
+        parent: unlock_after_fork,
+        child: unlock_after_fork,
+    }),
+    thread_exit,
+    ignore_thread: ignore_current_thread,
+    metadata: take_stacks,
+};
+
+/// Starts recording allocations with `settings`. Called once the runtime records; start-up then
+/// registers the fork handlers ([`RECORDER`]), which only take and release the interner's lock.
 pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
     DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
         eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
-    // SAFETY: plain registration of handlers that only take and release the interner's lock.
-    unsafe {
-        libc::pthread_atfork(
-            Some(lock_for_fork),
-            Some(unlock_after_fork),
-            Some(unlock_after_fork),
-        )
-    };
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
 }
@@ -193,7 +209,7 @@ pub fn before_free(addr: usize) -> Option<u64> {
     if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
         return None;
     }
-    Some(crate::clock::rdtsc())
+    Some(crate::buffers::clock::rdtsc())
 }
 
 /// Records the free of `addr`, now (before the memory is handed back).
@@ -221,8 +237,13 @@ pub fn free_event(addr: usize, tsc: u64) {
 }
 
 /// Records the allocation of `size` bytes at `addr` made by `caller`.
+///
+/// # Safety
+/// `caller.ret_slot` points to a readable word of the calling thread's stack: the return address the
+/// call to the hook pushed (`rsp` at the hook's entry). `caller.rbp` may be anything: the frame
+/// pointers the stack walk follows from it are checked against the thread's stack bounds.
 #[inline(always)]
-pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
+pub unsafe fn alloc_event(size: usize, addr: usize, caller: Caller) {
     if addr == 0 {
         return;
     }
@@ -250,7 +271,7 @@ pub fn alloc_event(size: usize, addr: usize, caller: Caller) {
         stack_id(t, caller, depth)
     };
     write(
-        Record::with_payload(crate::clock::rdtsc(), EventKind::Alloc, stack, 1),
+        Record::with_payload(crate::buffers::clock::rdtsc(), EventKind::Alloc, stack, 1),
         Record {
             tsc: size as u64,
             word: addr as u64,
@@ -266,16 +287,25 @@ fn write(rec: Record, payload: Record) {
         // SAFETY: `p` is the one payload slot `append` has room for.
         unsafe { p.write(payload) }
     };
-    if Hot::current_static().append(rec, 1, fill).is_err() {
-        crate::thread::record_slow(rec, &[payload]);
+    // SAFETY: allocations are recorded once `start` ran (`this_thread` is `Some` only then), which
+    // start-up calls after `init_tls_offset`.
+    if unsafe { Hot::current_static() }
+        .append(rec, 1, fill)
+        .is_err()
+    {
+        crate::buffers::thread::record_slow(rec, &[payload]);
     }
 }
 
 /// Stores one record without payload at the thread's cursor, or hands it to the slow path.
 #[inline(always)]
 fn write_one(rec: Record) {
-    if Hot::current_static().append(rec, 0, |_| {}).is_err() {
-        crate::thread::record_slow(rec, &[]);
+    // SAFETY: as in `write`: only after `start`, so after `init_tls_offset`.
+    if unsafe { Hot::current_static() }
+        .append(rec, 0, |_| {})
+        .is_err()
+    {
+        crate::buffers::thread::record_slow(rec, &[]);
     }
 }
 
@@ -283,7 +313,7 @@ fn write_one(rec: Record) {
 #[inline(never)]
 fn init_thread(t: &AllocThread) {
     // pthread_getattr_np may allocate (the main thread's reads /proc): `busy` is set.
-    if let Some((lo, hi)) = crate::thread::stack_bounds() {
+    if let Some((lo, hi)) = crate::buffers::thread::stack_bounds() {
         t.stack_lo.store(lo, Relaxed);
         t.stack_hi.store(hi, Relaxed);
     }
@@ -303,7 +333,7 @@ fn init_thread(t: &AllocThread) {
             }
         }
     }
-    let seed = crate::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
+    let seed = crate::buffers::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
     t.rng.store(seed | 1, Relaxed);
     let interval = SAMPLE_INTERVAL.load(Relaxed);
     if interval != 0 {
@@ -454,8 +484,11 @@ fn walk(
     depth: usize,
     out: &mut [MaybeUninit<usize>; ALLOC_MAX_DEPTH],
 ) -> usize {
-    let mut hooks = HookedReturns::of(Hot::current_static());
-    // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed.
+    // SAFETY: stacks are walked for allocation events, recorded only after `start`, so after
+    // `init_tls_offset`.
+    let mut hooks = HookedReturns::of(unsafe { Hot::current_static() });
+    // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed
+    // (`alloc_event`'s contract, which reaches here through `stack_id`).
     let first = unsafe { *caller.ret_slot };
     out[0].write(hooks.real(first, caller.ret_slot as usize));
     let mut n = 1;
@@ -495,9 +528,6 @@ struct HookedReturns {
     cursor: usize,
 }
 
-/// Bytes of one mcount shadow frame.
-const SHADOW_FRAME: usize = 24;
-
 impl HookedReturns {
     #[inline(always)]
     fn of(h: &Hot) -> HookedReturns {
@@ -514,15 +544,12 @@ impl HookedReturns {
         if self.stub == 0 || ret != self.stub {
             return ret;
         }
-        while self.cursor >= self.base + SHADOW_FRAME {
-            self.cursor -= SHADOW_FRAME;
+        while self.cursor >= self.base + ShadowFrame::SIZE {
+            self.cursor -= ShadowFrame::SIZE;
             // SAFETY: base .. top is this thread's shadow stack, written by its own hooks.
-            let (real, at) = unsafe {
-                let f = self.cursor as *const usize;
-                (*f, *f.add(1))
-            };
-            if at == slot {
-                return real;
+            let f = unsafe { *(self.cursor as *const ShadowFrame) };
+            if f.slot as usize == slot {
+                return f.ret as usize;
             }
         }
         ret
@@ -900,7 +927,9 @@ unsafe extern "C" fn alloc_here(_size: usize, _addr: usize) {
 }
 
 extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: usize) {
-    alloc_event(size, addr, Caller { ret_slot, rbp });
+    // SAFETY: reached only from `alloc_here`, which passes its entry `rsp` (the return address its
+    // call pushed) as `ret_slot`.
+    unsafe { alloc_event(size, addr, Caller { ret_slot, rbp }) };
 }
 
 /// Whether allocations are recorded at all: checked before the out-of-line `alloc_here` (the free

@@ -4,7 +4,7 @@
 //!
 //! **Entry.** The runtime exports `mcount`, `_mcount` and `__fentry__` (the preload library's override
 //! the C library's; a program that links the runtime binds its calls to them). A hook looks its own
-//! return address up in the site table ([`crate::mcount_sites`]: a hash table from return address to
+//! return address up in the site table ([`crate::recorders::mcount::sites`]: a hash table from return address to
 //! record word, built at discovery; word 0 = not traced: filtered out, the runtime's own code, or no
 //! frame pointer), and for a
 //! traced function pushes `{real return address, its stack slot, word}` on the thread's shadow stack,
@@ -34,15 +34,28 @@
 //! **Registers.** Hooks preserve every register but the flags (gcc's `-fipa-ra` lets callers keep values
 //! in registers a callee is known not to touch, and the mcount call in the prologue is invisible to
 //! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
-//! everything, vector state included (see [`crate::trampoline`]).
+//! everything, vector state included (see [`crate::recorders::xray`]).
+
+pub mod sites;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::hot::{tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
-use crate::mcount_sites::{FERROTRACE_SITES, HASH_MUL};
+use ferrotrace_core::shadow::ShadowFrame;
 
-/// Bytes of one shadow frame: `{real return address, address of its stack slot, record word}`.
-const FRAME: u64 = 24;
+use crate::buffers::hot::{append_record_asm, tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
+use crate::lifecycle::runtime::Recorder;
+use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
+
+/// The mcount recorder's hooks (`recorders::ALL`): a thread's shadow stack and return stub are freed
+/// at its exit.
+pub const RECORDER: Recorder = Recorder {
+    thread_exit: release_thread,
+    ..Recorder::NONE
+};
+
+/// Bytes of one shadow frame ([`ShadowFrame`]: `{real return address, address of its stack slot,
+/// record word}`).
+const FRAME: u64 = ShadowFrame::SIZE as u64;
 
 // ---------------------------------------------------------------------------------------------------
 // The hooks.
@@ -101,8 +114,8 @@ pub fn hook_addresses() -> (u64, u64) {
     )
 }
 
-// The HOT block's fields are at the offsets `hot::Hot` gives them (`h_*`, from offset_of!). A shadow
-// frame is FRAME bytes: ret 0, slot 8, word 16.
+// The HOT block's fields are at the offsets `hot::Hot` gives them (`h_*`, from offset_of!), a shadow
+// frame's at those `ShadowFrame` gives them (`f_*`; `frame` bytes in all).
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_mcount,\"ax\",@progbits",
     // Appends the record {rdtsc, rsi} through the HOT cursor (rcx = the HOT block's TLS offset); goes to
@@ -111,15 +124,8 @@ core::arch::global_asm!(
     "  rdtsc",
     "  shl rdx, 32",
     "  or rax, rdx",
-    "  mov rdx, qword ptr fs:[rcx + {h_cursor}]",
-    "  cmp rdx, qword ptr fs:[rcx + {h_end}]",
-    "  jae 7f",
-    "  prefetchw [rdx + 256]",
-    // The word before the timestamp, as in the XRay trampolines (ferrotrace_core::record::Record).
-    "  mov qword ptr [rdx + 8], rsi",
-    "  mov qword ptr [rdx], rax",
-    "  add rdx, 16",
-    "  mov qword ptr fs:[rcx + {h_cursor}], rdx",
+    // The record store, in the order every writer keeps (hot::append_record_asm).
+    append_record_asm!(tls = "rcx", cursor = "rdx", word = "rsi", tsc = "rax", full = "7f"),
     ".endm",
     ".macro ferrotrace_call_hook name, parent_slot",
     ".p2align 4",
@@ -160,9 +166,9 @@ core::arch::global_asm!(
     "  lea rdi, [rdx + {frame}]",
     "  mov qword ptr fs:[rcx + {h_top}], rdi",
     "  mov rdi, qword ptr [rsi]",
-    "  mov qword ptr [rdx], rdi",
-    "  mov qword ptr [rdx + 8], rsi",
-    "  mov qword ptr [rdx + 16], rax",
+    "  mov qword ptr [rdx + {f_ret}], rdi",
+    "  mov qword ptr [rdx + {f_slot}], rsi",
+    "  mov qword ptr [rdx + {f_word}], rax",
     "  mov rdi, qword ptr fs:[rcx + {h_stub}]",
     "  mov qword ptr [rsi], rdi",
     "  mov rsi, rax",
@@ -215,11 +221,11 @@ core::arch::global_asm!(
     "  mov rcx, qword ptr [rip + {off}]",
     "  mov rsi, qword ptr fs:[rcx + {h_top}]",
     "  lea rax, [rsp + 32]",
-    "  cmp rax, qword ptr [rsi - 16]",
+    "  cmp rax, qword ptr [rsi - {frame} + {f_slot}]",
     "  jne 5f",
-    "  mov rax, qword ptr [rsi - 24]",
+    "  mov rax, qword ptr [rsi - {frame} + {f_ret}]",
     "  mov qword ptr [rsp + 32], rax",
-    "  mov rax, qword ptr [rsi - 8]",
+    "  mov rax, qword ptr [rsi - {frame} + {f_word}]",
     "  sub rsi, {frame}",
     "  mov qword ptr fs:[rcx + {h_top}], rsi",
     "  bts rax, 32",
@@ -256,10 +262,16 @@ core::arch::global_asm!(
     hash_mul = const HASH_MUL,
     h_cursor = const core::mem::offset_of!(Hot, cursor),
     h_end = const core::mem::offset_of!(Hot, end),
+    r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
+    r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
+    r_size = const ferrotrace_core::record::RECORD_SIZE,
     h_top = const core::mem::offset_of!(Hot, shadow_top),
     h_limit = const core::mem::offset_of!(Hot, shadow_limit),
     h_stub = const core::mem::offset_of!(Hot, shadow_stub),
-    frame = const FRAME,
+    frame = const ShadowFrame::SIZE,
+    f_ret = const ShadowFrame::RET,
+    f_slot = const ShadowFrame::SLOT,
+    f_word = const ShadowFrame::WORD,
     shadow_slow = sym shadow_slow,
     resync = sym resync,
 );
@@ -287,7 +299,7 @@ static NO_RETURN_ADDRESS: u64 = 0;
 extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
     let h = Hot::current();
     // A thread has a shadow stack only once a runtime records.
-    let Some(rt) = crate::runtime::get() else {
+    let Some(rt) = crate::lifecycle::runtime::get() else {
         return 1;
     };
     if h.shadow_base.load(Ordering::Relaxed) != 0 {
@@ -298,10 +310,10 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
             return 1;
         }
         rt.too_deep.fetch_add(1, Ordering::Relaxed);
-        crate::thread::count_lost(2);
+        crate::buffers::thread::count_lost(2);
         return 1;
     }
-    let prepared = crate::thread::as_runtime(|| {
+    let prepared = crate::buffers::thread::as_runtime(|| {
         rt.lifecycle.is_recording() && prepare(h, rt.config.shadow_frames())
     });
     if prepared == Some(true) {
@@ -314,7 +326,7 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
 /// Gives the calling thread a shadow stack of `depth` frames and its return stub with the stub's unwind
 /// information.
 fn prepare(h: &Hot, depth: usize) -> bool {
-    if tls_offset() != crate::hot::hot_offset_here() {
+    if tls_offset() != crate::buffers::hot::hot_offset_here() {
         return false;
     }
     let frames = depth as u64 + 1; // + the sentinel
@@ -406,7 +418,7 @@ extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
     while frame > base + FRAME {
         frame -= FRAME;
         // SAFETY: between the sentinel and the top: frames of this thread's shadow stack.
-        if unsafe { *((frame + 8) as *const u64) } == slot {
+        if unsafe { (*(frame as *const ShadowFrame)).slot } == slot {
             h.shadow_top.store(frame + FRAME, Ordering::Relaxed);
             return 0;
         }
@@ -427,8 +439,11 @@ extern "C" fn resync(slot: u64, _r10: u64) -> u64 {
 /// walking down from the thread's shadow top (read at `top_addr`) to `base` (not found: 0, the end of the
 /// stack).
 fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u64) -> usize {
-    const LIT16: u8 = 0x40;
-    const LIT24: u8 = 0x48;
+    const LIT0: u8 = 0x30;
+    const LIT16: u8 = LIT0 + 16;
+    // One shadow frame down; the slot within it (the address of `ret`, offset 0, is the rule's result).
+    const LIT_FRAME: u8 = LIT0 + ShadowFrame::SIZE as u8;
+    const AT_SLOT: u8 = ShadowFrame::SLOT as u8;
     const MINUS: u8 = 0x1c;
     const CONST8U: u8 = 0x0e;
     const DEREF: u8 = 0x06;
@@ -447,12 +462,12 @@ fn eh_frame(out: &mut [u8], pc_begin: u64, pc_range: u64, top_addr: u64, base: u
     e.extend_from_slice(&top_addr.to_le_bytes());
     e.push(DEREF);
     let looping = e.len();
-    e.extend_from_slice(&[LIT24, MINUS, DUP, CONST8U]);
+    e.extend_from_slice(&[LIT_FRAME, MINUS, DUP, CONST8U]);
     e.extend_from_slice(&base.to_le_bytes());
     e.push(LT);
     let to_not_found = e.len();
     e.extend_from_slice(&[BRA, 0, 0]);
-    e.extend_from_slice(&[DUP, PLUS_UCONST, 8, DEREF, PICK, 2, EQ]);
+    e.extend_from_slice(&[DUP, PLUS_UCONST, AT_SLOT, DEREF, PICK, 2, EQ]);
     let to_found = e.len();
     e.extend_from_slice(&[BRA, 0, 0]);
     let to_loop = e.len();

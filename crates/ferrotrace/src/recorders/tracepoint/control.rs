@@ -19,8 +19,8 @@ use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
 
-use crate::static_key;
-use crate::tracepoint::{self, Info, Probe};
+use crate::patch::static_key;
+use crate::recorders::tracepoint::{self, Info, Probe};
 
 /// Matches `text` against a glob with `*` and `?`.
 pub(crate) fn glob_match(glob: &str, text: &str) -> bool {

@@ -9,7 +9,7 @@ use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::hot::Hot;
+use crate::buffers::hot::Hot;
 
 /// A traced thread's part of its slot, behind the slot's lock.
 pub struct SlotState {

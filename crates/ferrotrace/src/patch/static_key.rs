@@ -1,14 +1,14 @@
 //! Tracepoint sites as static keys: a disabled site is the 5-byte NOP `0f 1f 44 00 00`, an enabled one
-//! `e9 rel32` (`jmp` to the site's out-of-line block). Patched through [`crate::text`], the runtime's
+//! `e9 rel32` (`jmp` to the site's out-of-line block). Patched through [`crate::patch::text`], the runtime's
 //! one code patcher.
 
-use crate::text::{rel32, Patcher, NOP5};
+use crate::patch::text::{rel32, Patcher, NOP5};
 
 /// Sets each site `(address, target)` to enabled (`jmp target`) or disabled (NOP). Returns how many
 /// sites now have the requested form.
 ///
 /// # Safety
-/// Every pair is a site and its target from this program's site table ([`crate::tracepoint::sites`]):
+/// Every pair is a site and its target from this program's site table ([`crate::recorders::tracepoint::sites`]):
 /// anything else would be overwritten with a jump.
 pub unsafe fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize, String> {
     if sites.is_empty() {

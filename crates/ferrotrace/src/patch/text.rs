@@ -17,7 +17,7 @@
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::hot::PAGE;
+use crate::buffers::hot::PAGE;
 
 /// Serialises every change to code made by this runtime.
 static TEXT_LOCK: Mutex<()> = Mutex::new(());

@@ -12,10 +12,10 @@ use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
 use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
 
-use crate::clock::calibration_payload;
-use crate::config::Mode;
-use crate::pool::FullChunk;
-use crate::runtime::{Meta, Runtime};
+use crate::buffers::clock::calibration_payload;
+use crate::buffers::pool::FullChunk;
+use crate::lifecycle::config::Mode;
+use crate::lifecycle::runtime::{Meta, Runtime};
 
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
@@ -37,7 +37,7 @@ struct State {
     dropped_chunks: u64,
     dropped_events: u64,
     /// `ferrotrace live`: the printer.
-    live: Option<crate::live::Printer>,
+    live: Option<crate::buffers::live::Printer>,
     /// Per thread, the functions that were running when its tracing began, found as its chunks go by:
     /// written before End, so that a replay needs no pre-scan of the whole trace.
     running: HashMap<u32, RunningAtStart>,
@@ -96,8 +96,10 @@ impl State {
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
         // Stack nodes interned before the chunk's events were written: into the file ahead of them.
-        for (kind, payload) in crate::alloc::take_stacks() {
-            self.write(kind, &payload);
+        for r in rt.upcalls.recorders {
+            for (kind, payload) in (r.metadata)() {
+                self.write(kind, &payload);
+            }
         }
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
@@ -186,7 +188,7 @@ impl State {
     fn dump(&mut self, rt: &Runtime) {
         self.write_ring();
         let mut scratch = std::mem::take(&mut self.scratch);
-        crate::thread::dump_current_chunks(rt, |tid, seq, records| {
+        crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
             self.totals.events += counts.events;
             self.totals.lost += counts.lost;
@@ -224,8 +226,10 @@ impl State {
 
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
-    crate::thread::ignore_current_thread();
-    crate::alloc::ignore_current_thread();
+    crate::buffers::thread::ignore_current_thread();
+    for r in rt.upcalls.recorders {
+        (r.ignore_thread)();
+    }
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
     let mut st = State {
@@ -239,7 +243,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         totals: Counts::default(),
         dropped_chunks: 0,
         dropped_events: 0,
-        live: rt.live.as_ref().map(crate::live::Printer::new),
+        live: rt.live.as_ref().map(crate::buffers::live::Printer::new),
         running: HashMap::new(),
     };
     let mut last_clock = Instant::now();
@@ -247,7 +251,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         let finishing = rt.lifecycle.is_finishing();
         st.meta(rt);
         if let Some(live) = &mut st.live {
-            live.tick(&rt.pool, crate::thread::current_chunks(rt));
+            live.tick(&rt.pool, crate::buffers::thread::current_chunks(rt));
         }
         let mut did = false;
         // In batches, each written out before its chunks go back to the threads (`release`): a
@@ -267,8 +271,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             while let Some(c) = rt.pool.full.pop() {
                 st.chunk(rt, c);
             }
-            let tsc = crate::clock::rdtsc();
-            for (tid, count) in crate::thread::take_unreported_losses(rt) {
+            let tsc = crate::buffers::clock::rdtsc();
+            for (tid, count) in crate::buffers::thread::take_unreported_losses(rt) {
                 st.lost(tid, count, tsc);
             }
             // The final flush handed every chunk over: the ring is all there is to write.
@@ -301,7 +305,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             st.write(ChunkKind::Clock, &calibration_payload());
             last_clock = Instant::now();
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
-            crate::runtime::rescan();
+            crate::lifecycle::runtime::rescan();
         }
         if !did && !prefault.step() {
             st.flush();

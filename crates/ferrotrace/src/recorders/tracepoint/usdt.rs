@@ -35,8 +35,8 @@ core::arch::global_asm!(
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::tracepoint;
-use crate::tracepoint::Probe;
+use crate::recorders::tracepoint;
+use crate::recorders::tracepoint::Probe;
 
 /// How often the watcher reads the semaphores: the delay between a tracer attaching and the probe firing.
 pub const PERIOD: Duration = Duration::from_millis(200);
@@ -73,15 +73,18 @@ pub fn watch() {
     }
     // Like every thread of the runtime's, with every signal blocked: a signal for the process must
     // reach a thread of the program, whose handlers finish the trace.
-    let started =
-        crate::exit::spawn_without_signals("ferrotrace-usdt", Some(64 << 10), move || {
-            crate::thread::ignore_current_thread();
-            crate::alloc::ignore_current_thread();
+    let started = crate::lifecycle::exit::spawn_without_signals(
+        "ferrotrace-usdt",
+        Some(64 << 10),
+        move || {
+            crate::buffers::thread::ignore_current_thread();
+            crate::recorders::ignore_current_thread();
             loop {
                 std::thread::sleep(PERIOD);
                 sync(&probes, &mut seen);
             }
-        });
+        },
+    );
     if let Err(e) = started {
         eprintln!(
             "ferrotrace: no watcher for USDT probes (tracers attaching later see nothing): {e}"

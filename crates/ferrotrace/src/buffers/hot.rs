@@ -2,8 +2,8 @@
 //! reads: `HOT` (the cursor into the thread's chunk and the mcount shadow stack, at one constant offset
 //! from `%fs` in every thread: static TLS), and the word that holds the CPU the thread runs on.
 //!
-//! Written by the XRay trampolines ([`crate::trampoline`]), the mcount hooks, tracepoints and
-//! allocation events; set up by the slow path ([`crate::thread`]).
+//! Written by the XRay trampolines ([`crate::recorders::xray`]), the mcount hooks, tracepoints and
+//! allocation events; set up by the slow path ([`crate::buffers::thread`]).
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
@@ -13,7 +13,7 @@ use ferrotrace_core::record::{Record, RECORD_SIZE};
 /// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
 /// until the thread registers; `cursor >= end` sends every event to the slow path, which is how a thread
 /// is stopped from the outside (set `end` to null). The shadow stack (mcount return hooks, see
-/// [`crate::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
+/// [`crate::recorders::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
 /// call to the hook's slow path.
 #[repr(C)]
 pub struct Hot {
@@ -55,11 +55,15 @@ impl Hot {
     }
 
     /// The calling thread's block, at the offset the trampolines use: two loads, no call, for recorders
-    /// written in Rust whose every event comes here (the allocation hooks). Valid once
-    /// [`init_tls_offset`] ran, which start-up does before any recorder is enabled.
+    /// written in Rust whose every event comes here (the allocation hooks).
+    ///
+    /// # Safety
+    /// [`init_tls_offset`] ran in this process (start-up does it before any recorder is enabled):
+    /// before, the offset is 0 and the reference would point at the thread control block.
     #[inline(always)]
-    pub fn current_static() -> &'static Hot {
-        // SAFETY: the offset is HOT's in static TLS, the same in every thread; HOT has no destructor.
+    pub unsafe fn current_static() -> &'static Hot {
+        // SAFETY: the offset is HOT's in static TLS (the caller's contract: it was computed), the same
+        // in every thread; HOT has no destructor, so it lives as long as the thread.
         unsafe { &*((thread_pointer() as i64 + tls_offset()) as *const Hot) }
     }
 
@@ -98,6 +102,62 @@ impl Hot {
         Ok(())
     }
 }
+
+/// The assembly that appends one record without payload through the thread's `HOT` block, as one
+/// template string for `global_asm!`: the record-store order of [`Hot::append`] for the recorders
+/// written in assembly (the XRay trampolines, the mcount hooks and their return trampoline).
+///
+/// `tls`: the register holding `HOT`'s offset from `%fs`; `cursor`: a free register, left holding the
+/// new cursor; `word`, `tsc`: the registers holding the record's word and timestamp; `full`: the label
+/// to jump to, the registers untouched but `cursor`, when the chunk is full or the thread has none.
+/// The caller's `global_asm!` gives the operands `h_cursor`, `h_end` (the fields of [`Hot`]),
+/// `r_word` and `r_tsc` (those of `Record`) and `r_size`.
+///
+/// The order: own the chunk's line four lines ahead before the stores reach it (a recycled chunk's
+/// lines are shared with the collector that read them, and a program that fences waits for the
+/// upgrade); the word before the timestamp, so that a record cut in half by a SIGKILL keeps the slot's
+/// old time and `record`'s salvage of the shared chunk pool stops there (`ferrotrace_core::shared`);
+/// then the cursor.
+macro_rules! append_record_asm {
+    (tls = $tls:literal, cursor = $cur:literal, word = $word:literal, tsc = $tsc:literal, full = $full:literal) => {
+        concat!(
+            "  mov ",
+            $cur,
+            ", qword ptr fs:[",
+            $tls,
+            " + {h_cursor}]\n",
+            "  cmp ",
+            $cur,
+            ", qword ptr fs:[",
+            $tls,
+            " + {h_end}]\n",
+            "  jae ",
+            $full,
+            "\n",
+            "  prefetchw [",
+            $cur,
+            " + 256]\n",
+            "  mov qword ptr [",
+            $cur,
+            " + {r_word}], ",
+            $word,
+            "\n",
+            "  mov qword ptr [",
+            $cur,
+            " + {r_tsc}], ",
+            $tsc,
+            "\n",
+            "  add ",
+            $cur,
+            ", {r_size}\n",
+            "  mov qword ptr fs:[",
+            $tls,
+            " + {h_cursor}], ",
+            $cur,
+        )
+    };
+}
+pub(crate) use append_record_asm;
 
 /// The page size of x86_64 Linux, for the runtime's mappings and code patching.
 pub const PAGE: usize = 4096;

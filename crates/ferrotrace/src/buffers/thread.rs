@@ -1,6 +1,6 @@
 //! Per-thread state: registration, the slow path behind the trampolines, and thread exit.
 //!
-//! Each traced thread owns one slot of the runtime's [`Registry`](crate::registry::Registry), through
+//! Each traced thread owns one slot of the runtime's [`Registry`](crate::buffers::registry::Registry), through
 //! which exit and fatal-signal handlers take the partly filled chunk of every thread.
 
 use std::cell::Cell;
@@ -9,11 +9,11 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
-use crate::config::Mode;
-use crate::hot::{hot_offset_here, tls_offset, Hot};
-use crate::pool::FullChunk;
-use crate::registry::{SlotGuard, SlotState, ThreadSlot};
-use crate::runtime::{self, Meta, Runtime};
+use crate::buffers::hot::{hot_offset_here, tls_offset, Hot};
+use crate::buffers::pool::FullChunk;
+use crate::buffers::registry::{SlotGuard, SlotState, ThreadSlot};
+use crate::lifecycle::config::Mode;
+use crate::lifecycle::runtime::{self, Meta, Runtime};
 
 /// What only the owner thread needs, kept out of the hot block.
 struct Cold {
@@ -190,7 +190,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     if let Some(d) = rt.pool.descriptor(index) {
         // Read now, after the chunk was taken: every record the thread writes from here on is newer,
         // everything an earlier owner left in the chunk older (ferrotrace_core::shared).
-        let epoch = crate::clock::rdtsc();
+        let epoch = crate::buffers::clock::rdtsc();
         d.own(st.tid, st.seq, n as u32, epoch, &st.name);
     }
     // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside (or one past) the chunk.
@@ -257,7 +257,7 @@ fn report_lost(rt: &Runtime, st: &mut SlotState) {
         rt.push_meta(Meta::Lost {
             tid: st.tid,
             count: st.lost,
-            tsc: crate::clock::rdtsc(),
+            tsc: crate::buffers::clock::rdtsc(),
         });
         st.lost = 0;
     }
@@ -425,7 +425,7 @@ fn prepare_for_faults(cold: &Cold) {
         {
             return;
         }
-        let page = crate::hot::PAGE;
+        let page = crate::buffers::hot::PAGE;
         let map = libc::mmap(
             core::ptr::null_mut(),
             ALT_STACK + page,
@@ -456,7 +456,7 @@ fn prepare_for_faults(cold: &Cold) {
 pub fn is_stack_overflow(addr: usize) -> bool {
     COLD.try_with(|c| {
         let low = c.stack_low.get();
-        low != 0 && addr < low + crate::hot::PAGE && addr + (1 << 20) >= low
+        low != 0 && addr < low + crate::buffers::hot::PAGE && addr + (1 << 20) >= low
     })
     .unwrap_or(false)
 }
@@ -491,7 +491,9 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
-        (rt.upcalls.thread_exit)();
+        for r in rt.upcalls.recorders {
+            (r.thread_exit)();
+        }
         let alt = cold.alt_stack.replace(core::ptr::null_mut());
         if !alt.is_null() {
             // SAFETY: disabling the alternate stack we installed before unmapping it.
@@ -502,7 +504,7 @@ fn thread_exit() {
                     ss_size: 0,
                 };
                 if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
-                    libc::munmap(alt, ALT_STACK + crate::hot::PAGE);
+                    libc::munmap(alt, ALT_STACK + crate::buffers::hot::PAGE);
                 }
             }
         }
@@ -642,7 +644,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("ft-nolloc-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
-        let rt = crate::start::start_for_test(crate::config::Config {
+        let rt = crate::lifecycle::start::start_for_test(crate::lifecycle::config::Config {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
@@ -650,12 +652,16 @@ mod tests {
             mode: Mode::Drop,
             buffer_size: 4 << 10,
             chunk_size: 1 << 10,
-            shadow_depth: crate::config::DEFAULT_SHADOW_DEPTH,
+            shadow_depth: crate::lifecycle::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
-        let record =
-            |n: u32| record_slow(Record::new(crate::clock::rdtsc(), EventKind::Entry, n), &[]);
+        let record = |n: u32| {
+            record_slow(
+                Record::new(crate::buffers::clock::rdtsc(), EventKind::Entry, n),
+                &[],
+            )
+        };
         let add_lost = |n: u64| {
             COLD.with(|cold| {
                 // SAFETY: the slot of a registered thread lives as long as the process.
@@ -683,10 +689,11 @@ mod tests {
             COUNTING.with(|c| c.set(false));
             assert_eq!(ALLOCATIONS.with(|a| a.replace(0)), 1);
             COUNTING.with(|c| c.set(true));
-            let done = crate::exit::finish(rt, runtime::EndReason::Signal, libc::SIGTERM, true);
+            let done =
+                crate::lifecycle::exit::finish(rt, runtime::EndReason::Signal, libc::SIGTERM, true);
             COUNTING.with(|c| c.set(false));
             finished.wait();
-            assert_eq!(done, crate::exit::Finished::Here);
+            assert_eq!(done, crate::lifecycle::exit::Finished::Here);
         });
         assert_eq!(
             ALLOCATIONS.with(Cell::get),

@@ -1,0 +1,14 @@
+//! The runtime's life: its one state and the phases it goes through ([`runtime`]), the configuration
+//! read from the environment ([`config`]), start-up in the ELF constructor and in a forked child
+//! ([`start`]), and the end of the trace whatever ends the process ([`exit`]: atexit, signals, fork).
+//!
+//! Not here: recording (`recorders`), chunk memory and the collector (`buffers`), or changing code
+//! (`patch`). `start` and `exit` sit on top and may name every other room; `config` sits at the
+//! bottom, and `runtime` in the middle (below the slow path and the recorders, which ask it for the
+//! runtime, above `patch`, whose discovery and patching it runs again after dlopen). The layers, and
+//! the hooks that go up through them, are in docs/architecture.md.
+
+pub mod config;
+pub mod exit;
+pub mod runtime;
+pub mod start;

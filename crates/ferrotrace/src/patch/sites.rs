@@ -1,0 +1,185 @@
+//! Patching what discovery found: every selected XRay sled and patchable mcount NOP becomes a call (or,
+//! for an EXIT sled, a jump) to a stub in a page near its object, and the stub jumps to the recorder
+//! ([`Targets`]: the XRay trampolines, the mcount and fentry hooks). Patching follows compiler-rt: make
+//! the pages writable, write bytes 2..11 of each sled, then its first two bytes with one atomic 16-bit
+//! store, so a thread running through sees either the old `jmp +9` or the whole new instruction pair;
+//! NOPs become calls in one atomic write ([`crate::patch::text`]).
+
+use ferrotrace_core::mcount::{is_nop5, Flavor};
+
+use crate::patch::discovery::{Discovery, Function, SledKind};
+use crate::patch::text::{rel32, Patcher};
+use crate::recorders::mcount::sites as mcount_sites;
+
+const PAGE: u64 = crate::buffers::hot::PAGE as u64;
+
+/// Where patched code goes, through a stub page near each object: the XRay trampolines and the mcount
+/// hooks (the runtime's, which discovery does not know).
+#[derive(Clone, Copy, Debug)]
+pub struct Targets {
+    /// The XRay trampolines: entry, exit, tail.
+    pub xray: [u64; 3],
+    /// The mcount hook (patchable NOPs after a prologue).
+    pub mcount: u64,
+    /// The fentry hook (patchable NOPs at a function's start).
+    pub fentry: u64,
+}
+
+/// The stubs of a stub page, 16 bytes apart, in the order of [`Targets::in_stub_order`].
+#[derive(Clone, Copy)]
+enum Stub {
+    XrayEntry,
+    XrayExit,
+    XrayTail,
+    Mcount,
+    Fentry,
+}
+
+impl Stub {
+    /// Where this stub is in the stub page at `page`.
+    fn at(self, page: u64) -> u64 {
+        page + 16 * self as u64
+    }
+}
+
+impl Targets {
+    /// The targets of a stub page's stubs, in [`Stub`] order.
+    fn in_stub_order(&self) -> [u64; 5] {
+        let [entry, exit, tail] = self.xray;
+        [entry, exit, tail, self.mcount, self.fentry]
+    }
+}
+
+/// A page of `jmp [rip]` stubs to `targets` within rel32 reach of one object's sleds and patchable NOPs.
+fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
+    let reach = |addr: u64| {
+        hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
+    };
+    let mut candidates = Vec::new();
+    for k in 1..64u64 {
+        candidates.push(((hi + PAGE - 1) & !(PAGE - 1)) + k * (16 << 20));
+        if let Some(below) = (lo & !(PAGE - 1)).checked_sub(k * (16 << 20)) {
+            candidates.push(below);
+        }
+    }
+    for hint in candidates.into_iter().filter(|&a| a > 0 && reach(a)) {
+        // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; failure is checked.
+        let p = unsafe {
+            libc::mmap(
+                hint as *mut libc::c_void,
+                PAGE as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            continue;
+        }
+        if p as u64 != hint {
+            // SAFETY: unmapping the page we just got.
+            unsafe { libc::munmap(p, PAGE as usize) };
+            continue;
+        }
+        let page = p as *mut u8;
+        for (slot, target) in targets.in_stub_order().into_iter().enumerate() {
+            // jmp qword ptr [rip + 0]; .quad target; int3 int3
+            let mut stub = [0xccu8; 16];
+            stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
+            stub[6..14].copy_from_slice(&target.to_le_bytes());
+            // SAFETY: writing inside our fresh page.
+            unsafe { core::ptr::copy_nonoverlapping(stub.as_ptr(), page.add(slot * 16), 16) };
+        }
+        // SAFETY: our page.
+        unsafe { libc::mprotect(p, PAGE as usize, libc::PROT_READ | libc::PROT_EXEC) };
+        return Ok(hint);
+    }
+    Err(format!(
+        "no free page within ±2 GiB of the code at {lo:#x}..{hi:#x} for trampolines"
+    ))
+}
+
+/// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
+/// hands the mcount call sites to the hooks' table. Safe while other threads run through them. Patched
+/// code goes to `targets`.
+///
+/// # Safety
+/// `found` is what [`discover`](crate::patch::discovery::discover) returned, unchanged: every sled and NOP address is one of a loaded
+/// object's instrumentation, and anything else would be overwritten with a call.
+pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
+    mcount_sites::publish(&found.calls);
+    let mut patcher = Patcher::new();
+    for module in &found.modules {
+        let funcs: Vec<&Function> = found
+            .functions
+            .iter()
+            .filter(|f| f.module == module.id)
+            .collect();
+        let sleds = funcs.iter().flat_map(|f| f.sleds.iter().map(|s| (s.0, 11)));
+        let nops = funcs.iter().flat_map(|f| f.nops.iter().map(|n| (n.0, 5)));
+        let spans: Vec<(u64, u64)> = sleds.chain(nops).collect();
+        let Some(lo) = spans.iter().map(|s| s.0).min() else {
+            continue;
+        };
+        let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
+        let stub = stub_page_near(lo, hi, targets)?;
+        patcher
+            .make_writable(lo as usize, (hi - lo) as usize)
+            .map_err(|e| format!("{}: {e}", module.path.display()))?;
+        for f in &funcs {
+            for &(sled, kind) in &f.sleds {
+                // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
+                // contract) and lie in pages made writable above.
+                unsafe { patch_sled(&patcher, sled, kind, f.id, stub) };
+            }
+            for &(site, flavor) in &f.nops {
+                let hook = match flavor {
+                    Flavor::Mcount => Stub::Mcount,
+                    Flavor::Fentry => Stub::Fentry,
+                }
+                .at(stub);
+                // SAFETY: a 5-byte NOP listed by the object's __mcount_loc or
+                // __patchable_function_entries (checked at discovery), made writable above; NOPs differ
+                // in their last byte (gcc's 0f 1f 44 00 00, clang's 0f 1f 44 00 08).
+                unsafe {
+                    let nop = (site as *const [u8; 5]).read();
+                    if let (true, Some(call)) =
+                        (is_nop5(&nop), rel32(0xe8, site as usize, hook as usize))
+                    {
+                        patcher.poke5(site as usize, nop, call);
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
+///
+/// # Safety
+/// `sled` is an XRay sled of the given kind, in a page `patcher` made writable.
+unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub: u64) {
+    let (expected_first, target, opcode) = match kind {
+        SledKind::Entry => (0xebu8, Stub::XrayEntry, 0xe8u8),
+        SledKind::Exit => (0xc3, Stub::XrayExit, 0xe9),
+        SledKind::Tail => (0xeb, Stub::XrayTail, 0xe8),
+    };
+    // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
+    if unsafe { (sled as *const u8).read() } != expected_first {
+        return; // already patched, or not a sled we know
+    }
+    // The stub page is within reach of every sled of the object (stub_page_near).
+    let Some(jump) = rel32(opcode, sled as usize + 6, target.at(stub) as usize) else {
+        return;
+    };
+    let mut bytes = [0u8; 11];
+    bytes[0] = 0x41;
+    bytes[1] = 0xba;
+    bytes[2..6].copy_from_slice(&id.to_le_bytes());
+    bytes[6..11].copy_from_slice(&jump);
+    // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
+    // instruction jumps over the rest until the flip.
+    unsafe { patcher.write_then_flip2(sled as usize, &bytes) };
+}
