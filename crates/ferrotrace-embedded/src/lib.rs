@@ -76,11 +76,6 @@
 //! written to a file.
 #![cfg_attr(not(feature = "hosted"), no_std)]
 #![warn(missing_docs)]
-#![warn(
-    unsafe_op_in_unsafe_fn,
-    clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
-)]
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 

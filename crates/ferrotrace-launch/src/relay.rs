@@ -126,8 +126,9 @@ pub(crate) fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), La
         .spawn(move || {
             let set = relayed_set();
             loop {
-                // SAFETY: sigwaitinfo fills `info` for the signal it returns.
+                // SAFETY: siginfo_t is plain data; all zeroes is a valid value.
                 let mut info: libc::siginfo_t = unsafe { core::mem::zeroed() };
+                // SAFETY: sigwaitinfo fills `info` for the signal it returns.
                 let sig = unsafe { libc::sigwaitinfo(&set, &mut info) };
                 if sig < 0 {
                     continue; // EINTR

@@ -12,11 +12,6 @@
 //! (`malloc.rs`, reached through `libferrotrace_alloc.so`, which `record --alloc` alone preloads)
 //! report allocations; everything else lives in the `ferrotrace` crate. Not for linking.
 #![warn(missing_docs)]
-#![warn(
-    unsafe_op_in_unsafe_fn,
-    clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
-)]
 
 mod malloc;
 

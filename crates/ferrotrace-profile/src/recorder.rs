@@ -106,6 +106,8 @@ impl BlockedChild {
             });
         }
         if pid == 0 {
+            // SAFETY: the forked child, which only calls async-signal-safe functions (above) on
+            // descriptors and strings prepared before the fork, and ends in exec or _exit.
             unsafe {
                 let mut b = 0u8;
                 libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1);

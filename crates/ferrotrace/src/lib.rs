@@ -48,11 +48,6 @@
 //! }
 //! ```
 #![warn(missing_docs)]
-#![warn(
-    unsafe_op_in_unsafe_fn,
-    clippy::undocumented_unsafe_blocks,
-    clippy::missing_safety_doc
-)]
 
 // What users see is the macros ([`tracepoint!`], [`trace!`]), `tracepoints::{enable, disable}` (the
 // public re-export of `recorders::tracepoint::control`), `is_recording`, `finish`, `rescan` and
