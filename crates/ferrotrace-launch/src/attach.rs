@@ -247,7 +247,8 @@ fn ptrace_error(pid: u32, what: &str) -> LaunchError {
 }
 
 impl Borrowed {
-    /// Stops one thread of `pid` ([`quiet_thread`]) and takes its state. Call [`check`] first.
+    /// Stops one thread of `pid` (one blocked in a quiet system call if there is one, else the main
+    /// thread) and takes its state. Call [`check`] first.
     pub fn stop(pid: u32) -> Result<Borrowed, LaunchError> {
         let tid = quiet_thread(pid);
         // SAFETY: ptrace requests on a thread id with no memory passed.

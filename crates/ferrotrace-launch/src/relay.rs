@@ -15,7 +15,7 @@
 //!
 //! How: the [`RELAYED`] signals are blocked in `record` before the program starts, so none can end
 //! `record` (which must outlive the program to finish its trace), and unblocked again in the forked child
-//! right before `exec` ([`unblock_in_child`]: a blocked signal stays blocked across `exec`); one thread
+//! right before `exec` (`unblock_in_child`: a blocked signal stays blocked across `exec`); one thread
 //! takes them with `sigwaitinfo` and passes them on through a pidfd, which names the program for as long
 //! as it is not reaped (a pid could be reused after).
 
