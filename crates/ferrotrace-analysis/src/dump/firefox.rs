@@ -115,7 +115,7 @@ impl Exporter for Firefox {
     }
 
     /// The named profile, then libraries, addresses and source lines added from the trace's address
-    /// stacks ([`super::firefox_libs`]).
+    /// stacks (`dump::firefox_libs`).
     fn write_samples(
         &self,
         trace: &crate::reader::Trace,
