@@ -1,6 +1,10 @@
 //! What `record` and `live` refuse before the program runs, so that a mistake is one line and a
-//! non-zero exit, never a program run untraced with the runtime's complaint inside its output.
+//! non-zero exit, never a program run untraced with the runtime's complaint inside its output; and,
+//! after the run, the `-F` patterns that selected nothing and why ([`unmatched_filters`]).
 
+use std::path::Path;
+
+use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::schema::source as instrumentation;
@@ -106,4 +110,48 @@ pub fn check_live(program: &Program, spec: &RuntimeSpec) -> Result<(), LaunchErr
         return Err(LaunchError::NotInstrumented(program.path.clone()));
     }
     Ok(())
+}
+
+/// After the run: the `-F` patterns that matched no function of the trace, each with why when the
+/// program's debug info tells (a function inlined into its callers has no sled).
+pub fn unmatched_filters(trace: &Trace, filters: &[String], program: &Path) -> Vec<String> {
+    let mut warnings = Vec::new();
+    for pattern in filters {
+        let Ok(re) = NamePattern::new(pattern) else {
+            continue; // checked before the run
+        };
+        if trace.functions.values().any(|f| re.is_match(f.name())) {
+            continue;
+        }
+        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
+        {
+            Ok(mut inlined) if !inlined.is_empty() => {
+                let count = inlined.len();
+                format!(
+                ": {} {} inlined into {} callers (no sled): mark {} #[inline(never)], or build with \
+                 -Cllvm-args=-inline-threshold=0",
+                {
+                    // The shortest names first: the function itself before the generic code that
+                    // mentions it in its arguments.
+                    inlined.sort_by_key(|n| (n.len(), n.clone()));
+                    let more = inlined.len().saturating_sub(2);
+                    inlined.truncate(2);
+                    let mut names = inlined.join(", ");
+                    if more > 0 {
+                        names.push_str(&format!(" (and {more} more)"));
+                    }
+                    names
+                },
+                if count == 1 { "was" } else { "were" },
+                if count == 1 { "its" } else { "their" },
+                if count == 1 { "it" } else { "them" },
+            )
+            }
+            // The runtime said already that the pattern selects nothing; only the reason is new.
+            Ok(_) => continue,
+            Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
+        };
+        warnings.push(format!("-F '{pattern}' matched no traced function{why}"));
+    }
+    warnings
 }

@@ -8,7 +8,6 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
-use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::schema;
 use ferrotrace_launch::salvage::Death;
 use ferrotrace_launch::start::{Options, Program};
@@ -227,48 +226,6 @@ fn file_identity(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// Says which `-F` patterns matched no function of the trace, and why when the program's debug info
-/// tells: a function inlined into its callers has no sled.
-fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
-    for pattern in filters {
-        let Ok(re) = NamePattern::new(pattern) else {
-            continue; // checked before the run
-        };
-        if trace.functions.values().any(|f| re.is_match(f.name())) {
-            continue;
-        }
-        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
-        {
-            Ok(mut inlined) if !inlined.is_empty() => {
-                let count = inlined.len();
-                format!(
-                ": {} {} inlined into {} callers (no sled): mark {} #[inline(never)], or build with \
-                 -Cllvm-args=-inline-threshold=0",
-                {
-                    // The shortest names first: the function itself before the generic code that
-                    // mentions it in its arguments.
-                    inlined.sort_by_key(|n| (n.len(), n.clone()));
-                    let more = inlined.len().saturating_sub(2);
-                    inlined.truncate(2);
-                    let mut names = inlined.join(", ");
-                    if more > 0 {
-                        names.push_str(&format!(" (and {more} more)"));
-                    }
-                    names
-                },
-                if count == 1 { "was" } else { "were" },
-                if count == 1 { "its" } else { "their" },
-                if count == 1 { "it" } else { "them" },
-            )
-            }
-            // The runtime said already that the pattern selects nothing; only the reason is new.
-            Ok(_) => continue,
-            Err(e) => format!(" ({e}: cannot tell whether it was inlined)"),
-        };
-        say!("ferrotrace: warning: -F '{pattern}' matched no traced function{why}");
-    }
-}
-
 /// The summary line of the run, for its trace at `output`.
 fn report(
     output: &Path,
@@ -278,7 +235,9 @@ fn report(
 ) {
     match trace {
         Ok(t) => {
-            warn_unmatched_filters(&t, filters, program);
+            for warning in checks::unmatched_filters(&t, filters, program) {
+                say!("ferrotrace: warning: {warning}");
+            }
             let events = t.event_count();
             let per = if events > 0 {
                 t.file_len as f64 / events as f64
