@@ -57,6 +57,9 @@ build_sqlite() { # $1: build
 build_lua() {
   local d
   d=$(fetch lua5.4 'lua5.4-*')
+  # Debian's patches include the header its packaging generates: the multiarch module paths.
+  [ -f "$d/src/lua5.4-deb-multiarch.h" ] ||
+    echo "#define DEB_HOST_MULTIARCH \"$(gcc -print-multiarch)\"" > "$d/src/lua5.4-deb-multiarch.h"
   [ -x "$out/lua-$1" ] || ${cc_flags[$1]} -DLUA_USE_LINUX -I"$d/src" \
     $(ls "$d"/src/*.c | grep -v luac.c) -o "$out/lua-$1" -lm -ldl
 }

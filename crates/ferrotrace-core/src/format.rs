@@ -215,7 +215,7 @@ mod tests {
         v1[8] = 1;
         assert_eq!(
             parse_file_header(&v1),
-            Err(HeaderError::UnsupportedVersion(1, 0))
+            Err(HeaderError::UnsupportedVersion(1, VERSION_MINOR))
         );
     }
 
