@@ -107,7 +107,7 @@ fi
 workload() { # workload PROGRAM BUILD: the command line
   case $1 in
     sqlite) echo "$out/sqlite-$2 :memory:" ;;
-    lua) echo "$out/lua-$2 $out/binarytrees.lua 14" ;;
+    lua) echo "$out/lua-$2 $out/binarytrees.lua ${LUA_N:-14}" ;;
     zstd) echo "$out/zstd-$2 -q -9 -T4 -f $out/zstd-input -o $out/zstd-output-$2.zst" ;;
   esac
 }
@@ -119,7 +119,8 @@ declare -A wall cpu events bytes
 timed() {
   local name=$1 prog=$2; shift 2
   local t
-  t=$( { TIMEFORMAT='%R %U %S'; time (stdin_of "$prog" | "$@" >/dev/null 2>&1); } 2>&1 | tail -1)
+  t=$( { TIMEFORMAT='%R %U %S'; time (stdin_of "$prog" | "$@" >/dev/null 2>"$out/last-stderr"); } 2>&1 | tail -1) ||
+    { echo "failed: $* ($(tail -1 "$out/last-stderr"))" >&2; return 0; }
   wall[$name]+="$(echo "$t" | awk '{print $1}') "
   cpu[$name]+="$(echo "$t" | awk '{print $2 + $3}') "
 }
