@@ -24,29 +24,7 @@ pub const KERNEL_MODULE_PATH: &str = "[kernel.kallsyms]";
 
 /// The module path of the vDSO (the kernel's name for its mapping). Its addresses are offsets in the
 /// image; `ferrotrace profile` records its build-id.
-pub const VDSO_PATH: &str = "[vdso]";
-
-/// This process's vDSO image, read from `/proc/self/mem` at its `[vdso]` mapping: the kernel maps the
-/// same image into every 64-bit process, so on the recording machine it is the profiled program's.
-fn own_vdso() -> Option<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let (a, b) = maps
-        .lines()
-        .find(|l| l.ends_with(VDSO_PATH))?
-        .split(' ')
-        .next()?
-        .split_once('-')?;
-    let (a, b) = (
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    );
-    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
-    mem.seek(SeekFrom::Start(a)).ok()?;
-    let mut image = vec![0; b.checked_sub(a)? as usize];
-    mem.read_exact(&mut image).ok()?;
-    Some(image)
-}
+pub const VDSO_PATH: &str = ferrotrace_core::vdso::PATH;
 
 /// One frame of an address: a function, or a function inlined at that address.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -174,7 +152,7 @@ impl Symbolizer {
         let data: &[u8] = if path == VDSO_PATH {
             // The vDSO has no file: this process's own is the recorded one when the build-ids
             // agree (same kernel), checked below.
-            vdso = match own_vdso() {
+            vdso = match ferrotrace_core::vdso::own_image() {
                 Some(d) => d,
                 None => {
                     self.unreadable

@@ -28,6 +28,7 @@
 //!   (`TraceWriter`, shared by the runtime and the profiler), and the Events encoding of in-memory
 //!   records (`encode_events`);
 //! * `builder` (feature `std`): a whole trace from events in hand, for tests and converters;
+//! * `vdso` (feature `std`): the vDSO's mapping name and this process's image of it;
 //! * `output` (feature `std`): creating trace files safely (new, private, never through a link, never
 //!   over a file that is not a trace);
 //! * `pattern` (feature `pattern`): the `-F`/`-N` name filters, plain names compared as text, other
@@ -82,5 +83,7 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
+#[cfg(feature = "std")]
+pub mod vdso;
 pub mod writer;
 pub mod xray;

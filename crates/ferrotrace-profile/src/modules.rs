@@ -24,35 +24,12 @@ pub(crate) struct ModuleFile {
 }
 
 /// The name the kernel gives the vDSO's mapping (MMAP2 records, `/proc/PID/maps`).
-pub(crate) const VDSO: &str = "[vdso]";
-
-/// The vDSO image of this process, read from its memory (`/proc/self/mem` at the `[vdso]` mapping). It
-/// is the image the kernel maps into every 64-bit process, so it stands for the profiled program's:
-/// its build-id goes into the trace, and its `.eh_frame` unwinds samples taken inside it (DWARF mode).
-pub(crate) fn vdso_image() -> Option<Vec<u8>> {
-    use std::io::{Read, Seek, SeekFrom};
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    let range = maps
-        .lines()
-        .find(|l| l.ends_with(VDSO))?
-        .split(' ')
-        .next()?;
-    let (a, b) = range.split_once('-')?;
-    let (a, b) = (
-        u64::from_str_radix(a, 16).ok()?,
-        u64::from_str_radix(b, 16).ok()?,
-    );
-    let mut mem = std::fs::File::open("/proc/self/mem").ok()?;
-    mem.seek(SeekFrom::Start(a)).ok()?;
-    let mut image = vec![0; b.checked_sub(a)? as usize];
-    mem.read_exact(&mut image).ok()?;
-    Some(image)
-}
+pub(crate) const VDSO: &str = ferrotrace_core::vdso::PATH;
 
 /// The bytes of the file of module `path` (the vDSO's from memory).
 fn module_bytes(path: &str) -> Option<Vec<u8>> {
     if path == VDSO {
-        vdso_image()
+        ferrotrace_core::vdso::own_image()
     } else {
         std::fs::read(path).ok()
     }
