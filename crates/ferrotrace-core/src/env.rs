@@ -301,7 +301,7 @@ mod spec {
                     expected: "a mode (lossless, drop or flight)",
                 })?),
             };
-            let alloc = match text(ALLOC) {
+            let alloc = match text(ALLOC).filter(|v| v != "0") {
                 None => None,
                 Some(_) => Some(AllocSpec {
                     sample: text(ALLOC_SAMPLE).filter(|s| s != "0"),

@@ -6,7 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use ferrotrace_core::env;
+use ferrotrace_core::env::{self, RuntimeSpec};
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{check_sizes, depth_is_valid, parse_size, SizeOption, MAX_DEPTH};
 
@@ -50,65 +50,67 @@ impl Config {
     }
 }
 
-fn regexes(var: &str) -> Result<Vec<NamePattern>, String> {
-    let Some(v) = std::env::var_os(var) else {
-        return Ok(Vec::new());
-    };
-    v.to_string_lossy()
-        .split('\n')
-        .filter(|p| !p.is_empty())
+fn regexes(var: &str, patterns: &[String]) -> Result<Vec<NamePattern>, String> {
+    patterns
+        .iter()
         .map(|p| NamePattern::new(p).map_err(|e| format!("{var}: invalid regex '{p}': {e}")))
         .collect()
 }
 
+/// The variables of the spec that `record` writes ([`RuntimeSpec`]), read from this process's
+/// environment.
+pub fn spec_from_env() -> Result<RuntimeSpec, String> {
+    RuntimeSpec::from_env(|name| std::env::var_os(name)).map_err(|e| e.to_string())
+}
+
 impl Config {
-    /// Reads the configuration from the environment.
+    /// Reads the configuration from the environment: the spec `record` wrote
+    /// ([`RuntimeSpec::from_env`]), and [`env::SHADOW_DEPTH`], which users set by hand.
     pub fn from_env() -> Result<Config, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-        let mode = match var(env::MODE) {
-            None => Mode::Lossless,
-            Some(name) => Mode::from_name(&name).ok_or_else(|| {
-                format!(
-                    "{}: unknown mode '{name}' (lossless, drop or flight)",
-                    env::MODE
-                )
-            })?,
+        Config::from_spec(&spec_from_env()?)
+    }
+
+    /// The configuration `spec` asks for.
+    pub fn from_spec(spec: &RuntimeSpec) -> Result<Config, String> {
+        let (buffer_size, chunk_size) =
+            check_sizes(spec.buffer_size.as_deref(), spec.chunk_size.as_deref()).map_err(
+                |(which, e)| {
+                    let name = match which {
+                        SizeOption::Buffer => env::BUFFER_SIZE,
+                        SizeOption::Chunk => env::CHUNK_SIZE,
+                    };
+                    format!("{name}: {e}")
+                },
+            )?;
+        let depth = |name: &str, what: &str, v: Option<String>| {
+            v.map(|v| {
+                v.parse::<usize>()
+                    .ok()
+                    .filter(|&d| depth_is_valid(d))
+                    .ok_or_else(|| format!("{name}: '{v}' is not {what} from 1 to {MAX_DEPTH}"))
+            })
+            .transpose()
         };
-        let (buffer_size, chunk_size) = check_sizes(
-            var(env::BUFFER_SIZE).as_deref(),
-            var(env::CHUNK_SIZE).as_deref(),
-        )
-        .map_err(|(which, e)| {
-            let name = match which {
-                SizeOption::Buffer => env::BUFFER_SIZE,
-                SizeOption::Chunk => env::CHUNK_SIZE,
-            };
-            format!("{name}: {e}")
-        })?;
-        let depth = |name: &str, what: &str| {
-            var(name)
-                .map(|v| {
-                    v.parse::<usize>()
-                        .ok()
-                        .filter(|&d| depth_is_valid(d))
-                        .ok_or_else(|| format!("{name}: '{v}' is not {what} from 1 to {MAX_DEPTH}"))
-                })
-                .transpose()
-        };
-        let shadow_depth =
-            depth(env::SHADOW_DEPTH, "a number of frames")?.unwrap_or(DEFAULT_SHADOW_DEPTH);
-        let max_depth = depth(env::DEPTH, "a depth")?;
+        let shadow_depth = depth(
+            env::SHADOW_DEPTH,
+            "a number of frames",
+            std::env::var(env::SHADOW_DEPTH)
+                .ok()
+                .filter(|v| !v.is_empty()),
+        )?
+        .unwrap_or(DEFAULT_SHADOW_DEPTH);
+        let max_depth = depth(env::DEPTH, "a depth", spec.depth.map(|d| d.to_string()))?;
         Ok(Config {
             shadow_depth,
             max_depth,
-            output: std::env::var_os(env::OUTPUT)
-                .filter(|v| !v.is_empty())
-                .map(PathBuf::from)
+            output: spec
+                .output
+                .clone()
                 .unwrap_or_else(|| PathBuf::from("ferrotrace.data")),
-            include: regexes(env::FILTER)?,
-            exclude: regexes(env::NOTRACE)?,
-            functions: var(env::FUNCTIONS).as_deref() != Some(env::FUNCTIONS_NONE),
-            mode,
+            include: regexes(env::FILTER, &spec.filter)?,
+            exclude: regexes(env::NOTRACE, &spec.notrace)?,
+            functions: !spec.no_functions,
+            mode: spec.mode.unwrap_or(Mode::Lossless),
             buffer_size,
             chunk_size,
         })
@@ -180,29 +182,25 @@ pub struct AllocSettings {
     pub depth: usize,
 }
 
-/// The allocation settings of the environment, `None` when allocations are not to be recorded.
+/// The allocation settings of the environment's spec, `None` when allocations are not to be
+/// recorded.
 pub fn alloc_requested() -> Result<Option<AllocSettings>, String> {
-    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
-    if var(env::ALLOC).is_none_or(|v| v == "0") {
+    let Some(alloc) = spec_from_env()?.alloc else {
         return Ok(None);
-    }
-    let sample = match var(env::ALLOC_SAMPLE).as_deref() {
-        None | Some("0") => 0,
+    };
+    let sample = match alloc.sample.as_deref() {
+        None => 0,
         Some(s) => parse_size(s).map_err(|e| format!("{} {s}: {e}", env::ALLOC_SAMPLE))? as u64,
     };
-    let depth = match var(env::ALLOC_STACK_DEPTH) {
+    let depth = match alloc.stack_depth {
         None => ALLOC_DEFAULT_DEPTH,
-        Some(s) => s
-            .trim()
-            .parse::<usize>()
-            .ok()
-            .filter(|&d| d <= ALLOC_MAX_DEPTH)
-            .ok_or_else(|| {
-                format!(
-                    "{}: '{s}' is not a depth from 0 to {ALLOC_MAX_DEPTH}",
-                    env::ALLOC_STACK_DEPTH
-                )
-            })?,
+        Some(d) if (d as usize) <= ALLOC_MAX_DEPTH => d as usize,
+        Some(d) => {
+            return Err(format!(
+                "{}: '{d}' is not a depth from 0 to {ALLOC_MAX_DEPTH}",
+                env::ALLOC_STACK_DEPTH
+            ))
+        }
     };
     Ok(Some(AllocSettings { sample, depth }))
 }
