@@ -526,43 +526,36 @@ fn walk(
     }
     // The caller's registers when the hook returns: rsp above the return address, rbp as it was.
     let (mut sp, mut fp) = (here + 8, caller.rbp);
-    // A word of the live stack above the current frame's stack pointer.
-    let readable = |addr: usize, sp: usize| addr >= sp && addr & 7 == 0 && addr < hi - 7;
+    let rules = unwind::Rules::now();
     while n < max {
-        let rule = unwind::rule(pc);
+        let mut rule = rules.get(pc);
+        if rule.kind() == 0 {
+            rule = rules.again(pc);
+        }
         let cfa = match rule.kind() {
             unwind::CFA_RSP => sp.wrapping_add_signed(rule.cfa_offset()),
             unwind::CFA_RBP => fp.wrapping_add_signed(rule.cfa_offset()),
-            unwind::NO_INFO => {
-                // No unwind information: the frame pointer's frame, if rbp points to one.
-                unwind::COUNTS.no_info.fetch_add(1, Relaxed);
-                if !readable(fp, sp) || fp >= hi - 15 {
-                    break;
+            kind => {
+                if kind == unwind::UNSUPPORTED {
+                    unwind::COUNTS.unsupported.fetch_add(1, Relaxed);
                 }
-                fp + 16
-            }
-            unwind::OUTERMOST => break,
-            _ => {
-                unwind::COUNTS.unsupported.fetch_add(1, Relaxed);
-                break;
+                break; // the outermost frame, or a rule of another form
             }
         };
-        // The return address at CFA - 8, above this frame's stack pointer.
-        if cfa <= sp || !readable(cfa - 8, sp) {
+        // The return address at CFA - 8: sp <= CFA - 8 and CFA <= hi (x86-64 reads any alignment).
+        if cfa < sp + 8 || cfa > hi {
             break;
         }
-        let saved_fp = match rule.kind() {
-            unwind::NO_INFO => Some(fp),
-            _ => rule.rbp_at().map(|at| cfa.wrapping_add_signed(at)),
-        };
-        if let Some(at) = saved_fp {
-            if !readable(at, sp) {
+        if let Some(at) = rule.rbp_at() {
+            // The caller's rbp, saved in this frame: sp <= at <= hi - 8.
+            let at = cfa.wrapping_add_signed(at);
+            if at < sp || at > hi - 8 {
                 break;
             }
-            // SAFETY: `readable`: inside the live part of this thread's stack.
+            // SAFETY: inside the live part of this thread's stack (checked just above).
             fp = unsafe { *(at as *const usize) };
         }
-        // SAFETY: `readable`, checked above.
+        // SAFETY: sp <= cfa - 8 < hi, checked above.
         let ret = unsafe { *((cfa - 8) as *const usize) };
         if ret < 4096 {
             break;

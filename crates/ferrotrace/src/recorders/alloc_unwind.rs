@@ -41,15 +41,31 @@ pub const CFA_RBP: u64 = 2;
 pub const OUTERMOST: u64 = 3;
 /// A rule of another form: the walk ends there.
 pub const UNSUPPORTED: u64 = 4;
-/// No unwind information (no object, no FDE): step along frame pointers.
+/// No unwind information (no object, no FDE): step along frame pointers. Kept in the table as the
+/// frame-pointer rule itself (`CFA = rbp + 16`, `rbp` saved at `CFA - 16`), so the walk needs no case
+/// for it.
 pub const NO_INFO: u64 = 5;
 const KIND_MASK: u64 = 0xf;
 const RBP_SAVED: u64 = 1 << 4;
 
 impl Rule {
-    const fn of(kind: u64) -> Rule {
-        Rule(kind)
+    fn of(kind: u64) -> Rule {
+        match kind {
+            NO_INFO => {
+                COUNTS.no_info.fetch_add(1, Relaxed);
+                Rule::FRAME_POINTER
+            }
+            UNSUPPORTED => {
+                COUNTS.unsupported_rules.fetch_add(1, Relaxed);
+                Rule(kind)
+            }
+            _ => Rule(kind),
+        }
     }
+
+    /// The frame of a function with a frame pointer: `push rbp; mov rbp, rsp`.
+    const FRAME_POINTER: Rule =
+        Rule(CFA_RBP | RBP_SAVED | ((-16i16 as u16 as u64) << 16) | (16 << 32));
 
     /// A CFA rule; `None` when the offsets do not fit.
     fn cfa(base: u64, offset: i64, rbp_at: Option<i64>) -> Option<Rule> {
@@ -103,7 +119,9 @@ pub struct Counts {
     pub lookups: AtomicU64,
     /// Walks ended by a rule of an unsupported form.
     pub unsupported: AtomicU64,
-    /// Frames stepped along frame pointers for want of unwind information.
+    /// Return addresses whose rule is of an unsupported form.
+    pub unsupported_rules: AtomicU64,
+    /// Return addresses without unwind information (stepped along frame pointers).
     pub no_info: AtomicU64,
     /// Rules not kept: their neighbourhood of the table was full.
     pub table_full: AtomicU64,
@@ -113,6 +131,7 @@ pub struct Counts {
 pub static COUNTS: Counts = Counts {
     lookups: AtomicU64::new(0),
     unsupported: AtomicU64::new(0),
+    unsupported_rules: AtomicU64::new(0),
     no_info: AtomicU64::new(0),
     table_full: AtomicU64::new(0),
 };
@@ -146,10 +165,33 @@ fn slot_index(ra: u64, probe: usize) -> usize {
     ((ra.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 48) as usize + probe) & (RULE_SLOTS - 1)
 }
 
-/// The rule for the return address `ra` (from the table, or looked up and remembered).
+/// The rule table, loaded once per walk.
+#[derive(Clone, Copy)]
+pub struct Rules(*mut RuleSlot);
+
+impl Rules {
+    /// The table as it is now.
+    #[inline(always)]
+    pub fn now() -> Rules {
+        Rules(RULES.load(Acquire))
+    }
+
+    /// The rule for the return address `ra` (from the table, or looked up and remembered); kind 0 in
+    /// the instant another thread has claimed its slot but not stored the rule yet.
+    #[inline(always)]
+    pub fn get(self, ra: usize) -> Rule {
+        rule_in(self.0, ra)
+    }
+
+    /// The rule for `ra`, looked up without the table (after [`Rules::get`] said kind 0).
+    #[cold]
+    pub fn again(self, ra: usize) -> Rule {
+        look_up(ra)
+    }
+}
+
 #[inline(always)]
-pub fn rule(ra: usize) -> Rule {
-    let slots = RULES.load(Acquire);
+fn rule_in(slots: *mut RuleSlot, ra: usize) -> Rule {
     if !slots.is_null() {
         let key = ra as u64;
         for probe in 0..RULE_PROBES {
@@ -157,11 +199,8 @@ pub fn rule(ra: usize) -> Rule {
             let s = unsafe { &*slots.add(slot_index(key, probe)) };
             let k = s.key.load(Acquire);
             if k == key {
-                let r = s.rule.load(Acquire);
-                if r != 0 {
-                    return Rule(r);
-                }
-                break;
+                // 0 (kind 0) while the rule is being stored: the walk asks again (`Rules::again`).
+                return Rule(s.rule.load(Acquire));
             }
             if k == 0 {
                 break;
@@ -434,14 +473,14 @@ mod tests {
             }
             ra + 1
         }
-        let r = rule(ret_here());
+        let r = Rules::now().get(ret_here());
         assert!(matches!(r.kind(), CFA_RSP | CFA_RBP), "{r:?}");
         assert!(r.cfa_offset() >= 8, "{r:?}");
         // Remembered: the second time is a hit.
         let before = COUNTS.lookups.load(Relaxed);
         let ra = ret_here();
-        let _ = rule(ra);
-        let _ = rule(ra);
+        let _ = Rules::now().get(ra);
+        let _ = Rules::now().get(ra);
         assert!(COUNTS.lookups.load(Relaxed) <= before + 1);
     }
 }
