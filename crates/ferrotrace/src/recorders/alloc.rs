@@ -70,6 +70,23 @@ static FP_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// `fp`: allocation stacks along frame pointers only, as before unwind rules (for cost comparisons).
 const ALLOC_UNWIND: &str = "FERROTRACE_ALLOC_UNWIND";
+/// Set: the unwinder's counts on standard error at exit (`ferrotrace: alloc unwind: ...`).
+const ALLOC_UNWIND_STATS: &str = "FERROTRACE_ALLOC_UNWIND_STATS";
+
+extern "C" fn print_unwind_stats() {
+    let c = &unwind::COUNTS;
+    unrecorded(|| {
+        eprintln!(
+            "ferrotrace: alloc unwind: {} rules looked up ({} without unwind information, {} of \
+             unsupported form), {} walks ended at an unsupported rule, {} rules not kept (table full)",
+            c.lookups.load(Relaxed),
+            c.no_info.load(Relaxed),
+            c.unsupported_rules.load(Relaxed),
+            c.unsupported.load(Relaxed),
+            c.table_full.load(Relaxed),
+        )
+    });
+}
 
 const FRESH: u32 = 0;
 const READY: u32 = 1;
@@ -155,6 +172,10 @@ pub fn start(settings: AllocSettings) {
             );
         }
         unwind::set_discover(discover_objects);
+        if std::env::var_os(ALLOC_UNWIND_STATS).is_some() {
+            // SAFETY: registers a plain function with no arguments.
+            unsafe { libc::atexit(print_unwind_stats) };
+        }
     }
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);

@@ -401,7 +401,7 @@ fn translate<S: UnwindContextStorage<usize>>(row: &UnwindTableRow<usize, S>) -> 
         Some(RegisterRule::Offset(at)) => Some(at),
         _ => return Rule::of(UNSUPPORTED),
     };
-    Rule::cfa(base, offset, rbp_at).unwrap_or(Rule::of(UNSUPPORTED))
+    Rule::cfa(base, offset, rbp_at).unwrap_or_else(|| Rule::of(UNSUPPORTED))
 }
 
 #[cfg(test)]
