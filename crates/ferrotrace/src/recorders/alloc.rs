@@ -851,6 +851,18 @@ impl Interner {
             return; // unchanged
         }
         self.loaded = walk.loaded;
+        // The unwinder's objects follow the loader's: unloaded ones forgotten, new ones registered
+        // (whether or not the stack modules below know their address range already).
+        unwind::forget_unloaded(|start, end| {
+            walk.objects
+                .iter()
+                .any(|o| o.start == start && o.end == end)
+        });
+        for o in &walk.objects {
+            if o.end > o.start && !unwind::registered(o.start, o.end) {
+                unwind::register(o.start, o.end, o.eh_frame_hdr, &o.loads);
+            }
+        }
         for o in walk.objects {
             if o.end <= o.start
                 || self
@@ -860,7 +872,6 @@ impl Interner {
             {
                 continue;
             }
-            unwind::register(o.start, o.end, o.eh_frame_hdr, &o.loads);
             let id = STACK_MODULE_BASE + self.modules.len() as u32;
             let mut p = Vec::new();
             let _ = schema::Module {

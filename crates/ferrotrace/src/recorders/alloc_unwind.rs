@@ -14,7 +14,9 @@
 //!
 //! Objects are registered by the interner ([`register`]), under its lock, when its walk of the loaded
 //! objects finds new ones: the table of objects is published to the hooks by a count stored after
-//! the entry (release), read without a lock.
+//! the entry (release), read without a lock. Each miss asks the interner for that walk first (one
+//! `dl_iterate_phdr` callback when nothing was loaded or unloaded), so that an object unloaded since
+//! is forgotten, and the rule table emptied, before a miss would read its unmapped `.eh_frame`.
 
 use core::sync::atomic::{
     AtomicPtr, AtomicU64, AtomicUsize,
@@ -306,6 +308,42 @@ pub fn register(start: u64, end: u64, eh_frame_hdr: Option<(u64, u64)>, loads: &
     OBJECT_COUNT.store(n + 1, Release);
 }
 
+/// Whether an object with this executable range is registered and loaded.
+pub fn registered(start: u64, end: u64) -> bool {
+    let n = OBJECT_COUNT.load(Acquire);
+    OBJECTS[..n]
+        .iter()
+        .any(|o| o.start.load(Relaxed) == start && o.end.load(Relaxed) == end)
+}
+
+/// Forgets the registered objects for which `loaded(start, end)` is false (unloaded by `dlclose`):
+/// their range becomes empty, so that no miss reads their unmapped `.eh_frame`, and the rule table is
+/// emptied, so that code loaded at their addresses later gets its own rules. Called by the interner
+/// with its lock held, when the loader's count of objects changed. A walk racing the emptying may take
+/// one rule meant for another return address: the bounds checks of the walk still hold, the stack may
+/// be wrong. Entries are not reused (a hook may be reading one): a program that loads more than
+/// `MAX_OBJECTS` objects in its life walks the later ones along frame pointers.
+pub fn forget_unloaded(loaded: impl Fn(u64, u64) -> bool) {
+    let n = OBJECT_COUNT.load(Acquire);
+    let mut forgot = false;
+    for o in &OBJECTS[..n] {
+        let (start, end) = (o.start.load(Relaxed), o.end.load(Relaxed));
+        if start < end && !loaded(start, end) {
+            o.end.store(start, Relaxed);
+            forgot = true;
+        }
+    }
+    let slots = RULES.load(Acquire);
+    if forgot && !slots.is_null() {
+        for i in 0..RULE_SLOTS {
+            // SAFETY: i < RULE_SLOTS, inside the table's mapping.
+            let s = unsafe { &*slots.add(i) };
+            s.key.store(0, Release);
+            s.rule.store(0, Release);
+        }
+    }
+}
+
 fn find_object(pc: u64) -> Option<&'static Object> {
     let n = OBJECT_COUNT.load(Acquire);
     OBJECTS[..n]
@@ -326,17 +364,16 @@ fn look_up(ra: usize) -> Rule {
     // Inside the call instruction: a call to a function that does not return may be the last
     // instruction of its function, and the return address the first of the next.
     let pc = ra as u64 - 1;
-    let object = find_object(pc).or_else(|| {
-        let f = DISCOVER.load(Relaxed);
-        if f.is_null() {
-            return None;
-        }
+    // The objects brought up to date first (one `dl_iterate_phdr` callback when the loader's counts
+    // did not change): an object unloaded since is forgotten before its unmapped `.eh_frame` is read,
+    // and one loaded since is found.
+    let f = DISCOVER.load(Relaxed);
+    if !f.is_null() {
         // SAFETY: DISCOVER only ever holds a `fn()` (set_discover).
         let f: fn() = unsafe { core::mem::transmute::<*mut (), fn()>(f) };
         f();
-        find_object(pc)
-    });
-    let Some(o) = object else {
+    }
+    let Some(o) = find_object(pc) else {
         return Rule::of(NO_INFO);
     };
     let (hdr, eh) = (o.hdr.load(Relaxed), o.eh_frame.load(Relaxed));
