@@ -712,3 +712,61 @@ fn stacks_go_through_code_without_frame_pointers() {
     ]));
     assert!(folded.lines().any(|l| l == "level_e 20"), "{folded}");
 }
+
+#[test]
+fn stacks_through_plugins_loaded_and_unloaded_in_turn() {
+    // Two -fomit-frame-pointer plugins dlopened, called and dlclosed in turn: the second is loaded
+    // where the first was, so the unwinder must forget the first's objects and rules (a miss would
+    // otherwise read its unmapped .eh_frame). Every allocation keeps its whole stack.
+    let dir = scratch("mem_plugins");
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"];
+    let a = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "liba.so",
+        &[&flags[..], &["-DPLUGIN_FN=plug_a"]].concat(),
+    );
+    let b = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "libb.so",
+        &[&flags[..], &["-DPLUGIN_FN=plug_b"]].concat(),
+    );
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "plugnofp",
+        &["-O2", "-g", "-fomit-frame-pointer", "-ldl"],
+    );
+    let trace = record_ok(
+        &dir,
+        &["--alloc", "--no-functions"],
+        &exe,
+        &[a.to_str().unwrap(), b.to_str().unwrap(), "3"],
+    );
+    let folded = ok(ft(&[
+        "flame",
+        "--weight",
+        "allocations",
+        "--folded",
+        "-i",
+        trace.to_str().unwrap(),
+    ]));
+    // The six plugin allocations (101 and 201 bytes), each from main through use_plugin into a plugin.
+    let through: u64 = folded
+        .lines()
+        .filter(|l| l.contains("main;use_plugin;plug_"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(through, 6, "{folded}");
+    assert!(
+        folded
+            .lines()
+            .filter(|l| l.contains(";plug_"))
+            .all(|l| l.starts_with("_start;")),
+        "{folded}"
+    );
+}
