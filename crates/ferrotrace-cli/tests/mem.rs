@@ -657,3 +657,116 @@ fn stacks_see_through_the_mcount_return_hooks() {
         "{replay}"
     );
 }
+
+#[test]
+fn stacks_go_through_code_without_frame_pointers() {
+    // gcc -O2 -fomit-frame-pointer: rbp is no frame pointer anywhere in the program; the walk goes
+    // by the unwind rules of .eh_frame (the frame-pointer walk stopped at level_e: depth 1).
+    let dir = scratch("mem_nofp");
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "deepnofp.c",
+        "deepnofp",
+        &["-O2", "-g", "-fomit-frame-pointer"],
+    );
+    let trace = record_ok(&dir, &["--alloc", "--no-functions"], &exe, &["20"]);
+    let folded = ok(ft(&[
+        "flame",
+        "--weight",
+        "allocations",
+        "--folded",
+        "-i",
+        trace.to_str().unwrap(),
+    ]));
+    let line = folded
+        .lines()
+        .find(|l| l.ends_with(" 20"))
+        .unwrap_or_else(|| panic!("no stack with the 20 allocations: {folded}"));
+    let stack = line.rsplit_once(' ').unwrap().0;
+    assert!(
+        stack.ends_with("main;level_a;level_b;level_c;level_d;level_e"),
+        "{folded}"
+    );
+    // Down to the C library's start: the walk ends at _start's undefined return address.
+    assert!(stack.starts_with("_start;"), "{folded}");
+    // The frame-pointer walk, for comparison: the allocating function alone.
+    let fp = dir.join("fp.data");
+    let out = ferrotrace()
+        .env("FERROTRACE_ALLOC_UNWIND", "fp")
+        .args(["record", "--alloc", "--no-functions", "-o"])
+        .arg(&fp)
+        .arg("--")
+        .arg(&exe)
+        .arg("20")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let folded = ok(ft(&[
+        "flame",
+        "--weight",
+        "allocations",
+        "--folded",
+        "-i",
+        fp.to_str().unwrap(),
+    ]));
+    assert!(folded.lines().any(|l| l == "level_e 20"), "{folded}");
+}
+
+#[test]
+fn stacks_through_plugins_loaded_and_unloaded_in_turn() {
+    // Two -fomit-frame-pointer plugins dlopened, called and dlclosed in turn: the second is loaded
+    // where the first was, so the unwinder must forget the first's objects and rules (a miss would
+    // otherwise read its unmapped .eh_frame). Every allocation keeps its whole stack.
+    let dir = scratch("mem_plugins");
+    let flags = ["-O2", "-g", "-fomit-frame-pointer", "-shared", "-fPIC"];
+    let a = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "liba.so",
+        &[&flags[..], &["-DPLUGIN_FN=plug_a"]].concat(),
+    );
+    let b = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "libb.so",
+        &[&flags[..], &["-DPLUGIN_FN=plug_b"]].concat(),
+    );
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "plugnofp.c",
+        "plugnofp",
+        &["-O2", "-g", "-fomit-frame-pointer", "-ldl"],
+    );
+    let trace = record_ok(
+        &dir,
+        &["--alloc", "--no-functions"],
+        &exe,
+        &[a.to_str().unwrap(), b.to_str().unwrap(), "3"],
+    );
+    let folded = ok(ft(&[
+        "flame",
+        "--weight",
+        "allocations",
+        "--folded",
+        "-i",
+        trace.to_str().unwrap(),
+    ]));
+    // The six plugin allocations (101 and 201 bytes), each from main through use_plugin into a plugin.
+    let through: u64 = folded
+        .lines()
+        .filter(|l| l.contains("main;use_plugin;plug_"))
+        .map(|l| l.rsplit_once(' ').unwrap().1.parse::<u64>().unwrap())
+        .sum();
+    assert_eq!(through, 6, "{folded}");
+    assert!(
+        folded
+            .lines()
+            .filter(|l| l.contains(";plug_"))
+            .all(|l| l.starts_with("_start;")),
+        "{folded}"
+    );
+}

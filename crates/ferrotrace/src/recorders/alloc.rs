@@ -9,9 +9,13 @@
 //! which the preloaded copy would otherwise call), a re-entry flag, the stack walk, `rdtsc`, and two
 //! 16-byte stores (the record and one payload slot `{size, address}` or `{address, 0}`).
 //!
-//! Stacks are walked along frame pointers, bounded by depth and by the thread's stack (every frame
-//! pointer must lie above the current stack pointer and below the stack's top, 8-byte aligned and
-//! increasing: junk in `rbp` ends the walk, never a fault). They are interned as heaptrack does with its
+//! Stacks are walked by unwind rules ([`super::alloc_unwind`]: one per return address, from the
+//! objects' `.eh_frame`, remembered in a lock-free table), so that they go on through code built
+//! without frame pointers; code without unwind information is stepped along frame pointers. The walk
+//! is bounded by depth and by the thread's stack (every word read must lie above the current stack
+//! pointer and below the stack's top, 8-byte aligned, and each frame above the last: junk in a register
+//! or a saved slot ends the walk, never a fault). `FERROTRACE_ALLOC_UNWIND=fp` walks frame pointers
+//! only (the cost comparison of bench/alloc.sh). They are interned as heaptrack does with its
 //! trace tree: a per-thread direct-mapped cache maps a 64-bit hash of the return addresses to the
 //! leaf id of the trace-wide prefix tree, so a stack seen before costs the walk, the hash and one probe;
 //! only a miss takes the global [`Interner`] lock, which adds the new nodes (module-relative addresses,
@@ -46,6 +50,7 @@ use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 use ferrotrace_core::shadow::ShadowFrame;
 
+use super::alloc_unwind as unwind;
 use crate::buffers::hot::{thread_pointer, Hot};
 use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
 use crate::lifecycle::runtime::{ForkHandlers, Recorder};
@@ -60,6 +65,28 @@ pub const STACK_MODULE_BASE: u32 = 1 << 20;
 static TLS_OFFSET: AtomicIsize = AtomicIsize::new(0);
 static SAMPLE_INTERVAL: AtomicU64 = AtomicU64::new(0);
 static DEPTH: AtomicUsize = AtomicUsize::new(0);
+/// Walk frame pointers only (`FERROTRACE_ALLOC_UNWIND=fp`), not unwind rules.
+static FP_ONLY: AtomicBool = AtomicBool::new(false);
+
+/// `fp`: allocation stacks along frame pointers only, as before unwind rules (for cost comparisons).
+const ALLOC_UNWIND: &str = "FERROTRACE_ALLOC_UNWIND";
+/// Set: the unwinder's counts on standard error at exit (`ferrotrace: alloc unwind: ...`).
+const ALLOC_UNWIND_STATS: &str = "FERROTRACE_ALLOC_UNWIND_STATS";
+
+extern "C" fn print_unwind_stats() {
+    let c = &unwind::COUNTS;
+    unrecorded(|| {
+        eprintln!(
+            "ferrotrace: alloc unwind: {} rules looked up ({} without unwind information, {} of \
+             unsupported form), {} walks ended at an unsupported rule, {} rules not kept (table full)",
+            c.lookups.load(Relaxed),
+            c.no_info.load(Relaxed),
+            c.unsupported_rules.load(Relaxed),
+            c.unsupported.load(Relaxed),
+            c.table_full.load(Relaxed),
+        )
+    });
+}
 
 const FRESH: u32 = 0;
 const READY: u32 = 1;
@@ -135,6 +162,20 @@ pub fn start(settings: AllocSettings) {
     DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
         eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
+    }
+    if std::env::var(ALLOC_UNWIND).is_ok_and(|v| v == "fp") {
+        FP_ONLY.store(true, Relaxed);
+    } else if settings.depth > 0 {
+        if !unwind::init() {
+            eprintln!(
+                "ferrotrace: no memory for the unwind rule table: rules looked up every time"
+            );
+        }
+        unwind::set_discover(discover_objects);
+        if std::env::var_os(ALLOC_UNWIND_STATS).is_some() {
+            // SAFETY: registers a plain function with no arguments.
+            unsafe { libc::atexit(print_unwind_stats) };
+        }
     }
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
@@ -490,18 +531,78 @@ fn walk(
     // SAFETY: `ret_slot` is the hook's entry stack pointer, holding the return address the call pushed
     // (`alloc_event`'s contract, which reaches here through `stack_id`).
     let first = unsafe { *caller.ret_slot };
-    out[0].write(hooks.real(first, caller.ret_slot as usize));
+    let mut pc = hooks.real(first, caller.ret_slot as usize);
+    out[0].write(pc);
     let mut n = 1;
     let here = caller.ret_slot as usize;
     let (lo, hi) = (t.stack_lo.load(Relaxed), t.stack_hi.load(Relaxed));
-    // Only frames between the current stack pointer and the top of the thread's stack are read: all of
+    // Only words between the current stack pointer and the top of the thread's stack are read: all of
     // that is mapped. On another stack (a signal handler's alternate stack), only the caller is known.
     if here < lo || here >= hi {
         return n;
     }
+    let max = depth.min(ALLOC_MAX_DEPTH);
+    if FP_ONLY.load(Relaxed) {
+        return walk_frame_pointers(here, caller.rbp, hi, max, n, out, &mut hooks);
+    }
+    // The caller's registers when the hook returns: rsp above the return address, rbp as it was.
+    let (mut sp, mut fp) = (here + 8, caller.rbp);
+    let rules = unwind::Rules::now();
+    while n < max {
+        let mut rule = rules.get(pc);
+        if rule.kind() == 0 {
+            rule = rules.again(pc);
+        }
+        let cfa = match rule.kind() {
+            unwind::CFA_RSP => sp.wrapping_add_signed(rule.cfa_offset()),
+            unwind::CFA_RBP => fp.wrapping_add_signed(rule.cfa_offset()),
+            kind => {
+                if kind == unwind::UNSUPPORTED {
+                    unwind::COUNTS.unsupported.fetch_add(1, Relaxed);
+                }
+                break; // the outermost frame, or a rule of another form
+            }
+        };
+        // The return address at CFA - 8: sp <= CFA - 8 and CFA <= hi (x86-64 reads any alignment).
+        if cfa < sp + 8 || cfa > hi {
+            break;
+        }
+        if let Some(at) = rule.rbp_at() {
+            // The caller's rbp, saved in this frame: sp <= at <= hi - 8.
+            let at = cfa.wrapping_add_signed(at);
+            if at < sp || at > hi - 8 {
+                break;
+            }
+            // SAFETY: inside the live part of this thread's stack (checked just above).
+            fp = unsafe { *(at as *const usize) };
+        }
+        // SAFETY: sp <= cfa - 8 < hi, checked above.
+        let ret = unsafe { *((cfa - 8) as *const usize) };
+        if ret < 4096 {
+            break;
+        }
+        pc = hooks.real(ret, cfa - 8);
+        out[n].write(pc);
+        n += 1;
+        sp = cfa;
+    }
+    n
+}
+
+/// The frame-pointer walk from `fp` (frames `{saved rbp, return address}`), after the `n` frames
+/// already in `out`.
+#[inline(always)]
+fn walk_frame_pointers(
+    here: usize,
+    mut fp: usize,
+    hi: usize,
+    max: usize,
+    mut n: usize,
+    out: &mut [MaybeUninit<usize>; ALLOC_MAX_DEPTH],
+    hooks: &mut HookedReturns,
+) -> usize {
     let mut floor = here;
-    let mut fp = caller.rbp;
-    while n < depth.min(ALLOC_MAX_DEPTH) {
+    while n < max {
         if fp < floor || fp & 7 != 0 || fp.saturating_add(16) > hi {
             break;
         }
@@ -750,6 +851,18 @@ impl Interner {
             return; // unchanged
         }
         self.loaded = walk.loaded;
+        // The unwinder's objects follow the loader's: unloaded ones forgotten, new ones registered
+        // (whether or not the stack modules below know their address range already).
+        unwind::forget_unloaded(|start, end| {
+            walk.objects
+                .iter()
+                .any(|o| o.start == start && o.end == end)
+        });
+        for o in &walk.objects {
+            if o.end > o.start && !unwind::registered(o.start, o.end) {
+                unwind::register(o.start, o.end, o.eh_frame_hdr, &o.loads);
+            }
+        }
         for o in walk.objects {
             if o.end <= o.start
                 || self
@@ -787,6 +900,16 @@ struct Object {
     start: u64,
     end: u64,
     build_id: Vec<u8>,
+    /// Its `PT_GNU_EH_FRAME` segment (address, size).
+    eh_frame_hdr: Option<(u64, u64)>,
+    /// Its loaded segments (start, end).
+    loads: Vec<(u64, u64)>,
+}
+
+/// For the unwinder, when a return address is in no object it knows: registers the objects loaded
+/// since the last walk of them (under the interner's lock, like any discovery).
+fn discover_objects() {
+    with_interner(|i| i.discover());
 }
 
 /// What [`Interner::discover`] asks `dl_iterate_phdr` for.
@@ -831,9 +954,16 @@ unsafe extern "C" fn collect_object(
     };
     let (mut start, mut end) = (u64::MAX, 0u64);
     let mut build_id = Vec::new();
+    let (mut eh_frame_hdr, mut loads) = (None, Vec::new());
     for i in 0..info.dlpi_phnum as usize {
         // SAFETY: dlpi_phdr has dlpi_phnum entries.
         let ph = unsafe { &*info.dlpi_phdr.add(i) };
+        if ph.p_type == libc::PT_LOAD {
+            loads.push((bias + ph.p_vaddr, bias + ph.p_vaddr + ph.p_memsz));
+        }
+        if ph.p_type == libc::PT_GNU_EH_FRAME {
+            eh_frame_hdr = Some((bias + ph.p_vaddr, ph.p_memsz));
+        }
         if ph.p_type == libc::PT_LOAD && ph.p_flags & libc::PF_X != 0 {
             start = start.min(bias + ph.p_vaddr);
             end = end.max(bias + ph.p_vaddr + ph.p_memsz);
@@ -855,6 +985,8 @@ unsafe extern "C" fn collect_object(
             start,
             end,
             build_id,
+            eh_frame_hdr,
+            loads,
         });
     }
     0

@@ -4,7 +4,8 @@
 //!   assembly recorder falls back to);
 //! * [`mcount`]: the mcount/`__fentry__` hooks, their return trampoline and shadow stacks, and
 //!   [`mcount::sites`], their call sites and the table the hooks look return addresses up in;
-//! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]);
+//! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]),
+//!   and [`alloc_unwind`], the unwind rules their stacks are walked by;
 //! * [`tracepoint`]: the `tracepoint!`/`trace!` macros, descriptors, the enabled path, enabling by glob
 //!   ([`tracepoint::control`], public as `ferrotrace::tracepoints`) and the USDT watcher.
 //!
@@ -18,6 +19,7 @@
 //! `buffers::hot` and never names another recorder.
 
 pub mod alloc;
+pub mod alloc_unwind;
 pub mod mcount;
 pub mod tracepoint;
 pub mod xray;
