@@ -328,6 +328,114 @@ fn drop_mode_counts_every_lost_event_exactly() {
     );
 }
 
+/// Issue 20 item 9: the disk fills while the program's (and ferrotrace's) stderr cannot be written
+/// either. The collector used to panic on its `eprintln!` of the write error and leave the program
+/// waiting forever in lossless mode for a chunk nobody freed. Now the collector drops the rest (every
+/// chunk freed, its events counted as lost), the file ends with End saying the error, and record
+/// exits with the program's status.
+#[test]
+fn a_full_disk_and_unwritable_stderr_release_the_program_and_the_trace_says_so() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = scratch("fulldisk");
+    let disk = dir.join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "none"])
+        .arg(&disk)
+        .status()
+        .expect("run mount");
+    assert!(
+        mounted.success(),
+        "this test mounts a 1 MiB tmpfs (as root)"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&disk);
+    let trace = disk.join("x.data");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env(ferrotrace_core::env::PRELOAD, preload())
+        .args(["record", "-F", "^fib::fib$", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("27")
+        .stdout(Stdio::piped())
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("record never ended (the program waits for a buffer nobody frees)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stdout = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "the program's status: {status}");
+    let calls = program_calls(&stdout);
+    let t = Trace::open(&trace).expect("what was written reads");
+    let end = t.end.expect("the trace ends with End");
+    assert_eq!(end.write_errno, 28, "End says ENOSPC");
+    let mut recorded = 0;
+    let mut lost = 0;
+    for &tid in t.threads.keys() {
+        for e in t.thread_events(tid).unwrap() {
+            let e = e.unwrap();
+            match e.kind {
+                EventKind::Lost => lost += e.id as u64,
+                EventKind::Entry | EventKind::Exit | EventKind::TailExit => recorded += 1,
+                _ => {}
+            }
+        }
+    }
+    assert!(recorded > 0 && lost > 0, "recorded {recorded}, lost {lost}");
+    assert_eq!(
+        recorded + lost,
+        2 * calls,
+        "recorded {recorded} + lost {lost}"
+    );
+    assert_eq!(lost, end.lost);
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.contains("write error  : No space left on device"),
+        "{info}"
+    );
+    // Record's own line, with a stderr that works (the trace closed first: its space comes back).
+    drop(t);
+    std::fs::remove_file(&trace).unwrap();
+    let out = ferrotrace()
+        .args(["record", "-F", "^fib::fib$", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("27")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("ferrotrace: error: writing")
+                && l.contains("No space left on device")),
+        "{err}"
+    );
+}
+
 #[test]
 fn truncated_trace_reads_the_complete_prefix_and_says_so() {
     let dir = scratch("truncate");

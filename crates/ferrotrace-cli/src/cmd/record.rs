@@ -277,6 +277,17 @@ fn report(
     program: &Path,
 ) {
     match trace {
+        Ok(t) if t.end.is_some_and(|e| e.write_errno != 0) => {
+            // The runtime could not write the trace (a full disk): it dropped the rest, counted it
+            // as lost, and ended the file with the error. One line, the program's status unchanged.
+            let (errno, lost) = t.end.map_or((0, 0), |e| (e.write_errno, e.lost));
+            say!(
+                "ferrotrace: error: writing {} failed ({}): {} events written, {lost} lost",
+                output.display(),
+                std::io::Error::from_raw_os_error(errno as i32),
+                t.event_count(),
+            );
+        }
         Ok(t) => {
             warn_unmatched_filters(&t, filters, program);
             let events = t.event_count();

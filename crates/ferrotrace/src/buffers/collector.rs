@@ -30,7 +30,19 @@ struct State {
     /// size.
     ring: VecDeque<(Vec<u8>, u64)>,
     ring_bytes: usize,
-    failed: bool,
+    /// Set when writing failed (a full disk, an I/O error): the collector drops from then on (frees
+    /// every chunk, counts its events as lost in `dropped`), so that threads waiting for a free chunk
+    /// in lossless mode go on, and tries once more at the end to say so in the file (`End`'s
+    /// `write_errno`).
+    failed: Option<std::io::Error>,
+    /// While failed: the final attempt at the lost events and the End chunk is on.
+    retrying: bool,
+    /// Chunks handed to the writer since its last successful flush, in order: where each ends in the
+    /// file, the chunk number after it, and the thread and counts of an Events chunk. A failed write
+    /// cuts the file back to the last of them the disk holds whole.
+    unflushed: Vec<Written>,
+    /// Per thread, the events dropped since writing failed (and those cut off with the torn tail).
+    dropped: HashMap<u32, u64>,
     /// Totals of what went to the file (or the flight ring), for the End chunk.
     totals: Counts,
     /// Flight mode: chunks and events the ring dropped to keep the newest.
@@ -43,18 +55,122 @@ struct State {
     running: HashMap<u32, RunningAtStart>,
 }
 
+/// A chunk the writer took: see `State::unflushed`.
+#[derive(Clone, Copy)]
+struct Written {
+    end: u64,
+    next_seq: u32,
+    events: Option<(u32, Counts)>,
+}
+
 impl State {
     fn write(&mut self, kind: ChunkKind, payload: &[u8]) {
-        if self.failed {
+        self.write_chunk(kind, payload, None);
+    }
+
+    /// Writes one thread's Events chunk and adds its counts to the totals, or counts its events as
+    /// dropped when writing failed.
+    fn write_events(&mut self, tid: u32, counts: Counts, payload: &[u8]) {
+        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts)));
+    }
+
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts)>) {
+        if self.failed.is_some() && !self.retrying {
+            if let Some((tid, counts)) = events {
+                self.drop_events(tid, counts);
+            }
             return;
         }
-        if let Err(e) = self.writer.chunk(kind, payload) {
-            eprintln!(
-                "ferrotrace: writing {} failed, trace ends here: {e}",
+        match self.writer.chunk(kind, payload) {
+            Ok(()) => {
+                if let Some((_, counts)) = events {
+                    self.totals.events += counts.events;
+                    self.totals.lost += counts.lost;
+                }
+                self.unflushed.push(Written {
+                    end: self.writer.bytes_written(),
+                    next_seq: self.writer.next_seq(),
+                    events,
+                });
+            }
+            Err(e) => {
+                if let Some((tid, counts)) = events {
+                    self.drop_events(tid, counts);
+                }
+                self.fail(e);
+            }
+        }
+    }
+
+    /// Counts a chunk's events as lost: its recorded events, and the losses its Lost markers counted
+    /// (exact in lossless mode, which has no markers; in drop mode a chunk holding several markers
+    /// has its events over-counted by one per marker beyond the first).
+    fn drop_events(&mut self, tid: u32, counts: Counts) {
+        let markers = Record::lost(0, counts.lost).count() as u64;
+        *self.dropped.entry(tid).or_default() +=
+            counts.events.saturating_sub(markers) + counts.lost;
+    }
+
+    /// Writing failed: says so once (ignoring stderr's own errors: it may be the full disk too), cuts
+    /// the file back to the last chunk it holds whole, and drops from then on. In the final attempt
+    /// (`retrying`) a second failure only cuts the file back again.
+    fn fail(&mut self, e: std::io::Error) {
+        if self.failed.is_none() {
+            say!(
+                "ferrotrace: writing {} failed ({e}); dropping the rest of the trace, its events \
+                 counted as lost",
                 self.path.display()
             );
-            self.failed = true;
+            self.failed = Some(e);
         }
+        self.retrying = false;
+        self.cut_back();
+    }
+
+    /// Truncates the file after the last chunk the disk holds whole and continues the writer there,
+    /// its buffered bytes discarded; the Events chunks cut off are counted as dropped.
+    fn cut_back(&mut self) {
+        let on_disk = self
+            .writer
+            .get_mut()
+            .get_ref()
+            .metadata()
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let keep = self
+            .unflushed
+            .iter()
+            .take_while(|w| w.end <= on_disk)
+            .last()
+            .copied();
+        let cut: Vec<Written> = self
+            .unflushed
+            .drain(..)
+            .skip_while(|w| w.end <= on_disk)
+            .collect();
+        for w in cut {
+            if let Some((tid, counts)) = w.events {
+                self.totals.events -= counts.events;
+                self.totals.lost -= counts.lost;
+                self.drop_events(tid, counts);
+            }
+        }
+        let (Some(keep), Ok(mut clone)) = (keep, self.writer.get_mut().get_ref().try_clone())
+        else {
+            // Not even the file header is whole, or no second descriptor: nothing more can go in.
+            self.unflushed.clear();
+            return;
+        };
+        use std::io::{Seek, SeekFrom};
+        if clone.set_len(keep.end).is_err() || clone.seek(SeekFrom::Start(keep.end)).is_err() {
+            return;
+        }
+        let resumed = TraceWriter::resume(BufWriter::new(clone), keep.end, keep.next_seq);
+        let old = std::mem::replace(&mut self.writer, resumed);
+        // Discards the bytes the old writer still buffers (dropping it would try to write them).
+        let (file, _unwritten) = old.into_inner().into_parts();
+        drop(file);
+        self.unflushed.push(keep);
     }
 
     fn meta(&mut self, rt: &Runtime) {
@@ -89,9 +205,7 @@ impl State {
         let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-        self.totals.events += counts.events;
-        self.totals.lost += counts.lost;
-        self.write(ChunkKind::Events, &p[range]);
+        self.write_events(tid, counts, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -109,13 +223,13 @@ impl State {
         let records = &records[(c.skip as usize).min(records.len())..];
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
-        self.totals.events += counts.events;
-        self.totals.lost += counts.lost;
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
         if records.is_empty() {
             // Everything was written by a flight-mode dump already.
         } else if rt.config.mode == Mode::Flight {
+            self.totals.events += counts.events;
+            self.totals.lost += counts.lost;
             self.ring_bytes += range.len();
             self.ring
                 .push_back((scratch[range].to_vec(), counts.events));
@@ -129,8 +243,10 @@ impl State {
                     None => break,
                 }
             }
+        } else if self.failed.is_some() {
+            self.drop_events(c.tid, counts);
         } else {
-            self.write(ChunkKind::Events, &scratch[range]);
+            self.write_events(c.tid, counts, &scratch[range]);
         }
         self.scratch = scratch;
     }
@@ -190,9 +306,7 @@ impl State {
         let mut scratch = std::mem::take(&mut self.scratch);
         crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
-            self.totals.events += counts.events;
-            self.totals.lost += counts.lost;
-            self.write(ChunkKind::Events, &scratch[range]);
+            self.write_events(tid, counts, &scratch[range]);
         });
         self.scratch = scratch;
     }
@@ -215,11 +329,18 @@ impl State {
     }
 
     fn flush(&mut self) {
-        if !self.failed {
-            if let Err(e) = self.writer.flush() {
-                eprintln!("ferrotrace: writing {} failed: {e}", self.path.display());
-                self.failed = true;
+        if self.failed.is_some() && !self.retrying {
+            return;
+        }
+        match self.writer.flush() {
+            Ok(()) => {
+                // Everything is in the file: the last chunk is where a later failure cuts back to.
+                let last = self.unflushed.pop();
+                self.unflushed.clear();
+                self.unflushed
+                    .extend(last.map(|w| Written { events: None, ..w }));
             }
+            Err(e) => self.fail(e),
         }
     }
 }
@@ -232,6 +353,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     }
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
+    let head = (writer.bytes_written(), writer.next_seq());
     let mut st = State {
         writer,
         path,
@@ -239,7 +361,22 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         encoded: Vec::with_capacity(rt.pool.count()),
         ring: VecDeque::new(),
         ring_bytes: 0,
-        failed: false,
+        failed: None,
+        retrying: false,
+        // The file header, then the head start-up wrote: where a failure cuts back to at first.
+        unflushed: vec![
+            Written {
+                end: ferrotrace_core::format::FILE_HEADER_LEN as u64,
+                next_seq: 0,
+                events: None,
+            },
+            Written {
+                end: head.0,
+                next_seq: head.1,
+                events: None,
+            },
+        ],
+        dropped: HashMap::new(),
         totals: Counts::default(),
         dropped_chunks: 0,
         dropped_events: 0,
@@ -267,12 +404,21 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             st.flush();
         }
         if finishing {
+            // After a failure, one more attempt at the end of the trace: its threads, what they lost
+            // (everything since the failure) and End with the error (chunks of events stay dropped).
+            st.retrying = st.failed.is_some();
             st.meta(rt);
             while let Some(c) = rt.pool.full.pop() {
                 st.chunk(rt, c);
             }
             let tsc = crate::buffers::clock::rdtsc();
             for (tid, count) in crate::buffers::thread::take_unreported_losses(rt) {
+                st.lost(tid, count, tsc);
+            }
+            let mut dropped: Vec<(u32, u64)> =
+                std::mem::take(&mut st.dropped).into_iter().collect();
+            dropped.sort_unstable();
+            for (tid, count) in dropped {
                 st.lost(tid, count, tsc);
             }
             // The final flush handed every chunk over: the ring is all there is to write.
@@ -294,6 +440,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                 dropped_events: st.dropped_events,
                 exit_code: None,
                 unwind_errors: 0,
+                write_errno: st
+                    .failed
+                    .as_ref()
+                    .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
             }
             .encode(&mut p);
             st.write(ChunkKind::End, &p);

@@ -510,7 +510,7 @@ pub fn rescan() {
     {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
+            say!("ferrotrace: rescanning loaded objects failed: {e}");
             return;
         }
     };
@@ -533,7 +533,7 @@ pub fn rescan() {
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
-        eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
+        say!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
 

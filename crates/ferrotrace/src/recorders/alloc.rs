@@ -134,7 +134,7 @@ pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
     DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
-        eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
+        say!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
     let off = ALLOC_THREAD.with(|t| t as *const AllocThread as isize) - thread_pointer() as isize;
     TLS_OFFSET.store(off, Relaxed);
