@@ -3,7 +3,6 @@
 
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::pattern::NamePattern;
-use ferrotrace_core::schema::source as instrumentation;
 use ferrotrace_core::size::{self, SizeOption};
 
 use crate::start::Program;
@@ -76,10 +75,6 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
     }
     if facts.instrumentation == 0 && !records_tracepoints && spec.alloc.is_none() {
         return Err(LaunchError::NotInstrumented(path.clone()));
-    }
-    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
-    if spec.depth.is_some() && facts.instrumentation & hooked == 0 {
-        return Err(LaunchError::DepthWithoutMcount(path.clone()));
     }
     if let Some(d) = spec.depth.filter(|&d| !size::depth_is_valid(d as usize)) {
         return Err(LaunchError::BadOption(format!(

@@ -33,10 +33,13 @@ pub struct RecordArgs {
     /// Trace file to write (processes the program starts write FILE.PID)
     #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
     pub output: PathBuf,
-    /// Trace only functions whose demangled name matches REGEX (repeatable)
+    /// Record only functions whose demangled name (or NAME@0xADDR, to pick one of several functions
+    /// of one name) matches REGEX and what they call, as replay -F and uftrace do (repeatable; every
+    /// function is still hooked: the trace is smaller, the program not faster)
     #[arg(short = 'F', long = "filter", value_name = "REGEX")]
     pub filter: Vec<String>,
-    /// Never trace functions whose demangled name matches REGEX (repeatable)
+    /// Leave out functions whose demangled name (or NAME@0xADDR) matches REGEX and what they call, as
+    /// replay -N and uftrace do (repeatable)
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
     /// Enable the tracepoints that GLOB selects (`vfs_*`, `mycrate::*`; repeatable)
@@ -48,7 +51,8 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
-    /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
+    /// Record at most DEPTH levels of calls, counted from the -F match (from the thread's first traced
+    /// frame without -F), as replay -D and uftrace do
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     pub depth: Option<u32>,
     /// Bytes per thread chunk (power of two, at least 256)
@@ -234,7 +238,12 @@ fn warn_unmatched_filters(trace: &Trace, filters: &[String], program: &Path) {
         let Ok(re) = NamePattern::new(pattern) else {
             continue; // checked before the run
         };
-        if trace.functions.values().any(|f| re.is_match(f.name())) {
+        if trace
+            .functions
+            .keys()
+            .filter_map(|&id| trace.filter_name(id))
+            .any(|(name, addr)| re.matches_function(name, addr))
+        {
             continue;
         }
         let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))

@@ -53,6 +53,18 @@ struct State {
     /// Per thread, the functions that were running when its tracing began, found as its chunks go by:
     /// written before End, so that a replay needs no pre-scan of the whole trace.
     running: HashMap<u32, RunningAtStart>,
+    /// `record -F`/`-N`/`-D`: what they keep of each thread's records, and the functions' flags.
+    filter: Option<crate::buffers::filter::Filter>,
+    filter_flags: Vec<u8>,
+}
+
+/// The Lost and Wait markers among `records`: what a dropped chunk holds besides the program's events.
+fn markers(records: &[Record]) -> u64 {
+    use ferrotrace_core::record::EventKind;
+    records
+        .iter()
+        .filter(|r| matches!(r.kind(), Some(EventKind::Lost | EventKind::Wait)))
+        .count() as u64
 }
 
 /// A chunk the writer took: see `State::unflushed`.
@@ -60,7 +72,9 @@ struct State {
 struct Written {
     end: u64,
     next_seq: u32,
-    events: Option<(u32, Counts)>,
+    /// The thread, the chunk's counts and its Lost and Wait markers (events that are not the
+    /// program's, not counted when the chunk is dropped).
+    events: Option<(u32, Counts, u64)>,
 }
 
 impl State {
@@ -70,20 +84,20 @@ impl State {
 
     /// Writes one thread's Events chunk and adds its counts to the totals, or counts its events as
     /// dropped when writing failed.
-    fn write_events(&mut self, tid: u32, counts: Counts, payload: &[u8]) {
-        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts)));
+    fn write_events(&mut self, tid: u32, counts: Counts, markers: u64, payload: &[u8]) {
+        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts, markers)));
     }
 
-    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts)>) {
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts, u64)>) {
         if self.failed.is_some() && !self.retrying {
-            if let Some((tid, counts)) = events {
-                self.drop_events(tid, counts);
+            if let Some((tid, counts, markers)) = events {
+                self.drop_events(tid, counts, markers);
             }
             return;
         }
         match self.writer.chunk(kind, payload) {
             Ok(()) => {
-                if let Some((_, counts)) = events {
+                if let Some((_, counts, _)) = events {
                     self.totals.events += counts.events;
                     self.totals.lost += counts.lost;
                 }
@@ -94,19 +108,17 @@ impl State {
                 });
             }
             Err(e) => {
-                if let Some((tid, counts)) = events {
-                    self.drop_events(tid, counts);
+                if let Some((tid, counts, markers)) = events {
+                    self.drop_events(tid, counts, markers);
                 }
                 self.fail(e);
             }
         }
     }
 
-    /// Counts a chunk's events as lost: its recorded events, and the losses its Lost markers counted
-    /// (exact in lossless mode, which has no markers; in drop mode a chunk holding several markers
-    /// has its events over-counted by one per marker beyond the first).
-    fn drop_events(&mut self, tid: u32, counts: Counts) {
-        let markers = Record::lost(0, counts.lost).count() as u64;
+    /// Counts a chunk's events as lost: its recorded events but its `markers` (Lost and Wait), and the
+    /// losses its Lost markers counted.
+    fn drop_events(&mut self, tid: u32, counts: Counts, markers: u64) {
         *self.dropped.entry(tid).or_default() +=
             counts.events.saturating_sub(markers) + counts.lost;
     }
@@ -149,10 +161,10 @@ impl State {
             .skip_while(|w| w.end <= on_disk)
             .collect();
         for w in cut {
-            if let Some((tid, counts)) = w.events {
+            if let Some((tid, counts, markers)) = w.events {
                 self.totals.events -= counts.events;
                 self.totals.lost -= counts.lost;
-                self.drop_events(tid, counts);
+                self.drop_events(tid, counts, markers);
             }
         }
         let (Some(keep), Ok(mut clone)) = (keep, self.writer.get_mut().get_ref().try_clone())
@@ -205,7 +217,7 @@ impl State {
         let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-        self.write_events(tid, counts, &p[range]);
+        self.write_events(tid, counts, recs.len() as u64, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -221,12 +233,19 @@ impl State {
             live.on_chunk(c.tid, c.seq, records);
         }
         let records = &records[(c.skip as usize).min(records.len())..];
+        let dumped = records.is_empty();
+        let mut filter = self.filter.take();
+        let records = match &mut filter {
+            Some(f) => self.select(rt, f, c.tid, records),
+            None => records,
+        };
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
-        if records.is_empty() {
-            // Everything was written by a flight-mode dump already.
+        if dumped {
+            // Everything was written by a flight-mode dump already. (A chunk the filters emptied is
+            // written: its number keeps the thread's sequence without a gap.)
         } else if rt.config.mode == Mode::Flight {
             self.totals.events += counts.events;
             self.totals.lost += counts.lost;
@@ -244,11 +263,30 @@ impl State {
                 }
             }
         } else if self.failed.is_some() {
-            self.drop_events(c.tid, counts);
+            self.drop_events(c.tid, counts, markers(records));
         } else {
-            self.write_events(c.tid, counts, &scratch[range]);
+            self.write_events(c.tid, counts, markers(records), &scratch[range]);
         }
         self.scratch = scratch;
+        self.filter = filter;
+    }
+
+    /// What `filter` keeps of thread `tid`'s `records`.
+    fn select<'f>(
+        &mut self,
+        rt: &Runtime,
+        filter: &'f mut crate::buffers::filter::Filter,
+        tid: u32,
+        records: &[Record],
+    ) -> &'f [Record] {
+        let flags = &mut self.filter_flags;
+        filter.apply(tid, records, |id| {
+            if id as usize >= flags.len() {
+                // A function discovered since the last look (dlopen).
+                *flags = rt.function_filter_flags();
+            }
+            flags.get(id as usize).copied().unwrap_or(0)
+        })
     }
 
     /// Encodes one thread's records (see [`encode_events`]), following its calls on the way.
@@ -304,10 +342,16 @@ impl State {
     fn dump(&mut self, rt: &Runtime) {
         self.write_ring();
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut filter = self.filter.take();
         crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
+            let records = match &mut filter {
+                Some(f) => self.select(rt, f, tid, records),
+                None => records,
+            };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
-            self.write_events(tid, counts, &scratch[range]);
+            self.write_events(tid, counts, markers(records), &scratch[range]);
         });
+        self.filter = filter;
         self.scratch = scratch;
     }
 
@@ -382,6 +426,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         dropped_events: 0,
         live: rt.live.as_ref().map(crate::buffers::live::Printer::new),
         running: HashMap::new(),
+        filter: rt.config.filters_events().then(|| {
+            crate::buffers::filter::Filter::new(!rt.config.include.is_empty(), rt.config.max_depth)
+        }),
+        filter_flags: rt.function_filter_flags(),
     };
     let mut last_clock = Instant::now();
     loop {

@@ -486,6 +486,15 @@ impl Runtime {
         self.pid == std::process::id()
     }
 
+    /// Per function id, its `-F`/`-N` matches (`buffers::filter`), as discovered so far.
+    pub fn function_filter_flags(&self) -> Vec<u8> {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .filter_flags
+            .clone()
+    }
+
     /// The program's description as written at the head of the trace and by rescans since (modules,
     /// functions, tracepoints), and what discovery has seen: what a forked child's trace starts with.
     /// `None` if a thread of the parent was changing them when it forked.
