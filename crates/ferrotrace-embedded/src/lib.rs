@@ -38,10 +38,11 @@
 //!
 //! * a `#[panic_handler]` (or the crate's `panic-handler` feature, for C embedders of the `staticlib`,
 //!   built with `panic = "abort"`: it also defines `rust_eh_personality`);
-//! * `rust_eh_personality`, for a Rust embedder whose link keeps the unwind tables of the precompiled
-//!   `core` (built with `panic = "unwind"`, they name it even in a `panic = "abort"` program: a link
-//!   without `--gc-sections`, a debug build): `#[no_mangle] extern "C" fn rust_eh_personality() {}`,
-//!   never called;
+//! * `rust_eh_personality`, for a Rust embedder whose link pulls in parts of the precompiled `core`
+//!   whose unwind tables name it (`core` is built with `panic = "unwind"`, whatever the embedder's
+//!   `panic`): `#[no_mangle] extern "C" fn rust_eh_personality() {}`, never called. (testprogs/
+//!   freestanding, built with `-Cpanic=abort`, links without it, in release and debug builds, with
+//!   and without `--gc-sections`; a kernel's own link may not);
 //! * the C functions `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen` where the target's
 //!   `compiler_builtins` does not define them (it defines the memory functions on `-none` targets; on
 //!   `x86_64-unknown-linux-gnu` a freestanding program defines them, as testprogs/freestanding
