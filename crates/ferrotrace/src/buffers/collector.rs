@@ -236,7 +236,14 @@ impl State {
         let dumped = records.is_empty();
         let mut filter = self.filter.take();
         let records = match &mut filter {
-            Some(f) => self.select(rt, f, c.tid, records),
+            Some(f) => {
+                if c.seq == 0 {
+                    // A thread's first chunk: its tid may be an ended thread's, whose frames are not
+                    // this thread's.
+                    f.thread_started(c.tid);
+                }
+                self.select(rt, f, c.tid, records)
+            }
             None => records,
         };
         let mut scratch = std::mem::take(&mut self.scratch);
@@ -345,7 +352,12 @@ impl State {
         let mut filter = self.filter.take();
         crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
             let records = match &mut filter {
-                Some(f) => self.select(rt, f, tid, records),
+                Some(f) => {
+                    if seq == 0 {
+                        f.thread_started(tid);
+                    }
+                    self.select(rt, f, tid, records)
+                }
                 None => records,
             };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);

@@ -52,6 +52,11 @@ impl Filter {
         }
     }
 
+    /// A thread starts with its chunk number 0: forgets what an ended thread of the same tid left.
+    pub fn thread_started(&mut self, tid: u32) {
+        self.threads.remove(&tid);
+    }
+
     /// The records of thread `tid`'s next chunk that the filters keep, payload slots with their
     /// record. `flags(id)` gives a function's `INCLUDE`/`EXCLUDE` flags.
     pub fn apply(
@@ -186,6 +191,18 @@ mod tests {
             run(true, None, &[(X, INCLUDE), (Y, EXCLUDE)], CALLS),
             vec![(E, X), (R, X)]
         );
+    }
+
+    #[test]
+    fn a_new_thread_of_an_old_tid_starts_outside_the_filter() {
+        let mut f = Filter::new(true, None);
+        let flags = |id| if id == X { INCLUDE } else { 0 };
+        // The old thread ends inside X (its exit never recorded).
+        let old = [Record::new(1, E, X)];
+        assert_eq!(f.apply(7, &old, flags).len(), 1);
+        f.thread_started(7);
+        let new = [Record::new(2, E, Y), Record::new(3, R, Y)];
+        assert!(f.apply(7, &new, flags).is_empty(), "Y is not inside X");
     }
 
     #[test]
