@@ -543,4 +543,50 @@ fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
             "{name} is not a helper's address in nm:\n{nm}"
         );
     }
+    // Issue 20 item 17: `-F`/`-N` select one copy by `name@0xADDR` (the address its name shows), in
+    // `record` as in `replay`; the plain name selects both.
+    let b_copy = helpers[1]
+        .0
+        .replace(" [@", "@")
+        .trim_end_matches(']')
+        .to_string();
+    let helper_calls = |trace: &Path| {
+        let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
+        let mut n = 0;
+        for &tid in t.threads.keys() {
+            for e in t.thread_events(tid).unwrap() {
+                let e = e.unwrap();
+                if e.kind == ferrotrace_analysis::reader::EventKind::Entry
+                    && t.function_name(e.id) == "helper"
+                {
+                    n += 1;
+                }
+            }
+        }
+        n
+    };
+    let replayed = |opts: &[&str]| {
+        ok(ft(&[&["replay", "-i", p(&trace)], opts].concat()))
+            .lines()
+            .filter(|l| l.contains("helper"))
+            .count()
+    };
+    let one = format!("^{b_copy}$");
+    for (opts, calls) in [
+        (vec!["-F", one.as_str()], 5),
+        (vec!["-N", one.as_str()], 3),
+        (vec!["-F", "^helper$"], 8),
+    ] {
+        let d = dir.join("sel");
+        std::fs::create_dir_all(&d).unwrap();
+        let (out, t) = record(&d, &opts, &exe, &["3", "5"]);
+        assert!(out.status.success(), "{opts:?}: {}", text(&out.stderr));
+        assert!(
+            !text(&out.stderr).contains("matched no"),
+            "{}",
+            text(&out.stderr)
+        );
+        assert_eq!(helper_calls(&t), calls, "record {opts:?}");
+        assert_eq!(replayed(&opts), calls, "replay {opts:?}");
+    }
 }

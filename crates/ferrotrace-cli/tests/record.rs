@@ -25,22 +25,104 @@ fn filters_include_and_exclude_exactly_what_they_name() {
     let (out, trace) = record(&dir, &["-F", "^fib::fib$"], &fib, &["15"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
-    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
-    assert_eq!(names, vec!["fib::fib".to_string()]);
     let calls = program_calls(&out.stdout);
+    // fib calls nothing else: its subtree is itself.
+    assert_eq!(entries_by_name(&t), vec![("fib::fib".to_string(), calls)]);
     assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls));
     assert_eq!(t.event_count(), 2 * calls, "nothing but fib");
 
     let (out, trace) = record(&dir, &["-N", "fib::fib"], &fib, &["15"]);
     assert!(out.status.success());
     let t = Trace::open(&trace).expect("open");
-    assert!(t.functions.values().all(|f| f.name() != "fib::fib"));
-    assert!(
-        t.functions.values().any(|f| f.name() == "fib::main"),
-        "others still traced"
-    );
+    assert!(entries_by_name(&t).iter().all(|(n, _)| n != "fib::fib"));
     assert_eq!(nested_counts(&t, "fib::fib"), (0, 0));
     assert_eq!(nested_counts(&t, "fib::main"), (1, 1));
+}
+
+/// Calls per function name in the trace (entries).
+fn entries_by_name(trace: &Trace) -> Vec<(String, u64)> {
+    let mut by: std::collections::BTreeMap<String, u64> = Default::default();
+    for &tid in trace.threads.keys() {
+        for e in trace.thread_events(tid).unwrap() {
+            let e = e.unwrap();
+            if e.kind == EventKind::Entry {
+                *by.entry(trace.function_name(e.id)).or_default() += 1;
+            }
+        }
+    }
+    by.into_iter().collect()
+}
+
+/// The call tree of a replay, without durations and thread ids.
+fn replay_tree(trace: &Path, opts: &[&str]) -> Vec<String> {
+    ok(ft(
+        &[&["replay", "-i", trace.to_str().unwrap()], opts].concat()
+    ))
+    .lines()
+    .filter_map(|l| l.split_once('|').map(|(_, f)| f.trim_end().to_string()))
+    .collect()
+}
+
+/// Issue 20 item 16: `record -F X -D N` kept X alone (its depth counted traced frames only) and
+/// `record -N X` dropped X alone, where `replay` and uftrace keep X's subtree down to N levels from
+/// the match and drop X's subtree. Each option now has uftrace's meaning in `record` as in `replay`:
+/// the same calls as uftrace's on the same C program (built with gcc -pg for it), and the same tree as
+/// `replay` with the options on an unfiltered trace.
+#[test]
+fn record_filters_mean_what_uftrace_and_replay_mean() {
+    let dir = scratch("filter_meaning");
+    // Without tail calls: a tail call leaves its caller before the callee enters (XRay's TailExit),
+    // which uftrace's gcc -pg build would not show the same way.
+    let ours = clang_xray(&dir, "filtertree", &["-fno-optimize-sibling-calls"]);
+    let theirs = build_c(
+        &dir,
+        "gcc",
+        "filtertree.c",
+        "filtertree-pg",
+        &["-O2", "-pg", "-fno-optimize-sibling-calls"],
+    );
+    let all = dir.join("all.data");
+    let out = ferrotrace()
+        .args(["record", "-o"])
+        .arg(&all)
+        .arg("--")
+        .arg(&ours)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for opts in [
+        &["-F", "^insert$", "-D", "2"][..],
+        &["-F", "^insert$"],
+        &["-F", "^codegen$", "-D", "1"],
+        &["-N", "^codegen$"],
+        &["-F", "^insert$", "-N", "^skipme$"],
+        &["-F", "^run$", "-D", "2"],
+    ] {
+        let (out, trace) = record(&dir, opts, &ours, &[]);
+        assert!(out.status.success(), "{opts:?}: {}", text(&out.stderr));
+        let t = Trace::open(&trace).unwrap();
+        let ud = dir.join("uftrace.data");
+        let _ = std::fs::remove_dir_all(&ud);
+        let rec = std::process::Command::new("uftrace")
+            .args(["record", "--no-libcall"])
+            .args(opts)
+            .arg("-d")
+            .arg(&ud)
+            .arg(&theirs)
+            .output()
+            .expect("uftrace installed");
+        assert!(
+            rec.status.success(),
+            "uftrace {opts:?}: {}",
+            text(&rec.stderr)
+        );
+        assert_eq!(entries_by_name(&t), uftrace_report_calls(&ud), "{opts:?}");
+        assert_eq!(
+            replay_tree(&trace, &[]),
+            replay_tree(&all, opts),
+            "{opts:?}"
+        );
+    }
 }
 
 /// Builds `testprogs/c/NAME.c` into `dir` with clang-16, XRay sleds in every function, and `flags`.
@@ -307,7 +389,101 @@ fn drop_mode_counts_every_lost_event_exactly() {
     let out = record_losing_events(&trace);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
-    let t = Trace::open(&trace).expect("open");
+    let count = |trace: &Path| {
+        let t = Trace::open(trace).expect("open");
+        let mut recorded = 0;
+        let mut lost = 0;
+        for &tid in t.threads.keys() {
+            for e in t.thread_events(tid).unwrap() {
+                let e = e.unwrap();
+                match e.kind {
+                    EventKind::Lost => lost += e.id as u64,
+                    EventKind::Entry | EventKind::Exit | EventKind::TailExit => recorded += 1,
+                    _ => {}
+                }
+            }
+        }
+        (recorded, lost)
+    };
+    let (recorded, lost) = count(&trace);
+    assert!(lost > 0, "the tiny buffer lost events");
+    // Every function is traced (a -F would select subtrees, which losses make uncertain): the calls
+    // other than fib's are those of a lossless run.
+    let (out, full) = record(&dir, &[], &testprog("fib"), &["24"]);
+    assert!(out.status.success());
+    let (all, none) = count(&full);
+    assert_eq!(none, 0);
+    let others = all - 2 * program_calls(&out.stdout);
+    assert_eq!(
+        recorded + lost,
+        2 * calls + others,
+        "recorded {recorded} + lost {lost}"
+    );
+}
+
+/// Issue 20 item 9: the disk fills while the program's (and ferrotrace's) stderr cannot be written
+/// either. The collector used to panic on its `eprintln!` of the write error and leave the program
+/// waiting forever in lossless mode for a chunk nobody freed. Now the collector drops the rest (every
+/// chunk freed, its events counted as lost), the file ends with End saying the error, and record
+/// exits with the program's status.
+#[test]
+fn a_full_disk_and_unwritable_stderr_release_the_program_and_the_trace_says_so() {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let dir = scratch("fulldisk");
+    let disk = dir.join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1M", "none"])
+        .arg(&disk)
+        .status()
+        .expect("run mount");
+    assert!(
+        mounted.success(),
+        "this test mounts a 1 MiB tmpfs (as root)"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&disk);
+    let trace = disk.join("x.data");
+    let full = std::fs::OpenOptions::new()
+        .write(true)
+        .open("/dev/full")
+        .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_ferrotrace"))
+        .env(ferrotrace_core::env::PRELOAD, preload())
+        .args(["record", "-F", "^fib::fib$", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("27")
+        .stdout(Stdio::piped())
+        .stderr(full)
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("record never ended (the program waits for a buffer nobody frees)");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut stdout = Vec::new();
+    std::io::Read::read_to_end(&mut child.stdout.take().unwrap(), &mut stdout).unwrap();
+    assert!(status.success(), "the program's status: {status}");
+    let calls = program_calls(&stdout);
+    let t = Trace::open(&trace).expect("what was written reads");
+    let end = t.end.expect("the trace ends with End");
+    assert_eq!(end.write_errno, 28, "End says ENOSPC");
     let mut recorded = 0;
     let mut lost = 0;
     for &tid in t.threads.keys() {
@@ -320,11 +496,36 @@ fn drop_mode_counts_every_lost_event_exactly() {
             }
         }
     }
-    assert!(lost > 0, "the tiny buffer lost events");
+    assert!(recorded > 0 && lost > 0, "recorded {recorded}, lost {lost}");
     assert_eq!(
         recorded + lost,
         2 * calls,
         "recorded {recorded} + lost {lost}"
+    );
+    assert_eq!(lost, end.lost);
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.contains("write error  : No space left on device"),
+        "{info}"
+    );
+    // Record's own line, with a stderr that works (the trace closed first: its space comes back).
+    drop(t);
+    std::fs::remove_file(&trace).unwrap();
+    let out = ferrotrace()
+        .args(["record", "-F", "^fib::fib$", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("27")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = text(&out.stderr);
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("ferrotrace: error: writing")
+                && l.contains("No space left on device")),
+        "{err}"
     );
 }
 

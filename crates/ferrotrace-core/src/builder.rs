@@ -368,6 +368,7 @@ impl<W: Write> TraceBuilder<W> {
             dropped_events: 0,
             exit_code: Some(0),
             unwind_errors: 0,
+            write_errno: 0,
         };
         self.w.write(&end)?;
         self.w.flush()?;

@@ -53,6 +53,15 @@ impl NamePattern {
         }
     }
 
+    /// True when the pattern matches the function named `name` at link-time address `link_addr`
+    /// (as `nm` shows it): its name, or, for a pattern with an `@`, its selector `name@0xADDR`
+    /// ([`selector`]), which picks one of several functions of one name (a C `static` function in
+    /// two files, shown as `name [@0xADDR]`). The one rule of `record` and `replay`.
+    pub fn matches_function(&self, name: &str, link_addr: u64) -> bool {
+        self.is_match(name)
+            || (self.as_str().contains('@') && self.is_match(&selector(name, link_addr)))
+    }
+
     /// True when the pattern matches (somewhere in) `name`.
     pub fn is_match(&self, name: &str) -> bool {
         match self {
@@ -67,9 +76,27 @@ impl NamePattern {
     }
 }
 
+/// What `-F`/`-N` match besides a function's name: `name@0xADDR`, its link-time address in hex as
+/// `nm` shows it (`helper@0x1140`).
+pub fn selector(name: &str, link_addr: u64) -> String {
+    format!("{name}@{link_addr:#x}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pattern_with_an_address_selects_one_function_of_a_name() {
+        let one = NamePattern::new("^helper@0x1140$").unwrap();
+        assert!(one.matches_function("helper", 0x1140));
+        assert!(!one.matches_function("helper", 0x2150));
+        let both = NamePattern::new("^helper$").unwrap();
+        assert!(both.matches_function("helper", 0x1140) && both.matches_function("helper", 0x2150));
+        assert!(NamePattern::new("helper@")
+            .unwrap()
+            .matches_function("helper", 1));
+    }
 
     #[test]
     fn name_patterns_match_exactly_what_their_regex_matches() {

@@ -411,6 +411,10 @@ pub struct End {
     pub exit_code: Option<i32>,
     /// Stacks whose unwinding stopped early (samples, allocations).
     pub unwind_errors: u64,
+    /// The OS error (errno) that stopped the writer, 0 for none: after it the recorder dropped what
+    /// it recorded, counted in `lost`, and this chunk is its final attempt at the file (trailing,
+    /// default 0).
+    pub write_errno: u32,
 }
 
 impl<'a> Payload<'a> for End {
@@ -425,7 +429,11 @@ impl<'a> Payload<'a> for End {
         put_varint(s, self.dropped_chunks)?;
         put_varint(s, self.dropped_events)?;
         put_varint(s, self.exit_code.map_or(0, |c| c as u32 as u64 + 1))?;
-        put_varint(s, self.unwind_errors)
+        put_varint(s, self.unwind_errors)?;
+        if self.write_errno != 0 {
+            put_varint(s, self.write_errno as u64)?;
+        }
+        Ok(())
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -448,6 +456,7 @@ impl<'a> Payload<'a> for End {
                 c => Some(u32::try_from(c - 1).map_err(|_| DecodeError::BadValue)? as i32),
             },
             unwind_errors: f.varint()?,
+            write_errno: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
         })
     }
 }
@@ -852,6 +861,7 @@ mod tests {
                 dropped_events: 40,
                 exit_code: Some(-1),
                 unwind_errors: 1,
+                write_errno: 28,
             },
             &mut Vec::new(),
         );

@@ -34,14 +34,35 @@
 //! address is the hooks' callback call site is not traced, so a callback must not call other
 //! instrumented functions (or those are traced, and recurse).
 //!
-//! What the embedder must supply at link time: a `#[panic_handler]` (or the crate's `panic-handler`
-//! feature, for C embedders of the `staticlib`, built with `panic = "abort"`: it also defines the
-//! `rust_eh_personality` that the precompiled `core` refers to), and the C memory functions `memcpy`,
-//! `memmove`, `memset`, `memcmp` and `bcmp` where the target's `compiler_builtins` does not define them
-//! (it does on `-none` targets; on `x86_64-unknown-linux-gnu` a freestanding program defines them, as
-//! testprogs/freestanding does). Nothing else (tested with the `staticlib`'s symbol table). At run time, in `%fs`/`%gs` mode,
-//! every thread that runs instrumented code while tracing must have that register pointing at memory
-//! whose word at the offset is 0 (not traced) or its slot ([`Tracer::register_thread`]).
+//! What the embedder must supply at link time:
+//!
+//! * a `#[panic_handler]` (or the crate's `panic-handler` feature, for C embedders of the `staticlib`,
+//!   built with `panic = "abort"`: it also defines `rust_eh_personality`);
+//! * `rust_eh_personality`, for a Rust embedder whose link pulls in parts of the precompiled `core`
+//!   whose unwind tables name it (`core` is built with `panic = "unwind"`, whatever the embedder's
+//!   `panic`): `#[no_mangle] extern "C" fn rust_eh_personality() {}`, never called. (testprogs/
+//!   freestanding, built with `-Cpanic=abort`, links without it, in release and debug builds, with
+//!   and without `--gc-sections`; a kernel's own link may not);
+//! * the C functions `memcpy`, `memmove`, `memset`, `memcmp`, `bcmp` and `strlen` where the target's
+//!   `compiler_builtins` does not define them (it defines the memory functions on `-none` targets; on
+//!   `x86_64-unknown-linux-gnu` a freestanding program defines them, as testprogs/freestanding
+//!   does). LLVM emits calls to them for copies, fills, comparisons and loops that look for a NUL byte,
+//!   in this crate's code as in the embedder's, so the linker may report a missing `strlen` at this
+//!   crate's `lib.rs:0`: a call LLVM made, not one in the source.
+//!
+//! Nothing else (tested with the `staticlib`'s symbol table, which may hold only these). At run time,
+//! in `%fs`/`%gs` mode, every thread that runs instrumented code while tracing must have that register
+//! pointing at memory whose word at the offset is 0 (not traced) or its own slot
+//! ([`Tracer::register_thread`]): a thread made by `clone` with its parent's base writes into its
+//! parent's slot until it sets its own ([`Threads::fs`]). Three more things an embedder meets:
+//!
+//! * in `%fs`/`%gs` mode the function that calls [`Tracer::register_thread`] (and those it runs in) is
+//!   not traced: its entry came before the thread had a slot (with [`Threads::from_fn`] it is);
+//! * per CPU ([`Threads::gs`]), a traced call that migrates to another CPU, or is switched out while
+//!   another task makes traced calls on its CPU, returns through a shadow stack that does not hold its
+//!   frame and ends in `ud2`: trace with preemption off, or per task;
+//! * the [`Threads`] constructors take how to find the current slot first, then the number of slots:
+//!   `fs(offset, n)`, `gs(offset, n)`, `from_fn(current, n)`.
 //!
 //! ```no_run
 //! use ferrotrace_embedded::{init, Clock, Threads};
@@ -224,6 +245,13 @@ impl Threads {
     /// [`Tracer::register_thread`] writes the calling thread's word; the hooks read it on every event
     /// and write through the address it holds. (In a glibc process `%fs:8` is the DTV pointer, not
     /// such a word: a Rust `thread_local!`'s offset from `%fs:0` is one, as `hosted` uses.)
+    ///
+    /// A thread made by `clone` without `CLONE_SETTLS` runs with its parent's `%fs` base: until it
+    /// sets its own, its events go into its parent's slot, interleaved with the parent's (and its
+    /// returns pop the parent's shadow stack). Give it its own base before it runs instrumented code,
+    /// as testprogs/freestanding does (`clone` with `CLONE_SETTLS`, or `arch_prctl(ARCH_SET_FS)` first
+    /// thing, from uninstrumented code). [`Tracer::register_thread`] refuses a thread whose word
+    /// already holds a slot ([`RegisterError::Bound`]), which is what such a thread would find.
     pub const unsafe fn fs(offset: isize, count: usize) -> Threads {
         Threads::Fs { offset, count }
     }
@@ -234,17 +262,25 @@ impl Threads {
     /// As for [`Threads::fs`], for `%gs`: on every CPU (or thread) that runs instrumented code or calls
     /// [`Tracer::register_thread`], the 8 bytes at `%gs:offset` are mapped, writable, reserved for the
     /// tracer and 0 until it registers.
+    ///
+    /// Per CPU, a traced call must end on the CPU it began on, not interleaved with another task's
+    /// calls on that CPU: its return goes through the shadow stack of the slot `%gs` finds *then*, and
+    /// a return whose frame that stack does not hold ends in `ud2` (#UD), since the real return
+    /// address is lost. So trace with preemption and migration off (interrupt handlers, which return
+    /// before the task resumes, are fine), or use [`Threads::fs`] per task, or [`Threads::from_fn`]
+    /// with a task index.
     pub const unsafe fn gs(offset: isize, count: usize) -> Threads {
         Threads::Gs { offset, count }
     }
 
-    /// `count` slots, the current one's index from `current`.
+    /// `count` slots, the current one's index from `current`. (The arguments in the order of
+    /// [`Threads::fs`]'s: how to find the current slot, then how many there are.)
     ///
     /// # Safety
     /// `current` never gives two threads (or CPUs) that may run at the same time the same index below
     /// `count`: the slot at an index is written by whoever runs with it, without a lock. It must not
     /// panic or unwind (it is called from the hooks' assembly).
-    pub const unsafe fn from_fn(count: usize, current: extern "C" fn() -> usize) -> Threads {
+    pub const unsafe fn from_fn(current: extern "C" fn() -> usize, count: usize) -> Threads {
         Threads::Fn { current, count }
     }
 
@@ -318,6 +354,10 @@ pub enum RegisterError {
     /// The slot was registered already: two threads registering one index would share its shadow
     /// stack and records.
     Taken,
+    /// `%fs`/`%gs` mode: the calling thread's word already holds a slot. It registered already, or it
+    /// runs with another thread's `%fs`/`%gs` base (a `clone` that kept its parent's), whose word this
+    /// registration would overwrite ([`Threads::fs`]).
+    Bound,
 }
 
 impl core::fmt::Display for RegisterError {
@@ -325,6 +365,9 @@ impl core::fmt::Display for RegisterError {
         match self {
             RegisterError::OutOfRange => f.write_str("no slot of that index"),
             RegisterError::Taken => f.write_str("the slot is registered already"),
+            RegisterError::Bound => f.write_str(
+                "this thread's %fs/%gs word holds a slot already (registered, or another thread's base)",
+            ),
         }
     }
 }
@@ -447,20 +490,43 @@ impl Tracer {
     /// and `name`. In `%fs`/`%gs` mode it also binds the calling thread (or CPU) to the slot: its
     /// `%fs:offset` (`%gs:offset`) gets the slot's address (the word [`Threads::fs`]'s contract
     /// reserves). Each index is registered once: a second registration is refused
-    /// ([`RegisterError::Taken`]), as is an index out of range. Inlined, so that an instrumented
+    /// ([`RegisterError::Taken`]), as is an index out of range, and in `%fs`/`%gs` mode a thread
+    /// whose word holds a slot already ([`RegisterError::Bound`]). Inlined, so that an instrumented
     /// build does not trace it.
+    ///
+    /// In `%fs`/`%gs` mode the function that calls it is not traced, nor are the functions it is
+    /// running in: their entries came before the thread had a slot (with [`Threads::from_fn`], where
+    /// the slot is the callback's answer, not a word this call writes, they are). Register from a
+    /// thread's entry function and do the work in a function it calls.
     #[inline(always)]
     pub fn register_thread(&self, index: usize, tid: u32, name: &str) -> Result<(), RegisterError> {
         let Some(h) = slot_header(index) else {
             return Err(RegisterError::OutOfRange);
         };
+        let offset = HOT.tls_offset.load(Ordering::Relaxed);
+        let bound: u64;
+        match HOT.threads.load(Ordering::Relaxed) {
+            // SAFETY: the contract of `Threads::fs`: the word at the offset is mapped and the tracer's.
+            0 => unsafe {
+                core::arch::asm!("mov {v}, qword ptr fs:[{o}]", o = in(reg) offset, v = out(reg) bound)
+            },
+            // SAFETY: as above, for %gs (`Threads::gs`).
+            1 => unsafe {
+                core::arch::asm!("mov {v}, qword ptr gs:[{o}]", o = in(reg) offset, v = out(reg) bound)
+            },
+            _ => bound = 0,
+        }
+        // A slot's address; 0 is "not traced", and 1 "being bound" (the hosted front end's marker
+        // while its hooks call the binding code that registers).
+        if bound > 1 {
+            return Err(RegisterError::Bound);
+        }
         if !h.claim() {
             return Err(RegisterError::Taken);
         }
         h.tid.store(tid as u64, Ordering::Relaxed);
         h.set_name(name);
         let at = h as *const slot::Header as u64;
-        let offset = HOT.tls_offset.load(Ordering::Relaxed);
         match HOT.threads.load(Ordering::Relaxed) {
             // SAFETY: the contract of `Threads::fs`, the only way to this mode: the word at the offset
             // is the thread's own, mapped and reserved for the tracer.

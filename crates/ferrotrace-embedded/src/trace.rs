@@ -254,6 +254,7 @@ pub(crate) fn write<E>(
             dropped_events: dropped,
             exit_code: None,
             unwind_errors: 0,
+            write_errno: 0,
         },
     )
 }

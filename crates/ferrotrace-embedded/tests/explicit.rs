@@ -37,7 +37,7 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
         common::memory(2, 100, 8),
         Clock::ns(clock),
         // SAFETY: `current` gives each of the test's threads its own index.
-        unsafe { Threads::from_fn(2, current) },
+        unsafe { Threads::from_fn(current, 2) },
         options,
     )
     .expect("set up");

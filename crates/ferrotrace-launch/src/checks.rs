@@ -7,7 +7,6 @@ use std::path::Path;
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::pattern::NamePattern;
-use ferrotrace_core::schema::source as instrumentation;
 use ferrotrace_core::size::{self, SizeOption};
 
 use crate::start::Program;
@@ -81,10 +80,6 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
     if facts.instrumentation == 0 && !records_tracepoints && spec.alloc.is_none() {
         return Err(LaunchError::NotInstrumented(path.clone()));
     }
-    let hooked = instrumentation::MCOUNT | instrumentation::FENTRY | instrumentation::PATCHABLE_NOP;
-    if spec.depth.is_some() && facts.instrumentation & hooked == 0 {
-        return Err(LaunchError::DepthWithoutMcount(path.clone()));
-    }
     if let Some(d) = spec.depth.filter(|&d| !size::depth_is_valid(d as usize)) {
         return Err(LaunchError::BadOption(format!(
             "--depth {d}: the depth is a number of frames from 1 to {}",
@@ -120,7 +115,12 @@ pub fn unmatched_filters(trace: &Trace, filters: &[String], program: &Path) -> V
         let Ok(re) = NamePattern::new(pattern) else {
             continue; // checked before the run
         };
-        if trace.functions.values().any(|f| re.is_match(f.name())) {
+        if trace
+            .functions
+            .keys()
+            .filter_map(|&id| trace.filter_name(id))
+            .any(|(name, addr)| re.matches_function(name, addr))
+        {
             continue;
         }
         let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))

@@ -42,8 +42,6 @@ pub enum LaunchError {
     NotInstrumented(PathBuf),
     /// `--trace` was given for a program without tracepoints.
     NoTracepoints(PathBuf),
-    /// `-D` was given for a program without mcount or fentry calls.
-    DepthWithoutMcount(PathBuf),
     /// An option's value is wrong (`--depth 0`, a bad size, a bad regex): the message says which.
     BadOption(String),
     /// A system call needed before the program starts failed.
@@ -118,13 +116,6 @@ impl fmt::Display for LaunchError {
                 f,
                 "{} has no ferrotrace tracepoints (declare them with ferrotrace::tracepoint!), so \
                  --trace selects nothing",
-                p.display()
-            ),
-            LaunchError::DepthWithoutMcount(p) => write!(
-                f,
-                "--depth limits the nesting depth of mcount and fentry tracing (its shadow stack), and \
-                 {} has no mcount or __fentry__ calls: select XRay functions with -F/-N, or limit the \
-                 depth shown with `ferrotrace replay -D`",
                 p.display()
             ),
             LaunchError::BadOption(m) | LaunchError::Build(m) => f.write_str(m),

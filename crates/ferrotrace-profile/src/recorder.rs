@@ -1053,6 +1053,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         dropped_events: 0,
         exit_code,
         unwind_errors: st.unwind_errors,
+        write_errno: 0,
     })
     .map_err(io_err)?;
     let mut warnings = Vec::new();

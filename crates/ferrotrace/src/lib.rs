@@ -48,6 +48,7 @@
 //! }
 //! ```
 #![warn(missing_docs)]
+#![deny(clippy::print_stderr)]
 
 // What users see is the macros ([`tracepoint!`], [`trace!`]), `tracepoints::{enable, disable}` (the
 // public re-export of `recorders::tracepoint::control`), `is_recording`, `finish`, `rescan` and
@@ -57,6 +58,24 @@
 // because both builds use the first and the second replaces the rooms.
 
 mod arg;
+
+/// The runtime's one way to tell the user something: a line on stderr whose write errors are ignored.
+/// `eprintln!` panics when stderr cannot be written (`2>/dev/full`, a closed pipe), and a collector
+/// thread that panics leaves the program waiting forever for the buffers it would have freed
+/// (`clippy::print_stderr` is denied in this crate so that no other way comes back).
+#[cfg(ferrotrace_runtime)]
+macro_rules! say {
+    ($($arg:tt)*) => {
+        $crate::say_line(format_args!($($arg)*))
+    };
+}
+
+/// [`say!`]'s line, written whole or not at all as far as we care.
+#[cfg(ferrotrace_runtime)]
+fn say_line(args: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_fmt(format_args!("{args}\n"));
+}
 
 // The runtime's rooms exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]

@@ -318,7 +318,7 @@ extern "C" fn main(sp: *const usize) -> ! {
         TSC_HZ.store(hz, Ordering::Relaxed);
         let (clock, threads) = if callbacks {
             // SAFETY: `current_index` gives the main thread 0 and the worker 1.
-            (Clock::ns(now_ns), unsafe { Threads::from_fn(2, current_index) })
+            (Clock::ns(now_ns), unsafe { Threads::from_fn(current_index, 2) })
         } else {
             // SAFETY: each thread's %fs block is this program's own `ThreadBlock`, whose word at
             // SLOT_OFFSET is reserved for the tracer and 0 until the thread registers.

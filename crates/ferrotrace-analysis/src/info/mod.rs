@@ -59,6 +59,9 @@ pub struct Summary {
     pub complete: bool,
     /// How the traced process ended ("exit" or "signal N").
     pub ended_by: String,
+    /// The error that stopped the recorder's writer (End's `write_errno`): what it recorded after it
+    /// was dropped and counted as lost.
+    pub write_error: Option<String>,
     /// Truncation: offset and reason.
     pub truncated: Option<(u64, String)>,
     /// Error met while decoding events (reading stopped there for that thread).
@@ -108,6 +111,10 @@ impl Summary {
                 ),
                 (None, None) => "unknown (no end record)".into(),
             },
+            write_error: trace
+                .end
+                .filter(|e| e.write_errno != 0)
+                .map(|e| std::io::Error::from_raw_os_error(e.write_errno as i32).to_string()),
             truncated: trace
                 .truncation
                 .as_ref()
@@ -167,6 +174,7 @@ impl Summary {
             "bytes_per_event": self.bytes_per_event(),
             "complete": self.complete,
             "ended_by": self.ended_by,
+            "write_error": self.write_error,
             "truncated": self.truncated.as_ref().map(|(o, r)| json!({"offset": o, "reason": r})),
             "decode_error": self.decode_error,
         })
@@ -189,6 +197,12 @@ impl Summary {
         let _ = writeln!(o, "recorded by  : {by}");
         let _ = writeln!(o, "duration     : {}", fmt_ns(self.duration_ns));
         let _ = writeln!(o, "ended by     : {}", self.ended_by);
+        if let Some(e) = &self.write_error {
+            let _ = writeln!(
+                o,
+                "write error  : {e} (what was recorded after it is counted as lost)"
+            );
+        }
         if self.has_functions {
             let _ = writeln!(o, "functions    : {} traced", self.functions);
         }

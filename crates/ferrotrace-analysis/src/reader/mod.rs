@@ -144,6 +144,19 @@ impl Trace {
             .fold(0u64, |a, t| a.saturating_add(t.events))
     }
 
+    /// Function `id`'s name (demangled, without what [`crate::names::Names`] adds to tell functions of
+    /// one name apart) and its link-time address (as `nm` shows it): what `-F`/`-N` match, as the
+    /// runtime matches them at record time (`ferrotrace_core::pattern::NamePattern::matches_function`).
+    pub fn filter_name(&self, id: u32) -> Option<(&str, u64)> {
+        let f = self.functions.get(&id)?;
+        let bias = self
+            .modules
+            .iter()
+            .find(|m| m.id == f.module)
+            .map_or(0, |m| m.bias);
+        Some((f.name(), f.addr.wrapping_sub(bias)))
+    }
+
     /// The display name of function `id`, or `fn#id` when the table lacks it.
     pub fn function_name(&self, id: u32) -> String {
         self.functions

@@ -507,10 +507,18 @@ impl Replayer<'_, '_> {
         if let Some(&f) = self.flags.cache.get(&id) {
             return f;
         }
-        let name = self.names.get(id);
+        // As `record` matches: the name, or `name@0xADDR` for a pattern with an `@` (one of several
+        // functions of one name, shown `name [@0xADDR]`).
+        let shown = self.names.get(id);
+        let (name, addr) = self.trace.filter_name(id).unwrap_or((&shown, 0));
+        let matches = |r: &Regex| {
+            r.is_match(name)
+                || (r.as_str().contains('@')
+                    && r.is_match(&ferrotrace_core::pattern::selector(name, addr)))
+        };
         let f = (
-            self.opts.filter.as_ref().is_some_and(|r| r.is_match(&name)),
-            self.opts.hide.as_ref().is_some_and(|r| r.is_match(&name)),
+            self.opts.filter.as_ref().is_some_and(matches),
+            self.opts.hide.as_ref().is_some_and(matches),
         );
         self.flags.cache.insert(id, f);
         f

@@ -32,10 +32,13 @@ pub struct RecordArgs {
     /// Trace file to write (processes the program starts write FILE.PID)
     #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
     pub output: PathBuf,
-    /// Trace only functions whose demangled name matches REGEX (repeatable)
+    /// Record only functions whose demangled name (or NAME@0xADDR, to pick one of several functions
+    /// of one name) matches REGEX and what they call, as replay -F and uftrace do (repeatable; every
+    /// function is still hooked: the trace is smaller, the program not faster)
     #[arg(short = 'F', long = "filter", value_name = "REGEX")]
     pub filter: Vec<String>,
-    /// Never trace functions whose demangled name matches REGEX (repeatable)
+    /// Leave out functions whose demangled name (or NAME@0xADDR) matches REGEX and what they call, as
+    /// replay -N and uftrace do (repeatable)
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
     /// Enable the tracepoints that GLOB selects (`vfs_*`, `mycrate::*`; repeatable)
@@ -47,7 +50,8 @@ pub struct RecordArgs {
     /// Buffer memory (lossless, drop) or flight-ring size, e.g. 64M
     #[arg(long, value_name = "SIZE")]
     pub buffer_size: Option<String>,
-    /// Trace mcount/fentry calls only down to this nesting depth (deeper calls are left out)
+    /// Record at most DEPTH levels of calls, counted from the -F match (from the thread's first traced
+    /// frame without -F), as replay -D and uftrace do
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     pub depth: Option<u32>,
     /// Bytes per thread chunk (power of two, at least 256)
@@ -234,6 +238,17 @@ fn report(
     program: &Path,
 ) {
     match trace {
+        Ok(t) if t.end.is_some_and(|e| e.write_errno != 0) => {
+            // The runtime could not write the trace (a full disk): it dropped the rest, counted it
+            // as lost, and ended the file with the error. One line, the program's status unchanged.
+            let (errno, lost) = t.end.map_or((0, 0), |e| (e.write_errno, e.lost));
+            say!(
+                "ferrotrace: error: writing {} failed ({}): {} events written, {lost} lost",
+                output.display(),
+                std::io::Error::from_raw_os_error(errno as i32),
+                t.event_count(),
+            );
+        }
         Ok(t) => {
             for warning in checks::unmatched_filters(&t, filters, program) {
                 say!("ferrotrace: warning: {warning}");

@@ -22,10 +22,10 @@ pub struct ReplayArgs {
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
     symbols: Option<PathBuf>,
-    /// Show only functions matching REGEX and what they call
+    /// Show only functions matching REGEX (their demangled name, or NAME@0xADDR) and what they call
     #[arg(short = 'F', long = "filter", value_name = "REGEX")]
     filter: Option<String>,
-    /// Hide functions matching REGEX and what they call
+    /// Hide functions matching REGEX (their demangled name, or NAME@0xADDR) and what they call
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     notrace: Option<String>,
     /// Show at most DEPTH levels (counted from the -F match, if any)

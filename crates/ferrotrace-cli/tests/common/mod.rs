@@ -569,7 +569,7 @@ pub fn record_losing_events(trace: &Path) -> Output {
             "--chunk-size",
             "4K",
         ])
-        .args(["-F", "^fib::fib$", "-o"])
+        .arg("-o")
         .arg(trace)
         .arg("--")
         .arg(testprog("fib"))

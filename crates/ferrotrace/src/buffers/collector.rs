@@ -30,7 +30,19 @@ struct State {
     /// size.
     ring: VecDeque<(Vec<u8>, u64)>,
     ring_bytes: usize,
-    failed: bool,
+    /// Set when writing failed (a full disk, an I/O error): the collector drops from then on (frees
+    /// every chunk, counts its events as lost in `dropped`), so that threads waiting for a free chunk
+    /// in lossless mode go on, and tries once more at the end to say so in the file (`End`'s
+    /// `write_errno`).
+    failed: Option<std::io::Error>,
+    /// While failed: the final attempt at the lost events and the End chunk is on.
+    retrying: bool,
+    /// Chunks handed to the writer since its last successful flush, in order: where each ends in the
+    /// file, the chunk number after it, and the thread and counts of an Events chunk. A failed write
+    /// cuts the file back to the last of them the disk holds whole.
+    unflushed: Vec<Written>,
+    /// Per thread, the events dropped since writing failed (and those cut off with the torn tail).
+    dropped: HashMap<u32, u64>,
     /// Totals of what went to the file (or the flight ring), for the End chunk.
     totals: Counts,
     /// Flight mode: chunks and events the ring dropped to keep the newest.
@@ -41,20 +53,136 @@ struct State {
     /// Per thread, the functions that were running when its tracing began, found as its chunks go by:
     /// written before End, so that a replay needs no pre-scan of the whole trace.
     running: HashMap<u32, RunningAtStart>,
+    /// `record -F`/`-N`/`-D`: what they keep of each thread's records, and the functions' flags.
+    filter: Option<crate::buffers::filter::Filter>,
+    filter_flags: Vec<u8>,
+}
+
+/// The Lost and Wait markers among `records`: what a dropped chunk holds besides the program's events.
+fn markers(records: &[Record]) -> u64 {
+    use ferrotrace_core::record::EventKind;
+    records
+        .iter()
+        .filter(|r| matches!(r.kind(), Some(EventKind::Lost | EventKind::Wait)))
+        .count() as u64
+}
+
+/// A chunk the writer took: see `State::unflushed`.
+#[derive(Clone, Copy)]
+struct Written {
+    end: u64,
+    next_seq: u32,
+    /// The thread, the chunk's counts and its Lost and Wait markers (events that are not the
+    /// program's, not counted when the chunk is dropped).
+    events: Option<(u32, Counts, u64)>,
 }
 
 impl State {
     fn write(&mut self, kind: ChunkKind, payload: &[u8]) {
-        if self.failed {
+        self.write_chunk(kind, payload, None);
+    }
+
+    /// Writes one thread's Events chunk and adds its counts to the totals, or counts its events as
+    /// dropped when writing failed.
+    fn write_events(&mut self, tid: u32, counts: Counts, markers: u64, payload: &[u8]) {
+        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts, markers)));
+    }
+
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts, u64)>) {
+        if self.failed.is_some() && !self.retrying {
+            if let Some((tid, counts, markers)) = events {
+                self.drop_events(tid, counts, markers);
+            }
             return;
         }
-        if let Err(e) = self.writer.chunk(kind, payload) {
-            eprintln!(
-                "ferrotrace: writing {} failed, trace ends here: {e}",
+        match self.writer.chunk(kind, payload) {
+            Ok(()) => {
+                if let Some((_, counts, _)) = events {
+                    self.totals.events += counts.events;
+                    self.totals.lost += counts.lost;
+                }
+                self.unflushed.push(Written {
+                    end: self.writer.bytes_written(),
+                    next_seq: self.writer.next_seq(),
+                    events,
+                });
+            }
+            Err(e) => {
+                if let Some((tid, counts, markers)) = events {
+                    self.drop_events(tid, counts, markers);
+                }
+                self.fail(e);
+            }
+        }
+    }
+
+    /// Counts a chunk's events as lost: its recorded events but its `markers` (Lost and Wait), and the
+    /// losses its Lost markers counted.
+    fn drop_events(&mut self, tid: u32, counts: Counts, markers: u64) {
+        *self.dropped.entry(tid).or_default() +=
+            counts.events.saturating_sub(markers) + counts.lost;
+    }
+
+    /// Writing failed: says so once (ignoring stderr's own errors: it may be the full disk too), cuts
+    /// the file back to the last chunk it holds whole, and drops from then on. In the final attempt
+    /// (`retrying`) a second failure only cuts the file back again.
+    fn fail(&mut self, e: std::io::Error) {
+        if self.failed.is_none() {
+            say!(
+                "ferrotrace: writing {} failed ({e}); dropping the rest of the trace, its events \
+                 counted as lost",
                 self.path.display()
             );
-            self.failed = true;
+            self.failed = Some(e);
         }
+        self.retrying = false;
+        self.cut_back();
+    }
+
+    /// Truncates the file after the last chunk the disk holds whole and continues the writer there,
+    /// its buffered bytes discarded; the Events chunks cut off are counted as dropped.
+    fn cut_back(&mut self) {
+        let on_disk = self
+            .writer
+            .get_mut()
+            .get_ref()
+            .metadata()
+            .map(|m| m.len())
+            .unwrap_or(0);
+        let keep = self
+            .unflushed
+            .iter()
+            .take_while(|w| w.end <= on_disk)
+            .last()
+            .copied();
+        let cut: Vec<Written> = self
+            .unflushed
+            .drain(..)
+            .skip_while(|w| w.end <= on_disk)
+            .collect();
+        for w in cut {
+            if let Some((tid, counts, markers)) = w.events {
+                self.totals.events -= counts.events;
+                self.totals.lost -= counts.lost;
+                self.drop_events(tid, counts, markers);
+            }
+        }
+        let (Some(keep), Ok(mut clone)) = (keep, self.writer.get_mut().get_ref().try_clone())
+        else {
+            // Not even the file header is whole, or no second descriptor: nothing more can go in.
+            self.unflushed.clear();
+            return;
+        };
+        use std::io::{Seek, SeekFrom};
+        if clone.set_len(keep.end).is_err() || clone.seek(SeekFrom::Start(keep.end)).is_err() {
+            return;
+        }
+        let resumed = TraceWriter::resume(BufWriter::new(clone), keep.end, keep.next_seq);
+        let old = std::mem::replace(&mut self.writer, resumed);
+        // Discards the bytes the old writer still buffers (dropping it would try to write them).
+        let (file, _unwritten) = old.into_inner().into_parts();
+        drop(file);
+        self.unflushed.push(keep);
     }
 
     fn meta(&mut self, rt: &Runtime) {
@@ -89,9 +217,7 @@ impl State {
         let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-        self.totals.events += counts.events;
-        self.totals.lost += counts.lost;
-        self.write(ChunkKind::Events, &p[range]);
+        self.write_events(tid, counts, recs.len() as u64, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -107,15 +233,29 @@ impl State {
             live.on_chunk(c.tid, c.seq, records);
         }
         let records = &records[(c.skip as usize).min(records.len())..];
+        let dumped = records.is_empty();
+        let mut filter = self.filter.take();
+        let records = match &mut filter {
+            Some(f) => {
+                if c.seq == 0 {
+                    // A thread's first chunk: its tid may be an ended thread's, whose frames are not
+                    // this thread's.
+                    f.thread_started(c.tid);
+                }
+                self.select(rt, f, c.tid, records)
+            }
+            None => records,
+        };
         let mut scratch = std::mem::take(&mut self.scratch);
         let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
-        self.totals.events += counts.events;
-        self.totals.lost += counts.lost;
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
-        if records.is_empty() {
-            // Everything was written by a flight-mode dump already.
+        if dumped {
+            // Everything was written by a flight-mode dump already. (A chunk the filters emptied is
+            // written: its number keeps the thread's sequence without a gap.)
         } else if rt.config.mode == Mode::Flight {
+            self.totals.events += counts.events;
+            self.totals.lost += counts.lost;
             self.ring_bytes += range.len();
             self.ring
                 .push_back((scratch[range].to_vec(), counts.events));
@@ -129,10 +269,31 @@ impl State {
                     None => break,
                 }
             }
+        } else if self.failed.is_some() {
+            self.drop_events(c.tid, counts, markers(records));
         } else {
-            self.write(ChunkKind::Events, &scratch[range]);
+            self.write_events(c.tid, counts, markers(records), &scratch[range]);
         }
         self.scratch = scratch;
+        self.filter = filter;
+    }
+
+    /// What `filter` keeps of thread `tid`'s `records`.
+    fn select<'f>(
+        &mut self,
+        rt: &Runtime,
+        filter: &'f mut crate::buffers::filter::Filter,
+        tid: u32,
+        records: &[Record],
+    ) -> &'f [Record] {
+        let flags = &mut self.filter_flags;
+        filter.apply(tid, records, |id| {
+            if id as usize >= flags.len() {
+                // A function discovered since the last look (dlopen).
+                *flags = rt.function_filter_flags();
+            }
+            flags.get(id as usize).copied().unwrap_or(0)
+        })
     }
 
     /// Encodes one thread's records (see [`encode_events`]), following its calls on the way.
@@ -188,12 +349,21 @@ impl State {
     fn dump(&mut self, rt: &Runtime) {
         self.write_ring();
         let mut scratch = std::mem::take(&mut self.scratch);
+        let mut filter = self.filter.take();
         crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
+            let records = match &mut filter {
+                Some(f) => {
+                    if seq == 0 {
+                        f.thread_started(tid);
+                    }
+                    self.select(rt, f, tid, records)
+                }
+                None => records,
+            };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
-            self.totals.events += counts.events;
-            self.totals.lost += counts.lost;
-            self.write(ChunkKind::Events, &scratch[range]);
+            self.write_events(tid, counts, markers(records), &scratch[range]);
         });
+        self.filter = filter;
         self.scratch = scratch;
     }
 
@@ -215,11 +385,18 @@ impl State {
     }
 
     fn flush(&mut self) {
-        if !self.failed {
-            if let Err(e) = self.writer.flush() {
-                eprintln!("ferrotrace: writing {} failed: {e}", self.path.display());
-                self.failed = true;
+        if self.failed.is_some() && !self.retrying {
+            return;
+        }
+        match self.writer.flush() {
+            Ok(()) => {
+                // Everything is in the file: the last chunk is where a later failure cuts back to.
+                let last = self.unflushed.pop();
+                self.unflushed.clear();
+                self.unflushed
+                    .extend(last.map(|w| Written { events: None, ..w }));
             }
+            Err(e) => self.fail(e),
         }
     }
 }
@@ -232,6 +409,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     }
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
+    let head = (writer.bytes_written(), writer.next_seq());
     let mut st = State {
         writer,
         path,
@@ -239,12 +417,31 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         encoded: Vec::with_capacity(rt.pool.count()),
         ring: VecDeque::new(),
         ring_bytes: 0,
-        failed: false,
+        failed: None,
+        retrying: false,
+        // The file header, then the head start-up wrote: where a failure cuts back to at first.
+        unflushed: vec![
+            Written {
+                end: ferrotrace_core::format::FILE_HEADER_LEN as u64,
+                next_seq: 0,
+                events: None,
+            },
+            Written {
+                end: head.0,
+                next_seq: head.1,
+                events: None,
+            },
+        ],
+        dropped: HashMap::new(),
         totals: Counts::default(),
         dropped_chunks: 0,
         dropped_events: 0,
         live: rt.live.as_ref().map(crate::buffers::live::Printer::new),
         running: HashMap::new(),
+        filter: rt.config.filters_events().then(|| {
+            crate::buffers::filter::Filter::new(!rt.config.include.is_empty(), rt.config.max_depth)
+        }),
+        filter_flags: rt.function_filter_flags(),
     };
     let mut last_clock = Instant::now();
     loop {
@@ -267,12 +464,21 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             st.flush();
         }
         if finishing {
+            // After a failure, one more attempt at the end of the trace: its threads, what they lost
+            // (everything since the failure) and End with the error (chunks of events stay dropped).
+            st.retrying = st.failed.is_some();
             st.meta(rt);
             while let Some(c) = rt.pool.full.pop() {
                 st.chunk(rt, c);
             }
             let tsc = crate::buffers::clock::rdtsc();
             for (tid, count) in crate::buffers::thread::take_unreported_losses(rt) {
+                st.lost(tid, count, tsc);
+            }
+            let mut dropped: Vec<(u32, u64)> =
+                std::mem::take(&mut st.dropped).into_iter().collect();
+            dropped.sort_unstable();
+            for (tid, count) in dropped {
                 st.lost(tid, count, tsc);
             }
             // The final flush handed every chunk over: the ring is all there is to write.
@@ -294,6 +500,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                 dropped_events: st.dropped_events,
                 exit_code: None,
                 unwind_errors: 0,
+                write_errno: st
+                    .failed
+                    .as_ref()
+                    .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
             }
             .encode(&mut p);
             st.write(ChunkKind::End, &p);

@@ -654,6 +654,7 @@ mod tests {
             chunk_size: 1 << 10,
             shadow_depth: crate::lifecycle::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
+            subtrees: true,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
         let record = |n: u32| {

@@ -38,15 +38,55 @@ pub struct Config {
     pub chunk_size: usize,
     /// Frames of each thread's shadow stack (mcount/fentry return hooks).
     pub shadow_depth: usize,
-    /// Nesting depth below which mcount/fentry calls are not traced (`-D`), if limited.
+    /// `-D`: calls nested this deep below the outermost `-F` match (below the thread's first frame
+    /// without `-F`) are left out, if limited.
     pub max_depth: Option<usize>,
+    /// `-F`/`-N`/`-D` select subtrees as uftrace and `replay` do (`-F X`: X and everything it calls,
+    /// `-N X`: neither X nor anything it calls): every function is patched and the collector keeps
+    /// what they select (`buffers::filter`). False in `ferrotrace live`, whose `-F`/`-N` name the
+    /// functions it prints, each alone: only those are patched.
+    pub subtrees: bool,
 }
 
 impl Config {
     /// Frames of each thread's shadow stack: the depth limit the user asked for (`-D`, deeper calls left
     /// out on purpose), else `shadow_depth` (deeper calls counted as lost).
     pub fn shadow_frames(&self) -> usize {
-        self.max_depth.unwrap_or(self.shadow_depth)
+        self.shadow_limit().unwrap_or(self.shadow_depth)
+    }
+
+    /// `-D` as a limit of the mcount shadow stack: calls deeper than it are not even hooked. Only
+    /// without `-F`, whose depth counts from the match, not from the thread's first frame.
+    pub fn shadow_limit(&self) -> Option<usize> {
+        self.max_depth.filter(|_| self.include.is_empty())
+    }
+
+    /// True when the collector must select events (`buffers::filter`): `-F`, `-N` or `-D` in subtree
+    /// mode.
+    pub fn filters_events(&self) -> bool {
+        self.subtrees && (self.has_filters() || self.max_depth.is_some())
+    }
+
+    /// The filter flags of the function named `demangled` ([`display_name`]) at link-time address
+    /// `addr`: whether a `-F` and a
+    /// `-N` pattern match it.
+    pub fn filter_flags(&self, demangled: &str, addr: u64) -> u8 {
+        let mut flags = 0;
+        if self
+            .include
+            .iter()
+            .any(|r| r.matches_function(demangled, addr))
+        {
+            flags |= crate::buffers::filter::INCLUDE;
+        }
+        if self
+            .exclude
+            .iter()
+            .any(|r| r.matches_function(demangled, addr))
+        {
+            flags |= crate::buffers::filter::EXCLUDE;
+        }
+        flags
     }
 }
 
@@ -113,6 +153,7 @@ impl Config {
             mode: spec.mode.unwrap_or(Mode::Lossless),
             buffer_size,
             chunk_size,
+            subtrees: std::env::var_os(env::LIVE_FD).is_none(),
         })
     }
 
@@ -121,10 +162,18 @@ impl Config {
         !self.include.is_empty() || !self.exclude.is_empty()
     }
 
-    /// True when the function named `demangled` ([`display_name`]) passes the `-F`/`-N` filters.
-    pub fn selects(&self, demangled: &str) -> bool {
-        (self.include.is_empty() || self.include.iter().any(|r| r.is_match(demangled)))
-            && !self.exclude.iter().any(|r| r.is_match(demangled))
+    /// True when the function named `demangled` ([`display_name`]) at link-time address `addr` passes
+    /// the `-F`/`-N` filters (`NamePattern::matches_function`).
+    pub fn selects(&self, demangled: &str, addr: u64) -> bool {
+        (self.include.is_empty()
+            || self
+                .include
+                .iter()
+                .any(|r| r.matches_function(demangled, addr)))
+            && !self
+                .exclude
+                .iter()
+                .any(|r| r.matches_function(demangled, addr))
     }
 }
 

@@ -70,7 +70,7 @@ pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -
     });
     let too_deep = rt.too_deep.load(Ordering::Relaxed);
     if too_deep > 0 && !from_signal {
-        eprintln!(
+        say!(
             "ferrotrace: {too_deep} calls nested deeper than the shadow stack ({} frames) were not traced \
              (counted as lost events); {} sets its depth",
             rt.config.shadow_frames(),

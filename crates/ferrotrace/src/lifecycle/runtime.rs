@@ -486,6 +486,15 @@ impl Runtime {
         self.pid == std::process::id()
     }
 
+    /// Per function id, its `-F`/`-N` matches (`buffers::filter`), as discovered so far.
+    pub fn function_filter_flags(&self) -> Vec<u8> {
+        self.known
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .filter_flags
+            .clone()
+    }
+
     /// The program's description as written at the head of the trace and by rescans since (modules,
     /// functions, tracepoints), and what discovery has seen: what a forked child's trace starts with.
     /// `None` if a thread of the parent was changing them when it forked.
@@ -510,7 +519,7 @@ pub fn rescan() {
     {
         Ok(f) => f,
         Err(e) => {
-            eprintln!("ferrotrace: rescanning loaded objects failed: {e}");
+            say!("ferrotrace: rescanning loaded objects failed: {e}");
             return;
         }
     };
@@ -533,7 +542,7 @@ pub fn rescan() {
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
-        eprintln!("ferrotrace: patching newly loaded objects failed: {e}");
+        say!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }
 

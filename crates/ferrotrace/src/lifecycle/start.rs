@@ -55,7 +55,7 @@ pub fn start_from_env(role: Role) {
         return;
     }
     if let Err(e) = start(role) {
-        eprintln!("ferrotrace: tracing disabled: {e}");
+        say!("ferrotrace: tracing disabled: {e}");
     }
 }
 
@@ -168,7 +168,7 @@ fn start(role: Role) -> Result<(), String> {
             .zip(&found.filter_hits)
             .filter(|(_, hit)| !**hit)
         {
-            eprintln!(
+            say!(
                 "ferrotrace: -F '{}' selects none of the {} instrumented functions in {} and the libraries \
                  loaded with it",
                 re.as_str(),
@@ -184,7 +184,7 @@ fn start(role: Role) -> Result<(), String> {
             return Ok(());
         }
         if found.total_functions == 0 {
-            eprintln!(
+            say!(
                 "ferrotrace: {} has no instrumented function: {}",
                 found.exe_name(),
                 ferrotrace_core::schema::source::HOW_TO_BUILD
@@ -192,7 +192,7 @@ fn start(role: Role) -> Result<(), String> {
         } else if found.filter_hits.iter().all(|&hit| hit) {
             // The build is fine, and every -F matched something (a pattern that matched nothing was
             // named above): -N excluded what -F selected.
-            eprintln!(
+            say!(
                 "ferrotrace: warning: -F/-N selected none of the {} instrumented functions of {}",
                 found.total_functions,
                 found.exe_name()
@@ -200,7 +200,7 @@ fn start(role: Role) -> Result<(), String> {
         }
     }
     if found.no_frame_pointer > 0 && !started_by_traced && config.functions {
-        eprintln!(
+        say!(
             "ferrotrace: {} functions call mcount without setting up a frame pointer and are not traced: \
              build with -Cforce-frame-pointers=yes (Rust) or without -fomit-frame-pointer (C)",
             found.no_frame_pointer
@@ -373,7 +373,7 @@ pub fn restart_in_forked_child() {
         return;
     };
     let Some((header, known)) = parent.description() else {
-        eprintln!(
+        say!(
             "ferrotrace: forked child {} not traced: the parent was changing the function table when it forked",
             std::process::id()
         );
@@ -411,7 +411,7 @@ pub fn restart_in_forked_child() {
         Ok(rt) => {
             rt.lifecycle.start_recording();
         }
-        Err(e) => eprintln!(
+        Err(e) => say!(
             "ferrotrace: forked child {} not traced: {e}",
             std::process::id()
         ),

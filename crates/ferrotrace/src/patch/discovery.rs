@@ -51,6 +51,8 @@ pub struct Function {
     pub size: u64,
     /// Symbol name as in the symbol table (mangled).
     pub name: String,
+    /// Its `-F`/`-N` matches (`buffers::filter::{INCLUDE, EXCLUDE}`), in subtree mode.
+    pub filter: u8,
     /// Its sleds: runtime address and kind.
     pub sleds: Vec<(u64, SledKind)>,
     /// Its patchable NOPs (`-mnop-mcount`, `-fpatchable-function-entry`): runtime address and the hook
@@ -266,13 +268,16 @@ impl Scope<'_, '_> {
         }
         // Filters match demangled names: demangled once, and only when there is a filter (without one
         // every function is traced, and names are demangled by the analysis, not at the program's start).
+        let mut filter = 0;
         if self.config.has_filters() {
             let shown = display_name(&name);
             // Which -F patterns match anything at all (a run that selects nothing says so).
             for (hit, re) in self.out.filter_hits.iter_mut().zip(&self.config.include) {
-                *hit = *hit || re.is_match(&shown);
+                *hit = *hit || re.matches_function(&shown, vaddr);
             }
-            if !self.config.selects(&shown) {
+            if self.config.subtrees {
+                filter = self.config.filter_flags(&shown, vaddr);
+            } else if !self.config.selects(&shown, vaddr) {
                 return None;
             }
         }
@@ -282,6 +287,7 @@ impl Scope<'_, '_> {
             addr: func,
             size,
             name,
+            filter,
             sleds: Vec::new(),
             nops: Vec::new(),
         });
@@ -366,6 +372,8 @@ pub struct Known {
     pub objects: Vec<(PathBuf, u64)>,
     /// Next function id (ids start at 1).
     pub next_function_id: u32,
+    /// Per function id, its `-F`/`-N` matches (`Function::filter`), for the collector's selection.
+    pub filter_flags: Vec<u8>,
 }
 
 /// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
@@ -470,5 +478,14 @@ pub fn discover(
         }
     }
     known.next_function_id = next_id;
+    if config.filters_events() {
+        for f in &out.functions {
+            let at = f.id as usize;
+            if known.filter_flags.len() <= at {
+                known.filter_flags.resize(at + 1, 0);
+            }
+            known.filter_flags[at] = f.filter;
+        }
+    }
     Ok(out)
 }

@@ -76,7 +76,7 @@ const ALLOC_UNWIND_STATS: &str = "FERROTRACE_ALLOC_UNWIND_STATS";
 extern "C" fn print_unwind_stats() {
     let c = &unwind::COUNTS;
     unrecorded(|| {
-        eprintln!(
+        say!(
             "ferrotrace: alloc unwind: {} rules looked up ({} without unwind information, {} of \
              unsupported form), {} walks ended at an unsupported rule, {} rules not kept (table full)",
             c.lookups.load(Relaxed),
@@ -161,13 +161,13 @@ pub fn start(settings: AllocSettings) {
     SAMPLE_INTERVAL.store(settings.sample, Relaxed);
     DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
-        eprintln!("ferrotrace: no memory for the sampled-address set: every free is recorded");
+        say!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
     if std::env::var(ALLOC_UNWIND).is_ok_and(|v| v == "fp") {
         FP_ONLY.store(true, Relaxed);
     } else if settings.depth > 0 {
         if !unwind::init() {
-            eprintln!(
+            say!(
                 "ferrotrace: no memory for the unwind rule table: rules looked up every time"
             );
         }

@@ -306,7 +306,7 @@ extern "C" fn shadow_slow(_word: u64, _r10: u64) -> u64 {
         // Full: neither the entry nor the exit of this call is recorded. A thread whose shadow stack
         // was released (it is exiting: code in later thread-local destructors) is not counted, nor a
         // call below the depth the user asked for.
-        if rt.config.max_depth.is_some() || h.shadow_stub.load(Ordering::Relaxed) == 0 {
+        if rt.config.shadow_limit().is_some() || h.shadow_stub.load(Ordering::Relaxed) == 0 {
             return 1;
         }
         rt.too_deep.fetch_add(1, Ordering::Relaxed);

@@ -90,7 +90,7 @@ fn apply(descs: &[usize], probes: &[Probe]) {
             .collect();
         // SAFETY: the pairs come from this program's site table.
         if let Err(e) = unsafe { static_key::set_sites(&pairs, want) } {
-            eprintln!("ferrotrace: cannot patch tracepoint sites: {e}");
+            say!("ferrotrace: cannot patch tracepoint sites: {e}");
         }
     }
 }
@@ -184,7 +184,7 @@ pub(crate) fn enable_requested() {
     for glob in split_globs(&globs) {
         if !all.iter().any(|t| selects(glob, t.name)) {
             let names: Vec<&str> = all.iter().map(|t| t.name).collect();
-            eprintln!(
+            say!(
                 "ferrotrace: --trace '{glob}' selects none of the program's tracepoints ({})",
                 names.join(", ")
             );

@@ -86,8 +86,6 @@ pub fn watch() {
         },
     );
     if let Err(e) = started {
-        eprintln!(
-            "ferrotrace: no watcher for USDT probes (tracers attaching later see nothing): {e}"
-        );
+        say!("ferrotrace: no watcher for USDT probes (tracers attaching later see nothing): {e}");
     }
 }
