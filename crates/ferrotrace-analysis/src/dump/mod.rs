@@ -16,6 +16,7 @@ pub mod firefox;
 pub mod folded;
 pub mod perfetto;
 pub mod uftrace;
+pub mod window;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -49,11 +50,19 @@ pub fn format(name: &str) -> Option<&'static dyn Exporter> {
 pub struct Options {
     /// Compress what the format can compress (Perfetto: zlib-compressed packet batches).
     pub compress: bool,
+    /// The part of the trace to write (Perfetto).
+    pub window: window::Window,
+    /// Pieces of at most this many bytes ([`Target::Pieces`]; Perfetto).
+    pub max_size: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { compress: true }
+        Options {
+            compress: true,
+            window: window::Window::default(),
+            max_size: None,
+        }
     }
 }
 
@@ -74,6 +83,8 @@ pub enum Target<'a> {
     Stream(&'a mut dyn Write),
     /// A directory (created if needed, in a parent that must exist).
     Directory(&'a Path),
+    /// Files `PREFIX.1.EXT`, `PREFIX.2.EXT`, … each under [`Options::max_size`] (Perfetto).
+    Pieces(&'a Path),
 }
 
 /// One output format of `dump`.
@@ -100,7 +111,7 @@ pub trait Exporter: Sync {
     }
 
     /// What to tell the user before writing `trace`'s function calls (how large the output will be).
-    fn notice(&self, _trace: &Trace) -> Option<String> {
+    fn notice(&self, _trace: &Trace, _opts: Options) -> Option<String> {
         None
     }
 
@@ -137,6 +148,10 @@ pub(crate) fn stream<'a>(target: Target<'a>) -> io::Result<&'a mut dyn Write> {
         Target::Directory(dir) => Err(io::Error::other(format!(
             "{}: this format writes a file, not a directory",
             dir.display()
+        ))),
+        Target::Pieces(prefix) => Err(io::Error::other(format!(
+            "{}: this format writes one file, not pieces",
+            prefix.display()
         ))),
     }
 }
@@ -287,7 +302,9 @@ pub fn walk(
         errors.push(e.to_string());
         HashMap::new()
     });
-    let mut stacks: HashMap<u32, CallStack> = trace
+    // The stacks by thread, and the index of each thread's: events come in runs of one thread, so
+    // the last thread's index is kept and the map is consulted only when the thread changes.
+    let mut stacks: Vec<(u32, CallStack)> = trace
         .threads
         .keys()
         .map(|&t| {
@@ -297,6 +314,12 @@ pub fn walk(
             )
         })
         .collect();
+    let mut index: HashMap<u32, usize> = stacks
+        .iter()
+        .enumerate()
+        .map(|(i, (t, _))| (*t, i))
+        .collect();
+    let mut last: Option<(u32, usize)> = None;
     let mut merged = match trace.events() {
         Ok(m) => m,
         Err(e) => {
@@ -319,7 +342,18 @@ pub fn walk(
             progress.add(0x10000);
         }
         let tid = e.tid;
-        let st = stacks.entry(tid).or_default();
+        let at = match last {
+            Some((t, i)) if t == tid => i,
+            _ => {
+                let i = *index.entry(tid).or_insert_with(|| {
+                    stacks.push((tid, CallStack::default()));
+                    stacks.len() - 1
+                });
+                last = Some((tid, i));
+                i
+            }
+        };
+        let st = &mut stacks[at].1;
         st.touch(e.ts_ns, &mut |se| pending.push(se));
         let is_fn = st.process(e.kind, e.id, e.ts_ns, &mut |se| pending.push(se));
         let depth = st.depth();
@@ -339,10 +373,9 @@ pub fn walk(
         }
     }
     progress.add(n & 0xffff);
-    let mut tids: Vec<u32> = stacks.keys().copied().collect();
-    tids.sort_unstable();
-    for tid in tids {
-        let st = stacks.get_mut(&tid).expect("listed");
+    stacks.sort_unstable_by_key(|(t, _)| *t);
+    for (tid, st) in &mut stacks {
+        let tid = *tid;
         st.finish(&mut |se| pending.push(se));
         for se in pending.drain(..) {
             f(convert(tid, se))?;
