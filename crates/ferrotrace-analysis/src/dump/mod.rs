@@ -14,6 +14,7 @@
 pub mod chrome;
 pub mod firefox;
 pub mod folded;
+pub mod parquet;
 pub mod perfetto;
 pub mod uftrace;
 pub mod window;
@@ -38,6 +39,7 @@ pub static FORMATS: &[&dyn Exporter] = &[
     &perfetto::Perfetto,
     &folded::Folded,
     &firefox::Firefox,
+    &parquet::Parquet,
 ];
 
 /// The format named `name` (as `--format` spells it).
