@@ -77,6 +77,8 @@ pub enum Samples {
     WithoutFunctions,
     /// Whenever the trace holds samples: the format is for samples.
     Always,
+    /// With everything else, by [`Exporter::write_functions`] (a dataset of all the trace holds).
+    Streamed,
 }
 
 /// Where a format writes function calls.
@@ -227,6 +229,9 @@ impl std::error::Error for DumpError {}
 /// trace holds samples and no function calls (a profile); otherwise its function calls. An error when
 /// the format has no form for what the trace holds.
 pub fn plan(trace: &Trace, format: &dyn Exporter) -> Result<Plan, DumpError> {
+    if format.writes_samples() == Samples::Streamed {
+        return Ok(Plan::Functions);
+    }
     let only_samples = !trace.has_function_events();
     let samples = format.writes_samples();
     let set = SampleSet::load(trace)
@@ -521,6 +526,10 @@ mod tests {
             assert_eq!(planned(&samples, name), Ok("samples"), "{name}");
         }
         assert_eq!(planned(&both, "firefox"), Ok("samples"));
+        // Parquet streams whatever the trace holds, samples with the rest.
+        for t in [&functions, &samples, &both] {
+            assert_eq!(planned(t, "parquet"), Ok("functions"));
+        }
         let path = samples.path().display();
         assert_eq!(
             planned(&samples, "chrome"),

@@ -790,6 +790,10 @@ impl Exporter for Parquet {
         Some("ferrotrace.parquet")
     }
 
+    fn writes_samples(&self) -> super::Samples {
+        super::Samples::Streamed
+    }
+
     fn write_functions(
         &self,
         trace: &Trace,

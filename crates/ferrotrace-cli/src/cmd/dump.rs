@@ -92,6 +92,13 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, String> {
         max_size: a.max_size,
     };
     if let Plan::Samples(set) = dump::plan(&trace, format).map_err(|e| e.to_string())? {
+        if !window.is_all() || a.max_size.is_some() {
+            return Err(format!(
+                "{}: --from, --to and --max-size cut function traces; this trace's samples are \
+                 written whole",
+                a.input.display()
+            ));
+        }
         let bytes = format
             .write_samples(&set, opts)
             .map_err(|e| e.to_string())?;
