@@ -31,7 +31,8 @@ pub struct DumpArgs {
     /// Output format
     #[arg(long = "format", value_parser = formats())]
     format: &'static dyn Exporter,
-    /// Output file (a directory for uftrace; default: uftrace.data, or stdout for the others)
+    /// Output file (a directory for uftrace and parquet; default: uftrace.data, ferrotrace.parquet,
+    /// or stdout for the others; the prefix of the pieces with --max-size)
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// Perfetto: write plain packets instead of zlib-compressed batches
