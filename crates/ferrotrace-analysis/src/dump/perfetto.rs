@@ -365,6 +365,8 @@ struct Encoder<'s, 'a> {
     heap_bytes: Option<u64>,
     /// Frames open over all threads.
     open_frames: u64,
+    /// Events shown in the current piece.
+    in_piece: u64,
     /// Whether the current output has its descriptors (the window has begun).
     started: bool,
     from: u64,
@@ -624,7 +626,13 @@ impl Encoder<'_, '_> {
             self.seq_preamble(sink, i, ts)?;
         }
         if let Some(max) = self.max {
-            if shown && sink.bound(max)? + CLOSE_BYTES * self.open_frames + 64 > max {
+            // A piece holds at least one event: a stack too deep for `max` makes pieces larger
+            // than it rather than no end of empty ones.
+            if shown
+                && self.in_piece > 0
+                && sink.bound(max)? + CLOSE_BYTES * self.open_frames + 64 > max
+            {
+                self.in_piece = 0;
                 self.close(sink, ts)?;
                 sink.finish()?;
                 let out = open(self.piece)?;
@@ -633,6 +641,7 @@ impl Encoder<'_, '_> {
                 self.start(sink, ts)?;
             }
         }
+        self.in_piece += shown as u64;
         match ev {
             Ev::Begin { id, depth, .. } => {
                 let seq = &mut self.seqs[i];
@@ -796,6 +805,7 @@ pub fn write_events(
                 .map(|t| crate::mem::HeapTracker::new(t.session.alloc_sample)),
             heap_bytes: None,
             open_frames: 0,
+            in_piece: 0,
             started: false,
             from,
             to: window.to,
