@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Analysis speed and memory: ferrotrace report/replay vs uftrace report/replay on the same trace
 # (dumped to uftrace format), at two trace sizes; Perfetto output size vs uftrace's Chrome JSON.
-# Not a test: prints a Markdown table for docs/performance.md. Usage: bench/analysis.sh [N_SMALL N_BIG]
+# Not a test: prints a Markdown table for docs/performance.md, then the Perfetto and Parquet export rates
+# (events per second of wall and of CPU time: Perfetto compresses on a second thread).
+# Usage: bench/analysis.sh [N_SMALL N_BIG]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SMALL=${1:-27}
@@ -34,6 +36,17 @@ measure() {
   printf '| %s | %s | %.2f s | %s | %.1f MB |\n' "$label" "$wall" "$cpu" "$rate" "$(echo "$rss/1024" | bc -l)"
 }
 
+# rate LABEL EVENTS CMD... : runs CMD under /usr/bin/time, prints events/s of wall and of CPU time.
+rate() {
+  local label=$1 events=$2; shift 2
+  local log="$OUT/rate.log"
+  /usr/bin/time -f '%e %U %S' "$@" >/dev/null 2>"$log"
+  read -r wall user sys < <(tail -1 "$log")
+  printf '%s: %.1f M events/s wall (%.2f s), %.1f M events/s CPU (%.2f s user+sys)\n' "$label" \
+    "$(echo "$events / $wall / 1000000" | bc -l)" "$wall" \
+    "$(echo "$events / ($user + $sys) / 1000000" | bc -l)" "$(echo "$user + $sys" | bc -l)"
+}
+
 echo "| command | wall | CPU (user+sys) | events/s (CPU) | peak RSS |"
 echo "|---|---|---|---|---|"
 for N in $SMALL $BIG; do
@@ -53,6 +66,12 @@ for N in $SMALL $BIG; do
   measure "uftrace dump --chrome" "$EV" sh -c "uftrace dump --chrome -d '$OUT/fib$N.uftrace' > '$OUT/fib$N.uftrace.json'"
   $FT dump -i "$T" --format perfetto --uncompressed -o "$OUT/fib$N.plain.pftrace" 2>/dev/null
   echo
+  rate "fib $N dump --format perfetto" "$EV" $FT dump -i "$T" --format perfetto -o "$OUT/fib$N.pftrace"
+  rate "fib $N dump --format perfetto --uncompressed" "$EV" $FT dump -i "$T" --format perfetto --uncompressed -o "$OUT/fib$N.plain.pftrace"
+  rm -rf "$OUT/fib$N.parquet"
+  rate "fib $N dump --format parquet" "$EV" $FT dump -i "$T" --format parquet -o "$OUT/fib$N.parquet"
+  PQ=$(du -sb "$OUT/fib$N.parquet" | cut -f1)
+  echo "parquet fib $N: $PQ B, $(echo "$PQ / $EV" | bc -l | xargs printf '%.2f') B/event"
   echo "sizes fib $N ($EV events): ferrotrace $(stat -c %s "$T") B;" \
     "perfetto $(stat -c %s "$OUT/fib$N.pftrace") B (uncompressed $(stat -c %s "$OUT/fib$N.plain.pftrace") B);" \
     "ferrotrace chrome $(stat -c %s "$OUT/fib$N.json") B; uftrace chrome $(stat -c %s "$OUT/fib$N.uftrace.json") B"

@@ -29,6 +29,12 @@ if [ ! -f "$tools/node_modules/speedscope/dist/release/index.html" ]; then
   echo "setup: installing speedscope into $tools" >&2
   "${as_root[@]}" npm install --no-audit --no-fund --prefix "$tools" speedscope@1.22.2 >/dev/null
 fi
+# DuckDB for Python: tests/exports.rs queries `dump --format parquet` datasets with it.
+if ! python3 -c 'import duckdb' 2>/dev/null; then
+  echo "setup: installing duckdb (pip)" >&2
+  "${as_root[@]}" python3 -m pip install -q --break-system-packages duckdb \
+    || "${as_root[@]}" python3 -m pip install -q duckdb
+fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2
   echo "setup: (-Zinstrument-xray). Install it with: rustup toolchain install nightly" >&2

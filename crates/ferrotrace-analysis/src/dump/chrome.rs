@@ -172,7 +172,7 @@ impl Exporter for Chrome {
     }
 
     /// ~60 bytes per event: say so before writing gigabytes, and where a smaller form is.
-    fn notice(&self, trace: &Trace) -> Option<String> {
+    fn notice(&self, trace: &Trace, _opts: Options) -> Option<String> {
         Some(format!(
             "Chrome JSON of {} events will take about {}; --format perfetto writes them in about 1 \
              byte each",

@@ -15,8 +15,10 @@ pub mod chrome;
 pub mod firefox;
 mod firefox_libs;
 pub mod folded;
+pub mod parquet;
 pub mod perfetto;
 pub mod uftrace;
+pub mod window;
 
 use std::collections::HashMap;
 use std::fmt;
@@ -38,6 +40,7 @@ pub static FORMATS: &[&dyn Exporter] = &[
     &perfetto::Perfetto,
     &folded::Folded,
     &firefox::Firefox,
+    &parquet::Parquet,
 ];
 
 /// The format named `name` (as `--format` spells it).
@@ -50,11 +53,19 @@ pub fn format(name: &str) -> Option<&'static dyn Exporter> {
 pub struct Options {
     /// Compress what the format can compress (Perfetto: zlib-compressed packet batches).
     pub compress: bool,
+    /// The part of the trace to write (Perfetto).
+    pub window: window::Window,
+    /// Pieces of at most this many bytes ([`Target::Pieces`]; Perfetto).
+    pub max_size: Option<u64>,
 }
 
 impl Default for Options {
     fn default() -> Options {
-        Options { compress: true }
+        Options {
+            compress: true,
+            window: window::Window::default(),
+            max_size: None,
+        }
     }
 }
 
@@ -67,6 +78,8 @@ pub enum Samples {
     WithoutFunctions,
     /// Whenever the trace holds samples: the format is for samples.
     Always,
+    /// With everything else, by [`Exporter::write_functions`] (a dataset of all the trace holds).
+    Streamed,
 }
 
 /// Where a format writes function calls.
@@ -75,6 +88,8 @@ pub enum Target<'a> {
     Stream(&'a mut dyn Write),
     /// A directory (created if needed, in a parent that must exist).
     Directory(&'a Path),
+    /// Files `PREFIX.1.EXT`, `PREFIX.2.EXT`, … each under [`Options::max_size`] (Perfetto).
+    Pieces(&'a Path),
 }
 
 /// One output format of `dump`.
@@ -101,7 +116,7 @@ pub trait Exporter: Sync {
     }
 
     /// What to tell the user before writing `trace`'s function calls (how large the output will be).
-    fn notice(&self, _trace: &Trace) -> Option<String> {
+    fn notice(&self, _trace: &Trace, _opts: Options) -> Option<String> {
         None
     }
 
@@ -143,6 +158,10 @@ pub(crate) fn stream<'a>(target: Target<'a>) -> io::Result<&'a mut dyn Write> {
         Target::Directory(dir) => Err(io::Error::other(format!(
             "{}: this format writes a file, not a directory",
             dir.display()
+        ))),
+        Target::Pieces(prefix) => Err(io::Error::other(format!(
+            "{}: this format writes one file, not pieces",
+            prefix.display()
         ))),
     }
 }
@@ -216,6 +235,9 @@ impl std::error::Error for DumpError {}
 /// trace holds samples and no function calls (a profile); otherwise its function calls. An error when
 /// the format has no form for what the trace holds.
 pub fn plan(trace: &Trace, format: &dyn Exporter) -> Result<Plan, DumpError> {
+    if format.writes_samples() == Samples::Streamed {
+        return Ok(Plan::Functions);
+    }
     let only_samples = !trace.has_function_events();
     let samples = format.writes_samples();
     let set = SampleSet::load(trace)
@@ -293,7 +315,9 @@ pub fn walk(
         errors.push(e.to_string());
         HashMap::new()
     });
-    let mut stacks: HashMap<u32, CallStack> = trace
+    // The stacks by thread, and the index of each thread's: events come in runs of one thread, so
+    // the last thread's index is kept and the map is consulted only when the thread changes.
+    let mut stacks: Vec<(u32, CallStack)> = trace
         .threads
         .keys()
         .map(|&t| {
@@ -303,6 +327,12 @@ pub fn walk(
             )
         })
         .collect();
+    let mut index: HashMap<u32, usize> = stacks
+        .iter()
+        .enumerate()
+        .map(|(i, (t, _))| (*t, i))
+        .collect();
+    let mut last: Option<(u32, usize)> = None;
     let mut merged = match trace.events() {
         Ok(m) => m,
         Err(e) => {
@@ -325,7 +355,18 @@ pub fn walk(
             progress.add(0x10000);
         }
         let tid = e.tid;
-        let st = stacks.entry(tid).or_default();
+        let at = match last {
+            Some((t, i)) if t == tid => i,
+            _ => {
+                let i = *index.entry(tid).or_insert_with(|| {
+                    stacks.push((tid, CallStack::default()));
+                    stacks.len() - 1
+                });
+                last = Some((tid, i));
+                i
+            }
+        };
+        let st = &mut stacks[at].1;
         st.touch(e.ts_ns, &mut |se| pending.push(se));
         let is_fn = st.process(e.kind, e.id, e.ts_ns, &mut |se| pending.push(se));
         let depth = st.depth();
@@ -345,10 +386,9 @@ pub fn walk(
         }
     }
     progress.add(n & 0xffff);
-    let mut tids: Vec<u32> = stacks.keys().copied().collect();
-    tids.sort_unstable();
-    for tid in tids {
-        let st = stacks.get_mut(&tid).expect("listed");
+    stacks.sort_unstable_by_key(|(t, _)| *t);
+    for (tid, st) in &mut stacks {
+        let tid = *tid;
         st.finish(&mut |se| pending.push(se));
         for se in pending.drain(..) {
             f(convert(tid, se))?;
@@ -492,6 +532,10 @@ mod tests {
             assert_eq!(planned(&samples, name), Ok("samples"), "{name}");
         }
         assert_eq!(planned(&both, "firefox"), Ok("samples"));
+        // Parquet streams whatever the trace holds, samples with the rest.
+        for t in [&functions, &samples, &both] {
+            assert_eq!(planned(t, "parquet"), Ok("functions"));
+        }
         let path = samples.path().display();
         assert_eq!(
             planned(&samples, "chrome"),

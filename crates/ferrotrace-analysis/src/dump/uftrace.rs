@@ -203,7 +203,7 @@ impl Exporter for Uftrace {
     ) -> io::Result<Vec<String>> {
         match target {
             Target::Directory(dir) => write(trace, dir, progress),
-            Target::Stream(_) => Err(io::Error::other(
+            Target::Stream(_) | Target::Pieces(_) => Err(io::Error::other(
                 "a uftrace data directory cannot be written to a stream",
             )),
         }

@@ -32,22 +32,75 @@ pub struct DumpArgs {
     /// Output format
     #[arg(long = "format", value_parser = formats())]
     format: &'static dyn Exporter,
-    /// Output file (a directory for uftrace; default: uftrace.data, or stdout for the others)
+    /// Output file (a directory for uftrace and parquet; default: uftrace.data, ferrotrace.parquet,
+    /// or stdout for the others; the prefix of the pieces with --max-size)
     #[arg(short = 'o', long = "output")]
     output: Option<PathBuf>,
     /// Perfetto: write plain packets instead of zlib-compressed batches
     #[arg(long)]
     uncompressed: bool,
+    /// Perfetto: start at this time since the trace's start (1.5s, 200ms, 10us) or at the entry of
+    /// a call (parse#3: the third call of parse); frames open there begin there
+    #[arg(long, value_name = "TIME|FUNCTION#N", value_parser = dump::window::parse_point)]
+    from: Option<dump::window::Point>,
+    /// Perfetto: stop at this time since the trace's start or at the exit of a call (parse#3);
+    /// frames open there end there
+    #[arg(long, value_name = "TIME|FUNCTION#N", value_parser = dump::window::parse_point)]
+    to: Option<dump::window::Point>,
+    /// Perfetto: write pieces -o PREFIX.1.perfetto-trace, PREFIX.2.perfetto-trace, … each smaller
+    /// than SIZE (500M, 1G) and each a trace of its own
+    #[arg(long, value_name = "SIZE", value_parser = parse_size, requires = "output")]
+    max_size: Option<u64>,
+}
+
+/// Parses `1G`, `500M`, `64K` or a number of bytes (powers of 1024).
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (
+            &t[..i],
+            match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                _ => return Err(format!("bad size {s:?}: use K, M or G (500M, 1G)")),
+            },
+        ),
+        _ => (t, 1),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size {s:?} (500M, 1G)"))?;
+    let bytes = (v * mul as f64) as u64;
+    if bytes < 16 << 10 {
+        return Err(format!("--max-size {s}: at least 16K"));
+    }
+    Ok(bytes)
 }
 
 /// Writes the dump.
 pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let format = a.format;
+    let perfetto = format.name() == "perfetto";
+    if !perfetto && (a.from.is_some() || a.to.is_some() || a.max_size.is_some()) {
+        return Err("--from, --to and --max-size are for --format perfetto".into());
+    }
+    let window = dump::window::resolve(&trace, a.from.as_ref(), a.to.as_ref())?;
     let opts = dump::Options {
         compress: !a.uncompressed,
+        window,
+        max_size: a.max_size,
     };
     if let Plan::Samples(set) = dump::plan(&trace, format).map_err(Error::analysis)? {
+        if !window.is_all() || a.max_size.is_some() {
+            return Err(Error::Usage(format!(
+                "{}: --from, --to and --max-size cut function traces; this trace's samples are \
+                 written whole",
+                a.input.display()
+            )));
+        }
         let bytes = format
             .write_samples(&trace, &set, opts)
             .map_err(Error::analysis)?;
@@ -67,8 +120,28 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
             dir.display()
         );
         errs
+    } else if let (Some(_), Some(prefix)) = (a.max_size, a.output.as_deref()) {
+        let began = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
+        let errs = format
+            .write_functions(&trace, opts, Target::Pieces(prefix), &mut progress)
+            .map_err(|e| format!("{}: {e}", prefix.display()))?;
+        drop(progress);
+        // The pieces this run wrote (a longer earlier run may have left more).
+        let pieces = (1..)
+            .take_while(|&n| {
+                std::fs::metadata(dump::perfetto::piece_path(prefix, n))
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t >= began)
+            })
+            .count();
+        say!(
+            "ferrotrace: wrote {pieces} pieces, {} to {}",
+            dump::perfetto::piece_path(prefix, 1).display(),
+            dump::perfetto::piece_path(prefix, pieces as u32).display()
+        );
+        errs
     } else {
-        if let Some(notice) = format.notice(&trace) {
+        if let Some(notice) = format.notice(&trace, opts) {
             say!("ferrotrace: {notice}");
         }
         let mut out = super::Output::to(a.output.as_deref())?;

@@ -167,9 +167,7 @@ pub fn start(settings: AllocSettings) {
         FP_ONLY.store(true, Relaxed);
     } else if settings.depth > 0 {
         if !unwind::init() {
-            say!(
-                "ferrotrace: no memory for the unwind rule table: rules looked up every time"
-            );
+            say!("ferrotrace: no memory for the unwind rule table: rules looked up every time");
         }
         unwind::set_discover(discover_objects);
         if std::env::var_os(ALLOC_UNWIND_STATS).is_some() {

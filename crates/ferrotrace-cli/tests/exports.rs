@@ -1,0 +1,295 @@
+//! `dump --format parquet` queried with DuckDB; Perfetto windows (`--from/--to`) and pieces
+//! (`--max-size`) decoded with protoc.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn p(path: &Path) -> &str {
+    path.to_str().unwrap()
+}
+
+/// A traced run of fib with `n`.
+fn fib(dir: &Path, n: &str) -> PathBuf {
+    std::fs::create_dir_all(dir).unwrap();
+    let (out, trace) = record(dir, &[], &testprog("fib"), &[n]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    trace
+}
+
+/// Runs `script` with Python's duckdb module (scripts/setup.sh installs it); its stdout.
+fn duckdb(script: &str) -> String {
+    let have = Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .output()
+        .expect("python3");
+    assert!(
+        have.status.success(),
+        "these tests query the Parquet dataset with DuckDB from Python, which is not installed: \
+         run scripts/setup.sh (pip install --break-system-packages duckdb)"
+    );
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "python: {}", text(&out.stderr));
+    text(&out.stdout)
+}
+
+fn parquet(trace: &Path, dir: &Path) {
+    ok(ft(&[
+        "dump",
+        "-i",
+        p(trace),
+        "--format",
+        "parquet",
+        "-o",
+        p(dir),
+    ]));
+}
+
+/// Per function: (calls, total ns, self ns) from `report --json`.
+fn report(trace: &Path) -> Vec<(String, u64, u64, u64)> {
+    let json: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["report", "-i", p(trace), "--json"]))).unwrap();
+    let mut v: Vec<(String, u64, u64, u64)> = json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["name"].as_str().unwrap().to_string(),
+                f["calls"].as_u64().unwrap(),
+                f["total_ns"].as_u64().unwrap(),
+                f["self_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The query of `docs/format.md` that gives `report`'s figures: per thread and function, ticks
+/// summed and converted as `report` converts them, then summed over threads.
+const REPORT_QUERY: &str = "
+with q as (select run, ns_per_tick_q32 as q from read_parquet('{DIR}/metadata.parquet')),
+per_thread as (
+  select c.run, c.function, c.thread, count(*) as calls,
+    (coalesce(sum(c.duration_ticks) filter (where c.outermost), 0)::hugeint * q.q + 2147483648) // 4294967296 as total_ns,
+    (sum(c.self_ticks)::hugeint * q.q + 2147483648) // 4294967296 as self_ns
+  from read_parquet('{DIR}/calls.parquet') c join q using (run)
+  group by c.run, c.function, c.thread, q.q)
+select function, sum(calls)::bigint, sum(total_ns)::bigint, sum(self_ns)::bigint
+from per_thread group by function order by function";
+
+#[test]
+fn parquet_calls_equal_report_and_two_runs_query_as_one_dataset() {
+    let dir = scratch("parquet");
+    let a = fib(&dir.join("a"), "12");
+    let b = fib(&dir.join("b"), "14");
+    let ds = dir.join("runs");
+    std::fs::create_dir_all(&ds).unwrap();
+    parquet(&a, &ds.join("a"));
+    parquet(&b, &ds.join("b"));
+    for (trace, sub) in [(&a, "a"), (&b, "b")] {
+        let q = REPORT_QUERY.replace("{DIR}", p(&ds.join(sub)));
+        let got = duckdb(&format!(
+            "import duckdb\nfor r in duckdb.sql({q:?}).fetchall(): print('\\t'.join(map(str, r)))"
+        ));
+        let got: Vec<(String, u64, u64, u64)> = got
+            .lines()
+            .map(|l| {
+                let f: Vec<&str> = l.split('\t').collect();
+                (
+                    f[0].to_string(),
+                    f[1].parse().unwrap(),
+                    f[2].parse().unwrap(),
+                    f[3].parse().unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(got, report(trace), "{sub}");
+    }
+    // Both runs in one query, told apart by their run identifier.
+    let glob = format!("{}/*/calls.parquet", p(&ds));
+    let script = format!(
+        "import duckdb\nfor r in duckdb.sql(\"select run, count(*) from read_parquet('{glob}') \
+         where function = 'fib::fib' group by run order by 2\").fetchall(): print(r[0], r[1])"
+    );
+    let rows: Vec<(String, u64)> = duckdb(&script)
+        .lines()
+        .map(|l| {
+            let (r, n) = l.rsplit_once(' ').unwrap();
+            (r.to_string(), n.parse().unwrap())
+        })
+        .collect();
+    // fib(n) makes 2*F(n+1)-1 calls: 465 for 12, 1219 for 14.
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!((rows[0].1, rows[1].1), (465, 1219), "{rows:?}");
+    assert_ne!(rows[0].0, rows[1].0);
+    assert!(rows[0].0.starts_with("fib-"), "{rows:?}");
+    // The other tables are there and agree: one thread, the metadata's event count, parents.
+    let da = ds.join("a");
+    let d = p(&da);
+    let script = format!(
+        "import duckdb\n\
+         print(duckdb.sql(\"select count(*) from read_parquet('{d}/threads.parquet')\").fetchall()[0][0])\n\
+         print(duckdb.sql(\"select events from read_parquet('{d}/metadata.parquet')\").fetchall()[0][0])\n\
+         print(duckdb.sql(\"select sum(events) from read_parquet('{d}/threads.parquet')\").fetchall()[0][0])\n\
+         print(duckdb.sql(\"select count(*) from read_parquet('{d}/calls.parquet') c \
+           left join read_parquet('{d}/calls.parquet') p on c.parent_call = p.call_id \
+           where c.depth > 0 and (p.call_id is null or p.depth <> c.depth - 1 \
+             or p.start_ns > c.start_ns)\").fetchall()[0][0])\n\
+         for t in ['samples', 'stacks', 'allocations', 'events', 'functions']:\n\
+         \x20   duckdb.sql(f\"select * from read_parquet('{d}/{{t}}.parquet')\").fetchall()\n"
+    );
+    let out = duckdb(&script);
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines[0], "1");
+    assert_eq!(
+        lines[1], lines[2],
+        "metadata.events = sum of threads.events"
+    );
+    assert_eq!(
+        lines[3], "0",
+        "every call's parent is one level up and started before it"
+    );
+}
+
+/// Slices (begin, end) of a decoded Perfetto trace, and its clock snapshots.
+fn slices(decoded: &str) -> (usize, usize) {
+    (
+        decoded.matches("type: TYPE_SLICE_BEGIN").count(),
+        decoded.matches("type: TYPE_SLICE_END").count(),
+    )
+}
+
+fn perfetto(trace: &Path, out: &Path, extra: &[&str]) -> String {
+    let mut args = vec![
+        "dump",
+        "-i",
+        p(trace),
+        "--format",
+        "perfetto",
+        "--uncompressed",
+        "-o",
+        p(out),
+    ];
+    args.extend_from_slice(extra);
+    ok(ft(&args))
+}
+
+#[test]
+fn perfetto_windows_are_balanced_and_hold_what_they_say() {
+    let dir = scratch("perfetto-window");
+    let trace = fib(&dir, "15");
+    let all = dir.join("all.pftrace");
+    perfetto(&trace, &all, &[]);
+    let whole = protoc_decode(&std::fs::read(&all).unwrap(), &dir);
+    let (b_all, e_all) = slices(&whole);
+    assert_eq!(b_all, e_all);
+    // The 3rd call of fib::fib to its exit: that call's subtree, fib(13) or fib(12): fewer
+    // slices, balanced.
+    let one = dir.join("one.pftrace");
+    perfetto(
+        &trace,
+        &one,
+        &["--from", "fib::fib#3", "--to", "fib::fib#3"],
+    );
+    let d = protoc_decode(&std::fs::read(&one).unwrap(), &dir);
+    let (b, e) = slices(&d);
+    assert_eq!(b, e, "balanced");
+    assert!(b > 100 && b < b_all, "{b} of {b_all}");
+    // A window by time: from 0 to 0 ns after the start holds the frames open at the start only.
+    let none = dir.join("none.pftrace");
+    perfetto(&trace, &none, &["--from", "0s", "--to", "0ns"]);
+    let d = protoc_decode(&std::fs::read(&none).unwrap(), &dir);
+    let (b, e) = slices(&d);
+    assert_eq!(b, e);
+    assert!(b < 10, "{b}");
+    // A call that is not there.
+    let out = ft(&[
+        "dump",
+        "-i",
+        p(&trace),
+        "--format",
+        "perfetto",
+        "-o",
+        p(&dir.join("x.pftrace")),
+        "--from",
+        "fib::fib#100000",
+    ]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("fewer than 100000 calls of fib::fib"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn perfetto_pieces_are_each_valid_and_under_the_size() {
+    let dir = scratch("perfetto-pieces");
+    let trace = fib(&dir, "20");
+    let all = dir.join("all.pftrace");
+    perfetto(&trace, &all, &[]);
+    let (b_all, _) = slices(&protoc_decode(&std::fs::read(&all).unwrap(), &dir));
+    for compressed in [false, true] {
+        let prefix = dir.join(if compressed { "z" } else { "plain" });
+        let mut args = vec![
+            "dump",
+            "-i",
+            p(&trace),
+            "--format",
+            "perfetto",
+            "--max-size",
+            if compressed { "16K" } else { "64K" },
+            "-o",
+            p(&prefix),
+        ];
+        if !compressed {
+            args.push("--uncompressed");
+        }
+        let out = ft(&args);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let mut n = 0;
+        let mut begins = 0;
+        loop {
+            let piece = PathBuf::from(format!("{}.{}.perfetto-trace", p(&prefix), n + 1));
+            let Ok(bytes) = std::fs::read(&piece) else {
+                break;
+            };
+            n += 1;
+            assert!(
+                bytes.len() <= 64 << 10,
+                "{}: {} bytes",
+                piece.display(),
+                bytes.len()
+            );
+            let d = protoc_decode(&bytes, &dir);
+            if !compressed {
+                let (b, e) = slices(&d);
+                assert_eq!(b, e, "{} balanced", piece.display());
+                // Each piece stands alone: its thread's track, clock and the names it uses.
+                assert!(d.contains("thread {"), "{}", piece.display());
+                assert!(d.contains("clock_snapshot"), "{}", piece.display());
+                assert!(d.contains("event_names"), "{}", piece.display());
+                begins += b;
+            }
+        }
+        assert!(n >= if compressed { 2 } else { 3 }, "{n} pieces");
+        if !compressed {
+            // Every call is in one piece, and frames cut by a piece begin again in the next.
+            assert!(begins >= b_all, "{begins} >= {b_all}");
+            assert!(begins < b_all + 100 * n, "{begins} vs {b_all}");
+        }
+        assert!(
+            text(&out.stderr).contains(&format!("wrote {n} pieces")),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
