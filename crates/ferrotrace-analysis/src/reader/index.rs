@@ -89,7 +89,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         if got < CHUNK_HEADER_LEN {
             t.truncation = Some(Truncation {
                 offset,
-                reason: format!("chunk header cut short ({got} of 12 bytes)"),
+                reason: format!("chunk header cut short ({got} of {CHUNK_HEADER_LEN} bytes)"),
             });
             break;
         }
@@ -679,7 +679,7 @@ mod tests {
         let t = open_bytes("cut-header", &bytes[..at + 5]);
         let cut = t.truncation.expect("cut inside a header");
         assert_eq!(cut.offset, at as u64);
-        assert!(cut.reason.starts_with("chunk header cut short (5 of"));
+        assert_eq!(cut.reason, "chunk header cut short (5 of 16 bytes)");
         assert_eq!(t.valid_len, at as u64);
 
         let len = chunks[end].payload.len();
