@@ -8,7 +8,9 @@
 //!   end of the trace and frames already running when tracing began (those three are also counted
 //!   separately).
 //! - **total**: time inside the function, *recursion counted once*: only the outermost active frame of a
-//!   function adds its duration, so `total` never exceeds the thread's run time.
+//!   function adds its duration, so `total` never exceeds the thread's run time. A frame already
+//!   running when tracing began (a flight or wrapped trace that starts inside a recursion) is active
+//!   from the thread's first event: the frames of its function before its exit are inside it.
 //! - **self**: total minus time in callees, summed over all frames.
 //! - **avg / min / max**: over the durations of individual frames (recursive frames included).
 //! - A frame already running when tracing began is timed from the thread's first event, a frame still
@@ -323,7 +325,12 @@ impl Report {
                     a.sum += dur;
                     a.self_t += frame.self_time(end);
                     a.active = a.active.saturating_sub(1);
-                    if a.active == 0 {
+                    if !frame.entered {
+                        // Running since before the thread's first event, so every frame of this
+                        // function counted so far ran inside it: its duration is the total so far.
+                        // (One pass never saw it enter, so `active` did not count it.)
+                        a.total = dur;
+                    } else if a.active == 0 {
                         a.total += dur;
                     }
                     match how {
