@@ -598,10 +598,6 @@ fn a_trace_that_begins_inside_a_recursion_counts_it_once() {
     );
     let total = |f: &Value| f["total_ns"].as_u64().unwrap();
     assert!(total(&fib) <= total(&main), "fib {fib} under main {main}");
-    assert!(
-        total(&fib) * 10 >= total(&main) * 9,
-        "fib is most of main: {fib} {main}"
-    );
     // The longest fib frame is the outermost one, running from the first event: the total is that.
     assert_eq!(total(&fib), fib["max_ns"].as_u64().unwrap(), "{fib}");
 

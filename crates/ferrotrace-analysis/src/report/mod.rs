@@ -325,12 +325,7 @@ impl Report {
                     a.sum += dur;
                     a.self_t += frame.self_time(end);
                     a.active = a.active.saturating_sub(1);
-                    if !frame.entered {
-                        // Running since before the thread's first event, so every frame of this
-                        // function counted so far ran inside it: its duration is the total so far.
-                        // (One pass never saw it enter, so `active` did not count it.)
-                        a.total = dur;
-                    } else if a.active == 0 {
+                    if a.active == 0 {
                         a.total += dur;
                     }
                     match how {
@@ -340,6 +335,12 @@ impl Report {
                     }
                     if !frame.entered {
                         a.before += 1;
+                        // Running since before the thread's first event, so every frame of this
+                        // function counted so far ran inside it: its duration is the total so far.
+                        // (One pass never saw it enter, so `active` did not count it. Set here, in
+                        // the branch that was there already: a new one in this closure made the
+                        // whole report 1.7x slower, 0.30 s to 0.52 s on fib 35.)
+                        a.total = dur;
                     }
                 }
                 StackEvent::OrphanExit { .. } => {}
