@@ -8,7 +8,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use ferrotrace_core::clock::{ClockPair, TscConverter};
-use ferrotrace_core::codec::{DecodeError, FieldReader};
+use ferrotrace_core::codec::{DecodeError, EventDecoder, FieldReader};
 use ferrotrace_core::format::{
     parse_file_header, ChunkHeader, ChunkKind, HeaderError, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
     MAX_CHUNK_PAYLOAD, VERSION_MAJOR,
@@ -288,6 +288,12 @@ impl Trace {
             Some(ChunkKind::Events) => {
                 let h = schema::EventsHeader::decode(&mut f)?;
                 let th = self.threads.entry(h.tid).or_default();
+                if th.chunks.is_empty() {
+                    th.first_tsc = EventDecoder::new(f.rest(), h.base_ticks)
+                        .next()
+                        .and_then(Result::ok)
+                        .map(|e| e.tsc);
+                }
                 th.tid = h.tid;
                 th.events = th.events.saturating_add(h.count);
                 th.chunks.push(ChunkRef {
@@ -362,6 +368,10 @@ impl Trace {
             if th.pid == 0 {
                 th.pid = self.session.pid;
             }
+            if !th.chunks.is_sorted_by_key(|c| c.seq) {
+                // The first chunk in the file is not the thread's first.
+                th.first_tsc = None;
+            }
             th.chunks.sort_by_key(|c| c.seq);
             let before = th.chunks.len();
             th.chunks.dedup_by_key(|c| c.seq);
@@ -405,6 +415,8 @@ impl Trace {
                 ));
             }
             read_events = read_events.saturating_add(th.events);
+            // The index stays in memory while the trace is read: no slack from its growth.
+            th.chunks.shrink_to_fit();
         }
         if let Some(end) = &self.end {
             let expected = end.events.saturating_sub(end.dropped_events);
