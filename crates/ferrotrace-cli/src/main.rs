@@ -63,6 +63,7 @@ fn main() -> ExitCode {
         // Nothing is left to say to a reader that is gone; stderr stays quiet too (`cmd | head`).
         Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {
+            cmd::say_unfinished();
             say!("ferrotrace: {e}");
             ExitCode::from(2)
         }

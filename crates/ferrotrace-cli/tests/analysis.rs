@@ -560,3 +560,129 @@ fn perfetto_decodes_with_protoc_and_is_balanced() {
     );
     assert!(decoded.contains("is_incremental: true") && decoded.contains("timestamp_clock_id: 64"));
 }
+
+/// `record --mode flight --buffer-size 128K -- fib 27`, once per test binary: the ring keeps the
+/// newest events, so the trace begins inside fib's recursion.
+fn flight_fib() -> &'static PathBuf {
+    static T: OnceLock<PathBuf> = OnceLock::new();
+    T.get_or_init(|| {
+        let dir = scratch("flight_fib");
+        let (out, trace) = record(
+            &dir,
+            &["--mode", "flight", "--buffer-size", "128K"],
+            &testprog("fib"),
+            &["27"],
+        );
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        trace
+    })
+}
+
+/// A flight trace begins inside fib's recursion: the frames already running when the ring begins
+/// (`main` and a chain of `fib`s) contain everything after them. Each function's total counts its
+/// recursion once, so `fib`'s never exceeds `main`'s, in `report` (one pass, the running frames found
+/// at their exits) as in `graph` and `flame` (pre-scanned stacks). Issue 20.1: fib 10.3 ms under a
+/// `main` of 3.4 ms.
+#[test]
+fn a_trace_that_begins_inside_a_recursion_counts_it_once() {
+    let trace = flight_fib();
+    let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
+    assert!(t.end.unwrap().dropped_events > 0, "the ring wrapped");
+    let j: Value = serde_json::from_str(&ok(ft(&["report", "-i", p(trace), "--json"]))).unwrap();
+    let fns = j["functions"].as_array().unwrap();
+    let get = |n: &str| fns.iter().find(|f| f["name"] == n).unwrap().clone();
+    let (fib, main) = (get("fib::fib"), get("fib::main"));
+    assert!(
+        fib["entered_before_trace"].as_u64().unwrap() > 1,
+        "a chain of running fibs: {fib}"
+    );
+    let total = |f: &Value| f["total_ns"].as_u64().unwrap();
+    assert!(total(&fib) <= total(&main), "fib {fib} under main {main}");
+    // The longest fib frame is the outermost one, running from the first event: the total is that.
+    assert_eq!(total(&fib), fib["max_ns"].as_u64().unwrap(), "{fib}");
+
+    // graph: main's path, then the outermost fib below it, each no longer than its caller.
+    let g = ok(ft(&["graph", "-i", p(trace), "fib::main"]));
+    let ns = |l: &str| {
+        let (v, unit) = l
+            .split(" : ")
+            .next()
+            .unwrap()
+            .trim()
+            .split_once(' ')
+            .unwrap();
+        let mul = match unit {
+            "ns" => 1.0,
+            "us" => 1e3,
+            "ms" => 1e6,
+            _ => 1e9,
+        };
+        (v.parse::<f64>().unwrap() * mul) as u64
+    };
+    let lines: Vec<&str> = g.lines().filter(|l| l.contains(" : ")).collect();
+    assert!(lines[0].ends_with("(1) fib::main"), "{g}");
+    let outer_fib = lines
+        .iter()
+        .find(|l| l.ends_with(") fib::fib"))
+        .expect("fib");
+    assert!(ns(outer_fib) <= ns(lines[0]), "{g}");
+    assert!(
+        ns(lines[0]).abs_diff(total(&main)) <= total(&main) / 100,
+        "{g}"
+    );
+    // flame: fib's paths weigh no more than main's.
+    let folded = ok(ft(&["flame", "-i", p(trace), "--folded"]));
+    let (mut under_main, mut under_fib) = (0u64, 0u64);
+    for l in folded.lines() {
+        let (path, w) = l.rsplit_once(' ').unwrap();
+        let w: u64 = w.parse().unwrap();
+        if path.contains("fib::main") {
+            under_main += w;
+        }
+        if path.contains("fib::main;fib::fib") {
+            under_fib += w;
+        }
+    }
+    assert!(under_fib <= under_main && under_main > 0, "{folded}");
+    assert!(
+        under_main.abs_diff(total(&main)) <= total(&main) / 100,
+        "flame's main {under_main} ns, report's {main}"
+    );
+}
+
+/// `info` says what a flight ring overwrote (the End chunk's `dropped_events`), apart from what was
+/// lost and what the file holds (issue 20.2: "0 lost" for a ring that overwrote millions).
+#[test]
+fn info_says_what_the_flight_ring_overwrote() {
+    let trace = flight_fib();
+    let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
+    let end = t.end.unwrap();
+    assert!(end.dropped_events > 0 && end.dropped_chunks > 0);
+    let j: Value = serde_json::from_str(&ok(ft(&["info", "--json", "-i", p(trace)]))).unwrap();
+    assert_eq!(
+        j["dropped_events"].as_u64(),
+        Some(end.dropped_events),
+        "{j}"
+    );
+    assert_eq!(
+        j["dropped_chunks"].as_u64(),
+        Some(end.dropped_chunks),
+        "{j}"
+    );
+    assert_eq!(j["lost"].as_u64(), Some(0), "{j}");
+    assert_eq!(
+        j["events"].as_u64().unwrap() + j["markers"].as_u64().unwrap(),
+        t.event_count()
+    );
+    let out = ok(ft(&["info", "-i", p(trace)]));
+    let line = out.lines().find(|l| l.starts_with("events")).unwrap();
+    assert_eq!(
+        line,
+        format!(
+            "events       : {} recorded, 0 lost, {} overwritten to keep the newest (flight mode: {} chunks dropped)",
+            j["events"],
+            end.dropped_events,
+            end.dropped_chunks
+        )
+    );
+}

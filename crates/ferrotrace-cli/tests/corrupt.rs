@@ -230,3 +230,150 @@ fn truncated_trace_gives_prefix_results_and_a_warning() {
         "{err}"
     );
 }
+
+/// A trace that ends cleanly at a chunk boundary but without its End chunk (the process was killed
+/// between two chunks, or the trace is still being written) is incomplete: every command warns and
+/// exits 1, and a command that ends with an error says first what is wrong with the trace (issue
+/// 20.12: read silently with exit 0; `mem` said "no allocation events" and nothing else).
+#[test]
+fn a_trace_without_its_end_chunk_warns_in_every_command() {
+    let (_, orig) = original();
+    let dir = scratch("corrupt_no_end");
+    let path = dir.join("noend.data");
+    let last = *chunks(orig).last().unwrap();
+    assert_eq!(orig[last.0], 7, "the last chunk is End");
+    std::fs::write(&path, &orig[..last.0]).unwrap();
+    let p = path.to_str().unwrap();
+    let o = dir.join("out");
+    let o = o.to_str().unwrap();
+    let says = format!(
+        "ferrotrace: warning: {p}: the trace has no End chunk after byte {}",
+        last.0
+    );
+    for c in [
+        &["info"][..],
+        &["info", "--json"],
+        &["replay"],
+        &["report"],
+        &["report", "--json"],
+        &["graph"],
+        &["flame", "-o", o],
+        &["flame", "--folded"],
+        &["dump", "--format", "chrome", "-o", o],
+        &["dump", "--format", "folded"],
+    ] {
+        let _ = std::fs::remove_file(o);
+        let out = ferrotrace().args(c).args(["-i", p]).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{c:?}: {err}");
+        assert!(err.contains(&says), "{c:?}: {err}");
+    }
+    // Commands that end with an error on this trace say what is wrong with it first.
+    for c in [&["mem"][..], &["flame", "--samples", "--folded"]] {
+        let out = ferrotrace().args(c).args(["-i", p]).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{c:?}: {err}");
+        let lines: Vec<&str> = err.lines().collect();
+        assert_eq!(lines.len(), 2, "{c:?}: {err}");
+        assert!(lines[0].starts_with(&says), "{c:?}: {err}");
+        assert!(lines[1].contains("no "), "{c:?}: {err}");
+    }
+}
+
+/// A pipe as `-i` (a FIFO without a writer, or `/dev/stdin` fed by `cat`) is refused at once with one
+/// line: it blocked forever, or said "truncated at byte N of 0" (issue 20.12).
+#[test]
+fn a_pipe_as_input_is_refused_with_one_line() {
+    let (trace, orig) = original();
+    let dir = scratch("corrupt_pipe");
+    let fifo = dir.join("fifo.data");
+    let status = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let mut child = ferrotrace()
+        .args(["report", "-i", fifo.to_str().unwrap()])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = child.kill();
+            panic!("report -i FIFO waits for a writer");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "ferrotrace: {}: a pipe, not a trace file: traces are read by position (each \
+             thread's chunks in turn); save it to a file first (`cat > trace.data`)\n",
+            fifo.display()
+        )
+    );
+    // /dev/stdin fed through a pipe: the same line, not "truncated at byte N of 0".
+    let mut child = ferrotrace()
+        .args(["info", "-i", "/dev/stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        // The reader may refuse before reading anything: a closed pipe is no failure here.
+        let _ = stdin.write_all(orig);
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.starts_with("ferrotrace: /dev/stdin: a pipe, not a trace file")
+            && err.lines().count() == 1,
+        "{err}"
+    );
+    // Redirected from the file, /dev/stdin is the file: read as any trace.
+    let out = ferrotrace()
+        .args(["info", "-i", "/dev/stdin"])
+        .stdin(std::fs::File::open(trace).unwrap())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}
+
+/// `replay -t` takes no negative duration, NaN or infinity (`-t=-5us` meant 0, every frame).
+#[test]
+fn replay_refuses_a_negative_or_nan_time_filter() {
+    let (trace, _) = original();
+    for bad in ["-5us", "NaNs", "infms", "-1"] {
+        let out = ferrotrace()
+            .args(["replay", "-i", trace.to_str().unwrap()])
+            .arg(format!("-t={bad}"))
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{bad}: {err}");
+        assert!(
+            err.contains(&format!("bad duration \"{bad}\"")),
+            "{bad}: {err}"
+        );
+        let out = ferrotrace()
+            .args(["replay", "-i", trace.to_str().unwrap(), "--time-range"])
+            .arg(format!("{bad}~"))
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{bad}~: {}", text(&out.stderr));
+    }
+    let out = ferrotrace()
+        .args(["replay", "-i", trace.to_str().unwrap(), "-t=1.5us"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+}

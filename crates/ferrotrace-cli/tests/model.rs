@@ -302,3 +302,57 @@ fn a_sample_report_compared_with_a_damaged_trace_says_so_in_its_status() {
         text(&out.stderr)
     );
 }
+
+/// A frame of 0 ns (entry and exit in one clock tick) shows no duration, as uftrace shows it
+/// (`__print_time_unit` prints blanks for 0): our replay and uftrace's replay of our dump agree byte
+/// for byte, leaf and non-leaf frames alike (issue 20.20 thought uftrace printed `0.000 us`).
+#[test]
+fn a_frame_of_zero_nanoseconds_replays_as_uftrace_shows_it() {
+    let dir = scratch("model_zero");
+    let path = dir.join("zero.data");
+    let mut b = TraceBuilder::new(
+        std::fs::File::create(&path).unwrap(),
+        "/usr/bin/demo",
+        source::XRAY,
+        Mode::Lossless,
+    )
+    .unwrap();
+    b.function(1, 0x1000, 64, "_RNvCs1_4demo4main").unwrap();
+    b.function(2, 0x2000, 64, "_RNvCs1_4demo4work").unwrap();
+    b.thread(42, "main").unwrap();
+    for (t, kind, id) in [
+        (1_000_000, EventKind::Entry, 1),
+        (1_000_500, EventKind::Entry, 2),
+        (1_000_500, EventKind::Exit, 2),
+        (1_002_000, EventKind::Entry, 2),
+        (1_002_000, EventKind::Entry, 1),
+        (1_002_000, EventKind::Exit, 1),
+        (1_002_000, EventKind::Exit, 2),
+        (1_003_000, EventKind::Exit, 1),
+    ] {
+        b.event(42, t, kind, id).unwrap();
+    }
+    b.finish().unwrap();
+    let ours = ok(ft(&["replay", "-i", p(&path)]));
+    assert!(
+        ours.contains("\n            [    42] |   demo::work();\n"),
+        "{ours}"
+    );
+    let ud = dir.join("u");
+    ok(ft(&[
+        "dump",
+        "-i",
+        p(&path),
+        "--format",
+        "uftrace",
+        "-o",
+        p(&ud),
+    ]));
+    let theirs = std::process::Command::new("uftrace")
+        .args(["replay", "-d"])
+        .arg(&ud)
+        .output()
+        .expect("uftrace");
+    assert!(theirs.status.success(), "{}", text(&theirs.stderr));
+    assert_eq!(text(&theirs.stdout), ours);
+}

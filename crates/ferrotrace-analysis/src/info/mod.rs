@@ -13,8 +13,11 @@ pub struct ThreadSummary {
     pub tid: u32,
     /// Thread name.
     pub name: String,
-    /// Events recorded.
+    /// The program's events in the file (entries, exits, tracepoints, allocations, samples): the
+    /// markers of lost events and waits are not among them.
     pub events: u64,
+    /// Markers in the file: `Lost` (how many events were lost there) and `Wait` events.
+    pub markers: u64,
     /// Function entries.
     pub entries: u64,
     /// Function exits (tail exits included).
@@ -48,11 +51,22 @@ pub struct Summary {
     pub threads: Vec<ThreadSummary>,
     /// Functions in the embedded symbol table.
     pub functions: usize,
-    /// Events in the file: entries, exits, tracepoints, and the markers of lost events and waits
-    /// (as [`Trace::event_count`] counts them, from the chunks' headers).
+    /// The program's events in the file: entries, exits, tracepoints, allocations and samples, not
+    /// the markers of lost events and waits (`events + markers` is [`Trace::event_count`], what the
+    /// chunks' headers and `record`'s summary count).
     pub events: u64,
-    /// Events lost.
+    /// `Lost` and `Wait` markers in the file.
+    pub markers: u64,
+    /// Events lost: the End chunk's count when the trace has one (the writer's: the `Lost` markers,
+    /// those of chunks a flight ring dropped too, and what the recorder counted without a marker,
+    /// such as samples the kernel dropped or calls deeper than an embedded shadow stack), else the
+    /// `Lost` markers' counts.
     pub lost: u64,
+    /// Events a flight ring (or a wrapping embedded buffer) overwrote to keep the newest: recorded,
+    /// then dropped before the trace was written (the End chunk's `dropped_events`).
+    pub dropped_events: u64,
+    /// Events chunks the flight ring dropped (0 for an embedded buffer, which wraps by events).
+    pub dropped_chunks: u64,
     /// File size.
     pub file_bytes: u64,
     /// Whether the trace has its End chunk.
@@ -135,20 +149,35 @@ impl Summary {
                         break;
                     }
                 };
-                // Every event of the file counts, the markers of lost events and waits too (replay
-                // shows them): the count `record` prints and the chunks' own counts.
-                ts.events += 1;
+                // The markers of lost events and waits are the recorder's notes, not the program's
+                // events: counted apart (`record`'s summary and the chunks' headers count both).
                 match e.kind {
+                    EventKind::Lost => {
+                        ts.lost += e.id as u64;
+                        ts.markers += 1;
+                    }
+                    EventKind::Wait => {
+                        ts.waited_ns += e.id as u64;
+                        ts.markers += 1;
+                    }
                     EventKind::Entry => ts.entries += 1,
                     EventKind::Exit | EventKind::TailExit => ts.exits += 1,
-                    EventKind::Lost => ts.lost += e.id as u64,
-                    EventKind::Wait => ts.waited_ns += e.id as u64,
                     _ => {}
+                }
+                if !matches!(e.kind, EventKind::Lost | EventKind::Wait) {
+                    ts.events += 1;
                 }
             }
             s.events += ts.events;
+            s.markers += ts.markers;
             s.lost += ts.lost;
             s.threads.push(ts);
+        }
+        if let Some(end) = trace.end {
+            // The writer counted every loss, those whose markers a flight ring dropped too.
+            s.lost = s.lost.max(end.lost);
+            s.dropped_events = end.dropped_events;
+            s.dropped_chunks = end.dropped_chunks;
         }
         Ok(s)
     }
@@ -165,11 +194,14 @@ impl Summary {
             "duration_ns": self.duration_ns,
             "threads": self.threads.iter().map(|t| json!({
                 "tid": t.tid, "name": t.name, "events": t.events, "entries": t.entries,
-                "exits": t.exits, "lost": t.lost, "waited_ns": t.waited_ns,
+                "exits": t.exits, "markers": t.markers, "lost": t.lost, "waited_ns": t.waited_ns,
             })).collect::<Vec<_>>(),
             "functions": self.functions,
             "events": self.events,
+            "markers": self.markers,
             "lost": self.lost,
+            "dropped_events": self.dropped_events,
+            "dropped_chunks": self.dropped_chunks,
             "file_bytes": self.file_bytes,
             "bytes_per_event": self.bytes_per_event(),
             "complete": self.complete,
@@ -206,11 +238,24 @@ impl Summary {
         if self.has_functions {
             let _ = writeln!(o, "functions    : {} traced", self.functions);
         }
-        let _ = writeln!(
+        let _ = write!(
             o,
             "events       : {} recorded, {} lost",
             self.events, self.lost
         );
+        if self.dropped_events > 0 || self.dropped_chunks > 0 {
+            let _ = write!(
+                o,
+                ", {} overwritten to keep the newest ({} mode{})",
+                self.dropped_events,
+                self.mode,
+                match self.dropped_chunks {
+                    0 => String::new(),
+                    n => format!(": {n} chunks dropped"),
+                }
+            );
+        }
+        let _ = writeln!(o);
         let _ = writeln!(
             o,
             "file size    : {} bytes ({:.2} bytes per event)",

@@ -22,7 +22,14 @@
 //! probability `p = 1 - exp(-s/N)` (Poisson sampling of the bytes); each recorded one stands for
 //! `1/p` allocations and `s/p` bytes (Horvitz–Thompson weights: their expectation over the sampling is
 //! exactly the unsampled count and size, so every total below is unbiased). Its variance for one
-//! allocation is `s² (1 - p) / p`. Figures of sampled traces are these estimates, rounded. Temporaries
+//! allocation is `s² (1 - p) / p`, estimated without bias from the recorded ones alone by
+//! `s² (1 - p) / p²` (and `(1 - p) / p²` for the count): summed over the recorded blocks of a figure,
+//! its square root is the figure's standard error ([`StdErrors`]), which `mem` prints beside it. Frees
+//! are weighed like the blocks they free, so that allocations, frees and what is left live agree.
+//! Figures of sampled traces are these estimates, rounded. A figure estimated from no recorded block
+//! at all (no leak sampled) is 0 with a standard error of 0, which says nothing: the chance that
+//! Poisson sampling records none of `L` bytes is `exp(-L/N)`, so `L < N ln 20` with 95 % confidence
+//! ([`MemReport::unseen_bound`]). Temporaries
 //! are the exception: whether a block was freed before its thread's next allocation needs every
 //! allocation, so in a sampled trace the next *recorded* one stands in and the figure is an upper
 //! bound.
@@ -123,8 +130,12 @@ pub struct MemReport {
     pub allocations: u64,
     /// Bytes allocated.
     pub bytes: u64,
-    /// Frees of recorded blocks.
+    /// Frees (estimated when sampled: each free of a recorded block weighs as that block does).
     pub frees: u64,
+    /// Free events of recorded blocks in the trace.
+    pub recorded_frees: u64,
+    /// Standard errors of the estimates (all 0 when every allocation was recorded).
+    pub std_errors: StdErrors,
     /// Largest heap.
     pub peak_bytes: u64,
     /// When, ns after the trace's first calibration.
@@ -183,17 +194,52 @@ fn is_plumbing(function: &str) -> bool {
         )
 }
 
+/// Estimated variances of a block's weights (count, bytes) from the block alone: for a block recorded
+/// with probability `p`, `(1 - p) / p²` and `s² (1 - p) / p²`; with `count = 1/p` and `bytes = s/p`
+/// that is `count² - count` and `bytes² (1 - 1/count)`. Both 0 for an unsampled trace (`count` 1).
+fn variances(count: f64, bytes: f64) -> (f64, f64) {
+    if count <= 1.0 {
+        return (0.0, 0.0);
+    }
+    (count * count - count, bytes * bytes * (1.0 - 1.0 / count))
+}
+
 #[derive(Default, Clone, Copy)]
 struct Totals {
     count: f64,
     bytes: f64,
+    var_count: f64,
+    var_bytes: f64,
 }
 
 impl Totals {
     fn add(&mut self, count: f64, bytes: f64) {
         self.count += count;
         self.bytes += bytes;
+        let (vc, vb) = variances(count, bytes);
+        self.var_count += vc;
+        self.var_bytes += vb;
     }
+}
+
+/// Standard errors of a sampled trace's estimates (all 0 when every allocation was recorded): one
+/// standard deviation of the estimator, from the Poisson sampling weights (see the module docs).
+/// About 95 % of estimates lie within two of the true figure.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StdErrors {
+    /// Of [`MemReport::allocations`].
+    pub allocations: f64,
+    /// Of [`MemReport::bytes`].
+    pub bytes: f64,
+    /// Of [`MemReport::frees`].
+    pub frees: f64,
+    /// Of [`MemReport::peak_bytes`] (the heap at that moment; the moment itself is chosen from the
+    /// estimates, so the peak tends to be overestimated by about this much).
+    pub peak_bytes: f64,
+    /// Of [`MemReport::leaked_bytes`].
+    pub leaked_bytes: f64,
+    /// Of [`MemReport::leaked_blocks`].
+    pub leaked_blocks: f64,
 }
 
 struct Block {
@@ -207,6 +253,8 @@ struct Pass<'t> {
     sample_interval: u64,
     live: HashMap<u64, Block>,
     heap: f64,
+    /// The estimated variance of `heap`.
+    heap_var: f64,
 }
 
 impl Pass<'_> {
@@ -226,8 +274,10 @@ impl Pass<'_> {
                 );
                 if let Some(old) = &replaced {
                     self.heap -= old.bytes;
+                    self.heap_var -= variances(old.count, old.bytes).1;
                 }
                 self.heap += bytes;
+                self.heap_var += variances(count, bytes).1;
                 Some((
                     true,
                     Block {
@@ -241,6 +291,7 @@ impl Pass<'_> {
             EventKind::Free => {
                 let old = self.live.remove(&e.fields[0])?;
                 self.heap -= old.bytes;
+                self.heap_var -= variances(old.count, old.bytes).1;
                 Some((false, old, None))
             }
             _ => None,
@@ -286,17 +337,19 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
         sample_interval,
         live: HashMap::new(),
         heap: 0.0,
+        heap_var: 0.0,
     };
     let mut rep = MemReport {
         sample_interval,
         complete: trace.end.is_some(),
         ..MemReport::default()
     };
-    let (mut all, mut temps) = (Totals::default(), Totals::default());
+    let (mut all, mut temps, mut frees) = (Totals::default(), Totals::default(), Totals::default());
     let mut by_stack: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut temp_stacks: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut last_alloc: HashMap<u32, u64> = HashMap::new();
     let (mut peak, mut peak_index, mut peak_ns, mut index) = (0.0f64, 0u64, 0u64, 0u64);
+    let mut peak_var = 0.0f64;
     let mut events = trace.events()?;
     while let Some(e) = events.next_ref() {
         let e = e?;
@@ -314,11 +367,13 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
             last_alloc.insert(e.tid, e.fields[1]);
             if pass.heap > peak + 0.5 {
                 peak = pass.heap;
+                peak_var = pass.heap_var;
                 peak_index = index;
                 peak_ns = e.ts_ns.saturating_sub(start_ns);
             }
         } else {
-            rep.frees += 1;
+            rep.recorded_frees += 1;
+            frees.add(block.count, block.bytes);
             if last_alloc.get(&e.tid) == Some(&e.fields[0]) {
                 last_alloc.remove(&e.tid);
                 temps.add(block.count, block.bytes);
@@ -331,14 +386,17 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     }
     drop(events);
     let mut leaks: HashMap<Option<u32>, Totals> = HashMap::new();
+    let mut leaked = Totals::default();
     for b in pass.live.values() {
         leaks.entry(b.stack).or_default().add(b.count, b.bytes);
+        leaked.add(b.count, b.bytes);
     }
     // Pass 2: replay up to the peak and group what was live then.
     let mut peak_live: HashMap<Option<u32>, Totals> = HashMap::new();
     if peak_stacks && peak_index > 0 {
         pass.live.clear();
         pass.heap = 0.0;
+        pass.heap_var = 0.0;
         let mut events = trace.events()?;
         let mut index = 0u64;
         while let Some(e) = events.next_ref() {
@@ -355,6 +413,15 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     }
     rep.allocations = round(all.count);
     rep.bytes = round(all.bytes);
+    rep.frees = round(frees.count);
+    rep.std_errors = StdErrors {
+        allocations: all.var_count.max(0.0).sqrt(),
+        bytes: all.var_bytes.max(0.0).sqrt(),
+        frees: frees.var_count.max(0.0).sqrt(),
+        peak_bytes: peak_var.max(0.0).sqrt(),
+        leaked_bytes: leaked.var_bytes.max(0.0).sqrt(),
+        leaked_blocks: leaked.var_count.max(0.0).sqrt(),
+    };
     rep.peak_bytes = round(peak);
     rep.peak_ns = peak_ns;
     rep.temporary = round(temps.count);
@@ -372,6 +439,13 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
 }
 
 impl MemReport {
+    /// For a sampled trace, the bytes that can go unseen: with Poisson sampling every `N` bytes, no
+    /// block of `L` bytes in all is recorded with probability `exp(-L/N)`, so a figure estimated as 0
+    /// (no leak recorded) is below `N ln 20` bytes with 95 % confidence. 0 for an unsampled trace.
+    pub fn unseen_bound(&self) -> u64 {
+        round(self.sample_interval as f64 * 20f64.ln())
+    }
+
     /// Frames of a frame-level stack, leaf first.
     pub fn stack_frames(&self, stack: Option<u32>) -> Vec<&Frame> {
         frames_of(&self.frames, &self.stacks, stack)
@@ -468,6 +542,10 @@ mod tests {
         });
         let r = analyse(&t).unwrap();
         assert_eq!((r.allocations, r.bytes, r.frees), (5, 3160, 3));
+        assert_eq!(r.std_errors, StdErrors::default(), "nothing is estimated");
+        assert!(r.text(View::Summary, 10).starts_with(
+            "allocations: 5 (3,160 bytes), frees: 3\npeak heap: 3,000 bytes at 50 ns\nleaked at exit: 2,010 bytes in 2 blocks\n"
+        ));
         assert_eq!((r.peak_bytes, r.peak_ns), (3000, 60 - 10));
         assert_eq!(
             r.peak_stacks,
@@ -493,13 +571,41 @@ mod tests {
         assert!((count - 1.0).abs() < 1e-9 && (bytes - (1u64 << 30) as f64).abs() < 1e-3);
         let t = trace_of("sampled", 1000, |b| {
             b.alloc(1, 10, None, 1000, 0xa0).unwrap();
+            b.alloc(1, 20, None, 1000, 0xb0).unwrap();
+            b.free(1, 30, 0xa0).unwrap();
         });
         let r = analyse(&t).unwrap();
         assert_eq!(r.sample_interval, 1000);
         assert_eq!(
             (r.allocations, r.bytes),
-            (2, 1582),
-            "1/p = 1.582 allocations, 1582 bytes"
+            (3, 3164),
+            "1/p = 1.582 allocations, 1582 bytes each"
+        );
+        // The free weighs as its block did: 1.582 frees, not 1; one block left live.
+        assert_eq!((r.frees, r.recorded_frees), (2, 1));
+        assert_eq!((r.leaked_blocks, r.leaked_bytes), (2, 1582));
+        // Variance of one block's count: (1 - p) / p² = 1/p² - 1/p.
+        let one = (1.0 / p / p - 1.0 / p).sqrt();
+        let close = |a: f64, b: f64| (a - b).abs() < 1e-9 * b.max(1.0);
+        assert!(close(r.std_errors.allocations, one * 2f64.sqrt()));
+        assert!(close(r.std_errors.frees, one));
+        assert!(close(r.std_errors.leaked_blocks, one));
+        assert!(close(r.std_errors.bytes, 1000.0 * one * 2f64.sqrt()));
+        assert!(close(r.std_errors.leaked_bytes, 1000.0 * one));
+        // The heap peaked with both blocks live.
+        assert!(close(r.std_errors.peak_bytes, 1000.0 * one * 2f64.sqrt()));
+        assert_eq!(r.unseen_bound(), 2996, "N ln 20");
+        let text = r.text(View::Summary, 10);
+        assert!(
+            text.starts_with(
+                "allocations: 3 ± 1 (3,164 ± 1,357 bytes), frees: 2 ± 1\n  estimated from 2 \
+                 allocations and 1 frees recorded, sampled every 1,000 bytes on average"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("leaked at exit: 1,582 ± 960 bytes in 2 ± 1 blocks\n"),
+            "{text}"
         );
     }
 }

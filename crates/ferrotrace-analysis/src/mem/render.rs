@@ -94,41 +94,64 @@ impl MemReport {
         }
     }
 
+    /// `value`, and ` ± standard error` when the trace was sampled.
+    fn estimate(&self, value: u64, std_error: f64) -> String {
+        if self.sample_interval == 0 {
+            thousands(value)
+        } else {
+            format!(
+                "{} ± {}",
+                thousands(value),
+                thousands(std_error.max(0.0).round() as u64)
+            )
+        }
+    }
+
     /// The report as text: `view`, with at most `limit` rows or stacks per list.
     pub fn text(&self, view: View, limit: usize) -> String {
         let mut out = String::new();
-        let est = if self.sample_interval > 0 {
-            format!(
-                " (estimated from {} allocations sampled every {} bytes on average)",
+        let se = self.std_errors;
+        let _ = writeln!(
+            out,
+            "allocations: {} ({} bytes), frees: {}",
+            self.estimate(self.allocations, se.allocations),
+            self.estimate(self.bytes, se.bytes),
+            self.estimate(self.frees, se.frees)
+        );
+        if self.sample_interval > 0 {
+            let _ = writeln!(
+                out,
+                "  estimated from {} allocations and {} frees recorded, sampled every {} bytes on \
+                 average; ± one standard error (95% of estimates are within two)",
                 thousands(self.recorded),
+                thousands(self.recorded_frees),
                 thousands(self.sample_interval)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "peak heap: {} bytes at {}",
+            self.estimate(self.peak_bytes, se.peak_bytes),
+            crate::info::fmt_ns(self.peak_ns)
+        );
+        let unseen = if self.sample_interval > 0 && self.leaks.is_empty() {
+            format!(
+                " (none recorded: under {} bytes with 95% confidence)",
+                thousands(self.unseen_bound())
             )
         } else {
             String::new()
         };
         let _ = writeln!(
             out,
-            "allocations: {} ({} bytes), frees: {}{est}",
-            thousands(self.allocations),
-            thousands(self.bytes),
-            thousands(self.frees)
-        );
-        let _ = writeln!(
-            out,
-            "peak heap: {} bytes at {}",
-            thousands(self.peak_bytes),
-            crate::info::fmt_ns(self.peak_ns)
-        );
-        let _ = writeln!(
-            out,
-            "{}: {} bytes in {} blocks",
+            "{}: {} bytes in {} blocks{unseen}",
             if self.complete {
                 "leaked at exit"
             } else {
                 "live when the trace stopped (incomplete trace)"
             },
-            thousands(self.leaked_bytes),
-            thousands(self.leaked_blocks)
+            self.estimate(self.leaked_bytes, se.leaked_bytes),
+            self.estimate(self.leaked_blocks, se.leaked_blocks)
         );
         let pct = if self.allocations > 0 {
             self.temporary as f64 * 100.0 / self.allocations as f64
@@ -213,9 +236,19 @@ impl MemReport {
         serde_json::json!({
             "sample_interval": self.sample_interval,
             "recorded_allocations": self.recorded,
+            "recorded_frees": self.recorded_frees,
             "allocations": self.allocations,
             "bytes": self.bytes,
             "frees": self.frees,
+            // One standard deviation of each estimate (0 when every allocation was recorded).
+            "std_error": {
+                "allocations": self.std_errors.allocations,
+                "bytes": self.std_errors.bytes,
+                "frees": self.std_errors.frees,
+                "peak_bytes": self.std_errors.peak_bytes,
+                "leaked_bytes": self.std_errors.leaked_bytes,
+                "leaked_blocks": self.std_errors.leaked_blocks,
+            },
             "peak": {
                 "bytes": self.peak_bytes,
                 "ns": self.peak_ns,
@@ -225,6 +258,8 @@ impl MemReport {
                 "bytes": self.leaked_bytes,
                 "blocks": self.leaked_blocks,
                 "complete_trace": self.complete,
+                // Sampled traces: leaked bytes that could go unrecorded (95 % confidence).
+                "unseen_bound_bytes": self.unseen_bound(),
                 "stacks": self.groups_json(&self.leaks),
             },
             "temporary": {

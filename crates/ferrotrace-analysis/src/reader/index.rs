@@ -3,12 +3,12 @@
 //! cleanly at a truncated or corrupt chunk.
 
 use std::collections::{BTreeMap, HashMap};
-use std::fs::File;
 use std::io::{self, BufReader, Read};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use ferrotrace_core::clock::{ClockPair, TscConverter};
-use ferrotrace_core::codec::{DecodeError, FieldReader};
+use ferrotrace_core::codec::{DecodeError, EventDecoder, FieldReader};
 use ferrotrace_core::format::{
     parse_file_header, ChunkHeader, ChunkKind, HeaderError, CHUNK_HEADER_LEN, FILE_HEADER_LEN,
     MAX_CHUNK_PAYLOAD, VERSION_MAJOR,
@@ -23,8 +23,17 @@ use super::{
 pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
     let path = path.to_path_buf();
     let io_err = |e| ReadError::Io(path.clone(), e);
-    let file = File::open(&path).map_err(io_err)?;
-    let file_len = file.metadata().map_err(io_err)?.len();
+    // Without O_NONBLOCK, opening a FIFO waits for a writer, forever if none comes.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(&path)
+        .map_err(io_err)?;
+    let meta = file.metadata().map_err(io_err)?;
+    if !meta.is_file() {
+        return Err(ReadError::Format(path, not_a_file(&meta)));
+    }
+    let file_len = meta.len();
     let mut r = BufReader::with_capacity(1 << 20, file.try_clone().map_err(io_err)?);
     let mut header = [0u8; FILE_HEADER_LEN];
     let got = read_up_to(&mut r, &mut header).map_err(io_err)?;
@@ -49,6 +58,17 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             },
         )
     })?;
+    let flags = u32::from_le_bytes(header[12..16].try_into().expect("4 bytes"));
+    if flags != 0 {
+        return Err(ReadError::Format(
+            path,
+            format!(
+                "the file header's flags are {flags:#x}: this ferrotrace knows none (format \
+                 {}.{} has flags 0): written by a newer ferrotrace, or damaged",
+                version.0, version.1
+            ),
+        ));
+    }
     let mut t = Trace {
         path: path.clone(),
         file,
@@ -89,7 +109,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         if got < CHUNK_HEADER_LEN {
             t.truncation = Some(Truncation {
                 offset,
-                reason: format!("chunk header cut short ({got} of 12 bytes)"),
+                reason: format!("chunk header cut short ({got} of {CHUNK_HEADER_LEN} bytes)"),
             });
             break;
         }
@@ -154,6 +174,24 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         }
     }
     t.next_chunk_seq = next_seq;
+    if t.truncation.is_none() {
+        // A cut-short tail says so itself; a file that ends cleanly must end with End (or with
+        // record's Salvage, which says what the process left unwritten).
+        if t.session.mode.is_none() {
+            t.problems.push(
+                "the trace has no Session chunk (its first chunk): what recorded it, and how, is \
+                 unknown"
+                    .into(),
+            );
+        }
+        if t.end.is_none() && t.salvage.is_none() {
+            t.problems.push(format!(
+                "the trace has no End chunk after byte {}: the process ended without finishing it \
+                 (killed, or crashed), or it is still being written",
+                t.valid_len
+            ));
+        }
+    }
     if after_end > 0 {
         t.problems.push(format!(
             "{after_end} chunks follow the End chunk (appended later?): ignored"
@@ -250,6 +288,12 @@ impl Trace {
             Some(ChunkKind::Events) => {
                 let h = schema::EventsHeader::decode(&mut f)?;
                 let th = self.threads.entry(h.tid).or_default();
+                if th.chunks.is_empty() {
+                    th.first_tsc = EventDecoder::new(f.rest(), h.base_ticks)
+                        .next()
+                        .and_then(Result::ok)
+                        .map(|e| e.tsc);
+                }
                 th.tid = h.tid;
                 th.events = th.events.saturating_add(h.count);
                 th.chunks.push(ChunkRef {
@@ -324,6 +368,10 @@ impl Trace {
             if th.pid == 0 {
                 th.pid = self.session.pid;
             }
+            if !th.chunks.is_sorted_by_key(|c| c.seq) {
+                // The first chunk in the file is not the thread's first.
+                th.first_tsc = None;
+            }
             th.chunks.sort_by_key(|c| c.seq);
             let before = th.chunks.len();
             th.chunks.dedup_by_key(|c| c.seq);
@@ -367,6 +415,8 @@ impl Trace {
                 ));
             }
             read_events = read_events.saturating_add(th.events);
+            // The index stays in memory while the trace is read: no slack from its growth.
+            th.chunks.shrink_to_fit();
         }
         if let Some(end) = &self.end {
             let expected = end.events.saturating_sub(end.dropped_events);
@@ -376,6 +426,31 @@ impl Trace {
                 ));
             }
         }
+    }
+}
+
+/// Why a path that is not a regular file cannot be read as a trace.
+fn not_a_file(meta: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::FileTypeExt;
+    let ft = meta.file_type();
+    let what = if ft.is_fifo() {
+        "a pipe"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_socket() {
+        "a socket"
+    } else {
+        "not a regular file"
+    };
+    if ft.is_fifo() || ft.is_socket() {
+        format!(
+            "{what}, not a trace file: traces are read by position (each thread's chunks in \
+             turn); save it to a file first (`cat > trace.data`)"
+        )
+    } else {
+        format!("{what}, not a trace file")
     }
 }
 
@@ -669,7 +744,14 @@ mod tests {
         let t = open_bytes("cut-boundary", &bytes[..at]);
         assert_eq!(t.truncation, None);
         assert!(t.end.is_none());
-        assert_eq!(t.problems, Vec::<String>::new());
+        // Clean, but not whole: every command warns (issue 20.12: read silently, exit 0).
+        assert_eq!(
+            t.problems,
+            vec![format!(
+                "the trace has no End chunk after byte {at}: the process ended without finishing \
+                 it (killed, or crashed), or it is still being written"
+            )]
+        );
         assert_eq!(t.valid_len, at as u64);
         assert_eq!(t.next_chunk_seq, end as u32);
         assert_eq!(t.event_count(), EVENTS);
@@ -677,9 +759,11 @@ mod tests {
         assert!(t.running_at_start().is_none());
 
         let t = open_bytes("cut-header", &bytes[..at + 5]);
+        // The cut says it all: no second word about the End chunk it took away.
+        assert_eq!(t.problems, Vec::<String>::new());
         let cut = t.truncation.expect("cut inside a header");
         assert_eq!(cut.offset, at as u64);
-        assert!(cut.reason.starts_with("chunk header cut short (5 of"));
+        assert_eq!(cut.reason, "chunk header cut short (5 of 16 bytes)");
         assert_eq!(t.valid_len, at as u64);
 
         let len = chunks[end].payload.len();
@@ -691,5 +775,63 @@ mod tests {
                 reason: format!("chunk of {len} bytes cut short after 3")
             })
         );
+    }
+
+    #[test]
+    fn a_trace_without_its_session_chunk_is_a_problem() {
+        let mut chunks = split(&whole());
+        assert_eq!(chunks[0].kind, ChunkKind::Session as u32);
+        chunks.remove(0);
+        renumber(&mut chunks);
+        let t = open_bytes("no-session", &join(&chunks));
+        assert!(
+            t.problems.contains(
+                &"the trace has no Session chunk (its first chunk): what recorded it, and how, \
+                  is unknown"
+                    .to_string()
+            ),
+            "{:?}",
+            t.problems
+        );
+    }
+
+    #[test]
+    fn header_flags_this_reader_does_not_know_are_refused() {
+        let mut bytes = whole();
+        bytes[12] = 4;
+        let path = std::env::temp_dir().join(format!("ft-reader-flags-{}", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let err = Trace::open(&path).unwrap_err().to_string();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            err.ends_with(
+                "the file header's flags are 0x4: this ferrotrace knows none (format 2.0 has \
+                 flags 0): written by a newer ferrotrace, or damaged"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_pipe_is_refused_at_once_not_waited_on() {
+        let dir = std::env::temp_dir().join(format!("ft-reader-fifo-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let fifo = dir.join("trace.data");
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // No writer: opening it the ordinary way would wait forever.
+        let err = Trace::open(&fifo).unwrap_err().to_string();
+        assert!(
+            err.ends_with(
+                "trace.data: a pipe, not a trace file: traces are read by position (each \
+                 thread's chunks in turn); save it to a file first (`cat > trace.data`)"
+            ),
+            "{err}"
+        );
+        let err = Trace::open(&dir).unwrap_err().to_string();
+        assert!(err.ends_with(": a directory, not a trace file"), "{err}");
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

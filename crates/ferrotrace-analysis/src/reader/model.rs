@@ -160,6 +160,10 @@ pub struct Thread {
     pub chunks: Vec<ChunkRef>,
     /// Events in all its chunks.
     pub events: u64,
+    /// The tick of its first event (decoded by the index pass): a time-ordered merge places a thread
+    /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.
+    /// `None` when not known (its chunks were out of order in the file, or the first is damaged).
+    pub first_tsc: Option<u64>,
 }
 
 /// The End chunk: present only in complete traces.

@@ -17,15 +17,15 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
-        let chunks = self
+        let (chunks, first_tsc) = self
             .threads
             .get(&tid)
-            .map(|t| t.chunks.clone())
-            .unwrap_or_default();
+            .map_or((&[][..], None), |t| (&t.chunks[..], t.first_tsc));
         Ok(ThreadEvents {
             trace: self,
             tid,
             chunks,
+            first_tsc,
             next_chunk: 0,
             buf: Vec::new(),
             events: Vec::new(),
@@ -50,7 +50,13 @@ impl Trace {
             m.streams.push(self.thread_events(tid)?);
         }
         for s in 0..m.streams.len() {
-            m.push_current(s);
+            // Placed by their first event's time from the index: a thread's chunk is decoded when
+            // the merge reaches it.
+            match m.streams[s].peek_tsc() {
+                Ok(Some(tsc)) => m.heap.push((std::cmp::Reverse(tsc), std::cmp::Reverse(s))),
+                Ok(None) => {}
+                Err(e) => m.error = Some(e),
+            }
         }
         Ok(m)
     }
@@ -74,7 +80,10 @@ struct RawEvent {
 pub struct ThreadEvents<'a> {
     trace: &'a Trace,
     tid: u32,
-    chunks: Vec<ChunkRef>,
+    /// The thread's chunks in the index (borrowed: a stream per thread copies nothing of it).
+    chunks: &'a [ChunkRef],
+    /// The tick of the thread's first event, from the index ([`super::Thread::first_tsc`]).
+    first_tsc: Option<u64>,
     next_chunk: usize,
     buf: Vec<u8>,
     /// Offset of the event body in `buf`.
@@ -140,7 +149,15 @@ impl ThreadEvents<'_> {
         while self.pos >= self.events.len() {
             match self.load_next_chunk() {
                 Ok(true) => {}
-                Ok(false) => return Ok(false),
+                Ok(false) => {
+                    // Done: a merge of many threads keeps only those still going in memory.
+                    if self.events.capacity() > 0 {
+                        self.events = Vec::new();
+                        self.buf = Vec::new();
+                        self.pos = 0;
+                    }
+                    return Ok(false);
+                }
                 Err(e) => {
                     self.next_chunk = self.chunks.len();
                     self.events.clear();
@@ -192,6 +209,18 @@ impl ThreadEvents<'_> {
         let r = self.events[self.pos];
         self.pos += 1;
         Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
+    /// The tick of the next event, without decoding a chunk when nothing was read yet and the index
+    /// knows the thread's first event: what a time-ordered merge needs to place a thread that has not
+    /// started, so that it holds no decoded chunk before then.
+    pub(crate) fn peek_tsc(&mut self) -> Result<Option<u64>, ReadError> {
+        if self.next_chunk == 0 {
+            if let Some(t) = self.first_tsc {
+                return Ok(Some(t));
+            }
+        }
+        Ok(self.peek_raw()?.map(|(t, _, _)| t))
     }
 
     /// The next event as `(tsc, kind, id)` without consuming it; `Ok(None)` at the end. A read error
@@ -269,7 +298,18 @@ impl MergedEvents<'_> {
         if let Some(e) = self.error.take() {
             return Some(Err(e));
         }
-        let (_, std::cmp::Reverse(s)) = self.heap.pop()?;
+        let s = loop {
+            let (_, std::cmp::Reverse(s)) = self.heap.pop()?;
+            if self.streams[s].pos < self.streams[s].events.len() {
+                break s;
+            }
+            // Placed by the index's first tick: decode its first chunk now.
+            match self.streams[s].fill() {
+                Ok(true) => break s,
+                Ok(false) => {}
+                Err(e) => return Some(Err(e)),
+            }
+        };
         self.advance = Some(s);
         let st = &self.streams[s];
         Some(Ok(st.event_at(st.pos)))

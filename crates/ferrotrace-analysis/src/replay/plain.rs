@@ -435,8 +435,10 @@ pub(super) fn replay_plain(
     // The k-way merge: `(tsc, stream)` of each stream's next event but the one being read.
     let mut heap = BinaryHeap::new();
     for (s, ev) in streams.iter_mut().enumerate() {
-        match ev.peek_raw() {
-            Ok(Some((tsc, _, _))) => heap.push(Reverse((tsc, s))),
+        // By the first event's tick from the index: a thread's chunk is decoded when the merge
+        // reaches it, so a trace of 5,000 short-lived threads holds those alive at a time.
+        match ev.peek_tsc() {
+            Ok(Some(tsc)) => heap.push(Reverse((tsc, s))),
             Ok(None) => {}
             Err(e) => errors.push(e.to_string()),
         }

@@ -8,7 +8,9 @@
 //!   end of the trace and frames already running when tracing began (those three are also counted
 //!   separately).
 //! - **total**: time inside the function, *recursion counted once*: only the outermost active frame of a
-//!   function adds its duration, so `total` never exceeds the thread's run time.
+//!   function adds its duration, so `total` never exceeds the thread's run time. A frame already
+//!   running when tracing began (a flight or wrapped trace that starts inside a recursion) is active
+//!   from the thread's first event: the frames of its function before its exit are inside it.
 //! - **self**: total minus time in callees, summed over all frames.
 //! - **avg / min / max**: over the durations of individual frames (recursive frames included).
 //! - A frame already running when tracing began is timed from the thread's first event, a frame still
@@ -333,6 +335,12 @@ impl Report {
                     }
                     if !frame.entered {
                         a.before += 1;
+                        // Running since before the thread's first event, so every frame of this
+                        // function counted so far ran inside it: its duration is the total so far.
+                        // (One pass never saw it enter, so `active` did not count it. Set here, in
+                        // the branch that was there already: a new one in this closure made the
+                        // whole report 1.7x slower, 0.30 s to 0.52 s on fib 35.)
+                        a.total = dur;
                     }
                 }
                 StackEvent::OrphanExit { .. } => {}

@@ -21,9 +21,57 @@ use ferrotrace_analysis::reader::Trace;
 use crate::Error;
 use ferrotrace_analysis::samples::SampleSet;
 
-/// Opens a trace; errors become the one-line message `main` prints.
+/// Opens a trace; errors become the one-line message `main` prints. What is wrong with the trace is
+/// said by [`finish`], or, when the command ends with an error before that (`mem` on a trace whose
+/// Session chunk is missing: "holds no allocation events"), by [`say_unfinished`] before the error.
 pub fn open(path: &Path) -> Result<Trace, Error> {
-    Ok(Trace::open(path)?)
+    let trace = Trace::open(path)?;
+    let warnings = warnings(&trace);
+    if !warnings.is_empty() {
+        unfinished().push((trace.path().to_path_buf(), warnings));
+    }
+    Ok(trace)
+}
+
+/// The warnings of the traces opened and not yet [`finish`]ed.
+fn unfinished() -> std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, Vec<String>)>> {
+    static UNFINISHED: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<String>)>> =
+        std::sync::Mutex::new(Vec::new());
+    UNFINISHED.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Says what is wrong with the traces the command opened and did not finish: `main` calls it before
+/// the error that ended the command, which may well come from the damage.
+pub fn say_unfinished() {
+    for (_, warnings) in std::mem::take(&mut *unfinished()) {
+        for w in warnings {
+            say!("{w}");
+        }
+    }
+}
+
+/// The warning lines of `trace`: its problems and a truncated tail.
+fn warnings(trace: &Trace) -> Vec<String> {
+    let mut v: Vec<String> = trace
+        .problems
+        .iter()
+        .map(|p| {
+            format!(
+                "ferrotrace: warning: {}: {p}; results may not be what was recorded",
+                trace.path().display()
+            )
+        })
+        .collect();
+    if let Some(t) = &trace.truncation {
+        v.push(format!(
+            "ferrotrace: warning: {}: truncated at byte {} of {} ({}); results cover the readable prefix",
+            trace.path().display(),
+            t.offset,
+            trace.file_len,
+            t.reason
+        ));
+    }
+    v
 }
 
 /// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
@@ -52,21 +100,9 @@ pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>,
 /// (1 when the results cover only part of the trace).
 pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
-    for p in &trace.problems {
-        say!(
-            "ferrotrace: warning: {}: {p}; results may not be what was recorded",
-            trace.path().display()
-        );
-        code = ExitCode::from(1);
-    }
-    if let Some(t) = &trace.truncation {
-        say!(
-            "ferrotrace: warning: {}: truncated at byte {} of {} ({}); results cover the readable prefix",
-            trace.path().display(),
-            t.offset,
-            trace.file_len,
-            t.reason
-        );
+    unfinished().retain(|(p, _)| p != trace.path());
+    for w in warnings(trace) {
+        say!("{w}");
         code = ExitCode::from(1);
     }
     for e in errors {

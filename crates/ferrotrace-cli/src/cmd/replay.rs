@@ -48,19 +48,12 @@ pub struct ReplayArgs {
     srcline: bool,
 }
 
-/// Parses `10us`, `1.5ms`, `2s`, `300ns` or a number of nanoseconds.
+/// Parses `10us`, `1.5ms`, `2s`, `300ns` or a number of nanoseconds; not a negative one, NaN or
+/// infinity.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
-    for (unit, mul) in [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)] {
-        if let Some(n) = s.strip_suffix(unit) {
-            let v: f64 = n
-                .trim()
-                .parse()
-                .map_err(|_| format!("bad duration {s:?}"))?;
-            return Ok((v * mul) as u64);
-        }
-    }
-    s.parse()
-        .map_err(|_| format!("bad duration {s:?} (e.g. 10us, 1.5ms)"))
+    ferrotrace_analysis::replay::parse_duration(s)
+        .or_else(|| s.parse().ok())
+        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10us, 1.5ms; not negative)"))
 }
 
 fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
