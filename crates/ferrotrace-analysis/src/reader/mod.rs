@@ -76,6 +76,27 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// What a command must say after its results (one `ferrotrace: warning:` line each): the
+    /// trace's problems and a truncated tail. Empty for a trace read whole and sound.
+    pub fn warnings(&self) -> Vec<String> {
+        let path = self.path().display();
+        let mut v: Vec<String> = self
+            .problems
+            .iter()
+            .map(|p| {
+                format!("ferrotrace: warning: {path}: {p}; results may not be what was recorded")
+            })
+            .collect();
+        if let Some(t) = &self.truncation {
+            v.push(format!(
+                "ferrotrace: warning: {path}: truncated at byte {} of {} ({}); results cover the \
+                 readable prefix",
+                t.offset, self.file_len, t.reason
+            ));
+        }
+        v
+    }
+
     /// Opens and indexes a trace. A truncated or corrupt tail is not an error: reading stops there and
     /// [`Trace::truncation`] says where and why.
     pub fn open(path: impl AsRef<Path>) -> Result<Trace, ReadError> {

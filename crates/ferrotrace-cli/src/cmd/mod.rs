@@ -26,7 +26,7 @@ use ferrotrace_analysis::samples::SampleSet;
 /// Session chunk is missing: "holds no allocation events"), by [`say_unfinished`] before the error.
 pub fn open(path: &Path) -> Result<Trace, Error> {
     let trace = Trace::open(path)?;
-    let warnings = warnings(&trace);
+    let warnings = trace.warnings();
     if !warnings.is_empty() {
         unfinished().push((trace.path().to_path_buf(), warnings));
     }
@@ -48,30 +48,6 @@ pub fn say_unfinished() {
             say!("{w}");
         }
     }
-}
-
-/// The warning lines of `trace`: its problems and a truncated tail.
-fn warnings(trace: &Trace) -> Vec<String> {
-    let mut v: Vec<String> = trace
-        .problems
-        .iter()
-        .map(|p| {
-            format!(
-                "ferrotrace: warning: {}: {p}; results may not be what was recorded",
-                trace.path().display()
-            )
-        })
-        .collect();
-    if let Some(t) = &trace.truncation {
-        v.push(format!(
-            "ferrotrace: warning: {}: truncated at byte {} of {} ({}); results cover the readable prefix",
-            trace.path().display(),
-            t.offset,
-            trace.file_len,
-            t.reason
-        ));
-    }
-    v
 }
 
 /// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
@@ -101,7 +77,7 @@ pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>,
 pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
     let mut code = ExitCode::SUCCESS;
     unfinished().retain(|(p, _)| p != trace.path());
-    for w in warnings(trace) {
+    for w in trace.warnings() {
         say!("{w}");
         code = ExitCode::from(1);
     }
