@@ -803,11 +803,15 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         let err = Trace::open(&path).unwrap_err().to_string();
         let _ = std::fs::remove_file(&path);
+        let (major, minor) = (
+            ferrotrace_core::format::VERSION_MAJOR,
+            ferrotrace_core::format::VERSION_MINOR,
+        );
         assert!(
-            err.ends_with(
-                "the file header's flags are 0x4: this ferrotrace knows none (format 2.0 has \
-                 flags 0): written by a newer ferrotrace, or damaged"
-            ),
+            err.ends_with(&format!(
+                "the file header's flags are 0x4: this ferrotrace knows none (format {major}.{minor} \
+                 has flags 0): written by a newer ferrotrace, or damaged"
+            )),
             "{err}"
         );
     }
