@@ -3,7 +3,7 @@
 # round (medians):
 #   Rust fib built with -Zinstrument-mcount -Cforce-frame-pointers=yes: the uninstrumented build, the
 #   mcount build run alone (glibc's mcount: gprof profiling), ferrotrace record, ferrotrace record with fib
-#   filtered out (-N), uftrace 0.13 record; for reference in the same conditions, the floor (the
+#   left unpatched (-P main), uftrace 0.13 record; for reference in the same conditions, the floor (the
 #   uninstrumented program reading rdtsc at entry and exit of every call) and ferrotrace record of the
 #   XRay build;
 #   C fib (testprogs/c/mcwork.c, gcc -O2 -pg): the same five;
@@ -36,16 +36,16 @@ for round in $(seq "$RUNS"); do
   run r_xray "$ft" record -o "$out/x.data" -- "$out/xray/release/fib" "$N"
   run r_alone "$rust" "$N"
   run r_ferrotrace "$ft" record -o "$out/r.data" -- "$rust" "$N"
-  run r_filtered "$ft" record -o "$out/r-filtered.data" -N '^fib::fib$' -- "$rust" "$N"
+  run r_filtered "$ft" record -o "$out/r-filtered.data" -P '^fib::main$' -- "$rust" "$N"
   [ -z "$have_uftrace" ] || run r_uftrace uftrace record -d "$out/r.uftrace" "$rust" "$N"
   run c_plain "$out/c_plain" fib "$N"
   run c_alone "$out/c_pg" fib "$N"
   run c_ferrotrace "$ft" record -o "$out/c.data" -- "$out/c_pg" fib "$N"
-  run c_filtered "$ft" record -o "$out/c-filtered.data" -N '^fib$' -- "$out/c_pg" fib "$N"
+  run c_filtered "$ft" record -o "$out/c-filtered.data" -P '^main$' -- "$out/c_pg" fib "$N"
   [ -z "$have_uftrace" ] || run c_uftrace uftrace record -d "$out/c.uftrace" "$out/c_pg" fib "$N"
   run n_plain "$out/c_plain_nopie" fib "$N"
   run n_alone "$out/c_nop" fib "$N"
-  run n_filtered "$ft" record -o "$out/n-filtered.data" -N '^fib$' -- "$out/c_nop" fib "$N"
+  run n_filtered "$ft" record -o "$out/n-filtered.data" -P '^main$' -- "$out/c_nop" fib "$N"
   run n_ferrotrace "$ft" record -o "$out/n.data" -- "$out/c_nop" fib "$N"
 done
 for name in "${!samples[@]}"; do
@@ -59,7 +59,7 @@ printf '%-46s %12s %14s %16s\n' variant "ns/call" "overhead/call" "uftrace/this"
 echo "Rust, -Zinstrument-mcount -Cforce-frame-pointers=yes:"
 row r_plain r_plain "" "  uninstrumented build"
 row r_alone r_plain "" "  mcount build alone (glibc mcount)"
-row r_filtered r_plain "" "  ferrotrace record, fib filtered out (-N)"
+row r_filtered r_plain "" "  ferrotrace record, fib not patched (-P)"
 row r_ferrotrace r_plain r_uftrace "  ferrotrace record"
 row r_uftrace r_plain "" "  uftrace record"
 row r_floor r_plain "" "  floor: rdtsc at entry and exit (no tracer)"
@@ -67,11 +67,11 @@ row r_xray r_plain r_uftrace "  XRay build, ferrotrace record"
 echo "C, gcc -O2 -pg:"
 row c_plain c_plain "" "  uninstrumented build"
 row c_alone c_plain "" "  -pg build alone (glibc mcount)"
-row c_filtered c_plain "" "  ferrotrace record, fib filtered out (-N)"
+row c_filtered c_plain "" "  ferrotrace record, fib not patched (-P)"
 row c_ferrotrace c_plain c_uftrace "  ferrotrace record"
 row c_uftrace c_plain "" "  uftrace record"
 echo "C, gcc -O2 -pg -mnop-mcount -mrecord-mcount -no-pie:"
 row n_plain n_plain "" "  uninstrumented build"
 row n_alone n_plain "" "  NOP build alone"
-row n_filtered n_plain "" "  ferrotrace record, fib not patched (-N)"
+row n_filtered n_plain "" "  ferrotrace record, fib not patched (-P)"
 row n_ferrotrace n_plain "" "  ferrotrace record (NOPs patched)"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Cost per traced call of function tracing, all variants measured in one run on the same fib program:
-#   uninstrumented | XRay sleds, unpatched | sleds patched but filtered out (-N) | traced by ferrotrace |
+#   uninstrumented | XRay sleds, unpatched | sleds of fib left unpatched (-P main) | traced by ferrotrace |
 #   uftrace 0.13 on the -Zinstrument-mcount build; and the floor of any tracer that timestamps entry and
 #   exit: the uninstrumented program reading rdtsc twice per call. Then the same three-way comparison
 #   (uninstrumented, ferrotrace, uftrace) on `fib N locked`, which counts its calls with a locked
@@ -23,7 +23,7 @@ for round in $(seq "$RUNS"); do
   run plain "$out/plain/release/fib" "$N"
   run floor "$out/plain/release/fib" "$N" rdtsc
   run unpatched "$out/xray/release/fib" "$N"
-  run filtered "$ft" record -o "$out/filtered.data" -N '^fib::fib$' -- "$out/xray/release/fib" "$N"
+  run filtered "$ft" record -o "$out/filtered.data" -P '^fib::main$' -- "$out/xray/release/fib" "$N"
   run ferrotrace "$ft" record -o "$out/traced.data" -- "$out/xray/release/fib" "$N"
   [ -z "$have_uftrace" ] || run uftrace uftrace record -d "$out/uftrace.data" "$out/mcount/release/fib" "$N"
   run plain_locked "$out/plain/release/fib" "$N" locked
@@ -44,7 +44,7 @@ printf '%-34s %12s %14s %16s\n' variant "ns/call" "overhead/call" "vs uftrace"
 row plain plain "" "uninstrumented"
 row floor plain "" "floor: rdtsc at entry and exit"
 row unpatched plain "" "XRay sleds, not patched"
-row filtered plain "" "patched run, fib filtered out (-N)"
+row filtered plain "" "ferrotrace record, fib not patched (-P)"
 row ferrotrace plain uftrace "ferrotrace record (all functions)"
 row uftrace plain "" "uftrace record (mcount build)"
 echo "ferrotrace above the floor: $(echo "scale=2; (${ns[ferrotrace]} - ${ns[floor]}) / ${calls[floor]}" | bc) ns per call"

@@ -196,6 +196,7 @@ fn value_for(action: &str, long: &str) -> &'static str {
         (_, "output") => "opts.data",
         ("record", "filter") => "demo::",
         ("record", "notrace") => "demo::main",
+        ("record", "patch") => "demo::",
         ("record", "trace") => "nothing_*",
         ("record", "mode") => "drop",
         ("record", "buffer-size") => "8M",

@@ -1174,3 +1174,23 @@ fn two_runs_to_one_output_each_summarise_their_own_trace() {
     }
     assert!(text(&long.stderr).contains("another run wrote"));
 }
+
+/// `-P` patches only what it names, as uftrace -P does: the other functions keep their NOPs (no event,
+/// no cost), while `-F` (uftrace's filter) keeps a subtree of a trace in which everything is patched.
+#[test]
+fn patch_selects_the_functions_patched_and_nothing_else() {
+    let dir = scratch("patch_only");
+    let fib = testprog("fib");
+    let (out, trace) = record(&dir, &["-P", "^fib::fib$"], &fib, &["15"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
+    assert_eq!(names, vec!["fib::fib".to_string()]);
+    assert_eq!(nested_counts(&t, "fib::fib").0, program_calls(&out.stdout));
+    // fib left unpatched: its calls record nothing, main's do.
+    let (out, trace) = record(&dir, &["-P", "^fib::main$"], &fib, &["15"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "fib::fib").0, 0);
+    assert_eq!(nested_counts(&t, "fib::main").0, 1);
+}

@@ -9,6 +9,7 @@
 //! | [`OUTPUT`] | `FERROTRACE_OUTPUT` | `record` (`-o`), `live` (a private directory) | runtime | the trace file; default `ferrotrace.data`; processes started by a traced one add `.PID` |
 //! | [`FILTER`] | `FERROTRACE_FILTER` | `record`, `live` (`-F`) | runtime | newline-separated regexes: trace only functions whose demangled name matches one; unset or empty: all |
 //! | [`NOTRACE`] | `FERROTRACE_NOTRACE` | `record`, `live` (`-N`) | runtime | newline-separated regexes: never trace these |
+//! | [`PATCH`] | `FERROTRACE_PATCH` | `record` (`-P`) | runtime | newline-separated regexes: patch only the functions whose demangled name (or `NAME@0xADDR`) matches one; the others keep their NOPs and cost nothing; unset or empty: all |
 //! | [`FUNCTIONS`] | `FERROTRACE_FUNCTIONS` | `record` (`--no-functions`: [`FUNCTIONS_NONE`]; removed without it) | runtime | [`FUNCTIONS_NONE`]: trace no function (allocations or tracepoints alone) |
 //! | [`TRACE`] | `FERROTRACE_TRACE` | `record`, `live` (`--trace`), or by hand | runtime | tracepoint globs, separated by commas or newlines; set alone, it starts the linked runtime |
 //! | [`MODE`] | `FERROTRACE_MODE` | `record` (`--mode`), `live` (`drop`) | runtime | `lossless` (default), `drop` or `flight` ([`crate::schema::Mode::name`]) |
@@ -42,6 +43,8 @@ pub const OUTPUT: &str = "FERROTRACE_OUTPUT";
 pub const FILTER: &str = "FERROTRACE_FILTER";
 /// Functions never to trace (`-N`): newline-separated regexes.
 pub const NOTRACE: &str = "FERROTRACE_NOTRACE";
+/// Functions to patch (`-P`): newline-separated regexes; the others are left untouched.
+pub const PATCH: &str = "FERROTRACE_PATCH";
 /// [`FUNCTIONS_NONE`]: no function is traced (`record --no-functions`).
 pub const FUNCTIONS: &str = "FERROTRACE_FUNCTIONS";
 /// [`FUNCTIONS`]: no function.
@@ -176,6 +179,8 @@ mod spec {
         pub filter: Vec<String>,
         /// [`NOTRACE`]: `-N` regexes.
         pub notrace: Vec<String>,
+        /// [`PATCH`]: `-P` regexes (empty: patch every function).
+        pub patch: Vec<String>,
         /// [`FUNCTIONS`] = [`FUNCTIONS_NONE`]: trace no function (`--no-functions`).
         pub no_functions: bool,
         /// [`TRACE`]: tracepoint globs.
@@ -236,6 +241,7 @@ mod spec {
                 (OUTPUT, self.output.as_ref().map(|p| p.clone().into())),
                 (FILTER, lines(&self.filter)),
                 (NOTRACE, lines(&self.notrace)),
+                (PATCH, lines(&self.patch)),
                 (FUNCTIONS, self.no_functions.then(|| FUNCTIONS_NONE.into())),
                 (TRACE, lines(&self.trace)),
                 (MODE, self.mode.map(|m| m.name().into())),
@@ -317,6 +323,7 @@ mod spec {
                 output: var(OUTPUT).filter(|v| !v.is_empty()).map(PathBuf::from),
                 filter: list(FILTER),
                 notrace: list(NOTRACE),
+                patch: list(PATCH),
                 no_functions: text(FUNCTIONS).is_some_and(|v| v == FUNCTIONS_NONE),
                 trace: list(TRACE),
                 mode,
@@ -342,6 +349,7 @@ mod tests {
             ("OUTPUT", OUTPUT),
             ("FILTER", FILTER),
             ("NOTRACE", NOTRACE),
+            ("PATCH", PATCH),
             ("FUNCTIONS", FUNCTIONS),
             ("TRACE", TRACE),
             ("MODE", MODE),
@@ -376,6 +384,7 @@ mod tests {
             output: Some("/tmp/x y.data".into()),
             filter: vec!["^a".into(), "b$".into()],
             notrace: vec!["c".into()],
+            patch: vec!["^main$".into()],
             no_functions: true,
             trace: vec!["vfs_*".into()],
             mode: Some(Mode::Flight),
@@ -401,7 +410,7 @@ mod tests {
         let unset = RuntimeSpec::default().to_env();
         assert!(unset
             .iter()
-            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | TRACE)));
+            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | PATCH | TRACE)));
         let bad = RuntimeSpec::from_env(|n| (n == MODE).then(|| "fast".into()));
         assert_eq!(bad.unwrap_err().variable, MODE);
     }

@@ -42,7 +42,7 @@ fn check_sizes(spec: &RuntimeSpec) -> Result<(), LaunchError> {
 
 /// What `record` checks in its options alone, before it looks at the program.
 pub fn check_record_options(spec: &RuntimeSpec) -> Result<(), LaunchError> {
-    check_regexes(spec.filter.iter().chain(&spec.notrace))?;
+    check_regexes(spec.filter.iter().chain(&spec.notrace).chain(&spec.patch))?;
     check_sizes(spec)
 }
 
@@ -56,10 +56,13 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
     }
     let records_tracepoints = facts.has_tracepoints && !spec.trace.is_empty();
     if spec.no_functions
-        && (!spec.filter.is_empty() || !spec.notrace.is_empty() || spec.depth.is_some())
+        && (!spec.filter.is_empty()
+            || !spec.notrace.is_empty()
+            || !spec.patch.is_empty()
+            || spec.depth.is_some())
     {
         return Err(LaunchError::BadOption(
-            "--no-functions traces no function, and -F, -N and --depth select functions".into(),
+            "--no-functions traces no function, and -F, -N, -P and --depth select functions".into(),
         ));
     }
     if spec.no_functions && !records_tracepoints && spec.alloc.is_none() {

@@ -41,6 +41,10 @@ pub struct RecordArgs {
     /// replay -N and uftrace do (repeatable)
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
+    /// Patch only functions whose demangled name (or NAME@0xADDR) matches REGEX, as uftrace -P does:
+    /// the others keep their NOPs and cost nothing (repeatable; default: every function)
+    #[arg(short = 'P', long = "patch", value_name = "REGEX")]
+    pub patch: Vec<String>,
     /// Enable the tracepoints that GLOB selects (`vfs_*`, `mycrate::*`; repeatable)
     #[arg(long = "trace", value_name = "GLOB")]
     pub trace: Vec<String>,
@@ -86,6 +90,7 @@ impl RecordArgs {
             output: Some(output.to_path_buf()),
             filter: self.filter.clone(),
             notrace: self.notrace.clone(),
+            patch: self.patch.clone(),
             no_functions: self.no_functions,
             trace: self.trace.clone(),
             mode: Some(match self.mode {

@@ -648,6 +648,7 @@ mod tests {
             output: dir.join("t.data"),
             include: Vec::new(),
             exclude: Vec::new(),
+            patch: Vec::new(),
             functions: true,
             mode: Mode::Drop,
             buffer_size: 4 << 10,

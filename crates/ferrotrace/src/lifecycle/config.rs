@@ -27,6 +27,8 @@ pub struct Config {
     pub include: Vec<NamePattern>,
     /// Patterns of functions never to trace (`-N`).
     pub exclude: Vec<NamePattern>,
+    /// Patterns of the functions to patch (`-P`); empty means all. The others are not touched.
+    pub patch: Vec<NamePattern>,
     /// False when no function is traced at all (`record --no-functions`): allocations or tracepoints
     /// alone.
     pub functions: bool,
@@ -149,6 +151,7 @@ impl Config {
                 .unwrap_or_else(|| PathBuf::from("ferrotrace.data")),
             include: regexes(env::FILTER, &spec.filter)?,
             exclude: regexes(env::NOTRACE, &spec.notrace)?,
+            patch: regexes(env::PATCH, &spec.patch)?,
             functions: !spec.no_functions,
             mode: spec.mode.unwrap_or(Mode::Lossless),
             buffer_size,

@@ -269,6 +269,15 @@ impl Scope<'_, '_> {
         // Filters match demangled names: demangled once, and only when there is a filter (without one
         // every function is traced, and names are demangled by the analysis, not at the program's start).
         let mut filter = 0;
+        if !self.config.patch.is_empty()
+            && !self
+                .config
+                .patch
+                .iter()
+                .any(|re| re.matches_function(&display_name(&name), vaddr))
+        {
+            return None; // -P: left as it is, costing nothing
+        }
         if self.config.has_filters() {
             let shown = display_name(&name);
             // Which -F patterns match anything at all (a run that selects nothing says so).
