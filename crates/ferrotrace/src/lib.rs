@@ -140,6 +140,19 @@ pub mod __macro_support {
 pub mod __preload {
     pub use crate::lifecycle::exit::program_sigaction;
 
+    /// `ferrotrace_attach`: starts recording in this running process as `spec` says (the lines of
+    /// `ferrotrace_core::env::RuntimeSpec::to_lines`); 0, or a negative code whose reason was printed
+    /// and written beside the control FIFO.
+    pub fn attach(spec: &str) -> i32 {
+        let run = || crate::lifecycle::attach::attach(spec);
+        match crate::buffers::thread::as_runtime(run) {
+            Some(Ok(())) => 0,
+            // Said to the host (the control directory's `error`), not to the program's stderr.
+            Some(Err(e)) => e.code,
+            None => crate::lifecycle::attach::FAILED,
+        }
+    }
+
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {
         crate::lifecycle::start::start_from_env(crate::lifecycle::runtime::Role::Preload);

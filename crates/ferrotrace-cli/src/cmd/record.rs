@@ -71,9 +71,34 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", requires = "alloc", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(0..=256))]
     pub alloc_stack_depth: u32,
+    /// Record the process PID, which is already running, instead of running a program: until Ctrl-C,
+    /// --duration or its end. Its patched sites are put back when the recording stops
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "alloc", "trace"])]
+    pub pid: Option<u32>,
+    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
+    #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
+    pub duration: Option<std::time::Duration>,
     /// The program to run and its arguments
-    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        value_name = "PROGRAM"
+    )]
     pub command: Vec<OsString>,
+}
+
+/// `10s`, `500ms`, `2m`, or a number of seconds.
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0)]
+        .into_iter()
+        .find_map(|(u, mul)| s.strip_suffix(u).map(|n| (n, mul)))
+        .unwrap_or((s, 1.0));
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| std::time::Duration::from_secs_f64(v * unit))
+        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))
 }
 
 impl RecordArgs {
@@ -129,6 +154,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     let spec = args.spec(&output);
     checks::check_record_options(&spec)?;
     ferrotrace_core::output::check(&output)?;
+    if let Some(pid) = args.pid {
+        return record_running(pid, &args, spec, &output);
+    }
     let program = Program::find(&args.command)?;
     for warning in checks::check_record(&program, &spec)? {
         say!("ferrotrace: {warning}");
@@ -179,6 +207,34 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     }
     report_children(&output, start);
     Ok(exit_code_of(&ended, &program.path))
+}
+
+/// `record -p PID`: records the running process until Ctrl-C, `--duration` or its end.
+fn record_running(
+    pid: u32,
+    args: &RecordArgs,
+    spec: RuntimeSpec,
+    output: &Path,
+) -> Result<ExitCode, Error> {
+    use launch::attach::record::Ending;
+    let library = launch::start::preload_library()?;
+    let attached = launch::attach::record::record(pid, &library, spec, args.duration, |pause| {
+        say!(
+            "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
+            pause.as_secs_f64() * 1e3
+        )
+    })?;
+    match attached.ending {
+        Ending::Stopped(_) => {}
+        Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),
+        Ending::NoAnswer => say!(
+            "ferrotrace: process {pid} did not finish its trace within {} s of being told to stop",
+            launch::attach::record::STOP_LIMIT.as_secs()
+        ),
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    report(output, Trace::open(output), &args.filter, &exe);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// The trace this run wrote: `output` when its Session names the program's process `pid`, else

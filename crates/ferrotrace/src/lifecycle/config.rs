@@ -50,12 +50,11 @@ impl Config {
     }
 }
 
-fn regexes(var: &str) -> Result<Vec<NamePattern>, String> {
-    let Some(v) = std::env::var_os(var) else {
+fn regexes(lookup: &dyn Fn(&str) -> Option<String>, var: &str) -> Result<Vec<NamePattern>, String> {
+    let Some(v) = lookup(var) else {
         return Ok(Vec::new());
     };
-    v.to_string_lossy()
-        .split('\n')
+    v.split('\n')
         .filter(|p| !p.is_empty())
         .map(|p| NamePattern::new(p).map_err(|e| format!("{var}: invalid regex '{p}': {e}")))
         .collect()
@@ -64,7 +63,15 @@ fn regexes(var: &str) -> Result<Vec<NamePattern>, String> {
 impl Config {
     /// Reads the configuration from the environment.
     pub fn from_env() -> Result<Config, String> {
-        let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+        Config::from_lookup(&|name| {
+            std::env::var_os(name).map(|v| v.to_string_lossy().into_owned())
+        })
+    }
+
+    /// Reads the configuration through `lookup` (the environment, or the variables an attach was
+    /// given).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let var = |name: &str| lookup(name).filter(|v| !v.is_empty());
         let mode = match var(env::MODE) {
             None => Mode::Lossless,
             Some(name) => Mode::from_name(&name).ok_or_else(|| {
@@ -101,12 +108,11 @@ impl Config {
         Ok(Config {
             shadow_depth,
             max_depth,
-            output: std::env::var_os(env::OUTPUT)
-                .filter(|v| !v.is_empty())
+            output: var(env::OUTPUT)
                 .map(PathBuf::from)
                 .unwrap_or_else(|| PathBuf::from("ferrotrace.data")),
-            include: regexes(env::FILTER)?,
-            exclude: regexes(env::NOTRACE)?,
+            include: regexes(lookup, env::FILTER)?,
+            exclude: regexes(lookup, env::NOTRACE)?,
             functions: var(env::FUNCTIONS).as_deref() != Some(env::FUNCTIONS_NONE),
             mode,
             buffer_size,
