@@ -1,7 +1,10 @@
 /* A line-protocol server for `record -p` (the C twin of testprogs/src/bin/line_server.rs): listens on
  * 127.0.0.1 (an ephemeral port, printed as `port=N`), answers each line of a connection with
- * handle(LINE), one connection at a time. Built with gcc -pg -mnop-mcount -mrecord-mcount. */
+ * handle(LINE), one connection at a time. Built with gcc -pg -mnop-mcount -mrecord-mcount. With
+ * LINE_SERVER_DLOPEN=LIB it first dlopens LIB (tests/attach.rs: a library that uses up static TLS). */
 #include <arpa/inet.h>
+#include <dlfcn.h>
+#include <stdlib.h>
 #include <netinet/in.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -16,6 +19,11 @@ __attribute__((noinline)) void handle(const char *line, char *out, size_t cap) {
 }
 
 int main(void) {
+    const char *lib = getenv("LINE_SERVER_DLOPEN");
+    if (lib && !dlopen(lib, RTLD_NOW)) {
+        fprintf(stderr, "%s\n", dlerror());
+        return 2;
+    }
     int s = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {0};
     a.sin_family = AF_INET;

@@ -301,3 +301,90 @@ fn refusals_say_why_in_one_line() {
     assert!(started.elapsed() < Duration::from_secs(20), "{said}");
     stopped_trace(&dir.join("d.data"));
 }
+
+/// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no
+/// static TLS left for it, the attach fails in one line naming the tunable that makes room, and
+/// succeeds with it.
+#[test]
+fn static_tls_flag_and_the_tunable_when_none_is_left() {
+    let dir = scratch("attach_static_tls");
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(preload())
+        .output()
+        .expect("readelf");
+    assert!(
+        text(&dynamic.stdout).contains("STATIC_TLS"),
+        "{}",
+        text(&dynamic.stdout)
+    );
+    let server = build_c(
+        &dir,
+        "gcc",
+        "line_server.c",
+        "line_server_c",
+        &[
+            "-O1",
+            "-pg",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+            "-fno-pie",
+            "-no-pie",
+        ],
+    );
+    // 1600 of the 1664 bytes glibc keeps for dlopened libraries' static TLS by default.
+    let hog = build_c(
+        &dir,
+        "gcc",
+        "tls_hog.c",
+        "libtls_hog.so",
+        &["-shared", "-fPIC", "-DHOG_BYTES=1600"],
+    );
+    let start = |tunables: Option<&str>| {
+        let mut cmd = Command::new(&server);
+        cmd.env("LINE_SERVER_DLOPEN", &hog);
+        match tunables {
+            Some(t) => cmd.env("GLIBC_TUNABLES", t),
+            None => cmd.env_remove("GLIBC_TUNABLES"),
+        };
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("port="), "the hog did not load: {line:?}");
+        child
+    };
+    let mut full = start(None);
+    let out = ferrotrace()
+        .args(["record", "-p", &full.id().to_string(), "-o"])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let _ = full.kill();
+    let _ = full.wait();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("GLIBC_TUNABLES=glibc.rtld.optional_static_tls="),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let mut roomy = start(Some("glibc.rtld.optional_static_tls=4096"));
+    let out = ferrotrace()
+        .args([
+            "record",
+            "-p",
+            &roomy.id().to_string(),
+            "--duration",
+            "200ms",
+            "-o",
+        ])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let _ = roomy.kill();
+    let _ = roomy.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    stopped_trace(&dir.join("t.data"));
+}
