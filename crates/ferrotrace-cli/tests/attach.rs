@@ -191,10 +191,22 @@ fn one_recording(server: &Server, dir: &Path, name: &str, during: usize) {
 fn xray_server_recorded_while_it_runs_then_again() {
     let dir = scratch("attach_xray");
     let server = Server::start(&testprog("line_server"), &[]);
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+            .unwrap()
+            .count()
+    };
+    // The server serves one connection at a time: this one is closed before the next opens.
+    Client::connect(server.port).ask("warm-up");
+    std::thread::sleep(Duration::from_millis(100));
+    let open_before = fds();
     one_recording(&server, &dir, "first", 100);
     // Attached, stopped: a second recording starts a new runtime in the same process.
     one_recording(&server, &dir, "second", 37);
     one_recording(&server, &dir, "third", 5);
+    // Each recording's connection is closed; the runtimes left no descriptor open either.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(fds(), open_before);
 }
 
 #[test]
@@ -387,4 +399,40 @@ fn static_tls_flag_and_the_tunable_when_none_is_left() {
     let _ = roomy.wait();
     assert!(out.status.success(), "{}", text(&out.stderr));
     stopped_trace(&dir.join("t.data"));
+}
+
+/// `live -p`: the events of the requests made while attached, printed as they happen; the server
+/// answers the same before and after.
+#[test]
+fn live_prints_a_running_server_until_stopped() {
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let before = client.ask_many("q", 5);
+    let mut live = ferrotrace()
+        .args(["live", "-p", &server.pid().to_string(), "-F", "::handle$"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferrotrace live -p");
+    let mut stderr = BufReader::new(live.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("printing process"), "{line}");
+    let during = client.ask_many("q", 7);
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(Duration::from_millis(200));
+    kill(live.id() as i32, libc_sigint());
+    let out = live.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let printed = text(&out.stdout);
+    assert_eq!(
+        printed
+            .lines()
+            .filter(|l| l.ends_with("line_server::handle() {"))
+            .count(),
+        7,
+        "{printed}"
+    );
+    assert_eq!(before[..5], during[..5]);
+    assert_eq!(client.ask_many("q", 5), before);
 }

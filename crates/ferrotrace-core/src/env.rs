@@ -24,6 +24,7 @@
 //! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
 //! | [`CONTROL`] | `FERROTRACE_CONTROL` | `record -p` (in the spec it hands `ferrotrace_attach`, never in an environment) | runtime started by `ferrotrace_attach` | the FIFO, in a private directory, that holds an attached recording: its end of file stops it (see [`RuntimeSpec::to_lines`]) |
+//! | [`LIVE_FIFO`] | `FERROTRACE_LIVE_FIFO` | `live -p` (in the spec it hands `ferrotrace_attach`) | runtime started by `ferrotrace_attach` | the FIFO, beside [`CONTROL`], to print events to, live |
 //! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it) |
 //!
 //! A privileged process (setuid, setgid, file capabilities) reads none of them: its environment comes
@@ -77,6 +78,8 @@ pub const SHARED_FD: &str = "FERROTRACE_SHARED_FD";
 pub const TRACED_PARENT: &str = "FERROTRACE_TRACED_PARENT";
 /// The control FIFO of a recording started by `ferrotrace_attach` (`record -p`).
 pub const CONTROL: &str = "FERROTRACE_CONTROL";
+/// The FIFO an attached runtime prints live events to (`live -p`).
+pub const LIVE_FIFO: &str = "FERROTRACE_LIVE_FIFO";
 /// The preload library `ferrotrace record` and `live` inject.
 pub const PRELOAD: &str = "FERROTRACE_PRELOAD";
 
@@ -199,6 +202,8 @@ mod spec {
         pub shared_fd: Option<i32>,
         /// [`CONTROL`]: the FIFO whose end of file stops an attached recording.
         pub control: Option<PathBuf>,
+        /// [`LIVE_FIFO`]: the FIFO an attached runtime prints live events to.
+        pub live_fifo: Option<PathBuf>,
     }
 
     /// A variable that does not say what [`RuntimeSpec::from_env`] expects.
@@ -256,6 +261,7 @@ mod spec {
                 (LIVE_FD, number(self.live_fd.map(i64::from))),
                 (SHARED_FD, number(self.shared_fd.map(i64::from))),
                 (CONTROL, self.control.as_ref().map(|p| p.clone().into())),
+                (LIVE_FIFO, self.live_fifo.as_ref().map(|p| p.clone().into())),
                 (TRACED_PARENT, None),
             ]
         }
@@ -365,6 +371,7 @@ mod spec {
                 live_fd: parsed(LIVE_FD, text(LIVE_FD), "a descriptor number")?,
                 shared_fd: parsed(SHARED_FD, text(SHARED_FD), "a descriptor number")?,
                 control: var(CONTROL).filter(|v| !v.is_empty()).map(PathBuf::from),
+                live_fifo: var(LIVE_FIFO).filter(|v| !v.is_empty()).map(PathBuf::from),
             })
         }
     }
@@ -396,6 +403,7 @@ mod tests {
             ("SHARED_FD", SHARED_FD),
             ("TRACED_PARENT", TRACED_PARENT),
             ("CONTROL", CONTROL),
+            ("LIVE_FIFO", LIVE_FIFO),
             ("PRELOAD", PRELOAD),
         ];
         for (i, (constant, var)) in vars.iter().enumerate() {
@@ -429,6 +437,7 @@ mod tests {
             live_fd: Some(5),
             shared_fd: Some(6),
             control: Some("/tmp/d/control".into()),
+            live_fifo: Some("/tmp/d/live".into()),
         };
         for spec in [full, RuntimeSpec::default()] {
             let vars = spec.to_env();

@@ -87,19 +87,22 @@ impl ControlDir {
                 format!("mkfifo: {}", std::io::Error::last_os_error()),
             ));
         }
-        // Root attaching to another user's process: the runtime, which runs as that user, must open
-        // the FIFO and create files beside it.
+        made.give_to_target(pid, &made.dir);
+        made.give_to_target(pid, &fifo);
+        Ok(made)
+    }
+
+    /// Root attaching to another user's process: the runtime, which runs as that user, must open the
+    /// FIFOs and create files beside them.
+    fn give_to_target(&self, pid: u32, path: &Path) {
         if let Some((uid, gid)) = owner(pid) {
             // SAFETY: getuid has no preconditions.
             if unsafe { libc::getuid() } == 0 && uid != 0 {
-                for p in [&made.dir, &fifo] {
-                    let c = std::ffi::CString::new(p.as_os_str().as_bytes()).unwrap_or_default();
-                    // SAFETY: a NUL-terminated path.
-                    unsafe { libc::chown(c.as_ptr(), uid, gid) };
-                }
+                let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+                // SAFETY: a NUL-terminated path.
+                unsafe { libc::chown(c.as_ptr(), uid, gid) };
             }
         }
-        Ok(made)
     }
 
     fn fifo(&self) -> PathBuf {
@@ -214,14 +217,46 @@ fn poll(fds: &[i32], limit: Option<Duration>) -> Option<usize> {
     p.iter().position(|f| f.revents != 0)
 }
 
+/// `live -p`: the runtime's printed events, read from a FIFO beside the control FIFO and copied to a
+/// writer line by line.
+pub struct LiveCopy<'a> {
+    fifo: File,
+    out: &'a mut dyn std::io::Write,
+    partial: Vec<u8>,
+}
+
+impl LiveCopy<'_> {
+    /// Copies the whole lines waiting in the FIFO; a last partial line waits for its end.
+    fn copy(&mut self) {
+        use std::io::Read;
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match self.fifo.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if let Some(end) = self.partial.iter().rposition(|&b| b == b'\n') {
+            let _ = self.out.write_all(&self.partial[..=end]);
+            let _ = self.out.flush();
+            self.partial.drain(..=end);
+        }
+    }
+}
+
 /// Records process `pid` with the runtime `library` (the preload library) as `spec` says (its output
 /// an absolute path the process can write) until a signal to us, `duration` or the process's end.
-/// `started` is called once the recording runs, with the pause the process saw.
+/// `started` is called once the recording runs, with the pause the process saw. With `live`, the
+/// runtime also prints the events as they happen, copied there (and its trace goes to a private
+/// directory, removed at the end).
 pub fn record(
     pid: u32,
     library: &Path,
     mut spec: RuntimeSpec,
     duration: Option<Duration>,
+    live: Option<&mut dyn std::io::Write>,
     started: impl FnOnce(Duration),
 ) -> Result<Attached, LaunchError> {
     check(pid)?;
@@ -259,6 +294,34 @@ pub fn record(
         .open(dir.fifo())
         .map_err(|e| error(pid, format!("{}: {e}", dir.fifo().display())))?;
     spec.control = Some(dir.fifo());
+    let mut live = match live {
+        Some(out) => {
+            let path = dir.dir.join("live");
+            let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+            // SAFETY: a NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(error(
+                    pid,
+                    format!("mkfifo: {}", std::io::Error::last_os_error()),
+                ));
+            }
+            dir.give_to_target(pid, &path);
+            use std::os::unix::fs::OpenOptionsExt;
+            let fifo = File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(|e| error(pid, format!("{}: {e}", path.display())))?;
+            spec.live_fifo = Some(path);
+            spec.output = Some(dir.dir.join("trace.data"));
+            Some(LiveCopy {
+                fifo,
+                out,
+                partial: Vec::new(),
+            })
+        }
+        None => None,
+    };
     let pidfd = pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
     let dlopen = loader_symbol(pid)?;
     let seized = Instant::now();
@@ -280,7 +343,10 @@ pub fn record(
         return Err(error(pid, why));
     }
     started(pause);
-    let fds = [pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
+    let mut fds = vec![pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
+    if let Some(l) = &live {
+        fds.push(l.fifo.as_raw_fd());
+    }
     let begun = Instant::now();
     let stop = loop {
         let left = duration.map(|d| d.saturating_sub(begun.elapsed()));
@@ -289,11 +355,19 @@ pub fn record(
         }
         match poll(&fds, left) {
             Some(0) => {
+                if let Some(l) = &mut live {
+                    l.copy();
+                }
                 return Ok(Attached {
                     pid,
                     pause,
                     ending: Ending::ProcessEnded,
-                })
+                });
+            }
+            Some(2) => {
+                if let Some(l) = &mut live {
+                    l.copy();
+                }
             }
             Some(_) => {
                 if let Some(sig) = signals.take() {
@@ -307,7 +381,13 @@ pub fn record(
     let done = dir.dir.join("done");
     let asked = Instant::now();
     let ending = loop {
+        if let Some(l) = &mut live {
+            l.copy();
+        }
         if done.exists() {
+            if let Some(l) = &mut live {
+                l.copy();
+            }
             break Ending::Stopped(stop);
         }
         if asked.elapsed() > STOP_LIMIT {

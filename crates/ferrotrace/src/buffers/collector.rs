@@ -326,6 +326,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     // This collector was the finisher: back to no runtime, for a later attach.
                     rt.lifecycle.finish_over();
                     crate::lifecycle::runtime::retire(rt);
+                    c.close();
+                    if let Some(live) = &rt.live {
+                        live.close();
+                    }
                 }
                 let _ = std::fs::File::create(&c.done);
             }

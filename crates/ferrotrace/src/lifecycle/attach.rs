@@ -21,7 +21,7 @@ use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema;
 
-use crate::buffers::{clock, hot};
+use crate::buffers::{clock, hot, live};
 use crate::lifecycle::config::Config;
 use crate::lifecycle::exit;
 use crate::lifecycle::runtime::{get, Control, Program, Role, Runtime};
@@ -93,7 +93,7 @@ fn start_attached(
     if spec.alloc.is_some() || !spec.trace.is_empty() || spec.live_fd.is_some() {
         return Err(fail(
             BAD_SPEC,
-            "an attached recording traces functions only (no --alloc, --trace or live output yet)",
+            "an attached recording traces functions only (no --alloc or --trace)",
         ));
     }
     let first_clock = clock::calibration_pair().0;
@@ -155,11 +155,15 @@ fn start_attached(
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    let live = match &spec.live_fifo {
+        Some(path) => Some(open_live(path, &found)?),
+        None => None,
+    };
     let program = Program {
         role: Role::Preload,
         sources: found.instrumentation,
         rust_std: found.rust_std,
-        targets: start::targets(false),
+        targets: start::targets(live.is_some()),
         alloc: None,
     };
     let path = config.output.clone();
@@ -172,7 +176,7 @@ fn start_attached(
         first_clock,
     )
     .map_err(|e| fail(FAILED, e))?;
-    let rt = Runtime::new(config, pool, program, start::UPCALLS, known, header, None);
+    let rt = Runtime::new(config, pool, program, start::UPCALLS, known, header, live);
     if let Some(c) = control {
         let _ = rt.control.set(c);
     }
@@ -196,6 +200,29 @@ fn install_exit_hooks_once() {
     ONCE.call_once(exit::install);
 }
 
+/// `live -p`: the printer, writing to the host's FIFO (which it holds open for reading); losses go
+/// unsaid (the program's standard error is not the user's).
+fn open_live(path: &Path, found: &discovery::Discovery) -> Result<live::Output, AttachError> {
+    use std::os::fd::IntoRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let fifo = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+        .map_err(|e| fail(FAILED, format!("{}: {e}", path.display())))?;
+    let names = found
+        .functions
+        .iter()
+        .map(|f| crate::lifecycle::config::display_name(&f.name))
+        .collect();
+    Ok(live::Output::to_fd(
+        fifo.into_raw_fd(),
+        -1,
+        names,
+        Default::default(),
+    ))
+}
+
 /// Opens the host's control FIFO for reading without blocking (the host holds it open for writing).
 fn open_control(path: &Path) -> Result<Control, AttachError> {
     use std::os::unix::fs::OpenOptionsExt;
@@ -207,5 +234,5 @@ fn open_control(path: &Path) -> Result<Control, AttachError> {
     let done = path
         .parent()
         .map_or_else(|| PathBuf::from("done"), |d| d.join("done"));
-    Ok(Control { fifo, done })
+    Ok(Control::new(fifo, done))
 }

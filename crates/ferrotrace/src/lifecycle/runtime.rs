@@ -348,24 +348,52 @@ pub struct Runtime {
 /// collector then creates `done` beside it once the trace is written.
 #[derive(Debug)]
 pub struct Control {
-    /// The FIFO, opened for reading without blocking.
-    pub fifo: std::fs::File,
+    /// The FIFO, opened for reading without blocking (-1 once closed).
+    fifo: std::sync::atomic::AtomicI32,
     /// Created once the End chunk is written.
     pub done: std::path::PathBuf,
 }
 
 impl Control {
+    /// The channel through `fifo` (a descriptor opened for reading without blocking, now ours).
+    pub fn new(fifo: std::fs::File, done: std::path::PathBuf) -> Control {
+        use std::os::fd::IntoRawFd;
+        Control {
+            fifo: std::sync::atomic::AtomicI32::new(fifo.into_raw_fd()),
+            done,
+        }
+    }
+
     /// True once the host closed its end (or died); never blocks.
     pub fn closed(&self) -> bool {
-        use std::io::Read;
+        let fd = self.fifo.load(Ordering::Acquire);
+        if fd < 0 {
+            return true;
+        }
         let mut buf = [0u8; 64];
         loop {
-            match (&self.fifo).read(&mut buf) {
-                Ok(0) => return true,
-                Ok(_) => continue,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return e.kind() != std::io::ErrorKind::WouldBlock,
+            // SAFETY: reading into a local buffer from our descriptor.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            match n {
+                0 => return true,
+                n if n > 0 => continue,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return e.kind() != std::io::ErrorKind::WouldBlock;
+                }
             }
+        }
+    }
+
+    /// Closes the FIFO (the runtime is retired: the process keeps no descriptor of ours).
+    pub fn close(&self) {
+        let fd = self.fifo.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: our descriptor, closed once (the swap).
+            unsafe { libc::close(fd) };
         }
     }
 }
