@@ -24,7 +24,7 @@ export FERROTRACE_PRELOAD=$root/target/release/libferrotrace_preload.so
 (cd testprogs && CARGO_TARGET_DIR="$out/xray" RUSTFLAGS="-Zinstrument-xray=always -Cforce-frame-pointers=yes" \
   cargo +nightly build --release -q --bin call_loop)
 bin=$out/xray/release/call_loop
-sym=$(nm "$bin" | awk '/call_loop4work/ {print $3; exit}')
+sym=$(nm "$bin" | awk '/call_loop4work/ && !s {s = $3} END {print s}')
 ulimit -l unlimited 2>/dev/null || true
 
 fifo=$out/in
@@ -33,12 +33,12 @@ rm -f "$fifo" && mkfifo "$fifo"
 pid=$!
 exec 7>"$fifo"
 trap 'exec 7>&-; kill $pid 2>/dev/null || true' EXIT
-lines=0
 # ask N: runs N calls in the target, prints its ns.
 ask() {
+  local before
+  before=$(wc -l <"$out/loop.out")
   echo "$1" >&7
-  lines=$((lines + 1))
-  while [ "$(wc -l <"$out/loop.out")" -lt "$lines" ]; do sleep 0.05; done
+  while [ "$(wc -l <"$out/loop.out")" -le "$before" ]; do sleep 0.05; done
   tail -1 "$out/loop.out" | field ns
 }
 # wait_for FILE TEXT: until FILE contains TEXT (30 s at most).
@@ -77,7 +77,7 @@ printf '  %-36s %8s   overhead %s\n' "ferrotrace record -p (attached)" "$f" "$(e
 printf '  %-36s %8s\n' "untraced ($BPF_N calls)" "$bu"
 printf '  %-36s %8s   overhead %s\n' "bpftrace uprobe (attached)" "$b" "$(echo "scale=2; $b - $bu" | bc)"
 echo "  bpftrace's overhead / ferrotrace's: $(echo "scale=1; ($b - $bu) / ($f - $u)" | bc)x"
-"$ft" info "$out/attached.data" | head -5
+"$ft" info -i "$out/attached.data" | sed -n 1,8p
 
 # 2. The pause, on ripgrep.
 source "$root/bench/ripgrep.sh"
