@@ -436,3 +436,14 @@ fn live_prints_a_running_server_until_stopped() {
     assert_eq!(before[..5], during[..5]);
     assert_eq!(client.ask_many("q", 5), before);
 }
+
+/// A program that links the ferrotrace runtime is recorded by its own copy (no library loaded), twice.
+#[test]
+fn linked_runtime_recorded_by_its_own_copy() {
+    let dir = scratch("attach_linked");
+    let server = Server::start(&testprog("linked_server"), &[]);
+    one_recording(&server, &dir, "first", 30);
+    one_recording(&server, &dir, "second", 12);
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    assert!(!maps.contains("libferrotrace_preload"), "{maps}");
+}

@@ -263,15 +263,12 @@ pub fn record(
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     let facts = crate::program::inspect(&exe)?;
     let name = std::fs::read_link(&exe).unwrap_or(exe);
-    if facts.links_runtime {
-        return Err(error(
-            pid,
-            format!(
-                "{} links the ferrotrace runtime: attaching to its own copy is not supported yet",
-                name.display()
-            ),
-        ));
-    }
+    // A program that links the runtime is recorded by its own copy: no library to load.
+    let linked = if facts.links_runtime {
+        Some(linked_entry(pid, &name)?)
+    } else {
+        None
+    };
     if facts.instrumentation == 0 {
         return Err(error(
             pid,
@@ -323,15 +320,21 @@ pub fn record(
         None => None,
     };
     let pidfd = pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
-    let dlopen = loader_symbol(pid)?;
+    let dlopen = match linked {
+        Some(_) => 0,
+        None => loader_symbol(pid)?,
+    };
     let seized = Instant::now();
     let mut thread = Borrowed::stop(pid)?;
-    let called = dlopen_in(&mut thread, dlopen, &library)
-        .map_err(|e| static_tls_hint(pid, e))
-        .and_then(|()| {
-            let entry = symbol_in(pid, |p| Path::new(p) == library, &["ferrotrace_attach"])?;
-            thread.call(entry, &[Arg::Str(&spec.to_lines())])
-        });
+    let called = match linked {
+        Some(entry) => thread.call(entry, &[Arg::Str(&spec.to_lines())]),
+        None => dlopen_in(&mut thread, dlopen, &library)
+            .map_err(|e| static_tls_hint(pid, e))
+            .and_then(|()| {
+                let entry = symbol_in(pid, |p| Path::new(p) == library, &["ferrotrace_attach"])?;
+                thread.call(entry, &[Arg::Str(&spec.to_lines())])
+            }),
+    };
     let released = thread.release();
     let pause = seized.elapsed();
     let rc = called? as u32 as i32;
@@ -398,6 +401,43 @@ pub fn record(
         }
     };
     Ok(Attached { pid, pause, ending })
+}
+
+/// Where the runtime that `exe` (process `pid`'s executable) links has its attach entry point,
+/// `ferrotrace_attach_linked`: found in the file's symbol table (executables export nothing
+/// dynamically), relocated by where the file is loaded.
+fn linked_entry(pid: u32, exe: &Path) -> Result<u64, LaunchError> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let data = std::fs::read(format!("/proc/{pid}/exe"))
+        .map_err(|e| error(pid, format!("{}: {e}", exe.display())))?;
+    let elf =
+        object::File::parse(&*data).map_err(|e| error(pid, format!("{}: {e}", exe.display())))?;
+    let symbol = elf
+        .symbols()
+        .find(|s| s.is_definition() && s.name() == Ok("ferrotrace_attach_linked"))
+        .ok_or_else(|| {
+            error(
+                pid,
+                format!(
+                    "{} links the ferrotrace runtime, but not one that can be attached to (no \
+                     ferrotrace_attach_linked in its symbol table: stripped, or an older ferrotrace)",
+                    exe.display()
+                ),
+            )
+        })?;
+    let linked_base = elf
+        .segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0);
+    let base = if elf.kind() == object::ObjectKind::Dynamic {
+        super::load_address(pid, |p| Path::new(p) == exe)
+            .map(|(b, _)| b)
+            .ok_or_else(|| error(pid, format!("{} is not mapped in it", exe.display())))?
+    } else {
+        linked_base
+    };
+    Ok(base + symbol.address() - linked_base)
 }
 
 /// The loader's refusal for want of static TLS, as one line naming the tunable that makes room.

@@ -62,14 +62,14 @@ fn fail(code: i32, message: impl Into<String>) -> AttachError {
 /// Starts recording in this running process as `spec` says (`NAME=value` lines of the
 /// `FERROTRACE_*` variables, [`RuntimeSpec::to_lines`]). On failure the process is left as it was,
 /// and the reason is also written to `error` beside the control FIFO, when the spec names one.
-pub fn attach(spec: &str) -> Result<(), AttachError> {
+pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
     let vars = RuntimeSpec::lines_to_vars(spec);
     let lookup = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let parsed = RuntimeSpec::from_env(|n| lookup(n).map(Into::into));
     let control = parsed.as_ref().ok().and_then(|s| s.control.clone());
     let result = parsed
         .map_err(|e| fail(BAD_SPEC, e.to_string()))
-        .and_then(|spec| start_attached(&spec, &lookup));
+        .and_then(|spec| start_attached(&spec, &lookup, role));
     if let (Err(e), Some(c)) = (&result, &control) {
         if let Some(dir) = c.parent() {
             if let Ok(mut f) = std::fs::File::create(dir.join("error")) {
@@ -83,6 +83,7 @@ pub fn attach(spec: &str) -> Result<(), AttachError> {
 fn start_attached(
     spec: &RuntimeSpec,
     lookup: &dyn Fn(&str) -> Option<String>,
+    role: Role,
 ) -> Result<(), AttachError> {
     if get().is_some() {
         return Err(fail(
@@ -124,7 +125,8 @@ fn start_attached(
     trampoline::init_xsave_area();
     hot::init_cpu_offset();
     let mut known = discovery::Known::default();
-    let found = discovery::discover(&config, true, &mut known).map_err(|e| fail(FAILED, e))?;
+    let found = discovery::discover(&config, role == Role::Preload, &mut known)
+        .map_err(|e| fail(FAILED, e))?;
     if found.functions.is_empty() {
         return Err(if found.total_functions == 0 {
             fail(
@@ -160,7 +162,7 @@ fn start_attached(
         None => None,
     };
     let program = Program {
-        role: Role::Preload,
+        role,
         sources: found.instrumentation,
         rust_std: found.rust_std,
         targets: start::targets(live.is_some()),

@@ -8,8 +8,7 @@
 //! runtime, above `patch`, whose discovery and patching it runs again after dlopen). The layers, and
 //! the hooks that go up through them, are in docs/architecture.md.
 
-// Reached through the preload library's `ferrotrace_attach` only.
-#[cfg_attr(not(feature = "preload"), allow(dead_code))]
+// Reached through `ferrotrace_attach` (preload library) or `ferrotrace_attach_linked`.
 pub mod attach;
 pub mod config;
 pub mod exit;

@@ -356,7 +356,6 @@ pub struct Control {
 
 impl Control {
     /// The channel through `fifo` (a descriptor opened for reading without blocking, now ours).
-    #[cfg_attr(not(feature = "preload"), allow(dead_code))]
     pub fn new(fifo: std::fs::File, done: std::path::PathBuf) -> Control {
         use std::os::fd::IntoRawFd;
         Control {
