@@ -138,6 +138,9 @@ static START_LINKED: extern "C" fn() = {
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[doc(hidden)]
 #[no_mangle]
+// Its unmangled name does not say it is the runtime's: placed in the tracer's own section, so that it
+// is never traced or listed as the program's function.
+#[link_section = "ferrotrace_text"]
 pub unsafe extern "C" fn ferrotrace_attach_linked(spec: *const core::ffi::c_char) -> i32 {
     if spec.is_null() {
         return lifecycle::attach::BAD_SPEC;
