@@ -447,3 +447,27 @@ fn linked_runtime_recorded_by_its_own_copy() {
     let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
     assert!(!maps.contains("libferrotrace_preload"), "{maps}");
 }
+
+/// `record -p` killed (SIGKILL, no chance to say stop): the control FIFO's end of file stops the
+/// recording all the same; the trace ends `Stopped` with the requests made until then.
+#[test]
+fn record_killed_still_stops_the_recording() {
+    let dir = scratch("attach_record_killed");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let mut rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    client.ask_many("q", 9);
+    rec.child.kill().unwrap();
+    rec.child.wait().unwrap();
+    let started = Instant::now();
+    while !Trace::open(&trace).is_ok_and(|t| t.end.is_some()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "no End chunk");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = stopped_trace(&trace);
+    assert_eq!(calls(&t, "handle"), (9, 9));
+    // Put back: nothing more is recorded, and the server answers as before.
+    client.ask_many("q", 3);
+    assert_eq!(calls(&Trace::open(&trace).unwrap(), "handle"), (9, 9));
+}
