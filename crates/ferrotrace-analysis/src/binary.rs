@@ -265,3 +265,106 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
     }
     Ok(out)
 }
+
+/// What `ferrotrace list` shows of a program: its tracepoints and traceable functions.
+#[derive(Clone, Copy, Debug)]
+pub struct Listing {
+    /// One JSON object instead of text.
+    pub json: bool,
+    /// The tracepoints.
+    pub tracepoints: bool,
+    /// The functions.
+    pub functions: bool,
+}
+
+fn rust_type(t: &str) -> &str {
+    match t {
+        "str" => "&str",
+        "bytes" => "&[u8]",
+        other => other,
+    }
+}
+
+/// The listing of `bin` as `ferrotrace list` prints it (text, or one JSON object and a newline).
+/// Functions carry `xray_id`, their XRay id in the file (llvm-xray's numbering), which is not the `id`
+/// a trace gives the functions it selected.
+pub fn listing(bin: &BinaryInfo, what: Listing) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    if what.json {
+        let mut o = serde_json::Map::new();
+        if what.tracepoints {
+            let tps: Vec<serde_json::Value> = bin
+                .tracepoints
+                .iter()
+                .map(|t| {
+                    serde_json::json!({
+                        "name": t.name,
+                        "args": t.args.iter().map(|a| serde_json::json!({"name": a.name, "type": a.ty})).collect::<Vec<_>>(),
+                        "format": t.format,
+                        "file": t.file,
+                        "line": t.line,
+                        "sites": t.sites.iter().map(|s| format!("{s:#x}")).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            o.insert("tracepoints".into(), tps.into());
+        }
+        if what.functions {
+            let fns: Vec<serde_json::Value> = bin
+                .functions
+                .iter()
+                .map(|f| {
+                    serde_json::json!({
+                        "xray_id": f.xray_id,
+                        "name": f.name,
+                        "mangled": f.mangled,
+                        "address": format!("{:#x}", f.address),
+                        "sleds": f.sleds,
+                    })
+                })
+                .collect();
+            o.insert("functions".into(), fns.into());
+        }
+        let _ = writeln!(out, "{}", serde_json::Value::Object(o));
+        return out;
+    }
+    if what.tracepoints {
+        let _ = writeln!(out, "Tracepoints ({}):", bin.tracepoints.len());
+        for t in &bin.tracepoints {
+            let args: Vec<String> = t
+                .args
+                .iter()
+                .map(|a| format!("{}: {}", a.name, rust_type(&a.ty)))
+                .collect();
+            let _ = write!(
+                out,
+                "  {}({})  {}:{}  {} site{}",
+                t.name,
+                args.join(", "),
+                t.file,
+                t.line,
+                t.sites.len(),
+                if t.sites.len() == 1 { "" } else { "s" }
+            );
+            if !t.format.is_empty() {
+                let _ = write!(out, "  format {:?}", t.format);
+            }
+            out.push('\n');
+        }
+    }
+    if what.functions {
+        if what.tracepoints {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "XRay-instrumented functions ({}):",
+            bin.functions.len()
+        );
+        for f in &bin.functions {
+            let _ = writeln!(out, "  {}", f.name);
+        }
+    }
+    out
+}

@@ -24,6 +24,8 @@
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
 //! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
+//! | [`CONTROL`] | `FERROTRACE_CONTROL` | `record -p` (in the spec it hands `ferrotrace_attach`, never in an environment) | runtime started by `ferrotrace_attach` | the FIFO, in a private directory, that holds an attached recording: its end of file stops it (see [`RuntimeSpec::to_lines`]) |
+//! | [`LIVE_FIFO`] | `FERROTRACE_LIVE_FIFO` | `live -p` (in the spec it hands `ferrotrace_attach`) | runtime started by `ferrotrace_attach` | the FIFO, beside [`CONTROL`], to print events to, live |
 //! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it) |
 //!
 //! A privileged process (setuid, setgid, file capabilities) reads none of them: its environment comes
@@ -77,6 +79,10 @@ pub const LIVE_FD: &str = "FERROTRACE_LIVE_FD";
 pub const SHARED_FD: &str = "FERROTRACE_SHARED_FD";
 /// The pid of the traced process that started this one.
 pub const TRACED_PARENT: &str = "FERROTRACE_TRACED_PARENT";
+/// The control FIFO of a recording started by `ferrotrace_attach` (`record -p`).
+pub const CONTROL: &str = "FERROTRACE_CONTROL";
+/// The FIFO an attached runtime prints live events to (`live -p`).
+pub const LIVE_FIFO: &str = "FERROTRACE_LIVE_FIFO";
 /// The preload library `ferrotrace record` and `live` inject.
 pub const PRELOAD: &str = "FERROTRACE_PRELOAD";
 
@@ -199,6 +205,10 @@ mod spec {
         pub live_fd: Option<i32>,
         /// [`SHARED_FD`]: the memfd `record` salvages from.
         pub shared_fd: Option<i32>,
+        /// [`CONTROL`]: the FIFO whose end of file stops an attached recording.
+        pub control: Option<PathBuf>,
+        /// [`LIVE_FIFO`]: the FIFO an attached runtime prints live events to.
+        pub live_fifo: Option<PathBuf>,
     }
 
     /// A variable that does not say what [`RuntimeSpec::from_env`] expects.
@@ -256,8 +266,42 @@ mod spec {
                 ),
                 (LIVE_FD, number(self.live_fd.map(i64::from))),
                 (SHARED_FD, number(self.shared_fd.map(i64::from))),
+                (CONTROL, self.control.as_ref().map(|p| p.clone().into())),
+                (LIVE_FIFO, self.live_fifo.as_ref().map(|p| p.clone().into())),
                 (TRACED_PARENT, None),
             ]
+        }
+
+        /// The spec as the text `ferrotrace_attach` takes: one `NAME=value` line per variable set, a
+        /// list variable (newline-separated values) as one line per value under the same name.
+        pub fn to_lines(&self) -> String {
+            let mut out = String::new();
+            for (name, value) in self.to_env() {
+                let Some(value) = value else { continue };
+                for v in value.to_string_lossy().split('\n') {
+                    out.push_str(name);
+                    out.push('=');
+                    out.push_str(v);
+                    out.push('\n');
+                }
+            }
+            out
+        }
+
+        /// Reads the text of [`RuntimeSpec::to_lines`] as variables: `(name, value)` with the values
+        /// of a repeated name joined by newlines, as in the environment. Lines without `=` are skipped.
+        pub fn lines_to_vars(text: &str) -> Vec<(String, String)> {
+            let mut vars: Vec<(String, String)> = Vec::new();
+            for (name, value) in text.lines().filter_map(|l| l.split_once('=')) {
+                match vars.iter_mut().find(|(n, _)| n == name) {
+                    Some((_, v)) => {
+                        v.push('\n');
+                        v.push_str(value);
+                    }
+                    None => vars.push((name.to_string(), value.to_string())),
+                }
+            }
+            vars
         }
 
         /// Reads the spec through `var` (the process's environment in the runtime: `|n|
@@ -333,6 +377,8 @@ mod spec {
                 alloc,
                 live_fd: parsed(LIVE_FD, text(LIVE_FD), "a descriptor number")?,
                 shared_fd: parsed(SHARED_FD, text(SHARED_FD), "a descriptor number")?,
+                control: var(CONTROL).filter(|v| !v.is_empty()).map(PathBuf::from),
+                live_fifo: var(LIVE_FIFO).filter(|v| !v.is_empty()).map(PathBuf::from),
             })
         }
     }
@@ -364,6 +410,8 @@ mod tests {
             ("LIVE_FD", LIVE_FD),
             ("SHARED_FD", SHARED_FD),
             ("TRACED_PARENT", TRACED_PARENT),
+            ("CONTROL", CONTROL),
+            ("LIVE_FIFO", LIVE_FIFO),
             ("PRELOAD", PRELOAD),
         ];
         for (i, (constant, var)) in vars.iter().enumerate() {
@@ -397,6 +445,8 @@ mod tests {
             }),
             live_fd: Some(5),
             shared_fd: Some(6),
+            control: Some("/tmp/d/control".into()),
+            live_fifo: Some("/tmp/d/live".into()),
         };
         for spec in [full, RuntimeSpec::default()] {
             let vars = spec.to_env();
@@ -404,6 +454,13 @@ mod tests {
                 vars.iter()
                     .find(|(v, _)| *v == n)
                     .and_then(|(_, v)| v.clone())
+            };
+            assert_eq!(RuntimeSpec::from_env(get).unwrap(), spec);
+            let vars = RuntimeSpec::lines_to_vars(&spec.to_lines());
+            let get = |n: &str| {
+                vars.iter()
+                    .find(|(v, _)| v == n)
+                    .map(|(_, v)| v.clone().into())
             };
             assert_eq!(RuntimeSpec::from_env(get).unwrap(), spec);
         }

@@ -23,6 +23,8 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 
 use crate::LaunchError;
 
+pub mod record;
+
 /// How long a call in the process may take before the attach gives up on it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -531,6 +533,14 @@ pub fn load_library(pid: u32, library: &Path) -> Result<Borrowed, LaunchError> {
     check(pid)?;
     let dlopen = loader_symbol(pid)?;
     let mut thread = Borrowed::stop(pid)?;
+    dlopen_in(&mut thread, dlopen, library)?;
+    Ok(thread)
+}
+
+/// Calls `dlopen(library, RTLD_NOW)` (the loader's, at `dlopen`) on the borrowed thread; the loader's
+/// own message when it fails.
+fn dlopen_in(thread: &mut Borrowed, dlopen: u64, library: &Path) -> Result<(), LaunchError> {
+    let pid = thread.pid;
     let path = library.to_string_lossy();
     let handle = thread.call(dlopen, &[Arg::Str(&path), Arg::Int(libc::RTLD_NOW as u64)])?;
     if handle == 0 {
@@ -551,5 +561,5 @@ pub fn load_library(pid: u32, library: &Path) -> Result<Borrowed, LaunchError> {
             why: format!("its loader could not load {}: {why}", library.display()),
         });
     }
-    Ok(thread)
+    Ok(())
 }

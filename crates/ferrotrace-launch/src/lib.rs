@@ -6,6 +6,7 @@
 //! * [`start`](mod@start): starting a program with the runtime, configured by one typed
 //!   [`ferrotrace_core::env::RuntimeSpec`], the chunk pool shared for salvage, signals relayed
 //!   ([`relay`]), and recovering what a killed program had not written ([`salvage`]);
+//! * [`outcome`]: which file is this run's trace, its children's, and the summary line;
 //! * [`checks`]: what `record` refuses before anything runs, as typed errors;
 //! * [`attach`]: entering a running process with ptrace (one thread borrowed to call the loader's
 //!   `dlopen` and the runtime's entry points, then restored exactly);
@@ -31,6 +32,7 @@ pub mod attach;
 pub mod cargo;
 pub mod checks;
 mod error;
+pub mod outcome;
 mod pool;
 pub mod program;
 pub mod relay;

@@ -19,10 +19,87 @@ mod malloc;
 #[link_section = ".init_array"]
 static START_PRELOADED: extern "C" fn() = {
     extern "C" fn start_preloaded() {
+        // The one initial-exec TLS reference, kept by this use: see `ferrotrace_static_tls_anchor`.
+        // SAFETY: reads a GOT entry; no precondition.
+        let _ = unsafe { ferrotrace_static_tls_offset() };
+        if !named_in_ld_preload() {
+            // dlopened into a running process (`record -p`): dormant until `ferrotrace_attach`.
+            return;
+        }
         ferrotrace::__preload::start();
     }
     start_preloaded
 };
+
+// Static TLS even when dlopened. The trampolines read the runtime's `HOT` block at one constant offset
+// from %fs in every thread, which holds only for static TLS: the block of a library loaded at start-up,
+// not of one dlopened later (dynamic TLS, allocated per thread on first use). One initial-exec
+// reference (`@gottpoff`: an R_X86_64_TPOFF64 relocation, and the DF_STATIC_TLS flag) makes glibc place
+// this library's whole TLS block in its static TLS surplus when it is dlopened, in every thread, or
+// refuse the dlopen ("cannot allocate memory in static TLS block": the surplus is set by
+// GLIBC_TUNABLES=glibc.rtld.optional_static_tls=BYTES).
+core::arch::global_asm!(
+    ".section .tbss,\"awT\",@nobits",
+    ".p2align 3",
+    "ferrotrace_static_tls_anchor:",
+    ".zero 8",
+    ".text",
+    ".p2align 4",
+    ".hidden ferrotrace_static_tls_offset",
+    ".globl ferrotrace_static_tls_offset",
+    ".type ferrotrace_static_tls_offset,@function",
+    "ferrotrace_static_tls_offset:",
+    "  mov rax, qword ptr [rip + ferrotrace_static_tls_anchor@gottpoff]",
+    "  ret",
+    ".size ferrotrace_static_tls_offset, . - ferrotrace_static_tls_offset",
+);
+
+extern "C" {
+    /// The anchor's offset from the thread pointer (what the initial-exec GOT entry holds).
+    fn ferrotrace_static_tls_offset() -> isize;
+}
+
+/// True when this library is named in `LD_PRELOAD` (loaded at start-up, which starts the runtime as
+/// the environment says); false when it was `dlopen`ed into a running process by `record -p`.
+fn named_in_ld_preload() -> bool {
+    // SAFETY: dladdr on an address of this library into a zeroed out-struct; getenv reads the
+    // environment (constructors run before the program's threads, or under the loader's lock).
+    unsafe {
+        let mut info: libc::Dl_info = core::mem::zeroed();
+        if libc::dladdr(named_in_ld_preload as *const libc::c_void, &mut info) == 0
+            || info.dli_fname.is_null()
+        {
+            return true;
+        }
+        let ours = core::ffi::CStr::from_ptr(info.dli_fname).to_bytes();
+        let ours = ours.rsplit(|&b| b == b'/').next().unwrap_or(ours);
+        let preload = libc::getenv(c"LD_PRELOAD".as_ptr());
+        if preload.is_null() {
+            return false;
+        }
+        core::ffi::CStr::from_ptr(preload)
+            .to_bytes()
+            .split(|&b| b == b':' || b == b' ')
+            .any(|p| p.rsplit(|&b| b == b'/').next() == Some(ours))
+    }
+}
+
+/// Starts recording in this running process (`ferrotrace record -p`, which loaded this library with
+/// `dlopen` and calls this on a thread it borrowed): `spec` holds `NAME=value` lines of the
+/// `FERROTRACE_*` variables. Returns 0, or a negative code whose reason is written to `error` in the
+/// directory of the control FIFO the spec names.
+///
+/// # Safety
+/// `spec` is a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn ferrotrace_attach(spec: *const libc::c_char) -> i32 {
+    if spec.is_null() {
+        return -1;
+    }
+    // SAFETY: NUL-terminated (the caller's contract).
+    let spec = unsafe { core::ffi::CStr::from_ptr(spec) }.to_string_lossy();
+    ferrotrace::__preload::attach(&spec)
+}
 
 /// Interposes the C library's `dlopen`: after a successful load, the new object's sleds are patched
 /// before the caller can call into it.

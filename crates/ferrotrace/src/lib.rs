@@ -134,11 +134,40 @@ static LINKED_RUNTIME_MARKER: u8 = 1;
 #[link_section = ".init_array"]
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
+        // Kept in the program by this use: `record -p` finds it in the symbol table.
+        core::hint::black_box(ferrotrace_attach_linked as usize);
         lifecycle::start::start_from_env(lifecycle::runtime::Role::Linked);
         recorders::tracepoint::usdt::watch();
     }
     start_linked
 };
+
+/// `ferrotrace record -p` in a program that links the runtime: its own copy starts recording as
+/// `spec` says (the `NAME=value` lines of `ferrotrace_core::env::RuntimeSpec::to_lines`), called on a
+/// thread the host borrowed with ptrace; no library is loaded. 0, or a negative code whose reason is
+/// written to `error` beside the control FIFO the spec names. Not an API.
+///
+/// # Safety
+/// `spec` is a NUL-terminated string.
+#[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
+#[doc(hidden)]
+#[no_mangle]
+// Its unmangled name does not say it is the runtime's: placed in the tracer's own section, so that it
+// is never traced or listed as the program's function.
+#[link_section = "ferrotrace_text"]
+pub unsafe extern "C" fn ferrotrace_attach_linked(spec: *const core::ffi::c_char) -> i32 {
+    if spec.is_null() {
+        return lifecycle::attach::BAD_SPEC;
+    }
+    // SAFETY: NUL-terminated (the caller's contract).
+    let spec = unsafe { core::ffi::CStr::from_ptr(spec) }.to_string_lossy();
+    let run = || lifecycle::attach::attach(&spec, lifecycle::runtime::Role::Linked);
+    match buffers::thread::as_runtime(run) {
+        Some(Ok(())) => 0,
+        Some(Err(e)) => e.code,
+        None => lifecycle::attach::FAILED,
+    }
+}
 
 /// What the expansions of [`tracepoint!`] and [`trace!`] refer to. Not an API: it changes without notice.
 #[doc(hidden)]
@@ -153,6 +182,20 @@ pub mod __macro_support {
 #[doc(hidden)]
 pub mod __preload {
     pub use crate::lifecycle::exit::program_sigaction;
+
+    /// `ferrotrace_attach`: starts recording in this running process as `spec` says (the lines of
+    /// `ferrotrace_core::env::RuntimeSpec::to_lines`); 0, or a negative code whose reason was printed
+    /// and written beside the control FIFO.
+    pub fn attach(spec: &str) -> i32 {
+        let run =
+            || crate::lifecycle::attach::attach(spec, crate::lifecycle::runtime::Role::Preload);
+        match crate::buffers::thread::as_runtime(run) {
+            Some(Ok(())) => 0,
+            // Said to the host (the control directory's `error`), not to the program's stderr.
+            Some(Err(e)) => e.code,
+            None => crate::lifecycle::attach::FAILED,
+        }
+    }
 
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.
     pub fn start() {

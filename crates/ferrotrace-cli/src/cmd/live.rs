@@ -32,9 +32,34 @@ pub struct LiveArgs {
     /// Never print functions whose demangled name matches REGEX (repeatable)
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
+    /// Print the events of the process PID, which is already running, instead of running a program:
+    /// the functions -F selects, until Ctrl-C or its end (its patched sites are put back then)
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "trace"], requires = "filter")]
+    pub pid: Option<u32>,
     /// The program to run and its arguments
-    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        value_name = "PROGRAM"
+    )]
     pub command: Vec<OsString>,
+}
+
+/// `live -p PID`: prints the running process's events until Ctrl-C or its end.
+fn live_running(pid: u32, spec: RuntimeSpec) -> Result<ExitCode, Error> {
+    use ferrotrace_launch::attach::record::{record, Ending};
+    let library = ferrotrace_launch::start::preload_library()?;
+    let mut out = std::io::stdout().lock();
+    let attached = record(pid, &library, spec, None, Some(&mut out), |pause| {
+        say!(
+            "ferrotrace: printing process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
+            pause.as_secs_f64() * 1e3
+        )
+    })?;
+    if attached.ending == Ending::ProcessEnded {
+        say!("ferrotrace: process {pid} ended");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 /// Runs the program and prints its events; returns its exit status as ours.
@@ -54,6 +79,9 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, Error> {
         ..RuntimeSpec::default()
     };
     checks::check_regexes(args.filter.iter().chain(&args.notrace))?;
+    if let Some(pid) = args.pid {
+        return live_running(pid, spec);
+    }
     let program = Program::find(&args.command)?;
     checks::check_live(&program, &spec)?;
     let mut fds = [0i32; 2];

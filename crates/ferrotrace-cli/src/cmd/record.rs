@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
 use ferrotrace_core::schema;
+use ferrotrace_launch::outcome::{self, file_identity, trace_of};
 use ferrotrace_launch::salvage::Death;
 use ferrotrace_launch::start::{Options, Program};
 use ferrotrace_launch::{self as launch, checks, Ended};
@@ -78,9 +79,34 @@ pub struct RecordArgs {
     #[arg(long, value_name = "N", requires = "alloc", default_value_t = 64,
           value_parser = clap::value_parser!(u32).range(0..=256))]
     pub alloc_stack_depth: u32,
+    /// Record the process PID, which is already running, instead of running a program: until Ctrl-C,
+    /// --duration or its end. Its patched sites are put back when the recording stops
+    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "alloc", "trace"])]
+    pub pid: Option<u32>,
+    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
+    #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
+    pub duration: Option<std::time::Duration>,
     /// The program to run and its arguments
-    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
+    #[arg(
+        required_unless_present = "pid",
+        trailing_var_arg = true,
+        value_name = "PROGRAM"
+    )]
     pub command: Vec<OsString>,
+}
+
+/// `10s`, `500ms`, `2m`, or a number of seconds.
+fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
+    let (n, unit) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0)]
+        .into_iter()
+        .find_map(|(u, mul)| s.strip_suffix(u).map(|n| (n, mul)))
+        .unwrap_or((s, 1.0));
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v >= 0.0)
+        .map(|v| std::time::Duration::from_secs_f64(v * unit))
+        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))
 }
 
 impl RecordArgs {
@@ -137,6 +163,9 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     let spec = args.spec(&output);
     checks::check_record_options(&spec)?;
     ferrotrace_core::output::check(&output)?;
+    if let Some(pid) = args.pid {
+        return record_running(pid, &args, spec, &output);
+    }
     let program = Program::find(&args.command)?;
     for warning in checks::check_record(&program, &spec)? {
         say!("ferrotrace: {warning}");
@@ -185,19 +214,39 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
         }
         None => say!("ferrotrace: no trace was written"),
     }
-    report_children(&output, start);
+    for child in outcome::children_traces(&output, start) {
+        say!("ferrotrace: a child process wrote {}", child.display());
+    }
     Ok(exit_code_of(&ended, &program.path))
 }
 
-/// The trace this run wrote: `output` when its Session names the program's process `pid`, else
-/// `output.old` when another run started at `output` after ours (and kept ours as `.old`). `None`
-/// when neither is this run's (none was written, or a third run replaced it).
-fn trace_of(output: &Path, pid: u32) -> Option<PathBuf> {
-    let mut old = output.as_os_str().to_owned();
-    old.push(".old");
-    [output.to_path_buf(), PathBuf::from(old)]
-        .into_iter()
-        .find(|p| Trace::open(p).is_ok_and(|t| t.session.pid == pid))
+/// `record -p PID`: records the running process until Ctrl-C, `--duration` or its end.
+fn record_running(
+    pid: u32,
+    args: &RecordArgs,
+    spec: RuntimeSpec,
+    output: &Path,
+) -> Result<ExitCode, Error> {
+    use launch::attach::record::Ending;
+    let library = launch::start::preload_library()?;
+    let attached =
+        launch::attach::record::record(pid, &library, spec, args.duration, None, |pause| {
+            say!(
+            "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
+            pause.as_secs_f64() * 1e3
+        )
+        })?;
+    match attached.ending {
+        Ending::Stopped(_) => {}
+        Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),
+        Ending::NoAnswer => say!(
+            "ferrotrace: process {pid} did not finish its trace within {} s of being told to stop",
+            launch::attach::record::STOP_LIMIT.as_secs()
+        ),
+    }
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
+    report(output, Trace::open(output), &args.filter, &exe);
+    Ok(ExitCode::SUCCESS)
 }
 
 /// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
@@ -226,15 +275,6 @@ fn say_recovered(ended: &Ended, output: &Path) {
     }
 }
 
-/// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
-/// that was there before.
-fn file_identity(path: &Path) -> Option<(u64, u64)> {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(path)
-        .ok()
-        .map(|m| (m.dev(), m.ino()))
-}
-
 /// The summary line of the run, for its trace at `output`.
 fn report(
     output: &Path,
@@ -242,70 +282,14 @@ fn report(
     filters: &[String],
     program: &Path,
 ) {
-    match trace {
-        Ok(t) if t.end.is_some_and(|e| e.write_errno != 0) => {
-            // The runtime could not write the trace (a full disk): it dropped the rest, counted it
-            // as lost, and ended the file with the error. One line, the program's status unchanged.
-            let (errno, lost) = t.end.map_or((0, 0), |e| (e.write_errno, e.lost));
-            say!(
-                "ferrotrace: error: writing {} failed ({}): {} events written, {lost} lost",
-                output.display(),
-                std::io::Error::from_raw_os_error(errno as i32),
-                t.event_count(),
-            );
-        }
-        Ok(t) => {
-            for warning in checks::unmatched_filters(&t, filters, program) {
+    match trace.as_ref().map(|t| (t, outcome::summary(output, t))) {
+        Ok((_, Err(error))) => say!("ferrotrace: error: {error}"),
+        Ok((t, Ok(line))) => {
+            for warning in checks::unmatched_filters(t, filters, program) {
                 say!("ferrotrace: warning: {warning}");
             }
-            let events = t.event_count();
-            let per = if events > 0 {
-                t.file_len as f64 / events as f64
-            } else {
-                0.0
-            };
-            say!(
-                "ferrotrace: wrote {}: {} events from {} threads, {} functions, {} bytes ({per:.2} bytes/event){}",
-                output.display(),
-                events,
-                t.threads.len(),
-                t.functions.len(),
-                t.file_len,
-                match &t.truncation {
-                    Some(tr) => format!(", truncated at byte {}: {}", tr.offset, tr.reason),
-                    None if t.end.is_none() => ", incomplete (the program ended without letting ferrotrace finish)".into(),
-                    None => String::new(),
-                }
-            );
+            say!("ferrotrace: {line}");
         }
         Err(e) => say!("ferrotrace: no trace was written ({e})"),
-    }
-}
-
-/// Names the traces that processes the program started wrote beside `output` since `start`.
-fn report_children(output: &Path, start: std::time::SystemTime) {
-    let name = output
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let dir = output.parent().unwrap_or(Path::new("."));
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        let mut children: Vec<PathBuf> = entries
-            .flatten()
-            .filter(|e| {
-                let n = e.file_name().to_string_lossy().into_owned();
-                n.strip_prefix(&name)
-                    .and_then(|rest| rest.strip_prefix('.'))
-                    .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
-                    && e.metadata()
-                        .and_then(|m| m.modified())
-                        .is_ok_and(|m| m >= start)
-            })
-            .map(|e| e.path())
-            .collect();
-        children.sort();
-        for c in children {
-            say!("ferrotrace: a child process wrote {}", c.display());
-        }
     }
 }

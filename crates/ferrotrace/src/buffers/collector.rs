@@ -401,6 +401,21 @@ impl State {
     }
 }
 
+/// How often the collector of an attached runtime looks at its control channel.
+const CONTROL_POLL: Duration = Duration::from_millis(20);
+
+/// The host of an attached recording closed the control channel: every patched site is put back, the
+/// recording stops (End reason `Stopped`) and every thread's chunk is handed over; the loop then writes
+/// the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
+/// claimed first.
+fn stop_attached(rt: &Runtime) {
+    crate::patch::sites::unpatch_all();
+    if rt.lifecycle.claim_finish(schema::EndReason::Stopped, 0) {
+        crate::buffers::thread::flush_all(rt, false);
+        rt.lifecycle.threads_stopped();
+    }
+}
+
 /// The collector's loop; returns after writing the End chunk.
 pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     crate::buffers::thread::ignore_current_thread();
@@ -444,7 +459,14 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         filter_flags: rt.function_filter_flags(),
     };
     let mut last_clock = Instant::now();
+    let mut last_control = Instant::now();
     loop {
+        if last_control.elapsed() > CONTROL_POLL {
+            last_control = Instant::now();
+            if rt.control.get().is_some_and(|c| c.closed()) {
+                stop_attached(rt);
+            }
+        }
         let finishing = rt.lifecycle.is_finishing();
         st.meta(rt);
         if let Some(live) = &mut st.live {
@@ -509,6 +531,18 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             st.write(ChunkKind::End, &p);
             st.flush();
             rt.lifecycle.end_written();
+            if let Some(c) = rt.control.get() {
+                if reason == schema::EndReason::Stopped {
+                    // This collector was the finisher: back to no runtime, for a later attach.
+                    rt.lifecycle.finish_over();
+                    crate::lifecycle::runtime::retire(rt);
+                    c.close();
+                    if let Some(live) = &rt.live {
+                        live.close();
+                    }
+                }
+                let _ = std::fs::File::create(&c.done);
+            }
             return;
         }
         if last_clock.elapsed() > Duration::from_secs(1) {

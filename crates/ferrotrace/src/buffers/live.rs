@@ -107,12 +107,30 @@ impl Output {
         // Only this process prints: the programs it starts run untraced, rather than tracing into
         // files nobody reads.
         crate::lifecycle::config::set_env(env::RUNTIME, Some(env::RUNTIME_OFF));
-        Some(Output {
+        Some(Output::to_fd(fd, err_fd, functions(), tracepoints()))
+    }
+
+    /// Closes the descriptor, once nothing prints any more (an attached runtime, retired: the process
+    /// keeps no descriptor of ours).
+    pub fn close(&self) {
+        // SAFETY: our descriptor; the printer, on the collector thread that calls this, is done.
+        unsafe { libc::close(self.fd) };
+    }
+
+    /// Prints to `fd` (non-blocking), saying losses on `err_fd` (-1: nowhere): for an attached runtime
+    /// (`live -p`), whose descriptor is a FIFO it opened itself.
+    pub fn to_fd(
+        fd: i32,
+        err_fd: i32,
+        functions: Vec<String>,
+        tracepoints: HashMap<u32, Tp>,
+    ) -> Output {
+        Output {
             fd,
             err_fd,
-            functions: functions(),
-            tracepoints: tracepoints(),
-        })
+            functions,
+            tracepoints,
+        }
     }
 }
 

@@ -18,6 +18,9 @@ use crate::lifecycle::runtime::{self, Meta, Runtime};
 /// What only the owner thread needs, kept out of the hot block.
 struct Cold {
     slot: Cell<*const ThreadSlot>,
+    /// The runtime whose registry `slot` is in: an attached runtime is followed by another one after
+    /// a detach, whose first event on this thread registers it afresh.
+    owner: Cell<*const Runtime>,
     /// Inside the runtime on this thread: events from code the runtime calls are dropped, not recursed on.
     busy: Cell<bool>,
     /// Never record on this thread (the collector, a thread whose TLS offset differs, an exited thread).
@@ -30,7 +33,7 @@ struct Cold {
 }
 
 thread_local! {
-    static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false), stack_low: Cell::new(0), alt_stack: Cell::new(core::ptr::null_mut()) } };
+    static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), owner: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false), stack_low: Cell::new(0), alt_stack: Cell::new(core::ptr::null_mut()) } };
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
 }
 
@@ -139,6 +142,10 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     if !rt.lifecycle.is_recording() {
         stop_hot(h);
         return;
+    }
+    if !core::ptr::eq(cold.owner.get(), rt) {
+        // Registered with an earlier runtime (attached, then stopped), or never.
+        cold.slot.set(core::ptr::null());
     }
     // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
     let slot = match unsafe { cold.slot.get().as_ref() } {
@@ -375,6 +382,7 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
     });
     let _ = EXIT_GUARD.try_with(|_| {});
     cold.slot.set(slot);
+    cold.owner.set(rt);
     prepare_for_faults(cold);
     Some(slot)
 }
@@ -470,7 +478,11 @@ fn thread_exit() {
             return;
         };
         cold.slot.set(core::ptr::null());
-        let Some(rt) = runtime::get() else { return };
+        // The runtime the slot belongs to (it may have stopped since: then the slot is stopped too).
+        // SAFETY: null or a leaked runtime, never freed.
+        let Some(rt) = (unsafe { cold.owner.get().as_ref() }) else {
+            return;
+        };
         let h = Hot::current();
         let mut guard = slot.lock();
         let st = guard.state();

@@ -112,6 +112,14 @@ impl Config {
         Config::from_spec(&spec_from_env()?)
     }
 
+    /// Reads the configuration through `lookup` (the variables an attach was given, as
+    /// [`RuntimeSpec::to_lines`] wrote them).
+    pub fn from_lookup(lookup: &dyn Fn(&str) -> Option<String>) -> Result<Config, String> {
+        let spec = RuntimeSpec::from_env(|name| lookup(name).map(std::ffi::OsString::from))
+            .map_err(|e| e.to_string())?;
+        Config::from_spec(&spec)
+    }
+
     /// The configuration `spec` asks for.
     pub fn from_spec(spec: &RuntimeSpec) -> Result<Config, String> {
         let (buffer_size, chunk_size) =

@@ -103,6 +103,7 @@ impl Phase {
 /// ([`END_BY_SIGNAL`]) and the signal (the high 32 bits), set by the transition that claims the finish.
 const PHASE_MASK: u64 = 0xff;
 const END_BY_SIGNAL: u64 = 1 << 8;
+const END_STOPPED: u64 = 1 << 9;
 const SIGNAL_SHIFT: u32 = 32;
 
 /// The one owner of a runtime's lifecycle: its [`Phase`] and why it ended, in one atomic word, and the
@@ -215,7 +216,8 @@ impl Lifecycle {
     /// one caller that claims the finish, false if another one did (whatever the phase now).
     pub fn claim_finish(&self, reason: EndReason, signal: i32) -> bool {
         let why = match reason {
-            EndReason::Exit | EndReason::Stopped => 0,
+            EndReason::Exit => 0,
+            EndReason::Stopped => END_STOPPED,
             EndReason::Signal => END_BY_SIGNAL,
         } | (signal as u32 as u64) << SIGNAL_SHIFT;
         self.word
@@ -230,6 +232,8 @@ impl Lifecycle {
         let w = self.word.load(Ordering::Acquire);
         let reason = if w & END_BY_SIGNAL != 0 {
             EndReason::Signal
+        } else if w & END_STOPPED != 0 {
+            EndReason::Stopped
         } else {
             EndReason::Exit
         };
@@ -334,6 +338,64 @@ pub struct Runtime {
     /// mcount/fentry calls not traced because they were nested deeper than the shadow stack, in every
     /// thread (said at the end).
     pub too_deep: AtomicU64,
+    /// A runtime started by `ferrotrace_attach` in a running process: the control channel whose end
+    /// stops it (set before its collector starts).
+    pub control: OnceLock<Control>,
+}
+
+/// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
+/// host holds open; its end of file (the host closed it, or died) stops the recording, and the
+/// collector then creates `done` beside it once the trace is written.
+#[derive(Debug)]
+pub struct Control {
+    /// The FIFO, opened for reading without blocking (-1 once closed).
+    fifo: std::sync::atomic::AtomicI32,
+    /// Created once the End chunk is written.
+    pub done: std::path::PathBuf,
+}
+
+impl Control {
+    /// The channel through `fifo` (a descriptor opened for reading without blocking, now ours).
+    pub fn new(fifo: std::fs::File, done: std::path::PathBuf) -> Control {
+        use std::os::fd::IntoRawFd;
+        Control {
+            fifo: std::sync::atomic::AtomicI32::new(fifo.into_raw_fd()),
+            done,
+        }
+    }
+
+    /// True once the host closed its end (or died); never blocks.
+    pub fn closed(&self) -> bool {
+        let fd = self.fifo.load(Ordering::Acquire);
+        if fd < 0 {
+            return true;
+        }
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reading into a local buffer from our descriptor.
+            let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+            match n {
+                0 => return true,
+                n if n > 0 => continue,
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    if e.kind() == std::io::ErrorKind::Interrupted {
+                        continue;
+                    }
+                    return e.kind() != std::io::ErrorKind::WouldBlock;
+                }
+            }
+        }
+    }
+
+    /// Closes the FIFO (the runtime is retired: the process keeps no descriptor of ours).
+    pub fn close(&self) {
+        let fd = self.fifo.swap(-1, Ordering::AcqRel);
+        if fd >= 0 {
+            // SAFETY: our descriptor, closed once (the swap).
+            unsafe { libc::close(fd) };
+        }
+    }
 }
 
 /// What start-up found out about the program, which a forked child's runtime keeps.
@@ -444,6 +506,17 @@ pub fn publish(
     Ok(rt)
 }
 
+/// An attached runtime whose trace is written goes: the process is back to having none, and a later
+/// attach publishes a new one. (`rt` stays allocated: threads may still hold references to it.)
+pub fn retire(rt: &'static Runtime) {
+    let _ = RUNTIME.compare_exchange(
+        rt as *const Runtime as *mut Runtime,
+        core::ptr::null_mut(),
+        Ordering::AcqRel,
+        Ordering::Acquire,
+    );
+}
+
 impl Runtime {
     /// A runtime in its first phase (`Starting`), with nothing recorded yet.
     pub fn new(
@@ -468,6 +541,7 @@ impl Runtime {
             header: Mutex::new(header),
             live,
             too_deep: AtomicU64::new(0),
+            control: OnceLock::new(),
         }
     }
 

@@ -270,7 +270,7 @@ fn start(role: Role) -> Result<(), String> {
 }
 
 /// Starts every recorder, in order, and registers the fork handlers of those that record.
-fn start_recorders(program: &Program, recorders: &[Recorder]) {
+pub(crate) fn start_recorders(program: &Program, recorders: &[Recorder]) {
     for r in recorders {
         if (r.start)(program) {
             if let Some(f) = r.fork {
@@ -282,7 +282,11 @@ fn start_recorders(program: &Program, recorders: &[Recorder]) {
 }
 
 /// The chunk pool, in the memfd `shared` when record gave one (the trace started at `start_realtime`).
-fn new_pool(config: &Config, shared: Option<i32>, start_realtime: u64) -> Result<Pool, String> {
+pub(crate) fn new_pool(
+    config: &Config,
+    shared: Option<i32>,
+    start_realtime: u64,
+) -> Result<Pool, String> {
     let count = match config.mode {
         // The flight ring holds encoded events; the pool only needs to keep up with the collector.
         Mode::Flight => (4 << 20) / config.chunk_size,
@@ -295,7 +299,7 @@ fn new_pool(config: &Config, shared: Option<i32>, start_realtime: u64) -> Result
 }
 
 /// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.
-fn open_trace(
+pub(crate) fn open_trace(
     config: &Config,
     path: &Path,
     header: &[(ChunkKind, Vec<u8>)],
@@ -327,14 +331,14 @@ fn open_trace(
 }
 
 /// The layers above the slow path, for it to call ([`Upcalls`]).
-const UPCALLS: Upcalls = Upcalls {
+pub(crate) const UPCALLS: Upcalls = Upcalls {
     fork_restart: restart_in_forked_child,
     recorders: &crate::recorders::ALL,
 };
 
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.
-fn targets(with_cpu: bool) -> sites::Targets {
+pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
     let (mcount, fentry) = crate::recorders::mcount::hook_addresses();
     sites::Targets {
         xray: trampoline::trampolines(with_cpu),
@@ -345,7 +349,7 @@ fn targets(with_cpu: bool) -> sites::Targets {
 
 /// Makes `rt` the process's runtime (in place of `replacing`, a forked child's copy of its parent's,
 /// or of none) and starts its collector; returns once the collector runs. Recording is still off.
-fn launch(
+pub(crate) fn launch(
     rt: Runtime,
     writer: Writer,
     path: PathBuf,

@@ -13,6 +13,52 @@ use crate::recorders::mcount::sites as mcount_sites;
 
 const PAGE: u64 = crate::buffers::hot::PAGE as u64;
 
+/// What patching changed, to undo when an attached recording stops ([`unpatch_all`]).
+enum Patched {
+    /// An XRay sled at this address, whose first two bytes (its short jump or `ret`) were these.
+    Sled(u64, [u8; 2]),
+    /// A 5-byte NOP at this address, which was this NOP and is now this call.
+    Nop(u64, [u8; 5], [u8; 5]),
+}
+
+/// Every site patched since the last [`unpatch_all`].
+static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new());
+
+/// Puts back every sled and NOP patched since the last call, while other threads run through them:
+/// each sled's first two bytes in one atomic store (the rest of it, skipped by them, stays), each NOP
+/// in one atomic write ([`Patcher::poke5`]). A thread already in a trampoline or hook finishes there
+/// (the library is never unloaded). Returns how many sites were restored.
+pub fn unpatch_all() -> usize {
+    let sites = std::mem::take(&mut *PATCHED.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut patcher = Patcher::new();
+    let mut restored = 0;
+    for site in &sites {
+        let (addr, len) = match *site {
+            Patched::Sled(a, _) => (a, 2),
+            Patched::Nop(a, _, _) => (a, 5),
+        };
+        if patcher.make_writable(addr as usize, len).is_err() {
+            continue;
+        }
+        match *site {
+            // SAFETY: a sled this runtime patched (its first two bytes the `mov r10d` it wrote), in a
+            // page made writable above; the restored short jump or `ret` skips the rest.
+            Patched::Sled(a, first) => unsafe {
+                (*(a as *const core::sync::atomic::AtomicU16)).store(
+                    u16::from_le_bytes(first),
+                    std::sync::atomic::Ordering::SeqCst,
+                );
+            },
+            // SAFETY: a NOP site this runtime made a call, made writable above.
+            Patched::Nop(a, nop, call) => unsafe {
+                patcher.poke5(a as usize, call, nop);
+            },
+        }
+        restored += 1;
+    }
+    restored
+}
+
 /// Where patched code goes, through a stub page near each object: the XRay trampolines and the mcount
 /// hooks (the runtime's, which discovery does not know).
 #[derive(Clone, Copy, Debug)]
@@ -110,6 +156,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
 pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
     mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
+    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
     for module in &found.modules {
         let funcs: Vec<&Function> = found
             .functions
@@ -131,7 +178,9 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
             for &(sled, kind) in &f.sleds {
                 // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
                 // contract) and lie in pages made writable above.
-                unsafe { patch_sled(&patcher, sled, kind, f.id, stub) };
+                if let Some(first) = unsafe { patch_sled(&patcher, sled, kind, f.id, stub) } {
+                    patched.push(Patched::Sled(sled, first));
+                }
             }
             for &(site, flavor) in &f.nops {
                 let hook = match flavor {
@@ -147,7 +196,9 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
                     if let (true, Some(call)) =
                         (is_nop5(&nop), rel32(0xe8, site as usize, hook as usize))
                     {
-                        patcher.poke5(site as usize, nop, call);
+                        if patcher.poke5(site as usize, nop, call) {
+                            patched.push(Patched::Nop(site, nop, call));
+                        }
                     }
                 }
             }
@@ -156,24 +207,30 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
     Ok(())
 }
 
-/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot.
+/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot;
+/// returns its first two bytes as they were, when it patched it.
 ///
 /// # Safety
 /// `sled` is an XRay sled of the given kind, in a page `patcher` made writable.
-unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub: u64) {
+unsafe fn patch_sled(
+    patcher: &Patcher,
+    sled: u64,
+    kind: SledKind,
+    id: u32,
+    stub: u64,
+) -> Option<[u8; 2]> {
     let (expected_first, target, opcode) = match kind {
         SledKind::Entry => (0xebu8, Stub::XrayEntry, 0xe8u8),
         SledKind::Exit => (0xc3, Stub::XrayExit, 0xe9),
         SledKind::Tail => (0xeb, Stub::XrayTail, 0xe8),
     };
     // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
-    if unsafe { (sled as *const u8).read() } != expected_first {
-        return; // already patched, or not a sled we know
+    let first = unsafe { (sled as *const [u8; 2]).read() };
+    if first[0] != expected_first {
+        return None; // already patched, or not a sled we know
     }
     // The stub page is within reach of every sled of the object (stub_page_near).
-    let Some(jump) = rel32(opcode, sled as usize + 6, target.at(stub) as usize) else {
-        return;
-    };
+    let jump = rel32(opcode, sled as usize + 6, target.at(stub) as usize)?;
     let mut bytes = [0u8; 11];
     bytes[0] = 0x41;
     bytes[1] = 0xba;
@@ -182,4 +239,5 @@ unsafe fn patch_sled(patcher: &Patcher, sled: u64, kind: SledKind, id: u32, stub
     // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
     // instruction jumps over the rest until the flip.
     unsafe { patcher.write_then_flip2(sled as usize, &bytes) };
+    Some(first)
 }

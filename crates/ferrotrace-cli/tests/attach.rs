@@ -1,0 +1,473 @@
+//! `ferrotrace record -p PID`: recording servers that are already running (an XRay Rust server and a
+//! `-pg -mnop-mcount` C server), answering requests before, during and after the recording; the trace
+//! holds exactly the requests made while attached; attach, stop, attach again; the server ending
+//! while recorded; a server with 50 threads.
+mod common;
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use ferrotrace_analysis::reader::{EventKind, Trace};
+use ferrotrace_core::schema::EndReason;
+
+/// A server under test: its process and port; killed when dropped.
+struct Server {
+    child: Child,
+    port: u16,
+}
+
+impl Server {
+    fn start(program: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(program)
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start the server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .expect("port line");
+        let port = line
+            .trim()
+            .strip_prefix("port=")
+            .and_then(|p| p.parse().ok())
+            .unwrap_or_else(|| panic!("no port in {line:?}"));
+        Server { child, port }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One connection to a server.
+struct Client {
+    out: TcpStream,
+    input: BufReader<TcpStream>,
+}
+
+impl Client {
+    fn connect(port: u16) -> Client {
+        let out = TcpStream::connect(("127.0.0.1", port)).expect("connect");
+        let input = BufReader::new(out.try_clone().unwrap());
+        Client { out, input }
+    }
+
+    fn ask(&mut self, line: &str) -> String {
+        writeln!(self.out, "{line}").expect("send");
+        let mut answer = String::new();
+        self.input.read_line(&mut answer).expect("answer");
+        answer
+    }
+
+    /// Asks `n` numbered questions tagged `tag`; the answers.
+    fn ask_many(&mut self, tag: &str, n: usize) -> Vec<String> {
+        (0..n).map(|i| self.ask(&format!("{tag} {i}"))).collect()
+    }
+}
+
+/// `ferrotrace record -p PID`, running until stopped.
+struct Recording {
+    child: Child,
+    stderr: BufReader<std::process::ChildStderr>,
+    said: String,
+}
+
+impl Recording {
+    /// Starts recording `pid` into `trace` and waits until the recording runs.
+    fn start(pid: u32, trace: &Path, opts: &[&str]) -> Recording {
+        let mut child = ferrotrace()
+            .args(["record", "-p", &pid.to_string(), "-o"])
+            .arg(trace)
+            .args(opts)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("run ferrotrace record -p");
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        loop {
+            let mut line = String::new();
+            if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+                let status = child.wait().unwrap();
+                panic!("record -p ended ({status}) before recording:\n{said}");
+            }
+            said.push_str(&line);
+            if line.contains("recording process") {
+                break;
+            }
+        }
+        Recording {
+            child,
+            stderr,
+            said,
+        }
+    }
+
+    /// Stops it as Ctrl-C would; what it said.
+    fn stop(self) -> String {
+        kill(self.child.id() as i32, libc_sigint());
+        self.wait()
+    }
+
+    /// Waits for it to end by itself; what it said.
+    fn wait(mut self) -> String {
+        let mut rest = String::new();
+        let _ = std::io::Read::read_to_string(&mut self.stderr, &mut rest);
+        let status = self.child.wait().unwrap();
+        let said = self.said + &rest;
+        assert!(status.success(), "record -p failed ({status}):\n{said}");
+        said
+    }
+}
+
+fn libc_sigint() -> i32 {
+    2
+}
+
+/// Entries and exits of the function whose display name is `name` or ends in `::name`, over every
+/// thread.
+fn calls(trace: &Trace, name: &str) -> (u64, u64) {
+    let mut n = (0, 0);
+    for th in trace.threads.values() {
+        for e in trace.thread_events(th.tid).expect("thread events") {
+            let e = e.expect("event");
+            let f = trace.function_name(e.id);
+            if f != name && !f.ends_with(&format!("::{name}")) {
+                continue;
+            }
+            match e.kind {
+                EventKind::Entry => n.0 += 1,
+                EventKind::Exit | EventKind::TailExit => n.1 += 1,
+                _ => {}
+            }
+        }
+    }
+    n
+}
+
+fn stopped_trace(path: &Path) -> Trace {
+    let trace = Trace::open(path).expect("trace");
+    let end = trace.end.as_ref().expect("an End chunk");
+    assert_eq!(end.reason, EndReason::Stopped, "End reason");
+    assert!(trace.truncation.is_none(), "{:?}", trace.truncation);
+    trace
+}
+
+/// Before, during (`during` requests) and after one recording: every answer the same as unrecorded,
+/// and exactly the requests made while attached in the trace.
+fn one_recording(server: &Server, dir: &Path, name: &str, during: usize) {
+    let mut client = Client::connect(server.port);
+    let before = client.ask_many("q", 20);
+    let trace = dir.join(format!("{name}.data"));
+    let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    let while_recorded = client.ask_many("q", during);
+    let said = rec.stop();
+    let after = client.ask_many("q", 20);
+    let k = 20.min(during);
+    assert_eq!(before[..k], while_recorded[..k], "{said}");
+    assert_eq!(before, after);
+    let trace = stopped_trace(&trace);
+    assert_eq!(
+        calls(&trace, "handle"),
+        (during as u64, during as u64),
+        "{said}"
+    );
+    assert!(said.contains("wrote"), "{said}");
+}
+
+#[test]
+fn xray_server_recorded_while_it_runs_then_again() {
+    let dir = scratch("attach_xray");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let fds = || {
+        std::fs::read_dir(format!("/proc/{}/fd", server.pid()))
+            .unwrap()
+            .count()
+    };
+    // The server serves one connection at a time: this one is closed before the next opens.
+    Client::connect(server.port).ask("warm-up");
+    std::thread::sleep(Duration::from_millis(100));
+    let open_before = fds();
+    one_recording(&server, &dir, "first", 100);
+    // Attached, stopped: a second recording starts a new runtime in the same process.
+    one_recording(&server, &dir, "second", 37);
+    one_recording(&server, &dir, "third", 5);
+    // Each recording's connection is closed; the runtimes left no descriptor open either.
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(fds(), open_before);
+}
+
+#[test]
+fn c_server_with_patchable_nops_recorded_while_it_runs() {
+    let dir = scratch("attach_c");
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "line_server.c",
+        "line_server_c",
+        &[
+            "-O1",
+            "-pg",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+            "-fno-pie",
+            "-no-pie",
+        ],
+    );
+    let server = Server::start(&exe, &[]);
+    one_recording(&server, &dir, "first", 50);
+    one_recording(&server, &dir, "second", 10);
+}
+
+#[test]
+fn server_ending_while_recorded_leaves_a_complete_trace() {
+    let dir = scratch("attach_ends");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    client.ask_many("q", 25);
+    // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
+    kill(server.pid() as i32, 15);
+    let said = rec.wait();
+    assert!(said.contains("ended while it was recorded"), "{said}");
+    let t = Trace::open(&trace).expect("trace");
+    let end = t.end.as_ref().expect("an End chunk");
+    assert_eq!(end.reason, EndReason::Signal);
+    assert_eq!(calls(&t, "handle"), (25, 25));
+}
+
+#[test]
+fn fifty_threads_each_register_at_their_first_event() {
+    let dir = scratch("attach_threads");
+    let server = Server::start(&testprog("line_server"), &["50"]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(server.pid(), &trace, &["-F", "handle|tick"]);
+    client.ask_many("q", 10);
+    std::thread::sleep(Duration::from_millis(300));
+    let said = rec.stop();
+    let after = client.ask_many("q", 3);
+    assert_eq!(after.len(), 3);
+    let t = stopped_trace(&trace);
+    let idle = t
+        .threads
+        .values()
+        .filter(|th| th.name.starts_with("idle-"))
+        .count();
+    assert_eq!(idle, 50, "threads seen: {:?}\n{said}", t.threads.len());
+    assert_eq!(calls(&t, "handle"), (10, 10));
+    let (entries, exits) = calls(&t, "tick");
+    // Each idle thread ticks every 10 ms: over 300 ms, every one of them several times.
+    assert!(entries >= 50 * 5, "{entries} ticks");
+    // A tick running when the sites were patched or put back is missing its entry or its exit.
+    assert!(
+        entries.abs_diff(exits) <= 50,
+        "{entries} entries, {exits} exits"
+    );
+}
+
+#[test]
+fn refusals_say_why_in_one_line() {
+    let dir = scratch("attach_refusals");
+    // No instrumentation: `sleep`.
+    let mut sleeper = Command::new("sleep").arg("30").spawn().unwrap();
+    let out = ferrotrace()
+        .args(["record", "-p", &sleeper.id().to_string(), "-o"])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("has no patchable sites: "), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    // -p and a command.
+    let out = ferrotrace()
+        .args(["record", "-p", "1", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    // Duration: stops by itself.
+    let server = Server::start(&testprog("line_server"), &[]);
+    let started = Instant::now();
+    let rec = Recording::start(
+        server.pid(),
+        &dir.join("d.data"),
+        &["-F", "handle", "--duration", "300ms"],
+    );
+    let said = rec.wait();
+    assert!(started.elapsed() < Duration::from_secs(20), "{said}");
+    stopped_trace(&dir.join("d.data"));
+}
+
+/// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no
+/// static TLS left for it, the attach fails in one line naming the tunable that makes room, and
+/// succeeds with it.
+#[test]
+fn static_tls_flag_and_the_tunable_when_none_is_left() {
+    let dir = scratch("attach_static_tls");
+    let dynamic = Command::new("readelf")
+        .arg("-d")
+        .arg(preload())
+        .output()
+        .expect("readelf");
+    assert!(
+        text(&dynamic.stdout).contains("STATIC_TLS"),
+        "{}",
+        text(&dynamic.stdout)
+    );
+    let server = build_c(
+        &dir,
+        "gcc",
+        "line_server.c",
+        "line_server_c",
+        &[
+            "-O1",
+            "-pg",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+            "-fno-pie",
+            "-no-pie",
+        ],
+    );
+    // 1600 of the 1664 bytes glibc keeps for dlopened libraries' static TLS by default.
+    let hog = build_c(
+        &dir,
+        "gcc",
+        "tls_hog.c",
+        "libtls_hog.so",
+        &["-shared", "-fPIC", "-DHOG_BYTES=1600"],
+    );
+    let start = |tunables: Option<&str>| {
+        let mut cmd = Command::new(&server);
+        cmd.env("LINE_SERVER_DLOPEN", &hog);
+        match tunables {
+            Some(t) => cmd.env("GLIBC_TUNABLES", t),
+            None => cmd.env_remove("GLIBC_TUNABLES"),
+        };
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.starts_with("port="), "the hog did not load: {line:?}");
+        child
+    };
+    let mut full = start(None);
+    let out = ferrotrace()
+        .args(["record", "-p", &full.id().to_string(), "-o"])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let _ = full.kill();
+    let _ = full.wait();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("GLIBC_TUNABLES=glibc.rtld.optional_static_tls="),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    let mut roomy = start(Some("glibc.rtld.optional_static_tls=4096"));
+    let out = ferrotrace()
+        .args([
+            "record",
+            "-p",
+            &roomy.id().to_string(),
+            "--duration",
+            "200ms",
+            "-o",
+        ])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let _ = roomy.kill();
+    let _ = roomy.wait();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    stopped_trace(&dir.join("t.data"));
+}
+
+/// `live -p`: the events of the requests made while attached, printed as they happen; the server
+/// answers the same before and after.
+#[test]
+fn live_prints_a_running_server_until_stopped() {
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let before = client.ask_many("q", 5);
+    let mut live = ferrotrace()
+        .args(["live", "-p", &server.pid().to_string(), "-F", "::handle$"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferrotrace live -p");
+    let mut stderr = BufReader::new(live.stderr.take().unwrap());
+    let mut line = String::new();
+    stderr.read_line(&mut line).unwrap();
+    assert!(line.contains("printing process"), "{line}");
+    let during = client.ask_many("q", 7);
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(Duration::from_millis(200));
+    kill(live.id() as i32, libc_sigint());
+    let out = live.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let printed = text(&out.stdout);
+    assert_eq!(
+        printed
+            .lines()
+            .filter(|l| l.ends_with("line_server::handle() {"))
+            .count(),
+        7,
+        "{printed}"
+    );
+    assert_eq!(before[..5], during[..5]);
+    assert_eq!(client.ask_many("q", 5), before);
+}
+
+/// A program that links the ferrotrace runtime is recorded by its own copy (no library loaded), twice.
+#[test]
+fn linked_runtime_recorded_by_its_own_copy() {
+    let dir = scratch("attach_linked");
+    let server = Server::start(&testprog("linked_server"), &[]);
+    one_recording(&server, &dir, "first", 30);
+    one_recording(&server, &dir, "second", 12);
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    assert!(!maps.contains("libferrotrace_preload"), "{maps}");
+}
+
+/// `record -p` killed (SIGKILL, no chance to say stop): the control FIFO's end of file stops the
+/// recording all the same; the trace ends `Stopped` with the requests made until then.
+#[test]
+fn record_killed_still_stops_the_recording() {
+    let dir = scratch("attach_record_killed");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let mut rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    client.ask_many("q", 9);
+    rec.child.kill().unwrap();
+    rec.child.wait().unwrap();
+    let started = Instant::now();
+    while !Trace::open(&trace).is_ok_and(|t| t.end.is_some()) {
+        assert!(started.elapsed() < Duration::from_secs(10), "no End chunk");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = stopped_trace(&trace);
+    assert_eq!(calls(&t, "handle"), (9, 9));
+    // Put back: nothing more is recorded, and the server answers as before.
+    client.ask_many("q", 3);
+    assert_eq!(calls(&Trace::open(&trace).unwrap(), "handle"), (9, 9));
+}

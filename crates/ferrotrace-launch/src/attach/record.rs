@@ -1,0 +1,455 @@
+//! `ferrotrace record -p PID`: recording a process that is already running, from the host side. The
+//! orchestration: [`check`](super::check) the process, load the preload library into it (dormant when
+//! dlopened) on one borrowed thread, call its `ferrotrace_attach` there with the
+//! [`RuntimeSpec`] (its output, `-F`/`-N`, and the control FIFO), let the thread go, then wait for
+//! Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or the process's end (a pidfd). To stop, the FIFO
+//! is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
+//! patched site back, writes the trace with End reason `Stopped` and creates `done` beside the FIFO.
+//! The library stays loaded and dormant: attaching again later starts a new runtime.
+
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use ferrotrace_core::env::RuntimeSpec;
+use ferrotrace_core::schema::source::HOW_TO_BUILD;
+
+use super::{check, dlopen_in, loader_symbol, symbol_in, Arg, Borrowed};
+use crate::LaunchError;
+
+/// How long, after the control channel is closed, the runtime may take to write the rest of the trace.
+pub const STOP_LIMIT: Duration = Duration::from_secs(30);
+
+/// How an attached recording ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ending {
+    /// We stopped it: a signal to us (the number), or the duration ran out (`None`).
+    Stopped(Option<i32>),
+    /// The process ended while it was recorded (its runtime finished the trace as at any exit).
+    ProcessEnded,
+    /// We closed the control channel, but the runtime did not say it was done within [`STOP_LIMIT`].
+    NoAnswer,
+}
+
+/// What an attached recording did.
+#[derive(Clone, Copy, Debug)]
+pub struct Attached {
+    /// The process.
+    pub pid: u32,
+    /// How long its borrowed thread was held (from the ptrace seize to the release): the dlopen and
+    /// the runtime's start, discovery and patching included. The other threads ran on meanwhile.
+    pub pause: Duration,
+    /// How it ended.
+    pub ending: Ending,
+}
+
+fn error(pid: u32, why: impl Into<String>) -> LaunchError {
+    LaunchError::CannotAttach {
+        pid,
+        why: why.into(),
+    }
+}
+
+/// A private directory (0700) holding the control FIFO, removed when dropped.
+struct ControlDir {
+    dir: PathBuf,
+}
+
+impl ControlDir {
+    fn new(pid: u32) -> Result<ControlDir, LaunchError> {
+        let mut template = std::env::temp_dir()
+            .join("ferrotrace-attach-XXXXXX")
+            .into_os_string()
+            .into_vec();
+        template.push(0);
+        // SAFETY: a NUL-terminated, writable template.
+        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
+        if p.is_null() {
+            return Err(error(
+                pid,
+                format!(
+                    "cannot create a private directory: {}",
+                    std::io::Error::last_os_error()
+                ),
+            ));
+        }
+        template.pop();
+        let dir = PathBuf::from(std::ffi::OsString::from_vec(template));
+        let made = ControlDir { dir };
+        let fifo = made.fifo();
+        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap_or_default();
+        // SAFETY: a NUL-terminated path.
+        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+            return Err(error(
+                pid,
+                format!("mkfifo: {}", std::io::Error::last_os_error()),
+            ));
+        }
+        made.give_to_target(pid, &made.dir);
+        made.give_to_target(pid, &fifo);
+        Ok(made)
+    }
+
+    /// Root attaching to another user's process: the runtime, which runs as that user, must open the
+    /// FIFOs and create files beside them.
+    fn give_to_target(&self, pid: u32, path: &Path) {
+        if let Some((uid, gid)) = owner(pid) {
+            // SAFETY: getuid has no preconditions.
+            if unsafe { libc::getuid() } == 0 && uid != 0 {
+                let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+                // SAFETY: a NUL-terminated path.
+                unsafe { libc::chown(c.as_ptr(), uid, gid) };
+            }
+        }
+    }
+
+    fn fifo(&self) -> PathBuf {
+        self.dir.join("control")
+    }
+}
+
+impl Drop for ControlDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// The real uid and gid of process `pid`.
+fn owner(pid: u32) -> Option<(u32, u32)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))?
+            .split_whitespace()
+            .next()?
+            .parse()
+            .ok()
+    };
+    Some((field("Uid:")?, field("Gid:")?))
+}
+
+/// The signals that stop an attached recording, blocked on this thread and read from a signalfd.
+const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+
+/// Blocks [`STOP_SIGNALS`] on the calling thread until dropped; a signalfd reads them.
+struct StopSignals {
+    old: libc::sigset_t,
+    fd: OwnedFd,
+}
+
+impl StopSignals {
+    fn new() -> std::io::Result<StopSignals> {
+        // SAFETY: sigset operations on local sets; signalfd on a valid set.
+        unsafe {
+            let mut set: libc::sigset_t = core::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            for s in STOP_SIGNALS {
+                libc::sigaddset(&mut set, s);
+            }
+            let mut old: libc::sigset_t = core::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            let fd = libc::signalfd(-1, &set, libc::SFD_CLOEXEC | libc::SFD_NONBLOCK);
+            if fd < 0 {
+                let e = std::io::Error::last_os_error();
+                libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut());
+                return Err(e);
+            }
+            Ok(StopSignals {
+                old,
+                fd: OwnedFd::from_raw_fd(fd),
+            })
+        }
+    }
+
+    /// The signal that arrived, if any.
+    fn take(&self) -> Option<i32> {
+        // SAFETY: plain data the kernel fills.
+        let mut info: libc::signalfd_siginfo = unsafe { core::mem::zeroed() };
+        let size = core::mem::size_of::<libc::signalfd_siginfo>();
+        // SAFETY: reading one siginfo into a buffer of its size.
+        let n = unsafe {
+            libc::read(
+                self.fd.as_raw_fd(),
+                (&mut info as *mut libc::signalfd_siginfo).cast(),
+                size,
+            )
+        };
+        (n == size as isize).then_some(info.ssi_signo as i32)
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        // SAFETY: restoring the mask saved by `new`.
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, core::ptr::null_mut()) };
+    }
+}
+
+fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: a plain system call; the descriptor is ours.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// Waits (at most `limit`, `None`: forever) until one of `fds` is readable: its index.
+fn poll(fds: &[i32], limit: Option<Duration>) -> Option<usize> {
+    let mut p: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
+    let timeout = limit.map_or(-1, |d| d.as_millis().min(i32::MAX as u128) as i32);
+    // SAFETY: a valid array of pollfds.
+    let n = unsafe { libc::poll(p.as_mut_ptr(), p.len() as libc::nfds_t, timeout) };
+    if n <= 0 {
+        return None;
+    }
+    p.iter().position(|f| f.revents != 0)
+}
+
+/// `live -p`: the runtime's printed events, read from a FIFO beside the control FIFO and copied to a
+/// writer line by line.
+pub struct LiveCopy<'a> {
+    fifo: File,
+    out: &'a mut dyn std::io::Write,
+    partial: Vec<u8>,
+}
+
+impl LiveCopy<'_> {
+    /// Copies the whole lines waiting in the FIFO; a last partial line waits for its end.
+    fn copy(&mut self) {
+        use std::io::Read;
+        let mut buf = [0u8; 64 << 10];
+        loop {
+            match self.fifo.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => self.partial.extend_from_slice(&buf[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        if let Some(end) = self.partial.iter().rposition(|&b| b == b'\n') {
+            let _ = self.out.write_all(&self.partial[..=end]);
+            let _ = self.out.flush();
+            self.partial.drain(..=end);
+        }
+    }
+}
+
+/// Records process `pid` with the runtime `library` (the preload library) as `spec` says (its output
+/// an absolute path the process can write) until a signal to us, `duration` or the process's end.
+/// `started` is called once the recording runs, with the pause the process saw. With `live`, the
+/// runtime also prints the events as they happen, copied there (and its trace goes to a private
+/// directory, removed at the end).
+pub fn record(
+    pid: u32,
+    library: &Path,
+    mut spec: RuntimeSpec,
+    duration: Option<Duration>,
+    live: Option<&mut dyn std::io::Write>,
+    started: impl FnOnce(Duration),
+) -> Result<Attached, LaunchError> {
+    check(pid)?;
+    let exe = PathBuf::from(format!("/proc/{pid}/exe"));
+    let facts = crate::program::inspect(&exe)?;
+    let name = std::fs::read_link(&exe).unwrap_or(exe);
+    // A program that links the runtime is recorded by its own copy: no library to load.
+    let linked = if facts.links_runtime {
+        Some(linked_entry(pid, &name)?)
+    } else {
+        None
+    };
+    if facts.instrumentation == 0 {
+        return Err(error(
+            pid,
+            format!(
+                "this binary ({}) has no patchable sites: {HOW_TO_BUILD}",
+                name.display()
+            ),
+        ));
+    }
+    let library = library
+        .canonicalize()
+        .unwrap_or_else(|_| library.to_path_buf());
+    let signals = StopSignals::new().map_err(|e| error(pid, format!("signalfd: {e}")))?;
+    let dir = ControlDir::new(pid)?;
+    // Held for writing until the recording is to stop; O_RDWR so that opening does not wait for the
+    // runtime's end.
+    let fifo = File::options()
+        .read(true)
+        .write(true)
+        .open(dir.fifo())
+        .map_err(|e| error(pid, format!("{}: {e}", dir.fifo().display())))?;
+    spec.control = Some(dir.fifo());
+    let mut live = match live {
+        Some(out) => {
+            let path = dir.dir.join("live");
+            let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+            // SAFETY: a NUL-terminated path.
+            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+                return Err(error(
+                    pid,
+                    format!("mkfifo: {}", std::io::Error::last_os_error()),
+                ));
+            }
+            dir.give_to_target(pid, &path);
+            use std::os::unix::fs::OpenOptionsExt;
+            let fifo = File::options()
+                .read(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+                .map_err(|e| error(pid, format!("{}: {e}", path.display())))?;
+            spec.live_fifo = Some(path);
+            spec.output = Some(dir.dir.join("trace.data"));
+            Some(LiveCopy {
+                fifo,
+                out,
+                partial: Vec::new(),
+            })
+        }
+        None => None,
+    };
+    let pidfd = pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
+    let dlopen = match linked {
+        Some(_) => 0,
+        None => loader_symbol(pid)?,
+    };
+    let seized = Instant::now();
+    let mut thread = Borrowed::stop(pid)?;
+    let called = match linked {
+        Some(entry) => thread.call(entry, &[Arg::Str(&spec.to_lines())]),
+        None => dlopen_in(&mut thread, dlopen, &library)
+            .map_err(|e| static_tls_hint(pid, e))
+            .and_then(|()| {
+                let entry = symbol_in(pid, |p| Path::new(p) == library, &["ferrotrace_attach"])?;
+                thread.call(entry, &[Arg::Str(&spec.to_lines())])
+            }),
+    };
+    let released = thread.release();
+    let pause = seized.elapsed();
+    let rc = called? as u32 as i32;
+    released?;
+    if rc != 0 {
+        let why = std::fs::read_to_string(dir.dir.join("error"))
+            .map(|m| m.trim_end().to_string())
+            .unwrap_or_else(|_| format!("its runtime refused to start (code {rc})"));
+        return Err(error(pid, why));
+    }
+    started(pause);
+    let mut fds = vec![pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
+    if let Some(l) = &live {
+        fds.push(l.fifo.as_raw_fd());
+    }
+    let begun = Instant::now();
+    let stop = loop {
+        let left = duration.map(|d| d.saturating_sub(begun.elapsed()));
+        if left == Some(Duration::ZERO) {
+            break None;
+        }
+        match poll(&fds, left) {
+            Some(0) => {
+                if let Some(l) = &mut live {
+                    l.copy();
+                }
+                return Ok(Attached {
+                    pid,
+                    pause,
+                    ending: Ending::ProcessEnded,
+                });
+            }
+            Some(2) => {
+                if let Some(l) = &mut live {
+                    l.copy();
+                }
+            }
+            Some(_) => {
+                if let Some(sig) = signals.take() {
+                    break Some(sig);
+                }
+            }
+            None => {}
+        }
+    };
+    drop(fifo);
+    let done = dir.dir.join("done");
+    let asked = Instant::now();
+    let ending = loop {
+        if let Some(l) = &mut live {
+            l.copy();
+        }
+        if done.exists() {
+            if let Some(l) = &mut live {
+                l.copy();
+            }
+            break Ending::Stopped(stop);
+        }
+        if asked.elapsed() > STOP_LIMIT {
+            break Ending::NoAnswer;
+        }
+        if poll(&fds[..1], Some(Duration::from_millis(10))) == Some(0) {
+            break Ending::ProcessEnded;
+        }
+    };
+    Ok(Attached { pid, pause, ending })
+}
+
+/// Where the runtime that `exe` (process `pid`'s executable) links has its attach entry point,
+/// `ferrotrace_attach_linked`: found in the file's symbol table (executables export nothing
+/// dynamically), relocated by where the file is loaded.
+fn linked_entry(pid: u32, exe: &Path) -> Result<u64, LaunchError> {
+    use object::{Object, ObjectSegment, ObjectSymbol};
+    let data = std::fs::read(format!("/proc/{pid}/exe"))
+        .map_err(|e| error(pid, format!("{}: {e}", exe.display())))?;
+    let elf =
+        object::File::parse(&*data).map_err(|e| error(pid, format!("{}: {e}", exe.display())))?;
+    let symbol = elf
+        .symbols()
+        .find(|s| s.is_definition() && s.name() == Ok("ferrotrace_attach_linked"))
+        .ok_or_else(|| {
+            error(
+                pid,
+                format!(
+                    "{} links the ferrotrace runtime, but not one that can be attached to (no \
+                     ferrotrace_attach_linked in its symbol table: stripped, or an older ferrotrace)",
+                    exe.display()
+                ),
+            )
+        })?;
+    let linked_base = elf
+        .segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0);
+    let base = if elf.kind() == object::ObjectKind::Dynamic {
+        super::load_address(pid, |p| Path::new(p) == exe)
+            .map(|(b, _)| b)
+            .ok_or_else(|| error(pid, format!("{} is not mapped in it", exe.display())))?
+    } else {
+        linked_base
+    };
+    Ok(base + symbol.address() - linked_base)
+}
+
+/// The loader's refusal for want of static TLS, as one line naming the tunable that makes room.
+fn static_tls_hint(pid: u32, e: LaunchError) -> LaunchError {
+    match e {
+        LaunchError::CannotAttach { why, .. } if why.contains("static TLS") => error(
+            pid,
+            format!(
+                "{why} (the runtime needs its thread-local block in static TLS; restart the program with \
+                 GLIBC_TUNABLES=glibc.rtld.optional_static_tls=4096 to leave room for it)"
+            ),
+        ),
+        e => e,
+    }
+}

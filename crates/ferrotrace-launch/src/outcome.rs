@@ -1,0 +1,91 @@
+//! What a run left behind: which file is this run's trace (another run given the same `-o` may have
+//! replaced it meanwhile), the traces of the processes it started, and the summary line `record`
+//! prints.
+
+use std::path::{Path, PathBuf};
+
+use ferrotrace_analysis::reader::Trace;
+
+/// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
+/// that was there before.
+pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(path)
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+}
+
+/// The trace this run wrote: `output` when its Session names the program's process `pid`, else
+/// `output.old` when another run started at `output` after ours (and kept ours as `.old`). `None`
+/// when neither is this run's (none was written, or a third run replaced it).
+pub fn trace_of(output: &Path, pid: u32) -> Option<PathBuf> {
+    [
+        output.to_path_buf(),
+        ferrotrace_core::output::old_path(output),
+    ]
+    .into_iter()
+    .find(|p| Trace::open(p).is_ok_and(|t| t.session.pid == pid))
+}
+
+/// The traces that processes the program started wrote beside `output` (`FILE.PID`) since `start`.
+pub fn children_traces(output: &Path, start: std::time::SystemTime) -> Vec<PathBuf> {
+    let name = output
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let dir = output.parent().unwrap_or(Path::new("."));
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut children: Vec<PathBuf> = entries
+        .flatten()
+        .filter(|e| {
+            let n = e.file_name().to_string_lossy().into_owned();
+            n.strip_prefix(&name)
+                .and_then(|rest| rest.strip_prefix('.'))
+                .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+                && e.metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|m| m >= start)
+        })
+        .map(|e| e.path())
+        .collect();
+    children.sort();
+    children
+}
+
+/// The line that sums up the trace at `output`: what it holds, or the write error that cut it short
+/// (a full disk: the runtime dropped the rest, counted it as lost, and ended the file with the error).
+/// `Err` for that error's line, which `record` prints as an error.
+pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
+    if let Some(e) = t.end.filter(|e| e.write_errno != 0) {
+        return Err(format!(
+            "writing {} failed ({}): {} events written, {} lost",
+            output.display(),
+            std::io::Error::from_raw_os_error(e.write_errno as i32),
+            t.event_count(),
+            e.lost
+        ));
+    }
+    let events = t.event_count();
+    let per = if events > 0 {
+        t.file_len as f64 / events as f64
+    } else {
+        0.0
+    };
+    Ok(format!(
+        "wrote {}: {} events from {} threads, {} functions, {} bytes ({per:.2} bytes/event){}",
+        output.display(),
+        events,
+        t.threads.len(),
+        t.functions.len(),
+        t.file_len,
+        match &t.truncation {
+            Some(tr) => format!(", truncated at byte {}: {}", tr.offset, tr.reason),
+            None if t.end.is_none() => {
+                ", incomplete (the program ended without letting ferrotrace finish)".into()
+            }
+            None => String::new(),
+        }
+    ))
+}
