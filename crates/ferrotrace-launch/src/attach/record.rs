@@ -1,5 +1,5 @@
 //! `ferrotrace record -p PID`: recording a process that is already running, from the host side. The
-//! orchestration: [`check`](super::check) the process, load the preload library into it (dormant when
+//! orchestration: [`super::check`] the process, load the preload library into it (dormant when
 //! dlopened) on one borrowed thread, call its `ferrotrace_attach` there with the
 //! [`RuntimeSpec`] (its output, `-F`/`-N`, and the control FIFO), let the thread go, then wait for
 //! Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or the process's end (a pidfd). To stop, the FIFO
