@@ -273,16 +273,24 @@ fn cxx_exceptions_thrown_through_hooked_frames_are_caught() {
     assert_eq!(text(&out.stdout).trim(), "caught=10 leaf_calls=20");
     let t = Trace::open(&trace).unwrap();
     let w = walk(&t, t.session.pid);
-    // C++ names as the symbol table has them (leaf(long), catcher(int), thrower(int)).
-    assert_eq!(w.entries.get("_Z4leafl"), Some(&20), "{w:?}");
-    assert_eq!(w.entries.get("_Z7catcheri"), Some(&10), "{w:?}");
+    // C++ names demangled as c++filt and perf show them (issue 20 item 6: they were `_Z4leafl`).
+    assert_eq!(w.entries.get("leaf(long)"), Some(&20), "{w:?}");
+    assert_eq!(w.entries.get("catcher(int)"), Some(&10), "{w:?}");
     // Each throw leaves three thrower frames unwound; catcher catches and returns.
     assert_eq!(
-        w.unwound.iter().filter(|f| *f == "_Z7throweri").count(),
+        w.unwound.iter().filter(|f| *f == "thrower(int)").count(),
         30,
         "{w:?}"
     );
     assert!(w.open_at_end.is_empty(), "{w:?}");
+    // What report prints and what -F matches is the same name.
+    let report = ok(ft(&["report", "-i", trace.to_str().unwrap()]));
+    assert!(report.contains("catcher(int)"), "{report}");
+    let (out, trace) = record(&dir, &["-P", r"^leaf\(long\)$"], &exe, &["10"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = Trace::open(&trace).unwrap();
+    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
+    assert_eq!(names, ["leaf(long)"]);
 }
 
 #[test]

@@ -20,7 +20,8 @@
 use core::ops::Range;
 
 /// The name users see of a function whose symbol is `mangled`, and what the `-F`/`-N` filters match:
-/// Rust v0 and legacy symbols demangled without their hash (`{:#}`), anything else as it is. The one
+/// Rust v0 and legacy symbols demangled without their hash (`{:#}`), C++ (Itanium ABI) as `c++filt`
+/// and perf show it, anything else as it is. The one
 /// rule for the runtime's filters and every view of the analysis, so that what `-F` matches is what
 /// `report` prints.
 ///
@@ -29,10 +30,20 @@ use core::ops::Range;
 ///
 /// assert_eq!(display_name("_ZN3fib3fib17h0123456789abcdefE"), "fib::fib");
 /// assert_eq!(display_name("main"), "main");
+/// assert_eq!(display_name("_ZN3app6Worker5churnEi"), "app::Worker::churn(int)");
 /// ```
 #[cfg(feature = "std")]
 pub fn display_name(mangled: &str) -> std::string::String {
-    std::format!("{:#}", rustc_demangle::demangle(mangled))
+    if let Ok(rust) = rustc_demangle::try_demangle(mangled) {
+        return std::format!("{rust:#}");
+    }
+    // C++ (Itanium ABI), as perf and c++filt show it: `app::Worker::churn(int)`.
+    let cpp = mangled
+        .starts_with("_Z")
+        .then(|| cpp_demangle::Symbol::new(mangled).ok())
+        .flatten()
+        .and_then(|s| s.demangle(&cpp_demangle::DemangleOptions::default()).ok());
+    cpp.unwrap_or_else(|| mangled.into())
 }
 
 /// The section that holds the functions `ferrotrace::tracepoint!` expands in the program's own crates.
