@@ -211,12 +211,45 @@ pub fn unrecorded<R>(f: impl FnOnce() -> R) -> R {
         Some(t) => {
             let was = t.busy.load(Relaxed);
             t.busy.store(was + 1, Relaxed);
-            let r = f();
+            // The runtime's own allocation on a program thread (it was busy already: interning a
+            // stack, registering the thread): asynchronous signals wait until the C library's
+            // allocator is left. A handler that allocates (programs do, though the C library does not
+            // promise it works) would otherwise wait for the arena lock its own thread holds: the
+            // signals test hung on it. The program's own allocations (not busy) are left alone: no
+            // system call on their path.
+            let r = if was != 0 { with_signals_held(f) } else { f() };
             t.busy.store(was, Relaxed);
             r
         }
         None => f(),
     }
+}
+
+/// Runs `f` with the asynchronous signals blocked (faults stay deliverable: a blocked SIGSEGV raised
+/// by the thread itself would kill the process).
+#[cold]
+fn with_signals_held<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: sigset operations on local sets, and pthread_sigmask on the calling thread.
+    let old = unsafe {
+        let mut block: libc::sigset_t = core::mem::zeroed();
+        libc::sigfillset(&mut block);
+        for sig in [
+            libc::SIGSEGV,
+            libc::SIGBUS,
+            libc::SIGFPE,
+            libc::SIGILL,
+            libc::SIGTRAP,
+        ] {
+            libc::sigdelset(&mut block, sig);
+        }
+        let mut old: libc::sigset_t = core::mem::zeroed();
+        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
+        old
+    };
+    let r = f();
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
+    r
 }
 
 // ---- the events ------------------------------------------------------------------------------------
@@ -775,34 +808,10 @@ extern "C" fn unlock_after_fork() {
 }
 
 fn with_interner<R>(f: impl FnOnce(&mut Interner) -> R) -> R {
-    // Asynchronous signals wait until the interner is left: a handler that allocates (programs do,
-    // though the C library does not promise it works) would need the interner's lock, or the C
-    // library's arena lock that the interner's own allocation holds, both held by its own thread: a
-    // deadlock (the signals test hit it once objects were rediscovered on every unwind miss). Faults
-    // stay deliverable: a blocked SIGSEGV raised by the thread itself would kill the process.
-    // SAFETY: sigset operations on local sets, and pthread_sigmask on the calling thread.
-    let old = unsafe {
-        let mut block: libc::sigset_t = core::mem::zeroed();
-        libc::sigfillset(&mut block);
-        for sig in [
-            libc::SIGSEGV,
-            libc::SIGBUS,
-            libc::SIGFPE,
-            libc::SIGILL,
-            libc::SIGTRAP,
-        ] {
-            libc::sigdelset(&mut block, sig);
-        }
-        let mut old: libc::sigset_t = core::mem::zeroed();
-        libc::pthread_sigmask(libc::SIG_BLOCK, &block, &mut old);
-        old
-    };
     lock();
     // SAFETY: the lock is held.
     let r = f(unsafe { &mut *INTERNER.interner.get() }.get_or_insert_with(Interner::default));
     unlock();
-    // SAFETY: restores the mask saved above.
-    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, core::ptr::null_mut()) };
     r
 }
 
