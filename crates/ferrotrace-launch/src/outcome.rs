@@ -15,16 +15,19 @@ pub fn file_identity(path: &Path) -> Option<(u64, u64)> {
         .map(|m| (m.dev(), m.ino()))
 }
 
-/// The trace this run wrote: `output` when its Session names the program's process `pid`, else
-/// `output.old` when another run started at `output` after ours (and kept ours as `.old`). `None`
-/// when neither is this run's (none was written, or a third run replaced it).
-pub fn trace_of(output: &Path, pid: u32) -> Option<PathBuf> {
+/// The trace this run wrote, opened: `output` when its Session names the program's process `pid`,
+/// else `output.old` when another run started at `output` after ours (and kept ours as `.old`).
+/// `None` when neither is this run's (none was written, or a third run replaced it).
+pub fn trace_of(output: &Path, pid: u32) -> Option<(PathBuf, Trace)> {
     [
         output.to_path_buf(),
         ferrotrace_core::output::old_path(output),
     ]
     .into_iter()
-    .find(|p| Trace::open(p).is_ok_and(|t| t.session.pid == pid))
+    .find_map(|p| {
+        let t = Trace::open(&p).ok().filter(|t| t.session.pid == pid)?;
+        Some((p, t))
+    })
 }
 
 /// The traces that processes the program started wrote beside `output` (`FILE.PID`) since `start`.

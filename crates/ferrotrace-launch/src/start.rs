@@ -197,6 +197,15 @@ impl Running {
     }
 }
 
+/// The exit code a program's end becomes, as a shell gives it: its own, or 128 + the signal that
+/// killed it.
+pub fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => code as u8,
+        (None, sig) => (128 + sig.unwrap_or(0)) as u8,
+    }
+}
+
 /// A program that ended.
 pub struct Ended {
     /// How it ended.
@@ -205,12 +214,9 @@ pub struct Ended {
 }
 
 impl Ended {
-    /// Our exit code for it: its own, or 128 + the signal that killed it.
+    /// Our exit code for it ([`exit_code`]).
     pub fn exit_code(&self) -> u8 {
-        match (self.status.code(), self.status.signal()) {
-            (Some(code), _) => code as u8,
-            (None, sig) => (128 + sig.unwrap_or(0)) as u8,
-        }
+        exit_code(self.status)
     }
 
     /// How it died, as the trace's Salvage chunk says it.

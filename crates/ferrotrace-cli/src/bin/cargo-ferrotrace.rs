@@ -17,7 +17,6 @@
 //! profile` (the preload library is found next to this executable, where it is next to `ferrotrace`).
 
 use std::ffi::OsString;
-use std::os::unix::process::ExitStatusExt;
 use std::process::ExitCode;
 
 use clap::{Args, Parser};
@@ -228,10 +227,7 @@ fn run(inv: Invocation) -> Result<ExitCode, Error> {
     let exe = cargo::pick(inv.bin.as_deref(), exes)?;
     if inv.action == "run" {
         let status = cargo::run_untraced(&exe, &inv.program_args)?;
-        return Ok(ExitCode::from(match (status.code(), status.signal()) {
-            (Some(c), _) => c as u8,
-            (None, sig) => (128 + sig.unwrap_or(0)) as u8,
-        }));
+        return Ok(ExitCode::from(ferrotrace_launch::start::exit_code(status)));
     }
     let argv: Vec<OsString> = [OsString::from("ferrotrace"), inv.action.clone().into()]
         .into_iter()

@@ -185,7 +185,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     let pid = running.pid();
     let ended = running.wait()?;
     match trace_of(&output, pid) {
-        Some(ours) => {
+        Some((ours, trace)) => {
             if ours != output {
                 say!(
                     "ferrotrace: another run wrote {} while this one ran; this run's trace is {}",
@@ -193,12 +193,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
                     ours.display()
                 );
             }
-            // The trace is read once for the summary, again only if events had to be recovered.
-            let mut trace = Trace::open(&ours);
-            if !trace.as_ref().is_ok_and(|t| t.end.is_some()) {
+            // The trace is read once, again only if events had to be recovered into it.
+            let trace = if trace.end.is_some() {
+                Ok(trace)
+            } else {
                 say_recovered(&ended, &ours);
-                trace = Trace::open(&ours);
-            }
+                Trace::open(&ours)
+            };
             report(&ours, trace, &args.filter, &program.path);
         }
         None if file_identity(&output) == previous && previous.is_some() => say!(
