@@ -100,17 +100,23 @@ fn existing(path: &Path) -> Result<bool, OutputError> {
     if meta.uid() != unsafe { libc::geteuid() } {
         return in_the_way("owned by another user");
     }
-    // O_NOFOLLOW: the path may have been swapped for a link since the check above.
+    if is_trace(path) {
+        Ok(true)
+    } else {
+        in_the_way("not a ferrotrace trace")
+    }
+}
+
+/// Whether the file at `path` starts with the trace magic; read with `O_NOFOLLOW` (the path may have
+/// been swapped for a link since it was checked) and `O_NONBLOCK` (never wait on a FIFO).
+fn is_trace(path: &Path) -> bool {
     let mut magic = [0u8; 8];
-    let read = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(path)
-        .and_then(|mut f| f.read_exact(&mut magic));
-    match read {
-        Ok(()) if magic == MAGIC => Ok(true),
-        _ => in_the_way("not a ferrotrace trace"),
-    }
+        .and_then(|mut f| f.read_exact(&mut magic))
+        .is_ok_and(|()| magic == MAGIC)
 }
 
 /// Checks, without changing anything, that a new trace can be created at `path` by [`create`]: its
@@ -211,14 +217,7 @@ pub fn create_result(path: &Path) -> Result<File, OutputError> {
         if meta.uid() != unsafe { libc::geteuid() } {
             return refuse("owned by another user");
         }
-        let mut magic = [0u8; 8];
-        let is_trace = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-            .open(path)
-            .and_then(|mut f| f.read_exact(&mut magic))
-            .is_ok_and(|()| magic == MAGIC);
-        if is_trace {
+        if is_trace(path) {
             return refuse("a ferrotrace trace");
         }
         options.truncate(true);
