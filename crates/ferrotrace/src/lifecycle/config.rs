@@ -164,7 +164,8 @@ impl Config {
             mode: spec.mode.unwrap_or(Mode::Lossless),
             buffer_size,
             chunk_size,
-            subtrees: std::env::var_os(env::LIVE_FD).is_none(),
+            // `live` (launched or attached) prints the functions -F names, each alone.
+            subtrees: spec.live_fd.is_none() && spec.live_fifo.is_none(),
         })
     }
 
