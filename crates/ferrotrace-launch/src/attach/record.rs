@@ -7,9 +7,10 @@
 //! patched site back, writes the trace with End reason `Stopped` and creates `done` beside the FIFO.
 //! The library stays loaded and dormant: attaching again later starts a new runtime.
 
+use ferrotrace_core::output::PrivateDir;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -52,42 +53,32 @@ fn error(pid: u32, why: impl Into<String>) -> LaunchError {
     }
 }
 
-/// A private directory (0700) holding the control FIFO, removed when dropped.
+/// A private directory (0700, [`PrivateDir`]: removed when dropped) holding the control FIFO.
 struct ControlDir {
-    dir: PathBuf,
+    dir: PrivateDir,
+}
+
+/// Makes a FIFO at `path`, mode 0600.
+fn make_fifo(pid: u32, path: &Path) -> Result<(), LaunchError> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
+    // SAFETY: a NUL-terminated path.
+    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
+        return Err(error(
+            pid,
+            format!("mkfifo: {}", std::io::Error::last_os_error()),
+        ));
+    }
+    Ok(())
 }
 
 impl ControlDir {
     fn new(pid: u32) -> Result<ControlDir, LaunchError> {
-        let mut template = std::env::temp_dir()
-            .join("ferrotrace-attach-XXXXXX")
-            .into_os_string()
-            .into_vec();
-        template.push(0);
-        // SAFETY: a NUL-terminated, writable template.
-        let p = unsafe { libc::mkdtemp(template.as_mut_ptr().cast()) };
-        if p.is_null() {
-            return Err(error(
-                pid,
-                format!(
-                    "cannot create a private directory: {}",
-                    std::io::Error::last_os_error()
-                ),
-            ));
-        }
-        template.pop();
-        let dir = PathBuf::from(std::ffi::OsString::from_vec(template));
+        let dir = PrivateDir::new("ferrotrace-attach")
+            .map_err(|e| error(pid, format!("cannot create a private directory: {e}")))?;
         let made = ControlDir { dir };
         let fifo = made.fifo();
-        let c = std::ffi::CString::new(fifo.as_os_str().as_bytes()).unwrap_or_default();
-        // SAFETY: a NUL-terminated path.
-        if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-            return Err(error(
-                pid,
-                format!("mkfifo: {}", std::io::Error::last_os_error()),
-            ));
-        }
-        made.give_to_target(pid, &made.dir);
+        make_fifo(pid, &fifo)?;
+        made.give_to_target(pid, made.path());
         made.give_to_target(pid, &fifo);
         Ok(made)
     }
@@ -105,14 +96,12 @@ impl ControlDir {
         }
     }
 
-    fn fifo(&self) -> PathBuf {
-        self.dir.join("control")
+    fn path(&self) -> &Path {
+        self.dir.path()
     }
-}
 
-impl Drop for ControlDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
+    fn fifo(&self) -> PathBuf {
+        self.path().join("control")
     }
 }
 
@@ -293,15 +282,8 @@ pub fn record(
     spec.control = Some(dir.fifo());
     let mut live = match live {
         Some(out) => {
-            let path = dir.dir.join("live");
-            let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
-            // SAFETY: a NUL-terminated path.
-            if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-                return Err(error(
-                    pid,
-                    format!("mkfifo: {}", std::io::Error::last_os_error()),
-                ));
-            }
+            let path = dir.path().join("live");
+            make_fifo(pid, &path)?;
             dir.give_to_target(pid, &path);
             use std::os::unix::fs::OpenOptionsExt;
             let fifo = File::options()
@@ -310,7 +292,7 @@ pub fn record(
                 .open(&path)
                 .map_err(|e| error(pid, format!("{}: {e}", path.display())))?;
             spec.live_fifo = Some(path);
-            spec.output = Some(dir.dir.join("trace.data"));
+            spec.output = Some(dir.path().join("trace.data"));
             Some(LiveCopy {
                 fifo,
                 out,
@@ -340,7 +322,7 @@ pub fn record(
     let rc = called? as u32 as i32;
     released?;
     if rc != 0 {
-        let why = std::fs::read_to_string(dir.dir.join("error"))
+        let why = std::fs::read_to_string(dir.path().join("error"))
             .map(|m| m.trim_end().to_string())
             .unwrap_or_else(|_| format!("its runtime refused to start (code {rc})"));
         return Err(error(pid, why));
@@ -381,7 +363,7 @@ pub fn record(
         }
     };
     drop(fifo);
-    let done = dir.dir.join("done");
+    let done = dir.path().join("done");
     let asked = Instant::now();
     let ending = loop {
         if let Some(l) = &mut live {
