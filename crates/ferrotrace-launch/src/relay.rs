@@ -104,16 +104,25 @@ fn arrived_there_too(pool: Option<&OwnedFd>, sig: i32, received: u64) -> bool {
     }
 }
 
+/// A pidfd naming process `pid` for as long as it exists (or, for our child, is not reaped): a pid
+/// could be reused after.
+pub(crate) fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
+    // SAFETY: pidfd_open with no flags; the result is checked.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh descriptor that we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
 /// Starts the relay thread for the program `child` (a child of ours, not reaped yet), whose runtime
 /// shares `pool` with us (if it does).
 pub(crate) fn start(child: libc::pid_t, pool: Option<&OwnedFd>) -> Result<(), LaunchError> {
-    // SAFETY: pidfd_open on our own unreaped child; the result is checked.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child, 0) } as i32;
-    if fd < 0 {
-        return Err(LaunchError::setup("pidfd_open"));
-    }
-    // SAFETY: a fresh descriptor that we own.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(fd) };
+    let pidfd = pidfd_open(child as u32).map_err(|source| LaunchError::Setup {
+        what: "pidfd_open",
+        source,
+    })?;
     let pool = pool
         .map(|p| p.try_clone())
         .transpose()

@@ -177,16 +177,6 @@ impl Drop for StopSignals {
     }
 }
 
-fn pidfd_open(pid: u32) -> std::io::Result<OwnedFd> {
-    // SAFETY: a plain system call; the descriptor is ours.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid as libc::c_int, 0) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh descriptor we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
-}
-
 /// Waits (at most `limit`, `None`: forever) until one of `fds` is readable: its index.
 fn poll(fds: &[i32], limit: Option<Duration>) -> Option<usize> {
     let mut p: Vec<libc::pollfd> = fds
@@ -301,7 +291,8 @@ pub fn record(
         }
         None => None,
     };
-    let pidfd = pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
+    let pidfd =
+        crate::relay::pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
     let dlopen = match linked {
         Some(_) => 0,
         None => loader_symbol(pid)?,
