@@ -10,7 +10,7 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::Record;
 use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
-use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
+use ferrotrace_core::writer::{encode_events, encode_events_following, Counts, TraceWriter};
 
 use crate::buffers::clock::calibration_payload;
 use crate::buffers::pool::FullChunk;
@@ -58,23 +58,13 @@ struct State {
     filter_flags: Vec<u8>,
 }
 
-/// The Lost and Wait markers among `records`: what a dropped chunk holds besides the program's events.
-fn markers(records: &[Record]) -> u64 {
-    use ferrotrace_core::record::EventKind;
-    records
-        .iter()
-        .filter(|r| matches!(r.kind(), Some(EventKind::Lost | EventKind::Wait)))
-        .count() as u64
-}
-
 /// A chunk the writer took: see `State::unflushed`.
 #[derive(Clone, Copy)]
 struct Written {
     end: u64,
     next_seq: u32,
-    /// The thread, the chunk's counts and its Lost and Wait markers (events that are not the
-    /// program's, not counted when the chunk is dropped).
-    events: Option<(u32, Counts, u64)>,
+    /// The thread and the chunk's counts.
+    events: Option<(u32, Counts)>,
 }
 
 impl State {
@@ -84,20 +74,20 @@ impl State {
 
     /// Writes one thread's Events chunk and adds its counts to the totals, or counts its events as
     /// dropped when writing failed.
-    fn write_events(&mut self, tid: u32, counts: Counts, markers: u64, payload: &[u8]) {
-        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts, markers)));
+    fn write_events(&mut self, tid: u32, counts: Counts, payload: &[u8]) {
+        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts)));
     }
 
-    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts, u64)>) {
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts)>) {
         if self.failed.is_some() && !self.retrying {
-            if let Some((tid, counts, markers)) = events {
-                self.drop_events(tid, counts, markers);
+            if let Some((tid, counts)) = events {
+                self.drop_events(tid, counts);
             }
             return;
         }
         match self.writer.chunk(kind, payload) {
             Ok(()) => {
-                if let Some((_, counts, _)) = events {
+                if let Some((_, counts)) = events {
                     self.totals.events += counts.events;
                     self.totals.lost += counts.lost;
                 }
@@ -108,19 +98,19 @@ impl State {
                 });
             }
             Err(e) => {
-                if let Some((tid, counts, markers)) = events {
-                    self.drop_events(tid, counts, markers);
+                if let Some((tid, counts)) = events {
+                    self.drop_events(tid, counts);
                 }
                 self.fail(e);
             }
         }
     }
 
-    /// Counts a chunk's events as lost: its recorded events but its `markers` (Lost and Wait), and the
-    /// losses its Lost markers counted.
-    fn drop_events(&mut self, tid: u32, counts: Counts, markers: u64) {
+    /// Counts a chunk's events as lost: its recorded events but its markers (Lost and Wait: not the
+    /// program's), and the losses its Lost markers counted.
+    fn drop_events(&mut self, tid: u32, counts: Counts) {
         *self.dropped.entry(tid).or_default() +=
-            counts.events.saturating_sub(markers) + counts.lost;
+            counts.events.saturating_sub(counts.markers) + counts.lost;
     }
 
     /// Writing failed: says so once (ignoring stderr's own errors: it may be the full disk too), cuts
@@ -161,10 +151,10 @@ impl State {
             .skip_while(|w| w.end <= on_disk)
             .collect();
         for w in cut {
-            if let Some((tid, counts, markers)) = w.events {
+            if let Some((tid, counts)) = w.events {
                 self.totals.events -= counts.events;
                 self.totals.lost -= counts.lost;
-                self.drop_events(tid, counts, markers);
+                self.drop_events(tid, counts);
             }
         }
         let (Some(keep), Ok(mut clone)) = (keep, self.writer.get_mut().get_ref().try_clone())
@@ -217,7 +207,7 @@ impl State {
         let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-        self.write_events(tid, counts, recs.len() as u64, &p[range]);
+        self.write_events(tid, counts, &p[range]);
     }
 
     fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
@@ -270,9 +260,9 @@ impl State {
                 }
             }
         } else if self.failed.is_some() {
-            self.drop_events(c.tid, counts, markers(records));
+            self.drop_events(c.tid, counts);
         } else {
-            self.write_events(c.tid, counts, markers(records), &scratch[range]);
+            self.write_events(c.tid, counts, &scratch[range]);
         }
         self.scratch = scratch;
         self.filter = filter;
@@ -296,7 +286,7 @@ impl State {
         })
     }
 
-    /// Encodes one thread's records (see [`encode_events`]), following its calls on the way.
+    /// Encodes one thread's records (see [`encode_events_following`]), following its calls on the way.
     fn encode(
         &mut self,
         tid: u32,
@@ -305,14 +295,7 @@ impl State {
         out: &mut Vec<u8>,
     ) -> (Counts, std::ops::Range<usize>) {
         let running = self.running.entry(tid).or_default();
-        let mut i = 0;
-        while let Some(r) = records.get(i) {
-            if let Some(kind) = r.kind().filter(|k| k.is_function()) {
-                running.observe(kind, r.id());
-            }
-            i += 1 + r.payload_slots();
-        }
-        encode_events(tid, seq, records, out)
+        encode_events_following(tid, seq, records, out, running)
     }
 
     /// The RunningAtStart chunk: the threads whose first events include exits without entries.
@@ -361,7 +344,7 @@ impl State {
                 None => records,
             };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
-            self.write_events(tid, counts, markers(records), &scratch[range]);
+            self.write_events(tid, counts, &scratch[range]);
         });
         self.filter = filter;
         self.scratch = scratch;
