@@ -47,6 +47,8 @@ pub struct Pool {
     descriptors: Option<&'static [Descriptor]>,
     /// The signal table in that memory.
     signals: Option<&'static shared::Signals>,
+    /// That memory's mapping, `(address, bytes)`, which forked children do not inherit.
+    shared_mapping: Option<(usize, usize)>,
 }
 
 /// Faults in the pool's pages, in the order threads take the chunks, without changing what they hold
@@ -161,6 +163,7 @@ impl Pool {
             let mut pool = Pool::over(base.cast(), chunk_bytes, count, Some(descriptors));
             pool.signals =
                 Some(&*(map.cast::<u8>().add(shared::SIGNALS_OFFSET) as *const shared::Signals));
+            pool.shared_mapping = Some((map as usize, bytes));
             Ok(pool)
         }
     }
@@ -183,6 +186,17 @@ impl Pool {
             full: ArrayQueue::new(count),
             descriptors,
             signals: None,
+            shared_mapping: None,
+        }
+    }
+
+    /// Lets a child forked from now on inherit the pool shared with `ferrotrace record` (which is
+    /// mapped so that children do not: they could only corrupt it), for the one child that must
+    /// write it out (`exit::write_end_in_child`). Async-signal-safe.
+    pub fn inherit_on_fork(&self) {
+        if let Some((address, bytes)) = self.shared_mapping {
+            // SAFETY: advice on our own mapping, changing no byte of it.
+            unsafe { libc::madvise(address as *mut libc::c_void, bytes, libc::MADV_DOFORK) };
         }
     }
 

@@ -163,6 +163,11 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     }
     hand_over(rt, st, h);
     stop_hot(h);
+    if !rt.pool.full.is_empty() {
+        // Now the collector has work: started if it was deferred, while this thread's cursor is
+        // stopped (what the thread start calls is the runtime's work, not recorded).
+        crate::lifecycle::start::ensure_collector(rt);
+    }
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
     };
@@ -503,6 +508,9 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
+        if !rt.pool.full.is_empty() {
+            crate::lifecycle::start::ensure_collector(rt);
+        }
         for r in rt.upcalls.recorders {
             (r.thread_exit)();
         }

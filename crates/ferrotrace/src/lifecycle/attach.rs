@@ -182,7 +182,7 @@ fn start_attached(
     if let Some(c) = control {
         let _ = rt.control.set(c);
     }
-    let rt = start::launch(rt, writer, path, None).map_err(|e| fail(FAILED, e))?;
+    let rt = start::launch(rt, writer, path, None, false).map_err(|e| fail(FAILED, e))?;
     install_exit_hooks_once();
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
 
+use crate::buffers::collector::Writer;
 use crate::buffers::live;
 use crate::buffers::pool::Pool;
 use crate::buffers::registry::Registry;
@@ -64,7 +65,8 @@ pub use ferrotrace_core::schema::EndReason;
 pub enum Phase {
     /// Made and published; its collector thread is starting.
     Starting = 0,
-    /// The collector runs (and never records itself); recording has not started.
+    /// The collector runs (and never records itself), or is deferred until there is something to
+    /// write ([`Runtime::deferred_collector`]); recording has not started.
     Ready = 1,
     /// Events are recorded.
     Recording = 2,
@@ -176,9 +178,20 @@ impl Lifecycle {
         self.transition(Phase::Starting, Phase::Ready);
     }
 
+    /// Starting → Ready without a collector: it starts when there is something to write
+    /// ([`Runtime::deferred_collector`]).
+    pub fn collector_deferred(&self) {
+        self.transition(Phase::Starting, Phase::Ready);
+    }
+
     /// Notes the collector's thread, which [`Lifecycle::wake_collector`] wakes.
     pub fn set_collector(&self, thread: std::thread::Thread) {
         let _ = self.collector.set(thread);
+    }
+
+    /// True once a collector thread was started.
+    pub fn has_collector(&self) -> bool {
+        self.collector.get().is_some()
     }
 
     /// Waits (at most `limit`) until the collector runs; false if it did not start in time.
@@ -341,6 +354,12 @@ pub struct Runtime {
     /// A runtime started by `ferrotrace_attach` in a running process: the control channel whose end
     /// stops it (set before its collector starts).
     pub control: OnceLock<Control>,
+    /// The trace's writer and path, while the collector is deferred: held until a chunk is handed
+    /// over or the trace ends, when the collector (or, in a signal handler, a copy of the process)
+    /// takes them. A second thread makes the C library lock its allocator and stdio for the rest
+    /// of the process's life: a program that records little must not pay that
+    /// (`lifecycle::start::ensure_collector`).
+    pub deferred_collector: Mutex<Option<(Writer, std::path::PathBuf)>>,
 }
 
 /// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
@@ -542,6 +561,7 @@ impl Runtime {
             live,
             too_deep: AtomicU64::new(0),
             control: OnceLock::new(),
+            deferred_collector: Mutex::new(None),
         }
     }
 

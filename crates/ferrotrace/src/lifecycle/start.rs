@@ -18,7 +18,7 @@ use crate::buffers::pool::Pool;
 use crate::buffers::{clock, collector, live};
 use crate::lifecycle::config::{Config, Mode};
 use crate::lifecycle::exit;
-use crate::lifecycle::runtime::{get, Program, Recorder, Role, Runtime, Upcalls};
+use crate::lifecycle::runtime::{get, EndReason, Program, Recorder, Role, Runtime, Upcalls};
 use crate::patch::{discovery, sites};
 use crate::recorders::xray as trampoline;
 
@@ -252,11 +252,20 @@ fn start(role: Role) -> Result<(), String> {
     // runtime runs, as before: what was patched is recorded and the trace is finished.
     // SAFETY: `found` is discover's answer, unchanged.
     let patched = unsafe { sites::patch(&found, &program.targets) };
+    // The collector waits for something to write, unless it has work of its own from the start
+    // (live printing, the flight ring's dumps) or its thread's early allocations would be recorded
+    // (--alloc). Only in the preload library, whose `dlopen` rescans itself: the linked runtime's
+    // collector also looks for objects loaded since, every second.
+    let defer = role == Role::Preload
+        && live.is_none()
+        && config.mode != Mode::Flight
+        && program.alloc.is_none();
     let rt = launch(
         Runtime::new(config, pool, program, UPCALLS, known, header, live),
         writer,
         path,
         None,
+        defer,
     )?;
     exit::install();
     // Fails only if a signal finished the trace already: then nothing records.
@@ -348,22 +357,62 @@ pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
 }
 
 /// Makes `rt` the process's runtime (in place of `replacing`, a forked child's copy of its parent's,
-/// or of none) and starts its collector; returns once the collector runs. Recording is still off.
+/// or of none) and starts its collector; returns once the collector runs. With `defer`, the collector
+/// starts only when there is something to write ([`ensure_collector`]). Recording is still off.
 pub(crate) fn launch(
     rt: Runtime,
     writer: Writer,
     path: PathBuf,
     replacing: Option<&'static Runtime>,
+    defer: bool,
 ) -> Result<&'static Runtime, String> {
     let rt = crate::lifecycle::runtime::publish(rt, replacing)?;
-    let handle =
-        exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
-            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
-    rt.lifecycle.set_collector(handle.thread().clone());
+    if defer {
+        *rt.deferred_collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((writer, path));
+        rt.lifecycle.collector_deferred();
+        return Ok(rt);
+    }
+    spawn_collector(rt, writer, path)?;
     if !rt.lifecycle.wait_collector_running(Duration::from_secs(5)) {
         return Err("the collector thread did not start within 5 s".into());
     }
     Ok(rt)
+}
+
+fn spawn_collector(rt: &'static Runtime, writer: Writer, path: PathBuf) -> Result<(), String> {
+    let handle =
+        exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
+            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
+    rt.lifecycle.set_collector(handle.thread().clone());
+    Ok(())
+}
+
+/// Starts the deferred collector of `rt`, if it has not started: a thread handed over a chunk, or
+/// the trace ends. Not from a signal handler (it starts a thread); `exit::finish` has its own way
+/// there. If the thread cannot be started, the recording stops (the trace keeps its head, as after
+/// a SIGKILL: `record` recovers the events from the shared pool) rather than leave threads waiting
+/// for chunks nobody frees.
+pub fn ensure_collector(rt: &'static Runtime) {
+    if rt.lifecycle.has_collector() {
+        return;
+    }
+    let taken = rt
+        .deferred_collector
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let Some((writer, path)) = taken else {
+        // Started meanwhile by another thread, or never deferred.
+        return;
+    };
+    if let Err(e) = spawn_collector(rt, writer, path) {
+        say!("ferrotrace: {e}; recording stopped");
+        if rt.lifecycle.claim_finish(EndReason::Stopped, 0) {
+            rt.lifecycle.finish_over();
+        }
+    }
 }
 
 /// In a forked child, at its first traced event: starts a runtime of its own, writing `FILE.<pid>`,
@@ -409,6 +458,7 @@ pub fn restart_in_forked_child() {
             writer,
             path,
             Some(parent),
+            false,
         )
     });
     match started {
@@ -453,6 +503,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
         writer,
         path,
         None,
+        false,
     )
     .expect("launch");
     rt.lifecycle.start_recording();
