@@ -20,7 +20,10 @@ use crate::lifecycle::runtime::{Meta, Runtime};
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
 
-struct State {
+/// What the collector keeps between chunks: the file, what it wrote, what it counts. Behind a mutex
+/// in the runtime ([`Runtime::collector_state`]): the collector thread holds it for each round, and a
+/// traced thread that finds no free chunk takes it to write one chunk itself ([`help`]).
+pub struct State {
     writer: Writer,
     path: PathBuf,
     scratch: Vec<u8>,
@@ -408,7 +411,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
     let head = (writer.bytes_written(), writer.next_seq());
-    let mut st = State {
+    let st = State {
         writer,
         path,
         scratch: Vec::with_capacity(1 << 16),
@@ -441,6 +444,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }),
         filter_flags: rt.function_filter_flags(),
     };
+    let _ = rt.collector_state.set(std::sync::Mutex::new(st));
+    let Some(state) = rt.collector_state.get() else {
+        return;
+    };
     let mut last_clock = Instant::now();
     let mut last_control = Instant::now();
     loop {
@@ -451,6 +458,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
         }
         let finishing = rt.lifecycle.is_finishing();
+        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
         st.meta(rt);
         if let Some(live) = &mut st.live {
             live.tick(&rt.pool, crate::buffers::thread::current_chunks(rt));
@@ -536,7 +544,31 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }
         if !did && !prefault.step() {
             st.flush();
+            drop(st);
             rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }
     }
+}
+
+/// A traced thread found no free chunk in lossless mode: the collector does not keep up, most often
+/// because its core is busy with other work and it waits to be scheduled while the program waits for
+/// it. The thread then writes the oldest full chunk itself, on its own core, freeing it, rather than
+/// sleep. True when it did; false when the collector is at work (it holds the state) or has nothing
+/// waiting, in live mode (the printer reads the threads' slots) and flight mode, and with `--alloc`
+/// (the chunk's stacks are taken under the interner's lock, which the thread may hold here).
+pub fn help(rt: &Runtime) -> bool {
+    if rt.live.is_some() || rt.config.mode != Mode::Lossless || rt.program.alloc.is_some() {
+        return false;
+    }
+    let Some(Ok(mut st)) = rt.collector_state.get().map(|s| s.try_lock()) else {
+        return false;
+    };
+    // Metadata queued before the chunk was handed over goes in ahead of it, as the collector does.
+    st.meta(rt);
+    let Some(c) = rt.pool.full.pop() else {
+        return false;
+    };
+    st.chunk(rt, c);
+    st.release(rt);
+    true
 }

@@ -360,6 +360,9 @@ pub struct Runtime {
     /// of the process's life: a program that records little must not pay that
     /// (`lifecycle::start::ensure_collector`).
     pub deferred_collector: Mutex<Option<(Writer, std::path::PathBuf)>>,
+    /// The collector's state once it runs, which a traced thread waiting for a chunk may take to write
+    /// one itself (`buffers::collector::help`).
+    pub collector_state: OnceLock<Mutex<crate::buffers::collector::State>>,
 }
 
 /// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
@@ -562,6 +565,7 @@ impl Runtime {
             too_deep: AtomicU64::new(0),
             control: OnceLock::new(),
             deferred_collector: Mutex::new(None),
+            collector_state: OnceLock::new(),
         }
     }
 
