@@ -88,11 +88,12 @@ pub fn salvage(
             "the shared trace buffers belong to another trace (the program replaced itself with exec)",
         ));
     }
-    let in_file: HashSet<(u32, u32)> = trace
-        .threads
-        .values()
-        .flat_map(|t| t.chunks.iter().map(move |c| (t.tid, c.seq)))
-        .collect();
+    let mut in_file: HashSet<(u32, u32)> = HashSet::new();
+    for &tid in trace.threads.keys() {
+        for c in trace.thread_chunks(tid) {
+            in_file.insert((tid, c.map_err(SalvageError::Read)?.seq));
+        }
+    }
     let named: HashSet<u32> = trace
         .threads
         .values()
