@@ -141,8 +141,10 @@ impl Summary {
                 name: th.name.clone(),
                 ..Default::default()
             };
-            for e in trace.thread_events(th.tid)? {
-                let e = match e {
+            // Kinds and ids only: no payloads, no times.
+            let mut stream = trace.thread_events(th.tid)?;
+            while let Some(e) = stream.next_raw() {
+                let (_, kind, id) = match e {
                     Ok(e) => e,
                     Err(err) => {
                         s.decode_error = Some(err.to_string());
@@ -151,20 +153,20 @@ impl Summary {
                 };
                 // The markers of lost events and waits are the recorder's notes, not the program's
                 // events: counted apart (`record`'s summary and the chunks' headers count both).
-                match e.kind {
+                match kind {
                     EventKind::Lost => {
-                        ts.lost += e.id as u64;
+                        ts.lost += id as u64;
                         ts.markers += 1;
                     }
                     EventKind::Wait => {
-                        ts.waited_ns += e.id as u64;
+                        ts.waited_ns += id as u64;
                         ts.markers += 1;
                     }
                     EventKind::Entry => ts.entries += 1,
                     EventKind::Exit | EventKind::TailExit => ts.exits += 1,
                     _ => {}
                 }
-                if !matches!(e.kind, EventKind::Lost | EventKind::Wait) {
+                if !matches!(kind, EventKind::Lost | EventKind::Wait) {
                     ts.events += 1;
                 }
             }
