@@ -101,6 +101,8 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
     let mut payload = Vec::new();
     let mut next_seq = 0u32;
     let mut after_end = 0u64;
+    // The pass reads the whole file: a big trace takes a while before any command can start.
+    let mut progress = crate::progress::Progress::bytes("reading the trace", file_len);
     loop {
         if offset == file_len {
             break;
@@ -140,6 +142,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         }
         let payload_offset = offset + CHUNK_HEADER_LEN as u64;
         offset = payload_offset + h.len as u64;
+        progress.add(CHUNK_HEADER_LEN as u64 + h.len as u64);
         t.valid_len = offset;
         // Every chunk is numbered: a gap is a chunk that was lost, a repeat or a step back one
         // that was copied or moved. Either way the results would not be what was recorded.
