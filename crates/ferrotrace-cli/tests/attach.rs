@@ -471,3 +471,43 @@ fn record_killed_still_stops_the_recording() {
     client.ask_many("q", 3);
     assert_eq!(calls(&Trace::open(&trace).unwrap(), "handle"), (9, 9));
 }
+
+/// The server killed by SIGKILL while recorded (no handler runs, nothing is finished): `record`
+/// appends what its runtime had recorded but not written, from the chunk pool in the memfd it made
+/// in the process, and the trace says how it died. The requests fit in one chunk that no thread had
+/// handed over: without the salvage, none of them would be in the file.
+#[test]
+fn server_killed_while_recorded_is_salvaged() {
+    let dir = scratch("attach_sigkill");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    client.ask_many("q", 40);
+    // Not collected until the Server is dropped: record reads how it died from the zombie.
+    kill(server.pid() as i32, 9);
+    let said = rec.wait();
+    assert!(said.contains("ended while it was recorded"), "{said}");
+    assert!(
+        said.contains("was killed by SIGKILL before finishing its trace"),
+        "{said}"
+    );
+    let t = Trace::open(&trace).expect("trace");
+    assert!(t.end.is_none(), "{said}");
+    let salvage = t.salvage.expect("a Salvage chunk");
+    assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{said}");
+    assert!(salvage.chunks >= 1 && salvage.events >= 80, "{salvage:?}");
+    assert!(
+        t.truncation.is_none() && t.problems.is_empty(),
+        "{:?} {:?}",
+        t.truncation,
+        t.problems
+    );
+    assert_eq!(calls(&t, "handle"), (40, 40), "{said}");
+    let info = ft(&["info", "-i", trace.to_str().unwrap()]);
+    assert!(
+        text(&info.stdout).contains("killed by SIGKILL: "),
+        "{}",
+        text(&info.stdout)
+    );
+}

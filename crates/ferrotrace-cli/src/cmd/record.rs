@@ -10,7 +10,7 @@ use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
 use ferrotrace_core::schema;
 use ferrotrace_launch::outcome::{self, file_identity, trace_of};
-use ferrotrace_launch::salvage::Death;
+use ferrotrace_launch::salvage::{Death, SalvageError, Salvaged};
 use ferrotrace_launch::start::{Options, Program};
 use ferrotrace_launch::{self as launch, checks, Ended};
 
@@ -197,7 +197,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             let trace = if trace.end.is_some() {
                 Ok(trace)
             } else {
-                say_recovered(&ended, &ours);
+                say_recovered(ended.death(), ended.recover_unwritten(&ours), "the program");
                 Trace::open(&ours)
             };
             report(&ours, trace, &args.filter, &program.path);
@@ -246,29 +246,44 @@ fn record_running(
         ),
     }
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    report(output, Trace::open(output), &args.filter, &exe);
+    let trace = match Trace::open(output) {
+        Ok(t) if t.end.is_none() && attached.ending == Ending::ProcessEnded => {
+            if let Some((death, recovered)) = attached.recover_unwritten(output) {
+                say_recovered(death, Some(recovered), &format!("process {pid}"));
+            }
+            Trace::open(output)
+        }
+        read => read,
+    };
+    report(output, trace, &args.filter, &exe);
     Ok(ExitCode::SUCCESS)
 }
 
-/// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
-/// recovers the events it had recorded but not written, and says what happened.
-fn say_recovered(ended: &Ended, output: &Path) {
-    let how = match ended.death() {
+/// After `who` (the program, or the process recorded) died without finishing its trace (no End
+/// chunk: SIGKILL, the OOM killer, ...), says how, and what was `recovered` of the events it had
+/// recorded but not written.
+fn say_recovered(
+    death: Death,
+    recovered: Option<Result<Option<Salvaged>, SalvageError>>,
+    who: &str,
+) {
+    let how = match death {
         Death::Signal(s) => format!(
             "was killed by {}",
             ferrotrace_analysis::info::signal_name(s)
         ),
         Death::Exit(c) => format!("exited ({c})"),
+        Death::Unknown => "ended (how is not known: its parent collected it first)".into(),
     };
-    match ended.recover_unwritten(output) {
+    match recovered {
         Some(Ok(Some(got))) => say!(
-            "ferrotrace: the program {how} before finishing its trace: {} unfinished chunks \
+            "ferrotrace: {who} {how} before finishing its trace: {} unfinished chunks \
              ({} events) recovered from its buffers",
             got.chunks,
             got.events
         ),
         Some(Err(e)) => say!(
-            "ferrotrace: the program {how} before finishing its trace; its unwritten events \
+            "ferrotrace: {who} {how} before finishing its trace; its unwritten events \
              are lost: {e}"
         ),
         // The runtime never set up the pool (it did not start), or nothing was missing.

@@ -15,6 +15,7 @@
 //! of the C library's `mcount` (rather than patchable NOPs) are not traced.
 
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::env::RuntimeSpec;
@@ -67,9 +68,18 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
     let lookup = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let parsed = RuntimeSpec::from_env(|n| lookup(n).map(Into::into));
     let control = parsed.as_ref().ok().and_then(|s| s.control.clone());
+    // The memfd the host made in this process for the chunk pool is ours from here on, whatever
+    // happens: closed on return (a pool maps it first, and the mapping keeps it alive), so that no
+    // attach leaves a descriptor behind.
+    let shared = lookup(ferrotrace_core::env::SHARED_FD)
+        .and_then(|v| v.parse().ok())
+        .filter(|&fd| crate::lifecycle::config::is_shared_memfd(fd))
+        // SAFETY: an open descriptor (is_shared_memfd found it) that the host made for this call and
+        // nothing else in the process uses.
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     let result = parsed
         .map_err(|e| fail(BAD_SPEC, e.to_string()))
-        .and_then(|spec| start_attached(&spec, &lookup, role));
+        .and_then(|spec| start_attached(&spec, &lookup, shared.as_ref(), role));
     if let (Err(e), Some(c)) = (&result, &control) {
         if let Some(dir) = c.parent() {
             if let Ok(mut f) = std::fs::File::create(dir.join("error")) {
@@ -83,6 +93,7 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
 fn start_attached(
     spec: &RuntimeSpec,
     lookup: &dyn Fn(&str) -> Option<String>,
+    shared: Option<&OwnedFd>,
     role: Role,
 ) -> Result<(), AttachError> {
     if get().is_some() {
@@ -149,7 +160,10 @@ fn start_attached(
         });
     }
     let start_realtime = clock::realtime_ns();
-    let pool = start::new_pool(&config, None, start_realtime).map_err(|e| fail(FAILED, e))?;
+    // In the host's memfd when it made one: it salvages what was not written if the process is
+    // killed while attached.
+    let pool = start::new_pool(&config, shared.map(AsRawFd::as_raw_fd), start_realtime)
+        .map_err(|e| fail(FAILED, e))?;
     let mut header: Vec<(ChunkKind, Vec<u8>)> = found
         .module_payloads()
         .into_iter()
