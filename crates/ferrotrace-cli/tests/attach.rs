@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -231,19 +231,30 @@ fn c_server_with_patchable_nops_recorded_while_it_runs() {
     one_recording(&server, &dir, "second", 10);
 }
 
-#[test]
-fn server_ending_while_recorded_leaves_a_complete_trace() {
-    let dir = scratch("attach_ends");
+/// The line server, recorded while `requests` requests are made, then sent `signal`: the trace, what
+/// `record` said, and the trace's path.
+fn ended_by_signal_while_recorded(
+    test: &str,
+    requests: usize,
+    signal: i32,
+) -> (Trace, String, PathBuf) {
+    let dir = scratch(test);
     let server = Server::start(&testprog("line_server"), &[]);
     let mut client = Client::connect(server.port);
     let trace = dir.join("t.data");
     let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
-    client.ask_many("q", 25);
-    // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
-    kill(server.pid() as i32, 15);
+    client.ask_many("q", requests);
+    // Not collected until the Server is dropped: record can read how it died from the zombie.
+    kill(server.pid() as i32, signal);
     let said = rec.wait();
     assert!(said.contains("ended while it was recorded"), "{said}");
-    let t = Trace::open(&trace).expect("trace");
+    (Trace::open(&trace).expect("trace"), said, trace)
+}
+
+#[test]
+fn server_ending_while_recorded_leaves_a_complete_trace() {
+    // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
+    let (t, _, _) = ended_by_signal_while_recorded("attach_ends", 25, 15);
     let end = t.end.as_ref().expect("an End chunk");
     assert_eq!(end.reason, EndReason::Signal);
     assert_eq!(calls(&t, "handle"), (25, 25));
@@ -312,6 +323,29 @@ fn refusals_say_why_in_one_line() {
     let said = rec.wait();
     assert!(started.elapsed() < Duration::from_secs(20), "{said}");
     stopped_trace(&dir.join("d.data"));
+    // --alloc, and --trace for a program without tracepoints (the preload library has none): one
+    // line each, before anything is touched.
+    let maps = || std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    let maps_before = maps();
+    for (opts, why) in [
+        (
+            &["--alloc"][..],
+            "--alloc cannot be used on a running process",
+        ),
+        (&["--trace", "request"][..], "has no tracepoints"),
+    ] {
+        let out = ferrotrace()
+            .args(["record", "-p", &server.pid().to_string(), "-o"])
+            .arg(dir.join("r.data"))
+            .args(opts)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    assert_eq!(maps(), maps_before);
 }
 
 /// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no
@@ -401,6 +435,33 @@ fn static_tls_flag_and_the_tunable_when_none_is_left() {
     stopped_trace(&dir.join("t.data"));
 }
 
+/// `ferrotrace live -p PID OPTS`, once it prints.
+fn live_printing(pid: u32, opts: &[&str]) -> Child {
+    let mut live = ferrotrace()
+        .args(["live", "-p", &pid.to_string()])
+        .args(opts)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferrotrace live -p");
+    let mut line = String::new();
+    BufReader::new(live.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("printing process"), "{line}");
+    live
+}
+
+/// Stops `live` as Ctrl-C would, once what happened was printed; what it printed.
+fn stop_live(live: Child) -> String {
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(Duration::from_millis(200));
+    kill(live.id() as i32, libc_sigint());
+    let out = live.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// `live -p`: the events of the requests made while attached, printed as they happen; the server
 /// answers the same before and after.
 #[test]
@@ -408,27 +469,13 @@ fn live_prints_a_running_server_until_stopped() {
     let server = Server::start(&testprog("line_server"), &[]);
     let mut client = Client::connect(server.port);
     let before = client.ask_many("q", 5);
-    let mut live = ferrotrace()
-        .args(["live", "-p", &server.pid().to_string(), "-F", "::handle$"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrotrace live -p");
-    let mut stderr = BufReader::new(live.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("printing process"), "{line}");
+    let live = live_printing(server.pid(), &["-F", "::handle$"]);
     let during = client.ask_many("q", 7);
-    // The collector prints at most 5 ms after an event.
-    std::thread::sleep(Duration::from_millis(200));
-    kill(live.id() as i32, libc_sigint());
-    let out = live.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let printed = text(&out.stdout);
+    let printed = stop_live(live);
     assert_eq!(
         printed
             .lines()
-            .filter(|l| l.ends_with("line_server::handle() {"))
+            .filter(|l| l.ends_with("line_protocol::handle() {"))
             .count(),
         7,
         "{printed}"
@@ -478,21 +525,11 @@ fn record_killed_still_stops_the_recording() {
 /// handed over: without the salvage, none of them would be in the file.
 #[test]
 fn server_killed_while_recorded_is_salvaged() {
-    let dir = scratch("attach_sigkill");
-    let server = Server::start(&testprog("line_server"), &[]);
-    let mut client = Client::connect(server.port);
-    let trace = dir.join("t.data");
-    let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
-    client.ask_many("q", 40);
-    // Not collected until the Server is dropped: record reads how it died from the zombie.
-    kill(server.pid() as i32, 9);
-    let said = rec.wait();
-    assert!(said.contains("ended while it was recorded"), "{said}");
+    let (t, said, path) = ended_by_signal_while_recorded("attach_sigkill", 40, 9);
     assert!(
         said.contains("was killed by SIGKILL before finishing its trace"),
         "{said}"
     );
-    let t = Trace::open(&trace).expect("trace");
     assert!(t.end.is_none(), "{said}");
     let salvage = t.salvage.expect("a Salvage chunk");
     assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{said}");
@@ -504,10 +541,72 @@ fn server_killed_while_recorded_is_salvaged() {
         t.problems
     );
     assert_eq!(calls(&t, "handle"), (40, 40), "{said}");
-    let info = ft(&["info", "-i", trace.to_str().unwrap()]);
+    let info = ft(&["info", "-i", path.to_str().unwrap()]);
     assert!(
         text(&info.stdout).contains("killed by SIGKILL: "),
         "{}",
         text(&info.stdout)
     );
+}
+
+/// `record -p --trace` on a server that links the runtime: its tracepoint, enabled while attached,
+/// records each request made then (with the line's length), beside the traced function; stopping
+/// disables it again, so that the next recording, without --trace, holds no tracepoint event. A glob
+/// that selects nothing is refused in one line.
+#[test]
+fn tracepoints_of_a_linked_server_enabled_while_attached() {
+    let dir = scratch("attach_tracepoints");
+    let server = Server::start(&testprog("linked_server"), &[]);
+    let mut client = Client::connect(server.port);
+    client.ask_many("q", 5);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(
+        server.pid(),
+        &trace,
+        &["--trace", "request", "-F", "handle"],
+    );
+    client.ask_many("q", 20);
+    let said = rec.stop();
+    let t = stopped_trace(&trace);
+    let expected: Vec<String> = (0..20)
+        .map(|i| format!("linked_server::request(len={})", format!("q {i}").len()))
+        .collect();
+    assert_eq!(tracepoint_lines(&t), expected, "{said}");
+    assert_eq!(calls(&t, "handle"), (20, 20), "{said}");
+    // Disabled when the recording stopped.
+    let again = dir.join("again.data");
+    let rec = Recording::start(server.pid(), &again, &["-F", "handle"]);
+    client.ask_many("q", 7);
+    rec.stop();
+    let t = stopped_trace(&again);
+    assert_eq!(calls(&t, "handle"), (7, 7));
+    assert_eq!(tracepoint_lines(&t), Vec::<String>::new());
+    let out = ferrotrace()
+        .args(["record", "-p", &server.pid().to_string(), "-o"])
+        .arg(dir.join("none.data"))
+        .args(["--trace", "no_such_*"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--trace 'no_such_*' selects none of the program's tracepoints (linked_server::request)"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `live -p --trace` (no -F: tracepoints alone) on a server that links the runtime: each request made
+/// while attached printed as it happens.
+#[test]
+fn live_prints_the_tracepoints_of_a_running_linked_server() {
+    let server = Server::start(&testprog("linked_server"), &[]);
+    let mut client = Client::connect(server.port);
+    client.ask_many("q", 3);
+    let live = live_printing(server.pid(), &["--trace", "request"]);
+    client.ask_many("longer question", 6);
+    let printed = stop_live(live);
+    let requests: Vec<&str> = printed.lines().filter(|l| l.contains("request")).collect();
+    assert_eq!(requests.len(), 6, "{printed}");
+    assert!(requests.iter().all(|l| l.contains("len=17")), "{printed}");
 }

@@ -80,8 +80,14 @@ pub struct RecordArgs {
           value_parser = clap::value_parser!(u32).range(0..=256))]
     pub alloc_stack_depth: u32,
     /// Record the process PID, which is already running, instead of running a program: until Ctrl-C,
-    /// --duration or its end. Its patched sites are put back when the recording stops
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "alloc", "trace"])]
+    /// --duration or its end. Its patched sites are put back (and the tracepoints --trace enabled are
+    /// disabled) when the recording stops. Not with --alloc
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<u32>,
     /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
     #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]

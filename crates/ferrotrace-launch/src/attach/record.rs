@@ -23,6 +23,13 @@ use super::{check, dlopen_in, loader_symbol, memfd_in, symbol_in, Arg, Borrowed}
 use crate::salvage::{Death, SalvageError, Salvaged};
 use crate::LaunchError;
 
+/// Why `--alloc` is refused with `-p`, in one line.
+pub const ALLOC_REFUSAL: &str =
+    "--alloc cannot be used on a running process: allocations are recorded by interposing the malloc \
+     family from the program's start, and redirecting the calls of every loaded object afterwards would \
+     hand the hooks blocks they never saw allocated; record it from its start (ferrotrace record --alloc \
+     -- PROGRAM)";
+
 /// How long, after the control channel is closed, the runtime may take to write the rest of the trace.
 pub const STOP_LIMIT: Duration = Duration::from_secs(30);
 
@@ -270,7 +277,21 @@ pub fn record(
     } else {
         None
     };
-    if facts.instrumentation == 0 {
+    if spec.alloc.is_some() {
+        return Err(error(pid, ALLOC_REFUSAL));
+    }
+    let tracepoints = !spec.trace.is_empty();
+    if tracepoints && !(facts.links_runtime && facts.has_tracepoints) {
+        return Err(error(
+            pid,
+            format!(
+                "--trace: {} has no tracepoints (they are declared with the ferrotrace crate's \
+                 tracepoint! in programs that link it; the preload library brings none)",
+                name.display()
+            ),
+        ));
+    }
+    if facts.instrumentation == 0 && !tracepoints {
         return Err(error(
             pid,
             format!(

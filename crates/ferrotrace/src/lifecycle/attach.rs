@@ -11,8 +11,11 @@
 //! threads); sites are patched with other threads running through them (each page copied on write
 //! costs the other CPUs a TLB shootdown); nothing is set in the environment (not thread-safe here);
 //! nothing is interposed (the library was loaded `RTLD_LOCAL`, after the program's symbols were bound):
-//! objects the program `dlopen`s are found by the collector's rescan every second, and programs' calls
-//! of the C library's `mcount` (rather than patchable NOPs) are not traced.
+//! objects the program `dlopen`s are found by the collector's rescan every second, programs' calls of
+//! the C library's `mcount` (rather than patchable NOPs) are not traced, and allocations are not
+//! recorded. Tracepoints (`--trace`) are, in a program that links the runtime: enabled once recording,
+//! disabled again when the host stops it. The chunk pool goes into the memfd the host made in the
+//! process (`FERROTRACE_SHARED_FD`), so that the host can salvage it after a SIGKILL.
 
 use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -102,11 +105,28 @@ fn start_attached(
             "a ferrotrace runtime is recording in it already",
         ));
     }
-    if spec.alloc.is_some() || !spec.trace.is_empty() || spec.live_fd.is_some() {
+    if spec.alloc.is_some() || spec.live_fd.is_some() {
         return Err(fail(
             BAD_SPEC,
-            "an attached recording traces functions only (no --alloc or --trace)",
+            "an attached recording records no allocations (--alloc)",
         ));
+    }
+    // Tracepoints are the program's own (declared with the ferrotrace crate): only a program that links
+    // the runtime has them, and each glob must select one of them.
+    let tracepoints = spec.trace.join(",");
+    if !tracepoints.is_empty() {
+        if role == Role::Preload {
+            return Err(fail(
+                BAD_SPEC,
+                "--trace: the program does not link the ferrotrace crate, so it has no tracepoints",
+            ));
+        }
+        if let Some(unmatched) = crate::tracepoints::unmatched(&tracepoints)
+            .into_iter()
+            .next()
+        {
+            return Err(fail(NONE_SELECTED, unmatched));
+        }
     }
     let first_clock = clock::calibration_pair().0;
     let config = Config::from_lookup(lookup).map_err(|e| fail(BAD_SPEC, e))?;
@@ -138,7 +158,7 @@ fn start_attached(
     let mut known = discovery::Known::default();
     let found = discovery::discover(&config, role == Role::Preload, &mut known)
         .map_err(|e| fail(FAILED, e))?;
-    if found.functions.is_empty() {
+    if found.functions.is_empty() && tracepoints.is_empty() {
         return Err(if found.total_functions == 0 {
             fail(
                 NO_SITES,
@@ -175,9 +195,13 @@ fn start_attached(
         Some(path) => Some(open_live(path, &found)?),
         None => None,
     };
+    let mut sources = found.instrumentation;
+    if !crate::recorders::tracepoint::all().is_empty() {
+        sources |= schema::source::TRACEPOINTS;
+    }
     let program = Program {
         role,
-        sources: found.instrumentation,
+        sources,
         rust_std: found.rust_std,
         targets: start::targets(live.is_some()),
         alloc: None,
@@ -204,7 +228,16 @@ fn start_attached(
         // What was patched records; the host stops it as usual.
         say!("ferrotrace: patching failed: {e}");
     }
-    // No recorder to start: function tracing needs none (allocations and tracepoints are refused
+    // The tracepoints asked for, but not those the program enabled itself, which it keeps on.
+    if !tracepoints.is_empty() {
+        let enabled = crate::tracepoints::enable_attached(&tracepoints);
+        if let Some(c) = rt.control.get() {
+            c.on_stop(Box::new(move || {
+                crate::tracepoints::disable_attached(&enabled)
+            }));
+        }
+    }
+    // No recorder to start: function tracing and tracepoints need none (allocations are refused
     // above).
     Ok(())
 }
@@ -235,7 +268,7 @@ fn open_live(path: &Path, found: &discovery::Discovery) -> Result<live::Output, 
         fifo.into_raw_fd(),
         -1,
         names,
-        Default::default(),
+        start::live_tracepoints(),
     ))
 }
 
