@@ -610,3 +610,103 @@ fn live_prints_the_tracepoints_of_a_running_linked_server() {
     assert_eq!(requests.len(), 6, "{printed}");
     assert!(requests.iter().all(|l| l.contains("len=17")), "{printed}");
 }
+
+/// Where process `pid` maps the GOT slot through which `exe` calls `symbol` (its `GLOB_DAT` or
+/// `JUMP_SLOT` relocation), and the slot's value now.
+fn got_slot(exe: &Path, symbol: &str, pid: u32) -> (u64, impl Fn() -> u64) {
+    use object::{Object, ObjectSymbol, ObjectSymbolTable};
+    let data = std::fs::read(exe).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let dynsyms = elf.dynamic_symbol_table().unwrap();
+    let offset = elf
+        .dynamic_relocations()
+        .unwrap()
+        .find_map(|(offset, r)| match r.target() {
+            object::RelocationTarget::Symbol(i) => dynsyms
+                .symbol_by_index(i)
+                .ok()
+                .filter(|s| s.name() == Ok(symbol))
+                .map(|_| offset),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no relocation against {symbol} in {}", exe.display()));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let exe = exe.canonicalize().unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(exe.to_str().unwrap()))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .unwrap();
+    let slot = base + offset;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    (slot, move || {
+        let mut word = [0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut word, slot).unwrap();
+        u64::from_ne_bytes(word)
+    })
+}
+
+/// The path of the mapping of process `pid` that holds `addr`.
+fn mapped_at(pid: u32, addr: u64) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .find(|l| {
+            let mut r = l.split_whitespace().next().unwrap().split('-');
+            let lo = u64::from_str_radix(r.next().unwrap(), 16).unwrap();
+            let hi = u64::from_str_radix(r.next().unwrap(), 16).unwrap();
+            (lo..hi).contains(&addr)
+        })
+        .and_then(|l| l.split_whitespace().nth(5))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// C servers built with `gcc -pg` and `gcc -pg -mfentry` (PIE, without -mnop-mcount), and the Rust line
+/// server built with `-Zinstrument-mcount`: every function calls the C library's `mcount` or
+/// `__fentry__` through a GOT slot in the read-only RELRO segment. While attached that slot holds the
+/// runtime's hook (so the calls are traced, exactly the requests made); after the stop it holds the C
+/// library's function again, and the answers never change. Recorded twice each.
+#[test]
+fn glibc_mcount_servers_recorded_through_their_got_slot() {
+    let dir = scratch("attach_glibc_mcount");
+    let c = |name: &str, flags: &[&str]| build_c(&dir, "gcc", "line_server.c", name, flags);
+    for (exe, symbol) in [
+        (c("line_server_pg", &["-O1", "-pg"]), "mcount"),
+        (
+            c("line_server_fentry", &["-O1", "-pg", "-mfentry"]),
+            "__fentry__",
+        ),
+        (testprog_mcount("line_server"), "mcount"),
+    ] {
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let name = format!("{name}_{symbol}");
+        let server = Server::start(&exe, &[]);
+        let (slot, read_slot) = got_slot(&exe, symbol, server.pid());
+        let libc_hook = read_slot();
+        assert!(
+            mapped_at(server.pid(), libc_hook).contains("libc.so"),
+            "{name}: {symbol} at {libc_hook:#x}, slot {slot:#x}"
+        );
+        let mut client = Client::connect(server.port);
+        let before = client.ask_many("q", 10);
+        for (run, during) in [(0, 30), (1, 12)] {
+            let trace = dir.join(format!("{name}.{run}.data"));
+            let rec = Recording::start(server.pid(), &trace, &["-F", "handle$"]);
+            let hook = read_slot();
+            assert!(
+                mapped_at(server.pid(), hook).contains("libferrotrace_preload"),
+                "{name}: the slot holds {hook:#x} while attached"
+            );
+            let answers = client.ask_many("q", during);
+            let said = rec.stop();
+            assert_eq!(read_slot(), libc_hook, "{name}: the slot was not put back");
+            assert_eq!(answers[..10], before[..], "{name}");
+            assert_eq!(
+                calls(&stopped_trace(&trace), "handle"),
+                (during as u64, during as u64),
+                "{name}: {said}"
+            );
+        }
+        assert_eq!(client.ask_many("q", 10), before, "{name}");
+    }
+}

@@ -12,8 +12,8 @@
 //! costs the other CPUs a TLB shootdown); nothing is set in the environment (not thread-safe here);
 //! nothing is interposed (the library was loaded `RTLD_LOCAL`, after the program's symbols were bound):
 //! objects the program `dlopen`s are found by the collector's rescan every second, programs' calls of
-//! the C library's `mcount` (rather than patchable NOPs) are not traced, and allocations are not
-//! recorded. Tracepoints (`--trace`) are, in a program that links the runtime: enabled once recording,
+//! the C library's `mcount`/`__fentry__` (rather than patchable NOPs) reach the hooks through their GOT
+//! slots, redirected while attached (`sites::redirect_hook_slots`), and allocations are not recorded. Tracepoints (`--trace`) are, in a program that links the runtime: enabled once recording,
 //! disabled again when the host stops it. The chunk pool goes into the memfd the host made in the
 //! process (`FERROTRACE_SHARED_FD`), so that the host can salvage it after a SIGKILL.
 
@@ -227,6 +227,12 @@ fn start_attached(
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
         // What was patched records; the host stops it as usual.
         say!("ferrotrace: patching failed: {e}");
+    }
+    // Calls of mcount/__fentry__ (-pg without -mnop-mcount) are bound to the C library's: pointed at
+    // the hooks now that their sites are in the table, put back by the stop (unpatch_all).
+    // SAFETY: as above.
+    if let Err(e) = unsafe { sites::redirect_hook_slots(&found, &rt.program.targets) } {
+        say!("ferrotrace: some mcount calls stay untraced: {e}");
     }
     // The tracepoints asked for, but not those the program enabled itself, which it keeps on.
     if !tracepoints.is_empty() {

@@ -35,10 +35,20 @@ fn code_at(addr: u64, len: usize, text: (u64, u64)) -> Option<&'static [u8]> {
     Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
 }
 
+/// What [`find_sites`] found in one loaded object.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The calls and NOPs, by address.
+    pub sites: Vec<Site>,
+    /// The GOT slots (runtime addresses) the object calls the hooks through, from its `JUMP_SLOT`
+    /// (PLT) and `GLOB_DAT` (`call *slot(%rip)`) relocations, with the hook each names.
+    pub slots: Vec<(u64, Flavor)>,
+}
+
 /// Finds the mcount/`__fentry__` calls and the patchable NOPs of one loaded object. `text` is the
 /// runtime range of its executable segments; `main` is true for the executable (whose own definitions of
 /// the hooks, when it links the runtime, are what its calls target).
-pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -> Vec<Site> {
+pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -> Found {
     let hook_symbols = |syms: object::SymbolIterator<'_, '_>, defined: bool| {
         syms.filter(move |s| s.is_undefined() != defined)
             .filter_map(|s| Some((s.address(), hook_flavor(s.name().ok()?)?)))
@@ -54,13 +64,20 @@ pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -
         Vec::new()
     };
     let mut sites = Vec::new();
+    // GOT slots of the hooks (PLT jumps and `call *slot(%rip)` go through them).
+    let mut slots: Vec<(u64, Flavor)> = Vec::new();
     if !imported.is_empty() || !defined.is_empty() {
-        // GOT slots of the hooks (PLT jumps and `call *slot(%rip)` go through them).
-        let mut slots: Vec<(u64, Flavor)> = Vec::new();
         if let (Some(relocs), Some(dynsyms)) =
             (elf.dynamic_relocations(), elf.dynamic_symbol_table())
         {
             for (offset, reloc) in relocs {
+                // Slots the code calls through; not a data word that holds the hook's address.
+                let called = matches!(reloc.flags(), object::RelocationFlags::Elf { r_type }
+                    if r_type == object::elf::R_X86_64_JUMP_SLOT
+                        || r_type == object::elf::R_X86_64_GLOB_DAT);
+                if !called {
+                    continue;
+                }
                 if let object::RelocationTarget::Symbol(index) = reloc.target() {
                     let flavor = dynsyms
                         .symbol_by_index(index)
@@ -148,7 +165,7 @@ pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -
     }
     sites.sort_unstable_by_key(|s| s.addr);
     sites.dedup_by_key(|s| s.addr);
-    sites
+    Found { sites, slots }
 }
 
 /// Whether a site in the function starting at `func` can be hooked, and with which flavor: a NOP at
