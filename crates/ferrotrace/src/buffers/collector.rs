@@ -543,6 +543,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     if let Some(live) = &rt.live {
                         live.close();
                     }
+                    rt.pool.give_back();
+                    rt.release_retired();
                 }
                 let _ = std::fs::File::create(&c.done);
             }

@@ -594,6 +594,14 @@ impl Runtime {
             .clone()
     }
 
+    /// An attached runtime retired: frees what only a recording reads (the description and what
+    /// discovery saw, which can be large for a program of many functions). The rest stays allocated,
+    /// small: threads may still hold references to the runtime.
+    pub fn release_retired(&self) {
+        *self.header.lock().unwrap_or_else(|e| e.into_inner()) = Chunks::new();
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = discovery::Known::default();
+    }
+
     /// The program's description as written at the head of the trace and by rescans since (modules,
     /// functions, tracepoints), and what discovery has seen: what a forked child's trace starts with.
     /// `None` if a thread of the parent was changing them when it forked.

@@ -109,11 +109,24 @@ impl Targets {
     }
 }
 
+/// Every stub page made, with the targets of its stubs: never unmapped (a thread may be in a stub),
+/// and reused by a later patch that needs the same targets within reach (attaching again to a process,
+/// a rescan) rather than adding a page each time.
+static STUB_PAGES: std::sync::Mutex<Vec<(u64, [u64; 5])>> = std::sync::Mutex::new(Vec::new());
+
 /// A page of `jmp [rip]` stubs to `targets` within rel32 reach of one object's sleds and patchable NOPs.
 fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
+    let mut pages = STUB_PAGES.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = targets.in_stub_order();
+    if let Some(&(page, _)) = pages
+        .iter()
+        .find(|&&(page, to)| to == wanted && reach(page))
+    {
+        return Ok(page);
+    }
     let mut candidates = Vec::new();
     for k in 1..64u64 {
         candidates.push(((hi + PAGE - 1) & !(PAGE - 1)) + k * (16 << 20));
@@ -152,6 +165,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
         }
         // SAFETY: our page.
         unsafe { libc::mprotect(p, PAGE as usize, libc::PROT_READ | libc::PROT_EXEC) };
+        pages.push((hint, wanted));
         return Ok(hint);
     }
     Err(format!(

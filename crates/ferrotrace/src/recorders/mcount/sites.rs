@@ -195,11 +195,14 @@ static EMPTY_TABLE: [u64; 4] = [0; 4];
 
 /// The site table the hooks read: a header word (the probe mask in bytes, `(slots - 1) * 16`), a spare
 /// word, then `slots` pairs `{return address, record word}`. Replaced whole (never changed in place) when
-/// a rescan finds more sites; old tables are leaked, a hook may still be reading one.
+/// a rescan finds more sites, or an attach selects other functions; old tables are leaked, a hook may
+/// still be reading one.
 pub static FERROTRACE_SITES: AtomicPtr<u64> = AtomicPtr::new(EMPTY_TABLE.as_ptr() as *mut u64);
 
-/// Every site the table holds: `(key, word)`.
-static ALL_SITES: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+/// Every site the table holds: key to word. A site found again (each attach discovers every object
+/// anew) takes its new word, and does not grow the table.
+static ALL_SITES: Mutex<std::collections::BTreeMap<u64, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
 
 /// The multiplier of the table's hash (the hooks hash in assembly).
 pub const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -215,18 +218,26 @@ pub fn record_word(id: u32) -> u64 {
     id as u64 | (u16::MAX as u64) << 48
 }
 
-/// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read.
+/// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read, or gives
+/// those it holds already their new word.
 pub fn publish(sites: &[(u64, u64)]) {
     if sites.is_empty() {
         return;
     }
     let mut all = ALL_SITES.lock().unwrap_or_else(|e| e.into_inner());
-    all.extend_from_slice(sites);
+    let mut changed = false;
+    for &(key, word) in sites {
+        changed |= all.insert(key, word) != Some(word);
+    }
+    if !changed {
+        // Attached again with the same selection: the table the hooks read is right as it is.
+        return;
+    }
     let slots = (all.len() * 4).next_power_of_two().max(2) as u64;
     let mask_bytes = (slots - 1) * 16;
     let mut table = vec![0u64; 2 + 2 * slots as usize].into_boxed_slice();
     table[0] = mask_bytes;
-    for &(key, word) in all.iter() {
+    for (&key, &word) in all.iter() {
         let mut at = probe_start(key, mask_bytes);
         loop {
             let i = 2 + (at / 8) as usize;
