@@ -116,9 +116,11 @@ impl Summary {
                 (Some(_), _) => "exit".into(),
                 (None, Some(s)) => format!(
                     "{}: {} unfinished chunks recovered ({} events)",
-                    match s.exit_code {
-                        Some(c) => format!("exit {c} without finishing the trace"),
-                        None => format!("killed by {}", signal_name(s.signal)),
+                    match (s.exit_code, s.signal) {
+                        (Some(c), _) => format!("exit {c} without finishing the trace"),
+                        // record -p, which is not the process's parent, could not learn how.
+                        (None, 0) => "an end without finishing the trace (how is not known)".into(),
+                        (None, signal) => format!("killed by {}", signal_name(signal)),
                     },
                     s.chunks,
                     s.events

@@ -404,12 +404,15 @@ impl State {
 /// How often the collector of an attached runtime looks at its control channel.
 const CONTROL_POLL: Duration = Duration::from_millis(20);
 
-/// The host of an attached recording closed the control channel: every patched site is put back, the
-/// recording stops (End reason `Stopped`) and every thread's chunk is handed over; the loop then writes
-/// the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
+/// The host of an attached recording closed the control channel: every patched site is put back (and
+/// the tracepoints it enabled are disabled), the recording stops (End reason `Stopped`) and every
+/// thread's chunk is handed over; the loop then writes the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
 /// claimed first.
 fn stop_attached(rt: &Runtime) {
     crate::patch::sites::unpatch_all();
+    if let Some(c) = rt.control.get() {
+        c.undo();
+    }
     if rt.lifecycle.claim_finish(schema::EndReason::Stopped, 0) {
         crate::buffers::thread::flush_all(rt, false);
         rt.lifecycle.threads_stopped();
@@ -540,6 +543,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     if let Some(live) = &rt.live {
                         live.close();
                     }
+                    rt.pool.give_back();
+                    rt.release_retired();
                 }
                 let _ = std::fs::File::create(&c.done);
             }
