@@ -468,7 +468,8 @@ impl<'a> Payload<'a> for End {
 pub struct Salvage {
     /// The signal that killed the process, 0 if it exited (without finishing its trace).
     pub signal: u32,
-    /// Its exit code, when it exited.
+    /// Its exit code, when it exited. `None` with signal 0: how it ended is not known (`record -p`
+    /// is not the process's parent, which collected its status first).
     pub exit_code: Option<i32>,
     /// Events chunks recovered from the shared chunk pool (appended before this chunk).
     pub chunks: u64,

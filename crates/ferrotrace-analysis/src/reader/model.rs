@@ -156,14 +156,21 @@ pub struct Thread {
     pub pid: u32,
     /// Last name recorded for it.
     pub name: String,
-    /// Its event chunks, in order.
-    pub chunks: Vec<ChunkRef>,
+    /// Its event chunks, in order ([`super::Trace::thread_chunks`]).
+    pub(crate) chunks: super::chunks::ChunkList,
     /// Events in all its chunks.
     pub events: u64,
     /// The tick of its first event (decoded by the index pass): a time-ordered merge places a thread
     /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.
     /// `None` when not known (its chunks were out of order in the file, or the first is damaged).
     pub first_tsc: Option<u64>,
+}
+
+impl Thread {
+    /// Number of its Events chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.chunks.len()
+    }
 }
 
 /// The End chunk: present only in complete traces.

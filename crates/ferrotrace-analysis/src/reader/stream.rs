@@ -8,7 +8,8 @@ use std::path::Path;
 use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader};
 use ferrotrace_core::schema::{self, Payload};
 
-use super::{ChunkRef, Event, EventKind, EventRef, ReadError, Trace};
+use super::chunks::ChunkCursor;
+use super::{Event, EventKind, EventRef, ReadError, Trace};
 
 fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
     ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
@@ -17,16 +18,16 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
-        let (chunks, first_tsc) = self
-            .threads
-            .get(&tid)
-            .map_or((&[][..], None), |t| (&t.chunks[..], t.first_tsc));
+        let (chunks, first_tsc) = match self.threads.get(&tid) {
+            Some(t) => (Some(t.chunks.iter(&self.spill)), t.first_tsc),
+            None => (None, None),
+        };
         Ok(ThreadEvents {
             trace: self,
             tid,
             chunks,
             first_tsc,
-            next_chunk: 0,
+            started: false,
             buf: Vec::new(),
             events: Vec::new(),
             pos: 0,
@@ -80,11 +81,13 @@ struct RawEvent {
 pub struct ThreadEvents<'a> {
     trace: &'a Trace,
     tid: u32,
-    /// The thread's chunks in the index (borrowed: a stream per thread copies nothing of it).
-    chunks: &'a [ChunkRef],
+    /// The thread's chunks in the index (a cursor: a stream holds at most one block of it); `None`
+    /// once the stream ended.
+    chunks: Option<ChunkCursor<'a>>,
     /// The tick of the thread's first event, from the index ([`super::Thread::first_tsc`]).
     first_tsc: Option<u64>,
-    next_chunk: usize,
+    /// A chunk was read.
+    started: bool,
     buf: Vec<u8>,
     /// Offset of the event body in `buf`.
     events: Vec<RawEvent>,
@@ -93,10 +96,15 @@ pub struct ThreadEvents<'a> {
 
 impl ThreadEvents<'_> {
     fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
-        let Some(c) = self.chunks.get(self.next_chunk).copied() else {
+        self.started = true;
+        let next = match self.chunks.as_mut() {
+            Some(cursor) => cursor.next_chunk(),
+            None => return Ok(false),
+        };
+        let Some(c) = next.map_err(|e| self.trace.index_error(e))? else {
+            self.chunks = None;
             return Ok(false);
         };
-        self.next_chunk += 1;
         let path = &self.trace.path;
         self.buf.resize(c.len as usize, 0);
         self.trace
@@ -159,7 +167,7 @@ impl ThreadEvents<'_> {
                     return Ok(false);
                 }
                 Err(e) => {
-                    self.next_chunk = self.chunks.len();
+                    self.chunks = None;
                     self.events.clear();
                     self.pos = 0;
                     return Err(e);
@@ -215,7 +223,7 @@ impl ThreadEvents<'_> {
     /// knows the thread's first event: what a time-ordered merge needs to place a thread that has not
     /// started, so that it holds no decoded chunk before then.
     pub(crate) fn peek_tsc(&mut self) -> Result<Option<u64>, ReadError> {
-        if self.next_chunk == 0 {
+        if !self.started {
             if let Some(t) = self.first_tsc {
                 return Ok(Some(t));
             }

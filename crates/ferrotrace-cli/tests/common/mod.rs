@@ -697,3 +697,17 @@ pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
     v.sort();
     v
 }
+
+/// The text of every Tracepoint event, thread by thread, in order.
+pub fn tracepoint_lines(t: &Trace) -> Vec<String> {
+    let mut out = Vec::new();
+    for &tid in t.threads.keys() {
+        for e in t.thread_events(tid).expect("thread events") {
+            let e = e.expect("event");
+            if e.kind == EventKind::Tracepoint {
+                out.push(ferrotrace_analysis::tracepoints::format_tracepoint(t, &e));
+            }
+        }
+    }
+    out
+}

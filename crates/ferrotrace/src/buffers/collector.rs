@@ -390,12 +390,15 @@ impl State {
 /// How often the collector of an attached runtime looks at its control channel.
 const CONTROL_POLL: Duration = Duration::from_millis(20);
 
-/// The host of an attached recording closed the control channel: every patched site is put back, the
-/// recording stops (End reason `Stopped`) and every thread's chunk is handed over; the loop then writes
-/// the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
+/// The host of an attached recording closed the control channel: every patched site is put back (and
+/// the tracepoints it enabled are disabled), the recording stops (End reason `Stopped`) and every
+/// thread's chunk is handed over; the loop then writes the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
 /// claimed first.
 fn stop_attached(rt: &Runtime) {
     crate::patch::sites::unpatch_all();
+    if let Some(c) = rt.control.get() {
+        c.undo();
+    }
     if rt.lifecycle.claim_finish(schema::EndReason::Stopped, 0) {
         crate::buffers::thread::flush_all(rt, false);
         rt.lifecycle.threads_stopped();
@@ -444,7 +447,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }),
         filter_flags: rt.function_filter_flags(),
     };
-    let _ = rt.collector_state.set(std::sync::Mutex::new(st));
+    let _ = rt.collector_state.set(std::sync::Mutex::new(Some(st)));
     let Some(state) = rt.collector_state.get() else {
         return;
     };
@@ -458,7 +461,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
         }
         let finishing = rt.lifecycle.is_finishing();
-        let mut st = state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(st) = guard.as_mut() else {
+            return;
+        };
         st.meta(rt);
         if let Some(live) = &mut st.live {
             live.tick(&rt.pool, crate::buffers::thread::current_chunks(rt));
@@ -521,6 +527,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
+            // The state goes with the collector (the file closed): a retired runtime keeps none of it.
+            *guard = None;
             rt.lifecycle.end_written();
             if let Some(c) = rt.control.get() {
                 if reason == schema::EndReason::Stopped {
@@ -531,6 +539,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     if let Some(live) = &rt.live {
                         live.close();
                     }
+                    rt.pool.give_back();
+                    rt.release_retired();
                 }
                 let _ = std::fs::File::create(&c.done);
             }
@@ -544,7 +554,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }
         if !did && !prefault.step() {
             st.flush();
-            drop(st);
+            drop(guard);
             rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }
     }
@@ -560,7 +570,10 @@ pub fn help(rt: &Runtime) -> bool {
     if rt.live.is_some() || rt.config.mode != Mode::Lossless || rt.program.alloc.is_some() {
         return false;
     }
-    let Some(Ok(mut st)) = rt.collector_state.get().map(|s| s.try_lock()) else {
+    let Some(Ok(mut guard)) = rt.collector_state.get().map(|s| s.try_lock()) else {
+        return false;
+    };
+    let Some(st) = guard.as_mut() else {
         return false;
     };
     // Metadata queued before the chunk was handed over goes in ahead of it, as the collector does.

@@ -360,20 +360,31 @@ pub struct Runtime {
     /// of the process's life: a program that records little must not pay that
     /// (`lifecycle::start::ensure_collector`).
     pub deferred_collector: Mutex<Option<(Writer, std::path::PathBuf)>>,
-    /// The collector's state once it runs, which a traced thread waiting for a chunk may take to write
-    /// one itself (`buffers::collector::help`).
-    pub collector_state: OnceLock<Mutex<crate::buffers::collector::State>>,
+    /// The collector's state while it runs (`None` once the End chunk is written), which a traced
+    /// thread waiting for a chunk may take to write one itself (`buffers::collector::help`).
+    pub collector_state: OnceLock<Mutex<Option<crate::buffers::collector::State>>>,
 }
 
 /// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
 /// host holds open; its end of file (the host closed it, or died) stops the recording, and the
 /// collector then creates `done` beside it once the trace is written.
-#[derive(Debug)]
 pub struct Control {
     /// The FIFO, opened for reading without blocking (-1 once closed).
     fifo: std::sync::atomic::AtomicI32,
     /// Created once the End chunk is written.
     pub done: std::path::PathBuf,
+    /// What the attachment turned on besides patched functions (tracepoints), turned off when the host
+    /// stops it.
+    undo: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("fifo", &self.fifo)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Control {
@@ -383,6 +394,20 @@ impl Control {
         Control {
             fifo: std::sync::atomic::AtomicI32::new(fifo.into_raw_fd()),
             done,
+            undo: Mutex::new(None),
+        }
+    }
+
+    /// Sets what [`Control::undo`] does when the host stops the recording.
+    pub fn on_stop(&self, undo: Box<dyn FnOnce() + Send>) {
+        *self.undo.lock().unwrap_or_else(|e| e.into_inner()) = Some(undo);
+    }
+
+    /// The host stopped the recording: turns off what [`Control::on_stop`] was given (once).
+    pub fn undo(&self) {
+        let undo = self.undo.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(undo) = undo {
+            undo();
         }
     }
 
@@ -591,6 +616,14 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .filter_flags
             .clone()
+    }
+
+    /// An attached runtime retired: frees what only a recording reads (the description and what
+    /// discovery saw, which can be large for a program of many functions). The rest stays allocated,
+    /// small: threads may still hold references to the runtime.
+    pub fn release_retired(&self) {
+        *self.header.lock().unwrap_or_else(|e| e.into_inner()) = Chunks::new();
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = discovery::Known::default();
     }
 
     /// The program's description as written at the head of the trace and by rescans since (modules,

@@ -147,19 +147,7 @@ fn start(role: Role) -> Result<(), String> {
                 .map(|f| crate::lifecycle::config::display_name(&f.name))
                 .collect()
         },
-        || {
-            crate::recorders::tracepoint::all()
-                .into_iter()
-                .map(|t| {
-                    let tp = live::Tp {
-                        name: t.name,
-                        args: t.args,
-                        format: t.format,
-                    };
-                    (t.header.id.load(Ordering::Relaxed), tp)
-                })
-                .collect()
-        },
+        live_tracepoints,
     );
     if !started_by_traced {
         for (re, _) in config
@@ -305,6 +293,21 @@ pub(crate) fn new_pool(
         Some(fd) => Pool::in_shared(fd, config.chunk_size, count, start_realtime),
         None => Pool::new(config.chunk_size, count),
     }
+}
+
+/// What the live printer needs to print each tracepoint, by id (given by `assign_ids`).
+pub(crate) fn live_tracepoints() -> std::collections::HashMap<u32, live::Tp> {
+    crate::recorders::tracepoint::all()
+        .into_iter()
+        .map(|t| {
+            let tp = live::Tp {
+                name: t.name,
+                args: t.args,
+                format: t.format,
+            };
+            (t.header.id.load(Ordering::Relaxed), tp)
+        })
+        .collect()
 }
 
 /// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.

@@ -74,6 +74,10 @@ pub struct Discovery {
     /// mcount/`__fentry__` call sites: `(the hook's return address, record word)`, word 0 for functions
     /// not traced (filtered out, the runtime's own, or without a frame pointer).
     pub calls: Vec<(u64, u64)>,
+    /// The GOT slots through which objects with mcount/`__fentry__` calls call the hooks, and which
+    /// hook each names: bound to the C library's before an attach, pointed at the runtime's hooks
+    /// while attached ([`crate::patch::sites::redirect_hook_slots`]).
+    pub hook_slots: Vec<(u64, Flavor)>,
     /// Functions calling mcount that cannot be traced because they set up no frame pointer.
     pub no_frame_pointer: usize,
     /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source`.
@@ -445,12 +449,15 @@ pub fn discover(
             continue;
         }
         let xray_map = elf.section_by_name("xray_instr_map");
-        let sites = match xray_map {
-            Some(_) => Vec::new(),
+        let mcount_sites::Found { sites, slots } = match xray_map {
+            Some(_) => mcount_sites::Found::default(),
             None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
         if xray_map.is_none() && sites.is_empty() {
             continue;
+        }
+        if sites.iter().any(|s| !s.nop) {
+            out.hook_slots.extend(slots);
         }
         let mut symbols: Vec<(u64, u64, &str)> = elf
             .symbols()
