@@ -3,9 +3,9 @@
 # the collector thread runs for each full chunk (encode, follow the calls, frame with a checksum,
 # write), on the function events of a real trace, against a textbook byte-at-a-time LEB128 writer
 # timed in the same run (crates/ferrotrace-core/examples/encode_rate.rs says what each row is).
-# The records are in the cache: a floor of the collector's cost per event, which in a traced process
-# also reads each chunk from the traced thread's core (bench/real.sh measures that whole cost).
-# Usage: bench/collector.sh [TRACE] (EVENTS=8000000 ROUNDS=7). Without TRACE: Lua binary-trees' trace
+# The records take EVENTS × 16 bytes (in the cache by default); in a traced process the collector reads
+# each chunk just after the traced thread's core wrote it (bench/real.sh measures the whole process's cost).
+# Usage: bench/collector.sh [TRACE] (EVENTS=200000 ROUNDS=15). Without TRACE: Lua binary-trees' trace
 # from bench/real.sh (bench/out/real/lua-xray.data), recorded first if missing and Lua's XRay build is
 # there; else fib(30)'s (XRay).
 set -euo pipefail
@@ -29,4 +29,4 @@ else
 fi
 cd "$root"
 cargo build --release -q -p ferrotrace-core --features std --example encode_rate
-OUT="$out" target/release/examples/encode_rate "$trace" "${EVENTS:-8000000}" "${ROUNDS:-7}"
+OUT="$out" target/release/examples/encode_rate "$trace" "${EVENTS:-200000}" "${ROUNDS:-15}"
