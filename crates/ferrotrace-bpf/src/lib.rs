@@ -1,0 +1,495 @@
+//! In-kernel stack unwinding and aggregation for `ferrotrace profile --bpf`: the BPF programs
+//! (`src/bpf/profile.bpf.c`, compiled by clang in build.rs), their loader, and the unwind tables they
+//! read.
+//!
+//! What it is for: on each sample of a perf event (cpu-clock), kernel tracepoint or uprobe it is
+//! attached to, the BPF program unwinds the current thread's user stack *in the kernel* — by the DWARF
+//! rows that [`tables`] builds from each module's `.eh_frame`, by frame pointers where a module has no
+//! rows — takes the kernel stack, and counts the sample per (process, thread, sampler, kernel stack,
+//! user stack) in a BPF map. No stack bytes are copied to user space per sample: [`Bpf::drain`] reads
+//! the counts, and each distinct stack is read once ([`Bpf::user_stack`], [`Bpf::kernel_stack`]).
+//! The caller ([`ferrotrace-profile`]) opens the perf events, tells which processes have which mappings
+//! ([`Bpf::set_process`]), symbolizes and writes the trace.
+//!
+//! What it is not for: opening perf events, following processes or writing traces (the recorder's),
+//! symbolization (`ferrotrace-analysis`), architectures other than x86_64.
+//!
+//! [`ferrotrace-profile`]: https://docs.rs/ferrotrace-profile
+
+pub mod tables;
+
+use std::collections::HashMap;
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, AsRawFd, RawFd};
+use std::sync::Mutex;
+
+use libbpf_rs::skel::{OpenSkel, SkelBuilder};
+use libbpf_rs::{Link, MapCore, MapFlags, PerfEventOpts};
+
+pub use libbpf_rs::OpenObject;
+pub use tables::Row;
+
+#[allow(
+    clippy::all,
+    clippy::undocumented_unsafe_blocks,
+    missing_docs,
+    unsafe_op_in_unsafe_fn,
+    unused_imports
+)]
+mod skel {
+    include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
+}
+
+use skel::types::{count_key, mapping, process, ustack};
+
+/// Frames of a user stack the BPF program keeps (`MAX_DEPTH`).
+pub const MAX_DEPTH: usize = 127;
+/// Executable mappings per process (`MAX_MAPPINGS`).
+pub const MAX_MAPPINGS: usize = 512;
+/// Unwind rows of all modules together (`MAX_ROWS`).
+pub const MAX_ROWS: usize = 1 << 22;
+
+/// Why an unwind stopped before the outermost frame (`ustack.flags`).
+pub mod trunc {
+    /// The process had no mappings loaded.
+    pub const NO_PROCESS: u32 = 1 << 0;
+    /// An address in no known executable mapping (JIT code, a library mapped moments ago).
+    pub const NO_MAPPING: u32 = 1 << 1;
+    /// The stack could not be read (paged out, or a bad pointer).
+    pub const READ: u32 = 1 << 2;
+    /// Deeper than [`super::MAX_DEPTH`] frames.
+    pub const DEPTH: u32 = 1 << 3;
+    /// A CFI rule the unwinder does not follow (signal frames, DWARF expressions).
+    pub const UNSUPPORTED: u32 = 1 << 4;
+    /// A frame-pointer chain that does not go up the stack.
+    pub const BAD_FP: u32 = 1 << 5;
+    /// Any of the above.
+    pub const ANY: u32 = 0xff;
+    /// Not a truncation: some frames were walked by frame pointer.
+    pub const WALKED_FP: u32 = 1 << 8;
+}
+
+/// Statistic counters (`STAT_*`), summed over CPUs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Samples and probe hits seen by the programs.
+    pub samples: u64,
+    /// Of them, user stacks that stopped early.
+    pub truncated: u64,
+    /// User stacks not stored because the stack map was full.
+    pub ustacks_full: u64,
+    /// Samples not counted because the count map was full.
+    pub counts_full: u64,
+    /// Samples of a thread without user registers (a kernel thread).
+    pub no_user: u64,
+    /// Kernel stacks not stored (the stack map full, or a hash collision).
+    pub kstack_failed: u64,
+    /// User frames unwound in all.
+    pub frames: u64,
+}
+
+/// A range of rows in the shared table, as [`Bpf::add_rows`] placed a module's rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RowRange {
+    /// First row.
+    pub start: u32,
+    /// Rows.
+    pub len: u32,
+}
+
+/// One executable mapping of a process, for [`Bpf::set_process`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProcessMapping {
+    /// First runtime address.
+    pub start: u64,
+    /// One past the last.
+    pub end: u64,
+    /// Runtime address minus the address stated in the file (the rows' addresses).
+    pub bias: u64,
+    /// The module's rows; `None` walks its frames by frame pointer.
+    pub rows: Option<RowRange>,
+}
+
+/// Where an event's file descriptor comes from: the BPF program type differs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    /// A software or hardware perf event (cpu-clock).
+    PerfEvent,
+    /// A kernel tracepoint opened as a perf event.
+    Tracepoint,
+    /// A uprobe (created through tracefs) opened as a perf event.
+    Uprobe,
+}
+
+/// Samples counted for one (process, thread, sampler, kernel stack, user stack).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Count {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The sampler given to [`Bpf::attach`].
+    pub sampler: u32,
+    /// Id for [`Bpf::kernel_stack`]; `None` when the sample was taken in user mode.
+    pub kernel_stack: Option<u32>,
+    /// Key for [`Bpf::user_stack`]; `None` for a thread without user space.
+    pub user_stack: Option<u64>,
+    /// Samples.
+    pub count: u64,
+}
+
+/// A user stack as the BPF program unwound it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserStack {
+    /// The leaf's exact address, then return addresses, outward.
+    pub addrs: Vec<u64>,
+    /// [`trunc`] bits.
+    pub flags: u32,
+}
+
+impl UserStack {
+    /// True when the unwinder stopped before the outermost frame.
+    pub fn truncated(&self) -> bool {
+        self.flags & trunc::ANY != 0
+    }
+}
+
+/// Why loading or driving the BPF programs failed; prints as one line.
+#[derive(Debug)]
+pub struct BpfError {
+    what: String,
+    detail: String,
+}
+
+impl BpfError {
+    fn new(what: impl Into<String>, e: impl std::fmt::Display) -> BpfError {
+        BpfError {
+            what: what.into(),
+            detail: e.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for BpfError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.what, self.detail)
+    }
+}
+
+impl std::error::Error for BpfError {}
+
+/// libbpf's last warnings (the verifier's log when a program is refused), for the error message.
+static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
+
+fn keep_libbpf_log(level: libbpf_rs::PrintLevel, msg: String) {
+    if level == libbpf_rs::PrintLevel::Debug {
+        return;
+    }
+    if std::env::var_os("FT_BPF_LOG").is_some() {
+        eprint!("{msg}");
+    }
+    if let Ok(mut log) = LIBBPF_LOG.lock() {
+        log.push_str(&msg);
+        let excess = log.len().saturating_sub(4096);
+        if excess > 0 {
+            let cut = log.ceil_char_boundary(excess);
+            log.drain(..cut);
+        }
+    }
+}
+
+fn last_log_line() -> String {
+    let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+    log.lines()
+        .rev()
+        .find(|l| !l.trim().is_empty() && !l.starts_with("--"))
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// The shared unwind table, mapped into this process (the map is created `BPF_F_MMAPABLE`): rows
+/// are written in place, without a system call per row.
+struct RowsMemory {
+    ptr: *mut Row,
+}
+
+impl RowsMemory {
+    fn map(fd: RawFd) -> Result<RowsMemory, BpfError> {
+        let len = MAX_ROWS * std::mem::size_of::<Row>();
+        // SAFETY: mapping a BPF array map's fd, shared, for its whole size; checked below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(BpfError::new(
+                "mapping the unwind table",
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(RowsMemory { ptr: p.cast() })
+    }
+}
+
+impl Drop for RowsMemory {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `map`, of that size.
+        unsafe {
+            libc::munmap(
+                self.ptr.cast(),
+                MAX_ROWS * std::mem::size_of::<Row>(),
+            )
+        };
+    }
+}
+
+/// The loaded BPF programs and maps. Dropping it detaches the programs and frees the maps.
+pub struct Bpf<'obj> {
+    skel: skel::ProfileSkel<'obj>,
+    rows: RowsMemory,
+    rows_used: usize,
+    links: Vec<Link>,
+    /// Which count map the programs write: the other one is drained.
+    active: u32,
+}
+
+fn bytes_of<T: Copy>(v: &T) -> &[u8] {
+    // SAFETY: T is a plain-data `repr(C)` type of the skeleton; its bytes are readable.
+    unsafe { std::slice::from_raw_parts((v as *const T).cast::<u8>(), std::mem::size_of::<T>()) }
+}
+
+fn from_bytes<T: Copy + Default>(b: &[u8]) -> Option<T> {
+    if b.len() < std::mem::size_of::<T>() {
+        return None;
+    }
+    let mut v = T::default();
+    // SAFETY: T is a plain-data `repr(C)` type for which every bit pattern is valid (integers only);
+    // `b` holds at least its size.
+    unsafe {
+        std::ptr::copy_nonoverlapping(
+            b.as_ptr(),
+            (&mut v as *mut T).cast::<u8>(),
+            std::mem::size_of::<T>(),
+        )
+    };
+    Some(v)
+}
+
+impl<'obj> Bpf<'obj> {
+    /// Loads the programs into the kernel (the verifier checks them here) and maps the unwind table.
+    pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Bpf<'obj>, BpfError> {
+        assert_eq!(std::mem::size_of::<Row>(), std::mem::size_of::<skel::types::row>());
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, keep_libbpf_log)));
+        let open = skel::ProfileSkelBuilder::default()
+            .open(storage)
+            .map_err(|e| BpfError::new("opening the BPF object", e))?;
+        let skel = open.load().map_err(|e| {
+            let why = last_log_line();
+            BpfError::new(
+                "loading the BPF programs",
+                format!(
+                    "{e}{}{why} (needs root or CAP_BPF+CAP_PERFMON, and a kernel >= 5.18 with BTF)",
+                    if why.is_empty() { "" } else { "; the kernel said: " }
+                ),
+            )
+        })?;
+        let rows = RowsMemory::map(skel.maps.rows.as_fd().as_raw_fd())?;
+        Ok(Bpf {
+            skel,
+            rows,
+            rows_used: 0,
+            links: Vec::new(),
+            active: 0,
+        })
+    }
+
+    /// Copies a module's rows into the shared table; `None` when they do not fit (the module's
+    /// frames are then walked by frame pointer).
+    pub fn add_rows(&mut self, rows: &[Row]) -> Option<RowRange> {
+        if rows.is_empty() || rows.len() > MAX_ROWS - self.rows_used {
+            return None;
+        }
+        let start = self.rows_used;
+        // SAFETY: [start, start + len) lies within the mapping (checked above); the BPF programs only
+        // read rows that a process's mappings refer to, and no mapping refers to these yet.
+        unsafe {
+            std::ptr::copy_nonoverlapping(rows.as_ptr(), self.rows.ptr.add(start), rows.len())
+        };
+        self.rows_used += rows.len();
+        Some(RowRange {
+            start: start as u32,
+            len: rows.len() as u32,
+        })
+    }
+
+    /// Rows used in the shared table.
+    pub fn rows_used(&self) -> usize {
+        self.rows_used
+    }
+
+    /// Sets process `pid`'s executable mappings (replacing what it had). Returns false when it has
+    /// more than [`MAX_MAPPINGS`]: the first ones by address are kept.
+    pub fn set_process(&mut self, pid: u32, maps: &[ProcessMapping]) -> Result<bool, BpfError> {
+        let mut sorted = maps.to_vec();
+        sorted.sort_by_key(|m| m.start);
+        let fits = sorted.len() <= MAX_MAPPINGS;
+        sorted.truncate(MAX_MAPPINGS);
+        // SAFETY: `process` is plain data (integers only): all zeroes is a valid value.
+        let mut p: Box<process> = Box::new(unsafe { std::mem::zeroed() });
+        p.count = sorted.len() as u32;
+        for (slot, m) in p.mappings.iter_mut().zip(&sorted) {
+            let r = m.rows.unwrap_or(RowRange { start: 0, len: 0 });
+            *slot = mapping {
+                start: m.start,
+                end: m.end,
+                bias: m.bias,
+                rows_start: r.start,
+                rows_len: r.len,
+            };
+        }
+        self.skel
+            .maps
+            .processes
+            .update(&pid.to_ne_bytes(), bytes_of(&*p), MapFlags::ANY)
+            .map_err(|e| BpfError::new(format!("loading the mappings of process {pid}"), e))?;
+        Ok(fits)
+    }
+
+    /// Forgets process `pid` (it exited).
+    pub fn remove_process(&mut self, pid: u32) {
+        let _ = self.skel.maps.processes.delete(&pid.to_ne_bytes());
+    }
+
+    /// Runs the unwinder on every sample of the perf event `fd`, counting them under `sampler`.
+    pub fn attach(&mut self, ty: EventType, fd: RawFd, sampler: u32) -> Result<(), BpfError> {
+        let progs = &self.skel.progs;
+        let prog = match ty {
+            EventType::PerfEvent => &progs.on_perf_event,
+            EventType::Tracepoint => &progs.on_tracepoint,
+            EventType::Uprobe => &progs.on_uprobe,
+        };
+        let link = prog
+            .attach_perf_event_with_opts(
+                fd,
+                PerfEventOpts {
+                    cookie: u64::from(sampler),
+                    ..Default::default()
+                },
+            )
+            .map_err(|e| BpfError::new("attaching the BPF program to a perf event", e))?;
+        self.links.push(link);
+        Ok(())
+    }
+
+    /// Detaches every program (no more samples are counted).
+    pub fn detach_all(&mut self) {
+        self.links.clear();
+    }
+
+    /// Reads and clears the counts: switches the programs to the other count map, then empties the one
+    /// they wrote (and, at the end, call it twice to empty both). Each count is taken out with one
+    /// atomic lookup-and-delete, so no increment is lost.
+    pub fn drain(&mut self, mut each: impl FnMut(Count)) -> Result<usize, BpfError> {
+        let draining = self.active;
+        self.active ^= 1;
+        self.skel
+            .maps
+            .control
+            .update(&0u32.to_ne_bytes(), &self.active.to_ne_bytes(), MapFlags::ANY)
+            .map_err(|e| BpfError::new("switching the count maps", e))?;
+        let map = if draining == 0 {
+            &self.skel.maps.counts0
+        } else {
+            &self.skel.maps.counts1
+        };
+        let keys: Vec<Vec<u8>> = map.keys().collect();
+        let mut n = 0;
+        for k in keys {
+            let Ok(Some(v)) = map.lookup_and_delete(&k) else {
+                continue;
+            };
+            let (Some(key), Some(count)) = (from_bytes::<count_key>(&k), from_bytes::<u64>(&v))
+            else {
+                continue;
+            };
+            n += 1;
+            each(Count {
+                pid: key.pid,
+                tid: key.tid,
+                sampler: key.sampler,
+                kernel_stack: u32::try_from(key.kstack).ok(),
+                user_stack: (key.ustack != 0).then_some(key.ustack),
+                count,
+            });
+        }
+        Ok(n)
+    }
+
+    /// The user stack stored under `key`.
+    pub fn user_stack(&self, key: u64) -> Option<UserStack> {
+        let v = self
+            .skel
+            .maps
+            .ustacks
+            .lookup(&key.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        let s: ustack = from_bytes(&v)?;
+        let len = (s.len as usize).min(MAX_DEPTH);
+        Some(UserStack {
+            addrs: s.addrs[..len].to_vec(),
+            flags: s.flags,
+        })
+    }
+
+    /// The kernel stack stored under `id`, leaf first.
+    pub fn kernel_stack(&self, id: u32) -> Option<Vec<u64>> {
+        let v = self
+            .skel
+            .maps
+            .kstacks
+            .lookup(&id.to_ne_bytes(), MapFlags::ANY)
+            .ok()??;
+        Some(
+            v.chunks_exact(8)
+                .map(|c| u64::from_ne_bytes(c.try_into().unwrap_or_default()))
+                .take_while(|&a| a != 0)
+                .collect(),
+        )
+    }
+
+    /// The programs' counters, summed over CPUs.
+    pub fn stats(&self) -> Stats {
+        let mut sum: HashMap<u32, u64> = HashMap::new();
+        for i in 0..8u32 {
+            if let Ok(Some(per_cpu)) = self
+                .skel
+                .maps
+                .stats
+                .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
+            {
+                let total = per_cpu
+                    .iter()
+                    .filter_map(|b| from_bytes::<u64>(b))
+                    .sum();
+                sum.insert(i, total);
+            }
+        }
+        let get = |i| sum.get(&i).copied().unwrap_or(0);
+        Stats {
+            samples: get(0),
+            truncated: get(1),
+            ustacks_full: get(2),
+            counts_full: get(3),
+            no_user: get(4),
+            kstack_failed: get(5),
+            frames: get(6),
+        }
+    }
+}
