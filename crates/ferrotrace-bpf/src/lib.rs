@@ -46,6 +46,8 @@ use skel::types::{count_key, mapping, process, ustack};
 pub const MAX_DEPTH: usize = 127;
 /// Executable mappings per process (`MAX_MAPPINGS`).
 pub const MAX_MAPPINGS: usize = 512;
+/// Mapping lists held at once (`MAX_SLOTS`): processes followed, plus one spare per change.
+const MAX_SLOTS: u32 = 1024;
 /// Unwind rows of all modules together (`MAX_ROWS`).
 pub const MAX_ROWS: usize = 1 << 22;
 
@@ -182,11 +184,11 @@ impl std::error::Error for BpfError {}
 static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
 
 fn keep_libbpf_log(level: libbpf_rs::PrintLevel, msg: String) {
-    if level == libbpf_rs::PrintLevel::Debug {
-        return;
-    }
     if std::env::var_os("FT_BPF_LOG").is_some() {
         eprint!("{msg}");
+    }
+    if level == libbpf_rs::PrintLevel::Debug {
+        return;
     }
     if let Ok(mut log) = LIBBPF_LOG.lock() {
         log.push_str(&msg);
@@ -256,6 +258,12 @@ pub struct Bpf<'obj> {
     rows: RowsMemory,
     rows_used: usize,
     links: Vec<Link>,
+    /// Each process's slot of mappings, and slots free for the next change.
+    slots: HashMap<u32, u32>,
+    free_slots: Vec<u32>,
+    /// Slots replaced by the last change: a program may still be reading them, so they are freed
+    /// at the next change.
+    retired_slots: Vec<u32>,
     /// Which count map the programs write: the other one is drained.
     active: u32,
 }
@@ -286,10 +294,13 @@ impl<'obj> Bpf<'obj> {
     /// Loads the programs into the kernel (the verifier checks them here) and maps the unwind table.
     pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Bpf<'obj>, BpfError> {
         assert_eq!(std::mem::size_of::<Row>(), std::mem::size_of::<skel::types::row>());
-        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Warn, keep_libbpf_log)));
-        let open = skel::ProfileSkelBuilder::default()
+        libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, keep_libbpf_log)));
+        let mut open = skel::ProfileSkelBuilder::default()
             .open(storage)
             .map_err(|e| BpfError::new("opening the BPF object", e))?;
+        if std::env::var_os("FT_BPF_LOG").is_some() {
+            open.progs.on_perf_event.set_log_level(4);
+        }
         let skel = open.load().map_err(|e| {
             let why = last_log_line();
             BpfError::new(
@@ -306,6 +317,9 @@ impl<'obj> Bpf<'obj> {
             rows,
             rows_used: 0,
             links: Vec::new(),
+            slots: HashMap::new(),
+            free_slots: (0..MAX_SLOTS).rev().collect(),
+            retired_slots: Vec::new(),
             active: 0,
         })
     }
@@ -335,36 +349,58 @@ impl<'obj> Bpf<'obj> {
     }
 
     /// Sets process `pid`'s executable mappings (replacing what it had). Returns false when it has
-    /// more than [`MAX_MAPPINGS`]: the first ones by address are kept.
+    /// more than [`MAX_MAPPINGS`]: the first ones by address are kept. The list goes into a fresh
+    /// slot before the process points to it, so a program unwinding meanwhile reads the old or the new
+    /// list, never a mix.
     pub fn set_process(&mut self, pid: u32, maps: &[ProcessMapping]) -> Result<bool, BpfError> {
         let mut sorted = maps.to_vec();
         sorted.sort_by_key(|m| m.start);
         let fits = sorted.len() <= MAX_MAPPINGS;
         sorted.truncate(MAX_MAPPINGS);
-        // SAFETY: `process` is plain data (integers only): all zeroes is a valid value.
-        let mut p: Box<process> = Box::new(unsafe { std::mem::zeroed() });
-        p.count = sorted.len() as u32;
-        for (slot, m) in p.mappings.iter_mut().zip(&sorted) {
+        self.free_slots.append(&mut self.retired_slots);
+        let Some(slot) = self.free_slots.pop() else {
+            return Err(BpfError::new(
+                format!("loading the mappings of process {pid}"),
+                format!("more than {} processes followed at once", MAX_SLOTS / 2),
+            ));
+        };
+        for (i, m) in sorted.iter().enumerate() {
             let r = m.rows.unwrap_or(RowRange { start: 0, len: 0 });
-            *slot = mapping {
+            let entry = mapping {
                 start: m.start,
                 end: m.end,
                 bias: m.bias,
                 rows_start: r.start,
                 rows_len: r.len,
             };
+            let key = slot * MAX_MAPPINGS as u32 + i as u32;
+            self.skel
+                .maps
+                .mappings
+                .update(&key.to_ne_bytes(), bytes_of(&entry), MapFlags::ANY)
+                .map_err(|e| BpfError::new(format!("loading the mappings of process {pid}"), e))?;
         }
+        let p = process {
+            slot,
+            count: sorted.len() as u32,
+        };
         self.skel
             .maps
             .processes
-            .update(&pid.to_ne_bytes(), bytes_of(&*p), MapFlags::ANY)
+            .update(&pid.to_ne_bytes(), bytes_of(&p), MapFlags::ANY)
             .map_err(|e| BpfError::new(format!("loading the mappings of process {pid}"), e))?;
+        if let Some(old) = self.slots.insert(pid, slot) {
+            self.retired_slots.push(old);
+        }
         Ok(fits)
     }
 
     /// Forgets process `pid` (it exited).
     pub fn remove_process(&mut self, pid: u32) {
         let _ = self.skel.maps.processes.delete(&pid.to_ne_bytes());
+        if let Some(old) = self.slots.remove(&pid) {
+            self.retired_slots.push(old);
+        }
     }
 
     /// Runs the unwinder on every sample of the perf event `fd`, counting them under `sampler`.
@@ -375,15 +411,28 @@ impl<'obj> Bpf<'obj> {
             EventType::Tracepoint => &progs.on_tracepoint,
             EventType::Uprobe => &progs.on_uprobe,
         };
+        // libbpf closes the event's descriptor when the link goes: it gets a copy of its own.
+        // SAFETY: dup of a descriptor the caller keeps open; the copy is owned by the link.
+        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if own < 0 {
+            return Err(BpfError::new(
+                "duplicating a perf event descriptor",
+                std::io::Error::last_os_error(),
+            ));
+        }
         let link = prog
             .attach_perf_event_with_opts(
-                fd,
+                own,
                 PerfEventOpts {
                     cookie: u64::from(sampler),
                     ..Default::default()
                 },
             )
-            .map_err(|e| BpfError::new("attaching the BPF program to a perf event", e))?;
+            .map_err(|e| {
+                // SAFETY: the copy made above, which no link took.
+                unsafe { libc::close(own) };
+                BpfError::new("attaching the BPF program to a perf event", e)
+            })?;
         self.links.push(link);
         Ok(())
     }

@@ -35,6 +35,7 @@
 pub mod cli_args;
 mod error;
 mod file;
+mod hold;
 mod modules;
 mod perf;
 pub mod probes;
@@ -60,6 +61,19 @@ pub enum Target {
     },
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
+}
+
+/// Where stacks are unwound and samples counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// perf_event rings: every sample (with its frame-pointer callchain, or a copy of the user stack
+    /// for DWARF unwinding here) is read by the recorder.
+    #[default]
+    PerfEvent,
+    /// eBPF (`--bpf`): a BPF program unwinds each sample's user stack in the kernel (DWARF rows from
+    /// `.eh_frame`, frame pointers where a module has none) and counts samples per stack in a map;
+    /// the recorder reads the counts and each distinct stack once (`ferrotrace-bpf`).
+    Bpf,
 }
 
 /// A profiling session's settings. `Default` gives cpu-clock at 999 Hz with frame pointers into
@@ -88,6 +102,8 @@ pub struct ProfileConfig {
     /// the events (larger for probes and DWARF stacks, whose rate or records are large), smaller
     /// sizes tried when the kernel refuses the memory.
     pub buffer_pages: Option<usize>,
+    /// Where stacks are unwound and samples counted.
+    pub backend: Backend,
 }
 
 impl Default for ProfileConfig {
@@ -106,6 +122,7 @@ impl Default for ProfileConfig {
             handle_signals: true,
             allow_missing_frame_pointers: false,
             buffer_pages: None,
+            backend: Backend::PerfEvent,
         }
     }
 }
@@ -134,6 +151,9 @@ pub struct ProfileSummary {
     pub recording_time: Duration,
     /// Time spent writing the last samples, the thread table and the end after the program ended.
     pub finishing_time: Duration,
+    /// Bytes the recorder read from the kernel: ring records (perf_event), or counts, distinct stacks
+    /// and the mapping records (eBPF).
+    pub kernel_bytes: u64,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
 }

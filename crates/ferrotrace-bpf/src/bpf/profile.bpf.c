@@ -42,7 +42,8 @@ struct user_regs {
 struct task_struct;
 
 #define MAX_DEPTH 127         // user frames kept (perf's default too)
-#define MAX_MAPPINGS 512      // executable mappings per process (a power of two)
+#define MAX_MAPPINGS 512      // executable mappings per process
+#define MAX_SLOTS 1024        // processes' mapping lists held at once
 #define MAPPING_SEARCH_STEPS 10
 #define MAX_ROWS (1U << 22)   // unwind rows of all modules together
 #define ROW_SEARCH_STEPS 23
@@ -97,10 +98,11 @@ struct mapping {
 	__u32 rows_len;    // 0: no rows, walk by frame pointer
 };
 
+// A process's mappings, sorted by start, are entries [slot * MAX_MAPPINGS, + count) of `mappings`.
+// User space writes a changed list into a fresh slot, then points the process at it.
 struct process {
-	__u32 count;       // mappings, sorted by start
-	__u32 pad;
-	struct mapping mappings[MAX_MAPPINGS];
+	__u32 slot;
+	__u32 count;
 };
 
 struct ustack {
@@ -135,10 +137,17 @@ struct {
 
 struct {
 	__uint(type, MAP_HASH);
-	__uint(max_entries, 1024);
+	__uint(max_entries, MAX_SLOTS);
 	__type(key, __u32);
 	__type(value, struct process);
 } processes SEC(".maps");
+
+struct {
+	__uint(type, MAP_ARRAY);
+	__uint(max_entries, MAX_SLOTS * MAX_MAPPINGS);
+	__type(key, __u32);
+	__type(value, struct mapping);
+} mappings SEC(".maps");
 
 struct {
 	__uint(type, MAP_HASH);
@@ -200,29 +209,34 @@ static __always_inline void stat_add(__u32 which, __u64 n)
 // The binary searches are global functions: the verifier checks each once, on its own, instead of
 // once per path into it (inlined, their branches multiplied past the verifier's 1M-instruction limit).
 
-// The index of the mapping of `proc` that holds `addr`, or -1.
-__noinline int find_mapping(struct process *proc, __u64 addr)
+// The key in `mappings` of the mapping that holds `addr` among a process's `count` mappings from
+// `slot`, or -1. (The entries are looked up by key, not indexed in one map value: an index into a
+// value makes the verifier track every path through the search separately.)
+__noinline int find_mapping(__u32 slot, __u32 count, __u64 addr)
 {
-	if (!proc)
-		return -1;
-	__u32 lo = 0, hi = proc->count;
-	if (hi > MAX_MAPPINGS)
-		hi = MAX_MAPPINGS;
+	// `count` is not clamped: user space keeps it <= MAX_MAPPINGS, and a bounded `hi` would let the
+	// verifier tell the searches' paths apart by range (10 steps cost it 950,000 instructions).
+	__u32 base = slot * MAX_MAPPINGS, lo = 0, hi = count;
 	for (int i = 0; i < MAPPING_SEARCH_STEPS; i++) {
 		if (lo >= hi)
 			break;
-		__u32 mid = ((lo + hi) / 2) & (MAX_MAPPINGS - 1);
-		if (proc->mappings[mid].start <= addr)
+		__u32 mid = (lo + hi) / 2;
+		__u32 key = base + mid;
+		struct mapping *m = bpf_map_lookup_elem(&mappings, &key);
+		if (!m)
+			return -1;
+		if (m->start <= addr)
 			lo = mid + 1;
 		else
 			hi = mid;
 	}
 	if (lo == 0)
 		return -1;
-	__u32 i = (lo - 1) & (MAX_MAPPINGS - 1);
-	if (addr >= proc->mappings[i].end)
+	__u32 key = base + lo - 1;
+	struct mapping *m = bpf_map_lookup_elem(&mappings, &key);
+	if (!m || addr >= m->end)
 		return -1;
-	return i;
+	return key;
 }
 
 // The index of the row in force at stated address `pc` among rows [start, start + len), or -1 before
@@ -276,17 +290,17 @@ static long unwind_step(__u32 i, void *ctx)
 	}
 	// A return address is looked up one byte back: it may be the first byte of the next function.
 	__u64 lookup = n == 0 ? ip : ip - 1;
-	int m = find_mapping(proc, lookup);
-	if (m < 0) {
+	__u32 at = find_mapping(proc->slot, proc->count, lookup);
+	struct mapping *map = bpf_map_lookup_elem(&mappings, &at); // NULL for -1
+	if (!map) {
 		st->out.flags |= TRUNC_NO_MAPPING;
 		st->done = 1;
 		return 1;
 	}
-	struct mapping *map = &proc->mappings[m & (MAX_MAPPINGS - 1)];
 	struct row *r = 0;
 	if (map->rows_len) {
-		__u32 at = find_row(map->rows_start, map->rows_len, lookup - map->bias);
-		r = bpf_map_lookup_elem(&rows, &at); // NULL for -1
+		__u32 row = find_row(map->rows_start, map->rows_len, lookup - map->bias);
+		r = bpf_map_lookup_elem(&rows, &row); // NULL for -1
 	}
 	__u8 kind = r ? r->cfa_kind : CFA_NONE;
 	__u64 cfa, ra, bp = st->bp;
