@@ -243,12 +243,7 @@ impl RowsMemory {
 impl Drop for RowsMemory {
     fn drop(&mut self) {
         // SAFETY: the mapping made in `map`, of that size.
-        unsafe {
-            libc::munmap(
-                self.ptr.cast(),
-                MAX_ROWS * std::mem::size_of::<Row>(),
-            )
-        };
+        unsafe { libc::munmap(self.ptr.cast(), MAX_ROWS * std::mem::size_of::<Row>()) };
     }
 }
 
@@ -293,7 +288,10 @@ fn from_bytes<T: Copy + Default>(b: &[u8]) -> Option<T> {
 impl<'obj> Bpf<'obj> {
     /// Loads the programs into the kernel (the verifier checks them here) and maps the unwind table.
     pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<Bpf<'obj>, BpfError> {
-        assert_eq!(std::mem::size_of::<Row>(), std::mem::size_of::<skel::types::row>());
+        assert_eq!(
+            std::mem::size_of::<Row>(),
+            std::mem::size_of::<skel::types::row>()
+        );
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, keep_libbpf_log)));
         let mut open = skel::ProfileSkelBuilder::default()
             .open(storage)
@@ -301,16 +299,17 @@ impl<'obj> Bpf<'obj> {
         if std::env::var_os("FT_BPF_LOG").is_some() {
             open.progs.on_perf_event.set_log_level(4);
         }
-        let skel = open.load().map_err(|e| {
-            let why = last_log_line();
-            BpfError::new(
-                "loading the BPF programs",
-                format!(
+        let skel =
+            open.load().map_err(|e| {
+                let why = last_log_line();
+                BpfError::new(
+                    "loading the BPF programs",
+                    format!(
                     "{e}{}{why} (needs root or CAP_BPF+CAP_PERFMON, and a kernel >= 5.18 with BTF)",
                     if why.is_empty() { "" } else { "; the kernel said: " }
                 ),
-            )
-        })?;
+                )
+            })?;
         let rows = RowsMemory::map(skel.maps.rows.as_fd().as_raw_fd())?;
         Ok(Bpf {
             skel,
@@ -451,7 +450,11 @@ impl<'obj> Bpf<'obj> {
         self.skel
             .maps
             .control
-            .update(&0u32.to_ne_bytes(), &self.active.to_ne_bytes(), MapFlags::ANY)
+            .update(
+                &0u32.to_ne_bytes(),
+                &self.active.to_ne_bytes(),
+                MapFlags::ANY,
+            )
             .map_err(|e| BpfError::new("switching the count maps", e))?;
         let map = if draining == 0 {
             &self.skel.maps.counts0
@@ -523,10 +526,7 @@ impl<'obj> Bpf<'obj> {
                 .stats
                 .lookup_percpu(&i.to_ne_bytes(), MapFlags::ANY)
             {
-                let total = per_cpu
-                    .iter()
-                    .filter_map(|b| from_bytes::<u64>(b))
-                    .sum();
+                let total = per_cpu.iter().filter_map(|b| from_bytes::<u64>(b)).sum();
                 sum.insert(i, total);
             }
         }

@@ -65,13 +65,17 @@ pub struct Row {
 
 impl Row {
     fn same_rule(&self, other: &Row) -> bool {
-        (self.cfa_offset, self.rbp_offset, self.cfa_kind, self.rbp_kind)
-            == (
-                other.cfa_offset,
-                other.rbp_offset,
-                other.cfa_kind,
-                other.rbp_kind,
-            )
+        (
+            self.cfa_offset,
+            self.rbp_offset,
+            self.cfa_kind,
+            self.rbp_kind,
+        ) == (
+            other.cfa_offset,
+            other.rbp_offset,
+            other.cfa_kind,
+            other.rbp_kind,
+        )
     }
 }
 
@@ -116,7 +120,9 @@ impl std::error::Error for TableError {}
 /// The rows of the ELF file `data`, sorted by `pc`, consecutive rows with the same rule merged.
 pub fn build(data: &[u8]) -> Result<Vec<Row>, TableError> {
     let file = object::File::parse(data).map_err(|e| TableError::NotElf(e.to_string()))?;
-    let section = file.section_by_name(".eh_frame").ok_or(TableError::NoEhFrame)?;
+    let section = file
+        .section_by_name(".eh_frame")
+        .ok_or(TableError::NoEhFrame)?;
     let bytes = section
         .data()
         .map_err(|e| TableError::NotElf(e.to_string()))?;
@@ -176,10 +182,7 @@ pub fn build(data: &[u8]) -> Result<Vec<Row>, TableError> {
     Ok(rows)
 }
 
-fn convert<R: gimli::Reader>(
-    eh_frame: &EhFrame<R>,
-    row: &gimli::UnwindTableRow<R::Offset>,
-) -> Row {
+fn convert<R: gimli::Reader>(eh_frame: &EhFrame<R>, row: &gimli::UnwindTableRow<R::Offset>) -> Row {
     let mut out = Row {
         pc: row.start_address(),
         cfa_offset: 0,
@@ -279,16 +282,24 @@ mod tests {
     /// kind.
     #[test]
     fn libc_rows_know_plt_and_end_of_stack() {
-        let libc = ["/lib/x86_64-linux-gnu/libc.so.6", "/usr/lib/x86_64-linux-gnu/libc.so.6"]
-            .iter()
-            .find_map(|p| std::fs::read(p).ok())
-            .expect("glibc");
+        let libc = [
+            "/lib/x86_64-linux-gnu/libc.so.6",
+            "/usr/lib/x86_64-linux-gnu/libc.so.6",
+        ]
+        .iter()
+        .find_map(|p| std::fs::read(p).ok())
+        .expect("glibc");
         let rows = build(&libc).unwrap();
         let count = |k: CfaKind| rows.iter().filter(|r| r.cfa_kind == k as u8).count();
         assert!(count(CfaKind::Rsp) > 1000);
-        assert!(count(CfaKind::End) >= 1, "clone's child frame ends the stack");
+        assert!(
+            count(CfaKind::End) >= 1,
+            "clone's child frame ends the stack"
+        );
         assert!(count(CfaKind::Plt) >= 1, "libc.so.6 has a PLT");
-        assert!(rows.iter().all(|r| r.cfa_kind <= CfaKind::Unsupported as u8));
+        assert!(rows
+            .iter()
+            .all(|r| r.cfa_kind <= CfaKind::Unsupported as u8));
     }
 
     #[test]

@@ -87,7 +87,7 @@ pub(crate) fn hold_until_entry(
         return Ok(None);
     }
     let trap = (original & !0xff) | 0xcc; // int3
-    // SAFETY: writing a word of the stopped tracee's text (ptrace may write read-only pages).
+                                          // SAFETY: writing a word of the stopped tracee's text (ptrace may write read-only pages).
     if unsafe { libc::ptrace(libc::PTRACE_POKETEXT, pid, entry, trap) } != 0 {
         detach(0);
         return Ok(None);

@@ -882,9 +882,6 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         sources: schema::source::SAMPLES | if bpf_mode { schema::source::BPF } else { 0 },
         alloc_sample: 0,
     };
-    if let Some(b) = bpf.as_mut() {
-        b.attach(&events, &id_to_event, &cfg.events)?;
-    }
     let header = SamplersHeader {
         // The eBPF unwinder follows DWARF rows (frame pointers where a module has none).
         call_graph: if bpf_mode {
@@ -971,6 +968,10 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 Target::Command { program, .. } => program.display().to_string(),
                 Target::Pid(_) => String::new(),
             };
+            if let Some(b) = bpf.as_mut() {
+                // Attaching enables the events (libbpf does): the child is still blocked before exec.
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
+            }
             c.release(&program)?;
             if let Some(b) = bpf.as_mut() {
                 // Held at its exec, then at its entry point, while its mappings and their tables are
@@ -994,7 +995,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     .insert(tid, (root_pid, thread_comm(root_pid, tid)));
             }
             if let Some(b) = bpf.as_mut() {
+                // Its mappings first: attaching enables the events (libbpf does).
                 b.sync(&mut st)?;
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
             }
             for ev in &events {
                 perf::enable(ev)?;

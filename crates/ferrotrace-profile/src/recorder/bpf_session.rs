@@ -67,7 +67,9 @@ fn event_type(spec: &EventSpec) -> EventType {
 
 impl<'obj> BpfSession<'obj> {
     /// Loads the programs (the kernel's verifier checks them here).
-    pub fn load(storage: &'obj mut MaybeUninit<OpenObject>) -> Result<BpfSession<'obj>, ProfileError> {
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+    ) -> Result<BpfSession<'obj>, ProfileError> {
         let bpf = Bpf::load(storage).map_err(|e| ProfileError::Bpf(e.to_string()))?;
         Ok(BpfSession {
             bpf,
@@ -145,7 +147,11 @@ impl<'obj> BpfSession<'obj> {
         if let Some(r) = self.rows.get(&module) {
             return *r;
         }
-        let path = st.modules.get(module).map(|m| m.path.clone()).unwrap_or_default();
+        let path = st
+            .modules
+            .get(module)
+            .map(|m| m.path.clone())
+            .unwrap_or_default();
         let placed = match modules::module_bytes(&path) {
             None => {
                 self.without_rows.push((path, "unreadable".into()));
@@ -155,7 +161,8 @@ impl<'obj> BpfSession<'obj> {
                 Ok(rows) => {
                     let r = self.bpf.add_rows(&rows);
                     if r.is_none() {
-                        self.without_rows.push((path, "the unwind table is full".into()));
+                        self.without_rows
+                            .push((path, "the unwind table is full".into()));
                     }
                     r
                 }
@@ -171,7 +178,12 @@ impl<'obj> BpfSession<'obj> {
 
     /// Reads and clears the counts, writing one Sample per counted sample stamped `time`. Call it
     /// twice at the end (the programs alternate between two count maps).
-    pub fn drain(&mut self, st: &mut State, out: &mut SampleWriter, time: u64) -> Result<(), ProfileError> {
+    pub fn drain(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        time: u64,
+    ) -> Result<(), ProfileError> {
         let mut counts = Vec::new();
         self.bpf
             .drain(|c| counts.push(c))
@@ -193,9 +205,16 @@ impl<'obj> BpfSession<'obj> {
             st.samples += c.count;
             if leaf.truncated {
                 self.truncated += c.count;
-                *self.truncated_by.entry(leaf.flags & trunc::ANY).or_default() += c.count;
+                *self
+                    .truncated_by
+                    .entry(leaf.flags & trunc::ANY)
+                    .or_default() += c.count;
             }
-            let weight = st.event_weight.get(c.sampler as usize).copied().unwrap_or(1);
+            let weight = st
+                .event_weight
+                .get(c.sampler as usize)
+                .copied()
+                .unwrap_or(1);
             for _ in 0..c.count {
                 out.sample(time, c.tid, c.sampler, leaf.node, weight);
             }
@@ -245,11 +264,20 @@ impl<'obj> BpfSession<'obj> {
     /// Why stacks were truncated, as "N reason, M reason".
     pub fn truncation_reasons(&self) -> String {
         const REASONS: [(u32, &str); 7] = [
-            (trunc::NO_PROCESS, "before the process's mappings were loaded"),
-            (trunc::NO_MAPPING, "in code of no known mapping (JIT, or mapped moments before)"),
+            (
+                trunc::NO_PROCESS,
+                "before the process's mappings were loaded",
+            ),
+            (
+                trunc::NO_MAPPING,
+                "in code of no known mapping (JIT, or mapped moments before)",
+            ),
             (trunc::READ, "stack unreadable"),
             (trunc::DEPTH, "deeper than the frame limit"),
-            (trunc::UNSUPPORTED, "an unwind rule not followed (signal frame, expression)"),
+            (
+                trunc::UNSUPPORTED,
+                "an unwind rule not followed (signal frame, expression)",
+            ),
             (trunc::BAD_FP, "a broken frame-pointer chain"),
             (0, "the stack map was full"),
         ];
