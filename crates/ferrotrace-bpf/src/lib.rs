@@ -8,13 +8,11 @@
 //! rows — takes the kernel stack, and counts the sample per (process, thread, sampler, kernel stack,
 //! user stack) in a BPF map. No stack bytes are copied to user space per sample: [`Bpf::drain`] reads
 //! the counts, and each distinct stack is read once ([`Bpf::user_stack`], [`Bpf::kernel_stack`]).
-//! The caller ([`ferrotrace-profile`]) opens the perf events, tells which processes have which mappings
+//! The caller (`ferrotrace-profile`'s recorder) opens the perf events, tells which processes have which mappings
 //! ([`Bpf::set_process`]), symbolizes and writes the trace.
 //!
 //! What it is not for: opening perf events, following processes or writing traces (the recorder's),
 //! symbolization (`ferrotrace-analysis`), architectures other than x86_64.
-//!
-//! [`ferrotrace-profile`]: https://docs.rs/ferrotrace-profile
 
 pub mod tables;
 
@@ -180,8 +178,8 @@ impl std::fmt::Display for BpfError {
 
 impl std::error::Error for BpfError {}
 
-/// libbpf's last warnings (the verifier's log when a program is refused), for the error message.
-static LIBBPF_LOG: Mutex<String> = Mutex::new(String::new());
+/// libbpf's last messages (the verifier's log when a program is refused), for the error message.
+static LIBBPF_LOG: Mutex<Vec<String>> = Mutex::new(Vec::new());
 
 fn keep_libbpf_log(level: libbpf_rs::PrintLevel, msg: String) {
     if std::env::var_os("FT_BPF_LOG").is_some() {
@@ -191,17 +189,15 @@ fn keep_libbpf_log(level: libbpf_rs::PrintLevel, msg: String) {
         return;
     }
     if let Ok(mut log) = LIBBPF_LOG.lock() {
-        log.push_str(&msg);
-        let excess = log.len().saturating_sub(4096);
-        if excess > 0 {
-            let cut = log.ceil_char_boundary(excess);
-            log.drain(..cut);
-        }
+        log.push(msg);
+        let excess = log.len().saturating_sub(64);
+        log.drain(..excess);
     }
 }
 
+/// The last line libbpf printed that says something (the verifier's verdict comes last).
 fn last_log_line() -> String {
-    let log = LIBBPF_LOG.lock().map(|l| l.clone()).unwrap_or_default();
+    let log = LIBBPF_LOG.lock().map(|l| l.join("")).unwrap_or_default();
     log.lines()
         .rev()
         .find(|l| !l.trim().is_empty() && !l.starts_with("--"))

@@ -254,7 +254,8 @@ mod tests {
         let rows = build(&exe).unwrap();
         assert!(rows.len() > 1000, "{} rows", rows.len());
         assert!(rows.windows(2).all(|w| w[0].pc < w[1].pc));
-        let here = own_executable_has_sorted_rows_covering_this_function as usize as u64;
+        let here =
+            own_executable_has_sorted_rows_covering_this_function as *const () as usize as u64;
         // The stated address of this function: runtime minus the load bias of the executable.
         let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
         let exe_path = std::fs::read_link("/proc/self/exe").unwrap();

@@ -294,7 +294,7 @@ impl<'obj> BpfSession<'obj> {
             })
             .filter(|(n, _)| *n > 0)
             .collect();
-        by_reason.sort_by(|a, b| b.0.cmp(&a.0));
+        by_reason.sort_by_key(|r| std::cmp::Reverse(r.0));
         by_reason
             .iter()
             .map(|(n, why)| format!("{n} {why}"))
