@@ -13,9 +13,13 @@
 //! Names are given at analysis time by `ferrotrace_analysis::symbolize` (inlined frames, separate debug
 //! files, kernel symbols), which checks every module's build-id.
 //!
+//! With [`Backend::Bpf`] (`--bpf`) the stacks are instead unwound and the samples counted in the
+//! kernel by the BPF programs of `ferrotrace-bpf` (no stack bytes leave the kernel per sample); this
+//! crate still opens the events, follows the processes and writes the same trace.
+//!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
-//! `ferrotrace` runtime), hardware counters (not available here), kprobes, eBPF, or other operating
-//! systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
+//! `ferrotrace` runtime), hardware counters (not available here), kprobes, the BPF programs
+//! themselves (`ferrotrace-bpf`), or other operating systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
 //! `ferrotrace` CLI; this crate gives it [`cli_args`] so that the CLI stays thin.
 //!
 //! ```no_run

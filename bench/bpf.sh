@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# ferrotrace profile --bpf (stacks unwound and counted in the kernel) against ferrotrace's perf_event
+# backend (--call-graph dwarf: stack copies unwound while recording), `perf record -g` and
+# `perf record --call-graph dwarf`, in one run, on programs built without frame pointers:
+#   rust    testprogs/bpf/recurse.rs (rustc -O: a recursion 40 deep under a spinning leaf)
+#   rg      ripgrep 14.1.1 (cargo install with default flags, no frame pointers) searching the Rust
+#           toolchain's library sources, one thread
+#   python  CPython (this machine's python3) running a pure-Python loop
+#   sqlite  sqlite3 built gcc -O2 (bench/real.sh's plain build): 300,000 rows inserted, indexed, queried
+# For each program and frequency (999 and 9,999 Hz) it prints, per tool:
+#   wall      median wall time of RUNS runs (program alone on the first line), and the overhead
+#   complete  share of samples whose stack reaches `main` or a thread's start (_start, clone3, start_thread)
+#   top10     largest difference, in percentage points, between the tool's self-time share and
+#             perf --call-graph dwarf's, over perf dwarf's 10 functions with the most self time
+#   B/sample  bytes read from the kernel per sample: perf.data size / samples for perf (what perf
+#             copied out of its rings), the count ferrotrace prints for its two backends
+# Not a test: figures vary with the machine and its load; compare the lines of one run.
+# Usage: bench/bpf.sh [PROGRAMS=rust,rg,python,sqlite]   (env: RUNS=3 FREQS="999 9999")
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=$ROOT/bench/out/bpf
+mkdir -p "$OUT"
+RUNS=${RUNS:-3}
+FREQS=${FREQS:-999 9999}
+PROGRAMS=${1:-rust,rg,python,sqlite}
+export CARGO_INCREMENTAL=0
+
+(cd "$ROOT" && cargo build --release -q -p ferrotrace-cli)
+FT=$ROOT/target/release/ferrotrace
+rustc --edition 2021 -O -g "$ROOT/testprogs/bpf/recurse.rs" -o "$OUT/recurse"
+source "$ROOT/bench/ripgrep.sh"
+SQLITE=${SQLITE:-$ROOT/bench/out/real/sqlite-plain}
+[ -x "$SQLITE" ] || SQLITE=/work/main/bench/out/real/sqlite-plain
+PYTHON=$(python3 -c 'import sys, os; print(os.path.realpath(sys.executable))')
+RG_CORPUS=$(rustc --print sysroot)/lib/rustlib/src/rust/library
+[ -d "$RG_CORPUS" ] || RG_CORPUS=$ROOT/crates
+cat >"$OUT/loop.py" <<'PY'
+def work(n):
+    s = 0
+    for i in range(n):
+        s += i * i % 7
+    return s
+print(work(3000000))
+PY
+SQL="CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
+WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i<300000)
+INSERT INTO t(b,c) SELECT printf('%08x-%d', (i*2654435761)%4294967296, i), i*1.5 FROM s;
+CREATE INDEX ib ON t(b); SELECT count(*), sum(c) FROM t WHERE b LIKE 'a%';"
+
+cmd_of() {
+    case $1 in
+    rust) echo "$OUT/recurse recurse 40 1500" ;;
+    rg)
+        if [ ! -x "$RG_DIR/plain/bin/rg" ]; then
+            echo "building ripgrep without frame pointers (once) ..." >&2
+            build_rg plain "" >&2
+        fi
+        echo "$RG_DIR/plain/bin/rg -j1 -c [a-z]+_[a-z]+[(] $RG_CORPUS" ;;
+    python) echo "$PYTHON $OUT/loop.py" ;;
+    sqlite) echo "$SQLITE :memory:" ;;
+    esac
+}
+stdin_of() { if [ "$1" = sqlite ]; then printf '%s\n' "$SQL"; else true; fi; }
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# run PROGRAM TOOL FREQ -> prints wall seconds; leaves the profile in $OUT/PROGRAM-TOOL-FREQ.*
+run() {
+    local p=$1 tool=$2 f=$3 t0 t1 cmd
+    read -r -a cmd <<<"$(cmd_of "$p")"
+    local base=$OUT/$p-$tool-$f
+    rm -f "$base.data" "$base.perf"
+    t0=$(now)
+    case $tool in
+    alone) stdin_of "$p" | "${cmd[@]}" >/dev/null ;;
+    perf-g) stdin_of "$p" | perf record -q -F "$f" -g -o "$base.perf" -- "${cmd[@]}" >/dev/null 2>"$base.err" ;;
+    perf-dwarf) stdin_of "$p" | perf record -q -F "$f" --call-graph dwarf -o "$base.perf" -- "${cmd[@]}" >/dev/null 2>"$base.err" ;;
+    ft-perf) stdin_of "$p" | "$FT" profile -F "$f" --call-graph dwarf -o "$base.data" -- "${cmd[@]}" >/dev/null 2>"$base.err" ;;
+    ft-bpf) stdin_of "$p" | "$FT" profile --bpf -F "$f" -o "$base.data" -- "${cmd[@]}" >/dev/null 2>"$base.err" ;;
+    esac
+    t1=$(now)
+    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f\n", b - a}'
+}
+
+stats() { # PROGRAM TOOL FREQ -> JSON of bench/bpf_compare.py
+    local base=$OUT/$1-$2-$3
+    case $2 in
+    perf-*) python3 "$ROOT/bench/bpf_compare.py" perf "$base.perf" ;;
+    ft-*) python3 "$ROOT/bench/bpf_compare.py" ft "$base.data" "$FT" ;;
+    esac
+}
+
+bytes_per_sample() { # PROGRAM TOOL FREQ SAMPLES
+    local base=$OUT/$1-$2-$3
+    case $2 in
+    perf-*) awk -v b="$(stat -c %s "$base.perf")" -v n="$4" 'BEGIN {printf "%.0f", n ? b / n : 0}' ;;
+    ft-*) grep -o '([0-9.]* per sample)' "$base.err" | tr -dc '0-9.' ;;
+    esac
+}
+
+IFS=, read -r -a progs <<<"$PROGRAMS"
+for p in "${progs[@]}"; do
+    for f in $FREQS; do
+        printf '\n%s at %s Hz\n' "$p" "$f"
+        printf '%-12s %8s %9s %9s %8s %9s\n' tool wall overhead complete top10 B/sample
+        declare -A wall=()
+        for tool in alone perf-g perf-dwarf ft-perf ft-bpf; do
+            ws=()
+            for _ in $(seq "$RUNS"); do ws+=("$(run "$p" "$tool" "$f")"); done
+            wall[$tool]=$(printf '%s\n' "${ws[@]}" | median)
+        done
+        stats "$p" perf-dwarf "$f" >"$OUT/$p-ref-$f.json"
+        for tool in alone perf-g perf-dwarf ft-perf ft-bpf; do
+            ov=$(awk -v m="${wall[$tool]}" -v b="${wall[alone]}" 'BEGIN {printf "%+.1f%%", (m / b - 1) * 100}')
+            if [ $tool = alone ]; then
+                printf '%-12s %8s %9s\n' "$tool" "${wall[$tool]}" ""
+                continue
+            fi
+            stats "$p" "$tool" "$f" >"$OUT/$p-$tool-$f.json"
+            read -r samples complete top10 < <(python3 - "$OUT/$p-$tool-$f.json" "$OUT/$p-ref-$f.json" <<'PY'
+import json, sys
+me, ref = (json.load(open(p)) for p in sys.argv[1:3])
+top = sorted(ref["self"], key=ref["self"].get, reverse=True)[:10]
+dev = max(abs(me["self"].get(f, 0) - ref["self"][f]) for f in top) * 100 if top else 0
+print(me["samples"], f"{me['complete'] * 100:.1f}%", f"{dev:.1f}")
+PY
+)
+            bps=$(bytes_per_sample "$p" "$tool" "$f" "$samples")
+            printf '%-12s %8s %9s %9s %8s %9s\n' "$tool" "${wall[$tool]}" "$ov" "$complete" "$top10" "$bps"
+        done
+        unset wall
+    done
+done
+echo
+echo "(medians of $RUNS runs; profiles and their stats in $OUT; delete it when done: perf dwarf files are large)"
