@@ -307,11 +307,14 @@ impl<'obj> Bpf<'obj> {
                 )
             })?;
         let rows = RowsMemory::map(skel.maps.rows.as_fd().as_raw_fd())?;
+        let on_exec = skel.progs.on_exec.attach().map_err(|e| {
+            BpfError::new("attaching to the tracepoint sched:sched_process_exec", e)
+        })?;
         Ok(Bpf {
             skel,
             rows,
             rows_used: 0,
-            links: Vec::new(),
+            links: vec![on_exec],
             slots: HashMap::new(),
             free_slots: (0..MAX_SLOTS).rev().collect(),
             retired_slots: Vec::new(),
@@ -398,7 +401,10 @@ impl<'obj> Bpf<'obj> {
         }
     }
 
-    /// Runs the unwinder on every sample of the perf event `fd`, counting them under `sampler`.
+    /// Runs the unwinder on every sample of the perf event `fd`, counting them under `sampler`. A
+    /// program attached to a tracepoint or uprobe event runs for every hit of that tracepoint or probe,
+    /// whatever the event's task and CPU (and a second attachment of it is refused): attach it to one
+    /// event per sampler; it counts the hits of the processes given to [`Bpf::set_process`].
     pub fn attach(&mut self, ty: EventType, fd: RawFd, sampler: u32) -> Result<(), BpfError> {
         let progs = &self.skel.progs;
         let prog = match ty {
@@ -435,6 +441,18 @@ impl<'obj> Bpf<'obj> {
     /// Detaches every program (no more samples are counted).
     pub fn detach_all(&mut self) {
         self.links.clear();
+    }
+
+    /// True while the kernel side holds mappings of process `pid` ([`Bpf::set_process`]; an exec
+    /// of the process drops them).
+    pub fn has_process(&self, pid: u32) -> bool {
+        matches!(
+            self.skel
+                .maps
+                .processes
+                .lookup(&pid.to_ne_bytes(), MapFlags::ANY),
+            Ok(Some(_))
+        )
     }
 
     /// Reads and clears the counts: switches the programs to the other count map, then empties the one

@@ -201,12 +201,12 @@ fn spawned_program_is_followed_across_fork_and_exec() {
     let exe = recurse_program(&dir);
     let trace = profile_bpf(
         &dir,
-        &["-F", "999", "--", exe.to_str().unwrap(), "spawn", "400"],
+        &["-F", "999", "--", exe.to_str().unwrap(), "spawn", "1000"],
     );
     let stacks = folded(&trace);
     let (parent_good, parent) = complete_share(&stacks, "recurse::parent_spin", |_| true);
     let (child_good, child) = complete_share(&stacks, "recurse::down", |s| downs(s) == 9);
-    assert!(parent >= 50 && child >= 50, "{parent} {child}: {stacks:?}");
+    assert!(parent >= 20 && child >= 20, "{parent} {child}: {stacks:?}");
     assert!(
         parent_good * 100 >= parent * 95,
         "{parent_good} of {parent}"
@@ -254,5 +254,56 @@ fn unsupported_events_fail_in_one_line() {
         let err = text(&out.stderr);
         assert_eq!(err.trim().lines().count(), 1, "{err}");
         assert!(err.contains(why), "{event}: {err}");
+    }
+}
+
+/// Probes and tracepoints go through the same in-kernel unwinder: a uprobe on `down` of a recursion
+/// 5 deep is hit 6 times, the n-th hit n `down` frames deep (the entry instruction's row puts the CFA
+/// at rsp + 8: the caller is found without a frame pointer), and the program's one `write` system call
+/// has its user stack under the kernel's.
+#[test]
+fn uprobe_and_tracepoint_hits_are_unwound_in_the_kernel() {
+    let dir = scratch("profile_bpf_probes");
+    let exe = recurse_program(&dir);
+    let probe = format!("uprobe:{}:recurse::down", exe.display());
+    let trace = profile_bpf(
+        &dir,
+        &[
+            "-e",
+            &probe,
+            "-e",
+            "tracepoint:syscalls:sys_enter_write",
+            "--",
+            exe.to_str().unwrap(),
+            "recurse",
+            "5",
+            "10",
+        ],
+    );
+    let stacks = folded(&trace);
+    // With two samplers, each folded stack starts with its sampler's name.
+    let mut depths: Vec<usize> = stacks
+        .iter()
+        .filter(|(s, _)| s[0] == probe)
+        .flat_map(|(s, n)| {
+            assert_eq!(s[1], "_start", "{s:?}");
+            assert_eq!(s.last().unwrap(), "recurse::down", "{s:?}");
+            std::iter::repeat_n(downs(s), *n as usize)
+        })
+        .collect();
+    depths.sort_unstable();
+    assert_eq!(depths, [1, 2, 3, 4, 5, 6], "{stacks:?}");
+    let writes: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| s[0] == "tracepoint:syscalls:sys_enter_write")
+        .collect();
+    assert!(!writes.is_empty(), "{stacks:?}");
+    for (s, _) in writes {
+        assert_eq!(s[1], "_start", "{s:?}");
+        assert!(s.iter().any(|f| f == "recurse::main"), "{s:?}");
+        assert!(
+            s.iter().any(|f| f.contains("syscall")),
+            "kernel frames: {s:?}"
+        );
     }
 }

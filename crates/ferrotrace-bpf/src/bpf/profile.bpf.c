@@ -442,12 +442,17 @@ static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid
 	key->ustack = unwind_user(key->pid);
 }
 
-// A sample or probe hit of the event whose index is the attach cookie.
-static __always_inline int on_event(void *ctx)
+// A sample or probe hit of the event whose index is the attach cookie. Programs attached to a
+// tracepoint or a uprobe run for every process that hits it (the kernel runs them before it looks at
+// the events' tasks): those count only the processes whose mappings user space loaded.
+static __always_inline int on_event(void *ctx, int followed_only)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((pid_tgid >> 32) == 0)
+	__u32 pid = pid_tgid >> 32;
+	if (pid == 0)
 		return 0; // the idle task
+	if (followed_only && !bpf_map_lookup_elem(&processes, &pid))
+		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct count_key key = {};
 	make_key(ctx, &key, pid_tgid, (__u32)cookie);
@@ -459,19 +464,30 @@ static __always_inline int on_event(void *ctx)
 SEC("perf_event")
 int on_perf_event(void *ctx)
 {
-	return on_event(ctx);
+	return on_event(ctx, 0); // a per-task event: only the followed processes' samples come here
 }
 
 SEC("tracepoint")
 int on_tracepoint(void *ctx)
 {
-	return on_event(ctx);
+	return on_event(ctx, 1);
 }
 
 SEC("kprobe")
 int on_uprobe(void *ctx)
 {
-	return on_event(ctx);
+	return on_event(ctx, 1);
+}
+
+// A followed process replaced its image: its mappings are the old image's until user space loads
+// the new ones from the side-band records, a few milliseconds later. Forgetting them now makes the
+// samples in between truncated (no process) instead of unwound through the wrong tables.
+SEC("tracepoint/sched/sched_process_exec")
+int on_exec(void *ctx)
+{
+	__u32 pid = bpf_get_current_pid_tgid() >> 32;
+	bpf_map_delete_elem(&processes, &pid);
+	return 0;
 }
 
 char LICENSE[] SEC("license") = "Dual MIT/GPL";

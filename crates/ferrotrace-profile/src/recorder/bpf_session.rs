@@ -8,7 +8,7 @@
 //! recorder's, shared with the perf_event backend), or the in-kernel unwinding itself
 //! (`ferrotrace-bpf`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 
@@ -90,11 +90,16 @@ impl<'obj> BpfSession<'obj> {
         event_of: &HashMap<u64, u32>,
         specs: &[EventSpec],
     ) -> Result<(), ProfileError> {
+        let mut once = HashSet::new();
         for ev in events.iter().filter(|e| !e.bookkeeping) {
             let Some(&ei) = event_of.get(&ev.id) else {
                 continue;
             };
             let ty = event_type(&specs[ei as usize]);
+            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through.
+            if ty != EventType::PerfEvent && !once.insert(ei) {
+                continue;
+            }
             self.bpf
                 .attach(ty, ev.fd.as_raw_fd(), ei)
                 .map_err(|e| ProfileError::Bpf(e.to_string()))?;
