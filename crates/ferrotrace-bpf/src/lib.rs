@@ -38,7 +38,7 @@ mod skel {
     include!(concat!(env!("OUT_DIR"), "/profile.skel.rs"));
 }
 
-use skel::types::{count_key, mapping, process, ustack};
+use skel::types::{count, count_key, mapping, process, ustack};
 
 /// Frames of a user stack the BPF program keeps (`MAX_DEPTH`).
 pub const MAX_DEPTH: usize = 127;
@@ -119,6 +119,10 @@ pub enum EventType {
     Tracepoint,
     /// A uprobe (created through tracefs) opened as a perf event.
     Uprobe,
+    /// The tracepoint `sched:sched_switch` opened as a perf event, for off-CPU time: each sample is
+    /// a stretch off the CPU, its stacks those at which the thread left, weighing the nanoseconds
+    /// until it ran again (counted at that moment).
+    OffCpu,
 }
 
 /// Samples counted for one (process, thread, sampler, kernel stack, user stack).
@@ -136,6 +140,8 @@ pub struct Count {
     pub user_stack: Option<u64>,
     /// Samples.
     pub count: u64,
+    /// Nanoseconds they stand for (off-CPU); 0 for the others, whose weight is their sampler's.
+    pub weight: u64,
 }
 
 /// A user stack as the BPF program unwound it.
@@ -411,6 +417,7 @@ impl<'obj> Bpf<'obj> {
             EventType::PerfEvent => &progs.on_perf_event,
             EventType::Tracepoint => &progs.on_tracepoint,
             EventType::Uprobe => &progs.on_uprobe,
+            EventType::OffCpu => &progs.on_sched_switch,
         };
         // libbpf closes the event's descriptor when the link goes: it gets a copy of its own.
         // SAFETY: dup of a descriptor the caller keeps open; the copy is owned by the link.
@@ -441,6 +448,12 @@ impl<'obj> Bpf<'obj> {
     /// Detaches every program (no more samples are counted).
     pub fn detach_all(&mut self) {
         self.links.clear();
+    }
+
+    /// Forgets that thread `tid` is off the CPU: its stretch (a stop of ours, not the program's
+    /// time) is not counted.
+    pub fn forget_off_cpu(&mut self, tid: u32) {
+        let _ = self.skel.maps.off_cpu.delete(&tid.to_ne_bytes());
     }
 
     /// True while the kernel side holds mappings of process `pid` ([`Bpf::set_process`]; an exec
@@ -481,7 +494,7 @@ impl<'obj> Bpf<'obj> {
             let Ok(Some(v)) = map.lookup_and_delete(&k) else {
                 continue;
             };
-            let (Some(key), Some(count)) = (from_bytes::<count_key>(&k), from_bytes::<u64>(&v))
+            let (Some(key), Some(count)) = (from_bytes::<count_key>(&k), from_bytes::<count>(&v))
             else {
                 continue;
             };
@@ -492,7 +505,8 @@ impl<'obj> Bpf<'obj> {
                 sampler: key.sampler,
                 kernel_stack: u32::try_from(key.kstack).ok(),
                 user_stack: (key.ustack != 0).then_some(key.ustack),
-                count,
+                count: count.samples,
+                weight: count.weight,
             });
         }
         Ok(n)

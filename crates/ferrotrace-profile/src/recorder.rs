@@ -645,15 +645,6 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     let bpf_mode = cfg.backend == Backend::Bpf;
     // The eBPF backend unwinds in the kernel: nothing is unwound here.
     let dwarf = cfg.call_graph == CallGraph::Dwarf && !bpf_mode;
-    if bpf_mode {
-        if let Some(e) = cfg.events.iter().find(|e| e.is_off_cpu()) {
-            return Err(ProfileError::BadArgument(format!(
-                "{} is not supported with --bpf yet (its weight needs the time each thread was off \
-                 the CPU): record it without --bpf",
-                e.spelling()
-            )));
-        }
-    }
     let started = Instant::now();
 
     // The program, for the frame-pointer check.
@@ -806,7 +797,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         enable_on_exec: child.is_some(),
                         sideband: ei.is_none(),
                         entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
-                        context_switch: spec.is_some_and(EventSpec::is_off_cpu),
+                        // (--bpf times off-CPU stretches in the kernel.)
+                        context_switch: spec.is_some_and(EventSpec::is_off_cpu) && !bpf_mode,
                         wakeup_bytes,
                         in_kernel: bpf_mode && ei.is_some(),
                     };
@@ -980,6 +972,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     for (start, len, off, path) in modules::proc_maps(pid) {
                         st.add_mapping(pid, start, len, off, &path);
                     }
+                    // Stopped by us: not the program's off-CPU time.
+                    b.forget_off_cpu(pid);
                     b.sync(&mut st)
                 })?;
                 if ended.is_some() {

@@ -119,6 +119,12 @@ struct count_key {
 	__u64 ustack;      // key in ustacks, 0 when none
 };
 
+// What a count map holds per key: samples, and (off-CPU) the nanoseconds they stand for.
+struct count {
+	__u64 samples;
+	__u64 weight;
+};
+
 struct unwind_state {
 	struct ustack out;
 	__u64 ip, sp, bp;
@@ -168,15 +174,28 @@ struct {
 	__uint(type, MAP_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct count_key);
-	__type(value, __u64);
+	__type(value, struct count);
 } counts0 SEC(".maps");
 
 struct {
 	__uint(type, MAP_HASH);
 	__uint(max_entries, 65536);
 	__type(key, struct count_key);
-	__type(value, __u64);
+	__type(value, struct count);
 } counts1 SEC(".maps");
+
+// Off-CPU: the stack and time at which a followed thread left the CPU, until it comes back.
+struct off_cpu_start {
+	struct count_key key;
+	__u64 time;
+};
+
+struct {
+	__uint(type, MAP_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, struct off_cpu_start);
+} off_cpu SEC(".maps");
 
 struct {
 	__uint(type, MAP_ARRAY);
@@ -412,23 +431,26 @@ static __always_inline __u64 unwind_user(__u32 pid)
 	return key;
 }
 
+// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key`.
 static __always_inline void add_count(struct count_key *key, __u64 weight)
 {
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&control, &zero);
 	void *counts = (active && *active) ? (void *)&counts1 : (void *)&counts0;
-	__u64 *v = bpf_map_lookup_elem(counts, key);
-	if (v) {
-		__sync_fetch_and_add(v, weight);
-		return;
-	}
-	if (bpf_map_update_elem(counts, key, &weight, UPDATE_NOEXIST)) {
+	struct count *v = bpf_map_lookup_elem(counts, key);
+	if (!v) {
+		struct count first = {1, weight};
+		if (!bpf_map_update_elem(counts, key, &first, UPDATE_NOEXIST))
+			return;
+		// Another CPU created it meanwhile, or the map is full.
 		v = bpf_map_lookup_elem(counts, key);
-		if (v)
-			__sync_fetch_and_add(v, weight);
-		else
+		if (!v) {
 			stat_add(STAT_COUNTS_FULL, 1);
+			return;
+		}
 	}
+	__sync_fetch_and_add(&v->samples, 1);
+	__sync_fetch_and_add(&v->weight, weight);
 }
 
 static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid_tgid, __u32 sampler)
@@ -457,7 +479,7 @@ static __always_inline int on_event(void *ctx, int followed_only)
 	struct count_key key = {};
 	make_key(ctx, &key, pid_tgid, (__u32)cookie);
 	stat_add(STAT_SAMPLES, 1);
-	add_count(&key, 1);
+	add_count(&key, 0);
 	return 0;
 }
 
@@ -477,6 +499,44 @@ SEC("kprobe")
 int on_uprobe(void *ctx)
 {
 	return on_event(ctx, 1);
+}
+
+// The fields of sched:sched_switch (/sys/kernel/tracing/events/sched/sched_switch/format).
+struct sched_switch_args {
+	__u64 common;
+	char prev_comm[16];
+	__s32 prev_pid;
+	__s32 prev_prio;
+	__s64 prev_state;
+	char next_comm[16];
+	__s32 next_pid;
+	__s32 next_prio;
+};
+
+// Off-CPU time: at a followed thread's switch out, its stacks and the time; at its switch in, one
+// sample weighing the time in between. The program runs in the context of the thread leaving.
+SEC("tracepoint")
+int on_sched_switch(struct sched_switch_args *ctx)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	__u32 pid = pid_tgid >> 32, tid = (__u32)pid_tgid;
+	if (pid != 0 && bpf_map_lookup_elem(&processes, &pid)) {
+		struct off_cpu_start start = {};
+		make_key(ctx, &start.key, pid_tgid, (__u32)bpf_get_attach_cookie(ctx));
+		start.time = now;
+		stat_add(STAT_SAMPLES, 1);
+		bpf_map_update_elem(&off_cpu, &tid, &start, UPDATE_ANY);
+	}
+	__u32 next = ctx->next_pid;
+	struct off_cpu_start *left = bpf_map_lookup_elem(&off_cpu, &next);
+	if (left) {
+		struct count_key key = left->key;
+		__u64 off = now - left->time;
+		bpf_map_delete_elem(&off_cpu, &next);
+		add_count(&key, off);
+	}
+	return 0;
 }
 
 // A followed process replaced its image: its mappings are the old image's until user space loads

@@ -25,7 +25,7 @@ use crate::ProfileError;
 pub(crate) const TRUNCATED: &str = "[truncated]";
 
 /// Bytes the recorder reads from the kernel per count (key and value) and per distinct stack.
-const COUNT_BYTES: u64 = 24 + 8;
+const COUNT_BYTES: u64 = 24 + 16;
 const USER_STACK_BYTES: u64 = 8 + 8 * (ferrotrace_bpf::MAX_DEPTH as u64 + 1);
 const KERNEL_STACK_BYTES: u64 = 8 * 127;
 
@@ -61,6 +61,7 @@ fn event_type(spec: &EventSpec) -> EventType {
     match spec {
         EventSpec::CpuClock(_) => EventType::PerfEvent,
         EventSpec::Uprobe { .. } => EventType::Uprobe,
+        EventSpec::Tracepoint { .. } if spec.is_off_cpu() => EventType::OffCpu,
         EventSpec::Tracepoint { .. } => EventType::Tracepoint,
     }
 }
@@ -105,6 +106,11 @@ impl<'obj> BpfSession<'obj> {
                 .map_err(|e| ProfileError::Bpf(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Forgets that thread `tid` is off the CPU (it is held by us).
+    pub fn forget_off_cpu(&mut self, tid: u32) {
+        self.bpf.forget_off_cpu(tid);
     }
 
     /// Stops counting.
@@ -214,6 +220,15 @@ impl<'obj> BpfSession<'obj> {
                     .truncated_by
                     .entry(leaf.flags & trunc::ANY)
                     .or_default() += c.count;
+            }
+            if Some(c.sampler) == st.off_cpu_event && c.count > 0 {
+                // Stretches off the CPU: their time shared out (the remainder on the first).
+                let each = c.weight / c.count;
+                for i in 0..c.count {
+                    let extra = if i == 0 { c.weight % c.count } else { 0 };
+                    out.sample(time, c.tid, c.sampler, leaf.node, each + extra);
+                }
+                continue;
             }
             let weight = st
                 .event_weight
