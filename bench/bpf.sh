@@ -8,14 +8,18 @@
 #   python  CPython (this machine's python3) running a pure-Python loop
 #   sqlite  sqlite3 built gcc -O2 (bench/real.sh's plain build): 300,000 rows inserted, indexed, queried
 # For each program and frequency (999 and 9,999 Hz) it prints, per tool:
-#   wall      median wall time of RUNS runs (program alone on the first line), and the overhead
-#   complete  share of samples whose stack reaches `main` or a thread's start (_start, clone3, start_thread)
+#   prog s    median of RUNS runs of the program's own wall time (/usr/bin/time inside the tool: the
+#             tool's start-up and finishing left out), and the overhead against the program alone
+#   total s   median wall time of the whole command (tool start-up, BPF loading, finishing included)
+#   complete  share of samples whose stack reaches `main` or a thread's start (_start, clone3, start_thread),
+#             from one more run of each tool without /usr/bin/time (under it the program is a child
+#             process, which --bpf does not hold at its start)
 #   top10     largest difference, in percentage points, between the tool's self-time share and
 #             perf --call-graph dwarf's, over perf dwarf's 10 functions with the most self time
 #   B/sample  bytes read from the kernel per sample: perf.data size / samples for perf (what perf
 #             copied out of its rings), the count ferrotrace prints for its two backends
 # Not a test: figures vary with the machine and its load; compare the lines of one run.
-# Usage: bench/bpf.sh [PROGRAMS=rust,rg,python,sqlite]   (env: RUNS=3 FREQS="999 9999")
+# Usage: bench/bpf.sh [PROGRAMS=rust,rg,python,sqlite]   (env: RUNS=3 FREQS="999 9999", FT=a built ferrotrace)
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 OUT=$ROOT/bench/out/bpf
@@ -25,8 +29,10 @@ FREQS=${FREQS:-999 9999}
 PROGRAMS=${1:-rust,rg,python,sqlite}
 export CARGO_INCREMENTAL=0
 
-(cd "$ROOT" && cargo build --release -q -p ferrotrace-cli)
-FT=$ROOT/target/release/ferrotrace
+if [ -z "${FT:-}" ]; then
+    (cd "$ROOT" && cargo build --release -q -p ferrotrace-cli)
+    FT=$ROOT/target/release/ferrotrace
+fi
 rustc --edition 2021 -O -g "$ROOT/testprogs/bpf/recurse.rs" -o "$OUT/recurse"
 source "$ROOT/bench/ripgrep.sh"
 SQLITE=${SQLITE:-$ROOT/bench/out/real/sqlite-plain}
@@ -65,11 +71,18 @@ stdin_of() { if [ "$1" = sqlite ]; then printf '%s\n' "$SQL"; else true; fi; }
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 
-# run PROGRAM TOOL FREQ -> prints wall seconds; leaves the profile in $OUT/PROGRAM-TOOL-FREQ.*
+# run PROGRAM TOOL FREQ [timed] -> prints "program-seconds total-seconds"; leaves the profile in
+# $OUT/PROGRAM-TOOL-FREQ.* (timed: $OUT/PROGRAM-TOOL-FREQ-timed.*, the program run under /usr/bin/time)
 run() {
     local p=$1 tool=$2 f=$3 t0 t1 cmd
-    read -r -a cmd <<<"$(cmd_of "$p")"
     local base=$OUT/$p-$tool-$f
+    if [ "${4:-}" = timed ]; then
+        base=$base-timed
+        read -r -a cmd <<<"/usr/bin/time -f %e -o $base.time $(cmd_of "$p")"
+    else
+        echo 0 >"$base.time"
+        read -r -a cmd <<<"$(cmd_of "$p")"
+    fi
     rm -f "$base.data" "$base.perf"
     t0=$(now)
     case $tool in
@@ -80,7 +93,7 @@ run() {
     ft-bpf) stdin_of "$p" | "$FT" profile --bpf -F "$f" -o "$base.data" -- "${cmd[@]}" >/dev/null 2>"$base.err" ;;
     esac
     t1=$(now)
-    awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.3f\n", b - a}'
+    awk -v a="$t0" -v b="$t1" -v p="$(tail -1 "$base.time")" 'BEGIN {printf "%s %.3f\n", p, b - a}'
 }
 
 stats() { # PROGRAM TOOL FREQ -> JSON of bench/bpf_compare.py
@@ -103,18 +116,23 @@ IFS=, read -r -a progs <<<"$PROGRAMS"
 for p in "${progs[@]}"; do
     for f in $FREQS; do
         printf '\n%s at %s Hz\n' "$p" "$f"
-        printf '%-12s %8s %9s %9s %8s %9s\n' tool wall overhead complete top10 B/sample
-        declare -A wall=()
+        printf '%-12s %8s %9s %8s %9s %8s %9s\n' tool 'prog s' overhead 'total s' complete top10 B/sample
+        declare -A wall=() total=()
         for tool in alone perf-g perf-dwarf ft-perf ft-bpf; do
-            ws=()
-            for _ in $(seq "$RUNS"); do ws+=("$(run "$p" "$tool" "$f")"); done
+            ws=() ts=()
+            for _ in $(seq "$RUNS"); do
+                read -r w t < <(run "$p" "$tool" "$f" timed)
+                ws+=("$w") ts+=("$t")
+            done
+            run "$p" "$tool" "$f" >/dev/null
             wall[$tool]=$(printf '%s\n' "${ws[@]}" | median)
+            total[$tool]=$(printf '%s\n' "${ts[@]}" | median)
         done
         stats "$p" perf-dwarf "$f" >"$OUT/$p-ref-$f.json"
         for tool in alone perf-g perf-dwarf ft-perf ft-bpf; do
             ov=$(awk -v m="${wall[$tool]}" -v b="${wall[alone]}" 'BEGIN {printf "%+.1f%%", (m / b - 1) * 100}')
             if [ $tool = alone ]; then
-                printf '%-12s %8s %9s\n' "$tool" "${wall[$tool]}" ""
+                printf '%-12s %8s %9s %8s\n' "$tool" "${wall[$tool]}" "" "${total[$tool]}"
                 continue
             fi
             stats "$p" "$tool" "$f" >"$OUT/$p-$tool-$f.json"
@@ -127,9 +145,9 @@ print(me["samples"], f"{me['complete'] * 100:.1f}%", f"{dev:.1f}")
 PY
 )
             bps=$(bytes_per_sample "$p" "$tool" "$f" "$samples")
-            printf '%-12s %8s %9s %9s %8s %9s\n' "$tool" "${wall[$tool]}" "$ov" "$complete" "$top10" "$bps"
+            printf '%-12s %8s %9s %8s %9s %8s %9s\n' "$tool" "${wall[$tool]}" "$ov" "${total[$tool]}" "$complete" "$top10" "$bps"
         done
-        unset wall
+        unset wall total
     done
 done
 echo

@@ -939,5 +939,7 @@ mod tests {
     fn source_names_follow_the_bits() {
         let v: Vec<_> = source::names(source::XRAY | source::ALLOCATIONS).collect();
         assert_eq!(v, ["xray", "allocations"]);
+        let v: Vec<_> = source::names(source::SAMPLES | source::BPF).collect();
+        assert_eq!(v, ["samples", "bpf"]);
     }
 }
