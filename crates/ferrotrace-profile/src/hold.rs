@@ -55,7 +55,7 @@ fn entry_point(pid: i32) -> Option<u64> {
 /// when it ended meanwhile (it was reaped here).
 pub(crate) fn hold_until_entry(
     pid: i32,
-    mut loaded: impl FnMut(u32) -> Result<(), ProfileError>,
+    mut loaded: impl FnMut(u32),
 ) -> Result<Option<i32>, ProfileError> {
     match wait_stop(pid)? {
         Stop::Signal(libc::SIGTRAP) => {}
@@ -67,7 +67,7 @@ pub(crate) fn hold_until_entry(
         }
         Stop::Ended(code) => return Ok(Some(code)),
     }
-    loaded(pid as u32)?;
+    loaded(pid as u32);
     let detach = |sig: i32| {
         // SAFETY: detaching our stopped tracee.
         unsafe { libc::ptrace(libc::PTRACE_DETACH, pid, 0, sig as libc::c_long) };
@@ -112,7 +112,7 @@ pub(crate) fn hold_until_entry(
             libc::ptrace(libc::PTRACE_SETREGS, pid, 0, &regs);
         }
     }
-    let r = loaded(pid as u32);
+    loaded(pid as u32);
     detach(0);
-    r.map(|()| None)
+    Ok(None)
 }

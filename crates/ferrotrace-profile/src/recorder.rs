@@ -214,6 +214,8 @@ struct State {
     spaces: HashMap<u32, Space>,
     /// Processes whose address space changed since the eBPF backend last loaded it into the kernel.
     changed_spaces: HashSet<u32>,
+    /// Processes that exited since (their spaces stay here for the samples still to come).
+    exited: Vec<u32>,
     caches: HashMap<u32, CacheX86_64>,
     threads: HashMap<u32, (u32, String)>,
     /// Interned stack nodes: (parent, module, module-relative address) → id.
@@ -424,8 +426,11 @@ impl State {
             }
             rt::EXIT => {
                 // A thread that left the CPU for good is not off it.
-                if let (Some(_pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
+                if let (Some(pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
                     self.switched_out.remove(&tid);
+                    if pid == tid {
+                        self.exited.push(pid);
+                    }
                 }
             }
             _ => {}
@@ -915,6 +920,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         modules: ModuleTable::new(),
         spaces: HashMap::new(),
         changed_spaces: HashSet::new(),
+        exited: Vec::new(),
         caches: HashMap::new(),
         threads: HashMap::new(),
         stack_ids: HashMap::new(),
@@ -974,7 +980,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                     }
                     // Stopped by us: not the program's off-CPU time.
                     b.forget_off_cpu(pid);
-                    b.sync(&mut st)
+                    b.sync(&mut st);
                 })?;
                 if ended.is_some() {
                     c.reaped = ended;
@@ -990,7 +996,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             }
             if let Some(b) = bpf.as_mut() {
                 // Its mappings first: attaching enables the events (libbpf does).
-                b.sync(&mut st)?;
+                b.sync(&mut st);
                 b.attach(&events, &st.id_to_event, &cfg.events)?;
             }
             for ev in &events {
@@ -1046,10 +1052,11 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         }
         if let Some(b) = bpf.as_mut() {
             let drain_due = last_bpf_drain.elapsed() >= BPF_DRAIN_INTERVAL;
-            let r = b.sync(&mut st).and_then(|()| match drain_due {
+            b.sync(&mut st);
+            let r = match drain_due {
                 true => b.drain(&mut st, &mut out, ferrotrace_core::clock::monotonic_ns()),
                 false => Ok(()),
-            });
+            };
             if drain_due {
                 last_bpf_drain = Instant::now();
             }
@@ -1099,9 +1106,9 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         b.detach();
         // Both count maps: the one being written and the one drained last.
         let now = ferrotrace_core::clock::monotonic_ns();
+        b.sync(&mut st);
         let r = b
-            .sync(&mut st)
-            .and_then(|()| b.drain(&mut st, &mut out, now))
+            .drain(&mut st, &mut out, now)
             .and_then(|()| b.drain(&mut st, &mut out, now));
         if let Err(e) = r {
             bpf_failure.get_or_insert(e);
@@ -1201,6 +1208,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         for (path, why) in &b.without_rows {
             warnings.push(format!(
                 "{path}: no unwind table ({why}): its frames were walked by frame pointer"
+            ));
+        }
+        for (pid, why) in &b.not_loaded {
+            warnings.push(format!(
+                "the mappings of process {pid} could not be loaded into the kernel ({why}): its \
+                 stacks are truncated"
             ));
         }
         for pid in &b.too_many_mappings {

@@ -48,6 +48,8 @@ pub(super) struct BpfSession<'obj> {
     pub without_rows: Vec<(String, String)>,
     /// Processes with more executable mappings than the kernel side holds.
     pub too_many_mappings: Vec<u32>,
+    /// Processes whose mappings the kernel side refused, and why (at most a few are kept).
+    pub not_loaded: Vec<(u32, String)>,
     /// Samples whose stack the unwinder did not finish.
     pub truncated: u64,
     /// Of them, per reason (a `ferrotrace_bpf::trunc` bit; a stack lost to a full stack map is 0).
@@ -78,6 +80,7 @@ impl<'obj> BpfSession<'obj> {
             leaves: HashMap::new(),
             without_rows: Vec::new(),
             too_many_mappings: Vec::new(),
+            not_loaded: Vec::new(),
             truncated: 0,
             truncated_by: HashMap::new(),
             kernel_bytes: 0,
@@ -118,11 +121,14 @@ impl<'obj> BpfSession<'obj> {
         self.bpf.detach_all();
     }
 
-    /// Hands the kernel the mappings of every process whose address space changed since the last call.
-    pub fn sync(&mut self, st: &mut State) -> Result<(), ProfileError> {
+    /// Hands the kernel the mappings of every process whose address space changed since the last call,
+    /// and forgets those of the processes that exited (their slots are reused).
+    pub fn sync(&mut self, st: &mut State) {
         let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
         changed.sort_unstable();
-        for pid in changed {
+        let exited: HashSet<u32> = st.exited.drain(..).collect();
+        for pid in changed.iter().filter(|p| !exited.contains(p)) {
+            let pid = *pid;
             self.leaves.retain(|k, _| k.0 != pid);
             let Some(space) = st.spaces.get(&pid) else {
                 self.bpf.remove_process(pid);
@@ -142,15 +148,21 @@ impl<'obj> BpfSession<'obj> {
                     rows: self.rows_of(module, st),
                 });
             }
-            let fits = self
-                .bpf
-                .set_process(pid, &list)
-                .map_err(|e| ProfileError::Bpf(e.to_string()))?;
-            if !fits && !self.too_many_mappings.contains(&pid) {
-                self.too_many_mappings.push(pid);
+            match self.bpf.set_process(pid, &list) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if !self.too_many_mappings.contains(&pid) {
+                        self.too_many_mappings.push(pid);
+                    }
+                }
+                // The others are still followed.
+                Err(e) if self.not_loaded.len() < 8 => self.not_loaded.push((pid, e.to_string())),
+                Err(_) => {}
             }
         }
-        Ok(())
+        for pid in exited {
+            self.bpf.remove_process(pid);
+        }
     }
 
     /// The rows of `module`, built from its `.eh_frame` and loaded at first use.
