@@ -4,7 +4,7 @@
 # `perf record --call-graph dwarf`, in one run, on programs built without frame pointers:
 #   rust    testprogs/bpf/recurse.rs (rustc -O: a recursion 40 deep under a spinning leaf)
 #   rg      ripgrep 14.1.1 (cargo install with default flags, no frame pointers) searching the Rust
-#           toolchain's library sources, one thread
+#           toolchain's library sources with two threads
 #   python  CPython (this machine's python3) running a pure-Python loop
 #   sqlite  sqlite3 built gcc -O2 (bench/real.sh's plain build): 300,000 rows inserted, indexed, queried
 # For each program and frequency (999 and 9,999 Hz) it prints, per tool:
@@ -61,7 +61,7 @@ cmd_of() {
             echo "building ripgrep without frame pointers (once) ..." >&2
             build_rg plain "" >&2
         fi
-        echo "$RG_DIR/plain/bin/rg -j1 -c [a-z]+_[a-z]+[(] $RG_CORPUS" ;;
+        echo "$RG_DIR/plain/bin/rg -j2 -c [a-z]+_[a-z]+[(] $RG_CORPUS" ;;
     python) echo "$PYTHON $OUT/loop.py" ;;
     sqlite) echo "$SQLITE :memory:" ;;
     esac
