@@ -54,8 +54,9 @@ pub struct ProfileArgs {
     #[arg(long)]
     force_fp: bool,
     /// Unwind stacks and count samples in the kernel with eBPF (DWARF rows from .eh_frame, frame
-    /// pointers where a module has none): no stack bytes are copied out per sample
-    #[arg(long, conflicts_with = "call_graph")]
+    /// pointers where a module has none; --call-graph and --mmap-pages do not apply): no stack bytes
+    /// are copied out per sample
+    #[arg(long)]
     bpf: bool,
     /// The program to run and its arguments
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
