@@ -99,6 +99,9 @@ pub mod source {
     pub const ALLOCATIONS: u64 = 64;
     /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
     pub const EMBEDDED: u64 = 128;
+    /// With [`SAMPLES`]: the stacks were unwound and the samples counted in the kernel by eBPF
+    /// programs (`profile --bpf`); the samples of one stack read together share a timestamp.
+    pub const BPF: u64 = 256;
 
     /// Every way to build a program whose functions ferrotrace can trace, for messages.
     pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
@@ -108,7 +111,7 @@ pub mod source {
 
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
-        const NAMES: [&str; 8] = [
+        const NAMES: [&str; 9] = [
             "xray",
             "mcount",
             "fentry",
@@ -117,6 +120,7 @@ pub mod source {
             "samples",
             "allocations",
             "embedded",
+            "bpf",
         ];
         NAMES
             .into_iter()
@@ -936,5 +940,7 @@ mod tests {
     fn source_names_follow_the_bits() {
         let v: Vec<_> = source::names(source::XRAY | source::ALLOCATIONS).collect();
         assert_eq!(v, ["xray", "allocations"]);
+        let v: Vec<_> = source::names(source::SAMPLES | source::BPF).collect();
+        assert_eq!(v, ["samples", "bpf"]);
     }
 }
