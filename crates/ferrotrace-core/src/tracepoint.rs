@@ -138,19 +138,35 @@ pub const fn tagged_len(tag: Tag, str_len: usize) -> usize {
 
 /// Writes one tagged value of the argument at `index` (0-based, below 255) at the start of `out`:
 /// `index + 1`, `tag`, then `bytes` (the value's little-endian bytes, or a string's, after its `u16`
-/// length). Returns the bytes written, [`tagged_len`]; `None` when `out` is too short.
-pub fn put_tagged(out: &mut [u8], index: u8, tag: Tag, bytes: &[u8]) -> Option<usize> {
+/// length). Returns the bytes written, [`tagged_len`]; `None` when `out` is too short. `out` may be
+/// uninitialized memory (a recorder's buffer on the stack): what is written is initialized.
+pub fn put_tagged(
+    out: &mut [core::mem::MaybeUninit<u8>],
+    index: u8,
+    tag: Tag,
+    bytes: &[u8],
+) -> Option<usize> {
     let n = tagged_len(tag, bytes.len());
     let out = out.get_mut(..n)?;
-    out[0] = index.checked_add(1)?;
-    out[1] = tag as u8;
-    let rest = &mut out[2..];
-    if tag == Tag::Str {
-        rest[..2].copy_from_slice(&u16::try_from(bytes.len()).ok()?.to_le_bytes());
-        rest[2..].copy_from_slice(bytes);
+    let mut head = [index.checked_add(1)?, tag as u8, 0, 0];
+    let head = if tag == Tag::Str {
+        head[2..].copy_from_slice(&u16::try_from(bytes.len()).ok()?.to_le_bytes());
+        &head[..]
     } else {
-        rest.copy_from_slice(bytes.get(..rest.len())?);
+        if bytes.len() != n - 2 {
+            return None;
+        }
+        &head[..2]
+    };
+    let (h, rest) = out.split_at_mut(head.len());
+    for (o, b) in h.iter_mut().zip(head) {
+        o.write(*b);
     }
+    // SAFETY: `rest` is `bytes.len()` long (`n` is the head's length and the bytes'), and
+    // `MaybeUninit<u8>` has the layout of `u8`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), rest.as_mut_ptr() as *mut u8, bytes.len())
+    };
     Some(n)
 }
 
@@ -528,12 +544,14 @@ mod tests {
 
     #[test]
     fn tagged_values_in_recorded_order_and_absent_ones_left_out() {
-        let mut p = [0u8; 48];
+        let mut buf = [core::mem::MaybeUninit::new(0u8); 48];
         let mut n = 0;
-        n += put_tagged(&mut p[n..], 2, Tag::Str, b"hi").unwrap();
-        n += put_tagged(&mut p[n..], 0, Tag::Signed, &(-3i64).to_le_bytes()).unwrap();
-        n += put_tagged(&mut p[n..], 3, Tag::Bool, &[1]).unwrap();
+        n += put_tagged(&mut buf[n..], 2, Tag::Str, b"hi").unwrap();
+        n += put_tagged(&mut buf[n..], 0, Tag::Signed, &(-3i64).to_le_bytes()).unwrap();
+        n += put_tagged(&mut buf[n..], 3, Tag::Bool, &[1]).unwrap();
         assert_eq!(n, 6 + 10 + 3);
+        // SAFETY: every byte was initialized (to 0, then by put_tagged).
+        let p: [u8; 48] = unsafe { core::mem::transmute(buf) };
         let spec = "message:value,x:value,y:value,ok:value";
         // The zero padding after the last value ends the list.
         let b = show(|w| write_call(w, "t", spec, &p));
@@ -541,7 +559,7 @@ mod tests {
             core::str::from_utf8(&b.b[..b.n]).unwrap(),
             r#"t(y="hi", message=-3, ok=true)"#
         );
-        assert!(put_tagged(&mut p[..5], 0, Tag::Unsigned, &[0; 8]).is_none());
+        assert!(put_tagged(&mut buf[..5], 0, Tag::Unsigned, &[0; 8]).is_none());
         // An index past the list, or an unknown tag, is an error, not a panic.
         assert!(values("a:value", &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]).next().unwrap().is_err());
         assert!(values("a:value", &[1, 9]).next().unwrap().is_err());

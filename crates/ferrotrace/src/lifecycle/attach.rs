@@ -183,7 +183,7 @@ fn start_attached(
         let _ = rt.control.set(c);
     }
     let rt = start::launch(rt, writer, path, None).map_err(|e| fail(FAILED, e))?;
-    install_exit_hooks_once();
+    exit::install_once();
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
@@ -193,13 +193,6 @@ fn start_attached(
     // No recorder to start: function tracing needs none (allocations and tracepoints are refused
     // above).
     Ok(())
-}
-
-/// The exit, signal and fork hooks, once per process however often it is attached to: they find
-/// whichever runtime runs (or none) when they fire.
-fn install_exit_hooks_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(exit::install);
 }
 
 /// `live -p`: the printer, writing to the host's FIFO (which it holds open for reading); losses go

@@ -14,7 +14,7 @@
 //! ferrotrace::tracepoints::disable("*");
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
@@ -153,10 +153,20 @@ pub(crate) fn requested() -> Option<String> {
         .filter(|v| split_globs(v).next().is_some())
 }
 
+/// The next tracepoint id for a callsite registered while the program runs (`recorders::callsites`):
+/// after those of the static tracepoints, which [`assign_ids`] gives.
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A tracepoint id never given before in this process's trace.
+pub(crate) fn new_id() -> u32 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload.
 pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
+    NEXT_ID.fetch_max(all.len() as u32 + 1, Ordering::Relaxed);
     let mut p = Vec::new();
     let _ = schema::Count(all.len() as u64).encode(&mut p);
     for (i, t) in all.iter().enumerate() {
