@@ -99,6 +99,8 @@ pub mod source {
     pub const ALLOCATIONS: u64 = 64;
     /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
     pub const EMBEDDED: u64 = 128;
+    /// `tracing` spans and events (`ferrotrace-tracing`): the program links the layer (format 2.2).
+    pub const TRACING: u64 = 256;
 
     /// Every way to build a program whose functions ferrotrace can trace, for messages.
     pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
@@ -108,7 +110,7 @@ pub mod source {
 
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
-        const NAMES: [&str; 8] = [
+        const NAMES: [&str; 9] = [
             "xray",
             "mcount",
             "fentry",
@@ -117,6 +119,7 @@ pub mod source {
             "samples",
             "allocations",
             "embedded",
+            "tracing",
         ];
         NAMES
             .into_iter()

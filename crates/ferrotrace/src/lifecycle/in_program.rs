@@ -49,7 +49,8 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
         .collect();
     header.push((ChunkKind::Functions, found.functions_payload()));
     header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
-    let mut sources = found.instrumentation;
+    // The program records itself through ferrotrace-tracing's guard.
+    let mut sources = found.instrumentation | schema::source::TRACING;
     if !crate::recorders::tracepoint::all().is_empty() {
         sources |= schema::source::TRACEPOINTS;
     }

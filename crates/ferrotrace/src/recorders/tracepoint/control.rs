@@ -19,6 +19,7 @@ use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
 
+use crate::lifecycle::runtime::Program;
 use crate::patch::static_key;
 use crate::recorders::tracepoint::{self, Info, Probe};
 
@@ -186,10 +187,14 @@ pub(crate) fn assign_ids() -> Vec<u8> {
 }
 
 /// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for, and says which of its
-/// globs select nothing.
-pub(crate) fn enable_requested() {
+/// globs select nothing (unless the program records `tracing` events, which the globs select as they
+/// are met: `recorders::callsites`).
+pub(crate) fn enable_requested(program: &Program) {
     let Some(globs) = requested() else { return };
     enable(&globs);
+    if program.sources & schema::source::TRACING != 0 {
+        return;
+    }
     let all = tracepoint::all();
     for glob in split_globs(&globs) {
         if !all.iter().any(|t| selects(glob, t.name)) {
