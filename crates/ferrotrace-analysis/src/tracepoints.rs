@@ -176,7 +176,10 @@ impl TracepointDesc {
             .map(|l| Ok(("level".to_string(), Value::Str(l.to_string()))));
         level
             .into_iter()
-            .chain(values(&self.args_spec, payload).map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v)))))
+            .chain(
+                values(&self.args_spec, payload)
+                    .map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v)))),
+            )
             .collect()
     }
 

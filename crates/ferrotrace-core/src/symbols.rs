@@ -213,10 +213,7 @@ mod tests {
             plumbing: Some(0x5000..0x6000),
             records_spans: false,
         };
-        assert!(own.contains(
-            "_RNvNtCs1_5myapp8vfs_open20__ferrotrace_tp_fire",
-            0x5010
-        ));
+        assert!(own.contains("_RNvNtCs1_5myapp8vfs_open20__ferrotrace_tp_fire", 0x5010));
         assert!(!own.contains("_RNvCs1_5myapp4main", 0x6000));
         assert!(!OwnFunctions::default().contains("_RNvCs1_5myapp4main", 0x5010));
     }
@@ -224,7 +221,10 @@ mod tests {
     #[test]
     fn the_span_path_is_the_tracers_own_only_where_spans_are_recorded() {
         let enter = "_RNvMs5_NtCs1_7tracing4spanNtB5_4Span5enter";
-        let names = ["_RNvCs2_5myapp4main", "_RNvXCs9_18ferrotrace_tracingNtB2_5Layer8on_enter"];
+        let names = [
+            "_RNvCs2_5myapp4main",
+            "_RNvXCs9_18ferrotrace_tracingNtB2_5Layer8on_enter",
+        ];
         assert!(!links_span_recorder(names[..1].iter().copied()));
         let own = OwnFunctions {
             plumbing: None,

@@ -312,7 +312,9 @@ pub fn values<'s, 'p>(spec: &'s str, payload: &'p [u8]) -> Values<'s, 'p> {
     }
     let specs = spec.split(',').filter(nonempty as fn(&&str) -> bool);
     let tagged = specs.clone().next().is_some()
-        && specs.clone().all(|a| a.split_once(':').is_some_and(|(_, t)| t == "value"));
+        && specs
+            .clone()
+            .all(|a| a.split_once(':').is_some_and(|(_, t)| t == "value"));
     Values {
         spec,
         specs,
@@ -346,7 +348,11 @@ impl<'s, 'p> Values<'s, 'p> {
             return None;
         }
         self.pos += 1;
-        let name = self.spec.split(',').filter(|a| !a.is_empty()).nth(index as usize - 1);
+        let name = self
+            .spec
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .nth(index as usize - 1);
         let Some(name) = name.map(|a| a.split_once(':').map_or(a, |(n, _)| n)) else {
             return Some(Err(DecodeError::BadValue));
         };
@@ -561,7 +567,10 @@ mod tests {
         );
         assert!(put_tagged(&mut buf[..5], 0, Tag::Unsigned, &[0; 8]).is_none());
         // An index past the list, or an unknown tag, is an error, not a panic.
-        assert!(values("a:value", &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0]).next().unwrap().is_err());
+        assert!(values("a:value", &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+            .next()
+            .unwrap()
+            .is_err());
         assert!(values("a:value", &[1, 9]).next().unwrap().is_err());
     }
 

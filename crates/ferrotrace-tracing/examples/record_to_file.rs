@@ -16,7 +16,9 @@ fn handle(id: u64) -> u64 {
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let path = std::env::args().nth(1).unwrap_or("example.ferrotrace".into());
+    let path = std::env::args()
+        .nth(1)
+        .unwrap_or("example.ferrotrace".into());
     tracing_subscriber::registry()
         .with(ferrotrace_tracing::FerrotraceLayer::new())
         .init();

@@ -116,7 +116,10 @@ impl Write for Cut<'_> {
         while !s.is_char_boundary(n) {
             n -= 1;
         }
-        for (o, b) in self.buf[self.len..self.len + n].iter_mut().zip(s.as_bytes()) {
+        for (o, b) in self.buf[self.len..self.len + n]
+            .iter_mut()
+            .zip(s.as_bytes())
+        {
             o.write(*b);
         }
         self.len += n;

@@ -34,7 +34,8 @@ static INSERTING: Mutex<()> = Mutex::new(());
 
 fn home(meta: usize) -> usize {
     // Fibonacci hashing of the address (metadata statics are 8-aligned: the low bits say nothing).
-    ((meta as u64 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros())) as usize
+    ((meta as u64 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros()))
+        as usize
 }
 
 /// The ids of a callsite registered and selected, `None` otherwise.
@@ -71,12 +72,14 @@ pub fn register(meta: &'static Metadata<'static>) -> Option<Ids> {
             k if k == key => {
                 // Asked again (the interest cache was rebuilt): a recording may have begun since.
                 if slot.ids.load(Ordering::Relaxed) == 0 {
-                    slot.ids.store(ids_word(register_new(meta)), Ordering::Relaxed);
+                    slot.ids
+                        .store(ids_word(register_new(meta)), Ordering::Relaxed);
                 }
                 return lookup(meta);
             }
             0 => {
-                slot.ids.store(ids_word(register_new(meta)), Ordering::Relaxed);
+                slot.ids
+                    .store(ids_word(register_new(meta)), Ordering::Relaxed);
                 slot.key.store(key, Ordering::Release);
                 return lookup(meta);
             }

@@ -16,7 +16,8 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join("guard.ferrotrace");
     let _ = std::fs::remove_file(&path);
-    let subscriber = tracing_subscriber::registry().with(ferrotrace_tracing::FerrotraceLayer::new());
+    let subscriber =
+        tracing_subscriber::registry().with(ferrotrace_tracing::FerrotraceLayer::new());
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
     // Before the recording: a callsite met now is never recorded, and costs nothing later.
@@ -57,7 +58,10 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
 
     let trace = Trace::open(&path).unwrap();
     assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
-    assert_eq!(trace.end.unwrap().reason, ferrotrace_core::schema::EndReason::Stopped);
+    assert_eq!(
+        trace.end.unwrap().reason,
+        ferrotrace_core::schema::EndReason::Stopped
+    );
     let span_id = |name: &str| {
         let f: Vec<_> = trace
             .functions

@@ -161,7 +161,8 @@ fn start(role: Role) -> Result<(), String> {
                 .collect()
         },
     );
-    if !started_by_traced {
+    // In a program that records `tracing` spans, -F may name spans, which are met only later.
+    if !started_by_traced && found.instrumentation & schema::source::TRACING == 0 {
         for (re, _) in config
             .include
             .iter()

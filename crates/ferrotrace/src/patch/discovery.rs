@@ -263,9 +263,7 @@ impl Scope<'_, '_> {
             Some((_, size, name)) => (name.to_string(), size),
             None => (format!("fn_{vaddr:x}"), 0),
         };
-        if !self.config.functions
-            || self.own.contains(&name, vaddr)
-        {
+        if !self.config.functions || self.own.contains(&name, vaddr) {
             return None;
         }
         // Filters match demangled names: demangled once, and only when there is a filter (without one

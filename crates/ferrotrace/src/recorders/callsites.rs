@@ -183,11 +183,7 @@ fn fields_slow(rec: Record, payload: &[u8], slots: usize) {
     let mut buf = [Record::default(); 255];
     // SAFETY: `payload` is at most `slots` × 16 bytes, which the buffer's first `slots` records hold.
     unsafe {
-        core::ptr::copy_nonoverlapping(
-            payload.as_ptr(),
-            buf.as_mut_ptr() as *mut u8,
-            payload.len(),
-        )
+        core::ptr::copy_nonoverlapping(payload.as_ptr(), buf.as_mut_ptr() as *mut u8, payload.len())
     };
     crate::buffers::thread::record_slow(rec, &buf[..slots]);
 }
