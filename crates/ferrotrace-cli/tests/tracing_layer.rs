@@ -229,3 +229,32 @@ fn record_filters_select_spans_by_name_and_events_by_glob() {
         .any(|d| d.name == "ft_tracing_service");
     assert!(!handled, "an event recorded without --trace");
 }
+
+#[test]
+fn live_prints_spans_and_events_by_name_as_they_happen() {
+    let out = ferrotrace()
+        .args([
+            "live",
+            "--trace",
+            "ft_tracing_service",
+            "-F",
+            "^handle_request$",
+            "--",
+        ])
+        .arg(tracing_service())
+        .arg(REQUESTS.to_string())
+        .output()
+        .unwrap();
+    let printed = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let count = |what: &str| printed.lines().filter(|l| l.ends_with(what)).count() as u64;
+    assert_eq!(count(" handle_request() {"), REQUESTS, "{printed}");
+    assert_eq!(count("} /* handle_request */"), REQUESTS, "{printed}");
+    let handled = printed
+        .lines()
+        .filter(|l| l.contains(r#"  INFO ft_tracing_service(message="handled", id="#))
+        .count() as u64;
+    assert_eq!(handled, REQUESTS, "{printed}");
+    // Only what -F names (each alone): not the parse span inside.
+    assert!(!printed.contains("parse"), "{printed}");
+}
