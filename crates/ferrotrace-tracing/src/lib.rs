@@ -45,6 +45,7 @@
 
 mod fields;
 mod sites;
+mod span_ids;
 
 use std::path::Path;
 
@@ -88,6 +89,16 @@ fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values)) {
     }
 }
 
+/// The function id of span `id`: from the table of live spans, else from its metadata in the registry.
+#[inline(always)]
+fn span_function<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u32>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    span_ids::get(id.into_u64())
+        .or_else(|| Some(ctx.metadata(id).and_then(sites::lookup)?.function))
+}
+
 impl<S> Layer<S> for FerrotraceLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
@@ -96,8 +107,9 @@ where
         interest(meta)
     }
 
-    fn on_new_span(&self, attrs: &Attributes<'_>, _id: &Id, _ctx: Context<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         if let Some(ids) = sites::lookup(attrs.metadata()) {
+            span_ids::insert(id.into_u64(), ids.function);
             record_fields(ids.tracepoint, |v| attrs.record(v));
         }
     }
@@ -115,14 +127,14 @@ where
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some(ids) = ctx.metadata(id).and_then(sites::lookup) {
-            ferrotrace::callsites::enter(ids.function);
+        if let Some(function) = span_function(id, &ctx) {
+            ferrotrace::callsites::enter(function);
         }
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
-        if let Some(ids) = ctx.metadata(id).and_then(sites::lookup) {
-            ferrotrace::callsites::exit(ids.function);
+        if let Some(function) = span_function(id, &ctx) {
+            ferrotrace::callsites::exit(function);
         }
     }
 }

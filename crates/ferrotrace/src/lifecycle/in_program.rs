@@ -2,7 +2,9 @@
 //! guard): no `ferrotrace record`, no environment. It starts as an attach does, in a process whose
 //! threads may run already (start-up's order and its reasons are in `start`): discovery, and the
 //! instrumented functions patched if the program has any (it may have none: then the trace holds what
-//! the callsites and tracepoints record); every `tracing` event is selected. [`stop`] finishes the
+//! the callsites and tracepoints record); every `tracing` event is selected. The `FERROTRACE_*`
+//! variables of the recording's settings apply (`FERROTRACE_BUFFER_SIZE`, `FERROTRACE_MODE`,
+//! `FERROTRACE_FILTER`, …: `ferrotrace_core::env`). [`stop`] finishes the
 //! trace with End reason `Stopped`, puts the patched sites back and retires the runtime, as the end
 //! of an attached recording does, so that the program runs on untraced.
 //!
@@ -29,9 +31,19 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
         return Err("a ferrotrace runtime is recording this process already".into());
     }
     let first_clock = clock::calibration_pair().0;
+    // The recording's settings that `FERROTRACE_*` variables give (buffer and chunk sizes, mode,
+    // -F/-N/-D), as under `record`; not those that only `record` or `live` may give (descriptors,
+    // FIFOs, allocations, tracepoints, which runtime starts).
     let spec = RuntimeSpec {
         output: Some(output.to_path_buf()),
-        ..RuntimeSpec::default()
+        runtime: None,
+        trace: Vec::new(),
+        alloc: None,
+        live_fd: None,
+        shared_fd: None,
+        control: None,
+        live_fifo: None,
+        ..crate::lifecycle::config::spec_from_env()?
     };
     let config = Config::from_spec(&spec)?;
     hot::init_tls_offset();
