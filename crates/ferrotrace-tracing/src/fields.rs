@@ -1,7 +1,7 @@
 //! Field values of spans and events, written as tagged values (`ferrotrace_core::tracepoint`'s `value`
-//! type: field index, type tag, value) into a buffer on the stack that is never zeroed, without
-//! allocating: strings and `Debug` output are cut at 256 bytes (on a character boundary), as
-//! tracepoint strings are, and a value that does not fit in the buffer is left out.
+//! type: field index, type tag, value) straight into the memory the runtime gives (the thread's
+//! chunk), without allocating: strings and `Debug` output are cut at 256 bytes (on a character
+//! boundary), as tracepoint strings are, and a value that does not fit is left out.
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
@@ -11,31 +11,27 @@ use tracing_core::field::{Field, Visit};
 
 /// Longest string or `Debug` text kept for one field.
 const MAX_STR: usize = 256;
-/// The buffer: 1 KiB covers ordinary events (a record's payload can hold 4080 bytes).
-const BUF: usize = 1024;
+/// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (a record's
+/// payload can hold 4080 bytes).
+pub const MAX: usize = 1024;
 
-/// Tagged values, as a field visitor fills them in.
-pub struct Values {
-    buf: [MaybeUninit<u8>; BUF],
+/// Tagged values, as a field visitor writes them into `buf`.
+pub struct Values<'a> {
+    buf: &'a mut [MaybeUninit<u8>],
     len: usize,
 }
 
-impl Values {
-    /// No values yet.
+impl<'a> Values<'a> {
+    /// No values yet, to be written into `buf`.
     #[inline(always)]
-    pub fn new() -> Values {
-        Values {
-            buf: [MaybeUninit::uninit(); BUF],
-            len: 0,
-        }
+    pub fn new(buf: &'a mut [MaybeUninit<u8>]) -> Values<'a> {
+        Values { buf, len: 0 }
     }
 
-    /// The encoded values.
+    /// How many bytes were written.
     #[inline(always)]
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the first `len` bytes were written (by `put_tagged` and `Cut`), and
-        // `MaybeUninit<u8>` has the layout of `u8`.
-        unsafe { core::slice::from_raw_parts(self.buf.as_ptr() as *const u8, self.len) }
+    pub fn len(&self) -> usize {
+        self.len
     }
 
     fn put(&mut self, field: &Field, tag: Tag, bytes: &[u8]) {
@@ -48,7 +44,7 @@ impl Values {
     }
 }
 
-impl Visit for Values {
+impl Visit for Values<'_> {
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.put(field, Tag::Unsigned, &value.to_le_bytes());
     }
@@ -80,7 +76,7 @@ impl Visit for Values {
             return;
         };
         let text = start + head;
-        let limit = (text + MAX_STR).min(BUF);
+        let limit = (text + MAX_STR).min(self.buf.len());
         let mut w = Cut {
             buf: &mut self.buf[text..limit],
             len: 0,
@@ -136,6 +132,11 @@ mod tests {
     use super::*;
     use ferrotrace_core::tracepoint::write_call;
 
+    fn bytes<'v>(v: &'v Values<'_>) -> &'v [u8] {
+        // SAFETY: the first `len` bytes were written; `MaybeUninit<u8>` has the layout of `u8`.
+        unsafe { core::slice::from_raw_parts(v.buf.as_ptr() as *const u8, v.len) }
+    }
+
     #[test]
     fn every_kind_of_value_reads_back_with_its_name() {
         struct Probe;
@@ -156,14 +157,15 @@ mod tests {
             kind: tracing_core::metadata::Kind::EVENT,
         };
         let f = |name: &str| META.fields().field(name).unwrap();
-        let mut v = Values::new();
+        let mut buf = [MaybeUninit::uninit(); MAX];
+        let mut v = Values::new(&mut buf);
         v.record_debug(&f("message"), &format_args!("done {}", 7));
         v.record_u64(&f("n"), 3);
         v.record_i64(&f("neg"), -4);
         v.record_bool(&f("ok"), true);
         v.record_f64(&f("ratio"), 0.5);
         v.record_str(&f("who"), &"é".repeat(200));
-        let mut payload = v.bytes().to_vec();
+        let mut payload = bytes(&v).to_vec();
         payload.push(0);
         let spec = "message:value,n:value,neg:value,ok:value,ratio:value,who:value";
         let mut s = String::new();
@@ -196,12 +198,13 @@ mod tests {
             kind: tracing_core::metadata::Kind::EVENT,
         };
         let a = META.fields().field("a").unwrap();
-        let mut v = Values::new();
+        let mut buf = [MaybeUninit::uninit(); MAX];
+        let mut v = Values::new(&mut buf);
         for _ in 0..10 {
             v.record_debug(&a, &"x".repeat(1000));
         }
         // Each is its 4-byte head and 256 bytes of text: three fit in 1 KiB, the fourth is cut short.
-        assert_eq!(v.bytes().len(), BUF);
-        assert_eq!(&v.bytes()[4..10], b"\"xxxxx");
+        assert_eq!(v.len(), MAX);
+        assert_eq!(&bytes(&v)[4..10], b"\"xxxxx");
     }
 }

@@ -79,14 +79,14 @@ fn interest(meta: &'static Metadata<'static>) -> Interest {
     }
 }
 
-/// Records the fields `record` visits under `tracepoint`, if it visits any.
+/// Records the fields `record` visits under `tracepoint`, written straight into the thread's chunk.
 #[inline(always)]
-fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values)) {
-    let mut values = Values::new();
-    record(&mut values);
-    if !values.bytes().is_empty() {
-        ferrotrace::callsites::fields(tracepoint, values.bytes());
-    }
+fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values<'_>)) {
+    ferrotrace::callsites::fields(tracepoint, fields::MAX, |buf| {
+        let mut values = Values::new(buf);
+        record(&mut values);
+        values.len()
+    });
 }
 
 /// The function id of span `id`: from the table of live spans, else from its metadata in the registry.
@@ -110,13 +110,17 @@ where
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         if let Some(ids) = sites::lookup(attrs.metadata()) {
             span_ids::insert(id.into_u64(), ids.function);
-            record_fields(ids.tracepoint, |v| attrs.record(v));
+            if !attrs.values().is_empty() {
+                record_fields(ids.tracepoint, |v| attrs.record(v));
+            }
         }
     }
 
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         if let Some(ids) = ctx.metadata(span).and_then(sites::lookup) {
-            record_fields(ids.tracepoint, |v| values.record(v));
+            if !values.is_empty() {
+                record_fields(ids.tracepoint, |v| values.record(v));
+            }
         }
     }
 

@@ -5,7 +5,8 @@
 //! A callsite is registered once ([`register`]) and gets small ids; a span's entering and leaving are
 //! then recorded like a function's ([`enter`], [`exit`]: Entry and Exit records, named by the span's
 //! name in every analysis), and the fields of an event or a span as one tracepoint record of tagged
-//! values ([`fields`]; the encoding is `ferrotrace_core::tracepoint::put_tagged`'s). Each call is a
+//! values, written straight into the chunk ([`fields`]; the encoding is
+//! `ferrotrace_core::tracepoint::put_tagged`'s). Each call is a
 //! `rdtsc` and a few stores into the calling thread's chunk, the path tracepoints take.
 //!
 //! Registration answers `None` when nothing records (or the selection leaves the callsite out): a
@@ -16,6 +17,7 @@
 //! On targets without the runtime (see the crate's documentation), nothing records: [`register`]
 //! answers `None` and [`record_to_file`] fails.
 
+use std::mem::MaybeUninit;
 use std::path::Path;
 
 /// What a callsite is.
@@ -88,14 +90,16 @@ pub fn exit(function: u32) {
     let _ = function;
 }
 
-/// Records `payload`, tagged field values (`ferrotrace_core::tracepoint::put_tagged`), under the
-/// tracepoint id of a registered callsite. At most 4080 bytes are kept.
+/// Records the fields of a registered callsite under its tracepoint id: `write` is given at most `max`
+/// bytes of uninitialized memory (the calling thread's chunk, when it has the room), writes tagged
+/// values into it (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote.
+/// At most 4080 bytes are kept.
 #[inline(always)]
-pub fn fields(tracepoint: u32, payload: &[u8]) {
+pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
     #[cfg(ferrotrace_runtime)]
-    crate::recorders::callsites::fields(tracepoint, payload);
+    crate::recorders::callsites::fields(tracepoint, max, write);
     #[cfg(not(ferrotrace_runtime))]
-    let _ = (tracepoint, payload);
+    let _ = (tracepoint, max, write);
 }
 
 /// Starts recording this process into `output` (a new file, mode 0600; an older trace of that name is

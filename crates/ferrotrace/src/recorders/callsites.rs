@@ -21,6 +21,7 @@
 //! Not here: anything about the `tracing` crate's types (that is `ferrotrace-tracing`), or callsites
 //! that exist before the program runs (static tracepoints: [`super::tracepoint`]).
 
+use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
@@ -147,43 +148,52 @@ pub fn exit(function: u32) {
     append(EventKind::Exit, function);
 }
 
-/// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id:
-/// `payload` is its tagged values (at most 255 slots of 16 bytes; longer is cut there).
+/// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id: `write`
+/// puts them straight into the thread's chunk (or, when the chunk has not `max` bytes left, into a
+/// buffer for the slow path) and says how many bytes it wrote.
 #[inline(always)]
-pub fn fields(tracepoint: u32, payload: &[u8]) {
-    let len = payload.len().min(255 * 16);
-    let payload = &payload[..len];
-    let slots = len.div_ceil(16);
-    let mut rec = Record::with_payload(
+pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
+    let max_slots = max.min(MAX_SLOTS * 16).div_ceil(16);
+    let mut rec = Record::new(
         crate::buffers::clock::rdtsc(),
         EventKind::Tracepoint,
         tracepoint,
-        slots as u8,
     );
     rec.word |= cpu_bits();
-    let fill = |p: *mut Record| {
-        // SAFETY: there is room for `slots` records at `p` (in the chunk); the last one is zeroed
-        // first so that the bytes after the payload are the zero that ends a tagged list.
-        unsafe {
-            if slots > 0 {
-                p.add(slots - 1).write(Record::default());
-            }
-            core::ptr::copy_nonoverlapping(payload.as_ptr(), p as *mut u8, len);
+    let fill = move |p: *mut Record| -> usize {
+        // SAFETY: there is room for `max_slots` records at `p` (in the chunk, or the slow path's
+        // buffer), which `write` may fill; `MaybeUninit<u8>` has the layout of `u8`.
+        let room =
+            unsafe { core::slice::from_raw_parts_mut(p as *mut MaybeUninit<u8>, max_slots * 16) };
+        let len = write(room).min(max_slots * 16);
+        let slots = len.div_ceil(16);
+        // The rest of the last slot: the zero that ends a list of tagged values (and no stale bytes
+        // of the chunk's earlier use, nor of the stack, in the trace).
+        for b in &mut room[len..slots * 16] {
+            b.write(0);
         }
+        slots
     };
-    if Hot::current().append(rec, slots, fill).is_err() {
-        fields_slow(rec, payload, slots);
+    if let Err(fill) = Hot::current().append_sized(rec, max_slots, fill) {
+        fields_slow(rec, fill);
     }
 }
 
-/// Out of line: the chunk is full, or the thread has none yet.
+/// The most payload slots a record has (its count is a byte).
+const MAX_SLOTS: usize = 255;
+
+/// Out of line: the chunk has not the room, or the thread no chunk yet.
 #[cold]
 #[inline(never)]
-fn fields_slow(rec: Record, payload: &[u8], slots: usize) {
-    let mut buf = [Record::default(); 255];
-    // SAFETY: `payload` is at most `slots` × 16 bytes, which the buffer's first `slots` records hold.
-    unsafe {
-        core::ptr::copy_nonoverlapping(payload.as_ptr(), buf.as_mut_ptr() as *mut u8, payload.len())
+fn fields_slow(rec: Record, fill: impl FnOnce(*mut Record) -> usize) {
+    let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
+    let p = buf.as_mut_ptr() as *mut Record;
+    let slots = fill(p);
+    // SAFETY: `fill` wrote (and zero-padded) its first `slots` records.
+    let payload = unsafe { core::slice::from_raw_parts(p, slots) };
+    let rec = Record {
+        tsc: rec.tsc,
+        word: rec.word | (slots as u64) << 40,
     };
-    crate::buffers::thread::record_slow(rec, &buf[..slots]);
+    crate::buffers::thread::record_slow(rec, payload);
 }
