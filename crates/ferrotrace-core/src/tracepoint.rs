@@ -128,6 +128,7 @@ pub enum Tag {
 
 /// The bytes [`put_tagged`] writes for a value of `tag` whose string (for [`Tag::Str`]) is `str_len`
 /// bytes long: index, tag and value.
+#[inline]
 pub const fn tagged_len(tag: Tag, str_len: usize) -> usize {
     2 + match tag {
         Tag::Unsigned | Tag::Signed | Tag::Float => 8,
@@ -140,6 +141,7 @@ pub const fn tagged_len(tag: Tag, str_len: usize) -> usize {
 /// `index + 1`, `tag`, then `bytes` (the value's little-endian bytes, or a string's, after its `u16`
 /// length). Returns the bytes written, [`tagged_len`]; `None` when `out` is too short. `out` may be
 /// uninitialized memory (a recorder's buffer on the stack): what is written is initialized.
+#[inline]
 pub fn put_tagged(
     out: &mut [core::mem::MaybeUninit<u8>],
     index: u8,
