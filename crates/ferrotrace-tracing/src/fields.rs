@@ -137,34 +137,39 @@ mod tests {
         unsafe { core::slice::from_raw_parts(v.buf.as_ptr() as *const u8, v.len) }
     }
 
+    /// A callsite with the fields the tests record.
+    struct Probe;
+    static FIELDS: &[&str] = &["message", "n", "neg", "ok", "ratio", "who"];
+    static CALLSITE: Probe = Probe;
+    static META: tracing_core::Metadata<'static> = tracing_core::metadata! {
+        name: "probe",
+        target: "t",
+        level: tracing_core::Level::INFO,
+        fields: FIELDS,
+        callsite: &CALLSITE,
+        kind: tracing_core::metadata::Kind::EVENT,
+    };
+    impl tracing_core::Callsite for Probe {
+        fn set_interest(&self, _: tracing_core::Interest) {}
+        fn metadata(&self) -> &tracing_core::Metadata<'_> {
+            &META
+        }
+    }
+
+    fn field(name: &str) -> Field {
+        META.fields().field(name).unwrap()
+    }
+
     #[test]
     fn every_kind_of_value_reads_back_with_its_name() {
-        struct Probe;
-        static FIELDS: &[&str] = &["message", "n", "neg", "ok", "ratio", "who"];
-        static CS: Probe = Probe;
-        impl tracing_core::Callsite for Probe {
-            fn set_interest(&self, _: tracing_core::Interest) {}
-            fn metadata(&self) -> &tracing_core::Metadata<'_> {
-                &META
-            }
-        }
-        static META: tracing_core::Metadata<'static> = tracing_core::metadata! {
-            name: "probe",
-            target: "t",
-            level: tracing_core::Level::INFO,
-            fields: FIELDS,
-            callsite: &CS,
-            kind: tracing_core::metadata::Kind::EVENT,
-        };
-        let f = |name: &str| META.fields().field(name).unwrap();
         let mut buf = [MaybeUninit::uninit(); MAX];
         let mut v = Values::new(&mut buf);
-        v.record_debug(&f("message"), &format_args!("done {}", 7));
-        v.record_u64(&f("n"), 3);
-        v.record_i64(&f("neg"), -4);
-        v.record_bool(&f("ok"), true);
-        v.record_f64(&f("ratio"), 0.5);
-        v.record_str(&f("who"), &"é".repeat(200));
+        v.record_debug(&field("message"), &format_args!("done {}", 7));
+        v.record_u64(&field("n"), 3);
+        v.record_i64(&field("neg"), -4);
+        v.record_bool(&field("ok"), true);
+        v.record_f64(&field("ratio"), 0.5);
+        v.record_str(&field("who"), &"é".repeat(200));
         let mut payload = bytes(&v).to_vec();
         payload.push(0);
         let spec = "message:value,n:value,neg:value,ok:value,ratio:value,who:value";
@@ -180,28 +185,10 @@ mod tests {
 
     #[test]
     fn debug_text_is_cut_and_a_full_buffer_drops_values() {
-        static FIELDS: &[&str] = &["a"];
-        struct Probe;
-        static CS: Probe = Probe;
-        impl tracing_core::Callsite for Probe {
-            fn set_interest(&self, _: tracing_core::Interest) {}
-            fn metadata(&self) -> &tracing_core::Metadata<'_> {
-                &META
-            }
-        }
-        static META: tracing_core::Metadata<'static> = tracing_core::metadata! {
-            name: "probe",
-            target: "t",
-            level: tracing_core::Level::INFO,
-            fields: FIELDS,
-            callsite: &CS,
-            kind: tracing_core::metadata::Kind::EVENT,
-        };
-        let a = META.fields().field("a").unwrap();
         let mut buf = [MaybeUninit::uninit(); MAX];
         let mut v = Values::new(&mut buf);
         for _ in 0..10 {
-            v.record_debug(&a, &"x".repeat(1000));
+            v.record_debug(&field("message"), &"x".repeat(1000));
         }
         // Each is its 4-byte head and 256 bytes of text: three fit in 1 KiB, the fourth is cut short.
         assert_eq!(v.len(), MAX);

@@ -38,55 +38,64 @@ fn home(meta: usize) -> usize {
         as usize
 }
 
+/// Where a key is in the table: its slot, or the empty slot where it would go, or neither (full).
+enum Place {
+    Found(&'static Slot),
+    Empty(&'static Slot),
+    Full,
+}
+
+/// Linear probing from the key's home slot.
+#[inline(always)]
+fn place(key: usize) -> Place {
+    let mut i = home(key);
+    for _ in 0..SLOTS {
+        let slot = &TABLE[i];
+        match slot.key.load(Ordering::Acquire) {
+            k if k == key => return Place::Found(slot),
+            0 => return Place::Empty(slot),
+            _ => i = (i + 1) % SLOTS,
+        }
+    }
+    Place::Full
+}
+
 /// The ids of a callsite registered and selected, `None` otherwise.
 #[inline(always)]
 pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
-    let key = meta as *const Metadata<'_> as usize;
-    let mut i = home(key);
-    for _ in 0..SLOTS {
-        let slot = &TABLE[i];
-        match slot.key.load(Ordering::Acquire) {
-            k if k == key => {
-                let ids = slot.ids.load(Ordering::Relaxed);
-                return (ids != 0).then_some(Ids {
-                    function: (ids >> 32) as u32,
-                    tracepoint: ids as u32,
-                });
-            }
-            0 => return None,
-            _ => i = (i + 1) % SLOTS,
+    match place(meta as *const Metadata<'_> as usize) {
+        Place::Found(slot) => {
+            let ids = slot.ids.load(Ordering::Relaxed);
+            (ids != 0).then_some(Ids {
+                function: (ids >> 32) as u32,
+                tracepoint: ids as u32,
+            })
         }
+        Place::Empty(_) | Place::Full => None,
     }
-    None
 }
 
-/// Registers `meta` with the runtime (once: a callsite registered before answers as it did) and
-/// remembers the answer; its ids when the runtime records it.
+/// Registers `meta` with the runtime (once: a callsite registered before answers as it did, unless
+/// it was not recorded: a recording may have begun since) and remembers the answer; its ids when the
+/// runtime records it.
 pub fn register(meta: &'static Metadata<'static>) -> Option<Ids> {
     let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
     let key = meta as *const Metadata<'static> as usize;
-    let mut i = home(key);
-    for _ in 0..SLOTS {
-        let slot = &TABLE[i];
-        match slot.key.load(Ordering::Acquire) {
-            k if k == key => {
-                // Asked again (the interest cache was rebuilt): a recording may have begun since.
-                if slot.ids.load(Ordering::Relaxed) == 0 {
-                    slot.ids
-                        .store(ids_word(register_new(meta)), Ordering::Relaxed);
-                }
-                return lookup(meta);
-            }
-            0 => {
+    match place(key) {
+        Place::Found(slot) => {
+            if slot.ids.load(Ordering::Relaxed) == 0 {
                 slot.ids
                     .store(ids_word(register_new(meta)), Ordering::Relaxed);
-                slot.key.store(key, Ordering::Release);
-                return lookup(meta);
             }
-            _ => i = (i + 1) % SLOTS,
         }
+        Place::Empty(slot) => {
+            slot.ids
+                .store(ids_word(register_new(meta)), Ordering::Relaxed);
+            slot.key.store(key, Ordering::Release);
+        }
+        Place::Full => return None,
     }
-    None
+    lookup(meta)
 }
 
 /// Forgets every callsite's ids (the recording ended): each is registered again when `tracing` asks

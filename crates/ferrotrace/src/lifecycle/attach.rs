@@ -18,7 +18,6 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::env::RuntimeSpec;
-use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema;
 
 use crate::buffers::{clock, hot, live};
@@ -150,13 +149,7 @@ fn start_attached(
     }
     let start_realtime = clock::realtime_ns();
     let pool = start::new_pool(&config, None, start_realtime).map_err(|e| fail(FAILED, e))?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    let header = found.head(crate::tracepoints::assign_ids());
     let live = match &spec.live_fifo {
         Some(path) => Some(open_live(path, &found)?),
         None => None,

@@ -13,7 +13,6 @@
 use std::path::Path;
 
 use ferrotrace_core::env::RuntimeSpec;
-use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, EndReason};
 
 use crate::buffers::{clock, hot};
@@ -54,18 +53,9 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
     let found = discovery::discover(&config, false, &mut known)?;
     let start_realtime = clock::realtime_ns();
     let pool = start::new_pool(&config, None, start_realtime)?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    let header = found.head(crate::tracepoints::assign_ids());
     // The program records itself through ferrotrace-tracing's guard.
-    let mut sources = found.instrumentation | schema::source::TRACING;
-    if !crate::recorders::tracepoint::all().is_empty() {
-        sources |= schema::source::TRACEPOINTS;
-    }
+    let sources = start::sources(&found) | schema::source::TRACING;
     let program = Program {
         role: Role::Linked,
         sources,

@@ -9,6 +9,7 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
+use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
 use ferrotrace_core::schema::{self, source as instrumentation, Payload};
 use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
@@ -109,6 +110,19 @@ impl Discovery {
                 p
             })
             .collect()
+    }
+
+    /// The chunks that describe the program at the head of its trace: a Module chunk per object, the
+    /// Functions chunk, then the Tracepoints chunk (`tracepoints`, its payload).
+    pub fn head(&self, tracepoints: Vec<u8>) -> Vec<(ChunkKind, Vec<u8>)> {
+        let mut head: Vec<(ChunkKind, Vec<u8>)> = self
+            .module_payloads()
+            .into_iter()
+            .map(|p| (ChunkKind::Module, p))
+            .collect();
+        head.push((ChunkKind::Functions, self.functions_payload()));
+        head.push((ChunkKind::Tracepoints, tracepoints));
+        head
     }
 
     /// The `Functions` chunk payload: the embedded symbol table.
