@@ -108,9 +108,9 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<
 /// too. Fails with one line saying why: a recording runs already (`ferrotrace record`), the file
 /// cannot be made, or this target has no runtime.
 pub fn record_to_file(output: &Path) -> Result<(), String> {
-    #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
+    #[cfg(ferrotrace_runtime)]
     return crate::lifecycle::in_program::start_recording(output);
-    #[cfg(not(all(ferrotrace_runtime, not(feature = "preload"))))]
+    #[cfg(not(ferrotrace_runtime))]
     {
         let _ = output;
         Err("ferrotrace records only on x86_64 Linux".into())
@@ -121,6 +121,6 @@ pub fn record_to_file(output: &Path) -> Result<(), String> {
 /// when it returns, and the program goes on untraced. Does nothing when nothing records; ends
 /// `ferrotrace record`'s recording too when called under it.
 pub fn stop_recording() {
-    #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
+    #[cfg(ferrotrace_runtime)]
     crate::lifecycle::in_program::stop();
 }

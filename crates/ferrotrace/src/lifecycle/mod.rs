@@ -13,7 +13,6 @@
 pub mod attach;
 pub mod config;
 pub mod exit;
-#[cfg(not(feature = "preload"))]
 pub mod in_program;
 pub mod runtime;
 pub mod start;

@@ -23,7 +23,7 @@
 
 use std::mem::MaybeUninit;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
@@ -34,11 +34,20 @@ use crate::callsites::{Description, Ids, Kind};
 use crate::lifecycle::runtime::{self, Recorder};
 use crate::recorders::tracepoint::control;
 
-/// The callsite recorder's hooks (`recorders::ALL`): the Callsites chunks for the collector.
+/// The callsite recorder's hooks (`recorders::ALL`): the `--trace` globs read at start, and the
+/// Callsites chunks for the collector.
 pub const RECORDER: Recorder = Recorder {
+    start: |_| {
+        let _ = TRACE_GLOBS.get_or_init(control::requested);
+        true
+    },
     metadata: take_described,
     ..Recorder::NONE
 };
+
+/// `FERROTRACE_TRACE` (`record --trace`), read once at start on the thread that starts the runtime
+/// (the environment is not read later, while the program's threads may change it).
+static TRACE_GLOBS: OnceLock<Option<String>> = OnceLock::new();
 
 /// Callsite descriptions not yet handed to the collector: `(count, encoded entries)`.
 static PENDING: Mutex<(u64, Vec<u8>)> = Mutex::new((0, Vec::new()));
@@ -63,9 +72,11 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
             rt.new_function_id(config.filter_flags(d.name, 0))
         }
         Kind::Event => {
+            let globs = TRACE_GLOBS.get_or_init(control::requested);
             let selected = ALL_EVENTS.load(Ordering::Relaxed)
-                || control::requested()
-                    .is_some_and(|g| control::split_globs(&g).any(|g| control::selects(g, d.name)));
+                || globs
+                    .as_deref()
+                    .is_some_and(|g| control::split_globs(g).any(|g| control::selects(g, d.name)));
             if !selected {
                 return None;
             }
@@ -122,7 +133,6 @@ fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
 }
 
 /// Selects every event callsite registered from now on (a recording the program started itself).
-#[cfg(not(feature = "preload"))]
 pub fn select_all_events() {
     ALL_EVENTS.store(true, Ordering::Relaxed);
 }
