@@ -62,6 +62,9 @@ pub enum ChunkKind {
     /// entries), as the writer saw them: what a reader needs to replay a thread from its first chunk
     /// on ([`crate::schema::RunningAtStart`]); before End.
     RunningAtStart = 13,
+    /// Callsites of `tracing` spans and events, registered while the program runs
+    /// ([`crate::schema::Callsite`]); before the first event that uses them.
+    Callsites = 14,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -79,6 +82,7 @@ impl ChunkKind {
             10 => ChunkKind::Stacks,
             12 => ChunkKind::Salvage,
             13 => ChunkKind::RunningAtStart,
+            14 => ChunkKind::Callsites,
             _ => return None,
         })
     }

@@ -17,6 +17,7 @@ use ferrotrace_core::schema::{self, Payload};
 
 use super::{
     CallGraph, ChunkRef, Function, Module, ReadError, Sampler, Session, Trace, Truncation,
+    NO_MODULE,
 };
 
 /// Opens and indexes the trace at `path` ([`Trace::open`]).
@@ -309,6 +310,21 @@ impl Trace {
                     },
                     &mut self.spill,
                 );
+            }
+            Some(ChunkKind::Callsites) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                for _ in 0..n {
+                    let c = schema::Callsite::decode(&mut f)?;
+                    if c.kind == schema::CallsiteKind::Span {
+                        // A span is shown and selected as a function of its name, in no module.
+                        self.functions.insert(
+                            c.function_id,
+                            Function::new(c.function_id, NO_MODULE, 0, 0, c.name.to_string()),
+                        );
+                    }
+                    self.tracepoints
+                        .insert(c.tracepoint_id, crate::tracepoints::from_callsite(&c));
+                }
             }
             Some(ChunkKind::Tracepoints) => {
                 for d in crate::tracepoints::parse_chunk(&mut f)? {

@@ -19,7 +19,7 @@ use ferrotrace_core::schema;
 
 pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
-    Sampler, SamplerKind, Session, StackNode, Thread, Truncation,
+    Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
 pub use stream::{MergedEvents, ThreadEvents};
 

@@ -97,7 +97,11 @@ pub struct Module {
     pub build_id: Vec<u8>,
 }
 
-/// A traced function from the embedded symbol table.
+/// The module of a function that is in no loaded object: a `tracing` span (from a Callsites chunk).
+pub const NO_MODULE: u32 = u32::MAX;
+
+/// A traced function from the embedded symbol table, or a `tracing` span (module [`NO_MODULE`],
+/// address 0, named by the span's name).
 #[derive(Clone, Debug)]
 pub struct Function {
     /// Function id as recorded in events.

@@ -213,13 +213,23 @@ impl State {
         self.write_events(tid, counts, &p[range]);
     }
 
-    fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
-        // Stack nodes interned before the chunk's events were written: into the file ahead of them.
+    /// The recorders' metadata chunks made since the last call (stack nodes, callsites), into the
+    /// file, and shown to the live printer, which names what it prints by them.
+    fn recorder_metadata(&mut self, rt: &Runtime) {
         for r in rt.upcalls.recorders {
             for (kind, payload) in (r.metadata)() {
+                if let Some(live) = &mut self.live {
+                    live.describe(kind, &payload);
+                }
                 self.write(kind, &payload);
             }
         }
+    }
+
+    fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
+        // Stack nodes interned, callsites registered before the chunk's events were written: into the
+        // file ahead of them.
+        self.recorder_metadata(rt);
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         if let Some(live) = &mut self.live {
@@ -466,6 +476,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             return;
         };
         st.meta(rt);
+        if st.live.is_some() {
+            // Names of what the threads' current chunks may refer to, before the printer peeks in.
+            st.recorder_metadata(rt);
+        }
         if let Some(live) = &mut st.live {
             live.tick(&rt.pool, crate::buffers::thread::current_chunks(rt));
         }

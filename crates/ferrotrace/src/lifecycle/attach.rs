@@ -22,7 +22,6 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::env::RuntimeSpec;
-use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema;
 
 use crate::buffers::{clock, hot, live};
@@ -184,13 +183,7 @@ fn start_attached(
     // killed while attached.
     let pool = start::new_pool(&config, shared.map(AsRawFd::as_raw_fd), start_realtime)
         .map_err(|e| fail(FAILED, e))?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    let header = found.head(crate::tracepoints::assign_ids());
     let live = match &spec.live_fifo {
         Some(path) => Some(open_live(path, &found)?),
         None => None,
@@ -221,7 +214,7 @@ fn start_attached(
         let _ = rt.control.set(c);
     }
     let rt = start::launch(rt, writer, path, None, false).map_err(|e| fail(FAILED, e))?;
-    install_exit_hooks_once();
+    exit::install_once();
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
@@ -246,13 +239,6 @@ fn start_attached(
     // No recorder to start: function tracing and tracepoints need none (allocations are refused
     // above).
     Ok(())
-}
-
-/// The exit, signal and fork hooks, once per process however often it is attached to: they find
-/// whichever runtime runs (or none) when they fire.
-fn install_exit_hooks_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(exit::install);
 }
 
 /// `live -p`: the printer, writing to the host's FIFO (which it holds open for reading); losses go

@@ -580,6 +580,13 @@ pub unsafe fn program_sigaction(
     result
 }
 
+/// [`install`], once per process however often a runtime starts late in it (attached, or started by
+/// the program): the hooks find whichever runtime runs (or none) when they fire.
+pub fn install_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install);
+}
+
 /// Registers the exit, signal and fork hooks.
 pub fn install() {
     // SAFETY: registering plain extern "C" callbacks.

@@ -609,6 +609,32 @@ impl Runtime {
         self.pid == std::process::id()
     }
 
+    /// A new function id for a function that is in no loaded object (a `tracing` span), never given
+    /// before nor by a later rescan, with its `-F`/`-N` matches (`buffers::filter`'s flags) when the
+    /// collector selects.
+    pub fn new_function_id(&self, filter_flags: u8) -> u32 {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let id = known.next_function_id.max(1);
+        known.next_function_id = id + 1;
+        if self.config.filters_events() {
+            let at = id as usize;
+            if known.filter_flags.len() <= at {
+                known.filter_flags.resize(at + 1, 0);
+            }
+            known.filter_flags[at] = filter_flags;
+        }
+        id
+    }
+
+    /// Adds to the program's description what a recorder described since start-up, for the trace of
+    /// a forked child (the collector writes it into this trace through the recorder's metadata hook).
+    pub fn describe(&self, chunks: Chunks) {
+        self.header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(chunks);
+    }
+
     /// Per function id, its `-F`/`-N` matches (`buffers::filter`), as discovered so far.
     pub fn function_filter_flags(&self) -> Vec<u8> {
         self.known

@@ -149,7 +149,8 @@ fn start(role: Role) -> Result<(), String> {
         },
         live_tracepoints,
     );
-    if !started_by_traced {
+    // In a program that records `tracing` spans, -F may name spans, which are met only later.
+    if !started_by_traced && found.instrumentation & schema::source::TRACING == 0 {
         for (re, _) in config
             .include
             .iter()
@@ -202,19 +203,10 @@ fn start(role: Role) -> Result<(), String> {
         shared_fd.filter(|_| !started_by_traced),
         start_realtime,
     )?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, tracepoints));
+    let header = found.head(tracepoints);
     // How the functions are instrumented (XRay, mcount, fentry, NOPs: bits of the same values), and
     // whether there are tracepoints and allocations.
-    let mut sources = found.instrumentation;
-    if !crate::recorders::tracepoint::all().is_empty() {
-        sources |= schema::source::TRACEPOINTS;
-    }
+    let mut sources = sources(&found);
     if alloc.is_some() {
         sources |= schema::source::ALLOCATIONS;
     }
@@ -264,6 +256,17 @@ fn start(role: Role) -> Result<(), String> {
     drop(found);
     start_recorders(&rt.program, rt.upcalls.recorders);
     Ok(())
+}
+
+/// What the trace's Session says recorded it (bits of `schema::source`), as far as discovery tells:
+/// how the functions are instrumented, whether the program links `ferrotrace-tracing`, and whether it
+/// has tracepoints.
+pub(crate) fn sources(found: &discovery::Discovery) -> u64 {
+    let mut sources = found.instrumentation;
+    if !crate::recorders::tracepoint::all().is_empty() {
+        sources |= schema::source::TRACEPOINTS;
+    }
+    sources
 }
 
 /// Starts every recorder, in order, and registers the fork handlers of those that record.

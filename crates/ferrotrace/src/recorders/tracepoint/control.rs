@@ -14,11 +14,12 @@
 //! ferrotrace::tracepoints::disable("*");
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
 
+use crate::lifecycle::runtime::Program;
 use crate::patch::static_key;
 use crate::recorders::tracepoint::{self, Info, Probe};
 
@@ -187,10 +188,20 @@ pub(crate) fn requested() -> Option<String> {
         .filter(|v| split_globs(v).next().is_some())
 }
 
+/// The next tracepoint id for a callsite registered while the program runs (`recorders::callsites`):
+/// after those of the static tracepoints, which [`assign_ids`] gives.
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A tracepoint id never given before in this process's trace.
+pub(crate) fn new_id() -> u32 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload.
 pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
+    NEXT_ID.fetch_max(all.len() as u32 + 1, Ordering::Relaxed);
     let mut p = Vec::new();
     let _ = schema::Count(all.len() as u64).encode(&mut p);
     for (i, t) in all.iter().enumerate() {
@@ -210,10 +221,14 @@ pub(crate) fn assign_ids() -> Vec<u8> {
 }
 
 /// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for, and says which of its
-/// globs select nothing.
-pub(crate) fn enable_requested() {
+/// globs select nothing (unless the program records `tracing` events, which the globs select as they
+/// are met: `recorders::callsites`).
+pub(crate) fn enable_requested(program: &Program) {
     let Some(globs) = requested() else { return };
     enable(&globs);
+    if program.sources & schema::source::TRACING != 0 {
+        return;
+    }
     for unmatched in unmatched(&globs) {
         say!("ferrotrace: {unmatched}");
     }
