@@ -199,7 +199,7 @@ impl Trace {
     }
 
     /// What the chunk index holds in memory, in entries, over all threads: bounded by the number of
-    /// threads (at most `chunks::BLOCK_ENTRIES` (256) each, unless a damaged trace holds a thread's chunks
+    /// threads (at most 256 each, unless a damaged trace holds a thread's chunks
     /// out of order), not by the size of the trace.
     pub fn index_entries_in_memory(&self) -> usize {
         self.threads.values().map(|t| t.chunks.in_memory()).sum()

@@ -30,7 +30,9 @@ impl Trace {
             started: false,
             buf: Vec::new(),
             events: Vec::new(),
+            extras: Vec::new(),
             pos: 0,
+            extra_pos: 0,
         })
     }
 
@@ -63,12 +65,20 @@ impl Trace {
     }
 }
 
-/// A decoded event whose payload is a range of the chunk buffer.
+/// A decoded event, 16 bytes: what the analyses that read every event need. Its payload and fields,
+/// which only some kinds have, are in the stream's side table ([`Extra`]).
 #[derive(Clone, Copy, Debug)]
 struct RawEvent {
     tsc: u64,
     id: u32,
     kind: EventKind,
+    /// It has an entry in the side table.
+    extra: bool,
+}
+
+/// The payload (a range of the chunk buffer) and fields of an event that has either.
+#[derive(Clone, Copy, Debug)]
+struct Extra {
     payload_start: u32,
     payload_len: u32,
     fields: EventFields,
@@ -89,9 +99,13 @@ pub struct ThreadEvents<'a> {
     /// A chunk was read.
     started: bool,
     buf: Vec<u8>,
-    /// Offset of the event body in `buf`.
+    /// The decoded events of the chunk in `buf`.
     events: Vec<RawEvent>,
+    /// The payloads and fields of those events that have them, in order.
+    extras: Vec<Extra>,
     pos: usize,
+    /// The entry of `extras` of the first event with one at or after `pos`.
+    extra_pos: usize,
 }
 
 impl ThreadEvents<'_> {
@@ -116,27 +130,34 @@ impl ThreadEvents<'_> {
             schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
         let (base, count) = (head.base_ticks, head.count);
         self.events.clear();
+        self.extras.clear();
         self.pos = 0;
+        self.extra_pos = 0;
         let body = f.rest();
-        let body_off = self.buf.len() - body.len();
         let buf_start = self.buf.as_ptr() as usize;
         // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
         self.events
             .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
         for e in EventDecoder::new(body, base) {
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-            let start = if e.payload.is_empty() {
-                body_off
-            } else {
-                e.payload.as_ptr() as usize - buf_start
-            };
+            let extra = !e.payload.is_empty() || e.fields != EventFields::default();
+            if extra {
+                // An empty payload's pointer need not point into the buffer.
+                let start = match e.payload.is_empty() {
+                    true => 0,
+                    false => e.payload.as_ptr() as usize - buf_start,
+                };
+                self.extras.push(Extra {
+                    payload_start: start as u32,
+                    payload_len: e.payload.len() as u32,
+                    fields: e.fields,
+                });
+            }
             self.events.push(RawEvent {
                 tsc: e.tsc,
                 id: e.id,
                 kind: e.kind,
-                payload_start: start as u32,
-                payload_len: e.payload.len() as u32,
-                fields: e.fields,
+                extra,
             });
         }
         if self.events.len() as u64 != count {
@@ -161,15 +182,19 @@ impl ThreadEvents<'_> {
                     // Done: a merge of many threads keeps only those still going in memory.
                     if self.events.capacity() > 0 {
                         self.events = Vec::new();
+                        self.extras = Vec::new();
                         self.buf = Vec::new();
                         self.pos = 0;
+                        self.extra_pos = 0;
                     }
                     return Ok(false);
                 }
                 Err(e) => {
                     self.chunks = None;
                     self.events.clear();
+                    self.extras.clear();
                     self.pos = 0;
+                    self.extra_pos = 0;
                     return Err(e);
                 }
             }
@@ -177,18 +202,33 @@ impl ThreadEvents<'_> {
         Ok(true)
     }
 
-    fn event_at(&self, pos: usize) -> EventRef<'_> {
+    /// The event at `pos`, whose side-table entry (if it has one) is at `extra_pos`.
+    fn event_at(&self, pos: usize, extra_pos: usize) -> EventRef<'_> {
         let r = self.events[pos];
-        let start = r.payload_start as usize;
+        let (payload, fields) = match r.extra {
+            true => {
+                let x = self.extras[extra_pos];
+                let start = x.payload_start as usize;
+                (&self.buf[start..start + x.payload_len as usize], x.fields)
+            }
+            false => (&[][..], EventFields::default()),
+        };
         EventRef {
             tid: self.tid,
             ts_ns: self.trace.converter.to_ns(r.tsc),
             tsc: r.tsc,
             kind: r.kind,
             id: r.id,
-            payload: &self.buf[start..start + r.payload_len as usize],
-            fields: r.fields,
+            payload,
+            fields,
         }
+    }
+
+    /// Moves past the event at `pos`.
+    #[inline]
+    fn advance(&mut self) {
+        self.extra_pos += self.events[self.pos].extra as usize;
+        self.pos += 1;
     }
 
     /// The next event, borrowed (no allocation). After an error the stream ends.
@@ -199,8 +239,9 @@ impl ThreadEvents<'_> {
             Ok(false) => return None,
             Err(e) => return Some(Err(e)),
         }
-        self.pos += 1;
-        Some(Ok(self.event_at(self.pos - 1)))
+        let (pos, extra_pos) = (self.pos, self.extra_pos);
+        self.advance();
+        Some(Ok(self.event_at(pos, extra_pos)))
     }
 
     /// The next event as `(tsc, kind, id)` only: the cheapest form, for aggregations that work in
@@ -216,6 +257,7 @@ impl ThreadEvents<'_> {
         }
         let r = self.events[self.pos];
         self.pos += 1;
+        self.extra_pos += r.extra as usize;
         Some(Ok((r.tsc, r.kind, r.id)))
     }
 
@@ -245,13 +287,13 @@ impl ThreadEvents<'_> {
     /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
     /// `Ok(Some(_))`.
     pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
-        self.event_at(self.pos)
+        self.event_at(self.pos, self.extra_pos)
     }
 
     /// Consumes the event [`ThreadEvents::peek_raw`] returned.
     #[inline]
     pub(crate) fn bump(&mut self) {
-        self.pos += 1;
+        self.advance();
     }
 
     /// The thread this stream reads.
@@ -300,7 +342,7 @@ impl MergedEvents<'_> {
     #[allow(clippy::should_implement_trait)]
     pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
         if let Some(s) = self.advance.take() {
-            self.streams[s].pos += 1;
+            self.streams[s].advance();
             self.push_current(s);
         }
         if let Some(e) = self.error.take() {
@@ -320,7 +362,7 @@ impl MergedEvents<'_> {
         };
         self.advance = Some(s);
         let st = &self.streams[s];
-        Some(Ok(st.event_at(st.pos)))
+        Some(Ok(st.event_at(st.pos, st.extra_pos)))
     }
 }
 

@@ -51,8 +51,6 @@ pub mod samples;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Mutex;
 
 use serde_json::{json, Value};
 
@@ -60,7 +58,7 @@ use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::info::fmt_ns;
 use crate::names::{Names, Representatives};
 use crate::progress::Progress;
-use crate::reader::{EventKind, ReadError, Thread, Trace};
+use crate::reader::{EventKind, ReadError, Trace};
 
 /// Statistics of one function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -289,223 +287,125 @@ impl<'a> Slots<'a> {
     }
 }
 
-/// What one thread contributes to a [`Report`].
-struct ThreadResult {
-    report: ThreadReport,
-    events: u64,
-    /// The read error that ended its events early.
-    error: Option<String>,
-    /// Its tracepoint events by id.
-    tracepoints: HashMap<u32, u64>,
-}
-
-/// Reads the threads on `workers` cores, each taking the largest thread not yet taken; the results
-/// come back in the order of `threads`.
-fn in_parallel(
-    trace: &Trace,
-    names: &Names,
-    function: &Representatives,
-    threads: &[&Thread],
-    workers: usize,
-    progress: &mut Progress,
-) -> Vec<ThreadResult> {
-    let mut order: Vec<usize> = (0..threads.len()).collect();
-    order.sort_by_key(|&i| std::cmp::Reverse(threads[i].events));
-    let next = AtomicUsize::new(0);
-    let progress = Mutex::new(progress);
-    let done: Mutex<Vec<(usize, ThreadResult)>> = Mutex::new(Vec::with_capacity(threads.len()));
-    std::thread::scope(|s| {
-        for _ in 0..workers {
-            s.spawn(|| {
-                let mut count = |n| progress.lock().expect("no worker panics").add(n);
-                while let Some(&i) = order.get(next.fetch_add(1, Ordering::Relaxed)) {
-                    let r = thread_report(trace, names, function, threads[i], &mut count);
-                    done.lock().expect("no worker panics").push((i, r));
-                }
-            });
-        }
-    });
-    let mut done = done.into_inner().expect("no worker panics");
-    done.sort_unstable_by_key(|(i, _)| *i);
-    done.into_iter().map(|(_, r)| r).collect()
-}
-
-/// One thread's functions, in one pass over its events; `count` is told of events read, in steps.
-fn thread_report(
-    trace: &Trace,
-    names: &Names,
-    function: &Representatives,
-    th: &Thread,
-    count: &mut dyn FnMut(u64),
-) -> ThreadResult {
-    let mut tracepoints: HashMap<u32, u64> = HashMap::new();
-    let mut error = None;
-    let mut slots = Slots::new(function);
-    // One pass: frames already running when tracing began are closed at their exit.
-    let mut stack = CallStack::single_pass();
-    let on_leave = |slots: &mut Slots, e: StackEvent| match e {
-        StackEvent::Enter { id, .. } => {
-            let s = slots.slot(id);
-            slots.acc[s].active += 1;
-        }
-        StackEvent::Leave {
-            frame, end, how, ..
-        } => {
-            let s = slots.slot(frame.id);
-            let a = &mut slots.acc[s];
-            let dur = end.saturating_sub(frame.start);
-            if a.calls == 0 || dur < a.min {
-                a.min = dur;
-            }
-            a.max = a.max.max(dur);
-            a.calls += 1;
-            a.sum += dur;
-            a.self_t += frame.self_time(end);
-            a.active = a.active.saturating_sub(1);
-            if a.active == 0 {
-                a.total += dur;
-            }
-            match how {
-                EndKind::Unwound => a.unwound += 1,
-                EndKind::OpenAtEnd => a.open += 1,
-                _ => {}
-            }
-            if !frame.entered {
-                a.before += 1;
-                // Running since before the thread's first event, so every frame of this
-                // function counted so far ran inside it: its duration is the total so far.
-                // (One pass never saw it enter, so `active` did not count it. Set here, in
-                // the branch that was there already: a new one in this closure made the
-                // whole report 1.7x slower, 0.30 s to 0.52 s on fib 35.)
-                a.total = dur;
-            }
-        }
-        StackEvent::OrphanExit { .. } => {}
-    };
-    // The same walk as in `cct`, written out here on purpose: moving it into a shared generic
-    // driver made `report` 1.37x slower on fib(31) (hyperfine, 2026-11-22); this loop is the
-    // command's whole cost.
-    let mut ev = match trace.thread_events(th.tid) {
-        Ok(ev) => ev,
-        Err(err) => {
-            return ThreadResult {
-                report: ThreadReport {
-                    tid: th.tid,
-                    name: th.name.clone(),
-                    functions: Vec::new(),
-                },
-                events: 0,
-                error: Some(err.to_string()),
-                tracepoints,
-            }
-        }
-    };
-    let mut n = 0u64;
-    loop {
-        match ev.next_raw() {
-            None => break,
-            Some(Ok((tsc, kind, id))) => {
-                n += 1;
-                if kind == EventKind::Tracepoint {
-                    *tracepoints.entry(id).or_insert(0u64) += 1;
-                }
-                stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
-                if n & 0xffff == 0 {
-                    count(0x10000);
-                }
-            }
-            Some(Err(err)) => {
-                error = Some(err.to_string());
-                break;
-            }
-        }
-    }
-    count(n & 0xffff);
-    stack.finish(&mut |se| on_leave(&mut slots, se));
-    let mut functions: Vec<FuncStats> = Vec::with_capacity(slots.ids.len());
-    for (i, &id) in slots.ids.iter().enumerate() {
-        let a = slots.acc[i];
-        if a.calls == 0 {
-            continue;
-        }
-        let t = |x| trace.ticks_to_ns(x);
-        functions.push(FuncStats {
-            id,
-            name: names.get(id).into_owned(),
-            calls: a.calls,
-            total_ns: t(a.total),
-            self_ns: t(a.self_t),
-            min_ns: t(a.min),
-            max_ns: t(a.max),
-            sum_ns: t(a.sum),
-            unwound: a.unwound,
-            still_running: a.open,
-            entered_before: a.before,
-        });
-    }
-    ThreadResult {
-        report: ThreadReport {
-            tid: th.tid,
-            name: th.name.clone(),
-            functions,
-        },
-        events: n,
-        error,
-        tracepoints,
-    }
-}
-
 impl Report {
     /// Reads the whole trace, one thread at a time.
     pub fn of(trace: &Trace) -> Result<Report, ReadError> {
         Report::with_progress(trace, &mut Progress::with_enabled("report", 0, false))
     }
 
-    /// Like [`Report::of`], counting events on `progress`. Threads are independent: with more than
-    /// one, they are read on as many cores as there are (up to one per thread), each core taking the
-    /// largest thread left; the result does not depend on how many.
+    /// Like [`Report::of`], counting events on `progress`.
     pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
         let names = Names::of(trace);
         // The ids of one function (same module and address, one name: see `Names::of`) are counted as
         // that function's, in one row: a copy calling another is a recursion, whose total counts once.
         let function = names.representatives();
-        let threads: Vec<&Thread> = trace.threads.values().collect();
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let busy = threads.iter().filter(|t| t.events > 0).count();
-        let results: Vec<ThreadResult> = if cores < 2 || busy < 2 {
-            threads
-                .iter()
-                .map(|th| thread_report(trace, &names, &function, th, &mut |n| progress.add(n)))
-                .collect()
-        } else {
-            in_parallel(
-                trace,
-                &names,
-                &function,
-                &threads,
-                cores.min(busy),
-                progress,
-            )
-        };
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
-        for r in results {
-            report.events += r.events;
-            report.errors.extend(r.error);
-            for (id, n) in r.tracepoints {
-                *tracepoint_counts.entry(id).or_insert(0) += n;
+        for th in trace.threads.values() {
+            let mut slots = Slots::new(&function);
+            // One pass: frames already running when tracing began are closed at their exit.
+            let mut stack = CallStack::single_pass();
+            let on_leave = |slots: &mut Slots, e: StackEvent| match e {
+                StackEvent::Enter { id, .. } => {
+                    let s = slots.slot(id);
+                    slots.acc[s].active += 1;
+                }
+                StackEvent::Leave {
+                    frame, end, how, ..
+                } => {
+                    let s = slots.slot(frame.id);
+                    let a = &mut slots.acc[s];
+                    let dur = end.saturating_sub(frame.start);
+                    if a.calls == 0 || dur < a.min {
+                        a.min = dur;
+                    }
+                    a.max = a.max.max(dur);
+                    a.calls += 1;
+                    a.sum += dur;
+                    a.self_t += frame.self_time(end);
+                    a.active = a.active.saturating_sub(1);
+                    if a.active == 0 {
+                        a.total += dur;
+                    }
+                    match how {
+                        EndKind::Unwound => a.unwound += 1,
+                        EndKind::OpenAtEnd => a.open += 1,
+                        _ => {}
+                    }
+                    if !frame.entered {
+                        a.before += 1;
+                        // Running since before the thread's first event, so every frame of this
+                        // function counted so far ran inside it: its duration is the total so far.
+                        // (One pass never saw it enter, so `active` did not count it. Set here, in
+                        // the branch that was there already: a new one in this closure made the
+                        // whole report 1.7x slower, 0.30 s to 0.52 s on fib 35.)
+                        a.total = dur;
+                    }
+                }
+                StackEvent::OrphanExit { .. } => {}
+            };
+            // The same walk as in `cct`, written out here on purpose: moving it into a shared generic
+            // driver made `report` 1.37x slower on fib(31) (hyperfine, 2026-11-22); this loop is the
+            // command's whole cost.
+            let mut ev = trace.thread_events(th.tid)?;
+            let mut n = 0u64;
+            loop {
+                match ev.next_raw() {
+                    None => break,
+                    Some(Ok((tsc, kind, id))) => {
+                        n += 1;
+                        if kind == EventKind::Tracepoint {
+                            *tracepoint_counts.entry(id).or_insert(0u64) += 1;
+                        }
+                        stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
+                        if n & 0xffff == 0 {
+                            progress.add(0x10000);
+                        }
+                    }
+                    Some(Err(err)) => {
+                        report.errors.push(err.to_string());
+                        break;
+                    }
+                }
             }
-            for fs in &r.report.functions {
-                all.entry(fs.id)
+            progress.add(n & 0xffff);
+            stack.finish(&mut |se| on_leave(&mut slots, se));
+            report.events += n;
+            let mut funcs: Vec<FuncStats> = Vec::with_capacity(slots.ids.len());
+            for (i, &id) in slots.ids.iter().enumerate() {
+                let a = slots.acc[i];
+                if a.calls == 0 {
+                    continue;
+                }
+                let t = |x| trace.ticks_to_ns(x);
+                let fs = FuncStats {
+                    id,
+                    name: names.get(id).into_owned(),
+                    calls: a.calls,
+                    total_ns: t(a.total),
+                    self_ns: t(a.self_t),
+                    min_ns: t(a.min),
+                    max_ns: t(a.max),
+                    sum_ns: t(a.sum),
+                    unwound: a.unwound,
+                    still_running: a.open,
+                    entered_before: a.before,
+                };
+                all.entry(id)
                     .or_insert_with(|| FuncStats {
-                        id: fs.id,
+                        id,
                         name: fs.name.clone(),
                         ..FuncStats::default()
                     })
-                    .merge(fs);
+                    .merge(&fs);
+                funcs.push(fs);
             }
-            report.threads.push(r.report);
+            report.threads.push(ThreadReport {
+                tid: th.tid,
+                name: th.name.clone(),
+                functions: funcs,
+            });
         }
         report.functions = all.into_values().collect();
         report.tracepoints = tracepoint_counts
