@@ -188,13 +188,9 @@ fn start_attached(
         Some(path) => Some(open_live(path, &found)?),
         None => None,
     };
-    let mut sources = found.instrumentation;
-    if !crate::recorders::tracepoint::all().is_empty() {
-        sources |= schema::source::TRACEPOINTS;
-    }
     let program = Program {
         role,
-        sources,
+        sources: start::sources(&found),
         rust_std: found.rust_std,
         targets: start::targets(live.is_some()),
         alloc: None,
