@@ -209,11 +209,10 @@ fn xray_server_recorded_while_it_runs_then_again() {
     assert_eq!(fds(), open_before);
 }
 
-#[test]
-fn c_server_with_patchable_nops_recorded_while_it_runs() {
-    let dir = scratch("attach_c");
-    let exe = build_c(
-        &dir,
+/// The C line server built with patchable NOPs (`-pg -mnop-mcount -mrecord-mcount`), not PIE.
+fn nop_mcount_line_server(dir: &Path) -> PathBuf {
+    build_c(
+        dir,
         "gcc",
         "line_server.c",
         "line_server_c",
@@ -225,7 +224,13 @@ fn c_server_with_patchable_nops_recorded_while_it_runs() {
             "-fno-pie",
             "-no-pie",
         ],
-    );
+    )
+}
+
+#[test]
+fn c_server_with_patchable_nops_recorded_while_it_runs() {
+    let dir = scratch("attach_c");
+    let exe = nop_mcount_line_server(&dir);
     let server = Server::start(&exe, &[]);
     one_recording(&server, &dir, "first", 50);
     one_recording(&server, &dir, "second", 10);
@@ -364,20 +369,7 @@ fn static_tls_flag_and_the_tunable_when_none_is_left() {
         "{}",
         text(&dynamic.stdout)
     );
-    let server = build_c(
-        &dir,
-        "gcc",
-        "line_server.c",
-        "line_server_c",
-        &[
-            "-O1",
-            "-pg",
-            "-mnop-mcount",
-            "-mrecord-mcount",
-            "-fno-pie",
-            "-no-pie",
-        ],
-    );
+    let server = nop_mcount_line_server(&dir);
     // 1600 of the 1664 bytes glibc keeps for dlopened libraries' static TLS by default.
     let hog = build_c(
         &dir,
