@@ -3,8 +3,10 @@
 //! Four rooms: [`model`] (what a trace holds and its events), `index` (the one pass that indexes
 //! the chunks and checks the file's integrity), `chunks` (each thread's list of chunks, in memory
 //! bounded per thread: older entries go to a temporary file) and [`stream`] (events per thread or
-//! merged in time order, one decoded chunk per thread in memory).
+//! merged in time order, one decoded chunk per thread in memory), with `ahead` (a thread's chunks
+//! decoded on a second core while the caller aggregates the previous ones).
 
+mod ahead;
 mod chunks;
 mod index;
 pub mod model;
@@ -17,10 +19,12 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::clock::{ClockPair, TscConverter};
 use ferrotrace_core::schema;
 
+pub(crate) use ahead::for_each_batch;
 pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
     Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
+pub(crate) use stream::RawEvent;
 pub use stream::{MergedEvents, ThreadEvents};
 
 /// An opened trace: metadata and the index of event chunks.

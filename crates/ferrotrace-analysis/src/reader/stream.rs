@@ -68,10 +68,10 @@ impl Trace {
 /// A decoded event, 16 bytes: what the analyses that read every event need. Its payload and fields,
 /// which only some kinds have, are in the stream's side table ([`Extra`]).
 #[derive(Clone, Copy, Debug)]
-struct RawEvent {
-    tsc: u64,
-    id: u32,
-    kind: EventKind,
+pub(crate) struct RawEvent {
+    pub(crate) tsc: u64,
+    pub(crate) id: u32,
+    pub(crate) kind: EventKind,
     /// It has an entry in the side table.
     extra: bool,
 }
@@ -259,6 +259,23 @@ impl ThreadEvents<'_> {
         self.pos += 1;
         self.extra_pos += r.extra as usize;
         Some(Ok((r.tsc, r.kind, r.id)))
+    }
+
+    /// Hands out the rest of the current decoded chunk (the next one when it is used up) by swapping
+    /// it with `batch`, whose buffer the stream reuses: for aggregations that read every event as
+    /// `(tsc, kind, id)` and want a slice, not a call per event. `Ok(false)` at the end; after an error
+    /// the stream ends.
+    pub(crate) fn swap_batch(&mut self, batch: &mut Vec<RawEvent>) -> Result<bool, ReadError> {
+        batch.clear();
+        if self.pos >= self.events.len() && !self.fill()? {
+            return Ok(false);
+        }
+        self.events.drain(..self.pos);
+        std::mem::swap(&mut self.events, batch);
+        self.pos = 0;
+        self.extras.clear();
+        self.extra_pos = 0;
+        Ok(true)
     }
 
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index

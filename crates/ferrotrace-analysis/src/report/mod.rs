@@ -48,17 +48,18 @@
 
 pub mod bytes;
 pub mod samples;
+mod walk;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use serde_json::{json, Value};
 
-use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::info::fmt_ns;
-use crate::names::{Names, Representatives};
+use crate::names::Names;
 use crate::progress::Progress;
-use crate::reader::{EventKind, ReadError, Trace};
+use crate::reader::{for_each_batch, ReadError, Trace};
+use walk::ThreadCounts;
 
 /// Statistics of one function.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -217,84 +218,27 @@ pub struct Report {
     pub alloc_bytes: HashMap<u32, (u64, u64)>,
 }
 
-/// Per-function accumulator in ticks, indexed densely by a slot number.
-#[derive(Clone, Copy, Default)]
-struct Acc {
-    calls: u64,
-    total: u64,
-    self_t: u64,
-    min: u64,
-    max: u64,
-    sum: u64,
-    unwound: u64,
-    open: u64,
-    before: u64,
-    /// Frames of this function currently on the stack (recursion).
-    active: u32,
-}
-
-/// One accumulator per function, found by event id: the ids of one function (see
-/// [`Names::representatives`]) share their function's slot, resolved once per id (the per-event lookup
-/// stays one indexed load).
-struct Slots<'a> {
-    function: &'a Representatives,
-    /// By function (representative) id: its slot.
-    index: HashMap<u32, u32>,
-    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
-    dense: Vec<u32>,
-    /// By slot: the function's (representative) id.
-    ids: Vec<u32>,
-    acc: Vec<Acc>,
-}
-
-impl<'a> Slots<'a> {
-    fn new(function: &'a Representatives) -> Slots<'a> {
-        Slots {
-            function,
-            index: HashMap::new(),
-            dense: Vec::new(),
-            ids: Vec::new(),
-            acc: Vec::new(),
-        }
-    }
-
-    #[inline]
-    fn slot(&mut self, id: u32) -> usize {
-        if let Some(&s) = self.dense.get(id as usize) {
-            if s != u32::MAX {
-                return s as usize;
-            }
-        }
-        self.slot_slow(id)
-    }
-
-    #[cold]
-    fn slot_slow(&mut self, id: u32) -> usize {
-        let next = self.ids.len() as u32;
-        let function = self.function.of(id);
-        let s = *self.index.entry(function).or_insert(next);
-        if s == next {
-            self.ids.push(function);
-            self.acc.push(Acc::default());
-        }
-        if (id as usize) < (1 << 20) {
-            if self.dense.len() <= id as usize {
-                self.dense.resize(id as usize + 1, u32::MAX);
-            }
-            self.dense[id as usize] = s;
-        }
-        s as usize
-    }
-}
-
 impl Report {
     /// Reads the whole trace, one thread at a time.
     pub fn of(trace: &Trace) -> Result<Report, ReadError> {
         Report::with_progress(trace, &mut Progress::with_enabled("report", 0, false))
     }
 
-    /// Like [`Report::of`], counting events on `progress`.
+    /// Like [`Report::of`], counting events on `progress`; decodes on a second thread when the machine
+    /// has a second core ([`Report::with_jobs`]).
     pub fn with_progress(trace: &Trace, progress: &mut Progress) -> Result<Report, ReadError> {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Report::with_jobs(trace, progress, cores.min(2))
+    }
+
+    /// Like [`Report::with_progress`] on `jobs` threads: with 2 or more, each thread's chunks are
+    /// decoded on a second thread while this one aggregates (the result is the same).
+    pub fn with_jobs(
+        trace: &Trace,
+        progress: &mut Progress,
+        jobs: usize,
+    ) -> Result<Report, ReadError> {
+        let decode_ahead = jobs >= 2;
         let names = Names::of(trace);
         // The ids of one function (same module and address, one name: see `Names::of`) are counted as
         // that function's, in one row: a copy calling another is a recursion, whose total counts once.
@@ -303,78 +247,21 @@ impl Report {
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
         for th in trace.threads.values() {
-            let mut slots = Slots::new(&function);
-            // One pass: frames already running when tracing began are closed at their exit.
-            let mut stack = CallStack::single_pass();
-            let on_leave = |slots: &mut Slots, e: StackEvent| match e {
-                StackEvent::Enter { id, .. } => {
-                    let s = slots.slot(id);
-                    slots.acc[s].active += 1;
-                }
-                StackEvent::Leave {
-                    frame, end, how, ..
-                } => {
-                    let s = slots.slot(frame.id);
-                    let a = &mut slots.acc[s];
-                    let dur = end.saturating_sub(frame.start);
-                    if a.calls == 0 || dur < a.min {
-                        a.min = dur;
-                    }
-                    a.max = a.max.max(dur);
-                    a.calls += 1;
-                    a.sum += dur;
-                    a.self_t += frame.self_time(end);
-                    a.active = a.active.saturating_sub(1);
-                    if a.active == 0 {
-                        a.total += dur;
-                    }
-                    match how {
-                        EndKind::Unwound => a.unwound += 1,
-                        EndKind::OpenAtEnd => a.open += 1,
-                        _ => {}
-                    }
-                    if !frame.entered {
-                        a.before += 1;
-                        // Running since before the thread's first event, so every frame of this
-                        // function counted so far ran inside it: its duration is the total so far.
-                        // (One pass never saw it enter, so `active` did not count it. Set here, in
-                        // the branch that was there already: a new one in this closure made the
-                        // whole report 1.7x slower, 0.30 s to 0.52 s on fib 35.)
-                        a.total = dur;
-                    }
-                }
-                StackEvent::OrphanExit { .. } => {}
-            };
-            // The same walk as in `cct`, written out here on purpose: moving it into a shared generic
-            // driver made `report` 1.37x slower on fib(31) (hyperfine, 2026-11-22); this loop is the
-            // command's whole cost.
-            let mut ev = trace.thread_events(th.tid)?;
+            let mut counts = ThreadCounts::new(&function);
             let mut n = 0u64;
-            loop {
-                match ev.next_raw() {
-                    None => break,
-                    Some(Ok((tsc, kind, id))) => {
-                        n += 1;
-                        if kind == EventKind::Tracepoint {
-                            *tracepoint_counts.entry(id).or_insert(0u64) += 1;
-                        }
-                        stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
-                        if n & 0xffff == 0 {
-                            progress.add(0x10000);
-                        }
-                    }
-                    Some(Err(err)) => {
-                        report.errors.push(err.to_string());
-                        break;
-                    }
-                }
+            let error = for_each_batch(trace, th.tid, decode_ahead, |batch| {
+                counts.add(batch, &mut tracepoint_counts);
+                n += batch.len() as u64;
+                progress.add(batch.len() as u64);
+            })?;
+            if let Some(err) = error {
+                report.errors.push(err.to_string());
             }
-            progress.add(n & 0xffff);
-            stack.finish(&mut |se| on_leave(&mut slots, se));
+            counts.finish();
             report.events += n;
-            let mut funcs: Vec<FuncStats> = Vec::with_capacity(slots.ids.len());
-            for (i, &id) in slots.ids.iter().enumerate() {
-                let a = slots.acc[i];
+            let mut funcs: Vec<FuncStats> = Vec::with_capacity(counts.ids.len());
+            for (i, &id) in counts.ids.iter().enumerate() {
+                let a = counts.acc[i];
                 if a.calls == 0 {
                     continue;
                 }

@@ -1,0 +1,234 @@
+//! The per-thread counting loop of `report`: one thread's events, in ticks, to one accumulator per
+//! function. It is the command's whole cost, so it keeps its own shadow stack instead of going through
+//! [`crate::callstack::CallStack`]'s events: an open frame holds its function's slot (no second lookup
+//! at its exit), and no event is built per frame. The frames it closes, and how, are those of
+//! `CallStack::single_pass` (the test below compares the two on unwinding, tail calls, frames running
+//! before the trace began and frames still open at its end).
+//!
+//! Not for analyses that need the frames themselves (graph, replay): they use `CallStack`.
+
+use std::collections::HashMap;
+
+use crate::names::Representatives;
+use crate::reader::{EventKind, RawEvent};
+
+/// Per-function accumulator in ticks, indexed densely by a slot number.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct Acc {
+    pub(super) calls: u64,
+    /// Inclusive time, recursion counted once.
+    pub(super) total: u64,
+    pub(super) self_t: u64,
+    pub(super) min: u64,
+    pub(super) max: u64,
+    /// Sum of all frame durations, recursion counted every time.
+    pub(super) sum: u64,
+    pub(super) unwound: u64,
+    /// Frames still open at the end.
+    pub(super) open: u64,
+    /// Frames already running when tracing began.
+    pub(super) before: u64,
+    /// Frames of this function currently on the stack (recursion).
+    active: u32,
+}
+
+/// An open frame on the shadow stack.
+#[derive(Clone, Copy)]
+struct Open {
+    /// The event id (a frame's exit matches its entry's id, not just its function).
+    id: u32,
+    /// Its function's slot.
+    slot: u32,
+    start: u64,
+    /// Time in closed children.
+    child: u64,
+}
+
+/// How a frame ended.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Close {
+    Return,
+    Unwound,
+    OpenAtEnd,
+}
+
+/// One thread's counts: one accumulator per function, found by event id (the ids of one function, see
+/// [`Representatives`], share their function's slot, resolved once per id: the per-event lookup stays
+/// one indexed load).
+pub(super) struct ThreadCounts<'a> {
+    function: &'a Representatives,
+    /// By function (representative) id: its slot.
+    index: HashMap<u32, u32>,
+    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
+    dense: Vec<u32>,
+    /// By slot: the function's (representative) id.
+    pub(super) ids: Vec<u32>,
+    /// By slot.
+    pub(super) acc: Vec<Acc>,
+    frames: Vec<Open>,
+    started: bool,
+    /// The thread's first and last event ticks.
+    first: u64,
+    last: u64,
+    /// Time covered by frames closed at the outermost level: the children of a frame that was
+    /// running before tracing began, if one's exit comes.
+    root_closed: u64,
+}
+
+impl<'a> ThreadCounts<'a> {
+    pub(super) fn new(function: &'a Representatives) -> ThreadCounts<'a> {
+        ThreadCounts {
+            function,
+            index: HashMap::new(),
+            dense: Vec::new(),
+            ids: Vec::new(),
+            acc: Vec::new(),
+            frames: Vec::new(),
+            started: false,
+            first: 0,
+            last: 0,
+            root_closed: 0,
+        }
+    }
+
+    #[inline]
+    fn slot(&mut self, id: u32) -> u32 {
+        match self.dense.get(id as usize) {
+            Some(&s) if s != u32::MAX => s,
+            _ => self.slot_slow(id),
+        }
+    }
+
+    #[cold]
+    fn slot_slow(&mut self, id: u32) -> u32 {
+        let next = self.ids.len() as u32;
+        let function = self.function.of(id);
+        let s = *self.index.entry(function).or_insert(next);
+        if s == next {
+            self.ids.push(function);
+            self.acc.push(Acc::default());
+        }
+        if (id as usize) < (1 << 20) {
+            if self.dense.len() <= id as usize {
+                self.dense.resize(id as usize + 1, u32::MAX);
+            }
+            self.dense[id as usize] = s;
+        }
+        s
+    }
+
+    /// Counts the events of `batch` (the thread's next ones) and its tracepoints into `tracepoints`.
+    pub(super) fn add(&mut self, batch: &[RawEvent], tracepoints: &mut HashMap<u32, u64>) {
+        let Some(first) = batch.first() else {
+            return;
+        };
+        if !self.started {
+            self.started = true;
+            self.first = first.tsc;
+        }
+        for e in batch {
+            let t = e.tsc;
+            self.last = self.last.max(t);
+            match e.kind {
+                EventKind::Entry => {
+                    let slot = self.slot(e.id);
+                    self.acc[slot as usize].active += 1;
+                    self.frames.push(Open {
+                        id: e.id,
+                        slot,
+                        start: t,
+                        child: 0,
+                    });
+                }
+                EventKind::Exit | EventKind::TailExit => self.exit(e.id, t),
+                EventKind::Tracepoint => *tracepoints.entry(e.id).or_insert(0) += 1,
+                _ => {}
+            }
+        }
+    }
+
+    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    #[inline]
+    fn exit(&mut self, id: u32, t: u64) {
+        if let Some(top) = self.frames.last() {
+            if top.id == id {
+                self.pop(t, Close::Return);
+                return;
+            }
+        }
+        match self.frames.iter().rposition(|f| f.id == id) {
+            Some(pos) => {
+                // The frames above it were left without an exit: unwound by a panic.
+                while self.frames.len() > pos + 1 {
+                    self.pop(t, Close::Unwound);
+                }
+                self.pop(t, Close::Return);
+            }
+            None => {
+                while !self.frames.is_empty() {
+                    self.pop(t, Close::Unwound);
+                }
+                // Running since before the thread's first event: it covers everything so far, and
+                // its children are the frames closed at the outermost level.
+                let slot = self.slot(id);
+                let frame = Open {
+                    id,
+                    slot,
+                    start: self.first,
+                    child: self.root_closed,
+                };
+                self.root_closed = t.saturating_sub(self.first);
+                self.close(frame, t, Close::Return, false);
+            }
+        }
+    }
+
+    #[inline]
+    fn pop(&mut self, end: u64, how: Close) {
+        let Some(frame) = self.frames.pop() else {
+            return;
+        };
+        let dur = end.saturating_sub(frame.start);
+        match self.frames.last_mut() {
+            Some(parent) => parent.child = parent.child.saturating_add(dur),
+            None => self.root_closed = self.root_closed.saturating_add(dur),
+        }
+        self.close(frame, end, how, true);
+    }
+
+    #[inline]
+    fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
+        let a = &mut self.acc[frame.slot as usize];
+        let dur = end.saturating_sub(frame.start);
+        if a.calls == 0 || dur < a.min {
+            a.min = dur;
+        }
+        a.max = a.max.max(dur);
+        a.calls += 1;
+        a.sum += dur;
+        a.self_t += dur.saturating_sub(frame.child);
+        a.active = a.active.saturating_sub(1);
+        if a.active == 0 {
+            a.total += dur;
+        }
+        match how {
+            Close::Return => {}
+            Close::Unwound => a.unwound += 1,
+            Close::OpenAtEnd => a.open += 1,
+        }
+        if !entered {
+            a.before += 1;
+            // Running since before the thread's first event, so every frame of this function
+            // counted so far ran inside it: its duration is the total so far. (It never entered, so
+            // `active` did not count it.)
+            a.total = dur;
+        }
+    }
+
+    /// Closes the frames still open at the thread's last event.
+    pub(super) fn finish(&mut self) {
+        while !self.frames.is_empty() {
+            self.pop(self.last, Close::OpenAtEnd);
+        }
+    }
+}
