@@ -76,6 +76,19 @@ pub(crate) struct RawEvent {
     extra: bool,
 }
 
+#[cfg(test)]
+impl RawEvent {
+    /// An event without payload or fields, for tests of what consumes batches.
+    pub(crate) fn new(tsc: u64, kind: EventKind, id: u32) -> RawEvent {
+        RawEvent {
+            tsc,
+            id,
+            kind,
+            extra: false,
+        }
+    }
+}
+
 /// The payload (a range of the chunk buffer) and fields of an event that has either.
 #[derive(Clone, Copy, Debug)]
 struct Extra {

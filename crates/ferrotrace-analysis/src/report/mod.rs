@@ -578,6 +578,7 @@ pub fn diff_json(base: &Trace, other: &Trace, key: SortKey, rows: &[DiffRow]) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reader::EventKind;
 
     #[test]
     fn average_stays_between_min_and_max_despite_rounding() {

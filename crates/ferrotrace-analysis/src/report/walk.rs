@@ -232,3 +232,129 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::callstack::{CallStack, EndKind, StackEvent};
+
+    /// Pseudo-random events over a few functions (one id above the dense range), with exits that
+    /// unwind, exits of functions never entered (running before the trace began), tail exits,
+    /// tracepoints, and frames left open at the end.
+    fn events(seed: u64, n: usize) -> Vec<RawEvent> {
+        let ids = [1u32, 2, 3, 7, 1 << 21];
+        let mut x = seed;
+        let mut open: Vec<u32> = Vec::new();
+        let mut t = 1_000u64;
+        let mut out = Vec::with_capacity(n);
+        for _ in 0..n {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = (x >> 33) as usize;
+            t += (r % 50) as u64;
+            let (kind, id) = match r % 16 {
+                0..=6 => {
+                    let id = ids[(r >> 8) % ids.len()];
+                    open.push(id);
+                    (EventKind::Entry, id)
+                }
+                7..=11 if !open.is_empty() => (EventKind::Exit, open.pop().unwrap_or(0)),
+                12 if !open.is_empty() => (EventKind::TailExit, open.pop().unwrap_or(0)),
+                13 => (EventKind::Tracepoint, (r >> 8) as u32 % 3),
+                // Any function: one further down the stack (unwinding) or one not open at all.
+                _ => {
+                    let id = ids[(r >> 8) % ids.len()];
+                    if let Some(p) = open.iter().rposition(|&o| o == id) {
+                        open.truncate(p);
+                    }
+                    (EventKind::Exit, id)
+                }
+            };
+            out.push(RawEvent::new(t, kind, id));
+        }
+        out
+    }
+
+    /// The counts through `CallStack::single_pass`, by function id.
+    fn reference(evs: &[RawEvent]) -> HashMap<u32, Acc> {
+        let mut acc: HashMap<u32, Acc> = HashMap::new();
+        let mut open: HashMap<u32, u32> = HashMap::new();
+        let mut on = |e: StackEvent| match e {
+            StackEvent::Enter { id, .. } => *open.entry(id).or_default() += 1,
+            StackEvent::Leave {
+                frame, end, how, ..
+            } => {
+                let a = acc.entry(frame.id).or_default();
+                let dur = end - frame.start;
+                a.min = if a.calls == 0 { dur } else { a.min.min(dur) };
+                a.max = a.max.max(dur);
+                a.calls += 1;
+                a.sum += dur;
+                a.self_t += frame.self_time(end);
+                a.unwound += (how == EndKind::Unwound) as u64;
+                a.open += (how == EndKind::OpenAtEnd) as u64;
+                if frame.entered {
+                    let o = open.entry(frame.id).or_default();
+                    *o -= 1;
+                    if *o == 0 {
+                        a.total += dur;
+                    }
+                } else {
+                    a.before += 1;
+                    a.total = dur;
+                }
+            }
+            StackEvent::OrphanExit { .. } => unreachable!("a single-pass stack has no orphans"),
+        };
+        let mut stack = CallStack::single_pass();
+        for e in evs {
+            stack.process(e.kind, e.id, e.tsc, &mut on);
+        }
+        stack.finish(&mut on);
+        acc
+    }
+
+    #[test]
+    fn counts_equal_those_of_the_shared_call_stack_whatever_the_batches() {
+        let function = Representatives::default();
+        let mut cases = [0u64; 3];
+        for seed in 0..40u64 {
+            let evs = events(seed, 3_000);
+            let want = reference(&evs);
+            let mut counts = ThreadCounts::new(&function);
+            let mut tracepoints = HashMap::new();
+            let mut rest = &evs[..];
+            let mut size = 1 + seed as usize % 7;
+            while !rest.is_empty() {
+                let (batch, more) = rest.split_at(size.min(rest.len()));
+                counts.add(batch, &mut tracepoints);
+                rest = more;
+                size = size * 3 % 500 + 1;
+            }
+            counts.finish();
+            let got: HashMap<u32, Acc> = counts
+                .ids
+                .iter()
+                .zip(&counts.acc)
+                .filter(|(_, a)| a.calls > 0)
+                .map(|(&id, &a)| (id, Acc { active: 0, ..a }))
+                .collect();
+            assert_eq!(got, want, "seed {seed}");
+            let tp: u64 = tracepoints.values().sum();
+            let expect = evs
+                .iter()
+                .filter(|e| e.kind == EventKind::Tracepoint)
+                .count();
+            assert_eq!(tp, expect as u64, "seed {seed}");
+            for a in want.values() {
+                cases[0] += a.before;
+                cases[1] += a.unwound;
+                cases[2] += a.open;
+            }
+        }
+        // The sequences reach every case the walk handles: frames running before the trace began,
+        // unwound, and open at the end.
+        assert!(cases.iter().all(|&n| n > 0), "{cases:?}");
+    }
+}
