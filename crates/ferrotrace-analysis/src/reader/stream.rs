@@ -151,7 +151,20 @@ impl ThreadEvents<'_> {
         // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
         self.events
             .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
-        for e in EventDecoder::new(body, base) {
+        let mut decoder = EventDecoder::new(body, base);
+        loop {
+            // Function entries and exits, nearly all of a function trace, in a tight loop.
+            decoder.function_run(|tsc, kind, id| {
+                self.events.push(RawEvent {
+                    tsc,
+                    id,
+                    kind,
+                    extra: false,
+                })
+            });
+            let Some(e) = decoder.next() else {
+                break;
+            };
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
             let extra = !e.payload.is_empty() || e.fields != EventFields::default();
             if extra {
