@@ -579,6 +579,61 @@ mod tests {
     }
 
     #[test]
+    fn function_run_decodes_what_next_decodes_and_leaves_the_rest_to_it() {
+        // Ids and deltas on both sides of the run's limits (ids of 2^13, deltas of 2^20 ticks, both
+        // directions), with tracepoints and allocations between runs.
+        let mut body = std::vec::Vec::new();
+        let mut enc = EventEncoder::new(1_000_000);
+        let mut want = std::vec::Vec::new();
+        let (mut tsc, mut x) = (1_000_000u64, 7u64);
+        for i in 0..5_000u32 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let r = x >> 20;
+            let step = [1u64, 90, 20_000, (1 << 20) - 1, 1 << 20, 1 << 30][(r % 6) as usize];
+            tsc = if r & 64 == 0 {
+                tsc + step
+            } else {
+                tsc.saturating_sub(step)
+            };
+            let id = [0u32, 5, 300, (1 << 13) - 1, 1 << 13, 1 << 20][((r >> 8) % 6) as usize];
+            let kind = [
+                EventKind::Entry,
+                EventKind::Exit,
+                EventKind::TailExit,
+                EventKind::Tracepoint,
+                EventKind::Alloc,
+            ][((r >> 16) % 5) as usize];
+            let (payload, fields): (&[u8], EventFields) = match kind {
+                EventKind::Tracepoint => (b"args", [0; 2]),
+                EventKind::Alloc => (&[], [64, 0x5000 + i as u64 * 16]),
+                _ => (&[], [0; 2]),
+            };
+            enc.encode(tsc, kind, id, payload, &fields, &mut body)
+                .unwrap();
+            want.push((tsc, kind, id));
+        }
+        let mut got = std::vec::Vec::new();
+        let mut runs = 0;
+        let mut dec = EventDecoder::new(&body, 1_000_000);
+        loop {
+            let before = got.len();
+            dec.function_run(|t, k, id| got.push((t, k, id)));
+            runs += (got.len() > before) as usize;
+            match dec.next() {
+                Some(e) => {
+                    let e = e.unwrap();
+                    got.push((e.tsc, e.kind, e.id));
+                }
+                None => break,
+            }
+        }
+        assert_eq!(got, want);
+        assert!(runs > 100, "{runs} runs");
+    }
+
+    #[test]
     fn varint_round_trip_edges() {
         for v in [0u64, 1, 127, 128, 16383, 16384, u32::MAX as u64, u64::MAX] {
             let mut buf = [0u8; 10];
