@@ -56,7 +56,8 @@ for N in $SMALL $BIG; do
   rm -rf "$OUT/fib$N.uftrace"
   $FT dump -i "$T" --format uftrace -o "$OUT/fib$N.uftrace" 2>/dev/null
   echo "| **fib $N: $EV events, $(stat -c %s "$T") bytes** | | | | |"
-  measure "ferrotrace report" "$EV" $FT report -i "$T"
+  measure "ferrotrace report --jobs 1" "$EV" $FT report --jobs 1 -i "$T"
+  measure "ferrotrace report --jobs 2 (decodes on a second core)" "$EV" $FT report --jobs 2 -i "$T"
   measure "uftrace report" "$EV" uftrace report -d "$OUT/fib$N.uftrace"
   measure "ferrotrace replay > /dev/null" "$EV" $FT replay -i "$T"
   measure "uftrace replay > /dev/null" "$EV" uftrace replay -d "$OUT/fib$N.uftrace"

@@ -252,6 +252,19 @@ fn report_counts_match_the_programs_own_counts() {
             .find(|f| f["name"] == name)
             .map_or(0, |f| f["calls"].as_u64().unwrap())
     };
+    // Decoding on a second thread gives the same report, to the nanosecond.
+    let two: Value = serde_json::from_str(&ok(ft(&[
+        "report",
+        "-i",
+        p(trace),
+        "--json",
+        "-s",
+        "calls",
+        "--jobs",
+        "2",
+    ])))
+    .unwrap();
+    assert_eq!(two, j);
     assert_eq!(calls("calltree::b"), count(stdout, "b"));
     assert_eq!(calls("calltree::c"), count(stdout, "c"));
     assert_eq!(calls("calltree::worker_step"), count(stdout, "steps"));
