@@ -40,9 +40,10 @@ pub struct ReportArgs {
     #[arg(long)]
     srcline: bool,
     /// Threads to read the trace with: 2 decodes each thread's chunks on a second core while the
-    /// first aggregates (faster only when a second core is idle), 1 keeps to one core
-    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
-    jobs: u16,
+    /// first aggregates (faster when that core is free), 1 keeps to one core (default: 2 when the
+    /// machine has two cores)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
+    jobs: Option<u16>,
     /// Samples: charge self time to the innermost inlined function, not to the function containing it
     #[arg(long)]
     inline: bool,
@@ -90,6 +91,16 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
         .ok_or_else(|| format!("unknown sort key {s:?}: use total, self, calls, avg, min or max"))
 }
 
+/// The function report of `trace` on `jobs` threads (by default as many as [`Report::with_progress`]
+/// uses).
+fn report_of(trace: &Trace, progress: &mut Progress, jobs: Option<u16>) -> Result<Report, Error> {
+    match jobs {
+        Some(j) => Report::with_jobs(trace, progress, j.into()),
+        None => Report::with_progress(trace, progress),
+    }
+    .map_err(Error::analysis)
+}
+
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
@@ -120,15 +131,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
-    let report =
-        Report::with_jobs(&trace, &mut progress, a.jobs.into()).map_err(Error::analysis)?;
+    let report = report_of(&trace, &mut progress, a.jobs)?;
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let mut progress = Progress::new("report", other.event_count());
-        let other_report =
-            Report::with_jobs(&other, &mut progress, a.jobs.into()).map_err(Error::analysis)?;
+        let other_report = report_of(&other, &mut progress, a.jobs)?;
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
