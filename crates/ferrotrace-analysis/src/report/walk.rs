@@ -126,9 +126,11 @@ impl<'a> ThreadCounts<'a> {
             self.started = true;
             self.first = first.tsc;
         }
+        // The latest tick, kept in a register over the batch.
+        let mut last = self.last;
         for e in batch {
             let t = e.tsc;
-            self.last = self.last.max(t);
+            last = last.max(t);
             match e.kind {
                 EventKind::Entry => {
                     let slot = self.slot(e.id);
@@ -145,6 +147,7 @@ impl<'a> ThreadCounts<'a> {
                 _ => {}
             }
         }
+        self.last = last;
     }
 
     /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
