@@ -22,7 +22,7 @@ pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
-pub const VERSION_MINOR: u16 = 1;
+pub const VERSION_MINOR: u16 = 2;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
@@ -62,6 +62,10 @@ pub enum ChunkKind {
     /// entries), as the writer saw them: what a reader needs to replay a thread from its first chunk
     /// on ([`crate::schema::RunningAtStart`]); before End.
     RunningAtStart = 13,
+    /// Sample events of one thread, merged by `ferrotrace record --sample` into a function trace after
+    /// the program ended: the payload of an Events chunk, numbered per thread apart from its Events
+    /// chunks, stamped in the trace's ticks ([`crate::schema::EventsHeader`], then the events).
+    Samples = 14,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -79,6 +83,7 @@ impl ChunkKind {
             10 => ChunkKind::Stacks,
             12 => ChunkKind::Salvage,
             13 => ChunkKind::RunningAtStart,
+            14 => ChunkKind::Samples,
             _ => return None,
         })
     }

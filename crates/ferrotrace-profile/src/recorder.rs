@@ -592,8 +592,18 @@ fn cut_at_unmapped(space: &Space, frames: &mut Vec<u64>, from: usize) -> bool {
     }
 }
 
-/// Runs a whole profiling session.
-pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
+/// A process the caller started and holds before its `execve` (`Target::Command` still names the
+/// program and its arguments): its events are opened with enable-on-exec, then `release` lets it go.
+pub(crate) struct Held<'r> {
+    pub pid: u32,
+    pub release: Box<dyn FnOnce() -> std::io::Result<()> + 'r>,
+}
+
+/// Runs a whole profiling session (of `held`, when the caller started the program).
+pub(crate) fn run(
+    cfg: &ProfileConfig,
+    held: Option<Held<'_>>,
+) -> Result<ProfileSummary, ProfileError> {
     if cfg.events.is_empty() {
         return Err(ProfileError::BadArgument("no events to record".into()));
     }
@@ -712,7 +722,14 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
 
     // Start or find the target.
     let mut child = None;
+    let enable_on_exec = held.is_some() || matches!(cfg.target, Target::Command { .. });
+    let mut release = None;
     let (root_pid, tids): (u32, Vec<u32>) = match &cfg.target {
+        Target::Command { .. } if held.is_some() => {
+            let h = held.expect("checked");
+            release = Some(h.release);
+            (h.pid, vec![h.pid])
+        }
         Target::Command { program, argv } => {
             let c = BlockedChild::spawn(program, argv)?;
             let pid = c.pid as u32;
@@ -759,7 +776,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         dwarf,
                         stack_size: cfg.stack_size,
                         exclude_kernel,
-                        enable_on_exec: child.is_some(),
+                        enable_on_exec,
                         sideband: ei.is_none(),
                         entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
                         context_switch: spec.is_some_and(EventSpec::is_off_cpu),
@@ -905,6 +922,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         write_error: None,
     };
 
+    if let Some(release) = release.take() {
+        release().map_err(|source| ProfileError::Sys {
+            what: "releasing the program".into(),
+            source,
+        })?;
+    }
     match &mut child {
         Some(c) => {
             let program = match &cfg.target {
@@ -913,6 +936,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             };
             c.release(&program)?;
         }
+        None if enable_on_exec => {}
         None => {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);

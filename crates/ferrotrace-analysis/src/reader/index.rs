@@ -303,6 +303,29 @@ impl Trace {
                     count: h.count,
                 });
             }
+            Some(ChunkKind::Samples) => {
+                let h = schema::EventsHeader::decode(&mut f)?;
+                let th = self.threads.entry(h.tid).or_default();
+                if th.sample_chunks.is_empty() {
+                    // The thread's first event may be a sample.
+                    let first = EventDecoder::new(f.rest(), h.base_ticks)
+                        .next()
+                        .and_then(Result::ok)
+                        .map(|e| e.tsc);
+                    th.first_tsc = match (th.first_tsc, first) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
+                }
+                th.tid = h.tid;
+                th.events = th.events.saturating_add(h.count);
+                th.sample_chunks.push(ChunkRef {
+                    offset,
+                    len: p.len() as u32,
+                    seq: h.seq,
+                    count: h.count,
+                });
+            }
             Some(ChunkKind::Tracepoints) => {
                 for d in crate::tracepoints::parse_chunk(&mut f)? {
                     self.tracepoints.insert(d.id, d);
@@ -382,7 +405,12 @@ impl Trace {
                     "thread {}: {repeats} events chunks repeat a chunk number: skipped",
                     th.tid
                 ));
-                th.events = th.chunks.iter().map(|c| c.count).sum();
+                th.events = th
+                    .chunks
+                    .iter()
+                    .chain(&th.sample_chunks)
+                    .map(|c| c.count)
+                    .sum();
             }
             let numbered: Vec<u32> = th
                 .chunks
@@ -414,7 +442,22 @@ impl Trace {
                         - numbered.len() as u64
                 ));
             }
-            read_events = read_events.saturating_add(th.events);
+            // Samples merged into a function trace are not the runtime's events (End counts those).
+            th.sample_chunks.sort_by_key(|c| c.seq);
+            let samples: u64 = th.sample_chunks.iter().map(|c| c.count).sum();
+            if th
+                .sample_chunks
+                .iter()
+                .zip(0..)
+                .any(|(c, want)| c.seq != want)
+            {
+                self.problems.push(format!(
+                    "thread {}: its samples chunks are not numbered 0..{} without gaps",
+                    th.tid,
+                    th.sample_chunks.len()
+                ));
+            }
+            read_events = read_events.saturating_add(th.events.saturating_sub(samples));
             // The index stays in memory while the trace is read: no slack from its growth.
             th.chunks.shrink_to_fit();
         }

@@ -145,6 +145,12 @@ impl Trace {
         self.converter.to_ns(tsc)
     }
 
+    /// The raw TSC value at CLOCK_MONOTONIC `ns`: the inverse of [`Trace::tsc_to_ns`], for events
+    /// stamped in nanoseconds put into this trace (`record --sample`'s samples).
+    pub fn ns_to_tsc(&self, ns: u64) -> u64 {
+        self.converter.to_ticks(ns)
+    }
+
     /// Length of `ticks` TSC ticks in nanoseconds.
     pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
         self.converter.ticks_to_ns(ticks)

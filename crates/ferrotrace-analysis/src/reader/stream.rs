@@ -17,16 +17,23 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
-        let (chunks, first_tsc) = self
+        let (chunks, sample_chunks, first_tsc) = self
             .threads
             .get(&tid)
-            .map_or((&[][..], None), |t| (&t.chunks[..], t.first_tsc));
+            .map_or((&[][..], &[][..], None), |t| {
+                (&t.chunks[..], &t.sample_chunks[..], t.first_tsc)
+            });
         Ok(ThreadEvents {
             trace: self,
             tid,
             chunks,
+            sample_chunks,
             first_tsc,
+            started: false,
             next_chunk: 0,
+            next_sample_chunk: 0,
+            samples: std::collections::VecDeque::new(),
+            sample_buf: Vec::new(),
             buf: Vec::new(),
             events: Vec::new(),
             pos: 0,
@@ -82,9 +89,18 @@ pub struct ThreadEvents<'a> {
     tid: u32,
     /// The thread's chunks in the index (borrowed: a stream per thread copies nothing of it).
     chunks: &'a [ChunkRef],
+    /// Its Samples chunks (`record --sample`): merged into the events of `chunks` in time order.
+    sample_chunks: &'a [ChunkRef],
     /// The tick of the thread's first event, from the index ([`super::Thread::first_tsc`]).
     first_tsc: Option<u64>,
+    /// A chunk was loaded.
+    started: bool,
     next_chunk: usize,
+    next_sample_chunk: usize,
+    /// Samples decoded and not merged yet, in time order.
+    samples: std::collections::VecDeque<RawEvent>,
+    /// The payload of the last Samples chunk decoded (samples carry no payload bytes).
+    sample_buf: Vec<u8>,
     buf: Vec<u8>,
     /// Offset of the event body in `buf`.
     events: Vec<RawEvent>,
@@ -93,8 +109,13 @@ pub struct ThreadEvents<'a> {
 
 impl ThreadEvents<'_> {
     fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+        self.started = true;
         let Some(c) = self.chunks.get(self.next_chunk).copied() else {
-            return Ok(false);
+            // After the last Events chunk: the samples that remain.
+            self.events.clear();
+            self.pos = 0;
+            self.merge_samples(None)?;
+            return Ok(!self.events.is_empty());
         };
         self.next_chunk += 1;
         let path = &self.trace.path;
@@ -141,7 +162,62 @@ impl ThreadEvents<'_> {
                 ),
             ));
         }
+        if self.next_sample_chunk < self.sample_chunks.len() || !self.samples.is_empty() {
+            // Samples up to this chunk's last event go in; later ones wait for the next chunk (the
+            // last Events chunk takes them all).
+            let bound = (self.next_chunk < self.chunks.len())
+                .then(|| self.events.last().map_or(0, |e| e.tsc));
+            self.merge_samples(bound)?;
+        }
         Ok(true)
+    }
+
+    /// Merges the thread's samples stamped up to `bound` (all of them: `None`) into `events`, in time
+    /// order, decoding Samples chunks as far as needed.
+    fn merge_samples(&mut self, bound: Option<u64>) -> Result<(), ReadError> {
+        let within = |t: u64| bound.is_none_or(|b| t <= b);
+        while self.samples.back().is_none_or(|s| within(s.tsc)) {
+            let Some(c) = self.sample_chunks.get(self.next_sample_chunk).copied() else {
+                break;
+            };
+            self.next_sample_chunk += 1;
+            let path = &self.trace.path;
+            self.sample_buf.resize(c.len as usize, 0);
+            self.trace
+                .file
+                .read_exact_at(&mut self.sample_buf, c.offset)
+                .map_err(|e| ReadError::Io(path.clone(), e))?;
+            let mut f = FieldReader::new(&self.sample_buf);
+            let head =
+                schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+            for e in EventDecoder::new(f.rest(), head.base_ticks) {
+                let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+                self.samples.push_back(RawEvent {
+                    tsc: e.tsc,
+                    id: e.id,
+                    kind: e.kind,
+                    payload_start: 0,
+                    payload_len: 0,
+                    fields: e.fields,
+                });
+            }
+        }
+        let take = self.samples.partition_point(|s| within(s.tsc));
+        if take == 0 {
+            return Ok(());
+        }
+        let functions = std::mem::take(&mut self.events);
+        let mut merged = Vec::with_capacity(functions.len() + take);
+        let mut samples = self.samples.drain(..take).peekable();
+        for e in functions {
+            while let Some(s) = samples.next_if(|s| s.tsc < e.tsc) {
+                merged.push(s);
+            }
+            merged.push(e);
+        }
+        merged.extend(samples);
+        self.events = merged;
+        Ok(())
     }
 
     /// Makes sure an event is available at `pos`; `Ok(false)` at the end.
@@ -160,6 +236,8 @@ impl ThreadEvents<'_> {
                 }
                 Err(e) => {
                     self.next_chunk = self.chunks.len();
+                    self.next_sample_chunk = self.sample_chunks.len();
+                    self.samples.clear();
                     self.events.clear();
                     self.pos = 0;
                     return Err(e);
@@ -211,11 +289,18 @@ impl ThreadEvents<'_> {
         Some(Ok((r.tsc, r.kind, r.id)))
     }
 
+    /// The fields of the event [`ThreadEvents::next_raw`] returned last (a sample's sampler and
+    /// weight); call only after it returned `Some(Ok(_))`.
+    #[inline]
+    pub fn last_fields(&self) -> EventFields {
+        self.events[self.pos - 1].fields
+    }
+
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index
     /// knows the thread's first event: what a time-ordered merge needs to place a thread that has not
     /// started, so that it holds no decoded chunk before then.
     pub(crate) fn peek_tsc(&mut self) -> Result<Option<u64>, ReadError> {
-        if self.next_chunk == 0 {
+        if !self.started {
             if let Some(t) = self.first_tsc {
                 return Ok(Some(t));
             }

@@ -85,6 +85,9 @@ pub struct FuncStats {
     pub still_running: u64,
     /// Frames already running when tracing began.
     pub entered_before: u64,
+    /// CPU time of the cpu-clock samples taken while this function was the innermost traced frame of
+    /// its thread (`record --sample`), ns: its self time as sampling sees it.
+    pub sampled_ns: u64,
 }
 
 impl FuncStats {
@@ -110,6 +113,7 @@ impl FuncStats {
         self.unwound += o.unwound;
         self.still_running += o.still_running;
         self.entered_before += o.entered_before;
+        self.sampled_ns += o.sampled_ns;
     }
 
     /// The JSON form (see the module doc).
@@ -118,7 +122,7 @@ impl FuncStats {
             "name": self.name, "id": self.id, "calls": self.calls, "total_ns": self.total_ns,
             "self_ns": self.self_ns, "avg_ns": self.avg_ns(), "min_ns": self.min_ns, "max_ns": self.max_ns,
             "unwound": self.unwound, "still_running": self.still_running,
-            "entered_before_trace": self.entered_before,
+            "entered_before_trace": self.entered_before, "sampled_ns": self.sampled_ns,
         })
     }
 }
@@ -215,6 +219,9 @@ pub struct Report {
     /// Bytes allocated per function id, `(self, total)`, when the trace holds allocations as well as
     /// function events (see [`bytes::bytes_by_function`]); empty otherwise.
     pub alloc_bytes: HashMap<u32, (u64, u64)>,
+    /// The trace holds cpu-clock samples beside its function events (`record --sample`): the tables
+    /// show [`FuncStats::sampled_ns`].
+    pub sampled: bool,
 }
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
@@ -229,6 +236,8 @@ struct Acc {
     unwound: u64,
     open: u64,
     before: u64,
+    /// CPU time of the cpu-clock samples taken while it was the innermost frame (ns).
+    sampled: u64,
     /// Frames of this function currently on the stack (recursion).
     active: u32,
 }
@@ -302,6 +311,13 @@ impl Report {
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
+        // Samplers whose samples weigh CPU time (cpu-clock), by index.
+        let timed: Vec<bool> = trace
+            .samplers
+            .iter()
+            .map(|s| s.kind == crate::reader::SamplerKind::CpuClock)
+            .collect();
+        report.sampled = timed.contains(&true);
         for th in trace.threads.values() {
             let mut slots = Slots::new(&function);
             // One pass: frames already running when tracing began are closed at their exit.
@@ -357,6 +373,14 @@ impl Report {
                         n += 1;
                         if kind == EventKind::Tracepoint {
                             *tracepoint_counts.entry(id).or_insert(0u64) += 1;
+                        } else if kind == EventKind::Sample {
+                            let [sampler, weight] = ev.last_fields();
+                            if let (Some(true), Some(f)) =
+                                (timed.get(sampler as usize), stack.frames().last())
+                            {
+                                let s = slots.slot(f.id);
+                                slots.acc[s].sampled += weight;
+                            }
                         }
                         stack.process(kind, id, tsc, &mut |se| on_leave(&mut slots, se));
                         if n & 0xffff == 0 {
@@ -391,6 +415,7 @@ impl Report {
                     unwound: a.unwound,
                     still_running: a.open,
                     entered_before: a.before,
+                    sampled_ns: a.sampled,
                 };
                 all.entry(id)
                     .or_insert_with(|| FuncStats {
@@ -427,11 +452,25 @@ impl Report {
         if threads {
             for t in &self.threads {
                 let _ = writeln!(o, "# thread {} ({})", t.tid, t.name);
-                table(&mut o, &t.functions, key, srclines, &HashMap::new());
+                table(
+                    &mut o,
+                    &t.functions,
+                    key,
+                    srclines,
+                    &HashMap::new(),
+                    self.sampled,
+                );
                 o.push('\n');
             }
         } else {
-            table(&mut o, &self.functions, key, srclines, &self.alloc_bytes);
+            table(
+                &mut o,
+                &self.functions,
+                key,
+                srclines,
+                &self.alloc_bytes,
+                self.sampled,
+            );
         }
         if !self.tracepoints.is_empty() {
             let _ = writeln!(o, "\n  {:>10}  Tracepoint", "Count");
@@ -495,6 +534,7 @@ fn table(
     key: SortKey,
     srclines: &HashMap<u32, String>,
     alloc_bytes: &HashMap<u32, (u64, u64)>,
+    sampled: bool,
 ) {
     let mut v = v.to_vec();
     sort(&mut v, key);
@@ -504,6 +544,9 @@ fn table(
         "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
         "Total time", "Self time", "Calls", "Avg", "Min", "Max"
     );
+    if sampled {
+        let _ = write!(o, "{:>11}  ", "Sampled");
+    }
     if bytes {
         let _ = write!(o, "{:>12}  {:>12}  ", "Self bytes", "Total bytes");
     }
@@ -513,6 +556,9 @@ fn table(
         "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  ",
         ""
     );
+    if sampled {
+        let _ = write!(o, "{0:=>11}  ", "");
+    }
     if bytes {
         let _ = write!(o, "{0:=>12}  {0:=>12}  ", "");
     }
@@ -538,6 +584,9 @@ fn table(
             fmt_ns(f.min_ns),
             fmt_ns(f.max_ns),
         );
+        if sampled {
+            let _ = write!(o, "{:>11}  ", fmt_ns(f.sampled_ns));
+        }
         if bytes {
             let (s, t) = alloc_bytes.get(&f.id).copied().unwrap_or_default();
             let _ = write!(o, "{s:>12}  {t:>12}  ");
