@@ -35,6 +35,12 @@ if ! python3 -c 'import duckdb' 2>/dev/null; then
   "${as_root[@]}" python3 -m pip install -q --break-system-packages duckdb \
     || "${as_root[@]}" python3 -m pip install -q duckdb
 fi
+# Perfetto's own protos for Python: tests/sample.rs decodes `dump --format perfetto` with them.
+if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  echo "setup: installing perfetto (pip)" >&2
+  "${as_root[@]}" python3 -m pip install -q --break-system-packages perfetto \
+    || "${as_root[@]}" python3 -m pip install -q perfetto
+fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2
   echo "setup: (-Zinstrument-xray). Install it with: rustup toolchain install nightly" >&2

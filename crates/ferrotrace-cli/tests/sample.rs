@@ -162,3 +162,112 @@ fn sample_report_replay_and_flame_show_samples_beside_and_inside_functions() {
         "{by_samples}"
     );
 }
+
+/// `dump --format perfetto` of `trace`, decoded with Perfetto's own protos (the `perfetto` package
+/// from PyPI; scripts/setup.sh installs it) by tests/perfetto/decode.py: one JSON value per packet
+/// a viewer shows.
+fn perfetto_view(trace: &Path, dir: &Path) -> Vec<serde_json::Value> {
+    let pb = dir.join("t.pftrace");
+    ok(ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        pb.to_str().unwrap(),
+    ]));
+    let have = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        have.status.success(),
+        "this test decodes with Perfetto's own protos from Python's perfetto package, which is not \
+         installed: run scripts/setup.sh (pip install --break-system-packages perfetto)"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("crates/ferrotrace-cli/tests/perfetto/decode.py"))
+        .arg(&pb)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "decode.py: {}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON value per line"))
+        .collect()
+}
+
+#[test]
+fn sample_perfetto_view_has_slices_callstack_samples_instants_and_the_heap_on_one_axis() {
+    let dir = scratch("sample_perfetto");
+    let (out, path) = record(
+        &dir,
+        &["--sample", "--call-graph", "dwarf", "--alloc"],
+        &testprog("spinner"),
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let main = Trace::open(&path).unwrap().session.pid as u64;
+    let view = perfetto_view(&path, &dir);
+    let kind = |v: &serde_json::Value, k: &str| v["kind"] == k;
+    // Function slices of the main thread, with the window of spin_first.
+    let mut depth_of_first = None;
+    let (mut first_begin, mut first_end) = (None, None);
+    let mut depth = 0usize;
+    for v in view.iter().filter(|v| v["tid"] == main) {
+        if kind(v, "begin") {
+            if v["name"] == "spinner::spin_first" {
+                first_begin = v["ts"].as_u64();
+                depth_of_first = Some(depth);
+            }
+            depth += 1;
+        } else if kind(v, "end") {
+            depth -= 1;
+            if Some(depth) == depth_of_first && first_end.is_none() {
+                first_end = v["ts"].as_u64();
+            }
+        }
+    }
+    let (a, b) = (
+        first_begin.expect("spin_first slice"),
+        first_end.expect("its end"),
+    );
+    // Callstack samples (PerfSample with interned frames), not slices: those of the main thread whose
+    // stack names spin_first are inside its slice on the same time axis.
+    let samples: Vec<&serde_json::Value> = view.iter().filter(|v| kind(v, "sample")).collect();
+    assert!(!samples.is_empty());
+    let in_first: Vec<u64> = samples
+        .iter()
+        .filter(|s| s["tid"] == main)
+        .filter(|s| {
+            s["stack"]
+                .as_array()
+                .is_some_and(|f| f.iter().any(|n| n == "spinner::spin_first"))
+        })
+        .map(|s| s["ts"].as_u64().unwrap())
+        .collect();
+    assert!(
+        in_first.len() >= 5,
+        "{} samples in spin_first",
+        in_first.len()
+    );
+    assert!(
+        in_first.iter().all(|t| (a..b).contains(t)),
+        "spin_first ran {a}..{b}: {in_first:?}"
+    );
+    assert!(samples.iter().all(|s| s["weight"].as_u64() > Some(0)));
+    // Allocations: instants with their arguments as debug annotations, and the heap as a counter.
+    let mallocs: Vec<&serde_json::Value> = view
+        .iter()
+        .filter(|v| kind(v, "instant") && v["name"] == "malloc")
+        .collect();
+    assert!(!mallocs.is_empty());
+    assert!(mallocs.iter().all(|m| m["args"]["size"].as_u64().is_some()));
+    assert!(view
+        .iter()
+        .any(|v| kind(v, "counter") && v["counter"] == true && v["value"].as_f64() > Some(0.0)));
+}
