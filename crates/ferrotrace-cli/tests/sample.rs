@@ -271,3 +271,47 @@ fn sample_perfetto_view_has_slices_callstack_samples_instants_and_the_heap_on_on
         .iter()
         .any(|v| kind(v, "counter") && v["counter"] == true && v["value"].as_f64() > Some(0.0)));
 }
+
+#[test]
+fn sample_refusals_are_one_line_and_the_program_does_not_run() {
+    let dir = scratch("sample_refusals");
+    // A C program without frame pointers: fp stacks would stop at its first frame.
+    let nofp = build_c(
+        &dir,
+        "clang-16",
+        "cwork.c",
+        "cwork-nofp",
+        &[
+            "-O2",
+            "-fxray-instrument",
+            "-fxray-instruction-threshold=1",
+            "-fomit-frame-pointer",
+        ],
+    );
+    let (out, trace) = record(&dir, &["--sample"], &nofp, &["5"]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("--sample:") && err.contains("dwarf"), "{err}");
+    assert!(
+        !text(&out.stdout).contains("calls="),
+        "the program ran unsampled"
+    );
+    assert!(!trace.exists());
+    // DWARF stacks need no frame pointers: the same program is recorded and sampled.
+    let (out, trace) = record(&dir, &["--sample", "--call-graph", "dwarf"], &nofp, &["5"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(Trace::open(&trace).unwrap().samplers.len() == 1);
+    // Bad values: one line each, nothing run.
+    for opts in [
+        &["--sample", "--sample-freq", "0"][..],
+        &["--sample", "--call-graph", "lbr"][..],
+        &["--sample", "-e", "nosuch:event:here"][..],
+        &["--sample-freq", "99"][..],
+    ] {
+        let (out, _) = record(&dir, opts, &nofp, &["5"]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{opts:?}");
+        assert!(!text(&out.stdout).contains("calls="), "{opts:?}: ran");
+        assert!(!err.contains("panicked"), "{opts:?}: {err}");
+    }
+}

@@ -155,9 +155,13 @@ pub fn start_sampled(
     drop((pid_w, go_r));
     match started {
         Ok(running) => Ok((running, Sampling { thread, dir })),
-        Err(e) => match thread.join() {
+        Err(e) => match (&e, thread.join()) {
             // The child gave up because the sampler could not start: its reason is the one to say.
-            Ok(Err(why)) => Err(LaunchError::Sampler(why.to_string())),
+            (LaunchError::Spawn { source, .. }, Ok(Err(why)))
+                if source.raw_os_error() == Some(libc::ECANCELED) =>
+            {
+                Err(LaunchError::Sampler(why.to_string()))
+            }
             _ => Err(e),
         },
     }

@@ -724,19 +724,18 @@ pub(crate) fn run(
     let mut child = None;
     let enable_on_exec = held.is_some() || matches!(cfg.target, Target::Command { .. });
     let mut release = None;
-    let (root_pid, tids): (u32, Vec<u32>) = match &cfg.target {
-        Target::Command { .. } if held.is_some() => {
-            let h = held.expect("checked");
+    let (root_pid, tids): (u32, Vec<u32>) = match (&cfg.target, held) {
+        (Target::Command { .. }, Some(h)) => {
             release = Some(h.release);
             (h.pid, vec![h.pid])
         }
-        Target::Command { program, argv } => {
+        (Target::Command { program, argv }, None) => {
             let c = BlockedChild::spawn(program, argv)?;
             let pid = c.pid as u32;
             child = Some(c);
             (pid, vec![pid])
         }
-        Target::Pid(pid) => {
+        (Target::Pid(pid), _) => {
             let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
                 .map_err(|_| ProfileError::NoSuchProcess(*pid))?
                 .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
