@@ -21,7 +21,7 @@
 use std::collections::{HashMap, HashSet};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::JoinHandle;
@@ -288,19 +288,11 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<(u64, u64), SampleError> {
     }
     let io = |e| SampleError::Io(trace.to_path_buf(), e);
     // The file the program's runtime created: never through a link, never someone else's.
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(trace)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    // SAFETY: geteuid cannot fail.
-    if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } {
+    let Some(file) = crate::outcome::open_own_trace(trace).map_err(io)? else {
         return Err(SampleError::NotMergeable(
             "the trace file is not ours to append to".into(),
         ));
-    }
+    };
     let Some((end_at, end_header)) = last_chunk(&file, t.valid_len).map_err(io)? else {
         return Err(SampleError::NotMergeable("the trace is empty".into()));
     };

@@ -617,22 +617,6 @@ impl Encoder<'_, '_> {
     /// mapping (the names are ferrotrace's, already symbolized) at a `rel_pc` of its own.
     fn sample(
         &mut self,
-        sink: &mut Sink<'_>,
-        i: usize,
-        ts: u64,
-        stack: Option<u32>,
-        weight: u64,
-    ) -> io::Result<()> {
-        let Some(mut tree) = self.sampled.take() else {
-            return Ok(());
-        };
-        let r = self.sample_with(&mut tree, sink, i, ts, stack, weight);
-        self.sampled = Some(tree);
-        r
-    }
-
-    fn sample_with(
-        &mut self,
         tree: &mut crate::stacks::FrameTree<'_>,
         sink: &mut Sink<'_>,
         i: usize,
@@ -773,8 +757,11 @@ impl Encoder<'_, '_> {
                 fields,
                 ..
             } if self.sampled.is_some() => {
-                if shown {
-                    self.sample(sink, i, ts, id.checked_sub(1), fields[1])?;
+                if let (true, Some(mut tree)) = (shown, self.sampled.take()) {
+                    // The tree is the encoder's: lent to `sample`, which also writes the packet.
+                    let r = self.sample(&mut tree, sink, i, ts, id.checked_sub(1), fields[1]);
+                    self.sampled = Some(tree);
+                    r?;
                 }
             }
             Ev::Instant {

@@ -285,29 +285,18 @@ impl Trace {
                     t.pid = th.pid;
                 }
             }
-            Some(ChunkKind::Events) => {
+            Some(kind @ (ChunkKind::Events | ChunkKind::Samples)) => {
+                // A thread's Events chunks, or the samples `record --sample` merged into it.
                 let h = schema::EventsHeader::decode(&mut f)?;
                 let th = self.threads.entry(h.tid).or_default();
-                if th.chunks.is_empty() {
-                    th.first_tsc = EventDecoder::new(f.rest(), h.base_ticks)
-                        .next()
-                        .and_then(Result::ok)
-                        .map(|e| e.tsc);
-                }
-                th.tid = h.tid;
-                th.events = th.events.saturating_add(h.count);
-                th.chunks.push(ChunkRef {
-                    offset,
-                    len: p.len() as u32,
-                    seq: h.seq,
-                    count: h.count,
-                });
-            }
-            Some(ChunkKind::Samples) => {
-                let h = schema::EventsHeader::decode(&mut f)?;
-                let th = self.threads.entry(h.tid).or_default();
-                if th.sample_chunks.is_empty() {
-                    // The thread's first event may be a sample.
+                let samples = kind == ChunkKind::Samples;
+                let first_of_its_kind = if samples {
+                    th.sample_chunks.is_empty()
+                } else {
+                    th.chunks.is_empty()
+                };
+                if first_of_its_kind {
+                    // The thread's first event: its first Events chunk's, or a sample before it.
                     let first = EventDecoder::new(f.rest(), h.base_ticks)
                         .next()
                         .and_then(Result::ok)
@@ -319,12 +308,17 @@ impl Trace {
                 }
                 th.tid = h.tid;
                 th.events = th.events.saturating_add(h.count);
-                th.sample_chunks.push(ChunkRef {
+                let chunk = ChunkRef {
                     offset,
                     len: p.len() as u32,
                     seq: h.seq,
                     count: h.count,
-                });
+                };
+                if samples {
+                    th.sample_chunks.push(chunk);
+                } else {
+                    th.chunks.push(chunk);
+                }
             }
             Some(ChunkKind::Tracepoints) => {
                 for d in crate::tracepoints::parse_chunk(&mut f)? {

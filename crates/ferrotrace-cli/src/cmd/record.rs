@@ -297,18 +297,9 @@ fn record_running(
 
 /// `--sample`'s settings from the command line.
 fn sample_options(args: &RecordArgs) -> Result<launch::sampling::SampleOptions, Error> {
-    use ferrotrace_profile::cli_args::{parse_call_graph, parse_frequency};
-    use ferrotrace_profile::EventSpec;
-    let events = if args.events.is_empty() {
-        vec![EventSpec::CpuClock(None)]
-    } else {
-        args.events
-            .iter()
-            .map(|e| EventSpec::parse(e))
-            .collect::<Result<_, _>>()?
-    };
+    use ferrotrace_profile::cli_args::{parse_call_graph, parse_events, parse_frequency};
     Ok(launch::sampling::SampleOptions {
-        events,
+        events: parse_events(&args.events)?,
         frequency: parse_frequency(&args.sample_freq)?,
         call_graph: parse_call_graph(&args.call_graph)?,
     })
