@@ -425,3 +425,90 @@ fn write_samples(
     encode_events(tid, seq, events, buf);
     w.chunk(ChunkKind::Samples, buf)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::schema::{source, Mode, SamplerKind};
+
+    fn write(name: &str, bytes: Vec<u8>) -> PathBuf {
+        let path = std::env::temp_dir().join(format!("ft-merge-{}-{name}", std::process::id()));
+        std::fs::write(&path, bytes).unwrap();
+        path
+    }
+
+    /// A function trace with an allocation stack of its own, and a profile of the same thread: the
+    /// merge keeps both tables apart, puts each sample at its time among the function events, and
+    /// leaves a trace every check of the reader accepts.
+    #[test]
+    fn merged_samples_take_their_place_and_ids_after_the_trace_s_own() {
+        let mut t = TraceBuilder::new(
+            Vec::new(),
+            "/bin/t",
+            source::XRAY | source::ALLOCATIONS,
+            Mode::Lossless,
+        )
+        .unwrap();
+        t.module(5, "/bin/t", b"").unwrap();
+        t.function(1, 0x1000, 16, "t::f").unwrap();
+        t.thread(7, "main").unwrap();
+        let alloc_stack = t.stack(None, 5, 0x10);
+        t.event(7, 1_000, EventKind::Entry, 1).unwrap();
+        t.alloc(7, 2_000, Some(alloc_stack), 64, 0x5000).unwrap();
+        t.event(7, 5_000, EventKind::Exit, 1).unwrap();
+        let trace = write("trace", t.finish().unwrap());
+
+        let mut p = TraceBuilder::new(Vec::new(), "/bin/t", source::SAMPLES, Mode::Drop).unwrap();
+        p.module(1, "/bin/t", b"").unwrap();
+        let cpu = p.sampler(SamplerKind::CpuClock, "cpu-clock");
+        let outer = p.stack(None, 1, 0x20);
+        let inner = p.stack(Some(outer), 1, 0x30);
+        p.thread(7, "main").unwrap();
+        p.thread(8, "worker").unwrap();
+        p.sample(7, 500, Some(inner), cpu, 1_000).unwrap();
+        p.sample(7, 3_000, Some(outer), cpu, 1_000).unwrap();
+        p.sample(8, 3_500, None, cpu, 1_000).unwrap();
+        p.sample(7, 6_000, Some(inner), cpu, 1_000).unwrap();
+        let profile = write("profile", p.finish().unwrap());
+
+        assert_eq!(merge(&trace, &profile).unwrap(), (4, 0));
+        let m = Trace::open(&trace).unwrap();
+        assert!(m.problems.is_empty(), "{:?}", m.problems);
+        assert!(m.truncation.is_none() && m.end.is_some());
+        assert_eq!(m.samplers.len(), 1);
+        let main: Vec<(u64, EventKind, u32)> = m
+            .thread_events(7)
+            .unwrap()
+            .map(|e| e.map(|e| (e.ts_ns, e.kind, e.id)).unwrap())
+            .collect();
+        // The profile's nodes follow the trace's one (the allocation's): ids 1 and 2.
+        assert_eq!(
+            main,
+            [
+                (500, EventKind::Sample, 3),
+                (1_000, EventKind::Entry, 1),
+                (2_000, EventKind::Alloc, alloc_stack + 1),
+                (3_000, EventKind::Sample, 2),
+                (5_000, EventKind::Exit, 1),
+                (6_000, EventKind::Sample, 3),
+            ]
+        );
+        let profile_module = m.stacks[1].module;
+        assert_ne!(profile_module, 5);
+        assert_eq!(m.stacks[0].module, 5);
+        assert_eq!(m.stacks[2].parent, Some(1));
+        assert!(m
+            .modules
+            .iter()
+            .any(|x| x.id == profile_module && x.path == "/bin/t"));
+        assert_eq!(m.threads[&8].events, 1);
+        // Once is all: a trace that holds samples takes no more.
+        assert!(matches!(
+            merge(&trace, &profile),
+            Err(SampleError::NotMergeable(_))
+        ));
+        let _ = std::fs::remove_file(&trace);
+        let _ = std::fs::remove_file(&profile);
+    }
+}
