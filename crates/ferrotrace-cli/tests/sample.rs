@@ -315,3 +315,29 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
         assert!(!err.contains("panicked"), "{opts:?}: {err}");
     }
 }
+
+#[test]
+fn sample_a_child_s_samples_go_into_its_own_trace() {
+    let dir = scratch("sample_child");
+    let (out, trace) = record(&dir, &["--sample"], &testprog("spawner"), &[]);
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    let children = traces_beside(&trace);
+    assert_eq!(children.len(), 1, "{children:?}");
+    let parent = Trace::open(&trace).unwrap();
+    let child = Trace::open(&children[0]).unwrap();
+    for (t, other) in [(&parent, &child), (&child, &parent)] {
+        // Each trace took its own process's samples, and the merge left it whole.
+        assert!(t.problems.is_empty(), "{:?}", t.problems);
+        assert_eq!(t.samplers.len(), 1);
+        let set = SampleSet::load(t).unwrap().unwrap();
+        // The other process's main thread (tid = its pid) has no sample here.
+        assert!(
+            set.samples.iter().all(|s| s.tid != other.session.pid),
+            "samples of process {} in the trace of {}",
+            other.session.pid,
+            t.session.pid
+        );
+    }
+    assert!(!err.contains("not kept"), "{err}");
+}

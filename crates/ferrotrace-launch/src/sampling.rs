@@ -14,9 +14,11 @@
 //! again with the new chunk count. Samples chunks are numbered per thread apart from its Events
 //! chunks, so the runtime's chunks and counts stay as they were; readers merge the two by time.
 //!
+//! The samples of each process the program started go into that process's own trace (`FILE.PID`),
+//! merged the same way; those of a process without a finished trace are counted, not kept.
+//!
 //! What it is not for: sampling a process `record -p` attached to (not supported yet), or writing
-//! samples while the program runs (the runtime owns the file until its End chunk). Samples of child
-//! processes that wrote traces of their own are not merged into those (counted instead).
+//! samples while the program runs (the runtime owns the file until its End chunk).
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
@@ -198,9 +200,12 @@ fn sampler(
 pub struct SampleOutcome {
     /// The sampler's summary (samples, lost ones, unwinding errors, warnings).
     pub summary: ProfileSummary,
-    /// Samples merged into the trace.
+    /// Samples merged into the program's trace.
     pub merged: u64,
-    /// Samples of other processes (the program's children), not merged.
+    /// Samples merged into the traces of the processes it started (each its own).
+    pub merged_into_children: u64,
+    /// Samples of processes that wrote no trace to merge them into (children without a runtime,
+    /// or whose trace was not finished): not kept.
     pub other_processes: u64,
 }
 
@@ -232,8 +237,10 @@ impl std::error::Error for SampleError {}
 
 impl Sampling {
     /// After the program ended: waits for the sampler to finish its profile, and merges it into the
-    /// trace at `trace`.
-    pub fn finish(self, trace: &Path) -> Result<SampleOutcome, SampleError> {
+    /// trace at `trace` and, each process's samples into its own, the traces `children` of the
+    /// processes it started ([`crate::outcome::children_traces`]). A child's trace that cannot take
+    /// them (unfinished) keeps none; the outcome counts them.
+    pub fn finish(self, trace: &Path, children: &[PathBuf]) -> Result<SampleOutcome, SampleError> {
         let summary = match self.thread.join() {
             Ok(r) => r.map_err(SampleError::Sampler)?,
             Err(_) => {
@@ -242,11 +249,19 @@ impl Sampling {
                 ))
             }
         };
-        let (merged, other_processes) = merge(trace, &self.dir.path().join("samples.data"))?;
+        let profile = self.dir.path().join("samples.data");
+        let merged = merge(trace, &profile)?;
+        let merged_into_children: u64 = children
+            .iter()
+            .filter_map(|child| merge(child, &profile).ok())
+            .sum();
         Ok(SampleOutcome {
+            other_processes: summary
+                .samples
+                .saturating_sub(merged + merged_into_children),
             summary,
             merged,
-            other_processes,
+            merged_into_children,
         })
     }
 
@@ -271,9 +286,9 @@ fn last_chunk(file: &std::fs::File, valid_len: u64) -> std::io::Result<Option<(u
     Ok(last)
 }
 
-/// Merges the profile at `samples` into the function trace at `trace` (see the module docs); returns
-/// the samples merged and those of other processes, left out.
-pub fn merge(trace: &Path, samples: &Path) -> Result<(u64, u64), SampleError> {
+/// Merges the samples of the profile at `samples` that belong to the process of the function trace at
+/// `trace` into it (see the module docs); returns how many.
+pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
     let t = Trace::open(trace).map_err(SampleError::Read)?;
     let p = Trace::open(samples).map_err(SampleError::Read)?;
     let Some(end) = t.end else {
@@ -362,11 +377,11 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<(u64, u64), SampleError> {
         .filter(|th| !th.name.is_empty())
         .map(|th| th.tid)
         .collect();
-    let (mut merged, mut others) = (0u64, 0u64);
+    let mut merged = 0u64;
     let mut buf = Vec::new();
     for th in p.threads.values() {
         if th.pid != t.session.pid {
-            others += th.events;
+            // Another process's: its own trace takes them.
             continue;
         }
         if !named.contains(&th.tid) {
@@ -411,7 +426,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<(u64, u64), SampleError> {
     };
     w.write(&end).map_err(io)?;
     w.flush().map_err(io)?;
-    Ok((merged, others))
+    Ok(merged)
 }
 
 fn write_samples(
@@ -472,7 +487,7 @@ mod tests {
         p.sample(7, 6_000, Some(inner), cpu, 1_000).unwrap();
         let profile = write("profile", p.finish().unwrap());
 
-        assert_eq!(merge(&trace, &profile).unwrap(), (4, 0));
+        assert_eq!(merge(&trace, &profile).unwrap(), 4);
         let m = Trace::open(&trace).unwrap();
         assert!(m.problems.is_empty(), "{:?}", m.problems);
         assert!(m.truncation.is_none() && m.end.is_some());

@@ -231,12 +231,13 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
                 say_recovered(&ended, &ours);
                 if let Some(sampling) = sampling.take() {
                     // Says why the samples cannot go into an unfinished trace.
-                    say_sampled(sampling.finish(&ours));
+                    say_sampled(sampling.finish(&ours, &[]));
                 }
                 Trace::open(&ours)
             } else if let Some(sampling) = sampling.take() {
                 drop(trace);
-                say_sampled(sampling.finish(&ours));
+                let children = outcome::children_traces(&output, start);
+                say_sampled(sampling.finish(&ours, &children));
                 Trace::open(&ours)
             } else {
                 Ok(trace)
@@ -317,10 +318,16 @@ fn say_sampled(outcome: Result<launch::sampling::SampleOutcome, launch::sampling
                 o.merged,
                 o.summary.lost
             );
+            if o.merged_into_children > 0 {
+                say!(
+                    "ferrotrace: {} samples of child processes merged into their own traces",
+                    o.merged_into_children
+                );
+            }
             if o.other_processes > 0 {
                 say!(
-                    "ferrotrace: {} samples of child processes are not in a trace (their own \
-                     traces hold no samples)",
+                    "ferrotrace: {} samples of child processes that wrote no finished trace are \
+                     not kept",
                     o.other_processes
                 );
             }
