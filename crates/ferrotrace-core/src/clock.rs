@@ -169,11 +169,11 @@ mod tests {
     fn ticks_of_a_time_convert_back_to_it() {
         let c = TscConverter::new(
             ClockPair {
-                tsc: 1_000_000,
+                tsc: 10_000_000_000,
                 mono_ns: 5_000_000_000,
             },
             ClockPair {
-                tsc: 3_001_000_000,
+                tsc: 13_000_000_000,
                 mono_ns: 6_000_000_000,
             },
         );
@@ -186,7 +186,7 @@ mod tests {
             // A tick is a third of a nanosecond: the round trip is exact to the nanosecond.
             assert!(c.to_ns(c.to_ticks(ns)).abs_diff(ns) <= 1, "{ns}");
         }
-        assert_eq!(c.to_ticks(5_000_000_000), 1_000_000);
+        assert_eq!(c.to_ticks(5_000_000_000), 10_000_000_000);
     }
 
     #[test]
