@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # What the preload library costs a program whose allocations are not recorded (issue 21 item 1): the
-# program alone against the program under libferrotrace_preload.so as `ferrotrace record -F '^main$'`
+# program alone against the program under libferrotrace_preload.so as `ferrotrace record -P '^main$'`
 # runs it without --alloc (the runtime started, main's sleds patched, the trace written at exit), and,
 # for comparison, the same with libferrotrace_alloc.so in front of it (the malloc family interposed but
 # not recording: what every run without --alloc paid while the preload library exported malloc itself),
@@ -74,7 +74,7 @@ run() {
     thread) pre=(env "LD_PRELOAD=$out/libsleeper.so");;
   esac
   [ "$variant" = untraced ] || [ "$variant" = thread ] || pre+=(FERROTRACE_RUNTIME=preload "FERROTRACE_OUTPUT=$out/$name.data"
-    "FERROTRACE_FILTER=^main$" FERROTRACE_MODE=lossless)
+    "FERROTRACE_PATCH=^main$" FERROTRACE_MODE=lossless)
   local TIMEFORMAT='%3R %3U %3S'
   # shellcheck disable=SC2086 # the command line splits into words
   t=$({ time "${pre[@]}" ${cmdline[$name]} >"$out/stdout" 2>/dev/null; } 2>&1)
@@ -94,7 +94,7 @@ for round in $(seq "$ROUNDS"); do
   done
 done
 echo
-echo "$ROUNDS interleaved rounds, medians; preload = LD_PRELOAD=libferrotrace_preload.so, FERROTRACE_FILTER=^main\$, no --alloc"
+echo "$ROUNDS interleaved rounds, medians; preload = LD_PRELOAD=libferrotrace_preload.so, FERROTRACE_PATCH=^main\$, no --alloc"
 printf '%-8s %-9s %10s %10s %8s %8s %10s\n' program variant "wall ms" "CPU ms" "wall/u" "CPU/u" "ns/pair"
 for name in "${programs[@]}"; do
   uw=$(med "$name.untraced" 1) uc=$(med "$name.untraced" 2)

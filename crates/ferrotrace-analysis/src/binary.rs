@@ -17,7 +17,7 @@
 
 use std::path::Path;
 
-use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
+use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
 use ferrotrace_core::tracepoint::{descriptor_fields, DESCRIPTOR_HEADER_LEN, DESCRIPTOR_MAGIC};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
@@ -231,9 +231,12 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
             .collect();
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
-        let plumbing = file
-            .section_by_name(PLUMBING_SECTION)
-            .map(|s| s.address()..s.address() + s.size());
+        let own = OwnFunctions {
+            plumbing: file
+                .section_by_name(PLUMBING_SECTION)
+                .map(|s| s.address()..s.address() + s.size()),
+            records_spans: links_span_recorder(symbols.iter().map(|s| s.2)),
+        };
         let mut funcs: Vec<(u64, usize)> = Vec::new();
         for (i, entry) in bytes.chunks_exact(ENTRY_LEN).enumerate() {
             let entry: &[u8; ENTRY_LEN] = entry
@@ -251,7 +254,7 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
         for (index, (func, sleds)) in funcs.into_iter().enumerate() {
             let sym = symbol_at(&symbols, func);
             let mangled = sym.map_or_else(|| format!("fn_{func:x}"), |s| s.2.to_string());
-            if is_runtime_function(&mangled, func, plumbing.clone()) {
+            if own.contains(&mangled, func) {
                 continue;
             }
             out.functions.push(BinaryFunction {

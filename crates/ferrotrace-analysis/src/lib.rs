@@ -4,8 +4,9 @@
 //! metadata and an index of event chunks, and stops cleanly at a truncated or corrupt chunk, saying how
 //! much it read. Events are then streamed per thread ([`reader::Trace::thread_events`]) or merged across
 //! threads in time order ([`reader::Trace::events`]), with timestamps in nanoseconds and function names
-//! demangled. Memory is bounded by the number of threads, functions and chunks, never by the number of
-//! events.
+//! demangled. Memory is bounded by the number of threads and functions, never by the size of the
+//! trace: each thread keeps at most 256 entries of the chunk index in memory, the older ones in an
+//! unnamed temporary file.
 //!
 //! The analyses, one module per command, each holding that command's view of every kind of event
 //! (function calls, samples, allocations) side by side, all streaming (memory bounded by call depth,

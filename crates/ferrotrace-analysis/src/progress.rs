@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 /// second and erased when dropped. Does nothing when stderr is not a terminal.
 pub struct Progress {
     label: &'static str,
+    /// What is counted: `events`, or `bytes` ([`Progress::bytes`]).
+    unit: &'static str,
     total: u64,
     done: u64,
     next_check: u64,
@@ -28,6 +30,7 @@ impl Progress {
     pub fn with_enabled(label: &'static str, total: u64, enabled: bool) -> Progress {
         Progress {
             label,
+            unit: "events",
             total,
             done: 0,
             next_check: STEP,
@@ -37,7 +40,15 @@ impl Progress {
         }
     }
 
-    /// Counts `n` more events done.
+    /// A progress line for `total` bytes, enabled when stderr is a terminal.
+    pub fn bytes(label: &'static str, total: u64) -> Progress {
+        Progress {
+            unit: "bytes",
+            ..Progress::new(label, total)
+        }
+    }
+
+    /// Counts `n` more events (or bytes) done.
     #[inline]
     pub fn add(&mut self, n: u64) {
         self.done += n;
@@ -59,8 +70,8 @@ impl Progress {
         let mut e = std::io::stderr().lock();
         let _ = write!(
             e,
-            "\r{}: {pct:3}% ({} of {} events)\x1b[K",
-            self.label, self.done, self.total
+            "\r{}: {pct:3}% ({} of {} {})\x1b[K",
+            self.label, self.done, self.total, self.unit
         );
         let _ = e.flush();
         self.drawn = true;

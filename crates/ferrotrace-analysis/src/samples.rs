@@ -59,6 +59,9 @@ pub struct SampleSet {
     pub pid: u32,
     /// How stacks were taken.
     pub call_graph: CallGraph,
+    /// The stacks were unwound and the samples counted in the kernel (`profile --bpf`), not read
+    /// one by one from perf_event rings.
+    pub in_kernel: bool,
     /// Timer frequency, Hz.
     pub frequency: u32,
     /// CLOCK_MONOTONIC of the first calibration, ns.
@@ -138,6 +141,7 @@ impl SampleSet {
         Ok(Some(SampleSet {
             pid: trace.session.pid,
             call_graph: trace.call_graph,
+            in_kernel: trace.session.sources & ferrotrace_core::schema::source::BPF != 0,
             frequency: trace.sample_frequency,
             start_monotonic_ns: trace.start_ns(),
             start_realtime_ns: trace.session.start_realtime_ns,

@@ -105,7 +105,12 @@ impl Symbolizer {
             _ => {
                 let label = self.paths.get(&module).map_or_else(
                     || "[unknown]".to_string(),
-                    |(p, _)| format!("[{}]", file_name(p)),
+                    // A pseudo-module (`[truncated]`: the root of stacks the eBPF unwinder could
+                    // not finish) is named as it is.
+                    |(p, _)| match p.starts_with('[') {
+                        true => p.to_string(),
+                        false => format!("[{}]", file_name(p)),
+                    },
                 );
                 vec![unknown_frame(label.into(), false)].into()
             }
@@ -146,6 +151,10 @@ impl Symbolizer {
                 label: "[kernel]".into(),
                 kernel: true,
             });
+        }
+        if path.starts_with('[') && path != VDSO_PATH {
+            // A pseudo-module (`[truncated]`): no file to read, its frames are named by its path.
+            return None;
         }
         let label: Arc<str> = format!("[{}]", file_name(&path)).into();
         let (mapped, vdso);

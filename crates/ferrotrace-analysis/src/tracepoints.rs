@@ -18,6 +18,7 @@
 //! ```
 
 use ferrotrace_core::codec::{DecodeError, FieldReader};
+use ferrotrace_core::schema;
 use ferrotrace_core::tracepoint::{arg_specs, values, write_event};
 pub use ferrotrace_core::tracepoint::{ArgType, Value as ValueRef};
 
@@ -52,6 +53,38 @@ pub struct TracepointDesc {
     pub file: String,
     /// Its line.
     pub line: u32,
+    /// The level of a `tracing` event or span (`INFO`, …; see [`from_callsite`]); `None` for a
+    /// tracepoint.
+    pub level: Option<&'static str>,
+}
+
+/// The descriptor of the Tracepoint events of a `tracing` callsite (an event's, or a span's fields):
+/// its fields are tagged values (`value`), shown with its level first.
+pub fn from_callsite(c: &schema::Callsite<'_>) -> TracepointDesc {
+    let args: Vec<ArgDesc> = c
+        .fields
+        .split(',')
+        .filter(|f| !f.is_empty())
+        .map(|f| ArgDesc {
+            name: f.to_string(),
+            ty: "value".to_string(),
+        })
+        .collect();
+    let args_spec = args
+        .iter()
+        .map(|a| format!("{}:value", a.name))
+        .collect::<Vec<_>>()
+        .join(",");
+    TracepointDesc {
+        id: c.tracepoint_id,
+        name: c.name.to_string(),
+        args_spec,
+        args,
+        format: String::new(),
+        file: c.file.to_string(),
+        line: c.line,
+        level: schema::LEVELS.get(c.level as usize).copied(),
+    }
 }
 
 /// An argument value, owned.
@@ -129,22 +162,35 @@ pub fn parse_chunk(f: &mut FieldReader<'_>) -> Result<Vec<TracepointDesc>, Decod
             format,
             file,
             line,
+            level: None,
         });
     }
     Ok(out)
 }
 
 impl TracepointDesc {
-    /// The named values of an event's payload.
+    /// The named values of an event's payload (a `tracing` event's level first, as `level`).
     pub fn decode(&self, payload: &[u8]) -> Result<Args, DecodeError> {
-        values(&self.args_spec, payload)
-            .map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v))))
+        let level = self
+            .level
+            .map(|l| Ok(("level".to_string(), Value::Str(l.to_string()))));
+        level
+            .into_iter()
+            .chain(
+                values(&self.args_spec, payload)
+                    .map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v)))),
+            )
             .collect()
     }
 
-    /// The event's text: `crate::name(arg=value, …)`, or `crate::name` and the formatted text.
+    /// The event's text: `crate::name(arg=value, …)`, or `crate::name` and the formatted text; a
+    /// `tracing` event's level first (`INFO server(message="done", status=200)`).
     pub fn format(&self, payload: &[u8]) -> String {
         let mut s = String::new();
+        if let Some(level) = self.level {
+            s.push_str(level);
+            s.push(' ');
+        }
         let _ = write_event(&mut s, &self.name, &self.args_spec, &self.format, payload);
         s
     }

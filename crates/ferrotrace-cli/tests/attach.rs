@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -209,11 +209,10 @@ fn xray_server_recorded_while_it_runs_then_again() {
     assert_eq!(fds(), open_before);
 }
 
-#[test]
-fn c_server_with_patchable_nops_recorded_while_it_runs() {
-    let dir = scratch("attach_c");
-    let exe = build_c(
-        &dir,
+/// The C line server built with patchable NOPs (`-pg -mnop-mcount -mrecord-mcount`), not PIE.
+fn nop_mcount_line_server(dir: &Path) -> PathBuf {
+    build_c(
+        dir,
         "gcc",
         "line_server.c",
         "line_server_c",
@@ -225,25 +224,42 @@ fn c_server_with_patchable_nops_recorded_while_it_runs() {
             "-fno-pie",
             "-no-pie",
         ],
-    );
+    )
+}
+
+#[test]
+fn c_server_with_patchable_nops_recorded_while_it_runs() {
+    let dir = scratch("attach_c");
+    let exe = nop_mcount_line_server(&dir);
     let server = Server::start(&exe, &[]);
     one_recording(&server, &dir, "first", 50);
     one_recording(&server, &dir, "second", 10);
 }
 
-#[test]
-fn server_ending_while_recorded_leaves_a_complete_trace() {
-    let dir = scratch("attach_ends");
+/// The line server, recorded while `requests` requests are made, then sent `signal`: the trace, what
+/// `record` said, and the trace's path.
+fn ended_by_signal_while_recorded(
+    test: &str,
+    requests: usize,
+    signal: i32,
+) -> (Trace, String, PathBuf) {
+    let dir = scratch(test);
     let server = Server::start(&testprog("line_server"), &[]);
     let mut client = Client::connect(server.port);
     let trace = dir.join("t.data");
     let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
-    client.ask_many("q", 25);
-    // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
-    kill(server.pid() as i32, 15);
+    client.ask_many("q", requests);
+    // Not collected until the Server is dropped: record can read how it died from the zombie.
+    kill(server.pid() as i32, signal);
     let said = rec.wait();
     assert!(said.contains("ended while it was recorded"), "{said}");
-    let t = Trace::open(&trace).expect("trace");
+    (Trace::open(&trace).expect("trace"), said, trace)
+}
+
+#[test]
+fn server_ending_while_recorded_leaves_a_complete_trace() {
+    // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
+    let (t, _, _) = ended_by_signal_while_recorded("attach_ends", 25, 15);
     let end = t.end.as_ref().expect("an End chunk");
     assert_eq!(end.reason, EndReason::Signal);
     assert_eq!(calls(&t, "handle"), (25, 25));
@@ -312,6 +328,29 @@ fn refusals_say_why_in_one_line() {
     let said = rec.wait();
     assert!(started.elapsed() < Duration::from_secs(20), "{said}");
     stopped_trace(&dir.join("d.data"));
+    // --alloc, and --trace for a program without tracepoints (the preload library has none): one
+    // line each, before anything is touched.
+    let maps = || std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    let maps_before = maps();
+    for (opts, why) in [
+        (
+            &["--alloc"][..],
+            "--alloc cannot be used on a running process",
+        ),
+        (&["--trace", "request"][..], "has no tracepoints"),
+    ] {
+        let out = ferrotrace()
+            .args(["record", "-p", &server.pid().to_string(), "-o"])
+            .arg(dir.join("r.data"))
+            .args(opts)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(err.contains(why), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    assert_eq!(maps(), maps_before);
 }
 
 /// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no
@@ -330,20 +369,7 @@ fn static_tls_flag_and_the_tunable_when_none_is_left() {
         "{}",
         text(&dynamic.stdout)
     );
-    let server = build_c(
-        &dir,
-        "gcc",
-        "line_server.c",
-        "line_server_c",
-        &[
-            "-O1",
-            "-pg",
-            "-mnop-mcount",
-            "-mrecord-mcount",
-            "-fno-pie",
-            "-no-pie",
-        ],
-    );
+    let server = nop_mcount_line_server(&dir);
     // 1600 of the 1664 bytes glibc keeps for dlopened libraries' static TLS by default.
     let hog = build_c(
         &dir,
@@ -401,6 +427,33 @@ fn static_tls_flag_and_the_tunable_when_none_is_left() {
     stopped_trace(&dir.join("t.data"));
 }
 
+/// `ferrotrace live -p PID OPTS`, once it prints.
+fn live_printing(pid: u32, opts: &[&str]) -> Child {
+    let mut live = ferrotrace()
+        .args(["live", "-p", &pid.to_string()])
+        .args(opts)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run ferrotrace live -p");
+    let mut line = String::new();
+    BufReader::new(live.stderr.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert!(line.contains("printing process"), "{line}");
+    live
+}
+
+/// Stops `live` as Ctrl-C would, once what happened was printed; what it printed.
+fn stop_live(live: Child) -> String {
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(Duration::from_millis(200));
+    kill(live.id() as i32, libc_sigint());
+    let out = live.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    text(&out.stdout)
+}
+
 /// `live -p`: the events of the requests made while attached, printed as they happen; the server
 /// answers the same before and after.
 #[test]
@@ -408,27 +461,13 @@ fn live_prints_a_running_server_until_stopped() {
     let server = Server::start(&testprog("line_server"), &[]);
     let mut client = Client::connect(server.port);
     let before = client.ask_many("q", 5);
-    let mut live = ferrotrace()
-        .args(["live", "-p", &server.pid().to_string(), "-F", "::handle$"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run ferrotrace live -p");
-    let mut stderr = BufReader::new(live.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
-    assert!(line.contains("printing process"), "{line}");
+    let live = live_printing(server.pid(), &["-F", "::handle$"]);
     let during = client.ask_many("q", 7);
-    // The collector prints at most 5 ms after an event.
-    std::thread::sleep(Duration::from_millis(200));
-    kill(live.id() as i32, libc_sigint());
-    let out = live.wait_with_output().unwrap();
-    assert!(out.status.success());
-    let printed = text(&out.stdout);
+    let printed = stop_live(live);
     assert_eq!(
         printed
             .lines()
-            .filter(|l| l.ends_with("line_server::handle() {"))
+            .filter(|l| l.ends_with("line_protocol::handle() {"))
             .count(),
         7,
         "{printed}"
@@ -470,4 +509,243 @@ fn record_killed_still_stops_the_recording() {
     // Put back: nothing more is recorded, and the server answers as before.
     client.ask_many("q", 3);
     assert_eq!(calls(&Trace::open(&trace).unwrap(), "handle"), (9, 9));
+}
+
+/// The server killed by SIGKILL while recorded (no handler runs, nothing is finished): `record`
+/// appends what its runtime had recorded but not written, from the chunk pool in the memfd it made
+/// in the process, and the trace says how it died. The requests fit in one chunk that no thread had
+/// handed over: without the salvage, none of them would be in the file.
+#[test]
+fn server_killed_while_recorded_is_salvaged() {
+    let (t, said, path) = ended_by_signal_while_recorded("attach_sigkill", 40, 9);
+    assert!(
+        said.contains("was killed by SIGKILL before finishing its trace"),
+        "{said}"
+    );
+    assert!(t.end.is_none(), "{said}");
+    let salvage = t.salvage.expect("a Salvage chunk");
+    assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{said}");
+    assert!(salvage.chunks >= 1 && salvage.events >= 80, "{salvage:?}");
+    assert!(
+        t.truncation.is_none() && t.problems.is_empty(),
+        "{:?} {:?}",
+        t.truncation,
+        t.problems
+    );
+    assert_eq!(calls(&t, "handle"), (40, 40), "{said}");
+    let info = ft(&["info", "-i", path.to_str().unwrap()]);
+    assert!(
+        text(&info.stdout).contains("killed by SIGKILL: "),
+        "{}",
+        text(&info.stdout)
+    );
+}
+
+/// `record -p --trace` on a server that links the runtime: its tracepoint, enabled while attached,
+/// records each request made then (with the line's length), beside the traced function; stopping
+/// disables it again, so that the next recording, without --trace, holds no tracepoint event. A glob
+/// that selects nothing is refused in one line.
+#[test]
+fn tracepoints_of_a_linked_server_enabled_while_attached() {
+    let dir = scratch("attach_tracepoints");
+    let server = Server::start(&testprog("linked_server"), &[]);
+    let mut client = Client::connect(server.port);
+    client.ask_many("q", 5);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(
+        server.pid(),
+        &trace,
+        &["--trace", "request", "-F", "handle"],
+    );
+    client.ask_many("q", 20);
+    let said = rec.stop();
+    let t = stopped_trace(&trace);
+    let expected: Vec<String> = (0..20)
+        .map(|i| format!("linked_server::request(len={})", format!("q {i}").len()))
+        .collect();
+    assert_eq!(tracepoint_lines(&t), expected, "{said}");
+    assert_eq!(calls(&t, "handle"), (20, 20), "{said}");
+    // Disabled when the recording stopped.
+    let again = dir.join("again.data");
+    let rec = Recording::start(server.pid(), &again, &["-F", "handle"]);
+    client.ask_many("q", 7);
+    rec.stop();
+    let t = stopped_trace(&again);
+    assert_eq!(calls(&t, "handle"), (7, 7));
+    assert_eq!(tracepoint_lines(&t), Vec::<String>::new());
+    let out = ferrotrace()
+        .args(["record", "-p", &server.pid().to_string(), "-o"])
+        .arg(dir.join("none.data"))
+        .args(["--trace", "no_such_*"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("--trace 'no_such_*' selects none of the program's tracepoints (linked_server::request)"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+}
+
+/// `live -p --trace` (no -F: tracepoints alone) on a server that links the runtime: each request made
+/// while attached printed as it happens.
+#[test]
+fn live_prints_the_tracepoints_of_a_running_linked_server() {
+    let server = Server::start(&testprog("linked_server"), &[]);
+    let mut client = Client::connect(server.port);
+    client.ask_many("q", 3);
+    let live = live_printing(server.pid(), &["--trace", "request"]);
+    client.ask_many("longer question", 6);
+    let printed = stop_live(live);
+    let requests: Vec<&str> = printed.lines().filter(|l| l.contains("request")).collect();
+    assert_eq!(requests.len(), 6, "{printed}");
+    assert!(requests.iter().all(|l| l.contains("len=17")), "{printed}");
+}
+
+/// Where process `pid` maps the GOT slot through which `exe` calls `symbol` (its `GLOB_DAT` or
+/// `JUMP_SLOT` relocation), and the slot's value now.
+fn got_slot(exe: &Path, symbol: &str, pid: u32) -> (u64, impl Fn() -> u64) {
+    use object::{Object, ObjectSymbol, ObjectSymbolTable};
+    let data = std::fs::read(exe).unwrap();
+    let elf = object::File::parse(&*data).unwrap();
+    let dynsyms = elf.dynamic_symbol_table().unwrap();
+    let offset = elf
+        .dynamic_relocations()
+        .unwrap()
+        .find_map(|(offset, r)| match r.target() {
+            object::RelocationTarget::Symbol(i) => dynsyms
+                .symbol_by_index(i)
+                .ok()
+                .filter(|s| s.name() == Ok(symbol))
+                .map(|_| offset),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no relocation against {symbol} in {}", exe.display()));
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let exe = exe.canonicalize().unwrap();
+    let base = maps
+        .lines()
+        .find(|l| l.ends_with(exe.to_str().unwrap()))
+        .and_then(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .unwrap();
+    let slot = base + offset;
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    (slot, move || {
+        let mut word = [0u8; 8];
+        std::os::unix::fs::FileExt::read_exact_at(&mem, &mut word, slot).unwrap();
+        u64::from_ne_bytes(word)
+    })
+}
+
+/// The path of the mapping of process `pid` that holds `addr`.
+fn mapped_at(pid: u32, addr: u64) -> String {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .find(|l| {
+            let mut r = l.split_whitespace().next().unwrap().split('-');
+            let lo = u64::from_str_radix(r.next().unwrap(), 16).unwrap();
+            let hi = u64::from_str_radix(r.next().unwrap(), 16).unwrap();
+            (lo..hi).contains(&addr)
+        })
+        .and_then(|l| l.split_whitespace().nth(5))
+        .unwrap_or("")
+        .to_string()
+}
+
+/// C servers built with `gcc -pg` and `gcc -pg -mfentry` (PIE, without -mnop-mcount), and the Rust line
+/// server built with `-Zinstrument-mcount`: every function calls the C library's `mcount` or
+/// `__fentry__` through a GOT slot in the read-only RELRO segment. While attached that slot holds the
+/// runtime's hook (so the calls are traced, exactly the requests made); after the stop it holds the C
+/// library's function again, and the answers never change. Recorded twice each.
+#[test]
+fn glibc_mcount_servers_recorded_through_their_got_slot() {
+    let dir = scratch("attach_glibc_mcount");
+    let c = |name: &str, flags: &[&str]| build_c(&dir, "gcc", "line_server.c", name, flags);
+    for (exe, symbol) in [
+        (c("line_server_pg", &["-O1", "-pg"]), "mcount"),
+        (
+            c("line_server_fentry", &["-O1", "-pg", "-mfentry"]),
+            "__fentry__",
+        ),
+        (testprog_mcount("line_server"), "mcount"),
+    ] {
+        let name = exe.file_name().unwrap().to_string_lossy().into_owned();
+        let name = format!("{name}_{symbol}");
+        let server = Server::start(&exe, &[]);
+        let (slot, read_slot) = got_slot(&exe, symbol, server.pid());
+        let libc_hook = read_slot();
+        assert!(
+            mapped_at(server.pid(), libc_hook).contains("libc.so"),
+            "{name}: {symbol} at {libc_hook:#x}, slot {slot:#x}"
+        );
+        let mut client = Client::connect(server.port);
+        let before = client.ask_many("q", 10);
+        for (run, during) in [(0, 30), (1, 12)] {
+            let trace = dir.join(format!("{name}.{run}.data"));
+            let rec = Recording::start(server.pid(), &trace, &["-F", "handle$"]);
+            let hook = read_slot();
+            assert!(
+                mapped_at(server.pid(), hook).contains("libferrotrace_preload"),
+                "{name}: the slot holds {hook:#x} while attached"
+            );
+            let answers = client.ask_many("q", during);
+            let said = rec.stop();
+            assert_eq!(read_slot(), libc_hook, "{name}: the slot was not put back");
+            assert_eq!(answers[..10], before[..], "{name}");
+            assert_eq!(
+                calls(&stopped_trace(&trace), "handle"),
+                (during as u64, during as u64),
+                "{name}: {said}"
+            );
+        }
+        assert_eq!(client.ask_many("q", 10), before, "{name}");
+    }
+}
+
+/// Resident memory (KiB), mappings and descriptors of process `pid`.
+fn footprint(pid: u32) -> (u64, usize, usize) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .unwrap()
+        .lines()
+        .count();
+    let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count();
+    (rss, maps, fds)
+}
+
+/// 20 attach/record/detach cycles leave the process as the second left it: the same mappings and
+/// descriptors, and no more than a few KiB of memory per cycle (each retired runtime gives its chunk
+/// pool back and the next reuses its address range, queues and stub pages; before, every cycle kept
+/// its 16 MiB pool, faulted in, and two more mappings).
+#[test]
+fn twenty_attachments_leave_no_pool_mapping_or_descriptor_behind() {
+    let dir = scratch("attach_leak");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let mut client = Client::connect(server.port);
+    let mut after_second = None;
+    for cycle in 1..=20 {
+        let trace = dir.join("t.data");
+        let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+        client.ask_many("q", 3);
+        rec.stop();
+        assert_eq!(calls(&stopped_trace(&trace), "handle"), (3, 3));
+        if cycle == 2 {
+            after_second = Some(footprint(server.pid()));
+        }
+    }
+    let (rss_2, maps_2, fds_2) = after_second.unwrap();
+    let (rss_20, maps_20, fds_20) = footprint(server.pid());
+    assert_eq!((maps_20, fds_20), (maps_2, fds_2));
+    assert!(
+        rss_20 < rss_2 + 1024,
+        "resident memory grew from {rss_2} KiB to {rss_20} KiB over 18 attachments"
+    );
 }

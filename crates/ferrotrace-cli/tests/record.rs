@@ -706,6 +706,36 @@ fn sigterm_to_record_is_passed_to_the_program() {
     assert_eq!(t.end.map(|e| e.signal), Some(15));
 }
 
+/// Lossless mode with a pool of two chunks: the thread runs out of chunks nearly every time it fills
+/// one, and then writes full chunks itself while the collector writes others (`collector::help`):
+/// every call is in the trace, whole and in order, nothing lost, and the time is counted as waited.
+#[test]
+fn lossless_with_two_chunks_keeps_every_call_while_the_thread_writes_chunks_itself() {
+    let dir = scratch("two_chunks");
+    let (out, trace) = record(
+        &dir,
+        &["--buffer-size", "8K", "--chunk-size", "4K"],
+        &testprog("fib"),
+        &["22"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let calls = program_calls(&out.stdout);
+    let t = Trace::open(&trace).unwrap();
+    assert!(t.truncation.is_none(), "{:?}", t.truncation);
+    let end = t.end.expect("complete");
+    assert_eq!(end.lost, 0, "lossless");
+    let w = walk(&t, t.session.pid);
+    assert_eq!(w.entries.get("fib::fib"), Some(&calls), "every call");
+    assert!(
+        w.open_at_end.is_empty() && w.preexisting.is_empty(),
+        "{w:?}"
+    );
+    assert!(
+        w.unwound.is_empty(),
+        "in order: every exit matches the innermost entry"
+    );
+}
+
 #[test]
 fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
     let dir = scratch("flight");

@@ -8,22 +8,8 @@ use std::process::{Command, Stdio};
 
 use common::*;
 use ferrotrace_analysis::reader::{EventKind, Trace};
-use ferrotrace_analysis::tracepoints::{decode, format_tracepoint, Value};
+use ferrotrace_analysis::tracepoints::{decode, Value};
 use ferrotrace_core::env;
-
-/// The text of every Tracepoint event, thread by thread, in order.
-fn tracepoint_lines(t: &Trace) -> Vec<String> {
-    let mut out = Vec::new();
-    for &tid in t.threads.keys() {
-        for e in t.thread_events(tid).expect("thread events") {
-            let e = e.expect("event");
-            if e.kind == EventKind::Tracepoint {
-                out.push(format_tracepoint(t, &e));
-            }
-        }
-    }
-    out
-}
 
 fn expected_basic(n: u64, with_all_types: bool) -> Vec<String> {
     let mut v = Vec::new();

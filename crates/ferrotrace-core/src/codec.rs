@@ -685,6 +685,57 @@ mod tests {
     }
 
     #[test]
+    fn function_fast_path_writes_the_varints_of_every_length() {
+        // Tags and deltas around every varint length boundary (1-4 bytes and the 5+ byte fallback),
+        // against the byte-at-a-time writer, and back through the decoder.
+        let edges = [
+            0u64,
+            1,
+            0x7f,
+            0x80,
+            0x3fff,
+            0x4000,
+            0x1f_ffff,
+            0x20_0000,
+            0xfff_ffff,
+            0x1000_0000,
+        ];
+        for &id in &[
+            0u32,
+            7,
+            8,
+            0x7ff,
+            0x800,
+            0xf_ffff,
+            0x10_0000,
+            0xff_ffff,
+            0x100_0000,
+            u32::MAX,
+        ] {
+            for &delta in &edges {
+                for kind in [EventKind::Entry, EventKind::Exit, EventKind::TailExit] {
+                    // Ticks that zigzag to `delta`: forwards for even, backwards for odd.
+                    let step = unzigzag(delta);
+                    let base = 1u64 << 40;
+                    let rec = Record::new(base.wrapping_add(step as u64), kind, id);
+                    let mut fast = [0u8; MAX_EVENT_LEN];
+                    let n = EventEncoder::new(base)
+                        .encode_function(&rec, &mut fast, 0)
+                        .unwrap();
+                    let mut slow = [0u8; MAX_EVENT_LEN];
+                    let p = write_varint(&mut slow, 0, tag(kind, id));
+                    let m = write_varint(&mut slow, p, delta);
+                    assert_eq!(&fast[..n], &slow[..m], "id {id:#x} delta {delta:#x}");
+                    let mut back = EventDecoder::new(&fast[..n], base);
+                    let e = back.next().unwrap().unwrap();
+                    assert!(back.next().is_none());
+                    assert_eq!((e.kind, e.id, e.tsc), (kind, id, rec.tsc));
+                }
+            }
+        }
+    }
+
+    #[test]
     fn fast_path_decodes_like_the_general_path() {
         // Mixed one- and multi-byte fields, payloads, and garbage tails: the decoder (with its two-byte
         // fast path) must yield exactly what the general varint path yields.

@@ -22,7 +22,7 @@
 //! | [`ALLOC_STACK_DEPTH`] | `FERROTRACE_ALLOC_STACK_DEPTH` | `record` (`--alloc-stack-depth`) | runtime | deepest allocation stack to record (0: none); default 64 |
 //! | [`USDT`] | `FERROTRACE_USDT` | by hand | linked runtime | [`USDT_OFF`]: no thread watching the tracepoints' SDT semaphores (tracers attaching to a running program see nothing) |
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
-//! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` | runtime (removes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
+//! | [`SHARED_FD`] | `FERROTRACE_SHARED_FD` | `record` (`record -p`: in the spec, naming the memfd it made in the process) | runtime (removes it; an attached runtime closes it) | the memfd holding the chunk pool that `record` salvages after a SIGKILL ([`crate::shared`]) |
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
 //! | [`CONTROL`] | `FERROTRACE_CONTROL` | `record -p` (in the spec it hands `ferrotrace_attach`, never in an environment) | runtime started by `ferrotrace_attach` | the FIFO, in a private directory, that holds an attached recording: its end of file stops it (see [`RuntimeSpec::to_lines`]) |
 //! | [`LIVE_FIFO`] | `FERROTRACE_LIVE_FIFO` | `live -p` (in the spec it hands `ferrotrace_attach`) | runtime started by `ferrotrace_attach` | the FIFO, beside [`CONTROL`], to print events to, live |

@@ -47,6 +47,26 @@ impl RunningAtStart {
         }
     }
 
+    /// [`RunningAtStart::observe`] for a function event as the hot path stores it: `kind` is 0
+    /// (Entry), 1 (Exit) or 2 (TailExit). The encoder calls it for every such record, so the usual
+    /// exit, of the innermost open function, is one comparison.
+    #[inline(always)]
+    pub fn observe_function(&mut self, kind: u64, id: u32) {
+        if kind == EventKind::Entry as u64 {
+            self.stack.push(id);
+        } else if self.stack.last() == Some(&id) {
+            self.stack.pop();
+        } else {
+            self.unmatched_exit(id);
+        }
+    }
+
+    /// An exit that is not of the innermost open function: see [`RunningAtStart::observe`].
+    #[cold]
+    fn unmatched_exit(&mut self, id: u32) {
+        self.observe(EventKind::Exit, id);
+    }
+
     /// The functions running when tracing began, outermost first.
     pub fn outermost_first(&self) -> impl Iterator<Item = u32> + '_ {
         self.orphans.iter().rev().copied()

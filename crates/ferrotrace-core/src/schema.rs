@@ -99,6 +99,11 @@ pub mod source {
     pub const ALLOCATIONS: u64 = 64;
     /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
     pub const EMBEDDED: u64 = 128;
+    /// With [`SAMPLES`]: the stacks were unwound and the samples counted in the kernel by eBPF
+    /// programs (`profile --bpf`); the samples of one stack read together share a timestamp.
+    pub const BPF: u64 = 256;
+    /// `tracing` spans and events (`ferrotrace-tracing`): the program links the layer (format 2.2, bit 512).
+    pub const TRACING: u64 = 512;
 
     /// Every way to build a program whose functions ferrotrace can trace, for messages.
     pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
@@ -108,7 +113,7 @@ pub mod source {
 
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
-        const NAMES: [&str; 8] = [
+        const NAMES: [&str; 10] = [
             "xray",
             "mcount",
             "fentry",
@@ -117,6 +122,8 @@ pub mod source {
             "samples",
             "allocations",
             "embedded",
+            "bpf",
+            "tracing",
         ];
         NAMES
             .into_iter()
@@ -468,7 +475,8 @@ impl<'a> Payload<'a> for End {
 pub struct Salvage {
     /// The signal that killed the process, 0 if it exited (without finishing its trace).
     pub signal: u32,
-    /// Its exit code, when it exited.
+    /// Its exit code, when it exited. `None` with signal 0: how it ended is not known (`record -p`
+    /// is not the process's parent, which collected its status first).
     pub exit_code: Option<i32>,
     /// Events chunks recovered from the shared chunk pool (appended before this chunk).
     pub chunks: u64,
@@ -775,6 +783,91 @@ impl<'a> Payload<'a> for RunningAtStart<'a> {
     }
 }
 
+/// What a [`Callsite`] is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CallsiteKind {
+    /// A span: entered and exited like a function (Entry and Exit events with its `function_id`); its
+    /// fields, when it is created and when they are recorded later, are Tracepoint events with its
+    /// `tracepoint_id`.
+    Span = 0,
+    /// An event: a Tracepoint event with its `tracepoint_id`.
+    Event = 1,
+}
+
+/// One callsite of the `tracing` crate (a span or an event, registered once while the program runs).
+/// A Callsites chunk is `v count` and that many; `tracing` events and span fields are Tracepoint events
+/// whose argument list is the callsite's field names, each of type `value` (tagged values,
+/// [`crate::tracepoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Callsite<'a> {
+    /// Span or event.
+    pub kind: CallsiteKind,
+    /// A span's function id (its Entry and Exit events); 0 for an event.
+    pub function_id: u32,
+    /// The tracepoint id of the Tracepoint events that carry the fields (an event's, or a span's at
+    /// its creation and later `record`s); in the same id space as the Tracepoints chunk's ids.
+    pub tracepoint_id: u32,
+    /// The name: a span's name; for an event, `target::name`, or the target alone when the name is
+    /// `tracing`'s default (`event FILE:LINE`).
+    pub name: &'a str,
+    /// `tracing`'s target (by default the module path).
+    pub target: &'a str,
+    /// 0 TRACE, 1 DEBUG, 2 INFO, 3 WARN, 4 ERROR.
+    pub level: u8,
+    /// The field names, separated by commas.
+    pub fields: &'a str,
+    /// Source file, empty if unknown.
+    pub file: &'a str,
+    /// Source line, 0 if unknown.
+    pub line: u32,
+}
+
+/// The names of [`Callsite::level`], by value.
+pub const LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+
+impl<'a> Payload<'a> for Callsite<'a> {
+    const KIND: ChunkKind = ChunkKind::Callsites;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.kind as u64)?;
+        put_varint(s, self.function_id as u64)?;
+        put_varint(s, self.tracepoint_id as u64)?;
+        put_str(s, self.name)?;
+        put_str(s, self.target)?;
+        put_varint(s, self.level as u64)?;
+        put_str(s, self.fields)?;
+        put_str(s, self.file)?;
+        put_varint(s, self.line as u64)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        let kind = match f.varint()? {
+            0 => CallsiteKind::Span,
+            1 => CallsiteKind::Event,
+            _ => return Err(DecodeError::BadValue),
+        };
+        let function_id = f.varint_u32()?;
+        let tracepoint_id = f.varint_u32()?;
+        let name = f.str()?;
+        let target = f.str()?;
+        let level = u8::try_from(f.varint()?)
+            .ok()
+            .filter(|&l| (l as usize) < LEVELS.len())
+            .ok_or(DecodeError::BadValue)?;
+        Ok(Callsite {
+            kind,
+            function_id,
+            tracepoint_id,
+            name,
+            target,
+            level,
+            fields: f.str()?,
+            file: f.str()?,
+            line: f.varint_u32()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -790,6 +883,20 @@ mod tests {
 
     #[test]
     fn every_payload_round_trips() {
+        round_trip(
+            &Callsite {
+                kind: CallsiteKind::Span,
+                function_id: 70_000,
+                tracepoint_id: 12,
+                name: "handle",
+                target: "server::conn",
+                level: 2,
+                fields: "peer,id",
+                file: "src/main.rs",
+                line: 40,
+            },
+            &mut Vec::new(),
+        );
         round_trip(
             &Session {
                 pid: 1,
@@ -935,5 +1042,7 @@ mod tests {
     fn source_names_follow_the_bits() {
         let v: Vec<_> = source::names(source::XRAY | source::ALLOCATIONS).collect();
         assert_eq!(v, ["xray", "allocations"]);
+        let v: Vec<_> = source::names(source::SAMPLES | source::BPF).collect();
+        assert_eq!(v, ["samples", "bpf"]);
     }
 }

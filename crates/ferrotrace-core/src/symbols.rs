@@ -15,7 +15,13 @@
 //! * the tracepoint plumbing that `ferrotrace::tracepoint!` expands inside the program's own crates: it
 //!   is placed in its own section, [`PLUMBING_SECTION`], and recognised by address;
 //! * in a program traced through `LD_PRELOAD`, the runtime is another object (`libferrotrace_preload.so`),
-//!   which the runtime skips as a whole.
+//!   which the runtime skips as a whole;
+//! * in an object that links `ferrotrace-tracing` (the `tracing` layer: [`links_span_recorder`]), the
+//!   functions of the crates a span goes through to reach it (`tracing`, `tracing_core`,
+//!   `tracing_subscriber`, `ferrotrace_tracing`: [`is_span_path_symbol`]). A span's entry is recorded
+//!   inside `Span::enter` → `Dispatch::enter` → `Layered::enter` → the layer, whose exits follow it:
+//!   traced, they would close around the span they opened it in, instead of the span sitting between
+//!   the functions that entered and left it.
 
 use core::ops::Range;
 
@@ -52,11 +58,60 @@ pub const PLUMBING_SECTION: &str = "ferrotrace_text";
 /// The crates of the runtime, as they appear in symbols.
 const RUNTIME_CRATES: [&str; 2] = ["ferrotrace", "ferrotrace_core"];
 
-/// True when the function at link-time address `vaddr`, whose symbol is `mangled`, is the tracer's own:
-/// a function of the runtime's crates ([`is_runtime_symbol`]) or in `plumbing`, the address range of the
-/// object's [`PLUMBING_SECTION`] if it has one.
-pub fn is_runtime_function(mangled: &str, vaddr: u64, plumbing: Option<Range<u64>>) -> bool {
-    plumbing.is_some_and(|r| r.contains(&vaddr)) || is_runtime_symbol(mangled)
+/// What is the tracer's own in one object (see the module's documentation), for the runtime's
+/// discovery and `ferrotrace list` alike.
+#[derive(Clone, Debug, Default)]
+pub struct OwnFunctions {
+    /// The link-time address range of the object's [`PLUMBING_SECTION`], if it has one.
+    pub plumbing: Option<Range<u64>>,
+    /// The object links `ferrotrace-tracing` ([`links_span_recorder`]).
+    pub records_spans: bool,
+}
+
+impl OwnFunctions {
+    /// True when the function at link-time address `vaddr`, whose symbol is `mangled`, is the
+    /// tracer's own: a function of the runtime's crates ([`is_runtime_symbol`]), in the plumbing
+    /// section, or on a span's path to the layer ([`is_span_path_symbol`]) when the object records
+    /// spans.
+    pub fn contains(&self, mangled: &str, vaddr: u64) -> bool {
+        self.plumbing.as_ref().is_some_and(|r| r.contains(&vaddr))
+            || is_runtime_symbol(mangled)
+            || (self.records_spans && is_span_path_symbol(mangled))
+    }
+}
+
+/// The crates a `tracing` span goes through from the program to `ferrotrace-tracing`'s layer.
+const SPAN_PATH_CRATES: [&str; 4] = [
+    "tracing",
+    "tracing_core",
+    "tracing_subscriber",
+    "ferrotrace_tracing",
+];
+
+/// True when an object whose symbols are `names` links `ferrotrace-tracing`: one of them names the
+/// crate (its length-prefixed name is in every v0 and legacy symbol of its functions).
+pub fn links_span_recorder<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
+    names.any(|n| n.contains("18ferrotrace_tracing"))
+}
+
+/// True for a (mangled) symbol of a crate a `tracing` span goes through to reach `ferrotrace-tracing`
+/// (defined in it, or a generic function instantiated by it or for its types), like
+/// [`is_runtime_symbol`] for the runtime's crates.
+///
+/// ```
+/// use ferrotrace_core::symbols::is_span_path_symbol;
+/// // `<tracing::span::Span>::enter`
+/// assert!(is_span_path_symbol("_RNvMs5_NtCs1_7tracing4spanNtB5_4Span5enter"));
+/// // `<tracing::instrument::Instrumented<myapp::serve::{closure#0}> as Future>::poll`
+/// assert!(is_span_path_symbol(
+///     "_RNvXs2_NtCs1_7tracing10instrumentINtB5_12InstrumentedNCNvCs2_5myapp5serve0ENtNtNtCs3_4core6future6future6Future4poll"
+/// ));
+/// // The program's own function, and a crate whose name merely starts alike.
+/// assert!(!is_span_path_symbol("_RNvCs2_5myapp5serve"));
+/// assert!(!is_span_path_symbol("_RNvCs2_14tracing_chrome5flush"));
+/// ```
+pub fn is_span_path_symbol(mangled: &str) -> bool {
+    names_any_crate(mangled, &SPAN_PATH_CRATES)
 }
 
 /// True for a (mangled) symbol of the runtime's crates: defined in `ferrotrace` or `ferrotrace_core`, or
@@ -83,14 +138,17 @@ pub fn is_runtime_function(mangled: &str, vaddr: u64, plumbing: Option<Range<u64
 /// assert!(!is_runtime_symbol("_ZN6object4read3elf4File5parse17h0123456789abcdefE"));
 /// ```
 pub fn is_runtime_symbol(mangled: &str) -> bool {
+    names_any_crate(mangled, &RUNTIME_CRATES)
+}
+
+/// True when the (mangled) symbol names one of `crates` (see [`is_runtime_symbol`]).
+fn names_any_crate(mangled: &str, crates: &[&str]) -> bool {
     let name = mangled.as_bytes();
     if let Some(v0) = name.strip_prefix(b"_R") {
-        RUNTIME_CRATES
-            .iter()
-            .any(|c| v0_names_crate(v0, c.as_bytes()))
+        crates.iter().any(|c| v0_names_crate(v0, c.as_bytes()))
     } else if let Some(legacy) = name.strip_prefix(b"_ZN") {
         legacy_first_component(legacy).is_some_and(|first| {
-            RUNTIME_CRATES
+            crates
                 .iter()
                 .any(|c| legacy_component_names_crate(first, c.as_bytes()))
         })
@@ -151,18 +209,29 @@ mod tests {
 
     #[test]
     fn plumbing_is_recognised_by_address() {
-        let plumbing = Some(0x5000..0x6000);
-        assert!(is_runtime_function(
-            "_RNvNtCs1_5myapp8vfs_open20__ferrotrace_tp_fire",
-            0x5010,
-            plumbing.clone()
-        ));
-        assert!(!is_runtime_function(
-            "_RNvCs1_5myapp4main",
-            0x6000,
-            plumbing
-        ));
-        assert!(!is_runtime_function("_RNvCs1_5myapp4main", 0x5010, None));
+        let own = OwnFunctions {
+            plumbing: Some(0x5000..0x6000),
+            records_spans: false,
+        };
+        assert!(own.contains("_RNvNtCs1_5myapp8vfs_open20__ferrotrace_tp_fire", 0x5010));
+        assert!(!own.contains("_RNvCs1_5myapp4main", 0x6000));
+        assert!(!OwnFunctions::default().contains("_RNvCs1_5myapp4main", 0x5010));
+    }
+
+    #[test]
+    fn the_span_path_is_the_tracers_own_only_where_spans_are_recorded() {
+        let enter = "_RNvMs5_NtCs1_7tracing4spanNtB5_4Span5enter";
+        let names = [
+            "_RNvCs2_5myapp4main",
+            "_RNvXCs9_18ferrotrace_tracingNtB2_5Layer8on_enter",
+        ];
+        assert!(!links_span_recorder(names[..1].iter().copied()));
+        let own = OwnFunctions {
+            plumbing: None,
+            records_spans: links_span_recorder(names.iter().copied()),
+        };
+        assert!(own.contains(enter, 0));
+        assert!(!OwnFunctions::default().contains(enter, 0));
     }
 
     #[test]

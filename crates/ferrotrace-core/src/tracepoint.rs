@@ -12,6 +12,12 @@
 //! | `u64`, `i64`, `usize`, `isize`, `f64` | 8 |
 //! | `str`, `bytes` | `u16` length, then that many bytes (at most 256; a `str` is cut at a character boundary) |
 //!
+//! Arguments of type `value` (the fields of `tracing` spans and events, whose types are known only
+//! when they are recorded, and which may be absent) are *tagged* instead: an argument list whose types
+//! are all `value` has a payload of `u8 index + 1` (0 ends the list: the zero padding), `u8` [`Tag`],
+//! then the value as above (`u64`, `i64`, `f64`: 8 bytes; `bool`: 1; `str`: `u16` length and bytes),
+//! in the order they were recorded; absent fields are left out. [`put_tagged`] writes one.
+//!
 //! Shared by the runtime (live printing) and the analysis tools, without allocation:
 //!
 //! ```
@@ -100,6 +106,70 @@ pub enum ArgType {
     Str,
     /// `&[u8]`
     Bytes,
+    /// Any of `u64`, `i64`, `f64`, `bool`, `str`, tagged (see the module's documentation).
+    Tagged,
+}
+
+/// The type tag of a `value` argument ([`ArgType::Tagged`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Tag {
+    /// `u64`, 8 bytes.
+    Unsigned = 0,
+    /// `i64`, 8 bytes.
+    Signed = 1,
+    /// `f64`, 8 bytes.
+    Float = 2,
+    /// `bool`, 1 byte.
+    Bool = 3,
+    /// `u16` length, then that many bytes of UTF-8.
+    Str = 4,
+}
+
+/// The bytes [`put_tagged`] writes for a value of `tag` whose string (for [`Tag::Str`]) is `str_len`
+/// bytes long: index, tag and value.
+#[inline]
+pub const fn tagged_len(tag: Tag, str_len: usize) -> usize {
+    2 + match tag {
+        Tag::Unsigned | Tag::Signed | Tag::Float => 8,
+        Tag::Bool => 1,
+        Tag::Str => 2 + str_len,
+    }
+}
+
+/// Writes one tagged value of the argument at `index` (0-based, below 255) at the start of `out`:
+/// `index + 1`, `tag`, then `bytes` (the value's little-endian bytes, or a string's, after its `u16`
+/// length). Returns the bytes written, [`tagged_len`]; `None` when `out` is too short. `out` may be
+/// uninitialized memory (a recorder's buffer on the stack): what is written is initialized.
+#[inline]
+pub fn put_tagged(
+    out: &mut [core::mem::MaybeUninit<u8>],
+    index: u8,
+    tag: Tag,
+    bytes: &[u8],
+) -> Option<usize> {
+    let n = tagged_len(tag, bytes.len());
+    let out = out.get_mut(..n)?;
+    let mut head = [index.checked_add(1)?, tag as u8, 0, 0];
+    let head = if tag == Tag::Str {
+        head[2..].copy_from_slice(&u16::try_from(bytes.len()).ok()?.to_le_bytes());
+        &head[..]
+    } else {
+        if bytes.len() != n - 2 {
+            return None;
+        }
+        &head[..2]
+    };
+    let (h, rest) = out.split_at_mut(head.len());
+    for (o, b) in h.iter_mut().zip(head) {
+        o.write(*b);
+    }
+    // SAFETY: `rest` is `bytes.len()` long (`n` is the head's length and the bytes'), and
+    // `MaybeUninit<u8>` has the layout of `u8`.
+    unsafe {
+        core::ptr::copy_nonoverlapping(bytes.as_ptr(), rest.as_mut_ptr() as *mut u8, bytes.len())
+    };
+    Some(n)
 }
 
 impl ArgType {
@@ -121,6 +191,7 @@ impl ArgType {
             "bool" => ArgType::Bool,
             "str" => ArgType::Str,
             "bytes" => ArgType::Bytes,
+            "value" => ArgType::Tagged,
             _ => return None,
         })
     }
@@ -227,10 +298,13 @@ pub fn arg_specs(spec: &str) -> impl Iterator<Item = (&str, &str)> {
 
 /// Decodes the argument values of a payload, in order, with their names.
 pub struct Values<'s, 'p> {
+    spec: &'s str,
     specs: core::iter::Filter<core::str::Split<'s, char>, fn(&&str) -> bool>,
     payload: &'p [u8],
     pos: usize,
     failed: bool,
+    /// The arguments are `value`s: the payload says which it holds, in its own order.
+    tagged: bool,
 }
 
 /// The values of `payload` for the argument list `spec`.
@@ -238,11 +312,18 @@ pub fn values<'s, 'p>(spec: &'s str, payload: &'p [u8]) -> Values<'s, 'p> {
     fn nonempty(a: &&str) -> bool {
         !a.is_empty()
     }
+    let specs = spec.split(',').filter(nonempty as fn(&&str) -> bool);
+    let tagged = specs.clone().next().is_some()
+        && specs
+            .clone()
+            .all(|a| a.split_once(':').is_some_and(|(_, t)| t == "value"));
     Values {
-        specs: spec.split(',').filter(nonempty as fn(&&str) -> bool),
+        spec,
+        specs,
         payload,
         pos: 0,
         failed: false,
+        tagged,
     }
 }
 
@@ -262,9 +343,42 @@ impl<'s, 'p> Values<'s, 'p> {
         Ok(a)
     }
 
+    /// The next of a tagged list: its argument's name and value, `None` at the end.
+    fn next_tagged(&mut self) -> Option<Result<(&'s str, Value<'p>), DecodeError>> {
+        let index = *self.payload.get(self.pos)?;
+        if index == 0 {
+            return None;
+        }
+        self.pos += 1;
+        let name = self
+            .spec
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .nth(index as usize - 1);
+        let Some(name) = name.map(|a| a.split_once(':').map_or(a, |(n, _)| n)) else {
+            return Some(Err(DecodeError::BadValue));
+        };
+        let value = self.fixed::<1>().and_then(|[tag]| {
+            Ok(match tag {
+                0 => Value::Unsigned(u64::from_le_bytes(self.fixed()?)),
+                1 => Value::Signed(i64::from_le_bytes(self.fixed()?)),
+                2 => Value::Float(f64::from_le_bytes(self.fixed()?)),
+                3 => Value::Bool(self.fixed::<1>()?[0] != 0),
+                4 => {
+                    let n = u16::from_le_bytes(self.fixed()?) as usize;
+                    Value::Str(self.take(n)?)
+                }
+                _ => return Err(DecodeError::BadValue),
+            })
+        });
+        Some(value.map(|v| (name, v)))
+    }
+
     fn next_value(&mut self, ty: &str) -> Result<Value<'p>, DecodeError> {
         let ty = ArgType::from_name(ty).ok_or(DecodeError::BadValue)?;
         Ok(match ty {
+            // Only in a list of tagged values, read by `next_tagged`.
+            ArgType::Tagged => return Err(DecodeError::BadValue),
             ArgType::U8 => Value::Unsigned(self.fixed::<1>()?[0] as u64),
             ArgType::U16 => Value::Unsigned(u16::from_le_bytes(self.fixed()?) as u64),
             ArgType::U32 => Value::Unsigned(u32::from_le_bytes(self.fixed()?) as u64),
@@ -295,6 +409,11 @@ impl<'s, 'p> Iterator for Values<'s, 'p> {
     fn next(&mut self) -> Option<Self::Item> {
         if self.failed {
             return None;
+        }
+        if self.tagged {
+            let r = self.next_tagged()?;
+            self.failed = r.is_err();
+            return Some(r);
         }
         let spec = self.specs.next()?;
         let (name, ty) = spec.split_once(':').unwrap_or((spec, ""));
@@ -429,6 +548,32 @@ mod tests {
         );
         let b = show(|w| write_format(w, "{{{s}}} {c} {a:x}", spec, &p[..n]));
         assert_eq!(core::str::from_utf8(&b.b[..b.n]).unwrap(), "{a\"b} -5 c8");
+    }
+
+    #[test]
+    fn tagged_values_in_recorded_order_and_absent_ones_left_out() {
+        let mut buf = [core::mem::MaybeUninit::new(0u8); 48];
+        let mut n = 0;
+        n += put_tagged(&mut buf[n..], 2, Tag::Str, b"hi").unwrap();
+        n += put_tagged(&mut buf[n..], 0, Tag::Signed, &(-3i64).to_le_bytes()).unwrap();
+        n += put_tagged(&mut buf[n..], 3, Tag::Bool, &[1]).unwrap();
+        assert_eq!(n, 6 + 10 + 3);
+        // SAFETY: every byte was initialized (to 0, then by put_tagged).
+        let p: [u8; 48] = unsafe { core::mem::transmute(buf) };
+        let spec = "message:value,x:value,y:value,ok:value";
+        // The zero padding after the last value ends the list.
+        let b = show(|w| write_call(w, "t", spec, &p));
+        assert_eq!(
+            core::str::from_utf8(&b.b[..b.n]).unwrap(),
+            r#"t(y="hi", message=-3, ok=true)"#
+        );
+        assert!(put_tagged(&mut buf[..5], 0, Tag::Unsigned, &[0; 8]).is_none());
+        // An index past the list, or an unknown tag, is an error, not a panic.
+        assert!(values("a:value", &[2, 0, 0, 0, 0, 0, 0, 0, 0, 0])
+            .next()
+            .unwrap()
+            .is_err());
+        assert!(values("a:value", &[1, 9]).next().unwrap().is_err());
     }
 
     #[test]

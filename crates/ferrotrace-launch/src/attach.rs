@@ -191,18 +191,18 @@ pub fn symbol_in(
     )))
 }
 
+/// True for the path of the C library (`libc.so.6`, or `libc-2.NN.so` before glibc 2.34), as
+/// `/proc/PID/maps` names it.
+fn is_libc(path: &str) -> bool {
+    Path::new(path)
+        .file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
+}
+
 /// The loader's `dlopen` in the process: libc's own since glibc 2.34, `__libc_dlopen_mode` before.
 fn loader_symbol(pid: u32) -> Result<u64, LaunchError> {
-    symbol_in(
-        pid,
-        |p| {
-            Path::new(p)
-                .file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with("libc.so") || n.starts_with("libc-"))
-        },
-        &["dlopen", "__libc_dlopen_mode"],
-    )
+    symbol_in(pid, is_libc, &["dlopen", "__libc_dlopen_mode"])
 }
 
 /// The thread of `pid` to borrow: one waiting in a [`QUIET_SYSCALLS`] call if there is one, else the
@@ -544,22 +544,45 @@ fn dlopen_in(thread: &mut Borrowed, dlopen: u64, library: &Path) -> Result<(), L
     let path = library.to_string_lossy();
     let handle = thread.call(dlopen, &[Arg::Str(&path), Arg::Int(libc::RTLD_NOW as u64)])?;
     if handle == 0 {
-        let why = symbol_in(
-            pid,
-            |p| {
-                Path::new(p)
-                    .file_name()
-                    .is_some_and(|n| n.to_string_lossy().starts_with("libc.so"))
-            },
-            &["dlerror"],
-        )
-        .and_then(|dlerror| thread.call(dlerror, &[]))
-        .map(|msg| thread.read_c_string(msg))
-        .unwrap_or_default();
+        let why = symbol_in(pid, is_libc, &["dlerror"])
+            .and_then(|dlerror| thread.call(dlerror, &[]))
+            .map(|msg| thread.read_c_string(msg))
+            .unwrap_or_default();
         return Err(LaunchError::CannotAttach {
             pid,
             why: format!("its loader could not load {}: {why}", library.display()),
         });
     }
     Ok(())
+}
+
+/// Makes, in the process, the memfd its runtime will put its chunk pool in
+/// ([`ferrotrace_core::shared::MEMFD_NAME`], close-on-exec: `memfd_create` called on the borrowed
+/// thread), and opens it here through `/proc/PID/fd` (ptrace rights over the process include that).
+/// Its number in the process, and ours. `None` when the C library has no `memfd_create` (before glibc
+/// 2.27) or the call fails: the recording then runs without a salvage; a descriptor made that we could
+/// not open is still handed to the runtime, which closes it.
+pub fn memfd_in(thread: &mut Borrowed) -> Option<(i32, Option<std::os::fd::OwnedFd>)> {
+    let pid = thread.pid;
+    let create = symbol_in(pid, is_libc, &["memfd_create"]).ok()?;
+    let name = ferrotrace_core::shared::MEMFD_NAME;
+    let fd = thread
+        .call(
+            create,
+            &[Arg::Str(name), Arg::Int(libc::MFD_CLOEXEC as u64)],
+        )
+        .ok()? as u32 as i32;
+    if fd < 0 {
+        return None;
+    }
+    let ours = File::options()
+        .read(true)
+        .write(true)
+        .open(format!("/proc/{pid}/fd/{fd}"))
+        .ok()
+        .filter(|_| {
+            std::fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+                .is_ok_and(|t| t.to_string_lossy().starts_with(&format!("/memfd:{name}")))
+        });
+    Some((fd, ours.map(Into::into)))
 }

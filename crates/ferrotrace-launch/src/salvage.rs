@@ -23,6 +23,42 @@ pub enum Death {
     Signal(u32),
     /// Exited with this code (without finishing its trace).
     Exit(i32),
+    /// Not known: `record -p` is not the process's parent, and the parent collected its status before
+    /// record could read it.
+    Unknown,
+}
+
+impl Death {
+    /// How process `pid` ended, read from its `/proc/PID/stat` while it is a zombie (its parent has
+    /// not collected it yet): `None` while it runs, or once it is gone.
+    pub fn of_zombie(pid: u32) -> Option<Death> {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The fields after the command name (which may hold spaces and parentheses): the state is the
+        // 3rd field of the line, the exit status (as waitpid reports it) the 52nd.
+        let fields: Vec<&str> = stat[stat.rfind(')')? + 1..].split_whitespace().collect();
+        if !matches!(fields.first(), Some(&"Z") | Some(&"X")) {
+            return None;
+        }
+        let status: i32 = fields.get(52 - 3)?.parse().ok()?;
+        Some(if libc::WIFSIGNALED(status) {
+            Death::Signal(libc::WTERMSIG(status) as u32)
+        } else {
+            Death::Exit(libc::WEXITSTATUS(status))
+        })
+    }
+}
+
+/// [`salvage`] from the memfd `pool` that the process's runtime shared with us, into the trace at
+/// `output`. `None` when the pool was never set up (its runtime did not start).
+pub(crate) fn from_pool(
+    pool: &std::os::fd::OwnedFd,
+    output: &Path,
+    death: Death,
+) -> Option<Result<Option<Salvaged>, SalvageError>> {
+    // Nothing the program recorded is newer than this.
+    let now_tsc = ferrotrace_core::clock::rdtsc();
+    let map = crate::pool::Mapped::new(pool)?;
+    Some(salvage(output, map.bytes(), death, now_tsc))
 }
 
 /// What [`salvage`] appended.
@@ -87,11 +123,12 @@ pub fn salvage(
             "the shared trace buffers belong to another trace (the program replaced itself with exec)",
         ));
     }
-    let in_file: HashSet<(u32, u32)> = trace
-        .threads
-        .values()
-        .flat_map(|t| t.chunks.iter().map(move |c| (t.tid, c.seq)))
-        .collect();
+    let mut in_file: HashSet<(u32, u32)> = HashSet::new();
+    for &tid in trace.threads.keys() {
+        for c in trace.thread_chunks(tid) {
+            in_file.insert((tid, c.map_err(SalvageError::Read)?.seq));
+        }
+    }
     let named: HashSet<u32> = trace
         .threads
         .values()
@@ -144,6 +181,7 @@ pub fn salvage(
     let (signal, exit_code) = match death {
         Death::Signal(s) => (s, None),
         Death::Exit(c) => (0, Some(c)),
+        Death::Unknown => (0, None),
     };
     w.write(&schema::Salvage {
         signal,

@@ -241,14 +241,6 @@ impl Ended {
         &self,
         output: &Path,
     ) -> Option<Result<Option<Salvaged>, SalvageError>> {
-        // Nothing the program recorded is newer than this.
-        let now_tsc = ferrotrace_core::clock::rdtsc();
-        let map = pool::Mapped::new(self.pool.as_ref()?)?;
-        Some(crate::salvage::salvage(
-            output,
-            map.bytes(),
-            self.death(),
-            now_tsc,
-        ))
+        crate::salvage::from_pool(self.pool.as_ref()?, output, self.death())
     }
 }

@@ -43,6 +43,8 @@ pub enum ProfileError {
         /// The OS error.
         source: io::Error,
     },
+    /// The eBPF backend could not be loaded or driven (its message says what and why).
+    Bpf(String),
     /// Reading or writing a file failed.
     Io {
         /// The file.
@@ -109,6 +111,7 @@ impl fmt::Display for ProfileError {
                 write!(f, "no process with pid {pid}: check it with `ps -p {pid}`")
             }
             ProfileError::Sys { what, source } => write!(f, "{what} failed: {source}"),
+            ProfileError::Bpf(s) => write!(f, "--bpf: {s}; without --bpf the perf_event backend records"),
             ProfileError::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }

@@ -13,9 +13,13 @@
 //! Names are given at analysis time by `ferrotrace_analysis::symbolize` (inlined frames, separate debug
 //! files, kernel symbols), which checks every module's build-id.
 //!
+//! With [`Backend::Bpf`] (`--bpf`) the stacks are instead unwound and the samples counted in the
+//! kernel by the BPF programs of `ferrotrace-bpf` (no stack bytes leave the kernel per sample); this
+//! crate still opens the events, follows the processes and writes the same trace.
+//!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
-//! `ferrotrace` runtime), hardware counters (not available here), kprobes, eBPF, or other operating
-//! systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
+//! `ferrotrace` runtime), hardware counters (not available here), kprobes, the BPF programs
+//! themselves (`ferrotrace-bpf`), or other operating systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
 //! `ferrotrace` CLI; this crate gives it [`cli_args`] so that the CLI stays thin.
 //!
 //! ```no_run
@@ -35,6 +39,7 @@
 pub mod cli_args;
 mod error;
 mod file;
+mod hold;
 mod modules;
 mod perf;
 pub mod probes;
@@ -60,6 +65,19 @@ pub enum Target {
     },
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
+}
+
+/// Where stacks are unwound and samples counted.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Backend {
+    /// perf_event rings: every sample (with its frame-pointer callchain, or a copy of the user stack
+    /// for DWARF unwinding here) is read by the recorder.
+    #[default]
+    PerfEvent,
+    /// eBPF (`--bpf`): a BPF program unwinds each sample's user stack in the kernel (DWARF rows from
+    /// `.eh_frame`, frame pointers where a module has none) and counts samples per stack in a map;
+    /// the recorder reads the counts and each distinct stack once (`ferrotrace-bpf`).
+    Bpf,
 }
 
 /// A profiling session's settings. `Default` gives cpu-clock at 999 Hz with frame pointers into
@@ -88,6 +106,8 @@ pub struct ProfileConfig {
     /// the events (larger for probes and DWARF stacks, whose rate or records are large), smaller
     /// sizes tried when the kernel refuses the memory.
     pub buffer_pages: Option<usize>,
+    /// Where stacks are unwound and samples counted.
+    pub backend: Backend,
 }
 
 impl Default for ProfileConfig {
@@ -106,6 +126,7 @@ impl Default for ProfileConfig {
             handle_signals: true,
             allow_missing_frame_pointers: false,
             buffer_pages: None,
+            backend: Backend::PerfEvent,
         }
     }
 }
@@ -134,6 +155,9 @@ pub struct ProfileSummary {
     pub recording_time: Duration,
     /// Time spent writing the last samples, the thread table and the end after the program ended.
     pub finishing_time: Duration,
+    /// Bytes the recorder read from the kernel: ring records (perf_event), or counts, distinct stacks
+    /// and the mapping records (eBPF).
+    pub kernel_bytes: u64,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
 }
@@ -157,6 +181,14 @@ pub fn profile_started(
     if !matches!(cfg.target, Target::Command { .. }) {
         return Err(ProfileError::BadArgument(
             "a started program is profiled from its command".into(),
+        ));
+    }
+    if cfg.backend == Backend::Bpf {
+        // The hold before execve is this crate's own for the eBPF backend (hold.rs): a caller's
+        // hold cannot also stop the program at its entry point while the tables load.
+        return Err(ProfileError::BadArgument(
+            "a started program is sampled with perf_event; the eBPF backend is `profile --bpf`"
+                .into(),
         ));
     }
     recorder::run(

@@ -27,9 +27,12 @@ pub(crate) struct ModuleFile {
 pub(crate) const VDSO: &str = ferrotrace_core::vdso::PATH;
 
 /// The bytes of the file of module `path` (the vDSO's from memory).
-fn module_bytes(path: &str) -> Option<Vec<u8>> {
+pub(crate) fn module_bytes(path: &str) -> Option<Vec<u8>> {
     if path == VDSO {
         ferrotrace_core::vdso::own_image()
+    } else if !path.starts_with('/') {
+        // Pseudo-modules (`[truncated]`): no file, whatever the current directory holds.
+        None
     } else {
         std::fs::read(path).ok()
     }
@@ -223,6 +226,11 @@ impl Space {
                 module,
             },
         );
+    }
+
+    /// The executable mappings, by start address.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.maps
     }
 
     /// The module and stated address of runtime address `addr`.

@@ -51,6 +51,9 @@ pub(crate) struct AttrOptions {
     pub context_switch: bool,
     /// Bytes in the ring before poll() wakes the reader.
     pub wakeup_bytes: u32,
+    /// A BPF program handles every sample in the kernel (`--bpf`): the samples carry no stack, and
+    /// none reaches a ring.
+    pub in_kernel: bool,
 }
 
 /// True when samples of an event opened with `o` carry user registers and a stack copy.
@@ -81,7 +84,11 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
         }
     }
     a.sample_type = SAMPLE_BASE;
-    if o.dwarf {
+    if o.in_kernel {
+        // Without PERF_SAMPLE_CALLCHAIN: the kernel would walk a frame-pointer callchain for the BPF
+        // program on every sample, which takes its own stacks.
+        a.sample_type &= !(b::PERF_SAMPLE_CALLCHAIN as u64);
+    } else if o.dwarf {
         a.sample_type |= SAMPLE_DWARF;
         a.sample_regs_user = REGS_MASK;
         a.sample_stack_user = o.stack_size;

@@ -1,8 +1,12 @@
 //! The recording session: start or attach to the target, open the events, drain the rings, unwind,
-//! intern stacks, and stream samples to the trace file.
+//! intern stacks, and stream samples to the trace file. With the eBPF backend ([`bpf_session`]) the
+//! rings carry only the side-band records, and the samples come from the counts of the BPF programs.
 
-use std::collections::HashMap;
+mod bpf_session;
+
+use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsString};
+use std::mem::MaybeUninit;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
@@ -18,7 +22,7 @@ use crate::file::{ModuleDesc, SampleWriter};
 use crate::modules::{self, ModuleTable, Space, KERNEL_MODULE};
 use crate::perf::{self, rt, AttrOptions, PerfEvent, Ring};
 use crate::probes::{self, UprobeSet};
-use crate::{ProfileConfig, ProfileError, ProfileSummary, Target};
+use crate::{Backend, ProfileConfig, ProfileError, ProfileSummary, Target};
 
 static STOP: AtomicBool = AtomicBool::new(false);
 
@@ -79,7 +83,9 @@ fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), ProfileError> {
 }
 
 impl BlockedChild {
-    fn spawn(file: &Path, argv: &[OsString]) -> Result<BlockedChild, ProfileError> {
+    /// Forks the child; with `traced` it asks to be traced (`PTRACE_TRACEME`) so that it stops right
+    /// after its exec ([`crate::hold`]).
+    fn spawn(file: &Path, argv: &[OsString], traced: bool) -> Result<BlockedChild, ProfileError> {
         let program = file.display().to_string();
         let file = CString::new(file.as_os_str().as_bytes()).map_err(|_| {
             ProfileError::BadArgument("the program's path contains a NUL byte".into())
@@ -111,6 +117,9 @@ impl BlockedChild {
             unsafe {
                 let mut b = 0u8;
                 libc::read(go_r.as_raw_fd(), &mut b as *mut u8 as *mut libc::c_void, 1);
+                if traced {
+                    libc::ptrace(libc::PTRACE_TRACEME, 0, 0, 0);
+                }
                 libc::execv(file.as_ptr(), ptrs.as_ptr());
                 let e = *libc::__errno_location();
                 let eb = e.to_le_bytes();
@@ -203,6 +212,10 @@ struct State {
     dwarf: bool,
     modules: ModuleTable,
     spaces: HashMap<u32, Space>,
+    /// Processes whose address space changed since the eBPF backend last loaded it into the kernel.
+    changed_spaces: HashSet<u32>,
+    /// Processes that exited since (their spaces stay here for the samples still to come).
+    exited: Vec<u32>,
     caches: HashMap<u32, CacheX86_64>,
     threads: HashMap<u32, (u32, String)>,
     /// Interned stack nodes: (parent, module, module-relative address) → id.
@@ -235,7 +248,9 @@ impl State {
     fn space(&mut self, pid: u32) -> &mut Space {
         let dwarf = self.dwarf;
         let modules = &mut self.modules;
+        let changed = &mut self.changed_spaces;
         self.spaces.entry(pid).or_insert_with(|| {
+            changed.insert(pid);
             // Unknown process (raced its fork record, or attached): read its maps while it runs.
             let mut s = Space::new(dwarf);
             for (start, len, off, path) in modules::proc_maps(pid) {
@@ -250,7 +265,29 @@ impl State {
         self.space(pid);
         if let Some(space) = self.spaces.get_mut(&pid) {
             space.add_mapping(&mut self.modules, addr, len, pgoff, path);
+            self.changed_spaces.insert(pid);
         }
+    }
+
+    /// Interns the stack `frames` (lookup addresses of process `pid`, leaf first) under `root`; returns
+    /// its leaf node.
+    fn intern_stack(
+        &mut self,
+        pid: u32,
+        root: Option<u32>,
+        frames: &[u64],
+        out: &mut SampleWriter,
+    ) -> Option<u32> {
+        let mut parent = root;
+        for &a in frames.iter().rev() {
+            let (module, rel) = if a >= 0xffff_8000_0000_0000 {
+                (KERNEL_MODULE, a)
+            } else {
+                self.space(pid).resolve(a).unwrap_or((0, a))
+            };
+            parent = Some(self.intern_node(parent, module, rel, out));
+        }
+        parent
     }
 
     /// The id of stack node `(parent, module, address)`, writing it (and its module) when new.
@@ -334,6 +371,7 @@ impl State {
                 if misc & rt::MISC_COMM_EXEC != 0 && pid == tid {
                     // exec: a new address space; its mappings follow as MMAP2 records.
                     self.spaces.insert(pid, Space::new(self.dwarf));
+                    self.changed_spaces.insert(pid);
                     self.caches.remove(&pid);
                 }
                 self.threads.insert(tid, (pid, name));
@@ -351,6 +389,7 @@ impl State {
                         .cloned()
                         .unwrap_or_else(|| Space::new(self.dwarf));
                     self.spaces.insert(pid, copy);
+                    self.changed_spaces.insert(pid);
                 }
                 let name = self
                     .threads
@@ -387,8 +426,11 @@ impl State {
             }
             rt::EXIT => {
                 // A thread that left the CPU for good is not off it.
-                if let (Some(_pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
+                if let (Some(pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
                     self.switched_out.remove(&tid);
+                    if pid == tid {
+                        self.exited.push(pid);
+                    }
                 }
             }
             _ => {}
@@ -476,21 +518,7 @@ impl State {
         if !ok {
             self.unwind_errors += 1;
         }
-        // Intern outermost first.
-        let mut parent: Option<u32> = None;
-        let space_pid = s.pid;
-        for i in (0..frames.len()).rev() {
-            let a = frames[i];
-            let (module, rel) = if a >= 0xffff_8000_0000_0000 {
-                (KERNEL_MODULE, a)
-            } else {
-                match self.space(space_pid).resolve(a) {
-                    Some(x) => x,
-                    None => (0, a),
-                }
-            };
-            parent = Some(self.intern_node(parent, module, rel, out));
-        }
+        let parent = self.intern_stack(s.pid, None, &frames, out);
         self.scratch = frames;
         // A thread first seen in a sample (its COMM or FORK record not drained yet, or it started before
         // an attach): its name from /proc while it still runs.
@@ -552,6 +580,10 @@ impl State {
         }
     }
 }
+
+/// How often the eBPF backend reads the counts while recording (and clears them, so that the count
+/// map never fills on a long run); the samples read are stamped with the time they were read.
+const BPF_DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 
 /// The frequency of a cpu-clock event: its own (`profile:hz:N`), else `-F`'s.
 fn cpu_clock_hz(own: Option<u32>, cfg: &ProfileConfig) -> u32 {
@@ -625,7 +657,9 @@ pub(crate) fn run(
             "the ring buffer size must be a power of two of pages, at most 4 GiB".into(),
         ));
     }
-    let dwarf = cfg.call_graph == CallGraph::Dwarf;
+    let bpf_mode = cfg.backend == Backend::Bpf;
+    // The eBPF backend unwinds in the kernel: nothing is unwound here.
+    let dwarf = cfg.call_graph == CallGraph::Dwarf && !bpf_mode;
     let started = Instant::now();
 
     // The program, for the frame-pointer check.
@@ -652,7 +686,7 @@ pub(crate) fn run(
     // Timer samples are only worth their stacks: refuse. Probe hits and tracepoints are also
     // counted, which needs no stack: record them, and say that the stacks stop early.
     let mut no_frame_pointers = None;
-    if !dwarf && !cfg.allow_missing_frame_pointers {
+    if !dwarf && !bpf_mode && !cfg.allow_missing_frame_pointers {
         if let Some(exe) = &exe {
             if modules::main_has_frame_pointer(exe) == Some(false) {
                 if cfg
@@ -716,6 +750,12 @@ pub(crate) fn run(
         samplers.push((ty, e.spelling()));
     }
 
+    // Loaded before the program starts: the verifier's refusal is the likeliest failure.
+    let mut bpf_storage = MaybeUninit::uninit();
+    let mut bpf = match bpf_mode {
+        true => Some(bpf_session::BpfSession::load(&mut bpf_storage)?),
+        false => None,
+    };
     let _signals = cfg.handle_signals.then(SignalGuard::install);
     let file = create_trace_file(&cfg.output)?;
     let io_err = |e: std::io::Error| ProfileError::io(&cfg.output, e);
@@ -730,7 +770,7 @@ pub(crate) fn run(
             (h.pid, vec![h.pid])
         }
         (Target::Command { program, argv }, None) => {
-            let c = BlockedChild::spawn(program, argv)?;
+            let c = BlockedChild::spawn(program, argv, bpf_mode)?;
             let pid = c.pid as u32;
             child = Some(c);
             (pid, vec![pid])
@@ -778,8 +818,10 @@ pub(crate) fn run(
                         enable_on_exec,
                         sideband: ei.is_none(),
                         entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
-                        context_switch: spec.is_some_and(EventSpec::is_off_cpu),
+                        // (--bpf times off-CPU stretches in the kernel.)
+                        context_switch: spec.is_some_and(EventSpec::is_off_cpu) && !bpf_mode,
                         wakeup_bytes,
+                        in_kernel: bpf_mode && ei.is_some(),
                     };
                     let mut ev = perf::open_event(kind, &o, tid as i32, cpu)?;
                     match ei {
@@ -787,6 +829,11 @@ pub(crate) fn run(
                             id_to_event.insert(ev.id, ei as u32);
                         }
                         None => ev.bookkeeping = true,
+                    }
+                    if o.in_kernel {
+                        // Its samples are counted in the kernel: no ring.
+                        events.push(ev);
+                        continue;
                     }
                     match leaders[ci] {
                         None => {
@@ -845,11 +892,16 @@ pub(crate) fn run(
         mode: schema::Mode::Drop,
         // Events are stamped in CLOCK_MONOTONIC nanoseconds.
         tick_hz: 1_000_000_000,
-        sources: schema::source::SAMPLES,
+        sources: schema::source::SAMPLES | if bpf_mode { schema::source::BPF } else { 0 },
         alloc_sample: 0,
     };
     let header = SamplersHeader {
-        call_graph: cfg.call_graph,
+        // The eBPF unwinder follows DWARF rows (frame pointers where a module has none).
+        call_graph: if bpf_mode {
+            CallGraph::Dwarf
+        } else {
+            cfg.call_graph
+        },
         // The timer's (`profile:hz:N` overrides -F): what the views show and take its period from.
         frequency: cfg
             .events
@@ -883,6 +935,8 @@ pub(crate) fn run(
         dwarf,
         modules: ModuleTable::new(),
         spaces: HashMap::new(),
+        changed_spaces: HashSet::new(),
+        exited: Vec::new(),
         caches: HashMap::new(),
         threads: HashMap::new(),
         stack_ids: HashMap::new(),
@@ -908,6 +962,7 @@ pub(crate) fn run(
                     entry_probe: matches!(e, EventSpec::Uprobe { .. }),
                     context_switch: false,
                     wakeup_bytes: 0,
+                    in_kernel: bpf_mode,
                 })
             })
             .collect(),
@@ -933,7 +988,26 @@ pub(crate) fn run(
                 Target::Command { program, .. } => program.display().to_string(),
                 Target::Pid(_) => String::new(),
             };
+            if let Some(b) = bpf.as_mut() {
+                // Attaching enables the events (libbpf does): the child is still blocked before exec.
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
+            }
             c.release(&program)?;
+            if let Some(b) = bpf.as_mut() {
+                // Held at its exec, then at its entry point, while its mappings and their tables are
+                // loaded: read from its maps, which the side-band records repeat later.
+                let ended = crate::hold::hold_until_entry(c.pid, |pid| {
+                    for (start, len, off, path) in modules::proc_maps(pid) {
+                        st.add_mapping(pid, start, len, off, &path);
+                    }
+                    // Stopped by us: not the program's off-CPU time.
+                    b.forget_off_cpu(pid);
+                    b.sync(&mut st);
+                })?;
+                if ended.is_some() {
+                    c.reaped = ended;
+                }
+            }
         }
         None if enable_on_exec => {}
         None => {
@@ -942,6 +1016,11 @@ pub(crate) fn run(
             for &tid in &tids {
                 st.threads
                     .insert(tid, (root_pid, thread_comm(root_pid, tid)));
+            }
+            if let Some(b) = bpf.as_mut() {
+                // Its mappings first: attaching enables the events (libbpf does).
+                b.sync(&mut st);
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
             }
             for ev in &events {
                 perf::enable(ev)?;
@@ -955,7 +1034,11 @@ pub(crate) fn run(
     let mut exit_code = None;
     let mut pollfds: Vec<libc::pollfd> = Vec::new();
     let mut ordered = perf::Ordered::default();
-    let poll_ms = if dwarf { 10 } else { 50 };
+    // DWARF: the rings fill fast. eBPF: a library's table must reach the kernel soon after it maps.
+    let poll_ms = if dwarf || bpf_mode { 10 } else { 50 };
+    let mut kernel_bytes = 0u64;
+    let mut last_bpf_drain = Instant::now();
+    let mut bpf_failure: Option<ProfileError> = None;
     loop {
         pollfds.clear();
         // Poll the ring leaders (the event each ring was mapped from).
@@ -971,7 +1054,10 @@ pub(crate) fn run(
         // Every ring is drained up to now: no sample older than this can still arrive.
         let watermark = ferrotrace_core::clock::monotonic_ns();
         for r in rings.iter_mut() {
-            r.drain(|rec| ordered.push(rec));
+            r.drain(|rec| {
+                kernel_bytes += rec.len() as u64;
+                ordered.push(rec)
+            });
         }
         // Handling (unwinding above all) takes longer than draining: the rings are drained again
         // every 256 records handled, so that they do not fill meanwhile (what is drained waits in
@@ -980,8 +1066,26 @@ pub(crate) fn run(
             st.handle(rec, &mut out);
             if i % 256 == 255 {
                 for r in rings.iter_mut() {
-                    r.drain(|rec| ordered.push(rec));
+                    r.drain(|rec| {
+                        kernel_bytes += rec.len() as u64;
+                        ordered.push(rec)
+                    });
                 }
+            }
+        }
+        if let Some(b) = bpf.as_mut() {
+            let drain_due = last_bpf_drain.elapsed() >= BPF_DRAIN_INTERVAL;
+            b.sync(&mut st);
+            let r = match drain_due {
+                true => b.drain(&mut st, &mut out, ferrotrace_core::clock::monotonic_ns()),
+                false => Ok(()),
+            };
+            if drain_due {
+                last_bpf_drain = Instant::now();
+            }
+            if let Err(e) = r {
+                bpf_failure = Some(e);
+                break;
             }
         }
         if let Err(e) = out.flush(watermark) {
@@ -1015,9 +1119,26 @@ pub(crate) fn run(
         perf::disable(ev);
     }
     for r in rings.iter_mut() {
-        r.drain(|rec| ordered.push(rec));
+        r.drain(|rec| {
+            kernel_bytes += rec.len() as u64;
+            ordered.push(rec)
+        });
     }
     ordered.flush(None, |rec| st.handle(rec, &mut out));
+    if let Some(b) = bpf.as_mut() {
+        b.detach();
+        // Both count maps: the one being written and the one drained last.
+        let now = ferrotrace_core::clock::monotonic_ns();
+        b.sync(&mut st);
+        let r = b
+            .drain(&mut st, &mut out, now)
+            .and_then(|()| b.drain(&mut st, &mut out, now));
+        if let Err(e) = r {
+            bpf_failure.get_or_insert(e);
+        }
+        kernel_bytes += b.kernel_bytes;
+        st.unwind_errors += b.truncated;
+    }
     // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
     // written (a full ring at the end of the run).
     let lost_of = |bookkeeping: bool| -> Option<u64> {
@@ -1052,6 +1173,9 @@ pub(crate) fn run(
         }
     }
     st.end_off_cpu(ferrotrace_core::clock::monotonic_ns(), &mut out);
+    if let Some(e) = bpf_failure {
+        return Err(e);
+    }
     if let Some(e) = st.write_error.take() {
         return Err(io_err(e));
     }
@@ -1103,6 +1227,35 @@ pub(crate) fn run(
             st.lost_bookkeeping
         ));
     }
+    if let Some(b) = &bpf {
+        for (path, why) in &b.without_rows {
+            warnings.push(format!(
+                "{path}: no unwind table ({why}): its frames were walked by frame pointer"
+            ));
+        }
+        for (pid, why) in &b.not_loaded {
+            warnings.push(format!(
+                "the mappings of process {pid} could not be loaded into the kernel ({why}): its \
+                 stacks are truncated"
+            ));
+        }
+        for pid in &b.too_many_mappings {
+            warnings.push(format!(
+                "process {pid} has more than {} executable mappings: addresses in the others end \
+                 their stacks (truncated)",
+                ferrotrace_bpf::MAX_MAPPINGS
+            ));
+        }
+        if b.truncated > 0 {
+            warnings.push(format!(
+                "{} of {} stacks could not be unwound to their first frame in the kernel ({}): \
+                 they are rooted at [truncated]",
+                b.truncated,
+                st.samples,
+                b.truncation_reasons()
+            ));
+        }
+    }
     if exclude_kernel {
         warnings.push(
             "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
@@ -1115,7 +1268,7 @@ pub(crate) fn run(
             st.junk_stacks, st.samples
         ));
     }
-    if !dwarf && st.samples > 20 && st.unwind_errors * 2 > st.samples {
+    if !dwarf && !bpf_mode && st.samples > 20 && st.unwind_errors * 2 > st.samples {
         warnings.push(format!(
             "{} of {} stacks ended after one user frame: the program may lack frame pointers; try --call-graph dwarf",
             st.unwind_errors, st.samples
@@ -1132,6 +1285,7 @@ pub(crate) fn run(
         exit_code,
         recording_time: recorded,
         finishing_time: finish_start.elapsed(),
+        kernel_bytes,
         warnings,
     })
 }

@@ -58,6 +58,7 @@
 // because both builds use the first and the second replaces the rooms.
 
 mod arg;
+pub mod callsites;
 
 /// The runtime's one way to tell the user something: a line on stderr whose write errors are ignored.
 /// `eprintln!` panics when stderr cannot be written (`2>/dev/full`, a closed pipe), and a collector

@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::progress::Progress;
-use crate::reader::{EventKind, ReadError, Trace};
+use crate::reader::{EventKind, EventRef, ReadError, Trace};
 use crate::samples::{RenderError, SampleSet};
 use crate::tracepoints::Args;
 pub use ferrotrace_core::codec::EventFields;
@@ -310,6 +310,37 @@ pub fn walk(
     progress: &mut Progress,
     mut f: impl FnMut(Ev<'_>) -> io::Result<()>,
 ) -> io::Result<Vec<String>> {
+    walk_stacks(trace, progress, |tid, step| match step {
+        Step::Stack(se) => f(convert(trace, tid, se)),
+        Step::Other(e, depth) => f(Ev::Instant {
+            tid,
+            ts: e.ts_ns,
+            kind: e.kind,
+            id: e.id,
+            payload: e.payload,
+            fields: e.fields,
+            depth,
+        }),
+    })
+}
+
+/// One step of [`walk_stacks`] on a thread.
+pub(crate) enum Step<'a> {
+    /// The thread's call stack opened or closed a frame (times in TSC ticks).
+    Stack(StackEvent),
+    /// An event that is not a function's entry or exit, and the depth of its thread's stack.
+    Other(EventRef<'a>, usize),
+}
+
+/// The one walk of the exporters of function calls: the events of `trace` in time order through a
+/// call stack per thread (in TSC ticks, opened with the functions running when tracing began), then
+/// the frames still open at the end, thread by thread. `f` gets each step with its thread. Returns
+/// the read errors met (each ended one thread's events early); errors of `f` stop the walk.
+pub(crate) fn walk_stacks(
+    trace: &Trace,
+    progress: &mut Progress,
+    mut f: impl FnMut(u32, Step<'_>) -> io::Result<()>,
+) -> io::Result<Vec<String>> {
     let mut errors = Vec::new();
     let initial = initial_stacks(trace).unwrap_or_else(|e| {
         errors.push(e.to_string());
@@ -367,44 +398,37 @@ pub fn walk(
             }
         };
         let st = &mut stacks[at].1;
-        st.touch(e.ts_ns, &mut |se| pending.push(se));
-        let is_fn = st.process(e.kind, e.id, e.ts_ns, &mut |se| pending.push(se));
+        st.touch(e.tsc, &mut |se| pending.push(se));
+        let is_fn = st.process(e.kind, e.id, e.tsc, &mut |se| pending.push(se));
         let depth = st.depth();
         for se in pending.drain(..) {
-            f(convert(tid, se))?;
+            f(tid, Step::Stack(se))?;
         }
         if !is_fn {
-            f(Ev::Instant {
-                tid,
-                ts: e.ts_ns,
-                kind: e.kind,
-                id: e.id,
-                payload: e.payload,
-                fields: e.fields,
-                depth,
-            })?;
+            f(tid, Step::Other(e, depth))?;
         }
     }
     progress.add(n & 0xffff);
+    drop(merged);
     stacks.sort_unstable_by_key(|(t, _)| *t);
     for (tid, st) in &mut stacks {
-        let tid = *tid;
         st.finish(&mut |se| pending.push(se));
         for se in pending.drain(..) {
-            f(convert(tid, se))?;
+            f(*tid, Step::Stack(se))?;
         }
     }
     Ok(errors)
 }
 
-fn convert(tid: u32, se: StackEvent) -> Ev<'static> {
+/// A stack event (in TSC ticks) as an exporter's event (in nanoseconds).
+fn convert(trace: &Trace, tid: u32, se: StackEvent) -> Ev<'static> {
     match se {
         StackEvent::Enter {
             id, time, depth, ..
         } => Ev::Begin {
             tid,
             id,
-            ts: time,
+            ts: trace.tsc_to_ns(time),
             depth,
         },
         StackEvent::Leave {
@@ -415,14 +439,14 @@ fn convert(tid: u32, se: StackEvent) -> Ev<'static> {
         } => Ev::End {
             tid,
             id: frame.id,
-            ts: end,
+            ts: trace.tsc_to_ns(end),
             depth,
             how,
         },
         // Never produced after a pre-scan; an instant with no payload keeps the stream valid.
         StackEvent::OrphanExit { id, time } => Ev::Instant {
             tid,
-            ts: time,
+            ts: trace.tsc_to_ns(time),
             kind: EventKind::Exit,
             id,
             payload: &[],

@@ -116,9 +116,11 @@ impl Summary {
                 (Some(_), _) => "exit".into(),
                 (None, Some(s)) => format!(
                     "{}: {} unfinished chunks recovered ({} events)",
-                    match s.exit_code {
-                        Some(c) => format!("exit {c} without finishing the trace"),
-                        None => format!("killed by {}", signal_name(s.signal)),
+                    match (s.exit_code, s.signal) {
+                        (Some(c), _) => format!("exit {c} without finishing the trace"),
+                        // record -p, which is not the process's parent, could not learn how.
+                        (None, 0) => "an end without finishing the trace (how is not known)".into(),
+                        (None, signal) => format!("killed by {}", signal_name(signal)),
                     },
                     s.chunks,
                     s.events
@@ -141,8 +143,10 @@ impl Summary {
                 name: th.name.clone(),
                 ..Default::default()
             };
-            for e in trace.thread_events(th.tid)? {
-                let e = match e {
+            // Kinds and ids only: no payloads, no times.
+            let mut stream = trace.thread_events(th.tid)?;
+            while let Some(e) = stream.next_raw() {
+                let (_, kind, id) = match e {
                     Ok(e) => e,
                     Err(err) => {
                         s.decode_error = Some(err.to_string());
@@ -151,20 +155,20 @@ impl Summary {
                 };
                 // The markers of lost events and waits are the recorder's notes, not the program's
                 // events: counted apart (`record`'s summary and the chunks' headers count both).
-                match e.kind {
+                match kind {
                     EventKind::Lost => {
-                        ts.lost += e.id as u64;
+                        ts.lost += id as u64;
                         ts.markers += 1;
                     }
                     EventKind::Wait => {
-                        ts.waited_ns += e.id as u64;
+                        ts.waited_ns += id as u64;
                         ts.markers += 1;
                     }
                     EventKind::Entry => ts.entries += 1,
                     EventKind::Exit | EventKind::TailExit => ts.exits += 1,
                     _ => {}
                 }
-                if !matches!(e.kind, EventKind::Lost | EventKind::Wait) {
+                if !matches!(kind, EventKind::Lost | EventKind::Wait) {
                     ts.events += 1;
                 }
             }

@@ -18,7 +18,12 @@ pub fn info_text(set: &SampleSet) -> String {
     } else {
         String::new()
     };
-    let _ = writeln!(o, "samples      : {call_graph} stacks{timer}");
+    let recorder = if set.in_kernel {
+        "eBPF: unwound and counted in the kernel"
+    } else {
+        "perf_event"
+    };
+    let _ = writeln!(o, "samples      : {call_graph} stacks{timer} ({recorder})");
     let _ = writeln!(
         o,
         "samplers     : {}",
@@ -30,10 +35,15 @@ pub fn info_text(set: &SampleSet) -> String {
     );
     let _ = writeln!(
         o,
-        "sampled      : {} samples, {} lost, {} unwind errors",
+        "sampled      : {} samples, {} lost, {} unwind errors{}",
         set.samples.len(),
         set.lost,
-        set.unwind_errors
+        set.unwind_errors,
+        if set.in_kernel && set.unwind_errors > 0 {
+            " (their stacks start at [truncated])"
+        } else {
+            ""
+        }
     );
     for t in &set.threads {
         let n = set.samples.iter().filter(|s| s.tid == t.tid).count();

@@ -17,6 +17,7 @@ use ferrotrace_core::schema::{self, Payload};
 
 use super::{
     CallGraph, ChunkRef, Function, Module, ReadError, Sampler, Session, Trace, Truncation,
+    NO_MODULE,
 };
 
 /// Opens and indexes the trace at `path` ([`Trace::open`]).
@@ -93,6 +94,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         samplers: Vec::new(),
         stacks: Vec::new(),
         skipped_chunks: 0,
+        spill: super::chunks::SpillFile::default(),
         converter: TscConverter::new(ClockPair::default(), ClockPair::default()),
     };
     t.session.mode = None;
@@ -100,6 +102,8 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
     let mut payload = Vec::new();
     let mut next_seq = 0u32;
     let mut after_end = 0u64;
+    // The pass reads the whole file: a big trace takes a while before any command can start.
+    let mut progress = crate::progress::Progress::bytes("reading the trace", file_len);
     loop {
         if offset == file_len {
             break;
@@ -139,6 +143,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
         }
         let payload_offset = offset + CHUNK_HEADER_LEN as u64;
         offset = payload_offset + h.len as u64;
+        progress.add(CHUNK_HEADER_LEN as u64 + h.len as u64);
         t.valid_len = offset;
         // Every chunk is numbered: a gap is a chunk that was lost, a repeat or a step back one
         // that was copied or moved. Either way the results would not be what was recorded.
@@ -317,7 +322,22 @@ impl Trace {
                 if samples {
                     th.sample_chunks.push(chunk);
                 } else {
-                    th.chunks.push(chunk);
+                    th.chunks.push(chunk, &mut self.spill);
+                }
+            }
+            Some(ChunkKind::Callsites) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                for _ in 0..n {
+                    let c = schema::Callsite::decode(&mut f)?;
+                    if c.kind == schema::CallsiteKind::Span {
+                        // A span is shown and selected as a function of its name, in no module.
+                        self.functions.insert(
+                            c.function_id,
+                            Function::new(c.function_id, NO_MODULE, 0, 0, c.name.to_string()),
+                        );
+                    }
+                    self.tracepoints
+                        .insert(c.tracepoint_id, crate::tracepoints::from_callsite(&c));
                 }
             }
             Some(ChunkKind::Tracepoints) => {
@@ -385,56 +405,43 @@ impl Trace {
             if th.pid == 0 {
                 th.pid = self.session.pid;
             }
-            if !th.chunks.is_sorted_by_key(|c| c.seq) {
-                // The first chunk in the file is not the thread's first.
+            if th.chunks.disordered {
+                // The first chunk in the file is not the thread's first, or a number repeats: its
+                // list is sorted in memory (a damaged trace; a sound one never gets here).
                 th.first_tsc = None;
+                match th.chunks.sort_in_memory(&self.spill) {
+                    Ok(0) => {}
+                    Ok(repeats) => {
+                        self.skipped_chunks += repeats as u64;
+                        self.problems.push(format!(
+                            "thread {}: {repeats} events chunks repeat a chunk number: skipped",
+                            th.tid
+                        ));
+                    }
+                    Err(e) => self.problems.push(format!(
+                        "thread {}: its chunk index could not be read back from its temporary \
+                         file ({e}): its events are left out",
+                        th.tid
+                    )),
+                }
+                th.events = th.chunks.events(&self.spill).unwrap_or(0)
+                    + th.sample_chunks.iter().map(|c| c.count).sum::<u64>();
             }
-            th.chunks.sort_by_key(|c| c.seq);
-            let before = th.chunks.len();
-            th.chunks.dedup_by_key(|c| c.seq);
-            let repeats = before - th.chunks.len();
-            if repeats > 0 {
-                self.skipped_chunks += repeats as u64;
-                self.problems.push(format!(
-                    "thread {}: {repeats} events chunks repeat a chunk number: skipped",
-                    th.tid
-                ));
-                th.events = th
-                    .chunks
-                    .iter()
-                    .chain(&th.sample_chunks)
-                    .map(|c| c.count)
-                    .sum();
-            }
-            let numbered: Vec<u32> = th
-                .chunks
-                .iter()
-                .map(|c| c.seq)
-                .filter(|&s| s != schema::LOST_ONLY_SEQ)
-                .collect();
-            let flight = self.session.mode == Some(schema::Mode::Flight);
-            // A flight ring keeps the newest chunks: its numbers may start anywhere, but not skip.
-            let first = if flight {
-                numbered.first().copied().unwrap_or(0)
-            } else {
-                0
-            };
-            let missing: u64 = numbered
-                .iter()
-                .zip(first..)
-                .map(|(&got, want)| got != want)
-                .filter(|&d| d)
-                .count() as u64;
-            if missing > 0 {
-                self.problems.push(format!(
-                    "thread {}: its events chunks are numbered {}..={} but {} of them are missing",
-                    th.tid,
-                    first,
-                    numbered.last().copied().unwrap_or(0),
-                    numbered.last().copied().unwrap_or(0) as u64 + 1
-                        - first as u64
-                        - numbered.len() as u64
-                ));
+            let (numbered, range) = th.chunks.numbers();
+            if let Some((lowest, last)) = range {
+                let flight = self.session.mode == Some(schema::Mode::Flight);
+                // A flight ring keeps the newest chunks: its numbers may start anywhere, but not skip.
+                let first = if flight { lowest } else { 0 };
+                // Distinct numbers in order run without a gap exactly when the last is `first + n - 1`.
+                let span = (last as u64 + 1).saturating_sub(first as u64);
+                if span != numbered {
+                    self.problems.push(format!(
+                        "thread {}: its events chunks are numbered {first}..={last} but {} of them \
+                         are missing",
+                        th.tid,
+                        span.saturating_sub(numbered)
+                    ));
+                }
             }
             // Samples merged into a function trace are not the runtime's events (End counts those).
             th.sample_chunks.sort_by_key(|c| c.seq);
@@ -452,8 +459,6 @@ impl Trace {
                 ));
             }
             read_events = read_events.saturating_add(th.events.saturating_sub(samples));
-            // The index stays in memory while the trace is read: no slack from its growth.
-            th.chunks.shrink_to_fit();
         }
         if let Some(end) = &self.end {
             let expected = end.events.saturating_sub(end.dropped_events);
@@ -599,6 +604,121 @@ mod tests {
         let t = Trace::open(&path).unwrap();
         let _ = std::fs::remove_file(&path);
         t
+    }
+
+    /// A trace of the threads `tids` taking turns, `per_thread` Events chunks each of one call of
+    /// `t::f` (2 events), with the metadata of [`whole`]; `edit` changes the Events chunks before the
+    /// file is numbered (the End chunk counts the events from before).
+    fn interleaved(tids: &[u32], per_thread: u32, edit: impl FnOnce(&mut Vec<Chunk>)) -> Vec<u8> {
+        let call = |ticks: u64, kind| ferrotrace_core::builder::Event {
+            ticks,
+            kind,
+            id: 1,
+            payload: Vec::new(),
+            fields: Default::default(),
+        };
+        let mut events = Vec::new();
+        for i in 0..per_thread {
+            for (t, &tid) in tids.iter().enumerate() {
+                let at = 1_000 + 10 * (i as u64 * tids.len() as u64 + t as u64);
+                let mut payload = Vec::new();
+                ferrotrace_core::builder::encode_events(
+                    tid,
+                    i,
+                    &[call(at, EventKind::Entry), call(at + 5, EventKind::Exit)],
+                    &mut payload,
+                );
+                events.push(Chunk {
+                    kind: EVENTS_KIND,
+                    seq: 0,
+                    payload,
+                });
+            }
+        }
+        // What the writer wrote; `edit` copies or moves chunks as damage would.
+        let n_events = 2 * events.len() as u64;
+        edit(&mut events);
+        let mut chunks = Vec::new();
+        for mut c in split(&whole()) {
+            if c.kind == EVENTS_KIND {
+                chunks.append(&mut events);
+                continue;
+            }
+            if c.kind == ChunkKind::End as u32 {
+                let mut end = schema::End::decode(&mut FieldReader::new(&c.payload)).unwrap();
+                end.events = n_events;
+                end.chunks = chunks.len() as u32;
+                c.payload.clear();
+                end.encode(&mut c.payload).unwrap();
+            }
+            chunks.push(c);
+        }
+        renumber(&mut chunks);
+        join(&chunks)
+    }
+
+    /// Each thread's events as the stream gives them: `(tsc, kind)`.
+    fn thread_ticks(t: &Trace, tid: u32) -> Vec<(u64, EventKind)> {
+        t.thread_events(tid)
+            .unwrap()
+            .map(|e| e.map(|e| (e.tsc, e.kind)).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn the_index_in_memory_does_not_grow_with_the_trace() {
+        let tids = [7, 8];
+        let mut held = Vec::new();
+        for per_thread in [300, 3_000] {
+            let t = open_bytes(
+                &format!("bounded-{per_thread}"),
+                &interleaved(&tids, per_thread, |_| {}),
+            );
+            assert_eq!(t.problems, Vec::<String>::new());
+            assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
+            // Older entries went to the temporary file; what stays is at most a block per thread.
+            assert!(t.index_bytes_on_disk() > 0);
+            assert!(
+                t.index_entries_in_memory() <= tids.len() * super::super::chunks::BLOCK_ENTRIES
+            );
+            held.push(t.index_entries_in_memory());
+            for (k, &tid) in tids.iter().enumerate() {
+                let seqs: Vec<u32> = t.thread_chunks(tid).map(|c| c.unwrap().seq).collect();
+                assert_eq!(seqs, (0..per_thread).collect::<Vec<_>>());
+                let ticks = thread_ticks(&t, tid);
+                assert_eq!(ticks.len(), 2 * per_thread as usize);
+                for (i, pair) in ticks.chunks(2).enumerate() {
+                    let at = 1_000 + 10 * (i * tids.len() + k) as u64;
+                    assert_eq!(pair, [(at, EventKind::Entry), (at + 5, EventKind::Exit)]);
+                }
+            }
+            let merged: Vec<u64> = t.events().unwrap().map(|e| e.unwrap().tsc).collect();
+            assert_eq!(merged.len() as u64, t.event_count());
+            assert!(merged.is_sorted());
+        }
+        // Ten times the chunks, the same entries in memory.
+        assert_eq!(held[0], held[1]);
+    }
+
+    #[test]
+    fn a_repeated_chunk_of_a_long_thread_is_skipped_after_its_index_is_read_back() {
+        let tids = [7, 8];
+        let per_thread = 1_000;
+        // Thread 8's chunk 10 again, far after it (its first copy went to the temporary file).
+        let bytes = interleaved(&tids, per_thread, |events| {
+            let copy = events[2 * 10 + 1].clone();
+            events.insert(2 * 900, copy);
+        });
+        let t = open_bytes("repeat-spilled", &bytes);
+        assert_eq!(
+            t.problems,
+            vec!["thread 8: 1 events chunks repeat a chunk number: skipped".to_string()]
+        );
+        assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
+        let seqs: Vec<u32> = t.thread_chunks(8).map(|c| c.unwrap().seq).collect();
+        assert_eq!(seqs, (0..per_thread).collect::<Vec<_>>());
+        assert_eq!(thread_ticks(&t, 8).len(), 2 * per_thread as usize);
+        assert_eq!(thread_ticks(&t, 7).len(), 2 * per_thread as usize);
     }
 
     #[test]

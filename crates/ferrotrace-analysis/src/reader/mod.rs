@@ -1,9 +1,11 @@
 //! The streaming trace reader: [`Trace`] and its public API.
 //!
-//! Three rooms: [`model`] (what a trace holds and its events), `index` (the one pass that indexes
-//! the chunks and checks the file's integrity) and [`stream`] (events per thread or merged in time
-//! order, one decoded chunk per thread in memory).
+//! Four rooms: [`model`] (what a trace holds and its events), `index` (the one pass that indexes
+//! the chunks and checks the file's integrity), `chunks` (each thread's list of chunks, in memory
+//! bounded per thread: older entries go to a temporary file) and [`stream`] (events per thread or
+//! merged in time order, one decoded chunk per thread in memory).
 
+mod chunks;
 mod index;
 pub mod model;
 pub mod stream;
@@ -17,7 +19,7 @@ use ferrotrace_core::schema;
 
 pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
-    Sampler, SamplerKind, Session, StackNode, Thread, Truncation,
+    Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
 pub use stream::{MergedEvents, ThreadEvents};
 
@@ -72,6 +74,8 @@ pub struct Trace {
     pub stacks: Vec<StackNode>,
     /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
     skipped_chunks: u64,
+    /// Where the threads' chunk lists keep their older entries.
+    spill: chunks::SpillFile,
     converter: TscConverter,
 }
 
@@ -182,6 +186,45 @@ impl Trace {
             .find(|m| m.id == f.module)
             .map_or(0, |m| m.bias);
         Some((f.name(), f.addr.wrapping_sub(bias)))
+    }
+
+    /// The Events chunks of thread `tid` in order (none for a tid the trace does not hold).
+    pub fn thread_chunks(
+        &self,
+        tid: u32,
+    ) -> impl Iterator<Item = Result<ChunkRef, ReadError>> + '_ {
+        let mut cursor = self.threads.get(&tid).map(|t| t.chunks.iter(&self.spill));
+        std::iter::from_fn(move || {
+            let c = cursor.as_mut()?;
+            let next = c.next_chunk().map_err(|e| self.index_error(e)).transpose();
+            if matches!(next, Some(Err(_))) {
+                cursor = None;
+            }
+            next
+        })
+    }
+
+    /// What the chunk index holds in memory, in entries, over all threads: bounded by the number of
+    /// threads (at most 256 each, unless a damaged trace holds a thread's chunks
+    /// out of order), not by the size of the trace.
+    pub fn index_entries_in_memory(&self) -> usize {
+        self.threads.values().map(|t| t.chunks.in_memory()).sum()
+    }
+
+    /// Bytes of the chunk index kept in the temporary file.
+    pub fn index_bytes_on_disk(&self) -> u64 {
+        self.spill.len()
+    }
+
+    /// A failure to read the chunk index back from its temporary file.
+    fn index_error(&self, e: std::io::Error) -> ReadError {
+        ReadError::Io(
+            self.path.clone(),
+            std::io::Error::new(
+                e.kind(),
+                format!("reading the chunk index back from its temporary file: {e}"),
+            ),
+        )
     }
 
     /// The display name of function `id`, or `fn#id` when the table lacks it.

@@ -97,7 +97,11 @@ pub struct Module {
     pub build_id: Vec<u8>,
 }
 
-/// A traced function from the embedded symbol table.
+/// The module of a function that is in no loaded object: a `tracing` span (from a Callsites chunk).
+pub const NO_MODULE: u32 = u32::MAX;
+
+/// A traced function from the embedded symbol table, or a `tracing` span (module [`NO_MODULE`],
+/// address 0, named by the span's name).
 #[derive(Clone, Debug)]
 pub struct Function {
     /// Function id as recorded in events.
@@ -156,17 +160,25 @@ pub struct Thread {
     pub pid: u32,
     /// Last name recorded for it.
     pub name: String,
-    /// Its event chunks, in order.
-    pub chunks: Vec<ChunkRef>,
+    /// Its event chunks, in order ([`super::Trace::thread_chunks`]).
+    pub(crate) chunks: super::chunks::ChunkList,
     /// Its Samples chunks (`record --sample`), in order: sample events merged in time order with
-    /// those of `chunks` when the thread is read.
-    pub sample_chunks: Vec<ChunkRef>,
+    /// those of `chunks` when the thread is read. Few (a chunk holds thousands of samples): kept in
+    /// memory.
+    pub(crate) sample_chunks: Vec<ChunkRef>,
     /// Events in all its chunks (Events and Samples).
     pub events: u64,
     /// The tick of its first event (decoded by the index pass): a time-ordered merge places a thread
     /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.
     /// `None` when not known (its chunks were out of order in the file, or the first is damaged).
     pub first_tsc: Option<u64>,
+}
+
+impl Thread {
+    /// Number of its Events chunks.
+    pub fn chunk_count(&self) -> u64 {
+        self.chunks.len()
+    }
 }
 
 /// The End chunk: present only in complete traces.

@@ -8,6 +8,7 @@ use std::path::Path;
 use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader};
 use ferrotrace_core::schema::{self, Payload};
 
+use super::chunks::ChunkCursor;
 use super::{ChunkRef, Event, EventKind, EventRef, ReadError, Trace};
 
 fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
@@ -17,12 +18,14 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
-        let (chunks, sample_chunks, first_tsc) = self
-            .threads
-            .get(&tid)
-            .map_or((&[][..], &[][..], None), |t| {
-                (&t.chunks[..], &t.sample_chunks[..], t.first_tsc)
-            });
+        let (chunks, sample_chunks, first_tsc) = match self.threads.get(&tid) {
+            Some(t) => (
+                Some(t.chunks.iter(&self.spill)),
+                &t.sample_chunks[..],
+                t.first_tsc,
+            ),
+            None => (None, &[][..], None),
+        };
         Ok(ThreadEvents {
             trace: self,
             tid,
@@ -30,13 +33,14 @@ impl Trace {
             sample_chunks,
             first_tsc,
             started: false,
-            next_chunk: 0,
             next_sample_chunk: 0,
             samples: std::collections::VecDeque::new(),
             sample_buf: Vec::new(),
             buf: Vec::new(),
             events: Vec::new(),
+            extras: Vec::new(),
             pos: 0,
+            extra_pos: 0,
         })
     }
 
@@ -69,12 +73,20 @@ impl Trace {
     }
 }
 
-/// A decoded event whose payload is a range of the chunk buffer.
+/// A decoded event, 16 bytes: what the analyses that read every event need. Its payload and fields,
+/// which only some kinds have, are in the stream's side table ([`Extra`]).
 #[derive(Clone, Copy, Debug)]
 struct RawEvent {
     tsc: u64,
     id: u32,
     kind: EventKind,
+    /// It has an entry in the side table.
+    extra: bool,
+}
+
+/// The payload (a range of the chunk buffer) and fields of an event that has either.
+#[derive(Clone, Copy, Debug)]
+struct Extra {
     payload_start: u32,
     payload_len: u32,
     fields: EventFields,
@@ -87,37 +99,48 @@ struct RawEvent {
 pub struct ThreadEvents<'a> {
     trace: &'a Trace,
     tid: u32,
-    /// The thread's chunks in the index (borrowed: a stream per thread copies nothing of it).
-    chunks: &'a [ChunkRef],
+    /// The thread's chunks in the index (a cursor: a stream holds at most one block of it); `None`
+    /// once the stream ended.
+    chunks: Option<ChunkCursor<'a>>,
     /// Its Samples chunks (`record --sample`): merged into the events of `chunks` in time order.
     sample_chunks: &'a [ChunkRef],
+    next_sample_chunk: usize,
+    /// Samples decoded and not merged yet, in time order, with their fields (sampler and weight;
+    /// samples have no payload).
+    samples: std::collections::VecDeque<(RawEvent, EventFields)>,
+    /// The last Samples chunk read.
+    sample_buf: Vec<u8>,
     /// The tick of the thread's first event, from the index ([`super::Thread::first_tsc`]).
     first_tsc: Option<u64>,
-    /// A chunk was loaded.
+    /// A chunk was read.
     started: bool,
-    next_chunk: usize,
-    next_sample_chunk: usize,
-    /// Samples decoded and not merged yet, in time order.
-    samples: std::collections::VecDeque<RawEvent>,
-    /// The payload of the last Samples chunk decoded (samples carry no payload bytes).
-    sample_buf: Vec<u8>,
     buf: Vec<u8>,
-    /// Offset of the event body in `buf`.
+    /// The decoded events of the chunk in `buf`.
     events: Vec<RawEvent>,
+    /// The payloads and fields of those events that have them, in order.
+    extras: Vec<Extra>,
     pos: usize,
+    /// The entry of `extras` of the first event with one at or after `pos`.
+    extra_pos: usize,
 }
 
 impl ThreadEvents<'_> {
     fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
         self.started = true;
-        let Some(c) = self.chunks.get(self.next_chunk).copied() else {
+        let next = match self.chunks.as_mut() {
+            Some(cursor) => cursor.next_chunk().map_err(|e| self.trace.index_error(e))?,
+            None => None,
+        };
+        let Some(c) = next else {
+            self.chunks = None;
             // After the last Events chunk: the samples that remain.
             self.events.clear();
+            self.extras.clear();
             self.pos = 0;
+            self.extra_pos = 0;
             self.merge_samples(None)?;
             return Ok(!self.events.is_empty());
         };
-        self.next_chunk += 1;
         let path = &self.trace.path;
         self.buf.resize(c.len as usize, 0);
         self.trace
@@ -129,27 +152,34 @@ impl ThreadEvents<'_> {
             schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
         let (base, count) = (head.base_ticks, head.count);
         self.events.clear();
+        self.extras.clear();
         self.pos = 0;
+        self.extra_pos = 0;
         let body = f.rest();
-        let body_off = self.buf.len() - body.len();
         let buf_start = self.buf.as_ptr() as usize;
         // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
         self.events
             .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
         for e in EventDecoder::new(body, base) {
             let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-            let start = if e.payload.is_empty() {
-                body_off
-            } else {
-                e.payload.as_ptr() as usize - buf_start
-            };
+            let extra = !e.payload.is_empty() || e.fields != EventFields::default();
+            if extra {
+                // An empty payload's pointer need not point into the buffer.
+                let start = match e.payload.is_empty() {
+                    true => 0,
+                    false => e.payload.as_ptr() as usize - buf_start,
+                };
+                self.extras.push(Extra {
+                    payload_start: start as u32,
+                    payload_len: e.payload.len() as u32,
+                    fields: e.fields,
+                });
+            }
             self.events.push(RawEvent {
                 tsc: e.tsc,
                 id: e.id,
                 kind: e.kind,
-                payload_start: start as u32,
-                payload_len: e.payload.len() as u32,
-                fields: e.fields,
+                extra,
             });
         }
         if self.events.len() as u64 != count {
@@ -163,20 +193,20 @@ impl ThreadEvents<'_> {
             ));
         }
         if self.next_sample_chunk < self.sample_chunks.len() || !self.samples.is_empty() {
-            // Samples up to this chunk's last event go in; later ones wait for the next chunk (the
-            // last Events chunk takes them all).
-            let bound = (self.next_chunk < self.chunks.len())
-                .then(|| self.events.last().map_or(0, |e| e.tsc));
-            self.merge_samples(bound)?;
+            // Samples up to this chunk's last event go in; later ones wait for the next chunk (after
+            // the last one, the rest come alone).
+            let bound = self.events.last().map_or(0, |e| e.tsc);
+            self.merge_samples(Some(bound))?;
         }
         Ok(true)
     }
 
-    /// Merges the thread's samples stamped up to `bound` (all of them: `None`) into `events`, in time
-    /// order, decoding Samples chunks as far as needed.
+    /// Merges the thread's samples stamped up to `bound` (all of them: `None`) into `events` and
+    /// `extras`, in time order (a sample after a function event of the same tick), decoding Samples
+    /// chunks as far as needed.
     fn merge_samples(&mut self, bound: Option<u64>) -> Result<(), ReadError> {
         let within = |t: u64| bound.is_none_or(|b| t <= b);
-        while self.samples.back().is_none_or(|s| within(s.tsc)) {
+        while self.samples.back().is_none_or(|(s, _)| within(s.tsc)) {
             let Some(c) = self.sample_chunks.get(self.next_sample_chunk).copied() else {
                 break;
             };
@@ -192,31 +222,52 @@ impl ThreadEvents<'_> {
                 schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
             for e in EventDecoder::new(f.rest(), head.base_ticks) {
                 let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-                self.samples.push_back(RawEvent {
+                let raw = RawEvent {
                     tsc: e.tsc,
                     id: e.id,
                     kind: e.kind,
-                    payload_start: 0,
-                    payload_len: 0,
-                    fields: e.fields,
-                });
+                    extra: e.fields != EventFields::default(),
+                };
+                self.samples.push_back((raw, e.fields));
             }
         }
-        let take = self.samples.partition_point(|s| within(s.tsc));
+        let take = self.samples.partition_point(|(s, _)| within(s.tsc));
         if take == 0 {
             return Ok(());
         }
         let functions = std::mem::take(&mut self.events);
+        let function_extras = std::mem::take(&mut self.extras);
         let mut merged = Vec::with_capacity(functions.len() + take);
+        let mut extras = Vec::with_capacity(function_extras.len() + take);
+        let mut function_extras = function_extras.into_iter();
         let mut samples = self.samples.drain(..take).peekable();
+        let push_sample = |(s, fields): (RawEvent, EventFields),
+                           merged: &mut Vec<RawEvent>,
+                           extras: &mut Vec<Extra>| {
+            if s.extra {
+                extras.push(Extra {
+                    payload_start: 0,
+                    payload_len: 0,
+                    fields,
+                });
+            }
+            merged.push(s);
+        };
         for e in functions {
-            while let Some(s) = samples.next_if(|s| s.tsc < e.tsc) {
-                merged.push(s);
+            while let Some(s) = samples.next_if(|(s, _)| s.tsc < e.tsc) {
+                push_sample(s, &mut merged, &mut extras);
+            }
+            if e.extra {
+                // Taken in order: the function events' own side-table entries.
+                extras.extend(function_extras.next());
             }
             merged.push(e);
         }
-        merged.extend(samples);
+        for s in samples {
+            push_sample(s, &mut merged, &mut extras);
+        }
         self.events = merged;
+        self.extras = extras;
         Ok(())
     }
 
@@ -229,17 +280,21 @@ impl ThreadEvents<'_> {
                     // Done: a merge of many threads keeps only those still going in memory.
                     if self.events.capacity() > 0 {
                         self.events = Vec::new();
+                        self.extras = Vec::new();
                         self.buf = Vec::new();
                         self.pos = 0;
+                        self.extra_pos = 0;
                     }
                     return Ok(false);
                 }
                 Err(e) => {
-                    self.next_chunk = self.chunks.len();
+                    self.chunks = None;
                     self.next_sample_chunk = self.sample_chunks.len();
                     self.samples.clear();
                     self.events.clear();
+                    self.extras.clear();
                     self.pos = 0;
+                    self.extra_pos = 0;
                     return Err(e);
                 }
             }
@@ -247,18 +302,33 @@ impl ThreadEvents<'_> {
         Ok(true)
     }
 
-    fn event_at(&self, pos: usize) -> EventRef<'_> {
+    /// The event at `pos`, whose side-table entry (if it has one) is at `extra_pos`.
+    fn event_at(&self, pos: usize, extra_pos: usize) -> EventRef<'_> {
         let r = self.events[pos];
-        let start = r.payload_start as usize;
+        let (payload, fields) = match r.extra {
+            true => {
+                let x = self.extras[extra_pos];
+                let start = x.payload_start as usize;
+                (&self.buf[start..start + x.payload_len as usize], x.fields)
+            }
+            false => (&[][..], EventFields::default()),
+        };
         EventRef {
             tid: self.tid,
             ts_ns: self.trace.converter.to_ns(r.tsc),
             tsc: r.tsc,
             kind: r.kind,
             id: r.id,
-            payload: &self.buf[start..start + r.payload_len as usize],
-            fields: r.fields,
+            payload,
+            fields,
         }
+    }
+
+    /// Moves past the event at `pos`.
+    #[inline]
+    fn advance(&mut self) {
+        self.extra_pos += self.events[self.pos].extra as usize;
+        self.pos += 1;
     }
 
     /// The next event, borrowed (no allocation). After an error the stream ends.
@@ -269,8 +339,9 @@ impl ThreadEvents<'_> {
             Ok(false) => return None,
             Err(e) => return Some(Err(e)),
         }
-        self.pos += 1;
-        Some(Ok(self.event_at(self.pos - 1)))
+        let (pos, extra_pos) = (self.pos, self.extra_pos);
+        self.advance();
+        Some(Ok(self.event_at(pos, extra_pos)))
     }
 
     /// The next event as `(tsc, kind, id)` only: the cheapest form, for aggregations that work in
@@ -286,6 +357,7 @@ impl ThreadEvents<'_> {
         }
         let r = self.events[self.pos];
         self.pos += 1;
+        self.extra_pos += r.extra as usize;
         Some(Ok((r.tsc, r.kind, r.id)))
     }
 
@@ -293,7 +365,10 @@ impl ThreadEvents<'_> {
     /// weight); call only after it returned `Some(Ok(_))`.
     #[inline]
     pub fn last_fields(&self) -> EventFields {
-        self.events[self.pos - 1].fields
+        match self.events[self.pos - 1].extra {
+            true => self.extras[self.extra_pos - 1].fields,
+            false => EventFields::default(),
+        }
     }
 
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index
@@ -322,13 +397,13 @@ impl ThreadEvents<'_> {
     /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
     /// `Ok(Some(_))`.
     pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
-        self.event_at(self.pos)
+        self.event_at(self.pos, self.extra_pos)
     }
 
     /// Consumes the event [`ThreadEvents::peek_raw`] returned.
     #[inline]
     pub(crate) fn bump(&mut self) {
-        self.pos += 1;
+        self.advance();
     }
 
     /// The thread this stream reads.
@@ -377,7 +452,7 @@ impl MergedEvents<'_> {
     #[allow(clippy::should_implement_trait)]
     pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
         if let Some(s) = self.advance.take() {
-            self.streams[s].pos += 1;
+            self.streams[s].advance();
             self.push_current(s);
         }
         if let Some(e) = self.error.take() {
@@ -397,7 +472,7 @@ impl MergedEvents<'_> {
         };
         self.advance = Some(s);
         let st = &self.streams[s];
-        Some(Ok(st.event_at(st.pos)))
+        Some(Ok(st.event_at(st.pos, st.extra_pos)))
     }
 }
 

@@ -101,6 +101,12 @@ struct Pending {
 
 struct ThreadState {
     stack: CallStack,
+    /// Apart from the stack, so that the stack's events go straight to the printer.
+    out: ThreadOut,
+}
+
+/// What the printer keeps of a thread.
+struct ThreadOut {
     pending: Option<Pending>,
     /// `[   TID] | ` (or `| `).
     prefix: Vec<u8>,
@@ -161,7 +167,7 @@ fn put_duration(out: &mut Vec<u8>, ns: u64) {
 
 impl Printer<'_, '_> {
     #[inline]
-    fn line(&mut self, th: &mut ThreadState, ts: u64, dur: Option<u64>, depth: usize, tail: Tail) {
+    fn line(&mut self, th: &mut ThreadOut, ts: u64, dur: Option<u64>, depth: usize, tail: Tail) {
         let f = self.fields;
         let line = &mut self.buf;
         if f.time {
@@ -244,7 +250,7 @@ impl Printer<'_, '_> {
 
     /// Writes the pending entry of `th` as an opening line.
     #[inline]
-    fn flush_pending(&mut self, th: &mut ThreadState) {
+    fn flush_pending(&mut self, th: &mut ThreadOut) {
         if let Some(p) = th.pending.take() {
             let tail = if p.entered {
                 Tail::Open(p.id)
@@ -256,7 +262,7 @@ impl Printer<'_, '_> {
     }
 
     #[inline]
-    fn stack_event(&mut self, th: &mut ThreadState, se: StackEvent) {
+    fn stack_event(&mut self, th: &mut ThreadOut, se: StackEvent) {
         match se {
             StackEvent::Enter {
                 id,
@@ -344,38 +350,19 @@ fn one_event(
     samples: Option<&super::samples::SampledStacks>,
 ) {
     let ts = trace.tsc_to_ns(tsc);
-    let ThreadState { stack, .. } = th;
-    let mut evs: [Option<StackEvent>; 2] = [None, None];
+    let ThreadState { stack, out } = th;
     if kind.is_function() {
         ev.bump();
-        // The common cases emit at most one stack event; anything more goes through the slow path.
-        let mut n = 0;
-        let mut overflow = Vec::new();
-        let mut sink = |se| {
-            if n < evs.len() {
-                evs[n] = Some(se);
-                n += 1;
-            } else {
-                overflow.push(se);
-            }
-        };
-        stack.touch(ts, &mut sink);
-        stack.process(kind, id, ts, &mut sink);
-        for se in evs.into_iter().flatten().chain(overflow) {
-            p.stack_event(th, se);
-        }
+        let mut print = |se| p.stack_event(out, se);
+        stack.touch(ts, &mut print);
+        stack.process(kind, id, ts, &mut print);
     } else {
-        let mut started = Vec::new();
-        stack.touch(ts, &mut |se| started.push(se));
-        for se in started {
-            p.stack_event(th, se);
-        }
-        let text = { note(trace, &ev.peeked_ref(), samples) };
+        stack.touch(ts, &mut |se| p.stack_event(out, se));
+        let text = note(trace, &ev.peeked_ref(), samples);
         ev.bump();
         if let Some(text) = text {
-            p.flush_pending(th);
-            let depth = th.stack.depth();
-            p.line(th, ts, None, depth, Tail::Text(text.as_bytes()));
+            p.flush_pending(out);
+            p.line(out, ts, None, stack.depth(), Tail::Text(text.as_bytes()));
         }
     }
 }
@@ -413,9 +400,11 @@ pub(super) fn replay_plain(
                 Some(init) => CallStack::with_initial(init.clone()),
                 None => CallStack::new(),
             },
-            pending: None,
-            prefix,
-            last_printed: None,
+            out: ThreadOut {
+                pending: None,
+                prefix,
+                last_printed: None,
+            },
         });
     }
     let mut p = Printer {
@@ -468,7 +457,7 @@ pub(super) fn replay_plain(
             n += 1;
             // An entry waits for the thread's next event: its exit (a leaf, read now) or anything
             // else (an opening line).
-            while let Some(pend) = th.pending {
+            while let Some(pend) = th.out.pending {
                 match ev.peek_raw() {
                     Ok(Some(h @ (_, EventKind::Exit | EventKind::TailExit, id)))
                         if id == pend.id =>
@@ -476,10 +465,10 @@ pub(super) fn replay_plain(
                         one_event(trace, &mut p, th, ev, h, opts.samples.as_ref());
                         n += 1;
                     }
-                    Ok(_) => p.flush_pending(th),
+                    Ok(_) => p.flush_pending(&mut th.out),
                     Err(e) => {
                         errors.push(e.to_string());
-                        p.flush_pending(th);
+                        p.flush_pending(&mut th.out);
                     }
                 }
             }
@@ -492,12 +481,9 @@ pub(super) fn replay_plain(
     }
     progress.add(n - since_progress);
     for th in &mut threads {
-        let mut closing = Vec::new();
-        th.stack.finish(&mut |se| closing.push(se));
-        for se in closing {
-            p.stack_event(th, se);
-        }
-        p.flush_pending(th);
+        let ThreadState { stack, out } = th;
+        stack.finish(&mut |se| p.stack_event(out, se));
+        p.flush_pending(out);
     }
     p.out.write_all(&p.buf)?;
     p.buf.clear();

@@ -33,8 +33,14 @@ pub struct LiveArgs {
     #[arg(short = 'N', long = "notrace", value_name = "REGEX")]
     pub notrace: Vec<String>,
     /// Print the events of the process PID, which is already running, instead of running a program:
-    /// the functions -F selects, until Ctrl-C or its end (its patched sites are put back then)
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "trace"], requires = "filter")]
+    /// the functions -F selects and the tracepoints --trace selects (a program that links the
+    /// ferrotrace crate), until Ctrl-C or its end (its patched sites are put back then)
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<u32>,
     /// The program to run and its arguments
     #[arg(
@@ -80,6 +86,13 @@ pub fn run(args: LiveArgs) -> Result<ExitCode, Error> {
     };
     checks::check_regexes(args.filter.iter().chain(&args.notrace))?;
     if let Some(pid) = args.pid {
+        if args.filter.is_empty() && args.trace.is_empty() {
+            return Err(Error::Usage(
+                "live -p prints what -F REGEX (functions) or --trace GLOB (tracepoints) selects: give \
+                 one of them"
+                    .into(),
+            ));
+        }
         return live_running(pid, spec);
     }
     let program = Program::find(&args.command)?;

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
-use ferrotrace_profile::{profile, ProfileConfig, Target};
+use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
 use crate::Error;
 
@@ -53,6 +53,11 @@ pub struct ProfileArgs {
     /// Record with --call-graph fp even if the program has no frame pointers
     #[arg(long)]
     force_fp: bool,
+    /// Unwind stacks and count samples in the kernel with eBPF (DWARF rows from .eh_frame, frame
+    /// pointers where a module has none; --call-graph and --mmap-pages do not apply): no stack bytes
+    /// are copied out per sample
+    #[arg(long)]
+    bpf: bool,
     /// The program to run and its arguments
     #[arg(trailing_var_arg = true, value_name = "PROGRAM")]
     command: Vec<OsString>,
@@ -85,6 +90,11 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
             .as_deref()
             .map(ferrotrace_profile::cli_args::parse_buffer_size)
             .transpose()?,
+        backend: if args.bpf {
+            Backend::Bpf
+        } else {
+            Backend::PerfEvent
+        },
         ..ProfileConfig::default()
     };
     let s = profile(&cfg)?;
@@ -92,13 +102,16 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         say!("ferrotrace: warning: {w}");
     }
     say!(
-        "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (finished in {:.0?})",
+        "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (finished in {:.0?}); \
+         {} bytes read from the kernel ({:.0} per sample)",
         s.output.display(),
         s.samples,
         s.threads,
         s.lost,
         s.bytes_written,
-        s.finishing_time
+        s.finishing_time,
+        s.kernel_bytes,
+        s.kernel_bytes as f64 / s.samples.max(1) as f64
     );
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),

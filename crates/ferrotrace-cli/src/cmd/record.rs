@@ -10,7 +10,7 @@ use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
 use ferrotrace_core::schema;
 use ferrotrace_launch::outcome::{self, file_identity, trace_of};
-use ferrotrace_launch::salvage::Death;
+use ferrotrace_launch::salvage::{Death, SalvageError, Salvaged};
 use ferrotrace_launch::start::{Options, Program};
 use ferrotrace_launch::{self as launch, checks, Ended};
 
@@ -80,8 +80,14 @@ pub struct RecordArgs {
           value_parser = clap::value_parser!(u32).range(0..=256))]
     pub alloc_stack_depth: u32,
     /// Record the process PID, which is already running, instead of running a program: until Ctrl-C,
-    /// --duration or its end. Its patched sites are put back when the recording stops
-    #[arg(short = 'p', long = "pid", value_name = "PID", conflicts_with_all = ["command", "alloc", "trace"])]
+    /// --duration or its end. Its patched sites are put back (and the tracepoints --trace enabled are
+    /// disabled) when the recording stops. Not with --alloc
+    #[arg(
+        short = 'p',
+        long = "pid",
+        value_name = "PID",
+        conflicts_with = "command"
+    )]
     pub pid: Option<u32>,
     /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
     #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
@@ -228,7 +234,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             // The trace is read once, again only if events had to be recovered or samples merged
             // into it.
             let trace = if trace.end.is_none() {
-                say_recovered(&ended, &ours);
+                say_recovered(ended.death(), ended.recover_unwritten(&ours), "the program");
                 if let Some(sampling) = sampling.take() {
                     // Says why the samples cannot go into an unfinished trace.
                     say_sampled(sampling.finish(&ours, &[]));
@@ -292,7 +298,16 @@ fn record_running(
         ),
     }
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
-    report(output, Trace::open(output), &args.filter, &exe);
+    let trace = match Trace::open(output) {
+        Ok(t) if t.end.is_none() && attached.ending == Ending::ProcessEnded => {
+            if let Some((death, recovered)) = attached.recover_unwritten(output) {
+                say_recovered(death, Some(recovered), &format!("process {pid}"));
+            }
+            Trace::open(output)
+        }
+        read => read,
+    };
+    report(output, trace, &args.filter, &exe);
     Ok(ExitCode::SUCCESS)
 }
 
@@ -336,25 +351,31 @@ fn say_sampled(outcome: Result<launch::sampling::SampleOutcome, launch::sampling
     }
 }
 
-/// After the program died without finishing its trace (no End chunk: SIGKILL, the OOM killer, ...),
-/// recovers the events it had recorded but not written, and says what happened.
-fn say_recovered(ended: &Ended, output: &Path) {
-    let how = match ended.death() {
+/// After `who` (the program, or the process recorded) died without finishing its trace (no End
+/// chunk: SIGKILL, the OOM killer, ...), says how, and what was `recovered` of the events it had
+/// recorded but not written.
+fn say_recovered(
+    death: Death,
+    recovered: Option<Result<Option<Salvaged>, SalvageError>>,
+    who: &str,
+) {
+    let how = match death {
         Death::Signal(s) => format!(
             "was killed by {}",
             ferrotrace_analysis::info::signal_name(s)
         ),
         Death::Exit(c) => format!("exited ({c})"),
+        Death::Unknown => "ended (how is not known: its parent collected it first)".into(),
     };
-    match ended.recover_unwritten(output) {
+    match recovered {
         Some(Ok(Some(got))) => say!(
-            "ferrotrace: the program {how} before finishing its trace: {} unfinished chunks \
+            "ferrotrace: {who} {how} before finishing its trace: {} unfinished chunks \
              ({} events) recovered from its buffers",
             got.chunks,
             got.events
         ),
         Some(Err(e)) => say!(
-            "ferrotrace: the program {how} before finishing its trace; its unwritten events \
+            "ferrotrace: {who} {how} before finishing its trace; its unwritten events \
              are lost: {e}"
         ),
         // The runtime never set up the pool (it did not start), or nothing was missing.

@@ -578,34 +578,47 @@ pub fn record_losing_events(trace: &Path) -> Output {
         .expect("run ferrotrace record under taskset")
 }
 
+/// Builds the package in `testprogs/DIR`, a workspace of its own (with its own lock file and target
+/// directory, which keeps the build for the next run), with nightly and XRay sleds; the path of its
+/// release binary `BIN`.
+fn build_own_workspace(dir: &str, bin: &str) -> PathBuf {
+    let root = repo().join("testprogs").join(dir);
+    run_ok(
+        clean_cargo_env(&mut Command::new("rustup"))
+            .args([
+                "run",
+                "nightly",
+                "cargo",
+                "build",
+                "--release",
+                "--quiet",
+                "--locked",
+            ])
+            .current_dir(&root)
+            .env(
+                "RUSTFLAGS",
+                "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
+            ),
+        &format!("building testprogs/{dir} with nightly"),
+    );
+    root.join("target/release").join(bin)
+}
+
 /// Path of `testprogs/workload` (serde_json, regex and rayon from crates.io), built once per test
-/// binary with nightly and XRay sleds into its own target directory, which keeps the build for the
-/// next run.
+/// binary with nightly and XRay sleds.
 pub fn workload() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
-        .get_or_init(|| {
-            let root = repo().join("testprogs/workload");
-            run_ok(
-                clean_cargo_env(&mut Command::new("rustup"))
-                    .args([
-                        "run",
-                        "nightly",
-                        "cargo",
-                        "build",
-                        "--release",
-                        "--quiet",
-                        "--locked",
-                    ])
-                    .current_dir(&root)
-                    .env(
-                        "RUSTFLAGS",
-                        "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
-                    ),
-                "building testprogs/workload with nightly",
-            );
-            root.join("target/release/ft-workload")
-        })
+        .get_or_init(|| build_own_workspace("workload", "ft-workload"))
+        .clone()
+}
+
+/// Path of `testprogs/tracing-service` (a tokio service with `tracing` spans and the ferrotrace
+/// layer), built once per test binary with nightly and XRay sleds.
+pub fn tracing_service() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| build_own_workspace("tracing-service", "ft-tracing-service"))
         .clone()
 }
 
@@ -696,4 +709,18 @@ pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
         .collect();
     v.sort();
     v
+}
+
+/// The text of every Tracepoint event, thread by thread, in order.
+pub fn tracepoint_lines(t: &Trace) -> Vec<String> {
+    let mut out = Vec::new();
+    for &tid in t.threads.keys() {
+        for e in t.thread_events(tid).expect("thread events") {
+            let e = e.expect("event");
+            if e.kind == EventKind::Tracepoint {
+                out.push(ferrotrace_analysis::tracepoints::format_tracepoint(t, &e));
+            }
+        }
+    }
+    out
 }

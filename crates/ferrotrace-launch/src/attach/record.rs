@@ -5,7 +5,9 @@
 //! Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or the process's end (a pidfd). To stop, the FIFO
 //! is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
 //! patched site back, writes the trace with End reason `Stopped` and creates `done` beside the FIFO.
-//! The library stays loaded and dormant: attaching again later starts a new runtime.
+//! The library stays loaded and dormant: attaching again later starts a new runtime. The runtime's
+//! chunk pool is in a memfd made in the process and opened here ([`super::memfd_in`]): when the
+//! process is killed while recorded, [`Attached::recover_unwritten`] salvages what it had not written.
 
 use ferrotrace_core::output::PrivateDir;
 use std::fs::File;
@@ -17,8 +19,16 @@ use std::time::{Duration, Instant};
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::schema::source::HOW_TO_BUILD;
 
-use super::{check, dlopen_in, loader_symbol, symbol_in, Arg, Borrowed};
+use super::{check, dlopen_in, loader_symbol, memfd_in, symbol_in, Arg, Borrowed};
+use crate::salvage::{Death, SalvageError, Salvaged};
 use crate::LaunchError;
+
+/// Why `--alloc` is refused with `-p`, in one line.
+pub const ALLOC_REFUSAL: &str =
+    "--alloc cannot be used on a running process: allocations are recorded by interposing the malloc \
+     family from the program's start, and redirecting the calls of every loaded object afterwards would \
+     hand the hooks blocks they never saw allocated; record it from its start (ferrotrace record --alloc \
+     -- PROGRAM)";
 
 /// How long, after the control channel is closed, the runtime may take to write the rest of the trace.
 pub const STOP_LIMIT: Duration = Duration::from_secs(30);
@@ -35,7 +45,7 @@ pub enum Ending {
 }
 
 /// What an attached recording did.
-#[derive(Clone, Copy, Debug)]
+#[derive(Debug)]
 pub struct Attached {
     /// The process.
     pub pid: u32,
@@ -44,6 +54,25 @@ pub struct Attached {
     pub pause: Duration,
     /// How it ended.
     pub ending: Ending,
+    /// The memfd holding the runtime's chunk pool (made in the process, opened here), for the salvage.
+    pool: Option<OwnedFd>,
+    /// How the process ended, read as soon as it had ([`Death::of_zombie`]), when it ended.
+    death: Option<Death>,
+}
+
+impl Attached {
+    /// After the process ended while recorded without finishing its trace at `output` (no End chunk:
+    /// SIGKILL, the OOM killer, `_exit` — not interposed when attached), appends the events its
+    /// runtime had recorded but not written, from the chunk pool it shared with us, and how it died
+    /// (from its zombie's `/proc/PID/stat`; [`Death::Unknown`] when its parent collected it first).
+    /// `None` when no pool was shared (a C library without `memfd_create`).
+    pub fn recover_unwritten(
+        &self,
+        output: &Path,
+    ) -> Option<(Death, Result<Option<Salvaged>, SalvageError>)> {
+        let death = self.death.unwrap_or(Death::Unknown);
+        crate::salvage::from_pool(self.pool.as_ref()?, output, death).map(|r| (death, r))
+    }
 }
 
 fn error(pid: u32, why: impl Into<String>) -> LaunchError {
@@ -248,7 +277,21 @@ pub fn record(
     } else {
         None
     };
-    if facts.instrumentation == 0 {
+    if spec.alloc.is_some() {
+        return Err(error(pid, ALLOC_REFUSAL));
+    }
+    let tracepoints = !spec.trace.is_empty();
+    if tracepoints && !(facts.links_runtime && facts.has_tracepoints) {
+        return Err(error(
+            pid,
+            format!(
+                "--trace: {} has no tracepoints (they are declared with the ferrotrace crate's \
+                 tracepoint! in programs that link it; the preload library brings none)",
+                name.display()
+            ),
+        ));
+    }
+    if facts.instrumentation == 0 && !tracepoints {
         return Err(error(
             pid,
             format!(
@@ -299,15 +342,22 @@ pub fn record(
     };
     let seized = Instant::now();
     let mut thread = Borrowed::stop(pid)?;
+    let mut pool = None;
     let called = match linked {
-        Some(entry) => thread.call(entry, &[Arg::Str(&spec.to_lines())]),
+        Some(entry) => Ok(entry),
         None => dlopen_in(&mut thread, dlopen, &library)
             .map_err(|e| static_tls_hint(pid, e))
-            .and_then(|()| {
-                let entry = symbol_in(pid, |p| Path::new(p) == library, &["ferrotrace_attach"])?;
-                thread.call(entry, &[Arg::Str(&spec.to_lines())])
-            }),
-    };
+            .and_then(|()| symbol_in(pid, |p| Path::new(p) == library, &["ferrotrace_attach"])),
+    }
+    .and_then(|entry| {
+        // The chunk pool in a memfd we can read after a SIGKILL; the runtime closes its descriptor
+        // (whether it starts or not) once the pool maps it.
+        if let Some((theirs, ours)) = memfd_in(&mut thread) {
+            spec.shared_fd = Some(theirs);
+            pool = ours;
+        }
+        thread.call(entry, &[Arg::Str(&spec.to_lines())])
+    });
     let released = thread.release();
     let pause = seized.elapsed();
     let rc = called? as u32 as i32;
@@ -331,6 +381,8 @@ pub fn record(
         }
         match poll(&fds, left) {
             Some(0) => {
+                // Before its parent collects it.
+                let death = Death::of_zombie(pid);
                 if let Some(l) = &mut live {
                     l.copy();
                 }
@@ -338,6 +390,8 @@ pub fn record(
                     pid,
                     pause,
                     ending: Ending::ProcessEnded,
+                    pool,
+                    death,
                 });
             }
             Some(2) => {
@@ -356,6 +410,7 @@ pub fn record(
     drop(fifo);
     let done = dir.path().join("done");
     let asked = Instant::now();
+    let mut death = None;
     let ending = loop {
         if let Some(l) = &mut live {
             l.copy();
@@ -370,10 +425,17 @@ pub fn record(
             break Ending::NoAnswer;
         }
         if poll(&fds[..1], Some(Duration::from_millis(10))) == Some(0) {
+            death = Death::of_zombie(pid);
             break Ending::ProcessEnded;
         }
     };
-    Ok(Attached { pid, pause, ending })
+    Ok(Attached {
+        pid,
+        pause,
+        ending,
+        pool,
+        death,
+    })
 }
 
 /// Where the runtime that `exe` (process `pid`'s executable) links has its attach entry point,

@@ -258,6 +258,18 @@ mod tests {
                 (6_000, EventKind::Sample, 3),
             ]
         );
+        // Each event keeps its own fields through the merge (the reader's side table is rebuilt in
+        // the merged order): the allocation's size and address, each sample's weight.
+        let fields: Vec<(EventKind, u64, u64)> = m
+            .thread_events(7)
+            .unwrap()
+            .map(|e| e.map(|e| (e.kind, e.fields[0], e.fields[1])).unwrap())
+            .filter(|(k, _, _)| matches!(k, EventKind::Alloc | EventKind::Sample))
+            .collect();
+        assert_eq!(fields[1], (EventKind::Alloc, 64, 0x5000));
+        for (i, f) in [0, 2, 3].map(|i| (i, fields[i])) {
+            assert_eq!((f.0, f.2), (EventKind::Sample, 1_000), "sample {i}: {f:?}");
+        }
         let profile_module = m.stacks[1].module;
         assert_ne!(profile_module, 5);
         assert_eq!(m.stacks[0].module, 5);

@@ -10,7 +10,7 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::Record;
 use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
-use ferrotrace_core::writer::{encode_events, Counts, TraceWriter};
+use ferrotrace_core::writer::{encode_events, encode_events_following, Counts, TraceWriter};
 
 use crate::buffers::clock::calibration_payload;
 use crate::buffers::pool::FullChunk;
@@ -20,7 +20,10 @@ use crate::lifecycle::runtime::{Meta, Runtime};
 /// The trace file's writer.
 pub type Writer = TraceWriter<BufWriter<File>>;
 
-struct State {
+/// What the collector keeps between chunks: the file, what it wrote, what it counts. Behind a mutex
+/// in the runtime ([`Runtime::collector_state`]): the collector thread holds it for each round, and a
+/// traced thread that finds no free chunk takes it to write one chunk itself ([`help`]).
+pub struct State {
     writer: Writer,
     path: PathBuf,
     scratch: Vec<u8>,
@@ -58,23 +61,13 @@ struct State {
     filter_flags: Vec<u8>,
 }
 
-/// The Lost and Wait markers among `records`: what a dropped chunk holds besides the program's events.
-fn markers(records: &[Record]) -> u64 {
-    use ferrotrace_core::record::EventKind;
-    records
-        .iter()
-        .filter(|r| matches!(r.kind(), Some(EventKind::Lost | EventKind::Wait)))
-        .count() as u64
-}
-
 /// A chunk the writer took: see `State::unflushed`.
 #[derive(Clone, Copy)]
 struct Written {
     end: u64,
     next_seq: u32,
-    /// The thread, the chunk's counts and its Lost and Wait markers (events that are not the
-    /// program's, not counted when the chunk is dropped).
-    events: Option<(u32, Counts, u64)>,
+    /// The thread and the chunk's counts.
+    events: Option<(u32, Counts)>,
 }
 
 impl State {
@@ -84,20 +77,20 @@ impl State {
 
     /// Writes one thread's Events chunk and adds its counts to the totals, or counts its events as
     /// dropped when writing failed.
-    fn write_events(&mut self, tid: u32, counts: Counts, markers: u64, payload: &[u8]) {
-        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts, markers)));
+    fn write_events(&mut self, tid: u32, counts: Counts, payload: &[u8]) {
+        self.write_chunk(ChunkKind::Events, payload, Some((tid, counts)));
     }
 
-    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts, u64)>) {
+    fn write_chunk(&mut self, kind: ChunkKind, payload: &[u8], events: Option<(u32, Counts)>) {
         if self.failed.is_some() && !self.retrying {
-            if let Some((tid, counts, markers)) = events {
-                self.drop_events(tid, counts, markers);
+            if let Some((tid, counts)) = events {
+                self.drop_events(tid, counts);
             }
             return;
         }
         match self.writer.chunk(kind, payload) {
             Ok(()) => {
-                if let Some((_, counts, _)) = events {
+                if let Some((_, counts)) = events {
                     self.totals.events += counts.events;
                     self.totals.lost += counts.lost;
                 }
@@ -108,19 +101,19 @@ impl State {
                 });
             }
             Err(e) => {
-                if let Some((tid, counts, markers)) = events {
-                    self.drop_events(tid, counts, markers);
+                if let Some((tid, counts)) = events {
+                    self.drop_events(tid, counts);
                 }
                 self.fail(e);
             }
         }
     }
 
-    /// Counts a chunk's events as lost: its recorded events but its `markers` (Lost and Wait), and the
-    /// losses its Lost markers counted.
-    fn drop_events(&mut self, tid: u32, counts: Counts, markers: u64) {
+    /// Counts a chunk's events as lost: its recorded events but its markers (Lost and Wait: not the
+    /// program's), and the losses its Lost markers counted.
+    fn drop_events(&mut self, tid: u32, counts: Counts) {
         *self.dropped.entry(tid).or_default() +=
-            counts.events.saturating_sub(markers) + counts.lost;
+            counts.events.saturating_sub(counts.markers) + counts.lost;
     }
 
     /// Writing failed: says so once (ignoring stderr's own errors: it may be the full disk too), cuts
@@ -161,10 +154,10 @@ impl State {
             .skip_while(|w| w.end <= on_disk)
             .collect();
         for w in cut {
-            if let Some((tid, counts, markers)) = w.events {
+            if let Some((tid, counts)) = w.events {
                 self.totals.events -= counts.events;
                 self.totals.lost -= counts.lost;
-                self.drop_events(tid, counts, markers);
+                self.drop_events(tid, counts);
             }
         }
         let (Some(keep), Ok(mut clone)) = (keep, self.writer.get_mut().get_ref().try_clone())
@@ -217,16 +210,26 @@ impl State {
         let recs: Vec<Record> = Record::lost(tsc, count).collect();
         let mut p = Vec::new();
         let (counts, range) = encode_events(tid, LOST_ONLY_SEQ, &recs, &mut p);
-        self.write_events(tid, counts, recs.len() as u64, &p[range]);
+        self.write_events(tid, counts, &p[range]);
     }
 
-    fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
-        // Stack nodes interned before the chunk's events were written: into the file ahead of them.
+    /// The recorders' metadata chunks made since the last call (stack nodes, callsites), into the
+    /// file, and shown to the live printer, which names what it prints by them.
+    fn recorder_metadata(&mut self, rt: &Runtime) {
         for r in rt.upcalls.recorders {
             for (kind, payload) in (r.metadata)() {
+                if let Some(live) = &mut self.live {
+                    live.describe(kind, &payload);
+                }
                 self.write(kind, &payload);
             }
         }
+    }
+
+    fn chunk(&mut self, rt: &Runtime, c: FullChunk) {
+        // Stack nodes interned, callsites registered before the chunk's events were written: into the
+        // file ahead of them.
+        self.recorder_metadata(rt);
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
         let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         if let Some(live) = &mut self.live {
@@ -270,9 +273,9 @@ impl State {
                 }
             }
         } else if self.failed.is_some() {
-            self.drop_events(c.tid, counts, markers(records));
+            self.drop_events(c.tid, counts);
         } else {
-            self.write_events(c.tid, counts, markers(records), &scratch[range]);
+            self.write_events(c.tid, counts, &scratch[range]);
         }
         self.scratch = scratch;
         self.filter = filter;
@@ -296,7 +299,7 @@ impl State {
         })
     }
 
-    /// Encodes one thread's records (see [`encode_events`]), following its calls on the way.
+    /// Encodes one thread's records (see [`encode_events_following`]), following its calls on the way.
     fn encode(
         &mut self,
         tid: u32,
@@ -305,14 +308,7 @@ impl State {
         out: &mut Vec<u8>,
     ) -> (Counts, std::ops::Range<usize>) {
         let running = self.running.entry(tid).or_default();
-        let mut i = 0;
-        while let Some(r) = records.get(i) {
-            if let Some(kind) = r.kind().filter(|k| k.is_function()) {
-                running.observe(kind, r.id());
-            }
-            i += 1 + r.payload_slots();
-        }
-        encode_events(tid, seq, records, out)
+        encode_events_following(tid, seq, records, out, running)
     }
 
     /// The RunningAtStart chunk: the threads whose first events include exits without entries.
@@ -361,7 +357,7 @@ impl State {
                 None => records,
             };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
-            self.write_events(tid, counts, markers(records), &scratch[range]);
+            self.write_events(tid, counts, &scratch[range]);
         });
         self.filter = filter;
         self.scratch = scratch;
@@ -404,12 +400,15 @@ impl State {
 /// How often the collector of an attached runtime looks at its control channel.
 const CONTROL_POLL: Duration = Duration::from_millis(20);
 
-/// The host of an attached recording closed the control channel: every patched site is put back, the
-/// recording stops (End reason `Stopped`) and every thread's chunk is handed over; the loop then writes
-/// the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
+/// The host of an attached recording closed the control channel: every patched site is put back (and
+/// the tracepoints it enabled are disabled), the recording stops (End reason `Stopped`) and every
+/// thread's chunk is handed over; the loop then writes the rest and the End chunk as for any finish. Nothing happens if a finish (the process exiting) was
 /// claimed first.
 fn stop_attached(rt: &Runtime) {
     crate::patch::sites::unpatch_all();
+    if let Some(c) = rt.control.get() {
+        c.undo();
+    }
     if rt.lifecycle.claim_finish(schema::EndReason::Stopped, 0) {
         crate::buffers::thread::flush_all(rt, false);
         rt.lifecycle.threads_stopped();
@@ -425,7 +424,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     rt.lifecycle.collector_running();
     let mut prefault = rt.pool.prefault();
     let head = (writer.bytes_written(), writer.next_seq());
-    let mut st = State {
+    let st = State {
         writer,
         path,
         scratch: Vec::with_capacity(1 << 16),
@@ -458,6 +457,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }),
         filter_flags: rt.function_filter_flags(),
     };
+    let _ = rt.collector_state.set(std::sync::Mutex::new(Some(st)));
+    let Some(state) = rt.collector_state.get() else {
+        return;
+    };
     let mut last_clock = Instant::now();
     let mut last_control = Instant::now();
     loop {
@@ -468,7 +471,15 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             }
         }
         let finishing = rt.lifecycle.is_finishing();
+        let mut guard = state.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(st) = guard.as_mut() else {
+            return;
+        };
         st.meta(rt);
+        if st.live.is_some() {
+            // Names of what the threads' current chunks may refer to, before the printer peeks in.
+            st.recorder_metadata(rt);
+        }
         if let Some(live) = &mut st.live {
             live.tick(&rt.pool, crate::buffers::thread::current_chunks(rt));
         }
@@ -530,6 +541,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
+            // The state goes with the collector (the file closed): a retired runtime keeps none of it.
+            *guard = None;
             rt.lifecycle.end_written();
             if let Some(c) = rt.control.get() {
                 if reason == schema::EndReason::Stopped {
@@ -540,6 +553,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     if let Some(live) = &rt.live {
                         live.close();
                     }
+                    rt.pool.give_back();
+                    rt.release_retired();
                 }
                 let _ = std::fs::File::create(&c.done);
             }
@@ -553,7 +568,34 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         }
         if !did && !prefault.step() {
             st.flush();
+            drop(guard);
             rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());
         }
     }
+}
+
+/// A traced thread found no free chunk in lossless mode: the collector does not keep up, most often
+/// because its core is busy with other work and it waits to be scheduled while the program waits for
+/// it. The thread then writes the oldest full chunk itself, on its own core, freeing it, rather than
+/// sleep. True when it did; false when the collector is at work (it holds the state) or has nothing
+/// waiting, in live mode (the printer reads the threads' slots) and flight mode, and with `--alloc`
+/// (the chunk's stacks are taken under the interner's lock, which the thread may hold here).
+pub fn help(rt: &Runtime) -> bool {
+    if rt.live.is_some() || rt.config.mode != Mode::Lossless || rt.program.alloc.is_some() {
+        return false;
+    }
+    let Some(Ok(mut guard)) = rt.collector_state.get().map(|s| s.try_lock()) else {
+        return false;
+    };
+    let Some(st) = guard.as_mut() else {
+        return false;
+    };
+    // Metadata queued before the chunk was handed over goes in ahead of it, as the collector does.
+    st.meta(rt);
+    let Some(c) = rt.pool.full.pop() else {
+        return false;
+    };
+    st.chunk(rt, c);
+    st.release(rt);
+    true
 }

@@ -81,25 +81,77 @@ impl Hot {
         slots: usize,
         fill: F,
     ) -> Result<(), F> {
+        let Some(cur) = self.reserve(slots) else {
+            return Err(fill);
+        };
+        // SAFETY: `reserve` found room for the record and `slots` payload records at `cur`.
+        unsafe {
+            fill(cur.add(1));
+            self.commit(cur, rec, slots);
+        }
+        Ok(())
+    }
+
+    /// [`Hot::append`] for a payload whose size is known only once written (the fields of a `tracing`
+    /// event): `fill` gets room for `max_slots` payload records and returns how many it used (at most
+    /// `max_slots`), which goes into `rec`'s word (its payload slots are 0).
+    #[inline(always)]
+    pub fn append_sized<F: FnOnce(*mut Record) -> usize>(
+        &self,
+        rec: Record,
+        max_slots: usize,
+        fill: F,
+    ) -> Result<(), F> {
+        let Some(cur) = self.reserve(max_slots) else {
+            return Err(fill);
+        };
+        // SAFETY: `reserve` found room for the record and `max_slots` payload records at `cur`, and
+        // at most that many are used.
+        unsafe {
+            let slots = fill(cur.add(1)).min(max_slots);
+            let rec = Record {
+                tsc: rec.tsc,
+                word: rec.word | (slots as u64) << 40,
+            };
+            self.commit(cur, rec, slots);
+        }
+        Ok(())
+    }
+
+    /// Where a record and `slots` payload records go in the thread's chunk, if it has room for them
+    /// (and the thread a chunk), with the chunk's line four lines ahead owned before the stores reach
+    /// it, as the trampolines do: a recycled chunk's lines are shared with the collector that read them.
+    #[inline(always)]
+    fn reserve(&self, slots: usize) -> Option<*mut Record> {
         let cur = self.cursor.load(Ordering::Relaxed);
         let end = self.end.load(Ordering::Relaxed);
         if cur.is_null() || (end as usize).saturating_sub(cur as usize) <= slots * RECORD_SIZE {
-            return Err(fill);
+            return None;
         }
-        // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (checked above);
-        // prefetchw never faults, whatever the address.
+        // SAFETY: prefetchw never faults, whatever the address.
         unsafe {
-            // The chunk's line four lines ahead owned before the stores reach it, as the trampolines
-            // do: a recycled chunk's lines are shared with the collector that read them.
             core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
                 options(nostack, preserves_flags, readonly));
-            fill(cur.add(1));
-            core::sync::atomic::compiler_fence(Ordering::Release);
+        }
+        Some(cur)
+    }
+
+    /// Publishes `rec` at `cur`, its `slots` payload records written after it: the record's word,
+    /// then its timestamp, then the cursor.
+    ///
+    /// # Safety
+    /// `cur` is what [`Hot::reserve`] answered for at least `slots` on this thread, and nothing was
+    /// appended since.
+    #[inline(always)]
+    unsafe fn commit(&self, cur: *mut Record, rec: Record, slots: usize) {
+        core::sync::atomic::compiler_fence(Ordering::Release);
+        // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (the caller's
+        // contract).
+        unsafe {
             core::ptr::write_volatile(&raw mut (*cur).word, rec.word);
             core::ptr::write_volatile(&raw mut (*cur).tsc, rec.tsc);
             self.cursor.store(cur.add(1 + slots), Ordering::Release);
         }
-        Ok(())
     }
 }
 

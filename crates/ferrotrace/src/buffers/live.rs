@@ -21,8 +21,11 @@ use std::collections::HashMap;
 use std::fmt::Write as _;
 
 use ferrotrace_core::clock::TscConverter;
+use ferrotrace_core::codec::FieldReader;
 use ferrotrace_core::env;
+use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::schema::{self, CallsiteKind, Count, Payload};
 
 use crate::buffers::hot::UNKNOWN_CPU;
 use crate::buffers::pool::Pool;
@@ -77,6 +80,17 @@ pub struct Printer {
     /// Events the program's trace buffers could not hold (drop mode), not said yet.
     lost: u64,
     line: String,
+    /// Callsites described while the program runs (`tracing` spans by function id, their fields and
+    /// events by tracepoint id), from the Callsites chunks the collector writes ([`Printer::describe`]).
+    spans: HashMap<u32, String>,
+    events: HashMap<u32, Callsite>,
+}
+
+/// What prints a `tracing` event or span's fields: the callsite's level, name and field list.
+struct Callsite {
+    level: &'static str,
+    name: String,
+    args: String,
 }
 
 impl Output {
@@ -161,6 +175,40 @@ impl Printer {
             not_printed: 0,
             lost: 0,
             line: String::new(),
+            spans: HashMap::new(),
+            events: HashMap::new(),
+        }
+    }
+
+    /// Collector hook: a chunk the collector writes, which describes what later events refer to; the
+    /// printer learns the names of Callsites chunks from it.
+    pub fn describe(&mut self, kind: ChunkKind, payload: &[u8]) {
+        if kind != ChunkKind::Callsites {
+            return;
+        }
+        let mut f = FieldReader::new(payload);
+        let Ok(Count(n)) = Count::decode(&mut f) else {
+            return;
+        };
+        for _ in 0..n {
+            let Ok(c) = schema::Callsite::decode(&mut f) else {
+                return;
+            };
+            if c.kind == CallsiteKind::Span {
+                self.spans.insert(c.function_id, c.name.to_string());
+            }
+            let args: Vec<String> = c
+                .fields
+                .split(',')
+                .filter(|f| !f.is_empty())
+                .map(|f| format!("{f}:value"))
+                .collect();
+            let callsite = Callsite {
+                level: schema::LEVELS.get(c.level as usize).copied().unwrap_or("?"),
+                name: c.name.to_string(),
+                args: args.join(","),
+            };
+            self.events.insert(c.tracepoint_id, callsite);
         }
     }
 
@@ -211,9 +259,11 @@ impl Printer {
             return;
         };
         let functions = &self.out.functions;
+        let spans = &self.spans;
         let fname = |id: u32| {
             functions
                 .get(id.wrapping_sub(1) as usize)
+                .or_else(|| spans.get(&id))
                 .map_or_else(|| format!("fn#{id}"), |s| s.clone())
         };
         let line = &mut self.line;
@@ -241,13 +291,18 @@ impl Printer {
             EventKind::Exit | EventKind::TailExit => {
                 let _ = write!(line, "}} /* {} */", fname(r.id()));
             }
-            _ => match self.out.tracepoints.get(&r.id()) {
-                Some(tp) => {
+            _ => match (self.out.tracepoints.get(&r.id()), self.events.get(&r.id())) {
+                (Some(tp), _) => {
                     let _ = ferrotrace_core::tracepoint::write_event(
                         line, tp.name, tp.args, tp.format, payload,
                     );
                 }
-                None => {
+                (None, Some(c)) => {
+                    let _ = write!(line, "{} ", c.level);
+                    let _ =
+                        ferrotrace_core::tracepoint::write_call(line, &c.name, &c.args, payload);
+                }
+                (None, None) => {
                     let _ = write!(line, "tracepoint#{}", r.id());
                 }
             },

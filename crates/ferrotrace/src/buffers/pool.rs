@@ -40,13 +40,87 @@ pub struct Pool {
     chunk_records: usize,
     count: usize,
     /// Empty chunks, most recently freed on top.
-    pub free: FreeStack,
+    pub free: &'static FreeStack,
     /// Chunks waiting for the collector.
-    pub full: ArrayQueue<FullChunk>,
+    pub full: &'static ArrayQueue<FullChunk>,
+    /// Both queues, for [`Pool::give_back`].
+    queues: &'static Queues,
     /// The chunks' descriptors in memory shared with `ferrotrace record`, if it gave some.
     descriptors: Option<&'static [Descriptor]>,
     /// The signal table in that memory.
     signals: Option<&'static shared::Signals>,
+    /// The whole mapping: `(start, bytes)`.
+    mapping: (usize, usize),
+}
+
+/// Address ranges of retired pools ([`Pool::give_back`]), each `(start, bytes)`: mapped, holding no
+/// memory, and reused by the next pool of the same size, so that attaching again and again neither
+/// grows the process nor adds mappings.
+static SPARE: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
+
+/// A pool's two queues. Allocated once and never freed (a retired runtime's pool may still be named by
+/// threads that hold it), but reused by the next pool of as many chunks ([`SPARE_QUEUES`]).
+struct Queues {
+    free: FreeStack,
+    full: ArrayQueue<FullChunk>,
+}
+
+/// The queues of retired pools ([`Pool::give_back`]), for the next pool of as many chunks.
+static SPARE_QUEUES: std::sync::Mutex<Vec<&'static Queues>> = std::sync::Mutex::new(Vec::new());
+
+/// Queues for `count` chunks, every chunk free: a retired pool's, emptied, or new ones.
+fn queues_for(count: usize) -> &'static Queues {
+    let spare = {
+        let mut spare = SPARE_QUEUES.lock().unwrap_or_else(|e| e.into_inner());
+        let found = spare.iter().position(|q| q.full.capacity() == count);
+        found.map(|i| spare.swap_remove(i))
+    };
+    let queues = spare.unwrap_or_else(|| {
+        Box::leak(Box::new(Queues {
+            free: FreeStack::new(count),
+            full: ArrayQueue::new(count),
+        }))
+    });
+    while queues.full.pop().is_some() {}
+    while queues.free.pop().is_some() {}
+    for i in (0..count).rev() {
+        queues.free.push(i as u32);
+    }
+    queues
+}
+
+/// Maps `bytes` read-write: in a retired pool's range of that size if there is one (`MAP_FIXED` over
+/// our own mapping), else wherever the kernel puts it. `fd` is a memfd to map shared, or none (private
+/// anonymous memory).
+fn map_pool(bytes: usize, fd: Option<i32>) -> *mut libc::c_void {
+    let spare = {
+        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        let found = spare.iter().position(|&(_, len)| len == bytes);
+        found.map(|i| spare.swap_remove(i).0)
+    };
+    let (hint, fixed) = match spare {
+        Some(start) => (start as *mut libc::c_void, libc::MAP_FIXED),
+        None => (core::ptr::null_mut(), 0),
+    };
+    let (share, fd) = match fd {
+        Some(fd) => (libc::MAP_SHARED, fd),
+        None => (libc::MAP_PRIVATE | libc::MAP_ANONYMOUS, -1),
+    };
+    // SAFETY: a new mapping, or one replacing a retired pool's range, which nothing but stragglers of
+    // the retired runtime (see `give_back`) can still touch; checked by the caller.
+    let map = unsafe {
+        libc::mmap(
+            hint,
+            bytes,
+            libc::PROT_READ | libc::PROT_WRITE,
+            share | fixed,
+            fd,
+            0,
+        )
+    };
+    // A range whose MAP_FIXED failed is not kept: the kernel may have unmapped it already, and given
+    // it to another mapping since.
+    map
 }
 
 /// Faults in the pool's pages, in the order threads take the chunks, without changing what they hold
@@ -89,24 +163,20 @@ impl Pool {
     pub fn new(chunk_bytes: usize, count: usize) -> Result<Pool, String> {
         let count = count.max(2);
         let bytes = chunk_bytes * count;
-        // SAFETY: anonymous private mapping; checked for failure below.
-        let base = unsafe {
-            libc::mmap(
-                core::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                -1,
-                0,
-            )
-        };
+        let base = map_pool(bytes, None);
         if base == libc::MAP_FAILED {
             return Err(format!(
                 "cannot map {bytes} bytes of trace buffers: {}",
                 std::io::Error::last_os_error()
             ));
         }
-        Ok(Pool::over(base.cast(), chunk_bytes, count, None))
+        Ok(Pool::over(
+            base.cast(),
+            chunk_bytes,
+            count,
+            None,
+            (base as usize, bytes),
+        ))
     }
 
     /// Maps `count` chunks of `chunk_bytes` each with their descriptors in the memfd `fd` that
@@ -129,14 +199,7 @@ impl Pool {
             if libc::ftruncate(fd, bytes as libc::off_t) != 0 {
                 return Err(err("cannot size the shared trace buffers"));
             }
-            let map = libc::mmap(
-                core::ptr::null_mut(),
-                bytes,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            );
+            let map = map_pool(bytes, Some(fd));
             if map == libc::MAP_FAILED {
                 return Err(err("cannot map the shared trace buffers"));
             }
@@ -158,7 +221,13 @@ impl Pool {
                 count,
             );
             let base = map.cast::<u8>().add(shared::chunks_offset(count));
-            let mut pool = Pool::over(base.cast(), chunk_bytes, count, Some(descriptors));
+            let mut pool = Pool::over(
+                base.cast(),
+                chunk_bytes,
+                count,
+                Some(descriptors),
+                (map as usize, bytes),
+            );
             pool.signals =
                 Some(&*(map.cast::<u8>().add(shared::SIGNALS_OFFSET) as *const shared::Signals));
             Ok(pool)
@@ -170,20 +239,63 @@ impl Pool {
         chunk_bytes: usize,
         count: usize,
         descriptors: Option<&'static [Descriptor]>,
+        mapping: (usize, usize),
     ) -> Pool {
-        let free = FreeStack::new(count);
-        for i in (0..count).rev() {
-            free.push(i as u32);
-        }
+        let queues = queues_for(count);
         Pool {
             base,
             chunk_records: chunk_bytes / RECORD_SIZE,
             count,
-            free,
-            full: ArrayQueue::new(count),
+            free: &queues.free,
+            full: &queues.full,
+            queues,
             descriptors,
             signals: None,
+            mapping,
         }
+    }
+
+    /// Lets a child forked from now on inherit the pool shared with `ferrotrace record` (which is
+    /// mapped so that children do not: they could only corrupt it), for the one child that must
+    /// write it out (`exit::write_end_in_child`). Async-signal-safe.
+    pub fn inherit_on_fork(&self) {
+        if self.descriptors.is_some() {
+            let (start, bytes) = self.mapping;
+            // SAFETY: advice on our own mapping, changing no byte of it.
+            unsafe { libc::madvise(start as *mut libc::c_void, bytes, libc::MADV_DOFORK) };
+        }
+    }
+
+    /// The runtime of an attached recording retired (its trace written, every thread stopped): gives
+    /// the pool's memory back, and keeps its address range and its queues for the next pool. The range is mapped
+    /// again as untouched anonymous memory (`MAP_FIXED | MAP_NORESERVE`, no page in it): the pages the
+    /// pool faulted in are freed (a shared memfd's too, once `record` closes it), and a store from a
+    /// thread that was past its cursor check in a trampoline when it was stopped lands in a fresh page
+    /// instead of faulting. The pool must not be used afterwards.
+    pub fn give_back(&self) {
+        let (start, bytes) = self.mapping;
+        // SAFETY: replaces our own mapping with a fresh one of the same range; nothing but the
+        // stragglers above writes there any more.
+        let map = unsafe {
+            libc::mmap(
+                start as *mut libc::c_void,
+                bytes,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE | libc::MAP_FIXED,
+                -1,
+                0,
+            )
+        };
+        if map != libc::MAP_FAILED {
+            SPARE
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((start, bytes));
+        }
+        SPARE_QUEUES
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(self.queues);
     }
 
     /// The work of faulting in every chunk's pages ahead of the threads ([`Prefault`]).

@@ -163,6 +163,11 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     }
     hand_over(rt, st, h);
     stop_hot(h);
+    if !rt.pool.full.is_empty() {
+        // Now the collector has work: started if it was deferred, while this thread's cursor is
+        // stopped (what the thread start calls is the runtime's work, not recorded).
+        crate::lifecycle::start::ensure_collector(rt);
+    }
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
     };
@@ -207,8 +212,9 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
 }
 
 /// Gets a free chunk for the slot's thread according to the mode. In lossless and flight mode it waits,
-/// releasing the slot lock meanwhile so that a final flush can stop the thread; in drop mode it gives up
-/// at once and counts the event as lost.
+/// releasing the slot lock meanwhile so that a final flush can stop the thread (in lossless mode
+/// writing full chunks itself while the collector does not keep up: `collector::help`; the time counts
+/// as waited); in drop mode it gives up at once and counts the event as lost.
 fn acquire_chunk<'a>(
     rt: &Runtime,
     slot: &'a ThreadSlot,
@@ -231,7 +237,9 @@ fn acquire_chunk<'a>(
         }
         wait_start.get_or_insert_with(Instant::now);
         drop(guard);
-        std::thread::sleep(Duration::from_micros(20));
+        if !crate::buffers::collector::help(rt) {
+            std::thread::sleep(Duration::from_micros(20));
+        }
         guard = slot.lock();
         if guard.state().stopped || !rt.lifecycle.is_recording() {
             return None;
@@ -503,6 +511,9 @@ fn thread_exit() {
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
+        if !rt.pool.full.is_empty() {
+            crate::lifecycle::start::ensure_collector(rt);
+        }
         for r in rt.upcalls.recorders {
             (r.thread_exit)();
         }

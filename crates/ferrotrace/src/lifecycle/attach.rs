@@ -11,14 +11,17 @@
 //! threads); sites are patched with other threads running through them (each page copied on write
 //! costs the other CPUs a TLB shootdown); nothing is set in the environment (not thread-safe here);
 //! nothing is interposed (the library was loaded `RTLD_LOCAL`, after the program's symbols were bound):
-//! objects the program `dlopen`s are found by the collector's rescan every second, and programs' calls
-//! of the C library's `mcount` (rather than patchable NOPs) are not traced.
+//! objects the program `dlopen`s are found by the collector's rescan every second, programs' calls of
+//! the C library's `mcount`/`__fentry__` (rather than patchable NOPs) reach the hooks through their GOT
+//! slots, redirected while attached (`sites::redirect_hook_slots`), and allocations are not recorded. Tracepoints (`--trace`) are, in a program that links the runtime: enabled once recording,
+//! disabled again when the host stops it. The chunk pool goes into the memfd the host made in the
+//! process (`FERROTRACE_SHARED_FD`), so that the host can salvage it after a SIGKILL.
 
 use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::env::RuntimeSpec;
-use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema;
 
 use crate::buffers::{clock, hot, live};
@@ -67,9 +70,18 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
     let lookup = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
     let parsed = RuntimeSpec::from_env(|n| lookup(n).map(Into::into));
     let control = parsed.as_ref().ok().and_then(|s| s.control.clone());
+    // The memfd the host made in this process for the chunk pool is ours from here on, whatever
+    // happens: closed on return (a pool maps it first, and the mapping keeps it alive), so that no
+    // attach leaves a descriptor behind.
+    let shared = lookup(ferrotrace_core::env::SHARED_FD)
+        .and_then(|v| v.parse().ok())
+        .filter(|&fd| crate::lifecycle::config::is_shared_memfd(fd))
+        // SAFETY: an open descriptor (is_shared_memfd found it) that the host made for this call and
+        // nothing else in the process uses.
+        .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) });
     let result = parsed
         .map_err(|e| fail(BAD_SPEC, e.to_string()))
-        .and_then(|spec| start_attached(&spec, &lookup, role));
+        .and_then(|spec| start_attached(&spec, &lookup, shared.as_ref(), role));
     if let (Err(e), Some(c)) = (&result, &control) {
         if let Some(dir) = c.parent() {
             if let Ok(mut f) = std::fs::File::create(dir.join("error")) {
@@ -83,6 +95,7 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
 fn start_attached(
     spec: &RuntimeSpec,
     lookup: &dyn Fn(&str) -> Option<String>,
+    shared: Option<&OwnedFd>,
     role: Role,
 ) -> Result<(), AttachError> {
     if get().is_some() {
@@ -91,11 +104,28 @@ fn start_attached(
             "a ferrotrace runtime is recording in it already",
         ));
     }
-    if spec.alloc.is_some() || !spec.trace.is_empty() || spec.live_fd.is_some() {
+    if spec.alloc.is_some() || spec.live_fd.is_some() {
         return Err(fail(
             BAD_SPEC,
-            "an attached recording traces functions only (no --alloc or --trace)",
+            "an attached recording records no allocations (--alloc)",
         ));
+    }
+    // Tracepoints are the program's own (declared with the ferrotrace crate): only a program that links
+    // the runtime has them, and each glob must select one of them.
+    let tracepoints = spec.trace.join(",");
+    if !tracepoints.is_empty() {
+        if role == Role::Preload {
+            return Err(fail(
+                BAD_SPEC,
+                "--trace: the program does not link the ferrotrace crate, so it has no tracepoints",
+            ));
+        }
+        if let Some(unmatched) = crate::tracepoints::unmatched(&tracepoints)
+            .into_iter()
+            .next()
+        {
+            return Err(fail(NONE_SELECTED, unmatched));
+        }
     }
     let first_clock = clock::calibration_pair().0;
     let config = Config::from_lookup(lookup).map_err(|e| fail(BAD_SPEC, e))?;
@@ -127,7 +157,7 @@ fn start_attached(
     let mut known = discovery::Known::default();
     let found = discovery::discover(&config, role == Role::Preload, &mut known)
         .map_err(|e| fail(FAILED, e))?;
-    if found.functions.is_empty() {
+    if found.functions.is_empty() && tracepoints.is_empty() {
         return Err(if found.total_functions == 0 {
             fail(
                 NO_SITES,
@@ -149,21 +179,18 @@ fn start_attached(
         });
     }
     let start_realtime = clock::realtime_ns();
-    let pool = start::new_pool(&config, None, start_realtime).map_err(|e| fail(FAILED, e))?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, crate::tracepoints::assign_ids()));
+    // In the host's memfd when it made one: it salvages what was not written if the process is
+    // killed while attached.
+    let pool = start::new_pool(&config, shared.map(AsRawFd::as_raw_fd), start_realtime)
+        .map_err(|e| fail(FAILED, e))?;
+    let header = found.head(crate::tracepoints::assign_ids());
     let live = match &spec.live_fifo {
         Some(path) => Some(open_live(path, &found)?),
         None => None,
     };
     let program = Program {
         role,
-        sources: found.instrumentation,
+        sources: start::sources(&found),
         rust_std: found.rust_std,
         targets: start::targets(live.is_some()),
         alloc: None,
@@ -182,24 +209,32 @@ fn start_attached(
     if let Some(c) = control {
         let _ = rt.control.set(c);
     }
-    let rt = start::launch(rt, writer, path, None).map_err(|e| fail(FAILED, e))?;
-    install_exit_hooks_once();
+    let rt = start::launch(rt, writer, path, None, false).map_err(|e| fail(FAILED, e))?;
+    exit::install_once();
     rt.lifecycle.start_recording();
     // SAFETY: `found` is discover's answer, unchanged.
     if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
         // What was patched records; the host stops it as usual.
         say!("ferrotrace: patching failed: {e}");
     }
-    // No recorder to start: function tracing needs none (allocations and tracepoints are refused
+    // Calls of mcount/__fentry__ (-pg without -mnop-mcount) are bound to the C library's: pointed at
+    // the hooks now that their sites are in the table, put back by the stop (unpatch_all).
+    // SAFETY: as above.
+    if let Err(e) = unsafe { sites::redirect_hook_slots(&found, &rt.program.targets) } {
+        say!("ferrotrace: some mcount calls stay untraced: {e}");
+    }
+    // The tracepoints asked for, but not those the program enabled itself, which it keeps on.
+    if !tracepoints.is_empty() {
+        let enabled = crate::tracepoints::enable_attached(&tracepoints);
+        if let Some(c) = rt.control.get() {
+            c.on_stop(Box::new(move || {
+                crate::tracepoints::disable_attached(&enabled)
+            }));
+        }
+    }
+    // No recorder to start: function tracing and tracepoints need none (allocations are refused
     // above).
     Ok(())
-}
-
-/// The exit, signal and fork hooks, once per process however often it is attached to: they find
-/// whichever runtime runs (or none) when they fire.
-fn install_exit_hooks_once() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(exit::install);
 }
 
 /// `live -p`: the printer, writing to the host's FIFO (which it holds open for reading); losses go
@@ -221,7 +256,7 @@ fn open_live(path: &Path, found: &discovery::Discovery) -> Result<live::Output, 
         fifo.into_raw_fd(),
         -1,
         names,
-        Default::default(),
+        start::live_tracepoints(),
     ))
 }
 

@@ -216,17 +216,20 @@ pub fn set_env(name: &str, value: Option<&str>) {
 pub fn take_shared_fd() -> Option<i32> {
     let value = std::env::var(env::SHARED_FD).ok();
     set_env(env::SHARED_FD, None);
-    let fd: i32 = value?.parse().ok()?;
-    let target = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
-    if !target
-        .to_string_lossy()
-        .starts_with(&format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME))
-    {
-        return None;
-    }
-    // SAFETY: fcntl on a descriptor that is open (read_link found it).
+    let fd = value?.parse().ok().filter(|&fd| is_shared_memfd(fd))?;
+    // SAFETY: fcntl on a descriptor that is open (is_shared_memfd found it).
     unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
     Some(fd)
+}
+
+/// True when descriptor `fd` of this process is a memfd `record` made for sharing the chunk pool
+/// ([`ferrotrace_core::shared::MEMFD_NAME`]): a number that names anything else is never touched.
+pub fn is_shared_memfd(fd: i32) -> bool {
+    std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|target| {
+        target
+            .to_string_lossy()
+            .starts_with(&format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME))
+    })
 }
 
 /// Deepest allocation stack the hooks walk (checked alike by `record`).

@@ -48,7 +48,7 @@ pub enum Finished {
 /// allocates nor waits without bound. A call while another thread is finishing waits until that
 /// finish is over (the process must not end before it), and says so.
 /// A forked child's copy of its parent's runtime does nothing here (the parent finishes its own).
-pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -> Finished {
+pub fn finish(rt: &'static Runtime, reason: EndReason, signal: i32, from_signal: bool) -> Finished {
     if !rt.records_this_process() {
         return Finished::NotHere;
     }
@@ -63,11 +63,21 @@ pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -
     }
     crate::buffers::thread::flush_all(rt, from_signal);
     rt.lifecycle.threads_stopped();
-    rt.lifecycle.wait_end_written(if from_signal {
+    let limit = if from_signal {
         Duration::from_secs(3)
     } else {
         FINISH_LIMIT
-    });
+    };
+    // A deferred collector (nothing had filled a chunk) starts now; in a signal handler, where no
+    // thread may be started, a copy of the process does its work.
+    let written_by_copy =
+        from_signal && !rt.lifecycle.has_collector() && write_end_in_child(rt, limit);
+    if !written_by_copy {
+        if !from_signal {
+            crate::lifecycle::start::ensure_collector(rt);
+        }
+        rt.lifecycle.wait_end_written(limit);
+    }
     let too_deep = rt.too_deep.load(Ordering::Relaxed);
     if too_deep > 0 && !from_signal {
         say!(
@@ -79,6 +89,59 @@ pub fn finish(rt: &Runtime, reason: EndReason, signal: i32, from_signal: bool) -
     }
     rt.lifecycle.finish_over();
     Finished::Here
+}
+
+/// For a finish in a signal handler when the collector was deferred and never started: starting a
+/// thread here could deadlock (it allocates, and the signal may have interrupted the allocator), so a
+/// copy of the process, made by the `fork` system call itself, runs the collector's last round (every
+/// queued chunk, then End) and exits, while this thread waits for it, at most `limit` (then kills it).
+/// Not through the C library's `fork`: its handlers would run in the signal handler (the allocator's
+/// take every arena lock; the runtime's mark the copy as a forked child that records nothing).
+/// Whatever happens in the copy, this process goes on to die as it would have. False when there was
+/// nothing to write with (a thread is starting the collector this very moment: wait for it).
+/// Allocation-free in this process.
+fn write_end_in_child(rt: &'static Runtime, limit: Duration) -> bool {
+    let Ok(mut deferred) = rt.deferred_collector.try_lock() else {
+        return false;
+    };
+    let Some(writer_and_path) = deferred.take() else {
+        return false;
+    };
+    drop(deferred);
+    rt.pool.inherit_on_fork();
+    // SAFETY: the raw system call, which copies the process and returns twice; the child runs the
+    // collector's loop on its copy and leaves by `_exit`, running no handler of the program's.
+    let pid = unsafe { libc::syscall(libc::SYS_fork) } as libc::pid_t;
+    if pid == 0 {
+        let (writer, path) = writer_and_path;
+        crate::buffers::collector::run(rt, writer, path);
+        // SAFETY: ends the copy without exit handlers (they are the program's, run by this process).
+        unsafe { libc::_exit(0) };
+    }
+    // Freeing them here could re-enter an allocator the signal interrupted; the process is ending.
+    std::mem::forget(writer_and_path);
+    if pid < 0 {
+        return true;
+    }
+    let start = std::time::Instant::now();
+    loop {
+        let mut status = 0;
+        // SAFETY: waiting for our own child, without blocking.
+        let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        // Done, or reaped by someone else (the program's SIGCHLD handler, or SIGCHLD ignored).
+        if r != 0 {
+            return true;
+        }
+        if start.elapsed() > limit {
+            // SAFETY: our child, killed and reaped.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return true;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// Writes std's stack-overflow message for the calling thread, without allocating.
@@ -242,7 +305,7 @@ fn die_by(sig: libc::c_int, info: *const libc::siginfo_t, ctx: *mut libc::c_void
 /// says the process died of. When another thread is finishing already, this waits for it, and then, if
 /// that was for a signal too, lets that signal end the process rather than this one (so that the End
 /// chunk names the signal the process died of).
-fn finish_for_signal(rt: &Runtime, signal: libc::c_int) {
+fn finish_for_signal(rt: &'static Runtime, signal: libc::c_int) {
     if finish(rt, EndReason::Signal, signal, true) == Finished::ByOther
         && rt.lifecycle.end().0 == EndReason::Signal
     {
@@ -515,6 +578,13 @@ pub unsafe fn program_sigaction(
         *o = view;
     }
     result
+}
+
+/// [`install`], once per process however often a runtime starts late in it (attached, or started by
+/// the program): the hooks find whichever runtime runs (or none) when they fire.
+pub fn install_once() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(install);
 }
 
 /// Registers the exit, signal and fork hooks.

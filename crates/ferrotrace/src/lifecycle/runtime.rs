@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
 
+use crate::buffers::collector::Writer;
 use crate::buffers::live;
 use crate::buffers::pool::Pool;
 use crate::buffers::registry::Registry;
@@ -64,7 +65,8 @@ pub use ferrotrace_core::schema::EndReason;
 pub enum Phase {
     /// Made and published; its collector thread is starting.
     Starting = 0,
-    /// The collector runs (and never records itself); recording has not started.
+    /// The collector runs (and never records itself), or is deferred until there is something to
+    /// write ([`Runtime::deferred_collector`]); recording has not started.
     Ready = 1,
     /// Events are recorded.
     Recording = 2,
@@ -176,9 +178,20 @@ impl Lifecycle {
         self.transition(Phase::Starting, Phase::Ready);
     }
 
+    /// Starting → Ready without a collector: it starts when there is something to write
+    /// ([`Runtime::deferred_collector`]).
+    pub fn collector_deferred(&self) {
+        self.transition(Phase::Starting, Phase::Ready);
+    }
+
     /// Notes the collector's thread, which [`Lifecycle::wake_collector`] wakes.
     pub fn set_collector(&self, thread: std::thread::Thread) {
         let _ = self.collector.set(thread);
+    }
+
+    /// True once a collector thread was started.
+    pub fn has_collector(&self) -> bool {
+        self.collector.get().is_some()
     }
 
     /// Waits (at most `limit`) until the collector runs; false if it did not start in time.
@@ -341,17 +354,37 @@ pub struct Runtime {
     /// A runtime started by `ferrotrace_attach` in a running process: the control channel whose end
     /// stops it (set before its collector starts).
     pub control: OnceLock<Control>,
+    /// The trace's writer and path, while the collector is deferred: held until a chunk is handed
+    /// over or the trace ends, when the collector (or, in a signal handler, a copy of the process)
+    /// takes them. A second thread makes the C library lock its allocator and stdio for the rest
+    /// of the process's life: a program that records little must not pay that
+    /// (`lifecycle::start::ensure_collector`).
+    pub deferred_collector: Mutex<Option<(Writer, std::path::PathBuf)>>,
+    /// The collector's state while it runs (`None` once the End chunk is written), which a traced
+    /// thread waiting for a chunk may take to write one itself (`buffers::collector::help`).
+    pub collector_state: OnceLock<Mutex<Option<crate::buffers::collector::State>>>,
 }
 
 /// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
 /// host holds open; its end of file (the host closed it, or died) stops the recording, and the
 /// collector then creates `done` beside it once the trace is written.
-#[derive(Debug)]
 pub struct Control {
     /// The FIFO, opened for reading without blocking (-1 once closed).
     fifo: std::sync::atomic::AtomicI32,
     /// Created once the End chunk is written.
     pub done: std::path::PathBuf,
+    /// What the attachment turned on besides patched functions (tracepoints), turned off when the host
+    /// stops it.
+    undo: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl std::fmt::Debug for Control {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Control")
+            .field("fifo", &self.fifo)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Control {
@@ -361,6 +394,20 @@ impl Control {
         Control {
             fifo: std::sync::atomic::AtomicI32::new(fifo.into_raw_fd()),
             done,
+            undo: Mutex::new(None),
+        }
+    }
+
+    /// Sets what [`Control::undo`] does when the host stops the recording.
+    pub fn on_stop(&self, undo: Box<dyn FnOnce() + Send>) {
+        *self.undo.lock().unwrap_or_else(|e| e.into_inner()) = Some(undo);
+    }
+
+    /// The host stopped the recording: turns off what [`Control::on_stop`] was given (once).
+    pub fn undo(&self) {
+        let undo = self.undo.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(undo) = undo {
+            undo();
         }
     }
 
@@ -542,6 +589,8 @@ impl Runtime {
             live,
             too_deep: AtomicU64::new(0),
             control: OnceLock::new(),
+            deferred_collector: Mutex::new(None),
+            collector_state: OnceLock::new(),
         }
     }
 
@@ -560,6 +609,32 @@ impl Runtime {
         self.pid == std::process::id()
     }
 
+    /// A new function id for a function that is in no loaded object (a `tracing` span), never given
+    /// before nor by a later rescan, with its `-F`/`-N` matches (`buffers::filter`'s flags) when the
+    /// collector selects.
+    pub fn new_function_id(&self, filter_flags: u8) -> u32 {
+        let mut known = self.known.lock().unwrap_or_else(|e| e.into_inner());
+        let id = known.next_function_id.max(1);
+        known.next_function_id = id + 1;
+        if self.config.filters_events() {
+            let at = id as usize;
+            if known.filter_flags.len() <= at {
+                known.filter_flags.resize(at + 1, 0);
+            }
+            known.filter_flags[at] = filter_flags;
+        }
+        id
+    }
+
+    /// Adds to the program's description what a recorder described since start-up, for the trace of
+    /// a forked child (the collector writes it into this trace through the recorder's metadata hook).
+    pub fn describe(&self, chunks: Chunks) {
+        self.header
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend(chunks);
+    }
+
     /// Per function id, its `-F`/`-N` matches (`buffers::filter`), as discovered so far.
     pub fn function_filter_flags(&self) -> Vec<u8> {
         self.known
@@ -567,6 +642,14 @@ impl Runtime {
             .unwrap_or_else(|e| e.into_inner())
             .filter_flags
             .clone()
+    }
+
+    /// An attached runtime retired: frees what only a recording reads (the description and what
+    /// discovery saw, which can be large for a program of many functions). The rest stays allocated,
+    /// small: threads may still hold references to the runtime.
+    pub fn release_retired(&self) {
+        *self.header.lock().unwrap_or_else(|e| e.into_inner()) = Chunks::new();
+        *self.known.lock().unwrap_or_else(|e| e.into_inner()) = discovery::Known::default();
     }
 
     /// The program's description as written at the head of the trace and by rescans since (modules,

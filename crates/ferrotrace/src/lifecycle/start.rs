@@ -18,7 +18,7 @@ use crate::buffers::pool::Pool;
 use crate::buffers::{clock, collector, live};
 use crate::lifecycle::config::{Config, Mode};
 use crate::lifecycle::exit;
-use crate::lifecycle::runtime::{get, Program, Recorder, Role, Runtime, Upcalls};
+use crate::lifecycle::runtime::{get, EndReason, Program, Recorder, Role, Runtime, Upcalls};
 use crate::patch::{discovery, sites};
 use crate::recorders::xray as trampoline;
 
@@ -147,21 +147,10 @@ fn start(role: Role) -> Result<(), String> {
                 .map(|f| crate::lifecycle::config::display_name(&f.name))
                 .collect()
         },
-        || {
-            crate::recorders::tracepoint::all()
-                .into_iter()
-                .map(|t| {
-                    let tp = live::Tp {
-                        name: t.name,
-                        args: t.args,
-                        format: t.format,
-                    };
-                    (t.header.id.load(Ordering::Relaxed), tp)
-                })
-                .collect()
-        },
+        live_tracepoints,
     );
-    if !started_by_traced {
+    // In a program that records `tracing` spans, -F may name spans, which are met only later.
+    if !started_by_traced && found.instrumentation & schema::source::TRACING == 0 {
         for (re, _) in config
             .include
             .iter()
@@ -214,19 +203,10 @@ fn start(role: Role) -> Result<(), String> {
         shared_fd.filter(|_| !started_by_traced),
         start_realtime,
     )?;
-    let mut header: Vec<(ChunkKind, Vec<u8>)> = found
-        .module_payloads()
-        .into_iter()
-        .map(|p| (ChunkKind::Module, p))
-        .collect();
-    header.push((ChunkKind::Functions, found.functions_payload()));
-    header.push((ChunkKind::Tracepoints, tracepoints));
+    let header = found.head(tracepoints);
     // How the functions are instrumented (XRay, mcount, fentry, NOPs: bits of the same values), and
     // whether there are tracepoints and allocations.
-    let mut sources = found.instrumentation;
-    if !crate::recorders::tracepoint::all().is_empty() {
-        sources |= schema::source::TRACEPOINTS;
-    }
+    let mut sources = sources(&found);
     if alloc.is_some() {
         sources |= schema::source::ALLOCATIONS;
     }
@@ -252,11 +232,20 @@ fn start(role: Role) -> Result<(), String> {
     // runtime runs, as before: what was patched is recorded and the trace is finished.
     // SAFETY: `found` is discover's answer, unchanged.
     let patched = unsafe { sites::patch(&found, &program.targets) };
+    // The collector waits for something to write, unless it has work of its own from the start
+    // (live printing, the flight ring's dumps) or its thread's early allocations would be recorded
+    // (--alloc). Only in the preload library, whose `dlopen` rescans itself: the linked runtime's
+    // collector also looks for objects loaded since, every second.
+    let defer = role == Role::Preload
+        && live.is_none()
+        && config.mode != Mode::Flight
+        && program.alloc.is_none();
     let rt = launch(
         Runtime::new(config, pool, program, UPCALLS, known, header, live),
         writer,
         path,
         None,
+        defer,
     )?;
     exit::install();
     // Fails only if a signal finished the trace already: then nothing records.
@@ -267,6 +256,17 @@ fn start(role: Role) -> Result<(), String> {
     drop(found);
     start_recorders(&rt.program, rt.upcalls.recorders);
     Ok(())
+}
+
+/// What the trace's Session says recorded it (bits of `schema::source`), as far as discovery tells:
+/// how the functions are instrumented, whether the program links `ferrotrace-tracing`, and whether it
+/// has tracepoints.
+pub(crate) fn sources(found: &discovery::Discovery) -> u64 {
+    let mut sources = found.instrumentation;
+    if !crate::recorders::tracepoint::all().is_empty() {
+        sources |= schema::source::TRACEPOINTS;
+    }
+    sources
 }
 
 /// Starts every recorder, in order, and registers the fork handlers of those that record.
@@ -296,6 +296,21 @@ pub(crate) fn new_pool(
         Some(fd) => Pool::in_shared(fd, config.chunk_size, count, start_realtime),
         None => Pool::new(config.chunk_size, count),
     }
+}
+
+/// What the live printer needs to print each tracepoint, by id (given by `assign_ids`).
+pub(crate) fn live_tracepoints() -> std::collections::HashMap<u32, live::Tp> {
+    crate::recorders::tracepoint::all()
+        .into_iter()
+        .map(|t| {
+            let tp = live::Tp {
+                name: t.name,
+                args: t.args,
+                format: t.format,
+            };
+            (t.header.id.load(Ordering::Relaxed), tp)
+        })
+        .collect()
 }
 
 /// Creates the trace file and writes its head: Session, Clock and the chunks that describe the program.
@@ -348,22 +363,62 @@ pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
 }
 
 /// Makes `rt` the process's runtime (in place of `replacing`, a forked child's copy of its parent's,
-/// or of none) and starts its collector; returns once the collector runs. Recording is still off.
+/// or of none) and starts its collector; returns once the collector runs. With `defer`, the collector
+/// starts only when there is something to write ([`ensure_collector`]). Recording is still off.
 pub(crate) fn launch(
     rt: Runtime,
     writer: Writer,
     path: PathBuf,
     replacing: Option<&'static Runtime>,
+    defer: bool,
 ) -> Result<&'static Runtime, String> {
     let rt = crate::lifecycle::runtime::publish(rt, replacing)?;
-    let handle =
-        exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
-            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
-    rt.lifecycle.set_collector(handle.thread().clone());
+    if defer {
+        *rt.deferred_collector
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some((writer, path));
+        rt.lifecycle.collector_deferred();
+        return Ok(rt);
+    }
+    spawn_collector(rt, writer, path)?;
     if !rt.lifecycle.wait_collector_running(Duration::from_secs(5)) {
         return Err("the collector thread did not start within 5 s".into());
     }
     Ok(rt)
+}
+
+fn spawn_collector(rt: &'static Runtime, writer: Writer, path: PathBuf) -> Result<(), String> {
+    let handle =
+        exit::spawn_without_signals("ferrotrace", None, move || collector::run(rt, writer, path))
+            .map_err(|e| format!("cannot start the collector thread: {e}"))?;
+    rt.lifecycle.set_collector(handle.thread().clone());
+    Ok(())
+}
+
+/// Starts the deferred collector of `rt`, if it has not started: a thread handed over a chunk, or
+/// the trace ends. Not from a signal handler (it starts a thread); `exit::finish` has its own way
+/// there. If the thread cannot be started, the recording stops (the trace keeps its head, as after
+/// a SIGKILL: `record` recovers the events from the shared pool) rather than leave threads waiting
+/// for chunks nobody frees.
+pub fn ensure_collector(rt: &'static Runtime) {
+    if rt.lifecycle.has_collector() {
+        return;
+    }
+    let taken = rt
+        .deferred_collector
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .take();
+    let Some((writer, path)) = taken else {
+        // Started meanwhile by another thread, or never deferred.
+        return;
+    };
+    if let Err(e) = spawn_collector(rt, writer, path) {
+        say!("ferrotrace: {e}; recording stopped");
+        if rt.lifecycle.claim_finish(EndReason::Stopped, 0) {
+            rt.lifecycle.finish_over();
+        }
+    }
 }
 
 /// In a forked child, at its first traced event: starts a runtime of its own, writing `FILE.<pid>`,
@@ -409,6 +464,7 @@ pub fn restart_in_forked_child() {
             writer,
             path,
             Some(parent),
+            false,
         )
     });
     match started {
@@ -453,6 +509,7 @@ pub(crate) fn start_for_test(config: Config) -> &'static Runtime {
         writer,
         path,
         None,
+        false,
     )
     .expect("launch");
     rt.lifecycle.start_recording();

@@ -7,12 +7,12 @@
 //! Function names come from the file's symbol table. Patching what it found is [`crate::patch::sites`].
 
 use std::ffi::CStr;
-use std::ops::Range;
 use std::path::{Path, PathBuf};
 
+use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
 use ferrotrace_core::schema::{self, source as instrumentation, Payload};
-use ferrotrace_core::symbols::{is_runtime_function, PLUMBING_SECTION};
+use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -74,9 +74,14 @@ pub struct Discovery {
     /// mcount/`__fentry__` call sites: `(the hook's return address, record word)`, word 0 for functions
     /// not traced (filtered out, the runtime's own, or without a frame pointer).
     pub calls: Vec<(u64, u64)>,
+    /// The GOT slots through which objects with mcount/`__fentry__` calls call the hooks, and which
+    /// hook each names: bound to the C library's before an attach, pointed at the runtime's hooks
+    /// while attached ([`crate::patch::sites::redirect_hook_slots`]).
+    pub hook_slots: Vec<(u64, Flavor)>,
     /// Functions calling mcount that cannot be traced because they set up no frame pointer.
     pub no_frame_pointer: usize,
-    /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source`.
+    /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source` (with
+    /// `TRACING` when one links `ferrotrace-tracing`).
     pub instrumentation: u64,
     /// The executable links Rust's std (it has std's panic entry point): the fault handler then ends a
     /// stack overflow the way std would (see `exit`).
@@ -109,6 +114,19 @@ impl Discovery {
                 p
             })
             .collect()
+    }
+
+    /// The chunks that describe the program at the head of its trace: a Module chunk per object, the
+    /// Functions chunk, then the Tracepoints chunk (`tracepoints`, its payload).
+    pub fn head(&self, tracepoints: Vec<u8>) -> Vec<(ChunkKind, Vec<u8>)> {
+        let mut head: Vec<(ChunkKind, Vec<u8>)> = self
+            .module_payloads()
+            .into_iter()
+            .map(|p| (ChunkKind::Module, p))
+            .collect();
+        head.push((ChunkKind::Functions, self.functions_payload()));
+        head.push((ChunkKind::Tracepoints, tracepoints));
+        head
     }
 
     /// The `Functions` chunk payload: the embedded symbol table.
@@ -247,8 +265,8 @@ struct Scope<'a, 'b> {
     module: u32,
     bias: u64,
     symbols: &'a [(u64, u64, &'b str)],
-    /// Link-time range of the tracepoint plumbing's section (never traced), if any.
-    plumbing: Option<Range<u64>>,
+    /// What is the tracer's own in this object (never traced).
+    own: OwnFunctions,
     next_id: &'a mut u32,
     out: &'a mut Discovery,
 }
@@ -263,7 +281,7 @@ impl Scope<'_, '_> {
             Some((_, size, name)) => (name.to_string(), size),
             None => (format!("fn_{vaddr:x}"), 0),
         };
-        if !self.config.functions || is_runtime_function(&name, vaddr, self.plumbing.clone()) {
+        if !self.config.functions || self.own.contains(&name, vaddr) {
             return None;
         }
         // Filters match demangled names: demangled once, and only when there is a filter (without one
@@ -445,12 +463,15 @@ pub fn discover(
             continue;
         }
         let xray_map = elf.section_by_name("xray_instr_map");
-        let sites = match xray_map {
-            Some(_) => Vec::new(),
+        let mcount_sites::Found { sites, slots } = match xray_map {
+            Some(_) => mcount_sites::Found::default(),
             None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
         if xray_map.is_none() && sites.is_empty() {
             continue;
+        }
+        if sites.iter().any(|s| !s.nop) {
+            out.hook_slots.extend(slots);
         }
         let mut symbols: Vec<(u64, u64, &str)> = elf
             .symbols()
@@ -463,14 +484,21 @@ pub fn discover(
         }
         symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
         symbols.dedup_by_key(|s| s.0);
+        let records_spans = links_span_recorder(symbols.iter().map(|s| s.2));
+        if records_spans {
+            out.instrumentation |= instrumentation::TRACING;
+        }
         let mut scope = Scope {
             config,
             module: module_id,
             bias: l.bias,
             symbols: &symbols,
-            plumbing: elf
-                .section_by_name(PLUMBING_SECTION)
-                .map(|s| s.address()..s.address() + s.size()),
+            own: OwnFunctions {
+                plumbing: elf
+                    .section_by_name(PLUMBING_SECTION)
+                    .map(|s| s.address()..s.address() + s.size()),
+                records_spans,
+            },
             next_id: &mut next_id,
             out: &mut out,
         };

@@ -8,6 +8,7 @@
 use ferrotrace_core::mcount::{is_nop5, Flavor};
 
 use crate::patch::discovery::{Discovery, Function, SledKind};
+use crate::patch::got;
 use crate::patch::text::{rel32, Patcher};
 use crate::recorders::mcount::sites as mcount_sites;
 
@@ -19,14 +20,18 @@ enum Patched {
     Sled(u64, [u8; 2]),
     /// A 5-byte NOP at this address, which was this NOP and is now this call.
     Nop(u64, [u8; 5], [u8; 5]),
+    /// A GOT slot of mcount/`__fentry__` calls at this address, which held this target and now holds
+    /// this hook.
+    Slot(u64, u64, u64),
 }
 
 /// Every site patched since the last [`unpatch_all`].
 static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new());
 
-/// Puts back every sled and NOP patched since the last call, while other threads run through them:
-/// each sled's first two bytes in one atomic store (the rest of it, skipped by them, stays), each NOP
-/// in one atomic write ([`Patcher::poke5`]). A thread already in a trampoline or hook finishes there
+/// Puts back every sled, NOP and GOT slot patched since the last call, while other threads run
+/// through them: each sled's first two bytes in one atomic store (the rest of it, skipped by them,
+/// stays), each NOP in one atomic write ([`Patcher::poke5`]), each slot in one exchange
+/// ([`got::exchange`]). A thread already in a trampoline or hook finishes there
 /// (the library is never unloaded). Returns how many sites were restored.
 pub fn unpatch_all() -> usize {
     let sites = std::mem::take(&mut *PATCHED.lock().unwrap_or_else(|e| e.into_inner()));
@@ -36,6 +41,13 @@ pub fn unpatch_all() -> usize {
         let (addr, len) = match *site {
             Patched::Sled(a, _) => (a, 2),
             Patched::Nop(a, _, _) => (a, 5),
+            Patched::Slot(slot, was, hook) => {
+                // SAFETY: a GOT slot of a loaded object (discovery's), which this runtime redirected.
+                if unsafe { got::exchange(slot, hook, was) } == Ok(hook) {
+                    restored += 1;
+                }
+                continue;
+            }
         };
         if patcher.make_writable(addr as usize, len).is_err() {
             continue;
@@ -53,6 +65,7 @@ pub fn unpatch_all() -> usize {
             Patched::Nop(a, nop, call) => unsafe {
                 patcher.poke5(a as usize, call, nop);
             },
+            Patched::Slot(..) => {}
         }
         restored += 1;
     }
@@ -96,11 +109,24 @@ impl Targets {
     }
 }
 
+/// Every stub page made, with the targets of its stubs: never unmapped (a thread may be in a stub),
+/// and reused by a later patch that needs the same targets within reach (attaching again to a process,
+/// a rescan) rather than adding a page each time.
+static STUB_PAGES: std::sync::Mutex<Vec<(u64, [u64; 5])>> = std::sync::Mutex::new(Vec::new());
+
 /// A page of `jmp [rip]` stubs to `targets` within rel32 reach of one object's sleds and patchable NOPs.
 fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
+    let mut pages = STUB_PAGES.lock().unwrap_or_else(|e| e.into_inner());
+    let wanted = targets.in_stub_order();
+    if let Some(&(page, _)) = pages
+        .iter()
+        .find(|&&(page, to)| to == wanted && reach(page))
+    {
+        return Ok(page);
+    }
     let mut candidates = Vec::new();
     for k in 1..64u64 {
         candidates.push(((hi + PAGE - 1) & !(PAGE - 1)) + k * (16 << 20));
@@ -139,6 +165,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
         }
         // SAFETY: our page.
         unsafe { libc::mprotect(p, PAGE as usize, libc::PROT_READ | libc::PROT_EXEC) };
+        pages.push((hint, wanted));
         return Ok(hint);
     }
     Err(format!(
@@ -205,6 +232,48 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
         }
     }
     Ok(())
+}
+
+/// An attached runtime, which interposes nothing: points the GOT slots through which objects call
+/// mcount/`__fentry__` (bound to the C library's) at its hooks, after [`patch`] published their call
+/// sites, until [`unpatch_all`] puts back what each held. A slot that holds the hook already (the
+/// preloaded runtime's interposition, a runtime attached before) is left. Returns how many were
+/// redirected; those it could not change are said in the error, the others stay redirected.
+///
+/// # Safety
+/// `found` is what [`discover`](crate::patch::discovery::discover) returned: its slots are GOT slots of
+/// loaded objects, named by their relocations.
+pub unsafe fn redirect_hook_slots(found: &Discovery, targets: &Targets) -> Result<usize, String> {
+    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut redirected = 0;
+    let mut failed = Vec::new();
+    for &(slot, flavor) in &found.hook_slots {
+        let hook = match flavor {
+            Flavor::Mcount => targets.mcount,
+            Flavor::Fentry => targets.fentry,
+        };
+        // SAFETY: a GOT slot of a loaded object (the caller's contract).
+        let was = unsafe { got::read(slot) };
+        if was == hook {
+            continue;
+        }
+        // SAFETY: as above.
+        match unsafe { got::exchange(slot, was, hook) } {
+            Ok(held) if held == was => {
+                patched.push(Patched::Slot(slot, was, hook));
+                redirected += 1;
+            }
+            Ok(_) => failed.push(format!(
+                "the GOT slot at {slot:#x} changed while redirected"
+            )),
+            Err(e) => failed.push(e),
+        }
+    }
+    if failed.is_empty() {
+        Ok(redirected)
+    } else {
+        Err(failed.join("; "))
+    }
 }
 
 /// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot;

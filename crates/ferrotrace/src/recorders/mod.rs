@@ -6,6 +6,8 @@
 //!   [`mcount::sites`], their call sites and the table the hooks look return addresses up in;
 //! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]),
 //!   and [`alloc_unwind`], the unwind rules their stacks are walked by;
+//! * [`callsites`]: callsites registered while the program runs (`tracing` spans, recorded as function
+//!   entries and exits, and events, as tracepoint records), through `ferrotrace-tracing`;
 //! * [`tracepoint`]: the `tracepoint!`/`trace!` macros, descriptors, the enabled path, enabling by glob
 //!   ([`tracepoint::control`], public as `ferrotrace::tracepoints`) and the USDT watcher.
 //!
@@ -20,6 +22,7 @@
 
 pub mod alloc;
 pub mod alloc_unwind;
+pub mod callsites;
 pub mod mcount;
 pub mod tracepoint;
 pub mod xray;
@@ -28,10 +31,11 @@ use crate::lifecycle::runtime::Recorder;
 
 /// Every recorder's hooks ([`Recorder`]), in the order start-up starts them: allocations last, so
 /// that start-up's own allocations are not the program's. The one list to extend with a new recorder.
-pub static ALL: [Recorder; 4] = [
+pub static ALL: [Recorder; 5] = [
     xray::RECORDER,
     mcount::RECORDER,
     tracepoint::RECORDER,
+    callsites::RECORDER,
     alloc::RECORDER,
 ];
 

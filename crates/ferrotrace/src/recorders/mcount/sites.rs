@@ -35,10 +35,20 @@ fn code_at(addr: u64, len: usize, text: (u64, u64)) -> Option<&'static [u8]> {
     Some(unsafe { core::slice::from_raw_parts(addr as *const u8, len) })
 }
 
+/// What [`find_sites`] found in one loaded object.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// The calls and NOPs, by address.
+    pub sites: Vec<Site>,
+    /// The GOT slots (runtime addresses) the object calls the hooks through, from its `JUMP_SLOT`
+    /// (PLT) and `GLOB_DAT` (`call *slot(%rip)`) relocations, with the hook each names.
+    pub slots: Vec<(u64, Flavor)>,
+}
+
 /// Finds the mcount/`__fentry__` calls and the patchable NOPs of one loaded object. `text` is the
 /// runtime range of its executable segments; `main` is true for the executable (whose own definitions of
 /// the hooks, when it links the runtime, are what its calls target).
-pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -> Vec<Site> {
+pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -> Found {
     let hook_symbols = |syms: object::SymbolIterator<'_, '_>, defined: bool| {
         syms.filter(move |s| s.is_undefined() != defined)
             .filter_map(|s| Some((s.address(), hook_flavor(s.name().ok()?)?)))
@@ -54,13 +64,20 @@ pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -
         Vec::new()
     };
     let mut sites = Vec::new();
+    // GOT slots of the hooks (PLT jumps and `call *slot(%rip)` go through them).
+    let mut slots: Vec<(u64, Flavor)> = Vec::new();
     if !imported.is_empty() || !defined.is_empty() {
-        // GOT slots of the hooks (PLT jumps and `call *slot(%rip)` go through them).
-        let mut slots: Vec<(u64, Flavor)> = Vec::new();
         if let (Some(relocs), Some(dynsyms)) =
             (elf.dynamic_relocations(), elf.dynamic_symbol_table())
         {
             for (offset, reloc) in relocs {
+                // Slots the code calls through; not a data word that holds the hook's address.
+                let called = matches!(reloc.flags(), object::RelocationFlags::Elf { r_type }
+                    if r_type == object::elf::R_X86_64_JUMP_SLOT
+                        || r_type == object::elf::R_X86_64_GLOB_DAT);
+                if !called {
+                    continue;
+                }
                 if let object::RelocationTarget::Symbol(index) = reloc.target() {
                     let flavor = dynsyms
                         .symbol_by_index(index)
@@ -148,7 +165,7 @@ pub fn find_sites(elf: &object::File, bias: u64, text: (u64, u64), main: bool) -
     }
     sites.sort_unstable_by_key(|s| s.addr);
     sites.dedup_by_key(|s| s.addr);
-    sites
+    Found { sites, slots }
 }
 
 /// Whether a site in the function starting at `func` can be hooked, and with which flavor: a NOP at
@@ -178,11 +195,14 @@ static EMPTY_TABLE: [u64; 4] = [0; 4];
 
 /// The site table the hooks read: a header word (the probe mask in bytes, `(slots - 1) * 16`), a spare
 /// word, then `slots` pairs `{return address, record word}`. Replaced whole (never changed in place) when
-/// a rescan finds more sites; old tables are leaked, a hook may still be reading one.
+/// a rescan finds more sites, or an attach selects other functions; old tables are leaked, a hook may
+/// still be reading one.
 pub static FERROTRACE_SITES: AtomicPtr<u64> = AtomicPtr::new(EMPTY_TABLE.as_ptr() as *mut u64);
 
-/// Every site the table holds: `(key, word)`.
-static ALL_SITES: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+/// Every site the table holds: key to word. A site found again (each attach discovers every object
+/// anew) takes its new word, and does not grow the table.
+static ALL_SITES: Mutex<std::collections::BTreeMap<u64, u64>> =
+    Mutex::new(std::collections::BTreeMap::new());
 
 /// The multiplier of the table's hash (the hooks hash in assembly).
 pub const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -198,18 +218,26 @@ pub fn record_word(id: u32) -> u64 {
     id as u64 | (u16::MAX as u64) << 48
 }
 
-/// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read.
+/// Adds `sites` (`(key, record word)`, word 0 = not traced) to the table the hooks read, or gives
+/// those it holds already their new word.
 pub fn publish(sites: &[(u64, u64)]) {
     if sites.is_empty() {
         return;
     }
     let mut all = ALL_SITES.lock().unwrap_or_else(|e| e.into_inner());
-    all.extend_from_slice(sites);
+    let mut changed = false;
+    for &(key, word) in sites {
+        changed |= all.insert(key, word) != Some(word);
+    }
+    if !changed {
+        // Attached again with the same selection: the table the hooks read is right as it is.
+        return;
+    }
     let slots = (all.len() * 4).next_power_of_two().max(2) as u64;
     let mask_bytes = (slots - 1) * 16;
     let mut table = vec![0u64; 2 + 2 * slots as usize].into_boxed_slice();
     table[0] = mask_bytes;
-    for &(key, word) in all.iter() {
+    for (&key, &word) in all.iter() {
         let mut at = probe_start(key, mask_bytes);
         loop {
             let i = 2 + (at / 8) as usize;

@@ -14,11 +14,12 @@
 //! ferrotrace::tracepoints::disable("*");
 //! ```
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use ferrotrace_core::schema::{self, Payload};
 
+use crate::lifecycle::runtime::Program;
 use crate::patch::static_key;
 use crate::recorders::tracepoint::{self, Info, Probe};
 
@@ -103,14 +104,15 @@ pub(crate) fn refresh(descs: &[usize], probes: &[Probe]) {
 }
 
 fn set(glob: &str, enable: bool) -> usize {
+    set_chosen(|t| split_globs(glob).any(|g| selects(g, t.name)), enable).len()
+}
+
+/// Enables (or disables) the tracepoints `choose` picks; their descriptors.
+fn set_chosen(choose: impl Fn(&Info) -> bool, enable: bool) -> Vec<usize> {
     let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
-    let all = tracepoint::all();
-    let chosen: Vec<&Info> = all
-        .iter()
-        .filter(|t| split_globs(glob).any(|g| selects(g, t.name)))
-        .collect();
+    let chosen: Vec<Info> = tracepoint::all().into_iter().filter(choose).collect();
     if chosen.is_empty() {
-        return 0;
+        return Vec::new();
     }
     for t in &chosen {
         t.header.enabled.store(enable as u32, Ordering::Relaxed);
@@ -120,7 +122,40 @@ fn set(glob: &str, enable: bool) -> usize {
         .map(|t| t.header as *const _ as usize)
         .collect();
     apply(&descs, &tracepoint::probes());
-    chosen.len()
+    descs
+}
+
+/// An attached recording (`record -p --trace`) starts: enables the tracepoints `globs` select that are
+/// not enabled already, and returns their descriptors, for [`disable_attached`] when it stops. Those the
+/// program enabled itself are left to it.
+pub(crate) fn enable_attached(globs: &str) -> Vec<usize> {
+    set_chosen(
+        |t| {
+            t.header.enabled.load(Ordering::Relaxed) == 0
+                && split_globs(globs).any(|g| selects(g, t.name))
+        },
+        true,
+    )
+}
+
+/// An attached recording stops: disables what [`enable_attached`] enabled.
+pub(crate) fn disable_attached(descs: &[usize]) {
+    set_chosen(|t| descs.contains(&(t.header as *const _ as usize)), false);
+}
+
+/// Each of `globs` that selects none of the program's tracepoints, said in one line that lists them.
+pub(crate) fn unmatched(globs: &str) -> Vec<String> {
+    let all = tracepoint::all();
+    let names: Vec<&str> = all.iter().map(|t| t.name).collect();
+    split_globs(globs)
+        .filter(|g| !all.iter().any(|t| selects(g, t.name)))
+        .map(|g| {
+            format!(
+                "--trace '{g}' selects none of the program's tracepoints ({})",
+                names.join(", ")
+            )
+        })
+        .collect()
 }
 
 /// Enables every tracepoint the glob (or comma-separated globs) selects; returns how many it selected.
@@ -153,10 +188,20 @@ pub(crate) fn requested() -> Option<String> {
         .filter(|v| split_globs(v).next().is_some())
 }
 
+/// The next tracepoint id for a callsite registered while the program runs (`recorders::callsites`):
+/// after those of the static tracepoints, which [`assign_ids`] gives.
+static NEXT_ID: AtomicU32 = AtomicU32::new(1);
+
+/// A tracepoint id never given before in this process's trace.
+pub(crate) fn new_id() -> u32 {
+    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload.
 pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
+    NEXT_ID.fetch_max(all.len() as u32 + 1, Ordering::Relaxed);
     let mut p = Vec::new();
     let _ = schema::Count(all.len() as u64).encode(&mut p);
     for (i, t) in all.iter().enumerate() {
@@ -176,19 +221,16 @@ pub(crate) fn assign_ids() -> Vec<u8> {
 }
 
 /// Runtime start-up, once recording: enables what `FERROTRACE_TRACE` asks for, and says which of its
-/// globs select nothing.
-pub(crate) fn enable_requested() {
+/// globs select nothing (unless the program records `tracing` events, which the globs select as they
+/// are met: `recorders::callsites`).
+pub(crate) fn enable_requested(program: &Program) {
     let Some(globs) = requested() else { return };
     enable(&globs);
-    let all = tracepoint::all();
-    for glob in split_globs(&globs) {
-        if !all.iter().any(|t| selects(glob, t.name)) {
-            let names: Vec<&str> = all.iter().map(|t| t.name).collect();
-            say!(
-                "ferrotrace: --trace '{glob}' selects none of the program's tracepoints ({})",
-                names.join(", ")
-            );
-        }
+    if program.sources & schema::source::TRACING != 0 {
+        return;
+    }
+    for unmatched in unmatched(&globs) {
+        say!("ferrotrace: {unmatched}");
     }
 }
 

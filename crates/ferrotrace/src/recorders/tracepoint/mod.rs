@@ -36,8 +36,8 @@ use crate::lifecycle::runtime::Recorder;
 /// The tracepoint recorder's hooks (`recorders::ALL`): at start, the tracepoints the environment asks
 /// for (`FERROTRACE_TRACE`, `record --trace`) are enabled.
 pub const RECORDER: Recorder = Recorder {
-    start: |_| {
-        control::enable_requested();
+    start: |program| {
+        control::enable_requested(program);
         true
     },
     ..Recorder::NONE

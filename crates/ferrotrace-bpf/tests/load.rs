@@ -1,0 +1,40 @@
+//! The verifier accepts the programs, and they unwind this very process in the kernel (root needed).
+
+use std::mem::MaybeUninit;
+
+use ferrotrace_bpf::{Bpf, OpenObject};
+
+#[test]
+fn verifier_accepts_the_programs() {
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let bpf = Bpf::load(&mut storage).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(bpf.stats().samples, 0);
+}
+
+/// A followed process that execs loses its mappings in the kernel at once (its samples are then
+/// truncated until the new image's mappings are loaded, never unwound through the old image's).
+#[test]
+fn exec_drops_the_process_mappings() {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let mut bpf = Bpf::load(&mut storage).unwrap_or_else(|e| panic!("{e}"));
+    let mut child = Command::new("/bin/sh")
+        .args(["-c", "read line; exec /bin/true"])
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mapping = ferrotrace_bpf::ProcessMapping {
+        start: 0x1000,
+        end: 0x2000,
+        bias: 0,
+        rows: None,
+    };
+    assert!(bpf.set_process(pid, &[mapping]).unwrap());
+    assert!(bpf.has_process(pid));
+    child.stdin.take().unwrap().write_all(b"go\n").unwrap();
+    assert!(child.wait().unwrap().success());
+    assert!(!bpf.has_process(pid), "the exec dropped them");
+}

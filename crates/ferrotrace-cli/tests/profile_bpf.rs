@@ -1,0 +1,290 @@
+//! `ferrotrace profile --bpf`: stacks unwound in the kernel by eBPF (root needed), on a Rust program
+//! built without frame pointers (plain `rustc -O`: its stacks unwind only by DWARF CFI) and a C
+//! library built without them, dlopened after start.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+/// `testprogs/bpf/recurse.rs` built with stable `rustc -O -g` and no other flag: no frame pointers.
+fn recurse_program(dir: &Path) -> PathBuf {
+    let exe = dir.join("recurse");
+    let out = Command::new("rustc")
+        .env_remove("RUSTFLAGS")
+        .args(["--edition", "2021", "-O", "-g", "-o"])
+        .arg(&exe)
+        .arg(repo().join("testprogs/bpf/recurse.rs"))
+        .output()
+        .expect("rustc");
+    assert!(out.status.success(), "rustc: {}", text(&out.stderr));
+    exe
+}
+
+/// `testprogs/bpf/spinlib.c` as a shared library without frame pointers.
+fn spin_library(dir: &Path) -> PathBuf {
+    let lib = dir.join("libspin.so");
+    let out = Command::new("gcc")
+        .args([
+            "-O2",
+            "-g",
+            "-fomit-frame-pointer",
+            "-shared",
+            "-fPIC",
+            "-o",
+        ])
+        .arg(&lib)
+        .arg(repo().join("testprogs/bpf/spinlib.c"))
+        .output()
+        .expect("gcc");
+    assert!(out.status.success(), "gcc: {}", text(&out.stderr));
+    lib
+}
+
+/// Runs `ferrotrace profile --bpf ARGS -o DIR/bpf.data` and returns the trace.
+fn profile_bpf(dir: &Path, args: &[&str]) -> PathBuf {
+    let trace = dir.join("bpf.data");
+    let out = ferrotrace()
+        .args(["profile", "--bpf", "-o"])
+        .arg(&trace)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("bytes read from the kernel"),
+        "{}",
+        text(&out.stderr)
+    );
+    trace
+}
+
+/// The trace's stacks, outermost frame first, with their sample counts.
+fn folded(trace: &Path) -> Vec<(Vec<String>, u64)> {
+    ok(ft(&[
+        "dump",
+        "--format",
+        "folded",
+        "-i",
+        trace.to_str().unwrap(),
+    ]))
+    .lines()
+    .filter_map(|l| {
+        let (stack, n) = l.rsplit_once(' ')?;
+        Some((
+            stack.split(';').map(str::to_string).collect(),
+            n.parse().ok()?,
+        ))
+    })
+    .collect()
+}
+
+/// Samples of the stacks that contain `function`, and of those that also start at `_start` and
+/// satisfy `exact`.
+fn complete_share(
+    stacks: &[(Vec<String>, u64)],
+    function: &str,
+    exact: impl Fn(&[String]) -> bool,
+) -> (u64, u64) {
+    let with: Vec<_> = stacks
+        .iter()
+        .filter(|(s, _)| s.iter().any(|f| f == function))
+        .collect();
+    let total = with.iter().map(|(_, n)| n).sum();
+    let good = with
+        .iter()
+        .filter(|(s, _)| s[0] == "_start" && exact(s))
+        .map(|(_, n)| n)
+        .sum();
+    (good, total)
+}
+
+/// The frames from `main` down (the user frames under Rust's runtime start-up are not counted), and
+/// how many times `down` recurses among them.
+fn downs(stack: &[String]) -> usize {
+    stack.iter().filter(|f| *f == "recurse::down").count()
+}
+
+#[test]
+fn recursion_without_frame_pointers_is_unwound_exactly_in_the_kernel() {
+    let dir = scratch("profile_bpf_recursion");
+    let exe = recurse_program(&dir);
+    // Without frame pointers indeed: the perf_event backend refuses to walk them.
+    let fp = ft(&["profile", "--", exe.to_str().unwrap(), "recurse", "1", "1"]);
+    assert!(
+        !fp.status.success() && text(&fp.stderr).contains("no frame pointers"),
+        "{}",
+        text(&fp.stderr)
+    );
+    let trace = profile_bpf(
+        &dir,
+        &[
+            "-F",
+            "999",
+            "--",
+            exe.to_str().unwrap(),
+            "recurse",
+            "40",
+            "500",
+        ],
+    );
+    let stacks = folded(&trace);
+    // main -> run -> down(40) ... down(0) -> spin: 41 frames of `down`, each return address found
+    // through the CFI rows of a function that keeps no frame pointer.
+    let (exact, total) = complete_share(&stacks, "recurse::spin", |s| {
+        let run = s.iter().position(|f| f == "recurse::run");
+        let spin = s.iter().position(|f| f == "recurse::spin");
+        downs(s) == 41
+            && s.iter().any(|f| f == "main")
+            && matches!((run, spin), (Some(r), Some(p)) if p == r + 42)
+    });
+    // (Samples of a busy machine's time: fewer than the 500 at 999 Hz when others compete.)
+    assert!(total >= 50, "{total} samples in spin");
+    assert!(
+        exact * 100 >= total * 95,
+        "{exact} of {total} samples in spin have the whole stack: {stacks:?}"
+    );
+    let all: u64 = stacks.iter().map(|(_, n)| n).sum();
+    let rooted: u64 = stacks
+        .iter()
+        .filter(|(s, _)| s[0] == "_start")
+        .map(|(_, n)| n)
+        .sum();
+    assert!(rooted * 100 >= all * 95, "{rooted} of {all} reach _start");
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.contains("eBPF: unwound and counted in the kernel"),
+        "{info}"
+    );
+    let report = ok(ft(&["report", "-i", trace.to_str().unwrap()]));
+    assert!(report.contains("recurse::spin"), "{report}");
+}
+
+#[test]
+fn library_dlopened_after_start_is_unwound_through_its_own_table() {
+    let dir = scratch("profile_bpf_dlopen");
+    let exe = recurse_program(&dir);
+    let lib = spin_library(&dir);
+    let trace = profile_bpf(
+        &dir,
+        &[
+            "-F",
+            "999",
+            "--",
+            exe.to_str().unwrap(),
+            "dlopen",
+            lib.to_str().unwrap(),
+            "500",
+        ],
+    );
+    let stacks = folded(&trace);
+    let (good, total) = complete_share(&stacks, "lib_inner", |s| {
+        let at = |f: &str| s.iter().position(|x| x == f);
+        matches!(
+            (at("recurse::call_lib"), at("lib_outer"), at("lib_inner")),
+            (Some(c), Some(o), Some(i)) if o == c + 1 && i == o + 1
+        )
+    });
+    assert!(total >= 50, "{total} samples in the library");
+    // Its table is loaded when its mapping is reported, within a few milliseconds of dlopen.
+    assert!(
+        good * 100 >= total * 95,
+        "{good} of {total} samples in lib_inner unwound through it: {stacks:?}"
+    );
+}
+
+#[test]
+fn spawned_program_is_followed_across_fork_and_exec() {
+    let dir = scratch("profile_bpf_spawn");
+    let exe = recurse_program(&dir);
+    let trace = profile_bpf(
+        &dir,
+        &["-F", "999", "--", exe.to_str().unwrap(), "spawn", "1000"],
+    );
+    let stacks = folded(&trace);
+    let (parent_good, parent) = complete_share(&stacks, "recurse::parent_spin", |_| true);
+    let (child_good, child) = complete_share(&stacks, "recurse::down", |s| downs(s) == 9);
+    assert!(parent >= 20 && child >= 20, "{parent} {child}: {stacks:?}");
+    assert!(
+        parent_good * 100 >= parent * 95,
+        "{parent_good} of {parent}"
+    );
+    // The exec'd child's mappings arrive in the side-band records after its exec.
+    assert!(
+        child_good * 100 >= child * 90,
+        "{child_good} of {child}: {stacks:?}"
+    );
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.matches(" recurse ").count() >= 2,
+        "two processes: {info}"
+    );
+}
+
+#[test]
+fn running_process_is_profiled_with_p() {
+    let dir = scratch("profile_bpf_attach");
+    let exe = recurse_program(&dir);
+    let mut child = Command::new(&exe)
+        .args(["recurse", "30", "4000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let pid = child.id().to_string();
+    let trace = profile_bpf(&dir, &["-F", "999", "-p", &pid, "--duration", "1s"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    let stacks = folded(&trace);
+    let (exact, total) = complete_share(&stacks, "recurse::spin", |s| downs(s) == 31);
+    assert!(total >= 50, "{total}: {stacks:?}");
+    assert!(exact * 100 >= total * 95, "{exact} of {total}: {stacks:?}");
+}
+
+/// Off-CPU time measured in the kernel: `sleep 0.3` spends at least 300 ms in `clock_nanosleep`, one
+/// stretch, whose stack (kernel and user) is taken when it leaves the CPU; the stops of the profiler's
+/// own hold at the program's start are not counted.
+#[test]
+fn off_cpu_time_is_weighed_in_the_kernel() {
+    let dir = scratch("profile_bpf_off_cpu");
+    let trace = profile_bpf(&dir, &["-e", "off-cpu", "--", "/bin/sleep", "0.3"]);
+    let report: serde_json::Value = serde_json::from_str(&ok(ft(&[
+        "report",
+        "--json",
+        "-i",
+        trace.to_str().unwrap(),
+    ])))
+    .unwrap();
+    assert_eq!(report["weight_unit"], "ns", "{report}");
+    let total = |name: &str| {
+        report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == name)
+            .map_or(0, |f| f["total_weight"].as_u64().unwrap())
+    };
+    let asleep = total("clock_nanosleep");
+    assert!(asleep >= 300_000_000, "{asleep} ns: {report}");
+    assert_eq!(asleep, total("__libc_start_main"), "user frames: {report}");
+    assert_eq!(total("ptrace_stop"), 0, "the hold is not counted: {report}");
+}
+
+/// This kernel has no kprobes: one line that says so, for --bpf as without it.
+#[test]
+fn kprobe_fails_in_one_line() {
+    let out = ft(&[
+        "profile",
+        "--bpf",
+        "-e",
+        "kprobe:do_sys_openat2",
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("kprobes are not available"), "{err}");
+}

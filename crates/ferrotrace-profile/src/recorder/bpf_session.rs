@@ -1,0 +1,336 @@
+//! The eBPF backend's part of a recording session (`--bpf`): loads the BPF programs, attaches them to
+//! the session's perf events, keeps each followed process's mappings and its modules' unwind rows in
+//! the kernel as the side-band records (MMAP2, FORK, COMM) change them, and turns the counts that the
+//! programs aggregate into the same trace a perf_event session writes: one Sample event per counted
+//! sample, stamped when the counts were read, its stack interned as usual.
+//!
+//! What it is not for: opening events, reading the side-band ring or following processes (the
+//! recorder's, shared with the perf_event backend), or the in-kernel unwinding itself
+//! (`ferrotrace-bpf`).
+
+use std::collections::{HashMap, HashSet};
+use std::mem::MaybeUninit;
+use std::os::fd::AsRawFd;
+
+use ferrotrace_bpf::{trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange};
+
+use super::{thread_comm, State};
+use crate::cli_args::EventSpec;
+use crate::file::SampleWriter;
+use crate::modules;
+use crate::perf::PerfEvent;
+use crate::ProfileError;
+
+/// The path of the pseudo-module whose one frame roots the stacks the BPF unwinder could not finish.
+pub(crate) const TRUNCATED: &str = "[truncated]";
+
+/// Bytes the recorder reads from the kernel per count (key and value) and per distinct stack.
+const COUNT_BYTES: u64 = 24 + 16;
+const USER_STACK_BYTES: u64 = 8 + 8 * (ferrotrace_bpf::MAX_DEPTH as u64 + 1);
+const KERNEL_STACK_BYTES: u64 = 8 * 127;
+
+/// An interned stack and whether the unwinder finished it.
+#[derive(Clone, Copy)]
+struct Leaf {
+    node: Option<u32>,
+    truncated: bool,
+    /// The unwinder's `trunc` bits.
+    flags: u32,
+}
+
+pub(super) struct BpfSession<'obj> {
+    bpf: Bpf<'obj>,
+    /// Where each module's rows were placed; `None`: no table (frame pointers).
+    rows: HashMap<u32, Option<RowRange>>,
+    /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
+    leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
+    /// Modules without unwind rows, and why (for a warning).
+    pub without_rows: Vec<(String, String)>,
+    /// Processes with more executable mappings than the kernel side holds.
+    pub too_many_mappings: Vec<u32>,
+    /// Processes whose mappings the kernel side refused, and why (at most a few are kept).
+    pub not_loaded: Vec<(u32, String)>,
+    /// Samples whose stack the unwinder did not finish.
+    pub truncated: u64,
+    /// Of them, per reason (a `ferrotrace_bpf::trunc` bit; a stack lost to a full stack map is 0).
+    truncated_by: HashMap<u32, u64>,
+    /// Bytes read from the BPF maps.
+    pub kernel_bytes: u64,
+}
+
+/// The program type that can be attached to `spec`'s perf event.
+fn event_type(spec: &EventSpec) -> EventType {
+    match spec {
+        EventSpec::CpuClock(_) => EventType::PerfEvent,
+        EventSpec::Uprobe { .. } => EventType::Uprobe,
+        EventSpec::Tracepoint { .. } if spec.is_off_cpu() => EventType::OffCpu,
+        EventSpec::Tracepoint { .. } => EventType::Tracepoint,
+    }
+}
+
+impl<'obj> BpfSession<'obj> {
+    /// Loads the programs (the kernel's verifier checks them here).
+    pub fn load(
+        storage: &'obj mut MaybeUninit<OpenObject>,
+    ) -> Result<BpfSession<'obj>, ProfileError> {
+        let bpf = Bpf::load(storage).map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        Ok(BpfSession {
+            bpf,
+            rows: HashMap::new(),
+            leaves: HashMap::new(),
+            without_rows: Vec::new(),
+            too_many_mappings: Vec::new(),
+            not_loaded: Vec::new(),
+            truncated: 0,
+            truncated_by: HashMap::new(),
+            kernel_bytes: 0,
+        })
+    }
+
+    /// Attaches the programs to every sampling event (`event_of` gives an event's index in `specs`).
+    pub fn attach(
+        &mut self,
+        events: &[PerfEvent],
+        event_of: &HashMap<u64, u32>,
+        specs: &[EventSpec],
+    ) -> Result<(), ProfileError> {
+        let mut once = HashSet::new();
+        for ev in events.iter().filter(|e| !e.bookkeeping) {
+            let Some(&ei) = event_of.get(&ev.id) else {
+                continue;
+            };
+            let ty = event_type(&specs[ei as usize]);
+            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through.
+            if ty != EventType::PerfEvent && !once.insert(ei) {
+                continue;
+            }
+            self.bpf
+                .attach(ty, ev.fd.as_raw_fd(), ei)
+                .map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets that thread `tid` is off the CPU (it is held by us).
+    pub fn forget_off_cpu(&mut self, tid: u32) {
+        self.bpf.forget_off_cpu(tid);
+    }
+
+    /// Stops counting.
+    pub fn detach(&mut self) {
+        self.bpf.detach_all();
+    }
+
+    /// Hands the kernel the mappings of every process whose address space changed since the last call,
+    /// and forgets those of the processes that exited (their slots are reused).
+    pub fn sync(&mut self, st: &mut State) {
+        let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
+        changed.sort_unstable();
+        let exited: HashSet<u32> = st.exited.drain(..).collect();
+        for pid in changed.iter().filter(|p| !exited.contains(p)) {
+            let pid = *pid;
+            self.leaves.retain(|k, _| k.0 != pid);
+            let Some(space) = st.spaces.get(&pid) else {
+                self.bpf.remove_process(pid);
+                continue;
+            };
+            let maps: Vec<(u64, u64, u64, u32)> = space
+                .mappings()
+                .iter()
+                .map(|m| (m.start, m.end, m.bias, m.module))
+                .collect();
+            let mut list = Vec::with_capacity(maps.len());
+            for (start, end, bias, module) in maps {
+                list.push(ProcessMapping {
+                    start,
+                    end,
+                    bias,
+                    rows: self.rows_of(module, st),
+                });
+            }
+            match self.bpf.set_process(pid, &list) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if !self.too_many_mappings.contains(&pid) {
+                        self.too_many_mappings.push(pid);
+                    }
+                }
+                // The others are still followed.
+                Err(e) if self.not_loaded.len() < 8 => self.not_loaded.push((pid, e.to_string())),
+                Err(_) => {}
+            }
+        }
+        for pid in exited {
+            self.bpf.remove_process(pid);
+        }
+    }
+
+    /// The rows of `module`, built from its `.eh_frame` and loaded at first use.
+    fn rows_of(&mut self, module: u32, st: &State) -> Option<RowRange> {
+        if let Some(r) = self.rows.get(&module) {
+            return *r;
+        }
+        let path = st
+            .modules
+            .get(module)
+            .map(|m| m.path.clone())
+            .unwrap_or_default();
+        let placed = match modules::module_bytes(&path) {
+            None => {
+                self.without_rows.push((path, "unreadable".into()));
+                None
+            }
+            Some(bytes) => match ferrotrace_bpf::tables::build(&bytes) {
+                Ok(rows) => {
+                    let r = self.bpf.add_rows(&rows);
+                    if r.is_none() {
+                        self.without_rows
+                            .push((path, "the unwind table is full".into()));
+                    }
+                    r
+                }
+                Err(e) => {
+                    self.without_rows.push((path, e.to_string()));
+                    None
+                }
+            },
+        };
+        self.rows.insert(module, placed);
+        placed
+    }
+
+    /// Reads and clears the counts, writing one Sample per counted sample stamped `time`. Call it
+    /// twice at the end (the programs alternate between two count maps).
+    pub fn drain(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        time: u64,
+    ) -> Result<(), ProfileError> {
+        let mut counts = Vec::new();
+        self.bpf
+            .drain(|c| counts.push(c))
+            .map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        for c in counts {
+            self.kernel_bytes += COUNT_BYTES;
+            let key = (c.pid, c.kernel_stack, c.user_stack);
+            let leaf = match self.leaves.get(&key) {
+                Some(l) => *l,
+                None => {
+                    let l = self.intern(st, &c, out);
+                    self.leaves.insert(key, l);
+                    l
+                }
+            };
+            st.threads
+                .entry(c.tid)
+                .or_insert_with(|| (c.pid, thread_comm(c.pid, c.tid)));
+            st.samples += c.count;
+            if leaf.truncated {
+                self.truncated += c.count;
+                *self
+                    .truncated_by
+                    .entry(leaf.flags & trunc::ANY)
+                    .or_default() += c.count;
+            }
+            if Some(c.sampler) == st.off_cpu_event && c.count > 0 {
+                // Stretches off the CPU: their time shared out (the remainder on the first).
+                let each = c.weight / c.count;
+                for i in 0..c.count {
+                    let extra = if i == 0 { c.weight % c.count } else { 0 };
+                    out.sample(time, c.tid, c.sampler, leaf.node, each + extra);
+                }
+                continue;
+            }
+            let weight = st
+                .event_weight
+                .get(c.sampler as usize)
+                .copied()
+                .unwrap_or(1);
+            for _ in 0..c.count {
+                out.sample(time, c.tid, c.sampler, leaf.node, weight);
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads a count's stacks from the kernel and interns them: the kernel frames, then the user
+    /// frames, under a [`TRUNCATED`] root when the unwinder stopped early.
+    fn intern(&mut self, st: &mut State, c: &Count, out: &mut SampleWriter) -> Leaf {
+        let mut frames = Vec::new();
+        // The first address of each part is where the thread was; the others are return addresses,
+        // looked up one byte back (in the call instruction).
+        let push = |frames: &mut Vec<u64>, addrs: &[u64]| {
+            for (i, &a) in addrs.iter().enumerate() {
+                frames.push(if i == 0 { a } else { a.wrapping_sub(1) });
+            }
+        };
+        if let Some(k) = c.kernel_stack.and_then(|id| self.bpf.kernel_stack(id)) {
+            self.kernel_bytes += KERNEL_STACK_BYTES;
+            push(&mut frames, &k);
+        }
+        let (mut truncated, mut flags) = (false, 0);
+        if let Some(key) = c.user_stack {
+            match self.bpf.user_stack(key) {
+                Some(u) => {
+                    self.kernel_bytes += USER_STACK_BYTES;
+                    truncated = u.truncated();
+                    flags = u.flags;
+                    push(&mut frames, &u.addrs);
+                }
+                // The stack map was full when it was taken.
+                None => truncated = true,
+            }
+        }
+        let root = truncated.then(|| {
+            let module = st.modules.id_for(TRUNCATED);
+            st.intern_node(None, module, 0, out)
+        });
+        Leaf {
+            node: st.intern_stack(c.pid, root, &frames, out),
+            truncated,
+            flags,
+        }
+    }
+
+    /// Why stacks were truncated, as "N reason, M reason".
+    pub fn truncation_reasons(&self) -> String {
+        const REASONS: [(u32, &str); 7] = [
+            (
+                trunc::NO_PROCESS,
+                "before the process's mappings were loaded",
+            ),
+            (
+                trunc::NO_MAPPING,
+                "in code of no known mapping (JIT, or mapped moments before)",
+            ),
+            (trunc::READ, "stack unreadable"),
+            (trunc::DEPTH, "deeper than the frame limit"),
+            (
+                trunc::UNSUPPORTED,
+                "an unwind rule not followed (signal frame, expression)",
+            ),
+            (trunc::BAD_FP, "a broken frame-pointer chain"),
+            (0, "the stack map was full"),
+        ];
+        let mut by_reason: Vec<(u64, &str)> = REASONS
+            .iter()
+            .map(|&(bit, name)| {
+                let n = self
+                    .truncated_by
+                    .iter()
+                    .filter(|(f, _)| if bit == 0 { **f == 0 } else { **f & bit != 0 })
+                    .map(|(_, n)| n)
+                    .sum();
+                (n, name)
+            })
+            .filter(|(n, _)| *n > 0)
+            .collect();
+        by_reason.sort_by_key(|r| std::cmp::Reverse(r.0));
+        by_reason
+            .iter()
+            .map(|(n, why)| format!("{n} {why}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}

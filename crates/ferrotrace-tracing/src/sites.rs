@@ -1,0 +1,153 @@
+//! The callsites this layer registered with the runtime, found again by their `&'static Metadata`
+//! on every span and event: a fixed, insert-only, lock-free open-addressing table from the metadata's
+//! address to its ids, so that a lookup is a hash and one or two loads. Registration (once per
+//! callsite) takes a lock; lookups never do.
+//!
+//! Not here: what a callsite is called in the trace and how it is registered (that is the runtime's
+//! `ferrotrace::callsites`, given the names [`describe`] makes).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use ferrotrace::callsites::{self, Description, Ids, Kind};
+use tracing_core::{Level, Metadata};
+
+/// Slots of the table: more callsites than this are not recorded (a program has hundreds).
+const SLOTS: usize = 1 << 13;
+
+/// `key`: the metadata's address (0: empty slot); `ids`: `function << 32 | tracepoint` (0: the
+/// runtime did not select it).
+struct Slot {
+    key: AtomicUsize,
+    ids: AtomicU64,
+}
+
+static TABLE: [Slot; SLOTS] = [const {
+    Slot {
+        key: AtomicUsize::new(0),
+        ids: AtomicU64::new(0),
+    }
+}; SLOTS];
+
+/// Serialises insertions (a key's slot is chosen and filled by one thread at a time).
+static INSERTING: Mutex<()> = Mutex::new(());
+
+fn home(meta: usize) -> usize {
+    // Fibonacci hashing of the address (metadata statics are 8-aligned: the low bits say nothing).
+    ((meta as u64 >> 3).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - SLOTS.trailing_zeros()))
+        as usize
+}
+
+/// Where a key is in the table: its slot, or the empty slot where it would go, or neither (full).
+enum Place {
+    Found(&'static Slot),
+    Empty(&'static Slot),
+    Full,
+}
+
+/// Linear probing from the key's home slot.
+#[inline(always)]
+fn place(key: usize) -> Place {
+    let mut i = home(key);
+    for _ in 0..SLOTS {
+        let slot = &TABLE[i];
+        match slot.key.load(Ordering::Acquire) {
+            k if k == key => return Place::Found(slot),
+            0 => return Place::Empty(slot),
+            _ => i = (i + 1) % SLOTS,
+        }
+    }
+    Place::Full
+}
+
+/// The ids of a callsite registered and selected, `None` otherwise.
+#[inline(always)]
+pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
+    match place(meta as *const Metadata<'_> as usize) {
+        Place::Found(slot) => {
+            let ids = slot.ids.load(Ordering::Relaxed);
+            (ids != 0).then_some(Ids {
+                function: (ids >> 32) as u32,
+                tracepoint: ids as u32,
+            })
+        }
+        Place::Empty(_) | Place::Full => None,
+    }
+}
+
+/// Registers `meta` with the runtime (once: a callsite registered before answers as it did, unless
+/// it was not recorded: a recording may have begun since) and remembers the answer; its ids when the
+/// runtime records it.
+pub fn register(meta: &'static Metadata<'static>) -> Option<Ids> {
+    let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
+    let key = meta as *const Metadata<'static> as usize;
+    match place(key) {
+        Place::Found(slot) => {
+            if slot.ids.load(Ordering::Relaxed) == 0 {
+                slot.ids
+                    .store(ids_word(register_new(meta)), Ordering::Relaxed);
+            }
+        }
+        Place::Empty(slot) => {
+            slot.ids
+                .store(ids_word(register_new(meta)), Ordering::Relaxed);
+            slot.key.store(key, Ordering::Release);
+        }
+        Place::Full => return None,
+    }
+    lookup(meta)
+}
+
+/// Forgets every callsite's ids (the recording ended): each is registered again when `tracing` asks
+/// for its interest next.
+pub fn forget_all() {
+    let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
+    for slot in &TABLE {
+        slot.ids.store(0, Ordering::Relaxed);
+    }
+}
+
+fn ids_word(ids: Option<Ids>) -> u64 {
+    ids.map_or(0, |ids| (ids.function as u64) << 32 | ids.tracepoint as u64)
+}
+
+fn register_new(meta: &'static Metadata<'static>) -> Option<Ids> {
+    let fields: Vec<&str> = meta.fields().iter().map(|f| f.name()).collect();
+    let name = describe(meta);
+    callsites::register(&Description {
+        kind: if meta.is_span() {
+            Kind::Span
+        } else {
+            Kind::Event
+        },
+        name: &name,
+        target: meta.target(),
+        level: level(meta.level()),
+        fields: &fields.join(","),
+        file: meta.file().unwrap_or(""),
+        line: meta.line().unwrap_or(0),
+    })
+}
+
+/// The name of a callsite in the trace: a span's name; an event's `target::name`, or its target alone
+/// when its name is `tracing`'s default (`event FILE:LINE`, which the file and line say already).
+pub fn describe(meta: &Metadata<'_>) -> String {
+    if meta.is_span() {
+        meta.name().to_string()
+    } else if meta.name().starts_with("event ") {
+        meta.target().to_string()
+    } else {
+        format!("{}::{}", meta.target(), meta.name())
+    }
+}
+
+/// The trace's level number: 0 TRACE … 4 ERROR.
+fn level(l: &Level) -> u8 {
+    match *l {
+        Level::TRACE => 0,
+        Level::DEBUG => 1,
+        Level::INFO => 2,
+        Level::WARN => 3,
+        Level::ERROR => 4,
+    }
+}

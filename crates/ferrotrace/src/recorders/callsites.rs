@@ -1,0 +1,210 @@
+//! Callsites registered while the program runs (the spans and events of the `tracing` crate, through
+//! `ferrotrace-tracing`): their ids, their description for the trace, and their hot path.
+//!
+//! A span is recorded like a function: it gets a function id from the same allocator as discovery's
+//! (`discovery::Known`, so that a rescan after `dlopen` never reuses it), and entering and leaving it
+//! are Entry and Exit records of that id, so that every analysis treats it as a function and the
+//! collector's `-F`/`-N`/`-D` selection applies to it as to one. Its fields, and an event's, are a
+//! Tracepoint record with a payload of tagged values (`ferrotrace_core::tracepoint`, type `value`)
+//! under a tracepoint id given after the program's static tracepoints
+//! (`tracepoint::control::new_id`). Every record goes through `buffers::hot` like a tracepoint's.
+//!
+//! Each callsite is described once, in a Callsites chunk (`ferrotrace_core::schema::Callsite`) that
+//! the collector writes before the next chunk of events ([`RECORDER`]'s metadata hook), and in the
+//! runtime's header, which a forked child's trace starts with.
+//!
+//! Selection, decided at registration: a span is registered unless `-F`/`-N` leave it out (by its
+//! name, as they would a function; in `record`'s subtree mode it is always registered and the collector
+//! selects), an event when `--trace` globs select its name (as a tracepoint's), or always when the
+//! program started the recording itself (`crate::callsites::record_to_file`).
+//!
+//! Not here: anything about the `tracing` crate's types (that is `ferrotrace-tracing`), or callsites
+//! that exist before the program runs (static tracepoints: [`super::tracepoint`]).
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock};
+
+use ferrotrace_core::format::ChunkKind;
+use ferrotrace_core::record::{EventKind, Record};
+use ferrotrace_core::schema::{self, CallsiteKind, Payload};
+
+use crate::buffers::hot::{cpu_bits, Hot};
+use crate::callsites::{Description, Ids, Kind};
+use crate::lifecycle::runtime::{self, Recorder};
+use crate::recorders::tracepoint::control;
+
+/// The callsite recorder's hooks (`recorders::ALL`): the `--trace` globs read at start, and the
+/// Callsites chunks for the collector.
+pub const RECORDER: Recorder = Recorder {
+    start: |_| {
+        let _ = TRACE_GLOBS.get_or_init(control::requested);
+        true
+    },
+    metadata: take_described,
+    ..Recorder::NONE
+};
+
+/// `FERROTRACE_TRACE` (`record --trace`), read once at start on the thread that starts the runtime
+/// (the environment is not read later, while the program's threads may change it).
+static TRACE_GLOBS: OnceLock<Option<String>> = OnceLock::new();
+
+/// Callsite descriptions not yet handed to the collector: `(count, encoded entries)`.
+static PENDING: Mutex<(u64, Vec<u8>)> = Mutex::new((0, Vec::new()));
+/// Set while [`PENDING`] holds something: the collector's check before each chunk is one load.
+static HAS_PENDING: AtomicBool = AtomicBool::new(false);
+/// Every event callsite is selected: the program started the recording for them
+/// (`crate::callsites::record_to_file`).
+static ALL_EVENTS: AtomicBool = AtomicBool::new(false);
+
+/// Registers a callsite (`crate::callsites::register`).
+pub fn register(d: &Description<'_>) -> Option<Ids> {
+    let rt = runtime::get()?;
+    if !rt.lifecycle.is_recording() || !rt.records_this_process() {
+        return None;
+    }
+    let config = &rt.config;
+    let function = match d.kind {
+        Kind::Span => {
+            if !config.subtrees && !config.selects(d.name, 0) {
+                return None;
+            }
+            rt.new_function_id(config.filter_flags(d.name, 0))
+        }
+        Kind::Event => {
+            let globs = TRACE_GLOBS.get_or_init(control::requested);
+            let selected = ALL_EVENTS.load(Ordering::Relaxed)
+                || globs
+                    .as_deref()
+                    .is_some_and(|g| control::split_globs(g).any(|g| control::selects(g, d.name)));
+            if !selected {
+                return None;
+            }
+            0
+        }
+    };
+    let ids = Ids {
+        function,
+        tracepoint: control::new_id(),
+    };
+    let mut entry = Vec::new();
+    let _ = schema::Callsite {
+        kind: match d.kind {
+            Kind::Span => CallsiteKind::Span,
+            Kind::Event => CallsiteKind::Event,
+        },
+        function_id: ids.function,
+        tracepoint_id: ids.tracepoint,
+        name: d.name,
+        target: d.target,
+        level: d.level,
+        fields: d.fields,
+        file: d.file,
+        line: d.line,
+    }
+    .encode(&mut entry);
+    // A forked child's trace starts with the header: its callsites are there.
+    let mut alone = Vec::new();
+    let _ = schema::Count(1).encode(&mut alone);
+    alone.extend_from_slice(&entry);
+    rt.describe(vec![(ChunkKind::Callsites, alone)]);
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    pending.0 += 1;
+    pending.1.extend_from_slice(&entry);
+    HAS_PENDING.store(true, Ordering::Release);
+    Some(ids)
+}
+
+/// The collector's hook: one Callsites chunk with what was registered since the last call.
+fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
+    if !HAS_PENDING.load(Ordering::Acquire) {
+        return Vec::new();
+    }
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    HAS_PENDING.store(false, Ordering::Relaxed);
+    let (count, entries) = std::mem::take(&mut *pending);
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut p = Vec::with_capacity(entries.len() + 10);
+    let _ = schema::Count(count).encode(&mut p);
+    p.extend_from_slice(&entries);
+    vec![(ChunkKind::Callsites, p)]
+}
+
+/// Selects every event callsite registered from now on (a recording the program started itself).
+pub fn select_all_events() {
+    ALL_EVENTS.store(true, Ordering::Relaxed);
+}
+
+/// Appends one payload-less record of `kind` for `id` to the calling thread's chunk.
+#[inline(always)]
+fn append(kind: EventKind, id: u32) {
+    let mut rec = Record::new(crate::buffers::clock::rdtsc(), kind, id);
+    rec.word |= cpu_bits();
+    if Hot::current().append(rec, 0, |_| {}).is_err() {
+        crate::buffers::thread::record_slow(rec, &[]);
+    }
+}
+
+/// The calling thread entered the span whose function id is `function`.
+#[inline(always)]
+pub fn enter(function: u32) {
+    append(EventKind::Entry, function);
+}
+
+/// The calling thread left the span whose function id is `function`.
+#[inline(always)]
+pub fn exit(function: u32) {
+    append(EventKind::Exit, function);
+}
+
+/// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id: `write`
+/// puts them straight into the thread's chunk (or, when the chunk has not `max` bytes left, into a
+/// buffer for the slow path) and says how many bytes it wrote.
+#[inline(always)]
+pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
+    let max_slots = max.min(MAX_SLOTS * 16).div_ceil(16);
+    let mut rec = Record::new(
+        crate::buffers::clock::rdtsc(),
+        EventKind::Tracepoint,
+        tracepoint,
+    );
+    rec.word |= cpu_bits();
+    let fill = move |p: *mut Record| -> usize {
+        // SAFETY: there is room for `max_slots` records at `p` (in the chunk, or the slow path's
+        // buffer), which `write` may fill; `MaybeUninit<u8>` has the layout of `u8`.
+        let room =
+            unsafe { core::slice::from_raw_parts_mut(p as *mut MaybeUninit<u8>, max_slots * 16) };
+        let len = write(room).min(max_slots * 16);
+        let slots = len.div_ceil(16);
+        // The rest of the last slot: the zero that ends a list of tagged values (and no stale bytes
+        // of the chunk's earlier use, nor of the stack, in the trace).
+        for b in &mut room[len..slots * 16] {
+            b.write(0);
+        }
+        slots
+    };
+    if let Err(fill) = Hot::current().append_sized(rec, max_slots, fill) {
+        fields_slow(rec, fill);
+    }
+}
+
+/// The most payload slots a record has (its count is a byte).
+const MAX_SLOTS: usize = 255;
+
+/// Out of line: the chunk has not the room, or the thread no chunk yet.
+#[cold]
+#[inline(never)]
+fn fields_slow(rec: Record, fill: impl FnOnce(*mut Record) -> usize) {
+    let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
+    let p = buf.as_mut_ptr() as *mut Record;
+    let slots = fill(p);
+    // SAFETY: `fill` wrote (and zero-padded) its first `slots` records.
+    let payload = unsafe { core::slice::from_raw_parts(p, slots) };
+    let rec = Record {
+        tsc: rec.tsc,
+        word: rec.word | (slots as u64) << 40,
+    };
+    crate::buffers::thread::record_slow(rec, payload);
+}
