@@ -724,3 +724,41 @@ pub fn tracepoint_lines(t: &Trace) -> Vec<String> {
     }
     out
 }
+
+/// `dump --format perfetto` of `trace`, decoded with Perfetto's own protos (the `perfetto` package
+/// from PyPI; scripts/setup.sh installs it) by tests/perfetto/decode.py: one JSON value per packet
+/// a viewer shows.
+pub fn perfetto_view(trace: &Path, dir: &Path) -> Vec<serde_json::Value> {
+    let pb = dir.join("t.pftrace");
+    ok(ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        pb.to_str().unwrap(),
+    ]));
+    let have = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        have.status.success(),
+        "this test decodes with Perfetto's own protos from Python's perfetto package, which is not \
+         installed: run scripts/setup.sh (pip install --break-system-packages perfetto)"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("crates/ferrotrace-cli/tests/perfetto/decode.py"))
+        .arg(&pb)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "decode.py: {}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON value per line"))
+        .collect()
+}
