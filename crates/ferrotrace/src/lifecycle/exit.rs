@@ -21,7 +21,7 @@
 //!   `FILE.<pid>` ([`start::restart_in_forked_child`](crate::lifecycle::start::restart_in_forked_child)); a child that calls `exec` before that is traced
 //!   afresh by the runtime the new image loads, into the same file name.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ferrotrace_core::env;
@@ -471,20 +471,23 @@ fn note_arrival(sig: libc::c_int) {
 }
 
 /// A handler the program installed for a signal `record` passes on, called through [`observe`].
+#[cfg(feature = "preload")]
 struct Chained {
     handler: std::sync::atomic::AtomicUsize,
-    siginfo: AtomicBool,
+    siginfo: std::sync::atomic::AtomicBool,
 }
 
+#[cfg(feature = "preload")]
 static CHAINED: [Chained; 65] = [const {
     Chained {
         handler: std::sync::atomic::AtomicUsize::new(0),
-        siginfo: AtomicBool::new(false),
+        siginfo: std::sync::atomic::AtomicBool::new(false),
     }
 }; 65];
 
 /// Installed in place of a program's handler for a signal `record` passes on: notes the arrival (so
 /// that record does not deliver the same signal a second time) and calls the program's handler.
+#[cfg(feature = "preload")]
 extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     note_arrival(sig);
     let Some(c) = CHAINED.get(sig as usize) else {
@@ -513,6 +516,7 @@ extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 ///
 /// # Safety
 /// Same contract as `sigaction(2)`.
+#[cfg(feature = "preload")]
 pub unsafe fn program_sigaction(
     sig: libc::c_int,
     act: *const libc::sigaction,
