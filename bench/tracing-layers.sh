@@ -2,7 +2,9 @@
 # The recording cost of `tracing` layers, in one run: ferrotrace-tracing (recording into a file of its
 # own with record_to_file) against tracing-chrome, tracing-perfetto and tracing-tracy (each writing
 # its own way: a JSON file from a writer thread, protobuf through a buffered file, Tracy's client
-# queue), a subscriber that does nothing, the registry alone (what every layer stands on), and a
+# queue), a subscriber that does nothing, the registry alone (what every layer stands on), a layer
+# that only reads `rdtsc` at every event, enter and exit (the floor of any layer that stamps its
+# records with the timestamp counter, as ferrotrace's does), and a
 # disabled callsite (level filter; and the ferrotrace layer while nothing records, which answers
 # `never`). Program: bench/tracing-layers (its own workspace). Each variant runs in its own process,
 # ROUNDS times, alternating; per variant the best of its rounds (each itself the best of 5 loops of
@@ -17,7 +19,7 @@ OUT=bench/out/tracing-layers
 mkdir -p "$OUT"
 (cd bench/tracing-layers && cargo build --release --quiet --locked)
 BIN=bench/tracing-layers/target/release/ft-tracing-bench
-VARIANTS="disabled ferrotrace-off noop registry ferrotrace chrome perfetto tracy"
+VARIANTS="disabled ferrotrace-off noop registry rdtsc-floor ferrotrace chrome perfetto tracy"
 : >"$OUT/runs.txt"
 for _ in $(seq "$ROUNDS"); do
     for v in $VARIANTS; do

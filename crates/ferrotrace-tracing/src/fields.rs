@@ -112,12 +112,9 @@ impl Write for Cut<'_> {
         while !s.is_char_boundary(n) {
             n -= 1;
         }
-        for (o, b) in self.buf[self.len..self.len + n]
-            .iter_mut()
-            .zip(s.as_bytes())
-        {
-            o.write(*b);
-        }
+        let out = &mut self.buf[self.len..self.len + n];
+        // SAFETY: `out` is `n` bytes long, `s` at least; `MaybeUninit<u8>` has the layout of `u8`.
+        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), out.as_mut_ptr() as *mut u8, n) };
         self.len += n;
         if n < s.len() {
             // The rest would be cut anyway: stop formatting.
