@@ -8,7 +8,8 @@
 # disabled callsite (level filter; and the ferrotrace layer while nothing records, which answers
 # `never`). Program: bench/tracing-layers (its own workspace). Each variant runs in its own process,
 # ROUNDS times, alternating; per variant the best of its rounds (each itself the best of 5 loops of
-# 50,000 iterations) for: one `info!` event with one field and a message, one enter+exit of a live
+# 50,000 iterations) for: one `info!` event with one field and a message, one with two fields and no
+# message (no `core::fmt` on its way), one enter+exit of a live
 # span, one span's whole life (new with one field, enter, exit, close). Ratios against ferrotrace.
 #
 # Usage: bench/tracing-layers.sh [ROUNDS]     (default 5)
@@ -36,7 +37,7 @@ for line in open(sys.argv[1]):
     for k in m:
         b[k] = min(b[k], m[k])
 ft = best["ferrotrace"]
-cols = [("event", "ns/event"), ("enter_exit", "ns/span enter+exit"), ("span", "ns/span life")]
+cols = [("event", "ns/event"), ("fields", "ns/event, no message"), ("enter_exit", "ns/span enter+exit"), ("span", "ns/span life")]
 print("| variant | " + " | ".join(c for _, c in cols) + " |")
 print("|---|" + "---|" * len(cols))
 for v, m in best.items():

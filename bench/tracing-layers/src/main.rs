@@ -1,7 +1,8 @@
 //! `ft-tracing-bench VARIANT OUT_DIR`: the cost of `tracing` events and spans through one subscriber
-//! set-up (VARIANT), in ns per event, per span enter+exit, and per span lifetime (new, enter, exit,
-//! close), each the best of 5 timed loops after a warm-up. Prints one line:
-//! `VARIANT event=NS enter_exit=NS span=NS`. bench/tracing-layers.sh runs every variant, alternating.
+//! set-up (VARIANT), in ns per event (with a message and a field; with two fields and no message),
+//! per span enter+exit, and per span lifetime (new, enter, exit, close), each the best of 5 timed
+//! loops after a warm-up. Prints one line:
+//! `VARIANT event=NS fields=NS enter_exit=NS span=NS`. bench/tracing-layers.sh runs every variant, alternating.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -75,6 +76,8 @@ fn best(n: u64, mut f: impl FnMut(u64)) -> f64 {
 
 fn measure(variant: &str) {
     let event = best(EVENTS, |i| tracing::info!(i, "event"));
+    // Without a message: no `core::fmt` on the way (a message is `format_args!`, visited as `Debug`).
+    let fields = best(EVENTS, |i| tracing::info!(i, ok = true));
     let span = tracing::info_span!("held", n = 1u64);
     let enter_exit = best(EVENTS, |_| {
         let _g = black_box(span.enter());
@@ -84,7 +87,9 @@ fn measure(variant: &str) {
         let s = tracing::info_span!("request", i);
         let _g = s.enter();
     });
-    println!("{variant} event={event:.1} enter_exit={enter_exit:.1} span={life:.1}");
+    println!(
+        "{variant} event={event:.1} fields={fields:.1} enter_exit={enter_exit:.1} span={life:.1}"
+    );
 }
 
 fn main() {

@@ -11,8 +11,8 @@ use tracing_core::field::{Field, Visit};
 
 /// Longest string or `Debug` text kept for one field.
 const MAX_STR: usize = 256;
-/// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (a record's
-/// payload can hold 4080 bytes).
+/// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (and is what
+/// the runtime gives at most).
 pub const MAX: usize = 1024;
 
 /// Tagged values, as a field visitor writes them into `buf`.

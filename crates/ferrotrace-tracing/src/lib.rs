@@ -19,6 +19,11 @@
 //! as functions) and the events `--trace GLOB` selects (by `target` or `target::name`, as
 //! tracepoints); a recording to a file records all.
 //!
+//! Adding it to a program is one line in the subscriber it builds, `.with(FerrotraceLayer::new())`;
+//! a program that calls `tracing_subscriber::fmt::init()` builds the same subscriber as a registry
+//! with `fmt::layer()` and adds it beside (testprogs/mini-redis/mini-redis.patch does that to
+//! mini-redis's server).
+//!
 //! Alone in a subscriber (the cheapest):
 //!
 //! ```no_run

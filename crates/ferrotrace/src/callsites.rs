@@ -93,7 +93,7 @@ pub fn exit(function: u32) {
 /// Records the fields of a registered callsite under its tracepoint id: `write` is given at most `max`
 /// bytes of uninitialized memory (a buffer on the stack, copied into the calling thread's chunk after:
 /// `write` may run instrumented code, whose records go into that chunk), writes tagged values into it
-/// (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote. At most 4080
+/// (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote. At most 1024
 /// bytes are kept.
 #[inline(always)]
 pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {

@@ -212,6 +212,7 @@ pub fn init_tls_offset() {
 }
 
 /// The TLS offset the trampolines use.
+#[inline]
 pub fn tls_offset() -> i64 {
     FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
 }

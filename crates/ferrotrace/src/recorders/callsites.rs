@@ -208,13 +208,18 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<
     );
     rec.word |= cpu_bits() | (slots as u64) << 40;
     let copy = |p: *mut Record| {
-        // SAFETY: there is room for `slots` records at `p` (`append` reserved them).
-        unsafe { core::ptr::copy_nonoverlapping(payload.as_ptr(), p, slots) }
+        // Record by record: a few of them, where a `memcpy` call costs more.
+        for (i, r) in payload.iter().enumerate() {
+            // SAFETY: there is room for `slots` records at `p` (`append` reserved them).
+            unsafe { p.add(i).write(*r) };
+        }
     };
     if hot().append(rec, slots, copy).is_err() {
         crate::buffers::thread::record_slow(rec, payload);
     }
 }
 
-/// The most payload slots a record has (its count is a byte).
-const MAX_SLOTS: usize = 255;
+/// The most payload slots of a callsite's record: 1 KiB of fields (a record could hold 255 slots,
+/// its count being a byte; the buffer is on the stack of every event, and a frame above a page would
+/// add a stack probe).
+const MAX_SLOTS: usize = 64;
