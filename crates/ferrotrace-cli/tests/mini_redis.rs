@@ -6,11 +6,13 @@
 //! connection handler, entered at each poll of the connection's task) and `apply` (on `Set::apply`
 //! and `Get::apply`, one per command); its events: `debug!(?cmd)` per request in `run`,
 //! `debug!(?response)` in each `apply`. Counts are the program's: one `apply` span of each command
-//! per request of its kind, and one event each.
+//! per request of its kind, and one event each. The same server, running untraced, picks up
+//! `ferrotrace record -p` and leaves it when it stops.
 
 mod common;
 
 use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read};
 use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -89,23 +91,28 @@ fn record_mini_redis(dir: &Path) -> std::path::PathBuf {
     trace
 }
 
-#[test]
-fn mini_redis_spans_events_and_functions_in_one_trace() {
-    let dir = scratch("mini_redis");
-    let path = record_mini_redis(&dir);
-    let input = path.to_str().unwrap();
-    let trace = Trace::open(&path).unwrap();
-    assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
+/// What a trace of mini-redis holds, request by request.
+struct Requests {
+    /// Per `apply` span (one per callsite), sorted: what ran inside it (the database call, the
+    /// response event with its value) and how often.
+    per_apply: Vec<Vec<(String, u64)>>,
+    /// Entries of the `apply` spans, of the `run` spans.
+    apply_entries: u64,
+    run_entries: u64,
+    /// The `cmd` field of every `debug!(?cmd)`, each checked to be inside a `run` span.
+    cmds: Vec<String>,
+}
 
-    // Per thread, with the stack of open frames: which `apply` span (by function id: one per
-    // callsite) each database call and each event ran in.
+/// Walks every thread of `trace` with its stack of open frames: which `apply` span (by function
+/// id: one per callsite) each database call and each response event ran in.
+fn requests(trace: &Trace) -> Requests {
     let mut apply_entries = 0u64;
     let mut run_entries = 0u64;
     // (apply function id, what ran inside) → count.
     let mut inside: HashMap<(u32, String), u64> = HashMap::new();
     let mut cmds = Vec::new();
     for &tid in trace.threads.keys() {
-        let w = walk(&trace, tid);
+        let w = walk(trace, tid);
         assert!(w.unwound.is_empty(), "thread {tid} unwound {:?}", w.unwound);
         let mut stack: Vec<u32> = Vec::new();
         let innermost_apply = |stack: &[u32]| {
@@ -137,7 +144,7 @@ fn mini_redis_spans_events_and_functions_in_one_trace() {
                     }
                 }
                 EventKind::Tracepoint => {
-                    let (desc, args) = tracepoints::decode(&trace, &e).unwrap();
+                    let (desc, args) = tracepoints::decode(trace, &e).unwrap();
                     // Every event decodes (a `Debug` field runs instrumented code while visited).
                     let args = args.unwrap_or_else(|err| panic!("{desc:?}: {err:?}"));
                     let field = |name: &str| match args.iter().find(|(n, _)| n == name) {
@@ -168,44 +175,70 @@ fn mini_redis_spans_events_and_functions_in_one_trace() {
             }
         }
     }
-
-    // Two `apply` spans (two callsites of one name): one per SET, its database call and its
-    // response inside, the other per GET.
-    let sets = SETS as u64;
     let mut per_apply: HashMap<u32, Vec<(String, u64)>> = HashMap::new();
     for ((apply, what), n) in inside {
         per_apply.entry(apply).or_default().push((what, n));
     }
-    let mut kinds: Vec<Vec<(String, u64)>> = per_apply
+    let mut per_apply: Vec<Vec<(String, u64)>> = per_apply
         .into_values()
         .map(|mut v| {
             v.sort();
             v
         })
         .collect();
-    kinds.sort();
-    let mut get_responses: Vec<(String, u64)> = (0..SETS)
+    per_apply.sort();
+    Requests {
+        per_apply,
+        apply_entries,
+        run_entries,
+        cmds,
+    }
+}
+
+/// Checks that `r` holds `n` SETs (keys `key0`…) and `n` GETs of them, each in an `apply` span of
+/// its command's callsite with its database call and its response inside, and one `debug!(?cmd)`
+/// per request.
+fn assert_requests(r: &Requests, n: usize) {
+    let mut get_responses: Vec<(String, u64)> = (0..n)
         .map(|i| (format!(r#"mini_redis::cmd::get Bulk(b"value{i}")"#), 1))
         .collect();
     get_responses.sort();
-    assert_eq!(kinds.len(), 2, "{kinds:?}");
-    assert_eq!(kinds[0][0], ("<mini_redis::db::Db>::get".to_string(), sets));
-    assert_eq!(kinds[0][1..], get_responses[..]);
+    assert_eq!(r.per_apply.len(), 2, "{:?}", r.per_apply);
     assert_eq!(
-        kinds[1],
+        r.per_apply[0][0],
+        ("<mini_redis::db::Db>::get".to_string(), n as u64)
+    );
+    assert_eq!(r.per_apply[0][1..], get_responses[..]);
+    assert_eq!(
+        r.per_apply[1],
         [
-            ("<mini_redis::db::Db>::set".to_string(), sets),
-            (r#"mini_redis::cmd::set Simple("OK")"#.to_string(), sets)
+            ("<mini_redis::db::Db>::set".to_string(), n as u64),
+            (r#"mini_redis::cmd::set Simple("OK")"#.to_string(), n as u64)
         ]
     );
+    assert_eq!(r.cmds.len(), 2 * n, "{:?}", r.cmds);
+    assert_eq!(r.cmds.iter().filter(|c| c.starts_with("Set(")).count(), n);
+    assert_eq!(r.cmds.iter().filter(|c| c.starts_with("Get(")).count(), n);
+}
+
+#[test]
+fn mini_redis_spans_events_and_functions_in_one_trace() {
+    let dir = scratch("mini_redis");
+    let path = record_mini_redis(&dir);
+    let input = path.to_str().unwrap();
+    let trace = Trace::open(&path).unwrap();
+    assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
+
+    // Two `apply` spans (two callsites of one name): one per SET, its database call and its
+    // response inside, the other per GET; one `debug!(?cmd)` per request, in `run`.
+    let r = requests(&trace);
+    assert_requests(&r, SETS);
+    let sets = SETS as u64;
+    let apply_entries = r.apply_entries;
     // Each `apply` is entered when polled and when dropped (`Instrumented` drops its future
     // inside the span); each connection's `run` at every poll of its task.
     assert!(apply_entries >= 4 * sets, "{apply_entries}");
-    assert!(run_entries >= 2 * sets, "{run_entries}");
-    // One `debug!(?cmd)` per request, in `run`.
-    assert_eq!(cmds.len(), 2 * SETS, "{cmds:?}");
-    assert_eq!(cmds.iter().filter(|c| c.starts_with("Set(")).count(), SETS);
-    assert_eq!(cmds.iter().filter(|c| c.starts_with("Get(")).count(), SETS);
+    assert!(r.run_entries >= 2 * sets, "{}", r.run_entries);
 
     // replay: the command's event in the connection's span, then the span of its `apply`, the
     // function that polls it, the database call inside, the response.
@@ -271,4 +304,72 @@ fn mini_redis_spans_events_and_functions_in_one_trace() {
     let decoded = perfetto_decoded(&path, &dir);
     assert!(decoded.contains(r#"name: "apply""#), "apply");
     assert!(decoded.contains("mini_redis::cmd::set"), "set event");
+}
+
+#[test]
+fn record_p_picks_up_the_spans_of_a_running_mini_redis() {
+    // The server runs before anything records: its callsites answered `never`; attaching asks them
+    // again, detaching leaves the server serving, and Ctrl-C still stops it gracefully.
+    const N: usize = 3;
+    let dir = scratch("mini_redis_attach");
+    let bin = mini_redis();
+    let port = free_port();
+    let mut server = default_signals(&mut Command::new(bin.join("mini-redis-server")))
+        .args(["--port", &port.to_string()])
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let start = Instant::now();
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(start.elapsed() < Duration::from_secs(60), "no server");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Before the attach: not in the trace.
+    assert_eq!(cli(&bin, port, &["set", "before", "x"]), "OK\n");
+
+    let trace = dir.join("trace.data");
+    let mut record = ferrotrace()
+        .args([
+            "record",
+            "-p",
+            &server.id().to_string(),
+            "--trace",
+            "mini_redis::*",
+            "-o",
+        ])
+        .arg(&trace)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut said = String::new();
+    let mut stderr = BufReader::new(record.stderr.take().unwrap());
+    while !said.contains("recording process") {
+        assert!(
+            stderr.read_line(&mut said).unwrap() > 0,
+            "record -p ended before recording:\n{said}"
+        );
+    }
+    for i in 0..N {
+        let set = ["set", &format!("key{i}"), &format!("value{i}")];
+        assert_eq!(cli(&bin, port, &set), "OK\n");
+    }
+    for i in 0..N {
+        let got = cli(&bin, port, &["get", &format!("key{i}")]);
+        assert_eq!(got, format!("\"value{i}\"\n"));
+    }
+    kill(record.id() as i32, 2);
+    let status = record.wait().unwrap();
+    let _ = stderr.read_to_string(&mut said);
+    assert!(status.success(), "{said}");
+
+    // Detached, the server serves on, and stops on Ctrl-C as it would untraced.
+    assert_eq!(cli(&bin, port, &["get", "key0"]), "\"value0\"\n");
+    kill(server.id() as i32, 2);
+    assert!(server.wait().unwrap().success());
+
+    let t = Trace::open(&trace).unwrap();
+    assert!(t.warnings().is_empty(), "{:?}", t.warnings());
+    let r = requests(&t);
+    assert_requests(&r, N);
+    assert!(!r.cmds.iter().any(|c| c.contains("before")), "{:?}", r.cmds);
 }

@@ -72,6 +72,18 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
     }
 }
 
+/// What the layer does when a recording starts or stops from outside the program (`record -p`
+/// attaching to it, or detaching): `true`, ask every callsite's interest again (they answered
+/// `never` while nothing recorded); `false`, forget every callsite's ids (nothing records them any
+/// more). Set by the layer when it first registers a callsite; called on the thread that attaches
+/// (borrowed by the host) and on the runtime's collector when the host detaches.
+pub fn set_recording_hook(hook: fn(bool)) {
+    #[cfg(ferrotrace_runtime)]
+    crate::recorders::callsites::set_recording_hook(hook);
+    #[cfg(not(ferrotrace_runtime))]
+    let _ = hook;
+}
+
 /// The calling thread enters the span registered with function id `function`.
 #[inline(always)]
 pub fn enter(function: u32) {

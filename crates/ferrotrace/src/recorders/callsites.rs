@@ -22,8 +22,8 @@
 //! that exist before the program runs (static tracepoints: [`super::tracepoint`]).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
@@ -38,16 +38,19 @@ use crate::recorders::tracepoint::control;
 /// Callsites chunks for the collector.
 pub const RECORDER: Recorder = Recorder {
     start: |_| {
-        let _ = TRACE_GLOBS.get_or_init(control::requested);
+        *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) = control::requested();
         true
     },
     metadata: take_described,
     ..Recorder::NONE
 };
 
-/// `FERROTRACE_TRACE` (`record --trace`), read once at start on the thread that starts the runtime
-/// (the environment is not read later, while the program's threads may change it).
-static TRACE_GLOBS: OnceLock<Option<String>> = OnceLock::new();
+/// The `--trace` globs of the recording: `FERROTRACE_TRACE` read at start on the thread that starts
+/// the runtime (the environment is not read later, while the program's threads may change it), or
+/// the attach's ([`attached`]).
+static TRACE_GLOBS: Mutex<Option<String>> = Mutex::new(None);
+/// The layer's [`crate::callsites::set_recording_hook`], as an address (0: no layer in the program).
+static RECORDING_HOOK: AtomicUsize = AtomicUsize::new(0);
 
 /// Callsite descriptions not yet handed to the collector: `(count, encoded entries)`.
 static PENDING: Mutex<(u64, Vec<u8>)> = Mutex::new((0, Vec::new()));
@@ -72,7 +75,7 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
             rt.new_function_id(config.filter_flags(d.name, 0))
         }
         Kind::Event => {
-            let globs = TRACE_GLOBS.get_or_init(control::requested);
+            let globs = TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner());
             let selected = ALL_EVENTS.load(Ordering::Relaxed)
                 || globs
                     .as_deref()
@@ -130,6 +133,40 @@ fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
     let _ = schema::Count(count).encode(&mut p);
     p.extend_from_slice(&entries);
     vec![(ChunkKind::Callsites, p)]
+}
+
+/// Sets the layer's hook (`crate::callsites::set_recording_hook`).
+pub fn set_recording_hook(hook: fn(bool)) {
+    RECORDING_HOOK.store(hook as usize, Ordering::Release);
+}
+
+/// True when the program has a `tracing` layer of ferrotrace's (it registered a callsite).
+pub fn has_layer() -> bool {
+    RECORDING_HOOK.load(Ordering::Acquire) != 0
+}
+
+/// An attach started recording, with `--trace` globs `globs` (comma-separated, empty for none): the
+/// layer asks its callsites' interest again, on the attaching thread; the host's stop calls
+/// [`detached`].
+pub fn attached(globs: &str) {
+    *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) =
+        (!globs.is_empty()).then(|| globs.to_string());
+    call_hook(true);
+}
+
+/// The host detached: the layer forgets its callsites' ids (they stay enabled in `tracing`'s cache,
+/// each span or event then costing the layer one lookup, until a recording asks again).
+pub fn detached() {
+    call_hook(false);
+}
+
+fn call_hook(recording: bool) {
+    let hook = RECORDING_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_recording_hook` stores here, the address of a `fn(bool)`.
+        let hook = unsafe { core::mem::transmute::<usize, fn(bool)>(hook) };
+        hook(recording);
+    }
 }
 
 /// Selects every event callsite registered from now on (a recording the program started itself).
