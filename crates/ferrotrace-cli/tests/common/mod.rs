@@ -622,6 +622,35 @@ pub fn tracing_service() -> PathBuf {
         .clone()
 }
 
+/// The directory of mini-redis 0.4.1's `mini-redis-server` (with the ferrotrace layer in its
+/// subscriber) and `mini-redis-cli`, built once per test binary by testprogs/mini-redis/build.sh
+/// (the published crate, patched; nightly, XRay sleds) into testprogs/target, which keeps the build.
+pub fn mini_redis() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = clean_cargo_env(&mut Command::new(
+                repo().join("testprogs/mini-redis/build.sh"),
+            ))
+            .output()
+            .expect("run testprogs/mini-redis/build.sh");
+            assert!(
+                out.status.success(),
+                "building mini-redis failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            PathBuf::from(
+                stdout
+                    .lines()
+                    .last()
+                    .expect("build.sh prints the binaries' directory"),
+            )
+        })
+        .clone()
+}
+
 /// A trace of `ft-workload 100` (about 235,000 events from three threads, 8,000 call paths),
 /// recorded once per test binary.
 pub fn workload_trace() -> PathBuf {
