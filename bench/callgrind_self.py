@@ -1,11 +1,14 @@
 """Self instruction counts (Ir) per object and function, summed over callgrind output files.
 
 Used by bench/hook_instructions.sh: reads callgrind's text format (compressed names, `calls=` lines
-whose next cost line is a callee's inclusive cost and is left out), and prints one line per object and
-function: `Ir<TAB>object<TAB>function`, largest first. Not a general callgrind reader: it knows the
-one event (Ir) that `valgrind --tool=callgrind` records by default, and positions by line only.
+whose next cost line is a callee's inclusive cost and is left out of the caller's own), and prints one
+line per object and function: `Ir<TAB>object<TAB>function`, largest first. With `--outside REGEX`, adds
+one line per object matching REGEX: `Ir<TAB>object<TAB>(calls out)`, the inclusive cost of the calls its
+functions make into objects that do not match (a tracer's calls into the C library: uftrace's
+`clock_gettime`, `pthread_getspecific`). Not a general callgrind reader: it knows the one event (Ir)
+that `valgrind --tool=callgrind` records by default, and positions by line only.
 
-Usage: python3 callgrind_self.py FILE...
+Usage: python3 callgrind_self.py [--outside REGEX] FILE...
 """
 
 import collections
@@ -25,9 +28,9 @@ def resolve(table, value):
     return table.get(m.group(1), value)
 
 
-def self_costs(path, totals):
+def self_costs(path, totals, outside):
     objects, functions = {}, {}
-    ob = fn = None
+    ob = fn = cob = None
     after_calls = False
     with open(path, encoding="utf-8", errors="replace") as f:
         for line in f:
@@ -38,6 +41,10 @@ def self_costs(path, totals):
             if c.isdigit() or c in "+-*":
                 if after_calls:
                     after_calls = False  # the callee's inclusive cost: not this function's own
+                    callee = cob if cob is not None else ob
+                    cob = None
+                    if outside and outside.search(ob or "") and not outside.search(callee or ""):
+                        totals[(ob, "(calls out)")] += int(line.split()[1])
                     continue
                 parts = line.split()
                 if len(parts) >= 2 and fn is not None:
@@ -49,7 +56,7 @@ def self_costs(path, totals):
             elif key == "fn":
                 fn = resolve(functions, value)
             elif key == "cob":
-                resolve(objects, value)
+                cob = resolve(objects, value)
             elif key == "cfn" or key == "cfi" or key == "cfl":
                 if key == "cfn":
                     resolve(functions, value)
@@ -58,9 +65,14 @@ def self_costs(path, totals):
 
 
 def main():
+    args = sys.argv[1:]
+    outside = None
+    if args[:1] == ["--outside"]:
+        outside = re.compile(args[1])
+        args = args[2:]
     totals = collections.Counter()
-    for path in sys.argv[1:]:
-        self_costs(path, totals)
+    for path in args:
+        self_costs(path, totals, outside)
     for (ob, fn), ir in totals.most_common():
         print(f"{ir}\t{ob}\t{fn}")
 
