@@ -7,7 +7,9 @@
 #   cannot read XRay sleds; -mnop-mcount builds are patched by its -P .).
 # Prints, per program and build, the medians of: wall time and CPU time (user + system of the whole
 # process tree, the tracer's threads and processes included) per traced call above the plain build's,
-# ferrotrace's bytes per event, and uftrace's cost over ferrotrace's.
+# ferrotrace's bytes per event, and uftrace's cost over ferrotrace's; and the same CPU figures from the
+# best rounds (each variant's fastest against the plain build's fastest). The load average printed
+# with them says how busy the machine was: CPU time is the figure to compare on a shared machine.
 # Usage: bench/real.sh [PROGRAMS=sqlite,lua,zstd] (RUNS=5 rounds). Needs root for apt-get source.
 set -euo pipefail
 RUNS=${RUNS:-5}
@@ -153,25 +155,33 @@ for round in $(seq "$RUNS"); do
 done
 
 echo
-echo "median of $RUNS rounds, $(nproc) CPUs, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
-printf '%-8s %-7s %12s %16s %10s %10s %14s %14s %12s\n' program build calls "ft ns/call wall" "ft cpu" \
-  "B/event" "uftrace wall" "uftrace cpu" "uf/ft (cpu)"
+echo "median of $RUNS rounds (best: each variant's fastest round against the plain build's), $(nproc) CPUs," \
+  "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
+printf '%-8s %-7s %10s %9s %9s %8s %8s %9s %9s %9s %8s %8s\n' program build calls "ft wall" "ft cpu" \
+  "(best)" "B/event" "uf wall" "uf cpu" "(best)" "uf/ft" "(best)"
+best() { sort -n | head -1; }
 for p in "${programs[@]}"; do
   base_w=$(printf '%s\n' ${wall[$p/plain]} | median)
   base_c=$(printf '%s\n' ${cpu[$p/plain]} | median)
+  best_c=$(printf '%s\n' ${cpu[$p/plain]} | best)
   for b in "${builds[@]}"; do
     info=$("$ft" info --json -i "$out/$p-$b.data" 2>/dev/null)
     n=$(echo "$info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(t["entries"] for t in d["threads"]))')
     bpe=$(echo "$info" | python3 -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["bytes_per_event"])')
-    per() { echo "scale=1; ($(printf '%s\n' $1 | median) - $2) * 1000000000 / $n" | bc; }
+    # per SAMPLES BASE [STAT]: ns per call of the samples' STAT (median) above BASE.
+    per() { echo "scale=1; ($(printf '%s\n' $1 | ${3:-median}) - $2) * 1000000000 / $n" | bc; }
     fw=$(per "${wall[$p/$b/ft]}" "$base_w")
     fc=$(per "${cpu[$p/$b/ft]}" "$base_c")
-    uw=-; uc=-; ratio=-
+    fb=$(per "${cpu[$p/$b/ft]}" "$best_c" best)
+    uw=-; uc=-; ub=-; ratio=-; ratio_b=-
     if [ -n "${cpu[$p/$b/uf]:-}" ]; then
       uw=$(per "${wall[$p/$b/uf]}" "$base_w")
       uc=$(per "${cpu[$p/$b/uf]}" "$base_c")
+      ub=$(per "${cpu[$p/$b/uf]}" "$best_c" best)
       ratio=$(echo "scale=2; $uc / $fc" | bc)x
+      ratio_b=$(echo "scale=2; $ub / $fb" | bc)x
     fi
-    printf '%-8s %-7s %12s %16s %10s %10s %14s %14s %12s\n' "$p" "$b" "$n" "$fw" "$fc" "$bpe" "$uw" "$uc" "$ratio"
+    printf '%-8s %-7s %10s %9s %9s %8s %8s %9s %9s %9s %8s %8s\n' "$p" "$b" "$n" "$fw" "$fc" "$fb" "$bpe" \
+      "$uw" "$uc" "$ub" "$ratio" "$ratio_b"
   done
 done

@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then
   as_root=(sudo)
 fi
 
-packages=(gcc g++ uftrace clang-16 libelf-dev zlib1g-dev pkg-config make time libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg strace chromium heaptrack python3-pip)
+packages=(gcc g++ uftrace clang-16 libelf-dev zlib1g-dev pkg-config make patch time libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg strace chromium heaptrack python3-pip)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -34,6 +34,12 @@ if ! python3 -c 'import duckdb' 2>/dev/null; then
   echo "setup: installing duckdb (pip)" >&2
   "${as_root[@]}" python3 -m pip install -q --break-system-packages duckdb \
     || "${as_root[@]}" python3 -m pip install -q duckdb
+fi
+# Perfetto's own protos for Python: tests/sample.rs decodes `dump --format perfetto` with them.
+if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
+  echo "setup: installing perfetto (pip)" >&2
+  "${as_root[@]}" python3 -m pip install -q --break-system-packages perfetto \
+    || "${as_root[@]}" python3 -m pip install -q perfetto
 fi
 if ! rustup run nightly rustc --version >/dev/null 2>&1; then
   echo "setup: the nightly Rust toolchain is missing: it is needed to build instrumented programs" >&2

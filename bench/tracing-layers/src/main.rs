@@ -1,7 +1,8 @@
 //! `ft-tracing-bench VARIANT OUT_DIR`: the cost of `tracing` events and spans through one subscriber
-//! set-up (VARIANT), in ns per event, per span enter+exit, and per span lifetime (new, enter, exit,
-//! close), each the best of 5 timed loops after a warm-up. Prints one line:
-//! `VARIANT event=NS enter_exit=NS span=NS`. bench/tracing-layers.sh runs every variant, alternating.
+//! set-up (VARIANT), in ns per event (with a message and a field; with two fields and no message),
+//! per span enter+exit, and per span lifetime (new, enter, exit, close), each the best of 5 timed
+//! loops after a warm-up. Prints one line:
+//! `VARIANT event=NS fields=NS enter_exit=NS span=NS`. bench/tracing-layers.sh runs every variant, alternating.
 
 use std::hint::black_box;
 use std::time::Instant;
@@ -35,6 +36,28 @@ impl Subscriber for Noop {
     fn exit(&self, _: &span::Id) {}
 }
 
+/// Reads the timestamp counter at every event, enter and exit, and keeps nothing: the floor of a layer
+/// that stamps its records with `rdtsc` (as ferrotrace's does), above the registry it stands on.
+struct RdtscFloor;
+
+impl<S: Subscriber> tracing_subscriber::Layer<S> for RdtscFloor {
+    fn on_event(&self, _: &Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        rdtsc();
+    }
+    fn on_enter(&self, _: &span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        rdtsc();
+    }
+    fn on_exit(&self, _: &span::Id, _: tracing_subscriber::layer::Context<'_, S>) {
+        rdtsc();
+    }
+}
+
+#[inline(always)]
+fn rdtsc() {
+    // SAFETY: `rdtsc` has no preconditions on x86-64.
+    black_box(unsafe { core::arch::x86_64::_rdtsc() });
+}
+
 /// The best of [`ROUNDS`] runs of `f` over `n` iterations, in ns per iteration.
 fn best(n: u64, mut f: impl FnMut(u64)) -> f64 {
     for i in 0..n / 10 {
@@ -53,6 +76,8 @@ fn best(n: u64, mut f: impl FnMut(u64)) -> f64 {
 
 fn measure(variant: &str) {
     let event = best(EVENTS, |i| tracing::info!(i, "event"));
+    // Without a message: no `core::fmt` on the way (a message is `format_args!`, visited as `Debug`).
+    let fields = best(EVENTS, |i| tracing::info!(i, ok = true));
     let span = tracing::info_span!("held", n = 1u64);
     let enter_exit = best(EVENTS, |_| {
         let _g = black_box(span.enter());
@@ -62,13 +87,20 @@ fn measure(variant: &str) {
         let s = tracing::info_span!("request", i);
         let _g = s.enter();
     });
-    println!("{variant} event={event:.1} enter_exit={enter_exit:.1} span={life:.1}");
+    println!(
+        "{variant} event={event:.1} fields={fields:.1} enter_exit={enter_exit:.1} span={life:.1}"
+    );
 }
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let variant = args.next().expect("usage: ft-tracing-bench VARIANT OUT_DIR");
-    let out = std::path::PathBuf::from(args.next().expect("usage: ft-tracing-bench VARIANT OUT_DIR"));
+    let variant = args
+        .next()
+        .expect("usage: ft-tracing-bench VARIANT OUT_DIR");
+    let out = std::path::PathBuf::from(
+        args.next()
+            .expect("usage: ft-tracing-bench VARIANT OUT_DIR"),
+    );
     std::fs::create_dir_all(&out).expect("output directory");
     let registry = tracing_subscriber::registry();
     match variant.as_str() {
@@ -77,10 +109,15 @@ fn main() {
         "noop" => tracing::subscriber::set_global_default(Noop).expect("subscriber"),
         // The registry every layer stands on, without a layer.
         "registry" => registry.init(),
+        "rdtsc-floor" => registry.with(RdtscFloor).init(),
         // The ferrotrace layer while nothing records: its callsites answer `never`.
-        "ferrotrace-off" => registry.with(ferrotrace_tracing::FerrotraceLayer::new()).init(),
+        "ferrotrace-off" => registry
+            .with(ferrotrace_tracing::FerrotraceLayer::new())
+            .init(),
         "ferrotrace" => {
-            registry.with(ferrotrace_tracing::FerrotraceLayer::new()).init();
+            registry
+                .with(ferrotrace_tracing::FerrotraceLayer::new())
+                .init();
             let path = out.join("bench.ferrotrace");
             let _ = std::fs::remove_file(&path);
             let guard = ferrotrace_tracing::record_to_file(&path).expect("record_to_file");
@@ -100,7 +137,9 @@ fn main() {
         "perfetto" => {
             let file = std::fs::File::create(out.join("bench.perfetto-trace")).expect("file");
             let writer = std::sync::Mutex::new(std::io::BufWriter::new(file));
-            registry.with(tracing_perfetto::PerfettoLayer::new(writer)).init();
+            registry
+                .with(tracing_perfetto::PerfettoLayer::new(writer))
+                .init();
         }
         "tracy" => registry.with(tracing_tracy::TracyLayer::default()).init(),
         other => panic!("unknown variant {other}"),

@@ -132,6 +132,24 @@ impl TscConverter {
         }
     }
 
+    /// The tick at CLOCK_MONOTONIC `ns`: the inverse of [`TscConverter::to_ns`] (to the nearest tick),
+    /// for events stamped in nanoseconds (perf_event's samples) put into a trace of TSC ticks.
+    pub fn to_ticks(&self, ns: u64) -> u64 {
+        let (delta, neg) = if ns >= self.base.mono_ns {
+            (ns - self.base.mono_ns, false)
+        } else {
+            (self.base.mono_ns - ns, true)
+        };
+        let q = self.ns_per_tick_q32.max(1) as u128;
+        let ticks = (((delta as u128) << 32) + q / 2) / q;
+        let ticks = ticks.min(u64::MAX as u128) as u64;
+        if neg {
+            self.base.tsc.saturating_sub(ticks)
+        } else {
+            self.base.tsc.saturating_add(ticks)
+        }
+    }
+
     /// Length of `ticks` TSC ticks in nanoseconds.
     pub fn ticks_to_ns(&self, ticks: u64) -> u64 {
         ((ticks as u128 * self.ns_per_tick_q32 as u128 + (1 << 31)) >> 32) as u64
@@ -146,6 +164,30 @@ impl TscConverter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ticks_of_a_time_convert_back_to_it() {
+        let c = TscConverter::new(
+            ClockPair {
+                tsc: 10_000_000_000,
+                mono_ns: 5_000_000_000,
+            },
+            ClockPair {
+                tsc: 13_000_000_000,
+                mono_ns: 6_000_000_000,
+            },
+        );
+        for ns in [
+            4_000_000_000u64,
+            5_000_000_000,
+            5_123_456_789,
+            6_500_000_000,
+        ] {
+            // A tick is a third of a nanosecond: the round trip is exact to the nanosecond.
+            assert!(c.to_ns(c.to_ticks(ns)).abs_diff(ns) <= 1, "{ns}");
+        }
+        assert_eq!(c.to_ticks(5_000_000_000), 10_000_000_000);
+    }
 
     #[test]
     fn interpolates_between_pairs() {

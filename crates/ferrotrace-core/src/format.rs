@@ -22,7 +22,7 @@ pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
-pub const VERSION_MINOR: u16 = 2;
+pub const VERSION_MINOR: u16 = 3;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
@@ -65,6 +65,10 @@ pub enum ChunkKind {
     /// Callsites of `tracing` spans and events, registered while the program runs
     /// ([`crate::schema::Callsite`]); before the first event that uses them.
     Callsites = 14,
+    /// Sample events of one thread, merged by `ferrotrace record --sample` into a function trace after
+    /// the program ended: the payload of an Events chunk, numbered per thread apart from its Events
+    /// chunks, stamped in the trace's ticks ([`crate::schema::EventsHeader`], then the events).
+    Samples = 15,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -83,6 +87,7 @@ impl ChunkKind {
             12 => ChunkKind::Salvage,
             13 => ChunkKind::RunningAtStart,
             14 => ChunkKind::Callsites,
+            15 => ChunkKind::Samples,
             _ => return None,
         })
     }

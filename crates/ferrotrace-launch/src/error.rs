@@ -67,6 +67,9 @@ pub enum LaunchError {
     },
     /// A cargo build (`cargo ferrotrace`) failed or gave nothing to run: the message says which.
     Build(String),
+    /// `record --sample`'s sampler could not start (perf_event_open refused, no frame pointers, ...):
+    /// its message.
+    Sampler(String),
     /// A running process cannot be attached to, or attaching failed: why.
     CannotAttach {
         /// The process.
@@ -119,6 +122,7 @@ impl fmt::Display for LaunchError {
                 p.display()
             ),
             LaunchError::BadOption(m) | LaunchError::Build(m) => f.write_str(m),
+            LaunchError::Sampler(m) => write!(f, "--sample: {m}"),
             LaunchError::Setup { what, source } => write!(f, "{what}: {source}"),
             LaunchError::Spawn { program, source } => {
                 write!(f, "cannot run {}: {source}", program.display())

@@ -6,6 +6,8 @@
 //! * [`start`](mod@start): starting a program with the runtime, configured by one typed
 //!   [`ferrotrace_core::env::RuntimeSpec`], the chunk pool shared for salvage, signals relayed
 //!   ([`relay`]), and recovering what a killed program had not written ([`salvage`]);
+//! * [`sampling`]: `record --sample`, perf_event sampling of the program `record` starts, merged into
+//!   the trace its runtime writes;
 //! * [`outcome`]: which file is this run's trace, its children's, and the summary line;
 //! * [`checks`]: what `record` refuses before anything runs, as typed errors;
 //! * [`attach`]: entering a running process with ptrace (one thread borrowed to call the loader's
@@ -37,6 +39,7 @@ mod pool;
 pub mod program;
 pub mod relay;
 pub mod salvage;
+pub mod sampling;
 pub mod start;
 
 pub use error::LaunchError;

@@ -92,3 +92,19 @@ pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
         }
     ))
 }
+
+/// Opens this run's trace at `path` to read and append to it (the runtime has finished it: record
+/// salvages into it, `--sample` merges into it): never through a link, and only a regular file of
+/// ours. `Ok(None)` when it is not ours.
+pub(crate) fn open_own_trace(path: &Path) -> std::io::Result<Option<std::fs::File>> {
+    use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let meta = file.metadata()?;
+    // SAFETY: geteuid cannot fail.
+    let ours = meta.is_file() && meta.uid() == unsafe { libc::geteuid() };
+    Ok(ours.then_some(file))
+}

@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::io::{BufWriter, Seek, SeekFrom};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use ferrotrace_core::format::ChunkKind;
@@ -144,18 +143,11 @@ pub fn salvage(
 
     let io = |e| SalvageError::Io(path.to_path_buf(), e);
     // The file record's runtime created; never through a link, never someone else's.
-    let mut file = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(path)
-        .map_err(io)?;
-    let meta = file.metadata().map_err(io)?;
-    // SAFETY: geteuid cannot fail.
-    if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } {
+    let Some(mut file) = crate::outcome::open_own_trace(path).map_err(io)? else {
         return Err(SalvageError::NoPool(
             "the trace file is not ours to append to",
         ));
-    }
+    };
     file.set_len(trace.valid_len).map_err(io)?;
     file.seek(SeekFrom::End(0)).map_err(io)?;
     let mut w = TraceWriter::resume(BufWriter::new(file), trace.valid_len, trace.next_chunk_seq);

@@ -52,6 +52,9 @@ pub struct Options {
     pub share_pool: bool,
     /// A descriptor of ours the program inherits and the runtime prints live events to.
     pub live_fd: Option<RawFd>,
+    /// Hold the forked child before its `execve` until released (`record --sample`'s sampler opens
+    /// its events meanwhile): [`crate::sampling`].
+    pub hold: Option<crate::sampling::HoldFds>,
 }
 
 /// The runtime library to preload: [`ferrotrace_core::env::PRELOAD`], or next to this executable
@@ -151,6 +154,9 @@ pub fn start(
     }
     relay::block();
     relay::unblock_in_child(&mut cmd);
+    if let Some(hold) = options.hold {
+        hold.install(&mut cmd);
+    }
     let child = cmd.spawn().map_err(|source| LaunchError::Spawn {
         program: program.path.clone(),
         source,

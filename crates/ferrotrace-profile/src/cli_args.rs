@@ -41,6 +41,14 @@ pub enum EventSpec {
     },
 }
 
+/// The events of a command line's `-e` values: cpu-clock when none is given.
+pub fn parse_events(values: &[String]) -> Result<Vec<EventSpec>, ProfileError> {
+    if values.is_empty() {
+        return Ok(vec![EventSpec::CpuClock(None)]);
+    }
+    values.iter().map(|e| EventSpec::parse(e)).collect()
+}
+
 impl EventSpec {
     /// Parses one `-e` value. Hardware counters and kprobes are refused with the reason.
     pub fn parse(s: &str) -> Result<EventSpec, ProfileError> {

@@ -164,5 +164,38 @@ pub struct ProfileSummary {
 
 /// Records a profile as `cfg` says and writes it to `cfg.output`.
 pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
-    recorder::run(cfg)
+    recorder::run(cfg, None)
+}
+
+/// Records a profile of process `pid`, which the caller started from `cfg.target` (a
+/// [`Target::Command`]: its program and arguments, for the trace's Session) and holds before its
+/// `execve`: the events are opened on it with enable-on-exec (its threads and children are followed
+/// from the first instruction of the program), then `release` lets it `execve`. Records until the
+/// process has ended (a zombie has); the caller waits for it, and `cfg.duration` and
+/// `cfg.handle_signals` are the caller's business. This is `ferrotrace record --sample`'s sampler.
+pub fn profile_started(
+    cfg: &ProfileConfig,
+    pid: u32,
+    release: impl FnOnce() -> std::io::Result<()>,
+) -> Result<ProfileSummary, ProfileError> {
+    if !matches!(cfg.target, Target::Command { .. }) {
+        return Err(ProfileError::BadArgument(
+            "a started program is profiled from its command".into(),
+        ));
+    }
+    if cfg.backend == Backend::Bpf {
+        // The hold before execve is this crate's own for the eBPF backend (hold.rs): a caller's
+        // hold cannot also stop the program at its entry point while the tables load.
+        return Err(ProfileError::BadArgument(
+            "a started program is sampled with perf_event; the eBPF backend is `profile --bpf`"
+                .into(),
+        ));
+    }
+    recorder::run(
+        cfg,
+        Some(recorder::Held {
+            pid,
+            release: Box::new(release),
+        }),
+    )
 }

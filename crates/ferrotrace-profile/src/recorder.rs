@@ -624,8 +624,18 @@ fn cut_at_unmapped(space: &Space, frames: &mut Vec<u64>, from: usize) -> bool {
     }
 }
 
-/// Runs a whole profiling session.
-pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
+/// A process the caller started and holds before its `execve` (`Target::Command` still names the
+/// program and its arguments): its events are opened with enable-on-exec, then `release` lets it go.
+pub(crate) struct Held<'r> {
+    pub pid: u32,
+    pub release: Box<dyn FnOnce() -> std::io::Result<()> + 'r>,
+}
+
+/// Runs a whole profiling session (of `held`, when the caller started the program).
+pub(crate) fn run(
+    cfg: &ProfileConfig,
+    held: Option<Held<'_>>,
+) -> Result<ProfileSummary, ProfileError> {
     if cfg.events.is_empty() {
         return Err(ProfileError::BadArgument("no events to record".into()));
     }
@@ -752,14 +762,20 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
 
     // Start or find the target.
     let mut child = None;
-    let (root_pid, tids): (u32, Vec<u32>) = match &cfg.target {
-        Target::Command { program, argv } => {
+    let enable_on_exec = held.is_some() || matches!(cfg.target, Target::Command { .. });
+    let mut release = None;
+    let (root_pid, tids): (u32, Vec<u32>) = match (&cfg.target, held) {
+        (Target::Command { .. }, Some(h)) => {
+            release = Some(h.release);
+            (h.pid, vec![h.pid])
+        }
+        (Target::Command { program, argv }, None) => {
             let c = BlockedChild::spawn(program, argv, bpf_mode)?;
             let pid = c.pid as u32;
             child = Some(c);
             (pid, vec![pid])
         }
-        Target::Pid(pid) => {
+        (Target::Pid(pid), _) => {
             let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
                 .map_err(|_| ProfileError::NoSuchProcess(*pid))?
                 .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -799,7 +815,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                         dwarf,
                         stack_size: cfg.stack_size,
                         exclude_kernel,
-                        enable_on_exec: child.is_some(),
+                        enable_on_exec,
                         sideband: ei.is_none(),
                         entry_probe: matches!(spec, Some(EventSpec::Uprobe { .. })),
                         // (--bpf times off-CPU stretches in the kernel.)
@@ -960,6 +976,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         write_error: None,
     };
 
+    if let Some(release) = release.take() {
+        release().map_err(|source| ProfileError::Sys {
+            what: "releasing the program".into(),
+            source,
+        })?;
+    }
     match &mut child {
         Some(c) => {
             let program = match &cfg.target {
@@ -987,6 +1009,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 }
             }
         }
+        None if enable_on_exec => {}
         None => {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);

@@ -11,8 +11,8 @@ use tracing_core::field::{Field, Visit};
 
 /// Longest string or `Debug` text kept for one field.
 const MAX_STR: usize = 256;
-/// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (a record's
-/// payload can hold 4080 bytes).
+/// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (and is what
+/// the runtime gives at most).
 pub const MAX: usize = 1024;
 
 /// Tagged values, as a field visitor writes them into `buf`.
@@ -112,12 +112,9 @@ impl Write for Cut<'_> {
         while !s.is_char_boundary(n) {
             n -= 1;
         }
-        for (o, b) in self.buf[self.len..self.len + n]
-            .iter_mut()
-            .zip(s.as_bytes())
-        {
-            o.write(*b);
-        }
+        let out = &mut self.buf[self.len..self.len + n];
+        // SAFETY: `out` is `n` bytes long, `s` at least; `MaybeUninit<u8>` has the layout of `u8`.
+        unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), out.as_mut_ptr() as *mut u8, n) };
         self.len += n;
         if n < s.len() {
             // The rest would be cut anyway: stop formatting.

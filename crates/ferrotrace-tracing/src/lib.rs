@@ -15,9 +15,15 @@
 //! depends on this crate links the runtime, which `record` starts), or into a file of the program's
 //! own with [`record_to_file`], until its [`FlushGuard`] is dropped. When nothing records, the layer
 //! answers `Interest::never()` for every callsite: each then costs what a disabled callsite costs (one
-//! relaxed load and a branch). `ferrotrace record` records every span (`-F`/`-N` select them by name,
+//! relaxed load and a branch); when `ferrotrace record -p` attaches to the running program, they
+//! are asked again. `ferrotrace record` records every span (`-F`/`-N` select them by name,
 //! as functions) and the events `--trace GLOB` selects (by `target` or `target::name`, as
 //! tracepoints); a recording to a file records all.
+//!
+//! Adding it to a program is one line in the subscriber it builds, `.with(FerrotraceLayer::new())`;
+//! a program that calls `tracing_subscriber::fmt::init()` builds the same subscriber as a registry
+//! with `fmt::layer()` and adds it beside (testprogs/mini-redis/mini-redis.patch does that to
+//! mini-redis's server).
 //!
 //! Alone in a subscriber (the cheapest):
 //!
@@ -73,9 +79,20 @@ impl FerrotraceLayer {
 
 /// The interest in a callsite: registered with the runtime (once) and recorded, or never.
 fn interest(meta: &'static Metadata<'static>) -> Interest {
+    ferrotrace::callsites::set_recording_hook(recording_changed);
     match sites::register(meta) {
         Some(_) => Interest::always(),
         None => Interest::never(),
+    }
+}
+
+/// `ferrotrace record -p` attached to the program (`true`: the callsites that answered `never` are
+/// asked again, and registered) or detached (`false`: their ids are forgotten).
+fn recording_changed(recording: bool) {
+    if recording {
+        tracing_core::callsite::rebuild_interest_cache();
+    } else {
+        sites::forget_all();
     }
 }
 

@@ -72,6 +72,18 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
     }
 }
 
+/// What the layer does when a recording starts or stops from outside the program (`record -p`
+/// attaching to it, or detaching): `true`, ask every callsite's interest again (they answered
+/// `never` while nothing recorded); `false`, forget every callsite's ids (nothing records them any
+/// more). Set by the layer when it first registers a callsite; called on the thread that attaches
+/// (borrowed by the host) and on the runtime's collector when the host detaches.
+pub fn set_recording_hook(hook: fn(bool)) {
+    #[cfg(ferrotrace_runtime)]
+    crate::recorders::callsites::set_recording_hook(hook);
+    #[cfg(not(ferrotrace_runtime))]
+    let _ = hook;
+}
+
 /// The calling thread enters the span registered with function id `function`.
 #[inline(always)]
 pub fn enter(function: u32) {
@@ -91,9 +103,10 @@ pub fn exit(function: u32) {
 }
 
 /// Records the fields of a registered callsite under its tracepoint id: `write` is given at most `max`
-/// bytes of uninitialized memory (the calling thread's chunk, when it has the room), writes tagged
-/// values into it (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote.
-/// At most 4080 bytes are kept.
+/// bytes of uninitialized memory (a buffer on the stack, copied into the calling thread's chunk after:
+/// `write` may run instrumented code, whose records go into that chunk), writes tagged values into it
+/// (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote. At most 1024
+/// bytes are kept.
 #[inline(always)]
 pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
     #[cfg(ferrotrace_runtime)]

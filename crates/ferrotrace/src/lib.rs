@@ -136,7 +136,7 @@ static LINKED_RUNTIME_MARKER: u8 = 1;
 static START_LINKED: extern "C" fn() = {
     extern "C" fn start_linked() {
         // Kept in the program by this use: `record -p` finds it in the symbol table.
-        core::hint::black_box(ferrotrace_attach_linked as usize);
+        core::hint::black_box(ferrotrace_attach_linked as *const () as usize);
         lifecycle::start::start_from_env(lifecycle::runtime::Role::Linked);
         recorders::tracepoint::usdt::watch();
     }

@@ -3,13 +3,18 @@
 //! a `handle_request` span (entered once: the handler is synchronous), with a `parse` span inside and
 //! one `handled` event; the connection is an async `connection` span, entered at every poll on
 //! whichever worker thread polls it. The ferrotrace layer records them while `ferrotrace record`
-//! records the program.
+//! records the program, and its allocator records its allocations under `--alloc`.
 
 use std::io::{BufRead, BufReader, Write};
 
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tracing::instrument;
 use tracing_subscriber::prelude::*;
+
+/// Allocations recorded under `ferrotrace record --alloc`: a program that links the runtime is not
+/// interposed by the preload library, so its allocator reports them.
+#[global_allocator]
+static ALLOC: ferrotrace::Allocator<std::alloc::System> = ferrotrace::Allocator::new(std::alloc::System);
 
 /// The work of one request, a function of its own (traced as a function in an instrumented build).
 #[inline(never)]

@@ -490,6 +490,18 @@ pub fn instant(
                 vec![("address".into(), Value::Unsigned(fields[0]))],
             )
         }
+        EventKind::Sample => {
+            let sampler = trace
+                .and_then(|t| t.samplers.get(fields[0] as usize))
+                .map_or_else(|| format!("sampler {}", fields[0]), |s| s.spelling.clone());
+            return (
+                "sample".into(),
+                vec![
+                    ("sampler".into(), Value::Str(sampler)),
+                    ("weight".into(), Value::Unsigned(fields[1])),
+                ],
+            );
+        }
         _ => format!("exit of {} without entry", name_of(id)),
     };
     (name, Args::default())

@@ -317,6 +317,11 @@ struct Seq {
     open: Vec<u32>,
     /// Whether the current output has this sequence's descriptors.
     described: bool,
+    /// Sampled stacks: the frames and callstacks (frame-tree ids) this sequence has interned in the
+    /// current output, and whether it has the one mapping they name.
+    sampled_frames: std::collections::HashSet<u32>,
+    sampled_stacks: std::collections::HashSet<u32>,
+    sampled_mapping: bool,
 }
 
 impl Seq {
@@ -363,6 +368,8 @@ struct Encoder<'s, 'a> {
     last: Option<(u32, usize)>,
     heap: Option<crate::mem::HeapTracker>,
     heap_bytes: Option<u64>,
+    /// The trace's sample stacks, named (`record --sample`): samples become `PerfSample` packets.
+    sampled: Option<crate::stacks::FrameTree<'a>>,
     /// Frames open over all threads.
     open_frames: u64,
     /// Events shown in the current piece.
@@ -406,6 +413,9 @@ impl Encoder<'_, '_> {
                 interned_sparse: Default::default(),
                 open: Vec::new(),
                 described: false,
+                sampled_frames: Default::default(),
+                sampled_stacks: Default::default(),
+                sampled_mapping: false,
             });
         }
         self.last = Some((tid, i));
@@ -493,6 +503,9 @@ impl Encoder<'_, '_> {
         seq.last_ts = t;
         seq.interned.clear();
         seq.interned_sparse.clear();
+        seq.sampled_frames.clear();
+        seq.sampled_stacks.clear();
+        seq.sampled_mapping = false;
         seq.described = true;
         Ok(())
     }
@@ -596,6 +609,82 @@ impl Encoder<'_, '_> {
         sink.packet(&self.p)
     }
 
+    /// A sample of sequence `i` at `ts` whose address stack is `stack` (`None`: none) as a
+    /// `PerfSample` (TracePacket 66: pid 2, tid 3, callstack_iid 4, timebase_count 6), its stack
+    /// interned on the sequence as Perfetto's profilers intern theirs (InternedData: function_names
+    /// 5, frames 6, callstacks 7, mapping_paths 17, mappings 19; a callstack lists its frames
+    /// outermost first). Frame and callstack ids are the frame tree's, + 1; every frame lies in one
+    /// mapping (the names are ferrotrace's, already symbolized) at a `rel_pc` of its own.
+    fn sample(
+        &mut self,
+        tree: &mut crate::stacks::FrameTree<'_>,
+        sink: &mut Sink<'_>,
+        i: usize,
+        ts: u64,
+        stack: Option<u32>,
+        weight: u64,
+    ) -> io::Result<()> {
+        let leaf = stack.and_then(|s| tree.leaf(s));
+        let mut chain = Vec::new();
+        let mut node = leaf;
+        while let Some(n) = node {
+            chain.push(n);
+            node = tree.nodes.get(n as usize).and_then(|x| x.parent);
+        }
+        chain.reverse();
+        let (pid, tid) = (self.pid, self.seqs[i].tid);
+        self.header(i, ts);
+        let seq = &mut self.seqs[i];
+        let mut interned = Vec::new();
+        if leaf.is_some_and(|l| seq.sampled_stacks.insert(l)) {
+            if !std::mem::replace(&mut seq.sampled_mapping, true) {
+                msg(&mut interned, 17, |s| {
+                    fv(s, 1, 1);
+                    fbytes(s, 2, b"[symbolized by ferrotrace]");
+                });
+                msg(&mut interned, 19, |m| {
+                    fv(m, 1, 1);
+                    fv(m, 7, 1);
+                });
+            }
+            for &n in &chain {
+                let frame = tree.nodes[n as usize].frame;
+                if seq.sampled_frames.insert(frame) {
+                    let name = tree.frames.get(frame as usize).map_or("?", |f| &f.function);
+                    msg(&mut interned, 5, |s| {
+                        fv(s, 1, frame as u64 + 1);
+                        fbytes(s, 2, name.as_bytes());
+                    });
+                    msg(&mut interned, 6, |f| {
+                        fv(f, 1, frame as u64 + 1);
+                        fv(f, 2, frame as u64 + 1);
+                        fv(f, 3, 1);
+                        fv(f, 4, frame as u64 + 1);
+                    });
+                }
+            }
+            msg(&mut interned, 7, |c| {
+                fv(c, 1, leaf.unwrap_or_default() as u64 + 1);
+                for &n in &chain {
+                    fv(c, 2, tree.nodes[n as usize].frame as u64 + 1);
+                }
+            });
+        }
+        if !interned.is_empty() {
+            fbytes(&mut self.p, 12, &interned);
+        }
+        msg(&mut self.p, 66, |ps| {
+            fv(ps, 1, 0);
+            fv(ps, 2, pid as u64);
+            fv(ps, 3, tid as u64);
+            if let Some(l) = leaf {
+                fv(ps, 4, l as u64 + 1);
+            }
+            fv(ps, 6, weight);
+        });
+        sink.packet(&self.p)
+    }
+
     /// Encodes one event: before the window only the open frames and the heap follow it; at its
     /// first event the output starts, past its end the walk stops; a piece that would grow past its
     /// limit is closed and the next one started.
@@ -660,6 +749,19 @@ impl Encoder<'_, '_> {
                 self.open_frames = self.open_frames + seq.open.len() as u64 - before;
                 if shown {
                     self.slice(sink, i, ts, None)?;
+                }
+            }
+            Ev::Instant {
+                kind: crate::reader::EventKind::Sample,
+                id,
+                fields,
+                ..
+            } if self.sampled.is_some() => {
+                if let (true, Some(mut tree)) = (shown, self.sampled.take()) {
+                    // The tree is the encoder's: lent to `sample`, which also writes the packet.
+                    let r = self.sample(&mut tree, sink, i, ts, id.checked_sub(1), fields[1]);
+                    self.sampled = Some(tree);
+                    r?;
                 }
             }
             Ev::Instant {
@@ -744,7 +846,14 @@ pub fn write_to(
         pid: trace.session.pid,
         process_name: trace.session.exe_name().to_string(),
         threads,
-        t0: trace.start_ns(),
+        // Samples (`record --sample`) may precede the runtime's first Clock chunk: from the program's
+        // first instruction, not the runtime's start.
+        t0: trace
+            .threads
+            .values()
+            .filter_map(|t| t.first_tsc)
+            .map(|tsc| trace.tsc_to_ns(tsc))
+            .fold(trace.start_ns(), u64::min),
         name: &|id| names.get(id).into_owned(),
         trace: Some(trace),
     };
@@ -804,6 +913,10 @@ pub fn write_events(
                 .filter(|t| t.has_allocations())
                 .map(|t| crate::mem::HeapTracker::new(t.session.alloc_sample)),
             heap_bytes: None,
+            sampled: source
+                .trace
+                .filter(|t| !t.samplers.is_empty())
+                .map(crate::stacks::FrameTree::new),
             open_frames: 0,
             in_piece: 0,
             started: false,

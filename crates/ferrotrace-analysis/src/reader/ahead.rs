@@ -10,11 +10,25 @@
 
 use std::sync::mpsc;
 
-use super::stream::RawEvent;
-use super::{ReadError, Trace};
+use super::stream::{Extra, RawEvent};
+use super::{ReadError, ThreadEvents, Trace};
 
 /// Decoded chunks the decoding thread may be ahead of the caller.
 const IN_FLIGHT: usize = 2;
+
+/// A decoded chunk: its events, and the side-table entries of those with [`RawEvent::extra`] (only
+/// their fields are meaningful here).
+#[derive(Default)]
+pub(crate) struct Batch {
+    pub(crate) events: Vec<RawEvent>,
+    pub(crate) extras: Vec<Extra>,
+}
+
+impl ThreadEvents<'_> {
+    fn next_batch(&mut self, b: &mut Batch) -> Result<bool, ReadError> {
+        self.swap_batch(&mut b.events, &mut b.extras)
+    }
+}
 
 /// Calls `each` with the events of thread `tid`, chunk by chunk, in order; with `decode_ahead`, the
 /// chunks are decoded on a second thread. Returns the read error that ended the thread's events early,
@@ -23,26 +37,26 @@ pub(crate) fn for_each_batch(
     trace: &Trace,
     tid: u32,
     decode_ahead: bool,
-    mut each: impl FnMut(&[RawEvent]),
+    mut each: impl FnMut(&Batch),
 ) -> Result<Option<ReadError>, ReadError> {
     let mut events = trace.thread_events(tid)?;
     if !decode_ahead {
-        let mut batch = Vec::new();
+        let mut batch = Batch::default();
         loop {
-            match events.swap_batch(&mut batch) {
+            match events.next_batch(&mut batch) {
                 Ok(true) => each(&batch),
                 Ok(false) => return Ok(None),
                 Err(e) => return Ok(Some(e)),
             }
         }
     }
-    let (full_tx, full_rx) = mpsc::sync_channel::<Result<Vec<RawEvent>, ReadError>>(IN_FLIGHT);
-    let (empty_tx, empty_rx) = mpsc::channel::<Vec<RawEvent>>();
+    let (full_tx, full_rx) = mpsc::sync_channel::<Result<Batch, ReadError>>(IN_FLIGHT);
+    let (empty_tx, empty_rx) = mpsc::channel::<Batch>();
     Ok(std::thread::scope(|s| {
         s.spawn(move || loop {
             // A new buffer only when every other one is in flight: their number stays bounded.
             let mut batch = empty_rx.try_recv().unwrap_or_default();
-            let sent = match events.swap_batch(&mut batch) {
+            let sent = match events.next_batch(&mut batch) {
                 Ok(true) => full_tx.send(Ok(batch)),
                 Ok(false) => return,
                 Err(e) => full_tx.send(Err(e)),

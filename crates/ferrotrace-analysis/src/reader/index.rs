@@ -290,26 +290,40 @@ impl Trace {
                     t.pid = th.pid;
                 }
             }
-            Some(ChunkKind::Events) => {
+            Some(kind @ (ChunkKind::Events | ChunkKind::Samples)) => {
+                // A thread's Events chunks, or the samples `record --sample` merged into it.
                 let h = schema::EventsHeader::decode(&mut f)?;
                 let th = self.threads.entry(h.tid).or_default();
-                if th.chunks.is_empty() {
-                    th.first_tsc = EventDecoder::new(f.rest(), h.base_ticks)
+                let samples = kind == ChunkKind::Samples;
+                let first_of_its_kind = if samples {
+                    th.sample_chunks.is_empty()
+                } else {
+                    th.chunks.is_empty()
+                };
+                if first_of_its_kind {
+                    // The thread's first event: its first Events chunk's, or a sample before it.
+                    let first = EventDecoder::new(f.rest(), h.base_ticks)
                         .next()
                         .and_then(Result::ok)
                         .map(|e| e.tsc);
+                    th.first_tsc = match (th.first_tsc, first) {
+                        (Some(a), Some(b)) => Some(a.min(b)),
+                        (a, b) => a.or(b),
+                    };
                 }
                 th.tid = h.tid;
                 th.events = th.events.saturating_add(h.count);
-                th.chunks.push(
-                    ChunkRef {
-                        offset,
-                        len: p.len() as u32,
-                        seq: h.seq,
-                        count: h.count,
-                    },
-                    &mut self.spill,
-                );
+                let chunk = ChunkRef {
+                    offset,
+                    len: p.len() as u32,
+                    seq: h.seq,
+                    count: h.count,
+                };
+                if samples {
+                    th.sample_chunks.push(chunk);
+                } else {
+                    th.chunks.push(chunk, &mut self.spill);
+                }
             }
             Some(ChunkKind::Callsites) => {
                 let n = schema::Count::decode(&mut f)?.0;
@@ -410,7 +424,8 @@ impl Trace {
                         th.tid
                     )),
                 }
-                th.events = th.chunks.events(&self.spill).unwrap_or(0);
+                th.events = th.chunks.events(&self.spill).unwrap_or(0)
+                    + th.sample_chunks.iter().map(|c| c.count).sum::<u64>();
             }
             let (numbered, range) = th.chunks.numbers();
             if let Some((lowest, last)) = range {
@@ -428,7 +443,22 @@ impl Trace {
                     ));
                 }
             }
-            read_events = read_events.saturating_add(th.events);
+            // Samples merged into a function trace are not the runtime's events (End counts those).
+            th.sample_chunks.sort_by_key(|c| c.seq);
+            let samples: u64 = th.sample_chunks.iter().map(|c| c.count).sum();
+            if th
+                .sample_chunks
+                .iter()
+                .zip(0..)
+                .any(|(c, want)| c.seq != want)
+            {
+                self.problems.push(format!(
+                    "thread {}: its samples chunks are not numbered 0..{} without gaps",
+                    th.tid,
+                    th.sample_chunks.len()
+                ));
+            }
+            read_events = read_events.saturating_add(th.events.saturating_sub(samples));
         }
         if let Some(end) = &self.end {
             let expected = end.events.saturating_sub(end.dropped_events);

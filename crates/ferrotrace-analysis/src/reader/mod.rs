@@ -19,12 +19,11 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::clock::{ClockPair, TscConverter};
 use ferrotrace_core::schema;
 
-pub(crate) use ahead::for_each_batch;
+pub(crate) use ahead::{for_each_batch, Batch};
 pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
     Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
-pub(crate) use stream::RawEvent;
 pub use stream::{MergedEvents, ThreadEvents};
 
 /// An opened trace: metadata and the index of event chunks.
@@ -151,6 +150,12 @@ impl Trace {
     /// Converts a raw TSC value to CLOCK_MONOTONIC nanoseconds.
     pub fn tsc_to_ns(&self, tsc: u64) -> u64 {
         self.converter.to_ns(tsc)
+    }
+
+    /// The raw TSC value at CLOCK_MONOTONIC `ns`: the inverse of [`Trace::tsc_to_ns`], for events
+    /// stamped in nanoseconds put into this trace (`record --sample`'s samples).
+    pub fn ns_to_tsc(&self, ns: u64) -> u64 {
+        self.converter.to_ticks(ns)
     }
 
     /// Length of `ticks` TSC ticks in nanoseconds.

@@ -162,7 +162,11 @@ pub struct Thread {
     pub name: String,
     /// Its event chunks, in order ([`super::Trace::thread_chunks`]).
     pub(crate) chunks: super::chunks::ChunkList,
-    /// Events in all its chunks.
+    /// Its Samples chunks (`record --sample`), in order: sample events merged in time order with
+    /// those of `chunks` when the thread is read. Few (a chunk holds thousands of samples): kept in
+    /// memory.
+    pub(crate) sample_chunks: Vec<ChunkRef>,
+    /// Events in all its chunks (Events and Samples).
     pub events: u64,
     /// The tick of its first event (decoded by the index pass): a time-ordered merge places a thread
     /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.

@@ -9,7 +9,7 @@ use ferrotrace_core::codec::{DecodeError, EventDecoder, EventFields, FieldReader
 use ferrotrace_core::schema::{self, Payload};
 
 use super::chunks::ChunkCursor;
-use super::{Event, EventKind, EventRef, ReadError, Trace};
+use super::{ChunkRef, Event, EventKind, EventRef, ReadError, Trace};
 
 fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
     ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
@@ -18,16 +18,24 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
-        let (chunks, first_tsc) = match self.threads.get(&tid) {
-            Some(t) => (Some(t.chunks.iter(&self.spill)), t.first_tsc),
-            None => (None, None),
+        let (chunks, sample_chunks, first_tsc) = match self.threads.get(&tid) {
+            Some(t) => (
+                Some(t.chunks.iter(&self.spill)),
+                &t.sample_chunks[..],
+                t.first_tsc,
+            ),
+            None => (None, &[][..], None),
         };
         Ok(ThreadEvents {
             trace: self,
             tid,
             chunks,
+            sample_chunks,
             first_tsc,
             started: false,
+            next_sample_chunk: 0,
+            samples: std::collections::VecDeque::new(),
+            sample_buf: Vec::new(),
             buf: Vec::new(),
             events: Vec::new(),
             extras: Vec::new(),
@@ -73,7 +81,7 @@ pub(crate) struct RawEvent {
     pub(crate) id: u32,
     pub(crate) kind: EventKind,
     /// It has an entry in the side table.
-    extra: bool,
+    pub(crate) extra: bool,
 }
 
 #[cfg(test)]
@@ -91,10 +99,10 @@ impl RawEvent {
 
 /// The payload (a range of the chunk buffer) and fields of an event that has either.
 #[derive(Clone, Copy, Debug)]
-struct Extra {
+pub(crate) struct Extra {
     payload_start: u32,
     payload_len: u32,
-    fields: EventFields,
+    pub(crate) fields: EventFields,
 }
 
 /// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
@@ -107,6 +115,14 @@ pub struct ThreadEvents<'a> {
     /// The thread's chunks in the index (a cursor: a stream holds at most one block of it); `None`
     /// once the stream ended.
     chunks: Option<ChunkCursor<'a>>,
+    /// Its Samples chunks (`record --sample`): merged into the events of `chunks` in time order.
+    sample_chunks: &'a [ChunkRef],
+    next_sample_chunk: usize,
+    /// Samples decoded and not merged yet, in time order, with their fields (sampler and weight;
+    /// samples have no payload).
+    samples: std::collections::VecDeque<(RawEvent, EventFields)>,
+    /// The last Samples chunk read.
+    sample_buf: Vec<u8>,
     /// The tick of the thread's first event, from the index ([`super::Thread::first_tsc`]).
     first_tsc: Option<u64>,
     /// A chunk was read.
@@ -125,12 +141,18 @@ impl ThreadEvents<'_> {
     fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
         self.started = true;
         let next = match self.chunks.as_mut() {
-            Some(cursor) => cursor.next_chunk(),
-            None => return Ok(false),
+            Some(cursor) => cursor.next_chunk().map_err(|e| self.trace.index_error(e))?,
+            None => None,
         };
-        let Some(c) = next.map_err(|e| self.trace.index_error(e))? else {
+        let Some(c) = next else {
             self.chunks = None;
-            return Ok(false);
+            // After the last Events chunk: the samples that remain.
+            self.events.clear();
+            self.extras.clear();
+            self.pos = 0;
+            self.extra_pos = 0;
+            self.merge_samples(None)?;
+            return Ok(!self.events.is_empty());
         };
         let path = &self.trace.path;
         self.buf.resize(c.len as usize, 0);
@@ -196,7 +218,83 @@ impl ThreadEvents<'_> {
                 ),
             ));
         }
+        if self.next_sample_chunk < self.sample_chunks.len() || !self.samples.is_empty() {
+            // Samples up to this chunk's last event go in; later ones wait for the next chunk (after
+            // the last one, the rest come alone).
+            let bound = self.events.last().map_or(0, |e| e.tsc);
+            self.merge_samples(Some(bound))?;
+        }
         Ok(true)
+    }
+
+    /// Merges the thread's samples stamped up to `bound` (all of them: `None`) into `events` and
+    /// `extras`, in time order (a sample after a function event of the same tick), decoding Samples
+    /// chunks as far as needed.
+    fn merge_samples(&mut self, bound: Option<u64>) -> Result<(), ReadError> {
+        let within = |t: u64| bound.is_none_or(|b| t <= b);
+        while self.samples.back().is_none_or(|(s, _)| within(s.tsc)) {
+            let Some(c) = self.sample_chunks.get(self.next_sample_chunk).copied() else {
+                break;
+            };
+            self.next_sample_chunk += 1;
+            let path = &self.trace.path;
+            self.sample_buf.resize(c.len as usize, 0);
+            self.trace
+                .file
+                .read_exact_at(&mut self.sample_buf, c.offset)
+                .map_err(|e| ReadError::Io(path.clone(), e))?;
+            let mut f = FieldReader::new(&self.sample_buf);
+            let head =
+                schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+            for e in EventDecoder::new(f.rest(), head.base_ticks) {
+                let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+                let raw = RawEvent {
+                    tsc: e.tsc,
+                    id: e.id,
+                    kind: e.kind,
+                    extra: e.fields != EventFields::default(),
+                };
+                self.samples.push_back((raw, e.fields));
+            }
+        }
+        let take = self.samples.partition_point(|(s, _)| within(s.tsc));
+        if take == 0 {
+            return Ok(());
+        }
+        let functions = std::mem::take(&mut self.events);
+        let function_extras = std::mem::take(&mut self.extras);
+        let mut merged = Vec::with_capacity(functions.len() + take);
+        let mut extras = Vec::with_capacity(function_extras.len() + take);
+        let mut function_extras = function_extras.into_iter();
+        let mut samples = self.samples.drain(..take).peekable();
+        let push_sample = |(s, fields): (RawEvent, EventFields),
+                           merged: &mut Vec<RawEvent>,
+                           extras: &mut Vec<Extra>| {
+            if s.extra {
+                extras.push(Extra {
+                    payload_start: 0,
+                    payload_len: 0,
+                    fields,
+                });
+            }
+            merged.push(s);
+        };
+        for e in functions {
+            while let Some(s) = samples.next_if(|(s, _)| s.tsc < e.tsc) {
+                push_sample(s, &mut merged, &mut extras);
+            }
+            if e.extra {
+                // Taken in order: the function events' own side-table entries.
+                extras.extend(function_extras.next());
+            }
+            merged.push(e);
+        }
+        for s in samples {
+            push_sample(s, &mut merged, &mut extras);
+        }
+        self.events = merged;
+        self.extras = extras;
+        Ok(())
     }
 
     /// Makes sure an event is available at `pos`; `Ok(false)` at the end.
@@ -217,6 +315,8 @@ impl ThreadEvents<'_> {
                 }
                 Err(e) => {
                     self.chunks = None;
+                    self.next_sample_chunk = self.sample_chunks.len();
+                    self.samples.clear();
                     self.events.clear();
                     self.extras.clear();
                     self.pos = 0;
@@ -288,20 +388,37 @@ impl ThreadEvents<'_> {
     }
 
     /// Hands out the rest of the current decoded chunk (the next one when it is used up) by swapping
-    /// it with `batch`, whose buffer the stream reuses: for aggregations that read every event as
-    /// `(tsc, kind, id)` and want a slice, not a call per event. `Ok(false)` at the end; after an error
-    /// the stream ends.
-    pub(crate) fn swap_batch(&mut self, batch: &mut Vec<RawEvent>) -> Result<bool, ReadError> {
-        batch.clear();
+    /// it with `events` and `extras`, whose buffers the stream reuses: for aggregations that read
+    /// every event as `(tsc, kind, id)`, and the fields of those with [`RawEvent::extra`] (in order,
+    /// one entry each: a sample's sampler and weight), and want a slice, not a call per event. The
+    /// payloads stay behind. `Ok(false)` at the end; after an error the stream ends.
+    pub(crate) fn swap_batch(
+        &mut self,
+        events: &mut Vec<RawEvent>,
+        extras: &mut Vec<Extra>,
+    ) -> Result<bool, ReadError> {
+        events.clear();
+        extras.clear();
         if self.pos >= self.events.len() && !self.fill()? {
             return Ok(false);
         }
         self.events.drain(..self.pos);
-        std::mem::swap(&mut self.events, batch);
+        self.extras.drain(..self.extra_pos);
+        std::mem::swap(&mut self.events, events);
+        std::mem::swap(&mut self.extras, extras);
         self.pos = 0;
-        self.extras.clear();
         self.extra_pos = 0;
         Ok(true)
+    }
+
+    /// The fields of the event [`ThreadEvents::next_raw`] returned last (a sample's sampler and
+    /// weight); call only after it returned `Some(Ok(_))`.
+    #[inline]
+    pub fn last_fields(&self) -> EventFields {
+        match self.events[self.pos - 1].extra {
+            true => self.extras[self.extra_pos - 1].fields,
+            false => EventFields::default(),
+        }
     }
 
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index

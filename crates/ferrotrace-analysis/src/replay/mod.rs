@@ -121,6 +121,9 @@ pub struct Options {
     pub fields: Fields,
     /// `file:line` per function id (`--srcline`).
     pub srclines: HashMap<u32, String>,
+    /// The trace's samples, shown in place (`record --sample`); without them a Sample event shows
+    /// nothing.
+    pub samples: Option<samples::SampledStacks>,
 }
 
 /// A replay option that could not be parsed.
@@ -713,7 +716,7 @@ impl Replayer<'_, '_> {
                 return;
             }
         }
-        let Some(text) = plain::note(self.trace, e.kind, e.id, e.payload, &e.fields) else {
+        let Some(text) = plain::note(self.trace, e, self.opts.samples.as_ref()) else {
             return;
         };
         let depth = self.display_depth(th, th.stack.depth());

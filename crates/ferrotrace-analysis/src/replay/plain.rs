@@ -17,7 +17,7 @@ use super::{push_duration, push_u64, Fields, Options};
 use crate::callstack::{CallStack, EndKind, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
-use crate::reader::{EventKind, ThreadEvents, Trace};
+use crate::reader::{EventKind, EventRef, ThreadEvents, Trace};
 
 /// Output is handed to the writer in pieces of about this size.
 const FLUSH_AT: usize = 1 << 16;
@@ -321,12 +321,12 @@ impl Printer<'_, '_> {
 /// The text of a non-function event (shared by both replayers).
 pub(super) fn note(
     trace: &Trace,
-    kind: EventKind,
-    id: u32,
-    payload: &[u8],
-    fields: &ferrotrace_core::codec::EventFields,
+    e: &EventRef<'_>,
+    samples: Option<&super::samples::SampledStacks>,
 ) -> Option<String> {
-    Some(match kind {
+    let (id, payload, fields) = (e.id, e.payload, &e.fields);
+    Some(match e.kind {
+        EventKind::Sample => return samples?.note(e.tid, e.ts_ns),
         EventKind::Lost => format!("/* LOST {id} events!! */"),
         EventKind::Wait => format!("/* ferrotrace waited {id} ns for a free buffer */"),
         EventKind::Tracepoint => format!(
@@ -347,6 +347,7 @@ fn one_event(
     th: &mut ThreadState,
     ev: &mut ThreadEvents<'_>,
     (tsc, kind, id): (u64, EventKind, u32),
+    samples: Option<&super::samples::SampledStacks>,
 ) {
     let ts = trace.tsc_to_ns(tsc);
     let ThreadState { stack, out } = th;
@@ -357,10 +358,7 @@ fn one_event(
         stack.process(kind, id, ts, &mut print);
     } else {
         stack.touch(ts, &mut |se| p.stack_event(out, se));
-        let text = {
-            let e = ev.peeked_ref();
-            note(trace, e.kind, e.id, e.payload, &e.fields)
-        };
+        let text = note(trace, &ev.peeked_ref(), samples);
         ev.bump();
         if let Some(text) = text {
             p.flush_pending(out);
@@ -455,7 +453,7 @@ pub(super) fn replay_plain(
                     break;
                 }
             }
-            one_event(trace, &mut p, th, ev, head);
+            one_event(trace, &mut p, th, ev, head, opts.samples.as_ref());
             n += 1;
             // An entry waits for the thread's next event: its exit (a leaf, read now) or anything
             // else (an opening line).
@@ -464,7 +462,7 @@ pub(super) fn replay_plain(
                     Ok(Some(h @ (_, EventKind::Exit | EventKind::TailExit, id)))
                         if id == pend.id =>
                     {
-                        one_event(trace, &mut p, th, ev, h);
+                        one_event(trace, &mut p, th, ev, h, opts.samples.as_ref());
                         n += 1;
                     }
                     Ok(_) => p.flush_pending(&mut th.out),

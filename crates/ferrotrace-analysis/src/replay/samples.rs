@@ -1,7 +1,9 @@
-//! `replay` of samples.
+//! `replay` of samples: alone (a profile), or in place inside a function replay ([`SampledStacks`]).
 
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
+use crate::reader::Trace;
 use crate::samples::{Sample, SampleSet};
 
 /// `replay` of samples: each sample in time order with its thread, sampler and stack (leaf first),
@@ -66,4 +68,54 @@ fn stack_line(set: &SampleSet, stack: Option<u32>, max_depth: usize) -> String {
         let _ = write!(s, " <- ... ({} more)", frames.len() - n);
     }
     s
+}
+
+/// The samples of a trace that holds function events too (`record --sample`), for the function replay
+/// to show each one in place, inside the function that was running: its stack from the sampled
+/// instruction up to the innermost traced function on it.
+#[derive(Clone, Debug, Default)]
+pub struct SampledStacks {
+    set: SampleSet,
+    /// `(tid, time)` of each sample: its index in `set.samples`.
+    at: HashMap<(u32, u64), usize>,
+    /// The display names of the traced functions (where a sample's stack stops).
+    traced: HashSet<String>,
+}
+
+impl SampledStacks {
+    /// The samples of `set`, read from `trace`.
+    pub fn new(set: SampleSet, trace: &Trace) -> SampledStacks {
+        let at = set
+            .samples
+            .iter()
+            .enumerate()
+            .map(|(i, s)| ((s.tid, s.time_ns), i))
+            .collect();
+        let traced = trace
+            .functions
+            .values()
+            .map(|f| f.name().to_string())
+            .collect();
+        SampledStacks { set, at, traced }
+    }
+
+    /// The replay's comment for the sample of thread `tid` at `ts_ns`:
+    /// `/* sample cpu-clock: leaf <- ... <- traced_function */`.
+    pub(super) fn note(&self, tid: u32, ts_ns: u64) -> Option<String> {
+        let s = self.set.samples.get(*self.at.get(&(tid, ts_ns))?)?;
+        let sampler = self
+            .set
+            .events
+            .get(s.event as usize)
+            .map_or("?", |e| &e.name);
+        let mut text = format!("/* sample {sampler}:");
+        for (i, f) in self.set.stack_frames(s.stack).iter().enumerate() {
+            let _ = write!(text, "{}{}", if i == 0 { " " } else { " <- " }, f.function);
+            if self.traced.contains(&*f.function) {
+                break;
+            }
+        }
+        text.push_str(" */");
+        Some(text)
+    }
 }

@@ -86,6 +86,9 @@ pub struct FuncStats {
     pub still_running: u64,
     /// Frames already running when tracing began.
     pub entered_before: u64,
+    /// CPU time of the cpu-clock samples taken while this function was the innermost traced frame of
+    /// its thread (`record --sample`), ns: its self time as sampling sees it.
+    pub sampled_ns: u64,
 }
 
 impl FuncStats {
@@ -111,6 +114,7 @@ impl FuncStats {
         self.unwound += o.unwound;
         self.still_running += o.still_running;
         self.entered_before += o.entered_before;
+        self.sampled_ns += o.sampled_ns;
     }
 
     /// The JSON form (see the module doc).
@@ -119,7 +123,7 @@ impl FuncStats {
             "name": self.name, "id": self.id, "calls": self.calls, "total_ns": self.total_ns,
             "self_ns": self.self_ns, "avg_ns": self.avg_ns(), "min_ns": self.min_ns, "max_ns": self.max_ns,
             "unwound": self.unwound, "still_running": self.still_running,
-            "entered_before_trace": self.entered_before,
+            "entered_before_trace": self.entered_before, "sampled_ns": self.sampled_ns,
         })
     }
 }
@@ -216,6 +220,9 @@ pub struct Report {
     /// Bytes allocated per function id, `(self, total)`, when the trace holds allocations as well as
     /// function events (see [`bytes::bytes_by_function`]); empty otherwise.
     pub alloc_bytes: HashMap<u32, (u64, u64)>,
+    /// The trace holds cpu-clock samples beside its function events (`record --sample`): the tables
+    /// show [`FuncStats::sampled_ns`].
+    pub sampled: bool,
 }
 
 impl Report {
@@ -248,13 +255,20 @@ impl Report {
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
         let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
+        // Samplers whose samples weigh CPU time (cpu-clock), by index.
+        let timed: Vec<bool> = trace
+            .samplers
+            .iter()
+            .map(|s| s.kind == crate::reader::SamplerKind::CpuClock)
+            .collect();
+        report.sampled = timed.contains(&true);
         for th in trace.threads.values() {
             let mut counts = ThreadCounts::new(&function);
             let mut n = 0u64;
             let error = for_each_batch(trace, th.tid, decode_ahead, |batch| {
-                counts.add(batch, &mut tracepoint_counts);
-                n += batch.len() as u64;
-                progress.add(batch.len() as u64);
+                counts.add(batch, &mut tracepoint_counts, &timed);
+                n += batch.events.len() as u64;
+                progress.add(batch.events.len() as u64);
             })?;
             if let Some(err) = error {
                 report.errors.push(err.to_string());
@@ -280,6 +294,7 @@ impl Report {
                     unwound: a.unwound,
                     still_running: a.open,
                     entered_before: a.before,
+                    sampled_ns: a.sampled,
                 };
                 all.entry(id)
                     .or_insert_with(|| FuncStats {
@@ -316,11 +331,25 @@ impl Report {
         if threads {
             for t in &self.threads {
                 let _ = writeln!(o, "# thread {} ({})", t.tid, t.name);
-                table(&mut o, &t.functions, key, srclines, &HashMap::new());
+                table(
+                    &mut o,
+                    &t.functions,
+                    key,
+                    srclines,
+                    &HashMap::new(),
+                    self.sampled,
+                );
                 o.push('\n');
             }
         } else {
-            table(&mut o, &self.functions, key, srclines, &self.alloc_bytes);
+            table(
+                &mut o,
+                &self.functions,
+                key,
+                srclines,
+                &self.alloc_bytes,
+                self.sampled,
+            );
         }
         if !self.tracepoints.is_empty() {
             let _ = writeln!(o, "\n  {:>10}  Tracepoint", "Count");
@@ -384,6 +413,7 @@ fn table(
     key: SortKey,
     srclines: &HashMap<u32, String>,
     alloc_bytes: &HashMap<u32, (u64, u64)>,
+    sampled: bool,
 ) {
     let mut v = v.to_vec();
     sort(&mut v, key);
@@ -393,6 +423,9 @@ fn table(
         "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
         "Total time", "Self time", "Calls", "Avg", "Min", "Max"
     );
+    if sampled {
+        let _ = write!(o, "{:>11}  ", "Sampled");
+    }
     if bytes {
         let _ = write!(o, "{:>12}  {:>12}  ", "Self bytes", "Total bytes");
     }
@@ -402,6 +435,9 @@ fn table(
         "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  ",
         ""
     );
+    if sampled {
+        let _ = write!(o, "{0:=>11}  ", "");
+    }
     if bytes {
         let _ = write!(o, "{0:=>12}  {0:=>12}  ", "");
     }
@@ -427,6 +463,9 @@ fn table(
             fmt_ns(f.min_ns),
             fmt_ns(f.max_ns),
         );
+        if sampled {
+            let _ = write!(o, "{:>11}  ", fmt_ns(f.sampled_ns));
+        }
         if bytes {
             let (s, t) = alloc_bytes.get(&f.id).copied().unwrap_or_default();
             let _ = write!(o, "{s:>12}  {t:>12}  ");

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::names::Representatives;
-use crate::reader::{EventKind, RawEvent};
+use crate::reader::{Batch, EventKind};
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -28,6 +28,8 @@ pub(super) struct Acc {
     pub(super) open: u64,
     /// Frames already running when tracing began.
     pub(super) before: u64,
+    /// CPU time of the cpu-clock samples taken while it was the innermost frame (ns).
+    pub(super) sampled: u64,
     /// Frames of this function currently on the stack (recursion).
     active: u32,
 }
@@ -117,9 +119,15 @@ impl<'a> ThreadCounts<'a> {
         s
     }
 
-    /// Counts the events of `batch` (the thread's next ones) and its tracepoints into `tracepoints`.
-    pub(super) fn add(&mut self, batch: &[RawEvent], tracepoints: &mut HashMap<u32, u64>) {
-        let Some(first) = batch.first() else {
+    /// Counts the events of `batch` (the thread's next ones), its tracepoints into `tracepoints`, and
+    /// its samples of the samplers that `timed` marks (cpu-clock, by index) into the innermost frame.
+    pub(super) fn add(
+        &mut self,
+        batch: &Batch,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) {
+        let Some(first) = batch.events.first() else {
             return;
         };
         if !self.started {
@@ -128,7 +136,9 @@ impl<'a> ThreadCounts<'a> {
         }
         // The latest tick, kept in a register over the batch.
         let mut last = self.last;
-        for e in batch {
+        // The side-table entry of the next event that has one.
+        let mut extra = 0;
+        for e in &batch.events {
             let t = e.tsc;
             last = last.max(t);
             match e.kind {
@@ -144,8 +154,16 @@ impl<'a> ThreadCounts<'a> {
                 }
                 EventKind::Exit | EventKind::TailExit => self.exit(e.id, t),
                 EventKind::Tracepoint => *tracepoints.entry(e.id).or_insert(0) += 1,
+                EventKind::Sample if e.extra => {
+                    let [sampler, weight] = batch.extras.get(extra).map_or([0; 2], |x| x.fields);
+                    if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last())
+                    {
+                        self.acc[f.slot as usize].sampled += weight;
+                    }
+                }
                 _ => {}
             }
+            extra += e.extra as usize;
         }
         self.last = last;
     }
@@ -240,6 +258,7 @@ impl<'a> ThreadCounts<'a> {
 mod tests {
     use super::*;
     use crate::callstack::{CallStack, EndKind, StackEvent};
+    use crate::reader::stream::RawEvent;
 
     /// Pseudo-random events over a few functions (one id above the dense range), with exits that
     /// unwind, exits of functions never entered (running before the trace began), tail exits,
@@ -331,7 +350,11 @@ mod tests {
             let mut size = 1 + seed as usize % 7;
             while !rest.is_empty() {
                 let (batch, more) = rest.split_at(size.min(rest.len()));
-                counts.add(batch, &mut tracepoints);
+                let batch = Batch {
+                    events: batch.to_vec(),
+                    extras: Vec::new(),
+                };
+                counts.add(&batch, &mut tracepoints, &[]);
                 rest = more;
                 size = size * 3 % 500 + 1;
             }

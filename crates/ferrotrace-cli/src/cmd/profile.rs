@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
-use ferrotrace_profile::{profile, Backend, EventSpec, ProfileConfig, Target};
+use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
 use crate::Error;
 
@@ -77,16 +77,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
             ))
         }
     };
-    let events = if args.events.is_empty() {
-        vec![EventSpec::CpuClock(None)]
-    } else {
-        args.events
-            .iter()
-            .map(|e| EventSpec::parse(e))
-            .collect::<Result<_, _>>()?
-    };
     let cfg = ProfileConfig {
-        events,
+        events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
         call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)?,
         output: args.output,

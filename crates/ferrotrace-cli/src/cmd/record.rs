@@ -92,6 +92,30 @@ pub struct RecordArgs {
     /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
     #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
     pub duration: Option<std::time::Duration>,
+    /// Sample the program's threads and child processes with perf_event_open while tracing (cpu-clock,
+    /// or the --event list), into the same trace on the same clock: report, replay and flame show the
+    /// samples beside and inside the traced functions
+    #[arg(long, conflicts_with = "pid")]
+    pub sample: bool,
+    /// --sample's cpu-clock frequency in Hz (`profile -F`; record's -F is --filter)
+    #[arg(
+        long = "sample-freq",
+        value_name = "HZ",
+        default_value = "999",
+        requires = "sample"
+    )]
+    pub sample_freq: String,
+    /// --sample's stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf)
+    #[arg(
+        long = "call-graph",
+        value_name = "fp|dwarf",
+        default_value = "fp",
+        requires = "sample"
+    )]
+    pub call_graph: String,
+    /// --sample's events, as `profile -e` takes them (repeatable; default cpu-clock)
+    #[arg(short = 'e', long = "event", value_name = "EVENT", requires = "sample")]
+    pub events: Vec<String>,
     /// The program to run and its arguments
     #[arg(
         required_unless_present = "pid",
@@ -184,7 +208,15 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
         share_pool: true,
         ..Options::default()
     };
-    let running = launch::start::start(&program, spec, options)?;
+    let sample = args.sample.then(|| sample_options(&args)).transpose()?;
+    let (running, mut sampling) = match &sample {
+        Some(sample) => {
+            let (running, sampling) =
+                launch::sampling::start_sampled(&program, spec, options, sample)?;
+            (running, Some(sampling))
+        }
+        None => (launch::start::start(&program, spec, options)?, None),
+    };
     if let Some(e) = running.relay_error() {
         say!("ferrotrace: signals sent to ferrotrace will not reach the program: {e}");
     }
@@ -199,12 +231,22 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
                     ours.display()
                 );
             }
-            // The trace is read once, again only if events had to be recovered into it.
-            let trace = if trace.end.is_some() {
-                Ok(trace)
-            } else {
+            // The trace is read once, again only if events had to be recovered or samples merged
+            // into it.
+            let trace = if trace.end.is_none() {
                 say_recovered(ended.death(), ended.recover_unwritten(&ours), "the program");
+                if let Some(sampling) = sampling.take() {
+                    // Says why the samples cannot go into an unfinished trace.
+                    say_sampled(sampling.finish(&ours, &[]));
+                }
                 Trace::open(&ours)
+            } else if let Some(sampling) = sampling.take() {
+                drop(trace);
+                let children = outcome::children_traces(&output, start);
+                say_sampled(sampling.finish(&ours, &children));
+                Trace::open(&ours)
+            } else {
+                Ok(trace)
             };
             report(&ours, trace, &args.filter, &program.path);
         }
@@ -220,6 +262,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
         )
         }
         None => say!("ferrotrace: no trace was written"),
+    }
+    if let Some(sampling) = sampling {
+        // No trace of this run to merge into: the sampler only has to end.
+        sampling.abandon();
     }
     for child in outcome::children_traces(&output, start) {
         say!("ferrotrace: a child process wrote {}", child.display());
@@ -263,6 +309,46 @@ fn record_running(
     };
     report(output, trace, &args.filter, &exe);
     Ok(ExitCode::SUCCESS)
+}
+
+/// `--sample`'s settings from the command line.
+fn sample_options(args: &RecordArgs) -> Result<launch::sampling::SampleOptions, Error> {
+    use ferrotrace_profile::cli_args::{parse_call_graph, parse_events, parse_frequency};
+    Ok(launch::sampling::SampleOptions {
+        events: parse_events(&args.events)?,
+        frequency: parse_frequency(&args.sample_freq)?,
+        call_graph: parse_call_graph(&args.call_graph)?,
+    })
+}
+
+/// Says what `--sample` added to the trace.
+fn say_sampled(outcome: Result<launch::sampling::SampleOutcome, launch::sampling::SampleError>) {
+    match outcome {
+        Ok(o) => {
+            for w in &o.summary.warnings {
+                say!("ferrotrace: warning: {w}");
+            }
+            say!(
+                "ferrotrace: {} samples merged into the trace ({} lost)",
+                o.merged,
+                o.summary.lost
+            );
+            if o.merged_into_children > 0 {
+                say!(
+                    "ferrotrace: {} samples of child processes merged into their own traces",
+                    o.merged_into_children
+                );
+            }
+            if o.other_processes > 0 {
+                say!(
+                    "ferrotrace: {} samples of child processes that wrote no finished trace are \
+                     not kept",
+                    o.other_processes
+                );
+            }
+        }
+        Err(e) => say!("ferrotrace: error: --sample: {e}"),
+    }
 }
 
 /// After `who` (the program, or the process recorded) died without finishing its trace (no End

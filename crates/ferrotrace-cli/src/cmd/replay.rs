@@ -2,12 +2,12 @@
 
 use crate::Error;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_analysis::replay::samples::SampledStacks;
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
 use ferrotrace_analysis::sections::Sections;
 use regex_lite::Regex;
@@ -66,6 +66,20 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let start = trace.start_ns();
+    let sections = Sections::of(&trace).map_err(Error::analysis)?;
+    let mut out = super::Output::stdout();
+    let samples = match sections.samples {
+        // Samples alone (a profile): listed in time order.
+        Some(set) if !sections.functions => {
+            ferrotrace_analysis::replay::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
+                .map_err(|e| out.error(e))?;
+            out.finish()?;
+            return Ok(super::finish(&trace, &[]));
+        }
+        // Beside function events (`record --sample`): each in place, inside the running function.
+        Some(set) => Some(SampledStacks::new(set, &trace)),
+        None => None,
+    };
     let opts = Options {
         filter: regex(&a.filter, "-F")?,
         hide: regex(&a.notrace, "-N")?,
@@ -90,18 +104,8 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
         } else {
             HashMap::new()
         },
+        samples,
     };
-    let mut out = super::Output::stdout();
-    let sections = Sections::of(&trace).map_err(Error::analysis)?;
-    if let Some(set) = &sections.samples {
-        ferrotrace_analysis::replay::samples::replay_text(set, a.depth.unwrap_or(0), &mut out)
-            .map_err(|e| out.error(e))?;
-        if !sections.functions {
-            out.finish()?;
-            return Ok(super::finish(&trace, &[]));
-        }
-        writeln!(out).map_err(|e| out.error(e))?;
-    }
     let mut progress = Progress::new("replay", trace.event_count());
     let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(|e| out.error(e))?;
     out.finish()?;

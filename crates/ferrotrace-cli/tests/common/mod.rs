@@ -622,6 +622,35 @@ pub fn tracing_service() -> PathBuf {
         .clone()
 }
 
+/// The directory of mini-redis 0.4.1's `mini-redis-server` (with the ferrotrace layer in its
+/// subscriber) and `mini-redis-cli`, built once per test binary by testprogs/mini-redis/build.sh
+/// (the published crate, patched; nightly, XRay sleds) into testprogs/target, which keeps the build.
+pub fn mini_redis() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            let out = clean_cargo_env(&mut Command::new(
+                repo().join("testprogs/mini-redis/build.sh"),
+            ))
+            .output()
+            .expect("run testprogs/mini-redis/build.sh");
+            assert!(
+                out.status.success(),
+                "building mini-redis failed ({}):\n{}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            PathBuf::from(
+                stdout
+                    .lines()
+                    .last()
+                    .expect("build.sh prints the binaries' directory"),
+            )
+        })
+        .clone()
+}
+
 /// A trace of `ft-workload 100` (about 235,000 events from three threads, 8,000 call paths),
 /// recorded once per test binary.
 pub fn workload_trace() -> PathBuf {
@@ -723,4 +752,42 @@ pub fn tracepoint_lines(t: &Trace) -> Vec<String> {
         }
     }
     out
+}
+
+/// `dump --format perfetto` of `trace`, decoded with Perfetto's own protos (the `perfetto` package
+/// from PyPI; scripts/setup.sh installs it) by tests/perfetto/decode.py: one JSON value per packet
+/// a viewer shows.
+pub fn perfetto_view(trace: &Path, dir: &Path) -> Vec<serde_json::Value> {
+    let pb = dir.join("t.pftrace");
+    ok(ft(&[
+        "dump",
+        "-i",
+        trace.to_str().unwrap(),
+        "--format",
+        "perfetto",
+        "-o",
+        pb.to_str().unwrap(),
+    ]));
+    let have = std::process::Command::new("python3")
+        .args([
+            "-c",
+            "import perfetto.protos.perfetto.trace.perfetto_trace_pb2",
+        ])
+        .output()
+        .expect("python3");
+    assert!(
+        have.status.success(),
+        "this test decodes with Perfetto's own protos from Python's perfetto package, which is not \
+         installed: run scripts/setup.sh (pip install --break-system-packages perfetto)"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(repo().join("crates/ferrotrace-cli/tests/perfetto/decode.py"))
+        .arg(&pb)
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "decode.py: {}", text(&out.stderr));
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON value per line"))
+        .collect()
 }

@@ -92,32 +92,6 @@ impl Hot {
         Ok(())
     }
 
-    /// [`Hot::append`] for a payload whose size is known only once written (the fields of a `tracing`
-    /// event): `fill` gets room for `max_slots` payload records and returns how many it used (at most
-    /// `max_slots`), which goes into `rec`'s word (its payload slots are 0).
-    #[inline(always)]
-    pub fn append_sized<F: FnOnce(*mut Record) -> usize>(
-        &self,
-        rec: Record,
-        max_slots: usize,
-        fill: F,
-    ) -> Result<(), F> {
-        let Some(cur) = self.reserve(max_slots) else {
-            return Err(fill);
-        };
-        // SAFETY: `reserve` found room for the record and `max_slots` payload records at `cur`, and
-        // at most that many are used.
-        unsafe {
-            let slots = fill(cur.add(1)).min(max_slots);
-            let rec = Record {
-                tsc: rec.tsc,
-                word: rec.word | (slots as u64) << 40,
-            };
-            self.commit(cur, rec, slots);
-        }
-        Ok(())
-    }
-
     /// Where a record and `slots` payload records go in the thread's chunk, if it has room for them
     /// (and the thread a chunk), with the chunk's line four lines ahead owned before the stores reach
     /// it, as the trampolines do: a recycled chunk's lines are shared with the collector that read them.
@@ -238,6 +212,7 @@ pub fn init_tls_offset() {
 }
 
 /// The TLS offset the trampolines use.
+#[inline]
 pub fn tls_offset() -> i64 {
     FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
 }

@@ -62,7 +62,8 @@ impl Drop for ExitGuard {
 /// handlers: like the main thread's, they are not its end.
 static EXITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
 
-/// The calling thread is about to call the C library's `exit`.
+/// The calling thread is about to call the C library's `exit` (the preload library's `exit`).
+#[cfg(feature = "preload")]
 pub fn exit_begins() {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;

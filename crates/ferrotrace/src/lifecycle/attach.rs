@@ -14,7 +14,8 @@
 //! objects the program `dlopen`s are found by the collector's rescan every second, programs' calls of
 //! the C library's `mcount`/`__fentry__` (rather than patchable NOPs) reach the hooks through their GOT
 //! slots, redirected while attached (`sites::redirect_hook_slots`), and allocations are not recorded. Tracepoints (`--trace`) are, in a program that links the runtime: enabled once recording,
-//! disabled again when the host stops it. The chunk pool goes into the memfd the host made in the
+//! disabled again when the host stops it; so are the spans and events of ferrotrace's `tracing` layer
+//! (`recorders::callsites::attached`: the layer asks its callsites' interest again). The chunk pool goes into the memfd the host made in the
 //! process (`FERROTRACE_SHARED_FD`), so that the host can salvage it after a SIGKILL.
 
 use std::io::Write;
@@ -30,6 +31,7 @@ use crate::lifecycle::exit;
 use crate::lifecycle::runtime::{get, Control, Program, Role, Runtime};
 use crate::lifecycle::start;
 use crate::patch::{discovery, sites};
+use crate::recorders::callsites;
 use crate::recorders::xray as trampoline;
 
 /// Why [`attach`] failed: a negative return code of `ferrotrace_attach`, and the line that says why
@@ -120,9 +122,12 @@ fn start_attached(
                 "--trace: the program does not link the ferrotrace crate, so it has no tracepoints",
             ));
         }
+        // A program with ferrotrace's `tracing` layer: a glob may select its events, named only
+        // when they register.
         if let Some(unmatched) = crate::tracepoints::unmatched(&tracepoints)
             .into_iter()
             .next()
+            .filter(|_| !callsites::has_layer())
         {
             return Err(fail(NONE_SELECTED, unmatched));
         }
@@ -157,7 +162,7 @@ fn start_attached(
     let mut known = discovery::Known::default();
     let found = discovery::discover(&config, role == Role::Preload, &mut known)
         .map_err(|e| fail(FAILED, e))?;
-    if found.functions.is_empty() && tracepoints.is_empty() {
+    if found.functions.is_empty() && tracepoints.is_empty() && !callsites::has_layer() {
         return Err(if found.total_functions == 0 {
             fail(
                 NO_SITES,
@@ -224,13 +229,18 @@ fn start_attached(
         say!("ferrotrace: some mcount calls stay untraced: {e}");
     }
     // The tracepoints asked for, but not those the program enabled itself, which it keeps on.
-    if !tracepoints.is_empty() {
-        let enabled = crate::tracepoints::enable_attached(&tracepoints);
-        if let Some(c) = rt.control.get() {
-            c.on_stop(Box::new(move || {
-                crate::tracepoints::disable_attached(&enabled)
-            }));
-        }
+    let enabled = if tracepoints.is_empty() {
+        Vec::new()
+    } else {
+        crate::tracepoints::enable_attached(&tracepoints)
+    };
+    // The `tracing` layer's callsites answered `never` while nothing recorded: asked again.
+    callsites::attached(&tracepoints);
+    if let Some(c) = rt.control.get() {
+        c.on_stop(Box::new(move || {
+            crate::tracepoints::disable_attached(&enabled);
+            callsites::detached();
+        }));
     }
     // No recorder to start: function tracing and tracepoints need none (allocations are refused
     // above).

@@ -9,7 +9,9 @@
 //!   SIGTERM, SIGHUP, SIGPIPE, SIGALRM, …): the handler stops all threads, waits a bounded time for the
 //!   collector to write the End chunk, restores the default action and ends the process by the same
 //!   signal, so it dies exactly as it would have. Handlers are installed only where the program left the
-//!   default action; a program that installs its own later takes over.
+//!   default action; a program that installs its own later takes over, also when its handler calls the
+//!   runtime's after its own (signal-hook-registry's chaining, under tokio's `ctrl_c`): the runtime's
+//!   then ends nothing ([`taken_over`]).
 //! * Any number of signals, in any order, from anyone: the first one finishes the trace; while it does,
 //!   every terminating signal is blocked on that thread (the handlers' mask), and one that reaches another
 //!   thread waits for the finish to end, then lets the first signal end the process. The runtime's own
@@ -21,7 +23,7 @@
 //!   `FILE.<pid>` ([`start::restart_in_forked_child`](crate::lifecycle::start::restart_in_forked_child)); a child that calls `exec` before that is traced
 //!   afresh by the runtime the new image loads, into the same file name.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use ferrotrace_core::env;
@@ -375,9 +377,27 @@ extern "C" fn on_signal(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut 
             rt.lifecycle.request_dump();
             return;
         }
+        if taken_over(sig) {
+            return;
+        }
         finish_for_signal(rt, sig);
     }
     die_by(sig, info, ctx);
+}
+
+/// True when the handler installed for `sig` is no longer [`on_signal`]: the program installed its own
+/// after the runtime's, and that one called this one, as the handler it replaced (tokio's
+/// `signal::ctrl_c` and everything else built on signal-hook-registry run the previous handler after
+/// theirs). The program's handler is in charge then, as when it replaces the default action: the
+/// signal ends nothing here (mini-redis shuts down gracefully on Ctrl-C, and must under `record`).
+fn taken_over(sig: libc::c_int) -> bool {
+    // SAFETY: `sigaction` only reads into a zeroed struct; it is async-signal-safe, and `real_sigaction`
+    // resolved the C library's at installation, before any handler of the runtime's could run.
+    unsafe {
+        let mut now: libc::sigaction = core::mem::zeroed();
+        real_sigaction(sig, core::ptr::null(), &mut now) == 0
+            && now.sa_sigaction != on_signal as SigAction as usize
+    }
 }
 
 /// Installs `handler` (a `sa_sigaction` address) with `flags` for `sig`, only if the program left `sig` at
@@ -471,20 +491,23 @@ fn note_arrival(sig: libc::c_int) {
 }
 
 /// A handler the program installed for a signal `record` passes on, called through [`observe`].
+#[cfg(feature = "preload")]
 struct Chained {
     handler: std::sync::atomic::AtomicUsize,
-    siginfo: AtomicBool,
+    siginfo: std::sync::atomic::AtomicBool,
 }
 
+#[cfg(feature = "preload")]
 static CHAINED: [Chained; 65] = [const {
     Chained {
         handler: std::sync::atomic::AtomicUsize::new(0),
-        siginfo: AtomicBool::new(false),
+        siginfo: std::sync::atomic::AtomicBool::new(false),
     }
 }; 65];
 
 /// Installed in place of a program's handler for a signal `record` passes on: notes the arrival (so
 /// that record does not deliver the same signal a second time) and calls the program's handler.
+#[cfg(feature = "preload")]
 extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     note_arrival(sig);
     let Some(c) = CHAINED.get(sig as usize) else {
@@ -513,6 +536,7 @@ extern "C" fn observe(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut li
 ///
 /// # Safety
 /// Same contract as `sigaction(2)`.
+#[cfg(feature = "preload")]
 pub unsafe fn program_sigaction(
     sig: libc::c_int,
     act: *const libc::sigaction,

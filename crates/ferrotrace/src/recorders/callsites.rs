@@ -22,8 +22,8 @@
 //! that exist before the program runs (static tracepoints: [`super::tracepoint`]).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Mutex;
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
@@ -38,16 +38,19 @@ use crate::recorders::tracepoint::control;
 /// Callsites chunks for the collector.
 pub const RECORDER: Recorder = Recorder {
     start: |_| {
-        let _ = TRACE_GLOBS.get_or_init(control::requested);
+        *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) = control::requested();
         true
     },
     metadata: take_described,
     ..Recorder::NONE
 };
 
-/// `FERROTRACE_TRACE` (`record --trace`), read once at start on the thread that starts the runtime
-/// (the environment is not read later, while the program's threads may change it).
-static TRACE_GLOBS: OnceLock<Option<String>> = OnceLock::new();
+/// The `--trace` globs of the recording: `FERROTRACE_TRACE` read at start on the thread that starts
+/// the runtime (the environment is not read later, while the program's threads may change it), or
+/// the attach's ([`attached`]).
+static TRACE_GLOBS: Mutex<Option<String>> = Mutex::new(None);
+/// The layer's [`crate::callsites::set_recording_hook`], as an address (0: no layer in the program).
+static RECORDING_HOOK: AtomicUsize = AtomicUsize::new(0);
 
 /// Callsite descriptions not yet handed to the collector: `(count, encoded entries)`.
 static PENDING: Mutex<(u64, Vec<u8>)> = Mutex::new((0, Vec::new()));
@@ -72,7 +75,7 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
             rt.new_function_id(config.filter_flags(d.name, 0))
         }
         Kind::Event => {
-            let globs = TRACE_GLOBS.get_or_init(control::requested);
+            let globs = TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner());
             let selected = ALL_EVENTS.load(Ordering::Relaxed)
                 || globs
                     .as_deref()
@@ -132,9 +135,52 @@ fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
     vec![(ChunkKind::Callsites, p)]
 }
 
+/// Sets the layer's hook (`crate::callsites::set_recording_hook`).
+pub fn set_recording_hook(hook: fn(bool)) {
+    RECORDING_HOOK.store(hook as usize, Ordering::Release);
+}
+
+/// True when the program has a `tracing` layer of ferrotrace's (it registered a callsite).
+pub fn has_layer() -> bool {
+    RECORDING_HOOK.load(Ordering::Acquire) != 0
+}
+
+/// An attach started recording, with `--trace` globs `globs` (comma-separated, empty for none): the
+/// layer asks its callsites' interest again, on the attaching thread; the host's stop calls
+/// [`detached`].
+pub fn attached(globs: &str) {
+    *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) =
+        (!globs.is_empty()).then(|| globs.to_string());
+    call_hook(true);
+}
+
+/// The host detached: the layer forgets its callsites' ids (they stay enabled in `tracing`'s cache,
+/// each span or event then costing the layer one lookup, until a recording asks again).
+pub fn detached() {
+    call_hook(false);
+}
+
+fn call_hook(recording: bool) {
+    let hook = RECORDING_HOOK.load(Ordering::Acquire);
+    if hook != 0 {
+        // SAFETY: only `set_recording_hook` stores here, the address of a `fn(bool)`.
+        let hook = unsafe { core::mem::transmute::<usize, fn(bool)>(hook) };
+        hook(recording);
+    }
+}
+
 /// Selects every event callsite registered from now on (a recording the program started itself).
 pub fn select_all_events() {
     ALL_EVENTS.store(true, Ordering::Relaxed);
+}
+
+/// The calling thread's block, at the offset the trampolines use (two loads, where `Hot::current` is
+/// a call into the runtime's thread-local accessor).
+#[inline(always)]
+fn hot() -> &'static Hot {
+    // SAFETY: a callsite has ids, and so records, only once `register` found the runtime recording:
+    // every start-up (`start`, `attach`, `in_program`) fixed the TLS offset before that.
+    unsafe { Hot::current_static() }
 }
 
 /// Appends one payload-less record of `kind` for `id` to the calling thread's chunk.
@@ -142,7 +188,7 @@ pub fn select_all_events() {
 fn append(kind: EventKind, id: u32) {
     let mut rec = Record::new(crate::buffers::clock::rdtsc(), kind, id);
     rec.word |= cpu_bits();
-    if Hot::current().append(rec, 0, |_| {}).is_err() {
+    if hot().append(rec, 0, |_| {}).is_err() {
         crate::buffers::thread::record_slow(rec, &[]);
     }
 }
@@ -160,51 +206,57 @@ pub fn exit(function: u32) {
 }
 
 /// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id: `write`
-/// puts them straight into the thread's chunk (or, when the chunk has not `max` bytes left, into a
-/// buffer for the slow path) and says how many bytes it wrote.
+/// puts them into the memory it is given (at most `max` bytes) and says how many bytes it wrote.
+///
+/// They are written into a buffer on the stack, then copied into the thread's chunk, not written
+/// there straight: `write` may run the program's code (a field's `Debug` implementation), which may
+/// be instrumented, and the records of those calls go into the same chunk, at its cursor — into the
+/// middle of a record reserved there before (mini-redis's `debug!(?cmd)` did exactly that). The
+/// timestamp is taken after `write`, so that those calls' records come before the event in time as
+/// in the chunk.
 #[inline(always)]
 pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
-    let max_slots = max.min(MAX_SLOTS * 16).div_ceil(16);
+    let max = max.min(MAX_SLOTS * 16);
+    let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
+    // SAFETY: `MaybeUninit<[Record; N]>` is `16 * N` bytes that may be uninitialized, which is what
+    // a `[MaybeUninit<u8>]` of that length is.
+    let room = unsafe {
+        core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut MaybeUninit<u8>, MAX_SLOTS * 16)
+    };
+    let len = write(&mut room[..max]).min(max);
+    let slots = len.div_ceil(16);
+    // The rest of the last slot: the zero that ends a list of tagged values (and no stale bytes of
+    // the stack in the trace). One 16-byte store when the buffer allows (what it writes past the
+    // last slot is not copied), rather than a `memset` call for a few bytes.
+    if let Some(tail) = room.get_mut(len..len + 16) {
+        // SAFETY: `tail` is 16 bytes long; `MaybeUninit<u8>` has the layout of `u8`.
+        unsafe { (tail.as_mut_ptr() as *mut [u8; 16]).write_unaligned([0; 16]) };
+    } else {
+        for b in &mut room[len..slots * 16] {
+            b.write(0);
+        }
+    }
+    // SAFETY: the first `slots` records of `buf` were written (`write`, then the zeros above).
+    let payload = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const Record, slots) };
     let mut rec = Record::new(
         crate::buffers::clock::rdtsc(),
         EventKind::Tracepoint,
         tracepoint,
     );
-    rec.word |= cpu_bits();
-    let fill = move |p: *mut Record| -> usize {
-        // SAFETY: there is room for `max_slots` records at `p` (in the chunk, or the slow path's
-        // buffer), which `write` may fill; `MaybeUninit<u8>` has the layout of `u8`.
-        let room =
-            unsafe { core::slice::from_raw_parts_mut(p as *mut MaybeUninit<u8>, max_slots * 16) };
-        let len = write(room).min(max_slots * 16);
-        let slots = len.div_ceil(16);
-        // The rest of the last slot: the zero that ends a list of tagged values (and no stale bytes
-        // of the chunk's earlier use, nor of the stack, in the trace).
-        for b in &mut room[len..slots * 16] {
-            b.write(0);
+    rec.word |= cpu_bits() | (slots as u64) << 40;
+    let copy = |p: *mut Record| {
+        // Record by record: a few of them, where a `memcpy` call costs more.
+        for (i, r) in payload.iter().enumerate() {
+            // SAFETY: there is room for `slots` records at `p` (`append` reserved them).
+            unsafe { p.add(i).write(*r) };
         }
-        slots
     };
-    if let Err(fill) = Hot::current().append_sized(rec, max_slots, fill) {
-        fields_slow(rec, fill);
+    if hot().append(rec, slots, copy).is_err() {
+        crate::buffers::thread::record_slow(rec, payload);
     }
 }
 
-/// The most payload slots a record has (its count is a byte).
-const MAX_SLOTS: usize = 255;
-
-/// Out of line: the chunk has not the room, or the thread no chunk yet.
-#[cold]
-#[inline(never)]
-fn fields_slow(rec: Record, fill: impl FnOnce(*mut Record) -> usize) {
-    let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
-    let p = buf.as_mut_ptr() as *mut Record;
-    let slots = fill(p);
-    // SAFETY: `fill` wrote (and zero-padded) its first `slots` records.
-    let payload = unsafe { core::slice::from_raw_parts(p, slots) };
-    let rec = Record {
-        tsc: rec.tsc,
-        word: rec.word | (slots as u64) << 40,
-    };
-    crate::buffers::thread::record_slow(rec, payload);
-}
+/// The most payload slots of a callsite's record: 1 KiB of fields (a record could hold 255 slots,
+/// its count being a byte; the buffer is on the stack of every event, and a frame above a page would
+/// add a stack probe).
+const MAX_SLOTS: usize = 64;

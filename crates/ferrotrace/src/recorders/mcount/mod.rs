@@ -33,7 +33,7 @@
 //!
 //! **Registers.** Hooks preserve every register but the flags (gcc's `-fipa-ra` lets callers keep values
 //! in registers a callee is known not to touch, and the mcount call in the prologue is invisible to
-//! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi`, `rdi` and restore them, and the slow paths save
+//! it); the fast paths touch `rax`, `rcx`, `rdx`, `rsi` and restore them, and the slow paths save
 //! everything, vector state included (see [`crate::recorders::xray`]).
 
 pub mod sites;
@@ -133,14 +133,13 @@ core::arch::global_asm!(
     ".hidden \\name",
     ".type \\name,@function",
     "\\name:",
+    // Four registers: the parent's return-address slot is addressed from rsp or rbp, not held in one.
     "  push rax",
     "  push rcx",
     "  push rdx",
     "  push rsi",
-    "  push rdi",
-    "  lea rsi, \\parent_slot",
     // Look the hook's own return address up: multiplicative hash, linear probing, 0 = empty.
-    "  mov rcx, qword ptr [rsp + 40]",
+    "  mov rcx, qword ptr [rsp + 32]",
     "  mov rdx, qword ptr [rip + {sites}]",
     "  movabs rax, {hash_mul}",
     "  imul rax, rcx",
@@ -153,9 +152,10 @@ core::arch::global_asm!(
     "  je 9f",
     "  add rax, 16",
     "  jmp 1b",
+    // The record word goes straight where the append macro wants it.
     "2:",
-    "  mov rax, qword ptr [rdx + rax + 24]",
-    "  test rax, rax",
+    "  mov rsi, qword ptr [rdx + rax + 24]",
+    "  test rsi, rsi",
     "  jz 9f",
     "3:",
     "  mov rcx, qword ptr [rip + {off}]",
@@ -163,18 +163,17 @@ core::arch::global_asm!(
     "  cmp rdx, qword ptr fs:[rcx + {h_limit}]",
     "  jae 8f",
     // Claim the frame before filling it: a signal handler's hooks push above it.
-    "  lea rdi, [rdx + {frame}]",
-    "  mov qword ptr fs:[rcx + {h_top}], rdi",
-    "  mov rdi, qword ptr [rsi]",
-    "  mov qword ptr [rdx + {f_ret}], rdi",
-    "  mov qword ptr [rdx + {f_slot}], rsi",
-    "  mov qword ptr [rdx + {f_word}], rax",
-    "  mov rdi, qword ptr fs:[rcx + {h_stub}]",
-    "  mov qword ptr [rsi], rdi",
-    "  mov rsi, rax",
+    "  lea rax, [rdx + {frame}]",
+    "  mov qword ptr fs:[rcx + {h_top}], rax",
+    "  mov rax, qword ptr \\parent_slot",
+    "  mov qword ptr [rdx + {f_ret}], rax",
+    "  lea rax, \\parent_slot",
+    "  mov qword ptr [rdx + {f_slot}], rax",
+    "  mov qword ptr [rdx + {f_word}], rsi",
+    "  mov rax, qword ptr fs:[rcx + {h_stub}]",
+    "  mov qword ptr \\parent_slot, rax",
     "  ferrotrace_mcount_append",
     "9:",
-    "  pop rdi",
     "  pop rsi",
     "  pop rdx",
     "  pop rcx",
@@ -200,8 +199,8 @@ core::arch::global_asm!(
     ".endm",
     // mcount: after `push rbp; mov rbp, rsp`, the function's return address is at rbp + 8.
     "ferrotrace_call_hook ferrotrace_mcount_hook, [rbp+8]",
-    // __fentry__: before the prologue, just above the hook's own return address (5 pushes in).
-    "ferrotrace_call_hook ferrotrace_fentry_hook, [rsp+48]",
+    // __fentry__: before the prologue, just above the hook's own return address (4 pushes in).
+    "ferrotrace_call_hook ferrotrace_fentry_hook, [rsp+40]",
     ".purgem ferrotrace_call_hook",
     "",
     // Reached from a thread's return stub (the hooked function's `ret` popped it): rsp is the function's
@@ -219,17 +218,17 @@ core::arch::global_asm!(
     "  push rsi",
     "1:",
     "  mov rcx, qword ptr [rip + {off}]",
-    "  mov rsi, qword ptr fs:[rcx + {h_top}]",
+    "  mov rdx, qword ptr fs:[rcx + {h_top}]",
     "  lea rax, [rsp + 32]",
-    "  cmp rax, qword ptr [rsi - {frame} + {f_slot}]",
+    "  cmp rax, qword ptr [rdx - {frame} + {f_slot}]",
     "  jne 5f",
-    "  mov rax, qword ptr [rsi - {frame} + {f_ret}]",
+    // Read the frame before popping it: a signal handler's hooks may push over it once popped.
+    "  mov rsi, qword ptr [rdx - {frame} + {f_word}]",
+    "  mov rax, qword ptr [rdx - {frame} + {f_ret}]",
     "  mov qword ptr [rsp + 32], rax",
-    "  mov rax, qword ptr [rsi - {frame} + {f_word}]",
-    "  sub rsi, {frame}",
-    "  mov qword ptr fs:[rcx + {h_top}], rsi",
-    "  bts rax, 32",
-    "  mov rsi, rax",
+    "  sub rdx, {frame}",
+    "  mov qword ptr fs:[rcx + {h_top}], rdx",
+    "  bts rsi, 32",
     "  ferrotrace_mcount_append",
     "6:",
     "  pop rsi",
