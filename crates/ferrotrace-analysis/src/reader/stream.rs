@@ -15,6 +15,23 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
     ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
 }
 
+/// Reads the Events (or Samples) chunk `c` into `buf`: its header, and where in `buf` its events start.
+fn read_events_chunk(
+    trace: &Trace,
+    c: ChunkRef,
+    buf: &mut Vec<u8>,
+) -> Result<(schema::EventsHeader, usize), ReadError> {
+    buf.resize(c.len as usize, 0);
+    trace
+        .file
+        .read_exact_at(buf, c.offset)
+        .map_err(|e| ReadError::Io(trace.path.clone(), e))?;
+    let mut f = FieldReader::new(buf);
+    let head =
+        schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(&trace.path, c.offset, e))?;
+    Ok((head, buf.len() - f.rest().len()))
+}
+
 impl Trace {
     /// Streams the events of one thread in order.
     pub fn thread_events(&self, tid: u32) -> Result<ThreadEvents<'_>, ReadError> {
@@ -155,20 +172,13 @@ impl ThreadEvents<'_> {
             return Ok(!self.events.is_empty());
         };
         let path = &self.trace.path;
-        self.buf.resize(c.len as usize, 0);
-        self.trace
-            .file
-            .read_exact_at(&mut self.buf, c.offset)
-            .map_err(|e| ReadError::Io(path.clone(), e))?;
-        let mut f = FieldReader::new(&self.buf);
-        let head =
-            schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+        let (head, events_at) = read_events_chunk(self.trace, c, &mut self.buf)?;
         let (base, count) = (head.base_ticks, head.count);
         self.events.clear();
         self.extras.clear();
         self.pos = 0;
         self.extra_pos = 0;
-        let body = f.rest();
+        let body = &self.buf[events_at..];
         let buf_start = self.buf.as_ptr() as usize;
         // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
         self.events
@@ -238,15 +248,8 @@ impl ThreadEvents<'_> {
             };
             self.next_sample_chunk += 1;
             let path = &self.trace.path;
-            self.sample_buf.resize(c.len as usize, 0);
-            self.trace
-                .file
-                .read_exact_at(&mut self.sample_buf, c.offset)
-                .map_err(|e| ReadError::Io(path.clone(), e))?;
-            let mut f = FieldReader::new(&self.sample_buf);
-            let head =
-                schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
-            for e in EventDecoder::new(f.rest(), head.base_ticks) {
+            let (head, events_at) = read_events_chunk(self.trace, c, &mut self.sample_buf)?;
+            for e in EventDecoder::new(&self.sample_buf[events_at..], head.base_ticks) {
                 let e = e.map_err(|e| decode_err(path, c.offset, e))?;
                 let raw = RawEvent {
                     tsc: e.tsc,
