@@ -288,3 +288,79 @@ fn kprobe_fails_in_one_line() {
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(err.contains("kprobes are not available"), "{err}");
 }
+
+/// `testprogs/bpf/probes.c` without frame pointers: `hit` called N times from `probe_loop`, and the
+/// USDT probe `ftest:tick` behind a semaphore.
+fn probes_program(dir: &Path) -> PathBuf {
+    let exe = dir.join("probes");
+    let out = Command::new("gcc")
+        .args(["-O2", "-g", "-fomit-frame-pointer", "-o"])
+        .arg(&exe)
+        .arg(repo().join("testprogs/bpf/probes.c"))
+        .output()
+        .expect("gcc");
+    assert!(out.status.success(), "gcc: {}", text(&out.stderr));
+    exe
+}
+
+/// uretprobes and USDT probes, on both backends (the perf_event one unwinding by DWARF): every hit
+/// is one sample with the whole stack, and the USDT probe's semaphore is raised while it is
+/// attached (the program fires the probe only then, and says how often it did).
+#[test]
+fn uretprobe_and_usdt_count_every_hit_on_both_backends() {
+    let dir = scratch("profile_bpf_probes");
+    let exe = probes_program(&dir);
+    let p = exe.to_str().unwrap();
+    let n = 1000;
+    let caller = "_start;__libc_start_main;__libc_start_call_main;main;probe_loop";
+    for backend in [&["--call-graph", "dwarf"][..], &["--bpf"]] {
+        for (event, fired, stack) in [
+            (format!("uprobe:{p}:hit"), 0, format!("{caller};hit")),
+            // At the return, in the caller.
+            (format!("uretprobe:{p}:hit"), 0, caller.to_string()),
+            (format!("usdt:{p}:ftest:tick"), n, caller.to_string()),
+        ] {
+            let trace = dir.join("probes.data");
+            let out = ferrotrace()
+                .args(["profile", "-o"])
+                .arg(&trace)
+                .args(backend)
+                .args(["-e", &event, "--", p, &n.to_string()])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{event}: {}", text(&out.stderr));
+            assert!(
+                text(&out.stdout).contains(&format!("hits={n} fired={fired} ")),
+                "{backend:?} {event}: {}",
+                text(&out.stdout)
+            );
+            let stacks: Vec<(String, u64)> = folded(&trace)
+                .into_iter()
+                .map(|(s, count)| (s.join(";"), count))
+                .collect();
+            assert_eq!(stacks, vec![(stack, n)], "{backend:?} {event}");
+        }
+    }
+}
+
+/// A USDT probe the file does not have: one line that names those it has.
+#[test]
+fn unknown_usdt_probe_fails_in_one_line() {
+    let dir = scratch("profile_bpf_usdt_unknown");
+    let exe = probes_program(&dir);
+    let out = ft(&[
+        "profile",
+        "--bpf",
+        "-e",
+        &format!("usdt:{}:ftest:nope", exe.display()),
+        "--",
+        "true",
+    ]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(
+        err.contains("no USDT probe ftest:nope (it has ftest:tick)"),
+        "{err}"
+    );
+}

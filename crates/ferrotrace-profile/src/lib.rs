@@ -44,6 +44,7 @@ mod modules;
 mod perf;
 pub mod probes;
 mod recorder;
+pub mod usdt;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

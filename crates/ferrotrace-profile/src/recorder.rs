@@ -704,39 +704,51 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     } else {
         None
     };
-    for e in &cfg.events {
-        let (kind, ty) = match e {
+    for (ei, e) in cfg.events.iter().enumerate() {
+        let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
+        let tracepoint = |id| perf::EventKind::Tracepoint { id };
+        // A USDT probe inlined in several places is one event per site, all of one sampler.
+        let (these, ty): (Vec<perf::EventKind>, SamplerKind) = match e {
             EventSpec::CpuClock(hz) => (
-                perf::EventKind::CpuClock {
+                vec![perf::EventKind::CpuClock {
                     freq: cpu_clock_hz(*hz, cfg),
-                },
+                }],
                 SamplerKind::CpuClock,
             ),
-            EventSpec::Tracepoint { category, name } => {
-                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
-                (
-                    perf::EventKind::Tracepoint {
-                        id: probes::tracepoint_id(tf, category, name)?,
-                    },
-                    if e.is_off_cpu() {
-                        SamplerKind::OffCpu
-                    } else {
-                        SamplerKind::Tracepoint
-                    },
-                )
-            }
+            EventSpec::Tracepoint { category, name } => (
+                vec![tracepoint(probes::tracepoint_id(tf, category, name)?)],
+                if e.is_off_cpu() {
+                    SamplerKind::OffCpu
+                } else {
+                    SamplerKind::Tracepoint
+                },
+            ),
             EventSpec::Uprobe { path, symbol } => {
-                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
                 let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
                 (
-                    perf::EventKind::Tracepoint {
-                        id: set.add(path, symbol)?,
-                    },
+                    vec![tracepoint(set.add(path, symbol)?)],
+                    SamplerKind::Uprobe,
+                )
+            }
+            EventSpec::Uretprobe { path, symbol } => {
+                let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
+                let id = set.add_return(path, symbol)?;
+                (vec![tracepoint(id)], SamplerKind::Uprobe)
+            }
+            EventSpec::Usdt {
+                path,
+                provider,
+                name,
+            } => {
+                let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
+                let ids = set.add_usdt(path, provider, name)?;
+                (
+                    ids.into_iter().map(tracepoint).collect(),
                     SamplerKind::Uprobe,
                 )
             }
         };
-        kinds.push(kind);
+        kinds.extend(these.into_iter().map(|k| (ei, k)));
         samplers.push((ty, e.spelling()));
     }
 
@@ -792,7 +804,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 // samples, as perf's dummy event: the kernel's count of the records each event lost
                 // then tells lost samples from lost bookkeeping.
                 let bookkeeping = (ti == 0).then_some((None, perf::EventKind::Dummy));
-                let samplers = kinds.iter().enumerate().map(|(ei, k)| (Some(ei), *k));
+                let samplers = kinds.iter().map(|&(ei, k)| (Some(ei), k));
                 for (ei, kind) in bookkeeping.into_iter().chain(samplers) {
                     let spec = ei.map(|ei| &cfg.events[ei]);
                     let o = AttrOptions {

@@ -14,7 +14,9 @@ use crate::Error;
 #[derive(Args)]
 #[command(
     after_help = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
-path such as myapp::parse), tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
+path such as myapp::parse), uretprobe:PATH:SYMBOL (at its returns, in the caller), \
+usdt:PATH:PROVIDER:NAME (a SystemTap SDT probe of the file's .note.stapsdt, its semaphore raised), \
+tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
 stacks at which threads blocked, weighted by the time until they ran again: sched:sched_switch); cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
 `ferrotrace dump --format firefox|perfetto|folded`."
 )]
