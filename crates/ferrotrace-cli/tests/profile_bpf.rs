@@ -364,3 +364,76 @@ fn unknown_usdt_probe_fails_in_one_line() {
         "{err}"
     );
 }
+
+/// `-a`: every process. A Rust program without frame pointers that runs before the recording starts
+/// (its maps read from /proc) and a C program started during it (followed from its exec) are both
+/// found, their stacks whole; the samples are those of many processes.
+#[test]
+fn system_wide_finds_a_running_and_a_new_busy_program() {
+    let dir = scratch("profile_bpf_all");
+    let recurse = recurse_program(&dir);
+    let probes = probes_program(&dir);
+    // (Both run until killed: loading every process's tables takes seconds in a debug build.)
+    let mut before = Command::new(&recurse)
+        .args(["recurse", "20", "600000"])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let trace = dir.join("all.data");
+    let mut recorder = ferrotrace()
+        .args([
+            "profile",
+            "--bpf",
+            "-a",
+            "-F",
+            "999",
+            "--duration",
+            "2s",
+            "-o",
+        ])
+        .arg(&trace)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The second program starts once sampling has: it is followed from its exec.
+    let mut stderr = std::io::BufReader::new(recorder.stderr.take().unwrap());
+    let mut said = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut said).unwrap() > 0
+        && !said.contains("recording every process")
+    {}
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let mut after = Command::new(&probes)
+        .arg("100000000000")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    std::io::Read::read_to_string(&mut stderr, &mut said).unwrap();
+    let status = recorder.wait().unwrap();
+    for c in [&mut before, &mut after] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    assert!(status.success(), "{said}");
+    let stacks = folded(&trace);
+    let (old_good, old) = complete_share(&stacks, "recurse::spin", |s| downs(s) == 21);
+    let (new_good, new) = complete_share(&stacks, "probe_loop", |_| true);
+    assert!(old >= 100 && new >= 100, "{old} {new}: {stacks:?}");
+    assert!(old_good * 100 >= old * 95, "{old_good} of {old}");
+    assert!(new_good * 100 >= new * 90, "{new_good} of {new}");
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.contains(" recurse ") && info.contains(" probes "),
+        "{info}"
+    );
+}
+
+/// `-a` is the eBPF backend's: without --bpf, one line.
+#[test]
+fn system_wide_needs_bpf() {
+    let out = ft(&["profile", "-a", "--duration", "1s"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("--bpf"), "{err}");
+}

@@ -66,6 +66,8 @@ pub enum Target {
     },
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
+    /// Every process of the machine (`-a`, eBPF backend only), until the duration ends or Ctrl-C.
+    SystemWide,
 }
 
 /// Where stacks are unwound and samples counted.
@@ -83,7 +85,7 @@ pub enum Backend {
 
 /// A profiling session's settings. `Default` gives cpu-clock at 999 Hz with frame pointers into
 /// `ferrotrace.data`, with an empty command (set [`ProfileConfig::target`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ProfileConfig {
     /// Events to record; the first one also carries the process bookkeeping (maps, comm, fork).
     pub events: Vec<EventSpec>,
@@ -109,6 +111,9 @@ pub struct ProfileConfig {
     pub buffer_pages: Option<usize>,
     /// Where stacks are unwound and samples counted.
     pub backend: Backend,
+    /// Called once sampling has started with [`Target::SystemWide`], with the number of processes
+    /// whose mappings were loaded (loading every running process's unwind tables takes a while).
+    pub on_system_wide_start: Option<fn(usize)>,
 }
 
 impl Default for ProfileConfig {
@@ -128,6 +133,7 @@ impl Default for ProfileConfig {
             allow_missing_frame_pointers: false,
             buffer_pages: None,
             backend: Backend::PerfEvent,
+            on_system_wide_start: None,
         }
     }
 }

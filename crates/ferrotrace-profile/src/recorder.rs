@@ -672,6 +672,12 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             }
             std::fs::read_link(format!("/proc/{pid}/exe")).ok()
         }
+        Target::SystemWide if !bpf_mode => {
+            return Err(ProfileError::BadArgument(
+                "-a (every process) needs --bpf: the perf_event backend follows one program".into(),
+            ))
+        }
+        Target::SystemWide => None,
     };
     // Timer samples are only worth their stacks: refuse. Probe hits and tracepoints are also
     // counted, which needs no stack: record them, and say that the stacks stop early.
@@ -779,6 +785,8 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             tids.sort_unstable();
             (*pid, tids)
         }
+        // One event per CPU for every task (perf_event_open's pid -1), under no root process.
+        Target::SystemWide => (0, vec![EVERY_TASK]),
     };
 
     let cpus = perf::online_cpus();
@@ -872,6 +880,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
             .collect::<Vec<_>>()
             .join(&0u8),
         Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+        Target::SystemWide => Vec::new(),
     };
     let exe_path = exe
         .as_ref()
@@ -976,7 +985,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         Some(c) => {
             let program = match &cfg.target {
                 Target::Command { program, .. } => program.display().to_string(),
-                Target::Pid(_) => String::new(),
+                Target::Pid(_) | Target::SystemWide => String::new(),
             };
             if let Some(b) = bpf.as_mut() {
                 // Attaching enables the events (libbpf does): the child is still blocked before exec.
@@ -997,6 +1006,23 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 if ended.is_some() {
                     c.reaped = ended;
                 }
+            }
+        }
+        None if cfg.target == Target::SystemWide => {
+            // Every process running now: its maps (perf only reports later changes); the threads
+            // are named as their samples arrive.
+            for pid in running_processes() {
+                st.space(pid);
+            }
+            if let Some(b) = bpf.as_mut() {
+                b.sync(&mut st);
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
+            }
+            for ev in &events {
+                perf::enable(ev)?;
+            }
+            if let Some(started) = cfg.on_system_wide_start {
+                started(st.spaces.len());
             }
         }
         None => {
@@ -1086,7 +1112,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
                 exit_code = Some(code);
                 break;
             }
-        } else if !process_runs(root_pid) {
+        } else if cfg.target != Target::SystemWide && !process_runs(root_pid) {
             break;
         }
         if deadline.is_some_and(|d| now >= d) {
@@ -1177,6 +1203,7 @@ pub(crate) fn run(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
         None if matches!(cfg.target, Target::Pid(_)) && process_runs(root_pid) => {
             (schema::EndReason::Stopped, 0)
         }
+        None if cfg.target == Target::SystemWide => (schema::EndReason::Stopped, 0),
         _ => (schema::EndReason::Exit, 0),
     };
     out.finish(schema::End {
@@ -1290,6 +1317,18 @@ fn process_runs(pid: u32) -> bool {
 }
 
 /// The name of thread `tid` of process `pid`, empty when it is gone.
+/// perf_event_open's pid for "every task" (-1), as the target list's one entry for `-a`.
+const EVERY_TASK: u32 = u32::MAX;
+
+/// The processes running now (`/proc`'s numeric entries).
+fn running_processes() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 fn thread_comm(pid: u32, tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|n| n.trim_end().to_string())
