@@ -4,7 +4,8 @@
 //! What it is for: finding where a Linux x86_64 program spends its time, or from where it reaches a
 //! function, without rebuilding it with instrumentation. It samples every thread of a program (including
 //! threads and child processes created later) or of a running process with `perf_event_open`
-//! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, created through tracefs) and kernel
+//! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, `uretprobe:PATH:SYMBOL` and USDT probes
+//! `usdt:PATH:PROVIDER:NAME`, created through tracefs) and kernel
 //! tracepoints (`sched:sched_switch` gives off-CPU stacks), each with its stack — by frame pointers
 //! (walked by the kernel) or by DWARF CFI (a copy of the user stack unwound with framehop *while
 //! recording*; raw stacks are never written). Everything goes into a standard ferrotrace trace
@@ -15,7 +16,8 @@
 //!
 //! With [`Backend::Bpf`] (`--bpf`) the stacks are instead unwound and the samples counted in the
 //! kernel by the BPF programs of `ferrotrace-bpf` (no stack bytes leave the kernel per sample); this
-//! crate still opens the events, follows the processes and writes the same trace.
+//! crate still opens the events, follows the processes and writes the same trace. That backend also
+//! profiles every process of the machine ([`Target::SystemWide`], `-a`).
 //!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
 //! `ferrotrace` runtime), hardware counters (not available here), kprobes, the BPF programs
