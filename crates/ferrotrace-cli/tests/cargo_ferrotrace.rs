@@ -235,9 +235,9 @@ fn every_record_and_profile_option_is_accepted_and_handed_on() {
         let mut short_f = None;
         for arg in cmd.get_arguments().filter(|a| !a.is_positional()) {
             let long = arg.get_long().expect("every option has a long name");
-            if long == "pid" || (action == "record" && long == "duration") {
-                // cargo ferrotrace runs the program it built; -p is cargo's --package (and record's
-                // --duration goes with -p)
+            if long == "pid" || long == "all-cpus" || (action == "record" && long == "duration") {
+                // cargo ferrotrace runs the program it built (not -p, not every process); -p is
+                // cargo's --package (and record's --duration goes with -p)
                 continue;
             }
             if arg.get_short() == Some('F') {

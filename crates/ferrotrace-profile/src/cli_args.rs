@@ -10,7 +10,8 @@
 //! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-m PAGES] [-o FILE] -p PID [--duration 10s]
 //! ```
 //!
-//! EVENT spellings: `cpu-clock` (default), `uprobe:PATH:SYMBOL`, `tracepoint:CATEGORY:NAME`, `off-cpu`
+//! EVENT spellings: `cpu-clock` (default), `uprobe:PATH:SYMBOL`, `uretprobe:PATH:SYMBOL`,
+//! `usdt:PATH:PROVIDER:NAME`, `tracepoint:CATEGORY:NAME`, `off-cpu`
 //! (`sched:sched_switch`, weighted by the time off the CPU), and cargo-trace's `profile:hz:99` and
 //! `uprobe:/path:sym`; a bare `CATEGORY:NAME` such as `sched:sched_switch` is a tracepoint.
 
@@ -31,6 +32,24 @@ pub enum EventSpec {
         path: PathBuf,
         /// A C symbol (`malloc`), a mangled Rust symbol, or a demangled Rust path (`myapp::parse`).
         symbol: String,
+    },
+    /// A user-space probe on the returns of `symbol` in `path`: its stack is the caller's, at the
+    /// return address.
+    Uretprobe {
+        /// The executable or shared library.
+        path: PathBuf,
+        /// As for [`EventSpec::Uprobe`].
+        symbol: String,
+    },
+    /// A SystemTap SDT probe `provider:name` compiled into `path` (its `.note.stapsdt`), with its
+    /// semaphore raised while recording.
+    Usdt {
+        /// The executable or shared library.
+        path: PathBuf,
+        /// The probe's provider, e.g. `libc`.
+        provider: String,
+        /// The probe's name, e.g. `memory_sbrk_more`.
+        name: String,
     },
     /// A kernel tracepoint, e.g. `sched:sched_switch`.
     Tracepoint {
@@ -80,6 +99,35 @@ impl EventSpec {
             }
             return Ok(EventSpec::CpuClock(Some(hz)));
         }
+        if let Some(rest) = s
+            .strip_prefix("uretprobe:")
+            .or_else(|| s.strip_prefix("ur:"))
+        {
+            let (path, symbol) = split_path_symbol(rest)
+                .filter(|(p, s)| !p.is_empty() && !s.is_empty())
+                .ok_or_else(|| bad("expected uretprobe:PATH:SYMBOL"))?;
+            return Ok(EventSpec::Uretprobe {
+                path: PathBuf::from(path),
+                symbol: symbol.to_string(),
+            });
+        }
+        if let Some(rest) = s.strip_prefix("usdt:").or_else(|| s.strip_prefix("U:")) {
+            // PATH:PROVIDER:NAME; provider and name are identifiers, so the path is what precedes
+            // the last two colons.
+            let mut parts = rest.rsplitn(3, ':');
+            return match (parts.next(), parts.next(), parts.next()) {
+                (Some(name), Some(provider), Some(path))
+                    if !path.is_empty() && valid_ident(provider) && valid_ident(name) =>
+                {
+                    Ok(EventSpec::Usdt {
+                        path: PathBuf::from(path),
+                        provider: provider.to_string(),
+                        name: name.to_string(),
+                    })
+                }
+                _ => Err(bad("expected usdt:PATH:PROVIDER:NAME")),
+            };
+        }
         if let Some(rest) = s.strip_prefix("uprobe:").or_else(|| s.strip_prefix("u:")) {
             // PATH:SYMBOL; PATH may itself contain ':' only in odd cases, so split at the last ':' that
             // is not part of a Rust path separator `::`.
@@ -109,7 +157,8 @@ impl EventSpec {
                 name: n.to_string(),
             }),
             _ => Err(bad(
-                "expected cpu-clock, uprobe:PATH:SYMBOL, tracepoint:CATEGORY:NAME or profile:hz:N",
+                "expected cpu-clock, uprobe:PATH:SYMBOL, uretprobe:PATH:SYMBOL, \
+                 usdt:PATH:PROVIDER:NAME, tracepoint:CATEGORY:NAME or profile:hz:N",
             )),
         }
     }
@@ -126,6 +175,14 @@ impl EventSpec {
         match self {
             EventSpec::CpuClock(_) => "cpu-clock".to_string(),
             EventSpec::Uprobe { path, symbol } => format!("uprobe:{}:{symbol}", path.display()),
+            EventSpec::Uretprobe { path, symbol } => {
+                format!("uretprobe:{}:{symbol}", path.display())
+            }
+            EventSpec::Usdt {
+                path,
+                provider,
+                name,
+            } => format!("usdt:{}:{provider}:{name}", path.display()),
             EventSpec::Tracepoint { category, name } => format!("tracepoint:{category}:{name}"),
         }
     }
@@ -266,6 +323,31 @@ mod tests {
             }
         );
         assert_eq!(
+            EventSpec::parse("uretprobe:/tmp/app:myapp::parse").unwrap(),
+            EventSpec::Uretprobe {
+                path: "/tmp/app".into(),
+                symbol: "myapp::parse".into()
+            }
+        );
+        assert_eq!(
+            EventSpec::parse("usdt:/lib/x86_64-linux-gnu/libc.so.6:libc:memory_sbrk_more").unwrap(),
+            EventSpec::Usdt {
+                path: "/lib/x86_64-linux-gnu/libc.so.6".into(),
+                provider: "libc".into(),
+                name: "memory_sbrk_more".into()
+            }
+        );
+        for spelling in [
+            "uretprobe:/tmp/app:myapp::parse",
+            "usdt:/lib/libc.so.6:libc:setjmp",
+        ] {
+            assert_eq!(
+                EventSpec::parse(spelling).unwrap().spelling(),
+                spelling,
+                "{spelling}"
+            );
+        }
+        assert_eq!(
             EventSpec::parse("tracepoint:sched:sched_switch").unwrap(),
             EventSpec::Tracepoint {
                 category: "sched".into(),
@@ -281,6 +363,10 @@ mod tests {
             "cycles",
             "kprobe:do_sys_open",
             "uprobe:/x",
+            "uretprobe:/x",
+            "usdt:/x:libc",
+            "usdt::libc:setjmp",
+            "usdt:/x:lib c:setjmp",
             "profile:hz:0",
             "profile:99",
             "a:b:c:d",

@@ -4,7 +4,8 @@
 //! What it is for: finding where a Linux x86_64 program spends its time, or from where it reaches a
 //! function, without rebuilding it with instrumentation. It samples every thread of a program (including
 //! threads and child processes created later) or of a running process with `perf_event_open`
-//! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, created through tracefs) and kernel
+//! (`cpu-clock`), and records hits of uprobes (`uprobe:PATH:SYMBOL`, `uretprobe:PATH:SYMBOL` and USDT probes
+//! `usdt:PATH:PROVIDER:NAME`, created through tracefs) and kernel
 //! tracepoints (`sched:sched_switch` gives off-CPU stacks), each with its stack — by frame pointers
 //! (walked by the kernel) or by DWARF CFI (a copy of the user stack unwound with framehop *while
 //! recording*; raw stacks are never written). Everything goes into a standard ferrotrace trace
@@ -15,7 +16,8 @@
 //!
 //! With [`Backend::Bpf`] (`--bpf`) the stacks are instead unwound and the samples counted in the
 //! kernel by the BPF programs of `ferrotrace-bpf` (no stack bytes leave the kernel per sample); this
-//! crate still opens the events, follows the processes and writes the same trace.
+//! crate still opens the events, follows the processes and writes the same trace. That backend also
+//! profiles every process of the machine ([`Target::SystemWide`], `-a`).
 //!
 //! What it is not for: exact call counts or durations of every call (that is function tracing: the
 //! `ferrotrace` runtime), hardware counters (not available here), kprobes, the BPF programs
@@ -44,6 +46,7 @@ mod modules;
 mod perf;
 pub mod probes;
 mod recorder;
+pub mod usdt;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -65,6 +68,8 @@ pub enum Target {
     },
     /// Attach to a running process (all its threads) until it exits, the duration ends, or Ctrl-C.
     Pid(u32),
+    /// Every process of the machine (`-a`, eBPF backend only), until the duration ends or Ctrl-C.
+    SystemWide,
 }
 
 /// Where stacks are unwound and samples counted.
@@ -82,7 +87,7 @@ pub enum Backend {
 
 /// A profiling session's settings. `Default` gives cpu-clock at 999 Hz with frame pointers into
 /// `ferrotrace.data`, with an empty command (set [`ProfileConfig::target`]).
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ProfileConfig {
     /// Events to record; the first one also carries the process bookkeeping (maps, comm, fork).
     pub events: Vec<EventSpec>,
@@ -108,6 +113,9 @@ pub struct ProfileConfig {
     pub buffer_pages: Option<usize>,
     /// Where stacks are unwound and samples counted.
     pub backend: Backend,
+    /// Called once sampling has started with [`Target::SystemWide`], with the number of processes
+    /// whose mappings were loaded (loading every running process's unwind tables takes a while).
+    pub on_system_wide_start: Option<fn(usize)>,
 }
 
 impl Default for ProfileConfig {
@@ -127,6 +135,7 @@ impl Default for ProfileConfig {
             allow_missing_frame_pointers: false,
             buffer_pages: None,
             backend: Backend::PerfEvent,
+            on_system_wide_start: None,
         }
     }
 }

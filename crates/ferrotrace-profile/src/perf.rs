@@ -133,6 +133,8 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
 pub(crate) struct PerfEvent {
     pub fd: OwnedFd,
     pub id: u64,
+    /// What was opened.
+    pub kind: EventKind,
     /// It carries the bookkeeping records only (EventKind::Dummy).
     pub bookkeeping: bool,
     /// Its read() gives the kernel's count of its lost records (PERF_FORMAT_LOST).
@@ -196,6 +198,7 @@ pub(crate) fn open_event(
     Ok(PerfEvent {
         fd,
         id,
+        kind,
         bookkeeping: false,
         counts_lost,
     })

@@ -1,4 +1,4 @@
-//! uprobes (through tracefs, as `perf probe` does) and kernel tracepoints.
+//! uprobes, uretprobes and USDT probes (through tracefs, as `perf probe` does) and kernel tracepoints.
 //!
 //! A uprobe is created by writing `p:GROUP/NAME PATH:0xFILEOFFSET` to `uprobe_events`; the kernel then
 //! exposes it as a tracepoint whose id is opened with `PERF_TYPE_TRACEPOINT`. (Opening the `uprobe` PMU
@@ -169,21 +169,57 @@ impl UprobeSet {
         }
     }
 
-    /// Creates a probe on `symbol` in `path` and returns its tracepoint id.
+    /// Creates a probe on the entry of `symbol` in `path` and returns its tracepoint id.
     pub fn add(&mut self, path: &Path, symbol: &str) -> Result<u64, ProfileError> {
         let path = fs::canonicalize(path).map_err(|e| ProfileError::io(path, e))?;
         let sym = resolve_symbol(&path, symbol)?;
+        self.create('p', &path, sym.file_offset, None)
+    }
+
+    /// Creates a probe on the returns of `symbol` in `path` (a uretprobe: it fires in the caller, at
+    /// the return address) and returns its tracepoint id.
+    pub fn add_return(&mut self, path: &Path, symbol: &str) -> Result<u64, ProfileError> {
+        let path = fs::canonicalize(path).map_err(|e| ProfileError::io(path, e))?;
+        let sym = resolve_symbol(&path, symbol)?;
+        self.create('r', &path, sym.file_offset, None)
+    }
+
+    /// Creates a probe on every site of USDT probe `provider:name` in `path`, with its semaphore
+    /// (the kernel raises it while the probe is attached), and returns their tracepoint ids.
+    pub fn add_usdt(
+        &mut self,
+        path: &Path,
+        provider: &str,
+        name: &str,
+    ) -> Result<Vec<u64>, ProfileError> {
+        let path = fs::canonicalize(path).map_err(|e| ProfileError::io(path, e))?;
+        crate::usdt::find_sites(&path, provider, name)?
+            .into_iter()
+            .map(|site| self.create('p', &path, site.file_offset, site.semaphore_offset))
+            .collect()
+    }
+
+    /// Writes `KIND:GROUP/NAME PATH:0xOFFSET[(0xSEMAPHORE)]` to `uprobe_events` (`p` an entry, `r` a
+    /// return) and returns the new event's tracepoint id.
+    fn create(
+        &mut self,
+        kind: char,
+        path: &Path,
+        file_offset: u64,
+        semaphore: Option<u64>,
+    ) -> Result<u64, ProfileError> {
         static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
         let name = format!(
-            "p{}",
+            "{kind}{}",
             NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
         );
+        let semaphore = semaphore.map(|s| format!("({s:#x})")).unwrap_or_default();
         let line = format!(
-            "p:{}/{} {}:{:#x}\n",
+            "{kind}:{}/{} {}:{:#x}{semaphore}\n",
             self.group,
             name,
             path.display(),
-            sym.file_offset
+            file_offset
         );
         let ev = self.tracefs.join("uprobe_events");
         let mut f = fs::OpenOptions::new()

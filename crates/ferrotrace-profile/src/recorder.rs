@@ -682,6 +682,12 @@ pub(crate) fn run(
             }
             std::fs::read_link(format!("/proc/{pid}/exe")).ok()
         }
+        Target::SystemWide if !bpf_mode => {
+            return Err(ProfileError::BadArgument(
+                "-a (every process) needs --bpf: the perf_event backend follows one program".into(),
+            ))
+        }
+        Target::SystemWide => None,
     };
     // Timer samples are only worth their stacks: refuse. Probe hits and tracepoints are also
     // counted, which needs no stack: record them, and say that the stacks stop early.
@@ -714,39 +720,51 @@ pub(crate) fn run(
     } else {
         None
     };
-    for e in &cfg.events {
-        let (kind, ty) = match e {
+    for (ei, e) in cfg.events.iter().enumerate() {
+        let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
+        let tracepoint = |id| perf::EventKind::Tracepoint { id };
+        // A USDT probe inlined in several places is one event per site, all of one sampler.
+        let (these, ty): (Vec<perf::EventKind>, SamplerKind) = match e {
             EventSpec::CpuClock(hz) => (
-                perf::EventKind::CpuClock {
+                vec![perf::EventKind::CpuClock {
                     freq: cpu_clock_hz(*hz, cfg),
-                },
+                }],
                 SamplerKind::CpuClock,
             ),
-            EventSpec::Tracepoint { category, name } => {
-                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
-                (
-                    perf::EventKind::Tracepoint {
-                        id: probes::tracepoint_id(tf, category, name)?,
-                    },
-                    if e.is_off_cpu() {
-                        SamplerKind::OffCpu
-                    } else {
-                        SamplerKind::Tracepoint
-                    },
-                )
-            }
+            EventSpec::Tracepoint { category, name } => (
+                vec![tracepoint(probes::tracepoint_id(tf, category, name)?)],
+                if e.is_off_cpu() {
+                    SamplerKind::OffCpu
+                } else {
+                    SamplerKind::Tracepoint
+                },
+            ),
             EventSpec::Uprobe { path, symbol } => {
-                let tf = tracefs.as_deref().unwrap_or(Path::new(probes::TRACEFS));
                 let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
                 (
-                    perf::EventKind::Tracepoint {
-                        id: set.add(path, symbol)?,
-                    },
+                    vec![tracepoint(set.add(path, symbol)?)],
+                    SamplerKind::Uprobe,
+                )
+            }
+            EventSpec::Uretprobe { path, symbol } => {
+                let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
+                let id = set.add_return(path, symbol)?;
+                (vec![tracepoint(id)], SamplerKind::Uprobe)
+            }
+            EventSpec::Usdt {
+                path,
+                provider,
+                name,
+            } => {
+                let set = uprobes.get_or_insert_with(|| UprobeSet::new(tf));
+                let ids = set.add_usdt(path, provider, name)?;
+                (
+                    ids.into_iter().map(tracepoint).collect(),
                     SamplerKind::Uprobe,
                 )
             }
         };
-        kinds.push(kind);
+        kinds.extend(these.into_iter().map(|k| (ei, k)));
         samplers.push((ty, e.spelling()));
     }
 
@@ -783,6 +801,8 @@ pub(crate) fn run(
             tids.sort_unstable();
             (*pid, tids)
         }
+        // One event per CPU for every task (perf_event_open's pid -1), under no root process.
+        (Target::SystemWide, _) => (0, vec![EVERY_TASK]),
     };
 
     let cpus = perf::online_cpus();
@@ -808,7 +828,7 @@ pub(crate) fn run(
                 // samples, as perf's dummy event: the kernel's count of the records each event lost
                 // then tells lost samples from lost bookkeeping.
                 let bookkeeping = (ti == 0).then_some((None, perf::EventKind::Dummy));
-                let samplers = kinds.iter().enumerate().map(|(ei, k)| (Some(ei), *k));
+                let samplers = kinds.iter().map(|&(ei, k)| (Some(ei), k));
                 for (ei, kind) in bookkeeping.into_iter().chain(samplers) {
                     let spec = ei.map(|ei| &cfg.events[ei]);
                     let o = AttrOptions {
@@ -876,6 +896,7 @@ pub(crate) fn run(
             .collect::<Vec<_>>()
             .join(&0u8),
         Target::Pid(pid) => std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default(),
+        Target::SystemWide => Vec::new(),
     };
     let exe_path = exe
         .as_ref()
@@ -986,7 +1007,7 @@ pub(crate) fn run(
         Some(c) => {
             let program = match &cfg.target {
                 Target::Command { program, .. } => program.display().to_string(),
-                Target::Pid(_) => String::new(),
+                Target::Pid(_) | Target::SystemWide => String::new(),
             };
             if let Some(b) = bpf.as_mut() {
                 // Attaching enables the events (libbpf does): the child is still blocked before exec.
@@ -1010,6 +1031,23 @@ pub(crate) fn run(
             }
         }
         None if enable_on_exec => {}
+        None if matches!(cfg.target, Target::SystemWide) => {
+            // Every process running now: its maps (perf only reports later changes); the threads
+            // are named as their samples arrive.
+            for pid in running_processes() {
+                st.space(pid);
+            }
+            if let Some(b) = bpf.as_mut() {
+                b.sync(&mut st);
+                b.attach(&events, &st.id_to_event, &cfg.events)?;
+            }
+            for ev in &events {
+                perf::enable(ev)?;
+            }
+            if let Some(started) = cfg.on_system_wide_start {
+                started(st.spaces.len());
+            }
+        }
         None => {
             // Attached: take the maps and thread names now (perf only reports later changes), then enable.
             st.space(root_pid);
@@ -1097,7 +1135,7 @@ pub(crate) fn run(
                 exit_code = Some(code);
                 break;
             }
-        } else if !process_runs(root_pid) {
+        } else if cfg.target != Target::SystemWide && !process_runs(root_pid) {
             break;
         }
         if deadline.is_some_and(|d| now >= d) {
@@ -1188,6 +1226,7 @@ pub(crate) fn run(
         None if matches!(cfg.target, Target::Pid(_)) && process_runs(root_pid) => {
             (schema::EndReason::Stopped, 0)
         }
+        None if cfg.target == Target::SystemWide => (schema::EndReason::Stopped, 0),
         _ => (schema::EndReason::Exit, 0),
     };
     out.finish(schema::End {
@@ -1301,6 +1340,18 @@ fn process_runs(pid: u32) -> bool {
 }
 
 /// The name of thread `tid` of process `pid`, empty when it is gone.
+/// perf_event_open's pid for "every task" (-1), as the target list's one entry for `-a`.
+const EVERY_TASK: u32 = u32::MAX;
+
+/// The processes running now (`/proc`'s numeric entries).
+fn running_processes() -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
 fn thread_comm(pid: u32, tid: u32) -> String {
     std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/comm"))
         .map(|n| n.trim_end().to_string())

@@ -47,8 +47,8 @@ builds are untouched. --mcount builds with -Zinstrument-mcount instead of -Zinst
 
 /// The options of `ferrotrace ACTION` that `cargo ferrotrace ACTION` takes and hands on, read from the
 /// very clap definitions `ferrotrace` parses with (so the two cannot drift): every option but the
-/// program and `--pid` (cargo ferrotrace runs the program it built; `-p` is cargo's `--package`), and
-/// record's `--duration`, which only `--pid` takes.
+/// program, `--pid` and profile's `--all-cpus` (cargo ferrotrace runs the program it built; `-p` is
+/// cargo's `--package`), and record's `--duration`, which only `--pid` takes.
 fn own_options(action: &str) -> Vec<clap::Arg> {
     let cmd = match action {
         "record" => RecordArgs::augment_args(clap::Command::new("record")),
@@ -59,6 +59,7 @@ fn own_options(action: &str) -> Vec<clap::Arg> {
         .filter(|a| {
             !a.is_positional()
                 && a.get_id() != "pid"
+                && a.get_id() != "all"
                 && !(action == "record" && a.get_id() == "duration")
         })
         .cloned()

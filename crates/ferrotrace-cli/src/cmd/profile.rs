@@ -14,7 +14,9 @@ use crate::Error;
 #[derive(Args)]
 #[command(
     after_help = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
-path such as myapp::parse), tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
+path such as myapp::parse), uretprobe:PATH:SYMBOL (at its returns, in the caller), \
+usdt:PATH:PROVIDER:NAME (a SystemTap SDT probe of the file's .note.stapsdt, its semaphore raised), \
+tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
 stacks at which threads blocked, weighted by the time until they ran again: sched:sched_switch); cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
 `ferrotrace dump --format firefox|perfetto|folded`."
 )]
@@ -47,6 +49,14 @@ pub struct ProfileArgs {
         conflicts_with = "command"
     )]
     pid: Option<u32>,
+    /// Profile every process of the machine (with --bpf) until --duration ends or Ctrl-C
+    #[arg(
+        short = 'a',
+        long = "all-cpus",
+        conflicts_with_all = ["command", "pid"],
+
+    )]
+    all: bool,
     /// Stop after this long (e.g. 10s, 500ms)
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
@@ -65,18 +75,19 @@ pub struct ProfileArgs {
 
 /// Records, prints a summary, and returns the program's exit status.
 pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
-    let target = match (args.pid, args.command.first()) {
-        (Some(pid), _) => Target::Pid(pid),
-        (None, Some(name)) => Target::Command {
-            program: ferrotrace_launch::program::resolve(name)?,
-            argv: args.command,
-        },
-        (None, None) => {
-            return Err(Error::Usage(
-                "nothing to profile: give a program after -- or a process with -p PID".into(),
-            ))
-        }
-    };
+    let target =
+        match (args.pid, args.command.first()) {
+            _ if args.all => Target::SystemWide,
+            (Some(pid), _) => Target::Pid(pid),
+            (None, Some(name)) => Target::Command {
+                program: ferrotrace_launch::program::resolve(name)?,
+                argv: args.command,
+            },
+            (None, None) => return Err(Error::Usage(
+                "nothing to profile: give a program after --, a process with -p PID, or -a for all"
+                    .into(),
+            )),
+        };
     let cfg = ProfileConfig {
         events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
@@ -95,6 +106,12 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         } else {
             Backend::PerfEvent
         },
+        on_system_wide_start: Some(|processes| {
+            say!(
+                "ferrotrace: recording every process ({processes} running, and those that start) \
+                 until --duration ends or Ctrl-C"
+            )
+        }),
         ..ProfileConfig::default()
     };
     let s = profile(&cfg)?;

@@ -18,7 +18,7 @@ use super::{thread_comm, State};
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::modules;
-use crate::perf::PerfEvent;
+use crate::perf::{self, PerfEvent};
 use crate::ProfileError;
 
 /// The path of the pseudo-module whose one frame roots the stacks the BPF unwinder could not finish.
@@ -62,7 +62,9 @@ pub(super) struct BpfSession<'obj> {
 fn event_type(spec: &EventSpec) -> EventType {
     match spec {
         EventSpec::CpuClock(_) => EventType::PerfEvent,
-        EventSpec::Uprobe { .. } => EventType::Uprobe,
+        EventSpec::Uprobe { .. } | EventSpec::Uretprobe { .. } | EventSpec::Usdt { .. } => {
+            EventType::Uprobe
+        }
         EventSpec::Tracepoint { .. } if spec.is_off_cpu() => EventType::OffCpu,
         EventSpec::Tracepoint { .. } => EventType::Tracepoint,
     }
@@ -100,9 +102,12 @@ impl<'obj> BpfSession<'obj> {
                 continue;
             };
             let ty = event_type(&specs[ei as usize]);
-            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through.
-            if ty != EventType::PerfEvent && !once.insert(ei) {
-                continue;
+            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through:
+            // attached once per tracepoint (a USDT probe's sites are one each).
+            if let perf::EventKind::Tracepoint { id } = ev.kind {
+                if !once.insert(id) {
+                    continue;
+                }
             }
             self.bpf
                 .attach(ty, ev.fd.as_raw_fd(), ei)
