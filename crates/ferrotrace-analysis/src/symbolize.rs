@@ -453,11 +453,34 @@ fn elf_entsize(obj: &object::File<'_>, section: &object::Section<'_, '_>) -> Opt
     (e != 0).then_some(e)
 }
 
-/// Which of several names of one address to show: a global one, then the one with the fewest leading
-/// underscores, then the shortest; the largest size wins among equals.
-fn alias_rank(s: &FunctionSymbol) -> (bool, usize, usize, std::cmp::Reverse<u64>) {
-    let underscores = s.2.len() - s.2.trim_start_matches('_').len();
-    (!s.3, underscores, s.2.len(), std::cmp::Reverse(s.1))
+/// Which of several names of one address to show, by perf's rule (`choose_best_symbol`), so that
+/// profiles compare by name with perf's: one with a size, then a global one, then the one with the
+/// fewest leading underscores, then the longest (`__memmove_avx512_unaligned_erms` over its alias
+/// `__memcpy_avx512_unaligned_erms`), its symbol version left out and a name without one preferred
+/// (`__libc_start_main` over `__libc_start_main@@GLIBC_2.34`); the largest size wins among equals.
+fn alias_rank(
+    s: &FunctionSymbol,
+) -> (
+    bool,
+    bool,
+    usize,
+    std::cmp::Reverse<usize>,
+    bool,
+    std::cmp::Reverse<u64>,
+) {
+    let (base, version) = match s.2.split_once('@') {
+        Some((base, _)) => (base, true),
+        None => (&*s.2, false),
+    };
+    let underscores = base.len() - base.trim_start_matches('_').len();
+    (
+        s.1 == 0,
+        !s.3,
+        underscores,
+        std::cmp::Reverse(base.len()),
+        version,
+        std::cmp::Reverse(s.1),
+    )
 }
 
 /// The symbol containing `address`: the last one starting at or before it, if the address is within
@@ -552,6 +575,43 @@ fn kallsyms() -> Vec<FunctionSymbol> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn of_aliases_the_name_perf_chooses() {
+        let best = |names: &[(&str, u64, bool)]| -> String {
+            let syms: Vec<FunctionSymbol> = names
+                .iter()
+                .map(|&(n, size, global)| (0x1000, size, Arc::from(n), global))
+                .collect();
+            syms.iter()
+                .min_by_key(|s| alias_rank(s))
+                .unwrap()
+                .2
+                .to_string()
+        };
+        // The longest of equals, as perf's choose_best_symbol.
+        assert_eq!(
+            best(&[
+                ("__memcpy_avx512_unaligned_erms", 64, false),
+                ("__memmove_avx512_unaligned_erms", 64, false),
+            ]),
+            "__memmove_avx512_unaligned_erms"
+        );
+        // Fewer leading underscores first, then global, then a size.
+        assert_eq!(
+            best(&[("__libc_malloc", 64, true), ("malloc", 64, true)]),
+            "malloc"
+        );
+        assert_eq!(best(&[("fn_local", 64, false), ("fn", 64, true)]), "fn");
+        assert_eq!(best(&[("long_name", 0, true), ("f", 8, true)]), "f");
+        assert_eq!(
+            best(&[
+                ("__libc_start_main@@GLIBC_2.34", 64, true),
+                ("__libc_start_main", 64, true),
+            ]),
+            "__libc_start_main"
+        );
+    }
 
     #[test]
     fn libc_is_named_from_its_separate_debug_file() {
