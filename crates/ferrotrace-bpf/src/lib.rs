@@ -212,47 +212,12 @@ fn last_log_line() -> String {
         .to_string()
 }
 
-/// The shared unwind table, mapped into this process (the map is created `BPF_F_MMAPABLE`): rows
-/// are written in place, without a system call per row.
-struct RowsMemory {
-    ptr: *mut Row,
-}
-
-impl RowsMemory {
-    fn map(fd: RawFd) -> Result<RowsMemory, BpfError> {
-        let len = MAX_ROWS * std::mem::size_of::<Row>();
-        // SAFETY: mapping a BPF array map's fd, shared, for its whole size; checked below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(BpfError::new(
-                "mapping the unwind table",
-                std::io::Error::last_os_error(),
-            ));
-        }
-        Ok(RowsMemory { ptr: p.cast() })
-    }
-}
-
-impl Drop for RowsMemory {
-    fn drop(&mut self) {
-        // SAFETY: the mapping made in `map`, of that size.
-        unsafe { libc::munmap(self.ptr.cast(), MAX_ROWS * std::mem::size_of::<Row>()) };
-    }
-}
-
 /// The loaded BPF programs and maps. Dropping it detaches the programs and frees the maps.
 pub struct Bpf<'obj> {
     skel: skel::ProfileSkel<'obj>,
-    rows: RowsMemory,
+    /// The shared unwind table, mapped into this process (the map is created `BPF_F_MMAPABLE`):
+    /// rows are written in place, without a system call per row.
+    rows: memmap2::MmapMut,
     rows_used: usize,
     links: Vec<Link>,
     /// Each process's slot of mappings, and slots free for the next change.
@@ -312,7 +277,14 @@ impl<'obj> Bpf<'obj> {
                 ),
                 )
             })?;
-        let rows = RowsMemory::map(skel.maps.rows.as_fd().as_raw_fd())?;
+        // SAFETY: the BPF array map's fd, mapped shared for its whole size; only this process and
+        // the BPF programs (which read rows no mapping refers to until written) use it.
+        let rows = unsafe {
+            memmap2::MmapOptions::new()
+                .len(MAX_ROWS * std::mem::size_of::<Row>())
+                .map_mut(skel.maps.rows.as_fd().as_raw_fd())
+        }
+        .map_err(|e| BpfError::new("mapping the unwind table", e))?;
         let on_exec = skel.progs.on_exec.attach().map_err(|e| {
             BpfError::new("attaching to the tracepoint sched:sched_process_exec", e)
         })?;
@@ -338,7 +310,11 @@ impl<'obj> Bpf<'obj> {
         // SAFETY: [start, start + len) lies within the mapping (checked above); the BPF programs only
         // read rows that a process's mappings refer to, and no mapping refers to these yet.
         unsafe {
-            std::ptr::copy_nonoverlapping(rows.as_ptr(), self.rows.ptr.add(start), rows.len())
+            std::ptr::copy_nonoverlapping(
+                rows.as_ptr(),
+                self.rows.as_mut_ptr().cast::<Row>().add(start),
+                rows.len(),
+            )
         };
         self.rows_used += rows.len();
         Some(RowRange {
