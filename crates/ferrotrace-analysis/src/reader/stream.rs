@@ -414,16 +414,6 @@ impl ThreadEvents<'_> {
         Ok(true)
     }
 
-    /// The fields of the event [`ThreadEvents::next_raw`] returned last (a sample's sampler and
-    /// weight); call only after it returned `Some(Ok(_))`.
-    #[inline]
-    pub fn last_fields(&self) -> EventFields {
-        match self.events[self.pos - 1].extra {
-            true => self.extras[self.extra_pos - 1].fields,
-            false => EventFields::default(),
-        }
-    }
-
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index
     /// knows the thread's first event: what a time-ordered merge needs to place a thread that has not
     /// started, so that it holds no decoded chunk before then.
