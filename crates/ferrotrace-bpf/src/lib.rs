@@ -48,6 +48,8 @@ pub const MAX_MAPPINGS: usize = 512;
 const MAX_SLOTS: u32 = 1024;
 /// Unwind rows of all modules together (`MAX_ROWS`).
 pub const MAX_ROWS: usize = 1 << 22;
+/// Page index entries of all modules together (`MAX_PAGES`): 1 GiB of text in 256-byte pages.
+pub const MAX_PAGES: usize = 1 << 22;
 
 /// Why an unwind stopped before the outermost frame (`ustack.flags`).
 pub mod trunc {
@@ -88,13 +90,19 @@ pub struct Stats {
     pub frames: u64,
 }
 
-/// A range of rows in the shared table, as [`Bpf::add_rows`] placed a module's rows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Where [`Bpf::add_rows`] placed a module's rows and page index in the shared table.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RowRange {
     /// First row.
     pub start: u32,
     /// Rows.
     pub len: u32,
+    /// Stated address of the module's first page ([`tables::PageIndex::base`]).
+    pub page_base: u64,
+    /// Its first page in the shared index (`struct page`: the rows of one page).
+    pub pages_start: u32,
+    /// Its pages (the index has one entry more).
+    pub pages_len: u32,
 }
 
 /// One executable mapping of a process, for [`Bpf::set_process`].
@@ -219,6 +227,9 @@ pub struct Bpf<'obj> {
     /// rows are written in place, without a system call per row.
     rows: memmap2::MmapMut,
     rows_used: usize,
+    /// The shared page index, mapped likewise.
+    pages: memmap2::MmapMut,
+    pages_used: usize,
     links: Vec<Link>,
     /// Each process's slot of mappings, and slots free for the next change.
     slots: HashMap<u32, u32>,
@@ -259,6 +270,9 @@ impl<'obj> Bpf<'obj> {
             std::mem::size_of::<Row>(),
             std::mem::size_of::<skel::types::row>()
         );
+        // The page index is written as [lo, hi] pairs: `struct page`, 8 bytes, as its mapping lays
+        // out the values of an array map (rounded up to 8).
+        assert_eq!(std::mem::size_of::<skel::types::page>(), 8);
         libbpf_rs::set_print(Some((libbpf_rs::PrintLevel::Debug, keep_libbpf_log)));
         let mut open = skel::ProfileSkelBuilder::default()
             .open(storage)
@@ -285,6 +299,13 @@ impl<'obj> Bpf<'obj> {
                 .map_mut(skel.maps.rows.as_fd().as_raw_fd())
         }
         .map_err(|e| BpfError::new("mapping the unwind table", e))?;
+        // SAFETY: as above, for the page index.
+        let pages = unsafe {
+            memmap2::MmapOptions::new()
+                .len(MAX_PAGES * std::mem::size_of::<[u32; 2]>())
+                .map_mut(skel.maps.pages.as_fd().as_raw_fd())
+        }
+        .map_err(|e| BpfError::new("mapping the unwind table's page index", e))?;
         let on_exec = skel.progs.on_exec.attach().map_err(|e| {
             BpfError::new("attaching to the tracepoint sched:sched_process_exec", e)
         })?;
@@ -292,6 +313,8 @@ impl<'obj> Bpf<'obj> {
             skel,
             rows,
             rows_used: 0,
+            pages,
+            pages_used: 0,
             links: vec![on_exec],
             slots: HashMap::new(),
             free_slots: (0..MAX_SLOTS).rev().collect(),
@@ -300,26 +323,37 @@ impl<'obj> Bpf<'obj> {
         })
     }
 
-    /// Copies a module's rows into the shared table; `None` when they do not fit (the module's
-    /// frames are then walked by frame pointer).
+    /// Copies a module's rows (sorted, as [`tables::build`] returns them) and their page index into
+    /// the shared table; `None` when they do not fit (the module's frames are then walked by frame
+    /// pointer).
     pub fn add_rows(&mut self, rows: &[Row]) -> Option<RowRange> {
         if rows.is_empty() || rows.len() > MAX_ROWS - self.rows_used {
             return None;
         }
-        let start = self.rows_used;
-        // SAFETY: [start, start + len) lies within the mapping (checked above); the BPF programs only
-        // read rows that a process's mappings refer to, and no mapping refers to these yet.
+        let index = tables::PageIndex::of(rows, MAX_PAGES - self.pages_used + 1)?;
+        let (start, pages_start) = (self.rows_used, self.pages_used);
+        // SAFETY: [start, start + len) and [pages_start, + entries) lie within the mappings (checked
+        // above and by `PageIndex::of`); the BPF programs only read the rows and pages that a
+        // process's mappings refer to, and no mapping refers to these yet.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 rows.as_ptr(),
                 self.rows.as_mut_ptr().cast::<Row>().add(start),
                 rows.len(),
-            )
-        };
+            );
+            let pages = self.pages.as_mut_ptr().cast::<[u32; 2]>().add(pages_start);
+            for (p, w) in index.first.windows(2).enumerate() {
+                pages.add(p).write([w[0], w[1]]);
+            }
+        }
         self.rows_used += rows.len();
+        self.pages_used += index.pages();
         Some(RowRange {
             start: start as u32,
             len: rows.len() as u32,
+            page_base: index.base,
+            pages_start: pages_start as u32,
+            pages_len: index.pages() as u32,
         })
     }
 
@@ -345,13 +379,16 @@ impl<'obj> Bpf<'obj> {
             ));
         };
         for (i, m) in sorted.iter().enumerate() {
-            let r = m.rows.unwrap_or(RowRange { start: 0, len: 0 });
+            let r = m.rows.unwrap_or_default();
             let entry = mapping {
                 start: m.start,
                 end: m.end,
                 bias: m.bias,
                 rows_start: r.start,
                 rows_len: r.len,
+                page_base: r.page_base,
+                pages_start: r.pages_start,
+                pages_len: r.pages_len,
             };
             let key = slot * MAX_MAPPINGS as u32 + i as u32;
             self.skel

@@ -8,6 +8,10 @@
 //! the unwinder stops there and says so instead of guessing. Addresses between FDEs get a
 //! [`CfaKind::None`] row: the unwinder walks those frames by frame pointer.
 //!
+//! With the rows goes a *page index* ([`PageIndex`]): for each 256-byte page of the module's text, how
+//! many rows start before it, so that the BPF program's search for an address runs over the few rows
+//! of its page (at most 9 steps) instead of all the module's (up to 23).
+//!
 //! What it is not for: `.debug_frame` (not loaded at run time, rarely the only CFI), other
 //! architectures, or symbolization.
 
@@ -242,6 +246,57 @@ fn convert<R: gimli::Reader>(eh_frame: &EhFrame<R>, row: &gimli::UnwindTableRow<
     out
 }
 
+/// log2 of the page index's granule (`PAGE_SHIFT` of `profile.bpf.c`): 256 bytes.
+pub const PAGE_SHIFT: u32 = 8;
+
+/// The page index of a module's rows: `first[p]` is the number of rows that start before page `p`
+/// (stated addresses `base + p << PAGE_SHIFT` on), and one entry more holds all the rows. The row in
+/// force at an address of page `p` is the last of rows `..first[p + 1]` that starts at or before it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PageIndex {
+    /// Stated address of page 0: the first row's, rounded down to a page.
+    pub base: u64,
+    /// One entry per page, then the row count.
+    pub first: Vec<u32>,
+}
+
+impl PageIndex {
+    /// The index of `rows` (sorted by `pc`, as [`build`] returns them); `None` for no rows, or rows
+    /// spread over more than `max_entries - 1` pages.
+    pub fn of(rows: &[Row], max_entries: usize) -> Option<PageIndex> {
+        let base = rows.first()?.pc >> PAGE_SHIFT << PAGE_SHIFT;
+        let pages = ((rows.last()?.pc - base) >> PAGE_SHIFT) + 1;
+        if pages >= max_entries as u64 {
+            return None;
+        }
+        let mut first = Vec::with_capacity(pages as usize + 1);
+        let mut before = 0usize;
+        for p in 0..pages {
+            let page_start = base + (p << PAGE_SHIFT);
+            while before < rows.len() && rows[before].pc < page_start {
+                before += 1;
+            }
+            first.push(before as u32);
+        }
+        first.push(rows.len() as u32);
+        Some(PageIndex { base, first })
+    }
+
+    /// Pages covered (entries less one).
+    pub fn pages(&self) -> usize {
+        self.first.len() - 1
+    }
+
+    /// The index in `rows` of the row in force at stated address `pc`, found as the BPF program does
+    /// (`find_row`): the page's rows only. `None` before the first row.
+    pub fn find(&self, rows: &[Row], pc: u64) -> Option<usize> {
+        let page = (pc.checked_sub(self.base)? >> PAGE_SHIFT).min(self.pages() as u64 - 1) as usize;
+        let (lo, hi) = (self.first[page] as usize, self.first[page + 1] as usize);
+        let after = lo + rows[lo..hi].partition_point(|r| r.pc <= pc);
+        after.checked_sub(1)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -301,6 +356,28 @@ mod tests {
         assert!(rows
             .iter()
             .all(|r| r.cfa_kind <= CfaKind::Unsupported as u8));
+    }
+
+    /// The page index finds, for every address around every row of libc, the row a search of all the
+    /// rows finds; no page holds more rows than the BPF search's 9 steps can go through.
+    #[test]
+    fn page_index_finds_what_a_full_search_finds() {
+        let libc = std::fs::read("/lib/x86_64-linux-gnu/libc.so.6")
+            .or_else(|_| std::fs::read("/usr/lib/x86_64-linux-gnu/libc.so.6"))
+            .expect("glibc");
+        let rows = build(&libc).unwrap();
+        let index = PageIndex::of(&rows, usize::MAX).unwrap();
+        let full = |pc: u64| rows.partition_point(|r| r.pc <= pc).checked_sub(1);
+        for r in &rows {
+            for pc in [r.pc.wrapping_sub(1), r.pc, r.pc + 1, r.pc + 255, r.pc + 4096] {
+                assert_eq!(index.find(&rows, pc), full(pc), "at {pc:#x}");
+            }
+        }
+        assert_eq!(index.find(&rows, 0), None);
+        let widest = index.first.windows(2).map(|w| w[1] - w[0]).max().unwrap();
+        assert!(widest <= 1 << PAGE_SHIFT, "{widest} rows in one page");
+        assert!(PageIndex::of(&rows, index.first.len() - 1).is_none());
+        assert!(PageIndex::of(&[], usize::MAX).is_none());
     }
 
     #[test]

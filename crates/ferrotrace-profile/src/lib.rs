@@ -167,6 +167,9 @@ pub struct ProfileSummary {
     /// Bytes the recorder read from the kernel: ring records (perf_event), or counts, distinct stacks
     /// and the mapping records (eBPF).
     pub kernel_bytes: u64,
+    /// eBPF: the user frames the in-kernel unwinder went through, in all (with the BPF programs' run
+    /// time, from `kernel.bpf_stats_enabled`, it gives their cost per frame).
+    pub bpf_frames: Option<u64>,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
 }

@@ -1163,6 +1163,7 @@ pub(crate) fn run(
         });
     }
     ordered.flush(None, |rec| st.handle(rec, &mut out));
+    let mut bpf_frames = None;
     if let Some(b) = bpf.as_mut() {
         b.detach();
         // Both count maps: the one being written and the one drained last.
@@ -1175,6 +1176,7 @@ pub(crate) fn run(
             bpf_failure.get_or_insert(e);
         }
         kernel_bytes += b.kernel_bytes;
+        bpf_frames = Some(b.unwound_frames());
         st.unwind_errors += b.truncated;
     }
     // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
@@ -1325,6 +1327,7 @@ pub(crate) fn run(
         recording_time: recorded,
         finishing_time: finish_start.elapsed(),
         kernel_bytes,
+        bpf_frames,
         warnings,
     })
 }

@@ -46,7 +46,10 @@ struct task_struct;
 #define MAX_SLOTS 1024        // processes' mapping lists held at once
 #define MAPPING_SEARCH_STEPS 10
 #define MAX_ROWS (1U << 22)   // unwind rows of all modules together
-#define ROW_SEARCH_STEPS 23
+#define PAGE_SHIFT 8          // the page index's granule: 256 bytes of text
+#define MAX_PAGES (1U << 22)  // page index entries of all modules together (1 GiB of text)
+// Rows start at distinct addresses, so a 256-byte page holds at most 256 of them: 9 steps.
+#define ROW_SEARCH_STEPS (PAGE_SHIFT + 1)
 
 // How a row finds the CFA (the caller's stack pointer).
 #define CFA_NONE 0        // no CFI covers the address: walk by frame pointer
@@ -96,6 +99,16 @@ struct mapping {
 	__u64 bias;        // runtime minus stated address
 	__u32 rows_start;  // the module's rows in `rows`: [rows_start, rows_start + rows_len)
 	__u32 rows_len;    // 0: no rows, walk by frame pointer
+	__u64 page_base;   // stated address of the module's first page (its first row's, rounded down)
+	__u32 pages_start; // its page index in `pages`: pages_len entries from pages_start
+	__u32 pages_len;
+};
+
+// One page of a module's text: its rows start at or after row `lo` and before row `hi` (relative to
+// the module's first row); the row in force at the page's start is row lo - 1 (none when lo is 0).
+struct page {
+	__u32 lo;
+	__u32 hi;
 };
 
 // A process's mappings, sorted by start, are entries [slot * MAX_MAPPINGS, + count) of `mappings`.
@@ -128,8 +141,11 @@ struct count {
 struct unwind_state {
 	struct ustack out;
 	__u64 ip, sp, bp;
+	__u64 bp_at;         // when not 0, rbp is the word at this address, not `bp` (read when needed)
 	__u64 hash;
-	__u32 pid;
+	struct mapping last; // the mapping of the previous frame: most callers are in the same module
+	__u32 slot;          // the process's mapping list (struct process)
+	__u32 count;
 	__u32 done;
 };
 
@@ -140,6 +156,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct row);
 } rows SEC(".maps");
+
+// The page index: a struct page per page of each module's text (8 bytes: an array map's values are
+// laid out 8-byte aligned in its memory, which user space writes directly).
+struct {
+	__uint(type, MAP_ARRAY);
+	__uint(map_flags, F_MMAPABLE);
+	__uint(max_entries, MAX_PAGES);
+	__type(key, __u32);
+	__type(value, struct page);
+} pages SEC(".maps");
 
 struct {
 	__uint(type, MAP_HASH);
@@ -258,16 +284,26 @@ __noinline int find_mapping(__u32 slot, __u32 count, __u64 addr)
 	return key;
 }
 
-// The index of the row in force at stated address `pc` among rows [start, start + len), or -1 before
-// the first.
-__noinline int find_row(__u32 start, __u32 len, __u64 pc)
+// The index in `rows` of the row in force at stated address `pc` of module `m`, or -1 before its
+// first row. The page index narrows the search to the rows that start in pc's page.
+__noinline int find_row(struct mapping *m, __u64 pc)
 {
-	__u32 lo = 0, hi = len;
+	if (!m || pc < m->page_base)
+		return -1;
+	__u64 page = (pc - m->page_base) >> PAGE_SHIFT;
+	if (page >= m->pages_len)
+		page = m->pages_len - 1; // past the last page: its rows are all before pc
+	__u32 key = m->pages_start + (__u32)page;
+	struct page *p = bpf_map_lookup_elem(&pages, &key);
+	if (!p)
+		return -1;
+	// The first row that starts after pc, among [lo, hi): rows before lo start before the page.
+	__u32 lo = p->lo, hi = p->hi, start = m->rows_start;
 	for (int i = 0; i < ROW_SEARCH_STEPS; i++) {
 		if (lo >= hi)
 			break;
 		__u32 mid = (lo + hi) / 2;
-		__u32 key = start + mid;
+		key = start + mid;
 		struct row *r = bpf_map_lookup_elem(&rows, &key);
 		if (!r)
 			return -1;
@@ -286,6 +322,20 @@ static __always_inline int read_user(__u64 *dst, __u64 addr)
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+// Reads the saved rbp that a frame's row pointed to, if not read yet. Most frames of optimized code
+// neither use rbp for their CFA nor walk by frame pointer, so most saved rbps are never read: one
+// user-memory read per frame instead of two. (The stack does not change while the program runs: the
+// thread is stopped on this CPU.)
+static __always_inline int resolve_bp(struct unwind_state *st)
+{
+	if (st->bp_at) {
+		if (read_user(&st->bp, st->bp_at))
+			return -1;
+		st->bp_at = 0;
+	}
+	return 0;
+}
+
 // One frame: records the current ip, then finds the caller's registers. Returns 1 to stop.
 static long unwind_step(__u32 i, void *ctx)
 {
@@ -301,27 +351,30 @@ static long unwind_step(__u32 i, void *ctx)
 	st->out.len = n + 1;
 	st->hash = (st->hash ^ ip) * 0x100000001b3ULL;
 
-	struct process *proc = bpf_map_lookup_elem(&processes, &st->pid);
-	if (!proc) {
-		st->out.flags |= TRUNC_NO_PROCESS;
-		st->done = 1;
-		return 1;
-	}
 	// A return address is looked up one byte back: it may be the first byte of the next function.
 	__u64 lookup = n == 0 ? ip : ip - 1;
-	__u32 at = find_mapping(proc->slot, proc->count, lookup);
-	struct mapping *map = bpf_map_lookup_elem(&mappings, &at); // NULL for -1
-	if (!map) {
-		st->out.flags |= TRUNC_NO_MAPPING;
-		st->done = 1;
-		return 1;
+	struct mapping *map = &st->last;
+	if (lookup < map->start || lookup >= map->end) {
+		__u32 at = find_mapping(st->slot, st->count, lookup);
+		struct mapping *found = bpf_map_lookup_elem(&mappings, &at); // NULL for -1
+		if (!found) {
+			st->out.flags |= TRUNC_NO_MAPPING;
+			st->done = 1;
+			return 1;
+		}
+		*map = *found;
 	}
 	struct row *r = 0;
 	if (map->rows_len) {
-		__u32 row = find_row(map->rows_start, map->rows_len, lookup - map->bias);
+		__u32 row = find_row(map, lookup - map->bias);
 		r = bpf_map_lookup_elem(&rows, &row); // NULL for -1
 	}
 	__u8 kind = r ? r->cfa_kind : CFA_NONE;
+	if ((kind == CFA_RBP || kind == CFA_NONE) && resolve_bp(st)) {
+		st->out.flags |= TRUNC_READ;
+		st->done = 1;
+		return 1;
+	}
 	__u64 cfa, ra, bp = st->bp;
 	switch (kind) {
 	case CFA_END:
@@ -372,11 +425,7 @@ static long unwind_step(__u32 i, void *ctx)
 		return 1;
 	}
 	if (r->rbp_kind == RBP_AT_CFA) {
-		if (read_user(&bp, cfa + r->rbp_offset)) {
-			st->out.flags |= TRUNC_READ;
-			st->done = 1;
-			return 1;
-		}
+		st->bp_at = cfa + r->rbp_offset;
 		st->out.flags &= ~RBP_LOST_FLAG;
 	} else if (r->rbp_kind == RBP_UNKNOWN) {
 		st->out.flags |= RBP_LOST_FLAG;
@@ -409,12 +458,26 @@ static __always_inline __u64 unwind_user(__u32 pid)
 	st->ip = copy.ip;
 	st->sp = copy.sp;
 	st->bp = copy.bp;
-	st->pid = pid;
+	st->bp_at = 0;
 	st->done = 0;
 	st->out.len = 0;
 	st->out.flags = 0;
-	st->hash = 0xcbf29ce484222325ULL;
-	bpf_loop(MAX_DEPTH, unwind_step, 0, 0);
+	st->last.start = 0; // an empty range: the first frame searches the mappings
+	st->last.end = 0;
+	struct process *proc = bpf_map_lookup_elem(&processes, &pid);
+	if (proc) {
+		st->slot = proc->slot;
+		st->count = proc->count;
+		st->hash = 0xcbf29ce484222325ULL;
+		bpf_loop(MAX_DEPTH, unwind_step, 0, 0);
+	} else {
+		// The leaf alone, as the unwinder would have recorded it before finding no mappings.
+		st->out.addrs[0] = copy.ip;
+		st->out.len = 1;
+		st->hash = (0xcbf29ce484222325ULL ^ copy.ip) * 0x100000001b3ULL;
+		st->out.flags |= TRUNC_NO_PROCESS;
+		st->done = 1;
+	}
 	if (!st->done)
 		st->out.flags |= TRUNC_DEPTH;
 	st->out.flags &= ~RBP_LOST_FLAG;
@@ -453,13 +516,18 @@ static __always_inline void add_count(struct count_key *key, __u64 weight)
 	__sync_fetch_and_add(&v->weight, weight);
 }
 
-static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid_tgid, __u32 sampler)
+#define NO_KERNEL_STACK -14 // what bpf_get_stackid says in user mode (EFAULT: an empty stack)
+
+// `in_user`: the sample is known to have been taken in user mode, where the kernel stack is empty
+// (bpf_get_stackid would set up a callchain walk to find so).
+static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid_tgid, __u32 sampler,
+				     int in_user)
 {
 	key->pid = pid_tgid >> 32;
 	key->tid = (__u32)pid_tgid;
 	key->sampler = sampler;
-	key->kstack = bpf_get_stackid(ctx, &kstacks, 0);
-	if (key->kstack < 0 && key->kstack != -14 /* EFAULT: no kernel stack (user mode) */)
+	key->kstack = in_user ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
+	if (key->kstack < 0 && key->kstack != NO_KERNEL_STACK)
 		stat_add(STAT_KSTACK_FAILED, 1);
 	key->ustack = unwind_user(key->pid);
 }
@@ -467,7 +535,7 @@ static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid
 // A sample or probe hit of the event whose index is the attach cookie. Programs attached to a
 // tracepoint or a uprobe run for every process that hits it (the kernel runs them before it looks at
 // the events' tasks): those count only the processes whose mappings user space loaded.
-static __always_inline int on_event(void *ctx, int followed_only)
+static __always_inline int on_event(void *ctx, int followed_only, int in_user)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32;
@@ -477,7 +545,7 @@ static __always_inline int on_event(void *ctx, int followed_only)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct count_key key = {};
-	make_key(ctx, &key, pid_tgid, (__u32)cookie);
+	make_key(ctx, &key, pid_tgid, (__u32)cookie, in_user);
 	stat_add(STAT_SAMPLES, 1);
 	add_count(&key, 0);
 	return 0;
@@ -486,19 +554,22 @@ static __always_inline int on_event(void *ctx, int followed_only)
 SEC("perf_event")
 int on_perf_event(void *ctx)
 {
-	return on_event(ctx, 0); // a per-task event: only the followed processes' samples come here
+	// A per-task event: only the followed processes' samples come here. Its context starts with the
+	// registers at the sample (struct bpf_perf_event_data).
+	int in_user = (((struct user_regs *)ctx)->cs & 3) == 3;
+	return on_event(ctx, 0, in_user);
 }
 
 SEC("tracepoint")
 int on_tracepoint(void *ctx)
 {
-	return on_event(ctx, 1);
+	return on_event(ctx, 1, 0);
 }
 
 SEC("kprobe")
 int on_uprobe(void *ctx)
 {
-	return on_event(ctx, 1);
+	return on_event(ctx, 1, 0);
 }
 
 // The fields of sched:sched_switch (/sys/kernel/tracing/events/sched/sched_switch/format).
@@ -523,7 +594,7 @@ int on_sched_switch(struct sched_switch_args *ctx)
 	__u32 pid = pid_tgid >> 32, tid = (__u32)pid_tgid;
 	if (pid != 0 && bpf_map_lookup_elem(&processes, &pid)) {
 		struct off_cpu_start start = {};
-		make_key(ctx, &start.key, pid_tgid, (__u32)bpf_get_attach_cookie(ctx));
+		make_key(ctx, &start.key, pid_tgid, (__u32)bpf_get_attach_cookie(ctx), 0);
 		start.time = now;
 		stat_add(STAT_SAMPLES, 1);
 		bpf_map_update_elem(&off_cpu, &tid, &start, UPDATE_ANY);

@@ -130,6 +130,12 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         s.kernel_bytes,
         s.kernel_bytes as f64 / s.samples.max(1) as f64
     );
+    if let Some(frames) = s.bpf_frames {
+        say!(
+            "ferrotrace: the in-kernel unwinder went through {frames} user frames ({:.1} per sample)",
+            frames as f64 / s.samples.max(1) as f64
+        );
+    }
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),
         None => ExitCode::SUCCESS,

@@ -121,6 +121,11 @@ impl<'obj> BpfSession<'obj> {
         self.bpf.forget_off_cpu(tid);
     }
 
+    /// User frames the programs unwound so far, in all.
+    pub fn unwound_frames(&self) -> u64 {
+        self.bpf.stats().frames
+    }
+
     /// Stops counting.
     pub fn detach(&mut self) {
         self.bpf.detach_all();
