@@ -369,7 +369,13 @@ mod tests {
         let index = PageIndex::of(&rows, usize::MAX).unwrap();
         let full = |pc: u64| rows.partition_point(|r| r.pc <= pc).checked_sub(1);
         for r in &rows {
-            for pc in [r.pc.wrapping_sub(1), r.pc, r.pc + 1, r.pc + 255, r.pc + 4096] {
+            for pc in [
+                r.pc.wrapping_sub(1),
+                r.pc,
+                r.pc + 1,
+                r.pc + 255,
+                r.pc + 4096,
+            ] {
                 assert_eq!(index.find(&rows, pc), full(pc), "at {pc:#x}");
             }
         }

@@ -3,6 +3,7 @@
 //! rings carry only the side-band records, and the samples come from the counts of the BPF programs.
 
 mod bpf_session;
+mod mapped_file;
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{CString, OsString};

@@ -14,6 +14,7 @@ use std::os::fd::AsRawFd;
 
 use ferrotrace_bpf::{trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange};
 
+use super::mapped_file::{FileKey, MappedFile};
 use super::{thread_comm, State};
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
@@ -40,8 +41,8 @@ struct Leaf {
 
 pub(super) struct BpfSession<'obj> {
     bpf: Bpf<'obj>,
-    /// Where each module's rows were placed; `None`: no table (frame pointers).
-    rows: HashMap<u32, Option<RowRange>>,
+    /// Where each file's rows were placed; `None`: no table (frame pointers).
+    rows: HashMap<FileKey, Option<RowRange>>,
     /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
     leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
     /// Modules without unwind rows, and why (for a warning).
@@ -155,7 +156,7 @@ impl<'obj> BpfSession<'obj> {
                     start,
                     end,
                     bias,
-                    rows: self.rows_of(module, st),
+                    rows: self.rows_of(pid, start, end, module, st),
                 });
             }
             match self.bpf.set_process(pid, &list) {
@@ -175,17 +176,47 @@ impl<'obj> BpfSession<'obj> {
         }
     }
 
-    /// The rows of `module`, built from its `.eh_frame` and loaded at first use.
-    fn rows_of(&mut self, module: u32, st: &State) -> Option<RowRange> {
-        if let Some(r) = self.rows.get(&module) {
-            return *r;
-        }
+    /// The rows of the file that process `pid` maps at `[start, end)` from `module`, built from its
+    /// `.eh_frame` and loaded at the first mapping of that file (by device and inode).
+    fn rows_of(
+        &mut self,
+        pid: u32,
+        start: u64,
+        end: u64,
+        module: u32,
+        st: &State,
+    ) -> Option<RowRange> {
         let path = st
             .modules
             .get(module)
             .map(|m| m.path.clone())
             .unwrap_or_default();
-        let placed = match modules::module_bytes(&path) {
+        let (key, bytes) = if path.starts_with('/') {
+            match MappedFile::open(pid, start, end, &path) {
+                Some(f) => {
+                    let key = f.key.clone();
+                    if let Some(r) = self.rows.get(&key) {
+                        return *r;
+                    }
+                    (key, f.read())
+                }
+                None => {
+                    // Said once per path.
+                    let key = FileKey::Name(path.clone());
+                    if self.rows.insert(key, None).is_none() {
+                        self.without_rows.push((path, "unreadable".into()));
+                    }
+                    return None;
+                }
+            }
+        } else {
+            let key = FileKey::Name(path.clone());
+            if let Some(r) = self.rows.get(&key) {
+                return *r;
+            }
+            (key, modules::module_bytes(&path))
+        };
+        let placed = match bytes {
             None => {
                 self.without_rows.push((path, "unreadable".into()));
                 None
@@ -205,7 +236,7 @@ impl<'obj> BpfSession<'obj> {
                 }
             },
         };
-        self.rows.insert(module, placed);
+        self.rows.insert(key, placed);
         placed
     }
 

@@ -1,0 +1,113 @@
+//! The file behind an executable mapping of a followed process, named by what it is — its device and
+//! inode — rather than by its path, for the eBPF backend's unwind tables: a library reached by two
+//! paths (hard links, a bind mount, a container's view of the host's file) gets one table, two files
+//! that once had the same path (a library replaced on disk after it was mapped) get one each, and a
+//! table is built from the bytes actually mapped.
+//!
+//! The file is opened through `/proc/PID/map_files/START-END`, the kernel's handle on the mapped file
+//! itself (it still reads the old file after a replacement, even a deleted one); when that is gone
+//! (the process exited) or not allowed, through the path, as it is now.
+//!
+//! What it is not for: the modules of the trace and their symbols, which stay per path.
+
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::MetadataExt;
+
+/// What a table is cached under.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) enum FileKey {
+    /// A file: its device and inode.
+    Inode { dev: u64, ino: u64 },
+    /// A mapping without a file (the vDSO): its name.
+    Name(String),
+}
+
+/// An opened mapped file and its key.
+pub(crate) struct MappedFile {
+    pub key: FileKey,
+    file: File,
+}
+
+impl MappedFile {
+    /// The file mapped at `[start, end)` in process `pid` from `path` (a path as the kernel reported
+    /// it), or `None` when neither the mapping's handle nor the path opens.
+    pub fn open(pid: u32, start: u64, end: u64, path: &str) -> Option<MappedFile> {
+        let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
+            .or_else(|_| File::open(path))
+            .ok()?;
+        let meta = file.metadata().ok()?;
+        Some(MappedFile {
+            key: FileKey::Inode {
+                dev: meta.dev(),
+                ino: meta.ino(),
+            },
+            file,
+        })
+    }
+
+    /// The file's bytes.
+    pub fn read(mut self) -> Option<Vec<u8>> {
+        let mut bytes = Vec::new();
+        self.file.read_to_end(&mut bytes).ok()?;
+        Some(bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Maps `path` read-only into this process (map_files lists every file mapping); returns its
+    /// range.
+    fn map(path: &std::path::Path) -> (u64, u64) {
+        let f = File::open(path).unwrap();
+        let len = f.metadata().unwrap().len() as usize;
+        // SAFETY: a fresh private read-only mapping of an open file; never unmapped (the test ends).
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                std::os::fd::AsRawFd::as_raw_fd(&f),
+                0,
+            )
+        };
+        assert_ne!(p, libc::MAP_FAILED);
+        let start = p as u64;
+        (start, start + (len as u64).next_multiple_of(4096))
+    }
+
+    #[test]
+    fn one_key_per_file_whatever_its_path_and_the_old_file_after_a_replacement() {
+        let dir = std::env::temp_dir().join(format!("ft-mapped-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (a, link, copy) = (dir.join("a.so"), dir.join("b.so"), dir.join("c.so"));
+        std::fs::write(&a, vec![1u8; 5000]).unwrap();
+        std::fs::hard_link(&a, &link).unwrap();
+        std::fs::copy(&a, &copy).unwrap();
+        let pid = std::process::id();
+        let key = |p: &std::path::Path| {
+            let (s, e) = map(p);
+            MappedFile::open(pid, s, e, p.to_str().unwrap()).unwrap()
+        };
+        let (ka, kb, kc) = (key(&a), key(&link), key(&copy));
+        assert_eq!(ka.key, kb.key, "a hard link is the same file");
+        assert_ne!(ka.key, kc.key, "a copy is another file");
+
+        // `a` replaced on disk (a new file renamed over it, as package managers do) after it was
+        // mapped: the mapping still names, and reads, the old file.
+        let (s, e) = map(&a);
+        let new = dir.join("a.so.new");
+        std::fs::write(&new, vec![2u8; 5000]).unwrap();
+        std::fs::rename(&new, &a).unwrap();
+        let old = MappedFile::open(pid, s, e, a.to_str().unwrap()).unwrap();
+        assert_eq!(old.key, ka.key);
+        assert_eq!(old.read().unwrap(), vec![1u8; 5000]);
+        // Through the path (no such mapping), the new file.
+        let by_path = MappedFile::open(pid, 1, 2, a.to_str().unwrap()).unwrap();
+        assert_ne!(by_path.key, ka.key);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
