@@ -8,6 +8,9 @@
 //! rows — takes the kernel stack, and counts the sample per (process, thread, sampler, kernel stack,
 //! user stack) in a BPF map. No stack bytes are copied to user space per sample: [`Bpf::drain`] reads
 //! the counts, and each distinct stack is read once ([`Bpf::user_stack`], [`Bpf::kernel_stack`]).
+//! A module's rows go into one shared table with a page index ([`tables::PageIndex`]: the rows of each
+//! 256-byte page of its text), so that finding the row of an address costs one lookup and a search of
+//! at most 9 steps; [`Bpf::add_rows`] places both.
 //! The caller (`ferrotrace-profile`'s recorder) opens the perf events, tells which processes have which mappings
 //! ([`Bpf::set_process`]), symbolizes and writes the trace.
 //!

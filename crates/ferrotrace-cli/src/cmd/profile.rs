@@ -132,7 +132,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     );
     if let Some(frames) = s.bpf_frames {
         say!(
-            "ferrotrace: the in-kernel unwinder went through {frames} user frames ({:.1} per sample)",
+            "ferrotrace: the in-kernel unwinder went through {frames} user frames, {:.1} a sample",
             frames as f64 / s.samples.max(1) as f64
         );
     }
