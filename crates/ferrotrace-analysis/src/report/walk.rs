@@ -10,7 +10,10 @@
 use std::collections::HashMap;
 
 use crate::names::Representatives;
-use crate::reader::{Batch, EventKind};
+use ferrotrace_core::codec::EventFields;
+
+use crate::reader::stream::VisitEvents;
+use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -130,10 +133,7 @@ impl<'a> ThreadCounts<'a> {
         let Some(first) = batch.events.first() else {
             return;
         };
-        if !self.started {
-            self.started = true;
-            self.first = first.tsc;
-        }
+        self.begin(first.tsc);
         // The latest tick, kept in a register over the batch.
         let mut last = self.last;
         // The side-table entry of the next event that has one.
@@ -142,34 +142,67 @@ impl<'a> ThreadCounts<'a> {
             let t = e.tsc;
             last = last.max(t);
             match e.kind {
-                EventKind::Entry => {
-                    let slot = self.slot(e.id);
-                    self.acc[slot as usize].active += 1;
-                    self.frames.push(Open {
-                        id: e.id,
-                        slot,
-                        start: t,
-                        child: 0,
-                    });
-                }
+                EventKind::Entry => self.enter(e.id, t),
                 EventKind::Exit | EventKind::TailExit => self.exit(e.id, t),
-                EventKind::Tracepoint => *tracepoints.entry(e.id).or_insert(0) += 1,
-                EventKind::Sample if e.extra => {
-                    let [sampler, weight] = batch.extras.get(extra).map_or([0; 2], |x| x.fields);
-                    if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last())
-                    {
-                        self.acc[f.slot as usize].sampled += weight;
-                    }
+                kind => {
+                    let fields = match e.extra {
+                        true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
+                        false => [0; 2],
+                    };
+                    self.other(kind, e.id, fields, tracepoints, timed);
                 }
-                _ => {}
             }
             extra += e.extra as usize;
         }
         self.last = last;
     }
 
-    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    /// The thread's first event is at `t` if none came before.
+    fn begin(&mut self, t: u64) {
+        if !self.started {
+            self.started = true;
+            self.first = t;
+        }
+    }
+
+    /// An entry of `id` at `t`.
     #[inline]
+    fn enter(&mut self, id: u32, t: u64) {
+        let slot = self.slot(id);
+        self.acc[slot as usize].active += 1;
+        self.frames.push(Open {
+            id,
+            slot,
+            start: t,
+            child: 0,
+        });
+    }
+
+    /// An event other than a function entry or exit, with its fields: tracepoints are counted into
+    /// `tracepoints`, samples of the samplers that `timed` marks (cpu-clock, by index) into the
+    /// innermost frame.
+    fn other(
+        &mut self,
+        kind: EventKind,
+        id: u32,
+        fields: EventFields,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) {
+        match kind {
+            EventKind::Tracepoint => *tracepoints.entry(id).or_insert(0) += 1,
+            EventKind::Sample => {
+                let [sampler, weight] = fields;
+                if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last()) {
+                    self.acc[f.slot as usize].sampled += weight;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    #[inline(always)]
     fn exit(&mut self, id: u32, t: u64) {
         if let Some(top) = self.frames.last() {
             if top.id == id {
@@ -177,6 +210,13 @@ impl<'a> ThreadCounts<'a> {
                 return;
             }
         }
+        self.exit_below_top(id, t);
+    }
+
+    /// An exit of `id` at `t` that does not close the innermost frame: rare (unwinding, frames
+    /// running before the trace), so kept out of the inlined loop.
+    #[inline(never)]
+    fn exit_below_top(&mut self, id: u32, t: u64) {
         match self.frames.iter().rposition(|f| f.id == id) {
             Some(pos) => {
                 // The frames above it were left without an exit: unwound by a panic.
@@ -204,7 +244,7 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn pop(&mut self, end: u64, how: Close) {
         let Some(frame) = self.frames.pop() else {
             return;
@@ -217,7 +257,7 @@ impl<'a> ThreadCounts<'a> {
         self.close(frame, end, how, true);
     }
 
-    #[inline]
+    #[inline(always)]
     fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
         let a = &mut self.acc[frame.slot as usize];
         let dur = end.saturating_sub(frame.start);
@@ -246,10 +286,68 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// Counts thread `events`' events straight from the decoder (see
+    /// [`ThreadEvents::visit_next_chunk`]: its stream must have no Samples chunks), calling
+    /// `chunk_done` with each chunk's number of events; the counts are those of [`ThreadCounts::add`]
+    /// on the same events. Returns the read error that ended the thread's events early, if any.
+    pub(super) fn add_decoded(
+        &mut self,
+        events: &mut ThreadEvents,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+        mut chunk_done: impl FnMut(u64),
+    ) -> Option<ReadError> {
+        let mut visit = Direct {
+            counts: self,
+            tracepoints,
+            timed,
+        };
+        loop {
+            match events.visit_next_chunk(&mut visit) {
+                Ok(Some(n)) => chunk_done(n),
+                Ok(None) => return None,
+                Err(e) => return Some(e),
+            }
+        }
+    }
+
     /// Closes the frames still open at the thread's last event.
     pub(super) fn finish(&mut self) {
         while !self.frames.is_empty() {
             self.pop(self.last, Close::OpenAtEnd);
+        }
+    }
+}
+
+/// The walk as the decoder's visitor: [`ThreadCounts::add`] without the batch between them.
+struct Direct<'c, 'a> {
+    counts: &'c mut ThreadCounts<'a>,
+    tracepoints: &'c mut HashMap<u32, u64>,
+    timed: &'c [bool],
+}
+
+impl VisitEvents for Direct<'_, '_> {
+    fn chunk_start(&mut self, first_tsc: u64) {
+        self.counts.begin(first_tsc);
+    }
+
+    #[inline(always)]
+    fn function(&mut self, tsc: u64, kind: EventKind, id: u32) {
+        let c = &mut *self.counts;
+        c.last = c.last.max(tsc);
+        match kind {
+            EventKind::Entry => c.enter(id, tsc),
+            _ => c.exit(id, tsc),
+        }
+    }
+
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields) {
+        let c = &mut *self.counts;
+        c.last = c.last.max(tsc);
+        match kind {
+            EventKind::Entry => c.enter(id, tsc),
+            EventKind::Exit | EventKind::TailExit => c.exit(id, tsc),
+            _ => c.other(kind, id, fields, self.tracepoints, self.timed),
         }
     }
 }
