@@ -481,4 +481,122 @@ mod tests {
         // unwound, and open at the end.
         assert!(cases.iter().all(|&n| n > 0), "{cases:?}");
     }
+
+    /// The trace file of `evs` on thread 7 (chunks of 4,096 events), with functions 1, 2, 3, 7 and
+    /// 2^21; `damage` edits the bytes of its last Events chunk's events in place (the chunk's CRC is
+    /// made again: the damage is the writer's, not the disk's).
+    fn trace_of(
+        name: &str,
+        evs: &[RawEvent],
+        damage: impl FnOnce(&mut [u8]),
+    ) -> crate::reader::Trace {
+        use ferrotrace_core::builder::TraceBuilder;
+        use ferrotrace_core::codec::FieldReader;
+        use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+        use ferrotrace_core::schema::{source, EventsHeader, Mode, Payload};
+
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+        for (i, id) in [1u32, 2, 3, 7, 1 << 21].into_iter().enumerate() {
+            b.function(id, 0x1000 + 0x100 * i as u64, 16, &format!("t::f{id}"))
+                .unwrap();
+        }
+        b.thread(7, "main").unwrap();
+        for e in evs {
+            match e.kind {
+                EventKind::Tracepoint => b.tracepoint_hit(7, e.tsc, e.id, b"x").unwrap(),
+                kind => b.event(7, e.tsc, kind, e.id).unwrap(),
+            }
+        }
+        let mut bytes = b.finish().unwrap();
+        let (mut at, mut last) = (FILE_HEADER_LEN, None);
+        while at < bytes.len() {
+            let h = ChunkHeader::decode(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+            if h.kind == ChunkKind::Events as u32 {
+                last = Some((at, h));
+            }
+            at += CHUNK_HEADER_LEN + h.len as usize;
+        }
+        let (at, h) = last.expect("an Events chunk");
+        let payload = &mut bytes[at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + h.len as usize];
+        let mut f = FieldReader::new(payload);
+        EventsHeader::decode(&mut f).unwrap();
+        let body_at = payload.len() - f.rest().len();
+        damage(&mut payload[body_at..]);
+        let header = ChunkHeader::for_payload(ChunkKind::Events, h.seq, payload).encode();
+        bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&header);
+        let path =
+            std::env::temp_dir().join(format!("ft-report-walk-{}-{name}.data", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let t = crate::reader::Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    /// Thread 7's counts, events and read error through the batches and through the decoder.
+    fn both_ways(t: &crate::reader::Trace) -> [(Vec<(u32, Acc)>, u64, u64, Option<String>); 2] {
+        let function = Representatives::default();
+        let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
+            counts.finish();
+            let acc = counts.ids.iter().copied().zip(counts.acc.iter().copied());
+            let tp = tracepoints.values().sum();
+            (acc.collect(), tp, counts.last, err)
+        };
+        let mut batches = ThreadCounts::new(&function);
+        let mut tracepoints = HashMap::new();
+        let mut n = 0;
+        let err = crate::reader::for_each_batch(t, 7, false, |batch| {
+            batches.add(batch, &mut tracepoints, &[]);
+            n += batch.events.len() as u64;
+        })
+        .unwrap();
+        let from_batches = result(&mut batches, tracepoints, err.map(|e| e.to_string()));
+        let mut decoded = ThreadCounts::new(&function);
+        let mut tracepoints = HashMap::new();
+        let mut events = t.thread_events(7).unwrap();
+        assert!(!events.has_samples());
+        let mut m = 0;
+        let err = decoded.add_decoded(&mut events, &mut tracepoints, &[], |chunk| m += chunk);
+        let from_decoder = result(&mut decoded, tracepoints, err.map(|e| e.to_string()));
+        if from_batches.3.is_none() {
+            assert_eq!(n, m, "events counted");
+        }
+        [from_batches, from_decoder]
+    }
+
+    #[test]
+    fn counts_straight_from_the_decoder_equal_those_through_the_batches() {
+        for seed in 0..6u64 {
+            let evs = events(seed, 10_000);
+            let t = trace_of(&format!("same-{seed}"), &evs, |_| {});
+            let [batches, decoded] = both_ways(&t);
+            assert_eq!(batches.3, None);
+            assert!(batches.0.iter().any(|(_, a)| a.calls > 0));
+            assert_eq!(batches, decoded, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn malformed_events_end_the_decoders_walk_with_the_batches_error() {
+        // Calls of function 1 five ticks apart: every event is two bytes (tag, delta).
+        let calls: Vec<RawEvent> = (0..6_000u64)
+            .map(|i| {
+                let kind = [EventKind::Entry, EventKind::Exit][i as usize % 2];
+                RawEvent::new(1_000 + 5 * i, kind, 1)
+            })
+            .collect();
+        type Damage = fn(&mut [u8]);
+        let cases: [(&str, Damage, &str); 3] = [
+            // Event 100 of the chunk, in the middle of a run the fast loop decodes.
+            ("bad-tag", |b| b[200] = 0x0f, "bad"),
+            ("overlong-varint", |b| b[200..212].fill(0xff), "varint"),
+            ("truncated", |b| *b.last_mut().unwrap() = 0x80, "truncated"),
+        ];
+        for (name, damage, says) in cases {
+            let t = trace_of(name, &calls, damage);
+            let [batches, decoded] = both_ways(&t);
+            let err = decoded.3.clone().unwrap_or_default();
+            assert!(err.to_lowercase().contains(says), "{name}: {err}");
+            assert_eq!(batches.3, decoded.3, "{name}");
+        }
+    }
 }
