@@ -532,8 +532,12 @@ mod tests {
         t
     }
 
-    /// Thread 7's counts, events and read error through the batches and through the decoder.
-    fn both_ways(t: &crate::reader::Trace) -> [(Vec<(u32, Acc)>, u64, u64, Option<String>); 2] {
+    /// A thread's counts by function id, its tracepoints, its last tick and the read error that ended
+    /// it.
+    type Walked = (Vec<(u32, Acc)>, u64, u64, Option<String>);
+
+    /// Thread 7's counts through the batches and through the decoder.
+    fn both_ways(t: &crate::reader::Trace) -> [Walked; 2] {
         let function = Representatives::default();
         let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
             counts.finish();
