@@ -22,6 +22,7 @@ pub(super) struct Acc {
     /// Inclusive time, recursion counted once.
     pub(super) total: u64,
     pub(super) self_t: u64,
+    /// The shortest frame; `u64::MAX` until one closed.
     pub(super) min: u64,
     pub(super) max: u64,
     /// Sum of all frame durations, recursion counted every time.
@@ -111,7 +112,11 @@ impl<'a> ThreadCounts<'a> {
         let s = *self.index.entry(function).or_insert(next);
         if s == next {
             self.ids.push(function);
-            self.acc.push(Acc::default());
+            // The shortest duration starts above any, so that a close needs no first-call test.
+            self.acc.push(Acc {
+                min: u64::MAX,
+                ..Acc::default()
+            });
         }
         if (id as usize) < (1 << 20) {
             if self.dense.len() <= id as usize {
@@ -261,9 +266,7 @@ impl<'a> ThreadCounts<'a> {
     fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
         let a = &mut self.acc[frame.slot as usize];
         let dur = end.saturating_sub(frame.start);
-        if a.calls == 0 || dur < a.min {
-            a.min = dur;
-        }
+        a.min = a.min.min(dur);
         a.max = a.max.max(dur);
         a.calls += 1;
         a.sum += dur;
