@@ -177,14 +177,21 @@ pub struct ThreadEvents<'a> {
 }
 
 impl ThreadEvents<'_> {
-    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+    /// The thread's next Events chunk in the index; `None` (and the cursor dropped) after the last.
+    fn next_events_chunk(&mut self) -> Result<Option<ChunkRef>, ReadError> {
         self.started = true;
         let next = match self.chunks.as_mut() {
             Some(cursor) => cursor.next_chunk().map_err(|e| self.trace.index_error(e))?,
             None => None,
         };
-        let Some(c) = next else {
+        if next.is_none() {
             self.chunks = None;
+        }
+        Ok(next)
+    }
+
+    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+        let Some(c) = self.next_events_chunk()? else {
             // After the last Events chunk: the samples that remain.
             self.events.clear();
             self.extras.clear();
@@ -262,13 +269,7 @@ impl ThreadEvents<'_> {
         visit: &mut impl VisitEvents,
     ) -> Result<Option<u64>, ReadError> {
         debug_assert!(!self.has_samples());
-        self.started = true;
-        let next = match self.chunks.as_mut() {
-            Some(cursor) => cursor.next_chunk().map_err(|e| self.trace.index_error(e))?,
-            None => None,
-        };
-        let Some(c) = next else {
-            self.chunks = None;
+        let Some(c) = self.next_events_chunk()? else {
             return Ok(None);
         };
         let path = &self.trace.path;
