@@ -414,6 +414,7 @@ pub struct DecodedEvent<'a> {
 }
 
 /// Iterates over the events of an `Events` chunk body (after its four header fields).
+#[derive(Clone)]
 pub struct EventDecoder<'a> {
     fields: FieldReader<'a>,
     prev_tsc: u64,

@@ -15,6 +15,28 @@ fn decode_err(path: &Path, offset: u64, e: DecodeError) -> ReadError {
     ReadError::Corrupt(path.to_path_buf(), offset, e.to_string())
 }
 
+/// The error of a chunk that announces `count` events but holds `decoded`.
+fn check_count(path: &Path, c: ChunkRef, count: u64, decoded: u64) -> Result<(), ReadError> {
+    if count == decoded {
+        return Ok(());
+    }
+    Err(ReadError::Corrupt(
+        path.to_path_buf(),
+        c.offset,
+        format!("chunk announces {count} events but holds {decoded}"),
+    ))
+}
+
+/// What [`ThreadEvents::visit_next_chunk`] hands a chunk's events to, as they are decoded.
+pub(crate) trait VisitEvents {
+    /// Before the chunk's events: the tick of its first one.
+    fn chunk_start(&mut self, first_tsc: u64);
+    /// A function entry, exit or tail exit.
+    fn function(&mut self, tsc: u64, kind: EventKind, id: u32);
+    /// Any other event, with its fields (payloads are not handed out).
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields);
+}
+
 /// Reads the Events (or Samples) chunk `c` into `buf`: its header, and where in `buf` its events start.
 fn read_events_chunk(
     trace: &Trace,
@@ -155,14 +177,21 @@ pub struct ThreadEvents<'a> {
 }
 
 impl ThreadEvents<'_> {
-    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+    /// The thread's next Events chunk in the index; `None` (and the cursor dropped) after the last.
+    fn next_events_chunk(&mut self) -> Result<Option<ChunkRef>, ReadError> {
         self.started = true;
         let next = match self.chunks.as_mut() {
             Some(cursor) => cursor.next_chunk().map_err(|e| self.trace.index_error(e))?,
             None => None,
         };
-        let Some(c) = next else {
+        if next.is_none() {
             self.chunks = None;
+        }
+        Ok(next)
+    }
+
+    fn load_next_chunk(&mut self) -> Result<bool, ReadError> {
+        let Some(c) = self.next_events_chunk()? else {
             // After the last Events chunk: the samples that remain.
             self.events.clear();
             self.extras.clear();
@@ -218,16 +247,7 @@ impl ThreadEvents<'_> {
                 extra,
             });
         }
-        if self.events.len() as u64 != count {
-            return Err(ReadError::Corrupt(
-                path.clone(),
-                c.offset,
-                format!(
-                    "chunk announces {count} events but holds {}",
-                    self.events.len()
-                ),
-            ));
-        }
+        check_count(path, c, count, self.events.len() as u64)?;
         if self.next_sample_chunk < self.sample_chunks.len() || !self.samples.is_empty() {
             // Samples up to this chunk's last event go in; later ones wait for the next chunk (after
             // the last one, the rest come alone).
@@ -235,6 +255,49 @@ impl ThreadEvents<'_> {
             self.merge_samples(Some(bound))?;
         }
         Ok(true)
+    }
+
+    /// Decodes the thread's next Events chunk straight into `visit`, never materialising its events
+    /// (what `report` spends its time on: no 16-byte event is stored and loaded again per entry or
+    /// exit); the chunk's number of events, or `None` after the last chunk. The checks are those of
+    /// the batches: malformed events and a count that differs from the chunk's end the stream with
+    /// the same error, but the events of that chunk before the error were visited. Only for a
+    /// thread without Samples chunks ([`ThreadEvents::has_samples`]): those are merged into the
+    /// batches in time order, which this does not do.
+    pub(crate) fn visit_next_chunk(
+        &mut self,
+        visit: &mut impl VisitEvents,
+    ) -> Result<Option<u64>, ReadError> {
+        debug_assert!(!self.has_samples());
+        let Some(c) = self.next_events_chunk()? else {
+            return Ok(None);
+        };
+        let path = &self.trace.path;
+        let (head, events_at) = read_events_chunk(self.trace, c, &mut self.buf)?;
+        let mut decoder = EventDecoder::new(&self.buf[events_at..], head.base_ticks);
+        if let Some(Ok(first)) = decoder.clone().next() {
+            visit.chunk_start(first.tsc);
+        }
+        let mut n = 0u64;
+        loop {
+            decoder.function_run(|tsc, kind, id| {
+                n += 1;
+                visit.function(tsc, kind, id);
+            });
+            let Some(e) = decoder.next() else {
+                break;
+            };
+            let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+            n += 1;
+            visit.other(e.tsc, e.kind, e.id, e.fields);
+        }
+        check_count(path, c, head.count, n)?;
+        Ok(Some(n))
+    }
+
+    /// The thread has Samples chunks (`record --sample`).
+    pub(crate) fn has_samples(&self) -> bool {
+        !self.sample_chunks.is_empty()
     }
 
     /// Merges the thread's samples stamped up to `bound` (all of them: `None`) into `events` and

@@ -265,11 +265,20 @@ impl Report {
         for th in trace.threads.values() {
             let mut counts = ThreadCounts::new(&function);
             let mut n = 0u64;
-            let error = for_each_batch(trace, th.tid, decode_ahead, |batch| {
-                counts.add(batch, &mut tracepoint_counts, &timed);
-                n += batch.events.len() as u64;
-                progress.add(batch.events.len() as u64);
-            })?;
+            let mut events = trace.thread_events(th.tid)?;
+            let error = if decode_ahead || events.has_samples() {
+                for_each_batch(trace, th.tid, decode_ahead, |batch| {
+                    counts.add(batch, &mut tracepoint_counts, &timed);
+                    n += batch.events.len() as u64;
+                    progress.add(batch.events.len() as u64);
+                })?
+            } else {
+                // One thread: the walk is the decoder's visitor, no batch between them.
+                counts.add_decoded(&mut events, &mut tracepoint_counts, &timed, |chunk| {
+                    n += chunk;
+                    progress.add(chunk);
+                })
+            };
             if let Some(err) = error {
                 report.errors.push(err.to_string());
             }

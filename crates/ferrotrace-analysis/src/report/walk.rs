@@ -10,7 +10,10 @@
 use std::collections::HashMap;
 
 use crate::names::Representatives;
-use crate::reader::{Batch, EventKind};
+use ferrotrace_core::codec::EventFields;
+
+use crate::reader::stream::VisitEvents;
+use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
 
 /// Per-function accumulator in ticks, indexed densely by a slot number.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -19,6 +22,7 @@ pub(super) struct Acc {
     /// Inclusive time, recursion counted once.
     pub(super) total: u64,
     pub(super) self_t: u64,
+    /// The shortest frame; `u64::MAX` until one closed.
     pub(super) min: u64,
     pub(super) max: u64,
     /// Sum of all frame durations, recursion counted every time.
@@ -108,7 +112,11 @@ impl<'a> ThreadCounts<'a> {
         let s = *self.index.entry(function).or_insert(next);
         if s == next {
             self.ids.push(function);
-            self.acc.push(Acc::default());
+            // The shortest duration starts above any, so that a close needs no first-call test.
+            self.acc.push(Acc {
+                min: u64::MAX,
+                ..Acc::default()
+            });
         }
         if (id as usize) < (1 << 20) {
             if self.dense.len() <= id as usize {
@@ -130,10 +138,7 @@ impl<'a> ThreadCounts<'a> {
         let Some(first) = batch.events.first() else {
             return;
         };
-        if !self.started {
-            self.started = true;
-            self.first = first.tsc;
-        }
+        self.begin(first.tsc);
         // The latest tick, kept in a register over the batch.
         let mut last = self.last;
         // The side-table entry of the next event that has one.
@@ -142,34 +147,67 @@ impl<'a> ThreadCounts<'a> {
             let t = e.tsc;
             last = last.max(t);
             match e.kind {
-                EventKind::Entry => {
-                    let slot = self.slot(e.id);
-                    self.acc[slot as usize].active += 1;
-                    self.frames.push(Open {
-                        id: e.id,
-                        slot,
-                        start: t,
-                        child: 0,
-                    });
-                }
+                EventKind::Entry => self.enter(e.id, t),
                 EventKind::Exit | EventKind::TailExit => self.exit(e.id, t),
-                EventKind::Tracepoint => *tracepoints.entry(e.id).or_insert(0) += 1,
-                EventKind::Sample if e.extra => {
-                    let [sampler, weight] = batch.extras.get(extra).map_or([0; 2], |x| x.fields);
-                    if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last())
-                    {
-                        self.acc[f.slot as usize].sampled += weight;
-                    }
+                kind => {
+                    let fields = match e.extra {
+                        true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
+                        false => [0; 2],
+                    };
+                    self.other(kind, e.id, fields, tracepoints, timed);
                 }
-                _ => {}
             }
             extra += e.extra as usize;
         }
         self.last = last;
     }
 
-    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    /// The thread's first event is at `t` if none came before.
+    fn begin(&mut self, t: u64) {
+        if !self.started {
+            self.started = true;
+            self.first = t;
+        }
+    }
+
+    /// An entry of `id` at `t`.
     #[inline]
+    fn enter(&mut self, id: u32, t: u64) {
+        let slot = self.slot(id);
+        self.acc[slot as usize].active += 1;
+        self.frames.push(Open {
+            id,
+            slot,
+            start: t,
+            child: 0,
+        });
+    }
+
+    /// An event other than a function entry or exit, with its fields: tracepoints are counted into
+    /// `tracepoints`, samples of the samplers that `timed` marks (cpu-clock, by index) into the
+    /// innermost frame.
+    fn other(
+        &mut self,
+        kind: EventKind,
+        id: u32,
+        fields: EventFields,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) {
+        match kind {
+            EventKind::Tracepoint => *tracepoints.entry(id).or_insert(0) += 1,
+            EventKind::Sample => {
+                let [sampler, weight] = fields;
+                if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last()) {
+                    self.acc[f.slot as usize].sampled += weight;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    #[inline(always)]
     fn exit(&mut self, id: u32, t: u64) {
         if let Some(top) = self.frames.last() {
             if top.id == id {
@@ -177,6 +215,13 @@ impl<'a> ThreadCounts<'a> {
                 return;
             }
         }
+        self.exit_below_top(id, t);
+    }
+
+    /// An exit of `id` at `t` that does not close the innermost frame: rare (unwinding, frames
+    /// running before the trace), so kept out of the inlined loop.
+    #[inline(never)]
+    fn exit_below_top(&mut self, id: u32, t: u64) {
         match self.frames.iter().rposition(|f| f.id == id) {
             Some(pos) => {
                 // The frames above it were left without an exit: unwound by a panic.
@@ -204,7 +249,7 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn pop(&mut self, end: u64, how: Close) {
         let Some(frame) = self.frames.pop() else {
             return;
@@ -217,13 +262,11 @@ impl<'a> ThreadCounts<'a> {
         self.close(frame, end, how, true);
     }
 
-    #[inline]
+    #[inline(always)]
     fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
         let a = &mut self.acc[frame.slot as usize];
         let dur = end.saturating_sub(frame.start);
-        if a.calls == 0 || dur < a.min {
-            a.min = dur;
-        }
+        a.min = a.min.min(dur);
         a.max = a.max.max(dur);
         a.calls += 1;
         a.sum += dur;
@@ -246,10 +289,68 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// Counts thread `events`' events straight from the decoder (see
+    /// [`ThreadEvents::visit_next_chunk`]: its stream must have no Samples chunks), calling
+    /// `chunk_done` with each chunk's number of events; the counts are those of [`ThreadCounts::add`]
+    /// on the same events. Returns the read error that ended the thread's events early, if any.
+    pub(super) fn add_decoded(
+        &mut self,
+        events: &mut ThreadEvents,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+        mut chunk_done: impl FnMut(u64),
+    ) -> Option<ReadError> {
+        let mut visit = Direct {
+            counts: self,
+            tracepoints,
+            timed,
+        };
+        loop {
+            match events.visit_next_chunk(&mut visit) {
+                Ok(Some(n)) => chunk_done(n),
+                Ok(None) => return None,
+                Err(e) => return Some(e),
+            }
+        }
+    }
+
     /// Closes the frames still open at the thread's last event.
     pub(super) fn finish(&mut self) {
         while !self.frames.is_empty() {
             self.pop(self.last, Close::OpenAtEnd);
+        }
+    }
+}
+
+/// The walk as the decoder's visitor: [`ThreadCounts::add`] without the batch between them.
+struct Direct<'c, 'a> {
+    counts: &'c mut ThreadCounts<'a>,
+    tracepoints: &'c mut HashMap<u32, u64>,
+    timed: &'c [bool],
+}
+
+impl VisitEvents for Direct<'_, '_> {
+    fn chunk_start(&mut self, first_tsc: u64) {
+        self.counts.begin(first_tsc);
+    }
+
+    #[inline(always)]
+    fn function(&mut self, tsc: u64, kind: EventKind, id: u32) {
+        let c = &mut *self.counts;
+        c.last = c.last.max(tsc);
+        match kind {
+            EventKind::Entry => c.enter(id, tsc),
+            _ => c.exit(id, tsc),
+        }
+    }
+
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields) {
+        let c = &mut *self.counts;
+        c.last = c.last.max(tsc);
+        match kind {
+            EventKind::Entry => c.enter(id, tsc),
+            EventKind::Exit | EventKind::TailExit => c.exit(id, tsc),
+            _ => c.other(kind, id, fields, self.tracepoints, self.timed),
         }
     }
 }
@@ -382,5 +483,127 @@ mod tests {
         // The sequences reach every case the walk handles: frames running before the trace began,
         // unwound, and open at the end.
         assert!(cases.iter().all(|&n| n > 0), "{cases:?}");
+    }
+
+    /// The trace file of `evs` on thread 7 (chunks of 4,096 events), with functions 1, 2, 3, 7 and
+    /// 2^21; `damage` edits the bytes of its last Events chunk's events in place (the chunk's CRC is
+    /// made again: the damage is the writer's, not the disk's).
+    fn trace_of(
+        name: &str,
+        evs: &[RawEvent],
+        damage: impl FnOnce(&mut [u8]),
+    ) -> crate::reader::Trace {
+        use ferrotrace_core::builder::TraceBuilder;
+        use ferrotrace_core::codec::FieldReader;
+        use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+        use ferrotrace_core::schema::{source, EventsHeader, Mode, Payload};
+
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+        for (i, id) in [1u32, 2, 3, 7, 1 << 21].into_iter().enumerate() {
+            b.function(id, 0x1000 + 0x100 * i as u64, 16, &format!("t::f{id}"))
+                .unwrap();
+        }
+        b.thread(7, "main").unwrap();
+        for e in evs {
+            match e.kind {
+                EventKind::Tracepoint => b.tracepoint_hit(7, e.tsc, e.id, b"x").unwrap(),
+                kind => b.event(7, e.tsc, kind, e.id).unwrap(),
+            }
+        }
+        let mut bytes = b.finish().unwrap();
+        let (mut at, mut last) = (FILE_HEADER_LEN, None);
+        while at < bytes.len() {
+            let h = ChunkHeader::decode(bytes[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+            if h.kind == ChunkKind::Events as u32 {
+                last = Some((at, h));
+            }
+            at += CHUNK_HEADER_LEN + h.len as usize;
+        }
+        let (at, h) = last.expect("an Events chunk");
+        let payload = &mut bytes[at + CHUNK_HEADER_LEN..at + CHUNK_HEADER_LEN + h.len as usize];
+        let mut f = FieldReader::new(payload);
+        EventsHeader::decode(&mut f).unwrap();
+        let body_at = payload.len() - f.rest().len();
+        damage(&mut payload[body_at..]);
+        let header = ChunkHeader::for_payload(ChunkKind::Events, h.seq, payload).encode();
+        bytes[at..at + CHUNK_HEADER_LEN].copy_from_slice(&header);
+        let path =
+            std::env::temp_dir().join(format!("ft-report-walk-{}-{name}.data", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let t = crate::reader::Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        t
+    }
+
+    /// A thread's counts by function id, its tracepoints, its last tick and the read error that ended
+    /// it.
+    type Walked = (Vec<(u32, Acc)>, u64, u64, Option<String>);
+
+    /// Thread 7's counts through the batches and through the decoder.
+    fn both_ways(t: &crate::reader::Trace) -> [Walked; 2] {
+        let function = Representatives::default();
+        let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
+            counts.finish();
+            let acc = counts.ids.iter().copied().zip(counts.acc.iter().copied());
+            let tp = tracepoints.values().sum();
+            (acc.collect(), tp, counts.last, err)
+        };
+        let mut batches = ThreadCounts::new(&function);
+        let mut tracepoints = HashMap::new();
+        let mut n = 0;
+        let err = crate::reader::for_each_batch(t, 7, false, |batch| {
+            batches.add(batch, &mut tracepoints, &[]);
+            n += batch.events.len() as u64;
+        })
+        .unwrap();
+        let from_batches = result(&mut batches, tracepoints, err.map(|e| e.to_string()));
+        let mut decoded = ThreadCounts::new(&function);
+        let mut tracepoints = HashMap::new();
+        let mut events = t.thread_events(7).unwrap();
+        assert!(!events.has_samples());
+        let mut m = 0;
+        let err = decoded.add_decoded(&mut events, &mut tracepoints, &[], |chunk| m += chunk);
+        let from_decoder = result(&mut decoded, tracepoints, err.map(|e| e.to_string()));
+        if from_batches.3.is_none() {
+            assert_eq!(n, m, "events counted");
+        }
+        [from_batches, from_decoder]
+    }
+
+    #[test]
+    fn counts_straight_from_the_decoder_equal_those_through_the_batches() {
+        for seed in 0..6u64 {
+            let evs = events(seed, 10_000);
+            let t = trace_of(&format!("same-{seed}"), &evs, |_| {});
+            let [batches, decoded] = both_ways(&t);
+            assert_eq!(batches.3, None);
+            assert!(batches.0.iter().any(|(_, a)| a.calls > 0));
+            assert_eq!(batches, decoded, "seed {seed}");
+        }
+    }
+
+    #[test]
+    fn malformed_events_end_the_decoders_walk_with_the_batches_error() {
+        // Calls of function 1 five ticks apart: every event is two bytes (tag, delta).
+        let calls: Vec<RawEvent> = (0..6_000u64)
+            .map(|i| {
+                let kind = [EventKind::Entry, EventKind::Exit][i as usize % 2];
+                RawEvent::new(1_000 + 5 * i, kind, 1)
+            })
+            .collect();
+        type Damage = fn(&mut [u8]);
+        let cases: [(&str, Damage, &str); 3] = [
+            // Event 100 of the chunk, in the middle of a run the fast loop decodes.
+            ("bad-tag", |b| b[200] = 0x0f, "bad"),
+            ("overlong-varint", |b| b[200..212].fill(0xff), "varint"),
+            ("truncated", |b| *b.last_mut().unwrap() = 0x80, "truncated"),
+        ];
+        for (name, damage, says) in cases {
+            let t = trace_of(name, &calls, damage);
+            let [batches, decoded] = both_ways(&t);
+            let err = decoded.3.clone().unwrap_or_default();
+            assert!(err.to_lowercase().contains(says), "{name}: {err}");
+            assert_eq!(batches.3, decoded.3, "{name}");
+        }
     }
 }
