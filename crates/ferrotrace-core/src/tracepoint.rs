@@ -176,28 +176,32 @@ fn copy_bytes(from: &[u8], to: &mut [core::mem::MaybeUninit<u8>]) {
     debug_assert_eq!(n, to.len());
     let (src, dst) = (from.as_ptr(), to.as_mut_ptr() as *mut u8);
     // SAFETY: `from` and `to` are both `n` bytes long (`MaybeUninit<u8>` has the layout of `u8`);
-    // each load and store below stays within them (`n - 8 ..` when `n >= 8`, `n - 4 ..` when
-    // `n >= 4`), unaligned.
+    // `copy_two_words` needs `n` between one and two words of its type.
     unsafe {
         match n {
-            8..=16 => {
-                let (a, b) = (
-                    src.cast::<u64>().read_unaligned(),
-                    src.add(n - 8).cast::<u64>().read_unaligned(),
-                );
-                dst.cast::<u64>().write_unaligned(a);
-                dst.add(n - 8).cast::<u64>().write_unaligned(b);
-            }
-            4..=7 => {
-                let (a, b) = (
-                    src.cast::<u32>().read_unaligned(),
-                    src.add(n - 4).cast::<u32>().read_unaligned(),
-                );
-                dst.cast::<u32>().write_unaligned(a);
-                dst.add(n - 4).cast::<u32>().write_unaligned(b);
-            }
+            8..=16 => copy_two_words::<u64>(src, dst, n),
+            4..=7 => copy_two_words::<u32>(src, dst, n),
             _ => core::ptr::copy_nonoverlapping(src, dst, n),
         }
+    }
+}
+
+/// Copies `n` bytes from `src` to `dst` as two words of type `W`, the first at 0 and the second
+/// ending at `n` (overlapping when `n` is under two words).
+///
+/// # Safety
+/// `size_of::<W>() <= n <= 2 * size_of::<W>()`; `src` readable and `dst` writable for `n` bytes.
+#[inline(always)]
+unsafe fn copy_two_words<W: Copy>(src: *const u8, dst: *mut u8, n: usize) {
+    let last = n - core::mem::size_of::<W>();
+    // SAFETY: both words lie within the `n` bytes (the caller's bounds); unaligned accesses.
+    unsafe {
+        let (a, b) = (
+            src.cast::<W>().read_unaligned(),
+            src.add(last).cast::<W>().read_unaligned(),
+        );
+        dst.cast::<W>().write_unaligned(a);
+        dst.add(last).cast::<W>().write_unaligned(b);
     }
 }
 
