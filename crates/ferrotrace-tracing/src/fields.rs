@@ -2,12 +2,17 @@
 //! type: field index, type tag, value) straight into the memory the runtime gives (the thread's
 //! chunk), without allocating: strings and `Debug` output are cut at 256 bytes (on a character
 //! boundary), as tracepoint strings are, and a value that does not fit is left out.
+//!
+//! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
+//! `format_args!`, behind a `&dyn Debug`) is recognised and copied as the string it is, without
+//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted.
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
+use std::sync::OnceLock;
 
 use ferrotrace_core::tracepoint::{put_tagged, Tag};
-use tracing_core::field::{Field, Visit};
+use tracing_core::field::{Field, Value, Visit};
 
 /// Longest string or `Debug` text kept for one field.
 const MAX_STR: usize = 256;
@@ -66,6 +71,9 @@ impl Visit for Values<'_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        if let Some(text) = static_message(field, value) {
+            return self.record_str(field, text);
+        }
         let Ok(index) = u8::try_from(field.index()) else {
             return;
         };
@@ -87,6 +95,73 @@ impl Visit for Values<'_> {
             o.write(b);
         }
         self.len = text + n as usize;
+    }
+}
+
+/// The text of `value` when it is a `fmt::Arguments` without arguments (`format_args!("done")`, a
+/// `tracing` message without `{}`): what its `Debug` output would be, without formatting it.
+///
+/// `value` is recognised by its vtable: the one `tracing_core` makes when it hands an `Arguments` to a
+/// visitor (`<fmt::Arguments as Value>::record`, compiled once, in `tracing_core`), learnt on the
+/// first call by handing it an `Arguments` of ours ([`ArgumentsVtable`]). Rust does not promise a
+/// type one vtable: a copy of it (another codegen unit's) does not compare equal, and the value is
+/// formatted, as any other — slower, still right.
+#[inline(always)]
+fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str> {
+    let known = ARGUMENTS_VTABLE
+        .get_or_init(|| ArgumentsVtable::learn(field))
+        .0?;
+    let value = value as *const dyn fmt::Debug;
+    // The known vtable with `value`'s address: equal to `value` when its vtable is the known one.
+    if !core::ptr::eq(known.with_addr(value.addr()), value) {
+        return None;
+    }
+    // SAFETY: `value` has the vtable of `fmt::Arguments`' `Debug`. Another type's `&dyn Debug`
+    // could only have it if the compiler or the linker merged that type's vtable with this one:
+    // identical vtables, so the same size, alignment and drop glue (none) and the same `fmt`
+    // function — machine code identical to `Arguments`' `fmt`, which hands the value's bytes to
+    // `core::fmt::write` as an `Arguments`. Such a type's own `fmt` is sound only if its bytes are a
+    // valid `Arguments`, which is all that reading it as one here needs (`as_str` reads its pieces
+    // and arguments, as `fmt` does). The reference lives as long as `value`; the text is `'static`.
+    let arguments = unsafe { &*(value as *const fmt::Arguments<'_>) };
+    let text = arguments.as_str();
+    #[cfg(test)]
+    if text.is_some() {
+        tests::STATIC_MESSAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    text
+}
+
+/// The `&dyn Debug` pointer `tracing_core` makes for a `fmt::Arguments` (its address is not used,
+/// only its vtable); `None` when it could not be learnt.
+struct ArgumentsVtable(Option<*const dyn fmt::Debug>);
+
+// SAFETY: the pointer is never dereferenced: only its vtable is compared.
+unsafe impl Send for ArgumentsVtable {}
+// SAFETY: as for `Send`.
+unsafe impl Sync for ArgumentsVtable {}
+
+static ARGUMENTS_VTABLE: OnceLock<ArgumentsVtable> = OnceLock::new();
+
+impl ArgumentsVtable {
+    /// Hands an `Arguments` to `tracing_core`'s `Value::record`, as an event's message is, and keeps
+    /// the pointer it visits (any field will do: it is only passed through).
+    fn learn(field: &Field) -> ArgumentsVtable {
+        struct Catch(Option<*const dyn fmt::Debug>);
+        impl Visit for Catch {
+            fn record_debug(&mut self, _: &Field, value: &dyn fmt::Debug) {
+                // SAFETY: a lifetime only, on a pointer that is never dereferenced (only its vtable
+                // is compared).
+                self.0 = Some(unsafe {
+                    core::mem::transmute::<*const (dyn fmt::Debug + '_), *const dyn fmt::Debug>(
+                        value,
+                    )
+                });
+            }
+        }
+        let mut catch = Catch(None);
+        format_args!("").record(field, &mut catch);
+        ArgumentsVtable(catch.0)
     }
 }
 
@@ -128,6 +203,11 @@ impl Write for Cut<'_> {
 mod tests {
     use super::*;
     use ferrotrace_core::tracepoint::write_call;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Mutex;
+
+    /// Messages [`static_message`] recognised (and copied without formatting).
+    pub static STATIC_MESSAGES: AtomicUsize = AtomicUsize::new(0);
 
     fn bytes<'v>(v: &'v Values<'_>) -> &'v [u8] {
         // SAFETY: the first `len` bytes were written; `MaybeUninit<u8>` has the layout of `u8`.
@@ -190,5 +270,62 @@ mod tests {
         // Each is its 4-byte head and 256 bytes of text: three fit in 1 KiB, the fourth is cut short.
         assert_eq!(v.len(), MAX);
         assert_eq!(&bytes(&v)[4..10], b"\"xxxxx");
+    }
+
+    /// Records every event's fields with [`Values`], as the layer does, and keeps them decoded.
+    struct Decode(Mutex<Vec<String>>);
+
+    impl tracing_core::Subscriber for Decode {
+        fn enabled(&self, _: &tracing_core::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing_core::span::Attributes<'_>) -> tracing_core::span::Id {
+            tracing_core::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing_core::span::Id, _: &tracing_core::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing_core::span::Id, _: &tracing_core::span::Id) {}
+        fn event(&self, event: &tracing_core::Event<'_>) {
+            let mut buf = [MaybeUninit::uninit(); MAX];
+            let mut v = Values::new(&mut buf);
+            event.record(&mut v);
+            let mut payload = bytes(&v).to_vec();
+            payload.push(0);
+            let spec: Vec<String> = event
+                .metadata()
+                .fields()
+                .iter()
+                .map(|f| format!("{}:value", f.name()))
+                .collect();
+            let mut s = String::new();
+            write_call(&mut s, "e", &spec.join(","), &payload).unwrap();
+            self.0.lock().unwrap().push(s);
+        }
+        fn enter(&self, _: &tracing_core::span::Id) {}
+        fn exit(&self, _: &tracing_core::span::Id) {}
+    }
+
+    #[test]
+    fn messages_of_real_events_are_copied_when_static_and_formatted_otherwise() {
+        let decode = std::sync::Arc::new(Decode(Mutex::new(Vec::new())));
+        let before = STATIC_MESSAGES.load(Ordering::Relaxed);
+        tracing::subscriber::with_default(decode.clone(), || {
+            tracing::info!(n = 1u64, "static é");
+            tracing::info!("{} and {:?}", 2, "x");
+            tracing::warn!(value = ?Some(3), "");
+            tracing::info!("{}", "y".repeat(300));
+        });
+        // The two literals, and nothing else, took the way without `core::fmt`: the vtable
+        // `tracing_core` gives an `Arguments` was recognised in this build.
+        assert_eq!(STATIC_MESSAGES.load(Ordering::Relaxed) - before, 2);
+        let y = "y".repeat(256);
+        assert_eq!(
+            *decode.0.lock().unwrap(),
+            [
+                r#"e(message="static é", n=1)"#.to_string(),
+                r#"e(message="2 and \"x\"")"#.to_string(),
+                r#"e(message="", value="Some(3)")"#.to_string(),
+                format!(r#"e(message="{y}")"#),
+            ]
+        );
     }
 }
