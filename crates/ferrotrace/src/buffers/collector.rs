@@ -566,7 +566,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
             crate::lifecycle::runtime::rescan();
         }
-        if !did && !prefault.step() {
+        if !did && !prefault.step(&rt.pool) {
             st.flush();
             drop(guard);
             rt.lifecycle.collector_nap(|| !rt.pool.full.is_empty());

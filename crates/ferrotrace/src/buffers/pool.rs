@@ -51,6 +51,10 @@ pub struct Pool {
     signals: Option<&'static shared::Signals>,
     /// The whole mapping: `(start, bytes)`.
     mapping: (usize, usize),
+    /// One more than the highest chunk index handed to a thread so far ([`Pool::take`]): the free
+    /// stack hands out low indices first and reuses the chunks freed last, so the chunks above it have
+    /// never been written, and [`Prefault`] stays a little ahead of it.
+    taken: AtomicU32,
 }
 
 /// Address ranges of retired pools ([`Pool::give_back`]), each `(start, bytes)`: mapped, holding no
@@ -129,19 +133,35 @@ fn map_pool(bytes: usize, fd: Option<i32>) -> *mut libc::c_void {
 /// `MAP_POPULATE` instead held up the program's start by 10-15 ms (16 MiB), and doing it all at once
 /// in the collector left a fast program waiting for chunks the collector was not returning. A thread
 /// that takes a chunk before its turn here faults its pages itself; on kernels before 5.14 they all do.
+///
+/// Only [`PREFAULT_AHEAD`] bytes of chunks beyond the highest one taken so far ([`Pool::take`]) are
+/// faulted in: the free stack keeps reusing the same few chunks, and faulting in the whole pool
+/// (16 MiB by default: 4,096 pages of the memfd shared with `ferrotrace record`) cost about 10 ms of
+/// the collector's CPU per run, 5 ns per traced call on a program of 2 M calls (zstd, see
+/// docs/performance.md).
 pub struct Prefault {
     at: usize,
     end: usize,
+    chunks: usize,
+    chunk_bytes: usize,
 }
 
+/// How far [`Prefault`] stays ahead of the highest chunk taken: 1 MiB (16 chunks of the default
+/// size, at least one chunk).
+pub const PREFAULT_AHEAD: usize = 1 << 20;
+
 impl Prefault {
-    /// Faults in the next 1 MiB; false once there is nothing left to do.
-    pub fn step(&mut self) -> bool {
+    /// Faults in the next 1 MiB up to [`PREFAULT_AHEAD`] beyond the highest chunk of `pool` taken so
+    /// far; false once there is nothing left to do until threads take more chunks.
+    pub fn step(&mut self, pool: &Pool) -> bool {
         const STEP: usize = 1 << 20;
-        if self.at >= self.end {
+        let ahead = (PREFAULT_AHEAD / self.chunk_bytes).max(1);
+        let wanted = (pool.taken.load(Ordering::Relaxed) as usize + ahead).min(self.chunks);
+        let end = self.end.min(pool.base as usize + wanted * self.chunk_bytes);
+        if self.at >= end {
             return false;
         }
-        let len = STEP.min(self.end - self.at);
+        let len = STEP.min(end - self.at);
         // SAFETY: the range lies within the pool's mapping (its start rounded down to the page, inside
         // the shared area's head when the pool follows it); the advice changes no byte.
         let r =
@@ -252,6 +272,7 @@ impl Pool {
             descriptors,
             signals: None,
             mapping,
+            taken: AtomicU32::new(0),
         }
     }
 
@@ -298,12 +319,22 @@ impl Pool {
             .push(self.queues);
     }
 
-    /// The work of faulting in every chunk's pages ahead of the threads ([`Prefault`]).
+    /// The work of faulting in the chunks' pages ahead of the threads ([`Prefault`]).
     pub fn prefault(&self) -> Prefault {
+        let chunk_bytes = self.chunk_records * RECORD_SIZE;
         Prefault {
             at: self.base as usize & !(PAGE - 1),
-            end: self.base as usize + self.count * self.chunk_records * RECORD_SIZE,
+            end: self.base as usize + self.count * chunk_bytes,
+            chunks: self.count,
+            chunk_bytes,
         }
+    }
+
+    /// A free chunk for a thread to write, the one freed last; none if every chunk is full or in use.
+    pub fn take(&self) -> Option<u32> {
+        let index = self.free.pop()?;
+        self.taken.fetch_max(index + 1, Ordering::Relaxed);
+        Some(index)
     }
 
     /// The signal table shared with `ferrotrace record`, if it gave one.
@@ -478,5 +509,53 @@ mod tests {
             assert!(seen.insert(i), "index {i} twice");
         }
         assert_eq!(seen.len(), N as usize);
+    }
+
+    /// Resident pages among the pool's chunks `from..to` (`mincore`).
+    fn resident_pages(pool: &Pool, from: usize, to: usize) -> usize {
+        let chunk = pool.chunk_records * RECORD_SIZE;
+        let start = pool.base as usize + from * chunk;
+        let pages = (to - from) * chunk / PAGE;
+        let mut vec = vec![0u8; pages];
+        // SAFETY: a range inside the pool's mapping, and a vector of one byte per page of it.
+        let r =
+            unsafe { libc::mincore(start as *mut libc::c_void, pages * PAGE, vec.as_mut_ptr()) };
+        assert_eq!(r, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    #[test]
+    fn prefault_stays_a_mebibyte_ahead_of_the_chunks_taken() {
+        const CHUNK: usize = 64 << 10;
+        let pool = Pool::new(CHUNK, 64).unwrap();
+        let ahead = PREFAULT_AHEAD / CHUNK;
+        let chunk_pages = CHUNK / PAGE;
+        let mut prefault = pool.prefault();
+        assert_eq!((pool.take(), pool.take()), (Some(0), Some(1)));
+        while prefault.step(&pool) {}
+        if resident_pages(&pool, 0, 1) == 0 {
+            // MADV_POPULATE_WRITE refused (a kernel before 5.14): nothing is faulted in ahead.
+            return;
+        }
+        assert_eq!(
+            resident_pages(&pool, 0, 2 + ahead),
+            (2 + ahead) * chunk_pages
+        );
+        assert_eq!(resident_pages(&pool, 2 + ahead, 64), 0);
+        // Threads take more chunks: the prefault goes on, as far ahead again, and stops there.
+        for i in 2..20 {
+            assert_eq!(pool.take(), Some(i));
+        }
+        assert!(prefault.step(&pool));
+        while prefault.step(&pool) {}
+        assert_eq!(
+            resident_pages(&pool, 0, 20 + ahead),
+            (20 + ahead) * chunk_pages
+        );
+        assert_eq!(resident_pages(&pool, 20 + ahead, 64), 0);
+        // Chunks given back and taken again do not move it.
+        pool.free.push(5);
+        assert_eq!(pool.take(), Some(5));
+        assert!(!prefault.step(&pool));
     }
 }

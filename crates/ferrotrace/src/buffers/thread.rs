@@ -223,7 +223,7 @@ fn acquire_chunk<'a>(
 ) -> Option<(u32, SlotGuard<'a>)> {
     let mut wait_start: Option<Instant> = None;
     loop {
-        if let Some(i) = rt.pool.free.pop() {
+        if let Some(i) = rt.pool.take() {
             if let Some(t) = wait_start {
                 guard.state().waited_ns += t.elapsed().as_nanos() as u64;
             }
