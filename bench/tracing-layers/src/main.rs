@@ -1,7 +1,10 @@
 //! `ft-tracing-bench VARIANT OUT_DIR`: the cost of `tracing` events and spans through one subscriber
 //! set-up (VARIANT), in ns per event (with a message and a field; with two fields and no message),
 //! per span enter+exit, and per span lifetime (new, enter, exit, close), each the best of 5 timed
-//! loops after a warm-up. Prints one line:
+//! loops after a warm-up. Every loop runs twice and the second pass is the one timed: the first touches
+//! memory the subscriber has not touched before (ferrotrace's trace buffers, 16 MiB of pages faulted
+//! in and zeroed by the kernel once per process, which the 50,000-event rounds would otherwise pay for
+//! in every round; the peers' buffers and files), a one-time cost, not a cost per event. Prints one line:
 //! `VARIANT event=NS fields=NS enter_exit=NS span=NS`. bench/tracing-layers.sh runs every variant, alternating.
 
 use std::hint::black_box;
@@ -75,6 +78,16 @@ fn best(n: u64, mut f: impl FnMut(u64)) -> f64 {
 }
 
 fn measure(variant: &str) {
+    let _first_pass = pass();
+    let (event, fields, enter_exit, life) = pass();
+    println!(
+        "{variant} event={event:.1} fields={fields:.1} enter_exit={enter_exit:.1} span={life:.1}"
+    );
+}
+
+/// One pass of the four loops: ns per event with a message, per event without, per span enter+exit,
+/// per span life.
+fn pass() -> (f64, f64, f64, f64) {
     let event = best(EVENTS, |i| tracing::info!(i, "event"));
     // Without a message: no `core::fmt` on the way (a message is `format_args!`, visited as `Debug`).
     let fields = best(EVENTS, |i| tracing::info!(i, ok = true));
@@ -87,9 +100,7 @@ fn measure(variant: &str) {
         let s = tracing::info_span!("request", i);
         let _g = s.enter();
     });
-    println!(
-        "{variant} event={event:.1} fields={fields:.1} enter_exit={enter_exit:.1} span={life:.1}"
-    );
+    (event, fields, enter_exit, life)
 }
 
 fn main() {
