@@ -67,7 +67,7 @@ impl Visit for Values<'_> {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.put(field, Tag::Str, cut(value).as_bytes());
+        self.put(field, Tag::Str, cut(value, MAX_STR).as_bytes());
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
@@ -133,7 +133,8 @@ fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str>
 }
 
 /// The `&dyn Debug` pointer `tracing_core` makes for a `fmt::Arguments` (its address is not used,
-/// only its vtable); `None` when it could not be learnt.
+/// only its vtable); `None` when it could not be learnt, or when what `tracing_core` handed over was
+/// not the `Arguments` itself.
 struct ArgumentsVtable(Option<*const dyn fmt::Debug>);
 
 // SAFETY: the pointer is never dereferenced: only its vtable is compared.
@@ -145,7 +146,9 @@ static ARGUMENTS_VTABLE: OnceLock<ArgumentsVtable> = OnceLock::new();
 
 impl ArgumentsVtable {
     /// Hands an `Arguments` to `tracing_core`'s `Value::record`, as an event's message is, and keeps
-    /// the pointer it visits (any field will do: it is only passed through).
+    /// the pointer it visits (any field will do: it is only passed through) if it points at that
+    /// `Arguments`: were it some wrapper of it (another `tracing_core`'s `Value` impl), its vtable
+    /// would be the wrapper's, and reading values with that vtable as `Arguments` would be wrong.
     fn learn(field: &Field) -> ArgumentsVtable {
         struct Catch(Option<*const dyn fmt::Debug>);
         impl Visit for Catch {
@@ -160,14 +163,19 @@ impl ArgumentsVtable {
             }
         }
         let mut catch = Catch(None);
-        format_args!("").record(field, &mut catch);
-        ArgumentsVtable(catch.0)
+        let arguments = format_args!("");
+        arguments.record(field, &mut catch);
+        ArgumentsVtable(
+            catch
+                .0
+                .filter(|&seen| core::ptr::addr_eq(seen, &arguments as *const fmt::Arguments<'_>)),
+        )
     }
 }
 
-/// `s` cut to at most [`MAX_STR`] bytes, at a character boundary.
-fn cut(s: &str) -> &str {
-    let mut end = s.len().min(MAX_STR);
+/// `s` cut to at most `max` bytes, at a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -182,11 +190,7 @@ struct Cut<'a> {
 
 impl Write for Cut<'_> {
     fn write_str(&mut self, s: &str) -> fmt::Result {
-        let room = self.buf.len() - self.len;
-        let mut n = s.len().min(room);
-        while !s.is_char_boundary(n) {
-            n -= 1;
-        }
+        let n = cut(s, self.buf.len() - self.len).len();
         let out = &mut self.buf[self.len..self.len + n];
         // SAFETY: `out` is `n` bytes long, `s` at least; `MaybeUninit<u8>` has the layout of `u8`.
         unsafe { core::ptr::copy_nonoverlapping(s.as_ptr(), out.as_mut_ptr() as *mut u8, n) };
