@@ -144,22 +144,33 @@ impl<'a> ThreadCounts<'a> {
         // The side-table entry of the next event that has one.
         let mut extra = 0;
         for e in &batch.events {
-            let t = e.tsc;
-            last = last.max(t);
-            match e.kind {
-                EventKind::Entry => self.enter(e.id, t),
-                EventKind::Exit | EventKind::TailExit => self.exit(e.id, t),
-                kind => {
-                    let fields = match e.extra {
-                        true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
-                        false => [0; 2],
-                    };
-                    self.other(kind, e.id, fields, tracepoints, timed);
-                }
-            }
+            last = last.max(e.tsc);
+            let fields = match e.extra {
+                true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
+                false => [0; 2],
+            };
+            self.event(e.tsc, e.kind, e.id, fields, tracepoints, timed);
             extra += e.extra as usize;
         }
         self.last = last;
+    }
+
+    /// Any event at `t`: an entry, an exit, or another kind counted by [`ThreadCounts::other`].
+    #[inline(always)]
+    fn event(
+        &mut self,
+        t: u64,
+        kind: EventKind,
+        id: u32,
+        fields: EventFields,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) {
+        match kind {
+            EventKind::Entry => self.enter(id, t),
+            EventKind::Exit | EventKind::TailExit => self.exit(id, t),
+            kind => self.other(kind, id, fields, tracepoints, timed),
+        }
     }
 
     /// The thread's first event is at `t` if none came before.
@@ -347,11 +358,7 @@ impl VisitEvents for Direct<'_, '_> {
     fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields) {
         let c = &mut *self.counts;
         c.last = c.last.max(tsc);
-        match kind {
-            EventKind::Entry => c.enter(id, tsc),
-            EventKind::Exit | EventKind::TailExit => c.exit(id, tsc),
-            _ => c.other(kind, id, fields, self.tracepoints, self.timed),
-        }
+        c.event(tsc, kind, id, fields, self.tracepoints, self.timed);
     }
 }
 
