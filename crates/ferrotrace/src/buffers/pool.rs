@@ -140,10 +140,8 @@ fn map_pool(bytes: usize, fd: Option<i32>) -> *mut libc::c_void {
 /// the collector's CPU per run, 5 ns per traced call on a program of 2 M calls (zstd, see
 /// docs/performance.md).
 pub struct Prefault {
+    /// Where the next step starts; `usize::MAX` once the kernel refused the advice.
     at: usize,
-    end: usize,
-    chunks: usize,
-    chunk_bytes: usize,
 }
 
 /// How far [`Prefault`] stays ahead of the highest chunk taken: 1 MiB (16 chunks of the default
@@ -155,9 +153,10 @@ impl Prefault {
     /// far; false once there is nothing left to do until threads take more chunks.
     pub fn step(&mut self, pool: &Pool) -> bool {
         const STEP: usize = 1 << 20;
-        let ahead = (PREFAULT_AHEAD / self.chunk_bytes).max(1);
-        let wanted = (pool.taken.load(Ordering::Relaxed) as usize + ahead).min(self.chunks);
-        let end = self.end.min(pool.base as usize + wanted * self.chunk_bytes);
+        let chunk_bytes = pool.chunk_records * RECORD_SIZE;
+        let ahead = (PREFAULT_AHEAD / chunk_bytes).max(1);
+        let wanted = (pool.taken.load(Ordering::Relaxed) as usize + ahead).min(pool.count);
+        let end = pool.base as usize + wanted * chunk_bytes;
         if self.at >= end {
             return false;
         }
@@ -167,7 +166,7 @@ impl Prefault {
         let r =
             unsafe { libc::madvise(self.at as *mut libc::c_void, len, libc::MADV_POPULATE_WRITE) };
         // Refused (an older kernel): pages fault in as threads write them.
-        self.at = if r == 0 { self.at + len } else { self.end };
+        self.at = if r == 0 { self.at + len } else { usize::MAX };
         true
     }
 }
@@ -321,12 +320,8 @@ impl Pool {
 
     /// The work of faulting in the chunks' pages ahead of the threads ([`Prefault`]).
     pub fn prefault(&self) -> Prefault {
-        let chunk_bytes = self.chunk_records * RECORD_SIZE;
         Prefault {
             at: self.base as usize & !(PAGE - 1),
-            end: self.base as usize + self.count * chunk_bytes,
-            chunks: self.count,
-            chunk_bytes,
         }
     }
 
