@@ -125,7 +125,7 @@ where
     }
 
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
-        if let Some(ids) = sites::lookup(attrs.metadata()) {
+        if let Some(ids) = sites::lookup_or_register(attrs.metadata()) {
             span_ids::insert(id.into_u64(), ids.function);
             if !attrs.values().is_empty() {
                 record_fields(ids.tracepoint, |v| attrs.record(v));
@@ -142,7 +142,7 @@ where
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if let Some(ids) = sites::lookup(event.metadata()) {
+        if let Some(ids) = sites::lookup_or_register(event.metadata()) {
             record_fields(ids.tracepoint, |v| event.record(v));
         }
     }
@@ -177,9 +177,9 @@ pub struct Recorded;
 
 impl<S> Filter<S> for Recorded {
     fn enabled(&self, meta: &Metadata<'_>, _cx: &Context<'_, S>) -> bool {
-        // Asked only for callsites that `callsite_enabled` found interesting (`always`), or when the
-        // interest cache is off: the table says.
-        sites::lookup(meta).is_some()
+        // Asked for callsites that `callsite_enabled` found interesting (`always`), while a callsite
+        // registers on another thread, or when the interest cache is off: the table says.
+        sites::may_record(meta)
     }
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {

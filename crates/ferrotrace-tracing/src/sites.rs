@@ -75,6 +75,34 @@ pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
     }
 }
 
+/// [`lookup`], and for a callsite not in the table yet, its registration, done here or waited for:
+/// while one thread registers a callsite, `tracing` lets every other thread that meets it through
+/// ([`may_record`]), and their span or event is recorded once its ids are known.
+#[inline(always)]
+pub fn lookup_or_register(meta: &'static Metadata<'static>) -> Option<Ids> {
+    lookup(meta).or_else(|| registering(meta))
+}
+
+#[cold]
+fn registering(meta: &'static Metadata<'static>) -> Option<Ids> {
+    match place(meta as *const Metadata<'static> as usize) {
+        Place::Empty(_) => register(meta),
+        Place::Found(_) | Place::Full => None,
+    }
+}
+
+/// Whether the layer may record `meta`: registered and selected, or not registered yet. The second
+/// happens only while another thread registers it (`tracing` asks every thread that meets a callsite
+/// in that time, as its interest is not cached yet): "no" would leave that span or event out of the
+/// trace; the layer's methods look it up with [`lookup_or_register`].
+pub fn may_record(meta: &Metadata<'_>) -> bool {
+    match place(meta as *const Metadata<'_> as usize) {
+        Place::Found(slot) => slot.ids.load(Ordering::Relaxed) != 0,
+        Place::Empty(_) => true,
+        Place::Full => false,
+    }
+}
+
 /// Registers `meta` with the runtime (once: a callsite registered before answers as it did, unless
 /// it was not recorded: a recording may have begun since) and remembers the answer; its ids when the
 /// runtime records it.
