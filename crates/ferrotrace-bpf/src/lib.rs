@@ -91,6 +91,9 @@ pub struct Stats {
     pub kstack_failed: u64,
     /// User frames unwound in all.
     pub frames: u64,
+    /// Reads of user memory by the unwinder: one stack window per sample (two when the first ran
+    /// past the stack's end), one per saved word beyond the window.
+    pub user_reads: u64,
 }
 
 /// Where [`Bpf::add_rows`] placed a module's rows and page index in the shared table.
@@ -583,6 +586,7 @@ impl<'obj> Bpf<'obj> {
             no_user: get(4),
             kstack_failed: get(5),
             frames: get(6),
+            user_reads: get(7),
         }
     }
 }
