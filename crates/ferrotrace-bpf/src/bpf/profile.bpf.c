@@ -526,17 +526,36 @@ caller:
 	return 0;
 }
 
-// Unwinds the current thread's user stack into `ustacks`; returns its key, 0 when it has none.
-static __always_inline __u64 unwind_user(__u32 pid)
+// The user registers the unwinder starts from.
+struct start_regs {
+	__u64 ip, sp, bp;
+};
+
+// Unwinds the current thread's user stack into the scratch state, from `regs` when the caller has
+// them (a sample taken in user mode), else from the registers the thread entered the kernel with;
+// returns the stack's key in `ustacks` (store_user_stack puts it there), 0 when it has none.
+static __always_inline __u64 unwind_user(__u32 pid, const struct start_regs *regs)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&scratch, &zero);
 	if (!st)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(task);
-	struct user_regs copy;
-	if (bpf_probe_read_kernel(&copy, sizeof(copy), regs) || copy.ip == 0 || (copy.cs & 3) != 3) {
+	struct start_regs copy;
+	if (regs) {
+		copy = *regs;
+	} else {
+		struct user_regs *entry = (struct user_regs *)bpf_task_pt_regs(task);
+		struct user_regs at_entry;
+		if (bpf_probe_read_kernel(&at_entry, sizeof(at_entry), entry) || (at_entry.cs & 3) != 3) {
+			stat_add(STAT_NO_USER, 1);
+			return 0;
+		}
+		copy.ip = at_entry.ip;
+		copy.sp = at_entry.sp;
+		copy.bp = at_entry.bp;
+	}
+	if (copy.ip == 0) {
 		stat_add(STAT_NO_USER, 1);
 		return 0;
 	}
@@ -573,21 +592,33 @@ static __always_inline __u64 unwind_user(__u32 pid)
 	__u64 key = (st->hash ^ st->out.flags) * 0x100000001b3ULL;
 	if (key == 0)
 		key = 1;
-	if (!bpf_map_lookup_elem(&ustacks, &key)) {
-		if (bpf_map_update_elem(&ustacks, &key, &st->out, UPDATE_NOEXIST) == -7 /* E2BIG: full */)
-			stat_add(STAT_USTACKS_FULL, 1);
-	}
 	return key;
 }
 
-// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key`.
-static __always_inline void add_count(struct count_key *key, __u64 weight)
+// Puts the stack that unwind_user just left in the scratch state into `ustacks` under `key`, unless
+// it is there already (the map is never emptied: a stack stays for the counts that name it).
+static __always_inline void store_user_stack(__u64 key)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&scratch, &zero);
+	if (!st || key == 0 || bpf_map_lookup_elem(&ustacks, &key))
+		return;
+	if (bpf_map_update_elem(&ustacks, &key, &st->out, UPDATE_NOEXIST) == -7 /* E2BIG: full */)
+		stat_add(STAT_USTACKS_FULL, 1);
+}
+
+// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key`. `store_stack`: the user
+// stack is still in the scratch state and not stored yet; it is stored when the count is new (a
+// count that exists was created after its stack was stored: most samples skip that lookup).
+static __always_inline void add_count(struct count_key *key, __u64 weight, int store_stack)
 {
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&control, &zero);
 	void *counts = (active && *active) ? (void *)&counts1 : (void *)&counts0;
 	struct count *v = bpf_map_lookup_elem(counts, key);
 	if (!v) {
+		if (store_stack)
+			store_user_stack(key->ustack);
 		struct count first = {1, weight};
 		if (!bpf_map_update_elem(counts, key, &first, UPDATE_NOEXIST))
 			return;
@@ -604,24 +635,25 @@ static __always_inline void add_count(struct count_key *key, __u64 weight)
 
 #define NO_KERNEL_STACK -14 // what bpf_get_stackid says in user mode (EFAULT: an empty stack)
 
-// `in_user`: the sample is known to have been taken in user mode, where the kernel stack is empty
-// (bpf_get_stackid would set up a callchain walk to find so).
+// `user_regs`: the sample was taken in user mode, at these registers; the kernel stack is then
+// empty (bpf_get_stackid would set up a callchain walk to find so). The user stack is left in the
+// scratch state, not stored (store_user_stack).
 static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid_tgid, __u32 sampler,
-				     int in_user)
+				     const struct start_regs *user_regs)
 {
 	key->pid = pid_tgid >> 32;
 	key->tid = (__u32)pid_tgid;
 	key->sampler = sampler;
-	key->kstack = in_user ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
+	key->kstack = user_regs ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
 	if (key->kstack < 0 && key->kstack != NO_KERNEL_STACK)
 		stat_add(STAT_KSTACK_FAILED, 1);
-	key->ustack = unwind_user(key->pid);
+	key->ustack = unwind_user(key->pid, user_regs);
 }
 
 // A sample or probe hit of the event whose index is the attach cookie. Programs attached to a
 // tracepoint or a uprobe run for every process that hits it (the kernel runs them before it looks at
 // the events' tasks): those count only the processes whose mappings user space loaded.
-static __always_inline int on_event(void *ctx, int followed_only, int in_user)
+static __always_inline int on_event(void *ctx, int followed_only, const struct start_regs *user_regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32;
@@ -631,9 +663,9 @@ static __always_inline int on_event(void *ctx, int followed_only, int in_user)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct count_key key = {};
-	make_key(ctx, &key, pid_tgid, (__u32)cookie, in_user);
+	make_key(ctx, &key, pid_tgid, (__u32)cookie, user_regs);
 	stat_add(STAT_SAMPLES, 1);
-	add_count(&key, 0);
+	add_count(&key, 0, 1);
 	return 0;
 }
 
@@ -641,9 +673,13 @@ SEC("perf_event")
 int on_perf_event(void *ctx)
 {
 	// A per-task event: only the followed processes' samples come here. Its context starts with the
-	// registers at the sample (struct bpf_perf_event_data).
-	int in_user = (((struct user_regs *)ctx)->cs & 3) == 3;
-	return on_event(ctx, 0, in_user);
+	// registers at the sample (struct bpf_perf_event_data): in user mode, where the unwinder starts.
+	struct user_regs *at_sample = ctx;
+	if ((at_sample->cs & 3) == 3) {
+		struct start_regs regs = {at_sample->ip, at_sample->sp, at_sample->bp};
+		return on_event(ctx, 0, &regs);
+	}
+	return on_event(ctx, 0, 0);
 }
 
 SEC("tracepoint")
@@ -681,6 +717,7 @@ int on_sched_switch(struct sched_switch_args *ctx)
 	if (pid != 0 && bpf_map_lookup_elem(&processes, &pid)) {
 		struct off_cpu_start start = {};
 		make_key(ctx, &start.key, pid_tgid, (__u32)bpf_get_attach_cookie(ctx), 0);
+		store_user_stack(start.key.ustack); // the scratch state is another sample's by switch-in
 		start.time = now;
 		stat_add(STAT_SAMPLES, 1);
 		bpf_map_update_elem(&off_cpu, &tid, &start, UPDATE_ANY);
@@ -691,7 +728,7 @@ int on_sched_switch(struct sched_switch_args *ctx)
 		struct count_key key = left->key;
 		__u64 off = now - left->time;
 		bpf_map_delete_elem(&off_cpu, &next);
-		add_count(&key, off);
+		add_count(&key, off, 0);
 	}
 	return 0;
 }
