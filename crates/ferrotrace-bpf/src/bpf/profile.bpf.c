@@ -407,9 +407,9 @@ static __always_inline int read_stack(struct unwind_state *st, __u64 *dst, __u64
 }
 
 // Reads the saved rbp that a frame's row pointed to, if not read yet. Most frames of optimized code
-// neither use rbp for their CFA nor walk by frame pointer, so most saved rbps are never read: one
-// user-memory read per frame instead of two. (The stack does not change while the program runs: the
-// thread is stopped on this CPU.)
+// neither use rbp for their CFA nor walk by frame pointer, so most saved rbps are never needed (and
+// one beyond the stack window would cost a read of user memory). (The stack does not change while the
+// program runs: the thread is stopped on this CPU.)
 static __always_inline int resolve_bp(struct unwind_state *st)
 {
 	if (st->bp_at) {
