@@ -607,30 +607,46 @@ static __always_inline void store_user_stack(__u64 key)
 		stat_add(STAT_USTACKS_FULL, 1);
 }
 
-// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key`. `store_stack`: the user
-// stack is still in the scratch state and not stored yet; it is stored when the count is new (a
-// count that exists was created after its stack was stored: most samples skip that lookup).
+// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key` in count map `counts`.
+// `store_stack`: the user stack is still in the scratch state and not stored yet; it is stored when
+// the count is new (a count that exists was created after its stack was stored: most samples skip
+// that lookup).
+#define DEFINE_COUNT_IN(counts)                                                                  \
+	static __noinline void count_in_##counts(struct count_key *key, __u64 weight, int store_stack) \
+	{                                                                                          \
+		struct count *v = bpf_map_lookup_elem(&counts, key);                               \
+		if (!v) {                                                                          \
+			if (store_stack)                                                           \
+				store_user_stack(key->ustack);                                     \
+			struct count first = {1, weight};                                          \
+			if (!bpf_map_update_elem(&counts, key, &first, UPDATE_NOEXIST))            \
+				return;                                                            \
+			/* Another CPU created it meanwhile, or the map is full. */                \
+			v = bpf_map_lookup_elem(&counts, key);                                     \
+			if (!v) {                                                                  \
+				stat_add(STAT_COUNTS_FULL, 1);                                     \
+				return;                                                            \
+			}                                                                          \
+		}                                                                                  \
+		__sync_fetch_and_add(&v->samples, 1);                                              \
+		__sync_fetch_and_add(&v->weight, weight);                                          \
+	}
+
+// One function per map: a map call with a map known at the call site becomes a direct call to that
+// map type's code (the verifier inlines a hash map's lookup); one whose map depends on a branch stays
+// an indirect call, a retpoline on this kind of CPU.
+DEFINE_COUNT_IN(counts0)
+DEFINE_COUNT_IN(counts1)
+
+// Counts one sample in the count map that `control[0]` names (see count_in_*).
 static __always_inline void add_count(struct count_key *key, __u64 weight, int store_stack)
 {
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&control, &zero);
-	void *counts = (active && *active) ? (void *)&counts1 : (void *)&counts0;
-	struct count *v = bpf_map_lookup_elem(counts, key);
-	if (!v) {
-		if (store_stack)
-			store_user_stack(key->ustack);
-		struct count first = {1, weight};
-		if (!bpf_map_update_elem(counts, key, &first, UPDATE_NOEXIST))
-			return;
-		// Another CPU created it meanwhile, or the map is full.
-		v = bpf_map_lookup_elem(counts, key);
-		if (!v) {
-			stat_add(STAT_COUNTS_FULL, 1);
-			return;
-		}
-	}
-	__sync_fetch_and_add(&v->samples, 1);
-	__sync_fetch_and_add(&v->weight, weight);
+	if (active && *active)
+		count_in_counts1(key, weight, store_stack);
+	else
+		count_in_counts0(key, weight, store_stack);
 }
 
 #define NO_KERNEL_STACK -14 // what bpf_get_stackid says in user mode (EFAULT: an empty stack)
