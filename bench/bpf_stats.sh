@@ -3,7 +3,8 @@
 # `kernel.bpf_stats_enabled=1` the kernel sums each BPF program's run time (run_time_ns) and runs
 # (run_cnt), shown in /proc/PID/fdinfo of the program's descriptor. This script reads them for the
 # cpu-clock program (prog_type 7, perf_event) of ferrotrace while it records, and prints ns per sample
-# and, with the user frames the unwinder went through (ferrotrace's last line), ns per frame.
+# and, with the user frames the unwinder went through (ferrotrace's last line), ns per frame and
+# its reads of user memory per sample (a stack window each, a word per saved value beyond it).
 # Other load on the machine changes these little (they count the program's own time on its CPU).
 # Usage: bench/bpf_stats.sh [FT=ferrotrace] [HZ=9999] [RUNS=3] -- PROGRAM ARGS...
 #   e.g. bench/bpf_stats.sh -- bench/out/bpf/recurse recurse 40 3000
@@ -41,15 +42,15 @@ prog_stats() {
     for f in /proc/"$1"/fdinfo/*; do
         grep -q '^prog_type:[[:space:]]*7$' "$f" 2>/dev/null || continue
         local cnt ns
-        cnt=$(awk '/^run_cnt:/ {print $2}' "$f" 2>/dev/null)
-        ns=$(awk '/^run_time_ns:/ {print $2}' "$f" 2>/dev/null)
-        [ -n "$cnt" ] && [ "$cnt" -ge "${best% *}" ] && best="$cnt $ns"
+        # Both from one read of the file (the process may end between two).
+        read -r cnt ns < <(awk '/^run_cnt:/ {c = $2} /^run_time_ns:/ {t = $2} END {print c, t}' "$f" 2>/dev/null)
+        [ -n "$cnt" ] && [ -n "$ns" ] && [ "$cnt" -ge "${best% *}" ] && best="$cnt $ns"
     done
     echo "$best"
 }
 
 echo "load: $(cut -d' ' -f1-3 /proc/loadavg)   $HZ Hz   $*"
-printf '%-50s %10s %12s %10s %10s\n' binary runs ns/sample frames ns/frame
+printf '%-50s %10s %12s %10s %10s %10s\n' binary runs ns/sample frames ns/frame reads
 for round in $(seq "$RUNS"); do
     for ft in $FT; do
         "$ft" profile --bpf -F "$HZ" -o "$OUT/trace.ft" -- "$@" <"$STDIN" >/dev/null 2>"$OUT/err" &
@@ -63,10 +64,11 @@ for round in $(seq "$RUNS"); do
         wait "$pid" || { cat "$OUT/err" >&2; exit 1; }
         frames=$(sed -n 's/.*went through \([0-9]*\) user frames.*/\1/p' "$OUT/err")
         samples=$(sed -n 's/.*: \([0-9]*\) samples from.*/\1/p' "$OUT/err")
-        echo "$ft ${last% *} ${last#* } ${frames:-} ${samples:-}" | awk '{
+        reads=$(sed -n 's/.*with \([0-9.]*\) reads of user memory.*/\1/p' "$OUT/err")
+        echo "$ft ${last% *} ${last#* } ${frames:--} ${samples:--} ${reads:--}" | awk '{
             ns = $2 ? $3 / $2 : 0
-            fps = ($4 != "" && $5 > 0) ? $4 / $5 : 0
-            printf "%-50s %10d %12.0f %10.1f %10s\n", $1, $2, ns, fps, fps ? sprintf("%.0f", ns / fps) : "-"
+            fps = ($4 != "-" && $5 > 0) ? $4 / $5 : 0
+            printf "%-50s %10d %12.0f %10.1f %10s %10s\n", $1, $2, ns, fps, fps ? sprintf("%.0f", ns / fps) : "-", $6
         }'
     done
 done

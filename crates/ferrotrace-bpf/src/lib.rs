@@ -11,6 +11,9 @@
 //! A module's rows go into one shared table with a page index ([`tables::PageIndex`]: the rows of each
 //! 256-byte page of its text), so that finding the row of an address costs one lookup and a search of
 //! at most 9 steps; [`Bpf::add_rows`] places both.
+//! The user stack is read from memory in windows, not word by word: 4 KiB from the stack pointer up
+//! at each sample (up to the thread's stack end, learnt in task storage when a window first runs past
+//! it), then 1 KiB from any saved word above; [`Stats::user_reads`] counts the reads.
 //! The caller (`ferrotrace-profile`'s recorder) opens the perf events, tells which processes have which mappings
 //! ([`Bpf::set_process`]), symbolizes and writes the trace.
 //!
@@ -91,6 +94,9 @@ pub struct Stats {
     pub kstack_failed: u64,
     /// User frames unwound in all.
     pub frames: u64,
+    /// Reads of user memory by the unwinder: one stack window per sample (two when the first ran
+    /// past the stack's end), one per saved word beyond the window.
+    pub user_reads: u64,
 }
 
 /// Where [`Bpf::add_rows`] placed a module's rows and page index in the shared table.
@@ -583,6 +589,7 @@ impl<'obj> Bpf<'obj> {
             no_user: get(4),
             kstack_failed: get(5),
             frames: get(6),
+            user_reads: get(7),
         }
     }
 }

@@ -167,11 +167,21 @@ pub struct ProfileSummary {
     /// Bytes the recorder read from the kernel: ring records (perf_event), or counts, distinct stacks
     /// and the mapping records (eBPF).
     pub kernel_bytes: u64,
-    /// eBPF: the user frames the in-kernel unwinder went through, in all (with the BPF programs' run
-    /// time, from `kernel.bpf_stats_enabled`, it gives their cost per frame).
-    pub bpf_frames: Option<u64>,
+    /// eBPF: what the in-kernel unwinder did, in all.
+    pub bpf_unwinder: Option<BpfUnwinderWork>,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
+}
+
+/// What the eBPF backend's in-kernel unwinder did in a recording, in all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BpfUnwinderWork {
+    /// User frames it went through (with the BPF programs' run time, from
+    /// `kernel.bpf_stats_enabled`, it gives their cost per frame).
+    pub frames: u64,
+    /// Its reads of user memory: a window of the stack per sample, a word per saved register or
+    /// return address beyond it.
+    pub user_reads: u64,
 }
 
 /// Records a profile as `cfg` says and writes it to `cfg.output`.

@@ -167,6 +167,25 @@ impl ModuleTable {
     }
 }
 
+/// The file behind a mapping as the kernel named it when it was mapped (MMAP2 records,
+/// `/proc/PID/maps`): its device, encoded as `st_dev` is, and its inode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct FileId {
+    pub dev: u64,
+    pub ino: u64,
+}
+
+impl FileId {
+    /// The file of device `major:minor` and inode `ino`; `None` for inode 0 (no file: the vDSO,
+    /// or a record that does not say).
+    pub fn new(major: u32, minor: u32, ino: u64) -> Option<FileId> {
+        (ino != 0).then(|| FileId {
+            dev: libc::makedev(major, minor),
+            ino,
+        })
+    }
+}
+
 /// One executable mapping of a process.
 #[derive(Clone, Debug)]
 pub(crate) struct Mapping {
@@ -175,6 +194,8 @@ pub(crate) struct Mapping {
     /// Runtime address minus stated address.
     pub bias: u64,
     pub module: u32,
+    /// The mapped file, when the kernel said which.
+    pub file: Option<FileId>,
 }
 
 /// The address space of one process image (reset on exec, copied on fork).
@@ -200,6 +221,7 @@ impl Space {
         len: u64,
         pgoff: u64,
         path: &str,
+        file: Option<FileId>,
     ) {
         let module = modules.id_for(path);
         let end = start.saturating_add(len);
@@ -224,6 +246,7 @@ impl Space {
                 end,
                 bias,
                 module,
+                file,
             },
         );
     }
@@ -284,15 +307,16 @@ impl Space {
     }
 }
 
-/// Reads the executable file mappings of a running process from `/proc/PID/maps`.
-pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
+/// Reads the executable file mappings of a running process from `/proc/PID/maps`: start, length,
+/// file offset, path and file.
+pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String, Option<FileId>)> {
     let Ok(text) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return Vec::new();
     };
     let mut v = Vec::new();
     for line in text.lines() {
         let mut it = line.split_whitespace();
-        let (Some(range), Some(perms), Some(off), Some(_dev), Some(_ino)) =
+        let (Some(range), Some(perms), Some(off), Some(dev), Some(ino)) =
             (it.next(), it.next(), it.next(), it.next(), it.next())
         else {
             continue;
@@ -312,7 +336,14 @@ pub(crate) fn proc_maps(pid: u32) -> Vec<(u64, u64, u64, String)> {
         ) else {
             continue;
         };
-        v.push((a, b - a, off, path));
+        let file = dev.split_once(':').and_then(|(major, minor)| {
+            FileId::new(
+                u32::from_str_radix(major, 16).ok()?,
+                u32::from_str_radix(minor, 16).ok()?,
+                ino.parse().ok()?,
+            )
+        });
+        v.push((a, b - a, off, path, file));
     }
     v
 }

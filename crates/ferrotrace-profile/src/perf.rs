@@ -534,6 +534,7 @@ pub(crate) mod rt {
     pub const MMAP2: u32 = b::PERF_RECORD_MMAP2;
     pub const LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
     pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
+    pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
     pub const EXIT: u32 = b::PERF_RECORD_EXIT;
     pub const SWITCH: u32 = b::PERF_RECORD_SWITCH;
     pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;

@@ -20,7 +20,7 @@ use framehop::x86_64::CacheX86_64;
 
 use crate::cli_args::{CallGraph, EventSpec};
 use crate::file::{ModuleDesc, SampleWriter};
-use crate::modules::{self, ModuleTable, Space, KERNEL_MODULE};
+use crate::modules::{self, FileId, ModuleTable, Space, KERNEL_MODULE};
 use crate::perf::{self, rt, AttrOptions, PerfEvent, Ring};
 use crate::probes::{self, UprobeSet};
 use crate::{Backend, ProfileConfig, ProfileError, ProfileSummary, Target};
@@ -254,18 +254,26 @@ impl State {
             changed.insert(pid);
             // Unknown process (raced its fork record, or attached): read its maps while it runs.
             let mut s = Space::new(dwarf);
-            for (start, len, off, path) in modules::proc_maps(pid) {
-                s.add_mapping(modules, start, len, off, &path);
+            for (start, len, off, path, file) in modules::proc_maps(pid) {
+                s.add_mapping(modules, start, len, off, &path, file);
             }
             s
         })
     }
 
     /// Adds a mapping of `path` to process `pid`'s address space.
-    fn add_mapping(&mut self, pid: u32, addr: u64, len: u64, pgoff: u64, path: &str) {
+    fn add_mapping(
+        &mut self,
+        pid: u32,
+        addr: u64,
+        len: u64,
+        pgoff: u64,
+        path: &str,
+        file: Option<FileId>,
+    ) {
         self.space(pid);
         if let Some(space) = self.spaces.get_mut(&pid) {
-            space.add_mapping(&mut self.modules, addr, len, pgoff, path);
+            space.add_mapping(&mut self.modules, addr, len, pgoff, path, file);
             self.changed_spaces.insert(pid);
         }
     }
@@ -340,7 +348,15 @@ impl State {
                 else {
                     return;
                 };
-                let _ = c.bytes(24);
+                // The file's device and inode, unless the record carries a build id instead.
+                let file = match (c.u32(), c.u32(), c.u64(), c.u64()) {
+                    (Some(major), Some(minor), Some(ino), Some(_generation))
+                        if misc & rt::MISC_MMAP_BUILD_ID == 0 =>
+                    {
+                        FileId::new(major, minor, ino)
+                    }
+                    _ => None,
+                };
                 let (Some(prot), Some(_flags)) = (c.u32(), c.u32()) else {
                     return;
                 };
@@ -349,7 +365,7 @@ impl State {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
-                self.add_mapping(pid, addr, len, pgoff, &name);
+                self.add_mapping(pid, addr, len, pgoff, &name, file);
             }
             rt::MMAP => {
                 let (Some(pid), Some(_tid), Some(addr), Some(len), Some(pgoff)) =
@@ -362,7 +378,7 @@ impl State {
                     return;
                 }
                 let name = String::from_utf8_lossy(name).into_owned();
-                self.add_mapping(pid, addr, len, pgoff, &name);
+                self.add_mapping(pid, addr, len, pgoff, &name, None);
             }
             rt::COMM => {
                 let (Some(pid), Some(tid)) = (c.u32(), c.u32()) else {
@@ -1019,8 +1035,8 @@ pub(crate) fn run(
                 // Held at its exec, then at its entry point, while its mappings and their tables are
                 // loaded: read from its maps, which the side-band records repeat later.
                 let ended = crate::hold::hold_until_entry(c.pid, |pid| {
-                    for (start, len, off, path) in modules::proc_maps(pid) {
-                        st.add_mapping(pid, start, len, off, &path);
+                    for (start, len, off, path, file) in modules::proc_maps(pid) {
+                        st.add_mapping(pid, start, len, off, &path, file);
                     }
                     // Stopped by us: not the program's off-CPU time.
                     b.forget_off_cpu(pid);
@@ -1164,7 +1180,7 @@ pub(crate) fn run(
         });
     }
     ordered.flush(None, |rec| st.handle(rec, &mut out));
-    let mut bpf_frames = None;
+    let mut bpf_unwinder = None;
     if let Some(b) = bpf.as_mut() {
         b.detach();
         // Both count maps: the one being written and the one drained last.
@@ -1177,7 +1193,7 @@ pub(crate) fn run(
             bpf_failure.get_or_insert(e);
         }
         kernel_bytes += b.kernel_bytes;
-        bpf_frames = Some(b.unwound_frames());
+        bpf_unwinder = Some(b.unwinder_work());
         st.unwind_errors += b.truncated;
     }
     // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
@@ -1328,7 +1344,7 @@ pub(crate) fn run(
         recording_time: recorded,
         finishing_time: finish_start.elapsed(),
         kernel_bytes,
-        bpf_frames,
+        bpf_unwinder,
         warnings,
     })
 }

@@ -29,6 +29,8 @@ typedef __u32 __wsum;
 #define MAP_ARRAY 2
 #define MAP_PERCPU_ARRAY 6
 #define MAP_STACK_TRACE 7
+#define MAP_TASK_STORAGE 29
+#define STORAGE_CREATE 1
 #define F_NO_PREALLOC 1
 #define F_MMAPABLE (1U << 10)
 #define UPDATE_ANY 0
@@ -48,6 +50,14 @@ struct task_struct;
 #define MAX_ROWS (1U << 22)   // unwind rows of all modules together
 #define PAGE_SHIFT 8          // the page index's granule: 256 bytes of text
 #define MAX_PAGES (1U << 22)  // page index entries of all modules together (1 GiB of text)
+// Bytes of the user stack read at once at each sample, from its stack pointer up: the frames whose
+// saved words fall inside are unwound from this copy, one read instead of one or two per frame.
+#define STACK_WINDOW 4096 // at most PAGE_SIZE (see read_window)
+// Bytes read at most when the unwinder moves the window up the stack, and words kept below the word
+// that moved it.
+#define STACK_REFILL 1024
+#define REFILL_BELOW 4
+#define PAGE_SIZE 4096
 // Rows start at distinct addresses, so a 256-byte page holds at most 256 of them: 9 steps.
 #define ROW_SEARCH_STEPS (PAGE_SHIFT + 1)
 
@@ -83,6 +93,7 @@ struct task_struct;
 #define STAT_NO_USER 4
 #define STAT_KSTACK_FAILED 5
 #define STAT_FRAMES 6
+#define STAT_USER_READS 7 // reads of user memory by the unwinder (the window, words beyond it)
 #define NSTATS 8
 
 struct row {
@@ -147,6 +158,9 @@ struct unwind_state {
 	__u32 slot;          // the process's mapping list (struct process)
 	__u32 count;
 	__u32 done;
+	__u64 window_base;   // the user stack's bytes [window_base, + window_len) are in `window`
+	__u64 window_len;    // a multiple of 8
+	__u64 window[STACK_WINDOW / 8];
 };
 
 struct {
@@ -194,6 +208,16 @@ struct {
 	__uint(key_size, sizeof(__u32));
 	__uint(value_size, 127 * sizeof(__u64));
 } kstacks SEC(".maps");
+
+// Per thread: the end of its user stack, learnt when a stack window first ran past it (a read that
+// runs into an unmapped page costs a page fault; a known end spares the next samples that). Freed
+// with the thread, dropped at exec.
+struct {
+	__uint(type, MAP_TASK_STORAGE);
+	__uint(map_flags, F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} stack_ends SEC(".maps");
 
 // Two count maps: the samples go to the one `control[0]` names while user space drains the other.
 struct {
@@ -319,17 +343,77 @@ __noinline int find_row(struct mapping *m, __u64 pc)
 
 static __always_inline int read_user(__u64 *dst, __u64 addr)
 {
+	stat_add(STAT_USER_READS, 1);
 	return bpf_probe_read_user(dst, sizeof(*dst), (const void *)addr);
 }
 
+// Copies the user stack from `sp` up into the window: STACK_WINDOW bytes, or up to the thread's
+// stack end when known and sooner. When the read fails, the window ran past the stack's end (the top
+// of the main thread's stack, a thread's stack below an unmapped page): as STACK_WINDOW is at most a
+// page, that end is the end of sp's page, which is mapped. The window is then the rest of that page,
+// and the end is kept for the thread's next samples (it is never wrong for long: a read that fails
+// learns it again, and a stack does not grow up).
+static __always_inline void read_window(struct unwind_state *st, struct task_struct *task, __u64 sp)
+{
+	__u64 len = STACK_WINDOW;
+	__u64 *end = bpf_task_storage_get(&stack_ends, task, 0, 0);
+	if (end && *end > sp && *end - sp < STACK_WINDOW)
+		len = (*end - sp) & ~7ULL;
+	st->window_base = sp;
+	stat_add(STAT_USER_READS, 1);
+	if (bpf_probe_read_user(st->window, len, (const void *)sp)) {
+		__u64 page_end = (sp | (PAGE_SIZE - 1)) + 1;
+		len = (page_end - sp) & ~7ULL;
+		if (len > STACK_WINDOW)
+			len = STACK_WINDOW;
+		stat_add(STAT_USER_READS, 1);
+		if (len == 0 || bpf_probe_read_user(st->window, len, (const void *)sp)) {
+			len = 0;
+		} else {
+			end = bpf_task_storage_get(&stack_ends, task, 0, STORAGE_CREATE);
+			if (end)
+				*end = page_end;
+		}
+	}
+	st->window_len = len;
+}
+
+// Reads the user stack's word at `addr`: from the window when it holds it. A word above the window
+// (the outer frames of a deep or wide stack) moves the window up to it: from a few words below it
+// (a frame's saved rbp lies below its return address) to the end of its page at most, so that the
+// read never runs into a page past the stack's end, and STACK_REFILL bytes at most.
+static __always_inline int read_stack(struct unwind_state *st, __u64 *dst, __u64 addr)
+{
+	__u64 off = addr - st->window_base; // huge below the window
+	if (off < st->window_len && (off & 7) == 0) {
+		*dst = st->window[(off / 8) & (STACK_WINDOW / 8 - 1)];
+		return 0;
+	}
+	if ((addr & 7) || addr < st->window_base + st->window_len + 8 * REFILL_BELOW)
+		return read_user(dst, addr);
+	__u64 base = addr - 8 * REFILL_BELOW; // in the stack: above the part already read
+	__u64 len = (addr | (PAGE_SIZE - 1)) + 1 - base;
+	if (len > STACK_REFILL)
+		len = STACK_REFILL;
+	stat_add(STAT_USER_READS, 1);
+	st->window_base = base;
+	if (bpf_probe_read_user(st->window, len, (const void *)base)) {
+		st->window_len = 0;
+		return -1;
+	}
+	st->window_len = len;
+	*dst = st->window[REFILL_BELOW];
+	return 0;
+}
+
 // Reads the saved rbp that a frame's row pointed to, if not read yet. Most frames of optimized code
-// neither use rbp for their CFA nor walk by frame pointer, so most saved rbps are never read: one
-// user-memory read per frame instead of two. (The stack does not change while the program runs: the
-// thread is stopped on this CPU.)
+// neither use rbp for their CFA nor walk by frame pointer, so most saved rbps are never needed (and
+// one beyond the stack window would cost a read of user memory). (The stack does not change while the
+// program runs: the thread is stopped on this CPU.)
 static __always_inline int resolve_bp(struct unwind_state *st)
 {
 	if (st->bp_at) {
-		if (read_user(&st->bp, st->bp_at))
+		if (read_stack(st, &st->bp, st->bp_at))
 			return -1;
 		st->bp_at = 0;
 	}
@@ -402,7 +486,8 @@ static long unwind_step(__u32 i, void *ctx)
 		}
 		st->out.flags |= WALKED_FP;
 		cfa = bp + 16;
-		if (read_user(&ra, bp + 8) || read_user(&bp, st->bp)) {
+		// The lower word first: reading a word above the window moves the window up to it.
+		if (read_stack(st, &bp, st->bp) || read_stack(st, &ra, st->bp + 8)) {
 			st->out.flags |= TRUNC_READ;
 			st->done = 1;
 			return 1;
@@ -419,7 +504,7 @@ static long unwind_step(__u32 i, void *ctx)
 		st->done = 1;
 		return 1;
 	}
-	if (read_user(&ra, cfa - 8)) {
+	if (read_stack(st, &ra, cfa - 8)) {
 		st->out.flags |= TRUNC_READ;
 		st->done = 1;
 		return 1;
@@ -441,17 +526,36 @@ caller:
 	return 0;
 }
 
-// Unwinds the current thread's user stack into `ustacks`; returns its key, 0 when it has none.
-static __always_inline __u64 unwind_user(__u32 pid)
+// The user registers the unwinder starts from.
+struct start_regs {
+	__u64 ip, sp, bp;
+};
+
+// Unwinds the current thread's user stack into the scratch state, from `regs` when the caller has
+// them (a sample taken in user mode), else from the registers the thread entered the kernel with;
+// returns the stack's key in `ustacks` (store_user_stack puts it there), 0 when it has none.
+static __always_inline __u64 unwind_user(__u32 pid, const struct start_regs *regs)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&scratch, &zero);
 	if (!st)
 		return 0;
 	struct task_struct *task = bpf_get_current_task_btf();
-	struct user_regs *regs = (struct user_regs *)bpf_task_pt_regs(task);
-	struct user_regs copy;
-	if (bpf_probe_read_kernel(&copy, sizeof(copy), regs) || copy.ip == 0 || (copy.cs & 3) != 3) {
+	struct start_regs copy;
+	if (regs) {
+		copy = *regs;
+	} else {
+		struct user_regs *entry = (struct user_regs *)bpf_task_pt_regs(task);
+		struct user_regs at_entry;
+		if (bpf_probe_read_kernel(&at_entry, sizeof(at_entry), entry) || (at_entry.cs & 3) != 3) {
+			stat_add(STAT_NO_USER, 1);
+			return 0;
+		}
+		copy.ip = at_entry.ip;
+		copy.sp = at_entry.sp;
+		copy.bp = at_entry.bp;
+	}
+	if (copy.ip == 0) {
 		stat_add(STAT_NO_USER, 1);
 		return 0;
 	}
@@ -466,6 +570,7 @@ static __always_inline __u64 unwind_user(__u32 pid)
 	st->last.end = 0;
 	struct process *proc = bpf_map_lookup_elem(&processes, &pid);
 	if (proc) {
+		read_window(st, task, copy.sp);
 		st->slot = proc->slot;
 		st->count = proc->count;
 		st->hash = 0xcbf29ce484222325ULL;
@@ -487,55 +592,84 @@ static __always_inline __u64 unwind_user(__u32 pid)
 	__u64 key = (st->hash ^ st->out.flags) * 0x100000001b3ULL;
 	if (key == 0)
 		key = 1;
-	if (!bpf_map_lookup_elem(&ustacks, &key)) {
-		if (bpf_map_update_elem(&ustacks, &key, &st->out, UPDATE_NOEXIST) == -7 /* E2BIG: full */)
-			stat_add(STAT_USTACKS_FULL, 1);
-	}
 	return key;
 }
 
-// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key`.
-static __always_inline void add_count(struct count_key *key, __u64 weight)
+// Puts the stack that unwind_user just left in the scratch state into `ustacks` under `key`, unless
+// it is there already (the map is never emptied: a stack stays for the counts that name it).
+static __always_inline void store_user_stack(__u64 key)
+{
+	__u32 zero = 0;
+	struct unwind_state *st = bpf_map_lookup_elem(&scratch, &zero);
+	if (!st || key == 0 || bpf_map_lookup_elem(&ustacks, &key))
+		return;
+	if (bpf_map_update_elem(&ustacks, &key, &st->out, UPDATE_NOEXIST) == -7 /* E2BIG: full */)
+		stat_add(STAT_USTACKS_FULL, 1);
+}
+
+// Counts one sample (of `weight` ns for off-CPU, 0 otherwise) under `key` in count map `counts`.
+// `store_stack`: the user stack is still in the scratch state and not stored yet; it is stored when
+// the count is new (a count that exists was created after its stack was stored: most samples skip
+// that lookup).
+#define DEFINE_COUNT_IN(counts)                                                                  \
+	static __noinline void count_in_##counts(struct count_key *key, __u64 weight, int store_stack) \
+	{                                                                                          \
+		struct count *v = bpf_map_lookup_elem(&counts, key);                               \
+		if (!v) {                                                                          \
+			if (store_stack)                                                           \
+				store_user_stack(key->ustack);                                     \
+			struct count first = {1, weight};                                          \
+			if (!bpf_map_update_elem(&counts, key, &first, UPDATE_NOEXIST))            \
+				return;                                                            \
+			/* Another CPU created it meanwhile, or the map is full. */                \
+			v = bpf_map_lookup_elem(&counts, key);                                     \
+			if (!v) {                                                                  \
+				stat_add(STAT_COUNTS_FULL, 1);                                     \
+				return;                                                            \
+			}                                                                          \
+		}                                                                                  \
+		__sync_fetch_and_add(&v->samples, 1);                                              \
+		__sync_fetch_and_add(&v->weight, weight);                                          \
+	}
+
+// One function per map: a map call with a map known at the call site becomes a direct call to that
+// map type's code (the verifier inlines a hash map's lookup); one whose map depends on a branch stays
+// an indirect call, a retpoline on this kind of CPU.
+DEFINE_COUNT_IN(counts0)
+DEFINE_COUNT_IN(counts1)
+
+// Counts one sample in the count map that `control[0]` names (see count_in_*).
+static __always_inline void add_count(struct count_key *key, __u64 weight, int store_stack)
 {
 	__u32 zero = 0;
 	__u32 *active = bpf_map_lookup_elem(&control, &zero);
-	void *counts = (active && *active) ? (void *)&counts1 : (void *)&counts0;
-	struct count *v = bpf_map_lookup_elem(counts, key);
-	if (!v) {
-		struct count first = {1, weight};
-		if (!bpf_map_update_elem(counts, key, &first, UPDATE_NOEXIST))
-			return;
-		// Another CPU created it meanwhile, or the map is full.
-		v = bpf_map_lookup_elem(counts, key);
-		if (!v) {
-			stat_add(STAT_COUNTS_FULL, 1);
-			return;
-		}
-	}
-	__sync_fetch_and_add(&v->samples, 1);
-	__sync_fetch_and_add(&v->weight, weight);
+	if (active && *active)
+		count_in_counts1(key, weight, store_stack);
+	else
+		count_in_counts0(key, weight, store_stack);
 }
 
 #define NO_KERNEL_STACK -14 // what bpf_get_stackid says in user mode (EFAULT: an empty stack)
 
-// `in_user`: the sample is known to have been taken in user mode, where the kernel stack is empty
-// (bpf_get_stackid would set up a callchain walk to find so).
+// `user_regs`: the sample was taken in user mode, at these registers; the kernel stack is then
+// empty (bpf_get_stackid would set up a callchain walk to find so). The user stack is left in the
+// scratch state, not stored (store_user_stack).
 static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid_tgid, __u32 sampler,
-				     int in_user)
+				     const struct start_regs *user_regs)
 {
 	key->pid = pid_tgid >> 32;
 	key->tid = (__u32)pid_tgid;
 	key->sampler = sampler;
-	key->kstack = in_user ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
+	key->kstack = user_regs ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
 	if (key->kstack < 0 && key->kstack != NO_KERNEL_STACK)
 		stat_add(STAT_KSTACK_FAILED, 1);
-	key->ustack = unwind_user(key->pid);
+	key->ustack = unwind_user(key->pid, user_regs);
 }
 
 // A sample or probe hit of the event whose index is the attach cookie. Programs attached to a
 // tracepoint or a uprobe run for every process that hits it (the kernel runs them before it looks at
 // the events' tasks): those count only the processes whose mappings user space loaded.
-static __always_inline int on_event(void *ctx, int followed_only, int in_user)
+static __always_inline int on_event(void *ctx, int followed_only, const struct start_regs *user_regs)
 {
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
 	__u32 pid = pid_tgid >> 32;
@@ -545,9 +679,9 @@ static __always_inline int on_event(void *ctx, int followed_only, int in_user)
 		return 0;
 	__u64 cookie = bpf_get_attach_cookie(ctx);
 	struct count_key key = {};
-	make_key(ctx, &key, pid_tgid, (__u32)cookie, in_user);
+	make_key(ctx, &key, pid_tgid, (__u32)cookie, user_regs);
 	stat_add(STAT_SAMPLES, 1);
-	add_count(&key, 0);
+	add_count(&key, 0, 1);
 	return 0;
 }
 
@@ -555,9 +689,13 @@ SEC("perf_event")
 int on_perf_event(void *ctx)
 {
 	// A per-task event: only the followed processes' samples come here. Its context starts with the
-	// registers at the sample (struct bpf_perf_event_data).
-	int in_user = (((struct user_regs *)ctx)->cs & 3) == 3;
-	return on_event(ctx, 0, in_user);
+	// registers at the sample (struct bpf_perf_event_data): in user mode, where the unwinder starts.
+	struct user_regs *at_sample = ctx;
+	if ((at_sample->cs & 3) == 3) {
+		struct start_regs regs = {at_sample->ip, at_sample->sp, at_sample->bp};
+		return on_event(ctx, 0, &regs);
+	}
+	return on_event(ctx, 0, 0);
 }
 
 SEC("tracepoint")
@@ -595,6 +733,7 @@ int on_sched_switch(struct sched_switch_args *ctx)
 	if (pid != 0 && bpf_map_lookup_elem(&processes, &pid)) {
 		struct off_cpu_start start = {};
 		make_key(ctx, &start.key, pid_tgid, (__u32)bpf_get_attach_cookie(ctx), 0);
+		store_user_stack(start.key.ustack); // the scratch state is another sample's by switch-in
 		start.time = now;
 		stat_add(STAT_SAMPLES, 1);
 		bpf_map_update_elem(&off_cpu, &tid, &start, UPDATE_ANY);
@@ -605,19 +744,21 @@ int on_sched_switch(struct sched_switch_args *ctx)
 		struct count_key key = left->key;
 		__u64 off = now - left->time;
 		bpf_map_delete_elem(&off_cpu, &next);
-		add_count(&key, off);
+		add_count(&key, off, 0);
 	}
 	return 0;
 }
 
 // A followed process replaced its image: its mappings are the old image's until user space loads
 // the new ones from the side-band records, a few milliseconds later. Forgetting them now makes the
-// samples in between truncated (no process) instead of unwound through the wrong tables.
+// samples in between truncated (no process) instead of unwound through the wrong tables. The new
+// image has a new stack too: the thread's stack end is forgotten.
 SEC("tracepoint/sched/sched_process_exec")
 int on_exec(void *ctx)
 {
 	__u32 pid = bpf_get_current_pid_tgid() >> 32;
 	bpf_map_delete_elem(&processes, &pid);
+	bpf_task_storage_delete(&stack_ends, bpf_get_current_task_btf());
 	return 0;
 }
 

@@ -130,10 +130,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         s.kernel_bytes,
         s.kernel_bytes as f64 / s.samples.max(1) as f64
     );
-    if let Some(frames) = s.bpf_frames {
+    if let Some(work) = s.bpf_unwinder {
+        let per_sample = |n: u64| n as f64 / s.samples.max(1) as f64;
         say!(
-            "ferrotrace: the in-kernel unwinder went through {frames} user frames, {:.1} a sample",
-            frames as f64 / s.samples.max(1) as f64
+            "ferrotrace: the in-kernel unwinder went through {} user frames, {:.1} a sample, \
+             with {:.1} reads of user memory a sample",
+            work.frames,
+            per_sample(work.frames),
+            per_sample(work.user_reads)
         );
     }
     Ok(match s.exit_code {

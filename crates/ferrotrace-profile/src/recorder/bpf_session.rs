@@ -18,9 +18,9 @@ use super::mapped_file::{FileKey, MappedFile};
 use super::{thread_comm, State};
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
-use crate::modules;
+use crate::modules::{self, Mapping};
 use crate::perf::{self, PerfEvent};
-use crate::ProfileError;
+use crate::{BpfUnwinderWork, ProfileError};
 
 /// The path of the pseudo-module whose one frame roots the stacks the BPF unwinder could not finish.
 pub(crate) const TRUNCATED: &str = "[truncated]";
@@ -122,9 +122,13 @@ impl<'obj> BpfSession<'obj> {
         self.bpf.forget_off_cpu(tid);
     }
 
-    /// User frames the programs unwound so far, in all.
-    pub fn unwound_frames(&self) -> u64 {
-        self.bpf.stats().frames
+    /// What the programs' unwinder did so far, in all.
+    pub fn unwinder_work(&self) -> BpfUnwinderWork {
+        let stats = self.bpf.stats();
+        BpfUnwinderWork {
+            frames: stats.frames,
+            user_reads: stats.user_reads,
+        }
     }
 
     /// Stops counting.
@@ -145,18 +149,14 @@ impl<'obj> BpfSession<'obj> {
                 self.bpf.remove_process(pid);
                 continue;
             };
-            let maps: Vec<(u64, u64, u64, u32)> = space
-                .mappings()
-                .iter()
-                .map(|m| (m.start, m.end, m.bias, m.module))
-                .collect();
+            let maps: Vec<Mapping> = space.mappings().to_vec();
             let mut list = Vec::with_capacity(maps.len());
-            for (start, end, bias, module) in maps {
+            for m in &maps {
                 list.push(ProcessMapping {
-                    start,
-                    end,
-                    bias,
-                    rows: self.rows_of(pid, start, end, module, st),
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    rows: self.rows_of(pid, m, st),
                 });
             }
             match self.bpf.set_process(pid, &list) {
@@ -176,35 +176,28 @@ impl<'obj> BpfSession<'obj> {
         }
     }
 
-    /// The rows of the file that process `pid` maps at `[start, end)` from `module`, built from its
-    /// `.eh_frame` and loaded at the first mapping of that file (by device and inode).
-    fn rows_of(
-        &mut self,
-        pid: u32,
-        start: u64,
-        end: u64,
-        module: u32,
-        st: &State,
-    ) -> Option<RowRange> {
+    /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` and
+    /// loaded at the first mapping of that file (by device and inode).
+    fn rows_of(&mut self, pid: u32, mapping: &Mapping, st: &State) -> Option<RowRange> {
         let path = st
             .modules
-            .get(module)
+            .get(mapping.module)
             .map(|m| m.path.clone())
             .unwrap_or_default();
         let (key, bytes) = if path.starts_with('/') {
-            match MappedFile::open(pid, start, end, &path) {
-                Some(f) => {
+            match MappedFile::open(pid, mapping.start, mapping.end, &path, mapping.file) {
+                Ok(f) => {
                     let key = f.key.clone();
                     if let Some(r) = self.rows.get(&key) {
                         return *r;
                     }
                     (key, f.read())
                 }
-                None => {
+                Err(why) => {
                     // Said once per path.
                     let key = FileKey::Name(path.clone());
                     if self.rows.insert(key, None).is_none() {
-                        self.without_rows.push((path, "unreadable".into()));
+                        self.without_rows.push((path, why.into()));
                     }
                     return None;
                 }

@@ -6,13 +6,16 @@
 //!
 //! The file is opened through `/proc/PID/map_files/START-END`, the kernel's handle on the mapped file
 //! itself (it still reads the old file after a replacement, even a deleted one); when that is gone
-//! (the process exited) or not allowed, through the path, as it is now.
+//! (the process exited) or not allowed, through the path, as it is now — and then only if it is still
+//! the file the kernel said was mapped (its device and inode), never another file put at that path.
 //!
 //! What it is not for: the modules of the trace and their symbols, which stay per path.
 
 use std::fs::File;
 use std::io::Read;
 use std::os::unix::fs::MetadataExt;
+
+use crate::modules::FileId;
 
 /// What a table is cached under.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -31,17 +34,26 @@ pub(crate) struct MappedFile {
 
 impl MappedFile {
     /// The file mapped at `[start, end)` in process `pid` from `path` (a path as the kernel reported
-    /// it), or `None` when neither the mapping's handle nor the path opens.
-    pub fn open(pid: u32, start: u64, end: u64, path: &str) -> Option<MappedFile> {
-        let file = File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}"))
-            .or_else(|_| File::open(path))
-            .ok()?;
-        let meta = file.metadata().ok()?;
-        Some(MappedFile {
-            key: FileKey::Inode {
-                dev: meta.dev(),
-                ino: meta.ino(),
-            },
+    /// it, `mapped` the file it said it was), or why not: neither the mapping's handle nor the path
+    /// opens, or the path now holds another file than `mapped`.
+    pub fn open(
+        pid: u32,
+        start: u64,
+        end: u64,
+        path: &str,
+        mapped: Option<FileId>,
+    ) -> Result<MappedFile, &'static str> {
+        let (file, by_path) = match File::open(format!("/proc/{pid}/map_files/{start:x}-{end:x}")) {
+            Ok(f) => (f, false),
+            Err(_) => (File::open(path).map_err(|_| "unreadable")?, true),
+        };
+        let meta = file.metadata().map_err(|_| "unreadable")?;
+        let (dev, ino) = (meta.dev(), meta.ino());
+        if by_path && mapped.is_some_and(|m| m != FileId { dev, ino }) {
+            return Err("replaced on disk since it was mapped");
+        }
+        Ok(MappedFile {
+            key: FileKey::Inode { dev, ino },
             file,
         })
     }
@@ -58,17 +70,18 @@ impl MappedFile {
 mod tests {
     use super::*;
 
-    /// Maps `path` read-only into this process (map_files lists every file mapping); returns its
-    /// range.
+    /// Maps `path` read-only and executable into this process (map_files lists every file mapping,
+    /// `proc_maps` the executable ones); returns its range.
     fn map(path: &std::path::Path) -> (u64, u64) {
         let f = File::open(path).unwrap();
         let len = f.metadata().unwrap().len() as usize;
-        // SAFETY: a fresh private read-only mapping of an open file; never unmapped (the test ends).
+        // SAFETY: a fresh private read-only mapping of an open file, never run nor unmapped (the test
+        // ends).
         let p = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
-                libc::PROT_READ,
+                libc::PROT_READ | libc::PROT_EXEC,
                 libc::MAP_PRIVATE,
                 std::os::fd::AsRawFd::as_raw_fd(&f),
                 0,
@@ -90,7 +103,7 @@ mod tests {
         let pid = std::process::id();
         let key = |p: &std::path::Path| {
             let (s, e) = map(p);
-            MappedFile::open(pid, s, e, p.to_str().unwrap()).unwrap()
+            MappedFile::open(pid, s, e, p.to_str().unwrap(), None).unwrap()
         };
         let (ka, kb, kc) = (key(&a), key(&link), key(&copy));
         assert_eq!(ka.key, kb.key, "a hard link is the same file");
@@ -102,12 +115,35 @@ mod tests {
         let new = dir.join("a.so.new");
         std::fs::write(&new, vec![2u8; 5000]).unwrap();
         std::fs::rename(&new, &a).unwrap();
-        let old = MappedFile::open(pid, s, e, a.to_str().unwrap()).unwrap();
+        let old = MappedFile::open(pid, s, e, a.to_str().unwrap(), None).unwrap();
         assert_eq!(old.key, ka.key);
         assert_eq!(old.read().unwrap(), vec![1u8; 5000]);
-        // Through the path (no such mapping), the new file.
-        let by_path = MappedFile::open(pid, 1, 2, a.to_str().unwrap()).unwrap();
+        // Through the path (no such mapping), the new file; refused when the kernel said the
+        // mapping was of the old file (as /proc/PID/maps still says), taken when of the new one.
+        let by_path = MappedFile::open(pid, 1, 2, a.to_str().unwrap(), None).unwrap();
         assert_ne!(by_path.key, ka.key);
+        let line = crate::modules::proc_maps(pid)
+            .into_iter()
+            .find(|m| m.0 == s)
+            .expect("the mapping of the old file in /proc/self/maps");
+        let old_file = line.4.expect("its device and inode");
+        let FileKey::Inode { dev, ino } = ka.key else {
+            panic!("{:?}", ka.key)
+        };
+        assert_eq!(
+            old_file,
+            FileId { dev, ino },
+            "the maps line names the old file"
+        );
+        assert_eq!(
+            MappedFile::open(pid, 1, 2, a.to_str().unwrap(), Some(old_file)).err(),
+            Some("replaced on disk since it was mapped")
+        );
+        let FileKey::Inode { dev, ino } = by_path.key else {
+            panic!("{:?}", by_path.key)
+        };
+        let new_file = Some(FileId { dev, ino });
+        assert!(MappedFile::open(pid, 1, 2, a.to_str().unwrap(), new_file).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
