@@ -286,7 +286,7 @@ impl Report {
             report.events += n;
             let mut funcs: Vec<FuncStats> = Vec::with_capacity(counts.ids.len());
             for (i, &id) in counts.ids.iter().enumerate() {
-                let a = counts.acc[i];
+                let a = counts.acc()[i];
                 if a.calls == 0 {
                     continue;
                 }

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 
 use crate::names::Representatives;
-use ferrotrace_core::codec::EventFields;
+use ferrotrace_core::codec::{EventDecoder, EventFields};
 
 use crate::reader::stream::VisitEvents;
 use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
@@ -58,6 +58,26 @@ enum Close {
     OpenAtEnd,
 }
 
+/// The part of a thread's counts that every entry and exit reads and writes. A run of events moves
+/// it out of [`ThreadCounts`] into a local ([`ThreadCounts::walk_run`]): through `&mut self`, LLVM
+/// loaded and stored the stack's length and the latest tick at every event (a store into an
+/// accumulator might have changed them); in a local whose address is not taken they stay in
+/// registers. Only what finds a new function's slot or handles a rare exit needs the rest, and it
+/// takes this part back by value.
+#[derive(Default)]
+struct Walk {
+    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
+    dense: Vec<u32>,
+    /// By slot.
+    acc: Vec<Acc>,
+    frames: Vec<Open>,
+    /// The thread's last event tick.
+    last: u64,
+    /// Time covered by frames closed at the outermost level: the children of a frame that was
+    /// running before tracing began, if one's exit comes.
+    root_closed: u64,
+}
+
 /// One thread's counts: one accumulator per function, found by event id (the ids of one function, see
 /// [`Representatives`], share their function's slot, resolved once per id: the per-event lookup stays
 /// one indexed load).
@@ -65,20 +85,12 @@ pub(super) struct ThreadCounts<'a> {
     function: &'a Representatives,
     /// By function (representative) id: its slot.
     index: HashMap<u32, u32>,
-    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
-    dense: Vec<u32>,
     /// By slot: the function's (representative) id.
     pub(super) ids: Vec<u32>,
-    /// By slot.
-    pub(super) acc: Vec<Acc>,
-    frames: Vec<Open>,
+    walk: Walk,
     started: bool,
-    /// The thread's first and last event ticks.
+    /// The thread's first event tick.
     first: u64,
-    last: u64,
-    /// Time covered by frames closed at the outermost level: the children of a frame that was
-    /// running before tracing began, if one's exit comes.
-    root_closed: u64,
 }
 
 impl<'a> ThreadCounts<'a> {
@@ -86,45 +98,54 @@ impl<'a> ThreadCounts<'a> {
         ThreadCounts {
             function,
             index: HashMap::new(),
-            dense: Vec::new(),
             ids: Vec::new(),
-            acc: Vec::new(),
-            frames: Vec::new(),
+            walk: Walk::default(),
             started: false,
             first: 0,
-            last: 0,
-            root_closed: 0,
         }
     }
 
-    #[inline]
-    fn slot(&mut self, id: u32) -> u32 {
-        match self.dense.get(id as usize) {
+    /// By slot: the function's accumulator.
+    pub(super) fn acc(&self) -> &[Acc] {
+        &self.walk.acc
+    }
+
+    /// The slot of event `id`'s function in `walk` (taken out of `self` for a run).
+    #[inline(always)]
+    fn slot(&mut self, walk: &mut Walk, id: u32) -> u32 {
+        match walk.dense.get(id as usize) {
             Some(&s) if s != u32::MAX => s,
-            _ => self.slot_slow(id),
+            _ => {
+                let (s, back) = self.slot_slow(std::mem::take(walk), id);
+                *walk = back;
+                s
+            }
         }
     }
 
+    /// The slot of an id not resolved yet (or above the dense range). `walk` goes by value and comes
+    /// back, so that its address never escapes the run that holds it in a local.
     #[cold]
-    fn slot_slow(&mut self, id: u32) -> u32 {
+    #[inline(never)]
+    fn slot_slow(&mut self, mut walk: Walk, id: u32) -> (u32, Walk) {
         let next = self.ids.len() as u32;
         let function = self.function.of(id);
         let s = *self.index.entry(function).or_insert(next);
         if s == next {
             self.ids.push(function);
             // The shortest duration starts above any, so that a close needs no first-call test.
-            self.acc.push(Acc {
+            walk.acc.push(Acc {
                 min: u64::MAX,
                 ..Acc::default()
             });
         }
         if (id as usize) < (1 << 20) {
-            if self.dense.len() <= id as usize {
-                self.dense.resize(id as usize + 1, u32::MAX);
+            if walk.dense.len() <= id as usize {
+                walk.dense.resize(id as usize + 1, u32::MAX);
             }
-            self.dense[id as usize] = s;
+            walk.dense[id as usize] = s;
         }
-        s
+        (s, walk)
     }
 
     /// Counts the events of `batch` (the thread's next ones), its tracepoints into `tracepoints`, and
@@ -139,26 +160,26 @@ impl<'a> ThreadCounts<'a> {
             return;
         };
         self.begin(first.tsc);
-        // The latest tick, kept in a register over the batch.
-        let mut last = self.last;
+        let mut walk = std::mem::take(&mut self.walk);
         // The side-table entry of the next event that has one.
         let mut extra = 0;
         for e in &batch.events {
-            last = last.max(e.tsc);
             let fields = match e.extra {
                 true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
                 false => [0; 2],
             };
-            self.event(e.tsc, e.kind, e.id, fields, tracepoints, timed);
+            self.event(&mut walk, e.tsc, e.kind, e.id, fields, tracepoints, timed);
             extra += e.extra as usize;
         }
-        self.last = last;
+        self.walk = walk;
     }
 
-    /// Any event at `t`: an entry, an exit, or another kind counted by [`ThreadCounts::other`].
+    /// Any event at `t`: an entry or exit, or another kind counted by [`Walk::other`].
+    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn event(
         &mut self,
+        walk: &mut Walk,
         t: u64,
         kind: EventKind,
         id: u32,
@@ -167,10 +188,27 @@ impl<'a> ThreadCounts<'a> {
         timed: &[bool],
     ) {
         match kind {
-            EventKind::Entry => self.enter(id, t),
-            EventKind::Exit | EventKind::TailExit => self.exit(id, t),
-            kind => self.other(kind, id, fields, tracepoints, timed),
+            EventKind::Entry | EventKind::Exit | EventKind::TailExit => {
+                self.function_event(walk, t, kind, id)
+            }
+            kind => {
+                walk.last = walk.last.max(t);
+                walk.other(kind, id, fields, tracepoints, timed);
+            }
         }
+    }
+
+    /// Counts the run of function entries and exits that `decoder` decodes next; their number.
+    #[inline(always)]
+    fn walk_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
+        let mut walk = std::mem::take(&mut self.walk);
+        let mut n = 0u64;
+        decoder.function_run(|tsc, kind, id| {
+            n += 1;
+            self.function_event(&mut walk, tsc, kind, id);
+        });
+        self.walk = walk;
+        n
     }
 
     /// The thread's first event is at `t` if none came before.
@@ -181,19 +219,97 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
-    /// An entry of `id` at `t`.
-    #[inline]
-    fn enter(&mut self, id: u32, t: u64) {
-        let slot = self.slot(id);
-        self.acc[slot as usize].active += 1;
-        self.frames.push(Open {
-            id,
-            slot,
-            start: t,
-            child: 0,
-        });
+    /// An entry, exit or tail exit (both exits close the frame the same way) of `id` at `t`.
+    #[inline(always)]
+    fn function_event(&mut self, walk: &mut Walk, t: u64, kind: EventKind, id: u32) {
+        walk.last = walk.last.max(t);
+        if kind == EventKind::Entry {
+            let slot = self.slot(walk, id);
+            walk.acc[slot as usize].active += 1;
+            walk.frames.push(Open {
+                id,
+                slot,
+                start: t,
+                child: 0,
+            });
+            return;
+        }
+        if let Some(top) = walk.frames.last() {
+            if top.id == id {
+                walk.pop(t, Close::Return);
+                return;
+            }
+        }
+        *walk = self.exit_below_top(std::mem::take(walk), id, t);
     }
 
+    /// An exit of `id` at `t` that does not close the innermost frame: rare (unwinding, frames
+    /// running before the trace), so kept out of the inlined loop.
+    #[inline(never)]
+    fn exit_below_top(&mut self, mut walk: Walk, id: u32, t: u64) -> Walk {
+        match walk.frames.iter().rposition(|f| f.id == id) {
+            Some(pos) => {
+                // The frames above it were left without an exit: unwound by a panic.
+                while walk.frames.len() > pos + 1 {
+                    walk.pop(t, Close::Unwound);
+                }
+                walk.pop(t, Close::Return);
+            }
+            None => {
+                while !walk.frames.is_empty() {
+                    walk.pop(t, Close::Unwound);
+                }
+                // Running since before the thread's first event: it covers everything so far, and
+                // its children are the frames closed at the outermost level.
+                let slot = self.slot(&mut walk, id);
+                let frame = Open {
+                    id,
+                    slot,
+                    start: self.first,
+                    child: walk.root_closed,
+                };
+                walk.root_closed = t.saturating_sub(self.first);
+                walk.close(frame, t, Close::Return, false);
+            }
+        }
+        walk
+    }
+
+    /// Counts thread `events`' events straight from the decoder (see
+    /// [`ThreadEvents::visit_next_chunk`]: its stream must have no Samples chunks), calling
+    /// `chunk_done` with each chunk's number of events; the counts are those of [`ThreadCounts::add`]
+    /// on the same events. Returns the read error that ended the thread's events early, if any.
+    pub(super) fn add_decoded(
+        &mut self,
+        events: &mut ThreadEvents,
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+        mut chunk_done: impl FnMut(u64),
+    ) -> Option<ReadError> {
+        let mut visit = Direct {
+            counts: self,
+            tracepoints,
+            timed,
+        };
+        loop {
+            match events.visit_next_chunk(&mut visit) {
+                Ok(Some(n)) => chunk_done(n),
+                Ok(None) => return None,
+                Err(e) => return Some(e),
+            }
+        }
+    }
+
+    /// Closes the frames still open at the thread's last event.
+    pub(super) fn finish(&mut self) {
+        let w = &mut self.walk;
+        while !w.frames.is_empty() {
+            w.pop(w.last, Close::OpenAtEnd);
+        }
+    }
+}
+
+impl Walk {
     /// An event other than a function entry or exit, with its fields: tracepoints are counted into
     /// `tracepoints`, samples of the samplers that `timed` marks (cpu-clock, by index) into the
     /// innermost frame.
@@ -214,49 +330,6 @@ impl<'a> ThreadCounts<'a> {
                 }
             }
             _ => {}
-        }
-    }
-
-    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
-    #[inline(always)]
-    fn exit(&mut self, id: u32, t: u64) {
-        if let Some(top) = self.frames.last() {
-            if top.id == id {
-                self.pop(t, Close::Return);
-                return;
-            }
-        }
-        self.exit_below_top(id, t);
-    }
-
-    /// An exit of `id` at `t` that does not close the innermost frame: rare (unwinding, frames
-    /// running before the trace), so kept out of the inlined loop.
-    #[inline(never)]
-    fn exit_below_top(&mut self, id: u32, t: u64) {
-        match self.frames.iter().rposition(|f| f.id == id) {
-            Some(pos) => {
-                // The frames above it were left without an exit: unwound by a panic.
-                while self.frames.len() > pos + 1 {
-                    self.pop(t, Close::Unwound);
-                }
-                self.pop(t, Close::Return);
-            }
-            None => {
-                while !self.frames.is_empty() {
-                    self.pop(t, Close::Unwound);
-                }
-                // Running since before the thread's first event: it covers everything so far, and
-                // its children are the frames closed at the outermost level.
-                let slot = self.slot(id);
-                let frame = Open {
-                    id,
-                    slot,
-                    start: self.first,
-                    child: self.root_closed,
-                };
-                self.root_closed = t.saturating_sub(self.first);
-                self.close(frame, t, Close::Return, false);
-            }
         }
     }
 
@@ -299,38 +372,6 @@ impl<'a> ThreadCounts<'a> {
             a.total = dur;
         }
     }
-
-    /// Counts thread `events`' events straight from the decoder (see
-    /// [`ThreadEvents::visit_next_chunk`]: its stream must have no Samples chunks), calling
-    /// `chunk_done` with each chunk's number of events; the counts are those of [`ThreadCounts::add`]
-    /// on the same events. Returns the read error that ended the thread's events early, if any.
-    pub(super) fn add_decoded(
-        &mut self,
-        events: &mut ThreadEvents,
-        tracepoints: &mut HashMap<u32, u64>,
-        timed: &[bool],
-        mut chunk_done: impl FnMut(u64),
-    ) -> Option<ReadError> {
-        let mut visit = Direct {
-            counts: self,
-            tracepoints,
-            timed,
-        };
-        loop {
-            match events.visit_next_chunk(&mut visit) {
-                Ok(Some(n)) => chunk_done(n),
-                Ok(None) => return None,
-                Err(e) => return Some(e),
-            }
-        }
-    }
-
-    /// Closes the frames still open at the thread's last event.
-    pub(super) fn finish(&mut self) {
-        while !self.frames.is_empty() {
-            self.pop(self.last, Close::OpenAtEnd);
-        }
-    }
 }
 
 /// The walk as the decoder's visitor: [`ThreadCounts::add`] without the batch between them.
@@ -346,19 +387,24 @@ impl VisitEvents for Direct<'_, '_> {
     }
 
     #[inline(always)]
-    fn function(&mut self, tsc: u64, kind: EventKind, id: u32) {
-        let c = &mut *self.counts;
-        c.last = c.last.max(tsc);
-        match kind {
-            EventKind::Entry => c.enter(id, tsc),
-            _ => c.exit(id, tsc),
-        }
+    fn function_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
+        self.counts.walk_run(decoder)
     }
 
-    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields) {
+    /// Any event the fast loop left, which includes the entries and exits among a chunk's last bytes.
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, _payload: &[u8], fields: EventFields) {
         let c = &mut *self.counts;
-        c.last = c.last.max(tsc);
-        c.event(tsc, kind, id, fields, self.tracepoints, self.timed);
+        let mut walk = std::mem::take(&mut c.walk);
+        c.event(
+            &mut walk,
+            tsc,
+            kind,
+            id,
+            fields,
+            self.tracepoints,
+            self.timed,
+        );
+        c.walk = walk;
     }
 }
 
@@ -470,7 +516,7 @@ mod tests {
             let got: HashMap<u32, Acc> = counts
                 .ids
                 .iter()
-                .zip(&counts.acc)
+                .zip(counts.acc())
                 .filter(|(_, a)| a.calls > 0)
                 .map(|(&id, &a)| (id, Acc { active: 0, ..a }))
                 .collect();
@@ -551,9 +597,9 @@ mod tests {
         let function = Representatives::default();
         let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
             counts.finish();
-            let acc = counts.ids.iter().copied().zip(counts.acc.iter().copied());
+            let acc = counts.ids.iter().copied().zip(counts.acc().iter().copied());
             let tp = tracepoints.values().sum();
-            (acc.collect(), tp, counts.last, err)
+            (acc.collect(), tp, counts.walk.last, err)
         };
         let mut batches = ThreadCounts::new(&function);
         let mut tracepoints = HashMap::new();
