@@ -3,7 +3,7 @@
 //! cleanly at a truncated or corrupt chunk.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -99,12 +99,17 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
     };
     t.session.mode = None;
     let mut offset = FILE_HEADER_LEN as u64;
-    let mut payload = Vec::new();
+    // A chunk cut by the end of the reader's buffer is copied here; the others are read in place.
+    let mut straddling = Vec::new();
+    // Bytes of the reader's buffer that the last chunk was read from in place.
+    let mut read_in_place = 0;
     let mut next_seq = 0u32;
     let mut after_end = 0u64;
     // The pass reads the whole file: a big trace takes a while before any command can start.
     let mut progress = crate::progress::Progress::bytes("reading the trace", file_len);
     loop {
+        r.consume(read_in_place);
+        read_in_place = 0;
         if offset == file_len {
             break;
         }
@@ -125,16 +130,30 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             });
             break;
         }
-        payload.resize(h.len as usize, 0);
-        let got = read_up_to(&mut r, &mut payload).map_err(io_err)?;
-        if got < h.len as usize {
+        let len = h.len as usize;
+        let in_place = r.buffer().len() >= len;
+        let got = match in_place {
+            true => len,
+            false => {
+                straddling.resize(len, 0);
+                read_up_to(&mut r, &mut straddling).map_err(io_err)?
+            }
+        };
+        if got < len {
             t.truncation = Some(Truncation {
                 offset,
                 reason: format!("chunk of {} bytes cut short after {got}", h.len),
             });
             break;
         }
-        if !h.verify(&payload) {
+        let payload = match in_place {
+            true => {
+                read_in_place = len;
+                &r.buffer()[..len]
+            }
+            false => &straddling[..],
+        };
+        if !h.verify(payload) {
             t.truncation = Some(Truncation {
                 offset,
                 reason: "checksum mismatch".into(),
@@ -168,7 +187,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             after_end += 1;
             continue;
         }
-        if let Err(e) = t.index_chunk(h.kind, h.seq, &payload, payload_offset) {
+        if let Err(e) = t.index_chunk(h.kind, h.seq, payload, payload_offset) {
             t.truncation = Some(Truncation {
                 offset: payload_offset - CHUNK_HEADER_LEN as u64,
                 reason: format!("malformed chunk: {e}"),

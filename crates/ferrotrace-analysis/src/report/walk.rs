@@ -15,7 +15,7 @@ use ferrotrace_core::codec::{EventDecoder, EventFields};
 use crate::reader::stream::VisitEvents;
 use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
 
-/// Per-function accumulator in ticks, indexed densely by a slot number.
+/// Per-function counts in ticks, the result of the walk ([`ThreadCounts::acc`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Acc {
     pub(super) calls: u64,
@@ -34,8 +34,30 @@ pub(super) struct Acc {
     pub(super) before: u64,
     /// CPU time of the cpu-clock samples taken while it was the innermost frame (ns).
     pub(super) sampled: u64,
+}
+
+/// A function's counts that every frame's close updates, by slot: 56 bytes, so that the
+/// accumulators of a program's hot functions share fewer cache lines; [`Rare`] holds the others.
+#[derive(Clone, Copy)]
+struct Hot {
+    calls: u64,
+    total: u64,
+    self_t: u64,
+    /// `u64::MAX` until a frame closed, so that a close needs no first-call test.
+    min: u64,
+    max: u64,
+    sum: u64,
     /// Frames of this function currently on the stack (recursion).
     active: u32,
+}
+
+/// A function's counts of frames that did not simply return, and its samples, by slot.
+#[derive(Clone, Copy, Default)]
+struct Rare {
+    unwound: u64,
+    open: u64,
+    before: u64,
+    sampled: u64,
 }
 
 /// An open frame on the shadow stack.
@@ -58,6 +80,17 @@ enum Close {
     OpenAtEnd,
 }
 
+/// What a closed frame was.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// Entered, and on the stack until its close (its entry counted it in [`Hot::active`]).
+    Stacked,
+    /// Entered, and its exit the next event: never on the stack, not counted in `active`.
+    Leaf,
+    /// Running since before the thread's first event (no entry in the trace).
+    Before,
+}
+
 /// The part of a thread's counts that every entry and exit reads and writes. A run of events moves
 /// it out of [`ThreadCounts`] into a local ([`ThreadCounts::walk_run`]): through `&mut self`, LLVM
 /// loaded and stored the stack's length and the latest tick at every event (a store into an
@@ -69,7 +102,9 @@ struct Walk {
     /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
     dense: Vec<u32>,
     /// By slot.
-    acc: Vec<Acc>,
+    hot: Vec<Hot>,
+    /// By slot.
+    rare: Vec<Rare>,
     frames: Vec<Open>,
     /// The thread's last event tick.
     last: u64,
@@ -105,9 +140,23 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
-    /// By slot: the function's accumulator.
-    pub(super) fn acc(&self) -> &[Acc] {
-        &self.walk.acc
+    /// By slot: the function's counts.
+    pub(super) fn acc(&self) -> Vec<Acc> {
+        let w = &self.walk;
+        let both = w.hot.iter().zip(&w.rare);
+        both.map(|(h, r)| Acc {
+            calls: h.calls,
+            total: h.total,
+            self_t: h.self_t,
+            min: h.min,
+            max: h.max,
+            sum: h.sum,
+            unwound: r.unwound,
+            open: r.open,
+            before: r.before,
+            sampled: r.sampled,
+        })
+        .collect()
     }
 
     /// The slot of event `id`'s function in `walk` (taken out of `self` for a run).
@@ -134,10 +183,16 @@ impl<'a> ThreadCounts<'a> {
         if s == next {
             self.ids.push(function);
             // The shortest duration starts above any, so that a close needs no first-call test.
-            walk.acc.push(Acc {
+            walk.hot.push(Hot {
+                calls: 0,
+                total: 0,
+                self_t: 0,
                 min: u64::MAX,
-                ..Acc::default()
+                max: 0,
+                sum: 0,
+                active: 0,
             });
+            walk.rare.push(Rare::default());
         }
         if (id as usize) < (1 << 20) {
             if walk.dense.len() <= id as usize {
@@ -199,14 +254,36 @@ impl<'a> ThreadCounts<'a> {
     }
 
     /// Counts the run of function entries and exits that `decoder` decodes next; their number.
+    ///
+    /// An entry waits for the next event before it is pushed: if that is its exit, the call was a
+    /// leaf (about half of all calls), closed without going through the stack.
     #[inline(always)]
     fn walk_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
         let mut walk = std::mem::take(&mut self.walk);
         let mut n = 0u64;
-        decoder.function_run(|tsc, kind, id| {
+        // The entry not pushed yet: its id and tick.
+        let mut pending: Option<(u32, u64)> = None;
+        decoder.function_run(|t, kind, id| {
             n += 1;
-            self.function_event(&mut walk, tsc, kind, id);
+            walk.last = walk.last.max(t);
+            if kind == EventKind::Entry {
+                if let Some((entered, start)) = pending.replace((id, t)) {
+                    self.enter(&mut walk, entered, start);
+                }
+                return;
+            }
+            match pending.take() {
+                Some((entered, start)) if entered == id => self.leaf(&mut walk, id, start, t),
+                Some((entered, start)) => {
+                    self.enter(&mut walk, entered, start);
+                    self.exit(&mut walk, id, t);
+                }
+                None => self.exit(&mut walk, id, t),
+            }
         });
+        if let Some((entered, start)) = pending {
+            self.enter(&mut walk, entered, start);
+        }
         self.walk = walk;
         n
     }
@@ -223,17 +300,42 @@ impl<'a> ThreadCounts<'a> {
     #[inline(always)]
     fn function_event(&mut self, walk: &mut Walk, t: u64, kind: EventKind, id: u32) {
         walk.last = walk.last.max(t);
-        if kind == EventKind::Entry {
-            let slot = self.slot(walk, id);
-            walk.acc[slot as usize].active += 1;
-            walk.frames.push(Open {
-                id,
-                slot,
-                start: t,
-                child: 0,
-            });
-            return;
+        match kind {
+            EventKind::Entry => self.enter(walk, id, t),
+            _ => self.exit(walk, id, t),
         }
+    }
+
+    /// An entry of `id` at `t`.
+    #[inline(always)]
+    fn enter(&mut self, walk: &mut Walk, id: u32, t: u64) {
+        let slot = self.slot(walk, id);
+        walk.hot[slot as usize].active += 1;
+        walk.frames.push(Open {
+            id,
+            slot,
+            start: t,
+            child: 0,
+        });
+    }
+
+    /// A call of `id` from `start` to `end` with no event between its entry and its exit: what
+    /// [`ThreadCounts::enter`] then [`ThreadCounts::exit`] would count, without the stack.
+    #[inline(always)]
+    fn leaf(&mut self, walk: &mut Walk, id: u32, start: u64, end: u64) {
+        let slot = self.slot(walk, id);
+        let frame = Open {
+            id,
+            slot,
+            start,
+            child: 0,
+        };
+        walk.closed(frame, end, Close::Return, Frame::Leaf);
+    }
+
+    /// An exit or tail exit of `id` at `t`.
+    #[inline(always)]
+    fn exit(&mut self, walk: &mut Walk, id: u32, t: u64) {
         if let Some(top) = walk.frames.last() {
             if top.id == id {
                 walk.pop(t, Close::Return);
@@ -269,7 +371,7 @@ impl<'a> ThreadCounts<'a> {
                     child: walk.root_closed,
                 };
                 walk.root_closed = t.saturating_sub(self.first);
-                walk.close(frame, t, Close::Return, false);
+                walk.close(frame, t, Close::Return, Frame::Before);
             }
         }
         walk
@@ -326,7 +428,7 @@ impl Walk {
             EventKind::Sample => {
                 let [sampler, weight] = fields;
                 if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last()) {
-                    self.acc[f.slot as usize].sampled += weight;
+                    self.rare[f.slot as usize].sampled += weight;
                 }
             }
             _ => {}
@@ -338,34 +440,48 @@ impl Walk {
         let Some(frame) = self.frames.pop() else {
             return;
         };
+        self.closed(frame, end, how, Frame::Stacked);
+    }
+
+    /// Counts `frame`, which is not on the stack, as closed at `end`: into its parent's (the
+    /// innermost open frame's) time in children, and into its function's counts.
+    #[inline(always)]
+    fn closed(&mut self, frame: Open, end: u64, how: Close, kind: Frame) {
         let dur = end.saturating_sub(frame.start);
         match self.frames.last_mut() {
             Some(parent) => parent.child = parent.child.saturating_add(dur),
             None => self.root_closed = self.root_closed.saturating_add(dur),
         }
-        self.close(frame, end, how, true);
+        self.close(frame, end, how, kind);
     }
 
     #[inline(always)]
-    fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
-        let a = &mut self.acc[frame.slot as usize];
+    fn close(&mut self, frame: Open, end: u64, how: Close, kind: Frame) {
+        let a = &mut self.hot[frame.slot as usize];
         let dur = end.saturating_sub(frame.start);
         a.min = a.min.min(dur);
         a.max = a.max.max(dur);
         a.calls += 1;
         a.sum += dur;
         a.self_t += dur.saturating_sub(frame.child);
-        a.active = a.active.saturating_sub(1);
+        if kind == Frame::Stacked {
+            // Its entry counted it: at least 1.
+            a.active -= 1;
+        }
         if a.active == 0 {
             a.total += dur;
         }
+        if how == Close::Return && kind != Frame::Before {
+            return;
+        }
+        let r = &mut self.rare[frame.slot as usize];
         match how {
             Close::Return => {}
-            Close::Unwound => a.unwound += 1,
-            Close::OpenAtEnd => a.open += 1,
+            Close::Unwound => r.unwound += 1,
+            Close::OpenAtEnd => r.open += 1,
         }
-        if !entered {
-            a.before += 1;
+        if kind == Frame::Before {
+            r.before += 1;
             // Running since before the thread's first event, so every frame of this function
             // counted so far ran inside it: its duration is the total so far. (It never entered, so
             // `active` did not count it.)
@@ -518,7 +634,7 @@ mod tests {
                 .iter()
                 .zip(counts.acc())
                 .filter(|(_, a)| a.calls > 0)
-                .map(|(&id, &a)| (id, Acc { active: 0, ..a }))
+                .map(|(&id, a)| (id, a))
                 .collect();
             assert_eq!(got, want, "seed {seed}");
             let tp: u64 = tracepoints.values().sum();
@@ -597,7 +713,7 @@ mod tests {
         let function = Representatives::default();
         let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
             counts.finish();
-            let acc = counts.ids.iter().copied().zip(counts.acc().iter().copied());
+            let acc = counts.ids.iter().copied().zip(counts.acc());
             let tp = tracepoints.values().sum();
             (acc.collect(), tp, counts.walk.last, err)
         };
