@@ -261,11 +261,13 @@ impl<'a> ThreadCounts<'a> {
     fn walk_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
         let mut walk = std::mem::take(&mut self.walk);
         let mut n = 0u64;
+        // Out of `walk`, whose address the slow paths take: a register.
+        let mut last = walk.last;
         // The entry not pushed yet: its id and tick.
         let mut pending: Option<(u32, u64)> = None;
         decoder.function_run(|t, kind, id| {
             n += 1;
-            walk.last = walk.last.max(t);
+            last = last.max(t);
             if kind == EventKind::Entry {
                 if let Some((entered, start)) = pending.replace((id, t)) {
                     self.enter(&mut walk, entered, start);
@@ -284,6 +286,7 @@ impl<'a> ThreadCounts<'a> {
         if let Some((entered, start)) = pending {
             self.enter(&mut walk, entered, start);
         }
+        walk.last = last;
         self.walk = walk;
         n
     }
