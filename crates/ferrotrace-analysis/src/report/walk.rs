@@ -216,6 +216,7 @@ impl<'a> ThreadCounts<'a> {
         };
         self.begin(first.tsc);
         let mut walk = std::mem::take(&mut self.walk);
+        let mut others = Others { tracepoints, timed };
         // The side-table entry of the next event that has one.
         let mut extra = 0;
         for e in &batch.events {
@@ -223,14 +224,13 @@ impl<'a> ThreadCounts<'a> {
                 true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
                 false => [0; 2],
             };
-            self.event(&mut walk, e.tsc, e.kind, e.id, fields, tracepoints, timed);
+            self.event(&mut walk, e.tsc, e.kind, e.id, fields, &mut others);
             extra += e.extra as usize;
         }
         self.walk = walk;
     }
 
     /// Any event at `t`: an entry or exit, or another kind counted by [`Walk::other`].
-    #[allow(clippy::too_many_arguments)]
     #[inline(always)]
     fn event(
         &mut self,
@@ -239,8 +239,7 @@ impl<'a> ThreadCounts<'a> {
         kind: EventKind,
         id: u32,
         fields: EventFields,
-        tracepoints: &mut HashMap<u32, u64>,
-        timed: &[bool],
+        others: &mut Others,
     ) {
         match kind {
             EventKind::Entry | EventKind::Exit | EventKind::TailExit => {
@@ -248,7 +247,7 @@ impl<'a> ThreadCounts<'a> {
             }
             kind => {
                 walk.last = walk.last.max(t);
-                walk.other(kind, id, fields, tracepoints, timed);
+                walk.other(kind, id, fields, others);
             }
         }
     }
@@ -393,8 +392,7 @@ impl<'a> ThreadCounts<'a> {
     ) -> Option<ReadError> {
         let mut visit = Direct {
             counts: self,
-            tracepoints,
-            timed,
+            others: Others { tracepoints, timed },
         };
         loop {
             match events.visit_next_chunk(&mut visit) {
@@ -415,22 +413,14 @@ impl<'a> ThreadCounts<'a> {
 }
 
 impl Walk {
-    /// An event other than a function entry or exit, with its fields: tracepoints are counted into
-    /// `tracepoints`, samples of the samplers that `timed` marks (cpu-clock, by index) into the
-    /// innermost frame.
-    fn other(
-        &mut self,
-        kind: EventKind,
-        id: u32,
-        fields: EventFields,
-        tracepoints: &mut HashMap<u32, u64>,
-        timed: &[bool],
-    ) {
+    /// An event other than a function entry or exit, with its fields, counted as [`Others`] says.
+    fn other(&mut self, kind: EventKind, id: u32, fields: EventFields, others: &mut Others) {
         match kind {
-            EventKind::Tracepoint => *tracepoints.entry(id).or_insert(0) += 1,
+            EventKind::Tracepoint => *others.tracepoints.entry(id).or_insert(0) += 1,
             EventKind::Sample => {
                 let [sampler, weight] = fields;
-                if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last()) {
+                let timed = others.timed.get(sampler as usize);
+                if let (Some(true), Some(f)) = (timed, self.frames.last()) {
                     self.rare[f.slot as usize].sampled += weight;
                 }
             }
@@ -496,6 +486,12 @@ impl Walk {
 /// The walk as the decoder's visitor: [`ThreadCounts::add`] without the batch between them.
 struct Direct<'c, 'a> {
     counts: &'c mut ThreadCounts<'a>,
+    others: Others<'c>,
+}
+
+/// Where the events other than entries and exits are counted: tracepoints by id into `tracepoints`,
+/// samples of the samplers that `timed` marks (cpu-clock, by index) into the innermost frame.
+struct Others<'c> {
     tracepoints: &'c mut HashMap<u32, u64>,
     timed: &'c [bool],
 }
@@ -514,15 +510,7 @@ impl VisitEvents for Direct<'_, '_> {
     fn other(&mut self, tsc: u64, kind: EventKind, id: u32, _payload: &[u8], fields: EventFields) {
         let c = &mut *self.counts;
         let mut walk = std::mem::take(&mut c.walk);
-        c.event(
-            &mut walk,
-            tsc,
-            kind,
-            id,
-            fields,
-            self.tracepoints,
-            self.timed,
-        );
+        c.event(&mut walk, tsc, kind, id, fields, &mut self.others);
         c.walk = walk;
     }
 }
