@@ -889,6 +889,44 @@ mod tests {
     }
 
     #[test]
+    fn a_chunk_across_the_read_buffers_end_is_copied_and_checked() {
+        // The pass reads chunks in place in its 1 MiB buffer, and copies the one whose payload runs
+        // past the buffer's end (the first end is at byte 2^20). Find a trace where a payload does.
+        const BUFFER_END: usize = 1 << 20;
+        let per_thread = 40_000;
+        // Thread ids of other lengths (varints) make chunks of other lengths.
+        let tid_pairs = [[7, 8], [7, 300], [300, 301], [7, 70_000], [300, 70_000]];
+        let straddling = tid_pairs.into_iter().find_map(|tids| {
+            let bytes = interleaved(&tids, per_thread, |_| {});
+            let chunks = split(&bytes);
+            let i = (0..chunks.len()).find(|&i| {
+                let payload = offset_of(&chunks, i) as usize + CHUNK_HEADER_LEN;
+                payload < BUFFER_END && BUFFER_END < payload + chunks[i].payload.len()
+            })?;
+            Some((tids, bytes, chunks, i))
+        });
+        let (tids, bytes, chunks, i) = straddling.expect("a payload across byte 2^20");
+        let t = open_bytes("straddle", &bytes);
+        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(t.truncation, None);
+        assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
+        assert_eq!(thread_ticks(&t, tids[1]).len(), 2 * per_thread as usize);
+        // Its last byte, after the buffer's end, damaged: the copy is checked.
+        let at = offset_of(&chunks, i);
+        let mut damaged = bytes.clone();
+        damaged[at as usize + CHUNK_HEADER_LEN + chunks[i].payload.len() - 1] ^= 0x40;
+        let t = open_bytes("straddle-crc", &damaged);
+        assert_eq!(
+            t.truncation,
+            Some(Truncation {
+                offset: at,
+                reason: "checksum mismatch".into()
+            })
+        );
+        assert_eq!(t.valid_len, at);
+    }
+
+    #[test]
     fn a_damaged_chunk_ends_the_readable_prefix() {
         let bytes = whole();
         let chunks = split(&bytes);
