@@ -3,7 +3,7 @@
 //! cleanly at a truncated or corrupt chunk.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -99,12 +99,17 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
     };
     t.session.mode = None;
     let mut offset = FILE_HEADER_LEN as u64;
-    let mut payload = Vec::new();
+    // A chunk cut by the end of the reader's buffer is copied here; the others are read in place.
+    let mut straddling = Vec::new();
+    // Bytes of the reader's buffer that the last chunk was read from in place.
+    let mut read_in_place = 0;
     let mut next_seq = 0u32;
     let mut after_end = 0u64;
     // The pass reads the whole file: a big trace takes a while before any command can start.
     let mut progress = crate::progress::Progress::bytes("reading the trace", file_len);
     loop {
+        r.consume(read_in_place);
+        read_in_place = 0;
         if offset == file_len {
             break;
         }
@@ -125,16 +130,30 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             });
             break;
         }
-        payload.resize(h.len as usize, 0);
-        let got = read_up_to(&mut r, &mut payload).map_err(io_err)?;
-        if got < h.len as usize {
+        let len = h.len as usize;
+        let in_place = r.buffer().len() >= len;
+        let got = match in_place {
+            true => len,
+            false => {
+                straddling.resize(len, 0);
+                read_up_to(&mut r, &mut straddling).map_err(io_err)?
+            }
+        };
+        if got < len {
             t.truncation = Some(Truncation {
                 offset,
                 reason: format!("chunk of {} bytes cut short after {got}", h.len),
             });
             break;
         }
-        if !h.verify(&payload) {
+        let payload = match in_place {
+            true => {
+                read_in_place = len;
+                &r.buffer()[..len]
+            }
+            false => &straddling[..],
+        };
+        if !h.verify(payload) {
             t.truncation = Some(Truncation {
                 offset,
                 reason: "checksum mismatch".into(),
@@ -168,7 +187,7 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             after_end += 1;
             continue;
         }
-        if let Err(e) = t.index_chunk(h.kind, h.seq, &payload, payload_offset) {
+        if let Err(e) = t.index_chunk(h.kind, h.seq, payload, payload_offset) {
             t.truncation = Some(Truncation {
                 offset: payload_offset - CHUNK_HEADER_LEN as u64,
                 reason: format!("malformed chunk: {e}"),
@@ -867,6 +886,44 @@ mod tests {
         );
         assert_eq!(t.event_count(), EVENTS);
         assert_eq!(t.threads[&7].chunks.len(), 4);
+    }
+
+    #[test]
+    fn a_chunk_across_the_read_buffers_end_is_copied_and_checked() {
+        // The pass reads chunks in place in its 1 MiB buffer, and copies the one whose payload runs
+        // past the buffer's end (the first end is at byte 2^20). Find a trace where a payload does.
+        const BUFFER_END: usize = 1 << 20;
+        let per_thread = 40_000;
+        // Thread ids of other lengths (varints) make chunks of other lengths.
+        let tid_pairs = [[7, 8], [7, 300], [300, 301], [7, 70_000], [300, 70_000]];
+        let straddling = tid_pairs.into_iter().find_map(|tids| {
+            let bytes = interleaved(&tids, per_thread, |_| {});
+            let chunks = split(&bytes);
+            let i = (0..chunks.len()).find(|&i| {
+                let payload = offset_of(&chunks, i) as usize + CHUNK_HEADER_LEN;
+                payload < BUFFER_END && BUFFER_END < payload + chunks[i].payload.len()
+            })?;
+            Some((tids, bytes, chunks, i))
+        });
+        let (tids, bytes, chunks, i) = straddling.expect("a payload across byte 2^20");
+        let t = open_bytes("straddle", &bytes);
+        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(t.truncation, None);
+        assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
+        assert_eq!(thread_ticks(&t, tids[1]).len(), 2 * per_thread as usize);
+        // Its last byte, after the buffer's end, damaged: the copy is checked.
+        let at = offset_of(&chunks, i);
+        let mut damaged = bytes.clone();
+        damaged[at as usize + CHUNK_HEADER_LEN + chunks[i].payload.len() - 1] ^= 0x40;
+        let t = open_bytes("straddle-crc", &damaged);
+        assert_eq!(
+            t.truncation,
+            Some(Truncation {
+                offset: at,
+                reason: "checksum mismatch".into()
+            })
+        );
+        assert_eq!(t.valid_len, at);
     }
 
     #[test]

@@ -31,10 +31,89 @@ fn check_count(path: &Path, c: ChunkRef, count: u64, decoded: u64) -> Result<(),
 pub(crate) trait VisitEvents {
     /// Before the chunk's events: the tick of its first one.
     fn chunk_start(&mut self, first_tsc: u64);
-    /// A function entry, exit or tail exit.
-    fn function(&mut self, tsc: u64, kind: EventKind, id: u32);
-    /// Any other event, with its fields (payloads are not handed out).
-    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields);
+    /// The run of function entries, exits and tail exits that `decoder` decodes next (through
+    /// [`EventDecoder::function_run`]); how many there were.
+    fn function_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64;
+    /// Any other event, with its payload (a slice of the chunk) and fields.
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, payload: &[u8], fields: EventFields);
+}
+
+/// The batch of [`ThreadEvents::load_next_chunk`] as a visitor: a chunk's events stored as
+/// [`RawEvent`]s, with payloads and fields in the side table.
+struct BatchSink<'b> {
+    events: &'b mut Vec<RawEvent>,
+    extras: &'b mut Vec<Extra>,
+    /// The address of the chunk buffer's first byte: payloads are stored as offsets into it.
+    buf_start: usize,
+}
+
+impl VisitEvents for BatchSink<'_> {
+    fn chunk_start(&mut self, _first_tsc: u64) {}
+
+    #[inline(always)]
+    fn function_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
+        let before = self.events.len();
+        decoder.function_run(|tsc, kind, id| {
+            self.events.push(RawEvent {
+                tsc,
+                id,
+                kind,
+                extra: false,
+            })
+        });
+        (self.events.len() - before) as u64
+    }
+
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, payload: &[u8], fields: EventFields) {
+        let extra = !payload.is_empty() || fields != EventFields::default();
+        if extra {
+            // An empty payload's pointer need not point into the buffer.
+            let start = match payload.is_empty() {
+                true => 0,
+                false => payload.as_ptr() as usize - self.buf_start,
+            };
+            self.extras.push(Extra {
+                payload_start: start as u32,
+                payload_len: payload.len() as u32,
+                fields,
+            });
+        }
+        self.events.push(RawEvent {
+            tsc,
+            id,
+            kind,
+            extra,
+        });
+    }
+}
+
+/// Decodes the events of chunk `c` (its header `head`, its events in `body`) into `visit`: function
+/// entries and exits through the fast loop, the rest (and a chunk's last bytes) through the checked
+/// decoder. Every event is visited as decoded, so a malformed one ends the chunk after the events
+/// before it were visited; so does a count that differs from the header's. Returns the count.
+fn visit_chunk(
+    path: &Path,
+    c: ChunkRef,
+    head: &schema::EventsHeader,
+    body: &[u8],
+    visit: &mut impl VisitEvents,
+) -> Result<u64, ReadError> {
+    let mut decoder = EventDecoder::new(body, head.base_ticks);
+    if let Some(Ok(first)) = decoder.clone().next() {
+        visit.chunk_start(first.tsc);
+    }
+    let mut n = 0u64;
+    loop {
+        n += visit.function_run(&mut decoder);
+        let Some(e) = decoder.next() else {
+            break;
+        };
+        let e = e.map_err(|e| decode_err(path, c.offset, e))?;
+        n += 1;
+        visit.other(e.tsc, e.kind, e.id, e.payload, e.fields);
+    }
+    check_count(path, c, head.count, n)?;
+    Ok(n)
 }
 
 /// Reads the Events (or Samples) chunk `c` into `buf`: its header, and where in `buf` its events start.
@@ -200,54 +279,21 @@ impl ThreadEvents<'_> {
             self.merge_samples(None)?;
             return Ok(!self.events.is_empty());
         };
-        let path = &self.trace.path;
         let (head, events_at) = read_events_chunk(self.trace, c, &mut self.buf)?;
-        let (base, count) = (head.base_ticks, head.count);
         self.events.clear();
         self.extras.clear();
         self.pos = 0;
         self.extra_pos = 0;
         let body = &self.buf[events_at..];
-        let buf_start = self.buf.as_ptr() as usize;
         // Every event takes at least two bytes: a corrupt count cannot make this reserve much.
         self.events
-            .reserve((count.min(body.len() as u64 / 2 + 1)) as usize);
-        let mut decoder = EventDecoder::new(body, base);
-        loop {
-            // Function entries and exits, nearly all of a function trace, in a tight loop.
-            decoder.function_run(|tsc, kind, id| {
-                self.events.push(RawEvent {
-                    tsc,
-                    id,
-                    kind,
-                    extra: false,
-                })
-            });
-            let Some(e) = decoder.next() else {
-                break;
-            };
-            let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-            let extra = !e.payload.is_empty() || e.fields != EventFields::default();
-            if extra {
-                // An empty payload's pointer need not point into the buffer.
-                let start = match e.payload.is_empty() {
-                    true => 0,
-                    false => e.payload.as_ptr() as usize - buf_start,
-                };
-                self.extras.push(Extra {
-                    payload_start: start as u32,
-                    payload_len: e.payload.len() as u32,
-                    fields: e.fields,
-                });
-            }
-            self.events.push(RawEvent {
-                tsc: e.tsc,
-                id: e.id,
-                kind: e.kind,
-                extra,
-            });
-        }
-        check_count(path, c, count, self.events.len() as u64)?;
+            .reserve((head.count.min(body.len() as u64 / 2 + 1)) as usize);
+        let mut sink = BatchSink {
+            events: &mut self.events,
+            extras: &mut self.extras,
+            buf_start: self.buf.as_ptr() as usize,
+        };
+        visit_chunk(&self.trace.path, c, &head, body, &mut sink)?;
         if self.next_sample_chunk < self.sample_chunks.len() || !self.samples.is_empty() {
             // Samples up to this chunk's last event go in; later ones wait for the next chunk (after
             // the last one, the rest come alone).
@@ -272,26 +318,8 @@ impl ThreadEvents<'_> {
         let Some(c) = self.next_events_chunk()? else {
             return Ok(None);
         };
-        let path = &self.trace.path;
         let (head, events_at) = read_events_chunk(self.trace, c, &mut self.buf)?;
-        let mut decoder = EventDecoder::new(&self.buf[events_at..], head.base_ticks);
-        if let Some(Ok(first)) = decoder.clone().next() {
-            visit.chunk_start(first.tsc);
-        }
-        let mut n = 0u64;
-        loop {
-            decoder.function_run(|tsc, kind, id| {
-                n += 1;
-                visit.function(tsc, kind, id);
-            });
-            let Some(e) = decoder.next() else {
-                break;
-            };
-            let e = e.map_err(|e| decode_err(path, c.offset, e))?;
-            n += 1;
-            visit.other(e.tsc, e.kind, e.id, e.fields);
-        }
-        check_count(path, c, head.count, n)?;
+        let n = visit_chunk(&self.trace.path, c, &head, &self.buf[events_at..], visit)?;
         Ok(Some(n))
     }
 

@@ -285,8 +285,7 @@ impl Report {
             counts.finish();
             report.events += n;
             let mut funcs: Vec<FuncStats> = Vec::with_capacity(counts.ids.len());
-            for (i, &id) in counts.ids.iter().enumerate() {
-                let a = counts.acc[i];
+            for (&id, a) in counts.ids.iter().zip(counts.acc()) {
                 if a.calls == 0 {
                     continue;
                 }

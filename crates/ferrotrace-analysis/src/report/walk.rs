@@ -10,12 +10,12 @@
 use std::collections::HashMap;
 
 use crate::names::Representatives;
-use ferrotrace_core::codec::EventFields;
+use ferrotrace_core::codec::{EventDecoder, EventFields};
 
 use crate::reader::stream::VisitEvents;
 use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
 
-/// Per-function accumulator in ticks, indexed densely by a slot number.
+/// Per-function counts in ticks, the result of the walk ([`ThreadCounts::acc`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Acc {
     pub(super) calls: u64,
@@ -34,8 +34,30 @@ pub(super) struct Acc {
     pub(super) before: u64,
     /// CPU time of the cpu-clock samples taken while it was the innermost frame (ns).
     pub(super) sampled: u64,
+}
+
+/// A function's counts that every frame's close updates, by slot: 56 bytes, so that the
+/// accumulators of a program's hot functions share fewer cache lines; [`Rare`] holds the others.
+#[derive(Clone, Copy)]
+struct Hot {
+    calls: u64,
+    total: u64,
+    self_t: u64,
+    /// `u64::MAX` until a frame closed, so that a close needs no first-call test.
+    min: u64,
+    max: u64,
+    sum: u64,
     /// Frames of this function currently on the stack (recursion).
     active: u32,
+}
+
+/// A function's counts of frames that did not simply return, and its samples, by slot.
+#[derive(Clone, Copy, Default)]
+struct Rare {
+    unwound: u64,
+    open: u64,
+    before: u64,
+    sampled: u64,
 }
 
 /// An open frame on the shadow stack.
@@ -58,6 +80,39 @@ enum Close {
     OpenAtEnd,
 }
 
+/// What a closed frame was.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Frame {
+    /// Entered, and on the stack until its close (its entry counted it in [`Hot::active`]).
+    Stacked,
+    /// Entered, and its exit the next event: never on the stack, not counted in `active`.
+    Leaf,
+    /// Running since before the thread's first event (no entry in the trace).
+    Before,
+}
+
+/// The part of a thread's counts that every entry and exit reads and writes. A run of events moves
+/// it out of [`ThreadCounts`] into a local ([`ThreadCounts::walk_run`]): through `&mut self`, LLVM
+/// loaded and stored the stack's length and the latest tick at every event (a store into an
+/// accumulator might have changed them); in a local whose address is not taken they stay in
+/// registers. Only what finds a new function's slot or handles a rare exit needs the rest, and it
+/// takes this part back by value.
+#[derive(Default)]
+struct Walk {
+    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
+    dense: Vec<u32>,
+    /// By slot.
+    hot: Vec<Hot>,
+    /// By slot.
+    rare: Vec<Rare>,
+    frames: Vec<Open>,
+    /// The thread's last event tick.
+    last: u64,
+    /// Time covered by frames closed at the outermost level: the children of a frame that was
+    /// running before tracing began, if one's exit comes.
+    root_closed: u64,
+}
+
 /// One thread's counts: one accumulator per function, found by event id (the ids of one function, see
 /// [`Representatives`], share their function's slot, resolved once per id: the per-event lookup stays
 /// one indexed load).
@@ -65,20 +120,12 @@ pub(super) struct ThreadCounts<'a> {
     function: &'a Representatives,
     /// By function (representative) id: its slot.
     index: HashMap<u32, u32>,
-    /// By event id below 2^20: its function's slot, or u32::MAX until resolved.
-    dense: Vec<u32>,
     /// By slot: the function's (representative) id.
     pub(super) ids: Vec<u32>,
-    /// By slot.
-    pub(super) acc: Vec<Acc>,
-    frames: Vec<Open>,
+    walk: Walk,
     started: bool,
-    /// The thread's first and last event ticks.
+    /// The thread's first event tick.
     first: u64,
-    last: u64,
-    /// Time covered by frames closed at the outermost level: the children of a frame that was
-    /// running before tracing began, if one's exit comes.
-    root_closed: u64,
 }
 
 impl<'a> ThreadCounts<'a> {
@@ -86,45 +133,74 @@ impl<'a> ThreadCounts<'a> {
         ThreadCounts {
             function,
             index: HashMap::new(),
-            dense: Vec::new(),
             ids: Vec::new(),
-            acc: Vec::new(),
-            frames: Vec::new(),
+            walk: Walk::default(),
             started: false,
             first: 0,
-            last: 0,
-            root_closed: 0,
         }
     }
 
-    #[inline]
-    fn slot(&mut self, id: u32) -> u32 {
-        match self.dense.get(id as usize) {
+    /// By slot: the function's counts.
+    pub(super) fn acc(&self) -> Vec<Acc> {
+        let w = &self.walk;
+        let both = w.hot.iter().zip(&w.rare);
+        both.map(|(h, r)| Acc {
+            calls: h.calls,
+            total: h.total,
+            self_t: h.self_t,
+            min: h.min,
+            max: h.max,
+            sum: h.sum,
+            unwound: r.unwound,
+            open: r.open,
+            before: r.before,
+            sampled: r.sampled,
+        })
+        .collect()
+    }
+
+    /// The slot of event `id`'s function in `walk` (taken out of `self` for a run).
+    #[inline(always)]
+    fn slot(&mut self, walk: &mut Walk, id: u32) -> u32 {
+        match walk.dense.get(id as usize) {
             Some(&s) if s != u32::MAX => s,
-            _ => self.slot_slow(id),
+            _ => {
+                let (s, back) = self.slot_slow(std::mem::take(walk), id);
+                *walk = back;
+                s
+            }
         }
     }
 
+    /// The slot of an id not resolved yet (or above the dense range). `walk` goes by value and comes
+    /// back, so that its address never escapes the run that holds it in a local.
     #[cold]
-    fn slot_slow(&mut self, id: u32) -> u32 {
+    #[inline(never)]
+    fn slot_slow(&mut self, mut walk: Walk, id: u32) -> (u32, Walk) {
         let next = self.ids.len() as u32;
         let function = self.function.of(id);
         let s = *self.index.entry(function).or_insert(next);
         if s == next {
             self.ids.push(function);
             // The shortest duration starts above any, so that a close needs no first-call test.
-            self.acc.push(Acc {
+            walk.hot.push(Hot {
+                calls: 0,
+                total: 0,
+                self_t: 0,
                 min: u64::MAX,
-                ..Acc::default()
+                max: 0,
+                sum: 0,
+                active: 0,
             });
+            walk.rare.push(Rare::default());
         }
         if (id as usize) < (1 << 20) {
-            if self.dense.len() <= id as usize {
-                self.dense.resize(id as usize + 1, u32::MAX);
+            if walk.dense.len() <= id as usize {
+                walk.dense.resize(id as usize + 1, u32::MAX);
             }
-            self.dense[id as usize] = s;
+            walk.dense[id as usize] = s;
         }
-        s
+        (s, walk)
     }
 
     /// Counts the events of `batch` (the thread's next ones), its tracepoints into `tracepoints`, and
@@ -139,38 +215,79 @@ impl<'a> ThreadCounts<'a> {
             return;
         };
         self.begin(first.tsc);
-        // The latest tick, kept in a register over the batch.
-        let mut last = self.last;
+        let mut walk = std::mem::take(&mut self.walk);
+        let mut others = Others { tracepoints, timed };
         // The side-table entry of the next event that has one.
         let mut extra = 0;
         for e in &batch.events {
-            last = last.max(e.tsc);
             let fields = match e.extra {
                 true => batch.extras.get(extra).map_or([0; 2], |x| x.fields),
                 false => [0; 2],
             };
-            self.event(e.tsc, e.kind, e.id, fields, tracepoints, timed);
+            self.event(&mut walk, e.tsc, e.kind, e.id, fields, &mut others);
             extra += e.extra as usize;
         }
-        self.last = last;
+        self.walk = walk;
     }
 
-    /// Any event at `t`: an entry, an exit, or another kind counted by [`ThreadCounts::other`].
+    /// Any event at `t`: an entry or exit, or another kind counted by [`Walk::other`].
     #[inline(always)]
     fn event(
         &mut self,
+        walk: &mut Walk,
         t: u64,
         kind: EventKind,
         id: u32,
         fields: EventFields,
-        tracepoints: &mut HashMap<u32, u64>,
-        timed: &[bool],
+        others: &mut Others,
     ) {
         match kind {
-            EventKind::Entry => self.enter(id, t),
-            EventKind::Exit | EventKind::TailExit => self.exit(id, t),
-            kind => self.other(kind, id, fields, tracepoints, timed),
+            EventKind::Entry | EventKind::Exit | EventKind::TailExit => {
+                self.function_event(walk, t, kind, id)
+            }
+            kind => {
+                walk.last = walk.last.max(t);
+                walk.other(kind, id, fields, others);
+            }
         }
+    }
+
+    /// Counts the run of function entries and exits that `decoder` decodes next; their number.
+    ///
+    /// An entry waits for the next event before it is pushed: if that is its exit, the call was a
+    /// leaf (about half of all calls), closed without going through the stack.
+    #[inline(always)]
+    fn walk_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
+        let mut walk = std::mem::take(&mut self.walk);
+        let mut n = 0u64;
+        // Out of `walk`, whose address the slow paths take: a register.
+        let mut last = walk.last;
+        // The entry not pushed yet: its id and tick.
+        let mut pending: Option<(u32, u64)> = None;
+        decoder.function_run(|t, kind, id| {
+            n += 1;
+            last = last.max(t);
+            if kind == EventKind::Entry {
+                if let Some((entered, start)) = pending.replace((id, t)) {
+                    self.enter(&mut walk, entered, start);
+                }
+                return;
+            }
+            match pending.take() {
+                Some((entered, start)) if entered == id => self.leaf(&mut walk, id, start, t),
+                Some((entered, start)) => {
+                    self.enter(&mut walk, entered, start);
+                    self.exit(&mut walk, id, t);
+                }
+                None => self.exit(&mut walk, id, t),
+            }
+        });
+        if let Some((entered, start)) = pending {
+            self.enter(&mut walk, entered, start);
+        }
+        walk.last = last;
+        self.walk = walk;
+        n
     }
 
     /// The thread's first event is at `t` if none came before.
@@ -181,12 +298,22 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// An entry, exit or tail exit (both exits close the frame the same way) of `id` at `t`.
+    #[inline(always)]
+    fn function_event(&mut self, walk: &mut Walk, t: u64, kind: EventKind, id: u32) {
+        walk.last = walk.last.max(t);
+        match kind {
+            EventKind::Entry => self.enter(walk, id, t),
+            _ => self.exit(walk, id, t),
+        }
+    }
+
     /// An entry of `id` at `t`.
-    #[inline]
-    fn enter(&mut self, id: u32, t: u64) {
-        let slot = self.slot(id);
-        self.acc[slot as usize].active += 1;
-        self.frames.push(Open {
+    #[inline(always)]
+    fn enter(&mut self, walk: &mut Walk, id: u32, t: u64) {
+        let slot = self.slot(walk, id);
+        walk.hot[slot as usize].active += 1;
+        walk.frames.push(Open {
             id,
             slot,
             start: t,
@@ -194,110 +321,62 @@ impl<'a> ThreadCounts<'a> {
         });
     }
 
-    /// An event other than a function entry or exit, with its fields: tracepoints are counted into
-    /// `tracepoints`, samples of the samplers that `timed` marks (cpu-clock, by index) into the
-    /// innermost frame.
-    fn other(
-        &mut self,
-        kind: EventKind,
-        id: u32,
-        fields: EventFields,
-        tracepoints: &mut HashMap<u32, u64>,
-        timed: &[bool],
-    ) {
-        match kind {
-            EventKind::Tracepoint => *tracepoints.entry(id).or_insert(0) += 1,
-            EventKind::Sample => {
-                let [sampler, weight] = fields;
-                if let (Some(true), Some(f)) = (timed.get(sampler as usize), self.frames.last()) {
-                    self.acc[f.slot as usize].sampled += weight;
-                }
-            }
-            _ => {}
-        }
+    /// A call of `id` from `start` to `end` with no event between its entry and its exit: what
+    /// [`ThreadCounts::enter`] then [`ThreadCounts::exit`] would count, without the stack.
+    #[inline(always)]
+    fn leaf(&mut self, walk: &mut Walk, id: u32, start: u64, end: u64) {
+        let slot = self.slot(walk, id);
+        let frame = Open {
+            id,
+            slot,
+            start,
+            child: 0,
+        };
+        walk.closed(frame, end, Close::Return, Frame::Leaf);
     }
 
-    /// An exit (or tail exit: both close the frame the same way) of `id` at `t`.
+    /// An exit or tail exit of `id` at `t`.
     #[inline(always)]
-    fn exit(&mut self, id: u32, t: u64) {
-        if let Some(top) = self.frames.last() {
+    fn exit(&mut self, walk: &mut Walk, id: u32, t: u64) {
+        if let Some(top) = walk.frames.last() {
             if top.id == id {
-                self.pop(t, Close::Return);
+                walk.pop(t, Close::Return);
                 return;
             }
         }
-        self.exit_below_top(id, t);
+        *walk = self.exit_below_top(std::mem::take(walk), id, t);
     }
 
     /// An exit of `id` at `t` that does not close the innermost frame: rare (unwinding, frames
     /// running before the trace), so kept out of the inlined loop.
     #[inline(never)]
-    fn exit_below_top(&mut self, id: u32, t: u64) {
-        match self.frames.iter().rposition(|f| f.id == id) {
+    fn exit_below_top(&mut self, mut walk: Walk, id: u32, t: u64) -> Walk {
+        match walk.frames.iter().rposition(|f| f.id == id) {
             Some(pos) => {
                 // The frames above it were left without an exit: unwound by a panic.
-                while self.frames.len() > pos + 1 {
-                    self.pop(t, Close::Unwound);
+                while walk.frames.len() > pos + 1 {
+                    walk.pop(t, Close::Unwound);
                 }
-                self.pop(t, Close::Return);
+                walk.pop(t, Close::Return);
             }
             None => {
-                while !self.frames.is_empty() {
-                    self.pop(t, Close::Unwound);
+                while !walk.frames.is_empty() {
+                    walk.pop(t, Close::Unwound);
                 }
                 // Running since before the thread's first event: it covers everything so far, and
                 // its children are the frames closed at the outermost level.
-                let slot = self.slot(id);
+                let slot = self.slot(&mut walk, id);
                 let frame = Open {
                     id,
                     slot,
                     start: self.first,
-                    child: self.root_closed,
+                    child: walk.root_closed,
                 };
-                self.root_closed = t.saturating_sub(self.first);
-                self.close(frame, t, Close::Return, false);
+                walk.root_closed = t.saturating_sub(self.first);
+                walk.close(frame, t, Close::Return, Frame::Before);
             }
         }
-    }
-
-    #[inline(always)]
-    fn pop(&mut self, end: u64, how: Close) {
-        let Some(frame) = self.frames.pop() else {
-            return;
-        };
-        let dur = end.saturating_sub(frame.start);
-        match self.frames.last_mut() {
-            Some(parent) => parent.child = parent.child.saturating_add(dur),
-            None => self.root_closed = self.root_closed.saturating_add(dur),
-        }
-        self.close(frame, end, how, true);
-    }
-
-    #[inline(always)]
-    fn close(&mut self, frame: Open, end: u64, how: Close, entered: bool) {
-        let a = &mut self.acc[frame.slot as usize];
-        let dur = end.saturating_sub(frame.start);
-        a.min = a.min.min(dur);
-        a.max = a.max.max(dur);
-        a.calls += 1;
-        a.sum += dur;
-        a.self_t += dur.saturating_sub(frame.child);
-        a.active = a.active.saturating_sub(1);
-        if a.active == 0 {
-            a.total += dur;
-        }
-        match how {
-            Close::Return => {}
-            Close::Unwound => a.unwound += 1,
-            Close::OpenAtEnd => a.open += 1,
-        }
-        if !entered {
-            a.before += 1;
-            // Running since before the thread's first event, so every frame of this function
-            // counted so far ran inside it: its duration is the total so far. (It never entered, so
-            // `active` did not count it.)
-            a.total = dur;
-        }
+        walk
     }
 
     /// Counts thread `events`' events straight from the decoder (see
@@ -313,8 +392,7 @@ impl<'a> ThreadCounts<'a> {
     ) -> Option<ReadError> {
         let mut visit = Direct {
             counts: self,
-            tracepoints,
-            timed,
+            others: Others { tracepoints, timed },
         };
         loop {
             match events.visit_next_chunk(&mut visit) {
@@ -327,8 +405,80 @@ impl<'a> ThreadCounts<'a> {
 
     /// Closes the frames still open at the thread's last event.
     pub(super) fn finish(&mut self) {
-        while !self.frames.is_empty() {
-            self.pop(self.last, Close::OpenAtEnd);
+        let w = &mut self.walk;
+        while !w.frames.is_empty() {
+            w.pop(w.last, Close::OpenAtEnd);
+        }
+    }
+}
+
+impl Walk {
+    /// An event other than a function entry or exit, with its fields, counted as [`Others`] says.
+    fn other(&mut self, kind: EventKind, id: u32, fields: EventFields, others: &mut Others) {
+        match kind {
+            EventKind::Tracepoint => *others.tracepoints.entry(id).or_insert(0) += 1,
+            EventKind::Sample => {
+                let [sampler, weight] = fields;
+                let timed = others.timed.get(sampler as usize);
+                if let (Some(true), Some(f)) = (timed, self.frames.last()) {
+                    self.rare[f.slot as usize].sampled += weight;
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[inline(always)]
+    fn pop(&mut self, end: u64, how: Close) {
+        let Some(frame) = self.frames.pop() else {
+            return;
+        };
+        self.closed(frame, end, how, Frame::Stacked);
+    }
+
+    /// Counts `frame`, which is not on the stack, as closed at `end`: into its parent's (the
+    /// innermost open frame's) time in children, and into its function's counts.
+    #[inline(always)]
+    fn closed(&mut self, frame: Open, end: u64, how: Close, kind: Frame) {
+        let dur = end.saturating_sub(frame.start);
+        match self.frames.last_mut() {
+            Some(parent) => parent.child = parent.child.saturating_add(dur),
+            None => self.root_closed = self.root_closed.saturating_add(dur),
+        }
+        self.close(frame, end, how, kind);
+    }
+
+    #[inline(always)]
+    fn close(&mut self, frame: Open, end: u64, how: Close, kind: Frame) {
+        let a = &mut self.hot[frame.slot as usize];
+        let dur = end.saturating_sub(frame.start);
+        a.min = a.min.min(dur);
+        a.max = a.max.max(dur);
+        a.calls += 1;
+        a.sum += dur;
+        a.self_t += dur.saturating_sub(frame.child);
+        if kind == Frame::Stacked {
+            // Its entry counted it: at least 1.
+            a.active -= 1;
+        }
+        if a.active == 0 {
+            a.total += dur;
+        }
+        if how == Close::Return && kind != Frame::Before {
+            return;
+        }
+        let r = &mut self.rare[frame.slot as usize];
+        match how {
+            Close::Return => {}
+            Close::Unwound => r.unwound += 1,
+            Close::OpenAtEnd => r.open += 1,
+        }
+        if kind == Frame::Before {
+            r.before += 1;
+            // Running since before the thread's first event, so every frame of this function
+            // counted so far ran inside it: its duration is the total so far. (It never entered, so
+            // `active` did not count it.)
+            a.total = dur;
         }
     }
 }
@@ -336,6 +486,12 @@ impl<'a> ThreadCounts<'a> {
 /// The walk as the decoder's visitor: [`ThreadCounts::add`] without the batch between them.
 struct Direct<'c, 'a> {
     counts: &'c mut ThreadCounts<'a>,
+    others: Others<'c>,
+}
+
+/// Where the events other than entries and exits are counted: tracepoints by id into `tracepoints`,
+/// samples of the samplers that `timed` marks (cpu-clock, by index) into the innermost frame.
+struct Others<'c> {
     tracepoints: &'c mut HashMap<u32, u64>,
     timed: &'c [bool],
 }
@@ -346,19 +502,16 @@ impl VisitEvents for Direct<'_, '_> {
     }
 
     #[inline(always)]
-    fn function(&mut self, tsc: u64, kind: EventKind, id: u32) {
-        let c = &mut *self.counts;
-        c.last = c.last.max(tsc);
-        match kind {
-            EventKind::Entry => c.enter(id, tsc),
-            _ => c.exit(id, tsc),
-        }
+    fn function_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
+        self.counts.walk_run(decoder)
     }
 
-    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, fields: EventFields) {
+    /// Any event the fast loop left, which includes the entries and exits among a chunk's last bytes.
+    fn other(&mut self, tsc: u64, kind: EventKind, id: u32, _payload: &[u8], fields: EventFields) {
         let c = &mut *self.counts;
-        c.last = c.last.max(tsc);
-        c.event(tsc, kind, id, fields, self.tracepoints, self.timed);
+        let mut walk = std::mem::take(&mut c.walk);
+        c.event(&mut walk, tsc, kind, id, fields, &mut self.others);
+        c.walk = walk;
     }
 }
 
@@ -470,9 +623,9 @@ mod tests {
             let got: HashMap<u32, Acc> = counts
                 .ids
                 .iter()
-                .zip(&counts.acc)
+                .zip(counts.acc())
                 .filter(|(_, a)| a.calls > 0)
-                .map(|(&id, &a)| (id, Acc { active: 0, ..a }))
+                .map(|(&id, a)| (id, a))
                 .collect();
             assert_eq!(got, want, "seed {seed}");
             let tp: u64 = tracepoints.values().sum();
@@ -551,9 +704,9 @@ mod tests {
         let function = Representatives::default();
         let result = |counts: &mut ThreadCounts, tracepoints: HashMap<u32, u64>, err| {
             counts.finish();
-            let acc = counts.ids.iter().copied().zip(counts.acc.iter().copied());
+            let acc = counts.ids.iter().copied().zip(counts.acc());
             let tp = tracepoints.values().sum();
-            (acc.collect(), tp, counts.last, err)
+            (acc.collect(), tp, counts.walk.last, err)
         };
         let mut batches = ThreadCounts::new(&function);
         let mut tracepoints = HashMap::new();
