@@ -108,8 +108,10 @@ struct ThreadState {
 /// What the printer keeps of a thread.
 struct ThreadOut {
     pending: Option<Pending>,
-    /// `[   TID] | ` (or `| `).
+    /// `[   TID] | ` (or `| `), then [`SPACES`]: a line's prefix and indentation are one copy.
     prefix: Vec<u8>,
+    /// The length of `prefix` without the spaces.
+    prefix_len: usize,
     last_printed: Option<u64>,
 }
 
@@ -203,8 +205,10 @@ impl Printer<'_, '_> {
             }
             line.push(b' ');
         }
-        line.extend_from_slice(&th.prefix);
         let mut indent = depth * 2;
+        let indented = th.prefix_len + indent.min(SPACES.len());
+        line.extend_from_slice(&th.prefix[..indented]);
+        indent -= indented - th.prefix_len;
         while indent > 0 {
             let n = indent.min(SPACES.len());
             line.extend_from_slice(&SPACES[..n]);
@@ -395,6 +399,8 @@ pub(super) fn replay_plain(
             prefix.extend_from_slice(b"] ");
         }
         prefix.extend_from_slice(b"| ");
+        let prefix_len = prefix.len();
+        prefix.extend_from_slice(&SPACES);
         threads.push(ThreadState {
             stack: match initial.get(&tid) {
                 Some(init) => CallStack::with_initial(init.clone()),
@@ -403,6 +409,7 @@ pub(super) fn replay_plain(
             out: ThreadOut {
                 pending: None,
                 prefix,
+                prefix_len,
                 last_printed: None,
             },
         });
