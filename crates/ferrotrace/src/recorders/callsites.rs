@@ -217,9 +217,6 @@ pub fn exit(function: u32) {
 /// into the chunk after. The timestamp is taken after `write`, so that records of those calls come
 /// before the event in time as in the chunk.
 ///
-/// While the fields are in the chunk, the timestamp is read before `write` (no code of the program
-/// runs in between), so that its latency overlaps with the visiting of the fields.
-///
 /// Not reentrant for signals, as no hot path is: an instrumented signal handler that records on this
 /// thread while `write` writes into the chunk appends where the fields are (the fields written after
 /// it returns land on its records); the event is then left out, not appended over them.
@@ -239,18 +236,13 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>
             // which this thread alone writes until it moves its cursor (`write` leaves the chunk
             // before running code that could append).
             let mut out = unsafe { FieldsOut::in_chunk(cur.add(1) as *mut _, &mut stack[..max]) };
-            // Read before `write`, so that the counter's latency (most of an event's cost, by
-            // `perf annotate`) overlaps with the visiting of the fields rather than delaying the
-            // stores after it; the time is the event's unless `write` ran the program's code.
-            let tsc = crate::buffers::clock::rdtsc();
             write(&mut out);
             if out.is_in_chunk() {
                 let len = out.len();
                 if hot.cursor.load(Ordering::Relaxed) == cur {
+                    let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
                     // SAFETY: `cur` is `reserve`'s answer for `MAX_SLOTS`, nothing appended since.
-                    unsafe {
-                        commit_in_chunk(hot, cur, tracepoint_record(tsc, tracepoint, len), len)
-                    };
+                    unsafe { commit_in_chunk(hot, cur, rec, len) };
                 }
                 return;
             }
@@ -266,7 +258,6 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>
     zero_tail(stack, len);
     // SAFETY: the first `slots` records of `buf` were written (`write`, then the zeros above).
     let payload = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const Record, slots) };
-    // Stamped after `write`: the records of the program's code it ran come before the event.
     let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
     let copy = |p: *mut Record| {
         // Record by record: a few of them, where a `memcpy` call costs more.
