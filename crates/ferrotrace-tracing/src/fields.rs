@@ -38,7 +38,8 @@ impl<'a, 'b> Values<'a, 'b> {
             return;
         };
         if let Some(n) = put_tagged(self.out.room(), index, tag, bytes) {
-            self.out.wrote(n);
+            // SAFETY: `put_tagged` wrote the first `n` bytes of the room.
+            unsafe { self.out.wrote(n) };
         }
     }
 }
@@ -90,7 +91,9 @@ impl Visit for Values<'_, '_> {
         for (o, b) in room[head - 2..head].iter_mut().zip(n.to_le_bytes()) {
             o.write(b);
         }
-        self.out.wrote(head + n as usize);
+        // SAFETY: `put_tagged` wrote the head, its length included, and `Cut` the `n` bytes of text
+        // after it, inside the room.
+        unsafe { self.out.wrote(head + n as usize) };
     }
 }
 

@@ -171,11 +171,15 @@ impl<'a> FieldsOut<'a> {
         unsafe { core::slice::from_raw_parts_mut(self.out.add(self.len), self.cap - self.len) }
     }
 
-    /// `n` more bytes of [`FieldsOut::room`] were written.
+    /// The first `n` bytes of [`FieldsOut::room`] were written.
+    ///
+    /// # Safety
+    /// They were: the runtime copies them into the trace as they are (as `Record`s, which
+    /// uninitialized bytes are not), and `n` is at most `room().len()`.
     #[inline(always)]
-    pub fn wrote(&mut self, n: usize) {
+    pub unsafe fn wrote(&mut self, n: usize) {
         debug_assert!(n <= self.cap - self.len);
-        self.len = (self.len + n).min(self.cap);
+        self.len += n;
     }
 
     /// How many bytes were written.
