@@ -5,7 +5,9 @@
 //!
 //! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
 //! `format_args!`, behind a `&dyn Debug`) is recognised and copied as the string it is, without
-//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted.
+//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted, after the values written
+//! so far leave the chunk for the stack (`FieldsOut::leave_chunk`): formatting runs the program's
+//! code, whose own records go into that chunk.
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
