@@ -5,12 +5,15 @@
 //!
 //! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
 //! `format_args!`, behind a `&dyn Debug`) is recognised and copied as the string it is, without
-//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted.
+//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted, after the values written
+//! so far leave the chunk for the stack (`FieldsOut::leave_chunk`): formatting runs the program's
+//! code, whose own records go into that chunk.
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
 use std::sync::OnceLock;
 
+use ferrotrace::callsites::FieldsOut;
 use ferrotrace_core::tracepoint::{put_tagged, Tag};
 use tracing_core::field::{Field, Value, Visit};
 
@@ -20,36 +23,30 @@ const MAX_STR: usize = 256;
 /// the runtime gives at most).
 pub const MAX: usize = 1024;
 
-/// Tagged values, as a field visitor writes them into `buf`.
-pub struct Values<'a> {
-    buf: &'a mut [MaybeUninit<u8>],
-    len: usize,
+/// Tagged values, as a field visitor writes them into the runtime's [`FieldsOut`].
+pub struct Values<'a, 'b> {
+    out: &'a mut FieldsOut<'b>,
 }
 
-impl<'a> Values<'a> {
-    /// No values yet, to be written into `buf`.
+impl<'a, 'b> Values<'a, 'b> {
+    /// No values yet, to be written into `out`.
     #[inline(always)]
-    pub fn new(buf: &'a mut [MaybeUninit<u8>]) -> Values<'a> {
-        Values { buf, len: 0 }
-    }
-
-    /// How many bytes were written.
-    #[inline(always)]
-    pub fn len(&self) -> usize {
-        self.len
+    pub fn new(out: &'a mut FieldsOut<'b>) -> Values<'a, 'b> {
+        Values { out }
     }
 
     fn put(&mut self, field: &Field, tag: Tag, bytes: &[u8]) {
         let Ok(index) = u8::try_from(field.index()) else {
             return;
         };
-        if let Some(n) = put_tagged(&mut self.buf[self.len..], index, tag, bytes) {
-            self.len += n;
+        if let Some(n) = put_tagged(self.out.room(), index, tag, bytes) {
+            // SAFETY: `put_tagged` wrote the first `n` bytes of the room.
+            unsafe { self.out.wrote(n) };
         }
     }
 }
 
-impl Visit for Values<'_> {
+impl Visit for Values<'_, '_> {
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.put(field, Tag::Unsigned, &value.to_le_bytes());
     }
@@ -77,24 +74,28 @@ impl Visit for Values<'_> {
         let Ok(index) = u8::try_from(field.index()) else {
             return;
         };
+        // Formatting runs the program's code, which may record into the thread's chunk, where the
+        // values written so far are.
+        self.out.leave_chunk();
         // A string of length 0 first (index, tag, length), then the text formatted straight into the
         // buffer after it, and its length written over the 0.
-        let start = self.len;
-        let Some(head) = put_tagged(&mut self.buf[start..], index, Tag::Str, &[]) else {
+        let room = self.out.room();
+        let Some(head) = put_tagged(room, index, Tag::Str, &[]) else {
             return;
         };
-        let text = start + head;
-        let limit = (text + MAX_STR).min(self.buf.len());
+        let limit = (head + MAX_STR).min(room.len());
         let mut w = Cut {
-            buf: &mut self.buf[text..limit],
+            buf: &mut room[head..limit],
             len: 0,
         };
         let _ = write!(w, "{value:?}");
         let n = w.len as u16;
-        for (o, b) in self.buf[text - 2..text].iter_mut().zip(n.to_le_bytes()) {
+        for (o, b) in room[head - 2..head].iter_mut().zip(n.to_le_bytes()) {
             o.write(b);
         }
-        self.len = text + n as usize;
+        // SAFETY: `put_tagged` wrote the head, its length included, and `Cut` the `n` bytes of text
+        // after it, inside the room.
+        unsafe { self.out.wrote(head + n as usize) };
     }
 }
 
@@ -213,9 +214,10 @@ mod tests {
     /// Messages [`static_message`] recognised (and copied without formatting).
     pub static STATIC_MESSAGES: AtomicUsize = AtomicUsize::new(0);
 
-    fn bytes<'v>(v: &'v Values<'_>) -> &'v [u8] {
+    /// The first `len` bytes of `buf`, which a [`Values`] wrote.
+    fn written(buf: &[MaybeUninit<u8>], len: usize) -> &[u8] {
         // SAFETY: the first `len` bytes were written; `MaybeUninit<u8>` has the layout of `u8`.
-        unsafe { core::slice::from_raw_parts(v.buf.as_ptr() as *const u8, v.len) }
+        unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const u8, len) }
     }
 
     /// A callsite with the fields the tests record.
@@ -244,14 +246,16 @@ mod tests {
     #[test]
     fn every_kind_of_value_reads_back_with_its_name() {
         let mut buf = [MaybeUninit::uninit(); MAX];
-        let mut v = Values::new(&mut buf);
+        let mut out = FieldsOut::new(&mut buf);
+        let mut v = Values::new(&mut out);
         v.record_debug(&field("message"), &format_args!("done {}", 7));
         v.record_u64(&field("n"), 3);
         v.record_i64(&field("neg"), -4);
         v.record_bool(&field("ok"), true);
         v.record_f64(&field("ratio"), 0.5);
         v.record_str(&field("who"), &"é".repeat(200));
-        let mut payload = bytes(&v).to_vec();
+        let len = out.len();
+        let mut payload = written(&buf, len).to_vec();
         payload.push(0);
         let spec = "message:value,n:value,neg:value,ok:value,ratio:value,who:value";
         let mut s = String::new();
@@ -267,13 +271,14 @@ mod tests {
     #[test]
     fn debug_text_is_cut_and_a_full_buffer_drops_values() {
         let mut buf = [MaybeUninit::uninit(); MAX];
-        let mut v = Values::new(&mut buf);
+        let mut out = FieldsOut::new(&mut buf);
+        let mut v = Values::new(&mut out);
         for _ in 0..10 {
             v.record_debug(&field("message"), &"x".repeat(1000));
         }
         // Each is its 4-byte head and 256 bytes of text: three fit in 1 KiB, the fourth is cut short.
-        assert_eq!(v.len(), MAX);
-        assert_eq!(&bytes(&v)[4..10], b"\"xxxxx");
+        assert_eq!(out.len(), MAX);
+        assert_eq!(&written(&buf, MAX)[4..10], b"\"xxxxx");
     }
 
     /// Records every event's fields with [`Values`], as the layer does, and keeps them decoded.
@@ -290,9 +295,10 @@ mod tests {
         fn record_follows_from(&self, _: &tracing_core::span::Id, _: &tracing_core::span::Id) {}
         fn event(&self, event: &tracing_core::Event<'_>) {
             let mut buf = [MaybeUninit::uninit(); MAX];
-            let mut v = Values::new(&mut buf);
-            event.record(&mut v);
-            let mut payload = bytes(&v).to_vec();
+            let mut out = FieldsOut::new(&mut buf);
+            event.record(&mut Values::new(&mut out));
+            let len = out.len();
+            let mut payload = written(&buf, len).to_vec();
             payload.push(0);
             let spec: Vec<String> = event
                 .metadata()

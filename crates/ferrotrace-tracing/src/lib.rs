@@ -98,12 +98,8 @@ fn recording_changed(recording: bool) {
 
 /// Records the fields `record` visits under `tracepoint`, written straight into the thread's chunk.
 #[inline(always)]
-fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values<'_>)) {
-    ferrotrace::callsites::fields(tracepoint, fields::MAX, |buf| {
-        let mut values = Values::new(buf);
-        record(&mut values);
-        values.len()
-    });
+fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values<'_, '_>)) {
+    ferrotrace::callsites::fields(tracepoint, fields::MAX, |out| record(&mut Values::new(out)));
 }
 
 /// The function id of span `id`: from the table of live spans, else from its metadata in the registry.

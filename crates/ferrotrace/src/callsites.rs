@@ -102,17 +102,116 @@ pub fn exit(function: u32) {
     let _ = function;
 }
 
-/// Records the fields of a registered callsite under its tracepoint id: `write` is given at most `max`
-/// bytes of uninitialized memory (a buffer on the stack, copied into the calling thread's chunk after:
-/// `write` may run instrumented code, whose records go into that chunk), writes tagged values into it
-/// (`ferrotrace_core::tracepoint::put_tagged`) and returns how many bytes it wrote. At most 1024
-/// bytes are kept.
+/// Records the fields of a registered callsite under its tracepoint id: `write` writes tagged values
+/// (`ferrotrace_core::tracepoint::put_tagged`) into the [`FieldsOut`] it is given, at most `max`
+/// bytes (at most 1024 are kept). They go straight into the calling thread's chunk; before `write`
+/// runs code of the program (a field's `Debug` implementation, which may be instrumented and record
+/// into that chunk) it calls [`FieldsOut::leave_chunk`].
 #[inline(always)]
-pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
+pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
     #[cfg(ferrotrace_runtime)]
     crate::recorders::callsites::fields(tracepoint, max, write);
     #[cfg(not(ferrotrace_runtime))]
     let _ = (tracepoint, max, write);
+}
+
+/// Where [`fields`] has a record's fields written: at first the calling thread's chunk, just after
+/// the slot the record will take (not appended yet, so that nothing else may append meanwhile), then,
+/// after [`FieldsOut::leave_chunk`], a buffer on the stack that is copied into the chunk at the end.
+/// Or a buffer of the caller's own ([`FieldsOut::new`]).
+pub struct FieldsOut<'a> {
+    /// The first byte of the memory written into (`cap` bytes, the first `len` written).
+    out: *mut MaybeUninit<u8>,
+    cap: usize,
+    len: usize,
+    /// While `out` is in the chunk: the buffer to move to (at least `cap` bytes).
+    spare: Option<&'a mut [MaybeUninit<u8>]>,
+    _out: core::marker::PhantomData<&'a mut [MaybeUninit<u8>]>,
+}
+
+impl<'a> FieldsOut<'a> {
+    /// Fields written into `buf`, which [`FieldsOut::leave_chunk`] leaves where it is.
+    #[inline(always)]
+    pub fn new(buf: &'a mut [MaybeUninit<u8>]) -> FieldsOut<'a> {
+        FieldsOut {
+            out: buf.as_mut_ptr(),
+            cap: buf.len(),
+            len: 0,
+            spare: None,
+            _out: core::marker::PhantomData,
+        }
+    }
+
+    /// Fields written at `out` (`spare.len()` bytes there that this thread alone writes until the
+    /// record is appended), moved to `spare` by [`FieldsOut::leave_chunk`].
+    ///
+    /// # Safety
+    /// `out` is valid for writes of `spare.len()` bytes while the result lives, and nothing else
+    /// reads or writes them before [`FieldsOut::leave_chunk`] (or the result's end).
+    #[cfg(ferrotrace_runtime)]
+    #[inline(always)]
+    pub(crate) unsafe fn in_chunk(
+        out: *mut MaybeUninit<u8>,
+        spare: &'a mut [MaybeUninit<u8>],
+    ) -> FieldsOut<'a> {
+        FieldsOut {
+            out,
+            cap: spare.len(),
+            len: 0,
+            spare: Some(spare),
+            _out: core::marker::PhantomData,
+        }
+    }
+
+    /// The memory after what was written, to write the next value into (then [`FieldsOut::wrote`]).
+    #[inline(always)]
+    pub fn room(&mut self) -> &mut [MaybeUninit<u8>] {
+        // SAFETY: `out .. out + cap` is ours to write (`new`'s borrow, or `in_chunk`'s contract) and
+        // `len <= cap`; the slice borrows `self`, so it is gone before `out` can move.
+        unsafe { core::slice::from_raw_parts_mut(self.out.add(self.len), self.cap - self.len) }
+    }
+
+    /// The first `n` bytes of [`FieldsOut::room`] were written.
+    ///
+    /// # Safety
+    /// They were: the runtime copies them into the trace as they are (as `Record`s, which
+    /// uninitialized bytes are not), and `n` is at most `room().len()`.
+    #[inline(always)]
+    pub unsafe fn wrote(&mut self, n: usize) {
+        debug_assert!(n <= self.cap - self.len);
+        self.len += n;
+    }
+
+    /// How many bytes were written.
+    #[inline(always)]
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether nothing was written.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// What was written, if still in the chunk, moves to the stack: to call before code that may
+    /// record into the calling thread's chunk (whose records would land on these fields).
+    #[inline]
+    pub fn leave_chunk(&mut self) {
+        if let Some(spare) = self.spare.take() {
+            // SAFETY: `len` bytes at `out` were written; `spare` holds `cap >= len` bytes and is
+            // not the chunk.
+            unsafe { core::ptr::copy_nonoverlapping(self.out, spare.as_mut_ptr(), self.len) };
+            self.out = spare.as_mut_ptr();
+        }
+    }
+
+    /// Whether the fields are still in the chunk ([`FieldsOut::leave_chunk`] was not called).
+    #[cfg(ferrotrace_runtime)]
+    #[inline(always)]
+    pub(crate) fn is_in_chunk(&self) -> bool {
+        self.spare.is_some()
+    }
 }
 
 /// Starts recording this process into `output` (a new file, mode 0600; an older trace of that name is

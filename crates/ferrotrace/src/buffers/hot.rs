@@ -96,7 +96,7 @@ impl Hot {
     /// (and the thread a chunk), with the chunk's line four lines ahead owned before the stores reach
     /// it, as the trampolines do: a recycled chunk's lines are shared with the collector that read them.
     #[inline(always)]
-    fn reserve(&self, slots: usize) -> Option<*mut Record> {
+    pub(crate) fn reserve(&self, slots: usize) -> Option<*mut Record> {
         let cur = self.cursor.load(Ordering::Relaxed);
         let end = self.end.load(Ordering::Relaxed);
         if cur.is_null() || (end as usize).saturating_sub(cur as usize) <= slots * RECORD_SIZE {
@@ -117,7 +117,7 @@ impl Hot {
     /// `cur` is what [`Hot::reserve`] answered for at least `slots` on this thread, and nothing was
     /// appended since.
     #[inline(always)]
-    unsafe fn commit(&self, cur: *mut Record, rec: Record, slots: usize) {
+    pub(crate) unsafe fn commit(&self, cur: *mut Record, rec: Record, slots: usize) {
         core::sync::atomic::compiler_fence(Ordering::Release);
         // SAFETY: `cur .. cur + 1 + slots` lies inside the chunk this thread owns (the caller's
         // contract).

@@ -30,7 +30,7 @@ use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, CallsiteKind, Payload};
 
 use crate::buffers::hot::{cpu_bits, Hot};
-use crate::callsites::{Description, Ids, Kind};
+use crate::callsites::{Description, FieldsOut, Ids, Kind};
 use crate::lifecycle::runtime::{self, Recorder};
 use crate::recorders::tracepoint::control;
 
@@ -206,44 +206,59 @@ pub fn exit(function: u32) {
 }
 
 /// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id: `write`
-/// puts them into the memory it is given (at most `max` bytes) and says how many bytes it wrote.
+/// puts them into the [`FieldsOut`] it is given (at most `max` bytes).
 ///
-/// They are written into a buffer on the stack, then copied into the thread's chunk, not written
-/// there straight: `write` may run the program's code (a field's `Debug` implementation), which may
-/// be instrumented, and the records of those calls go into the same chunk, at its cursor — into the
-/// middle of a record reserved there before (mini-redis's `debug!(?cmd)` did exactly that). The
-/// timestamp is taken after `write`, so that those calls' records come before the event in time as
-/// in the chunk.
+/// They are written straight into the thread's chunk, after the slot the record will take, with room
+/// for the most a record holds checked first: no copy. The cursor does not move until the record is
+/// appended, so `write` must not let anything else append meanwhile: before it runs the program's
+/// code (a field's `Debug` implementation, which may be instrumented — mini-redis's `debug!(?cmd)` —
+/// and whose records go into the same chunk, at its cursor) it calls [`FieldsOut::leave_chunk`], which
+/// moves what it wrote to a buffer on the stack, and the rest of the fields go there, to be copied
+/// into the chunk after. The timestamp is taken after `write`, so that records of those calls come
+/// before the event in time as in the chunk.
+///
+/// Not reentrant for signals, as no hot path is: an instrumented signal handler that records on this
+/// thread while `write` writes into the chunk appends where the fields are (the fields written after
+/// it returns land on its records); the event is then left out, not appended over them.
 #[inline(always)]
-pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<u8>]) -> usize) {
+pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
     let max = max.min(MAX_SLOTS * 16);
     let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
     // SAFETY: `MaybeUninit<[Record; N]>` is `16 * N` bytes that may be uninitialized, which is what
     // a `[MaybeUninit<u8>]` of that length is.
-    let room = unsafe {
+    let stack = unsafe {
         core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut MaybeUninit<u8>, MAX_SLOTS * 16)
     };
-    let len = write(&mut room[..max]).min(max);
-    let slots = len.div_ceil(16);
-    // The rest of the last slot: the zero that ends a list of tagged values (and no stale bytes of
-    // the stack in the trace). One 16-byte store when the buffer allows (what it writes past the
-    // last slot is not copied), rather than a `memset` call for a few bytes.
-    if let Some(tail) = room.get_mut(len..len + 16) {
-        // SAFETY: `tail` is 16 bytes long; `MaybeUninit<u8>` has the layout of `u8`.
-        unsafe { (tail.as_mut_ptr() as *mut [u8; 16]).write_unaligned([0; 16]) };
-    } else {
-        for b in &mut room[len..slots * 16] {
-            b.write(0);
+    let hot = hot();
+    let len = match hot.reserve(MAX_SLOTS) {
+        Some(cur) => {
+            // SAFETY: `reserve` found room for a record and `MAX_SLOTS` payload records at `cur`,
+            // which this thread alone writes until it moves its cursor (`write` leaves the chunk
+            // before running code that could append).
+            let mut out = unsafe { FieldsOut::in_chunk(cur.add(1) as *mut _, &mut stack[..max]) };
+            write(&mut out);
+            if out.is_in_chunk() {
+                let len = out.len();
+                if hot.cursor.load(Ordering::Relaxed) == cur {
+                    let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
+                    // SAFETY: `cur` is `reserve`'s answer for `MAX_SLOTS`, nothing appended since.
+                    unsafe { commit_in_chunk(hot, cur, rec, len) };
+                }
+                return;
+            }
+            out.len()
         }
-    }
+        None => {
+            let mut out = FieldsOut::new(&mut stack[..max]);
+            write(&mut out);
+            out.len()
+        }
+    };
+    let slots = len.div_ceil(16);
+    zero_tail(stack, len);
     // SAFETY: the first `slots` records of `buf` were written (`write`, then the zeros above).
     let payload = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const Record, slots) };
-    let mut rec = Record::new(
-        crate::buffers::clock::rdtsc(),
-        EventKind::Tracepoint,
-        tracepoint,
-    );
-    rec.word |= cpu_bits() | (slots as u64) << 40;
+    let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
     let copy = |p: *mut Record| {
         // Record by record: a few of them, where a `memcpy` call costs more.
         for (i, r) in payload.iter().enumerate() {
@@ -251,9 +266,50 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut [MaybeUninit<
             unsafe { p.add(i).write(*r) };
         }
     };
-    if hot().append(rec, slots, copy).is_err() {
+    if hot.append(rec, slots, copy).is_err() {
         crate::buffers::thread::record_slow(rec, payload);
     }
+}
+
+/// Appends `rec` (a [`tracepoint_record`]) at `cur`, the `len` bytes of fields it was made for
+/// written after it.
+///
+/// # Safety
+/// `cur` is what `hot.reserve(MAX_SLOTS)` answered on this thread, nothing was appended since, and
+/// `len <= MAX_SLOTS * 16` bytes of fields were written from `cur + 1` on.
+#[inline(always)]
+unsafe fn commit_in_chunk(hot: &Hot, cur: *mut Record, rec: Record, len: usize) {
+    // SAFETY: `MAX_SLOTS` records after `cur` were reserved (the caller's contract).
+    let payload = unsafe {
+        core::slice::from_raw_parts_mut(cur.add(1) as *mut MaybeUninit<u8>, MAX_SLOTS * 16)
+    };
+    zero_tail(payload, len);
+    // SAFETY: the record's payload records were written (the fields, then the zeros).
+    unsafe { hot.commit(cur, rec, rec.payload_slots()) };
+}
+
+/// Zeroes the rest of the last 16-byte slot of the `len` bytes written at the start of `payload`:
+/// the zero that ends a list of tagged values (and no stale bytes in the trace). One 16-byte store
+/// when `payload` allows (what it writes past the last slot is not part of the record), rather
+/// than a `memset` call for a few bytes.
+#[inline(always)]
+fn zero_tail(payload: &mut [MaybeUninit<u8>], len: usize) {
+    if let Some(tail) = payload.get_mut(len..len + 16) {
+        // SAFETY: `tail` is 16 bytes long; `MaybeUninit<u8>` has the layout of `u8`.
+        unsafe { (tail.as_mut_ptr() as *mut [u8; 16]).write_unaligned([0; 16]) };
+    } else {
+        for b in &mut payload[len..len.div_ceil(16) * 16] {
+            b.write(0);
+        }
+    }
+}
+
+/// The Tracepoint record of `tracepoint` at `tsc`, for `len` bytes of fields.
+#[inline(always)]
+fn tracepoint_record(tsc: u64, tracepoint: u32, len: usize) -> Record {
+    let mut rec = Record::new(tsc, EventKind::Tracepoint, tracepoint);
+    rec.word |= cpu_bits() | (len.div_ceil(16) as u64) << 40;
+    rec
 }
 
 /// The most payload slots of a callsite's record: 1 KiB of fields (a record could hold 255 slots,
