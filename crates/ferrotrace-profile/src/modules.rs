@@ -169,7 +169,7 @@ impl ModuleTable {
 
 /// The file behind a mapping as the kernel named it when it was mapped (MMAP2 records,
 /// `/proc/PID/maps`): its device, encoded as `st_dev` is, and its inode.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub(crate) struct FileId {
     pub dev: u64,
     pub ino: u64,

@@ -21,7 +21,7 @@ use crate::modules::FileId;
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub(crate) enum FileKey {
     /// A file: its device and inode.
-    Inode { dev: u64, ino: u64 },
+    File(FileId),
     /// A mapping without a file (the vDSO): its name.
     Name(String),
 }
@@ -48,12 +48,15 @@ impl MappedFile {
             Err(_) => (File::open(path).map_err(|_| "unreadable")?, true),
         };
         let meta = file.metadata().map_err(|_| "unreadable")?;
-        let (dev, ino) = (meta.dev(), meta.ino());
-        if by_path && mapped.is_some_and(|m| m != FileId { dev, ino }) {
+        let opened = FileId {
+            dev: meta.dev(),
+            ino: meta.ino(),
+        };
+        if by_path && mapped.is_some_and(|m| m != opened) {
             return Err("replaced on disk since it was mapped");
         }
         Ok(MappedFile {
-            key: FileKey::Inode { dev, ino },
+            key: FileKey::File(opened),
             file,
         })
     }
@@ -127,23 +130,19 @@ mod tests {
             .find(|m| m.0 == s)
             .expect("the mapping of the old file in /proc/self/maps");
         let old_file = line.4.expect("its device and inode");
-        let FileKey::Inode { dev, ino } = ka.key else {
-            panic!("{:?}", ka.key)
-        };
         assert_eq!(
-            old_file,
-            FileId { dev, ino },
+            FileKey::File(old_file),
+            ka.key,
             "the maps line names the old file"
         );
         assert_eq!(
             MappedFile::open(pid, 1, 2, a.to_str().unwrap(), Some(old_file)).err(),
             Some("replaced on disk since it was mapped")
         );
-        let FileKey::Inode { dev, ino } = by_path.key else {
+        let FileKey::File(new_file) = by_path.key else {
             panic!("{:?}", by_path.key)
         };
-        let new_file = Some(FileId { dev, ino });
-        assert!(MappedFile::open(pid, 1, 2, a.to_str().unwrap(), new_file).is_ok());
+        assert!(MappedFile::open(pid, 1, 2, a.to_str().unwrap(), Some(new_file)).is_ok());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
