@@ -328,7 +328,10 @@ impl Pool {
     /// A free chunk for a thread to write, the one freed last; none if every chunk is full or in use.
     pub fn take(&self) -> Option<u32> {
         let index = self.free.pop()?;
-        self.taken.fetch_max(index + 1, Ordering::Relaxed);
+        // Mostly a chunk reused below the mark: a load, and no write to a line every thread reads.
+        if index >= self.taken.load(Ordering::Relaxed) {
+            self.taken.fetch_max(index + 1, Ordering::Relaxed);
+        }
         Some(index)
     }
 
