@@ -219,7 +219,8 @@ pub fn exit(function: u32) {
 ///
 /// Not reentrant for signals, as no hot path is: an instrumented signal handler that records on this
 /// thread while `write` writes into the chunk appends where the fields are (the fields written after
-/// it returns land on its records); the event is then left out, not appended over them.
+/// it returns land on its records); the event is then left out, not appended over them, and counted
+/// as lost, so that the trace says one is missing.
 #[inline(always)]
 pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
     let max = max.min(MAX_SLOTS * 16);
@@ -243,6 +244,8 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>
                     let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
                     // SAFETY: `cur` is `reserve`'s answer for `MAX_SLOTS`, nothing appended since.
                     unsafe { commit_in_chunk(hot, cur, rec, len) };
+                } else {
+                    crate::buffers::thread::count_lost(1);
                 }
                 return;
             }
