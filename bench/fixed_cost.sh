@@ -9,16 +9,9 @@
 set -euo pipefail
 RUNS=${RUNS:-9}
 BUILDS=${BUILDS:-pg,fentry}
-root=$(cd "$(dirname "$0")/.." && pwd)
-real="$root/bench/out/real" out="$root/bench/out/fixed_cost" ft="$root/target/release/ferrotrace"
-[ -x "$real/zstd-plain" ] || { echo "fixed_cost: no $real/zstd-plain: run RUNS=1 bench/real.sh zstd first" >&2; exit 2; }
-[ -x "$ft" ] || { echo "fixed_cost: no $ft: run cargo build --release first" >&2; exit 2; }
-mkdir -p "$out"
+name=fixed_cost
+source "$(dirname "$0")/zstd_real.sh"
 head -c 1000 /dev/urandom > "$out/tiny"
-cpu_ms() { # the task-clock (ms) of a command and its children
-  perf stat -x, -e task-clock -o "$out/stat" -- "$@" >/dev/null 2>&1
-  awk -F, '/task-clock/ { print $1 }' "$out/stat"
-}
 log="$out/runs.txt"
 : > "$log"
 echo "fixed_cost: $RUNS rounds, load $(cut -d' ' -f1-3 /proc/loadavg)" >&2

@@ -14,15 +14,8 @@ BUILDS=${BUILDS:-fentry,pg}
 for so in "$@"; do
   [ -f "$so" ] || { echo "runtime_ab: $so does not exist: give libferrotrace_preload.so builds" >&2; exit 2; }
 done
-root=$(cd "$(dirname "$0")/.." && pwd)
-real="$root/bench/out/real" out="$root/bench/out/runtime_ab" ft="$root/target/release/ferrotrace"
-[ -x "$real/zstd-plain" ] || { echo "runtime_ab: no $real/zstd-plain: run RUNS=1 bench/real.sh zstd first" >&2; exit 2; }
-[ -x "$ft" ] || { echo "runtime_ab: no $ft: run cargo build --release first" >&2; exit 2; }
-mkdir -p "$out"
-cpu_ms() { # the task-clock (ms) of a command and its children
-  perf stat -x, -e task-clock -o "$out/stat" -- "$@" >/dev/null 2>&1
-  awk -F, '/task-clock/ { print $1 }' "$out/stat"
-}
+name=runtime_ab
+source "$(dirname "$0")/zstd_real.sh"
 zstd_args() { echo "-q -9 -T4 -f $real/zstd-input -o $out/out.zst"; }
 for b in ${BUILDS//,/ }; do
   log="$out/$b.txt"
