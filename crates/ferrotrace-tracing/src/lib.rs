@@ -96,10 +96,13 @@ fn recording_changed(recording: bool) {
     }
 }
 
-/// Records the fields `record` visits under `tracepoint`, written straight into the thread's chunk.
+/// Records the fields `record` visits under `tracepoint`, at `tsc`, written straight into the thread's
+/// chunk.
 #[inline(always)]
-fn record_fields(tracepoint: u32, record: impl FnOnce(&mut Values<'_, '_>)) {
-    ferrotrace::callsites::fields(tracepoint, fields::MAX, |out| record(&mut Values::new(out)));
+fn record_fields(tracepoint: u32, tsc: u64, record: impl FnOnce(&mut Values<'_, '_>)) {
+    ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
+        record(&mut Values::new(out))
+    });
 }
 
 /// The function id of span `id`: from the table of live spans, else from its metadata in the registry.
@@ -124,7 +127,9 @@ where
         if let Some(ids) = sites::lookup_or_register(attrs.metadata()) {
             span_ids::insert(id.into_u64(), ids.function);
             if !attrs.values().is_empty() {
-                record_fields(ids.tracepoint, |v| attrs.record(v));
+                record_fields(ids.tracepoint, ferrotrace::callsites::now(), |v| {
+                    attrs.record(v)
+                });
             }
         }
     }
@@ -132,26 +137,38 @@ where
     fn on_record(&self, span: &Id, values: &Record<'_>, ctx: Context<'_, S>) {
         if let Some(ids) = ctx.metadata(span).and_then(sites::lookup) {
             if !values.is_empty() {
-                record_fields(ids.tracepoint, |v| values.record(v));
+                record_fields(ids.tracepoint, ferrotrace::callsites::now(), |v| {
+                    values.record(v)
+                });
             }
         }
     }
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
-        if let Some(ids) = sites::lookup_or_register(event.metadata()) {
-            record_fields(ids.tracepoint, |v| event.record(v));
+        // The timestamp first: its latency overlaps the lookup and the visit (`callsites::now`).
+        let tsc = ferrotrace::callsites::now();
+        let meta = event.metadata();
+        if let Some(ids) = sites::lookup(meta) {
+            record_fields(ids.tracepoint, tsc, |v| event.record(v));
+        } else if let Some(ids) = sites::registering(meta) {
+            // Registration allocates, and the allocation hooks may record: stamped after them.
+            record_fields(ids.tracepoint, ferrotrace::callsites::now(), |v| {
+                event.record(v)
+            });
         }
     }
 
     fn on_enter(&self, id: &Id, ctx: Context<'_, S>) {
+        let tsc = ferrotrace::callsites::now();
         if let Some(function) = span_function(id, &ctx) {
-            ferrotrace::callsites::enter(function);
+            ferrotrace::callsites::enter(function, tsc);
         }
     }
 
     fn on_exit(&self, id: &Id, ctx: Context<'_, S>) {
+        let tsc = ferrotrace::callsites::now();
         if let Some(function) = span_function(id, &ctx) {
-            ferrotrace::callsites::exit(function);
+            ferrotrace::callsites::exit(function, tsc);
         }
     }
 }

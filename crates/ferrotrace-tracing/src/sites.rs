@@ -83,8 +83,9 @@ pub fn lookup_or_register(meta: &'static Metadata<'static>) -> Option<Ids> {
     lookup(meta).or_else(|| registering(meta))
 }
 
+/// The registration half of [`lookup_or_register`], for a callsite [`lookup`] did not find.
 #[cold]
-fn registering(meta: &'static Metadata<'static>) -> Option<Ids> {
+pub fn registering(meta: &'static Metadata<'static>) -> Option<Ids> {
     match place(meta as *const Metadata<'static> as usize) {
         Place::Empty(_) => register(meta),
         Place::Found(_) | Place::Full => None,

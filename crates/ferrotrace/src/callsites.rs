@@ -84,35 +84,47 @@ pub fn set_recording_hook(hook: fn(bool)) {
     let _ = hook;
 }
 
-/// The calling thread enters the span registered with function id `function`.
+/// The timestamp [`enter`], [`exit`] and [`fields`] stamp their record with: the timestamp counter,
+/// read by the caller first thing, so that the counter's latency (tens of cycles) overlaps the work
+/// that follows (finding the callsite's ids, writing its fields) instead of being waited for at the
+/// end, when the record is stored.
 #[inline(always)]
-pub fn enter(function: u32) {
-    #[cfg(ferrotrace_runtime)]
-    crate::recorders::callsites::enter(function);
-    #[cfg(not(ferrotrace_runtime))]
-    let _ = function;
+pub fn now() -> u64 {
+    ferrotrace_core::clock::rdtsc()
 }
 
-/// The calling thread leaves the span registered with function id `function`.
+/// The calling thread entered, at `tsc` ([`now`]), the span registered with function id `function`.
 #[inline(always)]
-pub fn exit(function: u32) {
+pub fn enter(function: u32, tsc: u64) {
     #[cfg(ferrotrace_runtime)]
-    crate::recorders::callsites::exit(function);
+    crate::recorders::callsites::enter(function, tsc);
     #[cfg(not(ferrotrace_runtime))]
-    let _ = function;
+    let _ = (function, tsc);
+}
+
+/// The calling thread left, at `tsc` ([`now`]), the span registered with function id `function`.
+#[inline(always)]
+pub fn exit(function: u32, tsc: u64) {
+    #[cfg(ferrotrace_runtime)]
+    crate::recorders::callsites::exit(function, tsc);
+    #[cfg(not(ferrotrace_runtime))]
+    let _ = (function, tsc);
 }
 
 /// Records the fields of a registered callsite under its tracepoint id: `write` writes tagged values
 /// (`ferrotrace_core::tracepoint::put_tagged`) into the [`FieldsOut`] it is given, at most `max`
 /// bytes (at most 1024 are kept). They go straight into the calling thread's chunk; before `write`
 /// runs code of the program (a field's `Debug` implementation, which may be instrumented and record
-/// into that chunk) it calls [`FieldsOut::leave_chunk`].
+/// into that chunk) it calls [`FieldsOut::leave_chunk`]. The record is stamped `tsc` ([`now`],
+/// read before `write`), or, when the fields left the chunk (the program's code ran in `write`, and may
+/// have recorded), the time after `write`, so that the event follows those records in time as in the
+/// chunk.
 #[inline(always)]
-pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
+pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
     #[cfg(ferrotrace_runtime)]
-    crate::recorders::callsites::fields(tracepoint, max, write);
+    crate::recorders::callsites::fields(tracepoint, tsc, max, write);
     #[cfg(not(ferrotrace_runtime))]
-    let _ = (tracepoint, max, write);
+    let _ = (tracepoint, tsc, max, write);
 }
 
 /// Where [`fields`] has a record's fields written: at first the calling thread's chunk, just after

@@ -183,30 +183,31 @@ fn hot() -> &'static Hot {
     unsafe { Hot::current_static() }
 }
 
-/// Appends one payload-less record of `kind` for `id` to the calling thread's chunk.
+/// Appends one payload-less record of `kind` for `id`, at `tsc`, to the calling thread's chunk.
 #[inline(always)]
-fn append(kind: EventKind, id: u32) {
-    let mut rec = Record::new(crate::buffers::clock::rdtsc(), kind, id);
+fn append(kind: EventKind, id: u32, tsc: u64) {
+    let mut rec = Record::new(tsc, kind, id);
     rec.word |= cpu_bits();
     if hot().append(rec, 0, |_| {}).is_err() {
         crate::buffers::thread::record_slow(rec, &[]);
     }
 }
 
-/// The calling thread entered the span whose function id is `function`.
+/// The calling thread entered, at `tsc`, the span whose function id is `function`.
 #[inline(always)]
-pub fn enter(function: u32) {
-    append(EventKind::Entry, function);
+pub fn enter(function: u32, tsc: u64) {
+    append(EventKind::Entry, function, tsc);
 }
 
-/// The calling thread left the span whose function id is `function`.
+/// The calling thread left, at `tsc`, the span whose function id is `function`.
 #[inline(always)]
-pub fn exit(function: u32) {
-    append(EventKind::Exit, function);
+pub fn exit(function: u32, tsc: u64) {
+    append(EventKind::Exit, function, tsc);
 }
 
-/// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id: `write`
-/// puts them into the [`FieldsOut`] it is given (at most `max` bytes).
+/// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id, at `tsc`
+/// (read by the caller before anything else, so that the counter's latency overlaps this work):
+/// `write` puts them into the [`FieldsOut`] it is given (at most `max` bytes).
 ///
 /// They are written straight into the thread's chunk, after the slot the record will take, with room
 /// for the most a record holds checked first: no copy. The cursor does not move until the record is
@@ -214,15 +215,15 @@ pub fn exit(function: u32) {
 /// code (a field's `Debug` implementation, which may be instrumented — mini-redis's `debug!(?cmd)` —
 /// and whose records go into the same chunk, at its cursor) it calls [`FieldsOut::leave_chunk`], which
 /// moves what it wrote to a buffer on the stack, and the rest of the fields go there, to be copied
-/// into the chunk after. The timestamp is taken after `write`, so that records of those calls come
-/// before the event in time as in the chunk.
+/// into the chunk after. The record is then stamped with the time after `write`, not `tsc`, so that
+/// records of those calls come before the event in time as in the chunk.
 ///
 /// Not reentrant for signals, as no hot path is: an instrumented signal handler that records on this
 /// thread while `write` writes into the chunk appends where the fields are (the fields written after
 /// it returns land on its records); the event is then left out, not appended over them, and counted
 /// as lost, so that the trace says one is missing.
 #[inline(always)]
-pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
+pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
     let max = max.min(MAX_SLOTS * 16);
     let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
     // SAFETY: `MaybeUninit<[Record; N]>` is `16 * N` bytes that may be uninitialized, which is what
@@ -241,7 +242,7 @@ pub fn fields(tracepoint: u32, max: usize, write: impl FnOnce(&mut FieldsOut<'_>
             if out.is_in_chunk() {
                 let len = out.len();
                 if hot.cursor.load(Ordering::Relaxed) == cur {
-                    let rec = tracepoint_record(crate::buffers::clock::rdtsc(), tracepoint, len);
+                    let rec = tracepoint_record(tsc, tracepoint, len);
                     // SAFETY: `cur` is `reserve`'s answer for `MAX_SLOTS`, nothing appended since.
                     unsafe { commit_in_chunk(hot, cur, rec, len) };
                 } else {
