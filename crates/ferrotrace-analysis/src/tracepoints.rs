@@ -19,7 +19,9 @@
 
 use ferrotrace_core::codec::{DecodeError, FieldReader};
 use ferrotrace_core::schema;
-use ferrotrace_core::tracepoint::{arg_specs, values, write_event};
+use ferrotrace_core::tracepoint::{
+    arg_specs, values_with_message, write_call_with_message, write_event,
+};
 pub use ferrotrace_core::tracepoint::{ArgType, Value as ValueRef};
 
 use crate::reader::{Event, EventKind, Trace};
@@ -56,6 +58,9 @@ pub struct TracepointDesc {
     /// The level of a `tracing` event or span (`INFO`, …; see [`from_callsite`]); `None` for a
     /// tracepoint.
     pub level: Option<&'static str>,
+    /// A `tracing` event's literal message, recorded once (the trace's CallsiteMessages chunk) and
+    /// left out of its events: its field's place in `args` and its text. `None` for the others.
+    pub message: Option<(u32, String)>,
 }
 
 /// The descriptor of the Tracepoint events of a `tracing` callsite (an event's, or a span's fields):
@@ -84,6 +89,7 @@ pub fn from_callsite(c: &schema::Callsite<'_>) -> TracepointDesc {
         file: c.file.to_string(),
         line: c.line,
         level: schema::LEVELS.get(c.level as usize).copied(),
+        message: None,
     }
 }
 
@@ -163,13 +169,15 @@ pub fn parse_chunk(f: &mut FieldReader<'_>) -> Result<Vec<TracepointDesc>, Decod
             file,
             line,
             level: None,
+            message: None,
         });
     }
     Ok(out)
 }
 
 impl TracepointDesc {
-    /// The named values of an event's payload (a `tracing` event's level first, as `level`).
+    /// The named values of an event's payload (a `tracing` event's level first, as `level`; its
+    /// message, when recorded once, where the event would have held it).
     pub fn decode(&self, payload: &[u8]) -> Result<Args, DecodeError> {
         let level = self
             .level
@@ -177,10 +185,15 @@ impl TracepointDesc {
         level
             .into_iter()
             .chain(
-                values(&self.args_spec, payload)
+                values_with_message(&self.args_spec, self.message(), payload)
                     .map(|r| r.map(|(n, v)| (n.to_string(), Value::from(v)))),
             )
             .collect()
+    }
+
+    /// [`TracepointDesc::message`] as the decoders take it.
+    fn message(&self) -> ferrotrace_core::tracepoint::Message<'_> {
+        self.message.as_ref().map(|(i, t)| (*i, t.as_str()))
     }
 
     /// The event's text: `crate::name(arg=value, …)`, or `crate::name` and the formatted text; a
@@ -191,7 +204,13 @@ impl TracepointDesc {
             s.push_str(level);
             s.push(' ');
         }
-        let _ = write_event(&mut s, &self.name, &self.args_spec, &self.format, payload);
+        let _ = match self.message() {
+            // Only `tracing` callsites have one, and no format.
+            Some(m) => {
+                write_call_with_message(&mut s, &self.name, &self.args_spec, Some(m), payload)
+            }
+            None => write_event(&mut s, &self.name, &self.args_spec, &self.format, payload),
+        };
         s
     }
 }

@@ -22,7 +22,7 @@ pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
-pub const VERSION_MINOR: u16 = 3;
+pub const VERSION_MINOR: u16 = 4;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
@@ -69,6 +69,10 @@ pub enum ChunkKind {
     /// the program ended: the payload of an Events chunk, numbered per thread apart from its Events
     /// chunks, stamped in the trace's ticks ([`crate::schema::EventsHeader`], then the events).
     Samples = 15,
+    /// The literal messages of `tracing` event callsites, each recorded once and left out of the
+    /// callsite's events ([`crate::schema::CallsiteMessage`]); before the first event that leaves it
+    /// out.
+    CallsiteMessages = 16,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -88,6 +92,7 @@ impl ChunkKind {
             13 => ChunkKind::RunningAtStart,
             14 => ChunkKind::Callsites,
             15 => ChunkKind::Samples,
+            16 => ChunkKind::CallsiteMessages,
             _ => return None,
         })
     }

@@ -868,6 +868,40 @@ impl<'a> Payload<'a> for Callsite<'a> {
     }
 }
 
+/// The message of a `tracing` event callsite when it is a literal (`info!("done")`, whose text is the
+/// same at every event): recorded once here, by the callsite's `tracepoint_id`, and left out of its
+/// Tracepoint events. A CallsiteMessages chunk is `v count` and that many. Readers read an event of
+/// that callsite whose tagged values hold none for field `field` as if its values began with it, a
+/// string: what the event would have held ([`crate::tracepoint::values_with_message`]). An event
+/// that holds a value for it (another text) shows its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CallsiteMessage<'a> {
+    /// The callsite's, as in its [`Callsite`] entry.
+    pub tracepoint_id: u32,
+    /// The message's place in the callsite's `fields`, from 0.
+    pub field: u32,
+    /// The text, at most 256 bytes (cut at a character boundary, as a recorded string is).
+    pub text: &'a str,
+}
+
+impl<'a> Payload<'a> for CallsiteMessage<'a> {
+    const KIND: ChunkKind = ChunkKind::CallsiteMessages;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.tracepoint_id as u64)?;
+        put_varint(s, self.field as u64)?;
+        put_str(s, self.text)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(CallsiteMessage {
+            tracepoint_id: f.varint_u32()?,
+            field: f.varint_u32()?,
+            text: f.str()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -894,6 +928,14 @@ mod tests {
                 fields: "peer,id",
                 file: "src/main.rs",
                 line: 40,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &CallsiteMessage {
+                tracepoint_id: 12,
+                field: 0,
+                text: "handled é",
             },
             &mut Vec::new(),
         );

@@ -18,6 +18,11 @@
 //! then the value as above (`u64`, `i64`, `f64`: 8 bytes; `bool`: 1; `str`: `u16` length and bytes),
 //! in the order they were recorded; absent fields are left out. [`put_tagged`] writes one.
 //!
+//! A `tracing` callsite whose message is a literal (`info!("done")`) has it recorded once, in the
+//! trace's CallsiteMessages chunk ([`crate::schema::CallsiteMessage`]), and left out of its events:
+//! readers hand it to [`values_with_message`] / [`write_event`] as a [`Message`], which is read as
+//! the first value of every event of that callsite whose payload has no value of the message's own.
+//!
 //! Shared by the runtime (live printing) and the analysis tools, without allocation:
 //!
 //! ```
@@ -329,8 +334,15 @@ pub fn arg_specs(spec: &str) -> impl Iterator<Item = (&str, &str)> {
         .map(|a| a.split_once(':').unwrap_or((a, "")))
 }
 
+/// A callsite's message recorded once rather than in each event ([`crate::schema::CallsiteMessage`]):
+/// the index of its field in the argument list, and its text.
+pub type Message<'p> = Option<(u32, &'p str)>;
+
 /// Decodes the argument values of a payload, in order, with their names.
+#[derive(Clone)]
 pub struct Values<'s, 'p> {
+    /// The callsite's message, still to be given first (the payload lacks its value).
+    message: Option<(&'s str, &'p str)>,
     spec: &'s str,
     specs: core::iter::Filter<core::str::Split<'s, char>, fn(&&str) -> bool>,
     payload: &'p [u8],
@@ -342,6 +354,16 @@ pub struct Values<'s, 'p> {
 
 /// The values of `payload` for the argument list `spec`.
 pub fn values<'s, 'p>(spec: &'s str, payload: &'p [u8]) -> Values<'s, 'p> {
+    values_with_message(spec, None, payload)
+}
+
+/// The values of `payload` for the argument list `spec` (tagged values), the callsite's `message`
+/// first when the payload has no value for it (an event that left its literal message out).
+pub fn values_with_message<'s, 'p>(
+    spec: &'s str,
+    message: Message<'p>,
+    payload: &'p [u8],
+) -> Values<'s, 'p> {
     fn nonempty(a: &&str) -> bool {
         !a.is_empty()
     }
@@ -350,14 +372,27 @@ pub fn values<'s, 'p>(spec: &'s str, payload: &'p [u8]) -> Values<'s, 'p> {
         && specs
             .clone()
             .all(|a| a.split_once(':').is_some_and(|(_, t)| t == "value"));
-    Values {
+    let mut v = Values {
+        message: None,
         spec,
         specs,
         payload,
         pos: 0,
         failed: false,
         tagged,
+    };
+    if let Some((index, text)) = message.filter(|_| tagged) {
+        let name = spec
+            .split(',')
+            .filter(|a| !a.is_empty())
+            .nth(index as usize)
+            .map(|a| a.split_once(':').map_or(a, |(n, _)| n));
+        if let Some(name) = name {
+            let recorded = v.clone().any(|r| r.is_ok_and(|(n, _)| n == name));
+            v.message = (!recorded).then_some((name, text));
+        }
     }
+    v
 }
 
 impl<'s, 'p> Values<'s, 'p> {
@@ -444,6 +479,9 @@ impl<'s, 'p> Iterator for Values<'s, 'p> {
             return None;
         }
         if self.tagged {
+            if let Some((name, text)) = self.message.take() {
+                return Some(Ok((name, Value::Str(text.as_bytes()))));
+            }
             let r = self.next_tagged()?;
             self.failed = r.is_err();
             return Some(r);
@@ -458,9 +496,20 @@ impl<'s, 'p> Iterator for Values<'s, 'p> {
 
 /// Writes `name(arg=value, …)`.
 pub fn write_call<W: Write>(w: &mut W, name: &str, spec: &str, payload: &[u8]) -> fmt::Result {
+    write_call_with_message(w, name, spec, None, payload)
+}
+
+/// [`write_call`] for a callsite whose message may be recorded once ([`values_with_message`]).
+pub fn write_call_with_message<W: Write>(
+    w: &mut W,
+    name: &str,
+    spec: &str,
+    message: Message<'_>,
+    payload: &[u8],
+) -> fmt::Result {
     w.write_str(name)?;
     w.write_char('(')?;
-    for (i, v) in values(spec, payload).enumerate() {
+    for (i, v) in values_with_message(spec, message, payload).enumerate() {
         if i > 0 {
             w.write_str(", ")?;
         }
@@ -607,6 +656,38 @@ mod tests {
             .unwrap()
             .is_err());
         assert!(values("a:value", &[1, 9]).next().unwrap().is_err());
+    }
+
+    #[test]
+    fn a_message_recorded_once_comes_first_unless_the_event_holds_its_own() {
+        let spec = "message:value,n:value";
+        let message = Some((0, "done é"));
+        // An event that left it out: its values, the message first.
+        let mut buf = [core::mem::MaybeUninit::new(0u8); 32];
+        let n = put_tagged(&mut buf, 1, Tag::Unsigned, &7u64.to_le_bytes()).unwrap();
+        // SAFETY: every byte was initialized (to 0, then by put_tagged).
+        let p: [u8; 32] = unsafe { core::mem::transmute(buf) };
+        let b = show(|w| write_call_with_message(w, "t", spec, message, &p));
+        let text = core::str::from_utf8(&b.b[..b.n]).unwrap();
+        assert_eq!(text, r#"t(message="done é", n=7)"#);
+        // Without a value at all (a payload of no slots).
+        let b = show(|w| write_call_with_message(w, "t", spec, message, &[]));
+        assert_eq!(
+            core::str::from_utf8(&b.b[..b.n]).unwrap(),
+            r#"t(message="done é")"#
+        );
+        // An event that holds a message of its own shows it, once.
+        let mut buf = [core::mem::MaybeUninit::new(0u8); 32];
+        let mut k = put_tagged(&mut buf, 0, Tag::Str, b"other").unwrap();
+        k += put_tagged(&mut buf[k..], 1, Tag::Unsigned, &7u64.to_le_bytes()).unwrap();
+        // SAFETY: as above.
+        let p: [u8; 32] = unsafe { core::mem::transmute(buf) };
+        let b = show(|w| write_call_with_message(w, "t", spec, message, &p[..k + 1]));
+        let text = core::str::from_utf8(&b.b[..b.n]).unwrap();
+        assert_eq!(text, r#"t(message="other", n=7)"#);
+        // A field index past the list is ignored (damage), not a panic.
+        let b = show(|w| write_call_with_message(w, "t", spec, Some((9, "x")), &[]));
+        assert_eq!(core::str::from_utf8(&b.b[..b.n]).unwrap(), "t()");
     }
 
     #[test]

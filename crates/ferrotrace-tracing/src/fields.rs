@@ -4,21 +4,25 @@
 //! boundary), as tracepoint strings are, and a value that does not fit is left out.
 //!
 //! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
-//! `format_args!`, behind a `&dyn Debug`) is recognised and copied as the string it is, without
-//! `core::fmt` ([`static_message`]); any other `Debug` value is formatted, after the values written
-//! so far leave the chunk for the stack (`FieldsOut::leave_chunk`): formatting runs the program's
-//! code, whose own records go into that chunk.
+//! `format_args!`, behind a `&dyn Debug`) is recognised as the string it is, without `core::fmt`
+//! ([`static_message`]): an event's is registered once with the runtime and then left out of its
+//! events (readers put it back: `ferrotrace_core::schema::CallsiteMessage`); a span's is copied. Any
+//! other `Debug` value is formatted, after the values written so far leave the chunk for the stack
+//! (`FieldsOut::leave_chunk`): formatting runs the program's code, whose own records go into that
+//! chunk.
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
 use std::sync::OnceLock;
 
 use ferrotrace::callsites::FieldsOut;
+
+use crate::sites::Slot;
 use ferrotrace_core::tracepoint::{put_tagged, Tag};
 use tracing_core::field::{Field, Value, Visit};
 
 /// Longest string or `Debug` text kept for one field.
-const MAX_STR: usize = 256;
+pub(crate) const MAX_STR: usize = 256;
 /// The room asked of the runtime for one record's fields: 1 KiB covers ordinary events (and is what
 /// the runtime gives at most).
 pub const MAX: usize = 1024;
@@ -26,13 +30,30 @@ pub const MAX: usize = 1024;
 /// Tagged values, as a field visitor writes them into the runtime's [`FieldsOut`].
 pub struct Values<'a, 'b> {
     out: &'a mut FieldsOut<'b>,
+    /// An event's callsite and its tracepoint id: its literal message is recorded once
+    /// ([`Slot::has_message`]). `None` for a span's fields.
+    event: Option<(&'static Slot, u32)>,
 }
 
 impl<'a, 'b> Values<'a, 'b> {
-    /// No values yet, to be written into `out`.
+    /// No values yet, to be written into `out`: a span's fields.
     #[inline(always)]
     pub fn new(out: &'a mut FieldsOut<'b>) -> Values<'a, 'b> {
-        Values { out }
+        Values { out, event: None }
+    }
+
+    /// No values yet, to be written into `out`: the fields of an event of the callsite in `slot`,
+    /// recorded under `tracepoint`.
+    #[inline(always)]
+    pub fn for_event(
+        out: &'a mut FieldsOut<'b>,
+        slot: &'static Slot,
+        tracepoint: u32,
+    ) -> Values<'a, 'b> {
+        Values {
+            out,
+            event: Some((slot, tracepoint)),
+        }
     }
 
     fn put(&mut self, field: &Field, tag: Tag, bytes: &[u8]) {
@@ -69,6 +90,12 @@ impl Visit for Values<'_, '_> {
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         if let Some(text) = static_message(field, value) {
+            if let Some((slot, tracepoint)) = self.event.filter(|_| field.index() == 0) {
+                let out = &mut *self.out;
+                if slot.has_message(text, tracepoint, || out.leave_chunk()) {
+                    return;
+                }
+            }
             return self.record_str(field, text);
         }
         let Ok(index) = u8::try_from(field.index()) else {
@@ -175,7 +202,7 @@ impl ArgumentsVtable {
 }
 
 /// `s` cut to at most `max` bytes, at a character boundary.
-fn cut(s: &str, max: usize) -> &str {
+pub(crate) fn cut(s: &str, max: usize) -> &str {
     let mut end = s.len().min(max);
     while !s.is_char_boundary(end) {
         end -= 1;

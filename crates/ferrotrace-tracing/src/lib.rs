@@ -146,14 +146,18 @@ where
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         // The timestamp first: its latency overlaps the lookup and the visit (`callsites::now`).
-        let tsc = ferrotrace::callsites::now();
+        let mut tsc = ferrotrace::callsites::now();
         let meta = event.metadata();
-        if let Some(ids) = sites::lookup(meta) {
-            record_fields(ids.tracepoint, tsc, |v| event.record(v));
-        } else if let Some(ids) = sites::registering(meta) {
+        let site = sites::lookup_slot(meta).or_else(|| {
+            let ids = sites::registering(meta)?;
             // Registration allocates, and the allocation hooks may record: stamped after them.
-            record_fields(ids.tracepoint, ferrotrace::callsites::now(), |v| {
-                event.record(v)
+            tsc = ferrotrace::callsites::now();
+            sites::lookup_slot(meta).filter(|(found, _)| *found == ids)
+        });
+        if let Some((ids, slot)) = site {
+            let tracepoint = ids.tracepoint;
+            ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
+                event.record(&mut Values::for_event(out, slot, tracepoint))
             });
         }
     }

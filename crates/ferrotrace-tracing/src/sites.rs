@@ -16,16 +16,19 @@ use tracing_core::{Level, Metadata};
 const SLOTS: usize = 1 << 13;
 
 /// `key`: the metadata's address (0: empty slot); `ids`: `function << 32 | tracepoint` (0: the
-/// runtime did not select it).
-struct Slot {
+/// runtime did not select it); `message`: an event's literal message registered with the runtime for
+/// the current recording, as [`message_word`] packs it (0: none yet).
+pub struct Slot {
     key: AtomicUsize,
     ids: AtomicU64,
+    message: AtomicU64,
 }
 
 static TABLE: [Slot; SLOTS] = [const {
     Slot {
         key: AtomicUsize::new(0),
         ids: AtomicU64::new(0),
+        message: AtomicU64::new(0),
     }
 }; SLOTS];
 
@@ -63,15 +66,81 @@ fn place(key: usize) -> Place {
 /// The ids of a callsite registered and selected, `None` otherwise.
 #[inline(always)]
 pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
+    lookup_slot(meta).map(|(ids, _)| ids)
+}
+
+/// [`lookup`], and the callsite's slot (for its message: [`Slot::has_message`]).
+#[inline(always)]
+pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
     match place(meta as *const Metadata<'_> as usize) {
         Place::Found(slot) => {
             let ids = slot.ids.load(Ordering::Relaxed);
-            (ids != 0).then_some(Ids {
-                function: (ids >> 32) as u32,
-                tracepoint: ids as u32,
-            })
+            (ids != 0).then_some((
+                Ids {
+                    function: (ids >> 32) as u32,
+                    tracepoint: ids as u32,
+                },
+                slot,
+            ))
         }
         Place::Empty(_) | Place::Full => None,
+    }
+}
+
+/// `text` (a `'static` literal) as one word, pointer and length, for [`Slot::has_message`]'s single
+/// load and compare; 0 (never a registered message's) when it does not fit: an address above 48 bits
+/// or a text of 64 KiB or more.
+#[inline(always)]
+fn message_word(text: &'static str) -> u64 {
+    let (addr, len) = (text.as_ptr() as u64, text.len() as u64);
+    if addr >> 48 != 0 || len >> 16 != 0 {
+        return 0;
+    }
+    addr << 16 | len
+}
+
+impl Slot {
+    /// Whether `text`, an event's literal message, is the one registered for this callsite in this
+    /// recording (its events may then leave it out). The first time, registers it under
+    /// `tracepoint` (`ferrotrace::callsites::message`), after `before_registering` (which must get
+    /// the event's fields out of the way of what registering records: it allocates), and answers
+    /// `false`: that event holds it.
+    #[inline(always)]
+    pub fn has_message(
+        &self,
+        text: &'static str,
+        tracepoint: u32,
+        before_registering: impl FnOnce(),
+    ) -> bool {
+        let word = message_word(text);
+        let known = self.message.load(Ordering::Relaxed);
+        if known == word && word != 0 {
+            return true;
+        }
+        if known == 0 && word != 0 {
+            before_registering();
+            self.register_message(word, text, tracepoint);
+        }
+        false
+    }
+
+    #[cold]
+    fn register_message(&self, word: u64, text: &str, tracepoint: u32) {
+        let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
+        // The slot may have been forgotten (the recording ended) or registered by another thread.
+        let ids = self.ids.load(Ordering::Relaxed);
+        if ids as u32 != tracepoint || self.message.load(Ordering::Relaxed) != 0 {
+            return;
+        }
+        // Index 0: the message is a callsite's first field, and so its events' first value (readers
+        // put it back first).
+        if callsites::message(
+            tracepoint,
+            0,
+            crate::fields::cut(text, crate::fields::MAX_STR),
+        ) {
+            self.message.store(word, Ordering::Relaxed);
+        }
     }
 }
 
@@ -133,6 +202,7 @@ pub fn forget_all() {
     let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
     for slot in &TABLE {
         slot.ids.store(0, Ordering::Relaxed);
+        slot.message.store(0, Ordering::Relaxed);
     }
 }
 

@@ -148,5 +148,23 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
     let args = warn.decode(&e.payload).unwrap();
     assert_eq!(args[0], ("level".into(), Value::Str("WARN".into())));
     assert_eq!(args[2], ("bytes".into(), Value::Unsigned(0)));
+    // The literal message is in the trace once (a CallsiteMessages chunk) and left out of the
+    // callsite's events but the first (which registered it): their first tagged value is `bytes`
+    // (index 1, written as 2), not the message (index 0, written as 1); every one of them reads
+    // with it, as checked above.
+    assert_eq!(warn.message, Some((0, "parsed".to_string())));
+    let firsts: Vec<u8> = trace
+        .events()
+        .unwrap()
+        .map(Result::unwrap)
+        .filter(|e| e.kind == EventKind::Tracepoint && e.id == warn.id)
+        .map(|e| e.payload[0])
+        .collect();
+    assert_eq!(firsts.len() as u64, REQUESTS);
+    assert_eq!(firsts.iter().filter(|&&i| i == 1).count(), 1, "{firsts:?}");
+    assert!(texts
+        .iter()
+        .filter(|t| t.starts_with("WARN"))
+        .all(|t| t.contains(r#"(message="parsed", bytes="#)));
     std::fs::remove_dir_all(&dir).unwrap();
 }

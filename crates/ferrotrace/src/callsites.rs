@@ -84,6 +84,22 @@ pub fn set_recording_hook(hook: fn(bool)) {
     let _ = hook;
 }
 
+/// Registers the literal message of the event callsite registered with tracepoint id `tracepoint`
+/// (`info!("done")`: the same text at every event): the text of its field number `field` (its place
+/// in the description's `fields`, from 0), written once into the trace, so that [`fields`] need not
+/// write it in every event: readers show it in each event of the callsite that holds no value of
+/// that field. `false` when nothing records this process (the events then keep it). Allocates and
+/// takes a lock: once per callsite and recording.
+pub fn message(tracepoint: u32, field: u32, text: &str) -> bool {
+    #[cfg(ferrotrace_runtime)]
+    return crate::recorders::callsites::message(tracepoint, field, text);
+    #[cfg(not(ferrotrace_runtime))]
+    {
+        let _ = (tracepoint, field, text);
+        false
+    }
+}
+
 /// The timestamp [`enter`], [`exit`] and [`fields`] stamp their record with: the timestamp counter,
 /// read by the caller first thing, so that the counter's latency (tens of cycles) overlaps the work
 /// that follows (finding the callsite's ids, writing its fields) instead of being waited for at the

@@ -359,6 +359,16 @@ impl Trace {
                         .insert(c.tracepoint_id, crate::tracepoints::from_callsite(&c));
                 }
             }
+            Some(ChunkKind::CallsiteMessages) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                for _ in 0..n {
+                    let m = schema::CallsiteMessage::decode(&mut f)?;
+                    // Written after its callsite's entry (the first event that had it registers it).
+                    if let Some(d) = self.tracepoints.get_mut(&m.tracepoint_id) {
+                        d.message = Some((m.field, m.text.to_string()));
+                    }
+                }
+            }
             Some(ChunkKind::Tracepoints) => {
                 for d in crate::tracepoints::parse_chunk(&mut f)? {
                     self.tracepoints.insert(d.id, d);

@@ -86,11 +86,13 @@ pub struct Printer {
     events: HashMap<u32, Callsite>,
 }
 
-/// What prints a `tracing` event or span's fields: the callsite's level, name and field list.
+/// What prints a `tracing` event or span's fields: the callsite's level, name and field list, and
+/// its message when recorded once (a CallsiteMessages chunk: its field's place and text).
 struct Callsite {
     level: &'static str,
     name: String,
     args: String,
+    message: Option<(u32, String)>,
 }
 
 impl Output {
@@ -181,15 +183,27 @@ impl Printer {
     }
 
     /// Collector hook: a chunk the collector writes, which describes what later events refer to; the
-    /// printer learns the names of Callsites chunks from it.
+    /// printer learns the names of Callsites chunks from it, and the messages of CallsiteMessages
+    /// chunks.
     pub fn describe(&mut self, kind: ChunkKind, payload: &[u8]) {
-        if kind != ChunkKind::Callsites {
-            return;
-        }
         let mut f = FieldReader::new(payload);
         let Ok(Count(n)) = Count::decode(&mut f) else {
             return;
         };
+        if kind == ChunkKind::CallsiteMessages {
+            for _ in 0..n {
+                let Ok(m) = schema::CallsiteMessage::decode(&mut f) else {
+                    return;
+                };
+                if let Some(c) = self.events.get_mut(&m.tracepoint_id) {
+                    c.message = Some((m.field, m.text.to_string()));
+                }
+            }
+            return;
+        }
+        if kind != ChunkKind::Callsites {
+            return;
+        }
         for _ in 0..n {
             let Ok(c) = schema::Callsite::decode(&mut f) else {
                 return;
@@ -207,6 +221,7 @@ impl Printer {
                 level: schema::LEVELS.get(c.level as usize).copied().unwrap_or("?"),
                 name: c.name.to_string(),
                 args: args.join(","),
+                message: None,
             };
             self.events.insert(c.tracepoint_id, callsite);
         }
@@ -299,8 +314,10 @@ impl Printer {
                 }
                 (None, Some(c)) => {
                     let _ = write!(line, "{} ", c.level);
-                    let _ =
-                        ferrotrace_core::tracepoint::write_call(line, &c.name, &c.args, payload);
+                    let message = c.message.as_ref().map(|(i, t)| (*i, t.as_str()));
+                    let _ = ferrotrace_core::tracepoint::write_call_with_message(
+                        line, &c.name, &c.args, message, payload,
+                    );
                 }
                 (None, None) => {
                     let _ = write!(line, "tracepoint#{}", r.id());

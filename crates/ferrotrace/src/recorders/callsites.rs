@@ -11,7 +11,8 @@
 //!
 //! Each callsite is described once, in a Callsites chunk (`ferrotrace_core::schema::Callsite`) that
 //! the collector writes before the next chunk of events ([`RECORDER`]'s metadata hook), and in the
-//! runtime's header, which a forked child's trace starts with.
+//! runtime's header, which a forked child's trace starts with; so is an event's literal message, which
+//! its events then leave out ([`message`], a CallsiteMessages chunk).
 //!
 //! Selection, decided at registration: a span is registered unless `-F`/`-N` leave it out (by its
 //! name, as they would a function; in `record`'s subtree mode it is always registered and the collector
@@ -52,8 +53,11 @@ static TRACE_GLOBS: Mutex<Option<String>> = Mutex::new(None);
 /// The layer's [`crate::callsites::set_recording_hook`], as an address (0: no layer in the program).
 static RECORDING_HOOK: AtomicUsize = AtomicUsize::new(0);
 
-/// Callsite descriptions not yet handed to the collector: `(count, encoded entries)`.
-static PENDING: Mutex<(u64, Vec<u8>)> = Mutex::new((0, Vec::new()));
+/// Descriptions not yet handed to the collector, `(count, encoded entries)`: of callsites, then of
+/// their messages (in that order in the trace: a message follows its callsite).
+static PENDING: Mutex<[(u64, Vec<u8>); 2]> = Mutex::new([(0, Vec::new()), (0, Vec::new())]);
+/// [`PENDING`]'s chunk kinds.
+const PENDING_KINDS: [ChunkKind; 2] = [ChunkKind::Callsites, ChunkKind::CallsiteMessages];
 /// Set while [`PENDING`] holds something: the collector's check before each chunk is one load.
 static HAS_PENDING: AtomicBool = AtomicBool::new(false);
 /// Every event callsite is selected: the program started the recording for them
@@ -106,33 +110,63 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
         line: d.line,
     }
     .encode(&mut entry);
-    // A forked child's trace starts with the header: its callsites are there.
-    let mut alone = Vec::new();
-    let _ = schema::Count(1).encode(&mut alone);
-    alone.extend_from_slice(&entry);
-    rt.describe(vec![(ChunkKind::Callsites, alone)]);
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    pending.0 += 1;
-    pending.1.extend_from_slice(&entry);
-    HAS_PENDING.store(true, Ordering::Release);
+    describe(rt, 0, &entry);
     Some(ids)
 }
 
-/// The collector's hook: one Callsites chunk with what was registered since the last call.
+/// Registers the literal message of the event callsite recorded under `tracepoint`: the text of its
+/// field `field`, which its events leave out from now on (`crate::callsites::message`). Takes a lock
+/// and allocates: once per callsite.
+pub fn message(tracepoint: u32, field: u32, text: &str) -> bool {
+    let Some(rt) = runtime::get() else {
+        return false;
+    };
+    if !rt.lifecycle.is_recording() || !rt.records_this_process() {
+        return false;
+    }
+    let mut entry = Vec::new();
+    let _ = schema::CallsiteMessage {
+        tracepoint_id: tracepoint,
+        field,
+        text,
+    }
+    .encode(&mut entry);
+    describe(rt, 1, &entry);
+    true
+}
+
+/// Adds one encoded `entry` of [`PENDING`]'s list `list` to the runtime's header (a forked child's
+/// trace starts with it) and to what the collector writes next.
+fn describe(rt: &runtime::Runtime, list: usize, entry: &[u8]) {
+    let mut alone = Vec::new();
+    let _ = schema::Count(1).encode(&mut alone);
+    alone.extend_from_slice(entry);
+    rt.describe(vec![(PENDING_KINDS[list], alone)]);
+    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    pending[list].0 += 1;
+    pending[list].1.extend_from_slice(entry);
+    HAS_PENDING.store(true, Ordering::Release);
+}
+
+/// The collector's hook: one Callsites chunk with the callsites registered since the last call, then
+/// one CallsiteMessages chunk with the messages.
 fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
     if !HAS_PENDING.load(Ordering::Acquire) {
         return Vec::new();
     }
     let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
     HAS_PENDING.store(false, Ordering::Relaxed);
-    let (count, entries) = std::mem::take(&mut *pending);
-    if count == 0 {
-        return Vec::new();
+    let mut chunks = Vec::new();
+    for (kind, (count, entries)) in PENDING_KINDS.into_iter().zip(std::mem::take(&mut *pending)) {
+        if count == 0 {
+            continue;
+        }
+        let mut p = Vec::with_capacity(entries.len() + 10);
+        let _ = schema::Count(count).encode(&mut p);
+        p.extend_from_slice(&entries);
+        chunks.push((kind, p));
     }
-    let mut p = Vec::with_capacity(entries.len() + 10);
-    let _ = schema::Count(count).encode(&mut p);
-    p.extend_from_slice(&entries);
-    vec![(ChunkKind::Callsites, p)]
+    chunks
 }
 
 /// Sets the layer's hook (`crate::callsites::set_recording_hook`).
