@@ -31,7 +31,7 @@ pub const MAX: usize = 1024;
 pub struct Values<'a, 'b> {
     out: &'a mut FieldsOut<'b>,
     /// An event's callsite and its tracepoint id: its literal message is recorded once
-    /// ([`Slot::has_message`]). `None` for a span's fields.
+    /// ([`Slot::is_message`]). `None` for a span's fields.
     event: Option<(&'static Slot, u32)>,
 }
 
@@ -89,15 +89,44 @@ impl Visit for Values<'_, '_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if let Some(text) = static_message(field, value) {
-            if let Some((slot, tracepoint)) = self.event.filter(|_| field.index() == 0) {
-                let out = &mut *self.out;
-                if slot.has_message(text, tracepoint, || out.leave_chunk()) {
-                    return;
-                }
-            }
-            return self.record_str(field, text);
+        match static_message(field, value) {
+            Some(text) if self.left_out(field, text) => {}
+            Some(text) => self.record_message(field, text),
+            None => self.format_debug(field, value),
         }
+    }
+}
+
+impl Values<'_, '_> {
+    /// Whether `text`, the literal message of an event, is its callsite's registered message, which
+    /// its events leave out: a load and a compare, so that [`Visit::record_debug`]'s way for it
+    /// needs no stack frame.
+    #[inline(always)]
+    fn left_out(&self, field: &Field, text: &'static str) -> bool {
+        match self.event {
+            Some((slot, _)) if field.index() == 0 => slot.is_message(text),
+            _ => false,
+        }
+    }
+
+    /// A literal message that is not left out: copied as a string, after registering it as the
+    /// callsite's (then its next events leave it out) if it is an event's first.
+    #[inline(never)]
+    fn record_message(&mut self, field: &Field, text: &'static str) {
+        if let Some((slot, tracepoint)) = self.event.filter(|_| field.index() == 0) {
+            if slot.may_register_message() {
+                // Registering allocates, and the allocation hooks may record into the chunk.
+                self.out.leave_chunk();
+                slot.register_message(text, tracepoint);
+            }
+        }
+        self.record_str(field, text)
+    }
+
+    /// `value` formatted with `Debug`, as a string: apart from [`Visit::record_debug`]'s path for
+    /// messages, whose few instructions then need no stack frame of their own.
+    #[inline(never)]
+    fn format_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let Ok(index) = u8::try_from(field.index()) else {
             return;
         };
@@ -136,9 +165,10 @@ impl Visit for Values<'_, '_> {
 /// formatted, as any other — slower, still right.
 #[inline(always)]
 fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str> {
-    let known = ARGUMENTS_VTABLE
-        .get_or_init(|| ArgumentsVtable::learn(field))
-        .0?;
+    let known = match ARGUMENTS_VTABLE.get() {
+        Some(learnt) => learnt.0?,
+        None => learn_arguments_vtable(field)?,
+    };
     let value = value as *const dyn fmt::Debug;
     // The known vtable with `value`'s address: equal to `value` when its vtable is the known one.
     if !core::ptr::eq(known.with_addr(value.addr()), value) {
@@ -158,6 +188,15 @@ fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str>
         tests::STATIC_MESSAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     text
+}
+
+/// [`ArgumentsVtable::learn`], once: the first message's way, apart from the others'.
+#[cold]
+#[inline(never)]
+fn learn_arguments_vtable(field: &Field) -> Option<*const dyn fmt::Debug> {
+    ARGUMENTS_VTABLE
+        .get_or_init(|| ArgumentsVtable::learn(field))
+        .0
 }
 
 /// The `&dyn Debug` pointer `tracing_core` makes for a `fmt::Arguments` (its address is not used,

@@ -105,6 +105,28 @@ fn record_fields(tracepoint: u32, tsc: u64, record: impl FnOnce(&mut Values<'_, 
     });
 }
 
+/// Records `event`, of the callsite in `slot` registered under `tracepoint`, at `tsc`.
+#[inline(always)]
+fn record_event(event: &Event<'_>, tracepoint: u32, slot: &'static sites::Slot, tsc: u64) {
+    ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
+        event.record(&mut Values::for_event(out, slot, tracepoint))
+    });
+}
+
+/// Records `event` of a callsite not registered yet (while another thread registers it, or when
+/// `tracing`'s interest cache is off), after registering it if it is its turn; stamped after the
+/// registration, which allocates (the allocation hooks may record).
+#[cold]
+#[inline(never)]
+fn register_and_record(event: &Event<'_>) {
+    let meta = event.metadata();
+    if sites::registering(meta).is_some() {
+        if let Some((ids, slot)) = sites::lookup_slot(meta) {
+            record_event(event, ids.tracepoint, slot, ferrotrace::callsites::now());
+        }
+    }
+}
+
 /// The function id of span `id`: from the table of live spans, else from its metadata in the registry.
 #[inline(always)]
 fn span_function<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u32>
@@ -146,19 +168,10 @@ where
 
     fn on_event(&self, event: &Event<'_>, _ctx: Context<'_, S>) {
         // The timestamp first: its latency overlaps the lookup and the visit (`callsites::now`).
-        let mut tsc = ferrotrace::callsites::now();
-        let meta = event.metadata();
-        let site = sites::lookup_slot(meta).or_else(|| {
-            let ids = sites::registering(meta)?;
-            // Registration allocates, and the allocation hooks may record: stamped after them.
-            tsc = ferrotrace::callsites::now();
-            sites::lookup_slot(meta).filter(|(found, _)| *found == ids)
-        });
-        if let Some((ids, slot)) = site {
-            let tracepoint = ids.tracepoint;
-            ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
-                event.record(&mut Values::for_event(out, slot, tracepoint))
-            });
+        let tsc = ferrotrace::callsites::now();
+        match sites::lookup_slot(event.metadata()) {
+            Some((ids, slot)) => record_event(event, ids.tracepoint, slot, tsc),
+            None => register_and_record(event),
         }
     }
 

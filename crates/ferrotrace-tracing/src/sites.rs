@@ -69,7 +69,7 @@ pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
     lookup_slot(meta).map(|(ids, _)| ids)
 }
 
-/// [`lookup`], and the callsite's slot (for its message: [`Slot::has_message`]).
+/// [`lookup`], and the callsite's slot (for its message: [`Slot::is_message`]).
 #[inline(always)]
 pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
     match place(meta as *const Metadata<'_> as usize) {
@@ -87,8 +87,8 @@ pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
     }
 }
 
-/// `text` (a `'static` literal) as one word, pointer and length, for [`Slot::has_message`]'s single
-/// load and compare; 0 (never a registered message's) when it does not fit: an address above 48 bits
+/// `text` (a `'static` literal) as one word, pointer and length, for [`Slot::is_message`]'s single
+/// load and compare ([`Slot::is_message`]); 0 (never a registered message's) when it does not fit: an address above 48 bits
 /// or a text of 64 KiB or more.
 #[inline(always)]
 fn message_word(text: &'static str) -> u64 {
@@ -101,35 +101,31 @@ fn message_word(text: &'static str) -> u64 {
 
 impl Slot {
     /// Whether `text`, an event's literal message, is the one registered for this callsite in this
-    /// recording (its events may then leave it out). The first time, registers it under
-    /// `tracepoint` (`ferrotrace::callsites::message`), after `before_registering` (which must get
-    /// the event's fields out of the way of what registering records: it allocates), and answers
-    /// `false`: that event holds it.
+    /// recording ([`Slot::register_message`]): its events may then leave it out.
     #[inline(always)]
-    pub fn has_message(
-        &self,
-        text: &'static str,
-        tracepoint: u32,
-        before_registering: impl FnOnce(),
-    ) -> bool {
+    pub fn is_message(&self, text: &'static str) -> bool {
         let word = message_word(text);
-        let known = self.message.load(Ordering::Relaxed);
-        if known == word && word != 0 {
-            return true;
-        }
-        if known == 0 && word != 0 {
-            before_registering();
-            self.register_message(word, text, tracepoint);
-        }
-        false
+        word != 0 && self.message.load(Ordering::Relaxed) == word
     }
 
+    /// Whether no message is registered for this callsite in this recording yet.
+    #[inline(always)]
+    pub fn may_register_message(&self) -> bool {
+        self.message.load(Ordering::Relaxed) == 0
+    }
+
+    /// Registers `text`, an event's literal message, as this callsite's, recorded under `tracepoint`
+    /// (`ferrotrace::callsites::message`), unless one is already (another thread's), the text does
+    /// not fit [`message_word`], or the recording ended. Takes a lock and allocates: once per
+    /// callsite and recording; the event being recorded must hold its message itself.
     #[cold]
-    fn register_message(&self, word: u64, text: &str, tracepoint: u32) {
+    pub fn register_message(&self, text: &'static str, tracepoint: u32) {
+        let word = message_word(text);
         let _one = INSERTING.lock().unwrap_or_else(|e| e.into_inner());
-        // The slot may have been forgotten (the recording ended) or registered by another thread.
+        // The slot may have been forgotten (the recording ended) or given a message by another
+        // thread.
         let ids = self.ids.load(Ordering::Relaxed);
-        if ids as u32 != tracepoint || self.message.load(Ordering::Relaxed) != 0 {
+        if word == 0 || ids as u32 != tracepoint || self.message.load(Ordering::Relaxed) != 0 {
             return;
         }
         // Index 0: the message is a callsite's first field, and so its events' first value (readers
