@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 
@@ -18,25 +17,6 @@ fn fib(dir: &Path, n: &str) -> PathBuf {
     let (out, trace) = record(dir, &[], &testprog("fib"), &[n]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     trace
-}
-
-/// Runs `script` with Python's duckdb module (scripts/setup.sh installs it); its stdout.
-fn duckdb(script: &str) -> String {
-    let have = Command::new("python3")
-        .args(["-c", "import duckdb"])
-        .output()
-        .expect("python3");
-    assert!(
-        have.status.success(),
-        "these tests query the Parquet dataset with DuckDB from Python, which is not installed: \
-         run scripts/setup.sh (pip install --break-system-packages duckdb)"
-    );
-    let out = Command::new("python3")
-        .args(["-c", script])
-        .output()
-        .expect("python3");
-    assert!(out.status.success(), "python: {}", text(&out.stderr));
-    text(&out.stdout)
 }
 
 fn parquet(trace: &Path, dir: &Path) {

@@ -91,6 +91,7 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
 
     // Events: one `handled` per request, with its fields and level; span fields.
     let mut handled = Vec::new();
+    let mut holding_message = 0;
     let mut span_fields = 0;
     for e in trace.events().unwrap() {
         let e = e.unwrap();
@@ -100,12 +101,25 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
         let (desc, args) = tracepoints::decode(&trace, &e).unwrap();
         let args = args.unwrap();
         match desc.name.as_str() {
-            "ft_tracing_service" => handled.push(args),
+            "ft_tracing_service" => {
+                handled.push(args);
+                // Its first tagged value: the message's (index 0, written 1) or `id`'s.
+                holding_message += (e.payload.first() == Some(&1)) as u64;
+            }
             "handle_request" => span_fields += 1,
             _ => {}
         }
     }
     assert_eq!(handled.len() as u64, REQUESTS);
+    // The literal message is in the trace once (CallsiteMessages), left out of every event but the
+    // one that registered it; every command below shows it in each.
+    let desc = trace
+        .tracepoints
+        .values()
+        .find(|d| d.name == "ft_tracing_service" && d.level == Some("INFO"))
+        .unwrap();
+    assert_eq!(desc.message, Some((0, "handled".to_string())));
+    assert_eq!(holding_message, 1);
     for (i, args) in handled.iter().enumerate() {
         assert_eq!(args[0], ("level".into(), Value::Str("INFO".into())));
         assert_eq!(args[1], ("message".into(), Value::Str("handled".into())));
@@ -195,6 +209,11 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
         .unwrap();
     assert_eq!(instant["args"]["level"], "INFO");
     assert_eq!(instant["args"]["status"], 200);
+    let with_message = events
+        .iter()
+        .filter(|e| e["ph"] == "i" && e["args"]["message"] == "handled")
+        .count();
+    assert_eq!(with_message as u64, REQUESTS);
 
     // Perfetto and Parquet are written (their content: tests/exports.rs, tests/viewers.rs).
     for (format, out) in [("perfetto", "t.perfetto-trace"), ("parquet", "t.parquet")] {
@@ -210,6 +229,14 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
         ]));
         assert!(out.exists());
     }
+    // Parquet: every `handled` event's fields hold the message.
+    let events = dir.join("t.parquet").join("events.parquet");
+    let count = duckdb(&format!(
+        "import duckdb\nprint(duckdb.sql(\"select count(*) from read_parquet('{}') \
+         where name = 'ft_tracing_service' and json_extract_string(fields, '$.message') = 'handled'\").fetchall()[0][0])",
+        events.to_str().unwrap()
+    ));
+    assert_eq!(count.trim(), REQUESTS.to_string());
 }
 
 #[test]

@@ -791,3 +791,22 @@ pub fn perfetto_view(trace: &Path, dir: &Path) -> Vec<serde_json::Value> {
         .map(|l| serde_json::from_str(l).expect("one JSON value per line"))
         .collect()
 }
+
+/// Runs `script` with Python's duckdb module (scripts/setup.sh installs it); its stdout.
+pub fn duckdb(script: &str) -> String {
+    let have = Command::new("python3")
+        .args(["-c", "import duckdb"])
+        .output()
+        .expect("python3");
+    assert!(
+        have.status.success(),
+        "these tests query the Parquet dataset with DuckDB from Python, which is not installed: \
+         run scripts/setup.sh (pip install --break-system-packages duckdb)"
+    );
+    let out = Command::new("python3")
+        .args(["-c", script])
+        .output()
+        .expect("python3");
+    assert!(out.status.success(), "python: {}", text(&out.stderr));
+    text(&out.stdout)
+}
