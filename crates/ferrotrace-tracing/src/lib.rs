@@ -5,10 +5,13 @@
 //!   threads nests on each), so that `ferrotrace report`, `replay`, `flame`, `live` and every export
 //!   show spans wherever they show functions, between the functions of an instrumented build. Its
 //!   fields, when it is created and when `Span::record` adds some, are an event named after it.
-//! * An **event** is recorded like a tracepoint, with its fields and its level.
+//! * An **event** is recorded like a tracepoint, with its fields and its level. A literal message
+//!   (`info!(id, "done")`) is written once per callsite, at its first event, and left out of the
+//!   others; every reader shows it in each.
 //!
 //! Both go through the runtime's per-thread chunks, the path the XRay trampolines and tracepoints
-//! take: a `rdtsc` and a few stores, no lock, no allocation. Each callsite is registered once (its
+//! take: a `rdtsc` (read first, so that its latency overlaps the rest) and a few stores, no lock, no
+//! allocation. Each callsite is registered once (its
 //! `&'static Metadata` gets small ids and its names go into the trace).
 //!
 //! Where they go: into the trace of `ferrotrace record` when the program runs under it (a program that
