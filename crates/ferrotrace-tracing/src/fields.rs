@@ -89,7 +89,11 @@ impl Visit for Values<'_, '_> {
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        match static_message(field, value) {
+        // Every call out of here is a tail call: the way of a message left out needs no stack frame.
+        let Some(known) = ARGUMENTS_VTABLE.get() else {
+            return self.record_debug_learning(field, value);
+        };
+        match static_message(known, value) {
             Some(text) if self.left_out(field, text) => {}
             Some(text) => self.record_message(field, text),
             None => self.format_debug(field, value),
@@ -98,6 +102,14 @@ impl Visit for Values<'_, '_> {
 }
 
 impl Values<'_, '_> {
+    /// [`Visit::record_debug`] the first time, after [`ArgumentsVtable::learn`].
+    #[cold]
+    #[inline(never)]
+    fn record_debug_learning(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        ARGUMENTS_VTABLE.get_or_init(|| ArgumentsVtable::learn(field));
+        self.record_debug(field, value)
+    }
+
     /// Whether `text`, the literal message of an event, is its callsite's registered message, which
     /// its events leave out: a load and a compare, so that [`Visit::record_debug`]'s way for it
     /// needs no stack frame.
@@ -158,17 +170,14 @@ impl Values<'_, '_> {
 /// The text of `value` when it is a `fmt::Arguments` without arguments (`format_args!("done")`, a
 /// `tracing` message without `{}`): what its `Debug` output would be, without formatting it.
 ///
-/// `value` is recognised by its vtable: the one `tracing_core` makes when it hands an `Arguments` to a
-/// visitor (`<fmt::Arguments as Value>::record`, compiled once, in `tracing_core`), learnt on the
-/// first call by handing it an `Arguments` of ours ([`ArgumentsVtable`]). Rust does not promise a
-/// type one vtable: a copy of it (another codegen unit's) does not compare equal, and the value is
-/// formatted, as any other — slower, still right.
+/// `value` is recognised by its vtable, `known`: the one `tracing_core` makes when it hands an
+/// `Arguments` to a visitor (`<fmt::Arguments as Value>::record`, compiled once, in `tracing_core`),
+/// learnt on the first call by handing it an `Arguments` of ours ([`ArgumentsVtable`]). Rust does not
+/// promise a type one vtable: a copy of it (another codegen unit's) does not compare equal, and the
+/// value is formatted, as any other — slower, still right.
 #[inline(always)]
-fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str> {
-    let known = match ARGUMENTS_VTABLE.get() {
-        Some(learnt) => learnt.0?,
-        None => learn_arguments_vtable(field)?,
-    };
+fn static_message(known: &ArgumentsVtable, value: &dyn fmt::Debug) -> Option<&'static str> {
+    let known = known.0?;
     let value = value as *const dyn fmt::Debug;
     // The known vtable with `value`'s address: equal to `value` when its vtable is the known one.
     if !core::ptr::eq(known.with_addr(value.addr()), value) {
@@ -188,15 +197,6 @@ fn static_message(field: &Field, value: &dyn fmt::Debug) -> Option<&'static str>
         tests::STATIC_MESSAGES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
     text
-}
-
-/// [`ArgumentsVtable::learn`], once: the first message's way, apart from the others'.
-#[cold]
-#[inline(never)]
-fn learn_arguments_vtable(field: &Field) -> Option<*const dyn fmt::Debug> {
-    ARGUMENTS_VTABLE
-        .get_or_init(|| ArgumentsVtable::learn(field))
-        .0
 }
 
 /// The `&dyn Debug` pointer `tracing_core` makes for a `fmt::Arguments` (its address is not used,
