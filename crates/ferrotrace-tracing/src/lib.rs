@@ -136,8 +136,18 @@ fn span_function<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u32>
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    span_ids::get(id.into_u64())
-        .or_else(|| Some(ctx.metadata(id).and_then(sites::lookup)?.function))
+    span_ids::get(id.into_u64()).or_else(|| span_function_in_registry(id, ctx))
+}
+
+/// [`span_function`] of a span the table no longer holds: apart, so that `on_enter` and `on_exit`
+/// keep their timestamp in a register on the way of the others.
+#[cold]
+#[inline(never)]
+fn span_function_in_registry<S>(id: &Id, ctx: &Context<'_, S>) -> Option<u32>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    Some(ctx.metadata(id).and_then(sites::lookup)?.function)
 }
 
 impl<S> Layer<S> for FerrotraceLayer

@@ -106,7 +106,10 @@ pub fn message(tracepoint: u32, field: u32, text: &str) -> bool {
 /// end, when the record is stored.
 #[inline(always)]
 pub fn now() -> u64 {
-    ferrotrace_core::clock::rdtsc()
+    #[cfg(ferrotrace_runtime)]
+    return crate::buffers::clock::rdtsc();
+    #[cfg(not(ferrotrace_runtime))]
+    0
 }
 
 /// The calling thread entered, at `tsc` ([`now`]), the span registered with function id `function`.
