@@ -17,7 +17,7 @@ const SLOTS: usize = 1 << 13;
 
 /// `key`: the metadata's address (0: empty slot); `ids`: `function << 32 | tracepoint` (0: the
 /// runtime did not select it); `message`: an event's literal message registered with the runtime for
-/// the current recording, as [`message_word`] packs it (0: none yet).
+/// the current recording, as [`message_word`] packs it (0: none yet, [`NO_MESSAGE`]: none can be).
 pub struct Slot {
     key: AtomicUsize,
     ids: AtomicU64,
@@ -87,6 +87,10 @@ pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
     }
 }
 
+/// A [`Slot`]'s `message` when no message could be registered: no text's [`message_word`] (its
+/// address would be 0), and not 0, so that registering is not tried again.
+const NO_MESSAGE: u64 = 1;
+
 /// `text` (a `'static` literal) as one word, pointer and length, for [`Slot::is_message`]'s single
 /// load and compare ([`Slot::is_message`]); 0 (never a registered message's) when it does not fit: an address above 48 bits
 /// or a text of 64 KiB or more.
@@ -108,16 +112,17 @@ impl Slot {
         word != 0 && self.message.load(Ordering::Relaxed) == word
     }
 
-    /// Whether no message is registered for this callsite in this recording yet.
+    /// Whether no message is registered for this callsite in this recording yet (nor given up).
     #[inline(always)]
     pub fn may_register_message(&self) -> bool {
         self.message.load(Ordering::Relaxed) == 0
     }
 
     /// Registers `text`, an event's literal message, as this callsite's, recorded under `tracepoint`
-    /// (`ferrotrace::callsites::message`), unless one is already (another thread's), the text does
-    /// not fit [`message_word`], or the recording ended. Takes a lock and allocates: once per
-    /// callsite and recording; the event being recorded must hold its message itself.
+    /// (`ferrotrace::callsites::message`), unless one is already (another thread's) or the recording
+    /// ended; when the text does not fit [`message_word`] or the runtime refuses it, marks the
+    /// callsite [`NO_MESSAGE`]. Takes a lock and allocates: once per callsite and recording; the
+    /// event being recorded must hold its message itself.
     #[cold]
     pub fn register_message(&self, text: &'static str, tracepoint: u32) {
         let word = message_word(text);
@@ -125,18 +130,21 @@ impl Slot {
         // The slot may have been forgotten (the recording ended) or given a message by another
         // thread.
         let ids = self.ids.load(Ordering::Relaxed);
-        if word == 0 || ids as u32 != tracepoint || self.message.load(Ordering::Relaxed) != 0 {
+        if ids as u32 != tracepoint || self.message.load(Ordering::Relaxed) != 0 {
             return;
         }
         // Index 0: the message is a callsite's first field, and so its events' first value (readers
         // put it back first).
-        if callsites::message(
-            tracepoint,
-            0,
-            crate::fields::cut(text, crate::fields::MAX_STR),
-        ) {
-            self.message.store(word, Ordering::Relaxed);
-        }
+        let registered = word != 0
+            && callsites::message(
+                tracepoint,
+                0,
+                crate::fields::cut(text, crate::fields::MAX_STR),
+            );
+        // A text that does not fit in a word, or one the runtime refused (this process does not
+        // record): not tried again at every event; its events hold it.
+        let word = if registered { word } else { NO_MESSAGE };
+        self.message.store(word, Ordering::Relaxed);
     }
 }
 
@@ -244,5 +252,39 @@ fn level(l: &Level) -> u8 {
         Level::INFO => 2,
         Level::WARN => 3,
         Level::ERROR => 4,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn slot(tracepoint: u32) -> Slot {
+        Slot {
+            key: AtomicUsize::new(8),
+            ids: AtomicU64::new(tracepoint as u64),
+            message: AtomicU64::new(0),
+        }
+    }
+
+    #[test]
+    fn a_message_that_cannot_be_registered_is_given_up_once() {
+        // Too long for a word: never registered, and not tried again.
+        let long: &'static str = Box::leak("x".repeat(70_000).into_boxed_str());
+        assert_eq!(message_word(long), 0);
+        let s = slot(5);
+        assert!(s.may_register_message());
+        s.register_message(long, 5);
+        assert!(!s.may_register_message());
+        assert!(!s.is_message(long));
+        // Refused by the runtime (nothing records this test): the same.
+        let s = slot(6);
+        s.register_message("done", 6);
+        assert!(!s.may_register_message());
+        assert!(!s.is_message("done"));
+        // A slot whose ids changed meanwhile (the recording ended) is left alone.
+        let s = slot(7);
+        s.register_message("done", 8);
+        assert!(s.may_register_message());
     }
 }
