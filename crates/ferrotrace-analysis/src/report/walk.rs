@@ -8,12 +8,13 @@
 //! Not for analyses that need the frames themselves (graph, replay): they use `CallStack`.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use crate::names::Representatives;
 use ferrotrace_core::codec::{EventDecoder, EventFields};
 
-use crate::reader::stream::VisitEvents;
-use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
+use crate::reader::stream::{visit_events_payload, VisitEvents};
+use crate::reader::{Batch, ChunkRef, EventKind, ReadError, ThreadEvents};
 
 /// Per-function counts in ticks, the result of the walk ([`ThreadCounts::acc`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -403,6 +404,24 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// Counts the events of Events chunk `c`, whose payload the index pass read, as
+    /// [`ThreadCounts::add_decoded`] counts a chunk it reads: the chunk's number of events, or the read
+    /// error that ends the thread's events.
+    pub(super) fn add_payload(
+        &mut self,
+        path: &Path,
+        c: ChunkRef,
+        payload: &[u8],
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) -> Result<u64, ReadError> {
+        let mut visit = Direct {
+            counts: self,
+            others: Others { tracepoints, timed },
+        };
+        visit_events_payload(path, c, payload, &mut visit)
+    }
+
     /// Closes the frames still open at the thread's last event.
     pub(super) fn finish(&mut self) {
         let w = &mut self.walk;
@@ -516,7 +535,7 @@ impl VisitEvents for Direct<'_, '_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::callstack::{CallStack, EndKind, StackEvent};
     use crate::reader::stream::RawEvent;
@@ -524,7 +543,7 @@ mod tests {
     /// Pseudo-random events over a few functions (one id above the dense range), with exits that
     /// unwind, exits of functions never entered (running before the trace began), tail exits,
     /// tracepoints, and frames left open at the end.
-    fn events(seed: u64, n: usize) -> Vec<RawEvent> {
+    pub(in crate::report) fn events(seed: u64, n: usize) -> Vec<RawEvent> {
         let ids = [1u32, 2, 3, 7, 1 << 21];
         let mut x = seed;
         let mut open: Vec<u32> = Vec::new();
