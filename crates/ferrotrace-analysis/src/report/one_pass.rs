@@ -8,8 +8,8 @@
 //! sure takes a trace whose Events chunks came in the order of their numbers, without Samples chunks or
 //! samplers (samples need the Samplers chunk, which may follow the events), whose function ids are
 //! each their own function (the pass counts by id; names, which may tell two ids apart as one
-//! function, are known only at the end), with few threads (each counted thread's state stays in memory
-//! until the end). A damaged chunk needs nothing more: the pass stops there, as the report's reading
+//! function, are known only at the end), with few threads and little memory held by their counts
+//! (each counted thread's state stays in memory until the end). A damaged chunk needs nothing more: the pass stops there, as the report's reading
 //! does, and the chunks it handed over are those of the readable prefix.
 //!
 //! Not for commands that merge threads in time order (replay, dump): they need every thread at once.
@@ -28,6 +28,11 @@ use super::walk::ThreadCounts;
 /// function id it met).
 const MAX_THREADS: usize = 64;
 
+/// The memory the threads' counts may hold together; beyond it the pass stops counting, as beyond
+/// [`MAX_THREADS`]. Reading the threads one by one holds one thread's counts at a time: the pass must
+/// not hold much more (a thread's table of ids goes up to 4 MB for a program of a million functions).
+const MAX_HELD_BYTES: usize = 16 << 20;
+
 /// Every id its own function: what the pass counts by, before the trace's names are known.
 static EACH_ID_ITS_OWN: LazyLock<Representatives> = LazyLock::new(Representatives::default);
 
@@ -45,7 +50,9 @@ pub(super) struct Counted<'a> {
 pub struct OnePass {
     threads: HashMap<u32, Counted<'static>>,
     pub(super) tracepoints: HashMap<u32, u64>,
-    /// More threads than [`MAX_THREADS`]: nothing counted.
+    /// The memory the threads' counts hold ([`ThreadCounts::held_bytes`]).
+    held_bytes: usize,
+    /// More threads than [`MAX_THREADS`], or more memory than [`MAX_HELD_BYTES`]: nothing counted.
     gave_up: bool,
 }
 
@@ -62,9 +69,7 @@ impl OnePass {
             return;
         }
         if !self.threads.contains_key(&e.tid) && self.threads.len() == MAX_THREADS {
-            self.gave_up = true;
-            self.threads = HashMap::new();
-            self.tracepoints = HashMap::new();
+            self.give_up();
             return;
         }
         let t = self.threads.entry(e.tid).or_insert_with(|| Counted {
@@ -75,6 +80,7 @@ impl OnePass {
         if t.error.is_some() {
             return;
         }
+        let held_before = t.counts.held_bytes();
         // No samplers in a trace whose counts are used (`usable`): none is timed.
         match t
             .counts
@@ -83,6 +89,18 @@ impl OnePass {
             Ok(n) => t.events += n,
             Err(err) => t.error = Some(err),
         }
+        self.held_bytes = self.held_bytes - held_before + t.counts.held_bytes();
+        if self.held_bytes > MAX_HELD_BYTES {
+            self.give_up();
+        }
+    }
+
+    /// Stops counting: the report reads the threads again.
+    fn give_up(&mut self) {
+        self.gave_up = true;
+        self.threads = HashMap::new();
+        self.tracepoints = HashMap::new();
+        self.held_bytes = 0;
     }
 
     /// True when the counts are what reading `trace`'s threads one by one with `function` would give
@@ -236,6 +254,32 @@ mod tests {
         let threads = MAX_THREADS as u32 + 1;
         let (want, got, used) = both_ways("threads", &trace_bytes(6, threads, 300, false));
         assert!(!used);
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn the_pass_stops_counting_when_its_counts_hold_too_much_memory() {
+        // Function id 2^20 - 1: each thread's table of ids takes 4 MB.
+        let id = (1 << 20) - 1;
+        let trace = |threads: u32| {
+            let mut b =
+                TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+            b.function(id, 0x1000, 16, "t::high").unwrap();
+            for tid in 100..100 + threads {
+                b.thread(tid, "t").unwrap();
+                b.event(tid, 1_000, EventKind::Entry, id).unwrap();
+                b.event(tid, 1_500, EventKind::Exit, id).unwrap();
+            }
+            b.finish().unwrap()
+        };
+        let fit = (MAX_HELD_BYTES >> 22) as u32;
+        let (want, got, used) = both_ways("memory", &trace(fit + 1));
+        assert!(!used);
+        assert!(want.contains("t::high"), "{want}");
+        assert_eq!(got, want);
+        // Fewer threads fit (a few bytes beside each table).
+        let (want, got, used) = both_ways("memory-fits", &trace(fit - 1));
+        assert!(used);
         assert_eq!(got, want);
     }
 }

@@ -141,6 +141,16 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// The memory its tables and shadow stack hold, in bytes (the index of function ids aside: a slot
+    /// per function it called, so bounded by the trace's functions).
+    pub(super) fn held_bytes(&self) -> usize {
+        let w = &self.walk;
+        w.dense.capacity() * size_of::<u32>()
+            + w.hot.capacity() * size_of::<Hot>()
+            + w.rare.capacity() * size_of::<Rare>()
+            + w.frames.capacity() * size_of::<Open>()
+    }
+
     /// By slot: the function's counts.
     pub(super) fn acc(&self) -> Vec<Acc> {
         let w = &self.walk;
