@@ -231,6 +231,44 @@ fn truncated_trace_gives_prefix_results_and_a_warning() {
     );
 }
 
+/// `report` on one thread counts the events as the index pass reads them (the file read once); with
+/// `--jobs 2` it reads each thread's chunks after the pass. A chunk damaged on disk ends both at the
+/// same readable prefix, with the same results and warnings. (A chunk damaged by its writer, its
+/// checksum sound, is not compared here: on one thread the events before the bad byte are counted,
+/// through the batches of `--jobs 2` not; `report::one_pass`'s tests compare the one-pass counts with
+/// those of reading the threads on one thread.)
+#[test]
+fn report_read_once_says_what_report_read_twice_says_of_a_damaged_chunk() {
+    let (_, orig) = original();
+    let dir = scratch("corrupt_once");
+    let path = dir.join("bad.data");
+    let p = path.to_str().unwrap();
+    let events: Vec<_> = chunks(orig)
+        .into_iter()
+        .filter(|&(h, _, _)| orig[h] == 6)
+        .collect();
+    // The first: the chunks after it (another thread's) are left out.
+    assert!(events.len() >= 2, "{} Events chunks", events.len());
+    let (_, at, len) = events[0];
+    let mut disk = orig.clone();
+    disk[at + len / 2] ^= 0x20;
+    std::fs::write(&path, &disk).unwrap();
+    for extra in [&[][..], &["--json", "--threads"][..]] {
+        let run = |jobs: &str| {
+            let out = ferrotrace()
+                .args(["report", "-i", p, "--jobs", jobs])
+                .args(extra)
+                .output()
+                .unwrap();
+            (out.status.code(), text(&out.stdout), text(&out.stderr))
+        };
+        let once = run("1");
+        assert_eq!(once.0, Some(1), "{}", once.2);
+        assert!(once.2.contains("checksum mismatch"), "{}", once.2);
+        assert_eq!(once, run("2"), "{extra:?}");
+    }
+}
+
 /// A trace that ends cleanly at a chunk boundary but without its End chunk (the process was killed
 /// between two chunks, or the trace is still being written) is incomplete: every command warns and
 /// exits 1, and a command that ends with an error says first what is wrong with the trace (issue

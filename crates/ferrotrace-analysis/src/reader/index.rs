@@ -16,12 +16,16 @@ use ferrotrace_core::format::{
 use ferrotrace_core::schema::{self, Payload};
 
 use super::{
-    CallGraph, ChunkRef, Function, Module, ReadError, Sampler, Session, Trace, Truncation,
-    NO_MODULE,
+    CallGraph, ChunkRef, EventsChunk, Function, Module, ReadError, Sampler, Session, Trace,
+    Truncation, NO_MODULE,
 };
 
-/// Opens and indexes the trace at `path` ([`Trace::open`]).
-pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
+/// Opens and indexes the trace at `path` ([`Trace::open`]), handing each Events chunk that the pass
+/// checked and indexed to `each_events_chunk` as it goes ([`Trace::open_with_events`]).
+pub(super) fn open(
+    path: &Path,
+    each_events_chunk: &mut dyn FnMut(&Path, EventsChunk<'_>),
+) -> Result<Trace, ReadError> {
     let path = path.to_path_buf();
     let io_err = |e| ReadError::Io(path.clone(), e);
     // Without O_NONBLOCK, opening a FIFO waits for a writer, forever if none comes.
@@ -187,14 +191,25 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
             after_end += 1;
             continue;
         }
-        if let Err(e) = t.index_chunk(h.kind, h.seq, payload, payload_offset) {
-            t.truncation = Some(Truncation {
-                offset: payload_offset - CHUNK_HEADER_LEN as u64,
-                reason: format!("malformed chunk: {e}"),
-            });
-            t.valid_len = payload_offset - CHUNK_HEADER_LEN as u64;
-            next_seq = h.seq;
-            break;
+        match t.index_chunk(h.kind, h.seq, payload, payload_offset) {
+            Ok(Some((tid, chunk))) => each_events_chunk(
+                &path,
+                EventsChunk {
+                    tid,
+                    chunk,
+                    payload,
+                },
+            ),
+            Ok(None) => {}
+            Err(e) => {
+                t.truncation = Some(Truncation {
+                    offset: payload_offset - CHUNK_HEADER_LEN as u64,
+                    reason: format!("malformed chunk: {e}"),
+                });
+                t.valid_len = payload_offset - CHUNK_HEADER_LEN as u64;
+                next_seq = h.seq;
+                break;
+            }
         }
     }
     t.next_chunk_seq = next_seq;
@@ -239,13 +254,14 @@ pub(super) fn open(path: &Path) -> Result<Trace, ReadError> {
 }
 
 impl Trace {
+    /// Indexes chunk `seq` of `kind`; for an Events chunk, its thread and its entry in the index.
     fn index_chunk(
         &mut self,
         kind: u32,
         seq: u32,
         p: &[u8],
         offset: u64,
-    ) -> Result<(), DecodeError> {
+    ) -> Result<Option<(u32, ChunkRef)>, DecodeError> {
         let mut f = FieldReader::new(p);
         match ChunkKind::from_u32(kind) {
             Some(ChunkKind::Session) => {
@@ -342,6 +358,7 @@ impl Trace {
                     th.sample_chunks.push(chunk);
                 } else {
                     th.chunks.push(chunk, &mut self.spill);
+                    return Ok(Some((h.tid, chunk)));
                 }
             }
             Some(ChunkKind::Callsites) => {
@@ -423,7 +440,7 @@ impl Trace {
             }
             None => self.unknown_chunks += 1,
         }
-        Ok(())
+        Ok(None)
     }
 
     /// Checks each thread's chunk numbers (0, 1, 2, ... without gaps or repeats) and the End chunk's

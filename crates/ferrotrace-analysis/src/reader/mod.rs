@@ -26,6 +26,16 @@ pub use model::{
 };
 pub use stream::{MergedEvents, ThreadEvents};
 
+/// An Events chunk as the index pass reads it ([`Trace::open_with_events`]).
+pub(crate) struct EventsChunk<'p> {
+    /// Its thread.
+    pub(crate) tid: u32,
+    /// Its entry in the thread's index.
+    pub(crate) chunk: ChunkRef,
+    /// Its payload: the Events header, then the events.
+    pub(crate) payload: &'p [u8],
+}
+
 /// An opened trace: metadata and the index of event chunks.
 #[derive(Debug)]
 pub struct Trace {
@@ -107,7 +117,19 @@ impl Trace {
     /// Opens and indexes a trace. A truncated or corrupt tail is not an error: reading stops there and
     /// [`Trace::truncation`] says where and why.
     pub fn open(path: impl AsRef<Path>) -> Result<Trace, ReadError> {
-        index::open(path.as_ref())
+        index::open(path.as_ref(), &mut |_, _| {})
+    }
+
+    /// Like [`Trace::open`], and hands every Events chunk to `each` as the index pass reads it: after
+    /// its checksum and header were checked and it was indexed, in file order, so that a command that
+    /// can work chunk by chunk reads the file once. The chunks handed over are those of the readable
+    /// prefix, but not yet judged as a whole: the trace's [`Trace::problems`] (chunks missing,
+    /// repeated, out of order) are known only when it returns.
+    pub(crate) fn open_with_events(
+        path: impl AsRef<Path>,
+        mut each: impl FnMut(&Path, EventsChunk<'_>),
+    ) -> Result<Trace, ReadError> {
+        index::open(path.as_ref(), &mut each)
     }
 
     /// Per thread, the functions already running when its tracing began, outermost first, as the writer

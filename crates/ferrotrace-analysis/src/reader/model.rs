@@ -175,6 +175,12 @@ pub struct Thread {
 }
 
 impl Thread {
+    /// Its Events chunks came in the file in the order of their numbers (a sound trace's always do):
+    /// reading them in file order reads them in order.
+    pub(crate) fn chunks_in_file_order(&self) -> bool {
+        !self.chunks.disordered
+    }
+
     /// Number of its Events chunks.
     pub fn chunk_count(&self) -> u64 {
         self.chunks.len()

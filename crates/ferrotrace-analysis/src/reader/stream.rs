@@ -116,6 +116,18 @@ fn visit_chunk(
     Ok(n)
 }
 
+/// The header of Events (or Samples) chunk `c`, whose payload is `payload`, and where in `payload` its
+/// events start.
+fn events_header(
+    path: &Path,
+    c: ChunkRef,
+    payload: &[u8],
+) -> Result<(schema::EventsHeader, usize), ReadError> {
+    let mut f = FieldReader::new(payload);
+    let head = schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(path, c.offset, e))?;
+    Ok((head, payload.len() - f.rest().len()))
+}
+
 /// Reads the Events (or Samples) chunk `c` into `buf`: its header, and where in `buf` its events start.
 fn read_events_chunk(
     trace: &Trace,
@@ -127,10 +139,20 @@ fn read_events_chunk(
         .file
         .read_exact_at(buf, c.offset)
         .map_err(|e| ReadError::Io(trace.path.clone(), e))?;
-    let mut f = FieldReader::new(buf);
-    let head =
-        schema::EventsHeader::decode(&mut f).map_err(|e| decode_err(&trace.path, c.offset, e))?;
-    Ok((head, buf.len() - f.rest().len()))
+    events_header(&trace.path, c, buf)
+}
+
+/// Decodes the Events chunk `c`, whose payload the index pass read ([`Trace::open_with_events`]),
+/// into `visit`, as [`ThreadEvents::visit_next_chunk`] decodes a chunk it reads: the chunk's number of
+/// events, or the same error.
+pub(crate) fn visit_events_payload(
+    path: &Path,
+    c: ChunkRef,
+    payload: &[u8],
+    visit: &mut impl VisitEvents,
+) -> Result<u64, ReadError> {
+    let (head, events_at) = events_header(path, c, payload)?;
+    visit_chunk(path, c, &head, &payload[events_at..], visit)
 }
 
 impl Trace {

@@ -47,11 +47,15 @@
 //! other − base (signed) and functions are matched by name.
 
 pub mod bytes;
+mod one_pass;
 pub mod samples;
 mod walk;
 
+pub use one_pass::OnePass;
+
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::path::Path;
 
 use serde_json::{json, Value};
 
@@ -59,6 +63,7 @@ use crate::info::fmt_ns;
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{for_each_batch, ReadError, Trace};
+use one_pass::Counted;
 use walk::ThreadCounts;
 
 /// Statistics of one function.
@@ -247,14 +252,45 @@ impl Report {
         progress: &mut Progress,
         jobs: usize,
     ) -> Result<Report, ReadError> {
+        Report::counting(trace, progress, jobs, None)
+    }
+
+    /// Opens the trace at `path` and counts its threads' events as the index pass reads them: the file
+    /// is read once ([`OnePass`]). Give both to [`Report::after_pass`].
+    pub fn open_counting(path: &Path) -> Result<(Trace, OnePass), ReadError> {
+        OnePass::open(path)
+    }
+
+    /// The report of `trace` from what [`Report::open_counting`] counted, the same as
+    /// [`Report::with_progress`]'s: when the counts cannot be sure to be (see [`OnePass`]), the threads
+    /// are read again, counting on `progress`.
+    pub fn after_pass(
+        trace: &Trace,
+        progress: &mut Progress,
+        pass: OnePass,
+    ) -> Result<Report, ReadError> {
+        Report::counting(trace, progress, 1, Some(pass))
+    }
+
+    /// [`Report::with_jobs`], with the counts of `pass` where they are usable.
+    fn counting(
+        trace: &Trace,
+        progress: &mut Progress,
+        jobs: usize,
+        pass: Option<OnePass>,
+    ) -> Result<Report, ReadError> {
         let decode_ahead = jobs >= 2;
         let names = Names::of(trace);
         // The ids of one function (same module and address, one name: see `Names::of`) are counted as
         // that function's, in one row: a copy calling another is a recursion, whose total counts once.
         let function = names.representatives();
+        let mut pass = pass.filter(|p| !decode_ahead && p.usable(trace, &function));
         let mut report = Report::default();
         let mut all: HashMap<u32, FuncStats> = HashMap::new();
-        let mut tracepoint_counts: HashMap<u32, u64> = HashMap::new();
+        let mut tracepoint_counts: HashMap<u32, u64> = match pass.as_mut() {
+            Some(p) => std::mem::take(&mut p.tracepoints),
+            None => HashMap::new(),
+        };
         // Samplers whose samples weigh CPU time (cpu-clock), by index.
         let timed: Vec<bool> = trace
             .samplers
@@ -263,6 +299,12 @@ impl Report {
             .collect();
         report.sampled = timed.contains(&true);
         for th in trace.threads.values() {
+            if let Some(p) = pass.as_mut() {
+                let counted = p.take(th.tid);
+                progress.add(counted.events);
+                report.add_thread(trace, &names, th, counted, &mut all);
+                continue;
+            }
             let mut counts = ThreadCounts::new(&function);
             let mut n = 0u64;
             let mut events = trace.thread_events(th.tid)?;
@@ -279,45 +321,12 @@ impl Report {
                     progress.add(chunk);
                 })
             };
-            if let Some(err) = error {
-                report.errors.push(err.to_string());
-            }
-            counts.finish();
-            report.events += n;
-            let mut funcs: Vec<FuncStats> = Vec::with_capacity(counts.ids.len());
-            for (&id, a) in counts.ids.iter().zip(counts.acc()) {
-                if a.calls == 0 {
-                    continue;
-                }
-                let t = |x| trace.ticks_to_ns(x);
-                let fs = FuncStats {
-                    id,
-                    name: names.get(id).into_owned(),
-                    calls: a.calls,
-                    total_ns: t(a.total),
-                    self_ns: t(a.self_t),
-                    min_ns: t(a.min),
-                    max_ns: t(a.max),
-                    sum_ns: t(a.sum),
-                    unwound: a.unwound,
-                    still_running: a.open,
-                    entered_before: a.before,
-                    sampled_ns: a.sampled,
-                };
-                all.entry(id)
-                    .or_insert_with(|| FuncStats {
-                        id,
-                        name: fs.name.clone(),
-                        ..FuncStats::default()
-                    })
-                    .merge(&fs);
-                funcs.push(fs);
-            }
-            report.threads.push(ThreadReport {
-                tid: th.tid,
-                name: th.name.clone(),
-                functions: funcs,
-            });
+            let counted = Counted {
+                counts,
+                events: n,
+                error,
+            };
+            report.add_thread(trace, &names, th, counted, &mut all);
         }
         report.functions = all.into_values().collect();
         report.tracepoints = tracepoint_counts
@@ -331,6 +340,61 @@ impl Report {
             report.alloc_bytes = bytes::bytes_by_function(trace, &function)?;
         }
         Ok(report)
+    }
+
+    /// Adds thread `th`'s counts to the report: its table, and into `all`.
+    fn add_thread(
+        &mut self,
+        trace: &Trace,
+        names: &Names,
+        th: &crate::reader::Thread,
+        counted: Counted<'_>,
+        all: &mut HashMap<u32, FuncStats>,
+    ) {
+        let Counted {
+            mut counts,
+            events,
+            error,
+        } = counted;
+        if let Some(err) = error {
+            self.errors.push(err.to_string());
+        }
+        counts.finish();
+        self.events += events;
+        let mut funcs: Vec<FuncStats> = Vec::with_capacity(counts.ids.len());
+        for (&id, a) in counts.ids.iter().zip(counts.acc()) {
+            if a.calls == 0 {
+                continue;
+            }
+            let t = |x| trace.ticks_to_ns(x);
+            let fs = FuncStats {
+                id,
+                name: names.get(id).into_owned(),
+                calls: a.calls,
+                total_ns: t(a.total),
+                self_ns: t(a.self_t),
+                min_ns: t(a.min),
+                max_ns: t(a.max),
+                sum_ns: t(a.sum),
+                unwound: a.unwound,
+                still_running: a.open,
+                entered_before: a.before,
+                sampled_ns: a.sampled,
+            };
+            all.entry(id)
+                .or_insert_with(|| FuncStats {
+                    id,
+                    name: fs.name.clone(),
+                    ..FuncStats::default()
+                })
+                .merge(&fs);
+            funcs.push(fs);
+        }
+        self.threads.push(ThreadReport {
+            tid: th.tid,
+            name: th.name.clone(),
+            functions: funcs,
+        });
     }
 
     /// The report as text: one table, or one per thread.

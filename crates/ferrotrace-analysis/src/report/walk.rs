@@ -8,12 +8,13 @@
 //! Not for analyses that need the frames themselves (graph, replay): they use `CallStack`.
 
 use std::collections::HashMap;
+use std::path::Path;
 
 use crate::names::Representatives;
 use ferrotrace_core::codec::{EventDecoder, EventFields};
 
-use crate::reader::stream::VisitEvents;
-use crate::reader::{Batch, EventKind, ReadError, ThreadEvents};
+use crate::reader::stream::{visit_events_payload, VisitEvents};
+use crate::reader::{Batch, ChunkRef, EventKind, ReadError, ThreadEvents};
 
 /// Per-function counts in ticks, the result of the walk ([`ThreadCounts::acc`]).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -138,6 +139,16 @@ impl<'a> ThreadCounts<'a> {
             started: false,
             first: 0,
         }
+    }
+
+    /// The memory its tables and shadow stack hold, in bytes (the index of function ids aside: a slot
+    /// per function it called, so bounded by the trace's functions).
+    pub(super) fn held_bytes(&self) -> usize {
+        let w = &self.walk;
+        w.dense.capacity() * size_of::<u32>()
+            + w.hot.capacity() * size_of::<Hot>()
+            + w.rare.capacity() * size_of::<Rare>()
+            + w.frames.capacity() * size_of::<Open>()
     }
 
     /// By slot: the function's counts.
@@ -403,6 +414,24 @@ impl<'a> ThreadCounts<'a> {
         }
     }
 
+    /// Counts the events of Events chunk `c`, whose payload the index pass read, as
+    /// [`ThreadCounts::add_decoded`] counts a chunk it reads: the chunk's number of events, or the read
+    /// error that ends the thread's events.
+    pub(super) fn add_payload(
+        &mut self,
+        path: &Path,
+        c: ChunkRef,
+        payload: &[u8],
+        tracepoints: &mut HashMap<u32, u64>,
+        timed: &[bool],
+    ) -> Result<u64, ReadError> {
+        let mut visit = Direct {
+            counts: self,
+            others: Others { tracepoints, timed },
+        };
+        visit_events_payload(path, c, payload, &mut visit)
+    }
+
     /// Closes the frames still open at the thread's last event.
     pub(super) fn finish(&mut self) {
         let w = &mut self.walk;
@@ -516,7 +545,7 @@ impl VisitEvents for Direct<'_, '_> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::callstack::{CallStack, EndKind, StackEvent};
     use crate::reader::stream::RawEvent;
@@ -524,7 +553,7 @@ mod tests {
     /// Pseudo-random events over a few functions (one id above the dense range), with exits that
     /// unwind, exits of functions never entered (running before the trace began), tail exits,
     /// tracepoints, and frames left open at the end.
-    fn events(seed: u64, n: usize) -> Vec<RawEvent> {
+    pub(in crate::report) fn events(seed: u64, n: usize) -> Vec<RawEvent> {
         let ids = [1u32, 2, 3, 7, 1 << 21];
         let mut x = seed;
         let mut open: Vec<u32> = Vec::new();

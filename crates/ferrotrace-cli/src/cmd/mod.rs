@@ -25,12 +25,17 @@ use ferrotrace_analysis::samples::SampleSet;
 /// said by [`finish`], or, when the command ends with an error before that (`mem` on a trace whose
 /// Session chunk is missing: "holds no allocation events"), by [`say_unfinished`] before the error.
 pub fn open(path: &Path) -> Result<Trace, Error> {
-    let trace = Trace::open(path)?;
+    Ok(opened(Trace::open(path)?))
+}
+
+/// A trace just opened (by [`open`], or by a command's own way of opening it), its warnings kept for
+/// [`finish`].
+pub fn opened(trace: Trace) -> Trace {
     let warnings = trace.warnings();
     if !warnings.is_empty() {
         unfinished().push((trace.path().to_path_buf(), warnings));
     }
-    Ok(trace)
+    trace
 }
 
 /// The warnings of the traces opened and not yet [`finish`]ed.
@@ -53,7 +58,11 @@ pub fn say_unfinished() {
 /// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
 /// recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
 pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, Error> {
-    let mut trace = open(path)?;
+    named(open(path)?, symbols)
+}
+
+/// [`open_named`] of a trace already [`opened`].
+pub fn named(mut trace: Trace, symbols: Option<&Path>) -> Result<Trace, Error> {
     let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
         .map_err(Error::analysis)?;
     for w in warnings {

@@ -9,7 +9,7 @@ use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_analysis::report::samples;
-use ferrotrace_analysis::report::{diff, diff_json, diff_text, Report, SortKey};
+use ferrotrace_analysis::report::{diff, diff_json, diff_text, OnePass, Report, SortKey};
 use ferrotrace_analysis::samples::SampleSet;
 use ferrotrace_analysis::sections::Sections;
 
@@ -91,18 +91,32 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 }
 
 /// The function report of `trace` on `jobs` threads (by default as many as [`Report::with_progress`]
-/// uses).
-fn report_of(trace: &Trace, progress: &mut Progress, jobs: Option<u16>) -> Result<Report, Error> {
-    match jobs {
-        Some(j) => Report::with_jobs(trace, progress, j.into()),
-        None => Report::with_progress(trace, progress),
+/// uses); on one, from the counts of the pass that opened it, if it was counted.
+fn report_of(
+    trace: &Trace,
+    progress: &mut Progress,
+    jobs: Option<u16>,
+    counted: Option<OnePass>,
+) -> Result<Report, Error> {
+    match (jobs, counted) {
+        (None | Some(1), Some(pass)) => Report::after_pass(trace, progress, pass),
+        (Some(j), _) => Report::with_jobs(trace, progress, j.into()),
+        (None, None) => Report::with_progress(trace, progress),
     }
     .map_err(Error::analysis)
 }
 
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
+    // On one thread, the events are counted as the trace is opened: the file is read once.
+    let (trace, counted) = match a.jobs {
+        None | Some(1) => {
+            let (trace, pass) = Report::open_counting(&a.input)?;
+            (super::opened(trace), Some(pass))
+        }
+        Some(_) => (super::open(&a.input)?, None),
+    };
+    let trace = super::named(trace, a.symbols.as_deref())?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
         if a.srcline {
@@ -130,13 +144,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
-    let report = report_of(&trace, &mut progress, a.jobs)?;
+    let report = report_of(&trace, &mut progress, a.jobs, counted)?;
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let mut progress = Progress::new("report", other.event_count());
-        let other_report = report_of(&other, &mut progress, a.jobs)?;
+        let other_report = report_of(&other, &mut progress, a.jobs, None)?;
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
