@@ -214,7 +214,9 @@ pub struct Counts {
 }
 
 /// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[range]` and returns the
-/// counts and that range. The events are written first, after room for the longest possible header,
+/// counts and that range. A function entry followed by the exit of the same function (a leaf call, not
+/// stamped before its entry) is written as one leaf-call event ([`crate::codec::CALL_KIND`]) and
+/// counted as two events. The events are written first, after room for the longest possible header,
 /// and the header (which holds their number) just in front of them: one pass over the records.
 /// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
 /// chunk never clears or zero-fills memory.
