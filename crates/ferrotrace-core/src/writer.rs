@@ -369,24 +369,28 @@ mod tests {
     use super::*;
     use crate::codec::{EventDecoder, FieldReader};
 
+    /// `r` with a CPU number in its word's high bits, as live mode stores it.
+    fn on_cpu(r: Record) -> Record {
+        Record {
+            word: r.word | 7 << 48,
+            ..r
+        }
+    }
+
     #[test]
     fn following_the_calls_while_encoding_changes_no_byte_and_sees_what_a_replay_sees() {
         use crate::running::RunningAtStart;
         // Exits of functions entered before the chunk (3, then 1 after an unwind of 4), a CPU in
         // the high bits of some words (live mode), a tracepoint with a payload slot whose bytes look
         // like an Exit of 9, a Wait and a Lost marker.
-        let cpu = |r: Record| Record {
-            word: r.word | 7 << 48,
-            ..r
-        };
         let records = [
             Record::new(10, EventKind::Entry, 2),
-            cpu(Record::new(20, EventKind::Exit, 2)),
+            on_cpu(Record::new(20, EventKind::Exit, 2)),
             Record::new(30, EventKind::Exit, 3),
             Record::with_payload(35, EventKind::Tracepoint, 1, 1),
             Record::new(9, EventKind::Exit, 9),
             Record::new(40, EventKind::Wait, 500),
-            cpu(Record::new(50, EventKind::Entry, 4)),
+            on_cpu(Record::new(50, EventKind::Entry, 4)),
             Record::new(60, EventKind::Entry, 5),
             Record::new(70, EventKind::Lost, 3),
             Record::new(80, EventKind::TailExit, 1),
@@ -425,14 +429,10 @@ mod tests {
     #[test]
     fn a_leaf_call_is_one_event_that_decodes_as_its_entry_and_its_exit() {
         use crate::builder::{self, Event};
-        let with_cpu = |r: Record| Record {
-            word: r.word | 3 << 48,
-            ..r
-        };
         let records = [
             Record::new(100, EventKind::Entry, 1),
             Record::new(110, EventKind::Entry, 2),
-            with_cpu(Record::new(130, EventKind::Exit, 2)), // leaf: fused (the CPU is not kept)
+            on_cpu(Record::new(130, EventKind::Exit, 2)), // leaf: fused (the CPU is not kept)
             Record::new(140, EventKind::Entry, 3),
             Record::new(150, EventKind::Exit, 4), // another function's exit: not a leaf call
             Record::new(200, EventKind::Entry, 5),
