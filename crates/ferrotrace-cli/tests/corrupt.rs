@@ -178,14 +178,17 @@ fn every_command_fails_cleanly_or_warns() {
             );
             assert!(!err.contains("panicked"), "{c:?} on {label}: {err}");
             if !out.status.success() {
-                // A hard error is the only line; a truncation warning follows the results.
+                // A hard error is the only line; warnings (status 1) follow the results, a line
+                // naming the file for each thing found wrong (flips in one chunk can damage both its
+                // count and an event).
                 let named = err
                     .lines()
                     .filter(|l| l.starts_with("ferrotrace: ") && l.contains("bad.data"))
                     .count();
                 assert!(
-                    named == 1 && (out.status.code() == Some(1) || err.lines().count() == 1),
-                    "{c:?} on {label}: one line naming the file: {err}"
+                    (out.status.code() == Some(1) && named >= 1)
+                        || (named == 1 && err.lines().count() == 1),
+                    "{c:?} on {label}: one line naming the file, or warnings: {err}"
                 );
             }
         }

@@ -237,6 +237,13 @@ pub struct EventEncoder {
 /// Room one event's tag, delta and fields take at most: four 10-byte varints.
 pub const MAX_EVENT_LEN: usize = 40;
 
+/// The on-disk kind of a leaf call (format 2.5): a function entry and its exit, the thread's next
+/// event, written as one event — tag `id << 4 | 9`, `z` delta of the entry, `v` duration (exit ticks −
+/// entry ticks). It is not an [`EventKind`]: [`EventDecoder`] hands it on as the Entry and then the
+/// Exit, and it counts as those two events wherever events are counted (a chunk's `count`, End's
+/// `events`), so no reader of decoded events sees it.
+pub const CALL_KIND: u64 = 9;
+
 #[inline(always)]
 fn write_varint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
     while v >= 0x80 {
@@ -380,6 +387,35 @@ impl EventEncoder {
         let p = write_varint(b, 0, tag);
         Some(pos + write_varint(b, p, delta))
     }
+
+    /// Writes the entry of function `id` at `entry` ticks and its exit at `exit` (≥ `entry`) as one
+    /// leaf-call event ([`CALL_KIND`]) at `buf[pos..]`, or `None` when `buf` has less than
+    /// [`MAX_EVENT_LEN`] bytes after `pos`. The next delta is taken against `exit`.
+    #[inline(always)]
+    pub fn encode_call(
+        &mut self,
+        id: u32,
+        entry: u64,
+        exit: u64,
+        buf: &mut [u8],
+        pos: usize,
+    ) -> Option<usize> {
+        debug_assert!(exit >= entry);
+        let b = buf.get_mut(pos..pos + MAX_EVENT_LEN)?;
+        let tag = (id as u64) << 4 | CALL_KIND;
+        let delta = zigzag(entry.wrapping_sub(self.prev_tsc) as i64);
+        let duration = exit - entry;
+        self.prev_tsc = exit;
+        if (tag | delta | duration) < 0x80 {
+            b[0] = tag as u8;
+            b[1] = delta as u8;
+            b[2] = duration as u8;
+            return Some(pos + 3);
+        }
+        let mut p = write_varint(b, 0, tag);
+        p = write_varint(b, p, delta);
+        Some(pos + write_varint(b, p, duration))
+    }
 }
 
 /// A varint of at most 3 bytes at `w[at..]` (`at + 3 <= w.len()`): its value and length, or `None`
@@ -420,6 +456,9 @@ pub struct EventDecoder<'a> {
     prev_tsc: u64,
     prev_addr: u64,
     failed: bool,
+    /// The exit of a leaf-call event ([`CALL_KIND`]) whose entry was handed on last: its id (the
+    /// tick is `prev_tsc`).
+    call_exit: Option<u32>,
 }
 
 impl<'a> EventDecoder<'a> {
@@ -430,7 +469,21 @@ impl<'a> EventDecoder<'a> {
             prev_tsc: base_tsc,
             prev_addr: 0,
             failed: false,
+            call_exit: None,
         }
+    }
+
+    /// The exit of a leaf call whose entry was handed on last, if any.
+    #[inline(always)]
+    fn take_call_exit(&mut self) -> Option<DecodedEvent<'a>> {
+        let id = self.call_exit.take()?;
+        Some(DecodedEvent {
+            tsc: self.prev_tsc,
+            kind: EventKind::Exit,
+            id,
+            payload: &[],
+            fields: [0; 2],
+        })
     }
 
     #[inline]
@@ -469,15 +522,19 @@ impl<'a> EventDecoder<'a> {
         self.next_event_slow()
     }
 
-    /// Decodes the function entries, exits and tail exits from here on, calling `each(tsc, kind, id)`
-    /// for each, until an event of another kind, an id of 2^13 or more, a delta of 2^20 ticks or more
-    /// (zigzagged: 2^21) or the last few bytes of the body: those are left to [`Iterator::next`],
-    /// which checks everything. The bytes it decodes are those `next` would: a tight loop for the
-    /// events that make up nearly all of a function trace, with one bounds check per event.
+    /// Decodes the function entries, exits and tail exits from here on (a leaf call as its entry and
+    /// its exit), calling `each(tsc, kind, id)` for each, until an event of another kind, an id of
+    /// 2^13 or more, a delta or duration of 2^20 ticks or more (a delta zigzagged: 2^21) or the last
+    /// few bytes of the body: those are left to [`Iterator::next`], which checks everything. The
+    /// events it decodes are those `next` would: a tight loop for the events that make up nearly all
+    /// of a function trace, with one bounds check per event.
     #[inline]
     pub fn function_run(&mut self, mut each: impl FnMut(u64, EventKind, u32)) {
-        /// The longest event the loop decodes: a 3-byte tag and a 3-byte delta.
-        const LONGEST: usize = 6;
+        /// The longest event the loop decodes: a leaf call with a 3-byte tag, delta and duration.
+        const LONGEST: usize = 9;
+        if let Some(exit) = self.take_call_exit() {
+            each(exit.tsc, exit.kind, exit.id);
+        }
         let buf = self.fields.buf;
         let mut pos = self.fields.pos;
         let mut tsc = self.prev_tsc;
@@ -486,16 +543,31 @@ impl<'a> EventDecoder<'a> {
                 Some(v) => v,
                 None => break,
             };
+            /// [`CALL_KIND`] as a tag's low bits.
+            const CALL: u32 = CALL_KIND as u32;
             let kind = match tag & 15 {
                 0 => EventKind::Entry,
                 1 => EventKind::Exit,
                 2 => EventKind::TailExit,
+                CALL => EventKind::Entry,
                 _ => break,
             };
             let (delta, delta_len) = match short_varint(w, tag_len) {
                 Some(v) => v,
                 None => break,
             };
+            if tag & 15 == CALL {
+                let (duration, duration_len) = match short_varint(w, tag_len + delta_len) {
+                    Some(v) => v,
+                    None => break,
+                };
+                let entry = tsc.wrapping_add(unzigzag(delta as u64) as u64);
+                tsc = entry.wrapping_add(duration as u64);
+                pos += tag_len + delta_len + duration_len;
+                each(entry, EventKind::Entry, tag >> 4);
+                each(tsc, EventKind::Exit, tag >> 4);
+                continue;
+            }
             tsc = tsc.wrapping_add(unzigzag(delta as u64) as u64);
             pos += tag_len + delta_len;
             each(tsc, kind, tag >> 4);
@@ -506,8 +578,11 @@ impl<'a> EventDecoder<'a> {
 
     fn next_event_slow(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
         let tag = self.fields.varint()?;
-        let kind = EventKind::from_u8((tag & 15) as u8).ok_or(DecodeError::BadValue)?;
         let id = u32::try_from(tag >> 4).map_err(|_| DecodeError::BadValue)?;
+        if tag & 15 == CALL_KIND {
+            return self.call(id);
+        }
+        let kind = EventKind::from_u8((tag & 15) as u8).ok_or(DecodeError::BadValue)?;
         let delta = unzigzag(self.fields.varint()?);
         let tsc = self.prev_tsc.wrapping_add(delta as u64);
         self.prev_tsc = tsc;
@@ -535,6 +610,24 @@ impl<'a> EventDecoder<'a> {
         })
     }
 
+    /// A leaf call of function `id` after its tag: hands on its entry, and keeps its exit for the
+    /// next event.
+    fn call(&mut self, id: u32) -> Result<DecodedEvent<'a>, DecodeError> {
+        let entry = self
+            .prev_tsc
+            .wrapping_add(unzigzag(self.fields.varint()?) as u64);
+        let duration = self.fields.varint()?;
+        self.prev_tsc = entry.wrapping_add(duration);
+        self.call_exit = Some(id);
+        Ok(DecodedEvent {
+            tsc: entry,
+            kind: EventKind::Entry,
+            id,
+            payload: &[],
+            fields: [0; 2],
+        })
+    }
+
     fn address(&mut self) -> Result<u64, DecodeError> {
         let a = self
             .prev_addr
@@ -549,6 +642,9 @@ impl<'a> Iterator for EventDecoder<'a> {
 
     #[inline]
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some(exit) = self.take_call_exit() {
+            return Some(Ok(exit));
+        }
         if self.failed || self.fields.remaining() == 0 {
             return None;
         }
@@ -581,8 +677,8 @@ mod tests {
 
     #[test]
     fn function_run_decodes_what_next_decodes_and_leaves_the_rest_to_it() {
-        // Ids and deltas on both sides of the run's limits (ids of 2^13, deltas of 2^20 ticks, both
-        // directions), with tracepoints and allocations between runs.
+        // Ids and deltas on both sides of the run's limits (ids of 2^13, deltas and leaf calls' durations
+        // of 2^20 ticks, both directions), with tracepoints and allocations between runs.
         let mut body = std::vec::Vec::new();
         let mut enc = EventEncoder::new(1_000_000);
         let mut want = std::vec::Vec::new();
@@ -599,6 +695,17 @@ mod tests {
                 tsc.saturating_sub(step)
             };
             let id = [0u32, 5, 300, (1 << 13) - 1, 1 << 13, 1 << 20][((r >> 8) % 6) as usize];
+            if r >> 24 & 3 == 0 {
+                // A leaf call, lasting one of the steps.
+                let exit = tsc + [1u64, 90, (1 << 20) - 1, 1 << 20][(r >> 26 & 3) as usize];
+                let mut call = [0u8; MAX_EVENT_LEN];
+                let n = enc.encode_call(id, tsc, exit, &mut call, 0).unwrap();
+                body.extend_from_slice(&call[..n]);
+                want.push((tsc, EventKind::Entry, id));
+                want.push((exit, EventKind::Exit, id));
+                tsc = exit;
+                continue;
+            }
             let kind = [
                 EventKind::Entry,
                 EventKind::Exit,
@@ -868,7 +975,9 @@ mod tests {
             let mut fast = EventDecoder::new(buf, 1000);
             let mut slow = EventDecoder::new(buf, 1000);
             loop {
-                let want = if slow.fields.remaining() == 0 || slow.failed {
+                let want = if let Some(exit) = slow.take_call_exit() {
+                    Some(Ok(exit))
+                } else if slow.fields.remaining() == 0 || slow.failed {
                     None
                 } else {
                     let r = slow.next_event_slow();

@@ -214,7 +214,9 @@ pub struct Counts {
 }
 
 /// Encodes `records` (one thread's chunk) as an `Events` chunk payload into `out[range]` and returns the
-/// counts and that range. The events are written first, after room for the longest possible header,
+/// counts and that range. A function entry followed by the exit of the same function (a leaf call, not
+/// stamped before its entry) is written as one leaf-call event ([`crate::codec::CALL_KIND`]) and
+/// counted as two events. The events are written first, after room for the longest possible header,
 /// and the header (which holds their number) just in front of them: one pass over the records.
 /// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
 /// chunk never clears or zero-fills memory.
@@ -255,6 +257,10 @@ fn encode(
     const HEAD: usize = 40;
     /// Records (16 bytes each) between the one encoded and the one prefetched: eight cache lines.
     const PREFETCH_AHEAD: usize = 32;
+    /// A record word without the CPU some records carry in bits 48-63 (live mode).
+    const WITHOUT_CPU: u64 = 0x0000_ffff_ffff_ffff;
+    /// An Exit's kind in a record word.
+    const EXIT: u64 = (EventKind::Exit as u64) << 32;
     let base = records.first().map_or(0, |r| r.tsc);
     // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
     let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
@@ -284,8 +290,23 @@ fn encode(
         if kind <= EventKind::TailExit as u64 {
             let r = Record {
                 tsc: records[i].tsc,
-                word: word & 0x0000_ffff_ffff_ffff,
+                word: word & WITHOUT_CPU,
             };
+            if let Some(exit) = records.get(i + 1).filter(|next| {
+                kind == EventKind::Entry as u64
+                    && next.word & WITHOUT_CPU == r.word | EXIT
+                    && next.tsc >= r.tsc
+            }) {
+                // A leaf call: its entry and exit as one event. Following the calls is left out: an
+                // entry and the exit that follows it leave the thread's stack as it was.
+                match enc.encode_call(word as u32, r.tsc, exit.tsc, out, pos) {
+                    Some(p) => pos = p,
+                    None => break,
+                }
+                events += 2;
+                i += 2;
+                continue;
+            }
             match enc.encode_function(&r, out, pos) {
                 Some(p) => pos = p,
                 None => break,
@@ -348,24 +369,28 @@ mod tests {
     use super::*;
     use crate::codec::{EventDecoder, FieldReader};
 
+    /// `r` with a CPU number in its word's high bits, as live mode stores it.
+    fn on_cpu(r: Record) -> Record {
+        Record {
+            word: r.word | 7 << 48,
+            ..r
+        }
+    }
+
     #[test]
     fn following_the_calls_while_encoding_changes_no_byte_and_sees_what_a_replay_sees() {
         use crate::running::RunningAtStart;
         // Exits of functions entered before the chunk (3, then 1 after an unwind of 4), a CPU in
         // the high bits of some words (live mode), a tracepoint with a payload slot whose bytes look
         // like an Exit of 9, a Wait and a Lost marker.
-        let cpu = |r: Record| Record {
-            word: r.word | 7 << 48,
-            ..r
-        };
         let records = [
             Record::new(10, EventKind::Entry, 2),
-            cpu(Record::new(20, EventKind::Exit, 2)),
+            on_cpu(Record::new(20, EventKind::Exit, 2)),
             Record::new(30, EventKind::Exit, 3),
             Record::with_payload(35, EventKind::Tracepoint, 1, 1),
             Record::new(9, EventKind::Exit, 9),
             Record::new(40, EventKind::Wait, 500),
-            cpu(Record::new(50, EventKind::Entry, 4)),
+            on_cpu(Record::new(50, EventKind::Entry, 4)),
             Record::new(60, EventKind::Entry, 5),
             Record::new(70, EventKind::Lost, 3),
             Record::new(80, EventKind::TailExit, 1),
@@ -399,6 +424,83 @@ mod tests {
             replay.outermost_first().collect::<Vec<_>>()
         );
         assert_eq!(running.outermost_first().collect::<Vec<_>>(), [1, 3]);
+    }
+
+    #[test]
+    fn a_leaf_call_is_one_event_that_decodes_as_its_entry_and_its_exit() {
+        use crate::builder::{self, Event};
+        let records = [
+            Record::new(100, EventKind::Entry, 1),
+            Record::new(110, EventKind::Entry, 2),
+            on_cpu(Record::new(130, EventKind::Exit, 2)), // leaf: fused (the CPU is not kept)
+            Record::new(140, EventKind::Entry, 3),
+            Record::new(150, EventKind::Exit, 4), // another function's exit: not a leaf call
+            Record::new(200, EventKind::Entry, 5),
+            Record::new(190, EventKind::Exit, 5), // time went back: kept as two events
+            Record::new(210, EventKind::Entry, 6),
+            Record::new(210, EventKind::TailExit, 6), // a tail exit is not fused
+            Record::new(400, EventKind::Entry, 1 << 20),
+            Record::new(400 + (1 << 30), EventKind::Exit, 1 << 20), // leaf, long varints
+            Record::new(2_000_000_000, EventKind::Exit, 1),
+            Record::new(2_000_000_010, EventKind::Entry, 7), // the chunk's last record
+        ];
+        let mut out = Vec::new();
+        let (counts, range) = encode_events(9, 0, &records, &mut out);
+        assert_eq!(
+            counts.events,
+            records.len() as u64,
+            "a leaf call counts as two"
+        );
+        let mut f = FieldReader::new(&out[range.clone()]);
+        let head = EventsHeader::decode(&mut f).unwrap();
+        assert_eq!(head.count, records.len() as u64);
+        let want: Vec<_> = records
+            .iter()
+            .map(|r| (r.tsc, r.kind().unwrap(), r.id()))
+            .collect();
+        let decoded: Vec<_> = EventDecoder::new(f.rest(), head.base_ticks)
+            .map(|e| e.map(|e| (e.tsc, e.kind, e.id)))
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(decoded, want, "the checked decoder");
+        let mut run = Vec::new();
+        let mut dec = EventDecoder::new(f.rest(), head.base_ticks);
+        loop {
+            dec.function_run(|t, k, id| run.push((t, k, id)));
+            match dec.next() {
+                Some(e) => run.push(e.map(|e| (e.tsc, e.kind, e.id)).unwrap()),
+                None => break,
+            }
+        }
+        assert_eq!(run, want, "the fast loop");
+        // The same events one by one, as every other writer encodes them: the two fused leaf calls
+        // are one tag shorter each (1 byte for id 2, 4 for id 2^20).
+        let events: Vec<_> = want
+            .iter()
+            .map(|&(ticks, kind, id)| Event {
+                ticks,
+                kind,
+                id,
+                payload: Vec::new(),
+                fields: [0; 2],
+            })
+            .collect();
+        let mut unfused = Vec::new();
+        builder::encode_events(9, 0, &events, &mut unfused);
+        assert_eq!(unfused.len() - range.len(), 1 + 4);
+        // The chunk up to the second leaf call, cut inside its duration: a clear error, after the
+        // events before it.
+        let (_, range) = encode_events(9, 0, &records[..11], &mut out);
+        let mut f = FieldReader::new(&out[range.start..range.end - 1]);
+        let head = EventsHeader::decode(&mut f).unwrap();
+        let mut dec = EventDecoder::new(f.rest(), head.base_ticks);
+        let got: Vec<_> = dec.by_ref().collect();
+        assert_eq!(got.last(), Some(&Err(crate::codec::DecodeError::Truncated)));
+        assert_eq!(
+            got.len(),
+            10,
+            "the nine events before the cut call, then the error"
+        );
     }
 
     #[test]
