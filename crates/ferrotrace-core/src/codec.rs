@@ -522,18 +522,23 @@ impl<'a> EventDecoder<'a> {
         self.next_event_slow()
     }
 
-    /// Decodes the function entries, exits and tail exits from here on (a leaf call as its entry and
-    /// its exit), calling `each(tsc, kind, id)` for each, until an event of another kind, an id of
-    /// 2^13 or more, a delta or duration of 2^20 ticks or more (a delta zigzagged: 2^21) or the last
-    /// few bytes of the body: those are left to [`Iterator::next`], which checks everything. The
-    /// events it decodes are those `next` would: a tight loop for the events that make up nearly all
-    /// of a function trace, with one bounds check per event.
+    /// Decodes the function entries, exits and tail exits from here on, calling `each(tsc, kind, id,
+    /// exit)` for each: `exit` is `None`, except for a leaf call, which is one call of `each` with its
+    /// entry (`kind` Entry at `tsc`) and the tick of its exit in `exit`. Stops at an event of another
+    /// kind, an id of 2^13 or more, a delta or duration of 2^20 ticks or more (a delta zigzagged:
+    /// 2^21), the last few bytes of the body, or right away when the exit of a leaf call that
+    /// [`Iterator::next`] handed on as its entry is due: those are left to `next`, which checks
+    /// everything. The events it decodes are those `next` would: a tight loop for the events that make
+    /// up nearly all of a function trace, with one bounds check per event, and one call of `each` in
+    /// it, so that the caller's closure is inlined once.
     #[inline]
-    pub fn function_run(&mut self, mut each: impl FnMut(u64, EventKind, u32)) {
+    pub fn function_run(&mut self, mut each: impl FnMut(u64, EventKind, u32, Option<u64>)) {
         /// The longest event the loop decodes: a leaf call with a 3-byte tag, delta and duration.
         const LONGEST: usize = 9;
-        if let Some(exit) = self.take_call_exit() {
-            each(exit.tsc, exit.kind, exit.id);
+        /// [`CALL_KIND`] as a tag's low bits.
+        const CALL: u32 = CALL_KIND as u32;
+        if self.call_exit.is_some() {
+            return;
         }
         let buf = self.fields.buf;
         let mut pos = self.fields.pos;
@@ -543,34 +548,32 @@ impl<'a> EventDecoder<'a> {
                 Some(v) => v,
                 None => break,
             };
-            /// [`CALL_KIND`] as a tag's low bits.
-            const CALL: u32 = CALL_KIND as u32;
             let kind = match tag & 15 {
-                0 => EventKind::Entry,
+                0 | CALL => EventKind::Entry,
                 1 => EventKind::Exit,
                 2 => EventKind::TailExit,
-                CALL => EventKind::Entry,
                 _ => break,
             };
             let (delta, delta_len) = match short_varint(w, tag_len) {
                 Some(v) => v,
                 None => break,
             };
+            let at = tsc.wrapping_add(unzigzag(delta as u64) as u64);
+            let mut exit = None;
+            let mut len = tag_len + delta_len;
             if tag & 15 == CALL {
-                let (duration, duration_len) = match short_varint(w, tag_len + delta_len) {
+                let (duration, duration_len) = match short_varint(w, len) {
                     Some(v) => v,
                     None => break,
                 };
-                let entry = tsc.wrapping_add(unzigzag(delta as u64) as u64);
-                tsc = entry.wrapping_add(duration as u64);
-                pos += tag_len + delta_len + duration_len;
-                each(entry, EventKind::Entry, tag >> 4);
-                each(tsc, EventKind::Exit, tag >> 4);
-                continue;
+                len += duration_len;
+                tsc = at.wrapping_add(duration as u64);
+                exit = Some(tsc);
+            } else {
+                tsc = at;
             }
-            tsc = tsc.wrapping_add(unzigzag(delta as u64) as u64);
-            pos += tag_len + delta_len;
-            each(tsc, kind, tag >> 4);
+            pos += len;
+            each(at, kind, tag >> 4, exit);
         }
         self.fields.pos = pos;
         self.prev_tsc = tsc;
@@ -727,7 +730,12 @@ mod tests {
         let mut dec = EventDecoder::new(&body, 1_000_000);
         loop {
             let before = got.len();
-            dec.function_run(|t, k, id| got.push((t, k, id)));
+            dec.function_run(|t, k, id, exit| {
+                got.push((t, k, id));
+                if let Some(end) = exit {
+                    got.push((end, EventKind::Exit, id));
+                }
+            });
             runs += (got.len() > before) as usize;
             match dec.next() {
                 Some(e) => {

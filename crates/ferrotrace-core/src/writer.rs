@@ -466,7 +466,12 @@ mod tests {
         let mut run = Vec::new();
         let mut dec = EventDecoder::new(f.rest(), head.base_ticks);
         loop {
-            dec.function_run(|t, k, id| run.push((t, k, id)));
+            dec.function_run(|t, k, id, exit| {
+                run.push((t, k, id));
+                if let Some(end) = exit {
+                    run.push((end, EventKind::Exit, id));
+                }
+            });
             match dec.next() {
                 Some(e) => run.push(e.map(|e| (e.tsc, e.kind, e.id)).unwrap()),
                 None => break,

@@ -53,13 +53,21 @@ impl VisitEvents for BatchSink<'_> {
     #[inline(always)]
     fn function_run(&mut self, decoder: &mut EventDecoder<'_>) -> u64 {
         let before = self.events.len();
-        decoder.function_run(|tsc, kind, id| {
+        decoder.function_run(|tsc, kind, id, exit| {
             self.events.push(RawEvent {
                 tsc,
                 id,
                 kind,
                 extra: false,
-            })
+            });
+            if let Some(tsc) = exit {
+                self.events.push(RawEvent {
+                    tsc,
+                    id,
+                    kind: EventKind::Exit,
+                    extra: false,
+                });
+            }
         });
         (self.events.len() - before) as u64
     }

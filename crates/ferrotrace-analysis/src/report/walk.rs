@@ -275,7 +275,17 @@ impl<'a> ThreadCounts<'a> {
         let mut last = walk.last;
         // The entry not pushed yet: its id and tick.
         let mut pending: Option<(u32, u64)> = None;
-        decoder.function_run(|t, kind, id| {
+        decoder.function_run(|t, kind, id, exit| {
+            if let Some(end) = exit {
+                // A leaf call: its entry and exit in one event.
+                n += 2;
+                last = last.max(end);
+                if let Some((entered, start)) = pending.take() {
+                    self.enter(&mut walk, entered, start);
+                }
+                self.leaf(&mut walk, id, t, end);
+                return;
+            }
             n += 1;
             last = last.max(t);
             if kind == EventKind::Entry {
