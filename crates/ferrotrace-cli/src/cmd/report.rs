@@ -2,7 +2,7 @@
 
 use crate::Error;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
@@ -90,33 +90,42 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
         .ok_or_else(|| format!("unknown sort key {s:?}: use total, self, calls, avg, min or max"))
 }
 
-/// The function report of `trace` on `jobs` threads (by default as many as [`Report::with_progress`]
-/// uses); on one, from the counts of the pass that opened it, if it was counted.
+/// Opens the trace at `path` for a report on `jobs` threads (named as [`super::open_named`] does): on
+/// one, its events are counted as it is opened, so that the file is read once ([`OnePass`]).
+fn open_for_report(
+    path: &Path,
+    symbols: Option<&Path>,
+    jobs: usize,
+) -> Result<(Trace, Option<OnePass>), Error> {
+    let (trace, counted) = match jobs {
+        1 => {
+            let (trace, pass) = Report::open_counting(path)?;
+            (super::opened(trace), Some(pass))
+        }
+        _ => (super::open(path)?, None),
+    };
+    Ok((super::named(trace, symbols)?, counted))
+}
+
+/// The function report of `trace` on `jobs` threads, from the counts of the pass that opened it if
+/// it was counted ([`open_for_report`]).
 fn report_of(
     trace: &Trace,
     progress: &mut Progress,
-    jobs: Option<u16>,
+    jobs: usize,
     counted: Option<OnePass>,
 ) -> Result<Report, Error> {
-    match (jobs, counted) {
-        (None | Some(1), Some(pass)) => Report::after_pass(trace, progress, pass),
-        (Some(j), _) => Report::with_jobs(trace, progress, j.into()),
-        (None, None) => Report::with_progress(trace, progress),
+    match counted {
+        Some(pass) => Report::after_pass(trace, progress, pass),
+        None => Report::with_jobs(trace, progress, jobs),
     }
     .map_err(Error::analysis)
 }
 
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
-    // On one thread, the events are counted as the trace is opened: the file is read once.
-    let (trace, counted) = match a.jobs {
-        None | Some(1) => {
-            let (trace, pass) = Report::open_counting(&a.input)?;
-            (super::opened(trace), Some(pass))
-        }
-        Some(_) => (super::open(&a.input)?, None),
-    };
-    let trace = super::named(trace, a.symbols.as_deref())?;
+    let jobs = a.jobs.map_or(1, usize::from);
+    let (trace, counted) = open_for_report(&a.input, a.symbols.as_deref(), jobs)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     if let Some(set) = &sections.samples {
         if a.srcline {
@@ -144,13 +153,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
-    let report = report_of(&trace, &mut progress, a.jobs, counted)?;
+    let report = report_of(&trace, &mut progress, jobs, counted)?;
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
-        let other = super::open_named(other_path, a.symbols.as_deref())?;
+        let (other, counted) = open_for_report(other_path, a.symbols.as_deref(), jobs)?;
         let mut progress = Progress::new("report", other.event_count());
-        let other_report = report_of(&other, &mut progress, a.jobs, None)?;
+        let other_report = report_of(&other, &mut progress, jobs, counted)?;
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
