@@ -40,22 +40,6 @@ impl Lcg {
     }
 }
 
-/// Byte ranges of chunk payloads: (header offset, payload offset, payload length).
-fn chunks(b: &[u8]) -> Vec<(usize, usize, usize)> {
-    let mut v = Vec::new();
-    let mut off = FILE_HEADER_LEN;
-    while off + CHUNK_HEADER_LEN <= b.len() {
-        let len = u32::from_le_bytes(b[off + 4..off + 8].try_into().unwrap()) as usize;
-        let p = off + CHUNK_HEADER_LEN;
-        if p + len > b.len() {
-            break;
-        }
-        v.push((off, p, len));
-        off = p + len;
-    }
-    v
-}
-
 fn variants() -> Vec<(String, Vec<u8>)> {
     let (_, orig) = original();
     let mut rng = Lcg(0x5eed);
@@ -82,7 +66,7 @@ fn variants() -> Vec<(String, Vec<u8>)> {
         v.push((format!("bit flip at {at}"), b));
     }
     // Flips inside a chunk with the checksum fixed up: the decoders themselves see bad fields.
-    let cs = chunks(orig);
+    let cs = trace_chunks(orig);
     for i in 0..120 {
         let mut b = orig.clone();
         let (h, p, len) = cs[rng.next(cs.len())];
@@ -201,7 +185,7 @@ fn truncated_trace_gives_prefix_results_and_a_warning() {
     let dir = scratch("corrupt_trunc");
     let path = dir.join("cut.data");
     // Cut inside the last event chunk: some events remain readable.
-    let cs = chunks(orig);
+    let cs = trace_chunks(orig);
     let (_, p, len) = *cs
         .iter()
         .rev()
@@ -246,7 +230,7 @@ fn report_read_once_says_what_report_read_twice_says_of_a_damaged_chunk() {
     let dir = scratch("corrupt_once");
     let path = dir.join("bad.data");
     let p = path.to_str().unwrap();
-    let events: Vec<_> = chunks(orig)
+    let events: Vec<_> = trace_chunks(orig)
         .into_iter()
         .filter(|&(h, _, _)| orig[h] == 6)
         .collect();
@@ -281,7 +265,7 @@ fn a_trace_without_its_end_chunk_warns_in_every_command() {
     let (_, orig) = original();
     let dir = scratch("corrupt_no_end");
     let path = dir.join("noend.data");
-    let last = *chunks(orig).last().unwrap();
+    let last = *trace_chunks(orig).last().unwrap();
     assert_eq!(orig[last.0], 7, "the last chunk is End");
     std::fs::write(&path, &orig[..last.0]).unwrap();
     let p = path.to_str().unwrap();

@@ -6,24 +6,11 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ft, ok, record, scratch, testprog, testprog_mcount, text};
+use common::{ft, ok, record, scratch, testprog, testprog_mcount, text, trace_chunks};
 use ferrotrace_core::builder::{self, Event};
 use ferrotrace_core::codec::{EventDecoder, FieldReader, CALL_KIND};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
 use ferrotrace_core::schema::{EventsHeader, Payload};
-
-/// The chunks of a trace file: (header, payload range).
-fn chunks(b: &[u8]) -> Vec<(ChunkHeader, std::ops::Range<usize>)> {
-    let mut v = Vec::new();
-    let mut off = FILE_HEADER_LEN;
-    while off + CHUNK_HEADER_LEN <= b.len() {
-        let h = ChunkHeader::decode(b[off..off + CHUNK_HEADER_LEN].try_into().unwrap());
-        let p = off + CHUNK_HEADER_LEN;
-        v.push((h, p..p + h.len as usize));
-        off = p + h.len as usize;
-    }
-    v
-}
 
 /// The leaf-call events among an Events payload's events: walks the tags the way the format lays
 /// them out (function events only: the traces here have no others).
@@ -51,8 +38,9 @@ fn written_one_by_one(trace: &Path) -> (PathBuf, usize) {
     let mut out = b[..FILE_HEADER_LEN].to_vec();
     out[10..12].copy_from_slice(&4u16.to_le_bytes());
     let mut leaf_calls = 0;
-    for (h, range) in chunks(&b) {
-        let payload = &b[range];
+    for (at, p, len) in trace_chunks(&b) {
+        let h = ChunkHeader::decode(b[at..p].try_into().unwrap());
+        let payload = &b[p..p + len];
         if h.kind != ChunkKind::Events as u32 {
             out.extend_from_slice(&h.encode());
             out.extend_from_slice(payload);
@@ -146,8 +134,14 @@ fn a_damaged_leaf_call_is_reported() {
     let mut b = std::fs::read(&trace).unwrap();
     // The first Events chunk's first leaf call: its duration's first byte gets its "more follows" bit
     // and the chunk ends after it.
-    let (h, range) = chunks(&b)
+    let (h, range) = trace_chunks(&b)
         .into_iter()
+        .map(|(at, p, len)| {
+            (
+                ChunkHeader::decode(b[at..p].try_into().unwrap()),
+                p..p + len,
+            )
+        })
         .find(|(h, r)| h.kind == ChunkKind::Events as u32 && leaf_calls_in(&b[r.clone()]) > 0)
         .expect("an Events chunk with a leaf call");
     let mut f = FieldReader::new(&b[range.clone()]);

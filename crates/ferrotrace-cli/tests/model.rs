@@ -10,9 +10,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ft, ok, perfetto_decoded, scratch, text};
+use common::{ft, ok, perfetto_decoded, scratch, text, trace_chunks};
 use ferrotrace_core::builder::TraceBuilder;
-use ferrotrace_core::format::{ChunkHeader, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+use ferrotrace_core::format::{ChunkHeader, CHUNK_HEADER_LEN};
 use ferrotrace_core::record::EventKind;
 use ferrotrace_core::schema::{source, Mode, SamplerKind};
 use object::{Object, ObjectSymbol};
@@ -145,19 +145,6 @@ fn every_command_answers_a_trace_of_calls_tracepoints_and_samples() {
     assert!(ud.join("info").is_file());
 }
 
-/// The chunks of a trace: (header offset, payload offset, payload length).
-fn chunks(b: &[u8]) -> Vec<(usize, usize, usize)> {
-    let mut v = Vec::new();
-    let mut at = FILE_HEADER_LEN;
-    while at + CHUNK_HEADER_LEN <= b.len() {
-        let h = ChunkHeader::decode(&b[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
-        let p = at + CHUNK_HEADER_LEN;
-        v.push((at, p, h.len as usize));
-        at = p + h.len as usize;
-    }
-    v
-}
-
 fn kind_of(b: &[u8], c: (usize, usize, usize)) -> u32 {
     u32::from_le_bytes(b[c.0..c.0 + 4].try_into().unwrap())
 }
@@ -178,7 +165,7 @@ fn a_trace_that_is_not_what_was_written_says_so_in_every_command() {
     let dir = scratch("model_damaged");
     // Enough events for several Events chunks (4096 events each).
     let orig = std::fs::read(mixed_trace(&dir, 3000, 10)).unwrap();
-    let cs = chunks(&orig);
+    let cs = trace_chunks(&orig);
     let events: Vec<_> = cs
         .iter()
         .copied()

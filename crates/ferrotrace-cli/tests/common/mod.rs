@@ -810,3 +810,21 @@ pub fn duckdb(script: &str) -> String {
     assert!(out.status.success(), "python: {}", text(&out.stderr));
     text(&out.stdout)
 }
+
+/// The chunks of a trace file's bytes, in file order: (header offset, payload offset, payload
+/// length); stops at a chunk cut short (header or payload past the end).
+pub fn trace_chunks(b: &[u8]) -> Vec<(usize, usize, usize)> {
+    use ferrotrace_core::format::{ChunkHeader, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+    let mut v = Vec::new();
+    let mut at = FILE_HEADER_LEN;
+    while at + CHUNK_HEADER_LEN <= b.len() {
+        let h = ChunkHeader::decode(b[at..at + CHUNK_HEADER_LEN].try_into().unwrap());
+        let p = at + CHUNK_HEADER_LEN;
+        if p + h.len as usize > b.len() {
+            break;
+        }
+        v.push((at, p, h.len as usize));
+        at = p + h.len as usize;
+    }
+    v
+}
