@@ -114,8 +114,11 @@ impl SampleSet {
         trace: &Trace,
         mut on_sample: impl FnMut(Sample),
     ) -> Result<Option<SampleSet>, ReadError> {
+        // A profile says so even without a Samplers chunk (cut short); a function trace whose
+        // samples were to be merged after the run (`record --sample`) has them only if they were.
         let has_samples = !trace.samplers.is_empty()
-            || trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0;
+            || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
+                && !trace.has_function_events());
         if !has_samples {
             return Ok(None);
         }

@@ -124,7 +124,8 @@ fn functions_samples_spans_events_and_allocations_in_one_trace_answered_by_every
     assert!(mem.starts_with("allocations: "), "{mem}");
     let info = ok(ft(&["info", "-i", p]));
     assert!(
-        info.contains("recorded by  : xray, allocations, tracing") && info.contains("samplers"),
+        info.contains("recorded by  : xray, samples, allocations, tracing")
+            && info.contains("samplers"),
         "{info}"
     );
 

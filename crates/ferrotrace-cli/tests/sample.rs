@@ -50,6 +50,11 @@ fn sample_times_fall_inside_the_traced_function_their_stack_names() {
     let trace = Trace::open(&path).unwrap();
     assert!(trace.problems.is_empty(), "{:?}", trace.problems);
     assert!(trace.end.is_some());
+    // The runtime's Session chunk, written before any event, already says that samples follow.
+    assert_ne!(
+        trace.session.sources & ferrotrace_core::schema::source::SAMPLES,
+        0
+    );
     let main = trace.session.pid;
     let set = SampleSet::load(&trace).unwrap().expect("samples");
     let windows: Vec<(&str, (u64, u64))> = ["spin_first", "spin_second", "sleep_third"]

@@ -19,6 +19,7 @@
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
 //! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
+//! | [`SAMPLED`] | `FERROTRACE_SAMPLED` | `record --sample` (`1`; removed without it) | runtime | the samples of this run are merged into the trace after the program ends: the Session chunk says so from the start ([`crate::schema::source::SAMPLES`]), for readers that count as they read |
 //! | [`ALLOC_STACK_DEPTH`] | `FERROTRACE_ALLOC_STACK_DEPTH` | `record` (`--alloc-stack-depth`) | runtime | deepest allocation stack to record (0: none); default 64 |
 //! | [`USDT`] | `FERROTRACE_USDT` | by hand | linked runtime | [`USDT_OFF`]: no thread watching the tracepoints' SDT semaphores (tracers attaching to a running program see nothing) |
 //! | [`LIVE_FD`] | `FERROTRACE_LIVE_FD` | `live` | runtime (removes it) | the descriptor to print events to, live |
@@ -67,6 +68,8 @@ pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
 pub const ALLOC: &str = "FERROTRACE_ALLOC";
 /// Mean bytes between sampled allocations.
 pub const ALLOC_SAMPLE: &str = "FERROTRACE_ALLOC_SAMPLE";
+/// The run is sampled (`record --sample`): `1`.
+pub const SAMPLED: &str = "FERROTRACE_SAMPLED";
 /// Deepest allocation stack to record.
 pub const ALLOC_STACK_DEPTH: &str = "FERROTRACE_ALLOC_STACK_DEPTH";
 /// [`USDT_OFF`] leaves out the thread that watches the SDT semaphores.
@@ -201,6 +204,8 @@ mod spec {
         pub depth: Option<u32>,
         /// [`ALLOC`] and its settings: `None` records no allocations.
         pub alloc: Option<AllocSpec>,
+        /// [`SAMPLED`]: `record --sample` merges samples into the trace after the program ends.
+        pub sampled: bool,
         /// [`LIVE_FD`]: the descriptor `live` reads printed events from.
         pub live_fd: Option<i32>,
         /// [`SHARED_FD`]: the memfd `record` salvages from.
@@ -264,6 +269,7 @@ mod spec {
                     ALLOC_STACK_DEPTH,
                     number(alloc.and_then(|a| a.stack_depth).map(i64::from)),
                 ),
+                (SAMPLED, self.sampled.then(|| "1".into())),
                 (LIVE_FD, number(self.live_fd.map(i64::from))),
                 (SHARED_FD, number(self.shared_fd.map(i64::from))),
                 (CONTROL, self.control.as_ref().map(|p| p.clone().into())),
@@ -375,6 +381,7 @@ mod spec {
                 chunk_size: text(CHUNK_SIZE),
                 depth: parsed(DEPTH, text(DEPTH), "a depth")?,
                 alloc,
+                sampled: text(SAMPLED).is_some_and(|v| v != "0"),
                 live_fd: parsed(LIVE_FD, text(LIVE_FD), "a descriptor number")?,
                 shared_fd: parsed(SHARED_FD, text(SHARED_FD), "a descriptor number")?,
                 control: var(CONTROL).filter(|v| !v.is_empty()).map(PathBuf::from),
@@ -406,6 +413,7 @@ mod tests {
             ("ALLOC", ALLOC),
             ("ALLOC_SAMPLE", ALLOC_SAMPLE),
             ("ALLOC_STACK_DEPTH", ALLOC_STACK_DEPTH),
+            ("SAMPLED", SAMPLED),
             ("USDT", USDT),
             ("LIVE_FD", LIVE_FD),
             ("SHARED_FD", SHARED_FD),
@@ -443,6 +451,7 @@ mod tests {
                 sample: Some("512K".into()),
                 stack_depth: Some(17),
             }),
+            sampled: true,
             live_fd: Some(5),
             shared_fd: Some(6),
             control: Some("/tmp/d/control".into()),

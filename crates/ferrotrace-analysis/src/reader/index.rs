@@ -198,6 +198,7 @@ pub(super) fn open(
                     tid,
                     chunk,
                     payload,
+                    sources: t.session.sources,
                 },
             ),
             Ok(None) => {}

@@ -34,6 +34,8 @@ pub(crate) struct EventsChunk<'p> {
     pub(crate) chunk: ChunkRef,
     /// Its payload: the Events header, then the events.
     pub(crate) payload: &'p [u8],
+    /// The Session chunk's sources ([`schema::source`]), as read before this chunk (0 without it).
+    pub(crate) sources: u64,
 }
 
 /// An opened trace: metadata and the index of event chunks.

@@ -6,7 +6,8 @@
 //! The counts are those of [`super::Report::with_jobs`] on one thread whenever that is sure, and are
 //! dropped otherwise ([`OnePass::usable`]): the report then reads the threads again, as always. Being
 //! sure takes a trace whose Events chunks came in the order of their numbers, without Samples chunks or
-//! samplers (samples need the Samplers chunk, which may follow the events), whose function ids are
+//! samplers (samples need the Samplers chunk, which may follow the events; a sampled run's Session
+//! chunk says so before the first event, and the pass then counts nothing), whose function ids are
 //! each their own function (the pass counts by id; names, which may tell two ids apart as one
 //! function, are known only at the end), with few threads and little memory held by their counts
 //! (each counted thread's state stays in memory until the end). A damaged chunk needs nothing more: the pass stops there, as the report's reading
@@ -17,6 +18,8 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::LazyLock;
+
+use ferrotrace_core::schema::source;
 
 use crate::names::Representatives;
 use crate::reader::{EventsChunk, ReadError, Trace};
@@ -66,6 +69,12 @@ impl OnePass {
 
     fn add(&mut self, path: &Path, e: EventsChunk<'_>) {
         if self.gave_up {
+            return;
+        }
+        // A sampled run (`record --sample`) says so in its Session chunk, ahead of the events: its
+        // Samples chunks come after them, and counts without the samples would be thrown away.
+        if e.sources & source::SAMPLES != 0 {
+            self.give_up();
             return;
         }
         if !self.threads.contains_key(&e.tid) && self.threads.len() == MAX_THREADS {
@@ -145,7 +154,18 @@ mod tests {
     /// program's threads fill them; functions 1, 2, 3, 7 and 2^21, and with `one_function` id 7 a
     /// second id of function 3 (same name, same address).
     fn trace_bytes(seed: u64, threads: u32, per_thread: usize, one_function: bool) -> Vec<u8> {
-        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+        trace_of_sources(source::XRAY, seed, threads, per_thread, one_function)
+    }
+
+    /// [`trace_bytes`] whose Session chunk names `sources`.
+    fn trace_of_sources(
+        sources: u64,
+        seed: u64,
+        threads: u32,
+        per_thread: usize,
+        one_function: bool,
+    ) -> Vec<u8> {
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", sources, Mode::Lossless).unwrap();
         for (i, id) in [1u32, 2, 3, 7, 1 << 21].into_iter().enumerate() {
             let (address, name) = match one_function && id == 7 {
                 true => (0x1200, "t::f3".to_string()),
@@ -255,6 +275,21 @@ mod tests {
         let (want, got, used) = both_ways("threads", &trace_bytes(6, threads, 300, false));
         assert!(!used);
         assert_eq!(got, want);
+    }
+
+    #[test]
+    fn a_sampled_run_is_not_counted_in_vain() {
+        // `record --sample`'s runtime names the samples in its Session chunk; they come after the
+        // events, so the pass must not count (whether or not they came: here the merge failed).
+        let bytes = trace_of_sources(source::XRAY | source::SAMPLES, 3, 2, 4_000, false);
+        let (want, got, used) = both_ways("sampled", &bytes);
+        assert!(!used);
+        assert_eq!(got, want);
+        let path = std::env::temp_dir().join(format!("ft-one-pass-{}-s.data", std::process::id()));
+        std::fs::write(&path, &bytes).unwrap();
+        let (_, pass) = Report::open_counting(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(pass.gave_up && pass.threads.is_empty());
     }
 
     #[test]

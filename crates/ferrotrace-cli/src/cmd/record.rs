@@ -161,6 +161,7 @@ impl RecordArgs {
                 sample: self.alloc_sample.clone(),
                 stack_depth: Some(self.alloc_stack_depth),
             }),
+            sampled: self.sample,
             ..RuntimeSpec::default()
         }
     }

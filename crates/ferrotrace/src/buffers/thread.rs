@@ -680,6 +680,7 @@ mod tests {
             shadow_depth: crate::lifecycle::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
             subtrees: true,
+            sampled: false,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
         let record = |n: u32| {

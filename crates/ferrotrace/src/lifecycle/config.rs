@@ -48,6 +48,9 @@ pub struct Config {
     /// what they select (`buffers::filter`). False in `ferrotrace live`, whose `-F`/`-N` name the
     /// functions it prints, each alone: only those are patched.
     pub subtrees: bool,
+    /// `record --sample` merges samples into the trace after the program ends: the Session chunk
+    /// says [`ferrotrace_core::schema::source::SAMPLES`] from the start.
+    pub sampled: bool,
 }
 
 impl Config {
@@ -166,6 +169,7 @@ impl Config {
             chunk_size,
             // `live` (launched or attached) prints the functions -F names, each alone.
             subtrees: spec.live_fd.is_none() && spec.live_fifo.is_none(),
+            sampled: spec.sampled,
         })
     }
 

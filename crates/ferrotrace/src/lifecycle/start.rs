@@ -102,7 +102,14 @@ fn session_payload(
         version: env!("CARGO_PKG_VERSION"),
         mode: config.mode,
         tick_hz: tsc_hz,
-        sources: program.sources,
+        // Samples come after the program ends (`record --sample` merges them); saying so now lets a
+        // reader that counts as it reads know before the first event that it would count in vain.
+        sources: program.sources
+            | if config.sampled {
+                schema::source::SAMPLES
+            } else {
+                0
+            },
         alloc_sample: program.alloc.map_or(0, |a| a.sample),
     }
     .encode(&mut p);
