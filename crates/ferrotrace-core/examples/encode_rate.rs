@@ -13,9 +13,8 @@
 //!
 //! * `textbook`: a LEB128 loop writing one byte at a time (tag, then delta), the usual varint writer;
 //! * `encode`: `writer::encode_events`;
-//! * `encode+follow`: `writer::encode_raw_following`, what the collector runs (it also follows
-//!   each thread's calls for the RunningAtStart chunk), on the chunks' raw words as the hot paths
-//!   store them (short records where they fit: `ferrotrace_core::record`);
+//! * `encode+follow`: `writer::encode_events_following`, what the collector runs (it also follows
+//!   each thread's calls for the RunningAtStart chunk);
 //! * `collector`: that, framed as chunks (checksum included) and written to a file under
 //!   `$OUT` (default: the system's temporary directory), as the collector writes them, flushed every
 //!   64 chunks.
@@ -30,10 +29,10 @@ use std::time::Instant;
 
 use ferrotrace_core::codec::{zigzag, EventDecoder, FieldReader};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
-use ferrotrace_core::record::{as_words, short_record, Generation, Record, SHORT_ID_LIMIT};
+use ferrotrace_core::record::Record;
 use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{EventsHeader, Payload};
-use ferrotrace_core::writer::{encode_events, encode_raw_following, TraceWriter};
+use ferrotrace_core::writer::{encode_events, encode_events_following, TraceWriter};
 
 /// Records per chunk at the runtime's default chunk size (64 KiB).
 const CHUNK_RECORDS: usize = 4096;
@@ -67,7 +66,6 @@ fn main() {
     let out_dir = std::env::var_os("OUT").map_or_else(std::env::temp_dir, Into::into);
     let out_path = out_dir.join(format!("encode-rate-{}.data", std::process::id()));
     let n = records.len();
-    let raw = raw_chunks(&records);
     let mut times: [Vec<f64>; 4] = Default::default();
     let mut bytes = 0;
     let mut scratch = Vec::new();
@@ -88,8 +86,8 @@ fn main() {
 
         let t = Instant::now();
         let mut running = RunningAtStart::default();
-        for c in &raw {
-            std::hint::black_box(encode_raw_following(1, 0, c, 0, &mut scratch, &mut running));
+        for c in records.chunks(CHUNK_RECORDS) {
+            std::hint::black_box(encode_events_following(1, 0, c, &mut scratch, &mut running));
         }
         times[2].push(t.elapsed().as_nanos() as f64 / n as f64);
 
@@ -97,8 +95,8 @@ fn main() {
         let mut w = TraceWriter::new(BufWriter::with_capacity(1 << 20, file)).expect("write");
         let t = Instant::now();
         let mut running = RunningAtStart::default();
-        for (i, c) in raw.iter().enumerate() {
-            let (_, range) = encode_raw_following(1, i as u32, c, 0, &mut scratch, &mut running);
+        for (i, c) in records.chunks(CHUNK_RECORDS).enumerate() {
+            let (_, range) = encode_events_following(1, i as u32, c, &mut scratch, &mut running);
             w.chunk(ChunkKind::Events, &scratch[range]).expect("write");
             if i % 64 == 63 {
                 w.flush().expect("write");
@@ -129,39 +127,6 @@ fn main() {
         let m = median(t);
         println!("{name:<14} {m:>10.2} {:>14.1} {:>11.2}x", 1e3 / m, base / m);
     }
-}
-
-/// `records` as the hot paths store them, in chunks of the runtime's default size: a chunk's first
-/// record long, then a function record short when the high half of its TSC is that of the last long
-/// one and its id fits.
-fn raw_chunks(records: &[Record]) -> Vec<Vec<u64>> {
-    let chunk_words = CHUNK_RECORDS * 2;
-    let generation = Generation::of_epoch(0);
-    let mut chunks = vec![Vec::with_capacity(chunk_words)];
-    let mut tsc_high = None;
-    for r in records {
-        let mut chunk = chunks.last_mut().expect("one chunk");
-        if chunk.len() + 2 > chunk_words {
-            chunks.push(Vec::with_capacity(chunk_words));
-            chunk = chunks.last_mut().expect("one chunk");
-            tsc_high = None;
-        }
-        let exit = match r.kind() {
-            Some(ferrotrace_core::record::EventKind::Entry) => Some(false),
-            Some(ferrotrace_core::record::EventKind::Exit) => Some(true),
-            _ => None,
-        };
-        match exit {
-            Some(exit) if tsc_high == Some(r.tsc >> 32) && r.id() < SHORT_ID_LIMIT => {
-                chunk.push(short_record(r.tsc, r.id(), exit, generation))
-            }
-            _ => {
-                tsc_high = Some(r.tsc >> 32);
-                chunk.extend_from_slice(as_words(core::slice::from_ref(r)));
-            }
-        }
-    }
-    chunks
 }
 
 /// The textbook LEB128 writer, one byte at a time: the function events of `records` as tag and delta

@@ -15,30 +15,6 @@
 //! low 32 bits in the id field, bits 32–47 in bits 48–63 of word 1 (user-space addresses have 47 bits).
 //! Its id on disk is 0 (see [`Record::free`]).
 //!
-//! ## Short records
-//!
-//! The hot paths of function entries and exits (XRay trampolines, mcount and fentry hooks) write one
-//! word, 8 bytes, where it fits: a chunk is a sequence of `u64` words holding short and long records.
-//! A long record's first word is its TSC, whose bit 63 is clear; a short record is one word with bit 63
-//! set, stored with one `mov` (never half-written):
-//!
-//! | bits | meaning |
-//! |---|---|
-//! | 0–31 | the low 32 bits of the TSC |
-//! | 32–55 | function id (< 2^24) |
-//! | 56–61 | the chunk's generation ([`Generation`]): what tells a record of this use of the chunk from one an earlier use left |
-//! | 62 | exit (else entry) |
-//! | 63 | 1 |
-//!
-//! A reader ([`RawRecords`]) rebuilds the full TSC from the previous record of the chunk: the value
-//! with those low bits nearest to it. It is exact: a hot path writes short only when the high half of
-//! its TSC equals that of the last long record it wrote in this chunk (the first record of every chunk is
-//! long), so every record between them has that high half too on a thread whose TSC does not go back;
-//! and "nearest" keeps it right when a signal handler's records come between a `rdtsc` and its store.
-//! Every other writer (tracepoints, allocations, the tracing layer, samples, live mode with its CPU
-//! bits) writes long records. A short record carries no CPU: it reads back as unknown (0xffff).
-//! Payload slots are 16 bytes, and records are 8-byte aligned.
-//!
 //! The XRay entry trampoline loads the function id into `r10d` (which zero-extends), so an ENTRY record's
 //! word 1 is the id itself and an EXIT is the id with bit 32 set: the trampolines need one `bts`.
 
@@ -103,7 +79,7 @@ impl EventKind {
 /// [`crate::shared::recoverable`] tells it from a whole one. A record with payload slots is stored after
 /// its slots.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
-#[repr(C, align(8))]
+#[repr(C, align(16))]
 pub struct Record {
     /// Raw timestamp counter value.
     pub tsc: u64,
@@ -113,144 +89,6 @@ pub struct Record {
 
 /// Size of a [`Record`] in bytes.
 pub const RECORD_SIZE: usize = 16;
-
-/// Size of a raw word in a chunk, the unit of a chunk's length: a short record is one, a long record
-/// two, a payload slot two.
-pub const WORD_SIZE: usize = 8;
-
-/// Bit 63 of a word: a short record.
-pub const SHORT: u64 = 1 << 63;
-/// Bit 62 of a short record: an exit.
-pub const SHORT_EXIT: u64 = 1 << 62;
-/// Function ids below this fit in a short record.
-pub const SHORT_ID_LIMIT: u32 = 1 << 24;
-/// Where a short record's generation starts.
-const GENERATION_SHIFT: u32 = 56;
-
-/// The generation of one use of a chunk: six bits that every short record written into it carries, set
-/// from the time the chunk was taken, so that crash salvage ([`crate::shared::recoverable`]) can tell a
-/// short record of this use from one an earlier use left in the chunk (one chance in 64 that an earlier
-/// use had the same; the timestamp check must pass too).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Generation(u8);
-
-impl Generation {
-    /// The generation of a chunk taken at TSC `epoch`.
-    pub const fn of_epoch(epoch: u64) -> Generation {
-        // Bits 10-15: changes every microsecond or so; two uses of a chunk rarely share it.
-        Generation((epoch >> 10) as u8 & 0x3f)
-    }
-
-    /// The bits every short record of the chunk carries: the tag and the generation.
-    pub const fn short_tag(self) -> u64 {
-        SHORT | (self.0 as u64) << GENERATION_SHIFT
-    }
-
-    /// The generation a short record carries.
-    pub const fn of_short(word: u64) -> Generation {
-        Generation((word >> GENERATION_SHIFT) as u8 & 0x3f)
-    }
-}
-
-/// A short record of `id` at `tsc` (an entry, or an exit) in a chunk of generation `generation`: what the
-/// hot paths store (for tests and the Rust writers that want it).
-pub const fn short_record(tsc: u64, id: u32, exit: bool, generation: Generation) -> u64 {
-    generation.short_tag() | (exit as u64) << 62 | ((id as u64) << 32) | (tsc & 0xffff_ffff)
-}
-
-/// The full TSC of a short record whose low 32 bits are `low`, the previous record being at `previous`:
-/// the value with those low bits nearest to it.
-pub const fn rebuild_tsc(previous: u64, low: u32) -> u64 {
-    previous.wrapping_add(low.wrapping_sub(previous as u32) as i32 as i64 as u64)
-}
-
-/// The records of a chunk's raw words, short ones expanded to long ones (the CPU unknown), each with
-/// its payload slots and the word where it starts. Stops at a record cut off by the end of the words.
-/// A long record whose TSC has bit 63 set would read as short: TSC values never do.
-pub struct RawRecords<'a> {
-    words: &'a [u64],
-    pos: usize,
-    previous: u64,
-}
-
-impl<'a> RawRecords<'a> {
-    /// The records of `words`, from the chunk's first word.
-    pub const fn new(words: &'a [u64]) -> Self {
-        RawRecords {
-            words,
-            pos: 0,
-            previous: 0,
-        }
-    }
-
-    /// The word where the next record starts.
-    pub const fn position(&self) -> usize {
-        self.pos
-    }
-
-    /// The next record, its payload, and the word where it starts.
-    #[inline(always)]
-    pub fn next_record(&mut self) -> Option<(Record, &'a [Record], usize)> {
-        let at = self.pos;
-        let (rec, end) = decode_raw(self.words, at, self.previous)?;
-        self.previous = rec.tsc;
-        self.pos = end;
-        let payload = self.words.get(at + 2..end).unwrap_or(&[]);
-        // SAFETY: Record is two u64 words, 8-byte aligned, without padding: an even number of words
-        // (2 per payload slot) is a slice of records.
-        let payload = unsafe {
-            core::slice::from_raw_parts(payload.as_ptr().cast::<Record>(), payload.len() / 2)
-        };
-        Some((rec, payload, at))
-    }
-}
-
-/// The record that starts at word `at` of a chunk's raw `words`, the previous record being at TSC
-/// `previous` (what a short record's timestamp is rebuilt from), and the word after it and its
-/// payload slots; `None` past the end or for a record cut off by it. A short record reads back as an
-/// entry or exit on an unknown CPU.
-#[inline(always)]
-pub fn decode_raw(words: &[u64], at: usize, previous: u64) -> Option<(Record, usize)> {
-    /// The CPU of a short record: unknown.
-    const UNKNOWN_CPU: u64 = (u16::MAX as u64) << 48;
-    let first = *words.get(at)?;
-    if first & SHORT != 0 {
-        let word =
-            (first >> 32) & (SHORT_ID_LIMIT as u64 - 1) | (first & SHORT_EXIT) >> 30 | UNKNOWN_CPU;
-        let tsc = rebuild_tsc(previous, first as u32);
-        return Some((Record { tsc, word }, at + 1));
-    }
-    let word = *words.get(at + 1)?;
-    let end = at + 2 + 2 * ((word >> 40) & 0xff) as usize;
-    (end <= words.len()).then_some((Record { tsc: first, word }, end))
-}
-
-impl<'a> Iterator for RawRecords<'a> {
-    type Item = (Record, &'a [Record], usize);
-
-    fn next(&mut self) -> Option<Self::Item> {
-        self.next_record()
-    }
-}
-
-/// Appends to `out` the records of a chunk's raw `words` that start at or after word `from`, short
-/// ones expanded to long ones, each followed by its payload slots: what the readers that want
-/// [`Record`]s take (filters, live mode, flight dumps, crash salvage).
-#[cfg(feature = "std")]
-pub fn expand(words: &[u64], from: usize, out: &mut std::vec::Vec<Record>) {
-    for (rec, payload, at) in RawRecords::new(words) {
-        if at >= from {
-            out.push(rec);
-            out.extend_from_slice(payload);
-        }
-    }
-}
-
-/// A slice of long records as the raw words of a chunk.
-pub fn as_words(records: &[Record]) -> &[u64] {
-    // SAFETY: Record is two u64 words, 8-byte aligned, without padding.
-    unsafe { core::slice::from_raw_parts(records.as_ptr().cast::<u64>(), records.len() * 2) }
-}
 
 impl Record {
     /// A record without payload.

@@ -20,26 +20,23 @@
 //!
 //! * [`FREE`]: the chunk is in the free list, or its events are in the file (the collector marks a
 //!   chunk free only after the bytes it encoded from it were written);
-//! * [`QUEUED`]: handed to the collector, `len` words (8 bytes: a chunk's length unit, see
-//!   [`crate::record`]);
-//! * [`OWNED`]: a thread is filling it. The first `len` words were written when the thread took the
+//! * [`QUEUED`]: handed to the collector, `len` records;
+//! * [`OWNED`]: a thread is filling it. The first `len` records were written when the thread took the
 //!   chunk; the thread's cursor, which says how many followed, lives in the thread's own memory (the hot
 //!   path stays a store into the chunk and a thread-local cursor bump). A reader finds the end by the
 //!   records themselves ([`recoverable`]): every record the thread writes after taking the chunk has a
 //!   timestamp at or after `epoch`, read after the chunk was taken, while what is left of an earlier use
 //!   of the chunk is older; and writers store a record's second word before its timestamp, so a record
-//!   cut in half by the kill carries an old timestamp and ends the scan too. A short record (one word,
-//!   one store) carries only the low half of its timestamp: it must also carry the chunk's generation
-//!   ([`Generation`], from `epoch`), which an earlier use of the chunk had with one chance in 64.
+//!   cut in half by the kill carries an old timestamp and ends the scan too.
 
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::record::{EventKind, Generation, RawRecords, SHORT};
+use crate::record::{EventKind, Record};
 
 /// The first eight bytes of the shared area.
 pub const MAGIC: [u8; 8] = *b"FTSHARE1";
 /// Layout version.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 1;
 /// Where the [`Signals`] table is.
 pub const SIGNALS_OFFSET: usize = 64;
 /// Where the descriptors start.
@@ -148,7 +145,7 @@ pub struct Descriptor {
     pub tid: AtomicU32,
     /// The thread's chunk number the records will carry.
     pub seq: AtomicU32,
-    /// QUEUED: words in the chunk; OWNED: words written when the thread took it.
+    /// QUEUED: records in the chunk; OWNED: records written when the thread took it.
     pub len: AtomicU32,
     /// OWNED: a timestamp read after the thread took the chunk.
     pub epoch: AtomicU64,
@@ -164,7 +161,7 @@ const _: () = assert!(core::mem::size_of::<Header>() == 64);
 const _: () = assert!(core::mem::size_of::<Descriptor>() == DESCRIPTOR_BYTES);
 
 impl Descriptor {
-    /// Describes the chunk as taken by thread `tid` (`name`), its `seq`-th, with `len` words written.
+    /// Describes the chunk as taken by thread `tid` (`name`), its `seq`-th, with `len` records written.
     pub fn own(&self, tid: u32, seq: u32, len: u32, epoch: u64, name: &[u8; 16]) {
         self.tid.store(tid, Ordering::Relaxed);
         self.seq.store(seq, Ordering::Relaxed);
@@ -179,7 +176,7 @@ impl Descriptor {
         self.state.store(OWNED, Ordering::Release);
     }
 
-    /// Describes the chunk as handed to the collector with `len` words, the first `skip` of them
+    /// Describes the chunk as handed to the collector with `len` records, the first `skip` of them
     /// written already, as the thread's `seq`-th.
     pub fn queue(&self, seq: u32, len: u32, skip: u32) {
         self.seq.store(seq, Ordering::Relaxed);
@@ -188,7 +185,7 @@ impl Descriptor {
         self.state.store(QUEUED, Ordering::Release);
     }
 
-    /// A flight-mode dump wrote the first `skip` words; the rest will carry `seq`.
+    /// A flight-mode dump wrote the first `skip` records; the rest will carry `seq`.
     pub fn dumped(&self, seq: u32, skip: u32) {
         // Two fields: written so that either order of death leaves nothing written twice. A larger
         // skip with the old number only leaves a record out; the new number is set last.
@@ -261,8 +258,8 @@ impl<'a> Area<'a> {
         self.header().chunk_count.load(Ordering::Relaxed) as usize
     }
 
-    /// Descriptor `i` and the raw words of chunk `i` ([`crate::record::RawRecords`]).
-    pub fn chunk(&self, i: usize) -> Option<(&'a Descriptor, &'a [u64])> {
+    /// Descriptor `i` and the records of chunk `i`.
+    pub fn chunk(&self, i: usize) -> Option<(&'a Descriptor, &'a [Record])> {
         if i >= self.count() {
             return None;
         }
@@ -274,91 +271,65 @@ impl<'a> Area<'a> {
         unsafe {
             Some((
                 &*(self.bytes.as_ptr().add(d) as *const Descriptor),
-                core::slice::from_raw_parts(self.bytes.as_ptr().add(c) as *const u64, size / 8),
+                core::slice::from_raw_parts(
+                    self.bytes.as_ptr().add(c) as *const Record,
+                    size / core::mem::size_of::<Record>(),
+                ),
             ))
         }
     }
 
-    /// Every chunk that holds events not in the file: `(descriptor, what is unwritten)` for each QUEUED
-    /// or OWNED chunk, cut to what [`recoverable`] finds.
+    /// Every chunk that holds events not in the file: `(descriptor, records)` for each QUEUED or OWNED
+    /// chunk, its records already cut to what [`recoverable`] finds.
     pub fn unwritten(
         &self,
         now_tsc: u64,
-    ) -> impl Iterator<Item = (&'a Descriptor, Unwritten<'a>)> + '_ {
+    ) -> impl Iterator<Item = (&'a Descriptor, &'a [Record])> + '_ {
         (0..self.count()).filter_map(move |i| {
-            let (d, words) = self.chunk(i)?;
-            let r = recoverable(d, words, now_tsc);
+            let (d, records) = self.chunk(i)?;
+            let r = recoverable(d, records, now_tsc);
             (!r.is_empty()).then_some((d, r))
         })
     }
 }
 
-/// What a chunk holds that no file does: the records of `words` from the one that starts at word
-/// `from` (those before are read for the timestamps that short records are rebuilt from).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Unwritten<'r> {
-    /// The chunk's words, up to the end of its last recoverable record.
-    pub words: &'r [u64],
-    /// Where the first unwritten record starts.
-    pub from: usize,
-}
-
-impl Unwritten<'_> {
-    /// True when there is nothing to recover.
-    pub fn is_empty(&self) -> bool {
-        self.from >= self.words.len()
-    }
-}
-
 /// The records of a chunk that its thread wrote and no file holds: for a QUEUED chunk its `len`
-/// words, for an OWNED one the `len` written when it was taken and every record after them that is
-/// whole and newer than `epoch` (and not newer than `now_tsc`, read after the process died), a short
-/// record also of the chunk's [`Generation`]; minus the `skip` words a flight dump wrote already.
-pub fn recoverable<'r>(d: &Descriptor, words: &'r [u64], now_tsc: u64) -> Unwritten<'r> {
-    let len = (d.len.load(Ordering::Acquire) as usize).min(words.len());
+/// records, for an OWNED one the `len` written when it was taken and every record after them that is
+/// whole and newer than `epoch` (and not newer than `now_tsc`, read after the process died); minus the
+/// `skip` a flight dump wrote already.
+pub fn recoverable<'r>(d: &Descriptor, records: &'r [Record], now_tsc: u64) -> &'r [Record] {
+    let len = (d.len.load(Ordering::Acquire) as usize).min(records.len());
     let end = match d.state.load(Ordering::Acquire) {
         QUEUED => len,
         OWNED => {
             let epoch = d.epoch.load(Ordering::Relaxed);
-            let generation = Generation::of_epoch(epoch);
-            let mut raw = RawRecords::new(words);
-            let mut end = len;
-            // (A record cut off by the chunk's end is not returned: it is not whole.)
-            while let Some((r, _, at)) = raw.next_record() {
-                if at < len {
-                    continue;
-                }
-                let first = words[at];
-                // (Bits 48-63 of a long record's word may hold the CPU: anything goes there.)
-                let whole = if first & SHORT != 0 {
-                    Generation::of_short(first) == generation && r.id() != 0
-                } else {
-                    match r.kind() {
+            let mut i = len;
+            while let Some(r) = records.get(i) {
+                let slots = r.payload_slots();
+                // (Bits 48-63 may hold the CPU: anything goes there.)
+                let whole = i + 1 + slots <= records.len()
+                    && match r.kind() {
                         Some(k) if k.is_function() => r.id() != 0,
                         Some(EventKind::Tracepoint) => r.id() != 0,
                         Some(_) => true,
                         None => false,
-                    }
-                };
+                    };
                 if !(whole && r.tsc >= epoch && r.tsc <= now_tsc) {
                     break;
                 }
-                end = raw.position();
+                i += 1 + slots;
             }
-            end
+            i
         }
         _ => 0,
     };
-    Unwritten {
-        words: &words[..end],
-        from: (d.skip.load(Ordering::Relaxed) as usize).min(end),
-    }
+    let skip = (d.skip.load(Ordering::Relaxed) as usize).min(end);
+    &records[skip..end]
 }
 
-#[cfg(all(test, feature = "std"))]
+#[cfg(test)]
 mod tests {
     use super::*;
-    use crate::record::{as_words, expand, short_record, Record};
 
     fn descriptor() -> Descriptor {
         // SAFETY: all-zero is a valid Descriptor (atomics and bytes).
@@ -372,7 +343,7 @@ mod tests {
         let mut chunk = [Record::new(100, EventKind::Entry, 9); 16];
         // The slow path wrote one record (older than the epoch: read before the chunk was taken).
         chunk[0] = Record::new(900, EventKind::Entry, 1);
-        d.own(7, 3, 2, 1000, b"worker\0\0\0\0\0\0\0\0\0\0");
+        d.own(7, 3, 1, 1000, b"worker\0\0\0\0\0\0\0\0\0\0");
         for (i, t) in [(1, 1001), (2, 1005), (3, 1010)] {
             chunk[i] = Record::new(t, EventKind::Exit, 1);
         }
@@ -387,68 +358,28 @@ mod tests {
             tsc: 100,
             word: Record::new(0, EventKind::Entry, 1).word,
         };
-        let words = as_words(&chunk);
-        let got = recoverable(&d, words, 2000);
-        assert_eq!((got.words.len(), got.from), (12, 0));
-        let mut records = Vec::new();
-        expand(got.words, got.from, &mut records);
-        assert_eq!(records.len(), 6);
-        assert_eq!(records[4].kind(), Some(EventKind::Tracepoint));
+        let got = recoverable(&d, &chunk, 2000);
+        assert_eq!(got.len(), 6);
+        assert_eq!(got[4].kind(), Some(EventKind::Tracepoint));
         // Nothing newer than the moment the process died.
-        assert_eq!(recoverable(&d, words, 1015).words.len(), 8);
+        assert_eq!(recoverable(&d, &chunk, 1015).len(), 4);
         // A flight dump wrote the first three already.
-        d.dumped(4, 6);
-        assert_eq!(recoverable(&d, words, 2000).from, 6);
+        d.dumped(4, 3);
+        assert_eq!(recoverable(&d, &chunk, 2000).len(), 3);
         assert_eq!(d.name()[..6], *b"worker");
-    }
-
-    #[test]
-    fn short_records_of_an_owned_chunk_are_recovered_while_they_carry_its_generation() {
-        let d = descriptor();
-        let epoch = 0x7_0000_1000;
-        let ours = Generation::of_epoch(epoch);
-        let earlier = Generation::of_epoch(epoch + (1 << 10));
-        assert_ne!(ours, earlier);
-        // An earlier use of the chunk left short records of its generation everywhere, with times
-        // that would pass the epoch check once rebuilt.
-        let mut words = [short_record(epoch + 50, 3, false, earlier); 16];
-        // The slow path's record, then short ones of this use.
-        words[0] = epoch - 5;
-        words[1] = Record::new(0, EventKind::Entry, 1).word;
-        d.own(7, 0, 2, epoch, &[0; 16]);
-        words[2] = short_record(epoch + 10, 2, false, ours);
-        words[3] = short_record(epoch + 20, 2, true, ours);
-        words[4] = short_record(epoch + 30, 1, true, ours);
-        let got = recoverable(&d, &words, epoch + 1000);
-        assert_eq!((got.words.len(), got.from), (5, 0));
-        let mut records = Vec::new();
-        expand(got.words, got.from, &mut records);
-        let ids: Vec<_> = records
-            .iter()
-            .map(|r| (r.tsc.wrapping_sub(epoch), r.kind(), r.id()))
-            .collect();
-        assert_eq!(
-            ids,
-            [
-                (5u64.wrapping_neg(), Some(EventKind::Entry), 1),
-                (10, Some(EventKind::Entry), 2),
-                (20, Some(EventKind::Exit), 2),
-                (30, Some(EventKind::Exit), 1),
-            ]
-        );
     }
 
     #[test]
     fn queued_and_free_chunks() {
         let d = descriptor();
         let chunk = [Record::new(5, EventKind::Entry, 1); 8];
-        d.queue(2, 10, 0);
+        d.queue(2, 5, 0);
         assert_eq!(
-            recoverable(&d, as_words(&chunk), 0).words.len(),
-            10,
+            recoverable(&d, &chunk, 0).len(),
+            5,
             "a queued chunk is whole"
         );
         d.free();
-        assert!(recoverable(&d, as_words(&chunk), 100).is_empty());
+        assert!(recoverable(&d, &chunk, 100).is_empty());
     }
 }

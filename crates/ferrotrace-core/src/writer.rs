@@ -14,7 +14,7 @@ use std::io::{self, Write};
 use crate::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use crate::format::{file_header, ChunkHeader, ChunkKind};
 #[cfg(feature = "std")]
-use crate::record::{as_words, decode_raw, EventKind, Record};
+use crate::record::{EventKind, Record};
 #[cfg(feature = "std")]
 use crate::running::RunningAtStart;
 #[cfg(feature = "std")]
@@ -227,36 +227,21 @@ pub fn encode_events(
     records: &[Record],
     out: &mut Vec<u8>,
 ) -> (Counts, std::ops::Range<usize>) {
-    encode(tid, seq, as_words(records), 0, out, None)
+    encode(tid, seq, records, out, None)
 }
 
-/// [`encode_events`] of a chunk's raw words (short and long records: [`crate::record`]), from the
-/// record that starts at word `from` (the records before it are read for their timestamps only).
+/// [`encode_events`], following the thread's calls in `running` on the way (the collector's
+/// [`RunningAtStart`]) in the same pass: a second pass over the records cost more than the encoding,
+/// its loads waiting one after the other on a chunk that the traced thread's core had just written.
 #[cfg(feature = "std")]
-pub fn encode_raw(
+pub fn encode_events_following(
     tid: u32,
     seq: u32,
-    words: &[u64],
-    from: usize,
-    out: &mut Vec<u8>,
-) -> (Counts, std::ops::Range<usize>) {
-    encode(tid, seq, words, from, out, None)
-}
-
-/// [`encode_raw`],
-/// following the thread's calls in `running` on the way (the collector's [`RunningAtStart`]) in the
-/// same pass: a second pass over the records cost more than the encoding, its loads waiting one after
-/// the other on a chunk that the traced thread's core had just written.
-#[cfg(feature = "std")]
-pub fn encode_raw_following(
-    tid: u32,
-    seq: u32,
-    words: &[u64],
-    from: usize,
+    records: &[Record],
     out: &mut Vec<u8>,
     running: &mut RunningAtStart,
 ) -> (Counts, std::ops::Range<usize>) {
-    encode(tid, seq, words, from, out, Some(running))
+    encode(tid, seq, records, out, Some(running))
 }
 
 #[cfg(feature = "std")]
@@ -264,27 +249,21 @@ pub fn encode_raw_following(
 fn encode(
     tid: u32,
     seq: u32,
-    words: &[u64],
-    from: usize,
+    records: &[Record],
     out: &mut Vec<u8>,
     mut running: Option<&mut RunningAtStart>,
 ) -> (Counts, std::ops::Range<usize>) {
     /// Four varints of at most 10 bytes.
     const HEAD: usize = 40;
-    /// Words (8 bytes each) between the one read and the one prefetched: eight cache lines.
-    const PREFETCH_AHEAD: usize = 64;
+    /// Records (16 bytes each) between the one encoded and the one prefetched: eight cache lines.
+    const PREFETCH_AHEAD: usize = 32;
     /// A record word without the CPU some records carry in bits 48-63 (live mode).
     const WITHOUT_CPU: u64 = 0x0000_ffff_ffff_ffff;
     /// An Exit's kind in a record word.
     const EXIT: u64 = (EventKind::Exit as u64) << 32;
-    // The records before `from` are read for their timestamps only.
-    let (mut at, mut next) = (0, decode_raw(words, 0, 0));
-    while let Some((r, end)) = next.filter(|_| at < from) {
-        (at, next) = (end, decode_raw(words, end, r.tsc));
-    }
-    let base = next.map_or(0, |r| r.0.tsc);
-    // Worst case per word: one event of MAX_EVENT_LEN, or 8 payload bytes and a 10-byte length.
-    let worst = HEAD + words.len() * (MAX_EVENT_LEN + 10) + 16;
+    let base = records.first().map_or(0, |r| r.tsc);
+    // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
+    let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
     if out.len() < worst {
         out.resize(worst, 0);
     }
@@ -292,7 +271,11 @@ fn encode(
     let mut events = 0u64;
     let mut enc = EventEncoder::new(base);
     let mut counts = Counts::default();
-    while let Some((rec, end)) = next {
+    let mut i = 0;
+    while i < records.len() {
+        // Function entries and exits without payload are nearly every record: encode them without the
+        // general path's kind decoding and payload slicing. Bits 32-47 are the kind and the payload
+        // slots (0 for these); the CPU some records carry above them (live mode) stays in memory.
         // The chunk was written on the traced thread's core: its lines are asked for well ahead, so
         // that their transfers overlap rather than each stalling the loop in turn.
         #[cfg(target_arch = "x86_64")]
@@ -300,20 +283,16 @@ fn encode(
         // past the slice is dereferenced).
         unsafe {
             use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(words.as_ptr().wrapping_add(end + PREFETCH_AHEAD).cast());
+            _mm_prefetch::<_MM_HINT_T0>(records.as_ptr().wrapping_add(i + PREFETCH_AHEAD).cast());
         }
-        next = decode_raw(words, end, rec.tsc);
-        // Function entries and exits without payload are nearly every record: encode them without the
-        // general path's kind decoding and payload slicing. Bits 32-47 are the kind and the payload
-        // slots (0 for these); the CPU some records carry above them (live mode) stays in memory.
-        let word = rec.word;
+        let word = records[i].word;
         let kind = word >> 32 & 0xffff;
         if kind <= EventKind::TailExit as u64 {
             let r = Record {
-                tsc: rec.tsc,
+                tsc: records[i].tsc,
                 word: word & WITHOUT_CPU,
             };
-            if let Some((exit, exit_end)) = next.filter(|(next, _)| {
+            if let Some(exit) = records.get(i + 1).filter(|next| {
                 kind == EventKind::Entry as u64
                     && next.word & WITHOUT_CPU == r.word | EXIT
                     && next.tsc >= r.tsc
@@ -325,7 +304,7 @@ fn encode(
                     None => break,
                 }
                 events += 2;
-                next = decode_raw(words, exit_end, exit.tsc);
+                i += 2;
                 continue;
             }
             match enc.encode_function(&r, out, pos) {
@@ -336,9 +315,10 @@ fn encode(
                 running.observe_function(kind, word as u32);
             }
             events += 1;
+            i += 1;
             continue;
         }
-        let r = &rec.without_cpu();
+        let r = &records[i].without_cpu();
         events += 1;
         match r.kind() {
             Some(EventKind::Lost) => {
@@ -353,16 +333,21 @@ fn encode(
             }
             None => {}
         }
-        // A long record (a short one is a function's): its payload slots end where it does.
-        let payload = &words[end - 2 * r.payload_slots()..end];
-        // SAFETY: u64 words are plain old data.
+        let slots = r.payload_slots();
+        let end = (i + 1 + slots).min(records.len());
+        let payload_records = &records[i + 1..end];
+        // SAFETY: Record is plain old data of 16 bytes without padding.
         let payload = unsafe {
-            core::slice::from_raw_parts(payload.as_ptr() as *const u8, payload.len() * 8)
+            core::slice::from_raw_parts(
+                payload_records.as_ptr() as *const u8,
+                payload_records.len() * 16,
+            )
         };
         match enc.encode_into(r, payload, out, pos) {
             Some(p) => pos = p,
             None => break, // cannot happen: the buffer was sized for the worst case
         }
+        i = end;
     }
     let mut head = [0u8; HEAD];
     let mut sink = SliceSink::new(&mut head);
@@ -415,7 +400,7 @@ mod tests {
         let (counts, range) = encode_events(7, 1, &records, &mut plain);
         let mut running = RunningAtStart::default();
         let (counts2, range2) =
-            encode_raw_following(7, 1, as_words(&records), 0, &mut followed, &mut running);
+            encode_events_following(7, 1, &records, &mut followed, &mut running);
         assert_eq!(counts, counts2);
         assert_eq!(&plain[range], &followed[range2]);
         assert_eq!(

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema;
 use ferrotrace_core::shared::Area;
-use ferrotrace_core::writer::{encode_raw, TraceWriter};
+use ferrotrace_core::writer::{encode_events, TraceWriter};
 
 use ferrotrace_analysis::reader::{ReadError, Trace};
 
@@ -157,7 +157,7 @@ pub fn salvage(
     };
     let mut scratch = Vec::new();
     let mut named_now = named;
-    for (d, unwritten) in recovered {
+    for (d, records) in recovered {
         let (tid, seq) = (d.tid.load(Relaxed), d.seq.load(Relaxed));
         if named_now.insert(tid) {
             let raw = d.name();
@@ -171,7 +171,7 @@ pub fn salvage(
             })
             .map_err(io)?;
         }
-        let (counts, range) = encode_raw(tid, seq, unwritten.words, unwritten.from, &mut scratch);
+        let (counts, range) = encode_events(tid, seq, records, &mut scratch);
         w.chunk(ChunkKind::Events, &scratch[range]).map_err(io)?;
         out.chunks += 1;
         out.events += counts.events;

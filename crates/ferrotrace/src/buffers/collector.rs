@@ -7,10 +7,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::format::ChunkKind;
-use ferrotrace_core::record::{as_words, expand, Record};
+use ferrotrace_core::record::Record;
 use ferrotrace_core::running::RunningAtStart;
 use ferrotrace_core::schema::{self, Payload, LOST_ONLY_SEQ};
-use ferrotrace_core::writer::{encode_events, encode_raw_following, Counts, TraceWriter};
+use ferrotrace_core::writer::{encode_events, encode_events_following, Counts, TraceWriter};
 
 use crate::buffers::clock::calibration_payload;
 use crate::buffers::pool::FullChunk;
@@ -27,9 +27,6 @@ pub struct State {
     writer: Writer,
     path: PathBuf,
     scratch: Vec<u8>,
-    /// Records expanded from a chunk's raw words, for the readers that want [`Record`]s (live mode,
-    /// filters); reused.
-    expanded: Vec<Record>,
     /// Chunks encoded into the writer and not freed yet.
     encoded: Vec<u32>,
     /// Flight mode: encoded `Events` payloads and their event counts, oldest first, and their total
@@ -234,32 +231,26 @@ impl State {
         // file ahead of them.
         self.recorder_metadata(rt);
         // SAFETY: the chunk came out of the full queue: the collector owns it until it is freed below.
-        let words = unsafe { rt.pool.words(c.index, c.len as usize) };
-        let mut expanded = std::mem::take(&mut self.expanded);
+        let records = unsafe { rt.pool.records(c.index, c.len as usize) };
         if let Some(live) = &mut self.live {
-            expanded.clear();
-            expand(words, 0, &mut expanded);
-            live.on_chunk(c.tid, c.seq, &expanded);
+            live.on_chunk(c.tid, c.seq, records);
         }
-        let skip = c.skip as usize;
-        let dumped = skip >= words.len();
+        let records = &records[(c.skip as usize).min(records.len())..];
+        let dumped = records.is_empty();
         let mut filter = self.filter.take();
-        let mut scratch = std::mem::take(&mut self.scratch);
-        let (counts, range) = match &mut filter {
+        let records = match &mut filter {
             Some(f) => {
                 if c.seq == 0 {
                     // A thread's first chunk: its tid may be an ended thread's, whose frames are not
                     // this thread's.
                     f.thread_started(c.tid);
                 }
-                expanded.clear();
-                expand(words, skip, &mut expanded);
-                let kept = self.select(rt, f, c.tid, &expanded);
-                self.encode(c.tid, c.seq, as_words(kept), 0, &mut scratch)
+                self.select(rt, f, c.tid, records)
             }
-            None => self.encode(c.tid, c.seq, words, skip, &mut scratch),
+            None => records,
         };
-        self.expanded = expanded;
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
         if dumped {
@@ -308,18 +299,16 @@ impl State {
         })
     }
 
-    /// Encodes one thread's raw records from word `from` (see [`encode_raw_following`]), following its
-    /// calls on the way.
+    /// Encodes one thread's records (see [`encode_events_following`]), following its calls on the way.
     fn encode(
         &mut self,
         tid: u32,
         seq: u32,
-        words: &[u64],
-        from: usize,
+        records: &[Record],
         out: &mut Vec<u8>,
     ) -> (Counts, std::ops::Range<usize>) {
         let running = self.running.entry(tid).or_default();
-        encode_raw_following(tid, seq, words, from, out, running)
+        encode_events_following(tid, seq, records, out, running)
     }
 
     /// The RunningAtStart chunk: the threads whose first events include exits without entries.
@@ -367,7 +356,7 @@ impl State {
                 }
                 None => records,
             };
-            let (counts, range) = self.encode(tid, seq, as_words(records), 0, &mut scratch);
+            let (counts, range) = self.encode(tid, seq, records, &mut scratch);
             self.write_events(tid, counts, &scratch[range]);
         });
         self.filter = filter;
@@ -439,7 +428,6 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         writer,
         path,
         scratch: Vec::with_capacity(1 << 16),
-        expanded: Vec::new(),
         encoded: Vec::with_capacity(rt.pool.count()),
         ring: VecDeque::new(),
         ring_bytes: 0,

@@ -10,8 +10,7 @@ use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 use ferrotrace_core::record::{Record, RECORD_SIZE};
 
 /// The per-thread block the trampolines and the mcount hooks use. `#[repr(C)]`: the assembly reads
-/// `cursor` at offset 0, `end` at 8, `tsc_high` at 16, `short_tag` at 24, and the shadow stack's fields
-/// from 32 on. The cursor pair is null
+/// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
 /// until the thread registers; `cursor >= end` sends every event to the slow path, which is how a thread
 /// is stopped from the outside (set `end` to null). The shadow stack (mcount return hooks, see
 /// [`crate::recorders::mcount`]) is null until the thread's first hooked call; `shadow_top >= shadow_limit` sends a
@@ -20,16 +19,8 @@ use ferrotrace_core::record::{Record, RECORD_SIZE};
 pub struct Hot {
     /// Where the next record goes.
     pub cursor: AtomicPtr<Record>,
-    /// Eight bytes before the end of the current chunk: a record (short or long) fits at any cursor
-    /// below it.
+    /// One past the last record slot of the current chunk.
     pub end: AtomicPtr<Record>,
-    /// The high half of the TSC of the last long function record the hot path wrote in this chunk
-    /// (`u32::MAX` after a new chunk, which no TSC has): a function record whose TSC has the same high
-    /// half is written short (ferrotrace_core::record, "Short records").
-    pub tsc_high: AtomicU64,
-    /// The tag and generation of the current chunk's short records
-    /// (`ferrotrace_core::record::Generation::short_tag`).
-    pub short_tag: AtomicU64,
     /// The next free shadow frame.
     pub shadow_top: AtomicU64,
     /// One past the last shadow frame.
@@ -47,8 +38,6 @@ thread_local! {
         Hot {
             cursor: AtomicPtr::new(core::ptr::null_mut()),
             end: AtomicPtr::new(core::ptr::null_mut()),
-            tsc_high: AtomicU64::new(u32::MAX as u64),
-            short_tag: AtomicU64::new(0),
             shadow_top: AtomicU64::new(0),
             shadow_limit: AtomicU64::new(0),
             shadow_stub: AtomicU64::new(0),
@@ -195,80 +184,6 @@ macro_rules! append_record_asm {
     };
 }
 pub(crate) use append_record_asm;
-
-/// The assembly that appends a function entry or exit: a short record (one word,
-/// ferrotrace_core::record, "Short records") when the high half of the TSC is the thread's `tsc_high`
-/// and the id fits, else a long one through [`append_record_asm!`] (which updates `tsc_high`). Reads the
-/// TSC itself.
-///
-/// `tls`: the register holding `HOT`'s offset from `%fs`; `word`: the register holding the long
-/// record's word (the id in its low half), clobbered by a short store, `word32` its low half; `exit`:
-/// the line that marks a short record an exit (`"  bts rax, 62\n"`), empty for an entry; `full`: the label to jump to when the chunk is full or the
-/// thread has none, with the full TSC in `rax` and `word` untouched; `done`: where to go once stored.
-/// Clobbers `rax` and `rdx`. Operands as [`append_record_asm!`]'s, and `h_tsc_high`, `h_short_tag`, `short_id_mask` (the id bits
-/// a short record has no room for).
-macro_rules! append_function_record_asm {
-    (tls = $tls:literal, word = $word:literal, word32 = $word32:literal, exit = $exit:literal, full = $full:literal, done = $done:literal) => {
-        concat!(
-            "  rdtsc\n",
-            "  cmp edx, dword ptr fs:[",
-            $tls,
-            " + {h_tsc_high}]\n",
-            "  jne 10f\n",
-            "  test ",
-            $word32,
-            ", {short_id_mask}\n",
-            "  jnz 10f\n",
-            "  shl rdx, 32\n",
-            "  or rax, rdx\n",
-            "  mov rdx, qword ptr fs:[",
-            $tls,
-            " + {h_cursor}]\n",
-            "  cmp rdx, qword ptr fs:[",
-            $tls,
-            " + {h_end}]\n",
-            "  jae ",
-            $full,
-            "\n",
-            "  prefetchw [rdx + 256]\n",
-            // The short record: the TSC's low half, the id, the tag and generation, the exit bit.
-            "  mov eax, eax\n",
-            "  shl ",
-            $word,
-            ", 32\n",
-            "  or rax, ",
-            $word,
-            "\n",
-            "  or rax, qword ptr fs:[",
-            $tls,
-            " + {h_short_tag}]\n",
-            $exit,
-            "  mov qword ptr [rdx], rax\n",
-            "  add rdx, 8\n",
-            "  mov qword ptr fs:[",
-            $tls,
-            " + {h_cursor}], rdx\n",
-            "  jmp ",
-            $done,
-            "\n",
-            "10:\n",
-            "  mov dword ptr fs:[",
-            $tls,
-            " + {h_tsc_high}], edx\n",
-            "  shl rdx, 32\n",
-            "  or rax, rdx\n",
-            append_record_asm!(
-                tls = $tls,
-                cursor = "rdx",
-                word = $word,
-                tsc = "rax",
-                full = $full
-            ),
-            "\n",
-        )
-    };
-}
-pub(crate) use append_function_record_asm;
 
 /// The page size of x86_64 Linux, for the runtime's mappings and code patching.
 pub const PAGE: usize = 4096;

@@ -382,14 +382,12 @@ impl Printer {
                 continue;
             }
             let from = view.printed.get(&seq).copied().unwrap_or(0);
-            // SAFETY: only the collector (this thread) frees chunks, and the words below a thread's
-            // cursor are never rewritten: the range stays valid and final while we read it.
-            let words = unsafe { pool.words(index, len) };
-            let mut records = Vec::new();
-            ferrotrace_core::record::expand(words, 0, &mut records);
-            if records.len() > from {
+            if len > from {
+                // SAFETY: only the collector (this thread) frees chunks, and records below a thread's
+                // cursor are never rewritten: the range stays valid and final while we read it.
+                let records = unsafe { pool.records(index, len) };
                 self.print(tid, &records[from..]);
-                self.view(tid).printed.insert(seq, records.len());
+                self.view(tid).printed.insert(seq, len);
             }
         }
         self.drain();

@@ -23,13 +23,13 @@ use crate::buffers::hot::PAGE;
 pub struct FullChunk {
     /// Chunk index in the pool.
     pub index: u32,
-    /// Words written (8 bytes each: short records are one, long records and payload slots two).
+    /// Records written (payload slots included).
     pub len: u32,
     /// OS thread id of the writer.
     pub tid: u32,
     /// Per-thread chunk sequence number.
     pub seq: u32,
-    /// Words at the start of the chunk that a flight-mode dump wrote already (under the previous
+    /// Records at the start of the chunk that a flight-mode dump wrote already (under the previous
     /// sequence number): not to be written again.
     pub skip: u32,
 }
@@ -372,25 +372,14 @@ impl Pool {
         unsafe { self.base.add(index as usize * self.chunk_records) }
     }
 
-    /// Words (8 bytes) per chunk: the unit of a chunk's length (short records are one word).
-    pub fn chunk_words(&self) -> usize {
-        self.chunk_records * 2
-    }
-
-    /// The first `len` words of chunk `index`: its raw records
-    /// (`ferrotrace_core::record::RawRecords`).
+    /// The first `len` records of chunk `index`.
     ///
     /// # Safety
-    /// The caller must own the chunk (it came out of `full`) and `len` words must have been written.
-    pub unsafe fn words(&self, index: u32, len: usize) -> &[u64] {
+    /// The caller must own the chunk (it came out of `full`) and `len` records must have been written.
+    pub unsafe fn records(&self, index: u32, len: usize) -> &[Record] {
         // SAFETY: the chunk lies inside the mapping (chunk_ptr checks the index) and is at least
-        // `len.min(chunk_words)` words long; the caller owns it and its words are written.
-        unsafe {
-            core::slice::from_raw_parts(
-                self.chunk_ptr(index).cast::<u64>(),
-                len.min(self.chunk_words()),
-            )
-        }
+        // `len.min(chunk_records)` records long; the caller owns it and its records are written.
+        unsafe { core::slice::from_raw_parts(self.chunk_ptr(index), len.min(self.chunk_records)) }
     }
 }
 

@@ -7,7 +7,7 @@ use std::cell::Cell;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::record::{EventKind, Generation, Record, WORD_SIZE};
+use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::buffers::hot::{hot_offset_here, tls_offset, Hot};
 use crate::buffers::pool::FullChunk;
@@ -200,19 +200,14 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         put(*p);
     }
     st.chunk = Some(index);
-    // Read now, after the chunk was taken: every record the thread writes from here on is newer,
-    // everything an earlier owner left in the chunk older (ferrotrace_core::shared); and the chunk's
-    // short records carry a generation of it.
-    let epoch = crate::buffers::clock::rdtsc();
     if let Some(d) = rt.pool.descriptor(index) {
-        d.own(st.tid, st.seq, (n * 2) as u32, epoch, &st.name);
+        // Read now, after the chunk was taken: every record the thread writes from here on is newer,
+        // everything an earlier owner left in the chunk older (ferrotrace_core::shared).
+        let epoch = crate::buffers::clock::rdtsc();
+        d.own(st.tid, st.seq, n as u32, epoch, &st.name);
     }
-    // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside the chunk (or one past
-    // it); `end` is a word before its end, where a long record no longer fits.
-    let (cursor, end) = unsafe { (start.add(n), start.add(cap).byte_sub(WORD_SIZE)) };
-    h.tsc_high.store(u32::MAX as u64, Ordering::Relaxed);
-    h.short_tag
-        .store(Generation::of_epoch(epoch).short_tag(), Ordering::Relaxed);
+    // SAFETY: n <= cap, and cap records is the chunk's size: both stay inside (or one past) the chunk.
+    let (cursor, end) = unsafe { (start.add(n), start.add(cap)) };
     h.cursor.store(cursor, Ordering::Relaxed);
     h.end.store(end, Ordering::Relaxed);
 }
@@ -253,12 +248,12 @@ fn acquire_chunk<'a>(
     }
 }
 
-/// Words the owner has written into chunk `index` so far, read from its cursor (records before the
+/// Records the owner has written into chunk `index` so far, read from its cursor (records before the
 /// cursor are complete: the cursor is stored after them).
 fn written(rt: &Runtime, index: u32, h: &Hot) -> usize {
     let start = rt.pool.chunk_ptr(index) as usize;
     let cursor = h.cursor.load(Ordering::Acquire) as usize;
-    (cursor.saturating_sub(start) / WORD_SIZE).min(rt.pool.chunk_words())
+    (cursor.saturating_sub(start) / RECORD_SIZE).min(rt.pool.chunk_records())
 }
 
 /// Hands the slot's current chunk, if it has one, to the collector with everything written into it.
@@ -592,10 +587,8 @@ pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Recor
         if upto > from {
             // SAFETY: the records below the owner's cursor are written and stay put until the chunk
             // comes back to the collector.
-            let words = unsafe { rt.pool.words(index, upto) };
-            let mut records = Vec::new();
-            ferrotrace_core::record::expand(words, from, &mut records);
-            write(st.tid, st.seq, &records);
+            let records = unsafe { rt.pool.records(index, upto) };
+            write(st.tid, st.seq, &records[from..]);
             st.seq = st.seq.wrapping_add(1);
             st.dumped = upto as u32;
             if let Some(d) = rt.pool.descriptor(index) {

@@ -42,9 +42,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use ferrotrace_core::shadow::ShadowFrame;
 
-use crate::buffers::hot::{
-    append_function_record_asm, append_record_asm, tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE,
-};
+use crate::buffers::hot::{append_record_asm, tls_offset, Hot, FERROTRACE_TLS_OFFSET, PAGE};
 use crate::lifecycle::runtime::Recorder;
 use crate::recorders::mcount::sites::{FERROTRACE_SITES, HASH_MUL};
 
@@ -120,6 +118,15 @@ pub fn hook_addresses() -> (u64, u64) {
 // frame's at those `ShadowFrame` gives them (`f_*`; `frame` bytes in all).
 core::arch::global_asm!(
     ".pushsection .text.ferrotrace_mcount,\"ax\",@progbits",
+    // Appends the record {rdtsc, rsi} through the HOT cursor (rcx = the HOT block's TLS offset); goes to
+    // the caller's label 7 when the chunk is full or the thread has none. Clobbers rax, rdx.
+    ".macro ferrotrace_mcount_append",
+    "  rdtsc",
+    "  shl rdx, 32",
+    "  or rax, rdx",
+    // The record store, in the order every writer keeps (hot::append_record_asm).
+    append_record_asm!(tls = "rcx", cursor = "rdx", word = "rsi", tsc = "rax", full = "7f"),
+    ".endm",
     ".macro ferrotrace_call_hook name, parent_slot",
     ".p2align 4",
     ".globl \\name",
@@ -165,9 +172,7 @@ core::arch::global_asm!(
     "  mov qword ptr [rdx + {f_word}], rsi",
     "  mov rax, qword ptr fs:[rcx + {h_stub}]",
     "  mov qword ptr \\parent_slot, rax",
-    // Appends the entry {rdtsc, rsi} through the HOT cursor (rcx = the HOT block's TLS offset); goes to
-    // label 7 when the chunk is full or the thread has none. Clobbers rax, rdx, rsi.
-    append_function_record_asm!(tls = "rcx", word = "rsi", word32 = "esi", exit = "", full = "7f", done = "9f"),
+    "  ferrotrace_mcount_append",
     "9:",
     "  pop rsi",
     "  pop rdx",
@@ -224,7 +229,7 @@ core::arch::global_asm!(
     "  sub rdx, {frame}",
     "  mov qword ptr fs:[rcx + {h_top}], rdx",
     "  bts rsi, 32",
-    append_function_record_asm!(tls = "rcx", word = "rsi", word32 = "esi", exit = "  bts rax, 62\n", full = "7f", done = "6f"),
+    "  ferrotrace_mcount_append",
     "6:",
     "  pop rsi",
     "  pop rdx",
@@ -249,15 +254,13 @@ core::arch::global_asm!(
     "  pop r11",
     "  jmp 1b",
     ".size ferrotrace_mcount_return, . - ferrotrace_mcount_return",
+    ".purgem ferrotrace_mcount_append",
     ".popsection",
     sites = sym FERROTRACE_SITES,
     off = sym FERROTRACE_TLS_OFFSET,
     hash_mul = const HASH_MUL,
     h_cursor = const core::mem::offset_of!(Hot, cursor),
     h_end = const core::mem::offset_of!(Hot, end),
-    h_tsc_high = const core::mem::offset_of!(Hot, tsc_high),
-    h_short_tag = const core::mem::offset_of!(Hot, short_tag),
-    short_id_mask = const !(ferrotrace_core::record::SHORT_ID_LIMIT - 1),
     r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
     r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
     r_size = const ferrotrace_core::record::RECORD_SIZE,
