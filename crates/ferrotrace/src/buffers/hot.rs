@@ -55,16 +55,33 @@ impl Hot {
     }
 
     /// The calling thread's block, at the offset the trampolines use: two loads, no call, for recorders
-    /// written in Rust whose every event comes here (the allocation hooks).
+    /// written in Rust whose every event comes here (the allocation hooks, the `tracing` layer's
+    /// callsites).
+    ///
+    /// The offset is read by its address relative to `rip`, as the trampolines read it: Rust code in
+    /// a crate that inlines this would reach the static through the GOT (rustc does not have the
+    /// linker relax those loads), one more load before the cursor's address is known.
     ///
     /// # Safety
     /// [`init_tls_offset`] ran in this process (start-up does it before any recorder is enabled):
     /// before, the offset is 0 and the reference would point at the thread control block.
     #[inline(always)]
     pub unsafe fn current_static() -> &'static Hot {
+        let hot: usize;
+        // SAFETY: reads the offset (a static of this crate) and the thread pointer at `%fs:0` (on
+        // x86_64 Linux with glibc or musl, the thread control block's own address).
+        unsafe {
+            core::arch::asm!(
+                "mov {hot}, qword ptr [rip + {off}]",
+                "add {hot}, qword ptr fs:[0]",
+                hot = out(reg) hot,
+                off = sym FERROTRACE_TLS_OFFSET,
+                options(nostack, readonly),
+            )
+        };
         // SAFETY: the offset is HOT's in static TLS (the caller's contract: it was computed), the same
         // in every thread; HOT has no destructor, so it lives as long as the thread.
-        unsafe { &*((thread_pointer() as i64 + tls_offset()) as *const Hot) }
+        unsafe { &*(hot as *const Hot) }
     }
 
     /// Appends `rec` followed by `slots` payload records (which `fill` writes, given where the first
