@@ -70,9 +70,12 @@ impl<'b> Values<'b> {
     }
 
     fn put(&mut self, field: &Field, tag: Tag, bytes: &[u8]) {
-        let Ok(index) = u8::try_from(field.index()) else {
+        // One check for both of `put_tagged`'s (a byte, and one more than it fits in a byte).
+        let index = field.index();
+        if index >= u8::MAX as usize {
             return;
-        };
+        }
+        let index = index as u8;
         if let Some(n) = put_tagged(self.out.room(), index, tag, bytes) {
             // SAFETY: `put_tagged` wrote the first `n` bytes of the room.
             unsafe { self.out.wrote(n) };

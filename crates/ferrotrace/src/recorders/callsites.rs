@@ -301,7 +301,7 @@ pub fn fields(
         return;
     }
     let len = out.len();
-    let slots = len.div_ceil(16);
+    let slots = payload_slots(len);
     zero_tail(stack, len);
     // SAFETY: the first `slots` records of `buf` were written (`write`, then the zeros above).
     let payload = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const Record, slots) };
@@ -355,8 +355,15 @@ fn zero_tail(payload: &mut [MaybeUninit<u8>], len: usize) {
 #[inline(always)]
 fn tracepoint_record(tsc: u64, tracepoint: u32, len: usize) -> Record {
     let mut rec = Record::new(tsc, EventKind::Tracepoint, tracepoint);
-    rec.word |= cpu_bits() | (len.div_ceil(16) as u64) << 40;
+    rec.word |= cpu_bits() | (payload_slots(len) as u64) << 40;
     rec
+}
+
+/// The 16-byte slots `len` bytes of fields take: `len` is at most `MAX_SLOTS * 16`, so the sum does
+/// not overflow (`div_ceil` would guard against that, with three instructions more per event).
+#[inline(always)]
+fn payload_slots(len: usize) -> usize {
+    (len + 15) / 16
 }
 
 /// The most payload slots of a callsite's record: 1 KiB of fields (a record could hold 255 slots,
