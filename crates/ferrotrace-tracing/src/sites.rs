@@ -286,6 +286,23 @@ mod tests {
     }
 
     #[test]
+    fn a_message_word_matches_its_text_only() {
+        let long: &'static str = Box::leak("done".repeat(16_385).into_boxed_str());
+        // The first 4 bytes of a 65,540-byte text: the same address, and a length equal to the
+        // text's modulo 2^16.
+        let done = &long[..4];
+        let word = MessageWord(message_word(done));
+        assert!(word.matches(done));
+        assert!(!word.matches(&long[..2]));
+        assert!(!word.matches(long));
+        assert!(!word.matches(&long[4..8]));
+        // Nothing registered, or given up: no text matches.
+        assert!(!MessageWord::NONE.matches(done));
+        assert!(!MessageWord(NO_MESSAGE).matches(done));
+        assert!(!MessageWord(NO_MESSAGE).matches(""));
+    }
+
+    #[test]
     fn a_message_that_cannot_be_registered_is_given_up_once() {
         // Too long for a word: never registered, and not tried again.
         let long: &'static str = Box::leak("x".repeat(70_000).into_boxed_str());
