@@ -6,10 +6,18 @@
 //! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
 //! `format_args!`, behind a `&dyn Debug`) is recognised as the string it is, without `core::fmt`
 //! ([`static_message`]): an event's is registered once with the runtime and then left out of its
-//! events (readers put it back: `ferrotrace_core::schema::CallsiteMessage`); a span's is copied. Any
-//! other `Debug` value is formatted, after the values written so far leave the chunk for the stack
-//! (`FieldsOut::leave_chunk`): formatting runs the program's code, whose own records go into that
-//! chunk.
+//! events (readers put it back: `ferrotrace_core::schema::CallsiteMessage`), checked at each event
+//! against the callsite's registered one with a word read before the visit ([`MessageWord`]); a
+//! span's is copied. Any other `Debug` value is formatted, after the values written so far leave the
+//! chunk for the stack (`FieldsOut::leave_chunk`): formatting runs the program's code, whose own
+//! records go into that chunk.
+//!
+//! Why the visitor is shaped as it is: `tracing` reaches it through `&mut dyn Visit`, once per field,
+//! so its state lives in memory and each value's write waits for the previous one's length to be
+//! stored and loaded again. The visitor holds that state itself (not behind a reference: one load
+//! fewer per value), and counts the length from 0, so that the chunk's cursor, which the next event
+//! waits for, depends on this event's values only through their total length
+//! (docs/performance.md, "`tracing` layer").
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
