@@ -58,30 +58,14 @@ impl Hot {
     /// written in Rust whose every event comes here (the allocation hooks, the `tracing` layer's
     /// callsites).
     ///
-    /// The offset is read by its address relative to `rip`, as the trampolines read it: Rust code in
-    /// a crate that inlines this would reach the static through the GOT (rustc does not have the
-    /// linker relax those loads), one more load before the cursor's address is known.
-    ///
     /// # Safety
     /// [`init_tls_offset`] ran in this process (start-up does it before any recorder is enabled):
     /// before, the offset is 0 and the reference would point at the thread control block.
     #[inline(always)]
     pub unsafe fn current_static() -> &'static Hot {
-        let hot: usize;
-        // SAFETY: reads the offset (a static of this crate) and the thread pointer at `%fs:0` (on
-        // x86_64 Linux with glibc or musl, the thread control block's own address).
-        unsafe {
-            core::arch::asm!(
-                "mov {hot}, qword ptr [rip + {off}]",
-                "add {hot}, qword ptr fs:[0]",
-                hot = out(reg) hot,
-                off = sym FERROTRACE_TLS_OFFSET,
-                options(nostack, readonly),
-            )
-        };
         // SAFETY: the offset is HOT's in static TLS (the caller's contract: it was computed), the same
         // in every thread; HOT has no destructor, so it lives as long as the thread.
-        unsafe { &*(hot as *const Hot) }
+        unsafe { &*((thread_pointer() as i64 + tls_offset()) as *const Hot) }
     }
 
     /// Appends `rec` followed by `slots` payload records (which `fill` writes, given where the first
@@ -228,10 +212,23 @@ pub fn init_tls_offset() {
     FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
 }
 
-/// The TLS offset the trampolines use.
-#[inline]
+/// The TLS offset the trampolines use, read by its address relative to `rip`, as they read it: Rust
+/// code in a crate that inlines this (the `tracing` layer's) would reach the static through the GOT
+/// (rustc does not have the linker relax those loads), one more dependent load before the cursor's
+/// address is known.
+#[inline(always)]
 pub fn tls_offset() -> i64 {
-    FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
+    let offset: i64;
+    // SAFETY: an aligned 8-byte load of a static of this crate (a relaxed load, on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "mov {offset}, qword ptr [rip + {tls}]",
+            offset = out(reg) offset,
+            tls = sym FERROTRACE_TLS_OFFSET,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    offset
 }
 
 /// Offset from the thread pointer of a 16-bit word that holds the CPU the thread runs on: the low half

@@ -362,6 +362,7 @@ fn tracepoint_record(tsc: u64, tracepoint: u32, len: usize) -> Record {
 /// The 16-byte slots `len` bytes of fields take: `len` is at most `MAX_SLOTS * 16`, so the sum does
 /// not overflow (`div_ceil` would guard against that, with three instructions more per event).
 #[inline(always)]
+#[allow(clippy::manual_div_ceil)] // On purpose: see above.
 fn payload_slots(len: usize) -> usize {
     (len + 15) / 16
 }
