@@ -105,7 +105,7 @@ fn message_word(text: &'static str) -> u64 {
 
 /// A callsite's registered message as [`Slot::message_word`] read it: the word of its literal, or 0
 /// or [`NO_MESSAGE`] (no text's: their address part is 0, which no text's address is).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug)]
 pub struct MessageWord(u64);
 
 impl MessageWord {
