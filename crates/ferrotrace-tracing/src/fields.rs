@@ -6,10 +6,18 @@
 //! A message without arguments (`info!("done")`: `tracing` hands it over as the `fmt::Arguments` of
 //! `format_args!`, behind a `&dyn Debug`) is recognised as the string it is, without `core::fmt`
 //! ([`static_message`]): an event's is registered once with the runtime and then left out of its
-//! events (readers put it back: `ferrotrace_core::schema::CallsiteMessage`); a span's is copied. Any
-//! other `Debug` value is formatted, after the values written so far leave the chunk for the stack
-//! (`FieldsOut::leave_chunk`): formatting runs the program's code, whose own records go into that
-//! chunk.
+//! events (readers put it back: `ferrotrace_core::schema::CallsiteMessage`), checked at each event
+//! against the callsite's registered one with a word read before the visit ([`MessageWord`]); a
+//! span's is copied. Any other `Debug` value is formatted, after the values written so far leave the
+//! chunk for the stack (`FieldsOut::leave_chunk`): formatting runs the program's code, whose own
+//! records go into that chunk.
+//!
+//! Why the visitor is shaped as it is: `tracing` reaches it through `&mut dyn Visit`, once per field,
+//! so its state lives in memory and each value's write waits for the previous one's length to be
+//! stored and loaded again. The visitor holds that state itself (not behind a reference: one load
+//! fewer per value), and counts the length from 0, so that the chunk's cursor, which the next event
+//! waits for, depends on this event's values only through their total length
+//! (docs/performance.md, "`tracing` layer").
 
 use core::fmt::{self, Write};
 use core::mem::MaybeUninit;
@@ -17,7 +25,7 @@ use std::sync::OnceLock;
 
 use ferrotrace::callsites::FieldsOut;
 
-use crate::sites::Slot;
+use crate::sites::{MessageWord, Slot};
 use ferrotrace_core::tracepoint::{put_tagged, Tag};
 use tracing_core::field::{Field, Value, Visit};
 
@@ -27,39 +35,55 @@ pub(crate) const MAX_STR: usize = 256;
 /// the runtime gives at most).
 pub const MAX: usize = 1024;
 
-/// Tagged values, as a field visitor writes them into the runtime's [`FieldsOut`].
-pub struct Values<'a, 'b> {
-    out: &'a mut FieldsOut<'b>,
-    /// An event's callsite and its tracepoint id: its literal message is recorded once
-    /// ([`Slot::is_message`]). `None` for a span's fields.
+/// Tagged values, as a field visitor writes them into the runtime's [`FieldsOut`], which it holds
+/// (not a reference to it: each value is then written at a position loaded from the visitor itself,
+/// one load fewer on the way from one field to the next) and gives back ([`Values::into_out`]).
+pub struct Values<'b> {
+    out: FieldsOut<'b>,
+    /// The literal message an event's callsite registered (read before the visit, so that checking
+    /// its message is one compare with a word of the visitor's own), [`MessageWord::NONE`] for a
+    /// span's fields.
+    message: MessageWord,
+    /// An event's callsite and its tracepoint id, to register its literal message once
+    /// ([`Slot::register_message`]). `None` for a span's fields.
     event: Option<(&'static Slot, u32)>,
 }
 
-impl<'a, 'b> Values<'a, 'b> {
+impl<'b> Values<'b> {
     /// No values yet, to be written into `out`: a span's fields.
     #[inline(always)]
-    pub fn new(out: &'a mut FieldsOut<'b>) -> Values<'a, 'b> {
-        Values { out, event: None }
+    pub fn new(out: FieldsOut<'b>) -> Values<'b> {
+        Values {
+            out,
+            message: MessageWord::NONE,
+            event: None,
+        }
     }
 
     /// No values yet, to be written into `out`: the fields of an event of the callsite in `slot`,
     /// recorded under `tracepoint`.
     #[inline(always)]
-    pub fn for_event(
-        out: &'a mut FieldsOut<'b>,
-        slot: &'static Slot,
-        tracepoint: u32,
-    ) -> Values<'a, 'b> {
+    pub fn for_event(out: FieldsOut<'b>, slot: &'static Slot, tracepoint: u32) -> Values<'b> {
         Values {
             out,
+            message: slot.message_word(),
             event: Some((slot, tracepoint)),
         }
     }
 
+    /// What was written, for the runtime.
+    #[inline(always)]
+    pub fn into_out(self) -> FieldsOut<'b> {
+        self.out
+    }
+
     fn put(&mut self, field: &Field, tag: Tag, bytes: &[u8]) {
-        let Ok(index) = u8::try_from(field.index()) else {
+        // One check for both of `put_tagged`'s (a byte, and one more than it fits in a byte).
+        let index = field.index();
+        if index >= u8::MAX as usize {
             return;
-        };
+        }
+        let index = index as u8;
         if let Some(n) = put_tagged(self.out.room(), index, tag, bytes) {
             // SAFETY: `put_tagged` wrote the first `n` bytes of the room.
             unsafe { self.out.wrote(n) };
@@ -67,7 +91,7 @@ impl<'a, 'b> Values<'a, 'b> {
     }
 }
 
-impl Visit for Values<'_, '_> {
+impl Visit for Values<'_> {
     fn record_u64(&mut self, field: &Field, value: u64) {
         self.put(field, Tag::Unsigned, &value.to_le_bytes());
     }
@@ -94,31 +118,20 @@ impl Visit for Values<'_, '_> {
             return self.record_debug_learning(field, value);
         };
         match static_message(known, value) {
-            Some(text) if self.left_out(field, text) => {}
+            Some(text) if field.index() == 0 && self.message.matches(text) => {}
             Some(text) => self.record_message(field, text),
             None => self.format_debug(field, value),
         }
     }
 }
 
-impl Values<'_, '_> {
+impl Values<'_> {
     /// [`Visit::record_debug`] the first time, after [`ArgumentsVtable::learn`].
     #[cold]
     #[inline(never)]
     fn record_debug_learning(&mut self, field: &Field, value: &dyn fmt::Debug) {
         ARGUMENTS_VTABLE.get_or_init(|| ArgumentsVtable::learn(field));
         self.record_debug(field, value)
-    }
-
-    /// Whether `text`, the literal message of an event, is its callsite's registered message, which
-    /// its events leave out: a load and a compare, so that [`Visit::record_debug`]'s way for it
-    /// needs no stack frame.
-    #[inline(always)]
-    fn left_out(&self, field: &Field, text: &'static str) -> bool {
-        match self.event {
-            Some((slot, _)) if field.index() == 0 => slot.is_message(text),
-            _ => false,
-        }
     }
 
     /// A literal message that is not left out: copied as a string, after registering it as the
@@ -312,15 +325,14 @@ mod tests {
     #[test]
     fn every_kind_of_value_reads_back_with_its_name() {
         let mut buf = [MaybeUninit::uninit(); MAX];
-        let mut out = FieldsOut::new(&mut buf);
-        let mut v = Values::new(&mut out);
+        let mut v = Values::new(FieldsOut::new(&mut buf));
         v.record_debug(&field("message"), &format_args!("done {}", 7));
         v.record_u64(&field("n"), 3);
         v.record_i64(&field("neg"), -4);
         v.record_bool(&field("ok"), true);
         v.record_f64(&field("ratio"), 0.5);
         v.record_str(&field("who"), &"é".repeat(200));
-        let len = out.len();
+        let len = v.into_out().len();
         let mut payload = written(&buf, len).to_vec();
         payload.push(0);
         let spec = "message:value,n:value,neg:value,ok:value,ratio:value,who:value";
@@ -337,13 +349,12 @@ mod tests {
     #[test]
     fn debug_text_is_cut_and_a_full_buffer_drops_values() {
         let mut buf = [MaybeUninit::uninit(); MAX];
-        let mut out = FieldsOut::new(&mut buf);
-        let mut v = Values::new(&mut out);
+        let mut v = Values::new(FieldsOut::new(&mut buf));
         for _ in 0..10 {
             v.record_debug(&field("message"), &"x".repeat(1000));
         }
         // Each is its 4-byte head and 256 bytes of text: three fit in 1 KiB, the fourth is cut short.
-        assert_eq!(out.len(), MAX);
+        assert_eq!(v.into_out().len(), MAX);
         assert_eq!(&written(&buf, MAX)[4..10], b"\"xxxxx");
     }
 
@@ -361,9 +372,9 @@ mod tests {
         fn record_follows_from(&self, _: &tracing_core::span::Id, _: &tracing_core::span::Id) {}
         fn event(&self, event: &tracing_core::Event<'_>) {
             let mut buf = [MaybeUninit::uninit(); MAX];
-            let mut out = FieldsOut::new(&mut buf);
-            event.record(&mut Values::new(&mut out));
-            let len = out.len();
+            let mut v = Values::new(FieldsOut::new(&mut buf));
+            event.record(&mut v);
+            let len = v.into_out().len();
             let mut payload = written(&buf, len).to_vec();
             payload.push(0);
             let spec: Vec<String> = event

@@ -102,9 +102,11 @@ fn recording_changed(recording: bool) {
 /// Records the fields `record` visits under `tracepoint`, at `tsc`, written straight into the thread's
 /// chunk.
 #[inline(always)]
-fn record_fields(tracepoint: u32, tsc: u64, record: impl FnOnce(&mut Values<'_, '_>)) {
+fn record_fields(tracepoint: u32, tsc: u64, record: impl FnOnce(&mut Values<'_>)) {
     ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
-        record(&mut Values::new(out))
+        let mut values = Values::new(out);
+        record(&mut values);
+        values.into_out()
     });
 }
 
@@ -112,7 +114,9 @@ fn record_fields(tracepoint: u32, tsc: u64, record: impl FnOnce(&mut Values<'_, 
 #[inline(always)]
 fn record_event(event: &Event<'_>, tracepoint: u32, slot: &'static sites::Slot, tsc: u64) {
     ferrotrace::callsites::fields(tracepoint, tsc, fields::MAX, |out| {
-        event.record(&mut Values::for_event(out, slot, tracepoint))
+        let mut values = Values::for_event(out, slot, tracepoint);
+        event.record(&mut values);
+        values.into_out()
     });
 }
 

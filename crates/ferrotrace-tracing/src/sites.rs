@@ -69,7 +69,7 @@ pub fn lookup(meta: &Metadata<'_>) -> Option<Ids> {
     lookup_slot(meta).map(|(ids, _)| ids)
 }
 
-/// [`lookup`], and the callsite's slot (for its message: [`Slot::is_message`]).
+/// [`lookup`], and the callsite's slot (for its message: [`Slot::message_word`]).
 #[inline(always)]
 pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
     match place(meta as *const Metadata<'_> as usize) {
@@ -91,9 +91,9 @@ pub fn lookup_slot(meta: &Metadata<'_>) -> Option<(Ids, &'static Slot)> {
 /// address would be 0), and not 0, so that registering is not tried again.
 const NO_MESSAGE: u64 = 1;
 
-/// `text` (a `'static` literal) as one word, pointer and length, for [`Slot::is_message`]'s single
-/// load and compare ([`Slot::is_message`]); 0 (never a registered message's) when it does not fit: an address above 48 bits
-/// or a text of 64 KiB or more.
+/// `text` (a `'static` literal) as one word, pointer and length, so that an event's message is checked
+/// against its callsite's with one load ([`MessageWord::matches`]); 0 (never a registered message's)
+/// when it does not fit: an address above 48 bits or a text of 64 KiB or more.
 #[inline(always)]
 fn message_word(text: &'static str) -> u64 {
     let (addr, len) = (text.as_ptr() as u64, text.len() as u64);
@@ -103,13 +103,31 @@ fn message_word(text: &'static str) -> u64 {
     addr << 16 | len
 }
 
-impl Slot {
-    /// Whether `text`, an event's literal message, is the one registered for this callsite in this
-    /// recording ([`Slot::register_message`]): its events may then leave it out.
+/// A callsite's registered message as [`Slot::message_word`] read it: the word of its literal, or 0
+/// or [`NO_MESSAGE`] (no text's: their address part is 0, which no text's address is).
+#[derive(Clone, Copy, Debug)]
+pub struct MessageWord(u64);
+
+impl MessageWord {
+    /// A span's fields: no message is left out.
+    pub const NONE: MessageWord = MessageWord(0);
+
+    /// Whether `text`, an event's literal message, is the one registered for its callsite in this
+    /// recording ([`Slot::register_message`]): its events may then leave it out. The word is taken
+    /// apart rather than `text` packed: a text too long or too high to pack compares unequal
+    /// without a check of its own (the word's parts are below 2^48 and 2^16).
     #[inline(always)]
-    pub fn is_message(&self, text: &'static str) -> bool {
-        let word = message_word(text);
-        word != 0 && self.message.load(Ordering::Relaxed) == word
+    pub fn matches(self, text: &'static str) -> bool {
+        text.as_ptr() as u64 == self.0 >> 16 && text.len() as u64 == self.0 & 0xffff
+    }
+}
+
+impl Slot {
+    /// This callsite's registered message, to check its events' messages against
+    /// ([`MessageWord::matches`]); read once per event, before its fields are visited.
+    #[inline(always)]
+    pub fn message_word(&self) -> MessageWord {
+        MessageWord(self.message.load(Ordering::Relaxed))
     }
 
     /// Whether no message is registered for this callsite in this recording yet (nor given up).
@@ -268,6 +286,23 @@ mod tests {
     }
 
     #[test]
+    fn a_message_word_matches_its_text_only() {
+        let long: &'static str = Box::leak("done".repeat(16_385).into_boxed_str());
+        // The first 4 bytes of a 65,540-byte text: the same address, and a length equal to the
+        // text's modulo 2^16.
+        let done = &long[..4];
+        let word = MessageWord(message_word(done));
+        assert!(word.matches(done));
+        assert!(!word.matches(&long[..2]));
+        assert!(!word.matches(long));
+        assert!(!word.matches(&long[4..8]));
+        // Nothing registered, or given up: no text matches.
+        assert!(!MessageWord::NONE.matches(done));
+        assert!(!MessageWord(NO_MESSAGE).matches(done));
+        assert!(!MessageWord(NO_MESSAGE).matches(""));
+    }
+
+    #[test]
     fn a_message_that_cannot_be_registered_is_given_up_once() {
         // Too long for a word: never registered, and not tried again.
         let long: &'static str = Box::leak("x".repeat(70_000).into_boxed_str());
@@ -276,12 +311,12 @@ mod tests {
         assert!(s.may_register_message());
         s.register_message(long, 5);
         assert!(!s.may_register_message());
-        assert!(!s.is_message(long));
+        assert!(!s.message_word().matches(long));
         // Refused by the runtime (nothing records this test): the same.
         let s = slot(6);
         s.register_message("done", 6);
         assert!(!s.may_register_message());
-        assert!(!s.is_message("done"));
+        assert!(!s.message_word().matches("done"));
         // A slot whose ids changed meanwhile (the recording ended) is left alone.
         let s = slot(7);
         s.register_message("done", 8);

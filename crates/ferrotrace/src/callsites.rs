@@ -132,14 +132,23 @@ pub fn exit(function: u32, tsc: u64) {
 
 /// Records the fields of a registered callsite under its tracepoint id: `write` writes tagged values
 /// (`ferrotrace_core::tracepoint::put_tagged`) into the [`FieldsOut`] it is given, at most `max`
-/// bytes (at most 1024 are kept). They go straight into the calling thread's chunk; before `write`
-/// runs code of the program (a field's `Debug` implementation, which may be instrumented and record
-/// into that chunk) it calls [`FieldsOut::leave_chunk`]. The record is stamped `tsc` ([`now`],
-/// read before `write`), or, when the fields left the chunk (the program's code ran in `write`, and may
-/// have recorded), the time after `write`, so that the event follows those records in time as in the
-/// chunk.
+/// bytes (at most 1024 are kept), and hands it back. They go straight into the calling thread's
+/// chunk; before `write` runs code of the program (a field's `Debug` implementation, which may be
+/// instrumented and record into that chunk) it calls [`FieldsOut::leave_chunk`]. The record is
+/// stamped `tsc` ([`now`], read before `write`), or, when the fields left the chunk (the program's
+/// code ran in `write`, and may have recorded), the time after `write`, so that the event follows
+/// those records in time as in the chunk.
+///
+/// `write` takes the [`FieldsOut`] by value so that a field visitor can hold it in itself rather
+/// than behind a reference: each value written is then one load of the write position and one store,
+/// not a load of the reference first.
 #[inline(always)]
-pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
+pub fn fields(
+    tracepoint: u32,
+    tsc: u64,
+    max: usize,
+    write: impl for<'b> FnOnce(FieldsOut<'b>) -> FieldsOut<'b>,
+) {
     #[cfg(ferrotrace_runtime)]
     crate::recorders::callsites::fields(tracepoint, tsc, max, write);
     #[cfg(not(ferrotrace_runtime))]
@@ -150,6 +159,10 @@ pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut Fie
 /// the slot the record will take (not appended yet, so that nothing else may append meanwhile), then,
 /// after [`FieldsOut::leave_chunk`], a buffer on the stack that is copied into the chunk at the end.
 /// Or a buffer of the caller's own ([`FieldsOut::new`]).
+///
+/// A base and a length counted from 0, not a moving pointer: the length each value written adds to
+/// does not depend on where the chunk's cursor is, so that the cursor the next record is appended at
+/// depends on the one before only through the length, not through every value's write.
 pub struct FieldsOut<'a> {
     /// The first byte of the memory written into (`cap` bytes, the first `len` written).
     out: *mut MaybeUninit<u8>,
@@ -235,6 +248,14 @@ impl<'a> FieldsOut<'a> {
             unsafe { core::ptr::copy_nonoverlapping(self.out, spare.as_mut_ptr(), self.len) };
             self.out = spare.as_mut_ptr();
         }
+    }
+
+    /// Whether what was written starts at `buf` (the fields' buffer on the stack, after
+    /// [`FieldsOut::leave_chunk`]).
+    #[cfg(ferrotrace_runtime)]
+    #[inline(always)]
+    pub(crate) fn starts_at(&self, buf: *const MaybeUninit<u8>) -> bool {
+        core::ptr::eq(self.out, buf)
     }
 
     /// Whether the fields are still in the chunk ([`FieldsOut::leave_chunk`] was not called).

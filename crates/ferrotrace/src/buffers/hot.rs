@@ -55,7 +55,8 @@ impl Hot {
     }
 
     /// The calling thread's block, at the offset the trampolines use: two loads, no call, for recorders
-    /// written in Rust whose every event comes here (the allocation hooks).
+    /// written in Rust whose every event comes here (the allocation hooks, the `tracing` layer's
+    /// callsites).
     ///
     /// # Safety
     /// [`init_tls_offset`] ran in this process (start-up does it before any recorder is enabled):
@@ -211,10 +212,23 @@ pub fn init_tls_offset() {
     FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
 }
 
-/// The TLS offset the trampolines use.
-#[inline]
+/// The TLS offset the trampolines use, read by its address relative to `rip`, as they read it: Rust
+/// code in a crate that inlines this (the `tracing` layer's) would reach the static through the GOT
+/// (rustc does not have the linker relax those loads), one more dependent load before the cursor's
+/// address is known.
+#[inline(always)]
 pub fn tls_offset() -> i64 {
-    FERROTRACE_TLS_OFFSET.load(Ordering::Relaxed)
+    let offset: i64;
+    // SAFETY: an aligned 8-byte load of a static of this crate (a relaxed load, on x86_64).
+    unsafe {
+        core::arch::asm!(
+            "mov {offset}, qword ptr [rip + {tls}]",
+            offset = out(reg) offset,
+            tls = sym FERROTRACE_TLS_OFFSET,
+            options(nostack, readonly, preserves_flags),
+        )
+    };
+    offset
 }
 
 /// Offset from the thread pointer of a 16-bit word that holds the CPU the thread runs on: the low half

@@ -241,7 +241,7 @@ pub fn exit(function: u32, tsc: u64) {
 
 /// Records the fields of a callsite (an event, or a span's fields) under its tracepoint id, at `tsc`
 /// (read by the caller before anything else, so that the counter's latency overlaps this work):
-/// `write` puts them into the [`FieldsOut`] it is given (at most `max` bytes).
+/// `write` puts them into the [`FieldsOut`] it is given (at most `max` bytes) and hands it back.
 ///
 /// They are written straight into the thread's chunk, after the slot the record will take, with room
 /// for the most a record holds checked first: no copy. The cursor does not move until the record is
@@ -257,7 +257,12 @@ pub fn exit(function: u32, tsc: u64) {
 /// it returns land on its records); the event is then left out, not appended over them, and counted
 /// as lost, so that the trace says one is missing.
 #[inline(always)]
-pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut FieldsOut<'_>)) {
+pub fn fields(
+    tracepoint: u32,
+    tsc: u64,
+    max: usize,
+    write: impl for<'b> FnOnce(FieldsOut<'b>) -> FieldsOut<'b>,
+) {
     let max = max.min(MAX_SLOTS * 16);
     let mut buf = MaybeUninit::<[Record; MAX_SLOTS]>::uninit();
     // SAFETY: `MaybeUninit<[Record; N]>` is `16 * N` bytes that may be uninitialized, which is what
@@ -266,13 +271,14 @@ pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut Fie
         core::slice::from_raw_parts_mut(buf.as_mut_ptr() as *mut MaybeUninit<u8>, MAX_SLOTS * 16)
     };
     let hot = hot();
-    let len = match hot.reserve(MAX_SLOTS) {
+    let on_stack = stack.as_ptr();
+    let out = match hot.reserve(MAX_SLOTS) {
         Some(cur) => {
             // SAFETY: `reserve` found room for a record and `MAX_SLOTS` payload records at `cur`,
             // which this thread alone writes until it moves its cursor (`write` leaves the chunk
             // before running code that could append).
-            let mut out = unsafe { FieldsOut::in_chunk(cur.add(1) as *mut _, &mut stack[..max]) };
-            write(&mut out);
+            let out =
+                write(unsafe { FieldsOut::in_chunk(cur.add(1) as *mut _, &mut stack[..max]) });
             if out.is_in_chunk() {
                 let len = out.len();
                 if hot.cursor.load(Ordering::Relaxed) == cur {
@@ -284,15 +290,18 @@ pub fn fields(tracepoint: u32, tsc: u64, max: usize, write: impl FnOnce(&mut Fie
                 }
                 return;
             }
-            out.len()
+            out
         }
-        None => {
-            let mut out = FieldsOut::new(&mut stack[..max]);
-            write(&mut out);
-            out.len()
-        }
+        None => write(FieldsOut::new(&mut stack[..max])),
     };
-    let slots = len.div_ceil(16);
+    // `write` may hand back a `FieldsOut` of its own making rather than the one it was given: only
+    // the stack buffer's bytes are copied into the trace.
+    if !out.starts_at(on_stack) {
+        crate::buffers::thread::count_lost(1);
+        return;
+    }
+    let len = out.len();
+    let slots = payload_slots(len);
     zero_tail(stack, len);
     // SAFETY: the first `slots` records of `buf` were written (`write`, then the zeros above).
     let payload = unsafe { core::slice::from_raw_parts(buf.as_ptr() as *const Record, slots) };
@@ -346,8 +355,16 @@ fn zero_tail(payload: &mut [MaybeUninit<u8>], len: usize) {
 #[inline(always)]
 fn tracepoint_record(tsc: u64, tracepoint: u32, len: usize) -> Record {
     let mut rec = Record::new(tsc, EventKind::Tracepoint, tracepoint);
-    rec.word |= cpu_bits() | (len.div_ceil(16) as u64) << 40;
+    rec.word |= cpu_bits() | (payload_slots(len) as u64) << 40;
     rec
+}
+
+/// The 16-byte slots `len` bytes of fields take: `len` is at most `MAX_SLOTS * 16`, so the sum does
+/// not overflow (`div_ceil` would guard against that, with three instructions more per event).
+#[inline(always)]
+#[allow(clippy::manual_div_ceil)] // On purpose: see above.
+fn payload_slots(len: usize) -> usize {
+    (len + 15) / 16
 }
 
 /// The most payload slots of a callsite's record: 1 KiB of fields (a record could hold 255 slots,
