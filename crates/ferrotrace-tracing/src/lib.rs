@@ -17,8 +17,11 @@
 //! Where they go: into the trace of `ferrotrace record` when the program runs under it (a program that
 //! depends on this crate links the runtime, which `record` starts), or into a file of the program's
 //! own with [`record_to_file`], until its [`FlushGuard`] is dropped. When nothing records, the layer
-//! answers `Interest::never()` for every callsite: each then costs what a disabled callsite costs (one
-//! relaxed load and a branch); when `ferrotrace record -p` attaches to the running program, they
+//! wants no level (`max_level_hint` is `OFF`), so that `tracing`'s global maximum level turns every
+//! callsite away at its first check, exactly as a level filter does, and it answers
+//! `Interest::never()` for any callsite registered meanwhile; beside other layers, through
+//! [`Recorded`], that holds for this layer only. When a recording starts (`ferrotrace record -p`
+//! attaching to the running program, or [`record_to_file`]) the interest cache is rebuilt and both
 //! are asked again. `ferrotrace record` records every span (`-F`/`-N` select them by name,
 //! as functions) and the events `--trace GLOB` selects (by `target` or `target::name`, as
 //! tracepoints); a recording to a file records all.
@@ -60,7 +63,7 @@ use std::path::Path;
 
 use tracing_core::span::{Attributes, Id, Record};
 use tracing_core::subscriber::Interest;
-use tracing_core::{Event, Metadata, Subscriber};
+use tracing_core::{Event, LevelFilter, Metadata, Subscriber};
 use tracing_subscriber::layer::{Context, Filter, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
@@ -86,6 +89,21 @@ fn interest(meta: &'static Metadata<'static>) -> Interest {
     match sites::register(meta) {
         Some(_) => Interest::always(),
         None => Interest::never(),
+    }
+}
+
+/// The most verbose level the layer wants: none while nothing records, so that `tracing`'s global
+/// maximum level turns every callsite away at its first check, as a level filter does (the callsites
+/// are not even registered); any while something records. `tracing` asks when the subscriber is
+/// set, and again whenever the interest cache is rebuilt: when a recording starts or ends
+/// ([`record_to_file`], [`FlushGuard`], [`recording_changed`]). Asked first when the subscriber is
+/// set, it also sets the hook through which an attach announces itself: no callsite may ever have
+/// registered.
+fn max_level() -> Option<LevelFilter> {
+    ferrotrace::callsites::set_recording_hook(recording_changed);
+    match ferrotrace::callsites::recording() {
+        true => None,
+        false => Some(LevelFilter::OFF),
     }
 }
 
@@ -162,6 +180,10 @@ where
         interest(meta)
     }
 
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        max_level()
+    }
+
     fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: Context<'_, S>) {
         if let Some(ids) = sites::lookup_or_register(attrs.metadata()) {
             span_ids::insert(id.into_u64(), ids.function);
@@ -231,6 +253,10 @@ impl<S> Filter<S> for Recorded {
 
     fn callsite_enabled(&self, meta: &'static Metadata<'static>) -> Interest {
         interest(meta)
+    }
+
+    fn max_level_hint(&self) -> Option<LevelFilter> {
+        max_level()
     }
 }
 

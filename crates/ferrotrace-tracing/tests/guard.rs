@@ -8,6 +8,7 @@ use std::collections::HashMap;
 
 use ferrotrace_analysis::reader::{EventKind, Trace, NO_MODULE};
 use ferrotrace_analysis::tracepoints::{self, Value};
+use tracing::level_filters::LevelFilter;
 use tracing_subscriber::prelude::*;
 
 #[test]
@@ -20,10 +21,13 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
         tracing_subscriber::registry().with(ferrotrace_tracing::FerrotraceLayer::new());
     tracing::subscriber::set_global_default(subscriber).unwrap();
 
-    // Before the recording: a callsite met now is never recorded, and costs nothing later.
+    // Before the recording: no level is wanted, so a callsite met now is turned away by `tracing`'s
+    // first check, as a level filter turns it away, and is never recorded.
+    assert_eq!(LevelFilter::current(), LevelFilter::OFF);
     tracing::info!(when = "before", "not recorded");
 
     let guard = ferrotrace_tracing::record_to_file(&path).unwrap();
+    assert_eq!(LevelFilter::current(), LevelFilter::TRACE);
     // A second recording at the same time is refused, with a reason.
     let again = ferrotrace_tracing::record_to_file(dir.join("second")).unwrap_err();
     assert!(again.to_string().contains("recording"), "{again}");
@@ -53,6 +57,7 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
         .unwrap();
     drop(task);
     drop(guard);
+    assert_eq!(LevelFilter::current(), LevelFilter::OFF);
 
     // After the guard: recording stopped; these are not in the file.
     tracing::info!(when = "after", "not recorded");

@@ -72,6 +72,16 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
     }
 }
 
+/// Whether a recording of this process runs now (`ferrotrace record`, an attach, or
+/// [`record_to_file`]): while it does not, [`register`] registers nothing, and the layer tells
+/// `tracing` that no level is wanted, so that its callsites cost what a level-filtered callsite costs.
+pub fn recording() -> bool {
+    #[cfg(ferrotrace_runtime)]
+    return crate::recorders::callsites::recording();
+    #[cfg(not(ferrotrace_runtime))]
+    false
+}
+
 /// What the layer does when a recording starts or stops from outside the program (`record -p`
 /// attaching to it, or detaching): `true`, ask every callsite's interest again (they answered
 /// `never` while nothing recorded); `false`, forget every callsite's ids (nothing records them any

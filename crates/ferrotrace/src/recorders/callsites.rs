@@ -67,7 +67,7 @@ static ALL_EVENTS: AtomicBool = AtomicBool::new(false);
 /// Registers a callsite (`crate::callsites::register`).
 pub fn register(d: &Description<'_>) -> Option<Ids> {
     let rt = runtime::get()?;
-    if !rt.lifecycle.is_recording() || !rt.records_this_process() {
+    if !recording() {
         return None;
     }
     let config = &rt.config;
@@ -167,6 +167,11 @@ fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
         chunks.push((kind, p));
     }
     chunks
+}
+
+/// Whether this process records now (`crate::callsites::recording`).
+pub fn recording() -> bool {
+    runtime::get().is_some_and(|rt| rt.lifecycle.is_recording() && rt.records_this_process())
 }
 
 /// Sets the layer's hook (`crate::callsites::set_recording_hook`).
