@@ -388,39 +388,6 @@ impl EventEncoder {
         Some(pos + write_varint(b, p, delta))
     }
 
-    /// [`EventEncoder::encode_call`] when the tag, the delta and the duration are each below 2^21
-    /// (three varints of at most 3 bytes, written as three 4-byte stores), else `None` with nothing
-    /// written.
-    #[inline(always)]
-    pub fn encode_call_short(
-        &mut self,
-        id: u32,
-        entry: u64,
-        exit: u64,
-        buf: &mut [u8],
-        pos: usize,
-    ) -> Option<usize> {
-        let tag = (id as u64) << 4 | CALL_KIND;
-        let delta = zigzag(entry.wrapping_sub(self.prev_tsc) as i64);
-        let duration = exit.wrapping_sub(entry);
-        if (tag | delta | duration) >> 21 != 0 {
-            return None;
-        }
-        let b = buf.get_mut(pos..pos + 12)?;
-        let (t, tl) = leb128_short(tag as u32);
-        let (d, dl) = leb128_short(delta as u32);
-        let (u, ul) = leb128_short(duration as u32);
-        let b = b.as_mut_ptr();
-        // SAFETY: `b` has 12 bytes; each store's 4 bytes start at most 6 bytes in (tl, dl ≤ 3).
-        unsafe {
-            b.cast::<u32>().write_unaligned(t.to_le());
-            b.add(tl).cast::<u32>().write_unaligned(d.to_le());
-            b.add(tl + dl).cast::<u32>().write_unaligned(u.to_le());
-        }
-        self.prev_tsc = exit;
-        Some(pos + tl + dl + ul)
-    }
-
     /// Writes the entry of function `id` at `entry` ticks and its exit at `exit` (≥ `entry`) as one
     /// leaf-call event ([`CALL_KIND`]) at `buf[pos..]`, or `None` when `buf` has less than
     /// [`MAX_EVENT_LEN`] bytes after `pos`. The next delta is taken against `exit`.
@@ -449,16 +416,6 @@ impl EventEncoder {
         p = write_varint(b, p, delta);
         Some(pos + write_varint(b, p, duration))
     }
-}
-
-/// `v` (below 2^21) as a LEB128 varint in the low bytes of a word, and its length: with shifts and
-/// masks rather than a loop, for [`EventEncoder::encode_call_short`].
-#[inline(always)]
-fn leb128_short(v: u32) -> (u32, usize) {
-    let len = 1 + (v > 0x7f) as usize + (v > 0x3fff) as usize;
-    let spread = (v & 0x7f) | (v << 1 & 0x7f00) | (v << 2 & 0x7f_0000);
-    let more = ((1u32 << (8 * (len - 1))) - 1) & 0x8080;
-    (spread | more, len)
 }
 
 /// A varint of at most 3 bytes at `w[at..]` (`at + 3 <= w.len()`): its value and length, or `None`

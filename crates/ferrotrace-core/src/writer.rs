@@ -273,32 +273,6 @@ fn encode(
     let mut counts = Counts::default();
     let mut i = 0;
     while i < records.len() {
-        // Leaf calls one after the other (nearly all of some programs' calls): without the general
-        // path's kind decoding and its following of the calls.
-        while i + 1 < records.len() {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch never faults, whatever the address.
-            unsafe {
-                use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(
-                    records.as_ptr().wrapping_add(i + PREFETCH_AHEAD).cast(),
-                );
-            }
-            let (entry, exit) = (records[i], records[i + 1]);
-            let word = entry.word & WITHOUT_CPU;
-            if word >> 32 != 0 || exit.word & WITHOUT_CPU != word | EXIT || exit.tsc < entry.tsc {
-                break;
-            }
-            match enc.encode_call_short(word as u32, entry.tsc, exit.tsc, out, pos) {
-                Some(p) => pos = p,
-                None => break,
-            }
-            events += 2;
-            i += 2;
-        }
-        if i >= records.len() {
-            break;
-        }
         // Function entries and exits without payload are nearly every record: encode them without the
         // general path's kind decoding and payload slicing. Bits 32-47 are the kind and the payload
         // slots (0 for these); the CPU some records carry above them (live mode) stays in memory.
