@@ -66,9 +66,8 @@ fn main() {
     let out_dir = std::env::var_os("OUT").map_or_else(std::env::temp_dir, Into::into);
     let out_path = out_dir.join(format!("encode-rate-{}.data", std::process::id()));
     let n = records.len();
-    let mut times: [Vec<f64>; 5] = Default::default();
+    let mut times: [Vec<f64>; 4] = Default::default();
     let mut bytes = 0;
-    let (mut group_bytes, mut group_fell_back) = (0, 0);
     let mut scratch = Vec::new();
     for _ in 0..rounds {
         let t = Instant::now();
@@ -106,36 +105,8 @@ fn main() {
         w.flush().expect("write");
         times[3].push(t.elapsed().as_nanos() as f64 / n as f64);
         bytes = w.bytes_written();
-
-        let mut stack = Box::new([0u32; 4096]);
-        let mut depth = 0;
-        let mut fell_back = 0;
-        group_bytes = 0;
-        let t = Instant::now();
-        for c in records.chunks(CHUNK_RECORDS) {
-            match ferrotrace_core::group::encode_group(c, &mut scratch, &mut stack, &mut depth) {
-                Some(len) => group_bytes += std::hint::black_box(len),
-                None => {
-                    fell_back += 1;
-                    let mut running = RunningAtStart::default();
-                    std::hint::black_box(encode_events_following(
-                        1,
-                        0,
-                        c,
-                        &mut scratch,
-                        &mut running,
-                    ));
-                }
-            }
-        }
-        times[4].push(t.elapsed().as_nanos() as f64 / n as f64);
-        group_fell_back = fell_back;
     }
     let _ = std::fs::remove_file(&out_path);
-    println!(
-        "group: {:.2} bytes/event, {group_fell_back} chunks fell back",
-        group_bytes as f64 / n as f64
-    );
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
@@ -149,15 +120,9 @@ fn main() {
         "path", "ns/event", "M events/s", "vs textbook"
     );
     let base = median(&mut times[0].clone());
-    for (name, t) in [
-        "textbook",
-        "encode",
-        "encode+follow",
-        "collector",
-        "group+follow",
-    ]
-    .iter()
-    .zip(times.iter_mut())
+    for (name, t) in ["textbook", "encode", "encode+follow", "collector"]
+        .iter()
+        .zip(times.iter_mut())
     {
         let m = median(t);
         println!("{name:<14} {m:>10.2} {:>14.1} {:>11.2}x", 1e3 / m, base / m);

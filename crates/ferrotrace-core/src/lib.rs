@@ -69,9 +69,6 @@ pub mod clock;
 pub mod codec;
 pub mod env;
 pub mod format;
-#[cfg(feature = "std")]
-#[allow(missing_docs)]
-pub mod group;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;

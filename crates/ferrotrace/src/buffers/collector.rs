@@ -250,71 +250,7 @@ impl State {
             None => records,
         };
         let mut scratch = std::mem::take(&mut self.scratch);
-        let exp = exp_mode();
-        let (counts, range) = if exp == 4 {
-            // EXPERIMENT group: a valid empty header, then the group-varint bytes (or the varint
-            // encoding when the prototype cannot take the chunk).
-            let (_, r) = encode_events(c.tid, c.seq, &[], &mut scratch);
-            let start = r.start;
-            let head_end = r.end;
-            let done = GROUP.with(|g| {
-                let mut g = g.borrow_mut();
-                let st = g
-                    .entry(c.tid)
-                    .or_insert_with(|| (Box::new([0u32; 4096]), 0, Vec::new()));
-                let mut tmp = std::mem::take(&mut st.2);
-                let res =
-                    ferrotrace_core::group::encode_group(records, &mut tmp, &mut st.0, &mut st.1);
-                if res.is_none() {
-                    st.1 = 0;
-                    FELL_BACK.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                if let Some(len) = res {
-                    if scratch.len() < head_end + len {
-                        scratch.resize(head_end + len, 0);
-                    }
-                    scratch[head_end..head_end + len].copy_from_slice(&tmp[..len]);
-                }
-                st.2 = tmp;
-                res
-            });
-            match done {
-                Some(len) => (Counts::default(), start..head_end + len),
-                None => self.encode(c.tid, c.seq, records, &mut scratch),
-            }
-        } else if exp == 3 {
-            (Counts::default(), 0..0)
-        } else if exp == 2 {
-            // EXPERIMENT raw: a valid empty header, then the records as they are.
-            let (_, r) = encode_events(c.tid, c.seq, &[], &mut scratch);
-            // SAFETY: experiment.
-            // As many bytes as the varint encoding gives zstd (2.3 per record): the same write side.
-            let raw = unsafe {
-                core::slice::from_raw_parts(records.as_ptr() as *const u8, records.len() * 37 / 16)
-            };
-            let start = r.start;
-            let need = r.end + raw.len();
-            if scratch.len() < need {
-                scratch.resize(need, 0);
-            }
-            scratch[r.end..need].copy_from_slice(raw);
-            (Counts::default(), start..need)
-        } else {
-            self.encode(c.tid, c.seq, records, &mut scratch)
-        };
-        if exp == 3 {
-            self.encoded.push(c.index);
-            self.scratch = scratch;
-            self.filter = filter;
-            return;
-        }
-        if exp == 1 {
-            std::hint::black_box(&scratch[range.clone()]);
-            self.encoded.push(c.index);
-            self.scratch = scratch;
-            self.filter = filter;
-            return;
-        }
+        let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
         if dumped {
@@ -605,9 +541,6 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
             st.flush();
-            if exp_mode() == 4 {
-                eprintln!("EXPERIMENT group: {} chunks fell back", group_fell_back());
-            }
             // The state goes with the collector (the file closed): a retired runtime keeps none of it.
             *guard = None;
             rt.lifecycle.end_written();
@@ -665,32 +598,4 @@ pub fn help(rt: &Runtime) -> bool {
     st.chunk(rt, c);
     st.release(rt);
     true
-}
-
-/// EXPERIMENT: 0 normal, 1 encode without writing, 2 write raw records.
-fn exp_mode() -> u8 {
-    static M: std::sync::OnceLock<u8> = std::sync::OnceLock::new();
-    *M.get_or_init(|| {
-        let p = std::env::var("LD_PRELOAD").unwrap_or_default();
-        if p.contains("exp-nowrite") {
-            1
-        } else if p.contains("exp-raw") {
-            2
-        } else if p.contains("exp-none") {
-            3
-        } else if p.contains("exp-group") {
-            4
-        } else {
-            0
-        }
-    })
-}
-
-thread_local! {
-    static GROUP: std::cell::RefCell<std::collections::HashMap<u32, (Box<[u32; 4096]>, usize, Vec<u8>)>> = Default::default();
-}
-static FELL_BACK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-/// EXPERIMENT: the number of chunks the group prototype could not take.
-pub fn group_fell_back() -> u64 {
-    FELL_BACK.load(std::sync::atomic::Ordering::Relaxed)
 }
