@@ -10,13 +10,24 @@ use common::{ft, ok, record, scratch, testprog, testprog_mcount, text, trace_chu
 use ferrotrace_core::builder::{self, Event};
 use ferrotrace_core::codec::{EventDecoder, FieldReader, CALL_KIND};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+use ferrotrace_core::grouped;
 use ferrotrace_core::schema::{EventsHeader, Payload};
 
 /// The leaf-call events among an Events payload's events: walks the tags the way the format lays
-/// them out (function events only: the traces here have no others).
+/// them out (function events only: the traces here have no others), or the grouped layout's events.
 fn leaf_calls_in(payload: &[u8]) -> usize {
     let mut f = FieldReader::new(payload);
     EventsHeader::decode(&mut f).unwrap();
+    let body = f.rest();
+    if body.first() == Some(&grouped::MARK) {
+        let (mut pos, mut tsc, mut n) = (1, 0, 0);
+        while pos < body.len() {
+            let e = grouped::decode(body, &mut pos, tsc).unwrap();
+            tsc = e.exit.unwrap_or(e.tsc);
+            n += e.exit.is_some() as usize;
+        }
+        return n;
+    }
     let mut n = 0;
     while f.remaining() > 0 {
         let tag = f.varint().unwrap();
@@ -99,21 +110,38 @@ fn views(trace: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn assert_reads_as_written_one_by_one(dir: &Path, program: &Path, args: &[&str]) {
+/// The Events chunks of `trace` in the grouped layout (format 2.6).
+fn grouped_chunks(trace: &Path) -> usize {
+    let b = std::fs::read(trace).unwrap();
+    trace_chunks(&b)
+        .into_iter()
+        .filter(|&(at, p, len)| {
+            let h = ChunkHeader::decode(b[at..p].try_into().unwrap());
+            let mut f = FieldReader::new(&b[p..p + len]);
+            h.kind == ChunkKind::Events as u32
+                && EventsHeader::decode(&mut f).is_ok()
+                && f.rest().first() == Some(&grouped::MARK)
+        })
+        .count()
+}
+
+fn assert_reads_as_written_one_by_one(dir: &Path, program: &Path, args: &[&str]) -> PathBuf {
     let (out, trace) = record(dir, &[], program, args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (copy, leaf_calls) = written_one_by_one(&trace);
     assert!(leaf_calls > 10, "the trace holds leaf calls ({leaf_calls})");
     let fused_len = std::fs::metadata(&trace).unwrap().len();
     let copy_len = std::fs::metadata(&copy).unwrap().len();
+    // (The grouped layout trades bytes for the collector's time: this holds for the varint one.)
     assert!(
-        copy_len >= fused_len + leaf_calls as u64,
+        grouped_chunks(&trace) > 0 || copy_len >= fused_len + leaf_calls as u64,
         "each leaf call saves a tag at least: {fused_len} against {copy_len} bytes"
     );
     for ((what, fused), (_, one_by_one)) in views(&trace).into_iter().zip(views(&copy)) {
         assert!(!fused.is_empty(), "{what}");
         assert_eq!(fused, one_by_one, "{what} differs between the encodings");
     }
+    trace
 }
 
 #[test]
@@ -122,6 +150,15 @@ fn leaf_calls_read_as_their_entry_and_exit_in_every_command() {
     assert_reads_as_written_one_by_one(&dir, &testprog("calltree"), &[]);
     let dir = scratch("leaf_calls_mcount");
     assert_reads_as_written_one_by_one(&dir, &testprog_mcount("fib"), &["20"]);
+}
+
+/// Threads calling leaf functions in loops: their chunks are written in the grouped layout (format
+/// 2.6), and read as the same events written one by one in every command.
+#[test]
+fn grouped_chunks_read_as_their_events_in_every_command() {
+    let dir = scratch("leaf_calls_grouped");
+    let trace = assert_reads_as_written_one_by_one(&dir, &testprog("threads"), &[]);
+    assert!(grouped_chunks(&trace) > 0, "the trace holds grouped chunks");
 }
 
 /// A leaf call cut inside its duration, with the chunk's checksum made right again: every command
