@@ -1,6 +1,7 @@
 //! Leaf calls (format 2.5): the collector writes a function entry followed by its exit as one event.
 //! A real trace and the same events written one by one, as a 2.4 writer did, must read the same in
-//! every command; a damaged leaf call is reported, not misread.
+//! every command; a damaged leaf call is reported, not misread. The same for the grouped layout of
+//! runs of leaf calls (format 2.6).
 
 mod common;
 
@@ -191,15 +192,51 @@ fn a_damaged_leaf_call_is_reported() {
         }
     };
     b[cut] |= 0x80;
-    let new_len = cut + 1 - range.start;
+    assert_cut_chunk_is_reported(&dir, b, h, range, cut + 1);
+}
+
+/// The first grouped Events chunk of a trace of `threads` cut inside its first event's delta, with
+/// its checksum made right again: reported as for the varint layout.
+#[test]
+fn a_damaged_grouped_chunk_is_reported() {
+    let dir = scratch("leaf_calls_grouped_damaged");
+    let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let b = std::fs::read(&trace).unwrap();
+    let (h, range, events_at) = trace_chunks(&b)
+        .into_iter()
+        .find_map(|(at, p, len)| {
+            let h = ChunkHeader::decode(b[at..p].try_into().unwrap());
+            let mut f = FieldReader::new(&b[p..p + len]);
+            let events = EventsHeader::decode(&mut f).ok()?.count;
+            let at = p + len - f.rest().len();
+            (h.kind == ChunkKind::Events as u32 && events > 0 && b[at] == grouped::MARK)
+                .then_some((h, p..p + len, at))
+        })
+        .expect("a grouped Events chunk");
+    // The mark, the first control byte and one byte: every event has a delta and an id of a byte
+    // at least after its control byte, so the event is cut short.
+    assert_cut_chunk_is_reported(&dir, b, h, range, events_at + 3);
+}
+
+/// `b` with the chunk `h` (payload `range`) cut to end at byte `end` and its checksum made right:
+/// every command warns with one line naming the file, where and what is wrong (a field cut short),
+/// exits with status 1, and does not panic.
+fn assert_cut_chunk_is_reported(
+    dir: &Path,
+    mut b: Vec<u8>,
+    h: ChunkHeader,
+    range: std::ops::Range<usize>,
+    end: usize,
+) {
     let mut h = ChunkHeader {
-        len: new_len as u32,
+        len: (end - range.start) as u32,
         ..h
     };
-    h.crc = h.checksum(&b[range.start..cut + 1]);
+    h.crc = h.checksum(&b[range.start..end]);
     let header_at = range.start - CHUNK_HEADER_LEN;
     b[header_at..range.start].copy_from_slice(&h.encode());
-    b.drain(cut + 1..range.end);
+    b.drain(end..range.end);
     let bad = dir.join("bad.data");
     std::fs::write(&bad, &b).unwrap();
     let t = bad.to_str().unwrap();
