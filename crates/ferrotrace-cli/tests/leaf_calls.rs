@@ -1,6 +1,7 @@
 //! Leaf calls (format 2.5): the collector writes a function entry followed by its exit as one event.
 //! A real trace and the same events written one by one, as a 2.4 writer did, must read the same in
-//! every command; a damaged leaf call is reported, not misread.
+//! every command; a damaged leaf call is reported, not misread. The same for the grouped layout of
+//! runs of leaf calls (format 2.6).
 
 mod common;
 
@@ -10,13 +11,24 @@ use common::{ft, ok, record, scratch, testprog, testprog_mcount, text, trace_chu
 use ferrotrace_core::builder::{self, Event};
 use ferrotrace_core::codec::{EventDecoder, FieldReader, CALL_KIND};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
+use ferrotrace_core::grouped;
 use ferrotrace_core::schema::{EventsHeader, Payload};
 
 /// The leaf-call events among an Events payload's events: walks the tags the way the format lays
-/// them out (function events only: the traces here have no others).
+/// them out (function events only: the traces here have no others), or the grouped layout's events.
 fn leaf_calls_in(payload: &[u8]) -> usize {
     let mut f = FieldReader::new(payload);
     EventsHeader::decode(&mut f).unwrap();
+    let body = f.rest();
+    if body.first() == Some(&grouped::MARK) {
+        let (mut pos, mut tsc, mut n) = (1, 0, 0);
+        while pos < body.len() {
+            let e = grouped::decode(body, &mut pos, tsc).unwrap();
+            tsc = e.exit.unwrap_or(e.tsc);
+            n += e.exit.is_some() as usize;
+        }
+        return n;
+    }
     let mut n = 0;
     while f.remaining() > 0 {
         let tag = f.varint().unwrap();
@@ -99,21 +111,38 @@ fn views(trace: &Path) -> Vec<(&'static str, String)> {
     ]
 }
 
-fn assert_reads_as_written_one_by_one(dir: &Path, program: &Path, args: &[&str]) {
+/// The Events chunks of `trace` in the grouped layout (format 2.6).
+fn grouped_chunks(trace: &Path) -> usize {
+    let b = std::fs::read(trace).unwrap();
+    trace_chunks(&b)
+        .into_iter()
+        .filter(|&(at, p, len)| {
+            let h = ChunkHeader::decode(b[at..p].try_into().unwrap());
+            let mut f = FieldReader::new(&b[p..p + len]);
+            h.kind == ChunkKind::Events as u32
+                && EventsHeader::decode(&mut f).is_ok()
+                && f.rest().first() == Some(&grouped::MARK)
+        })
+        .count()
+}
+
+fn assert_reads_as_written_one_by_one(dir: &Path, program: &Path, args: &[&str]) -> PathBuf {
     let (out, trace) = record(dir, &[], program, args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let (copy, leaf_calls) = written_one_by_one(&trace);
     assert!(leaf_calls > 10, "the trace holds leaf calls ({leaf_calls})");
     let fused_len = std::fs::metadata(&trace).unwrap().len();
     let copy_len = std::fs::metadata(&copy).unwrap().len();
+    // (The grouped layout trades bytes for the collector's time: this holds for the varint one.)
     assert!(
-        copy_len >= fused_len + leaf_calls as u64,
+        grouped_chunks(&trace) > 0 || copy_len >= fused_len + leaf_calls as u64,
         "each leaf call saves a tag at least: {fused_len} against {copy_len} bytes"
     );
     for ((what, fused), (_, one_by_one)) in views(&trace).into_iter().zip(views(&copy)) {
         assert!(!fused.is_empty(), "{what}");
         assert_eq!(fused, one_by_one, "{what} differs between the encodings");
     }
+    trace
 }
 
 #[test]
@@ -122,6 +151,15 @@ fn leaf_calls_read_as_their_entry_and_exit_in_every_command() {
     assert_reads_as_written_one_by_one(&dir, &testprog("calltree"), &[]);
     let dir = scratch("leaf_calls_mcount");
     assert_reads_as_written_one_by_one(&dir, &testprog_mcount("fib"), &["20"]);
+}
+
+/// Threads calling leaf functions in loops: their chunks are written in the grouped layout (format
+/// 2.6), and read as the same events written one by one in every command.
+#[test]
+fn grouped_chunks_read_as_their_events_in_every_command() {
+    let dir = scratch("leaf_calls_grouped");
+    let trace = assert_reads_as_written_one_by_one(&dir, &testprog("threads"), &[]);
+    assert!(grouped_chunks(&trace) > 0, "the trace holds grouped chunks");
 }
 
 /// A leaf call cut inside its duration, with the chunk's checksum made right again: every command
@@ -154,15 +192,51 @@ fn a_damaged_leaf_call_is_reported() {
         }
     };
     b[cut] |= 0x80;
-    let new_len = cut + 1 - range.start;
+    assert_cut_chunk_is_reported(&dir, b, h, range, cut + 1);
+}
+
+/// The first grouped Events chunk of a trace of `threads` cut inside its first event's delta, with
+/// its checksum made right again: reported as for the varint layout.
+#[test]
+fn a_damaged_grouped_chunk_is_reported() {
+    let dir = scratch("leaf_calls_grouped_damaged");
+    let (out, trace) = record(&dir, &[], &testprog("threads"), &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let b = std::fs::read(&trace).unwrap();
+    let (h, range, events_at) = trace_chunks(&b)
+        .into_iter()
+        .find_map(|(at, p, len)| {
+            let h = ChunkHeader::decode(b[at..p].try_into().unwrap());
+            let mut f = FieldReader::new(&b[p..p + len]);
+            let events = EventsHeader::decode(&mut f).ok()?.count;
+            let at = p + len - f.rest().len();
+            (h.kind == ChunkKind::Events as u32 && events > 0 && b[at] == grouped::MARK)
+                .then_some((h, p..p + len, at))
+        })
+        .expect("a grouped Events chunk");
+    // The mark, the first control byte and one byte: every event has a delta and an id of a byte
+    // at least after its control byte, so the event is cut short.
+    assert_cut_chunk_is_reported(&dir, b, h, range, events_at + 3);
+}
+
+/// `b` with the chunk `h` (payload `range`) cut to end at byte `end` and its checksum made right:
+/// every command warns with one line naming the file, where and what is wrong (a field cut short),
+/// exits with status 1, and does not panic.
+fn assert_cut_chunk_is_reported(
+    dir: &Path,
+    mut b: Vec<u8>,
+    h: ChunkHeader,
+    range: std::ops::Range<usize>,
+    end: usize,
+) {
     let mut h = ChunkHeader {
-        len: new_len as u32,
+        len: (end - range.start) as u32,
         ..h
     };
-    h.crc = h.checksum(&b[range.start..cut + 1]);
+    h.crc = h.checksum(&b[range.start..end]);
     let header_at = range.start - CHUNK_HEADER_LEN;
     b[header_at..range.start].copy_from_slice(&h.encode());
-    b.drain(cut + 1..range.end);
+    b.drain(end..range.end);
     let bad = dir.join("bad.data");
     std::fs::write(&bad, &b).unwrap();
     let t = bad.to_str().unwrap();

@@ -9,6 +9,7 @@
 #[cfg(all(test, not(feature = "std")))]
 extern crate std;
 
+use crate::grouped;
 use crate::record::{EventKind, Record};
 
 /// Where encoded bytes go. Implemented here for a fixed slice; the runtime implements it for `Vec<u8>`.
@@ -449,7 +450,9 @@ pub struct DecodedEvent<'a> {
     pub fields: EventFields,
 }
 
-/// Iterates over the events of an `Events` chunk body (after its four header fields).
+/// Iterates over the events of an `Events` chunk body (after its four header fields), in either
+/// layout: this module's varints, or the grouped layout of runs of leaf calls ([`crate::grouped`]),
+/// told apart by the body's first byte.
 #[derive(Clone)]
 pub struct EventDecoder<'a> {
     fields: FieldReader<'a>,
@@ -459,18 +462,43 @@ pub struct EventDecoder<'a> {
     /// The exit of a leaf-call event ([`CALL_KIND`]) whose entry was handed on last: its id (the
     /// tick is `prev_tsc`).
     call_exit: Option<u32>,
+    /// The events are in the grouped layout ([`crate::grouped`]), not this module's varints.
+    grouped: bool,
 }
 
 impl<'a> EventDecoder<'a> {
     /// A decoder over `body` whose first delta is relative to `base_tsc`.
     pub fn new(body: &'a [u8], base_tsc: u64) -> Self {
+        let grouped = body.first() == Some(&grouped::MARK);
+        let mut fields = FieldReader::new(body);
+        fields.pos = grouped as usize;
         EventDecoder {
-            fields: FieldReader::new(body),
+            fields,
             prev_tsc: base_tsc,
             prev_addr: 0,
             failed: false,
             call_exit: None,
+            grouped,
         }
+    }
+
+    /// The next event of the grouped layout: a leaf call's entry, its exit kept for the next call.
+    fn next_grouped(&mut self) -> Result<DecodedEvent<'a>, DecodeError> {
+        let g = grouped::decode(self.fields.buf, &mut self.fields.pos, self.prev_tsc)?;
+        match g.exit {
+            Some(exit) => {
+                self.prev_tsc = exit;
+                self.call_exit = Some(g.id);
+            }
+            None => self.prev_tsc = g.tsc,
+        }
+        Ok(DecodedEvent {
+            tsc: g.tsc,
+            kind: g.kind,
+            id: g.id,
+            payload: &[],
+            fields: [0; 2],
+        })
     }
 
     /// The exit of a leaf call whose entry was handed on last, if any.
@@ -530,7 +558,8 @@ impl<'a> EventDecoder<'a> {
     /// [`Iterator::next`] handed on as its entry is due: those are left to `next`, which checks
     /// everything. The events it decodes are those `next` would: a tight loop for the events that make
     /// up nearly all of a function trace, with one bounds check per event, and one call of `each` in
-    /// it, so that the caller's closure is inlined once.
+    /// it, so that the caller's closure is inlined once. In the grouped layout ([`crate::grouped`]),
+    /// whose events are all function events, it decodes up to the end or to a malformed event.
     #[inline]
     pub fn function_run(&mut self, mut each: impl FnMut(u64, EventKind, u32, Option<u64>)) {
         /// The longest event the loop decodes: a leaf call with a 3-byte tag, delta and duration.
@@ -538,6 +567,17 @@ impl<'a> EventDecoder<'a> {
         /// [`CALL_KIND`] as a tag's low bits.
         const CALL: u32 = CALL_KIND as u32;
         if self.call_exit.is_some() {
+            return;
+        }
+        if self.grouped {
+            // Every event of the grouped layout is a function event; an error is left to `next`.
+            let (buf, mut pos, mut tsc) = (self.fields.buf, self.fields.pos, self.prev_tsc);
+            while let Ok(g) = grouped::decode(buf, &mut pos, tsc) {
+                tsc = g.exit.unwrap_or(g.tsc);
+                each(g.tsc, g.kind, g.id, g.exit);
+            }
+            self.fields.pos = pos;
+            self.prev_tsc = tsc;
             return;
         }
         let buf = self.fields.buf;
@@ -651,7 +691,11 @@ impl<'a> Iterator for EventDecoder<'a> {
         if self.failed || self.fields.remaining() == 0 {
             return None;
         }
-        let r = self.next_event();
+        let r = if self.grouped {
+            self.next_grouped()
+        } else {
+            self.next_event()
+        };
         self.failed = r.is_err();
         Some(r)
     }
@@ -978,6 +1022,10 @@ mod tests {
                 } else {
                     (r as u8) & 0x7f
                 };
+            }
+            if buf[0] == grouped::MARK {
+                // The grouped layout (tested in grouped.rs), not this one.
+                buf[0] = 0;
             }
             let buf = &buf[..len];
             let mut fast = EventDecoder::new(buf, 1000);

@@ -69,6 +69,7 @@ pub mod clock;
 pub mod codec;
 pub mod env;
 pub mod format;
+pub mod grouped;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;

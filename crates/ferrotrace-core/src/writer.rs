@@ -14,6 +14,8 @@ use std::io::{self, Write};
 use crate::codec::{EventEncoder, SliceSink, MAX_EVENT_LEN};
 use crate::format::{file_header, ChunkHeader, ChunkKind};
 #[cfg(feature = "std")]
+use crate::grouped;
+#[cfg(feature = "std")]
 use crate::record::{EventKind, Record};
 #[cfg(feature = "std")]
 use crate::running::RunningAtStart;
@@ -219,7 +221,8 @@ pub struct Counts {
 /// counted as two events. The events are written first, after room for the longest possible header,
 /// and the header (which holds their number) just in front of them: one pass over the records.
 /// `out` keeps its length at the largest chunk seen (it only grows, zero-filled once), so encoding a
-/// chunk never clears or zero-fills memory.
+/// chunk never clears or zero-fills memory. A chunk made of runs of leaf calls is written in the
+/// grouped layout instead ([`crate::grouped`], format 2.6), when that encoder takes it.
 #[cfg(feature = "std")]
 pub fn encode_events(
     tid: u32,
@@ -253,8 +256,6 @@ fn encode(
     out: &mut Vec<u8>,
     mut running: Option<&mut RunningAtStart>,
 ) -> (Counts, std::ops::Range<usize>) {
-    /// Four varints of at most 10 bytes.
-    const HEAD: usize = 40;
     /// Records (16 bytes each) between the one encoded and the one prefetched: eight cache lines.
     const PREFETCH_AHEAD: usize = 32;
     /// A record word without the CPU some records carry in bits 48-63 (live mode).
@@ -267,10 +268,24 @@ fn encode(
     if out.len() < worst {
         out.resize(worst, 0);
     }
+    let mut counts = Counts::default();
+    let mut followed = Vec::new();
+    let grouped = match records {
+        [] => None,
+        _ => grouped::encode(records, base, out, HEAD, &mut followed),
+    };
+    if let Some((end, events)) = grouped {
+        if let Some(running) = running {
+            for (kind, id) in followed {
+                running.observe_function(kind, id);
+            }
+        }
+        counts.events = events;
+        return (counts, put_header(tid, seq, base, events, out)..end);
+    }
     let mut pos = HEAD;
     let mut events = 0u64;
     let mut enc = EventEncoder::new(base);
-    let mut counts = Counts::default();
     let mut i = 0;
     while i < records.len() {
         // Function entries and exits without payload are nearly every record: encode them without the
@@ -349,6 +364,18 @@ fn encode(
         }
         i = end;
     }
+    counts.events = events;
+    (counts, put_header(tid, seq, base, events, out)..pos)
+}
+
+/// Room for the longest Events header: four varints of at most 10 bytes.
+#[cfg(feature = "std")]
+const HEAD: usize = 40;
+
+/// Writes an Events header just in front of `out[HEAD..]` (where the events were encoded) and returns
+/// where it starts.
+#[cfg(feature = "std")]
+fn put_header(tid: u32, seq: u32, base: u64, events: u64, out: &mut [u8]) -> usize {
     let mut head = [0u8; HEAD];
     let mut sink = SliceSink::new(&mut head);
     let _ = EventsHeader {
@@ -360,8 +387,7 @@ fn encode(
     .encode(&mut sink);
     let h = sink.len();
     out[HEAD - h..HEAD].copy_from_slice(&head[..h]);
-    counts.events = events;
-    (counts, HEAD - h..pos)
+    HEAD - h
 }
 
 #[cfg(all(test, feature = "std"))]
