@@ -16,7 +16,7 @@
 use crate::codec::DecodeError;
 use crate::record::EventKind;
 #[cfg(feature = "std")]
-use crate::record::Record;
+use crate::record::{prefetch_ahead, Record, EXIT_IN_WORD, WORD_WITHOUT_CPU};
 
 /// The first byte of a chunk's events in the grouped layout.
 pub const MARK: u8 = 0x0f;
@@ -148,12 +148,6 @@ pub fn encode(
     pos: usize,
     followed: &mut std::vec::Vec<(u64, u32)>,
 ) -> Option<(usize, u64)> {
-    /// A record word without the CPU some records carry in bits 48-63 (live mode).
-    const WITHOUT_CPU: u64 = 0x0000_ffff_ffff_ffff;
-    /// An Exit's kind in a record word.
-    const EXIT_WORD: u64 = (EventKind::Exit as u64) << 32;
-    /// Records between the one encoded and the one prefetched: eight cache lines.
-    const PREFETCH_AHEAD: usize = 32;
     let n = records.len();
     assert!(
         out.len() >= pos + 1 + MAX_PER_RECORD * n,
@@ -167,23 +161,15 @@ pub fn encode(
     while i < n {
         // Runs of leaf calls: two records, one comparison, three stores.
         while i + 1 < n {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: a prefetch never faults, whatever the address (wrapping_add: nothing past the
-            // slice is dereferenced).
-            unsafe {
-                use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(
-                    records.as_ptr().wrapping_add(i + PREFETCH_AHEAD).cast(),
-                );
-            }
+            prefetch_ahead(records, i);
             // SAFETY: i + 1 < n.
             let (entry, exit) =
                 unsafe { (*records.get_unchecked(i), *records.get_unchecked(i + 1)) };
-            let word = entry.word & WITHOUT_CPU;
+            let word = entry.word & WORD_WITHOUT_CPU;
             let delta = entry.tsc.wrapping_sub(prev);
             let duration = exit.tsc.wrapping_sub(entry.tsc);
             if word >> 32 != 0
-                || exit.word & WITHOUT_CPU != word | EXIT_WORD
+                || exit.word & WORD_WITHOUT_CPU != word | EXIT_IN_WORD
                 || (delta | duration) >> 32 != 0
             {
                 break;
@@ -210,7 +196,7 @@ pub fn encode(
             return None;
         }
         let r = records[i];
-        let word = r.word & WITHOUT_CPU;
+        let word = r.word & WORD_WITHOUT_CPU;
         let kind = word >> 32;
         let code = match kind {
             0 => ENTRY,

@@ -16,7 +16,7 @@ use crate::format::{file_header, ChunkHeader, ChunkKind};
 #[cfg(feature = "std")]
 use crate::grouped;
 #[cfg(feature = "std")]
-use crate::record::{EventKind, Record};
+use crate::record::{prefetch_ahead, EventKind, Record, EXIT_IN_WORD, WORD_WITHOUT_CPU};
 #[cfg(feature = "std")]
 use crate::running::RunningAtStart;
 #[cfg(feature = "std")]
@@ -256,12 +256,6 @@ fn encode(
     out: &mut Vec<u8>,
     mut running: Option<&mut RunningAtStart>,
 ) -> (Counts, std::ops::Range<usize>) {
-    /// Records (16 bytes each) between the one encoded and the one prefetched: eight cache lines.
-    const PREFETCH_AHEAD: usize = 32;
-    /// A record word without the CPU some records carry in bits 48-63 (live mode).
-    const WITHOUT_CPU: u64 = 0x0000_ffff_ffff_ffff;
-    /// An Exit's kind in a record word.
-    const EXIT: u64 = (EventKind::Exit as u64) << 32;
     let base = records.first().map_or(0, |r| r.tsc);
     // Worst case per record: one event of MAX_EVENT_LEN, or 16 payload bytes and a 10-byte length.
     let worst = HEAD + records.len() * (MAX_EVENT_LEN + 10) + 16;
@@ -291,25 +285,17 @@ fn encode(
         // Function entries and exits without payload are nearly every record: encode them without the
         // general path's kind decoding and payload slicing. Bits 32-47 are the kind and the payload
         // slots (0 for these); the CPU some records carry above them (live mode) stays in memory.
-        // The chunk was written on the traced thread's core: its lines are asked for well ahead, so
-        // that their transfers overlap rather than each stalling the loop in turn.
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch never faults, whatever the address (wrapping_add: no pointer arithmetic
-        // past the slice is dereferenced).
-        unsafe {
-            use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(records.as_ptr().wrapping_add(i + PREFETCH_AHEAD).cast());
-        }
+        prefetch_ahead(records, i);
         let word = records[i].word;
         let kind = word >> 32 & 0xffff;
         if kind <= EventKind::TailExit as u64 {
             let r = Record {
                 tsc: records[i].tsc,
-                word: word & WITHOUT_CPU,
+                word: word & WORD_WITHOUT_CPU,
             };
             if let Some(exit) = records.get(i + 1).filter(|next| {
                 kind == EventKind::Entry as u64
-                    && next.word & WITHOUT_CPU == r.word | EXIT
+                    && next.word & WORD_WITHOUT_CPU == r.word | EXIT_IN_WORD
                     && next.tsc >= r.tsc
             }) {
                 // A leaf call: its entry and exit as one event. Following the calls is left out: an
