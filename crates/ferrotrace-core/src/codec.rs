@@ -450,6 +450,20 @@ pub struct DecodedEvent<'a> {
     pub fields: EventFields,
 }
 
+impl DecodedEvent<'_> {
+    /// A function entry, exit or tail exit: no payload, no fields.
+    #[inline(always)]
+    const fn function(tsc: u64, kind: EventKind, id: u32) -> Self {
+        DecodedEvent {
+            tsc,
+            kind,
+            id,
+            payload: &[],
+            fields: [0; 2],
+        }
+    }
+}
+
 /// Iterates over the events of an `Events` chunk body (after its four header fields), in either
 /// layout: this module's varints, or the grouped layout of runs of leaf calls ([`crate::grouped`]),
 /// told apart by the body's first byte.
@@ -492,26 +506,14 @@ impl<'a> EventDecoder<'a> {
             }
             None => self.prev_tsc = g.tsc,
         }
-        Ok(DecodedEvent {
-            tsc: g.tsc,
-            kind: g.kind,
-            id: g.id,
-            payload: &[],
-            fields: [0; 2],
-        })
+        Ok(DecodedEvent::function(g.tsc, g.kind, g.id))
     }
 
     /// The exit of a leaf call whose entry was handed on last, if any.
     #[inline(always)]
     fn take_call_exit(&mut self) -> Option<DecodedEvent<'a>> {
         let id = self.call_exit.take()?;
-        Some(DecodedEvent {
-            tsc: self.prev_tsc,
-            kind: EventKind::Exit,
-            id,
-            payload: &[],
-            fields: [0; 2],
-        })
+        Some(DecodedEvent::function(self.prev_tsc, EventKind::Exit, id))
     }
 
     #[inline]
@@ -536,13 +538,7 @@ impl<'a> EventDecoder<'a> {
                         self.fields.pos += len;
                         let tsc = self.prev_tsc.wrapping_add(unzigzag(delta) as u64);
                         self.prev_tsc = tsc;
-                        return Ok(DecodedEvent {
-                            tsc,
-                            kind,
-                            id: (tag >> 4) as u32,
-                            payload: &[],
-                            fields: [0; 2],
-                        });
+                        return Ok(DecodedEvent::function(tsc, kind, (tag >> 4) as u32));
                     }
                 }
             }
@@ -662,13 +658,7 @@ impl<'a> EventDecoder<'a> {
         let duration = self.fields.varint()?;
         self.prev_tsc = entry.wrapping_add(duration);
         self.call_exit = Some(id);
-        Ok(DecodedEvent {
-            tsc: entry,
-            kind: EventKind::Entry,
-            id,
-            payload: &[],
-            fields: [0; 2],
-        })
+        Ok(DecodedEvent::function(entry, EventKind::Entry, id))
     }
 
     fn address(&mut self) -> Result<u64, DecodeError> {
