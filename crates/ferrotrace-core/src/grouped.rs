@@ -227,7 +227,7 @@ pub fn encode(
 }
 
 #[cfg(all(test, feature = "std"))]
-mod tests {
+pub(crate) mod tests {
     use super::MARK;
     use crate::codec::{DecodeError, EventDecoder, FieldReader};
     use crate::record::{EventKind, Record};
@@ -248,8 +248,9 @@ mod tests {
         (events, body.first() == Some(&MARK))
     }
 
-    /// The same events through the reader's fast path (`function_run`, then `next` where it stops).
-    fn decoded_in_runs(payload: &[u8]) -> Vec<(u64, EventKind, u32)> {
+    /// The events of an encoded Events payload through the reader's fast path (`function_run`, then
+    /// `next` where it stops), a leaf call as its entry and its exit.
+    pub(crate) fn decoded_in_runs(payload: &[u8]) -> Vec<(u64, EventKind, u32)> {
         let mut f = FieldReader::new(payload);
         let head = EventsHeader::decode(&mut f).unwrap();
         let mut d = EventDecoder::new(f.rest(), head.base_ticks);

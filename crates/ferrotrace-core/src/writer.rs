@@ -475,21 +475,11 @@ mod tests {
             .collect::<Result<_, _>>()
             .unwrap();
         assert_eq!(decoded, want, "the checked decoder");
-        let mut run = Vec::new();
-        let mut dec = EventDecoder::new(f.rest(), head.base_ticks);
-        loop {
-            dec.function_run(|t, k, id, exit| {
-                run.push((t, k, id));
-                if let Some(end) = exit {
-                    run.push((end, EventKind::Exit, id));
-                }
-            });
-            match dec.next() {
-                Some(e) => run.push(e.map(|e| (e.tsc, e.kind, e.id)).unwrap()),
-                None => break,
-            }
-        }
-        assert_eq!(run, want, "the fast loop");
+        assert_eq!(
+            crate::grouped::tests::decoded_in_runs(&out[range.clone()]),
+            want,
+            "the fast loop"
+        );
         // The same events one by one, as every other writer encodes them: the two fused leaf calls
         // are one tag shorter each (1 byte for id 2, 4 for id 2^20).
         let events: Vec<_> = want
