@@ -66,10 +66,7 @@ static ALL_EVENTS: AtomicBool = AtomicBool::new(false);
 
 /// Registers a callsite (`crate::callsites::register`).
 pub fn register(d: &Description<'_>) -> Option<Ids> {
-    let rt = runtime::get()?;
-    if !recording() {
-        return None;
-    }
+    let rt = runtime::get().filter(|rt| records(rt))?;
     let config = &rt.config;
     let function = match d.kind {
         Kind::Span => {
@@ -118,12 +115,9 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
 /// field `field`, which its events leave out from now on (`crate::callsites::message`). Takes a lock
 /// and allocates: once per callsite.
 pub fn message(tracepoint: u32, field: u32, text: &str) -> bool {
-    let Some(rt) = runtime::get() else {
+    let Some(rt) = runtime::get().filter(|rt| records(rt)) else {
         return false;
     };
-    if !rt.lifecycle.is_recording() || !rt.records_this_process() {
-        return false;
-    }
     let mut entry = Vec::new();
     let _ = schema::CallsiteMessage {
         tracepoint_id: tracepoint,
@@ -171,7 +165,13 @@ fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
 
 /// Whether this process records now (`crate::callsites::recording`).
 pub fn recording() -> bool {
-    runtime::get().is_some_and(|rt| rt.lifecycle.is_recording() && rt.records_this_process())
+    runtime::get().is_some_and(records)
+}
+
+/// Whether `rt` records this process now: its recording runs, and this is not a forked child that
+/// has not started one of its own.
+fn records(rt: &runtime::Runtime) -> bool {
+    rt.lifecycle.is_recording() && rt.records_this_process()
 }
 
 /// Sets the layer's hook (`crate::callsites::set_recording_hook`).
