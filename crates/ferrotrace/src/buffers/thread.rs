@@ -167,7 +167,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     if !rt.pool.full.is_empty() {
         // Now the collector has work: started if it was deferred, while this thread's cursor is
         // stopped (what the thread start calls is the runtime's work, not recorded).
-        crate::lifecycle::start::ensure_collector(rt);
+        (rt.upcalls.ensure_collector)(rt);
     }
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
@@ -513,7 +513,7 @@ fn thread_exit() {
         st.hot = core::ptr::null();
         drop(guard);
         if !rt.pool.full.is_empty() {
-            crate::lifecycle::start::ensure_collector(rt);
+            (rt.upcalls.ensure_collector)(rt);
         }
         for r in rt.upcalls.recorders {
             (r.thread_exit)();
