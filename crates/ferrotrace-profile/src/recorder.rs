@@ -2,7 +2,13 @@
 //! intern stacks, and stream samples to the trace file. With the eBPF backend ([`bpf_session`]) the
 //! rings carry only the side-band records, and the samples come from the counts of the BPF programs.
 
+#[cfg(feature = "bpf")]
 mod bpf_session;
+// Built without the `bpf` feature: a session type with no values, whose `load` refuses `--bpf`.
+#[cfg(not(feature = "bpf"))]
+#[path = "recorder/bpf_absent.rs"]
+mod bpf_session;
+#[cfg(feature = "bpf")]
 mod mapped_file;
 
 use std::collections::{HashMap, HashSet};
@@ -1192,9 +1198,9 @@ pub(crate) fn run(
         if let Err(e) = r {
             bpf_failure.get_or_insert(e);
         }
-        kernel_bytes += b.kernel_bytes;
+        kernel_bytes += b.kernel_bytes();
         bpf_unwinder = Some(b.unwinder_work());
-        st.unwind_errors += b.truncated;
+        st.unwind_errors += b.truncated();
     }
     // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
     // written (a full ring at the end of the run).
@@ -1286,33 +1292,7 @@ pub(crate) fn run(
         ));
     }
     if let Some(b) = &bpf {
-        for (path, why) in &b.without_rows {
-            warnings.push(format!(
-                "{path}: no unwind table ({why}): its frames were walked by frame pointer"
-            ));
-        }
-        for (pid, why) in &b.not_loaded {
-            warnings.push(format!(
-                "the mappings of process {pid} could not be loaded into the kernel ({why}): its \
-                 stacks are truncated"
-            ));
-        }
-        for pid in &b.too_many_mappings {
-            warnings.push(format!(
-                "process {pid} has more than {} executable mappings: addresses in the others end \
-                 their stacks (truncated)",
-                ferrotrace_bpf::MAX_MAPPINGS
-            ));
-        }
-        if b.truncated > 0 {
-            warnings.push(format!(
-                "{} of {} stacks could not be unwound to their first frame in the kernel ({}): \
-                 they are rooted at [truncated]",
-                b.truncated,
-                st.samples,
-                b.truncation_reasons()
-            ));
-        }
+        b.warnings(st.samples, &mut warnings);
     }
     if exclude_kernel {
         warnings.push(

@@ -46,17 +46,17 @@ pub(super) struct BpfSession<'obj> {
     /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
     leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
     /// Modules without unwind rows, and why (for a warning).
-    pub without_rows: Vec<(String, String)>,
+    without_rows: Vec<(String, String)>,
     /// Processes with more executable mappings than the kernel side holds.
-    pub too_many_mappings: Vec<u32>,
+    too_many_mappings: Vec<u32>,
     /// Processes whose mappings the kernel side refused, and why (at most a few are kept).
-    pub not_loaded: Vec<(u32, String)>,
+    not_loaded: Vec<(u32, String)>,
     /// Samples whose stack the unwinder did not finish.
-    pub truncated: u64,
+    truncated: u64,
     /// Of them, per reason (a `ferrotrace_bpf::trunc` bit; a stack lost to a full stack map is 0).
     truncated_by: HashMap<u32, u64>,
     /// Bytes read from the BPF maps.
-    pub kernel_bytes: u64,
+    kernel_bytes: u64,
 }
 
 /// The program type that can be attached to `spec`'s perf event.
@@ -327,8 +327,50 @@ impl<'obj> BpfSession<'obj> {
         }
     }
 
+    /// Bytes read from the BPF maps so far.
+    pub fn kernel_bytes(&self) -> u64 {
+        self.kernel_bytes
+    }
+
+    /// Samples whose stack the unwinder did not finish, so far.
+    pub fn truncated(&self) -> u64 {
+        self.truncated
+    }
+
+    /// Adds what the user should know about the session's stacks (of `samples` in all) to `warnings`:
+    /// modules walked by frame pointer, processes whose mappings the kernel side lacks, truncations.
+    pub fn warnings(&self, samples: u64, warnings: &mut Vec<String>) {
+        for (path, why) in &self.without_rows {
+            warnings.push(format!(
+                "{path}: no unwind table ({why}): its frames were walked by frame pointer"
+            ));
+        }
+        for (pid, why) in &self.not_loaded {
+            warnings.push(format!(
+                "the mappings of process {pid} could not be loaded into the kernel ({why}): its \
+                 stacks are truncated"
+            ));
+        }
+        for pid in &self.too_many_mappings {
+            warnings.push(format!(
+                "process {pid} has more than {} executable mappings: addresses in the others end \
+                 their stacks (truncated)",
+                ferrotrace_bpf::MAX_MAPPINGS
+            ));
+        }
+        if self.truncated > 0 {
+            warnings.push(format!(
+                "{} of {} stacks could not be unwound to their first frame in the kernel ({}): \
+                 they are rooted at [truncated]",
+                self.truncated,
+                samples,
+                self.truncation_reasons()
+            ));
+        }
+    }
+
     /// Why stacks were truncated, as "N reason, M reason".
-    pub fn truncation_reasons(&self) -> String {
+    fn truncation_reasons(&self) -> String {
         const REASONS: [(u32, &str); 7] = [
             (
                 trunc::NO_PROCESS,
