@@ -283,13 +283,22 @@ fn record_running(
 ) -> Result<ExitCode, Error> {
     use launch::attach::record::Ending;
     let library = launch::start::preload_library()?;
-    let attached =
-        launch::attach::record::record(pid, &library, spec, args.duration, None, |pause| {
+    let attached = launch::attach::record::record(
+        pid,
+        &library,
+        spec,
+        args.duration,
+        None,
+        |pause, warnings| {
+            for w in warnings {
+                say!("ferrotrace: warning: {w}");
+            }
             say!(
             "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
             pause.as_secs_f64() * 1e3
         )
-        })?;
+        },
+    )?;
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),

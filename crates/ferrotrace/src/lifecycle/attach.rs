@@ -52,7 +52,7 @@ pub const ALREADY: i32 = -2;
 pub const NOT_STATIC_TLS: i32 = -3;
 /// No loaded object has instrumented functions.
 pub const NO_SITES: i32 = -4;
-/// `-F`/`-N` selected none of the instrumented functions.
+/// `-P`/`-F`/`-N` selected none of the instrumented functions.
 pub const NONE_SELECTED: i32 = -5;
 /// Something else failed (the message says what).
 pub const FAILED: i32 = -6;
@@ -162,26 +162,24 @@ fn start_attached(
     let mut known = discovery::Known::default();
     let found = discovery::discover(&config, role == Role::Preload, &mut known)
         .map_err(|e| fail(FAILED, e))?;
-    if found.functions.is_empty() && tracepoints.is_empty() && !callsites::has_layer() {
-        return Err(if found.total_functions == 0 {
-            fail(
-                NO_SITES,
-                format!(
-                    "{} has no patchable sites: {}",
-                    found.exe_name(),
-                    schema::source::HOW_TO_BUILD
-                ),
-            )
-        } else {
-            fail(
-                NONE_SELECTED,
-                format!(
-                    "-F/-N select none of the {} instrumented functions of {}",
-                    found.total_functions,
-                    found.exe_name()
-                ),
-            )
-        });
+    // What selects nothing is said as a launched recording says it; when nothing at all can be
+    // recorded, the process is left as it was (the host is told why) rather than patched for nothing.
+    let selects_nothing = tracepoints.is_empty() && !callsites::has_layer();
+    if found.total_functions == 0 && selects_nothing {
+        return Err(fail(
+            NO_SITES,
+            format!(
+                "{} has no patchable sites: {}",
+                found.exe_name(),
+                schema::source::HOW_TO_BUILD
+            ),
+        ));
+    }
+    if let Some(why) = found.none_selected(&config).filter(|_| selects_nothing) {
+        return Err(fail(NONE_SELECTED, why));
+    }
+    if let Some(c) = &spec.control {
+        warn_host(c, &found.unmatched_patterns(&config));
     }
     let start_realtime = clock::realtime_ns();
     // In the host's memfd when it made one: it salvages what was not written if the process is
@@ -245,6 +243,23 @@ fn start_attached(
     // No recorder to start: function tracing and tracepoints need none (allocations are refused
     // above).
     Ok(())
+}
+
+/// Leaves `lines` (warnings: the recording goes on) in `warnings` beside the host's control FIFO at
+/// `control`, for the host to print: this process's standard error is not the user's.
+fn warn_host(control: &Path, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    if let Some(dir) = control.parent() {
+        if let Ok(mut f) =
+            std::fs::File::create(dir.join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
+        {
+            for line in lines {
+                let _ = writeln!(f, "{line}");
+            }
+        }
+    }
 }
 
 /// `live -p`: the printer, writing to the host's FIFO (which it holds open for reading); losses go

@@ -158,19 +158,8 @@ fn start(role: Role) -> Result<(), String> {
     );
     // In a program that records `tracing` spans, -F may name spans, which are met only later.
     if !started_by_traced && found.instrumentation & schema::source::TRACING == 0 {
-        for (re, _) in config
-            .include
-            .iter()
-            .zip(&found.filter_hits)
-            .filter(|(_, hit)| !**hit)
-        {
-            say!(
-                "ferrotrace: -F '{}' selects none of the {} instrumented functions in {} and the libraries \
-                 loaded with it",
-                re.as_str(),
-                found.total_functions,
-                found.exe_name()
-            );
+        for line in found.unmatched_patterns(&config) {
+            say!("ferrotrace: warning: {line}");
         }
     }
     if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
@@ -185,14 +174,12 @@ fn start(role: Role) -> Result<(), String> {
                 found.exe_name(),
                 ferrotrace_core::schema::source::HOW_TO_BUILD
             );
-        } else if found.filter_hits.iter().all(|&hit| hit) {
-            // The build is fine, and every -F matched something (a pattern that matched nothing was
-            // named above): -N excluded what -F selected.
-            say!(
-                "ferrotrace: warning: -F/-N selected none of the {} instrumented functions of {}",
-                found.total_functions,
-                found.exe_name()
-            );
+        } else if found.unmatched_patterns(&config).is_empty() {
+            // The build is fine, and every pattern matched something (one that matched nothing was
+            // named above): the patterns together selected nothing.
+            if let Some(why) = found.none_selected(&config) {
+                say!("ferrotrace: warning: {why}");
+            }
         }
     }
     if found.no_frame_pointer > 0 && !started_by_traced && config.functions {
