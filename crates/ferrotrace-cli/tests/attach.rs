@@ -338,6 +338,10 @@ fn refusals_say_why_in_one_line() {
             "--alloc cannot be used on a running process",
         ),
         (&["--trace", "request"][..], "has no tracepoints"),
+        (
+            &["--sample"][..],
+            "--sample cannot be used on a running process",
+        ),
     ] {
         let out = ferrotrace()
             .args(["record", "-p", &server.pid().to_string(), "-o"])

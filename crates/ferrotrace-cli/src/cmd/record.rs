@@ -94,8 +94,8 @@ pub struct RecordArgs {
     pub duration: Option<std::time::Duration>,
     /// Sample the program's threads and child processes with perf_event_open while tracing (cpu-clock,
     /// or the --event list), into the same trace on the same clock: report, replay and flame show the
-    /// samples beside and inside the traced functions
-    #[arg(long, conflicts_with = "pid")]
+    /// samples beside and inside the traced functions. Not with -p
+    #[arg(long)]
     pub sample: bool,
     /// --sample's cpu-clock frequency in Hz (`profile -F`; record's -F is --filter)
     #[arg(

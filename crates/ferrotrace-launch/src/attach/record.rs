@@ -30,6 +30,12 @@ pub const ALLOC_REFUSAL: &str =
      hand the hooks blocks they never saw allocated; record it from its start (ferrotrace record --alloc \
      -- PROGRAM)";
 
+/// Why `--sample` is refused with `-p`, in one line.
+pub const SAMPLE_REFUSAL: &str =
+    "--sample cannot be used on a running process: record --sample opens its samplers on the program \
+     it starts, before its first instruction, and merges them into that trace; to sample a running \
+     process, use ferrotrace profile -p PID (samples alone)";
+
 /// How long, after the control channel is closed, the runtime may take to write the rest of the trace.
 pub const STOP_LIMIT: Duration = Duration::from_secs(30);
 
@@ -280,6 +286,9 @@ pub fn record(
     };
     if spec.alloc.is_some() {
         return Err(error(pid, ALLOC_REFUSAL));
+    }
+    if spec.sampled {
+        return Err(error(pid, SAMPLE_REFUSAL));
     }
     let tracepoints = !spec.trace.is_empty();
     if tracepoints && !(facts.links_runtime && facts.has_tracepoints) {
