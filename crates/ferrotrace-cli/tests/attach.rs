@@ -338,6 +338,10 @@ fn refusals_say_why_in_one_line() {
             "--alloc cannot be used on a running process",
         ),
         (&["--trace", "request"][..], "has no tracepoints"),
+        (
+            &["--sample"][..],
+            "--sample cannot be used on a running process",
+        ),
     ] {
         let out = ferrotrace()
             .args(["record", "-p", &server.pid().to_string(), "-o"])
@@ -351,6 +355,72 @@ fn refusals_say_why_in_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
     assert_eq!(maps(), maps_before);
+}
+
+/// A `-P` or `-F` pattern that selects nothing is named, with its own option, in the same line whether
+/// the program was launched or attached to; an attach that could record nothing leaves the process
+/// alone (as `live -p` does), and one that records something goes on with the warning.
+#[test]
+fn patterns_that_select_nothing_are_named_alike_launched_and_attached() {
+    let dir = scratch("attach_selects_nothing");
+    // Launched: the program runs, and the warning names -P.
+    let (out, _) = record(&dir, &["-P", "no_such_fn"], &testprog("fib"), &["10"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("-P 'no_such_fn' selects none of the"), "{err}");
+    assert!(!err.contains("-F"), "{err}");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let output = dir.join("r.data");
+    let attach = |command: &str, opts: &[&str]| {
+        ferrotrace()
+            .args([command, "-p", &server.pid().to_string()])
+            .args(if command == "record" {
+                vec!["-o", output.to_str().unwrap()]
+            } else {
+                vec![]
+            })
+            .args(opts)
+            .output()
+            .unwrap()
+    };
+    for (command, opts, why) in [
+        (
+            "record",
+            &["-P", "no_such_fn"][..],
+            "-P 'no_such_fn' selects none of the",
+        ),
+        (
+            "record",
+            &["-F", "no_such_fn"][..],
+            "-F 'no_such_fn' selects none of the",
+        ),
+        (
+            "live",
+            &["-F", "no_such_fn"][..],
+            "-F 'no_such_fn' selects none of the",
+        ),
+    ] {
+        let out = attach(command, opts);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{command} {opts:?}: {err}");
+        assert!(err.contains(why), "{command} {opts:?}: {err}");
+        assert!(!err.contains("-F/-N"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    // One pattern selects, the other not: recorded, with the warning before the recording starts.
+    let rec = Recording::start(
+        server.pid(),
+        &dir.join("w.data"),
+        &["-F", "handle", "-F", "no_such_fn"],
+    );
+    assert!(
+        rec.said
+            .contains("warning: -F 'no_such_fn' selects none of the"),
+        "{}",
+        rec.said
+    );
+    Client::connect(server.port).ask_many("q", 3);
+    rec.stop();
+    assert_eq!(calls(&stopped_trace(&dir.join("w.data")), "handle").0, 3);
 }
 
 /// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use ferrotrace_core::clock::realtime_ns;
+use ferrotrace_core::jit;
 use ferrotrace_core::schema::{self, Sampler, SamplerKind, SamplersHeader, StackNode};
 use framehop::x86_64::CacheX86_64;
 
@@ -278,8 +279,19 @@ impl State {
         file: Option<FileId>,
     ) {
         self.space(pid);
+        // Anonymous code (a JIT's) is named by the process's perf map, at run-time addresses: the
+        // mapping is stated at itself (its `pgoff` is no file offset).
+        let (path, pgoff) = if path == jit::ANON_MAPPING {
+            let map = jit::perf_map_path(pid);
+            match Path::new(&map).is_file() {
+                true => (map, addr),
+                false => (jit::ANON_MODULE.to_string(), addr),
+            }
+        } else {
+            (path.to_string(), pgoff)
+        };
         if let Some(space) = self.spaces.get_mut(&pid) {
-            space.add_mapping(&mut self.modules, addr, len, pgoff, path, file);
+            space.add_mapping(&mut self.modules, addr, len, pgoff, &path, file);
             self.changed_spaces.insert(pid);
         }
     }

@@ -1016,10 +1016,7 @@ pub fn write_samples(
         ..Options::default()
     };
     write_events(&source, opts, Output::Stream(out), |emit| {
-        let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
-        tids.sort_unstable();
-        tids.dedup();
-        for tid in tids {
+        for tid in set.thread_ids() {
             let mut open: Vec<u32> = Vec::new();
             let mut last = 0u64;
             let close_to =

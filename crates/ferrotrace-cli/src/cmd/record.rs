@@ -95,8 +95,8 @@ pub struct RecordArgs {
     pub duration: Option<std::time::Duration>,
     /// Sample the program's threads and child processes with perf_event_open while tracing (cpu-clock,
     /// or the --event list), into the same trace on the same clock: report, replay and flame show the
-    /// samples beside and inside the traced functions
-    #[arg(long, conflicts_with = "pid")]
+    /// samples beside and inside the traced functions. Not with -p
+    #[arg(long)]
     pub sample: bool,
     /// --sample's cpu-clock frequency in Hz (`profile -F`; record's -F is --filter)
     #[arg(
@@ -277,13 +277,22 @@ fn record_running(
 ) -> Result<ExitCode, Error> {
     use launch::attach::record::Ending;
     let library = launch::start::preload_library()?;
-    let attached =
-        launch::attach::record::record(pid, &library, spec, args.duration, None, |pause| {
+    let attached = launch::attach::record::record(
+        pid,
+        &library,
+        spec,
+        args.duration,
+        None,
+        |pause, warnings| {
+            for w in warnings {
+                say!("ferrotrace: warning: {w}");
+            }
             say!(
             "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
             pause.as_secs_f64() * 1e3
         )
-        })?;
+        },
+    )?;
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),

@@ -49,14 +49,15 @@ pub struct ReportArgs {
 }
 
 /// The report of a trace's samples: sort keys, `--threads`, `--diff` and `--json` as for functions.
-/// Returns the exit status that the other trace of `--diff` calls for (its warnings said), unless the
-/// function report that follows reads it too.
+/// Printed, unless the function report follows as JSON: then returned, for the one JSON document
+/// that holds both (its `samples`). Also returns the exit status that the other trace of `--diff`
+/// calls for (its warnings said), unless the function report that follows reads it too.
 fn report_samples(
     a: &ReportArgs,
     trace: &Trace,
     set: &SampleSet,
     functions_follow: bool,
-) -> Result<ExitCode, Error> {
+) -> Result<(ExitCode, Option<serde_json::Value>), Error> {
     let opts = samples::options(a.sort, a.inline).map_err(|other| {
         format!(
             "{}: samples have no {}: sort them by self or total",
@@ -65,7 +66,8 @@ fn report_samples(
         )
     })?;
     let mut code = ExitCode::SUCCESS;
-    let text = if let Some(other_path) = &a.diff {
+    let one_document = a.json && functions_follow;
+    let (text, json) = if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
             return Err(Error::Usage(format!(
@@ -77,12 +79,23 @@ fn report_samples(
         if !functions_follow {
             code = super::finish(&other, &[]);
         }
-        samples::render_diff(set, &other_set, opts, a.json)
+        if one_document {
+            (None, Some(samples::diff_to_json(set, &other_set, opts)))
+        } else {
+            (
+                Some(samples::render_diff(set, &other_set, opts, a.json)),
+                None,
+            )
+        }
+    } else if one_document {
+        (None, Some(samples::to_json(set, opts, a.threads)))
     } else {
-        samples::render(set, opts, a.threads, a.json)
+        (Some(samples::render(set, opts, a.threads, a.json)), None)
     };
-    super::emit(None, text.as_bytes())?;
-    Ok(code)
+    if let Some(text) = text {
+        super::emit(None, text.as_bytes())?;
+    }
+    Ok((code, json))
 }
 
 fn parse_key(s: &str) -> Result<SortKey, String> {
@@ -127,6 +140,9 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     let jobs = a.jobs.map_or(1, usize::from);
     let (trace, counted) = open_for_report(&a.input, a.symbols.as_deref(), jobs)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
+    // With --json on a trace with samples and functions: the samples' report, the `samples` of the
+    // one document.
+    let mut samples_json = None;
     if let Some(set) = &sections.samples {
         if a.srcline {
             say!(
@@ -140,7 +156,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
                 }
             );
         }
-        let other = report_samples(&a, &trace, set, sections.functions)?;
+        let (other, json) = report_samples(&a, &trace, set, sections.functions)?;
         if !sections.functions {
             let code = super::finish(&trace, &[]);
             return Ok(if code == ExitCode::SUCCESS {
@@ -149,7 +165,10 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
                 code
             });
         }
-        super::emit(None, b"\n")?;
+        samples_json = json;
+        if samples_json.is_none() {
+            super::emit(None, b"\n")?;
+        }
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
@@ -163,7 +182,11 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
-            out.print(&format!("{}\n", diff_json(&trace, &other, sort, &rows)))?;
+            let mut doc = diff_json(&trace, &other, sort, &rows);
+            if let Some(samples) = samples_json {
+                doc["samples"] = samples;
+            }
+            out.print(&format!("{doc}\n"))?;
         } else {
             out.print(&diff_text(&rows))?;
         }
@@ -178,10 +201,11 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
         HashMap::new()
     };
     if a.json {
-        out.print(&format!(
-            "{}\n",
-            report.to_json(&trace, sort, a.threads, &lines)
-        ))?;
+        let mut doc = report.to_json(&trace, sort, a.threads, &lines);
+        if let Some(samples) = samples_json {
+            doc["samples"] = samples;
+        }
+        out.print(&format!("{doc}\n"))?;
     } else {
         out.print(&report.to_text(sort, a.threads, &lines))?;
     }

@@ -132,6 +132,7 @@ fn start_attached(
         tracepoints_requested: !tracepoints.is_empty(),
         live: spec.live_fifo.clone().map_or(LiveTo::Nowhere, LiveTo::Fifo),
         control,
+        control_path: spec.control.clone(),
         after_start: Some(Box::new(move |rt| {
             // The tracepoints asked for, but not those the program enabled itself, which it keeps on.
             let enabled = if tracepoints.is_empty() {

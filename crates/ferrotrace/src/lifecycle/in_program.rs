@@ -54,6 +54,7 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
         tracepoints_requested: false,
         live: LiveTo::Nowhere,
         control: None,
+        control_path: None,
         after_start: Some(Box::new(|_| {
             crate::recorders::callsites::select_all_events()
         })),

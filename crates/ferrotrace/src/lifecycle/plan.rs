@@ -86,22 +86,9 @@ pub enum Problem {
         /// The executable, for the message.
         exe: String,
     },
-    /// A `-F` pattern matched none of the instrumented functions.
-    PatternSelectsNone {
-        /// The pattern as given.
-        pattern: String,
-        /// How many instrumented functions there were.
-        total: usize,
-        /// The executable.
-        exe: String,
-    },
-    /// The build is fine, but `-F`/`-N` left no function to trace.
-    NoneSelected {
-        /// How many instrumented functions there were.
-        total: usize,
-        /// The executable.
-        exe: String,
-    },
+    /// A `-P`/`-F` pattern, or the patterns together, selected none of the instrumented functions
+    /// (`discovery::Discovery::unmatched_patterns` and `none_selected` word it).
+    NoneSelected(String),
     /// Functions that call mcount without setting up a frame pointer, not traced.
     NoFramePointer(usize),
     /// `--trace` names tracepoints the program does not have (the message says which).
@@ -120,7 +107,7 @@ pub mod code {
     pub const NOT_STATIC_TLS: i32 = -3;
     /// No loaded object has instrumented functions.
     pub const NO_SITES: i32 = -4;
-    /// `-F`/`-N` selected none of the instrumented functions.
+    /// `-P`/`-F`/`-N` selected none of the instrumented functions.
     pub const NONE_SELECTED: i32 = -5;
     /// Something else failed (the message says what).
     pub const FAILED: i32 = -6;
@@ -134,9 +121,7 @@ impl Problem {
             Problem::Already => code::ALREADY,
             Problem::NotStaticTls { .. } => code::NOT_STATIC_TLS,
             Problem::NoInstrumentedFunction { .. } => code::NO_SITES,
-            Problem::PatternSelectsNone { .. }
-            | Problem::NoneSelected { .. }
-            | Problem::Tracepoints(_) => code::NONE_SELECTED,
+            Problem::NoneSelected(_) | Problem::Tracepoints(_) => code::NONE_SELECTED,
             Problem::NoFramePointer(_) | Problem::Failed(_) => code::FAILED,
         }
     }
@@ -145,7 +130,9 @@ impl Problem {
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Problem::BadSettings(m) | Problem::Tracepoints(m) | Problem::Failed(m) => f.write_str(m),
+            Problem::BadSettings(m) | Problem::Tracepoints(m) | Problem::Failed(m) => {
+                f.write_str(m)
+            }
             Problem::Already => f.write_str("a ferrotrace runtime is recording in it already"),
             Problem::NotStaticTls { here, there } => write!(
                 f,
@@ -157,19 +144,7 @@ impl std::fmt::Display for Problem {
                 "{exe} has no instrumented function: {}",
                 schema::source::HOW_TO_BUILD
             ),
-            Problem::PatternSelectsNone {
-                pattern,
-                total,
-                exe,
-            } => write!(
-                f,
-                "-F '{pattern}' selects none of the {total} instrumented functions in {exe} and the \
-                 libraries loaded with it"
-            ),
-            Problem::NoneSelected { total, exe } => write!(
-                f,
-                "-F/-N selected none of the {total} instrumented functions of {exe}"
-            ),
+            Problem::NoneSelected(why) => f.write_str(why),
             Problem::NoFramePointer(n) => write!(
                 f,
                 "{n} functions call mcount without setting up a frame pointer and are not traced: \
@@ -183,13 +158,6 @@ impl From<String> for Problem {
     fn from(message: String) -> Problem {
         Problem::Failed(message)
     }
-}
-
-/// Says what the plan found and goes on, on the program's standard error: the one sink of every
-/// occasion for what does not end the plan (what ends it is the plan's error, which an attach hands to
-/// the host).
-fn say(problem: &Problem) {
-    say!("ferrotrace: {problem}");
 }
 
 /// What a start is given: the occasion, and what its source of settings said.
@@ -215,9 +183,43 @@ pub struct Plan {
     pub live: LiveTo,
     /// The host's control channel (an attach).
     pub control: Option<Control>,
+    /// Where the host's control FIFO is (an attach): its directory holds the warnings for the host.
+    pub control_path: Option<PathBuf>,
     /// What to do once recording is on and the code is patched (an occasion's own last steps:
     /// enabling an attach's tracepoints, selecting every `tracing` event of an in-program recording).
     pub after_start: Option<Box<dyn FnOnce(&'static Runtime)>>,
+}
+
+impl Plan {
+    /// Says what the plan found and goes on with (a warning: the recording goes on), in the one sink
+    /// of its occasion: the program's standard error at start-up, and in an attach the `warnings`
+    /// file beside the host's control FIFO, which the host prints (the process's standard error is
+    /// not the user's). What ends the plan is its error instead, which an attach hands to the host.
+    fn say(&self, problem: &Problem) {
+        let Some(dir) = self
+            .control_path
+            .as_deref()
+            .and_then(Path::parent)
+            .filter(|_| self.occasion == Occasion::Attach)
+        else {
+            // A pattern that selects nothing is a warning (the recording goes on without it); the
+            // other lines say what the program is.
+            let label = match problem {
+                Problem::NoneSelected(_) => "warning: ",
+                _ => "",
+            };
+            say!("ferrotrace: {label}{problem}");
+            return;
+        };
+        use std::io::Write;
+        if let Ok(mut f) = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(dir.join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
+        {
+            let _ = writeln!(f, "{problem}");
+        }
+    }
 }
 
 /// Where a live printer writes, if the occasion has one.
@@ -260,7 +262,8 @@ pub fn prepare(occasion: Occasion) -> Result<Prepared, Problem> {
     Ok(Prepared { first_clock })
 }
 
-/// Step 2's judgement: what the selection found wrong. `Err` ends the plan; the warnings are said.
+/// Step 2's judgement: what the selection found wrong. `Err` ends the plan; the warnings go to the
+/// occasion's sink ([`Plan::say`]).
 pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), Problem> {
     let exe = found.exe_name();
     let nothing_selected =
@@ -269,52 +272,48 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
         // The program chose to record itself: whatever it has (maybe only `tracing` spans) is what
         // it asked for.
         Occasion::InProgram => Ok(()),
-        // The host is told, and the process left as it was: an attach that would record nothing
-        // should not enter it. A program with ferrotrace's `tracing` layer has spans to record.
-        Occasion::Attach if nothing_selected && !crate::recorders::callsites::has_layer() => {
-            Err(if found.total_functions == 0 {
-                Problem::NoInstrumentedFunction { exe }
-            } else {
-                Problem::NoneSelected {
-                    total: found.total_functions,
-                    exe,
-                }
-            })
+        Occasion::Attach => {
+            // When nothing at all can be recorded, the process is left as it was (the host is told
+            // why) rather than patched for nothing. A program with ferrotrace's `tracing` layer has
+            // spans to record.
+            let selects_nothing =
+                !plan.tracepoints_requested && !crate::recorders::callsites::has_layer();
+            if found.total_functions == 0 && selects_nothing {
+                return Err(Problem::NoInstrumentedFunction { exe });
+            }
+            if let Some(why) = found
+                .none_selected(&plan.config)
+                .filter(|_| selects_nothing)
+            {
+                return Err(Problem::NoneSelected(why));
+            }
+            for line in found.unmatched_patterns(&plan.config) {
+                plan.say(&Problem::NoneSelected(line));
+            }
+            Ok(())
         }
-        Occasion::Attach => Ok(()),
         // A process the traced one started says nothing: it records what it has, if anything.
         Occasion::StartUp if plan.started_by_traced => Ok(()),
         Occasion::StartUp => {
             // In a program that records `tracing` spans, -F may name spans, which are met only later.
             if found.instrumentation & schema::source::TRACING == 0 {
-                for (re, _) in plan
-                    .config
-                    .include
-                    .iter()
-                    .zip(&found.filter_hits)
-                    .filter(|(_, hit)| !**hit)
-                {
-                    say(&Problem::PatternSelectsNone {
-                        pattern: re.as_str().to_string(),
-                        total: found.total_functions,
-                        exe: exe.clone(),
-                    });
+                for line in found.unmatched_patterns(&plan.config) {
+                    plan.say(&Problem::NoneSelected(line));
                 }
             }
             if nothing_selected {
                 if found.total_functions == 0 {
-                    say(&Problem::NoInstrumentedFunction { exe: exe.clone() });
-                } else if found.filter_hits.iter().all(|&hit| hit) {
-                    // The build is fine, and every -F matched something (a pattern that matched
-                    // nothing was named above): -N excluded what -F selected.
-                    say(&Problem::NoneSelected {
-                        total: found.total_functions,
-                        exe,
-                    });
+                    plan.say(&Problem::NoInstrumentedFunction { exe });
+                } else if found.unmatched_patterns(&plan.config).is_empty() {
+                    // The build is fine, and every pattern matched something (one that matched
+                    // nothing was named above): the patterns together selected nothing.
+                    if let Some(why) = found.none_selected(&plan.config) {
+                        plan.say(&Problem::NoneSelected(why));
+                    }
                 }
             }
             if found.no_frame_pointer > 0 && plan.config.functions {
-                say(&Problem::NoFramePointer(found.no_frame_pointer));
+                plan.say(&Problem::NoFramePointer(found.no_frame_pointer));
             }
             Ok(())
         }

@@ -86,6 +86,7 @@ fn start(role: Role) -> Result<(), Problem> {
         tracepoints_requested: crate::tracepoints::requested().is_some(),
         live: LiveTo::Environment,
         control: None,
+        control_path: None,
         after_start: None,
     })?;
     Ok(())
