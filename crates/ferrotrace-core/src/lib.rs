@@ -18,7 +18,9 @@
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
 //!   recorder's), with the offsets its assembly uses;
-//! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
+//! * [`units`]: the one grammar of sizes (`16M`), durations (`1.5ms`, `1h`) and frequencies (`4kHz`)
+//!   that every option and environment variable is written in;
+//! * [`size`]: buffer and chunk sizes and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
 //! * [`env`](mod@env): the environment protocol between `ferrotrace record`/`live` and the runtime (every
@@ -84,6 +86,7 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
+pub mod units;
 #[cfg(feature = "std")]
 pub mod vdso;
 pub mod writer;
