@@ -16,7 +16,7 @@ use crossbeam_queue::ArrayQueue;
 use ferrotrace_core::record::{Record, RECORD_SIZE};
 use ferrotrace_core::shared::{self, Descriptor};
 
-use crate::buffers::hot::PAGE;
+use crate::arch::thread::PAGE;
 
 /// A chunk handed to the collector.
 #[derive(Clone, Copy, Debug)]

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::schema;
 
+use crate::arch::xray as trampoline;
 use crate::buffers::{clock, hot, live};
 use crate::lifecycle::config::Config;
 use crate::lifecycle::exit;
@@ -32,7 +33,6 @@ use crate::lifecycle::runtime::{get, Control, Program, Role, Runtime};
 use crate::lifecycle::start;
 use crate::patch::{discovery, sites};
 use crate::recorders::callsites;
-use crate::recorders::xray as trampoline;
 
 /// Why [`attach`] failed: a negative return code of `ferrotrace_attach`, and the line that says why
 /// (also written to `error` in the control directory, for the host).
@@ -142,7 +142,7 @@ fn start_attached(
     // TLS is static (its initial-exec reference makes glibc place it in the static TLS surplus, or
     // refuse the dlopen). A thread started now must see the same offset as this one.
     hot::init_tls_offset();
-    let here = hot::tls_offset();
+    let here = crate::arch::thread::tls_offset();
     let there = std::thread::spawn(hot::hot_offset_here)
         .join()
         .map_err(|_| fail(FAILED, "cannot start a thread"))?;

@@ -15,12 +15,12 @@ use std::path::Path;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::schema::{self, EndReason};
 
+use crate::arch::xray as trampoline;
 use crate::buffers::{clock, hot};
 use crate::lifecycle::config::Config;
 use crate::lifecycle::runtime::{self, get, Program, Role, Runtime};
 use crate::lifecycle::{exit, start};
 use crate::patch::{discovery, sites};
-use crate::recorders::xray as trampoline;
 
 /// Starts recording this process into `output` (created new, 0600; an older trace there is kept as
 /// `FILE.old`, anything else refused). Fails when a runtime records already, or the file cannot be

@@ -13,6 +13,7 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, Payload};
 use ferrotrace_core::writer::TraceWriter;
 
+use crate::arch::xray as trampoline;
 use crate::buffers::collector::Writer;
 use crate::buffers::pool::Pool;
 use crate::buffers::{clock, collector, live};
@@ -20,7 +21,6 @@ use crate::lifecycle::config::{Config, Mode};
 use crate::lifecycle::exit;
 use crate::lifecycle::runtime::{get, EndReason, Program, Recorder, Role, Runtime, Upcalls};
 use crate::patch::{discovery, sites};
-use crate::recorders::xray as trampoline;
 
 /// True in a process the kernel runs with privileges its invoker does not have (setuid, setgid, file
 /// capabilities): `getauxval(AT_SECURE)`, the test glibc uses to ignore `LD_PRELOAD` and that makes
@@ -361,7 +361,7 @@ pub(crate) const UPCALLS: Upcalls = Upcalls {
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.
 pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
-    let (mcount, fentry) = crate::recorders::mcount::hook_addresses();
+    let (mcount, fentry) = crate::arch::mcount::hook_addresses();
     sites::Targets {
         xray: trampoline::trampolines(with_cpu),
         mcount,
