@@ -44,7 +44,9 @@
 //!
 //! Who should not: programs that want to *trace themselves* should depend on the `ferrotrace` crate, and
 //! programs that want to *read traces* on `ferrotrace-analysis`, which has a streaming reader on top of
-//! this codec. Nothing here opens files, reads clocks or makes system calls.
+//! this codec. Without feature `std` nothing here opens files, reads clocks or makes system calls;
+//! `std` adds the few parts that do (`output` creates trace files, `clock::{monotonic_ns, realtime_ns}`
+//! read the clocks, `size::physical_memory` asks `sysinfo`, `vdso` reads this process's vDSO).
 //!
 //! ```
 //! use ferrotrace_core::codec::{EventDecoder, EventEncoder, SliceSink};
