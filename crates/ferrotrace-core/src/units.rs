@@ -153,9 +153,9 @@ pub fn parse_frequency(s: &str) -> Result<u32, UnitError> {
     let bad = UnitError::Malformed(Quantity::Frequency);
     let t = s.trim();
     let hz = if let Some(k) = t.strip_suffix("kHz") {
-        let v = number(k.trim()).ok_or(bad)?;
-        let hz = v * 1000.0;
-        if hz.fract() != 0.0 {
+        let hz = number(k.trim()).ok_or(bad)? * 1000.0;
+        // Whole hertz only (`1.0005kHz` is not); `as u64` truncates (no `f64::fract` without std).
+        if hz < u64::MAX as f64 && hz as u64 as f64 != hz {
             return Err(bad);
         }
         hz

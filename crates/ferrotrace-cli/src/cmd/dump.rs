@@ -20,6 +20,21 @@ fn formats() -> impl TypedValueParser<Value = &'static dyn Exporter> {
     .map(|name| dump::format(&name).expect("a registered format"))
 }
 
+/// `dump`'s line in `ferrotrace --help`: the registered formats ([`dump::FORMATS`]), by name.
+pub fn about() -> String {
+    format!("Convert the trace to another format: {}", names(|_| true))
+}
+
+/// The names of the registered formats that `keep` keeps, as `a, b, c`.
+pub fn names(keep: impl Fn(&dyn Exporter) -> bool) -> String {
+    let names: Vec<&str> = dump::FORMATS
+        .iter()
+        .filter(|f| keep(**f))
+        .map(|f| f.name())
+        .collect();
+    names.join(", ")
+}
+
 /// Arguments of `ferrotrace dump`.
 #[derive(Args)]
 #[command(after_help = ferrotrace_core::units::GRAMMAR)]

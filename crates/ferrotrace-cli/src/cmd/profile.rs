@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use ferrotrace_analysis::dump::Samples;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
@@ -16,11 +17,15 @@ path such as myapp::parse), uretprobe:PATH:SYMBOL (at its returns, in the caller
 usdt:PATH:PROVIDER:NAME (a SystemTap SDT probe of the file's .note.stapsdt, its semaphore raised), \
 tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
 stacks at which threads blocked, weighted by the time until they ran again: sched:sched_switch); cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
-`ferrotrace dump --format firefox|perfetto|folded`.";
+`ferrotrace dump --format FORMAT`, FORMAT one of";
 
 /// Arguments of `ferrotrace profile`.
 #[derive(Args)]
-#[command(after_help = format!("{EVENTS_HELP}\n\n{}", ferrotrace_core::units::GRAMMAR))]
+#[command(after_help = format!(
+    "{EVENTS_HELP} {}.\n\n{}",
+    super::dump::names(|f| f.writes_samples() != Samples::Never),
+    ferrotrace_core::units::GRAMMAR
+))]
 pub struct ProfileArgs {
     /// Sampling frequency of cpu-clock (999, 999Hz, 4kHz)
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value = "999")]

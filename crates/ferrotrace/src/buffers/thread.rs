@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
-use crate::buffers::hot::{hot_offset_here, tls_offset, Hot};
+use crate::arch::thread::tls_offset;
+use crate::buffers::hot::{hot_offset_here, Hot};
 use crate::buffers::pool::FullChunk;
 use crate::buffers::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::lifecycle::config::Mode;
@@ -442,7 +443,7 @@ fn prepare_for_faults(cold: &Cold) {
         {
             return;
         }
-        let page = crate::buffers::hot::PAGE;
+        let page = crate::arch::thread::PAGE;
         let map = libc::mmap(
             core::ptr::null_mut(),
             ALT_STACK + page,
@@ -473,7 +474,7 @@ fn prepare_for_faults(cold: &Cold) {
 pub fn is_stack_overflow(addr: usize) -> bool {
     COLD.try_with(|c| {
         let low = c.stack_low.get();
-        low != 0 && addr < low + crate::buffers::hot::PAGE && addr + (1 << 20) >= low
+        low != 0 && addr < low + crate::arch::thread::PAGE && addr + (1 << 20) >= low
     })
     .unwrap_or(false)
 }
@@ -528,7 +529,7 @@ fn thread_exit() {
                     ss_size: 0,
                 };
                 if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
-                    libc::munmap(alt, ALT_STACK + crate::buffers::hot::PAGE);
+                    libc::munmap(alt, ALT_STACK + crate::arch::thread::PAGE);
                 }
             }
         }

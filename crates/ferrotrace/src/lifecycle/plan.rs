@@ -31,6 +31,7 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::schema::{self, EndReason, Payload};
 use ferrotrace_core::writer::TraceWriter;
 
+use crate::arch::xray as trampoline;
 use crate::buffers::collector::Writer;
 use crate::buffers::pool::Pool;
 use crate::buffers::{clock, collector, hot, live};
@@ -38,7 +39,6 @@ use crate::lifecycle::config::{AllocSettings, Config, Mode};
 use crate::lifecycle::exit;
 use crate::lifecycle::runtime::{Control, Program, Recorder, Role, Runtime, Upcalls};
 use crate::patch::{discovery, sites};
-use crate::recorders::xray as trampoline;
 
 /// How a runtime comes to start, and so what its start does differently.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -249,7 +249,7 @@ pub fn prepare(occasion: Occasion) -> Result<Prepared, Problem> {
         // The trampolines find `HOT` at one offset from %fs in every thread: true only if this
         // library's TLS is static (its initial-exec reference makes glibc place it in the static TLS
         // surplus, or refuse the dlopen). A thread started now must see the same offset as this one.
-        let here = hot::tls_offset();
+        let here = crate::arch::thread::tls_offset();
         let there = std::thread::spawn(hot::hot_offset_here)
             .join()
             .map_err(|_| Problem::Failed("cannot start a thread".into()))?;
@@ -604,7 +604,7 @@ pub(crate) const UPCALLS: Upcalls = Upcalls {
 /// Where patched code goes: the XRay trampolines (those that record the CPU too, `with_cpu`) and the
 /// mcount hooks.
 pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
-    let (mcount, fentry) = crate::recorders::mcount::hook_addresses();
+    let (mcount, fentry) = crate::arch::mcount::hook_addresses();
     sites::Targets {
         xray: trampoline::trampolines(with_cpu),
         mcount,

@@ -30,7 +30,8 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, CallsiteKind, Payload};
 
-use crate::buffers::hot::{cpu_bits, Hot};
+use crate::arch::thread::cpu_bits;
+use crate::buffers::hot::Hot;
 use crate::callsites::{Description, FieldsOut, Ids, Kind};
 use crate::lifecycle::runtime::{self, Recorder};
 use crate::recorders::tracepoint::control;
