@@ -156,13 +156,19 @@ fn start(role: Role) -> Result<(), String> {
         },
         live_tracepoints,
     );
-    // In a program that records `tracing` spans, -F may name spans, which are met only later.
-    if !started_by_traced && found.instrumentation & schema::source::TRACING == 0 {
+    // A program that records `tracing` spans has something to record without sleds, and its -F may
+    // name spans, which are met only later.
+    let records_spans = found.instrumentation & schema::source::TRACING != 0;
+    if !started_by_traced && !records_spans {
         for line in found.unmatched_patterns(&config) {
             say!("ferrotrace: warning: {line}");
         }
     }
-    if found.functions.is_empty() && crate::tracepoints::requested().is_none() && alloc.is_none() {
+    if found.functions.is_empty()
+        && crate::tracepoints::requested().is_none()
+        && alloc.is_none()
+        && !records_spans
+    {
         if started_by_traced {
             // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
             // record, and no reason to say so or leave an empty file.
