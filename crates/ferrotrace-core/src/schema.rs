@@ -326,6 +326,11 @@ pub struct Thread<'a> {
     /// *Trailing*: its process, when a trace holds several (a profile of a program and its children);
     /// 0 (the default) means the Session's.
     pub pid: u32,
+    /// *Trailing*: the clock (ticks) when the runtime had registered the thread and given it its
+    /// first chunk: its first function entry is timed from no earlier, so that the tracer's set-up is
+    /// charged to no function. 0 (the default): not said (later Thread chunks of the thread, other
+    /// writers).
+    pub registered_ticks: u64,
 }
 
 impl<'a> Payload<'a> for Thread<'a> {
@@ -334,7 +339,11 @@ impl<'a> Payload<'a> for Thread<'a> {
     fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
         put_varint(s, self.tid as u64)?;
         put_str(s, self.name)?;
-        put_varint(s, self.pid as u64)
+        put_varint(s, self.pid as u64)?;
+        if self.registered_ticks != 0 {
+            put_varint(s, self.registered_ticks)?;
+        }
+        Ok(())
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -342,6 +351,7 @@ impl<'a> Payload<'a> for Thread<'a> {
             tid: f.varint_u32()?,
             name: f.str()?,
             pid: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
+            registered_ticks: trailing(f, 0)?,
         })
     }
 }
@@ -987,6 +997,16 @@ mod tests {
                 tid: 5,
                 name: "main",
                 pid: 0,
+                registered_ticks: 0,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Thread {
+                tid: 5,
+                name: "worker",
+                pid: 0,
+                registered_ticks: 123_456_789,
             },
             &mut Vec::new(),
         );

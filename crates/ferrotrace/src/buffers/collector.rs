@@ -182,11 +182,16 @@ impl State {
         for m in rt.take_meta() {
             let mut p = Vec::new();
             match m {
-                Meta::Thread { tid, name } => {
+                Meta::Thread {
+                    tid,
+                    name,
+                    registered_ticks,
+                } => {
                     let _ = schema::Thread {
                         tid,
                         name: &name,
                         pid: 0,
+                        registered_ticks,
                     }
                     .encode(&mut p);
                     self.write(ChunkKind::Thread, &p);
