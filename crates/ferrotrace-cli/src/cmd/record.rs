@@ -30,9 +30,18 @@ pub enum Mode {
 /// Arguments of `ferrotrace record`.
 #[derive(Args)]
 pub struct RecordArgs {
-    /// Trace file to write (processes the program starts write FILE.PID)
-    #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
+    /// Trace file to write (processes the program starts write FILE.PID; uftrace's -d/--data too)
+    #[arg(
+        short = 'o',
+        long = "output",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     pub output: PathBuf,
+    /// Accepted for uftrace's sake: ferrotrace never traces calls into shared libraries' PLT stubs
+    #[arg(long)]
+    pub no_libcall: bool,
     /// Record only functions whose demangled name (or NAME@0xADDR, to pick one of several functions
     /// of one name) matches REGEX and what they call, as replay -F and uftrace do (repeatable; every
     /// function is still hooked: the trace is smaller, the program not faster)
