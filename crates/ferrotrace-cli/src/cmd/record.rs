@@ -258,6 +258,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             } else {
                 Ok(trace)
             };
+            let trace = match trace {
+                Ok(t) => {
+                    let (trace, failed) = outcome::record_ending(&ours, t, &ended);
+                    if let Some(why) = failed {
+                        say!("ferrotrace: warning: {why}");
+                    }
+                    trace
+                }
+                Err(e) => Err(e),
+            };
             report(&ours, trace, &args.filter, &program.path);
         }
         None if file_identity(&output) == previous && previous.is_some() => say!(

@@ -542,6 +542,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     .failed
                     .as_ref()
                     .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
+                // The launcher adds it once it has waited for the program.
+                usage: None,
             }
             .encode(&mut p);
             st.write(ChunkKind::End, &p);
