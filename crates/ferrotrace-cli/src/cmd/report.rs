@@ -46,7 +46,8 @@ pub struct ReportArgs {
     #[arg(long)]
     srcline: bool,
     /// Threads to read the trace with: 2 decodes each thread's chunks on a second core while the
-    /// first aggregates (up to 1.7x faster when that core is free, slower when it is busy); default 1
+    /// first aggregates (up to 1.7x faster when that core is free; one is used when no core is, as
+    /// the machine's runnable tasks say); default 1
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
     /// Samples: charge self time to the innermost inlined function, not to the function containing it
@@ -179,7 +180,10 @@ fn report_of(
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     let columns = columns(&a)?;
-    let jobs = a.jobs.map_or(1, usize::from);
+    let (jobs, fewer) = Report::jobs_for_load(a.jobs.map_or(1, usize::from));
+    if let Some(why) = fewer {
+        say!("ferrotrace: {why}");
+    }
     let (trace, counted) = open_for_report(&a.input, a.symbols.as_deref(), jobs)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     // With --json on a trace with samples and functions: the samples' report, the `samples` of the
