@@ -168,6 +168,7 @@ pub fn salvage(
                 tid,
                 name: &name,
                 pid: 0,
+                registered_ticks: 0,
             })
             .map_err(io)?;
         }

@@ -325,6 +325,9 @@ impl Trace {
                 if th.pid != 0 {
                     t.pid = th.pid;
                 }
+                if th.registered_ticks != 0 {
+                    t.registered_tsc = Some(th.registered_ticks);
+                }
             }
             Some(kind @ (ChunkKind::Events | ChunkKind::Samples)) => {
                 // A thread's Events chunks, or the samples `record --sample` merged into it.

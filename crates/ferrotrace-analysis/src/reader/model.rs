@@ -172,6 +172,10 @@ pub struct Thread {
     /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.
     /// `None` when not known (its chunks were out of order in the file, or the first is damaged).
     pub first_tsc: Option<u64>,
+    /// The clock (ticks: [`super::Trace::tsc_to_ns`]) when the runtime had registered it, as its
+    /// Thread chunk says (format 2.6's trailing `registered_ticks`): its first function entry is no
+    /// earlier. `None` when not said (older traces, other writers).
+    pub registered_tsc: Option<u64>,
 }
 
 impl Thread {

@@ -31,9 +31,18 @@ pub enum Mode {
 #[derive(Args)]
 #[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct RecordArgs {
-    /// Trace file to write (processes the program starts write FILE.PID)
-    #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
+    /// Trace file to write (processes the program starts write FILE.PID; uftrace's -d/--data too)
+    #[arg(
+        short = 'o',
+        long = "output",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     pub output: PathBuf,
+    /// Accepted for uftrace's sake: ferrotrace never traces calls into shared libraries' PLT stubs
+    #[arg(long)]
+    pub no_libcall: bool,
     /// Record only functions whose demangled name (or NAME@0xADDR, to pick one of several functions
     /// of one name) matches REGEX and what they call, as replay -F and uftrace do (repeatable; every
     /// function is still hooked: the trace is smaller, the program not faster)
@@ -242,6 +251,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
                 Trace::open(&ours)
             } else {
                 Ok(trace)
+            };
+            let trace = match trace {
+                Ok(t) => {
+                    let (trace, failed) = outcome::record_ending(&ours, t, &ended);
+                    if let Some(why) = failed {
+                        say!("ferrotrace: warning: {why}");
+                    }
+                    trace
+                }
+                Err(e) => Err(e),
             };
             report(&ours, trace, &args.filter, &program.path);
         }

@@ -136,6 +136,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
                 tid: th.tid,
                 name: &th.name,
                 pid: 0,
+                registered_ticks: 0,
             })
             .map_err(io)?;
         }

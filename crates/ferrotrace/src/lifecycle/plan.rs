@@ -266,8 +266,13 @@ pub fn prepare(occasion: Occasion) -> Result<Prepared, Problem> {
 /// occasion's sink ([`Plan::say`]).
 pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), Problem> {
     let exe = found.exe_name();
-    let nothing_selected =
-        found.functions.is_empty() && !plan.tracepoints_requested && plan.alloc.is_none();
+    // A program that records `tracing` spans has something to record without sleds, and its -F may
+    // name spans, which are met only later.
+    let records_spans = found.instrumentation & schema::source::TRACING != 0;
+    let nothing_selected = found.functions.is_empty()
+        && !plan.tracepoints_requested
+        && plan.alloc.is_none()
+        && !records_spans;
     match plan.occasion {
         // The program chose to record itself: whatever it has (maybe only `tracing` spans) is what
         // it asked for.
@@ -295,8 +300,7 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
         // A process the traced one started says nothing: it records what it has, if anything.
         Occasion::StartUp if plan.started_by_traced => Ok(()),
         Occasion::StartUp => {
-            // In a program that records `tracing` spans, -F may name spans, which are met only later.
-            if found.instrumentation & schema::source::TRACING == 0 {
+            if !records_spans {
                 for line in found.unmatched_patterns(&plan.config) {
                     plan.say(&Problem::NoneSelected(line));
                 }
@@ -329,10 +333,12 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     check_selection(&plan, &found)?;
+    let records_spans = found.instrumentation & schema::source::TRACING != 0;
     if plan.started_by_traced
         && found.functions.is_empty()
         && !plan.tracepoints_requested
         && plan.alloc.is_none()
+        && !records_spans
     {
         // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
         // record, and no reason to say so or leave an empty file.

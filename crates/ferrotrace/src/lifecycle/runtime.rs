@@ -28,6 +28,8 @@ pub enum Meta {
         tid: u32,
         /// Thread name.
         name: String,
+        /// When it was registered (ticks; 0 for a rename): `schema::Thread::registered_ticks`.
+        registered_ticks: u64,
     },
     /// Chunks to write as they are (modules and functions found by a rescan).
     Chunks(Chunks),

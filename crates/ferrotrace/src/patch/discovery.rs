@@ -13,7 +13,9 @@ use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::schema::{self, source as instrumentation, Payload};
-use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
+use ferrotrace_core::symbols::{
+    links_span_recorder, names_span_recorder, OwnFunctions, PLUMBING_SECTION,
+};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -529,6 +531,15 @@ pub fn discover(
             None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
         if xray_map.is_none() && sites.is_empty() {
+            // An executable without sleds still records its `tracing` spans through
+            // ferrotrace-tracing, which it links statically.
+            if module_id == 0
+                && elf
+                    .symbols()
+                    .any(|s| s.name_bytes().is_ok_and(names_span_recorder))
+            {
+                out.instrumentation |= instrumentation::TRACING;
+            }
             continue;
         }
         if sites.iter().any(|s| !s.nop) {
