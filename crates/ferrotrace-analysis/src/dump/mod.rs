@@ -324,7 +324,7 @@ pub fn walk(
     })
 }
 
-/// What [`walk_stacks`] puts in the second field of a Free event (unused by the format: 0) when the
+/// What `walk_stacks` puts in the second field of a Free event (unused by the format: 0) when the
 /// trace never saw its block allocated (allocated before recording started): exporters mark such a
 /// free ([`instant`]: `free (allocated before recording)`, argument `allocated_before_recording`),
 /// and the heap counters ignore it.
