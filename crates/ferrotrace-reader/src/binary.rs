@@ -8,11 +8,11 @@
 //! (32-byte entries, version 2 PC-relative) and the symbol table.
 //!
 //! ```no_run
-//! let bin = ferrotrace_analysis::binary::inspect(std::path::Path::new("target/release/app"))?;
+//! let bin = ferrotrace_reader::binary::inspect(std::path::Path::new("target/release/app"))?;
 //! for t in &bin.tracepoints {
 //!     println!("{} {}:{} ({} sites)", t.name, t.file, t.line, t.sites.len());
 //! }
-//! # Ok::<(), ferrotrace_analysis::binary::BinaryError>(())
+//! # Ok::<(), ferrotrace_reader::binary::BinaryError>(())
 //! ```
 
 use std::path::Path;

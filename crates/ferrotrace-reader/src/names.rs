@@ -12,11 +12,11 @@ const DENSE_LIMIT: u32 = 1 << 20;
 /// table lacks.
 ///
 /// ```no_run
-/// # use ferrotrace_analysis::{names::Names, reader::Trace};
+/// # use ferrotrace_reader::{names::Names, reader::Trace};
 /// let trace = Trace::open("ferrotrace.data")?;
 /// let names = Names::of(&trace);
 /// println!("{}", names.get(1));
-/// # Ok::<(), ferrotrace_analysis::reader::ReadError>(())
+/// # Ok::<(), ferrotrace_reader::reader::ReadError>(())
 /// ```
 #[derive(Clone, Debug, Default)]
 pub struct Names {

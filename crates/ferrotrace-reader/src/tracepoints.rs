@@ -4,8 +4,8 @@
 //! [`decode`] for its named, typed arguments (Perfetto/Chrome instant-event `args`).
 //!
 //! ```no_run
-//! use ferrotrace_analysis::reader::{EventKind, Trace};
-//! use ferrotrace_analysis::tracepoints::format_tracepoint;
+//! use ferrotrace_reader::reader::{EventKind, Trace};
+//! use ferrotrace_reader::tracepoints::format_tracepoint;
 //!
 //! let trace = Trace::open("ferrotrace.data")?;
 //! for e in trace.events()? {
@@ -14,7 +14,7 @@
 //!         println!("{} {}", e.ts_ns, format_tracepoint(&trace, &e)); // app::vfs_open(path="/etc/hosts", flags=0)
 //!     }
 //! }
-//! # Ok::<(), ferrotrace_analysis::reader::ReadError>(())
+//! # Ok::<(), ferrotrace_reader::reader::ReadError>(())
 //! ```
 
 use ferrotrace_core::codec::{DecodeError, FieldReader};
