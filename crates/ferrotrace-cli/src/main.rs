@@ -15,6 +15,9 @@ use ferrotrace_cli::{cmd, say};
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Accepted for uftrace's sake: ferrotrace never pages its output
+    #[arg(long, global = true)]
+    no_pager: bool,
 }
 
 #[derive(Subcommand)]

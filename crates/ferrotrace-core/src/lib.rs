@@ -77,6 +77,8 @@ pub mod codec;
 pub mod env;
 pub mod format;
 pub mod grouped;
+#[cfg(feature = "std")]
+pub mod jit;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;

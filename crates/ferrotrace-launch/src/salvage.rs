@@ -14,7 +14,7 @@ use ferrotrace_core::schema;
 use ferrotrace_core::shared::Area;
 use ferrotrace_core::writer::{encode_events, TraceWriter};
 
-use ferrotrace_analysis::reader::{ReadError, Trace};
+use ferrotrace_reader::reader::{ReadError, Trace};
 
 /// How the process ended, as its parent saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -168,6 +168,7 @@ pub fn salvage(
                 tid,
                 name: &name,
                 pid: 0,
+                registered_ticks: 0,
             })
             .map_err(io)?;
         }

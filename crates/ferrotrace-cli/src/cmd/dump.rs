@@ -40,7 +40,13 @@ pub fn names(keep: impl Fn(&dyn Exporter) -> bool) -> String {
 #[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct DumpArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)

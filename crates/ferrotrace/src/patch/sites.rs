@@ -32,10 +32,17 @@ enum Patched {
 static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new());
 
 /// Puts back every sled, NOP and GOT slot patched since the last call, while other threads run
-/// through them: each sled's first two bytes in one atomic store (the rest of it, skipped by them,
-/// stays), each NOP in one atomic write ([`Patcher::poke5`]), each slot in one exchange
-/// ([`got::exchange`]). A thread already in a trampoline or hook finishes there
-/// (the library is never unloaded). Returns how many sites were restored.
+/// through them: each sled's first two bytes in one atomic store, each NOP in one atomic write
+/// ([`Patcher::poke5`]), each slot in one exchange ([`got::exchange`]). A thread already in a
+/// trampoline or hook finishes there (the library is never unloaded). Returns how many sites were
+/// restored.
+///
+/// What stays different from the file: bytes 2-10 of each sled patched (its `mov r10d, id` operand
+/// and its `call`/`jmp` to the stub), 9 bytes a sled, which no thread runs any more (the short jump
+/// put back skips them; an EXIT sled's `ret` comes before them). They are not put back because a
+/// thread stopped between the `mov` and the `call` when the first bytes were restored would resume
+/// at byte 6, inside the original NOP (`00 00 ...`). Checked against `/proc/PID/mem` by
+/// `after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file`.
 pub fn unpatch_all() -> usize {
     let sites = std::mem::take(&mut *PATCHED.lock().unwrap_or_else(|e| e.into_inner()));
     let mut patcher = Patcher::new();
