@@ -662,6 +662,35 @@ fn every_duration_option_reads_one_grammar() {
     }
 }
 
+/// `--from`/`--to` and `--max-size` are refused for a format that does not declare windows or
+/// pieces, in one line naming the formats that do (from the registry, not a hand-written name).
+#[test]
+fn dump_options_a_format_does_not_support_are_refused_naming_those_that_do() {
+    let dir = scratch("dump_unsupported");
+    let out_file = dir.join("out.json");
+    for (flag, value) in [("--from", "1ms"), ("--max-size", "1M")] {
+        let out = ft(&[
+            "dump",
+            "-i",
+            p(fib_trace()),
+            "--format",
+            "chrome",
+            "-o",
+            p(&out_file),
+            flag,
+            value,
+        ]);
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {err}");
+        assert!(
+            err.contains(flag) && err.contains("perfetto"),
+            "{flag}: {err}"
+        );
+        assert_eq!(err.trim().lines().count(), 1, "{flag}: {err}");
+        assert!(!out_file.exists(), "{flag}: nothing written");
+    }
+}
+
 /// uftrace's spellings (docs/uftrace.md) run against a trace: `-d`/`--data` for `-o` and `-i`,
 /// `--no-pager`, `--no-libcall`, `report -f`/`--output-fields`, `--avg-total`, `-s call`; those that
 /// cannot mean the same are refused in one line naming ferrotrace's equivalent.

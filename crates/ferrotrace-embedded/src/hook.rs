@@ -24,7 +24,10 @@
 
 use core::arch::global_asm;
 
-use ferrotrace_core::arch::x86_64::{mcount_parent_slot, rdtsc_asm, restore_xmm_asm, save_xmm_asm};
+use ferrotrace_core::arch::x86_64::{
+    mcount_parent_slot, pop_caller_saved_asm, push_caller_saved_asm, rdtsc_asm, restore_xmm_asm,
+    save_xmm_asm,
+};
 use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::{slot, Hot, HOT};
@@ -50,14 +53,7 @@ global_asm!(
     "ftemb_call:",
     "  push rbp",
     "  mov rbp, rsp",
-    "  push rcx",
-    "  push rdx",
-    "  push rsi",
-    "  push rdi",
-    "  push r8",
-    "  push r9",
-    "  push r10",
-    "  push r11",
+    push_caller_saved_asm!(),
     "  and rsp, -16",
     ".if {sse}",
     "  sub rsp, 256",
@@ -69,14 +65,7 @@ global_asm!(
     restore_xmm_asm!(),
     ".endif",
     "  lea rsp, [rbp - 64]",
-    "  pop r11",
-    "  pop r10",
-    "  pop r9",
-    "  pop r8",
-    "  pop rdi",
-    "  pop rsi",
-    "  pop rdx",
-    "  pop rcx",
+    pop_caller_saved_asm!(),
     "  pop rbp",
     "  ret",
     ".size ftemb_call, . - ftemb_call",

@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::io::{self, Write};
 
-use super::{stream, walk, Ev, Exporter, Options, Target};
+use super::{stream, walk, Ev, Exporter, Options, Target, Written};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
@@ -187,8 +187,8 @@ impl Exporter for Chrome {
         _opts: Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
-        write(trace, stream(target)?, progress)
+    ) -> io::Result<Written> {
+        write(trace, stream(target)?, progress).map(Written::from)
     }
 }
 

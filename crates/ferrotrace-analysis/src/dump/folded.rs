@@ -3,7 +3,7 @@
 
 use std::io::{self, Write};
 
-use super::{stream, Exporter, Options, Samples, Target};
+use super::{stream, Exporter, Options, Samples, Target, Written};
 
 use crate::cct::Cct;
 use crate::progress::Progress;
@@ -43,8 +43,8 @@ impl Exporter for Folded {
         _opts: Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
-        write(trace, stream(target)?, progress)
+    ) -> io::Result<Written> {
+        write(trace, stream(target)?, progress).map(Written::from)
     }
 
     fn write_samples(

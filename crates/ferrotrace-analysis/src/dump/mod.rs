@@ -48,14 +48,44 @@ pub fn format(name: &str) -> Option<&'static dyn Exporter> {
     FORMATS.iter().copied().find(|f| f.name() == name)
 }
 
+/// What a format can do beyond writing the whole trace to its target ([`Exporter::supports`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Supports {
+    /// [`Options::window`]: only the events between two points (`--from`, `--to`).
+    pub window: bool,
+    /// [`Target::Pieces`]: pieces each smaller than [`Options::max_size`], each a trace of its own
+    /// (`--max-size`).
+    pub pieces: bool,
+}
+
+/// What [`Exporter::write_functions`] wrote.
+#[derive(Debug, Default)]
+pub struct Written {
+    /// The read errors met (each ended one thread early).
+    pub errors: Vec<String>,
+    /// With [`Target::Pieces`], the files written, in order.
+    pub pieces: Vec<PathBuf>,
+}
+
+impl From<Vec<String>> for Written {
+    /// What a format that writes one file or directory wrote: only the errors to say.
+    fn from(errors: Vec<String>) -> Written {
+        Written {
+            errors,
+            pieces: Vec::new(),
+        }
+    }
+}
+
 /// Options of `dump` that formats may use.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
     /// Compress what the format can compress (Perfetto: zlib-compressed packet batches).
     pub compress: bool,
-    /// The part of the trace to write (Perfetto).
+    /// The part of the trace to write (formats whose [`Supports::window`] is set).
     pub window: window::Window,
-    /// Pieces of at most this many bytes ([`Target::Pieces`]; Perfetto).
+    /// Pieces of at most this many bytes ([`Target::Pieces`]; formats whose [`Supports::pieces`] is
+    /// set).
     pub max_size: Option<u64>,
 }
 
@@ -100,6 +130,11 @@ pub trait Exporter: Sync {
     /// One line for `--format`'s help.
     fn about(&self) -> &'static str;
 
+    /// What it can do beyond writing the whole trace (windows, pieces): none unless it says.
+    fn supports(&self) -> Supports {
+        Supports::default()
+    }
+
     /// True when it writes function calls ([`Exporter::write_functions`]).
     fn writes_functions(&self) -> bool {
         true
@@ -120,15 +155,15 @@ pub trait Exporter: Sync {
         None
     }
 
-    /// Writes the function calls of `trace` to `target`; returns the read errors met (each ended one
-    /// thread early).
+    /// Writes the function calls of `trace` to `target`; returns what it wrote (the pieces) and the
+    /// read errors met.
     fn write_functions(
         &self,
         trace: &Trace,
         opts: Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
+    ) -> io::Result<Written> {
         let _ = (trace, opts, target, progress);
         Err(io::Error::other(format!(
             "{} does not write function calls",

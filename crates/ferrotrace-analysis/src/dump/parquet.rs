@@ -34,7 +34,7 @@ use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
-use super::{walk_stacks, Exporter, Options, Step, Target};
+use super::{walk_stacks, Exporter, Options, Step, Target, Written};
 use crate::callstack::{EndKind, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
@@ -762,9 +762,9 @@ impl Exporter for Parquet {
         _opts: Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
+    ) -> io::Result<Written> {
         match target {
-            Target::Directory(dir) => write(trace, dir, progress),
+            Target::Directory(dir) => write(trace, dir, progress).map(Written::from),
             Target::Stream(_) | Target::Pieces(_) => Err(io::Error::other(
                 "a Parquet dataset is a directory: give -o DIR",
             )),

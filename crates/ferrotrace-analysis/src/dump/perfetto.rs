@@ -23,7 +23,7 @@ use std::io::{self, Write};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 
 pub use super::window::Window;
-use super::{stream, walk, Ev, Exporter, Samples, Target};
+use super::{stream, walk, Ev, Exporter, Samples, Supports, Target, Written};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::Trace;
@@ -1084,26 +1084,35 @@ impl Exporter for Perfetto {
         Samples::WithoutFunctions
     }
 
+    fn supports(&self) -> Supports {
+        Supports {
+            window: true,
+            pieces: true,
+        }
+    }
+
     fn write_functions(
         &self,
         trace: &Trace,
         opts: super::Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
+    ) -> io::Result<Written> {
         let popts = Options {
             compress: opts.compress,
             window: opts.window,
         };
         match (target, opts.max_size) {
             (Target::Pieces(prefix), Some(max)) => {
+                let mut pieces = Vec::new();
                 let mut open = |n: u32| -> io::Result<Box<dyn Write>> {
                     let path = piece_path(prefix, n);
                     let file = ferrotrace_core::output::create_result(&path)
                         .map_err(|e| io::Error::other(e.to_string()))?;
+                    pieces.push(path);
                     Ok(Box::new(io::BufWriter::with_capacity(1 << 16, file)))
                 };
-                write_to(
+                let errors = write_to(
                     trace,
                     popts,
                     Output::Pieces {
@@ -1111,9 +1120,12 @@ impl Exporter for Perfetto {
                         open: &mut open,
                     },
                     progress,
-                )
+                )?;
+                Ok(Written { errors, pieces })
             }
-            (target, _) => write_to(trace, popts, Output::Stream(stream(target)?), progress),
+            (target, _) => {
+                write_to(trace, popts, Output::Stream(stream(target)?), progress).map(Written::from)
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use std::fs;
 use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
-use super::{Exporter, Options, Target};
+use super::{Exporter, Options, Target, Written};
 use crate::callstack::{initial_stacks, CallStack, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
@@ -291,9 +291,9 @@ impl Exporter for Uftrace {
         _opts: Options,
         target: Target<'_>,
         progress: &mut Progress,
-    ) -> io::Result<Vec<String>> {
+    ) -> io::Result<Written> {
         match target {
-            Target::Directory(dir) => write(trace, dir, progress),
+            Target::Directory(dir) => write(trace, dir, progress).map(Written::from),
             Target::Stream(_) | Target::Pieces(_) => Err(io::Error::other(
                 "a uftrace data directory cannot be written to a stream",
             )),

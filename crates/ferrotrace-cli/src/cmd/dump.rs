@@ -89,9 +89,20 @@ fn parse_size(s: &str) -> Result<u64, String> {
 pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
     let trace = super::open_named(&a.input, a.symbols.as_deref())?;
     let format = a.format;
-    let perfetto = format.name() == "perfetto";
-    if !perfetto && (a.from.is_some() || a.to.is_some() || a.max_size.is_some()) {
-        return Err("--from, --to and --max-size are for --format perfetto".into());
+    let supports = format.supports();
+    if !supports.window && (a.from.is_some() || a.to.is_some()) {
+        return Err(format!(
+            "--from and --to are for --format {}",
+            names(|f| f.supports().window)
+        )
+        .into());
+    }
+    if !supports.pieces && a.max_size.is_some() {
+        return Err(format!(
+            "--max-size is for --format {}",
+            names(|f| f.supports().pieces)
+        )
+        .into());
     }
     let window = dump::window::resolve(&trace, a.from.as_ref(), a.to.as_ref())?;
     let opts = dump::Options {
@@ -116,7 +127,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
     let mut progress = Progress::new("dump", trace.event_count());
     let errors = if let Some(default) = format.directory() {
         let dir = a.output.clone().unwrap_or_else(|| PathBuf::from(default));
-        let errs = format
+        let written = format
             .write_functions(&trace, opts, Target::Directory(&dir), &mut progress)
             .map_err(|e| format!("{}: {e}", dir.display()))?;
         drop(progress);
@@ -125,37 +136,31 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
             format.name(),
             dir.display()
         );
-        errs
+        written.errors
     } else if let (Some(_), Some(prefix)) = (a.max_size, a.output.as_deref()) {
-        let began = std::time::SystemTime::now() - std::time::Duration::from_secs(1);
-        let errs = format
+        let written = format
             .write_functions(&trace, opts, Target::Pieces(prefix), &mut progress)
             .map_err(|e| format!("{}: {e}", prefix.display()))?;
         drop(progress);
-        // The pieces this run wrote (a longer earlier run may have left more).
-        let pieces = (1..)
-            .take_while(|&n| {
-                std::fs::metadata(dump::perfetto::piece_path(prefix, n))
-                    .and_then(|m| m.modified())
-                    .is_ok_and(|t| t >= began)
-            })
-            .count();
-        say!(
-            "ferrotrace: wrote {pieces} pieces, {} to {}",
-            dump::perfetto::piece_path(prefix, 1).display(),
-            dump::perfetto::piece_path(prefix, pieces as u32).display()
-        );
-        errs
+        if let (Some(first), Some(last)) = (written.pieces.first(), written.pieces.last()) {
+            say!(
+                "ferrotrace: wrote {} pieces, {} to {}",
+                written.pieces.len(),
+                first.display(),
+                last.display()
+            );
+        }
+        written.errors
     } else {
         if let Some(notice) = format.notice(&trace, opts) {
             say!("ferrotrace: {notice}");
         }
         let mut out = super::Output::to(a.output.as_deref())?;
-        let errs = format
+        let written = format
             .write_functions(&trace, opts, Target::Stream(&mut out), &mut progress)
             .map_err(|e| out.error(e))?;
         out.finish()?;
-        errs
+        written.errors
     };
     Ok(super::finish(&trace, &errors))
 }

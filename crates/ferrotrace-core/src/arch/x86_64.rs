@@ -15,6 +15,46 @@ macro_rules! __x86_64_rdtsc_asm {
 }
 pub use crate::__x86_64_rdtsc_asm as rdtsc_asm;
 
+/// Pushes the caller-saved general registers but `rax` (`rcx`, `rdx`, `rsi`, `rdi`, `r8`–`r11`, in
+/// that order: 64 bytes, the last at the lowest address): what a slow path that calls compiled code
+/// keeps (`rax` is pushed before them by the runtime, and carries the embedded recorder's result).
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __x86_64_push_caller_saved_asm {
+    () => {
+        concat!(
+            "  push rcx\n",
+            "  push rdx\n",
+            "  push rsi\n",
+            "  push rdi\n",
+            "  push r8\n",
+            "  push r9\n",
+            "  push r10\n",
+            "  push r11\n",
+        )
+    };
+}
+pub use crate::__x86_64_push_caller_saved_asm as push_caller_saved_asm;
+
+/// Pops what [`push_caller_saved_asm!`] pushed, with the stack pointer where it left it.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __x86_64_pop_caller_saved_asm {
+    () => {
+        concat!(
+            "  pop r11\n",
+            "  pop r10\n",
+            "  pop r9\n",
+            "  pop r8\n",
+            "  pop rdi\n",
+            "  pop rsi\n",
+            "  pop rdx\n",
+            "  pop rcx\n",
+        )
+    };
+}
+pub use crate::__x86_64_pop_caller_saved_asm as pop_caller_saved_asm;
+
 /// Stores `xmm0`–`xmm15` into the 256 bytes at `[rsp]` (16-byte aligned, reserved by the caller):
 /// what a slow path that calls compiled code keeps of the vector state where it cannot use XSAVE
 /// (the runtime on a CPU without it, the embedded recorder's calls of the embedder's functions).

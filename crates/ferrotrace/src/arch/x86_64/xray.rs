@@ -12,7 +12,9 @@
 
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use ferrotrace_core::arch::x86_64::{rdtsc_asm, restore_xmm_asm, save_xmm_asm};
+use ferrotrace_core::arch::x86_64::{
+    pop_caller_saved_asm, push_caller_saved_asm, rdtsc_asm, restore_xmm_asm, save_xmm_asm,
+};
 
 use super::thread::append_record_asm;
 use crate::buffers::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
@@ -208,14 +210,7 @@ core::arch::global_asm!(
     "  push rbp",
     "  mov rbp, rsp",
     "  push rax",
-    "  push rcx",
-    "  push rdx",
-    "  push rsi",
-    "  push rdi",
-    "  push r8",
-    "  push r9",
-    "  push r10",
-    "  push r11",
+    push_caller_saved_asm!(),
     "  mov ecx, dword ptr [rip + {xsave_bytes}]",
     "  test ecx, ecx",
     "  jz 3f",
@@ -255,14 +250,7 @@ core::arch::global_asm!(
     restore_xmm_asm!(),
     "4:",
     "  lea rsp, [rbp - 72]",
-    "  pop r11",
-    "  pop r10",
-    "  pop r9",
-    "  pop r8",
-    "  pop rdi",
-    "  pop rsi",
-    "  pop rdx",
-    "  pop rcx",
+    pop_caller_saved_asm!(),
     "  pop rax",
     "  pop rbp",
     "  ret",
