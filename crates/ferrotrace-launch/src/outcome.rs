@@ -70,7 +70,10 @@ pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
             e.lost
         ));
     }
-    let events = t.event_count();
+    // The program's events: not the recorder's markers (of losses and waits) among the chunks'.
+    let events = t
+        .event_count()
+        .saturating_sub(t.end.map_or(0, |e| e.markers));
     let per = if events > 0 {
         t.file_len as f64 / events as f64
     } else {

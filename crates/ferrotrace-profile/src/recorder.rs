@@ -1271,6 +1271,7 @@ pub(crate) fn run(
         exit_code,
         unwind_errors: st.unwind_errors,
         write_errno: 0,
+        markers: 0,
         usage: None,
     })
     .map_err(io_err)?;
