@@ -13,7 +13,7 @@
 //!
 //! let mut buf = [0u8; 32];
 //! let mut sink = SliceSink::new(&mut buf);
-//! Thread { tid: 42, name: "worker", pid: 7 }.encode(&mut sink).unwrap();
+//! Thread { tid: 42, name: "worker", pid: 7, registered_ticks: 0 }.encode(&mut sink).unwrap();
 //! let len = sink.len();
 //! let back = Thread::decode(&mut FieldReader::new(&buf[..len])).unwrap();
 //! assert_eq!((back.tid, back.name, back.pid), (42, "worker", 7));
