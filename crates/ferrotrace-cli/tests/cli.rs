@@ -609,6 +609,55 @@ fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
     }
 }
 
+/// Every option that takes a duration reads the one units grammar: `1h` is an hour for `record
+/// --duration` as for `profile --duration`, `replay -t`, `--time-range` and `dump --from`, and a unit
+/// that does not exist is refused by each with the grammar's words.
+#[test]
+fn every_duration_option_reads_one_grammar() {
+    let t = p(fib_trace()).to_string();
+    let dir = scratch("units_grammar");
+    let out_file = dir.join("out.perfetto-trace");
+    // A process id that is not running: the duration is parsed before the process is looked for.
+    let gone = "2147483646";
+    let options = |d: &str| -> Vec<Vec<String>> {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+        vec![
+            v(&["record", "-p", gone, "--duration", d]),
+            v(&["profile", "-p", gone, "--duration", d]),
+            v(&["replay", "-i", &t, "-t", d]),
+            v(&["replay", "-i", &t, "--time-range", &format!("{d}~")]),
+            v(&[
+                "dump",
+                "-i",
+                &t,
+                "--format",
+                "perfetto",
+                "-o",
+                p(&out_file),
+                "--from",
+                d,
+            ]),
+        ]
+    };
+    for args in options("1h") {
+        let out = ferrotrace().args(&args).output().unwrap();
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("bad duration") && !err.contains("bad time"),
+            "{args:?}: {err}"
+        );
+    }
+    for args in options("1parsec") {
+        let out = ferrotrace().args(&args).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("bad duration") || err.contains("bad time"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
 /// uftrace's spellings (docs/uftrace.md) run against a trace: `-d`/`--data` for `-o` and `-i`,
 /// `--no-pager`, `--no-libcall`, `report -f`/`--output-fields`, `--avg-total`, `-s call`; those that
 /// cannot mean the same are refused in one line naming ferrotrace's equivalent.

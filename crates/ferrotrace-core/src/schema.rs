@@ -886,27 +886,22 @@ pub enum CallsiteKind {
     Event = 1,
 }
 
-/// One callsite of the `tracing` crate (a span or an event, registered once while the program runs).
-/// A Callsites chunk is `v count` and that many; `tracing` events and span fields are Tracepoint events
-/// whose argument list is the callsite's field names, each of type `value` (tagged values,
-/// [`crate::tracepoint`]).
+/// What a `tracing` callsite is, as the program registers it: the runtime's
+/// `ferrotrace::callsites::Description` (what `ferrotrace-tracing` hands it) and, with the ids it
+/// was given, a [`Callsite`] entry of the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Callsite<'a> {
+pub struct CallsiteDescription<'a> {
     /// Span or event.
     pub kind: CallsiteKind,
-    /// A span's function id (its Entry and Exit events); 0 for an event.
-    pub function_id: u32,
-    /// The tracepoint id of the Tracepoint events that carry the fields (an event's, or a span's at
-    /// its creation and later `record`s); in the same id space as the Tracepoints chunk's ids.
-    pub tracepoint_id: u32,
-    /// The name: a span's name; for an event, `target::name`, or the target alone when the name is
-    /// `tracing`'s default (`event FILE:LINE`).
+    /// The name: a span's name (what it is shown and selected by, as a function by its name); for an
+    /// event, `target::name`, or the target alone when the name is `tracing`'s default (`event
+    /// FILE:LINE`). `record -F`/`-N` select spans by it, `--trace` events.
     pub name: &'a str,
     /// `tracing`'s target (by default the module path).
     pub target: &'a str,
     /// 0 TRACE, 1 DEBUG, 2 INFO, 3 WARN, 4 ERROR.
     pub level: u8,
-    /// The field names, separated by commas.
+    /// The field names, separated by commas: a tagged value's index is its name's place here.
     pub fields: &'a str,
     /// Source file, empty if unknown.
     pub file: &'a str,
@@ -914,22 +909,38 @@ pub struct Callsite<'a> {
     pub line: u32,
 }
 
-/// The names of [`Callsite::level`], by value.
+/// One callsite of the `tracing` crate (a span or an event, registered once while the program runs).
+/// A Callsites chunk is `v count` and that many; `tracing` events and span fields are Tracepoint events
+/// whose argument list is the callsite's field names, each of type `value` (tagged values,
+/// [`crate::tracepoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Callsite<'a> {
+    /// A span's function id (its Entry and Exit events); 0 for an event.
+    pub function_id: u32,
+    /// The tracepoint id of the Tracepoint events that carry the fields (an event's, or a span's at
+    /// its creation and later `record`s); in the same id space as the Tracepoints chunk's ids.
+    pub tracepoint_id: u32,
+    /// What it is, as registered.
+    pub site: CallsiteDescription<'a>,
+}
+
+/// The names of [`CallsiteDescription::level`], by value.
 pub const LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
 
 impl<'a> Payload<'a> for Callsite<'a> {
     const KIND: ChunkKind = ChunkKind::Callsites;
 
     fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
-        put_varint(s, self.kind as u64)?;
+        let site = &self.site;
+        put_varint(s, site.kind as u64)?;
         put_varint(s, self.function_id as u64)?;
         put_varint(s, self.tracepoint_id as u64)?;
-        put_str(s, self.name)?;
-        put_str(s, self.target)?;
-        put_varint(s, self.level as u64)?;
-        put_str(s, self.fields)?;
-        put_str(s, self.file)?;
-        put_varint(s, self.line as u64)
+        put_str(s, site.name)?;
+        put_str(s, site.target)?;
+        put_varint(s, site.level as u64)?;
+        put_str(s, site.fields)?;
+        put_str(s, site.file)?;
+        put_varint(s, site.line as u64)
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -947,15 +958,17 @@ impl<'a> Payload<'a> for Callsite<'a> {
             .filter(|&l| (l as usize) < LEVELS.len())
             .ok_or(DecodeError::BadValue)?;
         Ok(Callsite {
-            kind,
             function_id,
             tracepoint_id,
-            name,
-            target,
-            level,
-            fields: f.str()?,
-            file: f.str()?,
-            line: f.varint_u32()?,
+            site: CallsiteDescription {
+                kind,
+                name,
+                target,
+                level,
+                fields: f.str()?,
+                file: f.str()?,
+                line: f.varint_u32()?,
+            },
         })
     }
 }
@@ -1011,15 +1024,17 @@ mod tests {
     fn every_payload_round_trips() {
         round_trip(
             &Callsite {
-                kind: CallsiteKind::Span,
                 function_id: 70_000,
                 tracepoint_id: 12,
-                name: "handle",
-                target: "server::conn",
-                level: 2,
-                fields: "peer,id",
-                file: "src/main.rs",
-                line: 40,
+                site: CallsiteDescription {
+                    kind: CallsiteKind::Span,
+                    name: "handle",
+                    target: "server::conn",
+                    level: 2,
+                    fields: "peer,id",
+                    file: "src/main.rs",
+                    line: 40,
+                },
             },
             &mut Vec::new(),
         );

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{self, SizeOption};
+use ferrotrace_reader::reader::Trace;
 
 use crate::start::Program;
 use crate::LaunchError;
@@ -126,8 +126,7 @@ pub fn unmatched_filters(trace: &Trace, filters: &[String], program: &Path) -> V
         {
             continue;
         }
-        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
-        {
+        let why = match ferrotrace_reader::srcline::inlined_functions(program, |n| re.is_match(n)) {
             Ok(mut inlined) if !inlined.is_empty() => {
                 let count = inlined.len();
                 format!(

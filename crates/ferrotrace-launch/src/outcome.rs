@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrotrace_analysis::reader::Trace;
+use ferrotrace_reader::reader::Trace;
 
 /// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
 /// that was there before.
@@ -121,7 +121,7 @@ pub fn record_ending(
     trace: Trace,
     ended: &crate::start::Ended,
 ) -> (
-    Result<Trace, ferrotrace_analysis::reader::ReadError>,
+    Result<Trace, ferrotrace_reader::reader::ReadError>,
     Option<String>,
 ) {
     // A trace whose writer met an error (a full disk) is left as it is.

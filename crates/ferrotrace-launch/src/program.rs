@@ -34,7 +34,7 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, LaunchError> {
         path: path.to_path_buf(),
         reason,
     };
-    let data = ferrotrace_analysis::binary::map(path).map_err(|e| inspect_error(e.to_string()))?;
+    let data = ferrotrace_reader::binary::map(path).map_err(|e| inspect_error(e.to_string()))?;
     let file = object::File::parse(&*data).map_err(|e| inspect_error(e.to_string()))?;
     let mut instr = 0;
     if file.section_by_name("xray_instr_map").is_some() {

@@ -324,9 +324,9 @@ pub fn walk(
     })
 }
 
-/// What the exporters' one walk ([`walk`]) puts in the second field of a Free event (unused by the
-/// format: 0) when the trace never saw its block allocated (allocated before recording started):
-/// exporters mark such a free ([`instant`]: `free (allocated before recording)`, argument `allocated_before_recording`),
+/// What `walk_stacks` puts in the second field of a Free event (unused by the format: 0) when the
+/// trace never saw its block allocated (allocated before recording started): exporters mark such a
+/// free ([`instant`]: `free (allocated before recording)`, argument `allocated_before_recording`),
 /// and the heap counters ignore it.
 pub const FREE_OF_UNSEEN_BLOCK: u64 = 1;
 

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
-use ferrotrace_core::schema;
+use ferrotrace_core::{schema, units};
 use ferrotrace_launch::outcome::{self, file_identity, trace_of};
 use ferrotrace_launch::salvage::{Death, SalvageError, Salvaged};
 use ferrotrace_launch::start::{Options, Program};
@@ -29,6 +29,7 @@ pub enum Mode {
 
 /// Arguments of `ferrotrace record`.
 #[derive(Args)]
+#[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct RecordArgs {
     /// Trace file to write (processes the program starts write FILE.PID; uftrace's -d/--data too)
     #[arg(
@@ -98,7 +99,7 @@ pub struct RecordArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
-    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
+    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`, `1h`; a number is seconds)
     #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
     pub duration: Option<std::time::Duration>,
     /// Sample the program's threads and child processes with perf_event_open while tracing (cpu-clock,
@@ -136,16 +137,9 @@ pub struct RecordArgs {
 
 /// `10s`, `500ms`, `2m`, or a number of seconds.
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
-    let (n, unit) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0)]
-        .into_iter()
-        .find_map(|(u, mul)| s.strip_suffix(u).map(|n| (n, mul)))
-        .unwrap_or((s, 1.0));
-    n.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map(|v| std::time::Duration::from_secs_f64(v * unit))
-        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))
+    units::parse_duration(s, Some(units::TimeUnit::Seconds))
+        .map(std::time::Duration::from_nanos)
+        .map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
 impl RecordArgs {

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
-use crate::buffers::hot::{hot_offset_here, tls_offset, Hot};
+use crate::arch::thread::tls_offset;
+use crate::buffers::hot::{hot_offset_here, Hot};
 use crate::buffers::pool::FullChunk;
 use crate::buffers::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::lifecycle::config::Mode;
@@ -167,7 +168,7 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     if !rt.pool.full.is_empty() {
         // Now the collector has work: started if it was deferred, while this thread's cursor is
         // stopped (what the thread start calls is the runtime's work, not recorded).
-        crate::lifecycle::start::ensure_collector(rt);
+        (rt.upcalls.ensure_collector)(rt);
     }
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
@@ -454,7 +455,7 @@ fn prepare_for_faults(cold: &Cold) {
         {
             return;
         }
-        let page = crate::buffers::hot::PAGE;
+        let page = crate::arch::thread::PAGE;
         let map = libc::mmap(
             core::ptr::null_mut(),
             ALT_STACK + page,
@@ -485,7 +486,7 @@ fn prepare_for_faults(cold: &Cold) {
 pub fn is_stack_overflow(addr: usize) -> bool {
     COLD.try_with(|c| {
         let low = c.stack_low.get();
-        low != 0 && addr < low + crate::buffers::hot::PAGE && addr + (1 << 20) >= low
+        low != 0 && addr < low + crate::arch::thread::PAGE && addr + (1 << 20) >= low
     })
     .unwrap_or(false)
 }
@@ -526,7 +527,7 @@ fn thread_exit() {
         st.hot = core::ptr::null();
         drop(guard);
         if !rt.pool.full.is_empty() {
-            crate::lifecycle::start::ensure_collector(rt);
+            (rt.upcalls.ensure_collector)(rt);
         }
         for r in rt.upcalls.recorders {
             (r.thread_exit)();
@@ -541,7 +542,7 @@ fn thread_exit() {
                     ss_size: 0,
                 };
                 if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
-                    libc::munmap(alt, ALT_STACK + crate::buffers::hot::PAGE);
+                    libc::munmap(alt, ALT_STACK + crate::arch::thread::PAGE);
                 }
             }
         }
