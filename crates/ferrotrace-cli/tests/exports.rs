@@ -273,3 +273,90 @@ fn perfetto_pieces_are_each_valid_and_under_the_size() {
         );
     }
 }
+
+/// A lossless trace whose thread waited for buffers (a pool of two chunks): every wait is marked in
+/// the uftrace export (two user events, which the real uftrace replays) and in Perfetto (a slice
+/// nested where the thread was, as long as the wait), as replay marks it; and `record`'s summary
+/// counts the program's events, as `info` does, not the wait markers.
+#[test]
+fn buffer_waits_are_marked_in_the_uftrace_and_perfetto_exports() {
+    let dir = scratch("export_waits");
+    let (out, trace) = record(
+        &dir,
+        &["--buffer-size", "8K", "--chunk-size", "4K"],
+        &testprog("fib"),
+        &["20"],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    let mut waits = Vec::new();
+    for &tid in t.threads.keys() {
+        for e in t.thread_events(tid).unwrap() {
+            let e = e.unwrap();
+            if e.kind == ferrotrace_analysis::reader::EventKind::Wait {
+                waits.push(e.id as u64);
+            }
+        }
+    }
+    assert!(!waits.is_empty(), "two chunks: the thread waited");
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["info", "--json", "-i", p(&trace)]))).unwrap();
+    let summary: u64 = err
+        .split(".data: ")
+        .nth(1)
+        .and_then(|r| r.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no event count in: {err}"));
+    assert_eq!(Some(summary), info["events"].as_u64(), "{err}\n{info}");
+    // uftrace: a begin and an end event per wait.
+    let ud = dir.join("t.uftrace");
+    ok(ft(&[
+        "dump",
+        "-i",
+        p(&trace),
+        "--format",
+        "uftrace",
+        "-o",
+        p(&ud),
+    ]));
+    let replay = std::process::Command::new("uftrace")
+        .args(["replay", "-d"])
+        .arg(&ud)
+        .output()
+        .expect("uftrace (scripts/setup.sh installs it)");
+    assert!(replay.status.success(), "{}", text(&replay.stderr));
+    let replay = text(&replay.stdout);
+    let count = |what: &str| replay.lines().filter(|l| l.ends_with(what)).count();
+    assert_eq!(
+        count("/* ferrotrace:buffer-wait */"),
+        waits.len(),
+        "{replay}"
+    );
+    assert_eq!(count("/* ferrotrace:buffer-wait-end */"), waits.len());
+    // Perfetto: a slice per wait, as long as the wait, inside the thread's open slices.
+    let view = perfetto_view(&trace, &dir);
+    let mut open: Vec<(String, u64)> = Vec::new();
+    let mut drawn = Vec::new();
+    for v in &view {
+        match v["kind"].as_str() {
+            Some("begin") => open.push((
+                v["name"].as_str().unwrap_or_default().to_string(),
+                v["ts"].as_u64().unwrap(),
+            )),
+            Some("end") => {
+                let (name, start) = open.pop().expect("an end closes an open slice");
+                if name.starts_with("ferrotrace waited ") {
+                    assert!(!open.is_empty(), "a wait is nested in a function's slice");
+                    drawn.push((name, v["ts"].as_u64().unwrap() - start));
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(drawn.len(), waits.len(), "{drawn:?}");
+    for ((name, len), ns) in drawn.iter().zip(&waits) {
+        assert_eq!(name, &format!("ferrotrace waited {ns} ns for a buffer"));
+        assert_eq!(len, ns);
+    }
+}

@@ -374,6 +374,7 @@ impl<W: Write> TraceBuilder<W> {
             exit_code: Some(0),
             unwind_errors: 0,
             write_errno: 0,
+            markers: 0,
             usage: None,
         };
         self.w.write(&end)?;

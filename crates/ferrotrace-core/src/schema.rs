@@ -13,7 +13,7 @@
 //!
 //! let mut buf = [0u8; 32];
 //! let mut sink = SliceSink::new(&mut buf);
-//! Thread { tid: 42, name: "worker", pid: 7 }.encode(&mut sink).unwrap();
+//! Thread { tid: 42, name: "worker", pid: 7, registered_ticks: 0 }.encode(&mut sink).unwrap();
 //! let len = sink.len();
 //! let back = Thread::decode(&mut FieldReader::new(&buf[..len])).unwrap();
 //! assert_eq!((back.tid, back.name, back.pid), (42, "worker", 7));
@@ -432,7 +432,10 @@ pub struct End {
     /// it recorded, counted in `lost`, and this chunk is its final attempt at the file (trailing,
     /// default 0).
     pub write_errno: u32,
-    /// *Trailing* (after `write_errno`): what the program used, as the kernel counted it for the
+    /// *Trailing* (after `write_errno`): of `events`, the recorder's markers (Lost and Wait events:
+    /// not the program's); 0 when not said (older writers).
+    pub markers: u64,
+    /// *Trailing* (after `markers`): what the program used, as the kernel counted it for the
     /// launcher that waited for it (`wait4`); `None` (the default) when not known (attached
     /// recordings, other writers).
     pub usage: Option<Usage>,
@@ -507,8 +510,11 @@ impl<'a> Payload<'a> for End {
         put_varint(s, self.dropped_events)?;
         put_varint(s, self.exit_code.map_or(0, |c| c as u32 as u64 + 1))?;
         put_varint(s, self.unwind_errors)?;
-        if self.write_errno != 0 || self.usage.is_some() {
+        if self.write_errno != 0 || self.markers != 0 || self.usage.is_some() {
             put_varint(s, self.write_errno as u64)?;
+        }
+        if self.markers != 0 || self.usage.is_some() {
+            put_varint(s, self.markers)?;
         }
         if let Some(u) = &self.usage {
             for v in u.fields() {
@@ -539,6 +545,7 @@ impl<'a> Payload<'a> for End {
             },
             unwind_errors: f.varint()?,
             write_errno: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
+            markers: trailing(f, 0)?,
             usage: match f.remaining() {
                 0 => None,
                 _ => {
@@ -1121,6 +1128,7 @@ mod tests {
                 exit_code: Some(-1),
                 unwind_errors: 1,
                 write_errno: 28,
+                markers: 0,
                 usage: None,
             },
             &mut Vec::new(),
@@ -1137,6 +1145,7 @@ mod tests {
                 exit_code: Some(3),
                 unwind_errors: 0,
                 write_errno: 0,
+                markers: 354,
                 usage: Some(Usage {
                     user_us: 1_234_567,
                     system_us: 89,

@@ -261,6 +261,7 @@ pub(crate) fn write<E>(
             exit_code: None,
             unwind_errors: 0,
             write_errno: 0,
+            markers: 0,
             usage: None,
         },
     )

@@ -70,7 +70,10 @@ pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
             e.lost
         ));
     }
-    let events = t.event_count();
+    // The program's events: not the recorder's markers (of losses and waits) among the chunks'.
+    let events = t
+        .event_count()
+        .saturating_sub(t.end.map_or(0, |e| e.markers));
     let per = if events > 0 {
         t.file_len as f64 / events as f64
     } else {
@@ -121,9 +124,10 @@ pub fn record_ending(
     Result<Trace, ferrotrace_reader::reader::ReadError>,
     Option<String>,
 ) {
+    // A trace whose writer met an error (a full disk) is left as it is.
     let Some(end) = trace
         .end
-        .filter(|e| e.usage.is_none() && ended.usage.is_some())
+        .filter(|e| e.usage.is_none() && e.write_errno == 0 && ended.usage.is_some())
     else {
         return (Ok(trace), None);
     };
@@ -152,6 +156,7 @@ fn rewrite_end(
     use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN};
     use ferrotrace_core::schema::Payload;
     use std::io::{Read, Seek, SeekFrom};
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::OpenOptionsExt;
     let mut payload = Vec::new();
     let _ = old.encode(&mut payload);
@@ -175,10 +180,26 @@ fn rewrite_end(
             "its last chunk is not the End chunk read",
         ));
     }
-    file.set_len(at)?;
+    // The room the longer chunk needs, taken before anything changes: a full disk leaves the
+    // trace as it was.
+    let mut grown = Vec::new();
+    let _ = new.encode(&mut grown);
+    let extra = grown.len().saturating_sub(payload.len()) as libc::off_t;
+    if extra > 0 {
+        let end = (at as usize + CHUNK_HEADER_LEN + payload.len()) as libc::off_t;
+        // SAFETY: an open descriptor of ours; posix_fallocate only reserves blocks.
+        let r = unsafe { libc::posix_fallocate(file.as_raw_fd(), end, extra) };
+        if r != 0 {
+            return Err(std::io::Error::from_raw_os_error(r));
+        }
+    }
+    // Written over the old chunk and into the room taken (never truncated first: that would give
+    // the room back), then cut to its length.
     file.seek(SeekFrom::Start(at))?;
     let mut w = ferrotrace_core::writer::TraceWriter::resume(file, at, old.chunks);
     w.write(new)?;
     w.flush()?;
-    w.into_inner().sync_all()
+    let file = w.into_inner();
+    file.set_len(at + (CHUNK_HEADER_LEN + grown.len()) as u64)?;
+    file.sync_all()
 }

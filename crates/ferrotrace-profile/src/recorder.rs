@@ -554,6 +554,7 @@ impl Session<'_> {
             exit_code,
             unwind_errors: st.unwind_errors,
             write_errno: 0,
+            markers: 0,
             usage: None,
         })
         .map_err(io_err)?;

@@ -319,6 +319,9 @@ struct Seq {
     sampled_frames: std::collections::HashSet<u32>,
     sampled_stacks: std::collections::HashSet<u32>,
     sampled_mapping: bool,
+    /// A buffer wait (its start and length, ns) met before the event it preceded in the chunk, drawn
+    /// after that event ([`Encoder::event`]).
+    pending_wait: Option<(u64, u64)>,
 }
 
 impl Seq {
@@ -413,6 +416,7 @@ impl Encoder<'_, '_> {
                 sampled_frames: Default::default(),
                 sampled_stacks: Default::default(),
                 sampled_mapping: false,
+                pending_wait: None,
             });
         }
         self.last = Some((tid, i));
@@ -684,8 +688,55 @@ impl Encoder<'_, '_> {
 
     /// Encodes one event: before the window only the open frames and the heap follow it; at its
     /// first event the output starts, past its end the walk stops; a piece that would grow past its
-    /// limit is closed and the next one started.
+    /// limit is closed and the next one started. A buffer wait (lossless mode) becomes a slice
+    /// `ferrotrace waited N ns for a buffer` on its thread's track, nested where the thread was: its
+    /// marker comes before the event whose slow path waited (both carry that event's time), so it
+    /// is drawn after that event, from its time for the length waited.
     fn event(
+        &mut self,
+        sink: &mut Sink<'_>,
+        open: &mut dyn FnMut(u32) -> io::Result<Box<dyn Write>>,
+        ev: Ev<'_>,
+    ) -> io::Result<()> {
+        let tid = match ev {
+            Ev::Instant {
+                kind: crate::reader::EventKind::Wait,
+                tid,
+                ts,
+                id,
+                ..
+            } => {
+                let i = self.seq(tid);
+                self.seqs[i].pending_wait = Some((ts, id as u64));
+                return Ok(());
+            }
+            Ev::Begin { tid, .. } | Ev::End { tid, .. } | Ev::Instant { tid, .. } => tid,
+        };
+        self.event_drawn(sink, open, ev)?;
+        let i = self.seq(tid);
+        match self.seqs[i].pending_wait.take() {
+            Some((ts, ns)) if ts >= self.from && ts <= self.to => self.wait_slice(sink, i, ts, ns),
+            _ => Ok(()),
+        }
+    }
+
+    /// A buffer wait of `ns` from `ts` on sequence `i`: a slice with its own name (not interned).
+    fn wait_slice(&mut self, sink: &mut Sink<'_>, i: usize, ts: u64, ns: u64) -> io::Result<()> {
+        let name = format!("ferrotrace waited {ns} ns for a buffer");
+        for (at, kind) in [(ts, 1), (ts + ns, 2)] {
+            self.header(i, at);
+            fv(&mut self.te, 9, kind);
+            if kind == 1 {
+                fbytes(&mut self.te, 23, name.as_bytes());
+            }
+            fbytes(&mut self.p, 11, &self.te);
+            sink.packet(&self.p)?;
+        }
+        Ok(())
+    }
+
+    /// [`Encoder::event`] for every event but buffer waits.
+    fn event_drawn(
         &mut self,
         sink: &mut Sink<'_>,
         open: &mut dyn FnMut(u32) -> io::Result<Box<dyn Write>>,

@@ -12,7 +12,9 @@
 //! resolves to a readable name. Frames are balanced as uftrace requires: functions already running
 //! when tracing began get an entry at the thread's first event; frames unwound by a panic or still
 //! open at the end get an exit where ferrotrace's call stack closes them. Lost events become LOST
-//! records. Depths above 1023 (the record's 10-bit field) are clamped.
+//! records; buffer waits (lossless mode) two user events, `ferrotrace:buffer-wait` and
+//! `ferrotrace:buffer-wait-end` (`events.txt`). Depths above 1023 (the record's 10-bit field) are
+//! clamped.
 
 use std::collections::BTreeSet;
 use std::fs;
@@ -26,6 +28,9 @@ use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
 
 const BASE: u64 = 0x40_0000;
+/// The user-event id (uftrace's `EVENT_ID_USER`, the first) of the start of a buffer wait; the next
+/// one is its end.
+const WAIT_EVENT: u64 = 1_000_000;
 const MAGIC: u64 = 5;
 
 fn addr(id: u32) -> u64 {
@@ -62,6 +67,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     let mut used: BTreeSet<u32> = trace.functions.keys().copied().collect();
     let mut first_ts = u64::MAX;
     let mut tids = Vec::new();
+    let mut waited = false;
     for th in trace.threads.values() {
         let path = dir.join(format!("{}.dat", th.tid));
         let mut out = BufWriter::with_capacity(1 << 16, fs::File::create(&path)?);
@@ -72,6 +78,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             .map_err(|e| io::Error::other(e.to_string()))?;
         let mut n = 0u64;
         let mut any = false;
+        let mut wait: Option<(u64, u64)> = None;
         let emit =
             |out: &mut BufWriter<fs::File>, se: StackEvent, used: &mut BTreeSet<u32>| match se {
                 StackEvent::Enter {
@@ -102,6 +109,11 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
                 any = true;
                 first_ts = first_ts.min(e.ts_ns);
             }
+            if e.kind == EventKind::Wait {
+                // Drawn after the event whose slow path waited (see below).
+                wait = Some((e.ts_ns, e.id as u64));
+                continue;
+            }
             stack.touch(e.ts_ns, &mut |se| pending.push(se));
             let is_fn = stack.process(e.kind, e.id, e.ts_ns, &mut |se| pending.push(se));
             for se in pending.drain(..) {
@@ -110,6 +122,14 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             if !is_fn && e.kind == EventKind::Lost {
                 // uftrace's LOST record: time 0, the address field holds the count.
                 record(&mut out, 0, 2, stack.depth(), e.id as u64)?;
+            }
+            // A buffer wait (lossless mode): its marker precedes the event whose slow path waited,
+            // with that event's time; the wait followed it. Two user events frame it (EVENT
+            // records, named in events.txt), as uftrace shows the events it records.
+            if let Some((ts, ns)) = wait.take() {
+                waited = true;
+                record(&mut out, ts, 3, stack.depth(), WAIT_EVENT)?;
+                record(&mut out, ts + ns, 3, stack.depth(), WAIT_EVENT + 1)?;
             }
         }
         progress.add(n & 0xffff);
@@ -136,12 +156,23 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     info.extend_from_slice(&40u16.to_le_bytes());
     info.push(1); // little-endian
     info.push(2); // 64-bit
-    info.extend_from_slice(&0x62u64.to_le_bytes()); // TASK_SESSION | SYM_REL_ADDR | MAX_STACK
+                  // TASK_SESSION | SYM_REL_ADDR | MAX_STACK, and EVENT when there are events (buffer waits).
+    let features: u64 = if waited { 0xe2 } else { 0x62 };
+    info.extend_from_slice(&features.to_le_bytes());
     info.extend_from_slice(&mask.to_le_bytes());
     info.extend_from_slice(&1024u16.to_le_bytes());
     info.extend_from_slice(&[0u8; 6]);
     info.extend_from_slice(lines.as_bytes());
     fs::write(dir.join("info"), info)?;
+    if waited {
+        fs::write(
+            dir.join("events.txt"),
+            format!(
+                "EVENT: {WAIT_EVENT} ferrotrace:buffer-wait\nEVENT: {} ferrotrace:buffer-wait-end\n",
+                WAIT_EVENT + 1
+            ),
+        )?;
+    }
 
     let mut task = format!("SESS timestamp={ts_text} pid={pid} sid={sid} exename=\"{exe}\"\n");
     for tid in &tids {

@@ -93,6 +93,7 @@ impl State {
                 if let Some((_, counts)) = events {
                     self.totals.events += counts.events;
                     self.totals.lost += counts.lost;
+                    self.totals.markers += counts.markers;
                 }
                 self.unflushed.push(Written {
                     end: self.writer.bytes_written(),
@@ -157,6 +158,7 @@ impl State {
             if let Some((tid, counts)) = w.events {
                 self.totals.events -= counts.events;
                 self.totals.lost -= counts.lost;
+                self.totals.markers -= counts.markers;
                 self.drop_events(tid, counts);
             }
         }
@@ -264,6 +266,7 @@ impl State {
         } else if rt.config.mode == Mode::Flight {
             self.totals.events += counts.events;
             self.totals.lost += counts.lost;
+            self.totals.markers += counts.markers;
             self.ring_bytes += range.len();
             self.ring
                 .push_back((scratch[range].to_vec(), counts.events));
@@ -542,6 +545,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     .failed
                     .as_ref()
                     .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
+                markers: st.totals.markers,
                 // The launcher adds it once it has waited for the program.
                 usage: None,
             }
