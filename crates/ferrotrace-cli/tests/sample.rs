@@ -289,7 +289,8 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
             "-fomit-frame-pointer",
         ],
     );
-    let (out, trace) = record(&dir, &["--sample"], &nofp, &["5"]);
+    // Asked for frame-pointer stacks: refused before it runs.
+    let (out, trace) = record(&dir, &["--sample", "--call-graph", "fp"], &nofp, &["5"]);
     let err = text(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("--sample:") && err.contains("dwarf"), "{err}");
@@ -298,10 +299,29 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
         "the program ran unsampled"
     );
     assert!(!trace.exists());
-    // DWARF stacks need no frame pointers: the same program is recorded and sampled.
-    let (out, trace) = record(&dir, &["--sample", "--call-graph", "dwarf"], &nofp, &["5"]);
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert!(Trace::open(&trace).unwrap().samplers.len() == 1);
+    // DWARF stacks need no frame pointers: the same program is recorded and sampled, asked for or by
+    // default (issue 36 item 9: the README's `record --sample --alloc -- ./prog` on an -O2 binary),
+    // which says in one line what it chose.
+    for opts in [
+        &["--sample", "--call-graph", "dwarf"][..],
+        &["--sample"][..],
+    ] {
+        let (out, trace) = record(&dir, opts, &nofp, &["5"]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{opts:?}: {err}");
+        assert_eq!(
+            err.contains("keeps no frame pointers (or has no symbols to tell): --sample unwinds"),
+            opts.len() == 1,
+            "{opts:?}: {err}"
+        );
+        let t = Trace::open(&trace).unwrap();
+        assert!(t.samplers.len() == 1);
+        assert_eq!(
+            t.call_graph,
+            ferrotrace_analysis::reader::CallGraph::Dwarf,
+            "{opts:?}"
+        );
+    }
     // Bad values: one line each, nothing run.
     for opts in [
         &["--sample", "--sample-freq", "0"][..],

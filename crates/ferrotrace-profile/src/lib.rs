@@ -184,6 +184,17 @@ pub struct BpfUnwinderWork {
     pub user_reads: u64,
 }
 
+/// How to take the stacks of `program` when the user did not say: frame pointers where its `main`
+/// keeps one (cheap, whole stacks); DWARF unwinding of a copied user stack where it does not (an
+/// `-O2` C program) or where no symbol table tells (a stripped binary: Debian's builds keep no frame
+/// pointers), whose frame-pointer stacks would stop at their first frame.
+pub fn call_graph_for(program: &std::path::Path) -> CallGraph {
+    match modules::main_has_frame_pointer(program) {
+        Some(true) => CallGraph::FramePointers,
+        Some(false) | None => CallGraph::Dwarf,
+    }
+}
+
 /// Records a profile as `cfg` says and writes it to `cfg.output`.
 pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     recorder::run(cfg, None)

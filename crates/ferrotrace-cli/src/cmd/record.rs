@@ -115,11 +115,12 @@ pub struct RecordArgs {
         requires = "sample"
     )]
     pub sample_freq: String,
-    /// --sample's stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf)
+    /// --sample's stacks: frame pointers (fp), a copied user stack unwound with DWARF CFI (dwarf), or
+    /// auto: fp where the program's main keeps a frame pointer, dwarf where it does not
     #[arg(
         long = "call-graph",
-        value_name = "fp|dwarf",
-        default_value = "fp",
+        value_name = "auto|fp|dwarf",
+        default_value = "auto",
         requires = "sample"
     )]
     pub call_graph: String,
@@ -212,7 +213,10 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
         share_pool: true,
         ..Options::default()
     };
-    let sample = args.sample.then(|| sample_options(&args)).transpose()?;
+    let sample = args
+        .sample
+        .then(|| sample_options(&args, &program.path))
+        .transpose()?;
     let (running, mut sampling) = match &sample {
         Some(sample) => {
             let (running, sampling) =
@@ -335,12 +339,32 @@ fn record_running(
 }
 
 /// `--sample`'s settings from the command line.
-fn sample_options(args: &RecordArgs) -> Result<launch::sampling::SampleOptions, Error> {
+/// `--sample`'s settings from the command line; `--call-graph auto` chooses for `program`.
+fn sample_options(
+    args: &RecordArgs,
+    program: &std::path::Path,
+) -> Result<launch::sampling::SampleOptions, Error> {
     use ferrotrace_profile::cli_args::{parse_call_graph, parse_events, parse_frequency};
+    use ferrotrace_profile::CallGraph;
+    let call_graph = match args.call_graph.as_str() {
+        "auto" => {
+            let chosen = ferrotrace_profile::call_graph_for(program);
+            if chosen == CallGraph::Dwarf {
+                say!(
+                    "ferrotrace: {} keeps no frame pointers (or has no symbols to tell): --sample \
+                     unwinds its stacks with DWARF (--call-graph dwarf; fp would stop them at its \
+                     first frame)",
+                    program.display()
+                );
+            }
+            chosen
+        }
+        other => parse_call_graph(other)?,
+    };
     Ok(launch::sampling::SampleOptions {
         events: parse_events(&args.events)?,
         frequency: parse_frequency(&args.sample_freq)?,
-        call_graph: parse_call_graph(&args.call_graph)?,
+        call_graph,
     })
 }
 
