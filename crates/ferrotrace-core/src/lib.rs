@@ -14,6 +14,8 @@
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed), and (feature
 //!   `std`) `display_name`, the one rule for the name users see and `-F`/`-N` match;
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
+//! * `entry_patch` (feature `entry-patch`): which functions of uninstrumented x86-64 code can have
+//!   their entry replaced by a jump, and why the others cannot (the runtime's and `list --dynamic`'s);
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
@@ -67,6 +69,8 @@ pub mod build_id;
 pub mod builder;
 pub mod clock;
 pub mod codec;
+#[cfg(feature = "entry-patch")]
+pub mod entry_patch;
 pub mod env;
 pub mod format;
 pub mod grouped;

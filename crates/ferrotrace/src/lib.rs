@@ -80,6 +80,8 @@ fn say_line(args: std::fmt::Arguments<'_>) {
 
 // The runtime's rooms exist only where the runtime does (`cfg(ferrotrace_runtime)`, set by build.rs).
 #[cfg(ferrotrace_runtime)]
+mod arch;
+#[cfg(ferrotrace_runtime)]
 mod buffers;
 #[cfg(ferrotrace_runtime)]
 mod lifecycle;
