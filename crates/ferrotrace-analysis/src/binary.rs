@@ -403,7 +403,7 @@ pub fn entry_patchable(path: &Path) -> Result<Vec<EntryPatchable>, BinaryError> 
         .iter()
         .map(|&(start, size, _)| FunctionRange { start, size })
         .collect();
-    let verdicts = analyse(&ranges, |start, size| {
+    let verdicts = analyse(&ranges, file.entry(), |start, size| {
         let &(at, bytes) = code
             .iter()
             .find(|(at, b)| (*at..*at + b.len() as u64).contains(&start))?;

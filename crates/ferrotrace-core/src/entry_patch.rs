@@ -55,6 +55,9 @@ pub enum Refusal {
     IndirectJump,
     /// A RIP-relative operand or branch of the replaced instructions out of reach of the trampoline.
     OutOfReach,
+    /// The object's entry point (`_start`): jumped to by the kernel or the loader with `argc` where a
+    /// return address would be.
+    EntryPoint,
     /// The library is one the runtime itself runs on (the C library, the loader, the unwinder, the
     /// runtime): tracing it would re-enter the tracer.
     RuntimeLibrary,
@@ -62,7 +65,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Every reason, in the order listings print them.
-    pub const ALL: [Refusal; 9] = [
+    pub const ALL: [Refusal; 10] = [
         Refusal::NoSize,
         Refusal::TooShort,
         Refusal::Undecodable,
@@ -71,6 +74,7 @@ impl Refusal {
         Refusal::BranchIntoWindow,
         Refusal::IndirectJump,
         Refusal::OutOfReach,
+        Refusal::EntryPoint,
         Refusal::RuntimeLibrary,
     ];
 
@@ -85,6 +89,7 @@ impl Refusal {
             Refusal::BranchIntoWindow => "branch-into-entry",
             Refusal::IndirectJump => "indirect-jump",
             Refusal::OutOfReach => "out-of-reach",
+            Refusal::EntryPoint => "entry-point",
             Refusal::RuntimeLibrary => "runtime-library",
         }
     }
@@ -103,6 +108,7 @@ impl fmt::Display for Refusal {
             Refusal::BranchIntoWindow => "a branch into its first 5 bytes",
             Refusal::IndirectJump => "an indirect jump (jump table) with unknown targets",
             Refusal::OutOfReach => "a RIP-relative operand out of reach of a trampoline",
+            Refusal::EntryPoint => "the program's entry point, never called",
             Refusal::RuntimeLibrary => "a library the tracer itself runs on",
         })
     }
@@ -216,10 +222,12 @@ fn window(code: &[u8], start: u64) -> Result<Window, Refusal> {
 }
 
 /// Decides, for every function of one object, whether its entry can be patched: `code(start, size)`
-/// gives a function's bytes (from the file or from memory; `None` if they are not there). Returns one
-/// verdict per function, in the order given. Every function is decoded whole, once.
+/// gives a function's bytes (from the file or from memory; `None` if they are not there);
+/// `entry_point` is the object's ELF entry point in the same address space. Returns one verdict per
+/// function, in the order given. Every function is decoded whole, once.
 pub fn analyse<'a>(
     functions: &[FunctionRange],
+    entry_point: u64,
     code: impl Fn(u64, u64) -> Option<&'a [u8]>,
 ) -> Vec<Result<Window, Refusal>> {
     let mut verdicts = Vec::with_capacity(functions.len());
@@ -228,6 +236,8 @@ pub fn analyse<'a>(
     for f in functions {
         let verdict = if f.size == 0 {
             Err(Refusal::NoSize)
+        } else if f.start == entry_point {
+            Err(Refusal::EntryPoint)
         } else {
             match code(f.start, f.size) {
                 None => Err(Refusal::Undecodable),
@@ -314,7 +324,7 @@ mod tests {
             start: 0x1000,
             size: code.len() as u64,
         }];
-        analyse(&f, |_, _| Some(code))[0]
+        analyse(&f, 0, |_, _| Some(code))[0]
     }
 
     #[test]
@@ -360,9 +370,23 @@ mod tests {
             Ok(Window { at: 0x1000, len: 5 })
         );
         assert_eq!(
-            analyse(&[FunctionRange { start: 0, size: 0 }], |_, _| None)[0],
+            analyse(&[FunctionRange { start: 0, size: 0 }], 1, |_, _| None)[0],
             Err(Refusal::NoSize)
         );
+        // `_start` (endbr64; xor ebp, ebp; mov r9, rdx; pop rsi; ...): [rsp] is argc, not a return
+        // address.
+        let start = [
+            0xf3, 0x0f, 0x1e, 0xfa, 0x31, 0xed, 0x49, 0x89, 0xd1, 0x5e, 0xf4,
+        ];
+        let f = [FunctionRange {
+            start: 0x1000,
+            size: start.len() as u64,
+        }];
+        assert_eq!(
+            analyse(&f, 0x1000, |_, _| Some(&start[..]))[0],
+            Err(Refusal::EntryPoint)
+        );
+        assert!(analyse(&f, 0x2000, |_, _| Some(&start[..]))[0].is_ok());
     }
 
     #[test]
@@ -391,9 +415,9 @@ mod tests {
             0x2000 => Some(&g[..]),
             _ => Some(&h[..]),
         };
-        assert!(analyse(&fns(0x3000), code)[0].is_ok());
+        assert!(analyse(&fns(0x3000), 0, code)[0].is_ok());
         assert_eq!(
-            analyse(&fns(0x2000), code)[0],
+            analyse(&fns(0x2000), 0, code)[0],
             Err(Refusal::BranchIntoWindow)
         );
     }

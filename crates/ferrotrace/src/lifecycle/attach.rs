@@ -159,7 +159,10 @@ fn start_attached(
     crate::patch::text::register_membarrier();
     trampoline::init_xsave_area();
     hot::init_cpu_offset();
-    let mut known = discovery::Known::default();
+    let mut known = discovery::Known {
+        threads_running: true,
+        ..discovery::Known::default()
+    };
     let found = discovery::discover(&config, role == Role::Preload, &mut known)
         .map_err(|e| fail(FAILED, e))?;
     if found.functions.is_empty() && tracepoints.is_empty() && !callsites::has_layer() {
@@ -167,7 +170,8 @@ fn start_attached(
             fail(
                 NO_SITES,
                 format!(
-                    "{} has no patchable sites: {}",
+                    "{} has no patchable sites (uninstrumented functions are traced by patching their \
+                     entries only when `record -- PROGRAM` starts the program): {}",
                     found.exe_name(),
                     schema::source::HOW_TO_BUILD
                 ),

@@ -195,6 +195,18 @@ fn start(role: Role) -> Result<(), String> {
             );
         }
     }
+    if !found.refused.is_empty() && !started_by_traced && !config.patch.is_empty() {
+        let reasons: Vec<String> = found
+            .refused
+            .iter()
+            .map(|(reason, n)| format!("{n} ({reason})"))
+            .collect();
+        say!(
+            "ferrotrace: functions -P selects whose entries cannot be patched safely, left untraced: {} \
+             (`ferrotrace list --dynamic` names them)",
+            reasons.join(", ")
+        );
+    }
     if found.no_frame_pointer > 0 && !started_by_traced && config.functions {
         say!(
             "ferrotrace: {} functions call mcount without setting up a frame pointer and are not traced: \

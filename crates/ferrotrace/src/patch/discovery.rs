@@ -401,8 +401,9 @@ impl Scope<'_, '_> {
 impl Scope<'_, '_> {
     /// Uninstrumented code: decides which functions' entries can be patched (the whole object's code
     /// is decoded, from memory), and adds those selected with their windows; counts the selected ones
-    /// refused, by reason. `text` is the object's executable range.
-    fn add_entry_patches(&mut self, text: (u64, u64)) {
+    /// refused, by reason. `text` is the object's executable range, `entry_point` its ELF entry point
+    /// (link-time).
+    fn add_entry_patches(&mut self, text: (u64, u64), entry_point: u64) {
         let bias = self.bias;
         let ranges: Vec<FunctionRange> = self
             .symbols
@@ -412,14 +413,15 @@ impl Scope<'_, '_> {
                 size,
             })
             .collect();
-        let verdicts = entry_patch::analyse(&ranges, |start, size| {
-            if start < text.0 || start.checked_add(size)? > text.1 {
-                return None;
-            }
-            // SAFETY: inside the object's mapped executable segments (from its program headers), which
-            // stay mapped while it is loaded; readable (R-X).
-            Some(unsafe { core::slice::from_raw_parts(start as *const u8, size as usize) })
-        });
+        let verdicts =
+            entry_patch::analyse(&ranges, bias.wrapping_add(entry_point), |start, size| {
+                if start < text.0 || start.checked_add(size)? > text.1 {
+                    return None;
+                }
+                // SAFETY: inside the object's mapped executable segments (from its program headers), which
+                // stay mapped while it is loaded; readable (R-X).
+                Some(unsafe { core::slice::from_raw_parts(start as *const u8, size as usize) })
+            });
         let symbols = self.symbols;
         for (&(vaddr, _, name), verdict) in symbols.iter().zip(verdicts) {
             match verdict {
@@ -461,6 +463,9 @@ pub struct Known {
     /// The executable has no instrumentation: functions are traced by patching their entries
     /// ([`Scope::add_entry_patches`]).
     pub dynamic: bool,
+    /// Other threads run while discovery's answer is patched (an attach): entry patching is off,
+    /// since a thread may be inside the instructions a jump would replace.
+    pub threads_running: bool,
 }
 
 /// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
@@ -529,7 +534,7 @@ pub fn discover(
         };
         let uninstrumented = xray_map.is_none() && sites.is_empty();
         if module_id == 0 {
-            known.dynamic = uninstrumented;
+            known.dynamic = uninstrumented && !known.threads_running;
         }
         // Uninstrumented objects are traced by entry patching when the executable is uninstrumented
         // too: the executable itself, and libraries when -P names what to patch.
@@ -585,7 +590,7 @@ pub fn discover(
             }
             scope.out.instrumentation |= instrumentation::XRAY;
         } else if patch_entries {
-            scope.add_entry_patches((text_start, text_end));
+            scope.add_entry_patches((text_start, text_end), elf.entry());
         } else {
             scope.add_mcount_sites(&sites, (text_start, text_end));
         }
