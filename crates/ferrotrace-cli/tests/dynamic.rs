@@ -16,29 +16,9 @@ fn plain_gcc(dir: &Path) -> PathBuf {
     build_c(dir, "gcc", "mcwork.c", "mcwork", &["-O2", "-pthread"])
 }
 
-/// A plain `gcc -O2` fib that counts its own calls; the empty `asm` after each recursive call keeps it
-/// a call (gcc would otherwise turn the second into a loop, whose iterations the program would count).
+/// `testprogs/c/fibcount.c` (a fib that counts its own calls) built with plain `gcc -O2`.
 fn plain_gcc_fib(dir: &Path) -> PathBuf {
-    let src = dir.join("fibcount.c");
-    std::fs::write(
-        &src,
-        "#include <stdio.h>\n#include <stdlib.h>\nstatic long calls;\n\
-         __attribute__((noinline)) long fib(long n) {\n  calls++;\n  if (n < 2) return n;\n\
-           long a = fib(n - 1);\n  __asm__ volatile(\"\" : \"+r\"(a));\n  long b = fib(n - 2);\n\
-           __asm__ volatile(\"\" : \"+r\"(b));\n  return a + b;\n}\n\
-         int main(int argc, char **argv) {\n  long r = fib(argc > 1 ? atol(argv[1]) : 20);\n\
-           printf(\"calls=%ld result=%ld\\n\", calls, r);\n  return 0;\n}\n",
-    )
-    .unwrap();
-    let exe = dir.join("fibcount");
-    let out = Command::new("gcc")
-        .args(["-O2", "-o"])
-        .arg(&exe)
-        .arg(&src)
-        .output()
-        .expect("gcc");
-    assert!(out.status.success(), "gcc: {}", text(&out.stderr));
-    exe
+    build_c(dir, "gcc", "fibcount.c", "fibcount", &["-O2"])
 }
 
 /// A stable-Rust release build (no special flags, symbols kept as rustc keeps them) of a fib that
