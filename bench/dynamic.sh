@@ -63,15 +63,15 @@ echo "fib($N): $calls calls; tree CPU, median of $RUNS rounds; $(nproc) CPUs, lo
 echo "$("$ft" record -o dyn-fib.data -P '^fib$' -- ./plain 20 2>&1 >/dev/null | head -1)" >&2
 printf '%-44s %10s %12s\n' tool "ns/call" "vs entry patching"
 printf '%-44s %10s %12s\n' "ferrotrace, entry patching (plain gcc -O2)" "$dyn" "1.00"
-printf '%-44s %10s %12s\n' "ferrotrace, XRay (clang-16 -fxray-instrument)" "$xray" \
-  "$(echo "scale=2; $xray / $dyn" | bc)"
+ratio() { printf '%.2f' "$(echo "scale=3; $1 / $2" | bc)"; }
+printf '%-44s %10s %12s\n' "ferrotrace, XRay (clang-16 -fxray-instrument)" "$xray" "$(ratio "$xray" "$dyn")"
 u=$(per_call uftrace)
-printf '%-44s %10s %12s\n' "uftrace --force -P (dynamic)" "$u" "$(echo "scale=2; $u / $dyn" | bc)"
+printf '%-44s %10s %12s\n' "uftrace --force -P (dynamic)" "$u" "$(ratio "$u" "$dyn")"
 if [ -n "$have_bpftrace" ]; then
   b=$(per_call uprobe)
-  printf '%-44s %10s %12s\n' "bpftrace uprobe (count only, no exit)" "$b" "$(echo "scale=2; $b / $dyn" | bc)"
+  printf '%-44s %10s %12s\n' "bpftrace uprobe (count only, no exit)" "$b" "$(ratio "$b" "$dyn")"
 else
   echo "bpftrace uprobe: skipped (bpftrace cannot run here: needs root and BPF)"
 fi
-echo "entry patching / XRay: $(echo "scale=2; $dyn / $xray" | bc)"
+echo "entry patching / XRay: $(ratio "$dyn" "$xray")"
 echo "untraced plain run: $(med plain) us tree CPU"
