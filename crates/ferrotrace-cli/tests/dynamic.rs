@@ -175,6 +175,21 @@ fn plain_gcc_build_is_traced_exactly_with_its_output_unchanged() {
     let n = program_calls(&out.stdout);
     assert_eq!(calls(&trace, "fib"), n);
     assert_eq!(calls(&trace, "main"), 1);
+    // uftrace's dynamic mode on the same binary counts the same calls.
+    let udata = dir.join("uftrace.data");
+    let u = Command::new("uftrace")
+        .args(["record", "--force", "-P", "^fib$", "-d"])
+        .arg(&udata)
+        .arg(&fib)
+        .arg("18")
+        .output()
+        .expect("uftrace installed (scripts/setup.sh)");
+    assert!(u.status.success(), "uftrace: {}", text(&u.stderr));
+    let by_uftrace = uftrace_report_calls(&udata);
+    assert!(
+        by_uftrace.contains(&("fib".to_string(), n)),
+        "{by_uftrace:?}"
+    );
     assert_eq!(recorded_by(&trace), serde_json::json!(["dynamic"]));
     let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
     assert!(info.contains("recorded by  : dynamic\n"), "{info}");
