@@ -226,6 +226,32 @@ fn plain_gcc_build_is_traced_exactly_with_its_output_unchanged() {
     }
 }
 
+/// Attaching patches no entries (other threads run during an attach; see docs/architecture.md): the
+/// refusal is one line that says so, and the program runs on untouched.
+#[test]
+fn attaching_to_an_uninstrumented_program_is_refused_in_one_line_and_leaves_it_running() {
+    let dir = scratch("dynamic_attach");
+    let fib = plain_gcc_fib(&dir);
+    let mut running = Command::new(&fib)
+        .arg("60")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = ferrotrace()
+        .args(["record", "-p", &running.id().to_string(), "-o"])
+        .arg(dir.join("t.data"))
+        .output()
+        .unwrap();
+    let still_running = running.try_wait().unwrap().is_none();
+    let _ = running.kill();
+    let _ = running.wait();
+    assert!(!out.status.success());
+    let err = text(&out.stderr);
+    assert!(err.contains("not while attached"), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(still_running);
+}
+
 #[test]
 fn stable_rust_release_build_is_traced_exactly() {
     let dir = scratch("dynamic_rust");

@@ -170,8 +170,8 @@ fn start_attached(
             fail(
                 NO_SITES,
                 format!(
-                    "{} has no patchable sites (uninstrumented functions are traced by patching their \
-                     entries only when `record -- PROGRAM` starts the program): {}",
+                    "{} has no patchable sites: uninstrumented functions are traced by patching their \
+                     entries only when `record -- PROGRAM` starts the program, not while attached; {}",
                     found.exe_name(),
                     schema::source::HOW_TO_BUILD
                 ),
