@@ -1,12 +1,6 @@
-//! Reading ferrotrace traces: a streaming reader and the analyses built on it.
-//!
-//! [`reader::Trace`] opens a trace file, checks every chunk (length and CRC) in one pass that keeps only
-//! metadata and an index of event chunks, and stops cleanly at a truncated or corrupt chunk, saying how
-//! much it read. Events are then streamed per thread ([`reader::Trace::thread_events`]) or merged across
-//! threads in time order ([`reader::Trace::events`]), with timestamps in nanoseconds and function names
-//! demangled. Memory is bounded by the number of threads and functions, never by the size of the
-//! trace: each thread keeps at most 256 entries of the chunk index in memory, the older ones in an
-//! unnamed temporary file.
+//! The analyses of ferrotrace traces, built on the one streaming reader (`ferrotrace-reader`,
+//! re-exported here as [`reader`], [`symbolize`], [`srcline`], [`binary`], [`names`],
+//! [`tracepoints`] and [`progress`], so that a command names one crate).
 //!
 //! The analyses, one module per command, each holding that command's view of every kind of event
 //! (function calls, samples, allocations) side by side, all streaming (memory bounded by call depth,
@@ -37,7 +31,8 @@
 //! ```
 #![warn(missing_docs)]
 
-pub mod binary;
+pub use ferrotrace_reader::{binary, names, progress, reader, srcline, symbolize, tracepoints};
+
 pub mod callstack;
 pub mod cct;
 pub mod dump;
@@ -45,14 +40,8 @@ pub mod flame;
 pub mod graph;
 pub mod info;
 pub mod mem;
-pub mod names;
-pub mod progress;
-pub mod reader;
 pub mod replay;
 pub mod report;
 pub mod samples;
 pub mod sections;
-pub mod srcline;
 pub mod stacks;
-pub mod symbolize;
-pub mod tracepoints;

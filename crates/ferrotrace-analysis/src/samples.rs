@@ -198,6 +198,14 @@ impl SampleSet {
         s
     }
 
+    /// The threads that have samples, by tid.
+    pub fn thread_ids(&self) -> Vec<u32> {
+        let mut tids: Vec<u32> = self.samples.iter().map(|s| s.tid).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        tids
+    }
+
     /// A copy holding only the samples of thread `tid`.
     pub fn only_thread(&self, tid: u32) -> SampleSet {
         let mut s = self.clone();

@@ -11,10 +11,13 @@ use clap::{Parser, Subcommand};
 use ferrotrace_cli::{cmd, say};
 
 #[derive(Parser)]
-#[command(name = "ferrotrace", version, about = "Trace functions of XRay-instrumented Rust and C/C++ programs, and profile any program", long_about = None)]
+#[command(name = "ferrotrace", version, about = "Trace the functions (XRay sleds, mcount/fentry calls, patchable NOPs), tracepoints, `tracing` spans and allocations of Rust and C/C++ programs, and profile any program", long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+    /// Accepted for uftrace's sake: ferrotrace never pages its output
+    #[arg(long, global = true)]
+    no_pager: bool,
 }
 
 #[derive(Subcommand)]
@@ -33,7 +36,7 @@ enum Command {
     Mem(cmd::mem::MemArgs),
     /// A flame graph (SVG, weighted by time) or folded stacks
     Flame(cmd::flame::FlameArgs),
-    /// Convert the trace: uftrace data directory, Chrome JSON, Perfetto protobuf, folded stacks
+    #[command(about = cmd::dump::about())]
     Dump(cmd::dump::DumpArgs),
     /// List the tracepoints and XRay-instrumented functions of a program (without running it)
     List(cmd::list::ListArgs),

@@ -693,3 +693,75 @@ fn info_says_what_the_flight_ring_overwrote() {
         )
     );
 }
+
+/// `uftrace info -d` of the uftrace export describes the run, as it does a run uftrace recorded: when
+/// it was recorded (not when it was exported: the export is made a second later), its command line,
+/// its exit status, how long it ran and its CPU time (which `record` got from `wait4`).
+#[test]
+fn uftrace_info_of_the_export_describes_the_run() {
+    let dir = scratch("uftrace_info");
+    let (out, trace) = record(&dir, &[], &testprog("fib"), &["25"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let ud = dir.join("fib.uftrace");
+    ok(ft(&[
+        "dump",
+        "-i",
+        p(&trace),
+        "--format",
+        "uftrace",
+        "-o",
+        p(&ud),
+    ]));
+    let info = Command::new("uftrace")
+        .args(["info", "-d"])
+        .arg(&ud)
+        .output()
+        .expect("uftrace (scripts/setup.sh installs it)");
+    assert!(info.status.success(), "{}", text(&info.stderr));
+    let info = text(&info.stdout);
+    let field = |name: &str| {
+        info.lines()
+            .find_map(|l| l.strip_prefix(&format!("# {name:<20}: ")))
+            .unwrap_or_else(|| panic!("no '{name}' in:\n{info}"))
+            .to_string()
+    };
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    let start = t.session.start_realtime_ns / 1_000_000_000;
+    let date = Command::new("date")
+        .arg("-d")
+        .arg(format!("@{start}"))
+        .arg("+%a %b %e %H:%M:%S %Y")
+        .output()
+        .unwrap();
+    assert_eq!(field("recorded on"), text(&date.stdout).trim(), "{info}");
+    assert_eq!(
+        field("cmdline"),
+        format!("{} 25", testprog("fib").display()),
+        "{info}"
+    );
+    assert_eq!(field("exit status"), "exited with code: 0", "{info}");
+    let elapsed: f64 = field("elapsed time")
+        .strip_suffix(" sec")
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (elapsed * 1e9 - t.duration_ns() as f64).abs() < 1.0,
+        "{elapsed} s against the trace's {} ns",
+        t.duration_ns()
+    );
+    let cpu = field("cpu time");
+    let (sys, user) = cpu
+        .strip_suffix(" sec (sys / user)")
+        .and_then(|c| c.split_once(" / "))
+        .unwrap_or_else(|| panic!("{cpu}"));
+    let user: f64 = user.parse().unwrap();
+    let sys: f64 = sys.parse().unwrap();
+    // fib(25) spins: it ran on the CPU, and never longer than it ran.
+    assert!(user > 0.0 && user + sys <= elapsed * 1.5 + 0.01, "{info}");
+    assert!(
+        field("program version").starts_with("ferrotrace "),
+        "{info}"
+    );
+}

@@ -295,6 +295,45 @@ fn fifty_threads_each_register_at_their_first_event() {
     );
 }
 
+/// The first traced call of each thread after an attach is not charged with the tracer's set-up (its
+/// registration and first chunk: 13-310 us against calls of a few in memcached): on each of the 51
+/// threads of a server, the first function entry is stamped after the time the runtime recorded once
+/// it had registered the thread.
+#[test]
+fn each_thread_s_first_entry_is_timed_after_its_registration() {
+    let dir = scratch("attach_first_call");
+    let server = Server::start(&testprog("line_server"), &["50"]);
+    let mut client = Client::connect(server.port);
+    let trace = dir.join("t.data");
+    let rec = Recording::start(server.pid(), &trace, &["-F", "handle|tick"]);
+    client.ask_many("q", 10);
+    std::thread::sleep(Duration::from_millis(100));
+    rec.stop();
+    let t = stopped_trace(&trace);
+    let mut checked = 0;
+    for th in t.threads.values() {
+        let first_entry = t
+            .thread_events(th.tid)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .find(|e| e.kind == EventKind::Entry);
+        let Some(first) = first_entry else { continue };
+        let registered = th
+            .registered_tsc
+            .unwrap_or_else(|| panic!("thread {} ({}): no registration time", th.tid, th.name));
+        assert!(
+            first.ts_ns >= t.tsc_to_ns(registered),
+            "thread {} ({}): its first entry ({}) is {} ns before its registration ended",
+            th.tid,
+            th.name,
+            t.function_name(first.id),
+            t.tsc_to_ns(registered) - first.ts_ns
+        );
+        checked += 1;
+    }
+    assert!(checked >= 51, "{checked} threads with an entry");
+}
+
 #[test]
 fn refusals_say_why_in_one_line() {
     let dir = scratch("attach_refusals");
@@ -338,6 +377,10 @@ fn refusals_say_why_in_one_line() {
             "--alloc cannot be used on a running process",
         ),
         (&["--trace", "request"][..], "has no tracepoints"),
+        (
+            &["--sample"][..],
+            "--sample cannot be used on a running process",
+        ),
     ] {
         let out = ferrotrace()
             .args(["record", "-p", &server.pid().to_string(), "-o"])
@@ -351,6 +394,72 @@ fn refusals_say_why_in_one_line() {
         assert_eq!(err.trim_end().lines().count(), 1, "{err}");
     }
     assert_eq!(maps(), maps_before);
+}
+
+/// A `-P` or `-F` pattern that selects nothing is named, with its own option, in the same line whether
+/// the program was launched or attached to; an attach that could record nothing leaves the process
+/// alone (as `live -p` does), and one that records something goes on with the warning.
+#[test]
+fn patterns_that_select_nothing_are_named_alike_launched_and_attached() {
+    let dir = scratch("attach_selects_nothing");
+    // Launched: the program runs, and the warning names -P.
+    let (out, _) = record(&dir, &["-P", "no_such_fn"], &testprog("fib"), &["10"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("-P 'no_such_fn' selects none of the"), "{err}");
+    assert!(!err.contains("-F"), "{err}");
+    let server = Server::start(&testprog("line_server"), &[]);
+    let output = dir.join("r.data");
+    let attach = |command: &str, opts: &[&str]| {
+        ferrotrace()
+            .args([command, "-p", &server.pid().to_string()])
+            .args(if command == "record" {
+                vec!["-o", output.to_str().unwrap()]
+            } else {
+                vec![]
+            })
+            .args(opts)
+            .output()
+            .unwrap()
+    };
+    for (command, opts, why) in [
+        (
+            "record",
+            &["-P", "no_such_fn"][..],
+            "-P 'no_such_fn' selects none of the",
+        ),
+        (
+            "record",
+            &["-F", "no_such_fn"][..],
+            "-F 'no_such_fn' selects none of the",
+        ),
+        (
+            "live",
+            &["-F", "no_such_fn"][..],
+            "-F 'no_such_fn' selects none of the",
+        ),
+    ] {
+        let out = attach(command, opts);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{command} {opts:?}: {err}");
+        assert!(err.contains(why), "{command} {opts:?}: {err}");
+        assert!(!err.contains("-F/-N"), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    }
+    // One pattern selects, the other not: recorded, with the warning before the recording starts.
+    let rec = Recording::start(
+        server.pid(),
+        &dir.join("w.data"),
+        &["-F", "handle", "-F", "no_such_fn"],
+    );
+    assert!(
+        rec.said
+            .contains("warning: -F 'no_such_fn' selects none of the"),
+        "{}",
+        rec.said
+    );
+    Client::connect(server.port).ask_many("q", 3);
+    rec.stop();
+    assert_eq!(calls(&stopped_trace(&dir.join("w.data")), "handle").0, 3);
 }
 
 /// The preload library's TLS is static even when dlopened (DF_STATIC_TLS); when a process has no
@@ -748,4 +857,89 @@ fn twenty_attachments_leave_no_pool_mapping_or_descriptor_behind() {
         rss_20 < rss_2 + 1024,
         "resident memory grew from {rss_2} KiB to {rss_20} KiB over 18 attachments"
     );
+}
+
+/// What a detach leaves in the code of an XRay program, compared byte by byte (`/proc/PID/mem`
+/// against the file): exactly what the README and `patch::sites::unpatch_all` say. Every sled patched
+/// has its first two bytes back (its short jump or `ret`, so no thread enters the rest); only bytes
+/// 2-10 of sleds differ (the `mov r10d, id; call` no thread runs any more, left because a thread
+/// stopped between the two instructions would resume inside the NOP); every other byte of the
+/// executable's code is the file's.
+#[test]
+fn after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file() {
+    use object::{Object, ObjectSection, ObjectSegment};
+    use std::io::{Read, Seek, SeekFrom};
+    let dir = scratch("attach_code_back");
+    let exe = testprog("line_server");
+    let server = Server::start(&exe, &[]);
+    let mut client = Client::connect(server.port);
+    let rec = Recording::start(server.pid(), &dir.join("t.data"), &[]);
+    client.ask_many("q", 3);
+    rec.stop();
+    client.ask_many("q", 3);
+    let file = std::fs::read(&exe).unwrap();
+    let elf = object::File::parse(&*file).unwrap();
+    let map = elf.section_by_name("xray_instr_map").expect("sleds");
+    let entries = map.data().unwrap();
+    let mut sleds = Vec::new();
+    for (i, e) in entries
+        .chunks_exact(ferrotrace_core::xray::ENTRY_LEN)
+        .enumerate()
+    {
+        let at = map.address() + (i * ferrotrace_core::xray::ENTRY_LEN) as u64;
+        let entry = ferrotrace_core::xray::decode_entry(e.try_into().unwrap(), at);
+        if entry.kind.is_some() {
+            sleds.push(entry.sled);
+        }
+    }
+    sleds.sort_unstable();
+    // The executable's code mapping, and the link-time address of its first byte.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
+    let exe_path = exe.canonicalize().unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains(" r-xp ") && l.ends_with(exe_path.to_str().unwrap()))
+        .expect("the executable's code mapping");
+    let mut f = line.split_whitespace();
+    let (range, offset) = (f.next().unwrap(), f.nth(1).unwrap());
+    let (lo, hi) = range.split_once('-').unwrap();
+    let (lo, hi) = (
+        u64::from_str_radix(lo, 16).unwrap(),
+        u64::from_str_radix(hi, 16).unwrap(),
+    );
+    let offset = u64::from_str_radix(offset, 16).unwrap();
+    // The code segment (the mapping starts at the page holding its first byte, which may belong to
+    // the segment before it in the file).
+    let segment = elf
+        .segments()
+        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .unwrap();
+    let vaddr_of_start = (segment.address() + offset).wrapping_sub(segment.file_range().0);
+    let len = (hi - lo).min(file.len() as u64 - offset) as usize;
+    let mut memory = vec![0u8; len];
+    let mut mem = std::fs::File::open(format!("/proc/{}/mem", server.pid())).unwrap();
+    mem.seek(SeekFrom::Start(lo)).unwrap();
+    mem.read_exact(&mut memory).unwrap();
+    let on_disk = &file[offset as usize..offset as usize + len];
+    let (mut in_sleds, mut patched_sleds) = (0usize, std::collections::BTreeSet::new());
+    for (i, (m, d)) in memory.iter().zip(on_disk).enumerate() {
+        if m == d {
+            continue;
+        }
+        let vaddr = vaddr_of_start + i as u64;
+        let sled = sleds[..sleds.partition_point(|&s| s <= vaddr)]
+            .last()
+            .copied();
+        let inside = sled.is_some_and(|s| (s + 2..s + 11).contains(&vaddr));
+        assert!(
+            inside,
+            "byte at {vaddr:#x} differs from the file ({m:#04x}, file {d:#04x}) outside the skipped \
+             bytes of a sled (nearest sled before it: {sled:#x?})"
+        );
+        in_sleds += 1;
+        patched_sleds.insert(sled.unwrap());
+    }
+    // It was patched (the bytes that stay say so), and at most 9 bytes of each sled differ.
+    assert!(!patched_sleds.is_empty(), "no sled was patched?");
+    assert!(in_sleds <= 9 * patched_sleds.len());
 }

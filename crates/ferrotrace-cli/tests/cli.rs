@@ -612,3 +612,173 @@ fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
         assert_eq!(replayed(&opts), calls, "replay {opts:?}");
     }
 }
+
+/// Every option that takes a duration reads the one units grammar: `1h` is an hour for `record
+/// --duration` as for `profile --duration`, `replay -t`, `--time-range` and `dump --from`, and a unit
+/// that does not exist is refused by each with the grammar's words.
+#[test]
+fn every_duration_option_reads_one_grammar() {
+    let t = p(fib_trace()).to_string();
+    let dir = scratch("units_grammar");
+    let out_file = dir.join("out.perfetto-trace");
+    // A process id that is not running: the duration is parsed before the process is looked for.
+    let gone = "2147483646";
+    let options = |d: &str| -> Vec<Vec<String>> {
+        let v = |a: &[&str]| a.iter().map(|s| s.to_string()).collect();
+        vec![
+            v(&["record", "-p", gone, "--duration", d]),
+            v(&["profile", "-p", gone, "--duration", d]),
+            v(&["replay", "-i", &t, "-t", d]),
+            v(&["replay", "-i", &t, "--time-range", &format!("{d}~")]),
+            v(&[
+                "dump",
+                "-i",
+                &t,
+                "--format",
+                "perfetto",
+                "-o",
+                p(&out_file),
+                "--from",
+                d,
+            ]),
+        ]
+    };
+    for args in options("1h") {
+        let out = ferrotrace().args(&args).output().unwrap();
+        let err = text(&out.stderr);
+        assert!(
+            !err.contains("bad duration") && !err.contains("bad time"),
+            "{args:?}: {err}"
+        );
+    }
+    for args in options("1parsec") {
+        let out = ferrotrace().args(&args).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("bad duration") || err.contains("bad time"),
+            "{args:?}: {err}"
+        );
+    }
+}
+
+/// uftrace's spellings (docs/uftrace.md) run against a trace: `-d`/`--data` for `-o` and `-i`,
+/// `--no-pager`, `--no-libcall`, `report -f`/`--output-fields`, `--avg-total`, `-s call`; those that
+/// cannot mean the same are refused in one line naming ferrotrace's equivalent.
+#[test]
+fn uftrace_spellings_are_accepted_or_refused_in_one_line() {
+    let dir = scratch("uftrace_spellings");
+    let trace = dir.join("fib.data");
+    let out = ferrotrace()
+        .args(["record", "--no-libcall", "-d", p(&trace), "--"])
+        .arg(testprog("fib"))
+        .arg("10")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = p(&trace);
+    // The same table as -i and the default columns give, with -d, --data and --no-pager.
+    let plain = ok(ft(&["report", "-i", t]));
+    assert_eq!(ok(ft(&["report", "-d", t, "--no-pager"])), plain);
+    assert_eq!(ok(ft(&["--no-pager", "report", "--data", t])), plain);
+    for cmd in ["info", "replay", "graph", "mem", "flame"] {
+        let args: &[&str] = match cmd {
+            "flame" => &["flame", "--folded"],
+            _ => &[cmd],
+        };
+        let by_i = ft(&[args, &["-i", t]].concat());
+        let by_d = ft(&[args, &["-d", t, "--no-pager"]].concat());
+        assert_eq!(
+            (by_d.status.code(), text(&by_d.stdout)),
+            (by_i.status.code(), text(&by_i.stdout)),
+            "{cmd} -d"
+        );
+    }
+    // -s call sorts as -s calls; -f picks and orders the columns.
+    assert_eq!(
+        ok(ft(&["report", "-d", t, "-s", "call"])),
+        ok(ft(&["report", "-d", t, "-s", "calls"]))
+    );
+    let fields = ok(ft(&["report", "-d", t, "-f", "call,total,total-max"]));
+    let header: Vec<&str> = fields
+        .lines()
+        .next()
+        .unwrap()
+        .split("  ")
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .collect();
+    assert_eq!(
+        header,
+        ["Calls", "Total time", "Max", "Function"],
+        "{fields}"
+    );
+    let fib_row = fields
+        .lines()
+        .find(|l| l.ends_with("fib::fib"))
+        .expect("fib row");
+    let calls_in_plain = plain
+        .lines()
+        .find(|l| l.ends_with("fib::fib"))
+        .unwrap()
+        .split_whitespace()
+        .nth(4)
+        .unwrap()
+        .to_string();
+    assert_eq!(
+        fib_row.split_whitespace().next().unwrap(),
+        calls_in_plain,
+        "{fields}\n{plain}"
+    );
+    let avg_total = ok(ft(&["report", "-d", t, "--avg-total"]));
+    let header: Vec<&str> = avg_total
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    assert_eq!(header, ["Avg", "Min", "Max", "Function"], "{avg_total}");
+    // Refused, each in one line that names what ferrotrace has.
+    for (args, names) in [
+        (&["--avg-self"][..], "--avg-total"),
+        (&["-f", "self-avg"][..], "total-avg"),
+        (&["-f", "size"][..], "total-max"),
+        (&["-f", "total", "--json"][..], "--json has every field"),
+    ] {
+        let out = ft(&[&["report", "-d", t][..], args].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(names), "{args:?}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{args:?}: {err}");
+    }
+}
+
+/// `report --jobs 2` on a machine whose cores are all busy reads on one thread (its second job's
+/// hand-overs would each wait for a time slice: 48 s instead of 1.9 s on a busy 2-vCPU machine), says
+/// so, and reports what one job reports. The test keeps every core busy itself.
+#[test]
+fn report_jobs_fall_back_to_one_when_no_core_is_free() {
+    let trace = fib_trace();
+    let one = ok(ft(&["report", "-i", p(trace), "--jobs", "1"]));
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let out = std::thread::scope(|s| {
+        for _ in 0..cpus + 1 {
+            s.spawn(|| {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::hint::spin_loop();
+                }
+            });
+        }
+        let out = ft(&["report", "-i", p(trace), "--jobs", "2"]);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        out
+    });
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("leave no core free for a second job: reading on one"),
+        "{err}"
+    );
+    assert_eq!(text(&out.stdout), one);
+}

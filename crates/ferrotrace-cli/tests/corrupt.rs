@@ -247,7 +247,14 @@ fn report_read_once_says_what_report_read_twice_says_of_a_damaged_chunk() {
                 .args(extra)
                 .output()
                 .unwrap();
-            (out.status.code(), text(&out.stdout), text(&out.stderr))
+            // On a machine with no core free, --jobs 2 reads on one and says so: the line aside,
+            // the outputs agree either way.
+            let err: String = text(&out.stderr)
+                .lines()
+                .filter(|l| !l.contains("free for a second job"))
+                .map(|l| format!("{l}\n"))
+                .collect();
+            (out.status.code(), text(&out.stdout), err)
         };
         let once = run("1");
         assert_eq!(once.0, Some(1), "{}", once.2);

@@ -863,3 +863,74 @@ fn stacks_through_plugins_loaded_and_unloaded_in_turn() {
         "{folded}"
     );
 }
+
+/// A block allocated before recording started (by a library's constructor, before the preloaded
+/// runtime's start) and freed while recorded: `mem` counts that free apart (it is not a free of a
+/// block it knows, and the heap does not go below zero), and the exports mark it (Chrome JSON and
+/// Perfetto via the one instant naming; Parquet as `free_unknown`), while the program's own free is
+/// an ordinary one.
+#[test]
+fn frees_of_blocks_allocated_before_recording_are_counted_and_marked() {
+    let dir = scratch("mem_early_free");
+    build_c(
+        &dir,
+        "gcc",
+        "earlyfree.c",
+        "libearlyfree.so",
+        &["-O1", "-DLIBRARY", "-shared", "-fPIC"],
+    );
+    let lib_dir = format!("-L{}", dir.display());
+    let rpath = format!("-Wl,-rpath,{}", dir.display());
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "earlyfree.c",
+        "earlyfree",
+        &["-O1", "-Wl,--no-as-needed", &lib_dir, "-learlyfree", &rpath],
+    );
+    let (out, trace) = record(&dir, &["--alloc"], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let early = text(&out.stdout)
+        .trim()
+        .strip_prefix("early=0x")
+        .map(|a| u64::from_str_radix(a, 16).unwrap())
+        .expect("early=ADDRESS");
+    let j = mem_json(&trace);
+    assert!(j["unseen_frees"].as_u64().unwrap() >= 1, "{j}");
+    let t = trace.to_str().unwrap();
+    let summary = ok(ft(&["mem", "-i", t]));
+    assert!(
+        summary.contains("frees of blocks allocated before recording started"),
+        "{summary}"
+    );
+    let chrome = dir.join("t.json");
+    ok(ft(&[
+        "dump",
+        "--format",
+        "chrome",
+        "-i",
+        t,
+        "-o",
+        chrome.to_str().unwrap(),
+    ]));
+    let events: Value = serde_json::from_slice(&std::fs::read(&chrome).unwrap()).unwrap();
+    let events = events["traceEvents"]
+        .as_array()
+        .or_else(|| events.as_array())
+        .expect("events");
+    let frees: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["name"].as_str().is_some_and(|n| n.starts_with("free")))
+        .collect();
+    let marked = |e: &Value| e["args"]["allocated_before_recording"] == true;
+    let early_free = frees
+        .iter()
+        .find(|e| e["args"]["address"].as_u64() == Some(early))
+        .unwrap_or_else(|| panic!("no free of {early:#x}: {frees:?}"));
+    assert!(marked(early_free), "{early_free}");
+    assert_eq!(early_free["name"], "free (allocated before recording)");
+    assert!(
+        frees.iter().any(|e| !marked(e)),
+        "the program's own free is an ordinary one: {frees:?}"
+    );
+}

@@ -3,6 +3,7 @@
 mod common;
 
 use common::*;
+use ferrotrace_analysis::reader::Trace;
 
 #[test]
 fn profile_then_report_flame_firefox_perfetto_and_info() {
@@ -192,4 +193,41 @@ fn profile_and_record_name_functions_alike() {
         missing.is_empty(),
         "named differently when sampled: {missing:?}\nsampled: {sampled_names:?}"
     );
+}
+
+/// Samples in a JIT's anonymous executable code (`jitspin` copies a loop into an anonymous mapping
+/// and spins in it): named `[anon]`, or by the JIT's perf map when it wrote one, never looked up as a
+/// file (`info` said "not named : cannot read //anon").
+#[test]
+fn samples_in_anonymous_code_are_named_anon_or_by_the_jit_s_perf_map() {
+    let dir = scratch("profile_anon");
+    let exe = build_c(&dir, "gcc", "jitspin.c", "jitspin", &["-O2"]);
+    for (arg, name) in [("plain", "[anon]"), ("map", "jit_spin_loop")] {
+        let trace = dir.join(format!("{arg}.data"));
+        let out = ferrotrace()
+            .args(["profile", "-F", "999", "--call-graph", "dwarf", "-o"])
+            .arg(&trace)
+            .arg("--")
+            .arg(&exe)
+            .arg(arg)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let t = trace.to_str().unwrap();
+        let info = ok(ft(&["info", "-i", t]));
+        let report: serde_json::Value =
+            serde_json::from_str(&ok(ft(&["report", "--json", "-i", t]))).unwrap();
+        if arg == "map" {
+            let pid = Trace::open(&trace).unwrap().session.pid;
+            let _ = std::fs::remove_file(ferrotrace_core::jit::perf_map_path(pid));
+        }
+        assert!(!info.contains("//anon"), "{arg}: {info}");
+        assert!(!info.contains("not named"), "{arg}: {info}");
+        let top = &report["functions"][0];
+        assert_eq!(top["function"], name, "{arg}: the loop leads: {report}");
+        assert!(
+            top["self"].as_u64().unwrap() * 2 > report["samples"].as_u64().unwrap(),
+            "{arg}: most samples are in the loop: {report}"
+        );
+    }
 }

@@ -123,6 +123,40 @@ fn sample_report_replay_and_flame_show_samples_beside_and_inside_functions() {
     };
     assert_ne!(sampled("spinner::spin_first"), "0 ns", "{table}");
     assert_ne!(sampled("spinner::spin_second"), "0 ns", "{table}");
+    // report --json: one document (json.load reads it), the function rows and the samples' report
+    // in it; with --threads and with --diff too.
+    let doc = |opts: &[&str]| -> serde_json::Value {
+        let out = ok(ft(&[&["report", "-i", p, "--json"][..], opts].concat()));
+        serde_json::from_str(&out)
+            .unwrap_or_else(|e| panic!("{opts:?}: not one document ({e}): {out}"))
+    };
+    let one = doc(&[]);
+    let rows = one["functions"].as_array().expect("function rows");
+    let spin = rows
+        .iter()
+        .find(|f| f["name"] == "spinner::spin_first")
+        .expect("spin_first");
+    assert_eq!(spin["calls"], 1, "{one}");
+    assert!(spin["sampled_ns"].as_u64().unwrap() > 0, "{one}");
+    let sampled = &one["samples"];
+    assert!(sampled["samples"].as_u64().unwrap() > 0, "{one}");
+    assert!(
+        sampled["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["function"] == "spinner::spin_first" && f["self"].as_u64() > Some(0)),
+        "{one}"
+    );
+    let threads = doc(&["--threads"]);
+    assert!(threads["threads"].as_array().is_some(), "{threads}");
+    assert!(
+        threads["samples"]["threads"].as_array().is_some(),
+        "{threads}"
+    );
+    let diff = doc(&["--diff", p]);
+    assert!(diff["functions"].as_array().is_some(), "{diff}");
+    assert!(diff["samples"]["diff"].as_array().is_some(), "{diff}");
     // replay: samples between the entry and the exit of the function that was running, their stacks
     // up to it.
     let replay = ok(ft(&["replay", "-i", p]));

@@ -285,3 +285,31 @@ fn live_prints_spans_and_events_by_name_as_they_happen() {
     // Only what -F names (each alone): not the parse span inside.
     assert!(!printed.contains("parse"), "{printed}");
 }
+
+/// A program that records its `tracing` spans through ferrotrace-tracing but has no sleds is
+/// recordable: `record -- ./prog` was refused ("not instrumented"), although `record --trace` of the
+/// same program worked. Its spans are its functions.
+#[test]
+fn a_program_with_the_layer_and_no_sleds_is_recorded() {
+    let dir = scratch("tracing_no_sleds");
+    let prog = tracing_service_without_sleds();
+    let (out, path) = record(&dir, &[], &prog, &[&REQUESTS.to_string()]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(
+        text(&out.stdout).trim(),
+        format!("requests={REQUESTS} served={REQUESTS}")
+    );
+    assert!(!err.contains("instrumented"), "{err}");
+    let trace = Trace::open(&path).unwrap();
+    let entries = entries_nested(&trace);
+    assert_eq!(entries["handle_request"], REQUESTS, "{entries:?}");
+    assert_eq!(entries["parse"], REQUESTS, "{entries:?}");
+    // No sled: no function of the program's own.
+    assert!(
+        !entries
+            .keys()
+            .any(|k| k.starts_with("ft_tracing_service::")),
+        "{entries:?}"
+    );
+}

@@ -170,7 +170,12 @@ impl<W: Write> TraceBuilder<W> {
     /// Names a thread.
     pub fn thread(&mut self, tid: u32, name: &str) -> io::Result<()> {
         self.threads.entry(tid).or_default();
-        self.w.write(&schema::Thread { tid, name, pid: 0 })
+        self.w.write(&schema::Thread {
+            tid,
+            name,
+            pid: 0,
+            registered_ticks: 0,
+        })
     }
 
     /// Adds a sampler; returns its index for [`TraceBuilder::sample`].
@@ -369,6 +374,7 @@ impl<W: Write> TraceBuilder<W> {
             exit_code: Some(0),
             unwind_errors: 0,
             write_errno: 0,
+            usage: None,
         };
         self.w.write(&end)?;
         self.w.flush()?;

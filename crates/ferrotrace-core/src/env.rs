@@ -84,6 +84,9 @@ pub const SHARED_FD: &str = "FERROTRACE_SHARED_FD";
 pub const TRACED_PARENT: &str = "FERROTRACE_TRACED_PARENT";
 /// The control FIFO of a recording started by `ferrotrace_attach` (`record -p`).
 pub const CONTROL: &str = "FERROTRACE_CONTROL";
+/// The file beside the control FIFO where an attached runtime leaves its warnings (one a line) for
+/// the host to print: the process's standard error is not the user's.
+pub const ATTACH_WARNINGS_FILE: &str = "warnings";
 /// The FIFO an attached runtime prints live events to (`live -p`).
 pub const LIVE_FIFO: &str = "FERROTRACE_LIVE_FIFO";
 /// The preload library `ferrotrace record` and `live` inject.

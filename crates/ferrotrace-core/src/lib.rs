@@ -13,6 +13,8 @@
 //!   `std`, the CLOCK_MONOTONIC and CLOCK_REALTIME readings the runtime and the profiler both take);
 //! * [`symbols`]: which symbols belong to the tracer itself (never traced, never listed), and (feature
 //!   `std`) `display_name`, the one rule for the name users see and `-F`/`-N` match;
+//! * [`arch`]: assembly text that the runtime's and the embedded recorder's hooks share (the clock read,
+//!   the vector registers' save area, where an mcount hook finds the return address);
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * `entry_patch` (feature `entry-patch`): which functions of uninstrumented x86-64 code can have
 //!   their entry replaced by a jump, and why the others cannot (the runtime's and `list --dynamic`'s);
@@ -20,7 +22,9 @@
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
 //!   recorder's), with the offsets its assembly uses;
-//! * [`size`]: buffer and chunk sizes as users write them (`16M`), and their limits;
+//! * [`units`]: the one grammar of sizes (`16M`), durations (`1.5ms`, `1h`) and frequencies (`4kHz`)
+//!   that every option and environment variable is written in;
+//! * [`size`]: buffer and chunk sizes and their limits;
 //! * [`shared`]: the chunk pool shared with `ferrotrace record`, which recovers what a killed process had
 //!   not written;
 //! * [`env`](mod@env): the environment protocol between `ferrotrace record`/`live` and the runtime (every
@@ -42,7 +46,9 @@
 //!
 //! Who should not: programs that want to *trace themselves* should depend on the `ferrotrace` crate, and
 //! programs that want to *read traces* on `ferrotrace-analysis`, which has a streaming reader on top of
-//! this codec. Nothing here opens files, reads clocks or makes system calls.
+//! this codec. Without feature `std` nothing here opens files, reads clocks or makes system calls;
+//! `std` adds the few parts that do (`output` creates trace files, `clock::{monotonic_ns, realtime_ns}`
+//! read the clocks, `size::physical_memory` asks `sysinfo`, `vdso` reads this process's vDSO).
 //!
 //! ```
 //! use ferrotrace_core::codec::{EventDecoder, EventEncoder, SliceSink};
@@ -64,6 +70,7 @@
 #![cfg_attr(not(feature = "std"), no_std)]
 #![warn(missing_docs)]
 
+pub mod arch;
 pub mod build_id;
 #[cfg(feature = "std")]
 pub mod builder;
@@ -74,6 +81,8 @@ pub mod entry_patch;
 pub mod env;
 pub mod format;
 pub mod grouped;
+#[cfg(feature = "std")]
+pub mod jit;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;
@@ -88,6 +97,7 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
+pub mod units;
 #[cfg(feature = "std")]
 pub mod vdso;
 pub mod writer;

@@ -330,6 +330,11 @@ pub struct Thread<'a> {
     /// *Trailing*: its process, when a trace holds several (a profile of a program and its children);
     /// 0 (the default) means the Session's.
     pub pid: u32,
+    /// *Trailing*: the clock (ticks) when the runtime had registered the thread and given it its
+    /// first chunk: its first function entry is timed from no earlier, so that the tracer's set-up is
+    /// charged to no function. 0 (the default): not said (later Thread chunks of the thread, other
+    /// writers).
+    pub registered_ticks: u64,
 }
 
 impl<'a> Payload<'a> for Thread<'a> {
@@ -338,7 +343,11 @@ impl<'a> Payload<'a> for Thread<'a> {
     fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
         put_varint(s, self.tid as u64)?;
         put_str(s, self.name)?;
-        put_varint(s, self.pid as u64)
+        put_varint(s, self.pid as u64)?;
+        if self.registered_ticks != 0 {
+            put_varint(s, self.registered_ticks)?;
+        }
+        Ok(())
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -346,6 +355,7 @@ impl<'a> Payload<'a> for Thread<'a> {
             tid: f.varint_u32()?,
             name: f.str()?,
             pid: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
+            registered_ticks: trailing(f, 0)?,
         })
     }
 }
@@ -426,6 +436,66 @@ pub struct End {
     /// it recorded, counted in `lost`, and this chunk is its final attempt at the file (trailing,
     /// default 0).
     pub write_errno: u32,
+    /// *Trailing* (after `write_errno`): what the program used, as the kernel counted it for the
+    /// launcher that waited for it (`wait4`); `None` (the default) when not known (attached
+    /// recordings, other writers).
+    pub usage: Option<Usage>,
+}
+
+/// A program's resource usage (`struct rusage` of the process and its waited-for children), in the
+/// End chunk when the launcher saw it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// CPU time in user mode, microseconds.
+    pub user_us: u64,
+    /// CPU time in the kernel, microseconds.
+    pub system_us: u64,
+    /// Voluntary context switches.
+    pub voluntary_switches: u64,
+    /// Involuntary context switches.
+    pub involuntary_switches: u64,
+    /// Largest resident set, KiB.
+    pub max_rss_kib: u64,
+    /// Page faults that read from disk.
+    pub major_faults: u64,
+    /// Page faults served from memory.
+    pub minor_faults: u64,
+    /// Blocks read from file systems.
+    pub blocks_in: u64,
+    /// Blocks written to file systems.
+    pub blocks_out: u64,
+}
+
+impl Usage {
+    fn fields(&self) -> [u64; 9] {
+        [
+            self.user_us,
+            self.system_us,
+            self.voluntary_switches,
+            self.involuntary_switches,
+            self.max_rss_kib,
+            self.major_faults,
+            self.minor_faults,
+            self.blocks_in,
+            self.blocks_out,
+        ]
+    }
+
+    fn from_fields(v: [u64; 9]) -> Usage {
+        let [user_us, system_us, voluntary_switches, involuntary_switches, max_rss_kib, major_faults, minor_faults, blocks_in, blocks_out] =
+            v;
+        Usage {
+            user_us,
+            system_us,
+            voluntary_switches,
+            involuntary_switches,
+            max_rss_kib,
+            major_faults,
+            minor_faults,
+            blocks_in,
+            blocks_out,
+        }
+    }
 }
 
 impl<'a> Payload<'a> for End {
@@ -441,8 +511,13 @@ impl<'a> Payload<'a> for End {
         put_varint(s, self.dropped_events)?;
         put_varint(s, self.exit_code.map_or(0, |c| c as u32 as u64 + 1))?;
         put_varint(s, self.unwind_errors)?;
-        if self.write_errno != 0 {
+        if self.write_errno != 0 || self.usage.is_some() {
             put_varint(s, self.write_errno as u64)?;
+        }
+        if let Some(u) = &self.usage {
+            for v in u.fields() {
+                put_varint(s, v)?;
+            }
         }
         Ok(())
     }
@@ -468,6 +543,16 @@ impl<'a> Payload<'a> for End {
             },
             unwind_errors: f.varint()?,
             write_errno: u32::try_from(trailing(f, 0)?).map_err(|_| DecodeError::BadValue)?,
+            usage: match f.remaining() {
+                0 => None,
+                _ => {
+                    let mut v = [0u64; 9];
+                    for x in &mut v {
+                        *x = f.varint()?;
+                    }
+                    Some(Usage::from_fields(v))
+                }
+            },
         })
     }
 }
@@ -798,27 +883,22 @@ pub enum CallsiteKind {
     Event = 1,
 }
 
-/// One callsite of the `tracing` crate (a span or an event, registered once while the program runs).
-/// A Callsites chunk is `v count` and that many; `tracing` events and span fields are Tracepoint events
-/// whose argument list is the callsite's field names, each of type `value` (tagged values,
-/// [`crate::tracepoint`]).
+/// What a `tracing` callsite is, as the program registers it: the runtime's
+/// `ferrotrace::callsites::Description` (what `ferrotrace-tracing` hands it) and, with the ids it
+/// was given, a [`Callsite`] entry of the trace.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Callsite<'a> {
+pub struct CallsiteDescription<'a> {
     /// Span or event.
     pub kind: CallsiteKind,
-    /// A span's function id (its Entry and Exit events); 0 for an event.
-    pub function_id: u32,
-    /// The tracepoint id of the Tracepoint events that carry the fields (an event's, or a span's at
-    /// its creation and later `record`s); in the same id space as the Tracepoints chunk's ids.
-    pub tracepoint_id: u32,
-    /// The name: a span's name; for an event, `target::name`, or the target alone when the name is
-    /// `tracing`'s default (`event FILE:LINE`).
+    /// The name: a span's name (what it is shown and selected by, as a function by its name); for an
+    /// event, `target::name`, or the target alone when the name is `tracing`'s default (`event
+    /// FILE:LINE`). `record -F`/`-N` select spans by it, `--trace` events.
     pub name: &'a str,
     /// `tracing`'s target (by default the module path).
     pub target: &'a str,
     /// 0 TRACE, 1 DEBUG, 2 INFO, 3 WARN, 4 ERROR.
     pub level: u8,
-    /// The field names, separated by commas.
+    /// The field names, separated by commas: a tagged value's index is its name's place here.
     pub fields: &'a str,
     /// Source file, empty if unknown.
     pub file: &'a str,
@@ -826,22 +906,38 @@ pub struct Callsite<'a> {
     pub line: u32,
 }
 
-/// The names of [`Callsite::level`], by value.
+/// One callsite of the `tracing` crate (a span or an event, registered once while the program runs).
+/// A Callsites chunk is `v count` and that many; `tracing` events and span fields are Tracepoint events
+/// whose argument list is the callsite's field names, each of type `value` (tagged values,
+/// [`crate::tracepoint`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Callsite<'a> {
+    /// A span's function id (its Entry and Exit events); 0 for an event.
+    pub function_id: u32,
+    /// The tracepoint id of the Tracepoint events that carry the fields (an event's, or a span's at
+    /// its creation and later `record`s); in the same id space as the Tracepoints chunk's ids.
+    pub tracepoint_id: u32,
+    /// What it is, as registered.
+    pub site: CallsiteDescription<'a>,
+}
+
+/// The names of [`CallsiteDescription::level`], by value.
 pub const LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
 
 impl<'a> Payload<'a> for Callsite<'a> {
     const KIND: ChunkKind = ChunkKind::Callsites;
 
     fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
-        put_varint(s, self.kind as u64)?;
+        let site = &self.site;
+        put_varint(s, site.kind as u64)?;
         put_varint(s, self.function_id as u64)?;
         put_varint(s, self.tracepoint_id as u64)?;
-        put_str(s, self.name)?;
-        put_str(s, self.target)?;
-        put_varint(s, self.level as u64)?;
-        put_str(s, self.fields)?;
-        put_str(s, self.file)?;
-        put_varint(s, self.line as u64)
+        put_str(s, site.name)?;
+        put_str(s, site.target)?;
+        put_varint(s, site.level as u64)?;
+        put_str(s, site.fields)?;
+        put_str(s, site.file)?;
+        put_varint(s, site.line as u64)
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -859,15 +955,17 @@ impl<'a> Payload<'a> for Callsite<'a> {
             .filter(|&l| (l as usize) < LEVELS.len())
             .ok_or(DecodeError::BadValue)?;
         Ok(Callsite {
-            kind,
             function_id,
             tracepoint_id,
-            name,
-            target,
-            level,
-            fields: f.str()?,
-            file: f.str()?,
-            line: f.varint_u32()?,
+            site: CallsiteDescription {
+                kind,
+                name,
+                target,
+                level,
+                fields: f.str()?,
+                file: f.str()?,
+                line: f.varint_u32()?,
+            },
         })
     }
 }
@@ -923,15 +1021,17 @@ mod tests {
     fn every_payload_round_trips() {
         round_trip(
             &Callsite {
-                kind: CallsiteKind::Span,
                 function_id: 70_000,
                 tracepoint_id: 12,
-                name: "handle",
-                target: "server::conn",
-                level: 2,
-                fields: "peer,id",
-                file: "src/main.rs",
-                line: 40,
+                site: CallsiteDescription {
+                    kind: CallsiteKind::Span,
+                    name: "handle",
+                    target: "server::conn",
+                    level: 2,
+                    fields: "peer,id",
+                    file: "src/main.rs",
+                    line: 40,
+                },
             },
             &mut Vec::new(),
         );
@@ -991,6 +1091,16 @@ mod tests {
                 tid: 5,
                 name: "main",
                 pid: 0,
+                registered_ticks: 0,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &Thread {
+                tid: 5,
+                name: "worker",
+                pid: 0,
+                registered_ticks: 123_456_789,
             },
             &mut Vec::new(),
         );
@@ -1015,6 +1125,33 @@ mod tests {
                 exit_code: Some(-1),
                 unwind_errors: 1,
                 write_errno: 28,
+                usage: None,
+            },
+            &mut Vec::new(),
+        );
+        round_trip(
+            &End {
+                reason: EndReason::Exit,
+                signal: 0,
+                events: 100,
+                lost: 0,
+                chunks: 17,
+                dropped_chunks: 0,
+                dropped_events: 0,
+                exit_code: Some(3),
+                unwind_errors: 0,
+                write_errno: 0,
+                usage: Some(Usage {
+                    user_us: 1_234_567,
+                    system_us: 89,
+                    voluntary_switches: 3,
+                    involuntary_switches: 4,
+                    max_rss_kib: 5_000,
+                    major_faults: 1,
+                    minor_faults: 700,
+                    blocks_in: 8,
+                    blocks_out: 16,
+                }),
             },
             &mut Vec::new(),
         );

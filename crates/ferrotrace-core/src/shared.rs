@@ -29,12 +29,16 @@
 //!   of the chunk is older; and writers store a record's second word before its timestamp, so a record
 //!   cut in half by the kill carries an old timestamp and ends the scan too.
 
+use core::marker::PhantomData;
+use core::ops::Range;
 use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::record::{EventKind, Record};
 
 /// The first eight bytes of the shared area.
 pub const MAGIC: [u8; 8] = *b"FTSHARE1";
+/// [`MAGIC`] as the little-endian word [`Header::magic`] holds.
+pub const MAGIC_WORD: u64 = u64::from_le_bytes(MAGIC);
 /// Layout version.
 pub const VERSION: u32 = 1;
 /// Where the [`Signals`] table is.
@@ -72,8 +76,8 @@ pub const fn area_bytes(chunk_bytes: usize, count: usize) -> usize {
 /// The area's header.
 #[repr(C)]
 pub struct Header {
-    /// [`MAGIC`].
-    pub magic: [u8; 8],
+    /// [`MAGIC_WORD`] (the bytes of [`MAGIC`]).
+    pub magic: AtomicU64,
     /// [`VERSION`].
     pub version: AtomicU32,
     /// The process whose pool this is.
@@ -208,10 +212,18 @@ impl Descriptor {
     }
 }
 
-/// A view of a shared area, as the program maps it (to write) or `record` reads it after the program
-/// died.
+/// A view of a shared area as `record` maps it, while the program runs (the signal table) or after
+/// it died (the chunks to salvage). Memory that another process writes is only ever read here through
+/// atomics (the header, descriptors and signal table are made of them) or copied out with volatile
+/// reads (the records, which the program's threads write with plain stores), never through a `&[u8]`
+/// or `&[Record]`. The geometry (`chunk_bytes`, `chunk_count`) is read once, checked, and kept: the
+/// program could change the header after that, and nothing here trusts it to stay as it was.
 pub struct Area<'a> {
-    bytes: &'a [u8],
+    base: *const u8,
+    chunk_bytes: usize,
+    chunk_count: usize,
+    /// The area is borrowed for `'a`, and its bytes may change under it.
+    mapping: PhantomData<&'a [core::cell::UnsafeCell<u8>]>,
 }
 
 /// Why an area cannot be read.
@@ -224,57 +236,88 @@ pub enum AreaError {
 }
 
 impl<'a> Area<'a> {
-    /// Checks the header of `bytes` (8-byte aligned: a mapping) and the sizes it states.
-    pub fn new(bytes: &'a [u8]) -> Result<Area<'a>, AreaError> {
-        if bytes.len() < DESCRIPTORS_OFFSET || !(bytes.as_ptr() as usize).is_multiple_of(8) {
+    /// Checks the header of the `len` bytes at `base` and the sizes it states, and keeps those sizes.
+    ///
+    /// # Safety
+    ///
+    /// For all of `'a`, the `len` bytes at `base` must stay mapped and readable (a mapping of the
+    /// shared memfd that outlives the `Area`), and whatever writes them — the program's runtime, in
+    /// another process or this one — must write the header, the signal table and the descriptors
+    /// only through their atomic fields, and nothing else of the area except the chunks' records.
+    /// That is how the runtime writes it (`ferrotrace::buffers::pool`). The contents need not be
+    /// valid: every size is checked here, and any bit pattern is a valid `Record`.
+    pub unsafe fn new(base: *const u8, len: usize) -> Result<Area<'a>, AreaError> {
+        if len < DESCRIPTORS_OFFSET || !(base as usize).is_multiple_of(8) {
             return Err(AreaError::NotSetUp);
         }
-        let area = Area { bytes };
+        let mut area = Area {
+            base,
+            chunk_bytes: 0,
+            chunk_count: 0,
+            mapping: PhantomData,
+        };
         let h = area.header();
-        if h.magic != MAGIC || h.version.load(Ordering::Acquire) != VERSION {
+        if h.magic.load(Ordering::Relaxed) != MAGIC_WORD
+            || h.version.load(Ordering::Acquire) != VERSION
+        {
             return Err(AreaError::NotSetUp);
         }
-        let (size, count) = (h.chunk_bytes.load(Ordering::Relaxed) as usize, area.count());
-        if size < 256 || !size.is_multiple_of(16) || area_bytes(size, count) > bytes.len() {
+        let size = h.chunk_bytes.load(Ordering::Relaxed) as usize;
+        let count = h.chunk_count.load(Ordering::Relaxed) as usize;
+        let fits = count
+            .checked_mul(size)
+            .and_then(|chunks| chunks.checked_add(chunks_offset(count)))
+            .is_some_and(|total| total <= len);
+        if size < 256 || !size.is_multiple_of(16) || count > u32::MAX as usize || !fits {
             return Err(AreaError::BadSizes);
         }
+        area.chunk_bytes = size;
+        area.chunk_count = count;
         Ok(area)
     }
 
     /// The signal table.
     pub fn signals(&self) -> &'a Signals {
         // SAFETY: inside the first DESCRIPTORS_OFFSET bytes (checked in `new`), 8-byte aligned; plain
-        // atomics whatever the bytes.
-        unsafe { &*(self.bytes.as_ptr().add(SIGNALS_OFFSET) as *const Signals) }
+        // atomics, and its padding is never written (`new`'s contract).
+        unsafe { &*(self.base.add(SIGNALS_OFFSET) as *const Signals) }
     }
 
     /// The header.
     pub fn header(&self) -> &'a Header {
-        // SAFETY: at least DESCRIPTORS_OFFSET bytes, 8-byte aligned; Header is plain atomics and bytes.
-        unsafe { &*(self.bytes.as_ptr() as *const Header) }
+        // SAFETY: at least DESCRIPTORS_OFFSET bytes, 8-byte aligned; Header is atomics and reserved
+        // bytes that are never written (`new`'s contract).
+        unsafe { &*(self.base as *const Header) }
     }
 
-    fn count(&self) -> usize {
-        self.header().chunk_count.load(Ordering::Relaxed) as usize
+    /// Bytes per chunk, as checked by [`Area::new`].
+    pub fn chunk_bytes(&self) -> usize {
+        self.chunk_bytes
+    }
+
+    /// Number of chunks, as checked by [`Area::new`].
+    pub fn chunk_count(&self) -> usize {
+        self.chunk_count
     }
 
     /// Descriptor `i` and the records of chunk `i`.
-    pub fn chunk(&self, i: usize) -> Option<(&'a Descriptor, &'a [Record])> {
-        if i >= self.count() {
+    pub fn chunk(&self, i: usize) -> Option<(&'a Descriptor, SharedRecords<'a>)> {
+        if i >= self.chunk_count {
             return None;
         }
-        let size = self.header().chunk_bytes.load(Ordering::Relaxed) as usize;
         let d = DESCRIPTORS_OFFSET + i * DESCRIPTOR_BYTES;
-        let c = chunks_offset(self.count()) + i * size;
-        // SAFETY: both lie inside the area (checked in `new`), aligned (offsets are multiples of 16 from
-        // a page-aligned base), and the types are plain data whatever the bytes.
+        let c = chunks_offset(self.chunk_count) + i * self.chunk_bytes;
+        // SAFETY: both lie inside the area (the kept geometry was checked against its length in
+        // `new`) and are aligned (offsets are multiples of 16 from an 8-aligned base). The descriptor
+        // is atomics and bytes never written; the records are only read through `SharedRecords`.
         unsafe {
             Some((
-                &*(self.bytes.as_ptr().add(d) as *const Descriptor),
-                core::slice::from_raw_parts(
-                    self.bytes.as_ptr().add(c) as *const Record,
-                    size / core::mem::size_of::<Record>(),
-                ),
+                &*(self.base.add(d) as *const Descriptor),
+                SharedRecords {
+                    first: self.base.add(c) as *const Record,
+                    len: self.chunk_bytes / core::mem::size_of::<Record>(),
+                    mapping: PhantomData,
+                },
             ))
         }
     }
@@ -284,21 +327,96 @@ impl<'a> Area<'a> {
     pub fn unwritten(
         &self,
         now_tsc: u64,
-    ) -> impl Iterator<Item = (&'a Descriptor, &'a [Record])> + '_ {
-        (0..self.count()).filter_map(move |i| {
+    ) -> impl Iterator<Item = (&'a Descriptor, SharedRecords<'a>)> + '_ {
+        (0..self.chunk_count).filter_map(move |i| {
             let (d, records) = self.chunk(i)?;
-            let r = recoverable(d, records, now_tsc);
+            let r = records.slice(recoverable(d, &records, now_tsc));
             (!r.is_empty()).then_some((d, r))
         })
     }
 }
 
-/// The records of a chunk that its thread wrote and no file holds: for a QUEUED chunk its `len`
-/// records, for an OWNED one the `len` written when it was taken and every record after them that is
-/// whole and newer than `epoch` (and not newer than `now_tsc`, read after the process died); minus the
-/// `skip` a flight dump wrote already.
-pub fn recoverable<'r>(d: &Descriptor, records: &'r [Record], now_tsc: u64) -> &'r [Record] {
-    let len = (d.len.load(Ordering::Acquire) as usize).min(records.len());
+/// Records in a shared area, which another process may be writing with plain stores: read one at a
+/// time with volatile reads (a copy, never a reference into the area).
+#[derive(Clone, Copy)]
+pub struct SharedRecords<'a> {
+    first: *const Record,
+    len: usize,
+    mapping: PhantomData<&'a [core::cell::UnsafeCell<Record>]>,
+}
+
+impl<'a> SharedRecords<'a> {
+    /// Number of records.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The records in `range` (cut to those there are).
+    pub fn slice(&self, range: Range<usize>) -> SharedRecords<'a> {
+        let end = range.end.min(self.len);
+        let start = range.start.min(end);
+        SharedRecords {
+            // SAFETY: `start <= len`: at most one past the end of the records.
+            first: unsafe { self.first.add(start) },
+            len: end - start,
+            mapping: PhantomData,
+        }
+    }
+
+    /// Copies the records out (as they are at the moment each is read).
+    #[cfg(feature = "std")]
+    pub fn to_vec(&self) -> std::vec::Vec<Record> {
+        (0..self.len).filter_map(|i| self.get(i)).collect()
+    }
+}
+
+/// Records that [`recoverable`] scans: a slice in hand, or [`SharedRecords`] in an area.
+pub trait RecordSource {
+    /// Number of records.
+    fn count(&self) -> usize;
+    /// Record `i` (a copy), `None` past the end.
+    fn get(&self, i: usize) -> Option<Record>;
+}
+
+impl RecordSource for [Record] {
+    fn count(&self) -> usize {
+        self.len()
+    }
+
+    fn get(&self, i: usize) -> Option<Record> {
+        <[Record]>::get(self, i).copied()
+    }
+}
+
+impl RecordSource for SharedRecords<'_> {
+    fn count(&self) -> usize {
+        self.len
+    }
+
+    fn get(&self, i: usize) -> Option<Record> {
+        // SAFETY: `i < len`: inside the chunk, aligned (see `Area::chunk`); the area stays mapped for
+        // `'a` (`Area::new`'s contract); a volatile read copies whatever bits are there, and any bits
+        // are a valid Record (two u64).
+        (i < self.len).then(|| unsafe { core::ptr::read_volatile(self.first.add(i)) })
+    }
+}
+
+/// The records of a chunk that its thread wrote and no file holds, as a range of `records`: for a
+/// QUEUED chunk its `len` records, for an OWNED one the `len` written when it was taken and every
+/// record after them that is whole and newer than `epoch` (and not newer than `now_tsc`, read after
+/// the process died); minus the `skip` a flight dump wrote already.
+pub fn recoverable<R: RecordSource + ?Sized>(
+    d: &Descriptor,
+    records: &R,
+    now_tsc: u64,
+) -> Range<usize> {
+    let count = records.count();
+    let len = (d.len.load(Ordering::Acquire) as usize).min(count);
     let end = match d.state.load(Ordering::Acquire) {
         QUEUED => len,
         OWNED => {
@@ -307,7 +425,7 @@ pub fn recoverable<'r>(d: &Descriptor, records: &'r [Record], now_tsc: u64) -> &
             while let Some(r) = records.get(i) {
                 let slots = r.payload_slots();
                 // (Bits 48-63 may hold the CPU: anything goes there.)
-                let whole = i + 1 + slots <= records.len()
+                let whole = i + 1 + slots <= count
                     && match r.kind() {
                         Some(k) if k.is_function() => r.id() != 0,
                         Some(EventKind::Tracepoint) => r.id() != 0,
@@ -324,7 +442,7 @@ pub fn recoverable<'r>(d: &Descriptor, records: &'r [Record], now_tsc: u64) -> &
         _ => 0,
     };
     let skip = (d.skip.load(Ordering::Relaxed) as usize).min(end);
-    &records[skip..end]
+    skip..end
 }
 
 #[cfg(test)]
@@ -358,15 +476,53 @@ mod tests {
             tsc: 100,
             word: Record::new(0, EventKind::Entry, 1).word,
         };
-        let got = recoverable(&d, &chunk, 2000);
+        let got = &chunk[recoverable(&d, &chunk[..], 2000)];
         assert_eq!(got.len(), 6);
         assert_eq!(got[4].kind(), Some(EventKind::Tracepoint));
         // Nothing newer than the moment the process died.
-        assert_eq!(recoverable(&d, &chunk, 1015).len(), 4);
+        assert_eq!(recoverable(&d, &chunk[..], 1015).len(), 4);
         // A flight dump wrote the first three already.
         d.dumped(4, 3);
-        assert_eq!(recoverable(&d, &chunk, 2000).len(), 3);
+        assert_eq!(recoverable(&d, &chunk[..], 2000).len(), 3);
         assert_eq!(d.name()[..6], *b"worker");
+    }
+
+    /// The geometry `new` checked is the one used: a header rewritten afterwards (by the program, or
+    /// by a corruption) cannot make `chunk` reach outside the area.
+    #[test]
+    fn an_area_keeps_the_geometry_it_checked() {
+        let (chunk_bytes, count) = (256usize, 2usize);
+        const LEN: usize = area_bytes(256, 2);
+        let len = LEN;
+        // u64 words: the 8-byte alignment of a mapping.
+        let mut words = [0u64; LEN / 8];
+        let base = words.as_mut_ptr().cast::<u8>();
+        // SAFETY: `len` bytes of our own vector, written only through the header's atomics below and
+        // read only through the area while the vector lives.
+        let area = unsafe {
+            let h = &*(base as *const Header);
+            h.chunk_bytes.store(chunk_bytes as u32, Ordering::Relaxed);
+            h.chunk_count.store(count as u32, Ordering::Relaxed);
+            h.version.store(VERSION, Ordering::Relaxed);
+            assert_eq!(
+                Area::new(base, len).err(),
+                Some(AreaError::NotSetUp),
+                "no magic yet"
+            );
+            h.magic.store(MAGIC_WORD, Ordering::Relaxed);
+            assert_eq!(Area::new(base, len - 1).err(), Some(AreaError::BadSizes));
+            Area::new(base, len).unwrap()
+        };
+        area.header().chunk_count.store(1 << 30, Ordering::Relaxed);
+        area.header().chunk_bytes.store(1 << 30, Ordering::Relaxed);
+        assert_eq!(
+            (area.chunk_count(), area.chunk_bytes()),
+            (count, chunk_bytes)
+        );
+        assert!(area.chunk(count).is_none());
+        let (_, records) = area.chunk(count - 1).unwrap();
+        assert_eq!(records.len(), chunk_bytes / core::mem::size_of::<Record>());
+        assert!(RecordSource::get(&records, records.len()).is_none());
     }
 
     #[test]
@@ -375,11 +531,11 @@ mod tests {
         let chunk = [Record::new(5, EventKind::Entry, 1); 8];
         d.queue(2, 5, 0);
         assert_eq!(
-            recoverable(&d, &chunk, 0).len(),
+            recoverable(&d, &chunk[..], 0).len(),
             5,
             "a queued chunk is whole"
         );
         d.free();
-        assert!(recoverable(&d, &chunk, 100).is_empty());
+        assert!(recoverable(&d, &chunk[..], 100).is_empty());
     }
 }

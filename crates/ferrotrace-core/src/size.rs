@@ -4,6 +4,8 @@
 
 use core::fmt;
 
+use crate::units::{self, UnitError};
+
 /// Why a size was refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SizeError {
@@ -23,7 +25,7 @@ impl fmt::Display for SizeError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match *self {
             SizeError::Malformed => f.write_str(
-                "expected a positive number of bytes with an optional K, M or G suffix (16M, 512K, 4096)",
+                "expected a positive whole number of bytes with an optional K, M or G (16M, 512K, 4096)",
             ),
             SizeError::Overflow => f.write_str("too large"),
             SizeError::BadChunk(c) => {
@@ -95,24 +97,13 @@ pub fn check_sizes(
     Ok((buffer, chunk))
 }
 
-/// Parses `16M`, `512K`, `1G` or a plain number of bytes (positive).
+/// Parses a size in bytes as [`units::parse_size`] does (`16M`, `512K`, `1G`, `4096`; positive), as
+/// a `usize` for the buffers that it sizes.
 pub fn parse_size(s: &str) -> Result<usize, SizeError> {
-    let s = s.trim();
-    let (num, mult) = match s.char_indices().last() {
-        Some((i, 'k' | 'K')) => (&s[..i], 1usize << 10),
-        Some((i, 'm' | 'M')) => (&s[..i], 1 << 20),
-        Some((i, 'g' | 'G')) => (&s[..i], 1 << 30),
-        _ => (s, 1),
-    };
-    let num = num.trim();
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
-        return Err(SizeError::Malformed);
-    }
-    let n: usize = num.parse().map_err(|_| SizeError::Overflow)?;
-    match n.checked_mul(mult) {
-        Some(0) => Err(SizeError::Malformed),
-        Some(n) => Ok(n),
-        None => Err(SizeError::Overflow),
+    match units::parse_size(s) {
+        Ok(n) => usize::try_from(n).map_err(|_| SizeError::Overflow),
+        Err(UnitError::Overflow(_)) => Err(SizeError::Overflow),
+        Err(_) => Err(SizeError::Malformed),
     }
 }
 

@@ -91,7 +91,14 @@ const SPAN_PATH_CRATES: [&str; 4] = [
 /// True when an object whose symbols are `names` links `ferrotrace-tracing`: one of them names the
 /// crate (its length-prefixed name is in every v0 and legacy symbol of its functions).
 pub fn links_span_recorder<'a>(mut names: impl Iterator<Item = &'a str>) -> bool {
-    names.any(|n| n.contains("18ferrotrace_tracing"))
+    names.any(|n| names_span_recorder(n.as_bytes()))
+}
+
+/// True when the (mangled) symbol `name` names a function of `ferrotrace-tracing`
+/// ([`links_span_recorder`] for one name, as bytes).
+pub fn names_span_recorder(name: &[u8]) -> bool {
+    const CRATE: &[u8] = b"18ferrotrace_tracing";
+    name.windows(CRATE.len()).any(|w| w == CRATE)
 }
 
 /// True for a (mangled) symbol of a crate a `tracing` span goes through to reach `ferrotrace-tracing`

@@ -42,7 +42,7 @@ use crate::schema::{EventsHeader, Payload};
 /// let mut w = ChunkWriter::new(&mut out).unwrap();
 /// let mut payload = [0u8; 16];
 /// let mut sink = SliceSink::new(&mut payload);
-/// Thread { tid: 42, name: "main", pid: 0 }.encode(&mut sink).unwrap();
+/// Thread { tid: 42, name: "main", pid: 0, registered_ticks: 0 }.encode(&mut sink).unwrap();
 /// let n = sink.len();
 /// w.chunk(&mut out, ChunkKind::Thread, &[&payload[..n]]).unwrap();
 /// assert_eq!(w.next_seq(), 1);
@@ -110,7 +110,7 @@ impl ChunkWriter {
 /// use ferrotrace_core::writer::TraceWriter;
 ///
 /// let mut w = TraceWriter::new(Vec::new()).unwrap();
-/// w.write(&Thread { tid: 42, name: "main", pid: 0 }).unwrap();
+/// w.write(&Thread { tid: 42, name: "main", pid: 0, registered_ticks: 0 }).unwrap();
 /// assert_eq!(w.next_seq(), 1);
 /// assert_eq!(w.bytes_written(), 16 + 16 + 7); // header, chunk header, 42 "main" 0
 /// ```

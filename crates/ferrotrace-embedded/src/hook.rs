@@ -24,6 +24,7 @@
 
 use core::arch::global_asm;
 
+use ferrotrace_core::arch::x86_64::{mcount_parent_slot, rdtsc_asm, restore_xmm_asm, save_xmm_asm};
 use ferrotrace_core::shadow::ShadowFrame;
 
 use crate::{slot, Hot, HOT};
@@ -42,7 +43,8 @@ global_asm!(
     ".pushsection .text.ferrotrace_embedded,\"ax\",@progbits",
     // ftemb_call: calls the function whose address is in rax and returns its result in rax, every
     // other caller-saved register kept (the vector registers too, where the target has SSE: code
-    // built for soft-float kernels has none to keep, and may not touch them). Aligns the stack.
+    // built for soft-float kernels has none to keep, and may not touch them; saved as the runtime's
+    // slow path saves them without XSAVE, ferrotrace_core::arch). Aligns the stack.
     ".p2align 4",
     ".type ftemb_call,@function",
     "ftemb_call:",
@@ -59,42 +61,12 @@ global_asm!(
     "  and rsp, -16",
     ".if {sse}",
     "  sub rsp, 256",
-    "  movdqa [rsp], xmm0",
-    "  movdqa [rsp + 16], xmm1",
-    "  movdqa [rsp + 32], xmm2",
-    "  movdqa [rsp + 48], xmm3",
-    "  movdqa [rsp + 64], xmm4",
-    "  movdqa [rsp + 80], xmm5",
-    "  movdqa [rsp + 96], xmm6",
-    "  movdqa [rsp + 112], xmm7",
-    "  movdqa [rsp + 128], xmm8",
-    "  movdqa [rsp + 144], xmm9",
-    "  movdqa [rsp + 160], xmm10",
-    "  movdqa [rsp + 176], xmm11",
-    "  movdqa [rsp + 192], xmm12",
-    "  movdqa [rsp + 208], xmm13",
-    "  movdqa [rsp + 224], xmm14",
-    "  movdqa [rsp + 240], xmm15",
+    save_xmm_asm!(),
     ".endif",
     "  call rax",
     "ftemb_call_returned:",
     ".if {sse}",
-    "  movdqa xmm0, [rsp]",
-    "  movdqa xmm1, [rsp + 16]",
-    "  movdqa xmm2, [rsp + 32]",
-    "  movdqa xmm3, [rsp + 48]",
-    "  movdqa xmm4, [rsp + 64]",
-    "  movdqa xmm5, [rsp + 80]",
-    "  movdqa xmm6, [rsp + 96]",
-    "  movdqa xmm7, [rsp + 112]",
-    "  movdqa xmm8, [rsp + 128]",
-    "  movdqa xmm9, [rsp + 144]",
-    "  movdqa xmm10, [rsp + 160]",
-    "  movdqa xmm11, [rsp + 176]",
-    "  movdqa xmm12, [rsp + 192]",
-    "  movdqa xmm13, [rsp + 208]",
-    "  movdqa xmm14, [rsp + 224]",
-    "  movdqa xmm15, [rsp + 240]",
+    restore_xmm_asm!(),
     ".endif",
     "  lea rsp, [rbp - 64]",
     "  pop r11",
@@ -156,9 +128,7 @@ global_asm!(
     "  mov rax, qword ptr [rip + {hot} + {h_clock_fn}]",
     "  test rax, rax",
     "  jnz 31f",
-    "  rdtsc",
-    "  shl rdx, 32",
-    "  or rax, rdx",
+    rdtsc_asm!(),
     "  jmp 32f",
     "31:",
     "  call ftemb_call",
@@ -247,7 +217,7 @@ global_asm!(
     "  jmp 9b",
     ".size \\name, . - \\name",
     ".endm",
-    "ftemb_hook mcount, [rbp+8], {src_mcount}",
+    concat!("ftemb_hook mcount, ", mcount_parent_slot!(), ", {src_mcount}"),
     "ftemb_hook __fentry__, [rsp+48], {src_fentry}",
     ".purgem ftemb_hook",
     // Reached by a hooked function's `ret`: rsp is its return-address slot + 8, and after the five

@@ -222,7 +222,13 @@ pub(crate) fn write<E>(
         let tid = h.tid.load(Ordering::Relaxed) as u32;
         let mut name_buf = [0u8; slot::NAME_LEN];
         let name = h.name(&mut name_buf);
-        put(&mut w, out, scratch, &Thread { tid, name, pid: 0 })?;
+        let thread = Thread {
+            tid,
+            name,
+            pid: 0,
+            registered_ticks: 0,
+        };
+        put(&mut w, out, scratch, &thread)?;
         let kept = written.min(h.capacity());
         dropped += written - kept;
         lost += slot_lost;
@@ -255,6 +261,7 @@ pub(crate) fn write<E>(
             exit_code: None,
             unwind_errors: 0,
             write_errno: 0,
+            usage: None,
         },
     )
 }

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use ferrotrace_analysis::reader::{Event, Trace};
 use ferrotrace_embedded::{Program, Tracer};
+use ferrotrace_reader::reader::{Event, Trace};
 
 /// Memory for `slots` slots of about `records` records each with a shadow stack `depth` deep.
 pub fn memory(slots: usize, records: usize, depth: usize) -> &'static mut [u8] {

@@ -6,10 +6,10 @@ mod common;
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use ferrotrace_analysis::reader::EventKind;
 use ferrotrace_embedded::{
     enter, exit, init_with, Clock, OnFull, Options, Program, RegisterError, Symbol, Threads,
 };
+use ferrotrace_reader::reader::EventKind;
 
 /// The embedder's clock: every reading 1 µs after the previous one.
 static NOW: AtomicU64 = AtomicU64::new(0);

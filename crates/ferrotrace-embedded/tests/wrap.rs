@@ -2,8 +2,8 @@
 
 mod common;
 
-use ferrotrace_analysis::reader::EventKind;
 use ferrotrace_embedded::{enter, exit, init_with, Clock, OnFull, Options, Program, Threads};
+use ferrotrace_reader::reader::EventKind;
 
 #[test]
 fn a_wrapping_slot_keeps_the_newest_events() {

@@ -23,13 +23,14 @@ use object::{Object, ObjectSegment, ObjectSymbol};
 
 use crate::LaunchError;
 
+#[cfg(target_arch = "x86_64")]
+#[path = "attach/x86_64.rs"]
+mod arch;
 pub mod record;
 
 /// How long a call in the process may take before the attach gives up on it.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// `NT_X86_XSTATE`: the whole vector state (x87, SSE, AVX, AVX-512) for `PTRACE_GETREGSET`.
-const NT_X86_XSTATE: libc::c_int = 0x202;
 /// Room for the largest XSAVE area (AVX-512 with AMX fits in 8 KiB... and then some).
 const XSTATE_BYTES: usize = 16 << 10;
 
@@ -231,7 +232,7 @@ fn quiet_thread(pid: u32) -> u32 {
 pub struct Borrowed {
     pid: u32,
     tid: u32,
-    regs: libc::user_regs_struct,
+    regs: arch::Regs,
     xstate: Vec<u8>,
     mem: File,
     /// A signal that arrived while the thread was ours, delivered when it is let go.
@@ -309,7 +310,8 @@ impl Borrowed {
             iov_len: borrowed.xstate.len(),
         };
         // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
-        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, NT_X86_XSTATE, &mut iov) } != 0 {
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, arch::VECTOR_REGSET, &mut iov) } != 0
+        {
             return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
         }
         borrowed.xstate.truncate(iov.iov_len);
@@ -321,9 +323,9 @@ impl Borrowed {
         self.tid
     }
 
-    fn get_regs(&self) -> Result<libc::user_regs_struct, LaunchError> {
+    fn get_regs(&self) -> Result<arch::Regs, LaunchError> {
         // SAFETY: plain data the kernel fills.
-        let mut regs: libc::user_regs_struct = unsafe { core::mem::zeroed() };
+        let mut regs: arch::Regs = unsafe { core::mem::zeroed() };
         // SAFETY: PTRACE_GETREGS writes one user_regs_struct.
         if unsafe { libc::ptrace(libc::PTRACE_GETREGS, self.tid, 0, &mut regs) } != 0 {
             return Err(ptrace_error(self.pid, "ptrace(PTRACE_GETREGS)"));
@@ -331,7 +333,7 @@ impl Borrowed {
         Ok(regs)
     }
 
-    fn set_regs(&self, regs: &libc::user_regs_struct) -> Result<(), LaunchError> {
+    fn set_regs(&self, regs: &arch::Regs) -> Result<(), LaunchError> {
         // SAFETY: PTRACE_SETREGS reads one user_regs_struct.
         if unsafe { libc::ptrace(libc::PTRACE_SETREGS, self.tid, 0, regs) } != 0 {
             return Err(ptrace_error(self.pid, "ptrace(PTRACE_SETREGS)"));
@@ -365,7 +367,7 @@ impl Borrowed {
         let saved = self.regs;
         // Below the red zone, 16-byte aligned; strings first, then the return address 0: returning
         // there faults, and that fault is how the end of the call is seen.
-        let mut sp = (saved.rsp - 128 - 1024) & !0xf;
+        let mut sp = (arch::stack_pointer(&saved) - arch::RED_ZONE - 1024) & !0xf;
         let mut values = [0u64; 6];
         for (i, a) in args.iter().take(6).enumerate() {
             values[i] = match a {
@@ -382,17 +384,7 @@ impl Borrowed {
         sp -= 8;
         self.write(sp, &0u64.to_ne_bytes())?;
         let mut regs = saved;
-        regs.rip = function;
-        regs.rsp = sp;
-        regs.rdi = values[0];
-        regs.rsi = values[1];
-        regs.rdx = values[2];
-        regs.rcx = values[3];
-        regs.r8 = values[4];
-        regs.r9 = values[5];
-        regs.rax = 0;
-        // Not a system call to restart: the kernel must not rewind rip when the thread resumes.
-        regs.orig_rax = u64::MAX;
+        arch::set_up_call(&mut regs, function, sp, values);
         self.set_regs(&regs)?;
         let result = self.run_until_return();
         // Restore whatever happened: the thread must go on as if nothing had.
@@ -408,7 +400,15 @@ impl Borrowed {
             iov_len: self.xstate.len(),
         };
         // SAFETY: the kernel reads iov_len bytes of the state it gave us.
-        if unsafe { libc::ptrace(libc::PTRACE_SETREGSET, self.tid, NT_X86_XSTATE, &mut iov) } != 0 {
+        if unsafe {
+            libc::ptrace(
+                libc::PTRACE_SETREGSET,
+                self.tid,
+                arch::VECTOR_REGSET,
+                &mut iov,
+            )
+        } != 0
+        {
             return Err(ptrace_error(self.pid, "ptrace(PTRACE_SETREGSET)"));
         }
         Ok(())
@@ -460,14 +460,14 @@ impl Borrowed {
             let sig = libc::WSTOPSIG(status);
             if sig == libc::SIGSEGV {
                 let regs = self.get_regs()?;
-                if regs.rip == 0 {
-                    return Ok(regs.rax);
+                if let Some(value) = arch::returned(&regs) {
+                    return Ok(value);
                 }
                 return Err(LaunchError::CannotAttach {
                     pid: self.pid,
                     why: format!(
                         "the call crashed at {:#x} (SIGSEGV); its state was restored",
-                        regs.rip
+                        arch::instruction_pointer(&regs)
                     ),
                 });
             }

@@ -4,10 +4,10 @@
 
 use std::path::Path;
 
-use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{self, SizeOption};
+use ferrotrace_reader::reader::Trace;
 
 use crate::start::Program;
 use crate::LaunchError;
@@ -124,7 +124,7 @@ pub fn check_live(program: &Program, spec: &RuntimeSpec) -> Result<(), LaunchErr
 /// when that traces nothing: none of the executable's functions can be patched and `-P` names no
 /// library function (`libraries`: -P was given).
 fn dynamic_line(path: &Path, libraries: bool) -> Option<String> {
-    let funcs = ferrotrace_analysis::binary::entry_patchable(path).unwrap_or_default();
+    let funcs = ferrotrace_reader::binary::entry_patchable(path).unwrap_or_default();
     let traceable = funcs.iter().filter(|f| f.verdict.is_ok()).count();
     if traceable == 0 && !libraries {
         return None;
@@ -154,8 +154,7 @@ pub fn unmatched_filters(trace: &Trace, filters: &[String], program: &Path) -> V
         {
             continue;
         }
-        let why = match ferrotrace_analysis::srcline::inlined_functions(program, |n| re.is_match(n))
-        {
+        let why = match ferrotrace_reader::srcline::inlined_functions(program, |n| re.is_match(n)) {
             Ok(mut inlined) if !inlined.is_empty() => {
                 let count = inlined.len();
                 format!(

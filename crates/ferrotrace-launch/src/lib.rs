@@ -16,7 +16,7 @@
 //!
 //! Who should use it: the `ferrotrace` and `cargo-ferrotrace` binaries, and recorders that start or
 //! attach to programs. Who should not: code inside the traced process (the `ferrotrace` runtime) and
-//! code that only reads traces (`ferrotrace-analysis`).
+//! code that only reads traces (`ferrotrace-reader`, `ferrotrace-analysis`).
 //!
 //! ```no_run
 //! use ferrotrace_core::env::RuntimeSpec;

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use ferrotrace_analysis::reader::Trace;
+use ferrotrace_reader::reader::Trace;
 
 /// Device and inode of the file at `path`, if any: tells a trace written by this run from the one
 /// that was there before.
@@ -107,4 +107,78 @@ pub(crate) fn open_own_trace(path: &Path) -> std::io::Result<Option<std::fs::Fil
     // SAFETY: geteuid cannot fail.
     let ours = meta.is_file() && meta.uid() == unsafe { libc::geteuid() };
     Ok(ours.then_some(file))
+}
+
+/// Writes how the program ended into its finished trace at `path` (`trace`, that file opened): the
+/// exit code and what it used, as `wait4` gave them ([`crate::start::Ended`]), into the End chunk,
+/// which the runtime wrote without them (it is the last chunk: rewritten in place, with its number).
+/// Returns the trace, opened again when it was rewritten, and why it could not be when it could not.
+pub fn record_ending(
+    path: &Path,
+    trace: Trace,
+    ended: &crate::start::Ended,
+) -> (
+    Result<Trace, ferrotrace_reader::reader::ReadError>,
+    Option<String>,
+) {
+    let Some(end) = trace
+        .end
+        .filter(|e| e.usage.is_none() && ended.usage.is_some())
+    else {
+        return (Ok(trace), None);
+    };
+    drop(trace);
+    let known = ferrotrace_core::schema::End {
+        exit_code: end.exit_code.or(ended.status.code()),
+        usage: ended.usage,
+        ..end
+    };
+    let reopened = |why: Option<String>| (Trace::open(path), why);
+    match rewrite_end(path, &end, &known) {
+        Ok(()) => reopened(None),
+        Err(e) => reopened(Some(format!(
+            "{}: how the program ended is not in the trace: {e}",
+            path.display()
+        ))),
+    }
+}
+
+/// Replaces the End chunk `old` at the end of the trace file `path` by `new`.
+fn rewrite_end(
+    path: &Path,
+    old: &ferrotrace_core::schema::End,
+    new: &ferrotrace_core::schema::End,
+) -> std::io::Result<()> {
+    use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN};
+    use ferrotrace_core::schema::Payload;
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut payload = Vec::new();
+    let _ = old.encode(&mut payload);
+    // A trace this run wrote: never through a link someone else put in its place.
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    let at = file
+        .metadata()?
+        .len()
+        .checked_sub((CHUNK_HEADER_LEN + payload.len()) as u64)
+        .ok_or_else(|| std::io::Error::other("shorter than its End chunk"))?;
+    let mut header = [0u8; CHUNK_HEADER_LEN];
+    file.seek(SeekFrom::Start(at))?;
+    file.read_exact(&mut header)?;
+    let h = ChunkHeader::decode(&header);
+    if h.kind != ChunkKind::End as u32 || h.seq != old.chunks || h.len as usize != payload.len() {
+        return Err(std::io::Error::other(
+            "its last chunk is not the End chunk read",
+        ));
+    }
+    file.set_len(at)?;
+    file.seek(SeekFrom::Start(at))?;
+    let mut w = ferrotrace_core::writer::TraceWriter::resume(file, at, old.chunks);
+    w.write(new)?;
+    w.flush()?;
+    w.into_inner().sync_all()
 }

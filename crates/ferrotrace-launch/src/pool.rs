@@ -4,6 +4,8 @@
 
 use std::os::fd::{FromRawFd, OwnedFd};
 
+use ferrotrace_core::shared::{Area, AreaError};
+
 use crate::LaunchError;
 
 /// Creates the memfd through which the program's runtime shares its chunk pool with us
@@ -58,11 +60,14 @@ impl Mapped {
         }
     }
 
-    /// The mapped bytes.
-    pub(crate) fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`. The program may still
-        // write to it: through atomics (ferrotrace_core::shared), which is how it is read.
-        unsafe { core::slice::from_raw_parts(self.ptr.cast(), self.len) }
+    /// The shared area in the mapping, its header checked (no `&[u8]` is ever made of it: the
+    /// program may still be writing it).
+    pub(crate) fn area(&self) -> Result<Area<'_>, AreaError> {
+        // SAFETY: the mapping is `len` readable bytes and lives as long as `self`, which the area
+        // borrows. The program's runtime writes the header, signal table and descriptors only through
+        // their atomics and otherwise only the chunks' records (ferrotrace::buffers::pool), which is
+        // Area::new's contract.
+        unsafe { Area::new(self.ptr.cast_const().cast(), self.len) }
     }
 }
 

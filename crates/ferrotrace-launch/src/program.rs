@@ -7,14 +7,15 @@ use std::path::{Path, PathBuf};
 
 use ferrotrace_core::mcount::{for_each_call, hook_flavor, Flavor};
 use ferrotrace_core::schema::source as instrumentation;
+use ferrotrace_core::symbols::names_span_recorder;
 use object::{Object, ObjectSection, ObjectSymbol};
 
 use crate::LaunchError;
 
 /// Facts about an executable.
 pub struct ProgramFacts {
-    /// How its functions are instrumented: bits of `ferrotrace_core::format::instrumentation` (0: not
-    /// at all).
+    /// How its functions are instrumented: bits of `ferrotrace_core::schema::source` (0: not at all;
+    /// `TRACING` when it records `tracing` spans through ferrotrace-tracing).
     pub instrumentation: u64,
     /// It links the ferrotrace runtime (marker symbol present).
     pub links_runtime: bool,
@@ -33,7 +34,7 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, LaunchError> {
         path: path.to_path_buf(),
         reason,
     };
-    let data = ferrotrace_analysis::binary::map(path).map_err(|e| inspect_error(e.to_string()))?;
+    let data = ferrotrace_reader::binary::map(path).map_err(|e| inspect_error(e.to_string()))?;
     let file = object::File::parse(&*data).map_err(|e| inspect_error(e.to_string()))?;
     let mut instr = 0;
     if file.section_by_name("xray_instr_map").is_some() {
@@ -70,6 +71,15 @@ pub fn inspect(path: &Path) -> Result<ProgramFacts, LaunchError> {
             s.name_bytes()
                 .is_ok_and(|n| contains(n, b"ferrotrace") && contains(n, b"alloc_from"))
         });
+    // Its `tracing` spans are recorded through ferrotrace-tracing (which links the runtime), sleds or
+    // not.
+    if links_runtime
+        && file
+            .symbols()
+            .any(|s| s.name_bytes().is_ok_and(names_span_recorder))
+    {
+        instr |= instrumentation::TRACING;
+    }
     if let (false, Some(text)) = (own.is_empty(), file.section_by_name(".text")) {
         let targets: Vec<u64> = own.iter().map(|o| o.0).collect();
         if let Ok(code) = text.data() {

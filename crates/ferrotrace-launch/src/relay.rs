@@ -82,7 +82,7 @@ fn arrived_there_too(pool: Option<&OwnedFd>, sig: i32, received: u64) -> bool {
     let Some(map) = pool.and_then(crate::pool::Mapped::new) else {
         return false;
     };
-    let Ok(area) = ferrotrace_core::shared::Area::new(map.bytes()) else {
+    let Ok(area) = map.area() else {
         return false;
     };
     let signals = area.signals();

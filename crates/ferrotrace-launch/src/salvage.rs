@@ -14,7 +14,7 @@ use ferrotrace_core::schema;
 use ferrotrace_core::shared::Area;
 use ferrotrace_core::writer::{encode_events, TraceWriter};
 
-use ferrotrace_analysis::reader::{ReadError, Trace};
+use ferrotrace_reader::reader::{ReadError, Trace};
 
 /// How the process ended, as its parent saw it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,7 +58,7 @@ pub(crate) fn from_pool(
     // Nothing the program recorded is newer than this.
     let now_tsc = ferrotrace_core::clock::rdtsc();
     let map = crate::pool::Mapped::new(pool)?;
-    Some(salvage(output, map.bytes(), death, now_tsc))
+    Some(salvage(output, map.area().ok().as_ref(), death, now_tsc))
 }
 
 /// What [`salvage`] appended.
@@ -95,13 +95,13 @@ impl fmt::Display for SalvageError {
 impl std::error::Error for SalvageError {}
 
 /// Appends to the trace at `path` the events of `pool` (the program's shared chunk pool, mapped after
-/// it died) that the file does not hold, each thread's in its order, with the names of threads the file
+/// it died; `None` when its header says it was never set up) that the file does not hold, each thread's in its order, with the names of threads the file
 /// does not name, a Clock chunk (the last calibration) and a `Salvage` chunk. A torn chunk at the end
 /// of the file is cut off first. `now_tsc` is a timestamp read after the death: nothing recorded is
 /// newer. Returns `Ok(None)` for a trace that needs nothing (it has its End or was salvaged already).
 pub fn salvage(
     path: &Path,
-    pool: &[u8],
+    pool: Option<&Area<'_>>,
     death: Death,
     now_tsc: u64,
 ) -> Result<Option<Salvaged>, SalvageError> {
@@ -109,7 +109,7 @@ pub fn salvage(
     if trace.end.is_some() || trace.salvage.is_some() {
         return Ok(None);
     }
-    let area = Area::new(pool).map_err(|_| {
+    let area = pool.ok_or({
         SalvageError::NoPool(
             "the program did not share its trace buffers (its runtime never started)",
         )
@@ -168,10 +168,11 @@ pub fn salvage(
                 tid,
                 name: &name,
                 pid: 0,
+                registered_ticks: 0,
             })
             .map_err(io)?;
         }
-        let (counts, range) = encode_events(tid, seq, records, &mut scratch);
+        let (counts, range) = encode_events(tid, seq, &records.to_vec(), &mut scratch);
         w.chunk(ChunkKind::Events, &scratch[range]).map_err(io)?;
         out.chunks += 1;
         out.events += counts.events;

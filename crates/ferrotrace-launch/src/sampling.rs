@@ -26,10 +26,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::thread::JoinHandle;
 
-use ferrotrace_analysis::reader::ReadError;
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::output::PrivateDir;
 use ferrotrace_profile::{ProfileConfig, ProfileError, ProfileSummary, Target};
+use ferrotrace_reader::reader::ReadError;
 
 use crate::start::{start, Options, Program, Running};
 use crate::LaunchError;

@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus};
 
 use ferrotrace_core::env::{RuntimeSpec, Which};
+use ferrotrace_core::schema::Usage;
 
 use crate::program::{inspect, resolve, ProgramFacts};
 use crate::salvage::{Death, SalvageError, Salvaged};
@@ -190,14 +191,40 @@ impl Running {
         self.relay.as_ref()
     }
 
-    /// Waits for the program to end.
-    pub fn wait(mut self) -> Result<Ended, LaunchError> {
-        let status = self.child.wait().map_err(|source| LaunchError::Wait {
-            program: self.program.clone(),
-            source,
-        })?;
+    /// Waits for the program to end (`wait4`, which also gives what it used).
+    pub fn wait(self) -> Result<Ended, LaunchError> {
+        let mut status = 0;
+        // SAFETY: zeroed memory is a valid rusage, which wait4 fills.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: our own child, not yet waited for (Child::wait is never called on it); both
+            // pointers are to live locals.
+            let r = unsafe { libc::wait4(self.child.id() as i32, &mut status, 0, &mut usage) };
+            if r >= 0 {
+                break;
+            }
+            let source = std::io::Error::last_os_error();
+            if source.kind() != std::io::ErrorKind::Interrupted {
+                return Err(LaunchError::Wait {
+                    program: self.program.clone(),
+                    source,
+                });
+            }
+        }
+        let micros = |t: libc::timeval| t.tv_sec as u64 * 1_000_000 + t.tv_usec as u64;
         Ok(Ended {
-            status,
+            status: ExitStatus::from_raw(status),
+            usage: Some(Usage {
+                user_us: micros(usage.ru_utime),
+                system_us: micros(usage.ru_stime),
+                voluntary_switches: usage.ru_nvcsw as u64,
+                involuntary_switches: usage.ru_nivcsw as u64,
+                max_rss_kib: usage.ru_maxrss as u64,
+                major_faults: usage.ru_majflt as u64,
+                minor_faults: usage.ru_minflt as u64,
+                blocks_in: usage.ru_inblock as u64,
+                blocks_out: usage.ru_oublock as u64,
+            }),
             pool: self.pool,
         })
     }
@@ -216,6 +243,8 @@ pub fn exit_code(status: ExitStatus) -> u8 {
 pub struct Ended {
     /// How it ended.
     pub status: ExitStatus,
+    /// What it used (CPU time, context switches, memory, faults, I/O), as `wait4` said.
+    pub usage: Option<Usage>,
     pool: Option<OwnedFd>,
 }
 

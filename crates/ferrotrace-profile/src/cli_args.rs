@@ -2,8 +2,9 @@
 //!
 //! The `ferrotrace` CLI crate owns the argument parser; this module gives it everything that is specific to
 //! profiling so that its `profile.rs` stays a thin wrapper: the EVENT spellings ([`EventSpec::parse`]), the
-//! `--call-graph` values ([`parse_call_graph`]), durations ([`parse_duration`]) and ring sizes
-//! ([`parse_buffer_size`]).
+//! `--call-graph` values ([`parse_call_graph`]), and the limits of its durations ([`parse_duration`]),
+//! frequencies ([`parse_frequency`]) and ring sizes ([`parse_buffer_size`]), which are written in
+//! `ferrotrace_core::units`'s grammar like every other option's.
 //!
 //! ```text
 //! ferrotrace profile [-F HZ] [-e EVENT]... [--call-graph fp|dwarf] [-m PAGES] [-o FILE] -- PROGRAM ARGS
@@ -17,6 +18,8 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+
+use ferrotrace_core::units;
 
 use crate::ProfileError;
 
@@ -91,12 +94,9 @@ impl EventSpec {
             // cargo-trace: profile:hz:99
             let hz = rest
                 .strip_prefix("hz:")
-                .ok_or_else(|| bad("expected profile:hz:N"))?
-                .parse::<u32>()
+                .ok_or_else(|| bad("expected profile:hz:N"))?;
+            let hz = units::parse_frequency(hz)
                 .map_err(|_| bad("the frequency must be a positive integer"))?;
-            if hz == 0 {
-                return Err(bad("the frequency must be a positive integer"));
-            }
             return Ok(EventSpec::CpuClock(Some(hz)));
         }
         if let Some(rest) = s
@@ -229,40 +229,36 @@ pub fn parse_call_graph(s: &str) -> Result<CallGraph, ProfileError> {
     }
 }
 
-/// Parses `10s`, `500ms`, `2m`, `1.5s` or a bare number of seconds.
+/// Parses a `--duration` ([`units`] grammar, a bare number is seconds: `10s`, `500ms`, `2m`, `1h`,
+/// `3`): positive, at most 10⁹ seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, ProfileError> {
-    let bad =
-        || ProfileError::BadArgument(format!("bad duration `{s}`: expected e.g. 10s, 500ms, 2m"));
-    let (num, mult) = if let Some(n) = s.strip_suffix("ms") {
-        (n, 0.001)
-    } else if let Some(n) = s.strip_suffix('s') {
-        (n, 1.0)
-    } else if let Some(n) = s.strip_suffix('m') {
-        (n, 60.0)
-    } else if let Some(n) = s.strip_suffix('h') {
-        (n, 3600.0)
-    } else {
-        (s, 1.0)
-    };
-    let v: f64 = num.trim().parse().map_err(|_| bad())?;
-    if !v.is_finite() || v <= 0.0 || v * mult > 1e9 {
-        return Err(bad());
+    match units::parse_duration(s, Some(units::TimeUnit::Seconds)) {
+        Ok(ns) if ns > 0 && ns <= 1_000_000_000 * 1_000_000_000 => Ok(Duration::from_nanos(ns)),
+        Ok(_) => Err(ProfileError::BadArgument(format!(
+            "bad duration `{s}`: more than zero and at most 10^9 s (10s, 500ms, 2m, 1h)"
+        ))),
+        Err(e) => Err(ProfileError::BadArgument(format!(
+            "bad duration `{s}`: {e}"
+        ))),
     }
-    Ok(Duration::from_secs_f64(v * mult))
 }
 
-/// Parses a sampling frequency in Hz (1..=100000).
+/// Parses a sampling frequency ([`units`] grammar: `999`, `999Hz`, `4kHz`) from 1 Hz to 100 kHz.
 pub fn parse_frequency(s: &str) -> Result<u32, ProfileError> {
-    match s.parse::<u32>() {
+    match units::parse_frequency(s) {
         Ok(v) if (1..=100_000).contains(&v) => Ok(v),
-        _ => Err(ProfileError::BadArgument(format!(
-            "bad frequency `{s}`: expected an integer from 1 to 100000"
+        Ok(_) => Err(ProfileError::BadArgument(format!(
+            "bad frequency `{s}`: at most 100 kHz"
+        ))),
+        Err(e) => Err(ProfileError::BadArgument(format!(
+            "bad frequency `{s}`: {e}, up to 100kHz"
         ))),
     }
 }
 
 /// Parses `--mmap-pages`/`-m` as perf does: a number of data pages per CPU ring (a power of two), or
-/// a size with a `K`, `M` or `G` suffix (`8M`), rounded up to a power of two of pages.
+/// a size in the [`units`] grammar with its multiple (`8M`, `64K`, `4096B`), rounded up to a power of
+/// two of pages.
 pub fn parse_buffer_size(s: &str) -> Result<usize, ProfileError> {
     let bad = || {
         ProfileError::BadArgument(format!(
@@ -270,23 +266,17 @@ pub fn parse_buffer_size(s: &str) -> Result<usize, ProfileError> {
         ))
     };
     let t = s.trim();
-    let unit = match t.chars().last().map(|c| c.to_ascii_uppercase()) {
-        Some('B') => 1,
-        Some('K') => 1 << 10,
-        Some('M') => 1 << 20,
-        Some('G') => 1 << 30,
-        _ => 0,
-    };
-    let pages = if unit == 0 {
+    let pages = if t.bytes().all(|b| b.is_ascii_digit()) {
         let p: usize = t.parse().map_err(|_| bad())?;
         if !p.is_power_of_two() {
             return Err(bad());
         }
         p
     } else {
-        let n: u64 = t[..t.len() - 1].parse().map_err(|_| bad())?;
-        let bytes = n.checked_mul(unit).filter(|&b| b > 0).ok_or_else(bad)?;
-        (bytes.div_ceil(4096) as usize).next_power_of_two()
+        let bytes = units::parse_size(t).map_err(|_| bad())?;
+        usize::try_from(bytes.div_ceil(4096))
+            .map_err(|_| bad())?
+            .next_power_of_two()
     };
     if pages == 0 || pages > 1 << 20 {
         return Err(bad());

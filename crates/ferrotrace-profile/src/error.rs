@@ -45,6 +45,8 @@ pub enum ProfileError {
     },
     /// The eBPF backend could not be loaded or driven (its message says what and why).
     Bpf(String),
+    /// The eBPF backend was asked for, but this build has none (built without the `bpf` feature).
+    BpfNotBuilt,
     /// Reading or writing a file failed.
     Io {
         /// The file.
@@ -112,6 +114,12 @@ impl fmt::Display for ProfileError {
             }
             ProfileError::Sys { what, source } => write!(f, "{what} failed: {source}"),
             ProfileError::Bpf(s) => write!(f, "--bpf: {s}; without --bpf the perf_event backend records"),
+            ProfileError::BpfNotBuilt => write!(
+                f,
+                "--bpf: this ferrotrace was built without its eBPF backend: rebuild it with the `bpf` \
+                 feature (on by default; needs clang-16 and libelf-dev, see scripts/setup.sh), or \
+                 profile without --bpf (perf_event)"
+            ),
             ProfileError::Io { path, source } => write!(f, "{}: {source}", path.display()),
         }
     }

@@ -217,6 +217,7 @@ impl SampleWriter {
                 tid,
                 name,
                 pid: *pid,
+                registered_ticks: 0,
             })?;
         }
         Ok(())

@@ -11,7 +11,7 @@
 //! recording*; raw stacks are never written). Everything goes into a standard ferrotrace trace
 //! (`docs/format.md`): Sample events in each thread's Events chunks, their stacks in the interned
 //! Stacks table with addresses relative to the Module each lies in, the samplers in a Samplers chunk.
-//! Names are given at analysis time by `ferrotrace_analysis::symbolize` (inlined frames, separate debug
+//! Names are given at analysis time by `ferrotrace_reader::symbolize` (inlined frames, separate debug
 //! files, kernel symbols), which checks every module's build-id.
 //!
 //! With [`Backend::Bpf`] (`--bpf`) the stacks are instead unwound and the samples counted in the

@@ -194,7 +194,8 @@ pub(crate) struct Mapping {
     /// Runtime address minus stated address.
     pub bias: u64,
     pub module: u32,
-    /// The mapped file, when the kernel said which.
+    /// The mapped file, when the kernel said which (the eBPF backend's tables are per file).
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub file: Option<FileId>,
 }
 
@@ -251,7 +252,8 @@ impl Space {
         );
     }
 
-    /// The executable mappings, by start address.
+    /// The executable mappings, by start address (what the eBPF backend hands the kernel).
+    #[cfg(feature = "bpf")]
     pub fn mappings(&self) -> &[Mapping] {
         &self.maps
     }

@@ -133,7 +133,8 @@ fn attr_for(kind: EventKind, o: &AttrOptions) -> b::perf_event_attr {
 pub(crate) struct PerfEvent {
     pub fd: OwnedFd,
     pub id: u64,
-    /// What was opened.
+    /// What was opened (the eBPF backend attaches a tracepoint's program once).
+    #[cfg_attr(not(feature = "bpf"), allow(dead_code))]
     pub kind: EventKind,
     /// It carries the bookkeeping records only (EventKind::Dummy).
     pub bookkeeping: bool,

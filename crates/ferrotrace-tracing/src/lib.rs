@@ -52,7 +52,7 @@
 //! ([`Recorded`]). A layer without a filter of its own that answers `never` turns the callsite off
 //! for the whole subscriber.
 //!
-//! Not for: reading traces (`ferrotrace-analysis`), or programs without `tracing` (the `ferrotrace`
+//! Not for: reading traces (`ferrotrace-reader`), or programs without `tracing` (the `ferrotrace`
 //! crate's tracepoints are cheaper still: one NOP while disabled).
 
 mod fields;

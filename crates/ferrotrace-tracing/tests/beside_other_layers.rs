@@ -41,13 +41,13 @@ fn the_other_layer_keeps_its_events_while_nothing_records() {
     assert_eq!(SEEN.load(Ordering::Relaxed), 3);
     assert_eq!(LevelFilter::current(), LevelFilter::TRACE);
 
-    let trace = ferrotrace_analysis::reader::Trace::open(&path).unwrap();
+    let trace = ferrotrace_reader::reader::Trace::open(&path).unwrap();
     let ns: Vec<String> = trace
         .events()
         .unwrap()
         .map(|e| e.unwrap())
-        .filter(|e| e.kind == ferrotrace_analysis::reader::EventKind::Tracepoint)
-        .map(|e| ferrotrace_analysis::tracepoints::format_tracepoint(&trace, &e))
+        .filter(|e| e.kind == ferrotrace_reader::reader::EventKind::Tracepoint)
+        .map(|e| ferrotrace_reader::tracepoints::format_tracepoint(&trace, &e))
         .collect();
     assert_eq!(ns.len(), 1, "{ns:?}");
     assert!(ns[0].contains("n=2"), "{ns:?}");

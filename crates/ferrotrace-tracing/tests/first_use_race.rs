@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use ferrotrace_analysis::reader::{EventKind, Trace};
+use ferrotrace_reader::reader::{EventKind, Trace};
 use ferrotrace_tracing::{FerrotraceLayer, Recorded};
 use tracing_core::subscriber::Interest;
 use tracing_core::{Metadata, Subscriber};

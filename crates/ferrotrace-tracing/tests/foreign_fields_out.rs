@@ -7,9 +7,9 @@
 use std::mem::MaybeUninit;
 
 use ferrotrace::callsites::{self, Description, FieldsOut, Kind};
-use ferrotrace_analysis::reader::{EventKind, Trace};
-use ferrotrace_analysis::tracepoints;
 use ferrotrace_core::tracepoint::{put_tagged, Tag};
+use ferrotrace_reader::reader::{EventKind, Trace};
+use ferrotrace_reader::tracepoints;
 
 /// A writer of one unsigned field, `n`.
 fn field_n(n: u64) -> impl for<'b> FnOnce(FieldsOut<'b>) -> FieldsOut<'b> {

@@ -1,13 +1,13 @@
 //! The guard-to-file mode end to end: a program (this test) records its own `tracing` spans and
 //! events into a file with `record_to_file`, drops the guard, and the trace read back by
-//! `ferrotrace-analysis` holds exactly what it did: every span entry and exit nested per thread (an
+//! `ferrotrace-reader` holds exactly what it did: every span entry and exit nested per thread (an
 //! async-like span entered on two threads), span fields, events with their fields and level; and
 //! nothing is recorded before the guard or after it.
 
 use std::collections::HashMap;
 
-use ferrotrace_analysis::reader::{EventKind, Trace, NO_MODULE};
-use ferrotrace_analysis::tracepoints::{self, Value};
+use ferrotrace_reader::reader::{EventKind, Trace, NO_MODULE};
+use ferrotrace_reader::tracepoints::{self, Value};
 use tracing::level_filters::LevelFilter;
 use tracing_subscriber::prelude::*;
 

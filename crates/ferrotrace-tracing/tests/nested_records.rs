@@ -5,8 +5,8 @@
 //! before the event, and the event's fields — those written before the `Debug` call and the text it
 //! formatted — are whole.
 
-use ferrotrace_analysis::reader::{EventKind, Trace};
-use ferrotrace_analysis::tracepoints;
+use ferrotrace_reader::reader::{EventKind, Trace};
+use ferrotrace_reader::tracepoints;
 use tracing_subscriber::prelude::*;
 
 /// Enters a span while it is formatted.

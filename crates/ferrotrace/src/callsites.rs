@@ -20,35 +20,12 @@
 use std::mem::MaybeUninit;
 use std::path::Path;
 
-/// What a callsite is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Kind {
-    /// Entered and left (recorded like a function), with fields when created and recorded later.
-    Span,
-    /// A point in time with fields and a level (recorded like a tracepoint).
-    Event,
-}
+/// What a callsite is (span or event), as the trace's Callsites chunk says it.
+pub use ferrotrace_core::schema::CallsiteKind as Kind;
 
-/// A callsite to register. Its strings are copied into the trace.
-#[derive(Clone, Copy, Debug)]
-pub struct Description<'a> {
-    /// Span or event.
-    pub kind: Kind,
-    /// A span's name (what it is shown and selected by, as a function by its name); an event's
-    /// `target::name`, or its target alone when it has no name of its own. `record -F`/`-N` select
-    /// spans by it, `--trace` events.
-    pub name: &'a str,
-    /// `tracing`'s target (by default the module path).
-    pub target: &'a str,
-    /// 0 TRACE, 1 DEBUG, 2 INFO, 3 WARN, 4 ERROR.
-    pub level: u8,
-    /// The field names, separated by commas: a tagged value's index is its name's place here.
-    pub fields: &'a str,
-    /// Source file, empty if unknown.
-    pub file: &'a str,
-    /// Source line, 0 if unknown.
-    pub line: u32,
-}
+/// A callsite to register (its strings are copied into the trace): the description the trace's
+/// Callsites chunk holds, so that the two never drift apart.
+pub use ferrotrace_core::schema::CallsiteDescription as Description;
 
 /// The ids a registered callsite records under.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

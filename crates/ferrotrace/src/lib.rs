@@ -160,7 +160,7 @@ static START_LINKED: extern "C" fn() = {
 #[link_section = "ferrotrace_text"]
 pub unsafe extern "C" fn ferrotrace_attach_linked(spec: *const core::ffi::c_char) -> i32 {
     if spec.is_null() {
-        return lifecycle::attach::BAD_SPEC;
+        return lifecycle::plan::code::BAD_SPEC;
     }
     // SAFETY: NUL-terminated (the caller's contract).
     let spec = unsafe { core::ffi::CStr::from_ptr(spec) }.to_string_lossy();
@@ -168,7 +168,7 @@ pub unsafe extern "C" fn ferrotrace_attach_linked(spec: *const core::ffi::c_char
     match buffers::thread::as_runtime(run) {
         Some(Ok(())) => 0,
         Some(Err(e)) => e.code,
-        None => lifecycle::attach::FAILED,
+        None => lifecycle::plan::code::FAILED,
     }
 }
 
@@ -196,7 +196,7 @@ pub mod __preload {
             Some(Ok(())) => 0,
             // Said to the host (the control directory's `error`), not to the program's stderr.
             Some(Err(e)) => e.code,
-            None => crate::lifecycle::attach::FAILED,
+            None => crate::lifecycle::plan::code::FAILED,
         }
     }
 

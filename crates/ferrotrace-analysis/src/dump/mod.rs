@@ -20,7 +20,7 @@ pub mod perfetto;
 pub mod uftrace;
 pub mod window;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -324,6 +324,12 @@ pub fn walk(
     })
 }
 
+/// What `walk_stacks` puts in the second field of a Free event (unused by the format: 0) when the
+/// trace never saw its block allocated (allocated before recording started): exporters mark such a
+/// free ([`instant`]: `free (allocated before recording)`, argument `allocated_before_recording`),
+/// and the heap counters ignore it.
+pub const FREE_OF_UNSEEN_BLOCK: u64 = 1;
+
 /// One step of [`walk_stacks`] on a thread.
 pub(crate) enum Step<'a> {
     /// The thread's call stack opened or closed a frame (times in TSC ticks).
@@ -373,8 +379,10 @@ pub(crate) fn walk_stacks(
     };
     let mut n = 0u64;
     let mut pending: Vec<StackEvent> = Vec::new();
+    // The blocks allocated and not yet freed, so that a free of one never seen allocated is marked.
+    let mut live_blocks: HashSet<u64> = HashSet::new();
     while let Some(e) = merged.next_ref() {
-        let e = match e {
+        let mut e = match e {
             Ok(e) => e,
             Err(err) => {
                 errors.push(err.to_string());
@@ -405,6 +413,15 @@ pub(crate) fn walk_stacks(
             f(tid, Step::Stack(se))?;
         }
         if !is_fn {
+            match e.kind {
+                EventKind::Alloc => {
+                    live_blocks.insert(e.fields[1]);
+                }
+                EventKind::Free if !live_blocks.remove(&e.fields[0]) => {
+                    e.fields[1] = FREE_OF_UNSEEN_BLOCK;
+                }
+                _ => {}
+            }
             f(tid, Step::Other(e, depth))?;
         }
     }
@@ -481,6 +498,15 @@ pub fn instant(
                 vec![
                     ("size".into(), Value::Unsigned(fields[0])),
                     ("address".into(), Value::Unsigned(fields[1])),
+                ],
+            )
+        }
+        EventKind::Free if fields[1] == FREE_OF_UNSEEN_BLOCK => {
+            return (
+                "free (allocated before recording)".into(),
+                vec![
+                    ("address".into(), Value::Unsigned(fields[0])),
+                    ("allocated_before_recording".into(), Value::Bool(true)),
                 ],
             )
         }

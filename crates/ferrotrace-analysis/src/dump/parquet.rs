@@ -9,7 +9,8 @@
 //! rows; per thread the call stack; for allocations, the blocks still live (a row is written when
 //! its block is freed, or at the end for blocks never freed). Names (functions, modules, threads,
 //! the run) are dictionary columns; times are int64 nanoseconds since the trace's start
-//! (`metadata.start_ns` gives that start on CLOCK_MONOTONIC); columns are Snappy-compressed.
+//! (`metadata.start_ns` gives that start on CLOCK_MONOTONIC), negative for samples `record --sample`
+//! took before the runtime started (docs/format.md); columns are Snappy-compressed.
 //!
 //! Calls carry their durations both in nanoseconds and in TSC ticks: `report` sums ticks and
 //! converts the sum (`(ticks * ns_per_tick_q32 + 2^31) >> 32`, `metadata.ns_per_tick_q32`), so a query

@@ -54,12 +54,9 @@ const MONOTONIC: u64 = 3;
 /// Uncompressed bytes per `compressed_packets` batch (Perfetto wants each under 512 KiB).
 const BATCH: usize = 256 << 10;
 
-fn varint(b: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        b.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    b.push(v as u8);
+/// Protobuf's varint is the trace format's: one encoder (a `Vec` never fills up).
+fn varint(b: &mut Vec<u8>, v: u64) {
+    let _ = ferrotrace_core::codec::put_varint(b, v);
 }
 
 fn key(b: &mut Vec<u8>, field: u32, wire: u8) {
@@ -1016,10 +1013,7 @@ pub fn write_samples(
         ..Options::default()
     };
     write_events(&source, opts, Output::Stream(out), |emit| {
-        let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
-        tids.sort_unstable();
-        tids.dedup();
-        for tid in tids {
+        for tid in set.thread_ids() {
             let mut open: Vec<u32> = Vec::new();
             let mut last = 0u64;
             let close_to =

@@ -127,7 +127,9 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     let ts_text = format!("{}.{:09}", sess_ts / 1_000_000_000, sess_ts % 1_000_000_000);
     let sid = format!("{:016x}", 0xf0e7_0000_0000_0000u64 | pid as u64);
 
-    // info: 40-byte header, then the text lines announced by info_mask.
+    // info: 40-byte header, then the text lines announced by info_mask, in the order of its bits.
+    let tid_list: Vec<String> = tids.iter().map(u32::to_string).collect();
+    let (mask, lines) = info_lines(trace, &exe, &tid_list);
     let mut info = Vec::new();
     info.extend_from_slice(b"Ftrace!\0");
     info.extend_from_slice(&4u32.to_le_bytes());
@@ -135,18 +137,10 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     info.push(1); // little-endian
     info.push(2); // 64-bit
     info.extend_from_slice(&0x62u64.to_le_bytes()); // TASK_SESSION | SYM_REL_ADDR | MAX_STACK
-    info.extend_from_slice(&0x81u64.to_le_bytes()); // EXE_NAME | TASKINFO
+    info.extend_from_slice(&mask.to_le_bytes());
     info.extend_from_slice(&1024u16.to_le_bytes());
     info.extend_from_slice(&[0u8; 6]);
-    let tid_list: Vec<String> = tids.iter().map(u32::to_string).collect();
-    info.extend_from_slice(
-        format!(
-            "exename:{exe}\ntaskinfo:lines=2\ntaskinfo:nr_tid={}\ntaskinfo:tids={}\n",
-            tids.len(),
-            tid_list.join(",")
-        )
-        .as_bytes(),
-    );
+    info.extend_from_slice(lines.as_bytes());
     fs::write(dir.join("info"), info)?;
 
     let mut task = format!("SESS timestamp={ts_text} pid={pid} sid={sid} exename=\"{exe}\"\n");
@@ -176,6 +170,103 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     writeln!(sym, "{:016x} ? __func_end", addr(last) + 16 - BASE)?;
     sym.flush()?;
     Ok(errors)
+}
+
+/// The bits of uftrace's `info_mask` (its `enum uftrace_info_bits`) for the lines written.
+mod info_bit {
+    pub const EXE_NAME: u64 = 1 << 0;
+    pub const EXIT_STATUS: u64 = 1 << 2;
+    pub const CMDLINE: u64 = 1 << 3;
+    pub const TASKINFO: u64 = 1 << 7;
+    pub const USAGEINFO: u64 = 1 << 8;
+    pub const RECORD_DATE: u64 = 1 << 11;
+    pub const VERSION: u64 = 1 << 13;
+}
+
+/// The text of the `info` file that describes the run, so that `uftrace info -d DIR` does: the
+/// program, its exit status (when the trace knows it), its command line, its threads, its CPU time
+/// and the rest of its resource usage (when `record` saw it), when it was recorded and how long it
+/// ran, and what wrote it. Returns the `info_mask` and the lines, in uftrace's order of its bits.
+fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
+    use std::fmt::Write as _;
+    let mut mask = info_bit::EXE_NAME | info_bit::CMDLINE | info_bit::TASKINFO;
+    let mut o = format!("exename:{exe}\n");
+    // uftrace reads the status as waitpid gives it.
+    let status = trace.end.as_ref().and_then(|e| match e.reason {
+        ferrotrace_core::schema::EndReason::Signal => Some(e.signal as i32 & 0x7f),
+        ferrotrace_core::schema::EndReason::Exit => e.exit_code.map(|c| (c & 0xff) << 8),
+        ferrotrace_core::schema::EndReason::Stopped => None,
+    });
+    if let Some(status) = status {
+        mask |= info_bit::EXIT_STATUS;
+        let _ = writeln!(o, "exit_status:{status}");
+    }
+    // One line, escaped as uftrace's json_quote does.
+    let mut cmdline = String::new();
+    for c in trace.session.args.join(" ").chars() {
+        match c {
+            '"' | '\\' => {
+                cmdline.push('\\');
+                cmdline.push(c);
+            }
+            '\n' | '\r' | '\t' => cmdline.push(' '),
+            c => cmdline.push(c),
+        }
+    }
+    let _ = writeln!(o, "cmdline:{cmdline}");
+    let _ = write!(
+        o,
+        "taskinfo:lines=2\ntaskinfo:nr_tid={}\ntaskinfo:tids={}\n",
+        tids.len(),
+        tids.join(",")
+    );
+    if let Some(u) = trace.end.as_ref().and_then(|e| e.usage) {
+        mask |= info_bit::USAGEINFO;
+        let seconds = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
+        let _ = write!(
+            o,
+            "usageinfo:lines=6\nusageinfo:systime={}\nusageinfo:usrtime={}\n\
+             usageinfo:ctxsw={} / {} (voluntary / involuntary)\nusageinfo:maxrss={}\n\
+             usageinfo:pagefault={} / {} (major / minor)\nusageinfo:iops={} / {} (read / write)\n",
+            seconds(u.system_us),
+            seconds(u.user_us),
+            u.voluntary_switches,
+            u.involuntary_switches,
+            u.max_rss_kib,
+            u.major_faults,
+            u.minor_faults,
+            u.blocks_in,
+            u.blocks_out
+        );
+    }
+    if let Some(date) = local_date(trace.session.start_realtime_ns / 1_000_000_000) {
+        mask |= info_bit::RECORD_DATE;
+        let elapsed = trace.duration_ns();
+        let _ = write!(
+            o,
+            "record_date:{date}\nelapsed_time:{}.{:09} sec\n",
+            elapsed / 1_000_000_000,
+            elapsed % 1_000_000_000
+        );
+    }
+    mask |= info_bit::VERSION;
+    let _ = writeln!(o, "uftrace_version:ferrotrace {}", trace.session.version);
+    (mask, o)
+}
+
+/// `secs` since 1970 as `ctime(3)` writes it in local time (`Wed Sep 19 17:30:39 2018`), as uftrace
+/// records its date.
+fn local_date(secs: u64) -> Option<String> {
+    let t = libc::time_t::try_from(secs).ok()?;
+    let mut buf = [0 as libc::c_char; 64];
+    // SAFETY: ctime_r writes at most 26 bytes (with the NUL) into the 64 of `buf`, and reads `t`.
+    let p = unsafe { libc::ctime_r(&t, buf.as_mut_ptr()) };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: ctime_r returned `buf`, NUL-terminated.
+    let text = unsafe { std::ffi::CStr::from_ptr(p) };
+    Some(text.to_string_lossy().trim_end().to_string())
 }
 
 /// `--format uftrace`.

@@ -48,7 +48,7 @@ pub enum Point {
     },
 }
 
-/// Parses `1.5s`, `200ms`, `10us`, `300ns` or `NAME#N`.
+/// Parses a duration with its unit (`1.5s`, `200ms`, `10us`, `300ns`: the units grammar) or `NAME#N`.
 pub fn parse_point(s: &str) -> Result<Point, String> {
     let s = s.trim();
     if let Some((name, n)) = s.rsplit_once('#') {
@@ -65,19 +65,13 @@ pub fn parse_point(s: &str) -> Result<Point, String> {
             n,
         });
     }
-    for (unit, mul) in [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)] {
-        if let Some(num) = s.strip_suffix(unit) {
-            if let Ok(v) = num.trim().parse::<f64>() {
-                if v >= 0.0 && v.is_finite() {
-                    return Ok(Point::Elapsed((v * mul) as u64));
-                }
-            }
-        }
-    }
-    Err(format!(
-        "bad time {s:?}: give a time since the trace's start with a unit (1.5s, 200ms, 10us, \
-         300ns) or a call as FUNCTION#N (parse#3)"
-    ))
+    ferrotrace_core::units::parse_duration(s, None)
+        .map(Point::Elapsed)
+        .map_err(|e| {
+            format!(
+                "bad time {s:?}: {e}, since the trace's start; or a call as FUNCTION#N (parse#3)"
+            )
+        })
 }
 
 /// The window from `from` to `to` (either may be absent) in `trace`'s CLOCK_MONOTONIC ns.

@@ -134,6 +134,10 @@ pub struct MemReport {
     pub frees: u64,
     /// Free events of recorded blocks in the trace.
     pub recorded_frees: u64,
+    /// Free events of blocks the trace never saw allocated (allocated before recording started: by
+    /// the dynamic loader or a constructor before the runtime's start): not in `frees`, nor in the
+    /// heap, whose size they would make negative.
+    pub unseen_frees: u64,
     /// Standard errors of the estimates (all 0 when every allocation was recorded).
     pub std_errors: StdErrors,
     /// Largest heap.
@@ -255,6 +259,8 @@ struct Pass<'t> {
     heap: f64,
     /// The estimated variance of `heap`.
     heap_var: f64,
+    /// Frees of blocks never seen allocated.
+    unseen_frees: u64,
 }
 
 impl Pass<'_> {
@@ -289,7 +295,10 @@ impl Pass<'_> {
                 ))
             }
             EventKind::Free => {
-                let old = self.live.remove(&e.fields[0])?;
+                let Some(old) = self.live.remove(&e.fields[0]) else {
+                    self.unseen_frees += 1;
+                    return None;
+                };
                 self.heap -= old.bytes;
                 self.heap_var -= variances(old.count, old.bytes).1;
                 Some((false, old, None))
@@ -338,6 +347,7 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
         live: HashMap::new(),
         heap: 0.0,
         heap_var: 0.0,
+        unseen_frees: 0,
     };
     let mut rep = MemReport {
         sample_interval,
@@ -385,6 +395,7 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
         }
     }
     drop(events);
+    rep.unseen_frees = pass.unseen_frees;
     let mut leaks: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut leaked = Totals::default();
     for b in pass.live.values() {
@@ -538,13 +549,14 @@ mod tests {
             b.alloc(1, 60, None, 2000, 0xd0).unwrap(); // peak: 3000
             b.free(1, 70, 0xc0).unwrap(); // not the last allocation: not a temporary
             b.alloc(2, 80, None, 10, 0xe0).unwrap();
-            b.free(2, 90, 0xf0).unwrap(); // never allocated: ignored
+            b.free(2, 90, 0xf0).unwrap(); // never allocated: counted apart
         });
         let r = analyse(&t).unwrap();
         assert_eq!((r.allocations, r.bytes, r.frees), (5, 3160, 3));
+        assert_eq!(r.unseen_frees, 1);
         assert_eq!(r.std_errors, StdErrors::default(), "nothing is estimated");
         assert!(r.text(View::Summary, 10).starts_with(
-            "allocations: 5 (3,160 bytes), frees: 3\npeak heap: 3,000 bytes at 50 ns\nleaked at exit: 2,010 bytes in 2 blocks\n"
+            "allocations: 5 (3,160 bytes), frees: 3\n  and 1 frees of blocks allocated before recording started (not counted above)\npeak heap: 3,000 bytes at 50 ns\nleaked at exit: 2,010 bytes in 2 blocks\n"
         ));
         assert_eq!((r.peak_bytes, r.peak_ns), (3000, 60 - 10));
         assert_eq!(

@@ -118,6 +118,13 @@ impl MemReport {
             self.estimate(self.bytes, se.bytes),
             self.estimate(self.frees, se.frees)
         );
+        if self.unseen_frees > 0 {
+            let _ = writeln!(
+                out,
+                "  and {} frees of blocks allocated before recording started (not counted above)",
+                thousands(self.unseen_frees)
+            );
+        }
         if self.sample_interval > 0 {
             let _ = writeln!(
                 out,
@@ -237,6 +244,7 @@ impl MemReport {
             "sample_interval": self.sample_interval,
             "recorded_allocations": self.recorded,
             "recorded_frees": self.recorded_frees,
+            "unseen_frees": self.unseen_frees,
             "allocations": self.allocations,
             "bytes": self.bytes,
             "frees": self.frees,

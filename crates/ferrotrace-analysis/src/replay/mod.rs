@@ -30,6 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Write};
 
+use ferrotrace_core::units;
 use regex_lite::Regex;
 
 use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
@@ -156,7 +157,7 @@ impl std::fmt::Display for OptionError {
             OptionError::NoTilde(r) => write!(f, "time range {r:?} needs the form START~END"),
             OptionError::BadTime { range, side } => write!(
                 f,
-                "bad time {side:?} in range {range:?} (an elapsed time with a unit: ns, us, ms, s; \
+                "bad time {side:?} in range {range:?} (an elapsed time with a unit: ns, us, ms, s, m, h; \
                  or a SECONDS.NANOSECONDS timestamp)"
             ),
             // Nothing can lie in a reversed range: an empty replay with exit 0 would say "nothing
@@ -187,10 +188,10 @@ pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), Opti
             range: s.to_string(),
             side: x.to_string(),
         };
-        if x.ends_with('s') {
-            return parse_duration(x)
+        if x.ends_with(char::is_alphabetic) {
+            return units::parse_duration(x, None)
                 .map(|ns| trace_start_ns.saturating_add(ns))
-                .ok_or_else(bad);
+                .map_err(|_| bad());
         }
         if let Some((sec, frac)) = x.split_once('.') {
             let sec: u64 = sec.parse().map_err(|_| bad())?;
@@ -209,20 +210,6 @@ pub fn parse_time_range(s: &str, trace_start_ns: u64) -> Result<(u64, u64), Opti
         return Err(OptionError::Reversed(s.to_string()));
     }
     Ok((start, end))
-}
-
-/// Parses a duration with its unit, `300ns`, `10us`, `1.5ms`, `2s`, into nanoseconds: `None` for
-/// anything else, a negative number, NaN or infinity included (`-5us` once meant 0, `NaNs` too).
-pub fn parse_duration(s: &str) -> Option<u64> {
-    for (unit, mul) in [("ns", 1.0), ("us", 1e3), ("ms", 1e6), ("s", 1e9)] {
-        if let Some(num) = s.strip_suffix(unit) {
-            let v: f64 = num.trim().parse().ok()?;
-            let ns = v * mul;
-            // `as u64` would saturate: a time beyond 584 years is a typing error too.
-            return (ns.is_finite() && ns >= 0.0 && ns < u64::MAX as f64).then_some(ns as u64);
-        }
-    }
-    None
 }
 
 /// Formats a duration in uftrace's 10-character style (`   1.234 us`).

@@ -151,12 +151,12 @@ pub enum SortKey {
 }
 
 impl SortKey {
-    /// Parses `total|self|calls|avg|min|max`.
+    /// Parses `total|self|calls|avg|min|max` (and uftrace's `call`).
     pub fn parse(s: &str) -> Option<SortKey> {
         Some(match s {
             "total" => SortKey::Total,
             "self" => SortKey::SelfTime,
-            "calls" => SortKey::Calls,
+            "calls" | "call" => SortKey::Calls,
             "avg" => SortKey::Avg,
             "min" => SortKey::Min,
             "max" => SortKey::Max,
@@ -185,6 +185,105 @@ impl SortKey {
             SortKey::Avg => s.avg_ns(),
             SortKey::Min => s.min_ns,
             SortKey::Max => s.max_ns,
+        }
+    }
+}
+
+/// Tasks running or ready to run on the machine now, this one included (`procs_running` of
+/// `/proc/stat`).
+fn runnable_tasks() -> Option<usize> {
+    std::fs::read_to_string("/proc/stat")
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("procs_running "))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// A time column of `report`'s text table, as `-f`/`--output-fields` selects them (uftrace's
+/// spelling; the function's name always ends the row, the Sampled and bytes columns follow the data).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Column {
+    /// Total time (recursion counted once).
+    Total,
+    /// Self time.
+    SelfTime,
+    /// Calls.
+    Calls,
+    /// Mean duration of a call (uftrace's `total-avg`).
+    Avg,
+    /// Shortest call (`total-min`).
+    Min,
+    /// Longest call (`total-max`).
+    Max,
+}
+
+impl Column {
+    /// Every column, in the table's order: the default.
+    pub const ALL: [Column; 6] = [
+        Column::Total,
+        Column::SelfTime,
+        Column::Calls,
+        Column::Avg,
+        Column::Min,
+        Column::Max,
+    ];
+
+    /// What `report --avg-total` shows, as uftrace's does: each call's total time, averaged, least and
+    /// most.
+    pub const AVG_TOTAL: [Column; 3] = [Column::Avg, Column::Min, Column::Max];
+
+    /// Parses a comma-separated list of fields in uftrace's spelling (`total,self,call,total-avg,
+    /// total-min,total-max`) or ferrotrace's (`calls`, `avg`, `min`, `max`). A field that cannot mean
+    /// what it means to uftrace is refused with the line that says why and what to use.
+    pub fn parse_list(list: &str) -> Result<Vec<Column>, String> {
+        list.split(',')
+            .map(|field| {
+                Ok(match field.trim() {
+                    "total" => Column::Total,
+                    "self" => Column::SelfTime,
+                    "call" | "calls" => Column::Calls,
+                    "total-avg" | "avg" => Column::Avg,
+                    "total-min" | "min" => Column::Min,
+                    "total-max" | "max" => Column::Max,
+                    f @ ("self-avg" | "self-min" | "self-max") => {
+                        return Err(format!(
+                            "-f {f}: ferrotrace keeps no self time per call, only its sum (self): \
+                             avg, min and max are of each call's total time (total-avg, total-min, \
+                             total-max)"
+                        ))
+                    }
+                    f => {
+                        return Err(format!(
+                            "-f {f}: not a report field; they are total, self, call, total-avg, \
+                             total-min and total-max"
+                        ))
+                    }
+                })
+            })
+            .collect()
+    }
+
+    fn header(self) -> (&'static str, usize) {
+        match self {
+            Column::Total => ("Total time", 11),
+            Column::SelfTime => ("Self time", 11),
+            Column::Calls => ("Calls", 10),
+            Column::Avg => ("Avg", 11),
+            Column::Min => ("Min", 11),
+            Column::Max => ("Max", 11),
+        }
+    }
+
+    fn value(self, f: &FuncStats) -> String {
+        match self {
+            Column::Total => fmt_ns(f.total_ns),
+            Column::SelfTime => fmt_ns(f.self_ns),
+            Column::Calls => f.calls.to_string(),
+            Column::Avg => fmt_ns(f.avg_ns()),
+            Column::Min => fmt_ns(f.min_ns),
+            Column::Max => fmt_ns(f.max_ns),
         }
     }
 }
@@ -253,6 +352,38 @@ impl Report {
         jobs: usize,
     ) -> Result<Report, ReadError> {
         Report::counting(trace, progress, jobs, None)
+    }
+
+    /// How many of `requested` jobs are worth running now: the second job only overlaps decoding
+    /// with aggregation when a core is free for it. On a machine whose cores are all taken, its
+    /// per-chunk hand-overs each wait for a time slice (`--jobs 2` took 48 s instead of 1.9 s on a
+    /// busy 2-vCPU machine, with 63,000 context switches): then one job, and the reason.
+    pub fn jobs_for_load(requested: usize) -> (usize, Option<String>) {
+        if requested < 2 {
+            return (requested.max(1), None);
+        }
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // Runnable tasks besides this one, at their fewest over three looks 5 ms apart (the count
+        // is of one instant).
+        let others = (0..3)
+            .filter_map(|i| {
+                if i > 0 {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                }
+                runnable_tasks()
+            })
+            .min()
+            .map(|n| n.saturating_sub(1));
+        match others {
+            Some(busy) if busy + 2 > cpus => (
+                1,
+                Some(format!(
+                    "--jobs {requested}: {busy} other runnable tasks on {cpus} CPUs leave no core \
+                     free for a second job: reading on one"
+                )),
+            ),
+            _ => (requested.min(2), None),
+        }
     }
 
     /// Opens the trace at `path` and counts its threads' events as the index pass reads them: the file
@@ -399,6 +530,17 @@ impl Report {
 
     /// The report as text: one table, or one per thread.
     pub fn to_text(&self, key: SortKey, threads: bool, srclines: &HashMap<u32, String>) -> String {
+        self.to_text_columns(key, threads, srclines, &Column::ALL)
+    }
+
+    /// [`Report::to_text`] with only `columns` of time and calls (`-f`, `--avg-total`).
+    pub fn to_text_columns(
+        &self,
+        key: SortKey,
+        threads: bool,
+        srclines: &HashMap<u32, String>,
+        columns: &[Column],
+    ) -> String {
         let mut o = String::new();
         if threads {
             for t in &self.threads {
@@ -410,6 +552,7 @@ impl Report {
                     srclines,
                     &HashMap::new(),
                     self.sampled,
+                    columns,
                 );
                 o.push('\n');
             }
@@ -421,6 +564,7 @@ impl Report {
                 srclines,
                 &self.alloc_bytes,
                 self.sampled,
+                columns,
             );
         }
         if !self.tracepoints.is_empty() {
@@ -486,15 +630,16 @@ fn table(
     srclines: &HashMap<u32, String>,
     alloc_bytes: &HashMap<u32, (u64, u64)>,
     sampled: bool,
+    columns: &[Column],
 ) {
     let mut v = v.to_vec();
     sort(&mut v, key);
     let bytes = !alloc_bytes.is_empty();
-    let _ = write!(
-        o,
-        "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
-        "Total time", "Self time", "Calls", "Avg", "Min", "Max"
-    );
+    for c in columns {
+        let (name, width) = c.header();
+        let _ = write!(o, "  {name:>width$}");
+    }
+    let _ = write!(o, "  ");
     if sampled {
         let _ = write!(o, "{:>11}  ", "Sampled");
     }
@@ -502,11 +647,11 @@ fn table(
         let _ = write!(o, "{:>12}  {:>12}  ", "Self bytes", "Total bytes");
     }
     let _ = writeln!(o, "Function");
-    let _ = write!(
-        o,
-        "  {0:=>11}  {0:=>11}  {0:=>10}  {0:=>11}  {0:=>11}  {0:=>11}  ",
-        ""
-    );
+    for c in columns {
+        let width = c.header().1;
+        let _ = write!(o, "  {:=>width$}", "");
+    }
+    let _ = write!(o, "  ");
     if sampled {
         let _ = write!(o, "{0:=>11}  ", "");
     }
@@ -525,16 +670,11 @@ fn table(
         if f.entered_before > 0 {
             notes.push(format!("{} entered before tracing began", f.entered_before));
         }
-        let _ = write!(
-            o,
-            "  {:>11}  {:>11}  {:>10}  {:>11}  {:>11}  {:>11}  ",
-            fmt_ns(f.total_ns),
-            fmt_ns(f.self_ns),
-            f.calls,
-            fmt_ns(f.avg_ns()),
-            fmt_ns(f.min_ns),
-            fmt_ns(f.max_ns),
-        );
+        for c in columns {
+            let width = c.header().1;
+            let _ = write!(o, "  {:>width$}", c.value(f));
+        }
+        let _ = write!(o, "  ");
         if sampled {
             let _ = write!(o, "{:>11}  ", fmt_ns(f.sampled_ns));
         }
@@ -754,5 +894,18 @@ mod tests {
         assert_eq!(r.alloc_bytes.get(&f.id), Some(&(1100, 1100)));
         let main = r.functions.iter().find(|f| f.name == "main").unwrap();
         assert_eq!(r.alloc_bytes.get(&main.id), Some(&(10, 1110)));
+        // Decoding on a second thread gives the same report (the CLI runs it only when a core is
+        // free: `jobs_for_load`).
+        let key = |r: &Report| {
+            let mut v: Vec<_> = r
+                .functions
+                .iter()
+                .map(|f| (f.name.clone(), f.calls, f.total_ns, f.self_ns, f.max_ns))
+                .collect();
+            v.sort();
+            v
+        };
+        let two = Report::with_jobs(&t, &mut Progress::new("report", 0), 2).unwrap();
+        assert_eq!(key(&two), key(&r));
     }
 }

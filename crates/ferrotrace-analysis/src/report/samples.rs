@@ -277,40 +277,43 @@ pub fn options(sort: Option<SortKey>, inline: bool) -> Result<ReportOptions, Sor
 }
 
 /// What `report` prints of samples: the report of the whole set, or one per thread (`threads`), as
-/// text or JSON (`{"threads": [...]}` per thread, each with its `tid` and `name`).
+/// text or JSON ([`to_json`]).
 pub fn render(set: &SampleSet, opts: ReportOptions, threads: bool, json: bool) -> String {
-    if !threads {
-        let rep = report(set, opts);
-        return if json {
-            format!("{}\n", report_json(set, &rep))
-        } else {
-            rep.to_string()
-        };
-    }
-    let mut tids: Vec<u32> = set.samples.iter().map(|s| s.tid).collect();
-    tids.sort_unstable();
-    tids.dedup();
-    let mut text = String::new();
-    let mut objects = Vec::new();
-    for tid in tids {
-        let sub = set.only_thread(tid);
-        let rep = report(&sub, opts);
-        if json {
-            let mut j = report_json(&sub, &rep);
-            j["tid"] = tid.into();
-            j["name"] = thread_label(set.thread_name(tid), tid).into();
-            objects.push(j);
-        } else {
-            text.push_str(&format!(
-                "# thread {tid} ({})\n{rep}\n",
-                thread_label(set.thread_name(tid), tid)
-            ));
-        }
-    }
     if json {
-        text = format!("{}\n", serde_json::json!({ "threads": objects }));
+        return format!("{}\n", to_json(set, opts, threads));
+    }
+    if !threads {
+        return report(set, opts).to_string();
+    }
+    let mut text = String::new();
+    for tid in set.thread_ids() {
+        text.push_str(&format!(
+            "# thread {tid} ({})\n{}\n",
+            thread_label(set.thread_name(tid), tid),
+            report(&set.only_thread(tid), opts)
+        ));
     }
     text
+}
+
+/// `report --json` of samples: the report of the whole set ([`report_json`]), or with `threads`
+/// `{"threads": [...]}`, one such object per thread with its `tid` and `name`.
+pub fn to_json(set: &SampleSet, opts: ReportOptions, threads: bool) -> serde_json::Value {
+    if !threads {
+        return report_json(set, &report(set, opts));
+    }
+    let objects: Vec<serde_json::Value> = set
+        .thread_ids()
+        .into_iter()
+        .map(|tid| {
+            let sub = set.only_thread(tid);
+            let mut j = report_json(&sub, &report(&sub, opts));
+            j["tid"] = tid.into();
+            j["name"] = thread_label(set.thread_name(tid), tid).into();
+            j
+        })
+        .collect();
+    serde_json::json!({ "threads": objects })
 }
 
 /// What `report --diff` prints of two sets of samples, as text or JSON.
@@ -320,10 +323,18 @@ pub fn render_diff(
     opts: ReportOptions,
     json: bool,
 ) -> String {
-    let rows = diff(&report(before, opts), &report(after, opts));
     if json {
-        format!("{}\n", diff_json(&rows))
+        format!("{}\n", diff_to_json(before, after, opts))
     } else {
-        diff_text(&rows)
+        diff_text(&diff(&report(before, opts), &report(after, opts)))
     }
+}
+
+/// `report --diff --json` of two sets of samples ([`diff_json`]).
+pub fn diff_to_json(
+    before: &SampleSet,
+    after: &SampleSet,
+    opts: ReportOptions,
+) -> serde_json::Value {
+    diff_json(&diff(&report(before, opts), &report(after, opts)))
 }

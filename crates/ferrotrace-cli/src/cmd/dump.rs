@@ -8,6 +8,7 @@ use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
 use clap::Args;
 use ferrotrace_analysis::dump::{self, Exporter, Plan, Target};
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_core::units;
 
 /// `--format`: the formats the library registers ([`dump::FORMATS`]), by name.
 fn formats() -> impl TypedValueParser<Value = &'static dyn Exporter> {
@@ -19,11 +20,33 @@ fn formats() -> impl TypedValueParser<Value = &'static dyn Exporter> {
     .map(|name| dump::format(&name).expect("a registered format"))
 }
 
+/// `dump`'s line in `ferrotrace --help`: the registered formats ([`dump::FORMATS`]), by name.
+pub fn about() -> String {
+    format!("Convert the trace to another format: {}", names(|_| true))
+}
+
+/// The names of the registered formats that `keep` keeps, as `a, b, c`.
+pub fn names(keep: impl Fn(&dyn Exporter) -> bool) -> String {
+    let names: Vec<&str> = dump::FORMATS
+        .iter()
+        .filter(|f| keep(**f))
+        .map(|f| f.name())
+        .collect();
+    names.join(", ")
+}
+
 /// Arguments of `ferrotrace dump`.
 #[derive(Args)]
+#[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct DumpArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
@@ -53,26 +76,9 @@ pub struct DumpArgs {
     max_size: Option<u64>,
 }
 
-/// Parses `1G`, `500M`, `64K` or a number of bytes (powers of 1024).
+/// Parses `--max-size` (the units grammar: `1G`, `500M`, `64K` or a number of bytes), at least 16K.
 fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, c)) if c.is_ascii_alphabetic() => (
-            &t[..i],
-            match c.to_ascii_uppercase() {
-                'K' => 1u64 << 10,
-                'M' => 1 << 20,
-                'G' => 1 << 30,
-                _ => return Err(format!("bad size {s:?}: use K, M or G (500M, 1G)")),
-            },
-        ),
-        _ => (t, 1),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size {s:?} (500M, 1G)"))?;
-    let bytes = (v * mul as f64) as u64;
+    let bytes = units::parse_size(s).map_err(|e| format!("bad size {s:?}: {e}"))?;
     if bytes < 16 << 10 {
         return Err(format!("--max-size {s}: at least 16K"));
     }

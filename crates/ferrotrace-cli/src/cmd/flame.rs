@@ -14,7 +14,13 @@ use ferrotrace_analysis::progress::Progress;
 #[derive(Args)]
 pub struct FlameArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)

@@ -15,7 +15,13 @@ use regex_lite::Regex;
 #[derive(Args)]
 pub struct GraphArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)

@@ -11,7 +11,13 @@ use ferrotrace_analysis::mem::{self, View};
 #[derive(Args)]
 pub struct MemArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Every leak (block live at exit), by stack
     #[arg(long, conflicts_with = "temporary")]

@@ -5,23 +5,29 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
+use ferrotrace_analysis::dump::Samples;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
 use crate::Error;
 
-/// Arguments of `ferrotrace profile`.
-#[derive(Args)]
-#[command(
-    after_help = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
+/// What `profile --help` says of events and of reading the result (before the units grammar).
+const EVENTS_HELP: &str = "EVENT: cpu-clock (default), uprobe:PATH:SYMBOL (a C symbol such as malloc, or a Rust \
 path such as myapp::parse), uretprobe:PATH:SYMBOL (at its returns, in the caller), \
 usdt:PATH:PROVIDER:NAME (a SystemTap SDT probe of the file's .note.stapsdt, its semaphore raised), \
 tracepoint:CATEGORY:NAME (e.g. sched:sched_wakeup), off-cpu (the \
 stacks at which threads blocked, weighted by the time until they ran again: sched:sched_switch); cargo-trace's profile:hz:99 is accepted too.\n\nRead the result with `ferrotrace report`, `ferrotrace flame` or \
-`ferrotrace dump --format firefox|perfetto|folded`."
-)]
+`ferrotrace dump --format FORMAT`, FORMAT one of";
+
+/// Arguments of `ferrotrace profile`.
+#[derive(Args)]
+#[command(after_help = format!(
+    "{EVENTS_HELP} {}.\n\n{}",
+    super::dump::names(|f| f.writes_samples() != Samples::Never),
+    ferrotrace_core::units::GRAMMAR
+))]
 pub struct ProfileArgs {
-    /// Sampling frequency of cpu-clock, in Hz
+    /// Sampling frequency of cpu-clock (999, 999Hz, 4kHz)
     #[arg(short = 'F', long = "freq", value_name = "HZ", default_value = "999")]
     freq: String,
     /// What to sample (repeatable)
@@ -57,7 +63,7 @@ pub struct ProfileArgs {
 
     )]
     all: bool,
-    /// Stop after this long (e.g. 10s, 500ms)
+    /// Stop after this long (10s, 500ms, 2m, 1h; a number is seconds)
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
     /// Record with --call-graph fp even if the program has no frame pointers

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
-use ferrotrace_core::schema;
+use ferrotrace_core::{schema, units};
 use ferrotrace_launch::outcome::{self, file_identity, trace_of};
 use ferrotrace_launch::salvage::{Death, SalvageError, Salvaged};
 use ferrotrace_launch::start::{Options, Program};
@@ -29,10 +29,20 @@ pub enum Mode {
 
 /// Arguments of `ferrotrace record`.
 #[derive(Args)]
+#[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct RecordArgs {
-    /// Trace file to write (processes the program starts write FILE.PID)
-    #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
+    /// Trace file to write (processes the program starts write FILE.PID; uftrace's -d/--data too)
+    #[arg(
+        short = 'o',
+        long = "output",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     pub output: PathBuf,
+    /// Accepted for uftrace's sake: ferrotrace never traces calls into shared libraries' PLT stubs
+    #[arg(long)]
+    pub no_libcall: bool,
     /// Record only functions whose demangled name (or NAME@0xADDR, to pick one of several functions
     /// of one name) matches REGEX and what they call, as replay -F and uftrace do (repeatable; every
     /// function is still hooked: the trace is smaller, the program not faster)
@@ -89,13 +99,13 @@ pub struct RecordArgs {
         conflicts_with = "command"
     )]
     pub pid: Option<u32>,
-    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`; a number is seconds)
+    /// With -p: stop recording after this long (`10s`, `500ms`, `2m`, `1h`; a number is seconds)
     #[arg(long, value_name = "DURATION", requires = "pid", value_parser = parse_seconds)]
     pub duration: Option<std::time::Duration>,
     /// Sample the program's threads and child processes with perf_event_open while tracing (cpu-clock,
     /// or the --event list), into the same trace on the same clock: report, replay and flame show the
-    /// samples beside and inside the traced functions
-    #[arg(long, conflicts_with = "pid")]
+    /// samples beside and inside the traced functions. Not with -p
+    #[arg(long)]
     pub sample: bool,
     /// --sample's cpu-clock frequency in Hz (`profile -F`; record's -F is --filter)
     #[arg(
@@ -127,16 +137,9 @@ pub struct RecordArgs {
 
 /// `10s`, `500ms`, `2m`, or a number of seconds.
 fn parse_seconds(s: &str) -> Result<std::time::Duration, String> {
-    let (n, unit) = [("ms", 1e-3), ("s", 1.0), ("m", 60.0)]
-        .into_iter()
-        .find_map(|(u, mul)| s.strip_suffix(u).map(|n| (n, mul)))
-        .unwrap_or((s, 1.0));
-    n.trim()
-        .parse::<f64>()
-        .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map(|v| std::time::Duration::from_secs_f64(v * unit))
-        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10s, 500ms, 2m)"))
+    units::parse_duration(s, Some(units::TimeUnit::Seconds))
+        .map(std::time::Duration::from_nanos)
+        .map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
 impl RecordArgs {
@@ -249,6 +252,16 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             } else {
                 Ok(trace)
             };
+            let trace = match trace {
+                Ok(t) => {
+                    let (trace, failed) = outcome::record_ending(&ours, t, &ended);
+                    if let Some(why) = failed {
+                        say!("ferrotrace: warning: {why}");
+                    }
+                    trace
+                }
+                Err(e) => Err(e),
+            };
             report(&ours, trace, &args.filter, &program.path);
         }
         None if file_identity(&output) == previous && previous.is_some() => say!(
@@ -283,13 +296,22 @@ fn record_running(
 ) -> Result<ExitCode, Error> {
     use launch::attach::record::Ending;
     let library = launch::start::preload_library()?;
-    let attached =
-        launch::attach::record::record(pid, &library, spec, args.duration, None, |pause| {
+    let attached = launch::attach::record::record(
+        pid,
+        &library,
+        spec,
+        args.duration,
+        None,
+        |pause, warnings| {
+            for w in warnings {
+                say!("ferrotrace: warning: {w}");
+            }
             say!(
             "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
             pause.as_secs_f64() * 1e3
         )
-        })?;
+        },
+    )?;
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),

@@ -10,13 +10,21 @@ use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::replay::samples::SampledStacks;
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
 use ferrotrace_analysis::sections::Sections;
+use ferrotrace_core::units;
 use regex_lite::Regex;
 
 /// Arguments of `ferrotrace replay`.
 #[derive(Args)]
+#[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct ReplayArgs {
     /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
@@ -48,12 +56,11 @@ pub struct ReplayArgs {
     srcline: bool,
 }
 
-/// Parses `10us`, `1.5ms`, `2s`, `300ns` or a number of nanoseconds; not a negative one, NaN or
-/// infinity.
+/// Parses `-t` into nanoseconds: `10us`, `1.5ms`, `2s`, `300ns` or a number of nanoseconds (the
+/// units grammar); not a negative one, NaN or infinity.
 pub fn parse_duration(s: &str) -> Result<u64, String> {
-    ferrotrace_analysis::replay::parse_duration(s)
-        .or_else(|| s.parse().ok())
-        .ok_or_else(|| format!("bad duration {s:?} (e.g. 10us, 1.5ms; not negative)"))
+    units::parse_duration(s, Some(units::TimeUnit::Nanos))
+        .map_err(|e| format!("bad duration {s:?}: {e}"))
 }
 
 fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {

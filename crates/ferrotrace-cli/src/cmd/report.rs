@@ -9,15 +9,21 @@ use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_analysis::report::samples;
-use ferrotrace_analysis::report::{diff, diff_json, diff_text, OnePass, Report, SortKey};
+use ferrotrace_analysis::report::{diff, diff_json, diff_text, Column, OnePass, Report, SortKey};
 use ferrotrace_analysis::samples::SampleSet;
 use ferrotrace_analysis::sections::Sections;
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
 pub struct ReportArgs {
-    /// Trace file to read
-    #[arg(short = 'i', long = "input", default_value = "ferrotrace.data")]
+    /// Trace file to read (uftrace's -d/--data too)
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
     input: PathBuf,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
@@ -40,23 +46,59 @@ pub struct ReportArgs {
     #[arg(long)]
     srcline: bool,
     /// Threads to read the trace with: 2 decodes each thread's chunks on a second core while the
-    /// first aggregates (up to 1.7x faster when that core is free, slower when it is busy); default 1
+    /// first aggregates (up to 1.7x faster when that core is free; one is used when no core is, as
+    /// the machine's runnable tasks say); default 1
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     jobs: Option<u16>,
     /// Samples: charge self time to the innermost inlined function, not to the function containing it
     #[arg(long)]
     inline: bool,
+    /// The table's columns, as uftrace's -f: total, self, call, total-avg, total-min, total-max
+    /// (comma-separated; default: all)
+    #[arg(short = 'f', long = "output-fields", value_name = "FIELDS")]
+    fields: Option<String>,
+    /// Only each call's total time averaged, least and most (uftrace's --avg-total: -f
+    /// total-avg,total-min,total-max)
+    #[arg(long, conflicts_with = "fields")]
+    avg_total: bool,
+    /// Refused: ferrotrace keeps no self time per call (uftrace's --avg-self); says what to use
+    #[arg(long)]
+    avg_self: bool,
+}
+
+/// The table's columns that `-f` or `--avg-total` select (every one without).
+fn columns(a: &ReportArgs) -> Result<Vec<Column>, Error> {
+    if a.avg_self {
+        return Err(Error::Usage(
+            "--avg-self: ferrotrace keeps no self time per call, only its sum (the self column); \
+             --avg-total gives each call's total time averaged, least and most"
+                .into(),
+        ));
+    }
+    if (a.fields.is_some() || a.avg_total) && (a.json || a.diff.is_some()) {
+        return Err(Error::Usage(
+            "-f and --avg-total choose the text table's columns: --json has every field, --diff \
+             its own"
+                .into(),
+        ));
+    }
+    match (&a.fields, a.avg_total) {
+        (Some(list), _) => Column::parse_list(list).map_err(Error::Usage),
+        (None, true) => Ok(Column::AVG_TOTAL.to_vec()),
+        (None, false) => Ok(Column::ALL.to_vec()),
+    }
 }
 
 /// The report of a trace's samples: sort keys, `--threads`, `--diff` and `--json` as for functions.
-/// Returns the exit status that the other trace of `--diff` calls for (its warnings said), unless the
-/// function report that follows reads it too.
+/// Printed, unless the function report follows as JSON: then returned, for the one JSON document
+/// that holds both (its `samples`). Also returns the exit status that the other trace of `--diff`
+/// calls for (its warnings said), unless the function report that follows reads it too.
 fn report_samples(
     a: &ReportArgs,
     trace: &Trace,
     set: &SampleSet,
     functions_follow: bool,
-) -> Result<ExitCode, Error> {
+) -> Result<(ExitCode, Option<serde_json::Value>), Error> {
     let opts = samples::options(a.sort, a.inline).map_err(|other| {
         format!(
             "{}: samples have no {}: sort them by self or total",
@@ -65,7 +107,8 @@ fn report_samples(
         )
     })?;
     let mut code = ExitCode::SUCCESS;
-    let text = if let Some(other_path) = &a.diff {
+    let one_document = a.json && functions_follow;
+    let (text, json) = if let Some(other_path) = &a.diff {
         let other = super::open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
             return Err(Error::Usage(format!(
@@ -77,17 +120,29 @@ fn report_samples(
         if !functions_follow {
             code = super::finish(&other, &[]);
         }
-        samples::render_diff(set, &other_set, opts, a.json)
+        if one_document {
+            (None, Some(samples::diff_to_json(set, &other_set, opts)))
+        } else {
+            (
+                Some(samples::render_diff(set, &other_set, opts, a.json)),
+                None,
+            )
+        }
+    } else if one_document {
+        (None, Some(samples::to_json(set, opts, a.threads)))
     } else {
-        samples::render(set, opts, a.threads, a.json)
+        (Some(samples::render(set, opts, a.threads, a.json)), None)
     };
-    super::emit(None, text.as_bytes())?;
-    Ok(code)
+    if let Some(text) = text {
+        super::emit(None, text.as_bytes())?;
+    }
+    Ok((code, json))
 }
 
 fn parse_key(s: &str) -> Result<SortKey, String> {
-    SortKey::parse(s)
-        .ok_or_else(|| format!("unknown sort key {s:?}: use total, self, calls, avg, min or max"))
+    SortKey::parse(s).ok_or_else(|| {
+        format!("unknown sort key {s:?}: use total, self, calls (or call), avg, min or max")
+    })
 }
 
 /// Opens the trace at `path` for a report on `jobs` threads (named as [`super::open_named`] does): on
@@ -124,9 +179,16 @@ fn report_of(
 
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
-    let jobs = a.jobs.map_or(1, usize::from);
+    let columns = columns(&a)?;
+    let (jobs, fewer) = Report::jobs_for_load(a.jobs.map_or(1, usize::from));
+    if let Some(why) = fewer {
+        say!("ferrotrace: {why}");
+    }
     let (trace, counted) = open_for_report(&a.input, a.symbols.as_deref(), jobs)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
+    // With --json on a trace with samples and functions: the samples' report, the `samples` of the
+    // one document.
+    let mut samples_json = None;
     if let Some(set) = &sections.samples {
         if a.srcline {
             say!(
@@ -140,7 +202,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
                 }
             );
         }
-        let other = report_samples(&a, &trace, set, sections.functions)?;
+        let (other, json) = report_samples(&a, &trace, set, sections.functions)?;
         if !sections.functions {
             let code = super::finish(&trace, &[]);
             return Ok(if code == ExitCode::SUCCESS {
@@ -149,7 +211,10 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
                 code
             });
         }
-        super::emit(None, b"\n")?;
+        samples_json = json;
+        if samples_json.is_none() {
+            super::emit(None, b"\n")?;
+        }
     }
     let sort = a.sort.unwrap_or(SortKey::Total);
     let mut progress = Progress::new("report", trace.event_count());
@@ -163,7 +228,11 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
         drop(progress);
         let rows = diff(&report, &other_report, sort);
         if a.json {
-            out.print(&format!("{}\n", diff_json(&trace, &other, sort, &rows)))?;
+            let mut doc = diff_json(&trace, &other, sort, &rows);
+            if let Some(samples) = samples_json {
+                doc["samples"] = samples;
+            }
+            out.print(&format!("{doc}\n"))?;
         } else {
             out.print(&diff_text(&rows))?;
         }
@@ -178,12 +247,13 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
         HashMap::new()
     };
     if a.json {
-        out.print(&format!(
-            "{}\n",
-            report.to_json(&trace, sort, a.threads, &lines)
-        ))?;
+        let mut doc = report.to_json(&trace, sort, a.threads, &lines);
+        if let Some(samples) = samples_json {
+            doc["samples"] = samples;
+        }
+        out.print(&format!("{doc}\n"))?;
     } else {
-        out.print(&report.to_text(sort, a.threads, &lines))?;
+        out.print(&report.to_text_columns(sort, a.threads, &lines, &columns))?;
     }
     out.finish()?;
     Ok(super::finish(&trace, &report.errors))

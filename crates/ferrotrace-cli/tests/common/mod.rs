@@ -582,7 +582,27 @@ pub fn record_losing_events(trace: &Path) -> Output {
 /// directory, which keeps the build for the next run), with nightly and XRay sleds; the path of its
 /// release binary `BIN`.
 fn build_own_workspace(dir: &str, bin: &str) -> PathBuf {
+    build_own_workspace_with(
+        dir,
+        bin,
+        "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
+        None,
+    )
+}
+
+/// Builds `testprogs/DIR` (a workspace of its own) with nightly and `rustflags` into its
+/// `target/SUBDIR` (`target` for none); the path of its release binary `bin`.
+fn build_own_workspace_with(
+    dir: &str,
+    bin: &str,
+    rustflags: &str,
+    subdir: Option<&str>,
+) -> PathBuf {
     let root = repo().join("testprogs").join(dir);
+    let target = match subdir {
+        Some(d) => root.join("target").join(d),
+        None => root.join("target"),
+    };
     run_ok(
         clean_cargo_env(&mut Command::new("rustup"))
             .args([
@@ -595,13 +615,11 @@ fn build_own_workspace(dir: &str, bin: &str) -> PathBuf {
                 "--locked",
             ])
             .current_dir(&root)
-            .env(
-                "RUSTFLAGS",
-                "-Zinstrument-xray=always -Cforce-frame-pointers=yes",
-            ),
-        &format!("building testprogs/{dir} with nightly"),
+            .env("CARGO_TARGET_DIR", &target)
+            .env("RUSTFLAGS", rustflags),
+        &format!("building testprogs/{dir} with nightly and {rustflags:?}"),
     );
-    root.join("target/release").join(bin)
+    target.join("release").join(bin)
 }
 
 /// Path of `testprogs/workload` (serde_json, regex and rayon from crates.io), built once per test
@@ -619,6 +637,22 @@ pub fn tracing_service() -> PathBuf {
     static BUILT: OnceLock<PathBuf> = OnceLock::new();
     BUILT
         .get_or_init(|| build_own_workspace("tracing-service", "ft-tracing-service"))
+        .clone()
+}
+
+/// Path of `testprogs/tracing-service` built without sleds (no instrumentation flag, into
+/// `target/plain`): a program whose only recorded events are its `tracing` spans and events.
+pub fn tracing_service_without_sleds() -> PathBuf {
+    static BUILT: OnceLock<PathBuf> = OnceLock::new();
+    BUILT
+        .get_or_init(|| {
+            build_own_workspace_with(
+                "tracing-service",
+                "ft-tracing-service",
+                "-Cforce-frame-pointers=yes",
+                Some("plain"),
+            )
+        })
         .clone()
 }
 

@@ -30,6 +30,12 @@ pub const ALLOC_REFUSAL: &str =
      hand the hooks blocks they never saw allocated; record it from its start (ferrotrace record --alloc \
      -- PROGRAM)";
 
+/// Why `--sample` is refused with `-p`, in one line.
+pub const SAMPLE_REFUSAL: &str =
+    "--sample cannot be used on a running process: record --sample opens its samplers on the program \
+     it starts, before its first instruction, and merges them into that trace; to sample a running \
+     process, use ferrotrace profile -p PID (samples alone)";
+
 /// How long, after the control channel is closed, the runtime may take to write the rest of the trace.
 pub const STOP_LIMIT: Duration = Duration::from_secs(30);
 
@@ -256,7 +262,8 @@ impl LiveCopy<'_> {
 
 /// Records process `pid` with the runtime `library` (the preload library) as `spec` says (its output
 /// an absolute path the process can write) until a signal to us, `duration` or the process's end.
-/// `started` is called once the recording runs, with the pause the process saw. With `live`, the
+/// `started` is called once the recording runs, with the pause the process saw and the runtime's
+/// warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording says it). With `live`, the
 /// runtime also prints the events as they happen, copied there (and its trace goes to a private
 /// directory, removed at the end).
 pub fn record(
@@ -265,7 +272,7 @@ pub fn record(
     mut spec: RuntimeSpec,
     duration: Option<Duration>,
     live: Option<&mut dyn std::io::Write>,
-    started: impl FnOnce(Duration),
+    started: impl FnOnce(Duration, &[String]),
 ) -> Result<Attached, LaunchError> {
     check(pid)?;
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
@@ -279,6 +286,9 @@ pub fn record(
     };
     if spec.alloc.is_some() {
         return Err(error(pid, ALLOC_REFUSAL));
+    }
+    if spec.sampled {
+        return Err(error(pid, SAMPLE_REFUSAL));
     }
     let tracepoints = !spec.trace.is_empty();
     if tracepoints && !(facts.links_runtime && facts.has_tracepoints) {
@@ -370,7 +380,13 @@ pub fn record(
             .unwrap_or_else(|_| format!("its runtime refused to start (code {rc})"));
         return Err(error(pid, why));
     }
-    started(pause);
+    let warnings =
+        std::fs::read_to_string(dir.path().join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
+            .unwrap_or_default();
+    started(
+        pause,
+        &warnings.lines().map(String::from).collect::<Vec<_>>(),
+    );
     let mut fds = vec![pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
     if let Some(l) = &live {
         fds.push(l.fifo.as_raw_fd());

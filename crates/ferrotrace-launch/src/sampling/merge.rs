@@ -8,11 +8,11 @@ use std::io::{BufWriter, Seek, SeekFrom};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use ferrotrace_analysis::reader::{EventKind, Trace};
 use ferrotrace_core::builder::{encode_events, Event};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
 use ferrotrace_core::schema::{self, Sampler, SamplersHeader, StackNode, StacksHeader};
 use ferrotrace_core::writer::TraceWriter;
+use ferrotrace_reader::reader::{EventKind, Trace};
 
 use super::SampleError;
 
@@ -136,6 +136,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
                 tid: th.tid,
                 name: &th.name,
                 pid: 0,
+                registered_ticks: 0,
             })
             .map_err(io)?;
         }

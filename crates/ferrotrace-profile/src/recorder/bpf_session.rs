@@ -11,11 +11,14 @@
 use std::collections::{HashMap, HashSet};
 use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
 
 use ferrotrace_bpf::{trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange};
 
 use super::mapped_file::{FileKey, MappedFile};
-use super::{thread_comm, State};
+use super::source::SampleSource;
+use super::state::thread_comm;
+use super::State;
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::modules::{self, Mapping};
@@ -29,6 +32,9 @@ pub(crate) const TRUNCATED: &str = "[truncated]";
 const COUNT_BYTES: u64 = 24 + 16;
 const USER_STACK_BYTES: u64 = 8 + 8 * (ferrotrace_bpf::MAX_DEPTH as u64 + 1);
 const KERNEL_STACK_BYTES: u64 = 8 * 127;
+
+/// How often the counts are read while recording.
+const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
 
 /// An interned stack and whether the unwinder finished it.
 #[derive(Clone, Copy)]
@@ -46,17 +52,19 @@ pub(super) struct BpfSession<'obj> {
     /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
     leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
     /// Modules without unwind rows, and why (for a warning).
-    pub without_rows: Vec<(String, String)>,
+    without_rows: Vec<(String, String)>,
     /// Processes with more executable mappings than the kernel side holds.
-    pub too_many_mappings: Vec<u32>,
+    too_many_mappings: Vec<u32>,
     /// Processes whose mappings the kernel side refused, and why (at most a few are kept).
-    pub not_loaded: Vec<(u32, String)>,
+    not_loaded: Vec<(u32, String)>,
     /// Samples whose stack the unwinder did not finish.
-    pub truncated: u64,
+    truncated: u64,
     /// Of them, per reason (a `ferrotrace_bpf::trunc` bit; a stack lost to a full stack map is 0).
     truncated_by: HashMap<u32, u64>,
     /// Bytes read from the BPF maps.
-    pub kernel_bytes: u64,
+    kernel_bytes: u64,
+    /// When the counts were last read.
+    last_drain: Instant,
 }
 
 /// The program type that can be attached to `spec`'s perf event.
@@ -87,93 +95,13 @@ impl<'obj> BpfSession<'obj> {
             truncated: 0,
             truncated_by: HashMap::new(),
             kernel_bytes: 0,
+            last_drain: Instant::now(),
         })
     }
 
-    /// Attaches the programs to every sampling event (`event_of` gives an event's index in `specs`).
-    pub fn attach(
-        &mut self,
-        events: &[PerfEvent],
-        event_of: &HashMap<u64, u32>,
-        specs: &[EventSpec],
-    ) -> Result<(), ProfileError> {
-        let mut once = HashSet::new();
-        for ev in events.iter().filter(|e| !e.bookkeeping) {
-            let Some(&ei) = event_of.get(&ev.id) else {
-                continue;
-            };
-            let ty = event_type(&specs[ei as usize]);
-            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through:
-            // attached once per tracepoint (a USDT probe's sites are one each).
-            if let perf::EventKind::Tracepoint { id } = ev.kind {
-                if !once.insert(id) {
-                    continue;
-                }
-            }
-            self.bpf
-                .attach(ty, ev.fd.as_raw_fd(), ei)
-                .map_err(|e| ProfileError::Bpf(e.to_string()))?;
-        }
-        Ok(())
-    }
-
-    /// Forgets that thread `tid` is off the CPU (it is held by us).
-    pub fn forget_off_cpu(&mut self, tid: u32) {
-        self.bpf.forget_off_cpu(tid);
-    }
-
-    /// What the programs' unwinder did so far, in all.
-    pub fn unwinder_work(&self) -> BpfUnwinderWork {
-        let stats = self.bpf.stats();
-        BpfUnwinderWork {
-            frames: stats.frames,
-            user_reads: stats.user_reads,
-        }
-    }
-
     /// Stops counting.
-    pub fn detach(&mut self) {
+    fn detach(&mut self) {
         self.bpf.detach_all();
-    }
-
-    /// Hands the kernel the mappings of every process whose address space changed since the last call,
-    /// and forgets those of the processes that exited (their slots are reused).
-    pub fn sync(&mut self, st: &mut State) {
-        let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
-        changed.sort_unstable();
-        let exited: HashSet<u32> = st.exited.drain(..).collect();
-        for pid in changed.iter().filter(|p| !exited.contains(p)) {
-            let pid = *pid;
-            self.leaves.retain(|k, _| k.0 != pid);
-            let Some(space) = st.spaces.get(&pid) else {
-                self.bpf.remove_process(pid);
-                continue;
-            };
-            let maps: Vec<Mapping> = space.mappings().to_vec();
-            let mut list = Vec::with_capacity(maps.len());
-            for m in &maps {
-                list.push(ProcessMapping {
-                    start: m.start,
-                    end: m.end,
-                    bias: m.bias,
-                    rows: self.rows_of(pid, m, st),
-                });
-            }
-            match self.bpf.set_process(pid, &list) {
-                Ok(true) => {}
-                Ok(false) => {
-                    if !self.too_many_mappings.contains(&pid) {
-                        self.too_many_mappings.push(pid);
-                    }
-                }
-                // The others are still followed.
-                Err(e) if self.not_loaded.len() < 8 => self.not_loaded.push((pid, e.to_string())),
-                Err(_) => {}
-            }
-        }
-        for pid in exited {
-            self.bpf.remove_process(pid);
-        }
     }
 
     /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` and
@@ -235,7 +163,7 @@ impl<'obj> BpfSession<'obj> {
 
     /// Reads and clears the counts, writing one Sample per counted sample stamped `time`. Call it
     /// twice at the end (the programs alternate between two count maps).
-    pub fn drain(
+    fn drain(
         &mut self,
         st: &mut State,
         out: &mut SampleWriter,
@@ -328,7 +256,7 @@ impl<'obj> BpfSession<'obj> {
     }
 
     /// Why stacks were truncated, as "N reason, M reason".
-    pub fn truncation_reasons(&self) -> String {
+    fn truncation_reasons(&self) -> String {
         const REASONS: [(u32, &str); 7] = [
             (
                 trunc::NO_PROCESS,
@@ -366,5 +294,167 @@ impl<'obj> BpfSession<'obj> {
             .map(|(n, why)| format!("{n} {why}"))
             .collect::<Vec<_>>()
             .join(", ")
+    }
+}
+
+impl SampleSource for BpfSession<'_> {
+    fn counts_in_kernel(&self) -> bool {
+        true
+    }
+
+    fn holds_at_entry(&self) -> bool {
+        true
+    }
+
+    /// Attaches the programs to every sampling event (`event_of` gives an event's index in `specs`).
+    fn attach(
+        &mut self,
+        events: &[PerfEvent],
+        event_of: &HashMap<u64, u32>,
+        specs: &[EventSpec],
+    ) -> Result<(), ProfileError> {
+        let mut once = HashSet::new();
+        for ev in events.iter().filter(|e| !e.bookkeeping) {
+            let Some(&ei) = event_of.get(&ev.id) else {
+                continue;
+            };
+            let ty = event_type(&specs[ei as usize]);
+            // A tracepoint's or uprobe's program runs for each hit, whichever event it came through:
+            // attached once per tracepoint (a USDT probe's sites are one each).
+            if let perf::EventKind::Tracepoint { id } = ev.kind {
+                if !once.insert(id) {
+                    continue;
+                }
+            }
+            self.bpf
+                .attach(ty, ev.fd.as_raw_fd(), ei)
+                .map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Forgets that thread `tid` is off the CPU (it is held by us).
+    fn forget_off_cpu(&mut self, tid: u32) {
+        self.bpf.forget_off_cpu(tid);
+    }
+
+    /// What the programs' unwinder did so far, in all.
+    fn unwinder_work(&self) -> Option<BpfUnwinderWork> {
+        let stats = self.bpf.stats();
+        Some(BpfUnwinderWork {
+            frames: stats.frames,
+            user_reads: stats.user_reads,
+        })
+    }
+
+    /// Hands the kernel the mappings of every process whose address space changed since the last call,
+    /// and forgets those of the processes that exited (their slots are reused).
+    fn sync(&mut self, st: &mut State) {
+        let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
+        changed.sort_unstable();
+        let exited: HashSet<u32> = st.exited.drain(..).collect();
+        for pid in changed.iter().filter(|p| !exited.contains(p)) {
+            let pid = *pid;
+            self.leaves.retain(|k, _| k.0 != pid);
+            let Some(space) = st.spaces.get(&pid) else {
+                self.bpf.remove_process(pid);
+                continue;
+            };
+            let maps: Vec<Mapping> = space.mappings().to_vec();
+            let mut list = Vec::with_capacity(maps.len());
+            for m in &maps {
+                list.push(ProcessMapping {
+                    start: m.start,
+                    end: m.end,
+                    bias: m.bias,
+                    rows: self.rows_of(pid, m, st),
+                });
+            }
+            match self.bpf.set_process(pid, &list) {
+                Ok(true) => {}
+                Ok(false) => {
+                    if !self.too_many_mappings.contains(&pid) {
+                        self.too_many_mappings.push(pid);
+                    }
+                }
+                // The others are still followed.
+                Err(e) if self.not_loaded.len() < 8 => self.not_loaded.push((pid, e.to_string())),
+                Err(_) => {}
+            }
+        }
+        for pid in exited {
+            self.bpf.remove_process(pid);
+        }
+    }
+
+    /// Bytes read from the BPF maps so far.
+    fn kernel_bytes(&self) -> u64 {
+        self.kernel_bytes
+    }
+
+    /// Samples whose stack the unwinder did not finish, so far.
+    fn truncated(&self) -> u64 {
+        self.truncated
+    }
+
+    /// Adds what the user should know about the session's stacks (of `samples` in all) to `warnings`:
+    /// modules walked by frame pointer, processes whose mappings the kernel side lacks, truncations.
+    fn warnings(&self, samples: u64, warnings: &mut Vec<String>) {
+        for (path, why) in &self.without_rows {
+            warnings.push(format!(
+                "{path}: no unwind table ({why}): its frames were walked by frame pointer"
+            ));
+        }
+        for (pid, why) in &self.not_loaded {
+            warnings.push(format!(
+                "the mappings of process {pid} could not be loaded into the kernel ({why}): its \
+                 stacks are truncated"
+            ));
+        }
+        for pid in &self.too_many_mappings {
+            warnings.push(format!(
+                "process {pid} has more than {} executable mappings: addresses in the others end \
+                 their stacks (truncated)",
+                ferrotrace_bpf::MAX_MAPPINGS
+            ));
+        }
+        if self.truncated > 0 {
+            warnings.push(format!(
+                "{} of {} stacks could not be unwound to their first frame in the kernel ({}): \
+                 they are rooted at [truncated]",
+                self.truncated,
+                samples,
+                self.truncation_reasons()
+            ));
+        }
+    }
+
+    /// Reads the counts every [`DRAIN_INTERVAL`] (and clears them, so that the count map never fills
+    /// on a long run); the samples read are stamped with the time they were read.
+    fn poll(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError> {
+        self.sync(st);
+        if self.last_drain.elapsed() < DRAIN_INTERVAL {
+            return Ok(());
+        }
+        self.last_drain = Instant::now();
+        self.drain(st, out, now)
+    }
+
+    fn finish(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError> {
+        self.detach();
+        // Both count maps: the one being written and the one drained last.
+        self.sync(st);
+        self.drain(st, out, now)
+            .and_then(|()| self.drain(st, out, now))
     }
 }

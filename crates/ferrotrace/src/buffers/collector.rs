@@ -182,11 +182,16 @@ impl State {
         for m in rt.take_meta() {
             let mut p = Vec::new();
             match m {
-                Meta::Thread { tid, name } => {
+                Meta::Thread {
+                    tid,
+                    name,
+                    registered_ticks,
+                } => {
                     let _ = schema::Thread {
                         tid,
                         name: &name,
                         pid: 0,
+                        registered_ticks,
                     }
                     .encode(&mut p);
                     self.write(ChunkKind::Thread, &p);
@@ -537,6 +542,8 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                     .failed
                     .as_ref()
                     .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
+                // The launcher adds it once it has waited for the program.
+                usage: None,
             }
             .encode(&mut p);
             st.write(ChunkKind::End, &p);

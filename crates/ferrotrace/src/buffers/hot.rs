@@ -2,12 +2,14 @@
 //! reads: `HOT` (the cursor into the thread's chunk and the mcount shadow stack, at one constant offset
 //! from `%fs` in every thread: static TLS), and the word that holds the CPU the thread runs on.
 //!
-//! Written by the XRay trampolines ([`crate::recorders::xray`]), the mcount hooks, tracepoints and
+//! Written by the XRay trampolines (`crate::arch::xray`), the mcount hooks, tracepoints and
 //! allocation events; set up by the slow path ([`crate::buffers::thread`]).
 
 use std::sync::atomic::{AtomicI64, AtomicPtr, AtomicU64, Ordering};
 
 use ferrotrace_core::record::{Record, RECORD_SIZE};
+
+use crate::arch::thread::{prefetch_for_write, thread_pointer, tls_offset};
 
 /// The per-thread block the trampolines and the mcount hooks use. `#[repr(C)]`: the assembly reads
 /// `cursor` at offset 0, `end` at 8, and the shadow stack's fields from 16 on. The cursor pair is null
@@ -103,11 +105,7 @@ impl Hot {
         if cur.is_null() || (end as usize).saturating_sub(cur as usize) <= slots * RECORD_SIZE {
             return None;
         }
-        // SAFETY: prefetchw never faults, whatever the address.
-        unsafe {
-            core::arch::asm!("prefetchw [{}]", in(reg) cur.wrapping_add(16),
-                options(nostack, preserves_flags, readonly));
-        }
+        prefetch_for_write(cur.wrapping_add(16));
         Some(cur)
     }
 
@@ -130,77 +128,8 @@ impl Hot {
     }
 }
 
-/// The assembly that appends one record without payload through the thread's `HOT` block, as one
-/// template string for `global_asm!`: the record-store order of [`Hot::append`] for the recorders
-/// written in assembly (the XRay trampolines, the mcount hooks and their return trampoline).
-///
-/// `tls`: the register holding `HOT`'s offset from `%fs`; `cursor`: a free register, left holding the
-/// new cursor; `word`, `tsc`: the registers holding the record's word and timestamp; `full`: the label
-/// to jump to, the registers untouched but `cursor`, when the chunk is full or the thread has none.
-/// The caller's `global_asm!` gives the operands `h_cursor`, `h_end` (the fields of [`Hot`]),
-/// `r_word` and `r_tsc` (those of `Record`) and `r_size`.
-///
-/// The order: own the chunk's line four lines ahead before the stores reach it (a recycled chunk's
-/// lines are shared with the collector that read them, and a program that fences waits for the
-/// upgrade); the word before the timestamp, so that a record cut in half by a SIGKILL keeps the slot's
-/// old time and `record`'s salvage of the shared chunk pool stops there (`ferrotrace_core::shared`);
-/// then the cursor.
-macro_rules! append_record_asm {
-    (tls = $tls:literal, cursor = $cur:literal, word = $word:literal, tsc = $tsc:literal, full = $full:literal) => {
-        concat!(
-            "  mov ",
-            $cur,
-            ", qword ptr fs:[",
-            $tls,
-            " + {h_cursor}]\n",
-            "  cmp ",
-            $cur,
-            ", qword ptr fs:[",
-            $tls,
-            " + {h_end}]\n",
-            "  jae ",
-            $full,
-            "\n",
-            "  prefetchw [",
-            $cur,
-            " + 256]\n",
-            "  mov qword ptr [",
-            $cur,
-            " + {r_word}], ",
-            $word,
-            "\n",
-            "  mov qword ptr [",
-            $cur,
-            " + {r_tsc}], ",
-            $tsc,
-            "\n",
-            "  add ",
-            $cur,
-            ", {r_size}\n",
-            "  mov qword ptr fs:[",
-            $tls,
-            " + {h_cursor}], ",
-            $cur,
-        )
-    };
-}
-pub(crate) use append_record_asm;
-
-/// The page size of x86_64 Linux, for the runtime's mappings and code patching.
-pub const PAGE: usize = 4096;
-
 /// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
 pub static FERROTRACE_TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
-
-/// The thread pointer (`%fs` base): glibc stores it at `%fs:0`.
-pub fn thread_pointer() -> usize {
-    let tp: usize;
-    // SAFETY: on x86_64 Linux with glibc or musl, %fs:0 holds the thread control block's own address.
-    unsafe {
-        core::arch::asm!("mov {}, qword ptr fs:[0]", out(reg) tp, options(nostack, readonly, preserves_flags))
-    };
-    tp
-}
 
 /// `&HOT - thread pointer` in the calling thread.
 pub fn hot_offset_here() -> i64 {
@@ -212,29 +141,10 @@ pub fn init_tls_offset() {
     FERROTRACE_TLS_OFFSET.store(hot_offset_here(), Ordering::Relaxed);
 }
 
-/// The TLS offset the trampolines use, read by its address relative to `rip`, as they read it: Rust
-/// code in a crate that inlines this (the `tracing` layer's) would reach the static through the GOT
-/// (rustc does not have the linker relax those loads), one more dependent load before the cursor's
-/// address is known.
-#[inline(always)]
-pub fn tls_offset() -> i64 {
-    let offset: i64;
-    // SAFETY: an aligned 8-byte load of a static of this crate (a relaxed load, on x86_64).
-    unsafe {
-        core::arch::asm!(
-            "mov {offset}, qword ptr [rip + {tls}]",
-            offset = out(reg) offset,
-            tls = sym FERROTRACE_TLS_OFFSET,
-            options(nostack, readonly, preserves_flags),
-        )
-    };
-    offset
-}
-
 /// Offset from the thread pointer of a 16-bit word that holds the CPU the thread runs on: the low half
 /// of `cpu_id` in the thread's rseq area, which the kernel updates before the thread returns to user
 /// space on another CPU (glibc 2.35 and later register that area for every thread and export its offset
-/// as `__rseq_offset`); else [`NO_CPU`]'s. Read by `cpu_bits` and the live trampolines: one load, where
+/// as `__rseq_offset`); else [`NO_CPU`]'s. Read by `arch::thread::cpu_bits` and the live trampolines: one load, where
 /// `rdtscp` (which also returns the CPU) costs a second `rdtsc` (docs/performance.md).
 pub static FERROTRACE_CPU_OFFSET: AtomicI64 = AtomicI64::new(0);
 
@@ -260,23 +170,4 @@ pub fn init_cpu_offset() {
         None => NO_CPU.with(|c| c as *const u16 as i64) - thread_pointer() as i64,
     };
     FERROTRACE_CPU_OFFSET.store(offset, Ordering::Relaxed);
-}
-
-/// The calling thread's CPU, in place in a record's second word (bits 48–63). Garbage before
-/// [`init_cpu_offset`] ran, which only matters where nothing is recorded.
-#[inline(always)]
-pub fn cpu_bits() -> u64 {
-    let cpu: u64;
-    // SAFETY: reads a 16-bit word at a constant offset from the thread pointer, inside the thread's own
-    // static TLS or TCB (the rseq area), which lives as long as the thread.
-    unsafe {
-        core::arch::asm!(
-            "mov {cpu}, qword ptr [rip + {off}]",
-            "movzx {cpu:e}, word ptr fs:[{cpu}]",
-            cpu = out(reg) cpu,
-            off = sym FERROTRACE_CPU_OFFSET,
-            options(nostack, readonly, preserves_flags),
-        )
-    };
-    cpu << 48
 }

@@ -208,18 +208,22 @@ impl Printer {
             let Ok(c) = schema::Callsite::decode(&mut f) else {
                 return;
             };
-            if c.kind == CallsiteKind::Span {
-                self.spans.insert(c.function_id, c.name.to_string());
+            if c.site.kind == CallsiteKind::Span {
+                self.spans.insert(c.function_id, c.site.name.to_string());
             }
             let args: Vec<String> = c
+                .site
                 .fields
                 .split(',')
                 .filter(|f| !f.is_empty())
                 .map(|f| format!("{f}:value"))
                 .collect();
             let callsite = Callsite {
-                level: schema::LEVELS.get(c.level as usize).copied().unwrap_or("?"),
-                name: c.name.to_string(),
+                level: schema::LEVELS
+                    .get(c.site.level as usize)
+                    .copied()
+                    .unwrap_or("?"),
+                name: c.site.name.to_string(),
                 args: args.join(","),
                 message: None,
             };

@@ -16,7 +16,7 @@ use crossbeam_queue::ArrayQueue;
 use ferrotrace_core::record::{Record, RECORD_SIZE};
 use ferrotrace_core::shared::{self, Descriptor};
 
-use crate::buffers::hot::PAGE;
+use crate::arch::thread::PAGE;
 
 /// A chunk handed to the collector.
 #[derive(Clone, Copy, Debug)]
@@ -223,9 +223,10 @@ impl Pool {
                 return Err(err("cannot map the shared trace buffers"));
             }
             libc::madvise(map, bytes, libc::MADV_DONTFORK);
-            let area = core::slice::from_raw_parts_mut(map.cast::<u8>(), bytes);
-            area[..8].copy_from_slice(&shared::MAGIC);
+            // Written only through the header's atomics: `record` maps the same memory
+            // (`shared::Area::new`'s contract).
             let header = &*(map as *const shared::Header);
+            header.magic.store(shared::MAGIC_WORD, Ordering::Relaxed);
             header.pid.store(std::process::id(), Ordering::Relaxed);
             header
                 .session_start_ns

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
-use crate::buffers::hot::{hot_offset_here, tls_offset, Hot};
+use crate::arch::thread::tls_offset;
+use crate::buffers::hot::{hot_offset_here, Hot};
 use crate::buffers::pool::FullChunk;
 use crate::buffers::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::lifecycle::config::Mode;
@@ -149,10 +150,10 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
         cold.slot.set(core::ptr::null());
     }
     // SAFETY: `slot` is null or a leaked, never freed ThreadSlot.
-    let slot = match unsafe { cold.slot.get().as_ref() } {
-        Some(s) => s,
+    let (slot, registered_now) = match unsafe { cold.slot.get().as_ref() } {
+        Some(s) => (s, false),
         None => match register(rt, cold) {
-            Some(s) => s,
+            Some(s) => (s, true),
             None => return,
         },
     };
@@ -167,11 +168,20 @@ fn record_with_runtime(rt: &'static Runtime, cold: &Cold, rec: Record, payload: 
     if !rt.pool.full.is_empty() {
         // Now the collector has work: started if it was deferred, while this thread's cursor is
         // stopped (what the thread start calls is the runtime's work, not recorded).
-        crate::lifecycle::start::ensure_collector(rt);
+        (rt.upcalls.ensure_collector)(rt);
     }
     let Some((index, guard)) = acquire_chunk(rt, slot, guard) else {
         return;
     };
+    let mut rec = rec;
+    if registered_now && rec.kind() == Some(EventKind::Entry) {
+        // The trampoline read the clock before the thread registered (its slot, alternate signal
+        // stack, name; the main thread reads /proc/self/maps) and took its first chunk: the
+        // tracer's own set-up, which the function entered must not be charged with (13-310 us per
+        // thread after an attach, against calls of a few). Its entry is timed from here, after the
+        // registration's time (its Thread chunk's `registered_ticks`).
+        rec.tsc = crate::buffers::clock::rdtsc();
+    }
     let mut guard = guard;
     let st = guard.state();
     let start = rt.pool.chunk_ptr(index);
@@ -385,14 +395,17 @@ fn register(rt: &'static Runtime, cold: &Cold) -> Option<&'static ThreadSlot> {
         free
     });
     let slot = reused.unwrap_or_else(|| rt.registry.push(Box::new(ThreadSlot::new(fresh()))));
-    rt.push_meta(Meta::Thread {
-        tid,
-        name: name_of(&name),
-    });
     let _ = EXIT_GUARD.try_with(|_| {});
     cold.slot.set(slot);
     cold.owner.set(rt);
     prepare_for_faults(cold);
+    // Read once the set-up is done: the entry that registered the thread is timed from later still
+    // (`record_with_runtime`), which a reader can check against this.
+    rt.push_meta(Meta::Thread {
+        tid,
+        name: name_of(&name),
+        registered_ticks: crate::buffers::clock::rdtsc(),
+    });
     Some(slot)
 }
 
@@ -442,7 +455,7 @@ fn prepare_for_faults(cold: &Cold) {
         {
             return;
         }
-        let page = crate::buffers::hot::PAGE;
+        let page = crate::arch::thread::PAGE;
         let map = libc::mmap(
             core::ptr::null_mut(),
             ALT_STACK + page,
@@ -473,7 +486,7 @@ fn prepare_for_faults(cold: &Cold) {
 pub fn is_stack_overflow(addr: usize) -> bool {
     COLD.try_with(|c| {
         let low = c.stack_low.get();
-        low != 0 && addr < low + crate::buffers::hot::PAGE && addr + (1 << 20) >= low
+        low != 0 && addr < low + crate::arch::thread::PAGE && addr + (1 << 20) >= low
     })
     .unwrap_or(false)
 }
@@ -507,13 +520,14 @@ fn thread_exit() {
             rt.push_meta(Meta::Thread {
                 tid: st.tid,
                 name: current_thread_name(),
+                registered_ticks: 0,
             });
         }
         st.alive = false;
         st.hot = core::ptr::null();
         drop(guard);
         if !rt.pool.full.is_empty() {
-            crate::lifecycle::start::ensure_collector(rt);
+            (rt.upcalls.ensure_collector)(rt);
         }
         for r in rt.upcalls.recorders {
             (r.thread_exit)();
@@ -528,7 +542,7 @@ fn thread_exit() {
                     ss_size: 0,
                 };
                 if libc::sigaltstack(&off, core::ptr::null_mut()) == 0 {
-                    libc::munmap(alt, ALT_STACK + crate::buffers::hot::PAGE);
+                    libc::munmap(alt, ALT_STACK + crate::arch::thread::PAGE);
                 }
             }
         }
@@ -558,6 +572,7 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
                 rt.push_meta(Meta::Thread {
                     tid: st.tid,
                     name: name.trim_end().to_string(),
+                    registered_ticks: 0,
                 });
             }
         }

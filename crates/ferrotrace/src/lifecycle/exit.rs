@@ -76,7 +76,7 @@ pub fn finish(rt: &'static Runtime, reason: EndReason, signal: i32, from_signal:
         from_signal && !rt.lifecycle.has_collector() && write_end_in_child(rt, limit);
     if !written_by_copy {
         if !from_signal {
-            crate::lifecycle::start::ensure_collector(rt);
+            (rt.upcalls.ensure_collector)(rt);
         }
         rt.lifecycle.wait_end_written(limit);
     }

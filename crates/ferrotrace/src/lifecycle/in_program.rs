@@ -13,14 +13,13 @@
 use std::path::Path;
 
 use ferrotrace_core::env::RuntimeSpec;
-use ferrotrace_core::schema::{self, EndReason};
+use ferrotrace_core::schema::EndReason;
 
-use crate::buffers::{clock, hot};
 use crate::lifecycle::config::Config;
-use crate::lifecycle::runtime::{self, get, Program, Role, Runtime};
-use crate::lifecycle::{exit, start};
-use crate::patch::{discovery, sites};
-use crate::recorders::xray as trampoline;
+use crate::lifecycle::exit;
+use crate::lifecycle::plan::{self, LiveTo, Occasion, Plan};
+use crate::lifecycle::runtime::{self, get, Role};
+use crate::patch::sites;
 
 /// Starts recording this process into `output` (created new, 0600; an older trace there is kept as
 /// `FILE.old`, anything else refused). Fails when a runtime records already, or the file cannot be
@@ -29,7 +28,6 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
     if get().is_some() {
         return Err("a ferrotrace runtime is recording this process already".into());
     }
-    let first_clock = clock::calibration_pair().0;
     // The recording's settings that `FERROTRACE_*` variables give (buffer and chunk sizes, mode,
     // -F/-N/-D), as under `record`; not those that only `record` or `live` may give (descriptors,
     // FIFOs, allocations, tracepoints, which runtime starts).
@@ -45,43 +43,23 @@ pub fn start_recording(output: &Path) -> Result<(), String> {
         ..crate::lifecycle::config::spec_from_env()?
     };
     let config = Config::from_spec(&spec)?;
-    hot::init_tls_offset();
-    crate::patch::text::register_membarrier();
-    trampoline::init_xsave_area();
-    hot::init_cpu_offset();
-    let mut known = discovery::Known::default();
-    let found = discovery::discover(&config, false, &mut known)?;
-    let start_realtime = clock::realtime_ns();
-    let pool = start::new_pool(&config, None, start_realtime)?;
-    let header = found.head(crate::tracepoints::assign_ids());
-    // The program records itself through ferrotrace-tracing's guard.
-    let sources = start::sources(&found) | schema::source::TRACING;
-    let program = Program {
+    plan::run(Plan {
+        occasion: Occasion::InProgram,
         role: Role::Linked,
-        sources,
-        rust_std: found.rust_std,
-        targets: start::targets(false),
+        config,
+        output: output.to_path_buf(),
+        shared_fd: None,
         alloc: None,
-    };
-    let writer = start::open_trace(
-        &config,
-        output,
-        &header,
-        &program,
-        start_realtime,
-        first_clock,
-    )?;
-    let rt = Runtime::new(config, pool, program, start::UPCALLS, known, header, None);
-    let rt = start::launch(rt, writer, output.to_path_buf(), None, false)?;
-    exit::install_once();
-    crate::recorders::callsites::select_all_events();
-    rt.lifecycle.start_recording();
-    // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
-        say!("ferrotrace: patching failed: {e}");
-    }
-    drop(found);
-    start::start_recorders(&rt.program, rt.upcalls.recorders);
+        started_by_traced: false,
+        tracepoints_requested: false,
+        live: LiveTo::Nowhere,
+        control: None,
+        control_path: None,
+        after_start: Some(Box::new(|_| {
+            crate::recorders::callsites::select_all_events()
+        })),
+    })
+    .map_err(|e| e.to_string())?;
     Ok(())
 }
 

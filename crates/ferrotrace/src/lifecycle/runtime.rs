@@ -28,6 +28,8 @@ pub enum Meta {
         tid: u32,
         /// Thread name.
         name: String,
+        /// When it was registered (ticks; 0 for a rename): `schema::Thread::registered_ticks`.
+        registered_ticks: u64,
     },
     /// Chunks to write as they are (modules and functions found by a rescan).
     Chunks(Chunks),
@@ -358,7 +360,7 @@ pub struct Runtime {
     /// over or the trace ends, when the collector (or, in a signal handler, a copy of the process)
     /// takes them. A second thread makes the C library lock its allocator and stdio for the rest
     /// of the process's life: a program that records little must not pay that
-    /// (`lifecycle::start::ensure_collector`).
+    /// (`lifecycle::plan::ensure_collector`).
     pub deferred_collector: Mutex<Option<(Writer, std::path::PathBuf)>>,
     /// The collector's state while it runs (`None` once the End chunk is written), which a traced
     /// thread waiting for a chunk may take to write one itself (`buffers::collector::help`).
@@ -473,6 +475,9 @@ pub struct Upcalls {
     /// In a forked child, at its first traced event (called on the parent's copy of the runtime):
     /// starts the child's own runtime.
     pub fork_restart: fn(),
+    /// A thread handed over a chunk, or the trace ends: starts the collector if start-up deferred it
+    /// (`lifecycle::plan::ensure_collector`).
+    pub ensure_collector: fn(&'static Runtime),
     /// Every recorder's hooks (`recorders::ALL`), in the order they start.
     pub recorders: &'static [Recorder],
 }

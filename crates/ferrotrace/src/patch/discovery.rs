@@ -12,8 +12,11 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::entry_patch::{self, FunctionRange, Refusal, Window};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
+use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::schema::{self, source as instrumentation, Payload};
-use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
+use ferrotrace_core::symbols::{
+    links_span_recorder, names_span_recorder, OwnFunctions, PLUMBING_SECTION,
+};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
 use object::{Object, ObjectSection, ObjectSymbol, SymbolKind};
 
@@ -75,6 +78,8 @@ pub struct Discovery {
     pub total_functions: usize,
     /// For each `-F` regex (`Config::include`), whether it matched any instrumented function.
     pub filter_hits: Vec<bool>,
+    /// For each `-P` regex (`Config::patch`), whether it matched any instrumented function.
+    pub patch_hits: Vec<bool>,
     /// mcount/`__fentry__` call sites: `(the hook's return address, record word)`, word 0 for functions
     /// not traced (filtered out, the runtime's own, or without a frame pointer).
     pub calls: Vec<(u64, u64)>,
@@ -101,6 +106,60 @@ impl Discovery {
             .first()
             .map(|m| m.path.display().to_string())
             .unwrap_or_else(|| "the program".into())
+    }
+
+    /// One line for each `-P`, then each `-F`, pattern of `config` that selects none of the
+    /// instrumented functions found (the `-F` lines only when every `-P` selected some: `-F` is
+    /// matched against what `-P` let through).
+    pub fn unmatched_patterns(&self, config: &Config) -> Vec<String> {
+        let say = |option: &str, re: &NamePattern| {
+            format!(
+                "{option} '{}' selects none of the {} instrumented functions in {} and the libraries \
+                 loaded with it",
+                re.as_str(),
+                self.total_functions,
+                self.exe_name()
+            )
+        };
+        fn missed<'p>(patterns: &'p [NamePattern], hits: &[bool]) -> Vec<&'p NamePattern> {
+            patterns
+                .iter()
+                .zip(hits)
+                .filter(|(_, hit)| !**hit)
+                .map(|(re, _)| re)
+                .collect()
+        }
+        let patch = missed(&config.patch, &self.patch_hits);
+        if !patch.is_empty() {
+            return patch.into_iter().map(|re| say("-P", re)).collect();
+        }
+        missed(&config.include, &self.filter_hits)
+            .into_iter()
+            .map(|re| say("-F", re))
+            .collect()
+    }
+
+    /// Why no function can be recorded, when none can: a pattern selected nothing
+    /// ([`Discovery::unmatched_patterns`]), or the patterns together did (`-N` excluded what `-F` and
+    /// `-P` selected). `None` when a function can be.
+    pub fn none_selected(&self, config: &Config) -> Option<String> {
+        let any_filter_hit = config.include.is_empty() || self.filter_hits.iter().any(|&h| h);
+        if !self.functions.is_empty() && any_filter_hit {
+            return None;
+        }
+        if let Some(first) = self.unmatched_patterns(config).into_iter().next() {
+            return Some(first);
+        }
+        let options = if config.patch.is_empty() {
+            "-F/-N"
+        } else {
+            "-P/-F/-N"
+        };
+        Some(format!(
+            "{options} together select none of the {} instrumented functions of {}",
+            self.total_functions,
+            self.exe_name()
+        ))
     }
 
     /// `Module` chunk payloads.
@@ -293,14 +352,17 @@ impl Scope<'_, '_> {
         // Filters match demangled names: demangled once, and only when there is a filter (without one
         // every function is traced, and names are demangled by the analysis, not at the program's start).
         let mut filter = 0;
-        if !self.config.patch.is_empty()
-            && !self
-                .config
-                .patch
-                .iter()
-                .any(|re| re.matches_function(&display_name(&name), vaddr))
-        {
-            return None; // -P: left as it is, costing nothing
+        if !self.config.patch.is_empty() {
+            let shown = display_name(&name);
+            let mut patched = false;
+            for (hit, re) in self.out.patch_hits.iter_mut().zip(&self.config.patch) {
+                let matches = re.matches_function(&shown, vaddr);
+                *hit |= matches;
+                patched |= matches;
+            }
+            if !patched {
+                return None; // -P: left as it is, costing nothing
+            }
         }
         if self.config.has_filters() {
             let shown = display_name(&name);
@@ -487,6 +549,7 @@ pub fn discover(
     let own_text = discover as *const () as u64;
     let mut out = Discovery {
         filter_hits: vec![false; config.include.len()],
+        patch_hits: vec![false; config.patch.len()],
         ..Discovery::default()
     };
     let mut next_id = known.next_function_id.max(1);
@@ -547,6 +610,15 @@ pub fn discover(
                 .and_then(|n| n.to_str())
                 .is_some_and(entry_patch::is_runtime_library);
         if uninstrumented && !patch_entries {
+            // An executable without sleds still records its `tracing` spans through
+            // ferrotrace-tracing, which it links statically.
+            if module_id == 0
+                && elf
+                    .symbols()
+                    .any(|s| s.name_bytes().is_ok_and(names_span_recorder))
+            {
+                out.instrumentation |= instrumentation::TRACING;
+            }
             continue;
         }
         if sites.iter().any(|s| !s.nop) {

@@ -13,7 +13,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::buffers::hot::PAGE;
+use crate::arch::thread::PAGE;
 
 /// The protection of the page holding `addr`, from `/proc/self/maps`.
 fn protection(addr: u64) -> Option<libc::c_int> {

@@ -9,12 +9,15 @@ use ferrotrace_core::mcount::{is_nop5, Flavor};
 
 use ferrotrace_core::entry_patch::Window;
 
+use crate::arch::patch::{
+    jmp_rip_abs64, rel32, xray_sled_first_byte, xray_sled_patched, CALL_REL32, JMP_REL32,
+};
 use crate::patch::discovery::{Discovery, Function, SledKind};
 use crate::patch::got;
-use crate::patch::text::{rel32, Patcher};
+use crate::patch::text::Patcher;
 use crate::recorders::mcount::sites as mcount_sites;
 
-const PAGE: u64 = crate::buffers::hot::PAGE as u64;
+const PAGE: u64 = crate::arch::thread::PAGE as u64;
 
 /// What patching changed, to undo when an attached recording stops ([`unpatch_all`]).
 enum Patched {
@@ -32,10 +35,17 @@ enum Patched {
 static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new());
 
 /// Puts back every sled, NOP and GOT slot patched since the last call, while other threads run
-/// through them: each sled's first two bytes in one atomic store (the rest of it, skipped by them,
-/// stays), each NOP in one atomic write ([`Patcher::poke5`]), each slot in one exchange
-/// ([`got::exchange`]). A thread already in a trampoline or hook finishes there
-/// (the library is never unloaded). Returns how many sites were restored.
+/// through them: each sled's first two bytes in one atomic store, each NOP in one atomic write
+/// ([`Patcher::poke5`]), each slot in one exchange ([`got::exchange`]). A thread already in a
+/// trampoline or hook finishes there (the library is never unloaded). Returns how many sites were
+/// restored.
+///
+/// What stays different from the file: bytes 2-10 of each sled patched (its `mov r10d, id` operand
+/// and its `call`/`jmp` to the stub), 9 bytes a sled, which no thread runs any more (the short jump
+/// put back skips them; an EXIT sled's `ret` comes before them). They are not put back because a
+/// thread stopped between the `mov` and the `call` when the first bytes were restored would resume
+/// at byte 6, inside the original NOP (`00 00 ...`). Checked against `/proc/PID/mem` by
+/// `after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file`.
 pub fn unpatch_all() -> usize {
     let sites = std::mem::take(&mut *PATCHED.lock().unwrap_or_else(|e| e.into_inner()));
     let mut patcher = Patcher::new();
@@ -136,8 +146,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     for (slot, target) in targets.in_stub_order().into_iter().enumerate() {
         // jmp qword ptr [rip + 0]; .quad target; int3 int3
         let mut stub = [0xccu8; 16];
-        stub[..6].copy_from_slice(&[0xff, 0x25, 0, 0, 0, 0]);
-        stub[6..14].copy_from_slice(&target.to_le_bytes());
+        stub[..14].copy_from_slice(&jmp_rip_abs64(target));
         // SAFETY: writing inside our fresh page.
         unsafe { core::ptr::copy_nonoverlapping(stub.as_ptr(), page.add(slot * 16), 16) };
     }
@@ -210,7 +219,7 @@ unsafe fn patch_entries(
     hook: u64,
     patched: &mut Vec<Patched>,
 ) -> Result<usize, String> {
-    use crate::arch::x86_64::entry_patch::{trampoline, CALL_LEN, SLOT};
+    use crate::arch::entry_patch::{trampoline, CALL_LEN, SLOT};
     let windows: Vec<(&Function, Window)> =
         funcs.iter().filter_map(|f| Some((*f, f.entry?))).collect();
     let Some(lo) = windows.iter().map(|w| w.1.at).min() else {
@@ -232,7 +241,7 @@ unsafe fn patch_entries(
         let replaced = unsafe { core::slice::from_raw_parts(w.at as *const u8, w.len as usize) };
         let (Ok(code), Some(jump)) = (
             trampoline(*w, replaced, at, base),
-            rel32(0xe9, w.at as usize, at as usize),
+            rel32(JMP_REL32, w.at as usize, at as usize),
         ) else {
             refused += 1;
             continue;
@@ -324,9 +333,10 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
                 // in their last byte (gcc's 0f 1f 44 00 00, clang's 0f 1f 44 00 08).
                 unsafe {
                     let nop = (site as *const [u8; 5]).read();
-                    if let (true, Some(call)) =
-                        (is_nop5(&nop), rel32(0xe8, site as usize, hook as usize))
-                    {
+                    if let (true, Some(call)) = (
+                        is_nop5(&nop),
+                        rel32(CALL_REL32, site as usize, hook as usize),
+                    ) {
                         if patcher.poke5(site as usize, nop, call) {
                             patched.push(Patched::Five(site, nop, call));
                         }
@@ -392,23 +402,18 @@ unsafe fn patch_sled(
     id: u32,
     stub: u64,
 ) -> Option<[u8; 2]> {
-    let (expected_first, target, opcode) = match kind {
-        SledKind::Entry => (0xebu8, Stub::XrayEntry, 0xe8u8),
-        SledKind::Exit => (0xc3, Stub::XrayExit, 0xe9),
-        SledKind::Tail => (0xeb, Stub::XrayTail, 0xe8),
+    let target = match kind {
+        SledKind::Entry => Stub::XrayEntry,
+        SledKind::Exit => Stub::XrayExit,
+        SledKind::Tail => Stub::XrayTail,
     };
     // SAFETY: the sled's 11 bytes are mapped (the caller's contract).
     let first = unsafe { (sled as *const [u8; 2]).read() };
-    if first[0] != expected_first {
+    if first[0] != xray_sled_first_byte(kind) {
         return None; // already patched, or not a sled we know
     }
     // The stub page is within reach of every sled of the object (stub_page_near).
-    let jump = rel32(opcode, sled as usize + 6, target.at(stub) as usize)?;
-    let mut bytes = [0u8; 11];
-    bytes[0] = 0x41;
-    bytes[1] = 0xba;
-    bytes[2..6].copy_from_slice(&id.to_le_bytes());
-    bytes[6..11].copy_from_slice(&jump);
+    let bytes = xray_sled_patched(kind, sled, id, target.at(stub))?;
     // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
     // instruction jumps over the rest until the flip.
     unsafe { patcher.write_then_flip2(sled as usize, &bytes) };

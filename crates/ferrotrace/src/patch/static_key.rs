@@ -2,7 +2,8 @@
 //! `e9 rel32` (`jmp` to the site's out-of-line block). Patched through [`crate::patch::text`], the runtime's
 //! one code patcher.
 
-use crate::patch::text::{rel32, Patcher, NOP5};
+use crate::arch::patch::{rel32, JMP_REL32, NOP5};
+use crate::patch::text::Patcher;
 
 /// Sets each site `(address, target)` to enabled (`jmp target`) or disabled (NOP). Returns how many
 /// sites now have the requested form.
@@ -17,7 +18,7 @@ pub unsafe fn set_sites(sites: &[(usize, usize)], enable: bool) -> Result<usize,
     let mut patcher = Patcher::new();
     let mut done = 0;
     for &(site, target) in sites {
-        let Some(jmp) = rel32(0xe9, site, target) else {
+        let Some(jmp) = rel32(JMP_REL32, site, target) else {
             continue;
         };
         let (old, new) = if enable { (NOP5, jmp) } else { (jmp, NOP5) };

@@ -17,21 +17,11 @@
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard};
 
-use crate::buffers::hot::PAGE;
+use crate::arch::patch::{store2, JMP_SELF};
+use crate::arch::thread::PAGE;
 
 /// Serialises every change to code made by this runtime.
 static TEXT_LOCK: Mutex<()> = Mutex::new(());
-
-/// The 5-byte NOP of tracepoint sites and of gcc's `-mnop-mcount`.
-pub const NOP5: [u8; 5] = [0x0f, 0x1f, 0x44, 0x00, 0x00];
-
-/// `jmp rel32` (`e9`) or `call rel32` (`e8`) from the 5-byte instruction at `site` to `target`, if in
-/// reach.
-pub fn rel32(opcode: u8, site: usize, target: usize) -> Option<[u8; 5]> {
-    let rel = (target as i64).wrapping_sub(site as i64 + 5);
-    let r = i32::try_from(rel).ok()?.to_le_bytes();
-    Some([opcode, r[0], r[1], r[2], r[3]])
-}
 
 const MEMBARRIER_REGISTER_SYNC_CORE: libc::c_long = 1 << 6;
 const MEMBARRIER_SYNC_CORE: libc::c_long = 1 << 5;
@@ -140,7 +130,7 @@ impl Patcher {
         } else {
             // SAFETY: the site's bytes are writable (the caller's contract); a thread arriving between
             // the steps spins on `eb fe` until the last one.
-            unsafe { store2(site, [0xeb, 0xfe]) };
+            unsafe { store2(site, JMP_SELF) };
             membarrier_sync_core();
             for (i, b) in new.iter().enumerate().skip(2) {
                 // SAFETY: as above.
@@ -197,31 +187,10 @@ impl Drop for Patcher {
     }
 }
 
-/// Stores 2 bytes with one instruction (atomic for a naturally aligned or in-cache-line store on x86).
-///
-/// # Safety
-/// `p` must be valid for writing 2 bytes.
-unsafe fn store2(p: usize, b: [u8; 2]) {
-    let v = u16::from_le_bytes(b);
-    // SAFETY: the caller guarantees `p..p + 2` is writable.
-    unsafe {
-        core::arch::asm!("mov word ptr [{p}], {v:x}", p = in(reg) p, v = in(reg) v, options(nostack, preserves_flags))
-    };
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn rel32_encoding() {
-        assert_eq!(rel32(0xe9, 0x1000, 0x1005), Some([0xe9, 0, 0, 0, 0]));
-        assert_eq!(
-            rel32(0xe8, 0x1000, 0x1000),
-            Some([0xe8, 0xfb, 0xff, 0xff, 0xff])
-        );
-        assert_eq!(rel32(0xe9, 0, 1 << 40), None);
-    }
+    use crate::arch::patch::{rel32, NOP5};
 
     /// One page of code patched from two threads at once the two ways the runtime patches: 5-byte
     /// sites (tracepoints, NOP-mcount) and XRay-style sleds, each thread in its own batches, while a

@@ -9,7 +9,7 @@
 //! which the preloaded copy would otherwise call), a re-entry flag, the stack walk, `rdtsc`, and two
 //! 16-byte stores (the record and one payload slot `{size, address}` or `{address, 0}`).
 //!
-//! Stacks are walked by unwind rules ([`super::alloc_unwind`]: one per return address, from the
+//! Stacks are walked by unwind rules (`crate::arch::unwind`: one per return address, from the
 //! objects' `.eh_frame`, remembered in a lock-free table), so that they go on through code built
 //! without frame pointers; code without unwind information is stepped along frame pointers. The walk
 //! is bounded by depth and by the thread's stack (every word read must lie above the current stack
@@ -50,8 +50,9 @@ use ferrotrace_core::record::{EventKind, Record};
 use ferrotrace_core::schema::{self, Payload, StackNode, StacksHeader};
 use ferrotrace_core::shadow::ShadowFrame;
 
-use super::alloc_unwind as unwind;
-use crate::buffers::hot::{thread_pointer, Hot};
+use crate::arch::thread::thread_pointer;
+use crate::arch::unwind;
+use crate::buffers::hot::Hot;
 use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
 use crate::lifecycle::runtime::{ForkHandlers, Recorder};
 
@@ -1083,13 +1084,10 @@ impl<A> Allocator<A> {
     }
 }
 
-/// Records an allocation with the stack of the function that called this one (the wrapper).
-#[unsafe(naked)]
-unsafe extern "C" fn alloc_here(_size: usize, _addr: usize) {
-    core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "jmp {}", sym alloc_from)
-}
+use crate::arch::unwind::alloc_here;
 
-extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: usize) {
+/// Where `alloc_here` goes on, with its entry's stack and frame pointers.
+pub(crate) extern "C" fn alloc_from(size: usize, addr: usize, ret_slot: *const usize, rbp: usize) {
     // SAFETY: reached only from `alloc_here`, which passes its entry `rsp` (the return address its
     // call pushed) as `ret_slot`.
     unsafe { alloc_event(size, addr, Caller { ret_slot, rbp }) };

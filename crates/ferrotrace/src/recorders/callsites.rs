@@ -28,9 +28,10 @@ use std::sync::Mutex;
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
-use ferrotrace_core::schema::{self, CallsiteKind, Payload};
+use ferrotrace_core::schema::{self, Payload};
 
-use crate::buffers::hot::{cpu_bits, Hot};
+use crate::arch::thread::cpu_bits;
+use crate::buffers::hot::Hot;
 use crate::callsites::{Description, FieldsOut, Ids, Kind};
 use crate::lifecycle::runtime::{self, Recorder};
 use crate::recorders::tracepoint::control;
@@ -93,18 +94,9 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
     };
     let mut entry = Vec::new();
     let _ = schema::Callsite {
-        kind: match d.kind {
-            Kind::Span => CallsiteKind::Span,
-            Kind::Event => CallsiteKind::Event,
-        },
         function_id: ids.function,
         tracepoint_id: ids.tracepoint,
-        name: d.name,
-        target: d.target,
-        level: d.level,
-        fields: d.fields,
-        file: d.file,
-        line: d.line,
+        site: *d,
     }
     .encode(&mut entry);
     describe(rt, 0, &entry);

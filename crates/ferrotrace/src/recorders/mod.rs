@@ -1,11 +1,12 @@
 //! The recorders: each turns one kind of event into 16-byte records in the calling thread's chunk.
 //!
-//! * [`xray`]: the XRay trampolines that patched sleds call (and the register-saving slow path every
-//!   assembly recorder falls back to);
-//! * [`mcount`]: the mcount/`__fentry__` hooks, their return trampoline and shadow stacks, and
+//! * [`xray`]: XRay sleds, patched to call the architecture's trampolines (`crate::arch::xray`, with
+//!   the register-saving slow path every assembly recorder falls back to);
+//! * [`mcount`]: the mcount/`__fentry__` recorder: shadow stacks and return stubs per thread (the hooks
+//!   and the return trampoline are the architecture's, `crate::arch::mcount`), and
 //!   [`mcount::sites`], their call sites and the table the hooks look return addresses up in;
 //! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]),
-//!   and [`alloc_unwind`], the unwind rules their stacks are walked by;
+//!   their stacks walked by the architecture's unwind rules (`crate::arch::unwind`);
 //! * [`callsites`]: callsites registered while the program runs (`tracing` spans, recorded as function
 //!   entries and exits, and events, as tracepoint records), through `ferrotrace-tracing`;
 //! * [`tracepoint`]: the `tracepoint!`/`trace!` macros, descriptors, the enabled path, enabling by glob
@@ -21,7 +22,6 @@
 //! `buffers::hot` and never names another recorder.
 
 pub mod alloc;
-pub mod alloc_unwind;
 pub mod callsites;
 pub mod mcount;
 pub mod tracepoint;

@@ -1,3 +1,8 @@
-//! x86-64: the trampolines that trace functions of uninstrumented code ([`entry_patch`]).
+//! x86-64 (System V ABI, Linux): the runtime's machine code.
 
-pub mod entry_patch;
+pub(crate) mod entry_patch;
+pub(crate) mod mcount;
+pub(crate) mod patch;
+pub(crate) mod thread;
+pub(crate) mod unwind;
+pub(crate) mod xray;

@@ -219,7 +219,7 @@ pub fn emit(header: &Header, len: usize, write: impl FnOnce(*mut u8)) {
         header.id.load(Ordering::Relaxed),
         slots as u8,
     );
-    rec.word |= crate::buffers::hot::cpu_bits();
+    rec.word |= crate::arch::thread::cpu_bits();
     // The payload's last slot is zeroed first, so that the bytes `write` leaves unwritten are defined.
     let fill = move |payload: *mut Record| {
         // SAFETY: there is room for `slots` records at `payload` (in the chunk, or the slow path's

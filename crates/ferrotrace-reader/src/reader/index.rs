@@ -325,6 +325,9 @@ impl Trace {
                 if th.pid != 0 {
                     t.pid = th.pid;
                 }
+                if th.registered_ticks != 0 {
+                    t.registered_tsc = Some(th.registered_ticks);
+                }
             }
             Some(kind @ (ChunkKind::Events | ChunkKind::Samples)) => {
                 // A thread's Events chunks, or the samples `record --sample` merged into it.
@@ -366,11 +369,11 @@ impl Trace {
                 let n = schema::Count::decode(&mut f)?.0;
                 for _ in 0..n {
                     let c = schema::Callsite::decode(&mut f)?;
-                    if c.kind == schema::CallsiteKind::Span {
+                    if c.site.kind == schema::CallsiteKind::Span {
                         // A span is shown and selected as a function of its name, in no module.
                         self.functions.insert(
                             c.function_id,
-                            Function::new(c.function_id, NO_MODULE, 0, 0, c.name.to_string()),
+                            Function::new(c.function_id, NO_MODULE, 0, 0, c.site.name.to_string()),
                         );
                     }
                     self.tracepoints

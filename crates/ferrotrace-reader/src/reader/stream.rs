@@ -28,7 +28,7 @@ fn check_count(path: &Path, c: ChunkRef, count: u64, decoded: u64) -> Result<(),
 }
 
 /// What [`ThreadEvents::visit_next_chunk`] hands a chunk's events to, as they are decoded.
-pub(crate) trait VisitEvents {
+pub trait VisitEvents {
     /// Before the chunk's events: the tick of its first one.
     fn chunk_start(&mut self, first_tsc: u64);
     /// The run of function entries, exits and tail exits that `decoder` decodes next (through
@@ -153,7 +153,7 @@ fn read_events_chunk(
 /// Decodes the Events chunk `c`, whose payload the index pass read ([`Trace::open_with_events`]),
 /// into `visit`, as [`ThreadEvents::visit_next_chunk`] decodes a chunk it reads: the chunk's number of
 /// events, or the same error.
-pub(crate) fn visit_events_payload(
+pub fn visit_events_payload(
     path: &Path,
     c: ChunkRef,
     payload: &[u8],
@@ -224,18 +224,20 @@ impl Trace {
 /// A decoded event, 16 bytes: what the analyses that read every event need. Its payload and fields,
 /// which only some kinds have, are in the stream's side table ([`Extra`]).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct RawEvent {
-    pub(crate) tsc: u64,
-    pub(crate) id: u32,
-    pub(crate) kind: EventKind,
+pub struct RawEvent {
+    /// Its raw timestamp (ticks of the trace's clock).
+    pub tsc: u64,
+    /// Its function, tracepoint or sampler id.
+    pub id: u32,
+    /// What happened.
+    pub kind: EventKind,
     /// It has an entry in the side table.
-    pub(crate) extra: bool,
+    pub extra: bool,
 }
 
-#[cfg(test)]
 impl RawEvent {
-    /// An event without payload or fields, for tests of what consumes batches.
-    pub(crate) fn new(tsc: u64, kind: EventKind, id: u32) -> RawEvent {
+    /// An event without payload or fields (what tests of the consumers of batches build).
+    pub fn new(tsc: u64, kind: EventKind, id: u32) -> RawEvent {
         RawEvent {
             tsc,
             id,
@@ -247,10 +249,11 @@ impl RawEvent {
 
 /// The payload (a range of the chunk buffer) and fields of an event that has either.
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct Extra {
+pub struct Extra {
     payload_start: u32,
     payload_len: u32,
-    pub(crate) fields: EventFields,
+    /// Its fields (CPU, stack, ...: `ferrotrace_core::codec::EventFields`).
+    pub fields: EventFields,
 }
 
 /// Events of one thread, chunk by chunk (one decoded chunk in memory at a time).
@@ -340,7 +343,7 @@ impl ThreadEvents<'_> {
     /// the same error, but the events of that chunk before the error were visited. Only for a
     /// thread without Samples chunks ([`ThreadEvents::has_samples`]): those are merged into the
     /// batches in time order, which this does not do.
-    pub(crate) fn visit_next_chunk(
+    pub fn visit_next_chunk(
         &mut self,
         visit: &mut impl VisitEvents,
     ) -> Result<Option<u64>, ReadError> {
@@ -354,7 +357,7 @@ impl ThreadEvents<'_> {
     }
 
     /// The thread has Samples chunks (`record --sample`).
-    pub(crate) fn has_samples(&self) -> bool {
+    pub fn has_samples(&self) -> bool {
         !self.sample_chunks.is_empty()
     }
 
@@ -516,7 +519,7 @@ impl ThreadEvents<'_> {
     /// every event as `(tsc, kind, id)`, and the fields of those with [`RawEvent::extra`] (in order,
     /// one entry each: a sample's sampler and weight), and want a slice, not a call per event. The
     /// payloads stay behind. `Ok(false)` at the end; after an error the stream ends.
-    pub(crate) fn swap_batch(
+    pub fn swap_batch(
         &mut self,
         events: &mut Vec<RawEvent>,
         extras: &mut Vec<Extra>,
@@ -538,7 +541,7 @@ impl ThreadEvents<'_> {
     /// The tick of the next event, without decoding a chunk when nothing was read yet and the index
     /// knows the thread's first event: what a time-ordered merge needs to place a thread that has not
     /// started, so that it holds no decoded chunk before then.
-    pub(crate) fn peek_tsc(&mut self) -> Result<Option<u64>, ReadError> {
+    pub fn peek_tsc(&mut self) -> Result<Option<u64>, ReadError> {
         if !self.started {
             if let Some(t) = self.first_tsc {
                 return Ok(Some(t));
@@ -550,7 +553,7 @@ impl ThreadEvents<'_> {
     /// The next event as `(tsc, kind, id)` without consuming it; `Ok(None)` at the end. A read error
     /// is returned once, then the stream ends.
     #[inline]
-    pub(crate) fn peek_raw(&mut self) -> Result<Option<(u64, EventKind, u32)>, ReadError> {
+    pub fn peek_raw(&mut self) -> Result<Option<(u64, EventKind, u32)>, ReadError> {
         if self.pos >= self.events.len() && !self.fill()? {
             return Ok(None);
         }
@@ -560,13 +563,13 @@ impl ThreadEvents<'_> {
 
     /// The event [`ThreadEvents::peek_raw`] returned, with its payload; call only after it returned
     /// `Ok(Some(_))`.
-    pub(crate) fn peeked_ref(&self) -> EventRef<'_> {
+    pub fn peeked_ref(&self) -> EventRef<'_> {
         self.event_at(self.pos, self.extra_pos)
     }
 
     /// Consumes the event [`ThreadEvents::peek_raw`] returned.
     #[inline]
-    pub(crate) fn bump(&mut self) {
+    pub fn bump(&mut self) {
         self.advance();
     }
 

@@ -67,6 +67,7 @@ pub struct TracepointDesc {
 /// its fields are tagged values (`value`), shown with its level first.
 pub fn from_callsite(c: &schema::Callsite<'_>) -> TracepointDesc {
     let args: Vec<ArgDesc> = c
+        .site
         .fields
         .split(',')
         .filter(|f| !f.is_empty())
@@ -82,13 +83,13 @@ pub fn from_callsite(c: &schema::Callsite<'_>) -> TracepointDesc {
         .join(",");
     TracepointDesc {
         id: c.tracepoint_id,
-        name: c.name.to_string(),
+        name: c.site.name.to_string(),
         args_spec,
         args,
         format: String::new(),
-        file: c.file.to_string(),
-        line: c.line,
-        level: schema::LEVELS.get(c.level as usize).copied(),
+        file: c.site.file.to_string(),
+        line: c.site.line,
+        level: schema::LEVELS.get(c.site.level as usize).copied(),
         message: None,
     }
 }

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 use ferrotrace_core::clock::{ClockPair, TscConverter};
 use ferrotrace_core::schema;
 
-pub(crate) use ahead::{for_each_batch, Batch};
+pub use ahead::{for_each_batch, Batch};
 pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
     Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
@@ -27,15 +27,15 @@ pub use model::{
 pub use stream::{MergedEvents, ThreadEvents};
 
 /// An Events chunk as the index pass reads it ([`Trace::open_with_events`]).
-pub(crate) struct EventsChunk<'p> {
+pub struct EventsChunk<'p> {
     /// Its thread.
-    pub(crate) tid: u32,
+    pub tid: u32,
     /// Its entry in the thread's index.
-    pub(crate) chunk: ChunkRef,
+    pub chunk: ChunkRef,
     /// Its payload: the Events header, then the events.
-    pub(crate) payload: &'p [u8],
+    pub payload: &'p [u8],
     /// The Session chunk's sources ([`schema::source`]), as read before this chunk (0 without it).
-    pub(crate) sources: u64,
+    pub sources: u64,
 }
 
 /// An opened trace: metadata and the index of event chunks.
@@ -127,7 +127,7 @@ impl Trace {
     /// can work chunk by chunk reads the file once. The chunks handed over are those of the readable
     /// prefix, but not yet judged as a whole: the trace's [`Trace::problems`] (chunks missing,
     /// repeated, out of order) are known only when it returns.
-    pub(crate) fn open_with_events(
+    pub fn open_with_events(
         path: impl AsRef<Path>,
         mut each: impl FnMut(&Path, EventsChunk<'_>),
     ) -> Result<Trace, ReadError> {
@@ -137,7 +137,7 @@ impl Trace {
     /// Per thread, the functions already running when its tracing began, outermost first, as the writer
     /// saw them: only when that is what the file holds too (complete, nothing missing or dropped);
     /// otherwise `None`, and a reader that needs them replays the threads to find them
-    /// ([`crate::callstack::initial_stacks`]).
+    /// (`ferrotrace_analysis::callstack::initial_stacks`).
     pub fn running_at_start(&self) -> Option<&HashMap<u32, Vec<u32>>> {
         let whole = self.end.is_some_and(|e| e.dropped_chunks == 0)
             && self.truncation.is_none()

@@ -161,23 +161,27 @@ pub struct Thread {
     /// Last name recorded for it.
     pub name: String,
     /// Its event chunks, in order ([`super::Trace::thread_chunks`]).
-    pub(crate) chunks: super::chunks::ChunkList,
+    pub chunks: super::chunks::ChunkList,
     /// Its Samples chunks (`record --sample`), in order: sample events merged in time order with
     /// those of `chunks` when the thread is read. Few (a chunk holds thousands of samples): kept in
     /// memory.
-    pub(crate) sample_chunks: Vec<ChunkRef>,
+    pub sample_chunks: Vec<ChunkRef>,
     /// Events in all its chunks (Events and Samples).
     pub events: u64,
     /// The tick of its first event (decoded by the index pass): a time-ordered merge places a thread
     /// by it without decoding a chunk, so that only the threads it has reached hold one in memory.
     /// `None` when not known (its chunks were out of order in the file, or the first is damaged).
     pub first_tsc: Option<u64>,
+    /// The clock (ticks: [`super::Trace::tsc_to_ns`]) when the runtime had registered it, as its
+    /// Thread chunk says (format 2.6's trailing `registered_ticks`): its first function entry is no
+    /// earlier. `None` when not said (older traces, other writers).
+    pub registered_tsc: Option<u64>,
 }
 
 impl Thread {
     /// Its Events chunks came in the file in the order of their numbers (a sound trace's always do):
     /// reading them in file order reads them in order.
-    pub(crate) fn chunks_in_file_order(&self) -> bool {
+    pub fn chunks_in_file_order(&self) -> bool {
         !self.chunks.disordered
     }
 

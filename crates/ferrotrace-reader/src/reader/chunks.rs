@@ -17,7 +17,7 @@ use super::ChunkRef;
 
 /// Entries of one thread kept in memory before they are written out as one block, and the entries of
 /// a block.
-pub(crate) const BLOCK_ENTRIES: usize = 256;
+pub const BLOCK_ENTRIES: usize = 256;
 /// Bytes of one entry in a block: offset (8), length (4), number (4), event count (8), little-endian.
 const ENTRY_BYTES: usize = 24;
 /// A block: the offset of the thread's next block (`NO_BLOCK` for none), then its entries.
@@ -27,7 +27,7 @@ const NO_BLOCK: u64 = u64::MAX;
 /// The temporary file that holds the blocks of every thread's list, made when the first block is
 /// written (a trace whose threads have fewer than [`BLOCK_ENTRIES`] chunks each never makes one).
 #[derive(Debug, Default)]
-pub(crate) struct SpillFile {
+pub struct SpillFile {
     file: Option<File>,
     len: u64,
     /// Set once making the file failed: lists then stay in memory (unbounded, as before).
@@ -71,7 +71,7 @@ impl SpillFile {
     }
 
     /// Bytes written to the file.
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.len
     }
 }
@@ -89,7 +89,7 @@ fn open_unnamed() -> io::Result<File> {
 
 /// One thread's Events chunks in the order the file holds them.
 #[derive(Clone, Debug, Default)]
-pub(crate) struct ChunkList {
+pub struct ChunkList {
     /// Offset of its first block in the spill file, and of its last (whose link the next block sets).
     blocks: Option<(u64, u64)>,
     /// Entries in blocks.
@@ -99,7 +99,7 @@ pub(crate) struct ChunkList {
     /// The last chunk number added, to tell whether they come in order.
     last_seq: Option<u32>,
     /// A chunk number came that was not above the one before it.
-    pub(crate) disordered: bool,
+    pub disordered: bool,
     /// Chunks with a number (all but Lost-only chunks, `schema::LOST_ONLY_SEQ`), and the first and
     /// last of their numbers in the list's order.
     numbered: u64,
@@ -109,7 +109,7 @@ pub(crate) struct ChunkList {
 
 impl ChunkList {
     /// Adds the thread's next chunk in file order.
-    pub(crate) fn push(&mut self, c: ChunkRef, spill: &mut SpillFile) {
+    pub fn push(&mut self, c: ChunkRef, spill: &mut SpillFile) {
         if self.last_seq.is_some_and(|s| c.seq <= s) {
             // Sorted later, in memory (`sort_in_memory`): nothing more goes to the file.
             self.disordered = true;
@@ -135,13 +135,13 @@ impl ChunkList {
 
     /// How many chunks carry a number, and the first and last number (`None` for none): in a list in
     /// order, the lowest and highest.
-    pub(crate) fn numbers(&self) -> (u64, Option<(u32, u32)>) {
+    pub fn numbers(&self) -> (u64, Option<(u32, u32)>) {
         let range = (self.numbered > 0).then_some((self.first_numbered, self.last_numbered));
         (self.numbered, range)
     }
 
     /// Events in all its chunks.
-    pub(crate) fn events(&self, spill: &SpillFile) -> io::Result<u64> {
+    pub fn events(&self, spill: &SpillFile) -> io::Result<u64> {
         let mut cursor = self.iter(spill);
         let mut n = 0u64;
         while let Some(c) = cursor.next_chunk()? {
@@ -168,23 +168,23 @@ impl ChunkList {
     }
 
     /// Number of chunks.
-    pub(crate) fn len(&self) -> u64 {
+    pub fn len(&self) -> u64 {
         self.spilled + self.tail.len() as u64
     }
 
     /// True before the first chunk.
-    pub(crate) fn is_empty(&self) -> bool {
+    pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Entries held in memory (the tail): at most [`BLOCK_ENTRIES`] for a thread whose chunks are in
     /// order, whatever the size of the trace.
-    pub(crate) fn in_memory(&self) -> usize {
+    pub fn in_memory(&self) -> usize {
         self.tail.capacity()
     }
 
     /// The chunks in order.
-    pub(crate) fn iter<'a>(&'a self, spill: &'a SpillFile) -> ChunkCursor<'a> {
+    pub fn iter<'a>(&'a self, spill: &'a SpillFile) -> ChunkCursor<'a> {
         ChunkCursor {
             list: self,
             spill,
@@ -197,7 +197,7 @@ impl ChunkList {
 
     /// For a disordered thread: reads the whole list into memory, sorted by chunk number, with chunks
     /// whose number repeats dropped; returns how many were dropped.
-    pub(crate) fn sort_in_memory(&mut self, spill: &SpillFile) -> io::Result<usize> {
+    pub fn sort_in_memory(&mut self, spill: &SpillFile) -> io::Result<usize> {
         let mut all = Vec::with_capacity(self.len() as usize);
         let mut cursor = self.iter(spill);
         while let Some(c) = cursor.next_chunk()? {
@@ -221,7 +221,7 @@ impl ChunkList {
 }
 
 /// Reads a thread's chunks in order: a block of the spill file at a time, then the tail.
-pub(crate) struct ChunkCursor<'a> {
+pub struct ChunkCursor<'a> {
     list: &'a ChunkList,
     spill: &'a SpillFile,
     next_block: u64,
@@ -233,7 +233,7 @@ pub(crate) struct ChunkCursor<'a> {
 
 impl ChunkCursor<'_> {
     /// The next chunk; `Ok(None)` after the last.
-    pub(crate) fn next_chunk(&mut self) -> io::Result<Option<ChunkRef>> {
+    pub fn next_chunk(&mut self) -> io::Result<Option<ChunkRef>> {
         loop {
             if self.in_tail {
                 let c = self.list.tail.get(self.pos).copied();

@@ -441,6 +441,18 @@ fn translate<S: UnwindContextStorage<usize>>(row: &UnwindTableRow<usize, S>) -> 
     Rule::cfa(base, offset, rbp_at).unwrap_or_else(|| Rule::of(UNSUPPORTED))
 }
 
+/// Records an allocation (`size` bytes at `addr`) with the stack of the function that called this
+/// one (the allocator wrapper): passes its entry `rsp` (the slot of the return address its call
+/// pushed) and `rbp` on to `crate::recorders::alloc::alloc_from`.
+///
+/// # Safety
+/// Called as a function, from a frame whose `rbp` follows the frame-pointer chain or holds anything
+/// (it is only read as a candidate).
+#[unsafe(naked)]
+pub(crate) unsafe extern "C" fn alloc_here(_size: usize, _addr: usize) {
+    core::arch::naked_asm!("mov rdx, rsp", "mov rcx, rbp", "jmp {}", sym crate::recorders::alloc::alloc_from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,9 +19,11 @@ const IN_FLIGHT: usize = 2;
 /// A decoded chunk: its events, and the side-table entries of those with [`RawEvent::extra`] (only
 /// their fields are meaningful here).
 #[derive(Default)]
-pub(crate) struct Batch {
-    pub(crate) events: Vec<RawEvent>,
-    pub(crate) extras: Vec<Extra>,
+pub struct Batch {
+    /// The chunk's events, in order.
+    pub events: Vec<RawEvent>,
+    /// The side table of those with [`RawEvent::extra`], in their order.
+    pub extras: Vec<Extra>,
 }
 
 impl ThreadEvents<'_> {
@@ -33,7 +35,7 @@ impl ThreadEvents<'_> {
 /// Calls `each` with the events of thread `tid`, chunk by chunk, in order; with `decode_ahead`, the
 /// chunks are decoded on a second thread. Returns the read error that ended the thread's events early,
 /// if any (the batches before it were handed out).
-pub(crate) fn for_each_batch(
+pub fn for_each_batch(
     trace: &Trace,
     tid: u32,
     decode_ahead: bool,

@@ -152,6 +152,9 @@ impl Symbolizer {
                 kernel: true,
             });
         }
+        if ferrotrace_core::jit::is_perf_map(&path) {
+            return self.load_perf_map(&path);
+        }
         if path.starts_with('[') && path != VDSO_PATH {
             // A pseudo-module (`[truncated]`): no file to read, its frames are named by its path.
             return None;
@@ -217,6 +220,43 @@ impl Symbolizer {
             dwarf,
             symbols: symbols.into(),
             label,
+            kernel: false,
+        })
+    }
+
+    /// The functions a JIT listed in its perf map at `path` ([`ferrotrace_core::jit`]): read only
+    /// when it is a regular file of ours or root's, as perf reads it (anyone may write in `/tmp`).
+    fn load_perf_map(&mut self, path: &str) -> Option<ModuleSyms> {
+        use std::os::unix::fs::MetadataExt;
+        let read = std::fs::symlink_metadata(path).and_then(|m| {
+            // SAFETY: getuid has no preconditions.
+            let uid = unsafe { libc::getuid() };
+            if !m.file_type().is_file() || (m.uid() != uid && m.uid() != 0) {
+                return Err(std::io::Error::other(
+                    "not a regular file of this user or root",
+                ));
+            }
+            std::fs::read_to_string(path)
+        });
+        let text = match read {
+            Ok(t) => t,
+            Err(e) => {
+                self.unreadable.push(format!("{path}: {e}"));
+                return None;
+            }
+        };
+        let mut symbols: Vec<FunctionSymbol> = ferrotrace_core::jit::parse_perf_map(&text)
+            .into_iter()
+            .map(|(start, size, name)| (start, size, Arc::from(name), true))
+            .collect();
+        // Of two entries at one address (code regenerated in place), the later one.
+        symbols.reverse();
+        symbols.sort_by_key(|s| s.0);
+        symbols.dedup_by_key(|s| s.0);
+        Some(ModuleSyms {
+            dwarf: None,
+            symbols: symbols.into(),
+            label: ferrotrace_core::jit::ANON_MODULE.into(),
             kernel: false,
         })
     }

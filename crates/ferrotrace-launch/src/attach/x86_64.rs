@@ -1,0 +1,44 @@
+//! The registers of a borrowed thread on x86-64 (System V ABI, Linux ptrace): how a call is set up in
+//! them and how its end is seen. `attach` juggles nothing else that depends on the instruction set.
+
+/// The general registers as `PTRACE_GETREGS` gives them.
+pub(crate) type Regs = libc::user_regs_struct;
+
+/// `NT_X86_XSTATE`: the whole vector state (x87, SSE, AVX, AVX-512) for `PTRACE_GETREGSET`.
+pub(crate) const VECTOR_REGSET: libc::c_int = 0x202;
+
+/// Bytes below the stack pointer that the ABI lets a function use without moving it (the red zone):
+/// a call made on a borrowed thread starts below them.
+pub(crate) const RED_ZONE: u64 = 128;
+
+/// The stack pointer.
+pub(crate) fn stack_pointer(regs: &Regs) -> u64 {
+    regs.rsp
+}
+
+/// The instruction pointer.
+pub(crate) fn instruction_pointer(regs: &Regs) -> u64 {
+    regs.rip
+}
+
+/// `regs` set to call `function` with the integer arguments `args` (rdi, rsi, rdx, rcx, r8, r9), the
+/// stack pointer at `sp` (where the caller wrote the return address), and no system call to restart
+/// (the kernel must not rewind `rip` when the thread resumes).
+pub(crate) fn set_up_call(regs: &mut Regs, function: u64, sp: u64, args: [u64; 6]) {
+    regs.rip = function;
+    regs.rsp = sp;
+    regs.rdi = args[0];
+    regs.rsi = args[1];
+    regs.rdx = args[2];
+    regs.rcx = args[3];
+    regs.r8 = args[4];
+    regs.r9 = args[5];
+    regs.rax = 0;
+    regs.orig_rax = u64::MAX;
+}
+
+/// What a call set up by [`set_up_call`] with return address 0 returned, once it faulted there:
+/// `None` while the thread stopped anywhere else.
+pub(crate) fn returned(regs: &Regs) -> Option<u64> {
+    (regs.rip == 0).then_some(regs.rax)
+}

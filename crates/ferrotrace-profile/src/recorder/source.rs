@@ -1,0 +1,164 @@
+//! Where a session's samples come from. The perf rings always carry the side-band records (mappings,
+//! threads, forks, exits) that [`State`] follows; the samples themselves come either through the
+//! same rings, with the registers and stack copies this process unwinds ([`RingSamples`], the
+//! perf_event backend), or as stacks unwound and counted in the kernel, read from BPF maps
+//! (`bpf_session::BpfSession`, `--bpf`). A hardware tracer would be a third source: the session's
+//! loop, set-up and summary do not change.
+
+use std::collections::HashMap;
+
+use super::State;
+use crate::cli_args::EventSpec;
+use crate::file::SampleWriter;
+use crate::perf::PerfEvent;
+use crate::{Backend, BpfUnwinderWork, ProfileError};
+
+/// A source of samples: what the session asks of it, in the order it asks.
+pub(super) trait SampleSource {
+    /// The sampling events' samples stay in the kernel (no ring of their own, no registers or stack
+    /// copy, no unwinding here).
+    fn counts_in_kernel(&self) -> bool;
+
+    /// A program the session starts is held at its entry point until [`SampleSource::sync`] has
+    /// loaded what sampling it needs (the eBPF unwinder's tables of its mappings).
+    fn holds_at_entry(&self) -> bool;
+
+    /// Starts sampling on the open `events` (`event_of`: perf's id → index in `specs`); the perf
+    /// backend's events are enabled by the session.
+    fn attach(
+        &mut self,
+        events: &[PerfEvent],
+        event_of: &HashMap<u64, u32>,
+        specs: &[EventSpec],
+    ) -> Result<(), ProfileError>;
+
+    /// Brings what the source keeps of the followed processes up to date with `st` (the address
+    /// spaces the side-band records changed).
+    fn sync(&mut self, st: &mut State);
+
+    /// Thread `tid` was stopped by the session (held at its entry), not by the program.
+    fn forget_off_cpu(&mut self, tid: u32);
+
+    /// One round of the session's loop, after the rings' records were handled: takes the samples
+    /// due, stamped `now`.
+    fn poll(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError>;
+
+    /// The end, the events disabled: stops sampling and takes every sample left, stamped `now`.
+    fn finish(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError>;
+
+    /// Bytes read from the kernel besides the rings'.
+    fn kernel_bytes(&self) -> u64;
+
+    /// Stacks the source could not finish (counted with the unwind errors).
+    fn truncated(&self) -> u64;
+
+    /// What the in-kernel unwinder did, if the source has one.
+    fn unwinder_work(&self) -> Option<BpfUnwinderWork>;
+
+    /// What the summary should say of this source, given the `samples` recorded.
+    fn warnings(&self, samples: u64, warnings: &mut Vec<String>);
+}
+
+/// The perf_event backend: samples arrive in the rings with the side-band records and are unwound
+/// by [`State::handle`]; nothing else to do.
+pub(super) struct RingSamples;
+
+impl SampleSource for RingSamples {
+    fn counts_in_kernel(&self) -> bool {
+        false
+    }
+
+    fn holds_at_entry(&self) -> bool {
+        false
+    }
+
+    fn attach(
+        &mut self,
+        _events: &[PerfEvent],
+        _event_of: &HashMap<u64, u32>,
+        _specs: &[EventSpec],
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
+
+    fn sync(&mut self, _st: &mut State) {}
+
+    fn forget_off_cpu(&mut self, _tid: u32) {}
+
+    fn poll(
+        &mut self,
+        _st: &mut State,
+        _out: &mut SampleWriter,
+        _now: u64,
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
+
+    fn finish(
+        &mut self,
+        _st: &mut State,
+        _out: &mut SampleWriter,
+        _now: u64,
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
+
+    fn kernel_bytes(&self) -> u64 {
+        0
+    }
+
+    fn truncated(&self) -> u64 {
+        0
+    }
+
+    fn unwinder_work(&self) -> Option<BpfUnwinderWork> {
+        None
+    }
+
+    fn warnings(&self, _samples: u64, _warnings: &mut Vec<String>) {}
+}
+
+/// What the eBPF backend's programs are loaded into: storage the session keeps for as long as the
+/// source lives.
+#[cfg(feature = "bpf")]
+pub(super) type BpfStorage = std::mem::MaybeUninit<ferrotrace_bpf::OpenObject>;
+/// Built without the `bpf` feature: nothing to load into.
+#[cfg(not(feature = "bpf"))]
+pub(super) struct BpfStorage;
+
+/// Storage for [`load`], not yet loaded into.
+pub(super) fn storage() -> BpfStorage {
+    #[cfg(feature = "bpf")]
+    return std::mem::MaybeUninit::uninit();
+    #[cfg(not(feature = "bpf"))]
+    BpfStorage
+}
+
+/// The source of `backend`, loaded (the eBPF programs are checked by the kernel's verifier here, the
+/// likeliest failure, before the program starts). Without the `bpf` feature `--bpf` is refused in
+/// one line that says how to get it.
+pub(super) fn load<'s>(
+    backend: Backend,
+    storage: &'s mut BpfStorage,
+) -> Result<Box<dyn SampleSource + 's>, ProfileError> {
+    match backend {
+        Backend::PerfEvent => Ok(Box::new(RingSamples)),
+        #[cfg(feature = "bpf")]
+        Backend::Bpf => Ok(Box::new(super::bpf_session::BpfSession::load(storage)?)),
+        #[cfg(not(feature = "bpf"))]
+        Backend::Bpf => {
+            let BpfStorage = storage;
+            Err(ProfileError::BpfNotBuilt)
+        }
+    }
+}
