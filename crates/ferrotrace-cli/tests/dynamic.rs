@@ -264,6 +264,67 @@ fn stable_rust_release_build_is_traced_exactly() {
     assert_eq!(recorded_by(&trace), serde_json::json!(["dynamic"]));
 }
 
+/// A panic caught by `catch_unwind` unwinds through entry-patched frames (the return stub's CFI, as on
+/// the mcount path) and the calls after it stay traced; the frames it left are seen as unwound when
+/// `main`, traced too, returns below them.
+#[test]
+fn caught_panic_in_a_stable_rust_build_unwinds_through_patched_frames() {
+    let dir = scratch("dynamic_panic");
+    let src = dir.join("catcher.rs");
+    std::fs::write(
+        &src,
+        r#"use std::hint::black_box;
+#[inline(never)]
+fn thrower(n: u64) -> u64 {
+    if black_box(n) == 3 {
+        panic!("three");
+    }
+    n
+}
+#[inline(never)]
+fn middle(n: u64) -> u64 {
+    black_box(thrower(n)) + 1
+}
+fn main() {
+    std::panic::set_hook(Box::new(|_| {}));
+    for i in 0..6 {
+        match std::panic::catch_unwind(|| middle(i)) {
+            Ok(v) => println!("middle({i}) -> {v}"),
+            Err(_) => println!("middle({i}) -> panicked"),
+        }
+    }
+}
+"#,
+    )
+    .unwrap();
+    let exe = dir.join("catcher");
+    let out = Command::new("rustc")
+        .args(["+stable", "-O", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .expect("rustc");
+    assert!(out.status.success(), "rustc: {}", text(&out.stderr));
+    let plain = Command::new(&exe).output().unwrap();
+    let (out, trace) = record(&dir, &["-P", "^catcher::(main|middle|thrower)$"], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), text(&plain.stdout));
+    assert!(text(&out.stdout).contains("middle(3) -> panicked"));
+    let t = Trace::open(&trace).expect("open");
+    let w = walk(&t, t.session.pid);
+    assert_eq!(w.entries.get("catcher::middle"), Some(&6), "{w:?}");
+    assert_eq!(w.entries.get("catcher::thrower"), Some(&6), "{w:?}");
+    assert_eq!(
+        w.unwound.iter().filter(|f| *f == "catcher::middle").count(),
+        1,
+        "{w:?}"
+    );
+    assert!(
+        w.open_at_end.is_empty() && w.preexisting.is_empty(),
+        "{w:?}"
+    );
+}
+
 #[test]
 fn debian_sqlite3_library_functions_are_counted_as_uprobes_count_them() {
     let dir = scratch("dynamic_sqlite3");
