@@ -372,7 +372,7 @@ fn debian_sqlite3_library_functions_are_counted_as_uprobes_count_them() {
 }
 
 #[test]
-fn debian_python3_exported_function_is_counted_as_uprobes_count_it() {
+fn debian_python3_and_a_library_it_dlopens_are_counted_as_uprobes_count_them() {
     let dir = scratch("dynamic_python3");
     let Ok(python) = std::fs::canonicalize("/usr/bin/python3") else {
         eprintln!("skipped: Debian's python3 is not installed");
@@ -399,6 +399,41 @@ fn debian_python3_exported_function_is_counted_as_uprobes_count_it() {
         uprobe_counts(&[(python.to_str().unwrap(), "PyObject_GetAttr")], &command)
     {
         assert_eq!(vec![ours], uprobes);
+    }
+    // A library loaded later (`import sqlite3` dlopens _sqlite3, which links libsqlite3.so.0) is
+    // patched when it maps.
+    let script = dir.join("sq.py");
+    std::fs::write(
+        &script,
+        "import sqlite3\nc = sqlite3.connect(':memory:')\nc.execute('create table t(a)')\n\
+         c.executemany('insert into t values(?)', [(i,) for i in range(10)])\n\
+         print(c.execute('select sum(a) from t').fetchone()[0])\n",
+    )
+    .unwrap();
+    let (out, trace) = record(
+        &dir,
+        &["-P", "^sqlite3_(step|prepare_v2)$"],
+        &python,
+        &[script.to_str().unwrap()],
+    );
+    if text(&out.stderr).contains("No module named") {
+        eprintln!("skipped the dlopen case: python3's sqlite3 module is not installed");
+    } else {
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        assert_eq!(text(&out.stdout), "45\n");
+        let ours = vec![
+            calls(&trace, "sqlite3_step"),
+            calls(&trace, "sqlite3_prepare_v2"),
+        ];
+        assert!(ours[0] >= 10, "{ours:?}");
+        let lib = "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0";
+        let command = format!("{} {}", python.display(), script.display());
+        if let Some(uprobes) = uprobe_counts(
+            &[(lib, "sqlite3_step"), (lib, "sqlite3_prepare_v2")],
+            &command,
+        ) {
+            assert_eq!(ours, uprobes);
+        }
     }
     // A function -P selects that cannot be patched safely is named, not silently left out.
     let (out, _) = record(
