@@ -16,6 +16,8 @@
 //! * [`arch`]: assembly text that the runtime's and the embedded recorder's hooks share (the clock read,
 //!   the vector registers' save area, where an mcount hook finds the return address);
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
+//! * `entry_patch` (feature `entry-patch`): which functions of uninstrumented x86-64 code can have
+//!   their entry replaced by a jump, and why the others cannot (the runtime's and `list --dynamic`'s);
 //! * [`mcount`]: finding mcount/`__fentry__` calls and patchable NOPs in machine code;
 //! * [`xray`]: decoding of the XRay instrumentation map and the symbol lookup for its functions;
 //! * [`shadow`]: the shadow frame every return hook keeps (the runtime's mcount hooks, the embedded
@@ -74,6 +76,8 @@ pub mod build_id;
 pub mod builder;
 pub mod clock;
 pub mod codec;
+#[cfg(feature = "entry-patch")]
+pub mod entry_patch;
 pub mod env;
 pub mod format;
 pub mod grouped;

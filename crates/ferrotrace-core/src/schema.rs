@@ -104,6 +104,9 @@ pub mod source {
     pub const BPF: u64 = 256;
     /// `tracing` spans and events (`ferrotrace-tracing`): the program links the layer (format 2.2, bit 512).
     pub const TRACING: u64 = 512;
+    /// Function entries and exits from entries of uninstrumented functions patched at run time with a
+    /// jump to a trampoline (bit 1024).
+    pub const DYNAMIC: u64 = 1024;
 
     /// Every way to build a program whose functions ferrotrace can trace, for messages.
     pub const HOW_TO_BUILD: &str = "build Rust with RUSTFLAGS='-Zinstrument-xray=always -Cforce-frame-pointers=yes' \
@@ -113,7 +116,7 @@ pub mod source {
 
     /// The names of the bits set in `sources`, in bit order.
     pub fn names(sources: u64) -> impl Iterator<Item = &'static str> {
-        const NAMES: [&str; 10] = [
+        const NAMES: [&str; 11] = [
             "xray",
             "mcount",
             "fentry",
@@ -124,6 +127,7 @@ pub mod source {
             "embedded",
             "bpf",
             "tracing",
+            "dynamic",
         ];
         NAMES
             .into_iter()

@@ -80,8 +80,14 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
             path.display()
         ));
     }
-    if facts.instrumentation == 0 && !records_tracepoints && spec.alloc.is_none() {
-        return Err(LaunchError::NotInstrumented(path.clone()));
+    if facts.instrumentation == 0 && !spec.no_functions {
+        match dynamic_line(path, !spec.patch.is_empty()) {
+            Some(line) => warnings.push(line),
+            None if !records_tracepoints && spec.alloc.is_none() => {
+                return Err(LaunchError::NotInstrumented(path.clone()))
+            }
+            None => {}
+        }
     }
     if let Some(d) = spec.depth.filter(|&d| !size::depth_is_valid(d as usize)) {
         return Err(LaunchError::BadOption(format!(
@@ -105,9 +111,31 @@ pub fn check_live(program: &Program, spec: &RuntimeSpec) -> Result<(), LaunchErr
         return Err(LaunchError::NoTracepoints(program.path.clone()));
     }
     if !spec.filter.is_empty() && program.facts.instrumentation == 0 {
-        return Err(LaunchError::NotInstrumented(program.path.clone()));
+        match dynamic_line(&program.path, !spec.patch.is_empty()) {
+            Some(line) => eprintln!("ferrotrace: {line}"),
+            None => return Err(LaunchError::NotInstrumented(program.path.clone())),
+        }
     }
     Ok(())
+}
+
+/// For an uninstrumented program, the line that says its functions will be traced by patching their
+/// entries at run time (the runtime does so when the executable has no instrumentation), or `None`
+/// when that traces nothing: none of the executable's functions can be patched and `-P` names no
+/// library function (`libraries`: -P was given).
+fn dynamic_line(path: &Path, libraries: bool) -> Option<String> {
+    let funcs = ferrotrace_reader::binary::entry_patchable(path).unwrap_or_default();
+    let traceable = funcs.iter().filter(|f| f.verdict.is_ok()).count();
+    if traceable == 0 && !libraries {
+        return None;
+    }
+    Some(format!(
+        "{} has no instrumentation: tracing its functions by patching their entries at run time \
+         ({traceable} of its {} functions can be; `ferrotrace list --dynamic` says why not the \
+         others; -P REGEX selects library functions)",
+        path.display(),
+        funcs.len()
+    ))
 }
 
 /// After the run: the `-F` patterns that matched no function of the trace, each with why when the

@@ -111,8 +111,9 @@ impl fmt::Display for LaunchError {
             LaunchError::NotInstrumented(p) => write!(
                 f,
                 "{} is not instrumented (no XRay sleds, no mcount or __fentry__ calls, no patchable \
-                 NOPs), so there is nothing to trace (record its allocations alone with --alloc): \
-                 {HOW_TO_BUILD}",
+                 NOPs) and none of its functions can have its entry patched (`ferrotrace list \
+                 --dynamic` says why; -P REGEX selects library functions), so there is nothing to \
+                 trace (record its allocations alone with --alloc): {HOW_TO_BUILD}",
                 p.display()
             ),
             LaunchError::NoTracepoints(p) => write!(

@@ -1,5 +1,6 @@
-//! What a program contains, read from its ELF file without running it: tracepoints and XRay-instrumented
-//! functions (what `ferrotrace list` shows).
+//! What a program contains, read from its ELF file without running it: tracepoints, XRay-instrumented
+//! functions, and which uninstrumented functions can have their entries patched (what `ferrotrace list`
+//! shows).
 //!
 //! Tracepoint descriptors are in the `ferrotrace_tp` section (a 16-byte header `u32 magic "FTP1", u32 size,
 //! u32 id, u32 enabled`, then `u16 len + crate::name`, `u16 len + args`, `u16 len + format`, `u16 len +
@@ -17,6 +18,7 @@
 
 use std::path::Path;
 
+use ferrotrace_core::entry_patch::{analyse, tally, FunctionRange, Refusal, Window};
 use ferrotrace_core::symbols::{links_span_recorder, OwnFunctions, PLUMBING_SECTION};
 use ferrotrace_core::tracepoint::{descriptor_fields, DESCRIPTOR_HEADER_LEN, DESCRIPTOR_MAGIC};
 use ferrotrace_core::xray::{decode_entry, symbol_at, ENTRY_LEN};
@@ -223,14 +225,7 @@ pub fn inspect(path: &Path) -> Result<BinaryInfo, BinaryError> {
     if let Some(sec) = file.section_by_name("xray_instr_map") {
         let bytes = sec.data().map_err(section("xray_instr_map"))?;
         let base = sec.address();
-        let mut symbols: Vec<(u64, u64, &str)> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
-            .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
-            .collect();
-        symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
-        symbols.dedup_by_key(|s| s.0);
+        let symbols = text_symbols(&file);
         let own = OwnFunctions {
             plumbing: file
                 .section_by_name(PLUMBING_SECTION)
@@ -368,6 +363,122 @@ pub fn listing(bin: &BinaryInfo, what: Listing) -> String {
         for f in &bin.functions {
             let _ = writeln!(out, "  {}", f.name);
         }
+    }
+    out
+}
+
+/// A function of a program's file, and whether `record` can trace it without instrumentation, by
+/// patching its entry at run time (`ferrotrace list --dynamic`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryPatchable {
+    /// Link-time address.
+    pub address: u64,
+    /// Demangled name without hash.
+    pub name: String,
+    /// Where the jump would go, or why the function is refused.
+    pub verdict: Result<Window, Refusal>,
+}
+
+/// Every function the symbol tables (`.symtab`, `.dynsym`) of the file at `path` name, with the
+/// verdict of the entry-patching analysis ([`ferrotrace_core::entry_patch`], the one the runtime
+/// applies), in address order.
+pub fn entry_patchable(path: &Path) -> Result<Vec<EntryPatchable>, BinaryError> {
+    let data = map(path)?;
+    let file = object::File::parse(&*data).map_err(|reason| BinaryError::NotElf {
+        path: path.to_path_buf(),
+        reason,
+    })?;
+    let mut code: Vec<(u64, &[u8])> = Vec::new();
+    for section in file.sections() {
+        let executable = matches!(section.flags(), object::SectionFlags::Elf { sh_flags }
+            if sh_flags & u64::from(object::elf::SHF_EXECINSTR) != 0);
+        if executable {
+            if let Ok(bytes) = section.data() {
+                code.push((section.address(), bytes));
+            }
+        }
+    }
+    let symbols = text_symbols(&file);
+    let ranges: Vec<FunctionRange> = symbols
+        .iter()
+        .map(|&(start, size, _)| FunctionRange { start, size })
+        .collect();
+    let verdicts = analyse(&ranges, file.entry(), |start, size| {
+        let &(at, bytes) = code
+            .iter()
+            .find(|(at, b)| (*at..*at + b.len() as u64).contains(&start))?;
+        let from = (start - at) as usize;
+        bytes.get(from..from.checked_add(size as usize)?)
+    });
+    Ok(symbols
+        .iter()
+        .zip(verdicts)
+        .map(|(&(address, _, mangled), verdict)| EntryPatchable {
+            address,
+            name: crate::reader::demangle(mangled),
+            verdict,
+        })
+        .collect())
+}
+
+/// The function symbols of `file`: `(address, size, name)` from `.symtab` and `.dynsym`, by address,
+/// one per address (the largest).
+fn text_symbols<'a>(file: &object::File<'a>) -> Vec<(u64, u64, &'a str)> {
+    let mut symbols: Vec<(u64, u64, &str)> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.is_definition())
+        .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
+        .collect();
+    symbols.sort_unstable_by_key(|s| (s.0, std::cmp::Reverse(s.1)));
+    symbols.dedup_by_key(|s| s.0);
+    symbols
+}
+
+/// `ferrotrace list --dynamic`'s output: a summary (functions that can be traced, refused by reason),
+/// then each function with its verdict; or one JSON object.
+pub fn entry_patch_listing(funcs: &[EntryPatchable], json: bool) -> String {
+    use std::fmt::Write;
+    let (ok, refused) = tally(funcs.iter().map(|f| &f.verdict));
+    if json {
+        let functions: Vec<serde_json::Value> = funcs
+            .iter()
+            .map(|f| {
+                serde_json::json!({
+                    "address": format!("{:#x}", f.address),
+                    "name": f.name,
+                    "traceable": f.verdict.is_ok(),
+                    "refused": f.verdict.err().map(Refusal::key),
+                })
+            })
+            .collect();
+        let by_reason: serde_json::Map<String, serde_json::Value> = refused
+            .iter()
+            .map(|(r, n)| (r.key().to_string(), (*n).into()))
+            .collect();
+        let o = serde_json::json!({
+            "functions": functions,
+            "traceable": ok,
+            "refused": by_reason,
+        });
+        return format!("{o}\n");
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{} functions: {ok} can be traced by patching their entries, {} refused",
+        funcs.len(),
+        funcs.len() - ok
+    );
+    for (reason, n) in &refused {
+        let _ = writeln!(out, "  {n:>6} refused: {reason} ({})", reason.key());
+    }
+    for f in funcs {
+        let verdict = match f.verdict {
+            Ok(_) => "traceable",
+            Err(r) => r.key(),
+        };
+        let _ = writeln!(out, "{:#010x} {verdict:<18} {}", f.address, f.name);
     }
     out
 }

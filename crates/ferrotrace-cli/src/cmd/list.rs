@@ -5,7 +5,9 @@ use std::ffi::OsString;
 use std::process::ExitCode;
 
 use clap::Args;
-use ferrotrace_analysis::binary::{inspect, listing, Listing};
+use ferrotrace_analysis::binary::{
+    entry_patch_listing, entry_patchable, inspect, listing, Listing,
+};
 
 use ferrotrace_launch::program::resolve;
 
@@ -22,6 +24,10 @@ pub struct ListArgs {
     /// Only functions
     #[arg(long)]
     functions: bool,
+    /// Every function the symbol tables name, and whether `record` can trace it without instrumentation
+    /// by patching its entry at run time (else why not), with counts by reason
+    #[arg(long, conflicts_with_all = ["tracepoints", "functions"])]
+    dynamic: bool,
     /// The program (not run)
     #[arg(value_name = "PROGRAM")]
     program: OsString,
@@ -30,6 +36,13 @@ pub struct ListArgs {
 /// Prints the listing.
 pub fn run(args: ListArgs) -> Result<ExitCode, Error> {
     let path = resolve(&args.program)?;
+    if args.dynamic {
+        let funcs = entry_patchable(&path).map_err(Error::analysis)?;
+        let mut out = super::Output::stdout();
+        out.print(&entry_patch_listing(&funcs, args.json))?;
+        out.finish()?;
+        return Ok(ExitCode::SUCCESS);
+    }
     let bin = inspect(&path).map_err(Error::analysis)?;
     let what = Listing {
         json: args.json,

@@ -305,7 +305,9 @@ pub fn record(
         return Err(error(
             pid,
             format!(
-                "this binary ({}) has no patchable sites: {HOW_TO_BUILD}",
+                "this binary ({}) has no patchable sites: uninstrumented functions are traced by \
+                 patching their entries only when `record -- PROGRAM` starts the program, not while \
+                 attached; {HOW_TO_BUILD}",
                 name.display()
             ),
         ));

@@ -91,6 +91,9 @@ pub enum Problem {
     NoneSelected(String),
     /// Functions that call mcount without setting up a frame pointer, not traced.
     NoFramePointer(usize),
+    /// Functions `-P` selects in uninstrumented code whose entries cannot be patched safely, by
+    /// reason (`discovery::Discovery::refused`), not traced.
+    Unpatchable(Vec<(ferrotrace_core::entry_patch::Refusal, usize)>),
     /// `--trace` names tracepoints the program does not have (the message says which).
     Tracepoints(String),
     /// Anything else (the message says what).
@@ -122,7 +125,9 @@ impl Problem {
             Problem::NotStaticTls { .. } => code::NOT_STATIC_TLS,
             Problem::NoInstrumentedFunction { .. } => code::NO_SITES,
             Problem::NoneSelected(_) | Problem::Tracepoints(_) => code::NONE_SELECTED,
-            Problem::NoFramePointer(_) | Problem::Failed(_) => code::FAILED,
+            Problem::NoFramePointer(_) | Problem::Unpatchable(_) | Problem::Failed(_) => {
+                code::FAILED
+            }
         }
     }
 }
@@ -145,6 +150,18 @@ impl std::fmt::Display for Problem {
                 schema::source::HOW_TO_BUILD
             ),
             Problem::NoneSelected(why) => f.write_str(why),
+            Problem::Unpatchable(refused) => {
+                let reasons: Vec<String> = refused
+                    .iter()
+                    .map(|(reason, n)| format!("{n} ({reason})"))
+                    .collect();
+                write!(
+                    f,
+                    "functions -P selects whose entries cannot be patched safely, left untraced: {} \
+                     (`ferrotrace list --dynamic` names them)",
+                    reasons.join(", ")
+                )
+            }
             Problem::NoFramePointer(n) => write!(
                 f,
                 "{n} functions call mcount without setting up a frame pointer and are not traced: \
@@ -319,6 +336,9 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
             if found.no_frame_pointer > 0 && plan.config.functions {
                 plan.say(&Problem::NoFramePointer(found.no_frame_pointer));
             }
+            if !found.refused.is_empty() && !plan.config.patch.is_empty() {
+                plan.say(&Problem::Unpatchable(found.refused.clone()));
+            }
             Ok(())
         }
     }
@@ -328,7 +348,11 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
 /// `Ok(None)` when there is nothing to record in a process a traced one started.
 pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     let prepared = prepare(plan.occasion)?;
-    let mut known = discovery::Known::default();
+    let mut known = discovery::Known {
+        // Other threads run through the code an attach patches: no entry patching then.
+        threads_running: plan.occasion == Occasion::Attach,
+        ..discovery::Known::default()
+    };
     let found = discovery::discover(&plan.config, plan.role == Role::Preload, &mut known)?;
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();

@@ -9,6 +9,7 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
+use ferrotrace_core::entry_patch::{self, FunctionRange, Refusal, Window};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
 use ferrotrace_core::pattern::NamePattern;
@@ -61,6 +62,9 @@ pub struct Function {
     /// Its patchable NOPs (`-mnop-mcount`, `-fpatchable-function-entry`): runtime address and the hook
     /// the patched call goes to.
     pub nops: Vec<(u64, Flavor)>,
+    /// In uninstrumented code: where the jump to its trampoline goes and what it replaces
+    /// ([`ferrotrace_core::entry_patch`]).
+    pub entry: Option<Window>,
 }
 
 /// Result of discovery.
@@ -85,6 +89,8 @@ pub struct Discovery {
     pub hook_slots: Vec<(u64, Flavor)>,
     /// Functions calling mcount that cannot be traced because they set up no frame pointer.
     pub no_frame_pointer: usize,
+    /// Selected functions of uninstrumented code whose entries cannot be patched, by reason.
+    pub refused: Vec<(Refusal, usize)>,
     /// How the objects found are instrumented: bits of `ferrotrace_core::schema::source` (with
     /// `TRACING` when one links `ferrotrace-tracing`).
     pub instrumentation: u64,
@@ -379,6 +385,7 @@ impl Scope<'_, '_> {
             filter,
             sleds: Vec::new(),
             nops: Vec::new(),
+            entry: None,
         });
         *self.next_id += 1;
         self.out.functions.last_mut()
@@ -453,6 +460,58 @@ impl Scope<'_, '_> {
     }
 }
 
+impl Scope<'_, '_> {
+    /// Uninstrumented code: decides which functions' entries can be patched (the whole object's code
+    /// is decoded, from memory), and adds those selected with their windows; counts the selected ones
+    /// refused, by reason. `text` is the object's executable range, `entry_point` its ELF entry point
+    /// (link-time).
+    fn add_entry_patches(&mut self, text: (u64, u64), entry_point: u64) {
+        let bias = self.bias;
+        let ranges: Vec<FunctionRange> = self
+            .symbols
+            .iter()
+            .map(|&(start, size, _)| FunctionRange {
+                start: bias.wrapping_add(start),
+                size,
+            })
+            .collect();
+        let verdicts =
+            entry_patch::analyse(&ranges, bias.wrapping_add(entry_point), |start, size| {
+                if start < text.0 || start.checked_add(size)? > text.1 {
+                    return None;
+                }
+                // SAFETY: inside the object's mapped executable segments (from its program headers), which
+                // stay mapped while it is loaded; readable (R-X).
+                Some(unsafe { core::slice::from_raw_parts(start as *const u8, size as usize) })
+            });
+        let symbols = self.symbols;
+        for (&(vaddr, _, name), verdict) in symbols.iter().zip(verdicts) {
+            match verdict {
+                Ok(window) => {
+                    if let Some(f) = self.function(bias.wrapping_add(vaddr)) {
+                        f.entry = Some(window);
+                    }
+                }
+                Err(reason) => {
+                    let selected = self.config.patch.is_empty()
+                        || self
+                            .config
+                            .patch
+                            .iter()
+                            .any(|re| re.matches_function(&display_name(name), vaddr));
+                    if selected {
+                        match self.out.refused.iter_mut().find(|(r, _)| *r == reason) {
+                            Some((_, n)) => *n += 1,
+                            None => self.out.refused.push((reason, 1)),
+                        }
+                    }
+                }
+            }
+        }
+        self.out.instrumentation |= instrumentation::DYNAMIC;
+    }
+}
+
 /// What discovery has already seen: objects by load address and the next ids to hand out. Kept by the
 /// runtime so that a rescan after `dlopen` only looks at new objects and ids stay unique.
 #[derive(Clone, Debug, Default)]
@@ -463,6 +522,12 @@ pub struct Known {
     pub next_function_id: u32,
     /// Per function id, its `-F`/`-N` matches (`Function::filter`), for the collector's selection.
     pub filter_flags: Vec<u8>,
+    /// The executable has no instrumentation: functions are traced by patching their entries
+    /// ([`Scope::add_entry_patches`]).
+    pub dynamic: bool,
+    /// Other threads run while discovery's answer is patched (an attach): entry patching is off,
+    /// since a thread may be inside the instructions a jump would replace.
+    pub threads_running: bool,
 }
 
 /// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
@@ -530,7 +595,21 @@ pub fn discover(
             Some(_) => mcount_sites::Found::default(),
             None => mcount_sites::find_sites(&elf, l.bias, (text_start, text_end), module_id == 0),
         };
-        if xray_map.is_none() && sites.is_empty() {
+        let uninstrumented = xray_map.is_none() && sites.is_empty();
+        if module_id == 0 {
+            known.dynamic = uninstrumented && !known.threads_running;
+        }
+        // Uninstrumented objects are traced by entry patching when the executable is uninstrumented
+        // too: the executable itself, and libraries when -P names what to patch.
+        let patch_entries = uninstrumented
+            && known.dynamic
+            && (module_id == 0 || !config.patch.is_empty())
+            && !l
+                .path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(entry_patch::is_runtime_library);
+        if uninstrumented && !patch_entries {
             // An executable without sleds still records its `tracing` spans through
             // ferrotrace-tracing, which it links statically.
             if module_id == 0
@@ -548,7 +627,7 @@ pub fn discover(
         let mut symbols: Vec<(u64, u64, &str)> = elf
             .symbols()
             .chain(elf.dynamic_symbols())
-            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0)
+            .filter(|s| s.kind() == SymbolKind::Text && s.address() != 0 && s.is_definition())
             .filter_map(|s| Some((s.address(), s.size(), s.name().ok()?)))
             .collect();
         if module_id == 0 && symbols.iter().any(|s| s.2.contains("rust_begin_unwind")) {
@@ -582,6 +661,8 @@ pub fn discover(
                 }
             }
             scope.out.instrumentation |= instrumentation::XRAY;
+        } else if patch_entries {
+            scope.add_entry_patches((text_start, text_end), elf.entry());
         } else {
             scope.add_mcount_sites(&sites, (text_start, text_end));
         }

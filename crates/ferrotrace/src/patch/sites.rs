@@ -7,8 +7,10 @@
 
 use ferrotrace_core::mcount::{is_nop5, Flavor};
 
+use ferrotrace_core::entry_patch::Window;
+
 use crate::arch::patch::{
-    jmp_rip_abs64, rel32, xray_sled_first_byte, xray_sled_patched, CALL_REL32,
+    jmp_rip_abs64, rel32, xray_sled_first_byte, xray_sled_patched, CALL_REL32, JMP_REL32,
 };
 use crate::patch::discovery::{Discovery, Function, SledKind};
 use crate::patch::got;
@@ -21,8 +23,9 @@ const PAGE: u64 = crate::arch::thread::PAGE as u64;
 enum Patched {
     /// An XRay sled at this address, whose first two bytes (its short jump or `ret`) were these.
     Sled(u64, [u8; 2]),
-    /// A 5-byte NOP at this address, which was this NOP and is now this call.
-    Nop(u64, [u8; 5], [u8; 5]),
+    /// 5 bytes at this address, which were these (a NOP, or a function's first instructions) and are
+    /// now these (a call of a hook, or a jump to the function's trampoline).
+    Five(u64, [u8; 5], [u8; 5]),
     /// A GOT slot of mcount/`__fentry__` calls at this address, which held this target and now holds
     /// this hook.
     Slot(u64, u64, u64),
@@ -50,7 +53,7 @@ pub fn unpatch_all() -> usize {
     for site in &sites {
         let (addr, len) = match *site {
             Patched::Sled(a, _) => (a, 2),
-            Patched::Nop(a, _, _) => (a, 5),
+            Patched::Five(a, _, _) => (a, 5),
             Patched::Slot(slot, was, hook) => {
                 // SAFETY: a GOT slot of a loaded object (discovery's), which this runtime redirected.
                 if unsafe { got::exchange(slot, hook, was) } == Ok(hook) {
@@ -71,8 +74,9 @@ pub fn unpatch_all() -> usize {
                     std::sync::atomic::Ordering::SeqCst,
                 );
             },
-            // SAFETY: a NOP site this runtime made a call, made writable above.
-            Patched::Nop(a, nop, call) => unsafe {
+            // SAFETY: a NOP site this runtime made a call, or an entry it made a jump (the trampoline
+            // it jumps to stays mapped for threads still in it), made writable above.
+            Patched::Five(a, nop, call) => unsafe {
                 patcher.poke5(a as usize, call, nop);
             },
             Patched::Slot(..) => {}
@@ -137,10 +141,39 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     {
         return Ok(page);
     }
+    let p = map_near(lo, hi, PAGE)?;
+    let page = p as *mut u8;
+    for (slot, target) in targets.in_stub_order().into_iter().enumerate() {
+        // jmp qword ptr [rip + 0]; .quad target; int3 int3
+        let mut stub = [0xccu8; 16];
+        stub[..14].copy_from_slice(&jmp_rip_abs64(target));
+        // SAFETY: writing inside our fresh page.
+        unsafe { core::ptr::copy_nonoverlapping(stub.as_ptr(), page.add(slot * 16), 16) };
+    }
+    // SAFETY: our page.
+    unsafe {
+        libc::mprotect(
+            page.cast(),
+            PAGE as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        )
+    };
+    pages.push((p, wanted));
+    Ok(p)
+}
+
+/// Maps `len` bytes (a multiple of the page size) of fresh read-write memory such that every byte of
+/// it is within rel32 reach of every byte of `[lo, hi)`; never unmapped by the caller (a thread may be
+/// in the code it will hold).
+fn map_near(lo: u64, hi: u64, len: u64) -> Result<u64, String> {
+    let reach = |addr: u64| {
+        hi.saturating_sub(addr) < (1 << 31) - PAGE
+            && (addr + len).saturating_sub(lo) < (1 << 31) - PAGE
+    };
     let mut candidates = Vec::new();
     for k in 1..64u64 {
         candidates.push(((hi + PAGE - 1) & !(PAGE - 1)) + k * (16 << 20));
-        if let Some(below) = (lo & !(PAGE - 1)).checked_sub(k * (16 << 20)) {
+        if let Some(below) = (lo & !(PAGE - 1)).checked_sub(k * (16 << 20) + len) {
             candidates.push(below);
         }
     }
@@ -149,7 +182,7 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
         let p = unsafe {
             libc::mmap(
                 hint as *mut libc::c_void,
-                PAGE as usize,
+                len as usize,
                 libc::PROT_READ | libc::PROT_WRITE,
                 libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE,
                 -1,
@@ -160,26 +193,90 @@ fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
             continue;
         }
         if p as u64 != hint {
-            // SAFETY: unmapping the page we just got.
-            unsafe { libc::munmap(p, PAGE as usize) };
+            // SAFETY: unmapping the memory we just got.
+            unsafe { libc::munmap(p, len as usize) };
             continue;
         }
-        let page = p as *mut u8;
-        for (slot, target) in targets.in_stub_order().into_iter().enumerate() {
-            // jmp qword ptr [rip + 0]; .quad target; int3 int3
-            let mut stub = [0xccu8; 16];
-            stub[..14].copy_from_slice(&jmp_rip_abs64(target));
-            // SAFETY: writing inside our fresh page.
-            unsafe { core::ptr::copy_nonoverlapping(stub.as_ptr(), page.add(slot * 16), 16) };
-        }
-        // SAFETY: our page.
-        unsafe { libc::mprotect(p, PAGE as usize, libc::PROT_READ | libc::PROT_EXEC) };
-        pages.push((hint, wanted));
         return Ok(hint);
     }
     Err(format!(
-        "no free page within ±2 GiB of the code at {lo:#x}..{hi:#x} for trampolines"
+        "no free memory within ±2 GiB of the code at {lo:#x}..{hi:#x} for trampolines"
     ))
+}
+
+/// Builds the trampolines of the functions of one object whose entries are patched (`funcs`: those
+/// with a window), in fresh memory near them, hands their keys to the hooks' table, then writes each
+/// entry's jump; the hook is `hook`. Functions whose window cannot move there are left unpatched and
+/// counted in the result.
+///
+/// # Safety
+/// Each window is one the entry-patch analysis accepted for a function of a loaded object, in pages
+/// `patcher` made writable, and no thread runs in a window (the process has one thread, or the others
+/// are stopped outside every window).
+unsafe fn patch_entries(
+    patcher: &Patcher,
+    funcs: &[&Function],
+    hook: u64,
+    patched: &mut Vec<Patched>,
+) -> Result<usize, String> {
+    use crate::arch::entry_patch::{trampoline, CALL_LEN, SLOT};
+    let windows: Vec<(&Function, Window)> =
+        funcs.iter().filter_map(|f| Some((*f, f.entry?))).collect();
+    let Some(lo) = windows.iter().map(|w| w.1.at).min() else {
+        return Ok(0);
+    };
+    let hi = windows.iter().map(|w| w.1.at + 16).max().unwrap_or(lo);
+    let len = ((16 + windows.len() * SLOT) as u64).next_multiple_of(PAGE);
+    let base = map_near(lo, hi, len)?;
+    // SAFETY: `len` fresh writable bytes at `base`.
+    let memory = unsafe { core::slice::from_raw_parts_mut(base as *mut u8, len as usize) };
+    memory.fill(0xcc);
+    memory[..8].copy_from_slice(&hook.to_le_bytes());
+    let mut keys = Vec::new();
+    let mut jumps = Vec::new();
+    let mut refused = 0;
+    for (i, (f, w)) in windows.iter().enumerate() {
+        let at = base + 16 + (i * SLOT) as u64;
+        // SAFETY: the window is code of a loaded object (the caller's contract).
+        let replaced = unsafe { core::slice::from_raw_parts(w.at as *const u8, w.len as usize) };
+        let (Ok(code), Some(jump)) = (
+            trampoline(*w, replaced, at, base),
+            rel32(JMP_REL32, w.at as usize, at as usize),
+        ) else {
+            refused += 1;
+            continue;
+        };
+        let from = (at - base) as usize;
+        memory[from..from + code.len()].copy_from_slice(&code);
+        keys.push((at + CALL_LEN, mcount_sites::record_word(f.id)));
+        let mut old = [0u8; 5];
+        old.copy_from_slice(&replaced[..5]);
+        jumps.push((w.at, old, jump));
+    }
+    // SAFETY: our memory, filled.
+    if unsafe {
+        libc::mprotect(
+            base as *mut libc::c_void,
+            len as usize,
+            libc::PROT_READ | libc::PROT_EXEC,
+        )
+    } != 0
+    {
+        return Err(format!(
+            "cannot make trampolines executable: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // The hooks must know a trampoline's key before any thread can reach it.
+    mcount_sites::publish(&keys);
+    for (site, old, jump) in jumps {
+        // SAFETY: an accepted window in a writable page, no thread inside it (the caller's contract);
+        // its trampoline is in place.
+        if unsafe { patcher.poke5(site as usize, old, jump) } {
+            patched.push(Patched::Five(site, old, jump));
+        }
+    }
+    Ok(refused)
 }
 
 /// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
@@ -201,15 +298,22 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
             .collect();
         let sleds = funcs.iter().flat_map(|f| f.sleds.iter().map(|s| (s.0, 11)));
         let nops = funcs.iter().flat_map(|f| f.nops.iter().map(|n| (n.0, 5)));
-        let spans: Vec<(u64, u64)> = sleds.chain(nops).collect();
+        let entries = funcs.iter().filter_map(|f| Some((f.entry?.at, 5)));
+        let spans: Vec<(u64, u64)> = sleds.chain(nops).chain(entries).collect();
         let Some(lo) = spans.iter().map(|s| s.0).min() else {
             continue;
         };
         let hi = spans.iter().map(|s| s.0 + s.1).max().unwrap_or(lo);
-        let stub = stub_page_near(lo, hi, targets)?;
         patcher
             .make_writable(lo as usize, (hi - lo) as usize)
             .map_err(|e| format!("{}: {e}", module.path.display()))?;
+        if funcs.iter().any(|f| f.entry.is_some()) {
+            // SAFETY: windows from discovery's analysis (the caller's contract), made writable above.
+            unsafe { patch_entries(&patcher, &funcs, targets.fentry, &mut patched) }
+                .map_err(|e| format!("{}: {e}", module.path.display()))?;
+            continue;
+        }
+        let stub = stub_page_near(lo, hi, targets)?;
         for f in &funcs {
             for &(sled, kind) in &f.sleds {
                 // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
@@ -234,7 +338,7 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
                         rel32(CALL_REL32, site as usize, hook as usize),
                     ) {
                         if patcher.poke5(site as usize, nop, call) {
-                            patched.push(Patched::Nop(site, nop, call));
+                            patched.push(Patched::Five(site, nop, call));
                         }
                     }
                 }
