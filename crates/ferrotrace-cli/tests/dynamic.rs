@@ -87,9 +87,11 @@ fn recorded_by(trace: &Path) -> serde_json::Value {
 /// (the test says it skipped) when bpftrace cannot run here.
 fn uprobe_counts(probes: &[(&str, &str)], command: &str) -> Option<Vec<u64>> {
     let mut program = String::new();
+    // Only the command's own hits: a uprobe on a library counts every process that runs it (the
+    // tests of this file run side by side, two of them through libsqlite3).
     for (i, (binary, function)) in probes.iter().enumerate() {
         program.push_str(&format!(
-            "uprobe:{binary}:{function} {{ @c{i} = count(); }}\n"
+            "uprobe:{binary}:{function} /pid == cpid/ {{ @c{i} = count(); }}\n"
         ));
     }
     let out = Command::new("bpftrace")

@@ -349,8 +349,9 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
 pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     let prepared = prepare(plan.occasion)?;
     let mut known = discovery::Known {
-        // Other threads run through the code an attach patches: no entry patching then.
-        threads_running: plan.occasion == Occasion::Attach,
+        // Other threads may run through the code an attach or an in-program recording patches: no
+        // entry patching then (a thread could be inside the bytes being replaced).
+        threads_running: !plan.occasion.one_thread(),
         ..discovery::Known::default()
     };
     let found = discovery::discover(&plan.config, plan.role == Role::Preload, &mut known)?;
