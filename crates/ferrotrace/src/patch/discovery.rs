@@ -597,7 +597,12 @@ pub fn discover(
         };
         let uninstrumented = xray_map.is_none() && sites.is_empty();
         if module_id == 0 {
-            known.dynamic = uninstrumented && !known.threads_running;
+            // An executable that links the runtime shares its code (std, alloc, the `tracing`
+            // plumbing) with the hooks' slow paths: patching its entries would trace the tracer
+            // (a tokio service with the layer and no sleds crashed so). It records its spans and
+            // tracepoints only.
+            let links_runtime = (text_start..text_end).contains(&own_text);
+            known.dynamic = uninstrumented && !known.threads_running && !links_runtime;
         }
         // Uninstrumented objects are traced by entry patching when the executable is uninstrumented
         // too: the executable itself, and libraries when -P names what to patch.
