@@ -39,15 +39,8 @@ pub fn names(keep: impl Fn(&dyn Exporter) -> bool) -> String {
 #[derive(Args)]
 #[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct DumpArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -87,7 +80,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
 
 /// Writes the dump.
 pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
+    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
     let format = a.format;
     let supports = format.supports();
     if !supports.window && (a.from.is_some() || a.to.is_some()) {
@@ -115,7 +108,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
             return Err(Error::Usage(format!(
                 "{}: --from, --to and --max-size cut function traces; this trace's samples are \
                  written whole",
-                a.input.display()
+                a.trace.input.display()
             )));
         }
         let bytes = format

@@ -13,15 +13,8 @@ use ferrotrace_analysis::progress::Progress;
 /// Arguments of `ferrotrace flame`.
 #[derive(Args)]
 pub struct FlameArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -54,7 +47,7 @@ pub enum MemWeight {
 
 /// The allocation flame graph.
 fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, Error> {
-    let trace = super::open(&a.input)?;
+    let trace = super::open(&a.trace.input)?;
     let weight = match weight {
         MemWeight::Bytes => Weight::Bytes,
         MemWeight::Allocations => Weight::Allocations,
@@ -77,7 +70,7 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, Error> {
     if let Some(w) = a.weight {
         return memory(&a, w);
     }
-    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
+    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
     if let Input::Samples(set, totals) = Input::of(&trace, a.samples).map_err(Error::analysis)? {
         let bytes =
             flame::samples::draw(&trace, &set, &totals, a.folded).map_err(Error::analysis)?;

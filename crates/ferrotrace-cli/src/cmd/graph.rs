@@ -14,15 +14,8 @@ use regex_lite::Regex;
 /// Arguments of `ferrotrace graph`.
 #[derive(Args)]
 pub struct GraphArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -34,7 +27,7 @@ pub struct GraphArgs {
 
 /// Prints the call graph.
 pub fn run(a: GraphArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
+    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
     let focus = a
         .function
         .as_deref()

@@ -12,15 +12,8 @@ use ferrotrace_analysis::report::samples;
 /// Arguments of `ferrotrace info`.
 #[derive(Args)]
 pub struct InfoArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -32,7 +25,7 @@ pub struct InfoArgs {
 
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
 pub fn run(args: InfoArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&args.input, args.symbols.as_deref())?;
+    let trace = super::open_named(&args.trace.input, args.symbols.as_deref())?;
     let mut out = super::Output::stdout();
     let summary = Summary::of(&trace).map_err(Error::analysis)?;
     let set = super::samples(&trace)?;

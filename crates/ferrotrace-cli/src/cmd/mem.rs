@@ -1,7 +1,6 @@
 //! `ferrotrace mem`: totals, the peak and who held it, leaks, top sites, temporary allocations.
 
 use crate::Error;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Args;
@@ -10,15 +9,8 @@ use ferrotrace_analysis::mem::{self, View};
 /// Arguments of `ferrotrace mem`.
 #[derive(Args)]
 pub struct MemArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Every leak (block live at exit), by stack
     #[arg(long, conflicts_with = "temporary")]
     leaks: bool,
@@ -35,11 +27,11 @@ pub struct MemArgs {
 
 /// Prints the memory report of a trace recorded with `record --alloc`.
 pub fn run(args: MemArgs) -> Result<ExitCode, Error> {
-    let trace = super::open(&args.input)?;
+    let trace = super::open(&args.trace.input)?;
     if !trace.has_allocations() {
         return Err(Error::Usage(format!(
             "{} holds no allocation events: record with `ferrotrace record --alloc`",
-            args.input.display()
+            args.trace.input.display()
         )));
     }
     let rep = mem::analyse(&trace).map_err(Error::analysis)?;

@@ -13,13 +13,27 @@ pub mod replay;
 pub mod report;
 
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use ferrotrace_analysis::reader::Trace;
 
 use crate::Error;
 use ferrotrace_analysis::samples::SampleSet;
+
+/// The trace a reading command reads: `-i FILE`, or uftrace's `-d`/`--data`.
+#[derive(clap::Args)]
+pub struct TraceInput {
+    /// Trace file to read (uftrace's -d/--data too)
+    #[arg(
+        short = 'i',
+        long = "input",
+        short_alias = 'd',
+        alias = "data",
+        default_value = "ferrotrace.data"
+    )]
+    pub input: PathBuf,
+}
 
 /// Opens a trace; errors become the one-line message `main` prints. What is wrong with the trace is
 /// said by [`finish`], or, when the command ends with an error before that (`mem` on a trace whose

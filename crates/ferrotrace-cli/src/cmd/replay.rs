@@ -17,15 +17,8 @@ use regex_lite::Regex;
 #[derive(Args)]
 #[command(after_help = ferrotrace_core::units::GRAMMAR)]
 pub struct ReplayArgs {
-    /// Trace file to read
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -71,7 +64,7 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 
 /// Runs the replay.
 pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.input, a.symbols.as_deref())?;
+    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
     let start = trace.start_ns();
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     let mut out = super::Output::stdout();

@@ -16,15 +16,8 @@ use ferrotrace_analysis::sections::Sections;
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
 pub struct ReportArgs {
-    /// Trace file to read (uftrace's -d/--data too)
-    #[arg(
-        short = 'i',
-        long = "input",
-        short_alias = 'd',
-        alias = "data",
-        default_value = "ferrotrace.data"
-    )]
-    input: PathBuf,
+    #[command(flatten)]
+    trace: super::TraceInput,
     /// Name functions from this ELF file when the trace carries addresses, not names (a trace of
     /// ferrotrace-embedded without the embedder's symbols)
     #[arg(long, value_name = "BINARY")]
@@ -184,7 +177,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     if let Some(why) = fewer {
         say!("ferrotrace: {why}");
     }
-    let (trace, counted) = open_for_report(&a.input, a.symbols.as_deref(), jobs)?;
+    let (trace, counted) = open_for_report(&a.trace.input, a.symbols.as_deref(), jobs)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     // With --json on a trace with samples and functions: the samples' report, the `samples` of the
     // one document.
