@@ -133,7 +133,9 @@ impl FuncStats {
     }
 }
 
-/// Sort keys of `report -s`.
+/// A column of the report: what `report -s` sorts by and `report -f` shows (uftrace's field names
+/// too: `total-avg`, `total-min`, `total-max`); the function's name always ends the row, the Sampled and
+/// bytes columns follow the data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SortKey {
     /// Inclusive time.
@@ -162,6 +164,11 @@ impl SortKey {
             "max" => SortKey::Max,
             _ => return None,
         })
+    }
+
+    /// A statistic of each call (avg, min, max), which uftrace spells `total-avg` and so on.
+    fn per_call(self) -> bool {
+        matches!(self, SortKey::Avg | SortKey::Min | SortKey::Max)
     }
 
     /// The key's name.
@@ -201,65 +208,43 @@ fn runnable_tasks() -> Option<usize> {
         .ok()
 }
 
-/// A time column of `report`'s text table, as `-f`/`--output-fields` selects them (uftrace's
-/// spelling; the function's name always ends the row, the Sampled and bytes columns follow the data).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Column {
-    /// Total time (recursion counted once).
-    Total,
-    /// Self time.
-    SelfTime,
-    /// Calls.
-    Calls,
-    /// Mean duration of a call (uftrace's `total-avg`).
-    Avg,
-    /// Shortest call (`total-min`).
-    Min,
-    /// Longest call (`total-max`).
-    Max,
-}
-
-impl Column {
+impl SortKey {
     /// Every column, in the table's order: the default.
-    pub const ALL: [Column; 6] = [
-        Column::Total,
-        Column::SelfTime,
-        Column::Calls,
-        Column::Avg,
-        Column::Min,
-        Column::Max,
+    pub const ALL: [SortKey; 6] = [
+        SortKey::Total,
+        SortKey::SelfTime,
+        SortKey::Calls,
+        SortKey::Avg,
+        SortKey::Min,
+        SortKey::Max,
     ];
 
     /// What `report --avg-total` shows, as uftrace's does: each call's total time, averaged, least and
     /// most.
-    pub const AVG_TOTAL: [Column; 3] = [Column::Avg, Column::Min, Column::Max];
+    pub const AVG_TOTAL: [SortKey; 3] = [SortKey::Avg, SortKey::Min, SortKey::Max];
 
     /// Parses a comma-separated list of fields in uftrace's spelling (`total,self,call,total-avg,
     /// total-min,total-max`) or ferrotrace's (`calls`, `avg`, `min`, `max`). A field that cannot mean
     /// what it means to uftrace is refused with the line that says why and what to use.
-    pub fn parse_list(list: &str) -> Result<Vec<Column>, String> {
+    pub fn parse_list(list: &str) -> Result<Vec<SortKey>, String> {
         list.split(',')
             .map(|field| {
-                Ok(match field.trim() {
-                    "total" => Column::Total,
-                    "self" => Column::SelfTime,
-                    "call" | "calls" => Column::Calls,
-                    "total-avg" | "avg" => Column::Avg,
-                    "total-min" | "min" => Column::Min,
-                    "total-max" | "max" => Column::Max,
-                    f @ ("self-avg" | "self-min" | "self-max") => {
-                        return Err(format!(
-                            "-f {f}: ferrotrace keeps no self time per call, only its sum (self): \
-                             avg, min and max are of each call's total time (total-avg, total-min, \
-                             total-max)"
-                        ))
-                    }
-                    f => {
-                        return Err(format!(
-                            "-f {f}: not a report field; they are total, self, call, total-avg, \
-                             total-min and total-max"
-                        ))
-                    }
+                let field = field.trim();
+                // uftrace names the per-call columns after the total time they describe.
+                let name = field.strip_prefix("total-").unwrap_or(field);
+                if let Some(key) = SortKey::parse(name).filter(|k| name == field || k.per_call()) {
+                    return Ok(key);
+                }
+                Err(match field {
+                    f @ ("self-avg" | "self-min" | "self-max") => format!(
+                        "-f {f}: ferrotrace keeps no self time per call, only its sum (self): \
+                         avg, min and max are of each call's total time (total-avg, total-min, \
+                         total-max)"
+                    ),
+                    f => format!(
+                        "-f {f}: not a report field; they are total, self, call, total-avg, \
+                         total-min and total-max"
+                    ),
                 })
             })
             .collect()
@@ -267,23 +252,20 @@ impl Column {
 
     fn header(self) -> (&'static str, usize) {
         match self {
-            Column::Total => ("Total time", 11),
-            Column::SelfTime => ("Self time", 11),
-            Column::Calls => ("Calls", 10),
-            Column::Avg => ("Avg", 11),
-            Column::Min => ("Min", 11),
-            Column::Max => ("Max", 11),
+            SortKey::Total => ("Total time", 11),
+            SortKey::SelfTime => ("Self time", 11),
+            SortKey::Calls => ("Calls", 10),
+            SortKey::Avg => ("Avg", 11),
+            SortKey::Min => ("Min", 11),
+            SortKey::Max => ("Max", 11),
         }
     }
 
-    fn value(self, f: &FuncStats) -> String {
+    /// [`SortKey::value`] as the text table shows it: a count, or a time.
+    fn shown(self, f: &FuncStats) -> String {
         match self {
-            Column::Total => fmt_ns(f.total_ns),
-            Column::SelfTime => fmt_ns(f.self_ns),
-            Column::Calls => f.calls.to_string(),
-            Column::Avg => fmt_ns(f.avg_ns()),
-            Column::Min => fmt_ns(f.min_ns),
-            Column::Max => fmt_ns(f.max_ns),
+            SortKey::Calls => f.calls.to_string(),
+            time => fmt_ns(time.value(f)),
         }
     }
 }
@@ -530,7 +512,7 @@ impl Report {
 
     /// The report as text: one table, or one per thread.
     pub fn to_text(&self, key: SortKey, threads: bool, srclines: &HashMap<u32, String>) -> String {
-        self.to_text_columns(key, threads, srclines, &Column::ALL)
+        self.to_text_columns(key, threads, srclines, &SortKey::ALL)
     }
 
     /// [`Report::to_text`] with only `columns` of time and calls (`-f`, `--avg-total`).
@@ -539,7 +521,7 @@ impl Report {
         key: SortKey,
         threads: bool,
         srclines: &HashMap<u32, String>,
-        columns: &[Column],
+        columns: &[SortKey],
     ) -> String {
         let mut o = String::new();
         if threads {
@@ -630,7 +612,7 @@ fn table(
     srclines: &HashMap<u32, String>,
     alloc_bytes: &HashMap<u32, (u64, u64)>,
     sampled: bool,
-    columns: &[Column],
+    columns: &[SortKey],
 ) {
     let mut v = v.to_vec();
     sort(&mut v, key);
@@ -672,7 +654,7 @@ fn table(
         }
         for c in columns {
             let width = c.header().1;
-            let _ = write!(o, "  {:>width$}", c.value(f));
+            let _ = write!(o, "  {:>width$}", c.shown(f));
         }
         let _ = write!(o, "  ");
         if sampled {

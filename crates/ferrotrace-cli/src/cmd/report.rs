@@ -9,7 +9,7 @@ use clap::Args;
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_analysis::report::samples;
-use ferrotrace_analysis::report::{diff, diff_json, diff_text, Column, OnePass, Report, SortKey};
+use ferrotrace_analysis::report::{diff, diff_json, diff_text, OnePass, Report, SortKey};
 use ferrotrace_analysis::samples::SampleSet;
 use ferrotrace_analysis::sections::Sections;
 
@@ -60,7 +60,7 @@ pub struct ReportArgs {
 }
 
 /// The table's columns that `-f` or `--avg-total` select (every one without).
-fn columns(a: &ReportArgs) -> Result<Vec<Column>, Error> {
+fn columns(a: &ReportArgs) -> Result<Vec<SortKey>, Error> {
     if a.avg_self {
         return Err(Error::Usage(
             "--avg-self: ferrotrace keeps no self time per call, only its sum (the self column); \
@@ -76,9 +76,9 @@ fn columns(a: &ReportArgs) -> Result<Vec<Column>, Error> {
         ));
     }
     match (&a.fields, a.avg_total) {
-        (Some(list), _) => Column::parse_list(list).map_err(Error::Usage),
-        (None, true) => Ok(Column::AVG_TOTAL.to_vec()),
-        (None, false) => Ok(Column::ALL.to_vec()),
+        (Some(list), _) => SortKey::parse_list(list).map_err(Error::Usage),
+        (None, true) => Ok(SortKey::AVG_TOTAL.to_vec()),
+        (None, false) => Ok(SortKey::ALL.to_vec()),
     }
 }
 
