@@ -80,7 +80,11 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
             path.display()
         ));
     }
-    if facts.instrumentation == 0 && !spec.no_functions {
+    // Allocations alone (`--alloc` naming no function with -P) patch no entry: heaptrack's view.
+    if facts.instrumentation == 0
+        && !spec.no_functions
+        && (spec.alloc.is_none() || !spec.patch.is_empty())
+    {
         match dynamic_line(path, !spec.patch.is_empty()) {
             Some(line) => warnings.push(line),
             None if !records_tracepoints && spec.alloc.is_none() => {

@@ -350,8 +350,10 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     let prepared = prepare(plan.occasion)?;
     let mut known = discovery::Known {
         // Other threads may run through the code an attach or an in-program recording patches: no
-        // entry patching then (a thread could be inside the bytes being replaced).
-        threads_running: !plan.occasion.one_thread(),
+        // entry patching then (a thread could be inside the bytes being replaced). Nor for
+        // allocations alone: functions are patched when `-P` names them.
+        entry_patching_off: !plan.occasion.one_thread()
+            || (plan.alloc.is_some() && plan.config.patch.is_empty()),
         ..discovery::Known::default()
     };
     let found = discovery::discover(&plan.config, plan.role == Role::Preload, &mut known)?;

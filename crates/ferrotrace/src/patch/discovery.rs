@@ -525,9 +525,11 @@ pub struct Known {
     /// The executable has no instrumentation: functions are traced by patching their entries
     /// ([`Scope::add_entry_patches`]).
     pub dynamic: bool,
-    /// Other threads run while discovery's answer is patched (an attach): entry patching is off,
-    /// since a thread may be inside the instructions a jump would replace.
-    pub threads_running: bool,
+    /// Entry patching is off: other threads run while discovery's answer is patched (an attach, an
+    /// in-program recording: a thread may be inside the instructions a jump would replace), or the
+    /// recording asked for allocations and named no function to patch (`record --alloc` of an
+    /// uninstrumented program is heaptrack's view: every function patched was never asked for).
+    pub entry_patching_off: bool,
 }
 
 /// Finds the instrumented functions of every loaded object not in `known` and selects those to trace;
@@ -602,7 +604,7 @@ pub fn discover(
             // (a tokio service with the layer and no sleds crashed so). It records its spans and
             // tracepoints only.
             let links_runtime = (text_start..text_end).contains(&own_text);
-            known.dynamic = uninstrumented && !known.threads_running && !links_runtime;
+            known.dynamic = uninstrumented && !known.entry_patching_off && !links_runtime;
         }
         // Uninstrumented objects are traced by entry patching when the executable is uninstrumented
         // too: the executable itself, and libraries when -P names what to patch.
