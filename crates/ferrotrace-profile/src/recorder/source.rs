@@ -13,7 +13,8 @@ use crate::file::SampleWriter;
 use crate::perf::PerfEvent;
 use crate::{Backend, BpfUnwinderWork, ProfileError};
 
-/// A source of samples: what the session asks of it, in the order it asks.
+/// A source of samples: what the session asks of it, in the order it asks. What a source that keeps
+/// nothing of its own does (the perf rings' samples are all the session's) is each method's default.
 pub(super) trait SampleSource {
     /// The sampling events' samples stay in the kernel (no ring of their own, no registers or stack
     /// copy, no unwinding here).
@@ -27,50 +28,62 @@ pub(super) trait SampleSource {
     /// backend's events are enabled by the session.
     fn attach(
         &mut self,
-        events: &[PerfEvent],
-        event_of: &HashMap<u64, u32>,
-        specs: &[EventSpec],
-    ) -> Result<(), ProfileError>;
+        _events: &[PerfEvent],
+        _event_of: &HashMap<u64, u32>,
+        _specs: &[EventSpec],
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
 
     /// Brings what the source keeps of the followed processes up to date with `st` (the address
     /// spaces the side-band records changed).
-    fn sync(&mut self, st: &mut State);
+    fn sync(&mut self, _st: &mut State) {}
 
     /// Thread `tid` was stopped by the session (held at its entry), not by the program.
-    fn forget_off_cpu(&mut self, tid: u32);
+    fn forget_off_cpu(&mut self, _tid: u32) {}
 
     /// One round of the session's loop, after the rings' records were handled: takes the samples
     /// due, stamped `now`.
     fn poll(
         &mut self,
-        st: &mut State,
-        out: &mut SampleWriter,
-        now: u64,
-    ) -> Result<(), ProfileError>;
+        _st: &mut State,
+        _out: &mut SampleWriter,
+        _now: u64,
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
 
     /// The end, the events disabled: stops sampling and takes every sample left, stamped `now`.
     fn finish(
         &mut self,
-        st: &mut State,
-        out: &mut SampleWriter,
-        now: u64,
-    ) -> Result<(), ProfileError>;
+        _st: &mut State,
+        _out: &mut SampleWriter,
+        _now: u64,
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
 
     /// Bytes read from the kernel besides the rings'.
-    fn kernel_bytes(&self) -> u64;
+    fn kernel_bytes(&self) -> u64 {
+        0
+    }
 
     /// Stacks the source could not finish (counted with the unwind errors).
-    fn truncated(&self) -> u64;
+    fn truncated(&self) -> u64 {
+        0
+    }
 
     /// What the in-kernel unwinder did, if the source has one.
-    fn unwinder_work(&self) -> Option<BpfUnwinderWork>;
+    fn unwinder_work(&self) -> Option<BpfUnwinderWork> {
+        None
+    }
 
     /// What the summary should say of this source, given the `samples` recorded.
-    fn warnings(&self, samples: u64, warnings: &mut Vec<String>);
+    fn warnings(&self, _samples: u64, _warnings: &mut Vec<String>) {}
 }
 
 /// The perf_event backend: samples arrive in the rings with the side-band records and are unwound
-/// by [`State::handle`]; nothing else to do.
+/// by [`State::handle`]; it keeps nothing of its own.
 pub(super) struct RingSamples;
 
 impl SampleSource for RingSamples {
@@ -81,51 +94,6 @@ impl SampleSource for RingSamples {
     fn holds_at_entry(&self) -> bool {
         false
     }
-
-    fn attach(
-        &mut self,
-        _events: &[PerfEvent],
-        _event_of: &HashMap<u64, u32>,
-        _specs: &[EventSpec],
-    ) -> Result<(), ProfileError> {
-        Ok(())
-    }
-
-    fn sync(&mut self, _st: &mut State) {}
-
-    fn forget_off_cpu(&mut self, _tid: u32) {}
-
-    fn poll(
-        &mut self,
-        _st: &mut State,
-        _out: &mut SampleWriter,
-        _now: u64,
-    ) -> Result<(), ProfileError> {
-        Ok(())
-    }
-
-    fn finish(
-        &mut self,
-        _st: &mut State,
-        _out: &mut SampleWriter,
-        _now: u64,
-    ) -> Result<(), ProfileError> {
-        Ok(())
-    }
-
-    fn kernel_bytes(&self) -> u64 {
-        0
-    }
-
-    fn truncated(&self) -> u64 {
-        0
-    }
-
-    fn unwinder_work(&self) -> Option<BpfUnwinderWork> {
-        None
-    }
-
-    fn warnings(&self, _samples: u64, _warnings: &mut Vec<String>) {}
 }
 
 /// What the eBPF backend's programs are loaded into: storage the session keeps for as long as the
