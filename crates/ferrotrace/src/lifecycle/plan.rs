@@ -285,7 +285,7 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
     let exe = found.exe_name();
     // A program that records `tracing` spans has something to record without sleds, and its -F may
     // name spans, which are met only later.
-    let records_spans = found.instrumentation & schema::source::TRACING != 0;
+    let records_spans = found.records_spans();
     let nothing_selected = found.functions.is_empty()
         && !plan.tracepoints_requested
         && plan.alloc.is_none()
@@ -360,12 +360,11 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     check_selection(&plan, &found)?;
-    let records_spans = found.instrumentation & schema::source::TRACING != 0;
     if plan.started_by_traced
         && found.functions.is_empty()
         && !plan.tracepoints_requested
         && plan.alloc.is_none()
-        && !records_spans
+        && !found.records_spans()
     {
         // A program the traced one runs (a shell, a compiler...) without instrumentation: nothing to
         // record, and no reason to say so or leave an empty file.

@@ -162,6 +162,12 @@ impl Discovery {
         ))
     }
 
+    /// The program records `tracing` spans through ferrotrace-tracing: it has something to record
+    /// without instrumented functions.
+    pub fn records_spans(&self) -> bool {
+        self.instrumentation & instrumentation::TRACING != 0
+    }
+
     /// `Module` chunk payloads.
     pub fn module_payloads(&self) -> Vec<Vec<u8>> {
         self.modules
