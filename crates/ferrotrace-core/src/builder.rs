@@ -112,6 +112,7 @@ impl<W: Write> TraceBuilder<W> {
             tick_hz: 1_000_000_000,
             sources,
             alloc_sample,
+            min_call_ns: 0,
         })?;
         Ok(TraceBuilder {
             w,

@@ -155,6 +155,12 @@ impl TscConverter {
         ((ticks as u128 * self.ns_per_tick_q32 as u128 + (1 << 31)) >> 32) as u64
     }
 
+    /// Ticks in `ns` nanoseconds (to the nearest tick): the inverse of [`TscConverter::ticks_to_ns`].
+    pub fn ns_to_ticks(&self, ns: u64) -> u64 {
+        let q = self.ns_per_tick_q32.max(1) as u128;
+        ((((ns as u128) << 32) + q / 2) / q).min(u64::MAX as u128) as u64
+    }
+
     /// Ticks per second implied by the calibration.
     pub fn hz(&self) -> u64 {
         ((1_000_000_000u128 << 32) / self.ns_per_tick_q32.max(1) as u128) as u64

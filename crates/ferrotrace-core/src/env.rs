@@ -16,6 +16,7 @@
 //! | [`BUFFER_SIZE`] | `FERROTRACE_BUFFER_SIZE` | `record` (`--buffer-size`) | runtime | bytes of chunk memory, or of the flight ring; `K`/`M`/`G` suffixes ([`crate::size`]); default 16M |
 //! | [`CHUNK_SIZE`] | `FERROTRACE_CHUNK_SIZE` | `record` (`--chunk-size`) | runtime | bytes per chunk, a power of two ≥ 256; default 64K |
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
+//! | [`TIME_FILTER`] | `FERROTRACE_TIME_FILTER` | `record` (`-t`) | runtime | leave out calls shorter than this many nanoseconds (their callers stay, and so does every event inside a call that is kept) |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
 //! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
@@ -62,6 +63,8 @@ pub const BUFFER_SIZE: &str = "FERROTRACE_BUFFER_SIZE";
 pub const CHUNK_SIZE: &str = "FERROTRACE_CHUNK_SIZE";
 /// Nesting depth below which mcount/fentry calls are left out (`-D`).
 pub const DEPTH: &str = "FERROTRACE_DEPTH";
+/// Calls shorter than this many nanoseconds are left out (`-t`).
+pub const TIME_FILTER: &str = "FERROTRACE_TIME_FILTER";
 /// Frames of each thread's shadow stack.
 pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
 /// Record allocations: `1`.
@@ -205,6 +208,8 @@ mod spec {
         pub chunk_size: Option<String>,
         /// [`DEPTH`]: the mcount/fentry depth limit.
         pub depth: Option<u32>,
+        /// [`TIME_FILTER`]: calls shorter than this many nanoseconds are left out.
+        pub time_filter_ns: Option<u64>,
         /// [`ALLOC`] and its settings: `None` records no allocations.
         pub alloc: Option<AllocSpec>,
         /// [`SAMPLED`]: `record --sample` merges samples into the trace after the program ends.
@@ -266,6 +271,10 @@ mod spec {
                 (BUFFER_SIZE, string(&self.buffer_size)),
                 (CHUNK_SIZE, string(&self.chunk_size)),
                 (DEPTH, number(self.depth.map(i64::from))),
+                (
+                    TIME_FILTER,
+                    self.time_filter_ns.map(|n| n.to_string().into()),
+                ),
                 (ALLOC, alloc.map(|_| "1".into())),
                 (ALLOC_SAMPLE, alloc.and_then(|a| string(&a.sample))),
                 (
@@ -383,6 +392,7 @@ mod spec {
                 buffer_size: text(BUFFER_SIZE),
                 chunk_size: text(CHUNK_SIZE),
                 depth: parsed(DEPTH, text(DEPTH), "a depth")?,
+                time_filter_ns: parsed(TIME_FILTER, text(TIME_FILTER), "a number of nanoseconds")?,
                 alloc,
                 sampled: text(SAMPLED).is_some_and(|v| v != "0"),
                 live_fd: parsed(LIVE_FD, text(LIVE_FD), "a descriptor number")?,
@@ -412,6 +422,7 @@ mod tests {
             ("BUFFER_SIZE", BUFFER_SIZE),
             ("CHUNK_SIZE", CHUNK_SIZE),
             ("DEPTH", DEPTH),
+            ("TIME_FILTER", TIME_FILTER),
             ("SHADOW_DEPTH", SHADOW_DEPTH),
             ("ALLOC", ALLOC),
             ("ALLOC_SAMPLE", ALLOC_SAMPLE),
@@ -450,6 +461,7 @@ mod tests {
             buffer_size: Some("8M".into()),
             chunk_size: Some("4K".into()),
             depth: Some(3),
+            time_filter_ns: Some(10_000),
             alloc: Some(AllocSpec {
                 sample: Some("512K".into()),
                 stack_depth: Some(17),

@@ -178,6 +178,9 @@ pub struct Session<'a> {
     /// *Trailing*: allocation events are sampled, one per this many bytes on average (Poisson sampling
     /// of the allocated bytes); 0 (the default): every allocation is recorded.
     pub alloc_sample: u64,
+    /// *Trailing* (after `alloc_sample`, written only when not 0): `record -t`, calls shorter than
+    /// this many nanoseconds were left out when recording; 0 (the default): none was.
+    pub min_call_ns: u64,
 }
 
 impl<'a> Payload<'a> for Session<'a> {
@@ -193,7 +196,11 @@ impl<'a> Payload<'a> for Session<'a> {
         put_varint(s, self.mode as u64)?;
         put_varint(s, self.tick_hz)?;
         put_varint(s, self.sources)?;
-        put_varint(s, self.alloc_sample)
+        put_varint(s, self.alloc_sample)?;
+        if self.min_call_ns != 0 {
+            put_varint(s, self.min_call_ns)?;
+        }
+        Ok(())
     }
 
     fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
@@ -208,6 +215,7 @@ impl<'a> Payload<'a> for Session<'a> {
             tick_hz: f.varint()?,
             sources: f.varint()?,
             alloc_sample: trailing(f, 0)?,
+            min_call_ns: trailing(f, 0)?,
         })
     }
 }
@@ -1062,6 +1070,7 @@ mod tests {
                 tick_hz: 2_445_000_000,
                 sources: source::MCOUNT | source::SAMPLES,
                 alloc_sample: 512 << 10,
+                min_call_ns: 10_000,
             },
             &mut Vec::new(),
         );

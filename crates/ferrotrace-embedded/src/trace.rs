@@ -181,6 +181,7 @@ pub(crate) fn write<E>(
             tick_hz: hz,
             sources,
             alloc_sample: 0,
+            min_call_ns: 0,
         },
     )?;
     put(

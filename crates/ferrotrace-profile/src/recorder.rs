@@ -225,6 +225,7 @@ fn start_trace(
         tick_hz: 1_000_000_000,
         sources: schema::source::SAMPLES | if in_kernel { schema::source::BPF } else { 0 },
         alloc_sample: 0,
+        min_call_ns: 0,
     };
     let header = SamplersHeader {
         // The eBPF unwinder follows DWARF rows (frame pointers where a module has none).

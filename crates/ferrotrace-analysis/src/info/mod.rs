@@ -39,6 +39,8 @@ pub struct Summary {
     pub pid: u32,
     /// Recording mode.
     pub mode: String,
+    /// `record -t`: calls shorter than this many nanoseconds were left out (0: none was).
+    pub min_call_ns: u64,
     /// What recorded the events (`xray`, `mcount`, `tracepoints`, `samples`, ...).
     pub recorded_by: Vec<&'static str>,
     /// The trace holds function entries and exits.
@@ -99,6 +101,7 @@ impl Summary {
             exe: trace.session.exe.clone(),
             pid: trace.session.pid,
             mode: trace.session.mode_name().to_string(),
+            min_call_ns: trace.session.min_call_ns,
             recorded_by: ferrotrace_core::schema::source::names(trace.session.sources).collect(),
             has_functions: trace.has_function_events(),
             problems: trace.problems.clone(),
@@ -193,6 +196,7 @@ impl Summary {
             "exe": self.exe,
             "pid": self.pid,
             "mode": self.mode,
+            "min_call_ns": self.min_call_ns,
             "recorded_by": self.recorded_by,
             "problems": self.problems,
             "duration_ns": self.duration_ns,
@@ -223,6 +227,13 @@ impl Summary {
         let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
         let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
         let _ = writeln!(o, "mode         : {}", self.mode);
+        if self.min_call_ns > 0 {
+            let _ = writeln!(
+                o,
+                "time filter  : calls shorter than {} left out (record -t)",
+                fmt_ns(self.min_call_ns)
+            );
+        }
         let by = if self.recorded_by == ["samples"] {
             "samples (ferrotrace profile)".to_string()
         } else if self.recorded_by.is_empty() {

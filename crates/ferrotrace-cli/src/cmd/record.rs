@@ -69,6 +69,12 @@ pub struct RecordArgs {
     /// frame without -F), as replay -D and uftrace do
     #[arg(short = 'D', long = "depth", value_name = "DEPTH")]
     pub depth: Option<u32>,
+    /// Leave out calls that took less than DURATION (e.g. 10us, 1.5ms; plain numbers are ns), as
+    /// uftrace record -t does: their callers stay, and so does a call with a tracepoint or an allocation
+    /// inside (decided as the trace is written: the program runs as without it)
+    #[arg(short = 't', long = "time-filter", value_name = "DURATION",
+          value_parser = super::replay::parse_duration)]
+    pub time_filter: Option<u64>,
     /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -161,6 +167,7 @@ impl RecordArgs {
             buffer_size: self.buffer_size.clone(),
             chunk_size: self.chunk_size.clone(),
             depth: self.depth,
+            time_filter_ns: self.time_filter.filter(|&ns| ns > 0),
             alloc: self.alloc.then(|| AllocSpec {
                 sample: self.alloc_sample.clone(),
                 stack_depth: Some(self.alloc_stack_depth),

@@ -282,6 +282,7 @@ impl Trace {
                     tsc_hz: s.tick_hz,
                     sources: s.sources,
                     alloc_sample: s.alloc_sample,
+                    min_call_ns: s.min_call_ns,
                 };
             }
             Some(ChunkKind::Clock) => {

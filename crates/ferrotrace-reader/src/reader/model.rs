@@ -68,6 +68,8 @@ pub struct Session {
     pub sources: u64,
     /// Allocation events sampled one per this many bytes on average; 0: every allocation.
     pub alloc_sample: u64,
+    /// `record -t`: calls shorter than this many nanoseconds were left out; 0: none was.
+    pub min_call_ns: u64,
 }
 
 impl Session {

@@ -461,7 +461,17 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         live: rt.live.as_ref().map(crate::buffers::live::Printer::new),
         running: HashMap::new(),
         filter: rt.config.filters_events().then(|| {
-            crate::buffers::filter::Filter::new(!rt.config.include.is_empty(), rt.config.max_depth)
+            crate::buffers::filter::Filter::new(
+                !rt.config.include.is_empty(),
+                rt.config.max_depth,
+                match rt.config.min_call_ns {
+                    0 => 0,
+                    ns => crate::buffers::clock::calibrate_now()
+                        .1
+                        .ns_to_ticks(ns)
+                        .max(1),
+                },
+            )
         }),
         filter_flags: rt.function_filter_flags(),
     };

@@ -165,12 +165,10 @@ fn thread_name(tid: u32) -> String {
 impl Printer {
     /// A printer to `out` (on the collector thread, where it calibrates its clock: 2 ms).
     pub fn new(out: &'static Output) -> Printer {
-        let (a, _) = crate::buffers::clock::calibration_pair();
-        std::thread::sleep(std::time::Duration::from_millis(2));
-        let (b, _) = crate::buffers::clock::calibration_pair();
+        let (a, clock) = crate::buffers::clock::calibrate_now();
         Printer {
             out,
-            clock: TscConverter::new(a, b),
+            clock,
             start_ns: a.mono_ns,
             threads: HashMap::new(),
             pending: Vec::new(),

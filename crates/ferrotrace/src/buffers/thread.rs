@@ -695,6 +695,7 @@ mod tests {
             shadow_depth: crate::lifecycle::config::DEFAULT_SHADOW_DEPTH,
             max_depth: None,
             subtrees: true,
+            min_call_ns: 0,
             sampled: false,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).

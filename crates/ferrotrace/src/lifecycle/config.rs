@@ -48,6 +48,9 @@ pub struct Config {
     /// what they select (`buffers::filter`). False in `ferrotrace live`, whose `-F`/`-N` name the
     /// functions it prints, each alone: only those are patched.
     pub subtrees: bool,
+    /// `-t`: calls shorter than this many nanoseconds are left out by the collector (0: none is),
+    /// their callers kept (`buffers::filter`).
+    pub min_call_ns: u64,
     /// `record --sample` merges samples into the trace after the program ends: the Session chunk
     /// says [`ferrotrace_core::schema::source::SAMPLES`] from the start.
     pub sampled: bool,
@@ -66,10 +69,10 @@ impl Config {
         self.max_depth.filter(|_| self.include.is_empty())
     }
 
-    /// True when the collector must select events (`buffers::filter`): `-F`, `-N` or `-D` in subtree
-    /// mode.
+    /// True when the collector must select events (`buffers::filter`): `-F`, `-N`, `-D` or `-t` in
+    /// subtree mode.
     pub fn filters_events(&self) -> bool {
-        self.subtrees && (self.has_filters() || self.max_depth.is_some())
+        self.subtrees && (self.has_filters() || self.max_depth.is_some() || self.min_call_ns > 0)
     }
 
     /// The filter flags of the function named `demangled` ([`display_name`]) at link-time address
@@ -170,6 +173,7 @@ impl Config {
             // `live` (launched or attached) prints the functions -F names, each alone.
             subtrees: spec.live_fd.is_none() && spec.live_fifo.is_none(),
             sampled: spec.sampled,
+            min_call_ns: spec.time_filter_ns.unwrap_or(0),
         })
     }
 

@@ -519,6 +519,7 @@ fn session_payload(
                 0
             },
         alloc_sample: program.alloc.map_or(0, |a| a.sample),
+        min_call_ns: config.min_call_ns,
     }
     .encode(&mut p);
     p
