@@ -17,6 +17,7 @@
 //! | [`CHUNK_SIZE`] | `FERROTRACE_CHUNK_SIZE` | `record` (`--chunk-size`) | runtime | bytes per chunk, a power of two ≥ 256; default 64K |
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
 //! | [`TIME_FILTER`] | `FERROTRACE_TIME_FILTER` | `record` (`-t`) | runtime | leave out calls shorter than this many nanoseconds (their callers stay, and so does every event inside a call that is kept) |
+//! | [`TRIGGER`] | `FERROTRACE_TRIGGER` | `record` (`-T`) | runtime | triggers, `REGEX@ACTIONS` (`crate::trigger`), one per line |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
 //! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
@@ -65,6 +66,8 @@ pub const CHUNK_SIZE: &str = "FERROTRACE_CHUNK_SIZE";
 pub const DEPTH: &str = "FERROTRACE_DEPTH";
 /// Calls shorter than this many nanoseconds are left out (`-t`).
 pub const TIME_FILTER: &str = "FERROTRACE_TIME_FILTER";
+/// `-T` triggers, one `REGEX@ACTIONS` per line.
+pub const TRIGGER: &str = "FERROTRACE_TRIGGER";
 /// Frames of each thread's shadow stack.
 pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
 /// Record allocations: `1`.
@@ -210,6 +213,8 @@ mod spec {
         pub depth: Option<u32>,
         /// [`TIME_FILTER`]: calls shorter than this many nanoseconds are left out.
         pub time_filter_ns: Option<u64>,
+        /// [`TRIGGER`]: `-T` triggers as written.
+        pub trigger: Vec<String>,
         /// [`ALLOC`] and its settings: `None` records no allocations.
         pub alloc: Option<AllocSpec>,
         /// [`SAMPLED`]: `record --sample` merges samples into the trace after the program ends.
@@ -265,6 +270,7 @@ mod spec {
                 (FILTER, lines(&self.filter)),
                 (NOTRACE, lines(&self.notrace)),
                 (PATCH, lines(&self.patch)),
+                (TRIGGER, lines(&self.trigger)),
                 (FUNCTIONS, self.no_functions.then(|| FUNCTIONS_NONE.into())),
                 (TRACE, lines(&self.trace)),
                 (MODE, self.mode.map(|m| m.name().into())),
@@ -386,6 +392,7 @@ mod spec {
                 filter: list(FILTER),
                 notrace: list(NOTRACE),
                 patch: list(PATCH),
+                trigger: list(TRIGGER),
                 no_functions: text(FUNCTIONS).is_some_and(|v| v == FUNCTIONS_NONE),
                 trace: list(TRACE),
                 mode,
@@ -423,6 +430,7 @@ mod tests {
             ("CHUNK_SIZE", CHUNK_SIZE),
             ("DEPTH", DEPTH),
             ("TIME_FILTER", TIME_FILTER),
+            ("TRIGGER", TRIGGER),
             ("SHADOW_DEPTH", SHADOW_DEPTH),
             ("ALLOC", ALLOC),
             ("ALLOC_SAMPLE", ALLOC_SAMPLE),
@@ -462,6 +470,7 @@ mod tests {
             chunk_size: Some("4K".into()),
             depth: Some(3),
             time_filter_ns: Some(10_000),
+            trigger: vec!["^a@depth=2".into(), "b@0x10@time=1us".into()],
             alloc: Some(AllocSpec {
                 sample: Some("512K".into()),
                 stack_depth: Some(17),

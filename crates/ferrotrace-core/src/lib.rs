@@ -97,6 +97,8 @@ pub mod shared;
 pub mod size;
 pub mod symbols;
 pub mod tracepoint;
+#[cfg(feature = "std")]
+pub mod trigger;
 pub mod units;
 #[cfg(feature = "std")]
 pub mod vdso;

@@ -43,7 +43,25 @@ fn check_sizes(spec: &RuntimeSpec) -> Result<(), LaunchError> {
 /// What `record` checks in its options alone, before it looks at the program.
 pub fn check_record_options(spec: &RuntimeSpec) -> Result<(), LaunchError> {
     check_regexes(spec.filter.iter().chain(&spec.notrace).chain(&spec.patch))?;
+    check_triggers(&spec.trigger)?;
     check_sizes(spec)
+}
+
+/// Checks `-T` triggers: their actions ([`ferrotrace_core::trigger`]) and patterns.
+fn check_triggers(written: &[String]) -> Result<(), LaunchError> {
+    let max = ferrotrace_core::trigger::MAX_TRIGGERS;
+    if written.len() > max {
+        return Err(LaunchError::BadOption(format!(
+            "-T: at most {max} triggers"
+        )));
+    }
+    for w in written {
+        let t: ferrotrace_core::trigger::Trigger = w
+            .parse()
+            .map_err(|e| LaunchError::BadOption(format!("-T: {e}")))?;
+        check_regexes([&t.pattern])?;
+    }
+    Ok(())
 }
 
 /// What `record` checks of `program` before it runs it with `spec` (after
@@ -59,10 +77,14 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
         && (!spec.filter.is_empty()
             || !spec.notrace.is_empty()
             || !spec.patch.is_empty()
+            || !spec.trigger.is_empty()
+            || spec.time_filter_ns.is_some()
             || spec.depth.is_some())
     {
         return Err(LaunchError::BadOption(
-            "--no-functions traces no function, and -F, -N, -P and --depth select functions".into(),
+            "--no-functions traces no function, and -F, -N, -P, -T, -t and --depth select \
+             functions"
+                .into(),
         ));
     }
     if spec.no_functions && !records_tracepoints && spec.alloc.is_none() {

@@ -75,6 +75,11 @@ pub struct RecordArgs {
     #[arg(short = 't', long = "time-filter", value_name = "DURATION",
           value_parser = super::replay::parse_duration)]
     pub time_filter: Option<u64>,
+    /// While functions matching REGEX run, record by ACTIONS (comma-separated), as uftrace record -T:
+    /// depth=N (N levels from here, in place of -D), time=DURATION (-t from here down), trace (kept
+    /// whatever -t says), filter (as -F), notrace (as -N); e.g. 'parse@depth=2' (repeatable)
+    #[arg(short = 'T', long = "trigger", value_name = "REGEX@ACTIONS")]
+    pub trigger: Vec<String>,
     /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -168,6 +173,7 @@ impl RecordArgs {
             chunk_size: self.chunk_size.clone(),
             depth: self.depth,
             time_filter_ns: self.time_filter.filter(|&ns| ns > 0),
+            trigger: self.trigger.clone(),
             alloc: self.alloc.then(|| AllocSpec {
                 sample: self.alloc_sample.clone(),
                 stack_depth: Some(self.alloc_stack_depth),

@@ -460,19 +460,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
         dropped_events: 0,
         live: rt.live.as_ref().map(crate::buffers::live::Printer::new),
         running: HashMap::new(),
-        filter: rt.config.filters_events().then(|| {
-            crate::buffers::filter::Filter::new(
-                !rt.config.include.is_empty(),
-                rt.config.max_depth,
-                match rt.config.min_call_ns {
-                    0 => 0,
-                    ns => crate::buffers::clock::calibrate_now()
-                        .1
-                        .ns_to_ticks(ns)
-                        .max(1),
-                },
-            )
-        }),
+        filter: rt
+            .config
+            .filters_events()
+            .then(|| crate::buffers::filter::Filter::of_config(&rt.config)),
         filter_flags: rt.function_filter_flags(),
     };
     let _ = rt.collector_state.set(std::sync::Mutex::new(Some(st)));

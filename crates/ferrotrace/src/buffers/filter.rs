@@ -18,19 +18,58 @@ use std::collections::HashMap;
 
 use ferrotrace_core::record::{EventKind, Record};
 
+use crate::lifecycle::config::Config;
+
 /// A function's flag: a `-F` pattern matches it.
 pub const INCLUDE: u8 = 1;
 /// A function's flag: a `-N` pattern matches it.
 pub const EXCLUDE: u8 = 2;
+/// A function's flags above these two: the number of its trigger (`-T`), from 1; 0 for none.
+const TRIGGER_SHIFT: u32 = 2;
+/// Triggers a recording can have: as many as the flags can number.
+pub const MAX_TRIGGERS: usize = ferrotrace_core::trigger::MAX_TRIGGERS;
+const _: () = assert!(MAX_TRIGGERS <= (u8::MAX >> TRIGGER_SHIFT) as usize);
+
+/// The flags that make trigger `index` (of [`MAX_TRIGGERS`]) a function's own.
+pub fn trigger_flag(index: usize) -> u8 {
+    ((index + 1) as u8) << TRIGGER_SHIFT
+}
+
+/// The trigger a function's flags name.
+fn trigger_of(flags: u8) -> Option<usize> {
+    match flags >> TRIGGER_SHIFT {
+        0 => None,
+        n => Some(n as usize - 1),
+    }
+}
+
+/// What a `-T` trigger does while its function runs, in ticks (`ferrotrace_core::trigger::Actions`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Trigger {
+    /// `depth=N`: the function and N − 1 levels below it are kept, in place of `-D`.
+    pub depth: Option<usize>,
+    /// `time=T`: `-t` for the function and what it calls (where longer than `-t`).
+    pub min_ticks: Option<u64>,
+    /// `trace`: the function is kept whatever the time filter says.
+    pub always: bool,
+}
 
 /// The selection of all threads.
 pub struct Filter {
+    options: Options,
+    threads: HashMap<u32, ThreadFilter>,
+    kept: Vec<Record>,
+}
+
+/// What the options ask for, the same for every thread.
+struct Options {
     include: bool,
     max_depth: Option<usize>,
     /// `-t`: calls shorter than this many ticks are left out (0: none is).
     min_ticks: u64,
-    threads: HashMap<u32, ThreadFilter>,
-    kept: Vec<Record>,
+    triggers: Vec<Trigger>,
+    /// Every held call waits for the same time (no `time=` trigger): the oldest is the first due.
+    uniform: bool,
 }
 
 /// What became of a frame's entry.
@@ -40,49 +79,117 @@ enum Entry {
     Dropped,
     /// Written (so will its exit be).
     Kept,
-    /// Selected, but younger than `-t`'s time so far: its records wait in `ThreadFilter::held` from
-    /// this index, until the call has lasted that long (written then) or returns sooner (dropped).
+    /// Selected, but younger than its time filter so far: its records wait in `ThreadFilter::held`
+    /// from this index, until the call has lasted that long (written then) or returns sooner
+    /// (dropped).
     Held(usize),
+}
+
+/// An open frame.
+struct Frame {
+    id: u32,
+    entry: Entry,
+    /// Ticks the call must last to be kept (0: any).
+    min_ticks: u64,
+}
+
+/// A trigger's settings, in force while its frame is open.
+struct Scope {
+    /// The trigger's frame (stack index).
+    frame: usize,
+    /// Frames at this stack depth and deeper are left out (`depth=`); `None`: `-D`'s rule.
+    depth_end: Option<usize>,
+    /// The time filter inside.
+    min_ticks: u64,
 }
 
 #[derive(Default)]
 struct ThreadFilter {
-    /// Open frames: function id and what became of its entry. The selected frames are consecutive
-    /// (from the `-F` match down to `-D`'s limit or a `-N` match), and the held ones end them: a
-    /// frame's entry is written before any of its callees' records, so an older frame is never held
-    /// below a written one.
-    stack: Vec<(u32, Entry)>,
+    /// Open frames. The selected frames are consecutive (from the `-F` match down to the depth limit
+    /// or a `-N` match), and the held ones end them: a frame's entry is written before any of its
+    /// callees' records, so an older frame is never held below a written one.
+    stack: Vec<Frame>,
     /// The held entries' records (each with its payload slots), outermost first.
     held: Vec<Record>,
     /// The stack index of the outermost held frame, while `held` is not empty.
     held_from: usize,
+    /// The first tick at which a held call will have lasted long enough (`u64::MAX`: none held).
+    due: u64,
+    /// The triggers of open frames, outermost first.
+    scopes: Vec<Scope>,
     /// Stack depth of the outermost `-F` match in progress.
     base: Option<usize>,
     /// Stack depth of the outermost `-N` match in progress.
     hide: Option<usize>,
 }
 
+/// What `ThreadFilter::enter` decided of an entry.
+enum Decision {
+    Drop,
+    Keep,
+    Hold(u64),
+}
+
 impl Filter {
     /// A selection by `-F` (`include`: there is one), `-D` and `-t` (`min_ticks`, 0 for none).
     pub fn new(include: bool, max_depth: Option<usize>, min_ticks: u64) -> Filter {
         Filter {
-            include,
-            max_depth,
-            min_ticks,
+            options: Options {
+                include,
+                max_depth,
+                min_ticks,
+                triggers: Vec::new(),
+                uniform: true,
+            },
             threads: HashMap::new(),
             kept: Vec::new(),
         }
     }
 
+    /// The selection with `-T` triggers, numbered as [`trigger_flag`] numbers them.
+    pub fn with_triggers(mut self, triggers: Vec<Trigger>) -> Filter {
+        self.options.uniform = triggers.iter().all(|t| t.min_ticks.is_none());
+        self.options.triggers = triggers;
+        self
+    }
+
+    /// The selection `config` asks for. Times become ticks by a 2 ms calibration, taken only when a
+    /// time filter is asked for.
+    pub fn of_config(config: &Config) -> Filter {
+        let timed =
+            config.min_call_ns > 0 || config.triggers.iter().any(|(_, a)| a.time_ns.is_some());
+        let converter = timed.then(|| crate::buffers::clock::calibrate_now().1);
+        let ticks = |ns: u64| match (&converter, ns) {
+            (Some(c), 1..) => c.ns_to_ticks(ns).max(1),
+            _ => 0,
+        };
+        Filter::new(
+            config.includes(),
+            config.max_depth,
+            ticks(config.min_call_ns),
+        )
+        .with_triggers(
+            config
+                .triggers
+                .iter()
+                .map(|(_, a)| Trigger {
+                    depth: a.depth,
+                    min_ticks: a.time_ns.map(ticks),
+                    always: a.trace,
+                })
+                .collect(),
+        )
+    }
+
     /// A thread starts with its chunk number 0: forgets what an ended thread of the same tid left
-    /// (entries it held were of calls shorter than `-t` up to its last event: left out).
+    /// (entries it held were of calls shorter than their time filter up to its last event: left out).
     pub fn thread_started(&mut self, tid: u32) {
         self.threads.remove(&tid);
     }
 
     /// The records of thread `tid`'s next chunk that the filters keep, payload slots with their
-    /// record: with `-t`, entries held from earlier chunks come out here once their calls are long
-    /// enough. `flags(id)` gives a function's `INCLUDE`/`EXCLUDE` flags.
+    /// record: with a time filter, entries held from earlier chunks come out here once their calls
+    /// are long enough. `flags(id)` gives a function's flags (`INCLUDE`, `EXCLUDE`, its trigger).
     pub fn apply(
         &mut self,
         tid: u32,
@@ -90,26 +197,35 @@ impl Filter {
         mut flags: impl FnMut(u32) -> u8,
     ) -> &[Record] {
         self.kept.clear();
-        let th = self.threads.entry(tid).or_default();
+        let th = self.threads.entry(tid).or_insert_with(|| ThreadFilter {
+            due: u64::MAX,
+            ..ThreadFilter::default()
+        });
+        let o = &self.options;
         let mut i = 0;
         while let Some(r) = records.get(i) {
             let n = (1 + r.payload_slots()).min(records.len() - i);
             let these = &records[i..i + n];
-            if self.min_ticks > 0 {
-                // Calls open for `-t`'s time are long enough whenever they return: out with them.
-                th.release_aged(r.tsc, self.min_ticks, &mut self.kept);
+            if r.tsc >= th.due {
+                // Calls open for their time filter's time are long enough whenever they return.
+                th.release_due(r.tsc, o.uniform, &mut self.kept);
             }
             let keep = match r.kind() {
-                Some(EventKind::Entry) => {
-                    let selected = th.enter(r.id(), flags(r.id()), self.include, self.max_depth);
-                    if selected && self.min_ticks > 0 {
-                        th.hold(these);
-                        false
-                    } else {
-                        selected
+                Some(EventKind::Entry) => match th.enter(r.id(), flags(r.id()), o) {
+                    Decision::Drop => false,
+                    Decision::Keep => {
+                        // Written now: so are the calls it is in.
+                        th.release_all(&mut self.kept);
+                        true
                     }
+                    Decision::Hold(min_ticks) => {
+                        th.hold(these, min_ticks, o.uniform);
+                        false
+                    }
+                },
+                Some(EventKind::Exit | EventKind::TailExit) => {
+                    th.exit(r.id(), o.include, o.uniform)
                 }
-                Some(EventKind::Exit | EventKind::TailExit) => th.exit(r.id(), self.include),
                 // The recorder's own notes say nothing of the program's calls.
                 Some(EventKind::Lost | EventKind::Wait) => true,
                 _ => {
@@ -129,65 +245,134 @@ impl Filter {
 }
 
 impl ThreadFilter {
-    /// Pushes a frame; true when its entry is selected.
-    fn enter(&mut self, id: u32, flags: u8, include: bool, max_depth: Option<usize>) -> bool {
+    /// Pushes a frame and decides its entry.
+    fn enter(&mut self, id: u32, flags: u8, f: &Options) -> Decision {
         let depth = self.stack.len();
-        let keep = if self.hide.is_some() {
+        let outer = self.scopes.last();
+        let (outer_end, outer_min) =
+            outer.map_or((None, f.min_ticks), |s| (s.depth_end, s.min_ticks));
+        let trigger = trigger_of(flags).and_then(|i| f.triggers.get(i));
+        if let Some(t) = trigger {
+            self.scopes.push(Scope {
+                frame: depth,
+                depth_end: t.depth.map(|n| depth + n).or(outer_end),
+                // uftrace's: a trigger's time= applies where it is longer than -t (measured with
+                // uftrace 0.13: `-t 100us -T main@time=1us` keeps no call under 100 µs).
+                min_ticks: t.min_ticks.map_or(outer_min, |m| m.max(f.min_ticks)),
+            });
+        }
+        let (depth_end, min_ticks) = self
+            .scopes
+            .last()
+            .map_or((None, f.min_ticks), |s| (s.depth_end, s.min_ticks));
+        let selected = if self.hide.is_some() {
             false
         } else if flags & EXCLUDE != 0 {
             self.hide = Some(depth);
             false
         } else {
-            if include && self.base.is_none() && flags & INCLUDE != 0 {
+            if f.include && self.base.is_none() && flags & INCLUDE != 0 {
                 self.base = Some(depth);
             }
-            (!include || self.base.is_some())
-                && max_depth.is_none_or(|m| depth - self.base.unwrap_or(0) < m)
+            (!f.include || self.base.is_some())
+                && match depth_end {
+                    Some(end) => depth < end,
+                    None => f
+                        .max_depth
+                        .is_none_or(|m| depth - self.base.unwrap_or(0) < m),
+                }
         };
-        let entry = if keep { Entry::Kept } else { Entry::Dropped };
-        self.stack.push((id, entry));
-        keep
+        let (entry, decision) = match selected {
+            false => (Entry::Dropped, Decision::Drop),
+            true if min_ticks == 0 || trigger.is_some_and(|t| t.always) => {
+                (Entry::Kept, Decision::Keep)
+            }
+            true => (Entry::Kept, Decision::Hold(min_ticks)),
+        };
+        self.stack.push(Frame {
+            id,
+            entry,
+            min_ticks,
+        });
+        decision
     }
 
-    /// Holds the entry just pushed (`records`: it and its payload) until its call is long enough.
-    fn hold(&mut self, records: &[Record]) {
+    /// Holds the entry just pushed (`records`: it and its payload) until its call has lasted
+    /// `min_ticks`.
+    fn hold(&mut self, records: &[Record], min_ticks: u64, uniform: bool) {
         if self.held.is_empty() {
             self.held_from = self.stack.len() - 1;
         }
+        let due = records[0].tsc.saturating_add(min_ticks);
         if let Some(top) = self.stack.last_mut() {
-            top.1 = Entry::Held(self.held.len());
+            top.entry = Entry::Held(self.held.len());
             self.held.extend_from_slice(records);
+        }
+        // With one time for all, the outermost held call is the first due.
+        if !uniform || self.due == u64::MAX {
+            self.due = self.due.min(due);
         }
     }
 
-    /// Writes the held entries of calls open since at least `min_ticks` before `now`: the outermost
-    /// held ones, which are the oldest. (Per record: one comparison when none is due.)
-    fn release_aged(&mut self, now: u64, min_ticks: u64, out: &mut Vec<Record>) {
-        if self
-            .held
-            .first()
-            .is_none_or(|oldest| now.wrapping_sub(oldest.tsc) < min_ticks)
-        {
-            return;
-        }
-        let mut end = self.held.len();
-        let mut released = 0;
-        for frame in &mut self.stack[self.held_from..] {
-            let Entry::Held(at) = frame.1 else { break };
-            if now.wrapping_sub(self.held[at].tsc) < min_ticks {
-                end = at;
+    /// Writes the held entries of calls that have lasted their time by `now`, and those of the held
+    /// calls they are in.
+    fn release_due(&mut self, now: u64, uniform: bool, out: &mut Vec<Record>) {
+        // The innermost held frame that is due: it and every held frame outside it come out.
+        let mut last_due = None;
+        for (i, frame) in self.stack.iter().enumerate().skip(self.held_from) {
+            // (A frame left out can sit between held ones: below a `depth=` trigger's frame that
+            // `-D` left out.)
+            let Entry::Held(at) = frame.entry else {
+                continue;
+            };
+            if now >= self.held[at].tsc.saturating_add(frame.min_ticks) {
+                last_due = Some(i);
+            } else if uniform {
                 break;
             }
-            frame.1 = Entry::Kept;
-            released += 1;
         }
+        let Some(last) = last_due else {
+            self.due = self.next_due(uniform);
+            return;
+        };
+        let end = self.stack[last + 1..]
+            .iter()
+            .find_map(|f| match f.entry {
+                Entry::Held(at) => Some(at),
+                _ => None,
+            })
+            .unwrap_or(self.held.len());
         out.extend(self.held.drain(..end));
-        self.held_from += released;
+        for frame in &mut self.stack[self.held_from..=last] {
+            if matches!(frame.entry, Entry::Held(_)) {
+                frame.entry = Entry::Kept;
+            }
+        }
+        self.held_from = last + 1;
         for frame in &mut self.stack[self.held_from..] {
-            if let Entry::Held(at) = &mut frame.1 {
+            if let Entry::Held(at) = &mut frame.entry {
                 *at -= end;
             }
         }
+        self.due = self.next_due(uniform);
+    }
+
+    /// When the next held call will be due.
+    fn next_due(&self, uniform: bool) -> u64 {
+        let deadline = |f: &Frame| match f.entry {
+            Entry::Held(at) => Some(self.held[at].tsc.saturating_add(f.min_ticks)),
+            _ => None,
+        };
+        if self.held.is_empty() {
+            return u64::MAX;
+        }
+        let held = self.stack[self.held_from..].iter().filter_map(deadline);
+        if uniform {
+            held.take(1).min()
+        } else {
+            held.min()
+        }
+        .unwrap_or(u64::MAX)
     }
 
     /// Writes every held entry.
@@ -196,29 +381,36 @@ impl ThreadFilter {
             return;
         }
         for frame in &mut self.stack[self.held_from..] {
-            if matches!(frame.1, Entry::Held(_)) {
-                frame.1 = Entry::Kept;
+            if matches!(frame.entry, Entry::Held(_)) {
+                frame.entry = Entry::Kept;
             }
         }
         out.append(&mut self.held);
+        self.due = u64::MAX;
     }
 
     /// Pops a frame; true when its exit is kept (its entry was written).
-    fn exit(&mut self, id: u32, include: bool) -> bool {
-        let Some(at) = self.stack.iter().rposition(|f| f.0 == id) else {
+    fn exit(&mut self, id: u32, include: bool, uniform: bool) -> bool {
+        let Some(at) = self.stack.iter().rposition(|f| f.id == id) else {
             // Running when the thread's tracing began.
             return !include && self.hide.is_none();
         };
-        let keep = self.stack[at].1 == Entry::Kept;
-        // The call returned sooner than `-t` (or frames above it were unwound): what it held, and
-        // what the frames above it held, is left out.
-        if let Some(held) = self.stack[at..].iter().find_map(|f| match f.1 {
+        let keep = self.stack[at].entry == Entry::Kept;
+        // The call returned sooner than its time filter (or frames above it were unwound): what it
+        // held, and what the frames above it held, is left out.
+        if let Some(held) = self.stack[at..].iter().find_map(|f| match f.entry {
             Entry::Held(h) => Some(h),
             _ => None,
         }) {
             self.held.truncate(held);
+            self.stack.truncate(at);
+            self.due = self.next_due(uniform);
+        } else {
+            self.stack.truncate(at);
         }
-        self.stack.truncate(at);
+        while self.scopes.last().is_some_and(|s| s.frame >= at) {
+            self.scopes.pop();
+        }
         if self.hide.is_some_and(|h| h >= at) {
             self.hide = None;
         }
@@ -404,5 +596,98 @@ mod tests {
         // A call unwound (no exit) inside a held one goes with it.
         let out = timed(false, 30, &[&[(0, E, X), (1, E, Y), (2, R, X)]]);
         assert!(out[0].is_empty(), "{out:?}");
+    }
+
+    /// `(tsc, kind, id)` events through a filter of `-t min` with trigger 0 (`trigger`) on X.
+    fn triggered(
+        min: u64,
+        trigger: Trigger,
+        events: &[(u64, EventKind, u32)],
+    ) -> Vec<(u64, EventKind, u32)> {
+        let mut f = Filter::new(false, None, min).with_triggers(vec![trigger]);
+        let records: Vec<Record> = events
+            .iter()
+            .map(|&(t, k, id)| Record::new(t, k, id))
+            .collect();
+        f.apply(7, &records, |id| if id == X { trigger_flag(0) } else { 0 })
+            .iter()
+            .map(|r| (r.tsc, r.kind().unwrap(), r.id()))
+            .collect()
+    }
+
+    #[test]
+    fn triggers_change_depth_and_time_inside_their_function() {
+        // main 0..100 { X 10..60 { Y 20..25 { Z 21..22 }, Z 30..50 }, Y 70..72 }
+        let events = [
+            (0, E, MAIN),
+            (10, E, X),
+            (20, E, Y),
+            (21, E, Z),
+            (22, R, Z),
+            (25, R, Y),
+            (30, E, Z),
+            (50, R, Z),
+            (60, R, X),
+            (70, E, Y),
+            (72, R, Y),
+            (100, R, MAIN),
+        ];
+        let depth = |n| Trigger {
+            depth: Some(n),
+            ..Trigger::default()
+        };
+        // X@depth=1: X alone below it; outside X everything.
+        assert_eq!(
+            triggered(0, depth(1), &events),
+            vec![
+                (0, E, MAIN),
+                (10, E, X),
+                (60, R, X),
+                (70, E, Y),
+                (72, R, Y),
+                (100, R, MAIN)
+            ]
+        );
+        // X@time=10: inside X only calls of 10 ticks or more; outside, every call.
+        let time = Trigger {
+            min_ticks: Some(10),
+            ..Trigger::default()
+        };
+        assert_eq!(
+            triggered(0, time, &events),
+            vec![
+                (0, E, MAIN),
+                (10, E, X),
+                (30, E, Z),
+                (50, R, Z),
+                (60, R, X),
+                (70, E, Y),
+                (72, R, Y),
+                (100, R, MAIN)
+            ]
+        );
+        // -t 1000 with X@trace: X kept however short, and so main, whose exit then is too.
+        let always = Trigger {
+            always: true,
+            ..Trigger::default()
+        };
+        assert_eq!(
+            triggered(1000, always, &events),
+            vec![(0, E, MAIN), (10, E, X), (60, R, X), (100, R, MAIN)]
+        );
+        // -t 3 with X@time=30: inside X, calls of 30 ticks or more (X itself); outside, of 3. A
+        // time= shorter than -t changes nothing (uftrace's rule).
+        let time = |min| Trigger {
+            min_ticks: Some(min),
+            ..Trigger::default()
+        };
+        assert_eq!(
+            triggered(3, time(30), &events),
+            vec![(0, E, MAIN), (10, E, X), (60, R, X), (100, R, MAIN)]
+        );
+        assert_eq!(
+            triggered(3, time(1), &events),
+            triggered(3, time(3), &events)
+        );
     }
 }

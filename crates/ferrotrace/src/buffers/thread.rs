@@ -696,6 +696,7 @@ mod tests {
             max_depth: None,
             subtrees: true,
             min_call_ns: 0,
+            triggers: Vec::new(),
             sampled: false,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).

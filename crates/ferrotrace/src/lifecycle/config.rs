@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use ferrotrace_core::env::{self, RuntimeSpec};
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{check_sizes, depth_is_valid, parse_size, SizeOption, MAX_DEPTH};
+use ferrotrace_core::trigger::{Actions, Trigger};
 
 pub use ferrotrace_core::schema::Mode;
 
@@ -51,6 +52,9 @@ pub struct Config {
     /// `-t`: calls shorter than this many nanoseconds are left out by the collector (0: none is),
     /// their callers kept (`buffers::filter`).
     pub min_call_ns: u64,
+    /// `-T`: function patterns and what they do while their functions run (`buffers::filter`); a
+    /// function takes the first that matches it.
+    pub triggers: Vec<(NamePattern, Actions)>,
     /// `record --sample` merges samples into the trace after the program ends: the Session chunk
     /// says [`ferrotrace_core::schema::source::SAMPLES`] from the start.
     pub sampled: bool,
@@ -64,9 +68,12 @@ impl Config {
     }
 
     /// `-D` as a limit of the mcount shadow stack: calls deeper than it are not even hooked. Only
-    /// without `-F`, whose depth counts from the match, not from the thread's first frame.
+    /// without `-F`, whose depth counts from the match, not from the thread's first frame, and
+    /// without a `depth=` trigger.
     pub fn shadow_limit(&self) -> Option<usize> {
-        self.max_depth.filter(|_| self.include.is_empty())
+        // A `depth=` trigger may record deeper than -D below its function.
+        self.max_depth
+            .filter(|_| !self.includes() && self.triggers.iter().all(|(_, a)| a.depth.is_none()))
     }
 
     /// True when the collector must select events (`buffers::filter`): `-F`, `-N`, `-D` or `-t` in
@@ -75,11 +82,30 @@ impl Config {
         self.subtrees && (self.has_filters() || self.max_depth.is_some() || self.min_call_ns > 0)
     }
 
+    /// True when `-F` or a `filter` trigger selects subtrees: what is outside them is left out.
+    pub fn includes(&self) -> bool {
+        !self.include.is_empty() || self.triggers.iter().any(|(_, a)| a.filter)
+    }
+
     /// The filter flags of the function named `demangled` ([`display_name`]) at link-time address
-    /// `addr`: whether a `-F` and a
-    /// `-N` pattern match it.
+    /// `addr`: whether a `-F` and a `-N` pattern (or a trigger's `filter`, `notrace`) match it, and
+    /// which trigger is its own (`buffers::filter::trigger_of`).
     pub fn filter_flags(&self, demangled: &str, addr: u64) -> u8 {
         let mut flags = 0;
+        if let Some(i) = self
+            .triggers
+            .iter()
+            .position(|(p, _)| p.matches_function(demangled, addr))
+        {
+            let actions = self.triggers[i].1;
+            flags |= crate::buffers::filter::trigger_flag(i);
+            if actions.filter {
+                flags |= crate::buffers::filter::INCLUDE;
+            }
+            if actions.notrace {
+                flags |= crate::buffers::filter::EXCLUDE;
+            }
+        }
         if self
             .include
             .iter()
@@ -96,6 +122,24 @@ impl Config {
         }
         flags
     }
+}
+
+fn triggers(written: &[String]) -> Result<Vec<(NamePattern, Actions)>, String> {
+    if written.len() > crate::buffers::filter::MAX_TRIGGERS {
+        return Err(format!(
+            "{}: at most {} triggers",
+            env::TRIGGER,
+            crate::buffers::filter::MAX_TRIGGERS
+        ));
+    }
+    written
+        .iter()
+        .map(|w| {
+            let t: Trigger = w.parse().map_err(|e| format!("{}: {e}", env::TRIGGER))?;
+            let pattern = regexes(env::TRIGGER, std::slice::from_ref(&t.pattern))?.remove(0);
+            Ok((pattern, t.actions))
+        })
+        .collect()
 }
 
 fn regexes(var: &str, patterns: &[String]) -> Result<Vec<NamePattern>, String> {
@@ -174,12 +218,13 @@ impl Config {
             subtrees: spec.live_fd.is_none() && spec.live_fifo.is_none(),
             sampled: spec.sampled,
             min_call_ns: spec.time_filter_ns.unwrap_or(0),
+            triggers: triggers(&spec.trigger)?,
         })
     }
 
     /// True when there is a `-F` or `-N` filter: without one every function is traced.
     pub fn has_filters(&self) -> bool {
-        !self.include.is_empty() || !self.exclude.is_empty()
+        !self.include.is_empty() || !self.exclude.is_empty() || !self.triggers.is_empty()
     }
 
     /// True when the function named `demangled` ([`display_name`]) at link-time address `addr` passes
