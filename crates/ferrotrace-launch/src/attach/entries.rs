@@ -12,7 +12,7 @@
 //! bytes and leaves the tail of the last instruction it covers; a thread resuming at any of those
 //! bytes would run half an instruction. A thread resuming at `site` itself runs the jump. What a
 //! stopped thread will run next: its instruction pointer, or, stopped in a system call the kernel
-//! restarts, the `syscall` instruction before it ([`super::arch::resumes_at`]).
+//! restarts, the `syscall` instruction before it (`attach/x86_64.rs`, `resumes_at`).
 //!
 //! Why a return address cannot point into a window, and what else can: the analysis refuses a call
 //! among the replaced instructions, so the only return address inside a function's first bytes would
@@ -36,7 +36,7 @@ use crate::LaunchError;
 /// The most of a thread's stack read for saved contexts, from its stack pointer up.
 pub const STACK_SCAN: u64 = 8 << 20;
 
-/// What [`write`] did: the jumps written (to put back at the stop) and the functions left out.
+/// What [`write()`] did: the jumps written (to put back at the stop) and the functions left out.
 #[derive(Debug, Default)]
 pub struct Patched {
     /// The jumps written, each with the bytes it replaced.

@@ -60,7 +60,7 @@ pub struct Started<'a> {
     /// The runtime's warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording
     /// says it), and the functions whose entries were left unpatched and why.
     pub warnings: &'a [String],
-    /// Function entries of uninstrumented code patched ([`entries::write`]).
+    /// Function entries of uninstrumented code patched ([`entries::write()`]).
     pub entries_patched: usize,
 }
 
