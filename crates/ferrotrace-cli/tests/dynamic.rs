@@ -401,6 +401,33 @@ fn attached_to_a_running_plain_gcc_program_counts_exactly_and_puts_every_byte_ba
     assert!(pool.child.wait().unwrap().success());
 }
 
+/// `record -p` killed (SIGKILL) while it records entry-patched functions: the process runs on, the
+/// kernel lets go of any thread `record` held, and the runtime, seeing its control channel's end, puts
+/// the entries back itself (no thread is ever inside a 5-byte jump): its code is the file's again and
+/// fib stays right.
+#[test]
+fn record_killed_while_entries_are_patched_leaves_the_program_running_and_its_code_back() {
+    let dir = scratch("dynamic_attach_record_killed");
+    let exe = plain_gcc_workpool(&dir);
+    let mut pool = Workpool::start(&exe);
+    let (mut recording, _) = attach(pool.pid(), &dir.join("t.data"), &["-P", "^(fib|mix)$"]);
+    pool.fib(14);
+    assert!(code_bytes_changed(pool.pid(), &exe) > 0);
+    kill(recording.id() as i32, 9);
+    let _ = recording.wait();
+    let started = std::time::Instant::now();
+    while code_bytes_changed(pool.pid(), &exe) > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the entries were not put back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    pool.fib(18);
+    assert!(pool.ask("q").starts_with("spins="));
+    assert!(pool.child.wait().unwrap().success());
+}
+
 /// The target killed (SIGKILL) while `record -p` holds its threads to patch entries: `record` ends at
 /// once with one line and a failure, never waits for threads that will not stop again. The kill is
 /// sent as soon as a worker thread (never the borrowed one: the main thread waits in `read` and is

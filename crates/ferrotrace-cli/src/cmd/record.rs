@@ -299,8 +299,9 @@ pub(crate) fn say_started(pid: u32, doing: &str, started: &launch::attach::recor
     if started.entries_patched > 0 {
         say!(
             "ferrotrace: process {pid} has no instrumentation: {} function entries patched, every \
-             thread stopped meanwhile (put back when the recording stops)",
-            started.entries_patched
+             thread stopped for {:.1} ms meanwhile (put back when the recording stops)",
+            started.entries_patched,
+            started.threads_held.as_secs_f64() * 1e3
         );
     }
     say!(

@@ -45,6 +45,8 @@ pub struct Patched {
     pub thread_inside: Vec<String>,
     /// Functions left untraced because their bytes were not what the runtime read (changed meanwhile).
     pub changed: Vec<String>,
+    /// How long every thread of the process was stopped for the writing.
+    pub threads_held: std::time::Duration,
 }
 
 /// The jumps the runtime left in `control_dir`'s [`ATTACH_ENTRY_JUMPS_FILE`] (none when it patched no
@@ -65,6 +67,12 @@ pub fn write(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, Laun
         return Ok(Patched::default());
     }
     let pid = borrowed.thread.pid;
+    write_held(borrowed, jumps).map_err(|e| ended_or(pid, e))
+}
+
+fn write_held(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, LaunchError> {
+    let pid = borrowed.thread.pid;
+    let held = std::time::Instant::now();
     let others = stop_all(pid, Some(borrowed.tid()))?;
     let mem = borrowed.memory();
     let mut inside = Vec::new();
@@ -88,11 +96,12 @@ pub fn write(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, Laun
             for w in &patched.written {
                 let _ = mem.write(w.site, &w.original);
             }
-            return Err(ended_or(pid, e));
+            return Err(e);
         }
         patched.written.push(j);
     }
-    release(pid, others)?;
+    release(others)?;
+    patched.threads_held = held.elapsed();
     Ok(patched)
 }
 
@@ -110,37 +119,43 @@ pub fn restore(pid: u32, patched: &Patched) -> Result<usize, LaunchError> {
     if patched.written.is_empty() {
         return Ok(0);
     }
+    restore_held(pid, patched).map_err(|e| ended_or(pid, e))
+}
+
+fn restore_held(pid: u32, patched: &Patched) -> Result<usize, LaunchError> {
     let threads = stop_all(pid, None)?;
     let mem = Memory::open(pid)?;
     let mut restored = 0;
     for j in &patched.written {
         let mut now = [0u8; 5];
         if mem.read(j.site, &mut now) == 5 && now == j.jump {
-            mem.write(j.site, &j.original)
-                .map_err(|e| ended_or(pid, e))?;
+            mem.write(j.site, &j.original)?;
             restored += 1;
         }
     }
-    release(pid, threads)?;
+    release(threads)?;
     Ok(restored)
 }
 
 /// Lets every thread of `threads` go; the first failure, once all were tried.
-fn release(pid: u32, threads: Vec<Stopped>) -> Result<(), LaunchError> {
+fn release(threads: Vec<Stopped>) -> Result<(), LaunchError> {
     let mut first = None;
     for t in threads {
         if let Err(e) = t.release() {
             first.get_or_insert(e);
         }
     }
-    match first {
-        Some(e) => Err(ended_or(pid, e)),
-        None => Ok(()),
-    }
+    first.map_or(Ok(()), Err)
 }
 
 /// `e`, or the one line that says the process ended, if it did (killed while its threads were held).
+/// A thread of a killed process vanishes before the process is a zombie: its end is waited for a
+/// moment (an error on a process that goes on is rare, and then says what failed).
 fn ended_or(pid: u32, e: LaunchError) -> LaunchError {
+    let asked = std::time::Instant::now();
+    while !super::process_ended(pid) && asked.elapsed() < std::time::Duration::from_millis(500) {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
     if super::process_ended(pid) {
         LaunchError::CannotAttach {
             pid,

@@ -62,6 +62,8 @@ pub struct Started<'a> {
     pub warnings: &'a [String],
     /// Function entries of uninstrumented code patched ([`entries::write()`]).
     pub entries_patched: usize,
+    /// How long every thread was stopped while they were (the borrowed one is held longer).
+    pub threads_held: Duration,
 }
 
 /// What an attached recording did.
@@ -432,6 +434,7 @@ pub fn record(
         pause,
         warnings: &warnings,
         entries_patched: patched.written.len(),
+        threads_held: patched.threads_held,
     });
     let mut fds = vec![pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
     if let Some(l) = &live {
