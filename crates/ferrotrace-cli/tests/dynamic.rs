@@ -302,24 +302,33 @@ impl Drop for Workpool {
 
 /// `ferrotrace record -p PID -o TRACE OPTS...`, started; what it said until the recording ran.
 fn attach(pid: u32, trace: &Path, opts: &[&str]) -> (std::process::Child, String) {
-    use std::io::BufRead;
-    let mut child = ferrotrace()
+    let mut command = ferrotrace();
+    command
         .args(["record", "-p", &pid.to_string(), "-o"])
         .arg(trace)
-        .args(opts)
+        .args(opts);
+    started_attached(command, "recording process")
+}
+
+/// `command` (`record -p` or `live -p`) spawned with its standard error read until a line says
+/// `running`: the child and what it said.
+fn started_attached(mut command: Command, running: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .expect("run ferrotrace record -p");
+        .expect("run ferrotrace -p");
     let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
     let mut said = String::new();
     loop {
         let mut line = String::new();
         if stderr.read_line(&mut line).unwrap_or(0) == 0 {
             let status = child.wait().unwrap();
-            panic!("record -p ended ({status}) before recording:\n{said}");
+            panic!("ferrotrace -p ended ({status}) before {running:?}:\n{said}");
         }
         said.push_str(&line);
-        if line.contains("recording process") {
+        if line.contains(running) {
             break;
         }
     }
@@ -327,12 +336,12 @@ fn attach(pid: u32, trace: &Path, opts: &[&str]) -> (std::process::Child, String
     (child, said)
 }
 
-/// Stops an [`attach`]ed recording as Ctrl-C does; what it said then.
+/// Stops an [`attach`]ed recording (or `live -p`) as Ctrl-C does; what it said (and printed) then.
 fn detach(recording: std::process::Child) -> String {
     kill(recording.id() as i32, 2);
     let out = recording.wait_with_output().unwrap();
-    assert!(out.status.success(), "record -p: {}", text(&out.stderr));
-    text(&out.stderr)
+    assert!(out.status.success(), "ferrotrace -p: {}", text(&out.stderr));
+    text(&out.stderr) + &text(&out.stdout)
 }
 
 /// Bytes of the executable's code that differ in process `pid` from its file.
@@ -399,6 +408,26 @@ fn attached_to_a_running_plain_gcc_program_counts_exactly_and_puts_every_byte_ba
     assert_eq!(code_bytes_changed(pool.pid(), &exe), 0);
     assert!(pool.ask("q").starts_with("spins="));
     assert!(pool.child.wait().unwrap().success());
+}
+
+/// `live -p` on the running plain `gcc -O2` work pool: its entries are patched as `record -p`'s are,
+/// and every call made while it prints is printed, entry and exit.
+#[test]
+fn live_prints_the_calls_of_a_running_uninstrumented_program() {
+    let dir = scratch("dynamic_live_attach");
+    let exe = plain_gcc_workpool(&dir);
+    let mut pool = Workpool::start(&exe);
+    let mut command = ferrotrace();
+    command.args(["live", "-p", &pool.pid().to_string(), "-F", "^fib$"]);
+    let (live, said) = started_attached(command, "printing process");
+    assert!(said.contains("function entries patched"), "{said}");
+    let counted = pool.fib(5) + pool.fib(7);
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let printed = detach(live);
+    let printed = printed.lines().filter(|l| l.ends_with(" fib() {")).count() as u64;
+    assert_eq!(printed, counted);
+    assert_eq!(code_bytes_changed(pool.pid(), &exe), 0);
 }
 
 /// `record -p` killed (SIGKILL) while it records entry-patched functions: the process runs on, the
