@@ -867,8 +867,7 @@ fn twenty_attachments_leave_no_pool_mapping_or_descriptor_behind() {
 /// executable's code is the file's.
 #[test]
 fn after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file() {
-    use object::{Object, ObjectSection, ObjectSegment};
-    use std::io::{Read, Seek, SeekFrom};
+    use object::{Object, ObjectSection};
     let dir = scratch("attach_code_back");
     let exe = testprog("line_server");
     let server = Server::start(&exe, &[]);
@@ -893,36 +892,9 @@ fn after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file() {
         }
     }
     sleds.sort_unstable();
-    // The executable's code mapping, and the link-time address of its first byte.
-    let maps = std::fs::read_to_string(format!("/proc/{}/maps", server.pid())).unwrap();
-    let exe_path = exe.canonicalize().unwrap();
-    let line = maps
-        .lines()
-        .find(|l| l.contains(" r-xp ") && l.ends_with(exe_path.to_str().unwrap()))
-        .expect("the executable's code mapping");
-    let mut f = line.split_whitespace();
-    let (range, offset) = (f.next().unwrap(), f.nth(1).unwrap());
-    let (lo, hi) = range.split_once('-').unwrap();
-    let (lo, hi) = (
-        u64::from_str_radix(lo, 16).unwrap(),
-        u64::from_str_radix(hi, 16).unwrap(),
-    );
-    let offset = u64::from_str_radix(offset, 16).unwrap();
-    // The code segment (the mapping starts at the page holding its first byte, which may belong to
-    // the segment before it in the file).
-    let segment = elf
-        .segments()
-        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
-        .unwrap();
-    let vaddr_of_start = (segment.address() + offset).wrapping_sub(segment.file_range().0);
-    let len = (hi - lo).min(file.len() as u64 - offset) as usize;
-    let mut memory = vec![0u8; len];
-    let mut mem = std::fs::File::open(format!("/proc/{}/mem", server.pid())).unwrap();
-    mem.seek(SeekFrom::Start(lo)).unwrap();
-    mem.read_exact(&mut memory).unwrap();
-    let on_disk = &file[offset as usize..offset as usize + len];
+    let (vaddr_of_start, memory, on_disk) = exe_code_in_memory_and_file(server.pid(), &exe);
     let (mut in_sleds, mut patched_sleds) = (0usize, std::collections::BTreeSet::new());
-    for (i, (m, d)) in memory.iter().zip(on_disk).enumerate() {
+    for (i, (m, d)) in memory.iter().zip(&on_disk).enumerate() {
         if m == d {
             continue;
         }

@@ -1,7 +1,9 @@
 //! Programs nobody rebuilt: `ferrotrace list --dynamic` and `ferrotrace record` on a plain `gcc -O2`
 //! build, a stable-Rust release build, Debian's `sqlite3` with `libsqlite3.so.0` and Debian's
-//! `python3`, whose function entries the runtime patches at start-up. The oracles: the programs' own
-//! call counts, their unchanged output, and a bpftrace uprobe counting the same functions.
+//! `python3`, whose function entries the runtime patches at start-up, and `record -p` on a running
+//! plain `gcc -O2` program, whose entries the host patches with every thread stopped. The oracles: the
+//! programs' own call counts, their unchanged output, their code compared with the file after a
+//! detach, and a bpftrace uprobe counting the same functions.
 
 mod common;
 
@@ -228,30 +230,291 @@ fn plain_gcc_build_is_traced_exactly_with_its_output_unchanged() {
     }
 }
 
-/// Attaching patches no entries (other threads run during an attach; see docs/architecture.md): the
-/// refusal is one line that says so, and the program runs on untouched.
-#[test]
-fn attaching_to_an_uninstrumented_program_is_refused_in_one_line_and_leaves_it_running() {
-    let dir = scratch("dynamic_attach");
-    let fib = plain_gcc_fib(&dir);
-    let mut running = Command::new(&fib)
-        .arg("60")
-        .stdout(std::process::Stdio::null())
+/// `testprogs/c/workpool.c` (threads that run until told to stop) built with plain `gcc -O2`.
+fn plain_gcc_workpool(dir: &Path) -> PathBuf {
+    build_c(dir, "gcc", "workpool.c", "workpool", &["-O2", "-pthread"])
+}
+
+/// The work pool, running; killed when dropped.
+struct Workpool {
+    child: std::process::Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl Workpool {
+    fn start(exe: &Path) -> Workpool {
+        let mut child = Command::new(exe)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the work pool");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+        let mut pool = Workpool {
+            child,
+            stdin,
+            stdout,
+        };
+        assert_eq!(pool.line(), "ready");
+        pool
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).expect("a line");
+        line.trim_end().to_string()
+    }
+
+    /// Sends one command; the one line it makes the program print.
+    fn ask(&mut self, command: &str) -> String {
+        use std::io::Write;
+        writeln!(self.stdin, "{command}").expect("send");
+        self.line()
+    }
+
+    /// Has every worker compute fib(n): the calls of fib the program counted.
+    fn fib(&mut self, n: u64) -> u64 {
+        let answer = self.ask(&n.to_string());
+        let (mut expected, mut next) = (0u64, 1u64);
+        for _ in 0..n {
+            (expected, next) = (next, expected + next);
+        }
+        assert!(
+            answer.ends_with(&format!(" result={expected}")),
+            "fib({n}): {answer}"
+        );
+        program_calls(answer.as_bytes())
+    }
+}
+
+impl Drop for Workpool {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `ferrotrace record -p PID -o TRACE OPTS...`, started; what it said until the recording ran.
+fn attach(pid: u32, trace: &Path, opts: &[&str]) -> (std::process::Child, String) {
+    let mut command = ferrotrace();
+    command
+        .args(["record", "-p", &pid.to_string(), "-o"])
+        .arg(trace)
+        .args(opts);
+    started_attached(command, "recording process")
+}
+
+/// `command` (`record -p` or `live -p`) spawned with its standard error read until a line says
+/// `running`: the child and what it said.
+fn started_attached(mut command: Command, running: &str) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = command
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .spawn()
-        .unwrap();
-    let out = ferrotrace()
-        .args(["record", "-p", &running.id().to_string(), "-o"])
-        .arg(dir.join("t.data"))
-        .output()
-        .unwrap();
-    let still_running = running.try_wait().unwrap().is_none();
-    let _ = running.kill();
-    let _ = running.wait();
-    assert!(!out.status.success());
-    let err = text(&out.stderr);
-    assert!(err.contains("not while attached"), "{err}");
-    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
-    assert!(still_running);
+        .expect("run ferrotrace -p");
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    loop {
+        let mut line = String::new();
+        if stderr.read_line(&mut line).unwrap_or(0) == 0 {
+            let status = child.wait().unwrap();
+            panic!("ferrotrace -p ended ({status}) before {running:?}:\n{said}");
+        }
+        said.push_str(&line);
+        if line.contains(running) {
+            break;
+        }
+    }
+    child.stderr = Some(stderr.into_inner());
+    (child, said)
+}
+
+/// Stops an [`attach`]ed recording (or `live -p`) as Ctrl-C does; what it said (and printed) then.
+fn detach(recording: std::process::Child) -> String {
+    kill(recording.id() as i32, 2);
+    let out = recording.wait_with_output().unwrap();
+    assert!(out.status.success(), "ferrotrace -p: {}", text(&out.stderr));
+    text(&out.stderr) + &text(&out.stdout)
+}
+
+/// Bytes of the executable's code that differ in process `pid` from its file.
+fn code_bytes_changed(pid: u32, exe: &Path) -> usize {
+    let (_, memory, on_disk) = exe_code_in_memory_and_file(pid, exe);
+    memory.iter().zip(&on_disk).filter(|(m, d)| m != d).count()
+}
+
+/// `record -p -P` on a running plain `gcc -O2` program with nine threads: every thread is stopped while
+/// the entries are patched and again while they are put back. The calls of fib made while attached are
+/// exactly those the program counted; a function a thread would resume inside of (`faulter`: a thread
+/// waits in a signal handler whose saved context is inside its first bytes) is left out and named;
+/// every byte of the code is the file's again after the stop, and the program goes on computing right,
+/// its interrupted system calls restarted (an `EINTR` would end it). A second attach after the first
+/// traces exactly too.
+#[test]
+fn attached_to_a_running_plain_gcc_program_counts_exactly_and_puts_every_byte_back() {
+    let dir = scratch("dynamic_attach");
+    let exe = plain_gcc_workpool(&dir);
+    let mut pool = Workpool::start(&exe);
+    assert_eq!(pool.ask("fault"), "in handler");
+    pool.fib(15);
+    assert_eq!(code_bytes_changed(pool.pid(), &exe), 0);
+
+    let trace = dir.join("first.data");
+    let (recording, said) = attach(pool.pid(), &trace, &["-P", "^(fib|mix|faulter)$"]);
+    assert!(
+        said.contains("function entries patched, every thread stopped"),
+        "{said}"
+    );
+    let skipped = said
+        .lines()
+        .find(|l| l.contains("a thread was inside the first instructions its jump replaces"))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(skipped.contains("faulter"), "{skipped}");
+    assert!(code_bytes_changed(pool.pid(), &exe) > 0);
+    let counted: u64 = [18, 12, 20].into_iter().map(|n| pool.fib(n)).sum();
+    let said = detach(recording);
+    assert_eq!(code_bytes_changed(pool.pid(), &exe), 0, "{said}");
+    assert_eq!(calls(&trace, "fib"), counted);
+    let t = Trace::open(&trace).expect("open");
+    assert_eq!(nested_counts(&t, "faulter"), (0, 0));
+    if !skipped.contains("mix") {
+        // The spinners' calls: entered before the stop, some left after it (their exits, the
+        // mcount path's return hook, still recorded), or the other way round, one each at most.
+        let (entries, exits) = nested_counts(&t, "mix");
+        assert!(
+            entries > 0 && entries.abs_diff(exits) <= 2,
+            "{entries} {exits}"
+        );
+    }
+
+    // Untraced again, unharmed: the handler returns into faulter's first bytes, fib is right.
+    pool.fib(16);
+    assert_eq!(pool.ask("resume"), "faulter=42");
+
+    // Attached again: a new runtime in the same process, the same entries patched anew.
+    let trace = dir.join("second.data");
+    let (recording, said) = attach(pool.pid(), &trace, &["-P", "^(fib|faulter)$"]);
+    assert!(!said.contains("left untraced"), "{said}");
+    let counted = pool.fib(17);
+    detach(recording);
+    assert_eq!(calls(&trace, "fib"), counted);
+    assert_eq!(code_bytes_changed(pool.pid(), &exe), 0);
+    assert!(pool.ask("q").starts_with("spins="));
+    assert!(pool.child.wait().unwrap().success());
+}
+
+/// `live -p` on the running plain `gcc -O2` work pool: its entries are patched as `record -p`'s are,
+/// and every call made while it prints is printed, entry and exit.
+#[test]
+fn live_prints_the_calls_of_a_running_uninstrumented_program() {
+    let dir = scratch("dynamic_live_attach");
+    let exe = plain_gcc_workpool(&dir);
+    let mut pool = Workpool::start(&exe);
+    let mut command = ferrotrace();
+    command.args(["live", "-p", &pool.pid().to_string(), "-F", "^fib$"]);
+    let (live, said) = started_attached(command, "printing process");
+    assert!(said.contains("function entries patched"), "{said}");
+    let counted = pool.fib(5) + pool.fib(7);
+    // The collector prints at most 5 ms after an event.
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let printed = detach(live);
+    let printed = printed.lines().filter(|l| l.ends_with(" fib() {")).count() as u64;
+    assert_eq!(printed, counted);
+    assert_eq!(code_bytes_changed(pool.pid(), &exe), 0);
+}
+
+/// `record -p` killed (SIGKILL) while it records entry-patched functions: the process runs on, the
+/// kernel lets go of any thread `record` held, and the runtime, seeing its control channel's end, puts
+/// the entries back itself (no thread is ever inside a 5-byte jump): its code is the file's again and
+/// fib stays right.
+#[test]
+fn record_killed_while_entries_are_patched_leaves_the_program_running_and_its_code_back() {
+    let dir = scratch("dynamic_attach_record_killed");
+    let exe = plain_gcc_workpool(&dir);
+    let mut pool = Workpool::start(&exe);
+    let (mut recording, _) = attach(pool.pid(), &dir.join("t.data"), &["-P", "^(fib|mix)$"]);
+    pool.fib(14);
+    assert!(code_bytes_changed(pool.pid(), &exe) > 0);
+    kill(recording.id() as i32, 9);
+    let _ = recording.wait();
+    let started = std::time::Instant::now();
+    while code_bytes_changed(pool.pid(), &exe) > 0 {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the entries were not put back"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    pool.fib(18);
+    assert!(pool.ask("q").starts_with("spins="));
+    assert!(pool.child.wait().unwrap().success());
+}
+
+/// The target killed (SIGKILL) while `record -p` holds its threads to patch entries: `record` ends at
+/// once with one line and a failure, never waits for threads that will not stop again. The kill is
+/// sent as soon as a worker thread (never the borrowed one: the main thread waits in `read` and is
+/// chosen first) has a tracer, which happens only while entries are patched.
+#[test]
+fn target_killed_while_its_threads_are_held_for_patching_ends_record_with_one_line() {
+    let dir = scratch("dynamic_attach_kill");
+    let exe = plain_gcc_workpool(&dir);
+    for attempt in 0..20 {
+        let pool = Workpool::start(&exe);
+        let pid = pool.pid();
+        let worker = *std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .collect::<Vec<_>>()
+            .iter()
+            .max()
+            .unwrap();
+        let mut recording = ferrotrace()
+            .args(["record", "-p", &pid.to_string(), "-P", "^(fib|mix)$", "-o"])
+            .arg(dir.join(format!("t{attempt}.data")))
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let status = format!("/proc/{pid}/task/{worker}/status");
+        let started = std::time::Instant::now();
+        let mut killed = false;
+        while started.elapsed() < std::time::Duration::from_secs(20) {
+            let traced = std::fs::read_to_string(&status)
+                .unwrap_or_default()
+                .lines()
+                .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0");
+            if traced {
+                kill(pid as i32, 9);
+                killed = true;
+                break;
+            }
+            if recording.try_wait().unwrap().is_some() {
+                break;
+            }
+        }
+        if !killed {
+            // Missed the moment (the threads were held for less than a look takes): stop, again.
+            kill(recording.id() as i32, 2);
+            let _ = recording.wait();
+            continue;
+        }
+        let waited = std::time::Instant::now();
+        let out = recording.wait_with_output().unwrap();
+        assert!(waited.elapsed() < std::time::Duration::from_secs(15));
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("ended"), "{err}");
+        eprintln!("killed at attempt {attempt}: {}", err.trim_end());
+        return;
+    }
+    panic!("20 attaches, and no worker was seen held by record");
 }
 
 #[test]

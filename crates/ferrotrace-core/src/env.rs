@@ -93,6 +93,10 @@ pub const CONTROL: &str = "FERROTRACE_CONTROL";
 /// The file beside the control FIFO where an attached runtime leaves its warnings (one a line) for
 /// the host to print: the process's standard error is not the user's.
 pub const ATTACH_WARNINGS_FILE: &str = "warnings";
+/// The file beside the control FIFO where an attached runtime lists the function entries it prepared
+/// to patch (trampolines built, jumps not written), one [`EntryJump`] a line: the host writes the jumps
+/// with every thread of the process stopped, and puts the original bytes back the same way.
+pub const ATTACH_ENTRY_JUMPS_FILE: &str = "entry-jumps";
 /// The FIFO an attached runtime prints live events to (`live -p`).
 pub const LIVE_FIFO: &str = "FERROTRACE_LIVE_FIFO";
 /// The preload library `ferrotrace record` and `live` inject.
@@ -115,6 +119,68 @@ pub const LINKED_RUNTIME_MARKER: &str = crate::__linked_runtime_marker!();
 
 #[cfg(feature = "std")]
 pub use spec::{AllocSpec, RuntimeSpec, SpecError, Which};
+/// A function entry an attached runtime prepared to patch ([`ATTACH_ENTRY_JUMPS_FILE`]): its trampoline
+/// is in place, the jump is not written. No thread may be inside `site + 1 .. site + window` when the
+/// jump replaces `original`.
+#[cfg(feature = "std")]
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EntryJump {
+    /// Where the jump goes (after an `endbr64`, which stays).
+    pub site: u64,
+    /// Bytes of whole instructions from `site` that the trampoline runs in their place: the jump
+    /// covers the first 5, the rest are never run while it is there.
+    pub window: u8,
+    /// The 5 bytes at `site` before.
+    pub original: [u8; 5],
+    /// The jump to the trampoline.
+    pub jump: [u8; 5],
+    /// The function's name, for what is said about it.
+    pub function: String,
+}
+
+#[cfg(feature = "std")]
+impl EntryJump {
+    /// One line: `SITE WINDOW ORIGINAL JUMP FUNCTION` (hexadecimal address and bytes; the name last,
+    /// as it may hold spaces).
+    pub fn to_line(&self) -> String {
+        let hex = |b: &[u8; 5]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        format!(
+            "{:x} {} {} {} {}",
+            self.site,
+            self.window,
+            hex(&self.original),
+            hex(&self.jump),
+            self.function
+        )
+    }
+
+    /// The entry a [`EntryJump::to_line`] line describes; `None` for anything else.
+    pub fn parse(line: &str) -> Option<EntryJump> {
+        let mut f = line.splitn(5, ' ');
+        let site = u64::from_str_radix(f.next()?, 16).ok()?;
+        let window = f.next()?.parse().ok()?;
+        let bytes = |s: &str| -> Option<[u8; 5]> {
+            let mut out = [0u8; 5];
+            if s.len() != 10 {
+                return None;
+            }
+            for (i, b) in out.iter_mut().enumerate() {
+                *b = u8::from_str_radix(s.get(2 * i..2 * i + 2)?, 16).ok()?;
+            }
+            Some(out)
+        };
+        let original = bytes(f.next()?)?;
+        let jump = bytes(f.next()?)?;
+        let function = f.next().unwrap_or_default().to_string();
+        Some(EntryJump {
+            site,
+            window,
+            original,
+            jump,
+            function,
+        })
+    }
+}
 
 /// The variables above as one typed value (feature `std`): `record` and `live` build a
 /// [`RuntimeSpec`] and hand it to the program with [`RuntimeSpec::to_env`]; the runtime reads it back
@@ -448,6 +514,22 @@ mod tests {
             assert_eq!(var.strip_prefix("FERROTRACE_"), Some(*constant));
             assert!(vars[..i].iter().all(|(_, other)| other != var));
         }
+    }
+
+    /// An entry jump's line reads back as the same entry, its function's spaces included.
+    #[test]
+    #[cfg(feature = "std")]
+    fn entry_jump_round_trips_through_its_line() {
+        use super::EntryJump;
+        let jump = EntryJump {
+            site: 0x5555_5555_1130,
+            window: 7,
+            original: [0x48, 0x83, 0xec, 0x08, 0x8b],
+            jump: [0xe9, 0x01, 0x02, 0x03, 0x04],
+            function: "<T as core::fmt::Debug>::fmt".into(),
+        };
+        assert_eq!(EntryJump::parse(&jump.to_line()), Some(jump));
+        assert_eq!(EntryJump::parse("1000 5 4883ec08 e901020304 f"), None);
     }
 
     /// Every field survives the trip through the environment, and what a spec leaves unset is

@@ -26,6 +26,7 @@ use crate::LaunchError;
 #[cfg(target_arch = "x86_64")]
 #[path = "attach/x86_64.rs"]
 mod arch;
+pub mod entries;
 pub mod record;
 
 /// How long a call in the process may take before the attach gives up on it.
@@ -209,14 +210,9 @@ fn loader_symbol(pid: u32) -> Result<u64, LaunchError> {
 /// The thread of `pid` to borrow: one waiting in a [`QUIET_SYSCALLS`] call if there is one, else the
 /// main thread.
 fn quiet_thread(pid: u32) -> u32 {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+    let Some(tids) = threads_of(pid) else {
         return pid;
     };
-    let mut tids: Vec<u32> = tasks
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse().ok())
-        .collect();
-    tids.sort_unstable();
     tids.into_iter()
         .find(|tid| {
             std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/syscall"))
@@ -227,36 +223,83 @@ fn quiet_thread(pid: u32) -> u32 {
         .unwrap_or(pid)
 }
 
-/// One thread of a process, stopped under ptrace and borrowed for calls. Dropping it restores the
-/// thread (registers, vector state) and lets it go.
-pub struct Borrowed {
+/// One thread of a process held in a ptrace stop (seized, then interrupted), the first step of
+/// every way into a process: a thread borrowed for calls ([`Borrowed`]), every thread while function
+/// entries are patched ([`stop_all`]). Let go by [`Stopped::release`] or when dropped: a system call it
+/// was stopped in is restarted (or fails with `EINTR`) as after any signal that has no handler, and a
+/// signal that arrived meanwhile is delivered then.
+pub struct Stopped {
     pid: u32,
     tid: u32,
-    regs: arch::Regs,
-    xstate: Vec<u8>,
-    mem: File,
-    /// A signal that arrived while the thread was ours, delivered when it is let go.
+    /// A signal that arrived while the thread was held, delivered when it is let go.
     pending_signal: i32,
     released: bool,
-    /// ptrace answers only the thread that attached: a `Borrowed` stays on it.
+    /// ptrace answers only the thread that attached: a `Stopped` stays on it.
     _not_send: std::marker::PhantomData<*const ()>,
 }
 
-fn ptrace_error(pid: u32, what: &str) -> LaunchError {
-    LaunchError::CannotAttach {
+/// The stop of `tid` (a thread of `pid`) that a `PTRACE_INTERRUPT` asked for: `Ok(signal)`, a signal
+/// that was being delivered meanwhile (0 if none), which the thread is resumed without for now. Waits
+/// at most [`CALL_TIMEOUT`], and gives up as soon as the process is gone (a thread of a killed process
+/// may never be reported while its siblings are zombies we hold).
+fn wait_for_interrupt(pid: u32, tid: u32) -> Result<i32, LaunchError> {
+    let ended = || LaunchError::CannotAttach {
         pid,
-        why: format!("{what}: {}", std::io::Error::last_os_error()),
+        why: "it ended while ferrotrace was attaching".into(),
+    };
+    let started = Instant::now();
+    let mut pending = 0;
+    loop {
+        let status = match wait_nohang(tid) {
+            Ok(Some(status)) => status,
+            Ok(None) if process_ended(pid) => return Err(ended()),
+            Ok(None) if started.elapsed() > CALL_TIMEOUT => {
+                return Err(LaunchError::CannotAttach {
+                    pid,
+                    why: format!("its thread {tid} did not stop within {CALL_TIMEOUT:?}"),
+                })
+            }
+            Ok(None) => {
+                std::thread::sleep(Duration::from_micros(100));
+                continue;
+            }
+            Err(e) => {
+                return Err(LaunchError::CannotAttach {
+                    pid,
+                    why: format!("waiting for thread {tid} to stop: {e}"),
+                })
+            }
+        };
+        if !libc::WIFSTOPPED(status) {
+            return Err(ended());
+        }
+        if status >> 16 == libc::PTRACE_EVENT_STOP {
+            return Ok(pending);
+        }
+        pending = libc::WSTOPSIG(status);
+        // SAFETY: resuming our tracee without the signal; the interrupt is still pending.
+        unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
     }
 }
 
-impl Borrowed {
-    /// Stops one thread of `pid` (one blocked in a quiet system call if there is one, else the main
-    /// thread) and takes its state. Call [`check`] first.
-    pub fn stop(pid: u32) -> Result<Borrowed, LaunchError> {
-        let tid = quiet_thread(pid);
+/// The process is gone, or dying (a zombie, or being reaped): its threads will not stop again.
+fn process_ended(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.get(s.rfind(')')? + 2..)?.chars().next())
+        .is_none_or(|state| matches!(state, 'Z' | 'X' | 'x'))
+}
+
+impl Stopped {
+    /// Stops thread `tid` of `pid`. `Ok(None)` when the thread no longer exists (it ended before it
+    /// could be seized).
+    fn seize(pid: u32, tid: u32) -> Result<Option<Stopped>, LaunchError> {
         // SAFETY: ptrace requests on a thread id with no memory passed.
         unsafe {
             if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
+                if std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH) {
+                    return Ok(None);
+                }
                 return Err(ptrace_error(pid, "ptrace(PTRACE_SEIZE)"));
             }
             if libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) != 0 {
@@ -265,60 +308,26 @@ impl Borrowed {
                 return Err(e);
             }
         }
-        let mut pending_signal = 0;
-        // The stop the interrupt asked for; a signal that was being delivered is kept for later.
-        loop {
-            let status = wait(tid).map_err(|e| LaunchError::CannotAttach {
-                pid,
-                why: format!("waiting for thread {tid} to stop: {e}"),
-            })?;
-            if !libc::WIFSTOPPED(status) {
-                return Err(LaunchError::CannotAttach {
-                    pid,
-                    why: "it ended while ferrotrace was attaching".into(),
-                });
-            }
-            if status >> 16 == libc::PTRACE_EVENT_STOP {
-                break;
-            }
-            pending_signal = libc::WSTOPSIG(status);
-            // SAFETY: resuming our tracee without the signal; the interrupt is still pending.
-            unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) };
-        }
-        let mem = File::options()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/{pid}/mem"))
-            .map_err(|e| LaunchError::CannotAttach {
-                pid,
-                why: format!("/proc/{pid}/mem: {e}"),
-            })?;
-        let mut borrowed = Borrowed {
+        let mut stopped = Stopped {
             pid,
             tid,
-            // SAFETY: plain data, filled below.
-            regs: unsafe { core::mem::zeroed() },
-            xstate: vec![0; XSTATE_BYTES],
-            mem,
-            pending_signal,
+            pending_signal: 0,
             released: false,
             _not_send: std::marker::PhantomData,
         };
-        borrowed.regs = borrowed.get_regs()?;
-        let mut iov = libc::iovec {
-            iov_base: borrowed.xstate.as_mut_ptr().cast(),
-            iov_len: borrowed.xstate.len(),
-        };
-        // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
-        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, arch::VECTOR_REGSET, &mut iov) } != 0
-        {
-            return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
+        match wait_for_interrupt(pid, tid) {
+            Ok(signal) => stopped.pending_signal = signal,
+            Err(e) => {
+                stopped.released = true; // ended, or never stopped: nothing to let go
+                                         // SAFETY: detaching our tracee (fails harmlessly if it is gone).
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
+                return Err(e);
+            }
         }
-        borrowed.xstate.truncate(iov.iov_len);
-        Ok(borrowed)
+        Ok(Some(stopped))
     }
 
-    /// The borrowed thread.
+    /// The thread.
     pub fn tid(&self) -> u32 {
         self.tid
     }
@@ -341,9 +350,102 @@ impl Borrowed {
         Ok(())
     }
 
+    /// Lets the thread go on where it was, with any signal that arrived meanwhile.
+    pub fn release(mut self) -> Result<(), LaunchError> {
+        self.let_go()
+    }
+
+    fn let_go(&mut self) -> Result<(), LaunchError> {
+        if std::mem::replace(&mut self.released, true) {
+            return Ok(());
+        }
+        // SAFETY: detaching our tracee, delivering the signal it had pending.
+        if unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending_signal) } != 0 {
+            return Err(ptrace_error(self.pid, "ptrace(PTRACE_DETACH)"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        let _ = self.let_go();
+    }
+}
+
+/// The threads of `pid`, from `/proc/PID/task`; `None` when the process is gone.
+fn threads_of(pid: u32) -> Option<Vec<u32>> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut tids: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse().ok())
+        .collect();
+    tids.sort_unstable();
+    Some(tids)
+}
+
+/// Stops every thread of `pid` but `held` (one stopped already), until none is left running: a thread
+/// started meanwhile by one not yet stopped is found by the next look at `/proc/PID/task`, and a
+/// stopped thread starts none. The stopped threads, in the order they were stopped.
+pub fn stop_all(pid: u32, held: Option<u32>) -> Result<Vec<Stopped>, LaunchError> {
+    let mut stopped: Vec<Stopped> = Vec::new();
+    loop {
+        let tids =
+            threads_of(pid)
+                .filter(|t| !t.is_empty())
+                .ok_or_else(|| LaunchError::CannotAttach {
+                    pid,
+                    why: "it ended while ferrotrace was stopping its threads".into(),
+                })?;
+        let mut more = false;
+        for tid in tids {
+            if Some(tid) == held || stopped.iter().any(|s| s.tid == tid) {
+                continue;
+            }
+            if let Some(s) = Stopped::seize(pid, tid)? {
+                stopped.push(s);
+                more = true;
+            }
+        }
+        if !more {
+            return Ok(stopped);
+        }
+    }
+}
+
+/// One thread of a process, stopped under ptrace and borrowed for calls. Dropping it restores the
+/// thread (registers, vector state) and lets it go.
+pub struct Borrowed {
+    thread: Stopped,
+    regs: arch::Regs,
+    xstate: Vec<u8>,
+    mem: Memory,
+}
+
+/// A process's memory, through `/proc/PID/mem` (ptrace rights over the process include writing its
+/// code, whatever the pages' protection).
+pub struct Memory {
+    pid: u32,
+    file: File,
+}
+
+impl Memory {
+    /// Opens the memory of `pid`.
+    pub fn open(pid: u32) -> Result<Memory, LaunchError> {
+        let file = File::options()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/{pid}/mem"))
+            .map_err(|e| LaunchError::CannotAttach {
+                pid,
+                why: format!("/proc/{pid}/mem: {e}"),
+            })?;
+        Ok(Memory { pid, file })
+    }
+
     /// Writes `bytes` into the process at `addr`.
     pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), LaunchError> {
-        self.mem
+        self.file
             .write_all_at(bytes, addr)
             .map_err(|e| LaunchError::CannotAttach {
                 pid: self.pid,
@@ -351,10 +453,80 @@ impl Borrowed {
             })
     }
 
+    /// Reads `buf.len()` bytes of the process at `addr`, or fewer where its mapping ends: how many.
+    pub fn read(&self, addr: u64, buf: &mut [u8]) -> usize {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], addr + done as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => done += n,
+            }
+        }
+        done
+    }
+}
+
+fn ptrace_error(pid: u32, what: &str) -> LaunchError {
+    LaunchError::CannotAttach {
+        pid,
+        why: format!("{what}: {}", std::io::Error::last_os_error()),
+    }
+}
+
+impl Borrowed {
+    /// Stops one thread of `pid` (one blocked in a quiet system call if there is one, else the main
+    /// thread) and takes its state. Call [`check`] first.
+    pub fn stop(pid: u32) -> Result<Borrowed, LaunchError> {
+        let tid = quiet_thread(pid);
+        let thread = Stopped::seize(pid, tid)?.ok_or_else(|| LaunchError::CannotAttach {
+            pid,
+            why: "it ended while ferrotrace was attaching".into(),
+        })?;
+        let mem = Memory::open(pid)?;
+        let regs = thread.get_regs()?;
+        let mut borrowed = Borrowed {
+            thread,
+            regs,
+            xstate: vec![0; XSTATE_BYTES],
+            mem,
+        };
+        let mut iov = libc::iovec {
+            iov_base: borrowed.xstate.as_mut_ptr().cast(),
+            iov_len: borrowed.xstate.len(),
+        };
+        // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
+        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, arch::VECTOR_REGSET, &mut iov) } != 0
+        {
+            return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
+        }
+        borrowed.xstate.truncate(iov.iov_len);
+        Ok(borrowed)
+    }
+
+    /// The borrowed thread.
+    pub fn tid(&self) -> u32 {
+        self.thread.tid
+    }
+
+    /// Its registers as they were when it was stopped (and are again between calls).
+    fn saved_regs(&self) -> &arch::Regs {
+        &self.regs
+    }
+
+    /// The process's memory.
+    pub fn memory(&self) -> &Memory {
+        &self.mem
+    }
+
+    /// Writes `bytes` into the process at `addr`.
+    pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), LaunchError> {
+        self.mem.write(addr, bytes)
+    }
+
     /// Reads a NUL-terminated string of the process at `addr` (at most 4 KiB).
     pub fn read_c_string(&self, addr: u64) -> String {
         let mut buf = vec![0u8; 4096];
-        let n = self.mem.read_at(&mut buf, addr).unwrap_or(0);
+        let n = self.mem.read(addr, &mut buf);
         buf.truncate(n);
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         String::from_utf8_lossy(&buf[..end]).into_owned()
@@ -385,10 +557,13 @@ impl Borrowed {
         self.write(sp, &0u64.to_ne_bytes())?;
         let mut regs = saved;
         arch::set_up_call(&mut regs, function, sp, values);
-        self.set_regs(&regs)?;
+        self.thread.set_regs(&regs)?;
         let result = self.run_until_return();
         // Restore whatever happened: the thread must go on as if nothing had.
-        let restored = self.set_regs(&saved).and_then(|()| self.restore_xstate());
+        let restored = self
+            .thread
+            .set_regs(&saved)
+            .and_then(|()| self.restore_xstate());
         let rax = result?;
         restored?;
         Ok(rax)
@@ -403,13 +578,13 @@ impl Borrowed {
         if unsafe {
             libc::ptrace(
                 libc::PTRACE_SETREGSET,
-                self.tid,
+                self.thread.tid,
                 arch::VECTOR_REGSET,
                 &mut iov,
             )
         } != 0
         {
-            return Err(ptrace_error(self.pid, "ptrace(PTRACE_SETREGSET)"));
+            return Err(ptrace_error(self.thread.pid, "ptrace(PTRACE_SETREGSET)"));
         }
         Ok(())
     }
@@ -421,36 +596,36 @@ impl Borrowed {
         let mut signal = 0;
         loop {
             // SAFETY: resuming our tracee.
-            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.tid, 0, signal) } != 0 {
-                return Err(ptrace_error(self.pid, "ptrace(PTRACE_CONT)"));
+            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.thread.tid, 0, signal) } != 0 {
+                return Err(ptrace_error(self.thread.pid, "ptrace(PTRACE_CONT)"));
             }
             signal = 0;
             let status = loop {
-                match wait_nohang(self.tid) {
+                match wait_nohang(self.thread.tid) {
                     Ok(Some(s)) => break s,
                     Ok(None) if started.elapsed() > CALL_TIMEOUT => {
                         return Err(LaunchError::CannotAttach {
-                            pid: self.pid,
+                            pid: self.thread.pid,
                             why: format!(
                                 "its thread {} did not come back from the loader within {:?} \
                                  (it may hold a lock the loader needs); the process is left as it is",
-                                self.tid, CALL_TIMEOUT
+                                self.thread.tid, CALL_TIMEOUT
                             ),
                         });
                     }
                     Ok(None) => std::thread::sleep(Duration::from_micros(200)),
                     Err(e) => {
                         return Err(LaunchError::CannotAttach {
-                            pid: self.pid,
-                            why: format!("waiting for its thread {}: {e}", self.tid),
+                            pid: self.thread.pid,
+                            why: format!("waiting for its thread {}: {e}", self.thread.tid),
                         })
                     }
                 }
             };
             if !libc::WIFSTOPPED(status) {
-                self.released = true; // nothing left to let go
+                self.thread.released = true; // nothing left to let go
                 return Err(LaunchError::CannotAttach {
-                    pid: self.pid,
+                    pid: self.thread.pid,
                     why: "it ended during the call".into(),
                 });
             }
@@ -459,12 +634,12 @@ impl Borrowed {
             }
             let sig = libc::WSTOPSIG(status);
             if sig == libc::SIGSEGV {
-                let regs = self.get_regs()?;
+                let regs = self.thread.get_regs()?;
                 if let Some(value) = arch::returned(&regs) {
                     return Ok(value);
                 }
                 return Err(LaunchError::CannotAttach {
-                    pid: self.pid,
+                    pid: self.thread.pid,
                     why: format!(
                         "the call crashed at {:#x} (SIGSEGV); its state was restored",
                         arch::instruction_pointer(&regs)
@@ -472,31 +647,22 @@ impl Borrowed {
                 });
             }
             // Any other signal is the program's: delivered when the thread is let go.
-            self.pending_signal = sig;
+            self.thread.pending_signal = sig;
         }
     }
 
     /// Lets the thread go on where it was, with any signal that arrived meanwhile.
     pub fn release(mut self) -> Result<(), LaunchError> {
-        self.let_go()
-    }
-
-    fn let_go(&mut self) -> Result<(), LaunchError> {
-        if std::mem::replace(&mut self.released, true) {
-            return Ok(());
-        }
-        // SAFETY: detaching our tracee, delivering the signal it had pending.
-        if unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending_signal) } != 0 {
-            return Err(ptrace_error(self.pid, "ptrace(PTRACE_DETACH)"));
-        }
-        Ok(())
+        self.thread.let_go()
     }
 }
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
-        let _ = self.set_regs(&self.regs.clone());
-        let _ = self.let_go();
+        if !self.thread.released {
+            let _ = self.thread.set_regs(&self.regs.clone());
+        }
+        let _ = self.thread.let_go();
     }
 }
 
@@ -506,15 +672,6 @@ pub enum Arg<'a> {
     Int(u64),
     /// A string, copied into the process and passed by address.
     Str(&'a str),
-}
-
-fn wait(tid: u32) -> std::io::Result<i32> {
-    let mut status = 0;
-    // SAFETY: waiting for our tracee.
-    if unsafe { libc::waitpid(tid as i32, &mut status, libc::__WALL) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(status)
 }
 
 fn wait_nohang(tid: u32) -> std::io::Result<Option<i32>> {
@@ -540,7 +697,7 @@ pub fn load_library(pid: u32, library: &Path) -> Result<Borrowed, LaunchError> {
 /// Calls `dlopen(library, RTLD_NOW)` (the loader's, at `dlopen`) on the borrowed thread; the loader's
 /// own message when it fails.
 fn dlopen_in(thread: &mut Borrowed, dlopen: u64, library: &Path) -> Result<(), LaunchError> {
-    let pid = thread.pid;
+    let pid = thread.thread.pid;
     let path = library.to_string_lossy();
     let handle = thread.call(dlopen, &[Arg::Str(&path), Arg::Int(libc::RTLD_NOW as u64)])?;
     if handle == 0 {
@@ -563,7 +720,7 @@ fn dlopen_in(thread: &mut Borrowed, dlopen: u64, library: &Path) -> Result<(), L
 /// 2.27) or the call fails: the recording then runs without a salvage; a descriptor made that we could
 /// not open is still handed to the runtime, which closes it.
 pub fn memfd_in(thread: &mut Borrowed) -> Option<(i32, Option<std::os::fd::OwnedFd>)> {
-    let pid = thread.pid;
+    let pid = thread.thread.pid;
     let create = symbol_in(pid, is_libc, &["memfd_create"]).ok()?;
     let name = ferrotrace_core::shared::MEMFD_NAME;
     let fd = thread

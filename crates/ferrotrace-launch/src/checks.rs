@@ -149,7 +149,7 @@ pub fn check_live(program: &Program, spec: &RuntimeSpec) -> Result<(), LaunchErr
 /// entries at run time (the runtime does so when the executable has no instrumentation), or `None`
 /// when that traces nothing: none of the executable's functions can be patched and `-P` names no
 /// library function (`libraries`: -P was given).
-fn dynamic_line(path: &Path, libraries: bool) -> Option<String> {
+pub(crate) fn dynamic_line(path: &Path, libraries: bool) -> Option<String> {
     let funcs = ferrotrace_reader::binary::entry_patchable(path).unwrap_or_default();
     let traceable = funcs.iter().filter(|f| f.verdict.is_ok()).count();
     if traceable == 0 && !libraries {

@@ -56,22 +56,9 @@ fn live_running(pid: u32, spec: RuntimeSpec) -> Result<ExitCode, Error> {
     use ferrotrace_launch::attach::record::{record, Ending};
     let library = ferrotrace_launch::start::preload_library()?;
     let mut out = std::io::stdout().lock();
-    let attached = record(
-        pid,
-        &library,
-        spec,
-        None,
-        Some(&mut out),
-        |pause, warnings| {
-            for w in warnings {
-                say!("ferrotrace: warning: {w}");
-            }
-            say!(
-            "ferrotrace: printing process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
-            pause.as_secs_f64() * 1e3
-        )
-        },
-    )?;
+    let attached = record(pid, &library, spec, None, Some(&mut out), |started| {
+        super::record::say_started(pid, "printing", started)
+    })?;
     if attached.ending == Ending::ProcessEnded {
         say!("ferrotrace: process {pid} ended");
     }

@@ -304,6 +304,25 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     Ok(exit_code_of(&ended, &program.path))
 }
 
+/// What `record -p` and `live -p` say once the runtime runs in process `pid` (`doing` it).
+pub(crate) fn say_started(pid: u32, doing: &str, started: &launch::attach::record::Started) {
+    for w in started.warnings {
+        say!("ferrotrace: warning: {w}");
+    }
+    if started.entries_patched > 0 {
+        say!(
+            "ferrotrace: process {pid} has no instrumentation: {} function entries patched, every \
+             thread stopped for {:.1} ms meanwhile (put back when the recording stops)",
+            started.entries_patched,
+            started.threads_held.as_secs_f64() * 1e3
+        );
+    }
+    say!(
+        "ferrotrace: {doing} process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
+        started.pause.as_secs_f64() * 1e3
+    )
+}
+
 /// `record -p PID`: records the running process until Ctrl-C, `--duration` or its end.
 fn record_running(
     pid: u32,
@@ -313,22 +332,10 @@ fn record_running(
 ) -> Result<ExitCode, Error> {
     use launch::attach::record::Ending;
     let library = launch::start::preload_library()?;
-    let attached = launch::attach::record::record(
-        pid,
-        &library,
-        spec,
-        args.duration,
-        None,
-        |pause, warnings| {
-            for w in warnings {
-                say!("ferrotrace: warning: {w}");
-            }
-            say!(
-            "ferrotrace: recording process {pid} (held for {:.1} ms while attaching); Ctrl-C stops",
-            pause.as_secs_f64() * 1e3
-        )
-        },
-    )?;
+    let attached =
+        launch::attach::record::record(pid, &library, spec, args.duration, None, |started| {
+            super::record::say_started(pid, "recording", started)
+        })?;
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),

@@ -862,3 +862,41 @@ pub fn trace_chunks(b: &[u8]) -> Vec<(usize, usize, usize)> {
     }
     v
 }
+
+/// The code of executable `exe` as process `pid` has it (`/proc/PID/mem`) and as its file has it, over
+/// the executable's code mapping: `(link-time address of the first byte, memory, file)`, of one length.
+pub fn exe_code_in_memory_and_file(pid: u32, exe: &Path) -> (u64, Vec<u8>, Vec<u8>) {
+    use object::{Object, ObjectSegment};
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::read(exe).unwrap();
+    let elf = object::File::parse(&*file).unwrap();
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let exe_path = exe.canonicalize().unwrap();
+    let line = maps
+        .lines()
+        .find(|l| l.contains(" r-xp ") && l.ends_with(exe_path.to_str().unwrap()))
+        .expect("the executable's code mapping");
+    let mut f = line.split_whitespace();
+    let (range, offset) = (f.next().unwrap(), f.nth(1).unwrap());
+    let (lo, hi) = range.split_once('-').unwrap();
+    let (lo, hi) = (
+        u64::from_str_radix(lo, 16).unwrap(),
+        u64::from_str_radix(hi, 16).unwrap(),
+    );
+    let offset = u64::from_str_radix(offset, 16).unwrap();
+    // The code segment (the mapping starts at the page holding its first byte, which may belong to
+    // the segment before it in the file).
+    let segment = elf
+        .segments()
+        .find(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .unwrap();
+    let vaddr_of_start = (segment.address() + offset).wrapping_sub(segment.file_range().0);
+    let len = (hi - lo).min(file.len() as u64 - offset) as usize;
+    let mut memory = vec![0u8; len];
+    std::fs::File::open(format!("/proc/{pid}/mem"))
+        .unwrap()
+        .read_exact_at(&mut memory, lo)
+        .unwrap();
+    let on_disk = file[offset as usize..offset as usize + len].to_vec();
+    (vaddr_of_start, memory, on_disk)
+}

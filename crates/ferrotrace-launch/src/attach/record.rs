@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use ferrotrace_core::env::RuntimeSpec;
 use ferrotrace_core::schema::source::HOW_TO_BUILD;
 
+use super::entries::{self, Patched};
 use super::{check, dlopen_in, loader_symbol, memfd_in, symbol_in, Arg, Borrowed};
 use crate::salvage::{Death, SalvageError, Salvaged};
 use crate::LaunchError;
@@ -48,6 +49,21 @@ pub enum Ending {
     ProcessEnded,
     /// We closed the control channel, but the runtime did not say it was done within [`STOP_LIMIT`].
     NoAnswer,
+}
+
+/// What the host is told once an attached recording runs.
+#[derive(Debug)]
+pub struct Started<'a> {
+    /// How long the borrowed thread was held (and, when entries were patched, every thread for the
+    /// time it took).
+    pub pause: Duration,
+    /// The runtime's warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording
+    /// says it), and the functions whose entries were left unpatched and why.
+    pub warnings: &'a [String],
+    /// Function entries of uninstrumented code patched ([`entries::write()`]).
+    pub entries_patched: usize,
+    /// How long every thread was stopped while they were (the borrowed one is held longer).
+    pub threads_held: Duration,
 }
 
 /// What an attached recording did.
@@ -262,8 +278,7 @@ impl LiveCopy<'_> {
 
 /// Records process `pid` with the runtime `library` (the preload library) as `spec` says (its output
 /// an absolute path the process can write) until a signal to us, `duration` or the process's end.
-/// `started` is called once the recording runs, with the pause the process saw and the runtime's
-/// warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording says it). With `live`, the
+/// `started` is called once the recording runs ([`Started`]). With `live`, the
 /// runtime also prints the events as they happen, copied there (and its trace goes to a private
 /// directory, removed at the end).
 pub fn record(
@@ -272,12 +287,12 @@ pub fn record(
     mut spec: RuntimeSpec,
     duration: Option<Duration>,
     live: Option<&mut dyn std::io::Write>,
-    started: impl FnOnce(Duration, &[String]),
+    started: impl FnOnce(&Started),
 ) -> Result<Attached, LaunchError> {
     check(pid)?;
     let exe = PathBuf::from(format!("/proc/{pid}/exe"));
     let facts = crate::program::inspect(&exe)?;
-    let name = std::fs::read_link(&exe).unwrap_or(exe);
+    let name = std::fs::read_link(&exe).unwrap_or_else(|_| exe.clone());
     // A program that links the runtime is recorded by its own copy: no library to load.
     let linked = if facts.links_runtime {
         Some(linked_entry(pid, &name)?)
@@ -301,13 +316,14 @@ pub fn record(
             ),
         ));
     }
-    if facts.instrumentation == 0 && !tracepoints {
+    let uninstrumented = facts.instrumentation == 0 && !facts.links_runtime;
+    if uninstrumented && crate::checks::dynamic_line(&exe, !spec.patch.is_empty()).is_none() {
         return Err(error(
             pid,
             format!(
-                "this binary ({}) has no patchable sites: uninstrumented functions are traced by \
-                 patching their entries only when `record -- PROGRAM` starts the program, not while \
-                 attached; {HOW_TO_BUILD}",
+                "this binary ({}) has no patchable sites: none of its functions can have its entry \
+                 patched (`ferrotrace list --dynamic` says why) and no -P names library functions; \
+                 {HOW_TO_BUILD}",
                 name.display()
             ),
         ));
@@ -370,9 +386,18 @@ pub fn record(
         }
         thread.call(entry, &[Arg::Str(&spec.to_lines())])
     });
+    // The runtime runs: the entries it prepared are patched now, the borrowed thread still held and
+    // every other thread stopped.
+    let patched = match called {
+        Ok(0) => entries::write(&thread, entries::listed(dir.path())),
+        _ => Ok(Patched::default()),
+    };
     let released = thread.release();
     let pause = seized.elapsed();
     let rc = called? as u32 as i32;
+    // Failed: the process ended (said as such, before the release's failure), or its code could not
+    // be written; returning closes the control channel, which stops the runtime.
+    let patched = patched?;
     released?;
     if rc != 0 {
         let why = std::fs::read_to_string(dir.path().join("error"))
@@ -380,13 +405,37 @@ pub fn record(
             .unwrap_or_else(|_| format!("its runtime refused to start (code {rc})"));
         return Err(error(pid, why));
     }
-    let warnings =
+    let mut warnings: Vec<String> =
         std::fs::read_to_string(dir.path().join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
-            .unwrap_or_default();
-    started(
+            .unwrap_or_default()
+            .lines()
+            .map(String::from)
+            .collect();
+    for (names, why) in [
+        (
+            &patched.thread_inside,
+            "a thread was inside the first instructions its jump replaces",
+        ),
+        (
+            &patched.changed,
+            "its first bytes changed since the runtime read them",
+        ),
+    ] {
+        if !names.is_empty() {
+            warnings.push(format!(
+                "{} function{} left untraced, {why}: {}",
+                names.len(),
+                if names.len() == 1 { "" } else { "s" },
+                names.join(", ")
+            ));
+        }
+    }
+    started(&Started {
         pause,
-        &warnings.lines().map(String::from).collect::<Vec<_>>(),
-    );
+        warnings: &warnings,
+        entries_patched: patched.written.len(),
+        threads_held: patched.threads_held,
+    });
     let mut fds = vec![pidfd.as_raw_fd(), signals.fd.as_raw_fd()];
     if let Some(l) = &live {
         fds.push(l.fifo.as_raw_fd());
@@ -425,6 +474,20 @@ pub fn record(
             None => {}
         }
     };
+    // The entries back first, every thread stopped again; the runtime, told to stop, then finds
+    // them as they were.
+    if let Err(e) = entries::restore(pid, &patched) {
+        if crate::attach::process_ended(pid) {
+            return Ok(Attached {
+                pid,
+                pause,
+                ending: Ending::ProcessEnded,
+                pool,
+                death: Death::of_zombie(pid),
+            });
+        }
+        return Err(e);
+    }
     drop(fifo);
     let done = dir.path().join("done");
     let asked = Instant::now();

@@ -11,6 +11,21 @@ pub(crate) const VECTOR_REGSET: libc::c_int = 0x202;
 /// a call made on a borrowed thread starts below them.
 pub(crate) const RED_ZONE: u64 = 128;
 
+/// Where a thread stopped with these registers runs its next instruction, and where it may run it
+/// instead: stopped in a system call that the kernel restarts when it resumes, it goes back over the
+/// `syscall` instruction (2 bytes) first.
+pub(crate) fn resumes_at(regs: &Regs) -> [u64; 2] {
+    let in_syscall = regs.orig_rax != u64::MAX;
+    [
+        regs.rip,
+        if in_syscall {
+            regs.rip.wrapping_sub(2)
+        } else {
+            regs.rip
+        },
+    ]
+}
+
 /// The stack pointer.
 pub(crate) fn stack_pointer(regs: &Regs) -> u64 {
     regs.rsp

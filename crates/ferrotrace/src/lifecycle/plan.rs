@@ -57,6 +57,19 @@ impl Occasion {
         self == Occasion::StartUp
     }
 
+    /// Who writes the jumps at the entries of uninstrumented functions, if any are patched: no thread
+    /// may be inside the bytes a jump replaces. At start-up the process has one thread and the runtime
+    /// writes them; in an attach the host does, with every thread of the process stopped (it holds
+    /// them with ptrace; see `ferrotrace_launch::attach::entries`); an in-program recording has
+    /// neither, and patches no entry.
+    pub fn entry_jumps(self) -> Option<sites::EntryJumps> {
+        match self {
+            Occasion::StartUp => Some(sites::EntryJumps::Here),
+            Occasion::Attach => Some(sites::EntryJumps::Host),
+            Occasion::InProgram => None,
+        }
+    }
+
     /// The recorders' start hooks run: they read the environment (`FERROTRACE_TRACE`, the allocation
     /// settings), which is not safe while other threads may change it, and an attach records neither
     /// allocations nor the environment's tracepoints (its own are enabled by its last step).
@@ -228,14 +241,43 @@ impl Plan {
             say!("ferrotrace: {label}{problem}");
             return;
         };
-        use std::io::Write;
-        if let Ok(mut f) = std::fs::OpenOptions::new()
-            .append(true)
-            .create(true)
-            .open(dir.join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
-        {
-            let _ = writeln!(f, "{problem}");
-        }
+        warn_host(dir, problem);
+    }
+}
+
+/// An attach: lists the entry jumps left to the host in the file beside its control FIFO (at
+/// `control_path`; [`ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE`]); the host writes them once the
+/// attach returns.
+fn hand_to_host(control_path: Option<&Path>, jumps: &[ferrotrace_core::env::EntryJump]) {
+    let Some(dir) = control_path.and_then(Path::parent) else {
+        return;
+    };
+    if jumps.is_empty() {
+        return;
+    }
+    let lines: String = jumps.iter().map(|j| j.to_line() + "\n").collect();
+    if let Err(e) = std::fs::write(
+        dir.join(ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE),
+        lines,
+    ) {
+        warn_host(
+            dir,
+            &Problem::Failed(format!(
+                "the function entries to patch could not be handed to ferrotrace ({e}): left untraced"
+            )),
+        );
+    }
+}
+
+/// Appends `problem` to the warnings the host prints (in `dir`, the control FIFO's directory).
+fn warn_host(dir: &Path, problem: &Problem) {
+    use std::io::Write;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(dir.join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
+    {
+        let _ = writeln!(f, "{problem}");
     }
 }
 
@@ -312,6 +354,9 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
             for line in found.unmatched_patterns(&plan.config) {
                 plan.say(&Problem::NoneSelected(line));
             }
+            if !found.refused.is_empty() && !plan.config.patch.is_empty() {
+                plan.say(&Problem::Unpatchable(found.refused.clone()));
+            }
             Ok(())
         }
         // A process the traced one started says nothing: it records what it has, if anything.
@@ -349,14 +394,19 @@ pub fn check_selection(plan: &Plan, found: &discovery::Discovery) -> Result<(), 
 pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     let prepared = prepare(plan.occasion)?;
     let mut known = discovery::Known {
-        // Other threads may run through the code an attach or an in-program recording patches: no
-        // entry patching then (a thread could be inside the bytes being replaced). Nor for
-        // allocations alone: functions are patched when `-P` names them.
-        entry_patching_off: !plan.occasion.one_thread()
+        // Only when someone can write the jumps with no thread inside a window
+        // ([`Occasion::entry_jumps`]). Nor for allocations alone: functions are patched when `-P`
+        // names them.
+        entry_patching_off: plan.occasion.entry_jumps().is_none()
             || (plan.alloc.is_some() && plan.config.patch.is_empty()),
         ..discovery::Known::default()
     };
     let found = discovery::discover(&plan.config, plan.role == Role::Preload, &mut known)?;
+    if plan.occasion.entry_jumps() == Some(sites::EntryJumps::Host) {
+        // Objects the program loads later are patched by the collector's rescan, with no host there
+        // to stop the threads: their entries are left alone.
+        known.entry_patching_off = true;
+    }
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     check_selection(&plan, &found)?;
@@ -417,7 +467,7 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
         .occasion
         .one_thread()
         // SAFETY: `found` is discover's answer, unchanged.
-        .then(|| unsafe { sites::patch(&found, &program.targets) });
+        .then(|| unsafe { sites::patch(&found, &program.targets, sites::EntryJumps::Here) });
     // The collector waits for something to write, unless it has work of its own from the start
     // (live printing, the flight ring's dumps) or its thread's early allocations would be recorded
     // (--alloc). Only in the preload library at start-up, whose `dlopen` rescans itself: the linked
@@ -439,12 +489,19 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
     // Fails only if a signal finished the trace already: then nothing records.
     rt.lifecycle.start_recording();
     match patched_early {
-        Some(patched) => patched?,
+        Some(patched) => {
+            patched?;
+        }
         None => {
-            // SAFETY: as above.
-            if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
+            let who = plan
+                .occasion
+                .entry_jumps()
+                .unwrap_or(sites::EntryJumps::Here);
+            // SAFETY: as above; with other threads running, entries are patched only by the host.
+            match unsafe { sites::patch(&found, &rt.program.targets, who) } {
+                Ok(jumps) => hand_to_host(plan.control_path.as_deref(), &jumps),
                 // What was patched records; the host (or the program) stops it as usual.
-                say!("ferrotrace: patching failed: {e}");
+                Err(e) => say!("ferrotrace: patching failed: {e}"),
             }
         }
     }

@@ -703,7 +703,8 @@ pub fn rescan() {
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
     // SAFETY: `found` is discover's answer, unchanged.
-    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets) } {
+    // (An attached runtime's rescans find no entries to patch: discovery leaves them alone.)
+    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets, sites::EntryJumps::Here) } {
         say!("ferrotrace: patching newly loaded objects failed: {e}");
     }
 }

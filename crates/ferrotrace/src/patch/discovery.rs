@@ -531,8 +531,9 @@ pub struct Known {
     /// The executable has no instrumentation: functions are traced by patching their entries
     /// ([`Scope::add_entry_patches`]).
     pub dynamic: bool,
-    /// Entry patching is off: other threads run while discovery's answer is patched (an attach, an
-    /// in-program recording: a thread may be inside the instructions a jump would replace), or the
+    /// Entry patching is off: other threads run while discovery's answer is patched and nothing stops
+    /// them (an in-program recording, an attached runtime's rescans: a thread may be inside the
+    /// instructions a jump would replace), or the
     /// recording asked for allocations and named no function to patch (`record --alloc` of an
     /// uninstrumented program is heaptrack's view: every function patched was never asked for).
     pub entry_patching_off: bool,
@@ -616,6 +617,7 @@ pub fn discover(
         // too: the executable itself, and libraries when -P names what to patch.
         let patch_entries = uninstrumented
             && known.dynamic
+            && !known.entry_patching_off
             && (module_id == 0 || !config.patch.is_empty())
             && !l
                 .path

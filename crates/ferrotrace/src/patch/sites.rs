@@ -8,6 +8,7 @@
 use ferrotrace_core::mcount::{is_nop5, Flavor};
 
 use ferrotrace_core::entry_patch::Window;
+use ferrotrace_core::env::EntryJump;
 
 use crate::arch::patch::{
     jmp_rip_abs64, rel32, xray_sled_first_byte, xray_sled_patched, CALL_REL32, JMP_REL32,
@@ -84,6 +85,16 @@ pub fn unpatch_all() -> usize {
         restored += 1;
     }
     restored
+}
+
+/// Who writes the jumps at the entries of functions patched in uninstrumented code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EntryJumps {
+    /// This runtime, as it patches: no other thread runs (start-up, before the collector exists).
+    Here,
+    /// The host that attached (`record -p`), with every thread of the process stopped and none inside
+    /// a window: [`patch`] builds the trampolines and returns the jumps instead of writing them.
+    Host,
 }
 
 /// Where patched code goes, through a stub page near each object: the XRay trampolines and the mcount
@@ -206,18 +217,20 @@ fn map_near(lo: u64, hi: u64, len: u64) -> Result<u64, String> {
 
 /// Builds the trampolines of the functions of one object whose entries are patched (`funcs`: those
 /// with a window), in fresh memory near them, hands their keys to the hooks' table, then writes each
-/// entry's jump; the hook is `hook`. Functions whose window cannot move there are left unpatched and
-/// counted in the result.
+/// entry's jump, or (`who`: [`EntryJumps::Host`]) adds it to `for_host`; the hook is `hook`. Functions
+/// whose window cannot move there are left unpatched and counted in the result.
 ///
 /// # Safety
 /// Each window is one the entry-patch analysis accepted for a function of a loaded object, in pages
-/// `patcher` made writable, and no thread runs in a window (the process has one thread, or the others
-/// are stopped outside every window).
+/// `patcher` made writable, and, when the jumps are written here, no thread runs in a window (the
+/// process has one thread).
 unsafe fn patch_entries(
     patcher: &Patcher,
     funcs: &[&Function],
     hook: u64,
+    who: EntryJumps,
     patched: &mut Vec<Patched>,
+    for_host: &mut Vec<EntryJump>,
 ) -> Result<usize, String> {
     use crate::arch::entry_patch::{trampoline, CALL_LEN, SLOT};
     let windows: Vec<(&Function, Window)> =
@@ -251,7 +264,7 @@ unsafe fn patch_entries(
         keys.push((at + CALL_LEN, mcount_sites::record_word(f.id)));
         let mut old = [0u8; 5];
         old.copy_from_slice(&replaced[..5]);
-        jumps.push((w.at, old, jump));
+        jumps.push((*f, *w, old, jump));
     }
     // SAFETY: our memory, filled.
     if unsafe {
@@ -269,11 +282,28 @@ unsafe fn patch_entries(
     }
     // The hooks must know a trampoline's key before any thread can reach it.
     mcount_sites::publish(&keys);
-    for (site, old, jump) in jumps {
-        // SAFETY: an accepted window in a writable page, no thread inside it (the caller's contract);
-        // its trampoline is in place.
-        if unsafe { patcher.poke5(site as usize, old, jump) } {
-            patched.push(Patched::Five(site, old, jump));
+    for (f, w, old, jump) in jumps {
+        match who {
+            EntryJumps::Here => {
+                // SAFETY: an accepted window in a writable page, no thread inside it (the caller's
+                // contract); its trampoline is in place.
+                if unsafe { patcher.poke5(w.at as usize, old, jump) } {
+                    patched.push(Patched::Five(w.at, old, jump));
+                }
+            }
+            EntryJumps::Host => {
+                // Listed as patched too: if the host cannot put the bytes back at the stop (it was
+                // killed), `unpatch_all` does, while threads run (a thread is never inside a 5-byte
+                // jump); where the host did, or never wrote the jump, it finds the original bytes.
+                patched.push(Patched::Five(w.at, old, jump));
+                for_host.push(EntryJump {
+                    site: w.at,
+                    window: w.len,
+                    original: old,
+                    jump,
+                    function: crate::lifecycle::config::display_name(&f.name),
+                });
+            }
         }
     }
     Ok(refused)
@@ -281,15 +311,22 @@ unsafe fn patch_entries(
 
 /// Patches every sled and patchable NOP of the selected functions (one batch of the text patcher), and
 /// hands the mcount call sites to the hooks' table. Safe while other threads run through them. Patched
-/// code goes to `targets`.
+/// code goes to `targets`. Entries of uninstrumented functions get their trampolines; their jumps are
+/// written as `entry_jumps` says: the jumps left to the host are returned.
 ///
 /// # Safety
 /// `found` is what [`discover`](crate::patch::discovery::discover) returned, unchanged: every sled and NOP address is one of a loaded
-/// object's instrumentation, and anything else would be overwritten with a call.
-pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> {
+/// object's instrumentation, and anything else would be overwritten with a call. With
+/// [`EntryJumps::Here`], no other thread runs while its entries are patched.
+pub unsafe fn patch(
+    found: &Discovery,
+    targets: &Targets,
+    entry_jumps: EntryJumps,
+) -> Result<Vec<EntryJump>, String> {
     mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
     let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut for_host = Vec::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
             .functions
@@ -309,8 +346,17 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
             .map_err(|e| format!("{}: {e}", module.path.display()))?;
         if funcs.iter().any(|f| f.entry.is_some()) {
             // SAFETY: windows from discovery's analysis (the caller's contract), made writable above.
-            unsafe { patch_entries(&patcher, &funcs, targets.fentry, &mut patched) }
-                .map_err(|e| format!("{}: {e}", module.path.display()))?;
+            unsafe {
+                patch_entries(
+                    &patcher,
+                    &funcs,
+                    targets.fentry,
+                    entry_jumps,
+                    &mut patched,
+                    &mut for_host,
+                )
+            }
+            .map_err(|e| format!("{}: {e}", module.path.display()))?;
             continue;
         }
         let stub = stub_page_near(lo, hi, targets)?;
@@ -345,7 +391,7 @@ pub unsafe fn patch(found: &Discovery, targets: &Targets) -> Result<(), String> 
             }
         }
     }
-    Ok(())
+    Ok(for_host)
 }
 
 /// An attached runtime, which interposes nothing: points the GOT slots through which objects call
