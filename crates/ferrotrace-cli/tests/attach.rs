@@ -168,10 +168,15 @@ fn stopped_trace(path: &Path) -> Trace {
 /// Before, during (`during` requests) and after one recording: every answer the same as unrecorded,
 /// and exactly the requests made while attached in the trace.
 fn one_recording(server: &Server, dir: &Path, name: &str, during: usize) {
+    one_recording_with(server, dir, name, during, &["-F", "handle"]);
+}
+
+/// [`one_recording`] with `record -p`'s options `opts`.
+fn one_recording_with(server: &Server, dir: &Path, name: &str, during: usize, opts: &[&str]) {
     let mut client = Client::connect(server.port);
     let before = client.ask_many("q", 20);
     let trace = dir.join(format!("{name}.data"));
-    let rec = Recording::start(server.pid(), &trace, &["-F", "handle"]);
+    let rec = Recording::start(server.pid(), &trace, opts);
     let while_recorded = client.ask_many("q", during);
     let said = rec.stop();
     let after = client.ask_many("q", 20);
@@ -225,6 +230,24 @@ fn nop_mcount_line_server(dir: &Path) -> PathBuf {
             "-no-pie",
         ],
     )
+}
+
+/// Issue 35: a server nobody rebuilt (plain `gcc -O2`), its `handle` entry patched while it serves:
+/// every answer the same before, during and after, exact counts, its code equal to the file after
+/// each detach, and attached again.
+#[test]
+fn plain_c_server_entry_patched_while_it_runs_then_again() {
+    let dir = scratch("attach_plain_c");
+    let exe = build_c(&dir, "gcc", "line_server.c", "line_server_plain", &["-O2"]);
+    let server = Server::start(&exe, &[]);
+    for (name, during) in [("first", 60), ("second", 15)] {
+        one_recording_with(&server, &dir, name, during, &["-P", "^handle$"]);
+        let (_, memory, file) = exe_code_in_memory_and_file(server.pid(), &exe);
+        assert!(
+            memory == file,
+            "{name}: the code differs from the file after the detach"
+        );
+    }
 }
 
 #[test]
