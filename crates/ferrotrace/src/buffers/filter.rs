@@ -514,26 +514,28 @@ mod tests {
         assert_eq!(run(false, None, &[], events), events.to_vec());
     }
 
-    /// `(tsc, kind, id)` events through a `-t` filter of `min` ticks (and `-F X` with `include`), in
-    /// the chunks given; what each chunk lets out.
-    fn timed(
-        include: bool,
-        min: u64,
-        chunks: &[&[(u64, EventKind, u32)]],
-    ) -> Vec<Vec<(u64, EventKind, u32)>> {
+    /// A timed event: `(tsc, kind, function id)`.
+    type Timed = (u64, EventKind, u32);
+
+    /// What `f` lets out of thread 7's `events` (one chunk), X's flags being `x_flags`.
+    fn through(f: &mut Filter, x_flags: u8, events: &[Timed]) -> Vec<Timed> {
+        let records: Vec<Record> = events
+            .iter()
+            .map(|&(t, k, id)| Record::new(t, k, id))
+            .collect();
+        f.apply(7, &records, |id| if id == X { x_flags } else { 0 })
+            .iter()
+            .map(|r| (r.tsc, r.kind().unwrap(), r.id()))
+            .collect()
+    }
+
+    /// Events through a `-t` filter of `min` ticks (and `-F X` with `include`), in the chunks given;
+    /// what each chunk lets out.
+    fn timed(include: bool, min: u64, chunks: &[&[Timed]]) -> Vec<Vec<Timed>> {
         let mut f = Filter::new(include, None, min);
         chunks
             .iter()
-            .map(|events| {
-                let records: Vec<Record> = events
-                    .iter()
-                    .map(|&(t, k, id)| Record::new(t, k, id))
-                    .collect();
-                f.apply(7, &records, |id| if id == X { INCLUDE } else { 0 })
-                    .iter()
-                    .map(|r| (r.tsc, r.kind().unwrap(), r.id()))
-                    .collect()
-            })
+            .map(|events| through(&mut f, INCLUDE, events))
             .collect()
     }
 
@@ -573,8 +575,8 @@ mod tests {
     fn time_filter_holds_entries_across_chunks_and_lets_events_out_in_order() {
         // The entry of X comes out with the chunk in which X has lasted long enough; a tracepoint
         // inside a young call writes the calls it is in first.
-        let first: &[(u64, EventKind, u32)] = &[(0, E, X), (5, E, Y)];
-        let second: &[(u64, EventKind, u32)] = &[
+        let first: &[Timed] = &[(0, E, X), (5, E, Y)];
+        let second: &[Timed] = &[
             (6, EventKind::Tracepoint, 9),
             (8, R, Y),
             (12, E, Z),
@@ -598,21 +600,10 @@ mod tests {
         assert!(out[0].is_empty(), "{out:?}");
     }
 
-    /// `(tsc, kind, id)` events through a filter of `-t min` with trigger 0 (`trigger`) on X.
-    fn triggered(
-        min: u64,
-        trigger: Trigger,
-        events: &[(u64, EventKind, u32)],
-    ) -> Vec<(u64, EventKind, u32)> {
+    /// Events through a filter of `-t min` with trigger 0 (`trigger`) on X.
+    fn triggered(min: u64, trigger: Trigger, events: &[Timed]) -> Vec<Timed> {
         let mut f = Filter::new(false, None, min).with_triggers(vec![trigger]);
-        let records: Vec<Record> = events
-            .iter()
-            .map(|&(t, k, id)| Record::new(t, k, id))
-            .collect();
-        f.apply(7, &records, |id| if id == X { trigger_flag(0) } else { 0 })
-            .iter()
-            .map(|r| (r.tsc, r.kind().unwrap(), r.id()))
-            .collect()
+        through(&mut f, trigger_flag(0), events)
     }
 
     #[test]
