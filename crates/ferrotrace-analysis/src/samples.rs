@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::reader::{EventKind, ReadError, SamplerKind, Trace};
+use crate::reader::{EventKind, EventRef, ReadError, SamplerKind, Trace};
 use crate::stacks::FrameTree;
 pub use crate::stacks::{Frame, StackNode};
 
@@ -123,23 +123,15 @@ impl SampleSet {
             return Ok(None);
         }
         let mut tree = FrameTree::new(trace);
-        for th in trace.threads.values() {
-            let mut events = trace.thread_events(th.tid)?;
-            while let Some(e) = events.next_ref() {
-                let e = e?;
-                if e.kind != EventKind::Sample {
-                    continue;
-                }
-                let stack = e.id.checked_sub(1).and_then(|s| tree.leaf(s));
-                on_sample(Sample {
-                    time_ns: e.ts_ns,
-                    tid: e.tid,
-                    event: e.fields[0] as u32,
-                    stack,
-                    weight: e.fields[1],
-                });
-            }
-        }
+        each_sample(trace, |e, stack| {
+            on_sample(Sample {
+                time_ns: e.ts_ns,
+                tid: e.tid,
+                event: e.fields[0] as u32,
+                stack: stack.and_then(|s| tree.leaf(s)),
+                weight: e.fields[1],
+            })
+        })?;
         let end = trace.end;
         Ok(Some(SampleSet {
             pid: trace.session.pid,
@@ -225,6 +217,26 @@ impl SampleSet {
     pub fn weighs_time(&self) -> bool {
         !self.events.is_empty() && self.events.iter().all(|e| e.kind.weighs_time())
     }
+}
+
+/// Calls `f` with each Sample event of `trace` (sampler in `fields[0]`, weight in `fields[1]`), thread
+/// by thread, and its address stack (an index into `trace.stacks`) when it has one: the one reading of
+/// samples, shared by [`SampleSet`] (which names the stacks' frames) and the exporters that keep
+/// addresses ([`crate::dump::pprof`]).
+pub fn each_sample(
+    trace: &Trace,
+    mut f: impl FnMut(&EventRef<'_>, Option<u32>),
+) -> Result<(), ReadError> {
+    for th in trace.threads.values() {
+        let mut events = trace.thread_events(th.tid)?;
+        while let Some(e) = events.next_ref() {
+            let e = e?;
+            if e.kind == EventKind::Sample {
+                f(&e, e.id.checked_sub(1));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Samples and their summed weight per (stack, sampler).

@@ -17,6 +17,8 @@ mod firefox_libs;
 pub mod folded;
 pub mod parquet;
 pub mod perfetto;
+pub mod pprof;
+mod proto;
 pub mod uftrace;
 pub mod window;
 
@@ -41,6 +43,7 @@ pub static FORMATS: &[&dyn Exporter] = &[
     &folded::Folded,
     &firefox::Firefox,
     &parquet::Parquet,
+    &pprof::Pprof,
 ];
 
 /// The format named `name` (as `--format` spells it).

@@ -1,0 +1,433 @@
+//! `dump --format pprof`: the gzipped `profile.proto` of pprof (package `perftools.profiles`,
+//! github.com/google/pprof/blob/main/proto/profile.proto), which `go tool pprof`, Pyroscope, Parca,
+//! Grafana and the cloud profilers read.
+//!
+//! What a trace becomes, by what it holds (the first that applies):
+//! * **samples** (`ferrotrace profile`, perf or `--bpf`): one pprof sample per address stack,
+//!   thread and sampler, with the values `samples/count` and one per sampler: `cpu/nanoseconds`
+//!   (cpu-clock), `off_cpu/nanoseconds`, or `EVENT/count` (probe and tracepoint hits); labels
+//!   `thread` (its name) and `tid`;
+//! * **allocations** (`record --alloc`): one sample per address stack with `alloc_objects/count`,
+//!   `alloc_space/bytes` (every allocation, as `mem` counts them: estimates when sampled) and
+//!   `inuse_objects/count`, `inuse_space/bytes` (the blocks still live at the end: `mem`'s leaks);
+//! * **function calls**: one sample per call path of the calling-context tree with `calls/count`
+//!   and `wall/nanoseconds` (the path's self time), so that pprof's flat is a function's self time
+//!   and its cum the function's total.
+//!
+//! Locations are the trace's own: one per distinct (module, address) of its stack table, with a
+//! line per frame at that address (inlined functions first, as pprof orders them) named by the one
+//! [`Symbolizer`]; for function calls, one per function at its address. Each module is a mapping
+//! with its path and GNU build id (hex), marked symbolized, so that pprof shows our names and a
+//! fleet can still symbolize centrally by build id. The profile is built in memory (bounded by the
+//! distinct stacks) and compressed once.
+
+use std::collections::HashMap;
+use std::io::{self, Write};
+use std::sync::Arc;
+
+use flate2::write::GzEncoder;
+
+use super::proto::{fbytes, fv, msg, varint};
+use super::{stream, Exporter, Options, Samples, Target, Written};
+use crate::cct::Cct;
+use crate::mem::{self, MemReport};
+use crate::progress::Progress;
+use crate::reader::{SamplerKind, Trace, NO_MODULE};
+use crate::samples::{each_sample, thread_label, EventInfo, RenderError, SampleSet};
+use crate::symbolize::Symbolizer;
+
+/// `--format pprof`.
+pub struct Pprof;
+
+impl Exporter for Pprof {
+    fn name(&self) -> &'static str {
+        "pprof"
+    }
+
+    fn about(&self) -> &'static str {
+        "pprof profile.proto, gzipped (go tool pprof, Pyroscope, Parca): samples, allocations, or time per call stack"
+    }
+
+    fn writes_samples(&self) -> Samples {
+        Samples::Always
+    }
+
+    fn write_functions(
+        &self,
+        trace: &Trace,
+        _opts: Options,
+        target: Target<'_>,
+        progress: &mut Progress,
+    ) -> io::Result<Written> {
+        let out = stream(target)?;
+        let (profile, errors) = if has_allocations(trace) {
+            let rep = mem::analyse_totals(trace).map_err(io::Error::other)?;
+            (allocations(trace, &rep), Vec::new())
+        } else {
+            let cct = Cct::build(trace, None, progress).map_err(io::Error::other)?;
+            (function_calls(trace, &cct), cct.errors)
+        };
+        out.write_all(&gzip(&profile)?)?;
+        Ok(Written::from(errors))
+    }
+
+    fn write_samples(
+        &self,
+        trace: &Trace,
+        set: &SampleSet,
+        _opts: Options,
+    ) -> Result<Vec<u8>, RenderError> {
+        let profile = samples(trace, set).map_err(|e| RenderError(e.to_string()))?;
+        gzip(&profile).map_err(|e| RenderError(e.to_string()))
+    }
+}
+
+/// The trace recorded allocations (`record --alloc`).
+fn has_allocations(trace: &Trace) -> bool {
+    trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0
+}
+
+fn gzip(profile: &[u8]) -> io::Result<Vec<u8>> {
+    let mut gz = GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(profile)?;
+    gz.finish()
+}
+
+/// What a location stands for.
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+enum Place {
+    /// An address of the trace's stack table (module, module-relative address).
+    Address(u32, u64),
+    /// A traced function (its id).
+    Function(u32),
+}
+
+/// A profile being built: the encoded body and the tables that intern its strings, functions,
+/// mappings and locations (pprof ids start at 1; string 0 is the empty string).
+struct Profile<'t> {
+    trace: &'t Trace,
+    sym: Option<Symbolizer>,
+    body: Vec<u8>,
+    strings: HashMap<Arc<str>, u64>,
+    string_table: Vec<Arc<str>>,
+    functions: HashMap<(Arc<str>, Arc<str>), u64>,
+    mappings: HashMap<u32, Option<u64>>,
+    locations: HashMap<Place, u64>,
+}
+
+impl<'t> Profile<'t> {
+    /// An empty profile of `trace` whose values are `types` (type, unit).
+    fn new(trace: &'t Trace, types: &[(&str, &str)]) -> Profile<'t> {
+        let mut p = Profile {
+            trace,
+            sym: None,
+            body: Vec::new(),
+            strings: HashMap::new(),
+            string_table: Vec::new(),
+            functions: HashMap::new(),
+            mappings: HashMap::new(),
+            locations: HashMap::new(),
+        };
+        p.string("");
+        for (kind, unit) in types {
+            let (kind, unit) = (p.string(kind), p.string(unit));
+            msg(&mut p.body, 1, |b| {
+                fv(b, 1, kind);
+                fv(b, 2, unit);
+            });
+        }
+        // pprof takes the first mapping for the program's: the executable's, when it is known.
+        if let Some(exe) = trace.modules.iter().find(|m| m.path == trace.session.exe) {
+            p.mapping(exe.id);
+        }
+        fv(&mut p.body, 9, trace.session.start_realtime_ns);
+        let end = trace.clocks.last().map_or(0, |c| c.mono_ns);
+        fv(&mut p.body, 10, end.saturating_sub(trace.start_ns()));
+        p
+    }
+
+    fn string(&mut self, s: &str) -> u64 {
+        if let Some(&id) = self.strings.get(s) {
+            return id;
+        }
+        let s: Arc<str> = s.into();
+        let id = self.string_table.len() as u64;
+        self.string_table.push(s.clone());
+        self.strings.insert(s, id);
+        id
+    }
+
+    fn function(&mut self, name: &Arc<str>, file: &Arc<str>) -> u64 {
+        if let Some(&id) = self.functions.get(&(name.clone(), file.clone())) {
+            return id;
+        }
+        let id = self.functions.len() as u64 + 1;
+        let (n, f) = (self.string(name), self.string(file));
+        msg(&mut self.body, 5, |b| {
+            fv(b, 1, id);
+            fv(b, 2, n);
+            fv(b, 3, n);
+            fv(b, 4, f);
+        });
+        self.functions.insert((name.clone(), file.clone()), id);
+        id
+    }
+
+    /// The mapping of module `id`, `None` for what is in no known module.
+    fn mapping(&mut self, id: u32) -> Option<u64> {
+        if let Some(&m) = self.mappings.get(&id) {
+            return m;
+        }
+        let module = self.trace.modules.iter().find(|m| m.id == id);
+        let mapping = module.map(|m| {
+            let mapping = self.mappings.len() as u64 + 1;
+            let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
+            let (file, build_id) = (self.string(&m.path), self.string(&build_id));
+            msg(&mut self.body, 3, |b| {
+                fv(b, 1, mapping);
+                fv(b, 2, m.bias);
+                fv(b, 3, m.bias.wrapping_add(m.size));
+                fv(b, 5, file);
+                fv(b, 6, build_id);
+                // Named here: pprof shows these names and does not look for the binaries.
+                for field in [7, 8, 9, 10] {
+                    fv(b, field, 1);
+                }
+            });
+            mapping
+        });
+        self.mappings.insert(id, mapping);
+        mapping
+    }
+
+    /// The location of an address of the trace's stack table (module, module-relative address):
+    /// its mapping, runtime address, and a line per frame there, innermost first.
+    fn address(&mut self, module: u32, address: u64) -> u64 {
+        let place = Place::Address(module, address);
+        if let Some(&id) = self.locations.get(&place) {
+            return id;
+        }
+        let trace = self.trace;
+        let frames = self
+            .sym
+            .get_or_insert_with(|| Symbolizer::new(trace))
+            .frames(module, address);
+        let lines: Vec<(u64, u64)> = frames
+            .iter()
+            .map(|f| (self.function(&f.function, &f.file), u64::from(f.line)))
+            .collect();
+        let bias = trace.modules.iter().find(|m| m.id == module);
+        let runtime = address.wrapping_add(bias.map_or(0, |m| m.bias));
+        self.location(place, module, runtime, &lines)
+    }
+
+    /// The location of traced function `id`, named `name`: its module and address.
+    fn traced_function(&mut self, id: u32, name: &str) -> u64 {
+        let place = Place::Function(id);
+        if let Some(&loc) = self.locations.get(&place) {
+            return loc;
+        }
+        let f = self.trace.functions.get(&id);
+        let (module, address) = f.map_or((NO_MODULE, 0), |f| (f.module, f.addr));
+        let line = (self.function(&name.into(), &"".into()), 0);
+        self.location(place, module, address, &[line])
+    }
+
+    /// A new location: its mapping (module), runtime address and lines (function, line number).
+    fn location(&mut self, place: Place, module: u32, address: u64, lines: &[(u64, u64)]) -> u64 {
+        let mapping = self.mapping(module);
+        let id = self.locations.len() as u64 + 1;
+        msg(&mut self.body, 4, |b| {
+            fv(b, 1, id);
+            if let Some(m) = mapping {
+                fv(b, 2, m);
+            }
+            fv(b, 3, address);
+            for &(function, line) in lines {
+                msg(b, 4, |b| {
+                    fv(b, 1, function);
+                    fv(b, 2, line);
+                });
+            }
+        });
+        self.locations.insert(place, id);
+        id
+    }
+
+    /// The locations of address stack `stack` (an index into the trace's stack table), leaf first.
+    fn address_stack(&mut self, stack: Option<u32>) -> Vec<u64> {
+        let mut ids = Vec::new();
+        let mut cur = stack;
+        while let Some(node) = cur.and_then(|c| self.trace.stacks.get(c as usize)) {
+            ids.push(self.address(node.module, node.address));
+            // Parents have smaller ids: the walk ends.
+            cur = node.parent.filter(|&p| Some(p) < cur);
+        }
+        ids
+    }
+
+    /// One sample: its locations (leaf first), values, and labels (key, text or number).
+    fn sample(&mut self, locations: &[u64], values: &[u64], labels: &[(&str, Label<'_>)]) {
+        let labels: Vec<(u64, Label<'_>)> =
+            labels.iter().map(|(k, v)| (self.string(k), *v)).collect();
+        let labels: Vec<(u64, u32, u64)> = labels
+            .into_iter()
+            .map(|(k, v)| match v {
+                Label::Text(s) => (k, 2, self.string(s)),
+                Label::Number(n) => (k, 3, n),
+            })
+            .collect();
+        msg(&mut self.body, 2, |b| {
+            packed(b, 1, locations);
+            packed(b, 2, values);
+            for (key, field, value) in labels {
+                msg(b, 3, |b| {
+                    fv(b, 1, key);
+                    fv(b, field, value);
+                });
+            }
+        });
+    }
+
+    /// The encoded profile (the string table last: every string is known by then).
+    fn finish(mut self) -> Vec<u8> {
+        for s in std::mem::take(&mut self.string_table) {
+            fbytes(&mut self.body, 6, s.as_bytes());
+        }
+        self.body
+    }
+}
+
+/// A sample label's value.
+#[derive(Clone, Copy)]
+enum Label<'a> {
+    Text(&'a str),
+    Number(u64),
+}
+
+/// A packed repeated varint field.
+fn packed(b: &mut Vec<u8>, field: u32, values: &[u64]) {
+    let mut list = Vec::with_capacity(values.len() * 2);
+    for &v in values {
+        varint(&mut list, v);
+    }
+    fbytes(b, field, &list);
+}
+
+/// A sampler's pprof value type.
+fn sample_type(e: &EventInfo) -> (&str, &'static str) {
+    match e.kind {
+        SamplerKind::CpuClock => ("cpu", "nanoseconds"),
+        SamplerKind::OffCpu => ("off_cpu", "nanoseconds"),
+        SamplerKind::Uprobe | SamplerKind::Tracepoint => (e.name.as_str(), "count"),
+    }
+}
+
+/// The profile of a trace's samples.
+fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::ReadError> {
+    let mut types = vec![("samples", "count")];
+    types.extend(set.events.iter().map(sample_type));
+    let mut p = Profile::new(trace, &types);
+    // Samples and summed weight per (address stack, thread, sampler), in first-seen order.
+    let mut totals: HashMap<(Option<u32>, u32, u32), (u64, u64)> = HashMap::new();
+    let mut order = Vec::new();
+    each_sample(trace, |e, stack| {
+        let key = (stack, e.tid, e.fields[0] as u32);
+        let t = totals.entry(key).or_insert_with(|| {
+            order.push(key);
+            (0, 0)
+        });
+        t.0 += 1;
+        t.1 += e.fields[1];
+    })?;
+    for key @ (stack, tid, sampler) in order {
+        let (count, weight) = totals[&key];
+        let mut values = vec![0; types.len()];
+        values[0] = count;
+        if let Some(v) = values.get_mut(sampler as usize + 1) {
+            *v = weight;
+        }
+        let locations = p.address_stack(stack);
+        let thread = thread_label(set.thread_name(tid), tid);
+        p.sample(
+            &locations,
+            &values,
+            &[
+                ("thread", Label::Text(&thread)),
+                ("tid", Label::Number(u64::from(tid))),
+            ],
+        );
+    }
+    if let Some(cpu) = set
+        .events
+        .iter()
+        .position(|e| e.kind == SamplerKind::CpuClock)
+    {
+        let (kind, unit) = (p.string("cpu"), p.string("nanoseconds"));
+        msg(&mut p.body, 11, |b| {
+            fv(b, 1, kind);
+            fv(b, 2, unit);
+        });
+        fv(
+            &mut p.body,
+            12,
+            1_000_000_000 / u64::from(set.frequency.max(1)),
+        );
+        let default = p.string(types[cpu + 1].0);
+        fv(&mut p.body, 14, default);
+    }
+    Ok(p.finish())
+}
+
+/// The profile of a trace's allocations: what `mem` counts, by address stack.
+fn allocations(trace: &Trace, rep: &MemReport) -> Vec<u8> {
+    let mut p = Profile::new(
+        trace,
+        &[
+            ("alloc_objects", "count"),
+            ("alloc_space", "bytes"),
+            ("inuse_objects", "count"),
+            ("inuse_space", "bytes"),
+        ],
+    );
+    let mut values: HashMap<Option<u32>, [u64; 4]> = HashMap::new();
+    for g in &rep.by_address_stack {
+        let v = values.entry(g.stack).or_default();
+        (v[0], v[1]) = (g.blocks, g.bytes);
+    }
+    for g in &rep.leaks_by_address_stack {
+        let v = values.entry(g.stack).or_default();
+        (v[2], v[3]) = (g.blocks, g.bytes);
+    }
+    // Most bytes first (the order of `mem`'s lists), for a stable file.
+    let mut stacks: Vec<(Option<u32>, [u64; 4])> = values.into_iter().collect();
+    stacks.sort_by(|a, b| (b.1[1], b.1[3], a.0).cmp(&(a.1[1], a.1[3], b.0)));
+    for (stack, v) in stacks {
+        let locations = p.address_stack(stack);
+        p.sample(&locations, &v, &[]);
+    }
+    // `go tool pprof` shows allocated bytes unless told otherwise (-sample_index=inuse_space).
+    let default = p.string("alloc_space");
+    fv(&mut p.body, 14, default);
+    p.finish()
+}
+
+/// The profile of a trace's function calls: calls and self time per call path.
+fn function_calls(trace: &Trace, cct: &Cct) -> Vec<u8> {
+    let mut p = Profile::new(trace, &[("calls", "count"), ("wall", "nanoseconds")]);
+    cct.walk(|n, path| {
+        let node = &cct.nodes[n];
+        if node.calls == 0 && node.self_ns == 0 {
+            return;
+        }
+        let locations: Vec<u64> = path
+            .iter()
+            .rev()
+            .map(|&f| p.traced_function(f, &cct.names.get(f)))
+            .collect();
+        p.sample(&locations, &[node.calls, node.self_ns], &[]);
+    });
+    let default = p.string("wall");
+    fv(&mut p.body, 14, default);
+    p.finish()
+}
