@@ -157,16 +157,25 @@ impl<'t> Profile<'t> {
         id
     }
 
-    fn function(&mut self, name: &Arc<str>, file: &Arc<str>) -> u64 {
+    /// The function named `name` in `file`, whose symbol is `system_name` (mangled; empty when
+    /// unknown).
+    fn function(&mut self, name: &Arc<str>, file: &Arc<str>, system_name: &str) -> u64 {
         if let Some(&id) = self.functions.get(&(name.clone(), file.clone())) {
             return id;
         }
         let id = self.functions.len() as u64 + 1;
-        let (n, f) = (self.string(name), self.string(file));
+        let (n, f, sys) = (
+            self.string(name),
+            self.string(file),
+            self.string(system_name),
+        );
+        // A system name equal to the name would be "demangled" again by pprof, which shortens
+        // names that look demangled (drops `<…>` and `(…)`): ours are demangled already, and
+        // pprof shows them as they are when the two differ.
         msg(&mut self.body, 5, |b| {
             fv(b, 1, id);
             fv(b, 2, n);
-            fv(b, 3, n);
+            fv(b, 3, sys);
             fv(b, 4, f);
         });
         self.functions.insert((name.clone(), file.clone()), id);
@@ -214,7 +223,7 @@ impl<'t> Profile<'t> {
             .frames(module, address);
         let lines: Vec<(u64, u64)> = frames
             .iter()
-            .map(|f| (self.function(&f.function, &f.file), u64::from(f.line)))
+            .map(|f| (self.function(&f.function, &f.file, ""), u64::from(f.line)))
             .collect();
         let bias = trace.modules.iter().find(|m| m.id == module);
         let runtime = address.wrapping_add(bias.map_or(0, |m| m.bias));
@@ -229,7 +238,8 @@ impl<'t> Profile<'t> {
         }
         let f = self.trace.functions.get(&id);
         let (module, address) = f.map_or((NO_MODULE, 0), |f| (f.module, f.addr));
-        let line = (self.function(&name.into(), &"".into()), 0);
+        let mangled = f.map_or("", |f| f.mangled.as_str());
+        let line = (self.function(&name.into(), &"".into(), mangled), 0);
         self.location(place, module, address, &[line])
     }
 
