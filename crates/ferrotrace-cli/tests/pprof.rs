@@ -99,21 +99,30 @@ fn json(args: &[&str]) -> Value {
 #[test]
 fn cpu_profile_reads_in_go_pprof_as_report_counts_it() {
     let dir = scratch("pprof_cpu");
-    let trace = dir.join("p.data");
-    let fib = testprog("fib");
-    let out = ferrotrace()
-        .args(["profile", "-F", "999", "-o", p(&trace), "--", p(&fib), "35"])
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    let profile = pprof_of(&trace, &dir, "p");
+    // Samples read one by one from perf_event rings, and counted per stack in the kernel.
+    for (name, how) in [("perf", &[][..]), ("bpf", &["--bpf"][..])] {
+        let trace = dir.join(format!("{name}.data"));
+        let fib = testprog("fib");
+        let out = ferrotrace()
+            .arg("profile")
+            .args(how)
+            .args(["-F", "999", "-o", p(&trace), "--", p(&fib), "35"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let profile = pprof_of(&trace, &dir, name);
+        cpu_profile_agrees(&trace, &profile, &fib);
+    }
+}
 
+/// `go tool pprof` on `profile` says what `report` says of `trace`, a profile of `fib`.
+fn cpu_profile_agrees(trace: &Path, profile: &Path, fib: &Path) {
     // pprof charges a sample to the innermost function at its address, inlined or not: report's
     // --inline.
-    let report = json(&["report", "--json", "--inline", "-i", p(&trace)]);
+    let report = json(&["report", "--json", "--inline", "-i", p(trace)]);
     let functions = report["functions"].as_array().unwrap();
-    let (samples, order) = top(&profile, "samples", "");
-    let (cpu, _) = top(&profile, "cpu", "ns");
+    let (samples, order) = top(profile, "samples", "");
+    let (cpu, _) = top(profile, "cpu", "ns");
     assert_eq!(functions[0]["function"], "fib::fib", "{report}");
     assert_eq!(order[0], "fib::fib", "the same function leads");
     let total: u64 = samples.values().map(|r| r.0).sum();
@@ -134,11 +143,11 @@ fn cpu_profile_reads_in_go_pprof_as_report_counts_it() {
     assert_eq!(samples.len(), functions.len(), "no function more or less");
 
     // The program's mapping carries its path and build id, and comes first (pprof's main binary).
-    let t = Trace::open(&trace).unwrap();
-    let module = t.modules.iter().find(|m| m.path == p(&fib)).unwrap();
+    let t = Trace::open(trace).unwrap();
+    let module = t.modules.iter().find(|m| m.path == p(fib)).unwrap();
     let build_id: String = module.build_id.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(build_id.len(), 40);
-    let raw = go_pprof(&["-raw"], &profile);
+    let raw = go_pprof(&["-raw"], profile);
     let mappings = raw.split("\nMappings\n").nth(1).unwrap();
     assert!(
         mappings.starts_with("1: ")
@@ -146,10 +155,10 @@ fn cpu_profile_reads_in_go_pprof_as_report_counts_it() {
                 .lines()
                 .next()
                 .unwrap()
-                .contains(&format!("{} {build_id}", p(&fib))),
+                .contains(&format!("{} {build_id}", p(fib))),
         "{mappings}"
     );
-    assert!(go_pprof(&["-top"], &profile).contains(&format!("Build ID: {build_id}")));
+    assert!(go_pprof(&["-top"], profile).contains(&format!("Build ID: {build_id}")));
 }
 
 /// `mem --json`'s stacks of `list` as (function names leaf first, plumbing included) → (blocks,
