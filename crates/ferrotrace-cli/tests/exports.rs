@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -359,4 +360,130 @@ fn buffer_waits_are_marked_in_the_uftrace_and_perfetto_exports() {
         assert_eq!(name, &format!("ferrotrace waited {ns} ns for a buffer"));
         assert_eq!(len, ns);
     }
+}
+
+/// The SQL statements of `docs/format.md`'s Parquet section, in order, each with its leading comment
+/// (empty when none).
+fn documented_queries() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(repo().join("docs/format.md")).unwrap();
+    let start = doc.find("## Exports: the Parquet dataset").unwrap();
+    let section = &doc[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut queries = Vec::new();
+    for block in section.split("```sql\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        for statement in block.split(";\n").filter(|s| !s.trim().is_empty()) {
+            let comment = statement
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .map(|l| l.trim_start_matches("-- "))
+                .collect::<Vec<_>>()
+                .join(" ");
+            queries.push((comment, statement.to_string()));
+        }
+    }
+    queries
+}
+
+#[test]
+fn documented_parquet_queries_run_on_real_dumps() {
+    let dir = scratch("parquet_docs");
+    let ds = dir.join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    parquet(&fib(&dir.join("a"), "12"), &ds.join("a"));
+    parquet(&fib(&dir.join("b"), "14"), &ds.join("b"));
+    let profile = dir.join("p.data");
+    let out = ferrotrace()
+        .args(["profile", "-F", "999", "-o", p(&profile), "--"])
+        .arg(testprog("fib"))
+        .arg("35")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    parquet(&profile, &ds.join("p"));
+
+    let queries = documented_queries();
+    assert!(queries.len() >= 8, "{queries:?}");
+    let statements: Vec<String> = queries
+        .iter()
+        .map(|(_, q)| {
+            q.replace("'ds/", &format!("'{}/", p(&ds)))
+                .replace("'DIR/", &format!("'{}/a/", p(&ds)))
+        })
+        .collect();
+    let file = dir.join("queries.json");
+    std::fs::write(&file, serde_json::to_string(&statements).unwrap()).unwrap();
+    let out = duckdb(&format!(
+        "import duckdb, json\n\
+         for q in json.load(open({:?})):\n\
+         \x20   print(json.dumps([list(r) for r in duckdb.sql(q).fetchall()], default=str))\n",
+        p(&file)
+    ));
+    let results: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), queries.len(), "every documented query ran");
+    let result = |label: &str| -> &Vec<serde_json::Value> {
+        let i = queries
+            .iter()
+            .position(|(c, q)| c.starts_with(label) || q.contains(label))
+            .unwrap_or_else(|| panic!("no query {label:?} in docs/format.md"));
+        results[i].as_array().unwrap()
+    };
+
+    // The schema version, as every file states it.
+    assert_eq!(
+        result("parquet_kv_metadata"),
+        &vec![serde_json::json!(["1"])]
+    );
+
+    // The profile's top functions are report --inline's, sample for sample.
+    let report: serde_json::Value = serde_json::from_str(&ok(ft(&[
+        "report",
+        "--json",
+        "--inline",
+        "-i",
+        p(&profile),
+    ])))
+    .unwrap();
+    let top = result("Top functions of a profile");
+    assert_eq!(top[0][0], "fib::fib", "{top:?}");
+    for row in top {
+        let f = report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == row[0])
+            .unwrap_or_else(|| panic!("{row} not in report"));
+        assert_eq!(row[1], f["self"], "{row}");
+        assert_eq!(row[2], f["self_weight"], "{row}");
+    }
+
+    // fib(14) spends more in fib::fib than fib(12).
+    let diff = result("Two runs compared");
+    let fib_row = diff.iter().find(|r| r[0] == "fib::fib").unwrap();
+    assert!(
+        fib_row[1].as_u64().unwrap() < fib_row[2].as_u64().unwrap(),
+        "{fib_row}"
+    );
+
+    // Flame graph rows: every sample with a stack once, each leaf's count that of the top query.
+    let folded = result("Flame graph rows");
+    let mut leaves: HashMap<String, u64> = HashMap::new();
+    for row in folded {
+        let leaf = row[0].as_str().unwrap().rsplit(';').next().unwrap();
+        *leaves.entry(leaf.to_string()).or_default() += row[1].as_u64().unwrap();
+    }
+    for row in top {
+        assert_eq!(
+            Some(&row[1].as_u64().unwrap()),
+            leaves.get(row[0].as_str().unwrap()),
+            "{row}"
+        );
+    }
+    assert!(folded[0][0]
+        .as_str()
+        .unwrap()
+        .contains("fib::main;fib::fib;fib::fib"));
 }

@@ -2,7 +2,8 @@
 //! DataFusion, Spark or pandas. Every table has a `run` column (the trace's run identifier, see
 //! [`run_id`]), so the directories of many traces read as one dataset
 //! (`read_parquet('runs/*/calls.parquet')`). The tables and their columns are documented in
-//! `docs/format.md` ("Parquet dataset").
+//! `docs/format.md` ("Parquet dataset"), whose version ([`SCHEMA_VERSION`]) every file carries in its
+//! key-value metadata.
 //!
 //! Written while streaming the events, with bounded memory: each table buffers at most [`BATCH`]
 //! rows before handing them to the Parquet writer, which closes a row group every [`ROW_GROUP`]
@@ -31,6 +32,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
@@ -40,6 +42,14 @@ use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
 use crate::symbolize::Symbolizer;
+
+/// The version of the dataset's schema (its tables, their columns, what each means), stated in
+/// `docs/format.md` and written into every file's key-value metadata under [`SCHEMA_VERSION_KEY`].
+/// It changes when a column or table is removed or renamed or changes its type or meaning; a new
+/// column or table leaves it as it is (readers name the columns they read).
+pub const SCHEMA_VERSION: u32 = 1;
+/// The key of [`SCHEMA_VERSION`] in each Parquet file's key-value metadata.
+pub const SCHEMA_VERSION_KEY: &str = "ferrotrace.schema_version";
 
 /// Rows a table buffers before writing them.
 pub const BATCH: usize = 64 << 10;
@@ -155,7 +165,11 @@ impl Table {
             // alone take about 3 KB per million rows.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_offset_index_disabled(true)
-            .set_created_by(format!("ferrotrace {}", env!("CARGO_PKG_VERSION")));
+            .set_created_by(format!("ferrotrace {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata(Some(vec![KeyValue::new(
+                SCHEMA_VERSION_KEY.to_string(),
+                SCHEMA_VERSION.to_string(),
+            )]));
         // 64-bit integers (ids, times, durations, addresses) are delta-encoded and bit-packed:
         // consecutive call ids and start times take a few bits each, where a dictionary would
         // give up on their many distinct values.
