@@ -159,8 +159,8 @@ impl SampleSet {
                 })
                 .collect(),
             unreadable_modules: tree.sym.unreadable.clone(),
-            frames: tree.frames,
-            stacks: tree.nodes,
+            frames: tree.table.frames,
+            stacks: tree.table.nodes,
             samples: Vec::new(),
             lost: end.map_or(0, |e| e.lost),
             unwind_errors: end.map_or(0, |e| e.unwind_errors),

@@ -487,3 +487,93 @@ fn documented_parquet_queries_run_on_real_dumps() {
         .unwrap()
         .contains("fib::main;fib::fib;fib::fib"));
 }
+
+/// `report --json`'s functions of samples: function → [self, total, self_weight, total_weight].
+fn sample_rows(json: &serde_json::Value) -> HashMap<String, [u64; 4]> {
+    json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let n = |k: &str| f[k].as_u64().unwrap();
+            (
+                f["function"].as_str().unwrap().to_string(),
+                [n("self"), n("total"), n("self_weight"), n("total_weight")],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn report_reads_a_dataset_of_several_parts_as_their_traces_summed() {
+    let dir = scratch("parquet_report");
+    let ds = dir.join("ds");
+    // Two hosts' profiles (perf rings, eBPF) and a function trace, which has no samples.
+    let mut expected: HashMap<String, [u64; 4]> = HashMap::new();
+    for (host, how) in [("a", &[][..]), ("b", &["--bpf"][..])] {
+        let trace = dir.join(format!("{host}.data"));
+        let out = ferrotrace()
+            .arg("profile")
+            .args(how)
+            .args(["-F", "999", "-o", p(&trace), "--"])
+            .arg(testprog("fib"))
+            .arg("35")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let part = ds.join(format!("host={host}"));
+        std::fs::create_dir_all(&part).unwrap();
+        parquet(&trace, &part.join("fib"));
+        // The dataset keeps inlined frames: self charged to the containing function, or with
+        // --inline to the innermost one, as on the trace.
+        let json = |input: &Path, inline: bool| -> serde_json::Value {
+            let mut args = vec!["report", "--json", "-i", p(input)];
+            args.extend(inline.then_some("--inline"));
+            serde_json::from_str(&ok(ft(&args))).unwrap()
+        };
+        for inline in [false, true] {
+            let (of_part, of_trace) = (json(&part, inline), json(&trace, inline));
+            assert_eq!(
+                sample_rows(&of_part),
+                sample_rows(&of_trace),
+                "{host} {inline}"
+            );
+            assert_eq!(of_part["samples"], of_trace["samples"]);
+            assert_eq!(of_part["weight"], of_trace["weight"]);
+        }
+        let of_trace = json(&trace, false);
+        for (f, v) in sample_rows(&of_trace) {
+            let e = expected.entry(f).or_default();
+            for i in 0..4 {
+                e[i] += v[i];
+            }
+        }
+    }
+    std::fs::create_dir_all(ds.join("host=c")).unwrap();
+    parquet(&fib(&dir.join("c"), "12"), &ds.join("host=c").join("fib"));
+    let all: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["report", "--json", "-i", p(&ds)]))).unwrap();
+    assert_eq!(sample_rows(&all), expected);
+    assert_eq!(all["functions"][0]["function"], "fib::fib");
+    let text_report = ok(ft(&["report", "-i", p(&ds)]));
+    assert!(text_report.contains("fib::fib"), "{text_report}");
+
+    // A directory with no parts, and a part whose file is not Parquet: one line each.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(
+        ds.join("host=a/fib/samples.parquet"),
+        bad.join("samples.parquet"),
+    )
+    .unwrap();
+    std::fs::write(bad.join("samplers.parquet"), b"not parquet").unwrap();
+    for d in [&empty, &bad] {
+        let out = ft(&["report", "-i", p(d)]);
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(p(d)), "{err}");
+    }
+}

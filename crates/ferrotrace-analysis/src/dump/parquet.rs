@@ -24,6 +24,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::types::UInt32Type;
 use arrow_array::{
     ArrayRef, BooleanArray, DictionaryArray, Int64Array, RecordBatch, StringArray, UInt32Array,
@@ -77,6 +78,8 @@ enum Ty {
     /// Strings, dictionary-encoded by the caller (keys into a fixed list).
     Dict,
     Str,
+    /// A list of strings.
+    Strs,
 }
 
 /// One value of a row.
@@ -89,6 +92,7 @@ enum V<'a> {
     /// A key into the column's dictionary.
     Key(u32),
     Str(&'a str),
+    Strs(&'a [String]),
     Null,
 }
 
@@ -99,6 +103,7 @@ enum Col {
     Bool(Vec<Option<bool>>),
     Dict(Vec<Option<u32>>, ArrayRef),
     Str(Vec<Option<String>>),
+    Strs(ListBuilder<StringBuilder>),
 }
 
 /// One table: its file's writer and the rows not yet written.
@@ -148,6 +153,10 @@ impl Table {
                     Ty::Str => {
                         cols.push(Col::Str(Vec::new()));
                         DataType::Utf8
+                    }
+                    Ty::Strs => {
+                        cols.push(Col::Strs(ListBuilder::new(StringBuilder::new())));
+                        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
                     }
                 };
                 Field::new(n, dt, nullable)
@@ -203,11 +212,18 @@ impl Table {
                 (Col::Bool(c), V::Bool(x)) => c.push(Some(x)),
                 (Col::Dict(c, _), V::Key(x)) => c.push(Some(x)),
                 (Col::Str(c), V::Str(x)) => c.push(Some(x.to_string())),
+                (Col::Strs(c), V::Strs(x)) => {
+                    for s in x {
+                        c.values().append_value(s);
+                    }
+                    c.append(true);
+                }
                 (Col::U32(c), V::Null) | (Col::Dict(c, _), V::Null) => c.push(None),
                 (Col::U64(c), V::Null) => c.push(None),
                 (Col::I64(c), V::Null) => c.push(None),
                 (Col::Bool(c), V::Null) => c.push(None),
                 (Col::Str(c), V::Null) => c.push(None),
+                (Col::Strs(c), V::Null) => c.append(false),
                 _ => return Err(io::Error::other("parquet: a value of the wrong type")),
             }
         }
@@ -233,6 +249,7 @@ impl Table {
                     Col::I64(v) => Arc::new(Int64Array::from(std::mem::take(v))),
                     Col::Bool(v) => Arc::new(BooleanArray::from(std::mem::take(v))),
                     Col::Str(v) => Arc::new(StringArray::from(std::mem::take(v))),
+                    Col::Strs(b) => Arc::new(b.finish()),
                     Col::Dict(v, values) => Arc::new(
                         DictionaryArray::<UInt32Type>::try_new(
                             UInt32Array::from(std::mem::take(v)),
@@ -398,6 +415,32 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     }
     t.close()?;
 
+    // samplers
+    let mut t = Table::create(
+        dir,
+        "samplers",
+        &[
+            ("run", Dict, false),
+            ("sampler", U32, false),
+            ("kind", U32, false),
+            ("name", Str, false),
+            ("weighs_time", Bool, false),
+            ("frequency", U32, false),
+        ],
+        &[&run],
+    )?;
+    for (i, sampler) in trace.samplers.iter().enumerate() {
+        t.row(&[
+            V::Key(0),
+            V::U32(i as u32),
+            V::U32(sampler.kind as u32),
+            V::Str(&sampler.spelling),
+            V::Bool(sampler.kind.weighs_time()),
+            V::U32(trace.sample_frequency),
+        ])?;
+    }
+    t.close()?;
+
     // metadata: one row
     let mut t = Table::create(
         dir,
@@ -445,8 +488,11 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     let mut stack_names: Vec<String> = Vec::new();
     let mut stack_name_slot: HashMap<String, u32> = HashMap::new();
     let mut stack_rows = Vec::with_capacity(trace.stacks.len());
+    // Every function at each address, innermost first (the last contains the address).
+    let mut stack_frames: Vec<Vec<String>> = Vec::with_capacity(trace.stacks.len());
     for node in &trace.stacks {
         let frames = sym.frames(node.module, node.address);
+        stack_frames.push(frames.iter().map(|f| f.function.to_string()).collect());
         let name = frames
             .first()
             .map_or_else(String::new, |f| f.function.to_string());
@@ -468,6 +514,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             ("function", Dict, false),
             ("module", Dict, false),
             ("address", U64, false),
+            ("frames", Strs, false),
         ],
         &[&run, &stack_functions, &modules],
     )?;
@@ -479,6 +526,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             V::Key(stack_rows[i]),
             V::Key(module_slot.get(&node.module).copied().unwrap_or(0)),
             V::U64(node.address),
+            V::Strs(&stack_frames[i]),
         ])?;
     }
     t.close()?;

@@ -605,7 +605,7 @@ impl Encoder<'_, '_> {
         let mut node = leaf;
         while let Some(n) = node {
             chain.push(n);
-            node = tree.nodes.get(n as usize).and_then(|x| x.parent);
+            node = tree.table.nodes.get(n as usize).and_then(|x| x.parent);
         }
         chain.reverse();
         let (pid, tid) = (self.pid, self.seqs[i].tid);
@@ -624,9 +624,13 @@ impl Encoder<'_, '_> {
                 });
             }
             for &n in &chain {
-                let frame = tree.nodes[n as usize].frame;
+                let frame = tree.table.nodes[n as usize].frame;
                 if seq.sampled_frames.insert(frame) {
-                    let name = tree.frames.get(frame as usize).map_or("?", |f| &f.function);
+                    let name = tree
+                        .table
+                        .frames
+                        .get(frame as usize)
+                        .map_or("?", |f| &f.function);
                     msg(&mut interned, 5, |s| {
                         fv(s, 1, frame as u64 + 1);
                         fbytes(s, 2, name.as_bytes());
@@ -642,7 +646,7 @@ impl Encoder<'_, '_> {
             msg(&mut interned, 7, |c| {
                 fv(c, 1, leaf.unwrap_or_default() as u64 + 1);
                 for &n in &chain {
-                    fv(c, 2, tree.nodes[n as usize].frame as u64 + 1);
+                    fv(c, 2, tree.table.nodes[n as usize].frame as u64 + 1);
                 }
             });
         }

@@ -458,8 +458,8 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     rep.peak_bytes = round(peak);
     rep.peak_ns = peak_ns;
     rep.temporary = round(temps.count);
-    rep.frames = pass.tree.frames;
-    rep.stacks = pass.tree.nodes;
+    rep.frames = pass.tree.table.frames;
+    rep.stacks = pass.tree.table.nodes;
     rep.unreadable_modules = pass.tree.sym.unreadable;
     rep.peak_stacks = groups(peak_live);
     rep.leaks = groups(leaks);
