@@ -159,6 +159,40 @@ fn cpu_profile_agrees(trace: &Path, profile: &Path, fib: &Path) {
         "{mappings}"
     );
     assert!(go_pprof(&["-top"], profile).contains(&format!("Build ID: {build_id}")));
+    // Every location of a mapping lies within it (`ID: START/LIMIT/OFFSET …`; `ID: ADDRESS M=ID …`).
+    let hex = |s: &str| u64::from_str_radix(s.trim_start_matches("0x"), 16).unwrap();
+    let ranges: HashMap<String, (u64, u64)> = mappings
+        .lines()
+        .filter_map(|l| {
+            let (id, rest) = l.split_once(": ")?;
+            let mut bounds = rest.split_whitespace().next()?.split('/');
+            Some((id.to_string(), (hex(bounds.next()?), hex(bounds.next()?))))
+        })
+        .collect();
+    let locations = raw
+        .split("\nLocations\n")
+        .nth(1)
+        .unwrap()
+        .split("\nMappings\n")
+        .next()
+        .unwrap();
+    let mut checked = 0;
+    for l in locations.lines() {
+        let words: Vec<&str> = l.split_whitespace().collect();
+        if let (Some(address), Some(m)) = (
+            words.get(1),
+            words.get(2).and_then(|w| w.strip_prefix("M=")),
+        ) {
+            let (start, limit) = ranges[m];
+            let a = hex(address);
+            assert!(
+                start <= a && a < limit,
+                "{l}: outside {start:#x}..{limit:#x}"
+            );
+            checked += 1;
+        }
+    }
+    assert!(checked > 0, "{locations}");
 }
 
 /// `mem --json`'s stacks of `list` as (function names leaf first, plumbing included) → (blocks,

@@ -112,6 +112,8 @@ struct Profile<'t> {
     string_table: Vec<Arc<str>>,
     functions: HashMap<(Arc<str>, Arc<str>), u64>,
     mappings: HashMap<u32, Option<u64>>,
+    /// By mapping id - 1: its module, and where its addresses end.
+    mapping_ends: Vec<(u32, u64)>,
     locations: HashMap<Place, u64>,
 }
 
@@ -126,6 +128,7 @@ impl<'t> Profile<'t> {
             string_table: Vec::new(),
             functions: HashMap::new(),
             mappings: HashMap::new(),
+            mapping_ends: Vec::new(),
             locations: HashMap::new(),
         };
         p.string("");
@@ -189,13 +192,29 @@ impl<'t> Profile<'t> {
         }
         let module = self.trace.modules.iter().find(|m| m.id == id);
         let mapping = module.map(|m| {
-            let mapping = self.mappings.len() as u64 + 1;
+            self.mapping_ends.push((m.id, m.bias.wrapping_add(m.size)));
+            self.mapping_ends.len() as u64
+        });
+        self.mappings.insert(id, mapping);
+        mapping
+    }
+
+    /// Writes the mappings: each module's path, GNU build id (hex), load bias, and end (its text's,
+    /// or past the last address seen in it, whichever is further).
+    fn write_mappings(&mut self) {
+        for (i, (module, end)) in std::mem::take(&mut self.mapping_ends)
+            .into_iter()
+            .enumerate()
+        {
+            let Some(m) = self.trace.modules.iter().find(|m| m.id == module) else {
+                continue;
+            };
             let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
             let (file, build_id) = (self.string(&m.path), self.string(&build_id));
             msg(&mut self.body, 3, |b| {
-                fv(b, 1, mapping);
+                fv(b, 1, i as u64 + 1);
                 fv(b, 2, m.bias);
-                fv(b, 3, m.bias.wrapping_add(m.size));
+                fv(b, 3, end);
                 fv(b, 5, file);
                 fv(b, 6, build_id);
                 // Named here: pprof shows these names and does not look for the binaries.
@@ -203,10 +222,7 @@ impl<'t> Profile<'t> {
                     fv(b, field, 1);
                 }
             });
-            mapping
-        });
-        self.mappings.insert(id, mapping);
-        mapping
+        }
     }
 
     /// The location of an address of the trace's stack table (module, module-relative address):
@@ -246,6 +262,10 @@ impl<'t> Profile<'t> {
     /// A new location: its mapping (module), runtime address and lines (function, line number).
     fn location(&mut self, place: Place, module: u32, address: u64, lines: &[(u64, u64)]) -> u64 {
         let mapping = self.mapping(module);
+        if let Some(m) = mapping {
+            let end = &mut self.mapping_ends[m as usize - 1].1;
+            *end = (*end).max(address.saturating_add(1));
+        }
         let id = self.locations.len() as u64 + 1;
         msg(&mut self.body, 4, |b| {
             fv(b, 1, id);
@@ -301,6 +321,7 @@ impl<'t> Profile<'t> {
 
     /// The encoded profile (the string table last: every string is known by then).
     fn finish(mut self) -> Vec<u8> {
+        self.write_mappings();
         for s in std::mem::take(&mut self.string_table) {
             fbytes(&mut self.body, 6, s.as_bytes());
         }
