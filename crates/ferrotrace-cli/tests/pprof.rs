@@ -304,6 +304,18 @@ fn allocation_trace_reads_in_go_pprof_as_mem_counts_it() {
         mem_stacks(&mem["leaked"]["stacks"]),
         "leaks by stack"
     );
+    // One mapping per file, the program's first (pprof's main binary), with its build id.
+    let raw = go_pprof(&["-raw"], &profile);
+    let mappings: Vec<&str> = raw.split("\nMappings\n").nth(1).unwrap().lines().collect();
+    let files: Vec<&str> = mappings
+        .iter()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    let mut distinct = files.clone();
+    distinct.sort_unstable();
+    distinct.dedup();
+    assert_eq!(distinct.len(), files.len(), "{mappings:?}");
+    assert_eq!(files[0], p(&exe), "{mappings:?}");
     let bytes: u64 = column(0).values().map(|v| v.1).sum();
     assert_eq!(bytes, mem["bytes"].as_u64().unwrap());
     // allocs.c's leak_here leaks three blocks of 1000 bytes.

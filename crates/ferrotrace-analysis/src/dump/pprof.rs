@@ -21,7 +21,7 @@
 //! fleet can still symbolize centrally by build id. The profile is built in memory (bounded by the
 //! distinct stacks) and compressed once.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::io::{self, Write};
 use std::sync::Arc;
 
@@ -93,6 +93,15 @@ fn gzip(profile: &[u8]) -> io::Result<Vec<u8>> {
     gz.finish()
 }
 
+/// What the locations of a profile stand for.
+#[derive(Clone, Copy)]
+enum PlaceKind {
+    /// Addresses of the trace's stack table.
+    Addresses,
+    /// Traced functions.
+    Functions,
+}
+
 /// What a location stands for.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 enum Place {
@@ -118,8 +127,9 @@ struct Profile<'t> {
 }
 
 impl<'t> Profile<'t> {
-    /// An empty profile of `trace` whose values are `types` (type, unit).
-    fn new(trace: &'t Trace, types: &[(&str, &str)]) -> Profile<'t> {
+    /// An empty profile of `trace` whose values are `types` (type, unit), and whose locations will
+    /// be of kind `place`.
+    fn new(trace: &'t Trace, types: &[(&str, &str)], place: PlaceKind) -> Profile<'t> {
         let mut p = Profile {
             trace,
             sym: None,
@@ -139,8 +149,18 @@ impl<'t> Profile<'t> {
                 fv(b, 2, unit);
             });
         }
-        // pprof takes the first mapping for the program's: the executable's, when it is known.
-        if let Some(exe) = trace.modules.iter().find(|m| m.path == trace.session.exe) {
+        // pprof takes the first mapping for the program's: the executable's, when it is known. A
+        // trace may list a file twice (its functions' module, with the load bias, and its stack
+        // addresses' module): the one the locations will use.
+        let used: HashSet<u32> = match place {
+            PlaceKind::Addresses => trace.stacks.iter().map(|n| n.module).collect(),
+            PlaceKind::Functions => trace.functions.values().map(|f| f.module).collect(),
+        };
+        let exe = trace
+            .modules
+            .iter()
+            .find(|m| m.path == trace.session.exe && used.contains(&m.id));
+        if let Some(exe) = exe {
             p.mapping(exe.id);
         }
         fv(&mut p.body, 9, trace.session.start_realtime_ns);
@@ -358,7 +378,7 @@ fn sample_type(e: &EventInfo) -> (&str, &'static str) {
 fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::ReadError> {
     let mut types = vec![("samples", "count")];
     types.extend(set.events.iter().map(sample_type));
-    let mut p = Profile::new(trace, &types);
+    let mut p = Profile::new(trace, &types, PlaceKind::Addresses);
     // Samples and summed weight per (address stack, thread, sampler), in first-seen order.
     let mut totals: HashMap<(Option<u32>, u32, u32), (u64, u64)> = HashMap::new();
     let mut order = Vec::new();
@@ -420,6 +440,7 @@ fn allocations(trace: &Trace, rep: &MemReport) -> Vec<u8> {
             ("inuse_objects", "count"),
             ("inuse_space", "bytes"),
         ],
+        PlaceKind::Addresses,
     );
     let mut values: HashMap<Option<u32>, [u64; 4]> = HashMap::new();
     for g in &rep.by_address_stack {
@@ -445,7 +466,11 @@ fn allocations(trace: &Trace, rep: &MemReport) -> Vec<u8> {
 
 /// The profile of a trace's function calls: calls and self time per call path.
 fn function_calls(trace: &Trace, cct: &Cct) -> Vec<u8> {
-    let mut p = Profile::new(trace, &[("calls", "count"), ("wall", "nanoseconds")]);
+    let mut p = Profile::new(
+        trace,
+        &[("calls", "count"), ("wall", "nanoseconds")],
+        PlaceKind::Functions,
+    );
     cct.walk(|n, path| {
         let node = &cct.nodes[n];
         if node.calls == 0 && node.self_ns == 0 {
