@@ -400,3 +400,29 @@ fn bad_input_and_unwritable_output_get_one_line() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert!(err.contains("/nonexistent/dir/x.pb.gz"), "{err}");
 }
+
+#[test]
+fn profile_to_a_pb_gz_writes_the_trace_and_its_pprof_profile() {
+    let dir = scratch("pprof_profile_o");
+    let profile = dir.join("x.pb.gz");
+    let out = ferrotrace()
+        .args(["profile", "-F", "999", "-o", p(&profile), "--"])
+        .arg(testprog("fib"))
+        .arg("33")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let trace = dir.join("x.data");
+    assert!(Trace::open(&trace).is_ok(), "the trace beside it");
+    let dumped = pprof_of(&trace, &dir, "dumped");
+    assert_eq!(
+        std::fs::read(&profile).unwrap(),
+        std::fs::read(&dumped).unwrap(),
+        "the profile dump --format pprof writes"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&profile).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (_, order) = top(&profile, "samples", "");
+    assert_eq!(order[0], "fib::fib");
+}

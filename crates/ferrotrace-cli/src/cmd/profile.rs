@@ -1,11 +1,11 @@
 //! `ferrotrace profile`: sample any program (no instrumentation needed) with perf_event_open.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use ferrotrace_analysis::dump::Samples;
+use ferrotrace_analysis::dump::{self, Exporter, Plan, Samples};
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
@@ -44,7 +44,8 @@ pub struct ProfileArgs {
         value_name = "PAGES"
     )]
     mmap_pages: Option<String>,
-    /// Trace file to write
+    /// Trace file to write; a name ending in .pb.gz writes the trace as NAME.data and its pprof
+    /// profile (dump --format pprof) as NAME.pb.gz
     #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
     output: PathBuf,
     /// Attach to a running process instead of starting one
@@ -94,11 +95,19 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
                     .into(),
             )),
         };
+    // `-o NAME.pb.gz`: the trace is NAME.data, its pprof profile NAME.pb.gz.
+    let pprof = args
+        .output
+        .to_str()
+        .and_then(|s| s.strip_suffix(".pb.gz"))
+        .map(|name| (args.output.clone(), PathBuf::from(format!("{name}.data"))));
     let cfg = ProfileConfig {
         events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
         call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)?,
-        output: args.output,
+        output: pprof
+            .as_ref()
+            .map_or(args.output, |(_, trace)| trace.clone()),
         target,
         duration: args.duration.as_deref().map(parse_duration).transpose()?,
         allow_missing_frame_pointers: args.force_fp,
@@ -146,8 +155,24 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
             per_sample(work.user_reads)
         );
     }
+    if let Some((profile, trace)) = &pprof {
+        write_pprof(trace, profile)?;
+    }
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Writes the pprof profile of the trace at `trace` to `profile`.
+fn write_pprof(trace: &Path, profile: &Path) -> Result<(), Error> {
+    let trace = super::open_named(trace, None)?;
+    let format = &dump::pprof::Pprof;
+    let Plan::Samples(set) = dump::plan(&trace, format).map_err(Error::analysis)? else {
+        return Err(format!("{}: holds no samples", trace.path().display()).into());
+    };
+    let bytes = format
+        .write_samples(&trace, &set, dump::Options::default())
+        .map_err(Error::analysis)?;
+    super::emit(Some(profile), &bytes)
 }
