@@ -114,12 +114,7 @@ impl SampleSet {
         trace: &Trace,
         mut on_sample: impl FnMut(Sample),
     ) -> Result<Option<SampleSet>, ReadError> {
-        // A profile says so even without a Samplers chunk (cut short); a function trace whose
-        // samples were to be merged after the run (`record --sample`) has them only if they were.
-        let has_samples = !trace.samplers.is_empty()
-            || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
-                && !trace.has_function_events());
-        if !has_samples {
+        if !has_samples(trace) {
             return Ok(None);
         }
         let mut tree = FrameTree::new(trace);
@@ -217,6 +212,15 @@ impl SampleSet {
     pub fn weighs_time(&self) -> bool {
         !self.events.is_empty() && self.events.iter().all(|e| e.kind.weighs_time())
     }
+}
+
+/// True when `trace` holds samples (or is a profile that took none): a profile says so even
+/// without a Samplers chunk (cut short); a function trace whose samples were to be merged after the
+/// run (`record --sample`) has them only if they were.
+pub fn has_samples(trace: &Trace) -> bool {
+    !trace.samplers.is_empty()
+        || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
+            && !trace.has_function_events())
 }
 
 /// Calls `f` with each Sample event of `trace` (sampler in `fields[0]`, weight in `fields[1]`), thread

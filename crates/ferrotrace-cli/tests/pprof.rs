@@ -78,7 +78,11 @@ fn top(profile: &Path, sample_index: &str, unit: &str) -> (Top, Vec<String>) {
     {
         let cols: Vec<&str> = line.split_whitespace().collect();
         let name = cols[5..].join(" ");
-        let name = name.trim_end_matches(" (inline)").to_string();
+        // pprof marks functions inlined at some of their addresses; the name is the same.
+        let name = name
+            .trim_end_matches(" (inline)")
+            .trim_end_matches(" (partial-inline)")
+            .to_string();
         let (flat, cum) = (number(cols[0]), number(cols[3]));
         match rows.get_mut(&name) {
             Some(r) => *r = (r.0 + flat, None),
@@ -195,17 +199,21 @@ fn cpu_profile_agrees(trace: &Path, profile: &Path, fib: &Path) {
     assert!(checked > 0, "{locations}");
 }
 
-/// `mem --json`'s stacks of `list` as (function names leaf first, plumbing included) → (blocks,
-/// bytes), summed over stacks that name the same functions.
+/// `mem --json`'s stacks of `list` as (function names leaf first, plumbing included; `[no stack]`
+/// without a stack, as pprof shows it) → (blocks, bytes), summed over stacks that name the same
+/// functions.
 fn mem_stacks(list: &Value) -> HashMap<Vec<String>, (u64, u64)> {
     let mut m: HashMap<Vec<String>, (u64, u64)> = HashMap::new();
     for g in list.as_array().unwrap() {
-        let names = g["stack"]
+        let mut names: Vec<String> = g["stack"]
             .as_array()
             .unwrap()
             .iter()
             .map(|f| f["function"].as_str().unwrap().to_string())
             .collect();
+        if names.is_empty() {
+            names.push("[no stack]".into());
+        }
         let e = m.entry(names).or_default();
         e.0 += g["blocks"].as_u64().unwrap();
         e.1 += g["bytes"].as_u64().unwrap();
@@ -425,4 +433,28 @@ fn profile_to_a_pb_gz_writes_the_trace_and_its_pprof_profile() {
     assert_eq!(mode & 0o777, 0o600);
     let (_, order) = top(&profile, "samples", "");
     assert_eq!(order[0], "fib::fib");
+}
+
+/// A sample without a stack is charged to `[no stack]`, as `report` charges it (pprof leaves a
+/// sample without locations out of every view).
+#[test]
+fn samples_without_a_stack_are_counted() {
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::schema::{source, Mode, SamplerKind};
+    let dir = scratch("pprof_no_stack");
+    let mut b = TraceBuilder::new(Vec::new(), "/bin/d", source::SAMPLES, Mode::Lossless).unwrap();
+    b.thread(1, "main").unwrap();
+    let fib = testprog("fib");
+    b.module(1, p(&fib), b"").unwrap();
+    let cpu = b.sampler(SamplerKind::CpuClock, "cpu-clock");
+    let leaf = b.stack(None, 1, 0x10);
+    b.sample(1, 1_000, Some(leaf), cpu, 1_000).unwrap();
+    b.sample(1, 2_000, None, cpu, 1_000).unwrap();
+    b.sample(1, 3_000, None, cpu, 1_000).unwrap();
+    let trace = dir.join("t.data");
+    std::fs::write(&trace, b.finish().unwrap()).unwrap();
+    let profile = pprof_of(&trace, &dir, "t");
+    let (samples, _) = top(&profile, "samples", "");
+    assert_eq!(samples["[no stack]"], (2, Some(2)));
+    assert_eq!(samples.values().map(|r| r.0).sum::<u64>(), 3);
 }

@@ -130,7 +130,7 @@ fn profile_then_report_flame_firefox_perfetto_and_info() {
         .output()
         .unwrap();
     assert_eq!(chrome.status.code(), Some(2));
-    assert!(text(&chrome.stderr).contains("use --format firefox, pprof, perfetto or folded"));
+    assert!(text(&chrome.stderr).contains("use --format firefox, perfetto or folded"));
 }
 
 #[test]

@@ -632,20 +632,18 @@ mod tests {
             assert_eq!(planned(&samples, name), Ok("samples"), "{name}");
         }
         assert_eq!(planned(&both, "firefox"), Ok("samples"));
-        // pprof writes samples whenever there are, and otherwise allocations or time per stack.
-        assert_eq!(planned(&samples, "pprof"), Ok("samples"));
-        assert_eq!(planned(&both, "pprof"), Ok("samples"));
-        assert_eq!(planned(&functions, "pprof"), Ok("functions"));
-        // Parquet streams whatever the trace holds, samples with the rest.
+        // Parquet streams whatever the trace holds, samples with the rest; pprof reads the samples
+        // itself (by address), or else the allocations or function calls.
         for t in [&functions, &samples, &both] {
             assert_eq!(planned(t, "parquet"), Ok("functions"));
+            assert_eq!(planned(t, "pprof"), Ok("functions"));
         }
         let path = samples.path().display();
         assert_eq!(
             planned(&samples, "chrome"),
             Err(format!(
                 "{path}: a trace of samples has no function calls to dump as chrome; use --format \
-                 firefox, pprof, perfetto or folded"
+                 firefox, perfetto or folded"
             ))
         );
         let path = functions.path().display();

@@ -32,8 +32,9 @@ use super::{stream, Exporter, Options, Samples, Target, Written};
 use crate::cct::Cct;
 use crate::mem::{self, MemReport};
 use crate::progress::Progress;
+use crate::reader::Sampler;
 use crate::reader::{SamplerKind, Trace, NO_MODULE};
-use crate::samples::{each_sample, thread_label, EventInfo, RenderError, SampleSet};
+use crate::samples::{each_sample, has_samples, thread_label};
 use crate::symbolize::Symbolizer;
 
 /// `--format pprof`.
@@ -48,8 +49,10 @@ impl Exporter for Pprof {
         "pprof profile.proto, gzipped (go tool pprof, Pyroscope, Parca): samples, allocations, or time per call stack"
     }
 
+    /// Samples are read here, by address ([`each_sample`]): a `SampleSet` would name every
+    /// stack's frames first, and the profile names each address once itself.
     fn writes_samples(&self) -> Samples {
-        Samples::Always
+        Samples::Streamed
     }
 
     fn write_functions(
@@ -60,7 +63,9 @@ impl Exporter for Pprof {
         progress: &mut Progress,
     ) -> io::Result<Written> {
         let out = stream(target)?;
-        let (profile, errors) = if has_allocations(trace) {
+        let (profile, errors) = if has_samples(trace) {
+            (samples(trace).map_err(io::Error::other)?, Vec::new())
+        } else if has_allocations(trace) {
             let rep = mem::analyse_totals(trace).map_err(io::Error::other)?;
             (allocations(trace, &rep), Vec::new())
         } else {
@@ -69,16 +74,6 @@ impl Exporter for Pprof {
         };
         out.write_all(&gzip(&profile)?)?;
         Ok(Written::from(errors))
-    }
-
-    fn write_samples(
-        &self,
-        trace: &Trace,
-        set: &SampleSet,
-        _opts: Options,
-    ) -> Result<Vec<u8>, RenderError> {
-        let profile = samples(trace, set).map_err(|e| RenderError(e.to_string()))?;
-        gzip(&profile).map_err(|e| RenderError(e.to_string()))
     }
 }
 
@@ -109,6 +104,8 @@ enum Place {
     Address(u32, u64),
     /// A traced function (its id).
     Function(u32),
+    /// What a sample without a stack is charged to (as `report` charges it).
+    NoStack,
 }
 
 /// A profile being built: the encoded body and the tables that intern its strings, functions,
@@ -304,8 +301,19 @@ impl<'t> Profile<'t> {
         id
     }
 
-    /// The locations of address stack `stack` (an index into the trace's stack table), leaf first.
+    /// The locations of address stack `stack` (an index into the trace's stack table), leaf first;
+    /// without a stack, `[no stack]` (pprof leaves out a sample without locations).
     fn address_stack(&mut self, stack: Option<u32>) -> Vec<u64> {
+        if stack.is_none() {
+            let id = match self.locations.get(&Place::NoStack) {
+                Some(&id) => id,
+                None => {
+                    let line = (self.function(&"[no stack]".into(), &"".into(), ""), 0);
+                    self.location(Place::NoStack, 0, 0, &[line])
+                }
+            };
+            return vec![id];
+        }
         let mut ids = Vec::new();
         let mut cur = stack;
         while let Some(node) = cur.and_then(|c| self.trace.stacks.get(c as usize)) {
@@ -366,18 +374,18 @@ fn packed(b: &mut Vec<u8>, field: u32, values: &[u64]) {
 }
 
 /// A sampler's pprof value type.
-fn sample_type(e: &EventInfo) -> (&str, &'static str) {
-    match e.kind {
+fn sample_type(s: &Sampler) -> (&str, &'static str) {
+    match s.kind {
         SamplerKind::CpuClock => ("cpu", "nanoseconds"),
         SamplerKind::OffCpu => ("off_cpu", "nanoseconds"),
-        SamplerKind::Uprobe | SamplerKind::Tracepoint => (e.name.as_str(), "count"),
+        SamplerKind::Uprobe | SamplerKind::Tracepoint => (s.spelling.as_str(), "count"),
     }
 }
 
 /// The profile of a trace's samples.
-fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::ReadError> {
+fn samples(trace: &Trace) -> Result<Vec<u8>, crate::reader::ReadError> {
     let mut types = vec![("samples", "count")];
-    types.extend(set.events.iter().map(sample_type));
+    types.extend(trace.samplers.iter().map(sample_type));
     let mut p = Profile::new(trace, &types, PlaceKind::Addresses);
     // Samples and summed weight per (address stack, thread, sampler), in first-seen order.
     let mut totals: HashMap<(Option<u32>, u32, u32), (u64, u64)> = HashMap::new();
@@ -399,7 +407,8 @@ fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::Rea
             *v = weight;
         }
         let locations = p.address_stack(stack);
-        let thread = thread_label(set.thread_name(tid), tid);
+        let name = trace.threads.get(&tid).map_or("", |t| t.name.as_str());
+        let thread = thread_label(name, tid);
         p.sample(
             &locations,
             &values,
@@ -409,10 +418,10 @@ fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::Rea
             ],
         );
     }
-    if let Some(cpu) = set
-        .events
+    if let Some(cpu) = trace
+        .samplers
         .iter()
-        .position(|e| e.kind == SamplerKind::CpuClock)
+        .position(|s| s.kind == SamplerKind::CpuClock)
     {
         let (kind, unit) = (p.string("cpu"), p.string("nanoseconds"));
         msg(&mut p.body, 11, |b| {
@@ -422,7 +431,7 @@ fn samples(trace: &Trace, set: &SampleSet) -> Result<Vec<u8>, crate::reader::Rea
         fv(
             &mut p.body,
             12,
-            1_000_000_000 / u64::from(set.frequency.max(1)),
+            1_000_000_000 / u64::from(trace.sample_frequency.max(1)),
         );
         let default = p.string(types[cpu + 1].0);
         fv(&mut p.body, 14, default);

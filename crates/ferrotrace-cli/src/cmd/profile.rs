@@ -5,7 +5,8 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
-use ferrotrace_analysis::dump::{self, Exporter, Plan, Samples};
+use ferrotrace_analysis::dump::{self, Exporter, Samples};
+use ferrotrace_analysis::progress::Progress;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
@@ -167,12 +168,16 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
 /// Writes the pprof profile of the trace at `trace` to `profile`.
 fn write_pprof(trace: &Path, profile: &Path) -> Result<(), Error> {
     let trace = super::open_named(trace, None)?;
-    let format = &dump::pprof::Pprof;
-    let Plan::Samples(set) = dump::plan(&trace, format).map_err(Error::analysis)? else {
-        return Err(format!("{}: holds no samples", trace.path().display()).into());
-    };
-    let bytes = format
-        .write_samples(&trace, &set, dump::Options::default())
-        .map_err(Error::analysis)?;
+    let mut bytes = Vec::new();
+    let mut progress = Progress::new("pprof", trace.event_count());
+    dump::pprof::Pprof
+        .write_functions(
+            &trace,
+            dump::Options::default(),
+            dump::Target::Stream(&mut bytes),
+            &mut progress,
+        )
+        .map_err(|e| format!("{}: {e}", profile.display()))?;
+    drop(progress);
     super::emit(Some(profile), &bytes)
 }
