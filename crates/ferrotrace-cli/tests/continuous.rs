@@ -1,6 +1,8 @@
-//! `ferrotrace profile --bpf -a --every PERIOD --parquet DIR` (root needed): periods of the whole
-//! machine written as parts of a hive-partitioned Parquet dataset, read back by DuckDB and
-//! `report -i DIR`; a run killed mid-period leaves only whole parts.
+//! `ferrotrace profile --bpf --every PERIOD --parquet DIR` (root needed): periods written as parts
+//! of a hive-partitioned Parquet dataset, read back by DuckDB and `report -i DIR`; a run killed
+//! mid-period leaves only whole parts. The profiler follows one busy process (`-p`), not the whole
+//! machine (`-a`, the same loop): each period starts by reading the mappings of every process it
+//! profiles, which on a loaded machine takes seconds per period with `-a`.
 
 mod common;
 
@@ -53,36 +55,40 @@ fn parts(dir: &Path) -> Vec<PathBuf> {
     found
 }
 
-/// Starts the continuous profiler into `dir` with a period of `every`.
-fn start(dir: &Path, every: &str) -> Child {
+/// Starts the continuous profiler of process `pid` into `dir` with a period of `every`.
+fn start(dir: &Path, every: &str, pid: u32) -> Child {
     default_signals(&mut ferrotrace())
-        .args([
-            "profile",
-            "--bpf",
-            "-a",
-            "--every",
-            every,
-            "--parquet",
-            p(dir),
-        ])
+        .args(["profile", "--bpf", "-p", &pid.to_string(), "--every", every])
+        .args(["--parquet", p(dir)])
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap()
 }
 
-/// Waits until `dir` holds `n` parts (at most two minutes: each period starts by reading every
-/// process's mappings).
-fn wait_for_parts(dir: &Path, n: usize) {
+/// Waits until `dir` holds `n` parts, while `profiler` runs.
+fn wait_for_parts(dir: &Path, n: usize, profiler: &mut Child) {
     let t = Instant::now();
     while parts(dir).len() < n {
+        if let Some(status) = profiler.try_wait().unwrap() {
+            panic!("the profiler ended ({status}) before {n} parts");
+        }
         assert!(
-            t.elapsed() < Duration::from_secs(120),
+            t.elapsed() < Duration::from_secs(300),
             "{n} parts in {}",
             dir.display()
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// fib computing fib(50): busy for far longer than any test.
+fn busy() -> Child {
+    Command::new(testprog("fib"))
+        .arg("50")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 /// Samples in each part, by DuckDB with hive partitioning: (host, date, hour, part, samples).
@@ -114,13 +120,9 @@ fn periods_become_whole_parts_that_duckdb_and_report_read() {
     let dir = scratch("continuous");
     let ds = dir.join("ds");
     // A program with a known hot function, busy through every period.
-    let mut busy = Command::new(testprog("fib"))
-        .arg("45")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let profiler = start(&ds, "1s");
-    wait_for_parts(&ds, 2);
+    let mut busy = busy();
+    let mut profiler = start(&ds, "1s", busy.id());
+    wait_for_parts(&ds, 2, &mut profiler);
     kill(profiler.id() as i32, SIGINT);
     let out = profiler.wait_with_output().unwrap();
     let _ = busy.kill();
@@ -174,12 +176,15 @@ fn periods_become_whole_parts_that_duckdb_and_report_read() {
 fn a_run_killed_mid_period_leaves_only_whole_parts() {
     let dir = scratch("continuous_killed");
     let ds = dir.join("ds");
-    let mut profiler = start(&ds, "2s");
-    wait_for_parts(&ds, 1);
+    let mut busy = busy();
+    let mut profiler = start(&ds, "2s", busy.id());
+    wait_for_parts(&ds, 1, &mut profiler);
     // Mid-period, and maybe while a part is being written.
     std::thread::sleep(Duration::from_millis(700));
     let _ = profiler.kill();
     let _ = profiler.wait();
+    let _ = busy.kill();
+    let _ = busy.wait();
     let found = parts(&ds);
     assert!(!found.is_empty());
     for part in &found {
