@@ -111,7 +111,8 @@ pub enum Samples {
     WithoutFunctions,
     /// Whenever the trace holds samples: the format is for samples.
     Always,
-    /// With everything else, by [`Exporter::write_functions`] (a dataset of all the trace holds).
+    /// By [`Exporter::write_functions`], which reads the samples itself: Parquet (a dataset of all
+    /// the trace holds), pprof (samples by address, or else allocations or function calls).
     Streamed,
 }
 
