@@ -8,7 +8,7 @@ if [ "$(id -u)" -ne 0 ]; then
   as_root=(sudo)
 fi
 
-packages=(gcc g++ uftrace clang-16 libelf-dev zlib1g-dev pkg-config make patch time libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg strace chromium heaptrack python3-pip sqlite3 python3)
+packages=(gcc g++ uftrace clang-16 libelf-dev zlib1g-dev pkg-config make patch time libclang-rt-16-dev llvm protobuf-compiler linux-perf bpftrace valgrind hyperfine bc util-linux libc6-dbg strace chromium heaptrack python3-pip sqlite3 python3 golang-go)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -10,7 +10,7 @@
 //! shortener), [`mem`] (allocations: the analysis, and its rendering) and [`dump`] (uftrace data
 //! directory, Chrome JSON, Perfetto protobuf, folded stacks, Firefox Profiler: one
 //! [`dump::Exporter`] per format, registered in [`dump::FORMATS`]); [`sections`] says which sections
-//! a trace gets. They share [`reader`] (model, index and integrity checks, streaming), [`samples`]
+//! a trace gets. They share [`reader`] (model, index and integrity checks, streaming), [`dataset`] (Parquet datasets read back), [`samples`]
 //! (the loader of Sample events: timer samples, probe hits, time off the CPU), [`callstack`] (stack
 //! reconstruction: unwound frames, functions running before tracing began, frames open at the end),
 //! [`cct`] (calling-context tree), [`names`], [`symbolize`] (addresses to names: DWARF with inlined
@@ -35,6 +35,7 @@ pub use ferrotrace_reader::{binary, names, progress, reader, srcline, symbolize,
 
 pub mod callstack;
 pub mod cct;
+pub mod dataset;
 pub mod dump;
 pub mod flame;
 pub mod graph;

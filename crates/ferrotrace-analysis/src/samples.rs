@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use crate::reader::{EventKind, ReadError, SamplerKind, Trace};
+use crate::reader::{EventKind, EventRef, ReadError, SamplerKind, Trace};
 use crate::stacks::FrameTree;
 pub use crate::stacks::{Frame, StackNode};
 
@@ -114,32 +114,19 @@ impl SampleSet {
         trace: &Trace,
         mut on_sample: impl FnMut(Sample),
     ) -> Result<Option<SampleSet>, ReadError> {
-        // A profile says so even without a Samplers chunk (cut short); a function trace whose
-        // samples were to be merged after the run (`record --sample`) has them only if they were.
-        let has_samples = !trace.samplers.is_empty()
-            || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
-                && !trace.has_function_events());
-        if !has_samples {
+        if !has_samples(trace) {
             return Ok(None);
         }
         let mut tree = FrameTree::new(trace);
-        for th in trace.threads.values() {
-            let mut events = trace.thread_events(th.tid)?;
-            while let Some(e) = events.next_ref() {
-                let e = e?;
-                if e.kind != EventKind::Sample {
-                    continue;
-                }
-                let stack = e.id.checked_sub(1).and_then(|s| tree.leaf(s));
-                on_sample(Sample {
-                    time_ns: e.ts_ns,
-                    tid: e.tid,
-                    event: e.fields[0] as u32,
-                    stack,
-                    weight: e.fields[1],
-                });
-            }
-        }
+        each_sample(trace, |e, stack| {
+            on_sample(Sample {
+                time_ns: e.ts_ns,
+                tid: e.tid,
+                event: e.fields[0] as u32,
+                stack: stack.and_then(|s| tree.leaf(s)),
+                weight: e.fields[1],
+            })
+        })?;
         let end = trace.end;
         Ok(Some(SampleSet {
             pid: trace.session.pid,
@@ -167,8 +154,8 @@ impl SampleSet {
                 })
                 .collect(),
             unreadable_modules: tree.sym.unreadable.clone(),
-            frames: tree.frames,
-            stacks: tree.nodes,
+            frames: tree.table.frames,
+            stacks: tree.table.nodes,
             samples: Vec::new(),
             lost: end.map_or(0, |e| e.lost),
             unwind_errors: end.map_or(0, |e| e.unwind_errors),
@@ -225,6 +212,35 @@ impl SampleSet {
     pub fn weighs_time(&self) -> bool {
         !self.events.is_empty() && self.events.iter().all(|e| e.kind.weighs_time())
     }
+}
+
+/// True when `trace` holds samples (or is a profile that took none): a profile says so even
+/// without a Samplers chunk (cut short); a function trace whose samples were to be merged after the
+/// run (`record --sample`) has them only if they were.
+pub fn has_samples(trace: &Trace) -> bool {
+    !trace.samplers.is_empty()
+        || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
+            && !trace.has_function_events())
+}
+
+/// Calls `f` with each Sample event of `trace` (sampler in `fields[0]`, weight in `fields[1]`), thread
+/// by thread, and its address stack (an index into `trace.stacks`) when it has one: the one reading of
+/// samples, shared by [`SampleSet`] (which names the stacks' frames) and the exporters that keep
+/// addresses ([`crate::dump::pprof`]).
+pub fn each_sample(
+    trace: &Trace,
+    mut f: impl FnMut(&EventRef<'_>, Option<u32>),
+) -> Result<(), ReadError> {
+    for th in trace.threads.values() {
+        let mut events = trace.thread_events(th.tid)?;
+        while let Some(e) = events.next_ref() {
+            let e = e?;
+            if e.kind == EventKind::Sample {
+                f(&e, e.id.checked_sub(1));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Samples and their summed weight per (stack, sampler).

@@ -19,17 +19,45 @@ pub struct StackNode {
     pub frame: u32,
 }
 
-/// Turns the trace's address stacks into frame stacks, naming each address once.
-pub struct FrameTree<'t> {
-    trace: &'t Trace,
-    /// The symbolizer (its `unreadable` list says which modules could not be used).
-    pub sym: Symbolizer,
+/// Frames and frame-level stack nodes, each kept once: the tables of a [`FrameTree`], and of the
+/// stacks read back from a Parquet dataset ([`crate::dataset`]).
+#[derive(Default)]
+pub struct FrameTable {
     frame_ids: HashMap<Frame, u32>,
     /// Frame table.
     pub frames: Vec<Frame>,
     node_ids: HashMap<(Option<u32>, u32), u32>,
     /// Frame-level stack tree.
     pub nodes: Vec<StackNode>,
+}
+
+impl FrameTable {
+    /// The id of frame `f`.
+    pub fn frame(&mut self, f: Frame) -> u32 {
+        let next = self.frames.len() as u32;
+        *self.frame_ids.entry(f.clone()).or_insert_with(|| {
+            self.frames.push(f);
+            next
+        })
+    }
+
+    /// The id of the stack node `frame` called from the stack `parent`.
+    pub fn node(&mut self, parent: Option<u32>, frame: u32) -> u32 {
+        let next = self.nodes.len() as u32;
+        *self.node_ids.entry((parent, frame)).or_insert_with(|| {
+            self.nodes.push(StackNode { parent, frame });
+            next
+        })
+    }
+}
+
+/// Turns the trace's address stacks into frame stacks, naming each address once.
+pub struct FrameTree<'t> {
+    trace: &'t Trace,
+    /// The symbolizer (its `unreadable` list says which modules could not be used).
+    pub sym: Symbolizer,
+    /// The frames and frame-level stacks made so far.
+    pub table: FrameTable,
     /// Address-stack id → frame-stack leaf.
     leaf_of: HashMap<u32, Option<u32>>,
 }
@@ -40,28 +68,9 @@ impl<'t> FrameTree<'t> {
         FrameTree {
             trace,
             sym: Symbolizer::new(trace),
-            frame_ids: HashMap::new(),
-            frames: Vec::new(),
-            node_ids: HashMap::new(),
-            nodes: Vec::new(),
+            table: FrameTable::default(),
             leaf_of: HashMap::new(),
         }
-    }
-
-    fn frame(&mut self, f: Frame) -> u32 {
-        let next = self.frames.len() as u32;
-        *self.frame_ids.entry(f.clone()).or_insert_with(|| {
-            self.frames.push(f);
-            next
-        })
-    }
-
-    fn node(&mut self, parent: Option<u32>, frame: u32) -> u32 {
-        let next = self.nodes.len() as u32;
-        *self.node_ids.entry((parent, frame)).or_insert_with(|| {
-            self.nodes.push(StackNode { parent, frame });
-            next
-        })
     }
 
     /// The frame-stack leaf of address stack `id`.
@@ -89,8 +98,8 @@ impl<'t> FrameTree<'t> {
             let frames = self.sym.frames(node.module, node.address);
             // Outermost (the containing function) first, then what was inlined into it.
             for f in frames.iter().rev() {
-                let id = self.frame(f.clone());
-                parent = Some(self.node(parent, id));
+                let id = self.table.frame(f.clone());
+                parent = Some(self.table.node(parent, id));
             }
             self.leaf_of.insert(c, parent);
         }

@@ -3,6 +3,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -358,5 +359,221 @@ fn buffer_waits_are_marked_in_the_uftrace_and_perfetto_exports() {
     for ((name, len), ns) in drawn.iter().zip(&waits) {
         assert_eq!(name, &format!("ferrotrace waited {ns} ns for a buffer"));
         assert_eq!(len, ns);
+    }
+}
+
+/// The SQL statements of `docs/format.md`'s Parquet section, in order, each with its leading comment
+/// (empty when none).
+fn documented_queries() -> Vec<(String, String)> {
+    let doc = std::fs::read_to_string(repo().join("docs/format.md")).unwrap();
+    let start = doc.find("## Exports: the Parquet dataset").unwrap();
+    let section = &doc[start..];
+    let section = &section[..section[3..].find("\n## ").map_or(section.len(), |e| e + 3)];
+    let mut queries = Vec::new();
+    for block in section.split("```sql\n").skip(1) {
+        let block = block.split("```").next().unwrap();
+        for statement in block.split(";\n").filter(|s| !s.trim().is_empty()) {
+            let comment = statement
+                .lines()
+                .take_while(|l| l.starts_with("--"))
+                .map(|l| l.trim_start_matches("-- "))
+                .collect::<Vec<_>>()
+                .join(" ");
+            queries.push((comment, statement.to_string()));
+        }
+    }
+    queries
+}
+
+#[test]
+fn documented_parquet_queries_run_on_real_dumps() {
+    let dir = scratch("parquet_docs");
+    let ds = dir.join("ds");
+    std::fs::create_dir_all(&ds).unwrap();
+    parquet(&fib(&dir.join("a"), "12"), &ds.join("a"));
+    parquet(&fib(&dir.join("b"), "14"), &ds.join("b"));
+    let profile = dir.join("p.data");
+    let out = ferrotrace()
+        .args(["profile", "-F", "999", "-o", p(&profile), "--"])
+        .arg(testprog("fib"))
+        .arg("35")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    parquet(&profile, &ds.join("p"));
+
+    let queries = documented_queries();
+    assert!(queries.len() >= 8, "{queries:?}");
+    let statements: Vec<String> = queries
+        .iter()
+        .map(|(_, q)| {
+            q.replace("'ds/", &format!("'{}/", p(&ds)))
+                .replace("'DIR/", &format!("'{}/a/", p(&ds)))
+        })
+        .collect();
+    let file = dir.join("queries.json");
+    std::fs::write(&file, serde_json::to_string(&statements).unwrap()).unwrap();
+    let out = duckdb(&format!(
+        "import duckdb, json\n\
+         for q in json.load(open({:?})):\n\
+         \x20   print(json.dumps([list(r) for r in duckdb.sql(q).fetchall()], default=str))\n",
+        p(&file)
+    ));
+    let results: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(results.len(), queries.len(), "every documented query ran");
+    let result = |label: &str| -> &Vec<serde_json::Value> {
+        let i = queries
+            .iter()
+            .position(|(c, q)| c.starts_with(label) || q.contains(label))
+            .unwrap_or_else(|| panic!("no query {label:?} in docs/format.md"));
+        results[i].as_array().unwrap()
+    };
+
+    // The schema version, as every file states it.
+    assert_eq!(
+        result("parquet_kv_metadata"),
+        &vec![serde_json::json!(["1"])]
+    );
+
+    // The profile's top functions are report --inline's, sample for sample.
+    let report: serde_json::Value = serde_json::from_str(&ok(ft(&[
+        "report",
+        "--json",
+        "--inline",
+        "-i",
+        p(&profile),
+    ])))
+    .unwrap();
+    let top = result("Top functions of a profile");
+    assert_eq!(top[0][0], "fib::fib", "{top:?}");
+    for row in top {
+        let f = report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == row[0])
+            .unwrap_or_else(|| panic!("{row} not in report"));
+        assert_eq!(row[1], f["self"], "{row}");
+        assert_eq!(row[2], f["self_weight"], "{row}");
+    }
+
+    // fib(14) spends more in fib::fib than fib(12).
+    let diff = result("Two runs compared");
+    let fib_row = diff.iter().find(|r| r[0] == "fib::fib").unwrap();
+    assert!(
+        fib_row[1].as_u64().unwrap() < fib_row[2].as_u64().unwrap(),
+        "{fib_row}"
+    );
+
+    // Flame graph rows: every sample with a stack once, each leaf's count that of the top query.
+    let folded = result("Flame graph rows");
+    let mut leaves: HashMap<String, u64> = HashMap::new();
+    for row in folded {
+        let leaf = row[0].as_str().unwrap().rsplit(';').next().unwrap();
+        *leaves.entry(leaf.to_string()).or_default() += row[1].as_u64().unwrap();
+    }
+    for row in top {
+        assert_eq!(
+            Some(&row[1].as_u64().unwrap()),
+            leaves.get(row[0].as_str().unwrap()),
+            "{row}"
+        );
+    }
+    assert!(folded[0][0]
+        .as_str()
+        .unwrap()
+        .contains("fib::main;fib::fib;fib::fib"));
+}
+
+/// `report --json`'s functions of samples: function → [self, total, self_weight, total_weight].
+fn sample_rows(json: &serde_json::Value) -> HashMap<String, [u64; 4]> {
+    json["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            let n = |k: &str| f[k].as_u64().unwrap();
+            (
+                f["function"].as_str().unwrap().to_string(),
+                [n("self"), n("total"), n("self_weight"), n("total_weight")],
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn report_reads_a_dataset_of_several_parts_as_their_traces_summed() {
+    let dir = scratch("parquet_report");
+    let ds = dir.join("ds");
+    // Two hosts' profiles (perf rings, eBPF) and a function trace, which has no samples.
+    let mut expected: HashMap<String, [u64; 4]> = HashMap::new();
+    for (host, how) in [("a", &[][..]), ("b", &["--bpf"][..])] {
+        let trace = dir.join(format!("{host}.data"));
+        let out = ferrotrace()
+            .arg("profile")
+            .args(how)
+            .args(["-F", "999", "-o", p(&trace), "--"])
+            .arg(testprog("fib"))
+            .arg("35")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let part = ds.join(format!("host={host}"));
+        std::fs::create_dir_all(&part).unwrap();
+        parquet(&trace, &part.join("fib"));
+        // The dataset keeps inlined frames: self charged to the containing function, or with
+        // --inline to the innermost one, as on the trace.
+        let json = |input: &Path, inline: bool| -> serde_json::Value {
+            let mut args = vec!["report", "--json", "-i", p(input)];
+            args.extend(inline.then_some("--inline"));
+            serde_json::from_str(&ok(ft(&args))).unwrap()
+        };
+        for inline in [false, true] {
+            let (of_part, of_trace) = (json(&part, inline), json(&trace, inline));
+            assert_eq!(
+                sample_rows(&of_part),
+                sample_rows(&of_trace),
+                "{host} {inline}"
+            );
+            assert_eq!(of_part["samples"], of_trace["samples"]);
+            assert_eq!(of_part["weight"], of_trace["weight"]);
+        }
+        let of_trace = json(&trace, false);
+        for (f, v) in sample_rows(&of_trace) {
+            let e = expected.entry(f).or_default();
+            for i in 0..4 {
+                e[i] += v[i];
+            }
+        }
+    }
+    std::fs::create_dir_all(ds.join("host=c")).unwrap();
+    parquet(&fib(&dir.join("c"), "12"), &ds.join("host=c").join("fib"));
+    let all: serde_json::Value =
+        serde_json::from_str(&ok(ft(&["report", "--json", "-i", p(&ds)]))).unwrap();
+    assert_eq!(sample_rows(&all), expected);
+    assert_eq!(all["functions"][0]["function"], "fib::fib");
+    let text_report = ok(ft(&["report", "-i", p(&ds)]));
+    assert!(text_report.contains("fib::fib"), "{text_report}");
+
+    // A directory with no parts, and a part whose file is not Parquet: one line each.
+    let empty = dir.join("empty");
+    std::fs::create_dir_all(&empty).unwrap();
+    let bad = dir.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::copy(
+        ds.join("host=a/fib/samples.parquet"),
+        bad.join("samples.parquet"),
+    )
+    .unwrap();
+    std::fs::write(bad.join("samplers.parquet"), b"not parquet").unwrap();
+    for d in [&empty, &bad] {
+        let out = ft(&["report", "-i", p(d)]);
+        assert!(!out.status.success());
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{err}");
+        assert!(err.contains(p(d)), "{err}");
     }
 }

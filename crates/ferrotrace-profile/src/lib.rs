@@ -195,6 +195,20 @@ pub fn call_graph_for(program: &std::path::Path) -> CallGraph {
     }
 }
 
+pub use recorder::SignalGuard;
+
+/// Ctrl-C and SIGTERM for a caller that records session after session with `handle_signals:
+/// false` (`profile --every`): until the guard is dropped they only raise the flag that ends the
+/// session being recorded and that [`stop_requested`] reads, so none is lost between sessions.
+pub fn stop_on_signals() -> SignalGuard {
+    SignalGuard::install()
+}
+
+/// True once Ctrl-C or SIGTERM arrived under [`stop_on_signals`] (or a session's own handling).
+pub fn stop_requested() -> bool {
+    recorder::stop_requested()
+}
+
 /// Records a profile as `cfg` says and writes it to `cfg.output`.
 pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     recorder::run(cfg, None)

@@ -20,7 +20,7 @@ mod child;
 mod events;
 #[cfg(feature = "bpf")]
 mod mapped_file;
-mod signals;
+pub(crate) mod signals;
 mod source;
 mod state;
 
@@ -38,7 +38,8 @@ use crate::perf::{self, PerfEvent, Ring};
 use crate::{Backend, ProfileConfig, ProfileError, ProfileSummary, Target};
 use child::BlockedChild;
 use events::{Opened, Opening, Samplers, EVERY_TASK};
-use signals::{SignalGuard, STOP};
+pub use signals::SignalGuard;
+use signals::STOP;
 use source::SampleSource;
 pub(crate) use state::State;
 
@@ -619,6 +620,11 @@ impl Session<'_> {
             warnings,
         })
     }
+}
+
+/// True once Ctrl-C or SIGTERM arrived while a [`SignalGuard`] was installed.
+pub(crate) fn stop_requested() -> bool {
+    STOP.load(Ordering::SeqCst)
 }
 
 /// Runs a whole profiling session (of `held`, when the caller started the program).

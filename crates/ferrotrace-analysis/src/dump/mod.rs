@@ -17,6 +17,8 @@ mod firefox_libs;
 pub mod folded;
 pub mod parquet;
 pub mod perfetto;
+pub mod pprof;
+mod proto;
 pub mod uftrace;
 pub mod window;
 
@@ -41,6 +43,7 @@ pub static FORMATS: &[&dyn Exporter] = &[
     &folded::Folded,
     &firefox::Firefox,
     &parquet::Parquet,
+    &pprof::Pprof,
 ];
 
 /// The format named `name` (as `--format` spells it).
@@ -108,7 +111,8 @@ pub enum Samples {
     WithoutFunctions,
     /// Whenever the trace holds samples: the format is for samples.
     Always,
-    /// With everything else, by [`Exporter::write_functions`] (a dataset of all the trace holds).
+    /// By [`Exporter::write_functions`], which reads the samples itself: Parquet (a dataset of all
+    /// the trace holds), pprof (samples by address, or else allocations or function calls).
     Streamed,
 }
 
@@ -629,9 +633,11 @@ mod tests {
             assert_eq!(planned(&samples, name), Ok("samples"), "{name}");
         }
         assert_eq!(planned(&both, "firefox"), Ok("samples"));
-        // Parquet streams whatever the trace holds, samples with the rest.
+        // Parquet streams whatever the trace holds, samples with the rest; pprof reads the samples
+        // itself (by address), or else the allocations or function calls.
         for t in [&functions, &samples, &both] {
             assert_eq!(planned(t, "parquet"), Ok("functions"));
+            assert_eq!(planned(t, "pprof"), Ok("functions"));
         }
         let path = samples.path().display();
         assert_eq!(

@@ -2,7 +2,8 @@
 //! DataFusion, Spark or pandas. Every table has a `run` column (the trace's run identifier, see
 //! [`run_id`]), so the directories of many traces read as one dataset
 //! (`read_parquet('runs/*/calls.parquet')`). The tables and their columns are documented in
-//! `docs/format.md` ("Parquet dataset").
+//! `docs/format.md` ("Parquet dataset"), whose version ([`SCHEMA_VERSION`]) every file carries in its
+//! key-value metadata.
 //!
 //! Written while streaming the events, with bounded memory: each table buffers at most [`BATCH`]
 //! rows before handing them to the Parquet writer, which closes a row group every [`ROW_GROUP`]
@@ -23,6 +24,7 @@ use std::io;
 use std::path::Path;
 use std::sync::Arc;
 
+use arrow_array::builder::{ListBuilder, StringBuilder};
 use arrow_array::types::UInt32Type;
 use arrow_array::{
     ArrayRef, BooleanArray, DictionaryArray, Int64Array, RecordBatch, StringArray, UInt32Array,
@@ -31,6 +33,7 @@ use arrow_array::{
 use arrow_schema::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::schema::types::ColumnPath;
 
@@ -40,6 +43,14 @@ use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
 use crate::symbolize::Symbolizer;
+
+/// The version of the dataset's schema (its tables, their columns, what each means), stated in
+/// `docs/format.md` and written into every file's key-value metadata under [`SCHEMA_VERSION_KEY`].
+/// It changes when a column or table is removed or renamed or changes its type or meaning; a new
+/// column or table leaves it as it is (readers name the columns they read).
+pub const SCHEMA_VERSION: u32 = 1;
+/// The key of [`SCHEMA_VERSION`] in each Parquet file's key-value metadata.
+pub const SCHEMA_VERSION_KEY: &str = "ferrotrace.schema_version";
 
 /// Rows a table buffers before writing them.
 pub const BATCH: usize = 64 << 10;
@@ -67,6 +78,8 @@ enum Ty {
     /// Strings, dictionary-encoded by the caller (keys into a fixed list).
     Dict,
     Str,
+    /// A list of strings.
+    Strs,
 }
 
 /// One value of a row.
@@ -79,6 +92,7 @@ enum V<'a> {
     /// A key into the column's dictionary.
     Key(u32),
     Str(&'a str),
+    Strs(&'a [String]),
     Null,
 }
 
@@ -89,6 +103,7 @@ enum Col {
     Bool(Vec<Option<bool>>),
     Dict(Vec<Option<u32>>, ArrayRef),
     Str(Vec<Option<String>>),
+    Strs(ListBuilder<StringBuilder>),
 }
 
 /// One table: its file's writer and the rows not yet written.
@@ -139,6 +154,10 @@ impl Table {
                         cols.push(Col::Str(Vec::new()));
                         DataType::Utf8
                     }
+                    Ty::Strs => {
+                        cols.push(Col::Strs(ListBuilder::new(StringBuilder::new())));
+                        DataType::List(Arc::new(Field::new_list_field(DataType::Utf8, true)))
+                    }
                 };
                 Field::new(n, dt, nullable)
             })
@@ -155,7 +174,11 @@ impl Table {
             // alone take about 3 KB per million rows.
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_offset_index_disabled(true)
-            .set_created_by(format!("ferrotrace {}", env!("CARGO_PKG_VERSION")));
+            .set_created_by(format!("ferrotrace {}", env!("CARGO_PKG_VERSION")))
+            .set_key_value_metadata(Some(vec![KeyValue::new(
+                SCHEMA_VERSION_KEY.to_string(),
+                SCHEMA_VERSION.to_string(),
+            )]));
         // 64-bit integers (ids, times, durations, addresses) are delta-encoded and bit-packed:
         // consecutive call ids and start times take a few bits each, where a dictionary would
         // give up on their many distinct values.
@@ -189,11 +212,18 @@ impl Table {
                 (Col::Bool(c), V::Bool(x)) => c.push(Some(x)),
                 (Col::Dict(c, _), V::Key(x)) => c.push(Some(x)),
                 (Col::Str(c), V::Str(x)) => c.push(Some(x.to_string())),
+                (Col::Strs(c), V::Strs(x)) => {
+                    for s in x {
+                        c.values().append_value(s);
+                    }
+                    c.append(true);
+                }
                 (Col::U32(c), V::Null) | (Col::Dict(c, _), V::Null) => c.push(None),
                 (Col::U64(c), V::Null) => c.push(None),
                 (Col::I64(c), V::Null) => c.push(None),
                 (Col::Bool(c), V::Null) => c.push(None),
                 (Col::Str(c), V::Null) => c.push(None),
+                (Col::Strs(c), V::Null) => c.append(false),
                 _ => return Err(io::Error::other("parquet: a value of the wrong type")),
             }
         }
@@ -219,6 +249,7 @@ impl Table {
                     Col::I64(v) => Arc::new(Int64Array::from(std::mem::take(v))),
                     Col::Bool(v) => Arc::new(BooleanArray::from(std::mem::take(v))),
                     Col::Str(v) => Arc::new(StringArray::from(std::mem::take(v))),
+                    Col::Strs(b) => Arc::new(b.finish()),
                     Col::Dict(v, values) => Arc::new(
                         DictionaryArray::<UInt32Type>::try_new(
                             UInt32Array::from(std::mem::take(v)),
@@ -384,6 +415,32 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     }
     t.close()?;
 
+    // samplers
+    let mut t = Table::create(
+        dir,
+        "samplers",
+        &[
+            ("run", Dict, false),
+            ("sampler", U32, false),
+            ("kind", U32, false),
+            ("name", Str, false),
+            ("weighs_time", Bool, false),
+            ("frequency", U32, false),
+        ],
+        &[&run],
+    )?;
+    for (i, sampler) in trace.samplers.iter().enumerate() {
+        t.row(&[
+            V::Key(0),
+            V::U32(i as u32),
+            V::U32(sampler.kind as u32),
+            V::Str(&sampler.spelling),
+            V::Bool(sampler.kind.weighs_time()),
+            V::U32(trace.sample_frequency),
+        ])?;
+    }
+    t.close()?;
+
     // metadata: one row
     let mut t = Table::create(
         dir,
@@ -431,8 +488,11 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     let mut stack_names: Vec<String> = Vec::new();
     let mut stack_name_slot: HashMap<String, u32> = HashMap::new();
     let mut stack_rows = Vec::with_capacity(trace.stacks.len());
+    // Every function at each address, innermost first (the last contains the address).
+    let mut stack_frames: Vec<Vec<String>> = Vec::with_capacity(trace.stacks.len());
     for node in &trace.stacks {
         let frames = sym.frames(node.module, node.address);
+        stack_frames.push(frames.iter().map(|f| f.function.to_string()).collect());
         let name = frames
             .first()
             .map_or_else(String::new, |f| f.function.to_string());
@@ -454,6 +514,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             ("function", Dict, false),
             ("module", Dict, false),
             ("address", U64, false),
+            ("frames", Strs, false),
         ],
         &[&run, &stack_functions, &modules],
     )?;
@@ -465,6 +526,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
             V::Key(stack_rows[i]),
             V::Key(module_slot.get(&node.module).copied().unwrap_or(0)),
             V::U64(node.address),
+            V::Strs(&stack_frames[i]),
         ])?;
     }
     t.close()?;

@@ -22,6 +22,7 @@
 use std::io::{self, Write};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 
+use super::proto::{fbytes, fv, msg, varint};
 pub use super::window::Window;
 use super::{stream, walk, Ev, Exporter, Samples, Supports, Target, Written};
 use crate::names::Names;
@@ -53,32 +54,6 @@ const BOOTTIME: u64 = 6;
 const MONOTONIC: u64 = 3;
 /// Uncompressed bytes per `compressed_packets` batch (Perfetto wants each under 512 KiB).
 const BATCH: usize = 256 << 10;
-
-/// Protobuf's varint is the trace format's: one encoder (a `Vec` never fills up).
-fn varint(b: &mut Vec<u8>, v: u64) {
-    let _ = ferrotrace_core::codec::put_varint(b, v);
-}
-
-fn key(b: &mut Vec<u8>, field: u32, wire: u8) {
-    varint(b, (field as u64) << 3 | wire as u64);
-}
-
-fn fv(b: &mut Vec<u8>, field: u32, v: u64) {
-    key(b, field, 0);
-    varint(b, v);
-}
-
-fn fbytes(b: &mut Vec<u8>, field: u32, bytes: &[u8]) {
-    key(b, field, 2);
-    varint(b, bytes.len() as u64);
-    b.extend_from_slice(bytes);
-}
-
-fn msg(b: &mut Vec<u8>, field: u32, build: impl FnOnce(&mut Vec<u8>)) {
-    let mut inner = Vec::new();
-    build(&mut inner);
-    fbytes(b, field, &inner);
-}
 
 /// The zlib level: zlib-rs at level 3 compresses fib 31's 113 MB of packets to 6.1 MB in about
 /// a third of the time the encoder takes to make them (level 1: 12.5 MB, level 6: 2.6 MB at
@@ -630,7 +605,7 @@ impl Encoder<'_, '_> {
         let mut node = leaf;
         while let Some(n) = node {
             chain.push(n);
-            node = tree.nodes.get(n as usize).and_then(|x| x.parent);
+            node = tree.table.nodes.get(n as usize).and_then(|x| x.parent);
         }
         chain.reverse();
         let (pid, tid) = (self.pid, self.seqs[i].tid);
@@ -649,9 +624,13 @@ impl Encoder<'_, '_> {
                 });
             }
             for &n in &chain {
-                let frame = tree.nodes[n as usize].frame;
+                let frame = tree.table.nodes[n as usize].frame;
                 if seq.sampled_frames.insert(frame) {
-                    let name = tree.frames.get(frame as usize).map_or("?", |f| &f.function);
+                    let name = tree
+                        .table
+                        .frames
+                        .get(frame as usize)
+                        .map_or("?", |f| &f.function);
                     msg(&mut interned, 5, |s| {
                         fv(s, 1, frame as u64 + 1);
                         fbytes(s, 2, name.as_bytes());
@@ -667,7 +646,7 @@ impl Encoder<'_, '_> {
             msg(&mut interned, 7, |c| {
                 fv(c, 1, leaf.unwrap_or_default() as u64 + 1);
                 for &n in &chain {
-                    fv(c, 2, tree.nodes[n as usize].frame as u64 + 1);
+                    fv(c, 2, tree.table.nodes[n as usize].frame as u64 + 1);
                 }
             });
         }

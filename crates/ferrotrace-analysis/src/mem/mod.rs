@@ -96,7 +96,9 @@ impl HeapTracker {
 /// Allocations that share a stack.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StackGroup {
-    /// Leaf of the frame-level stack in [`MemReport::stacks`], `None` without a stack.
+    /// Leaf of the frame-level stack in [`MemReport::stacks`] (in [`MemReport::by_address_stack`]
+    /// and [`MemReport::leaks_by_address_stack`]: the address stack, an index into the trace's
+    /// stack table), `None` without a stack.
     pub stack: Option<u32>,
     /// Blocks (estimated when sampled).
     pub blocks: u64,
@@ -158,6 +160,11 @@ pub struct MemReport {
     pub temporaries: Vec<StackGroup>,
     /// Allocations by stack (every allocation), most bytes first.
     pub by_stack: Vec<StackGroup>,
+    /// Allocations by the trace's address stack (`Trace::stacks`), most bytes first: what
+    /// `by_stack` groups by named frames, for exporters that keep addresses (pprof).
+    pub by_address_stack: Vec<StackGroup>,
+    /// Leaks by the trace's address stack, largest first.
+    pub leaks_by_address_stack: Vec<StackGroup>,
     /// Sites, most bytes first.
     pub sites: Vec<Site>,
     /// Frame table of the stacks.
@@ -250,6 +257,8 @@ struct Block {
     count: f64,
     bytes: f64,
     stack: Option<u32>,
+    /// The address stack the frame-level `stack` was named from.
+    address_stack: Option<u32>,
 }
 
 struct Pass<'t> {
@@ -269,13 +278,15 @@ impl Pass<'_> {
         match e.kind {
             EventKind::Alloc => {
                 let (count, bytes) = weights(e.fields[0], self.sample_interval);
-                let stack = e.id.checked_sub(1).and_then(|s| self.tree.leaf(s));
+                let address_stack = e.id.checked_sub(1);
+                let stack = address_stack.and_then(|s| self.tree.leaf(s));
                 let replaced = self.live.insert(
                     e.fields[1],
                     Block {
                         count,
                         bytes,
                         stack,
+                        address_stack,
                     },
                 );
                 if let Some(old) = &replaced {
@@ -290,6 +301,7 @@ impl Pass<'_> {
                         count,
                         bytes,
                         stack,
+                        address_stack,
                     },
                     replaced,
                 ))
@@ -356,6 +368,7 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     };
     let (mut all, mut temps, mut frees) = (Totals::default(), Totals::default(), Totals::default());
     let mut by_stack: HashMap<Option<u32>, Totals> = HashMap::new();
+    let mut by_address_stack: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut temp_stacks: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut last_alloc: HashMap<u32, u64> = HashMap::new();
     let (mut peak, mut peak_index, mut peak_ns, mut index) = (0.0f64, 0u64, 0u64, 0u64);
@@ -372,6 +385,10 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
             all.add(block.count, block.bytes);
             by_stack
                 .entry(block.stack)
+                .or_default()
+                .add(block.count, block.bytes);
+            by_address_stack
+                .entry(block.address_stack)
                 .or_default()
                 .add(block.count, block.bytes);
             last_alloc.insert(e.tid, e.fields[1]);
@@ -397,9 +414,14 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     drop(events);
     rep.unseen_frees = pass.unseen_frees;
     let mut leaks: HashMap<Option<u32>, Totals> = HashMap::new();
+    let mut leaks_by_address_stack: HashMap<Option<u32>, Totals> = HashMap::new();
     let mut leaked = Totals::default();
     for b in pass.live.values() {
         leaks.entry(b.stack).or_default().add(b.count, b.bytes);
+        leaks_by_address_stack
+            .entry(b.address_stack)
+            .or_default()
+            .add(b.count, b.bytes);
         leaked.add(b.count, b.bytes);
     }
     // Pass 2: replay up to the peak and group what was live then.
@@ -436,8 +458,8 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     rep.peak_bytes = round(peak);
     rep.peak_ns = peak_ns;
     rep.temporary = round(temps.count);
-    rep.frames = pass.tree.frames;
-    rep.stacks = pass.tree.nodes;
+    rep.frames = pass.tree.table.frames;
+    rep.stacks = pass.tree.table.nodes;
     rep.unreadable_modules = pass.tree.sym.unreadable;
     rep.peak_stacks = groups(peak_live);
     rep.leaks = groups(leaks);
@@ -445,6 +467,8 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     rep.leaked_bytes = rep.leaks.iter().map(|g| g.bytes).sum();
     rep.temporaries = groups(temp_stacks);
     rep.by_stack = groups(by_stack);
+    rep.by_address_stack = groups(by_address_stack);
+    rep.leaks_by_address_stack = groups(leaks_by_address_stack);
     rep.sites = rep.sites_of();
     Ok(rep)
 }

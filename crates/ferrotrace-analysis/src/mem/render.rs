@@ -248,6 +248,9 @@ impl MemReport {
             "allocations": self.allocations,
             "bytes": self.bytes,
             "frees": self.frees,
+            "allocated": {
+                "stacks": self.groups_json(&self.by_stack),
+            },
             // One standard deviation of each estimate (0 when every allocation was recorded).
             "std_error": {
                 "allocations": self.std_errors.allocations,

@@ -1,11 +1,13 @@
 //! `ferrotrace profile`: sample any program (no instrumentation needed) with perf_event_open.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::Args;
-use ferrotrace_analysis::dump::Samples;
+use ferrotrace_analysis::dump::{self, Exporter, Samples};
+use ferrotrace_analysis::progress::Progress;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
 use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
 
@@ -44,7 +46,8 @@ pub struct ProfileArgs {
         value_name = "PAGES"
     )]
     mmap_pages: Option<String>,
-    /// Trace file to write
+    /// Trace file to write; a name ending in .pb.gz writes the trace as NAME.data and its pprof
+    /// profile (dump --format pprof) as NAME.pb.gz
     #[arg(short = 'o', long = "output", default_value = "ferrotrace.data")]
     output: PathBuf,
     /// Attach to a running process instead of starting one
@@ -66,6 +69,20 @@ pub struct ProfileArgs {
     /// Stop after this long (10s, 500ms, 2m, 1h; a number is seconds)
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
+    /// Record in periods of this length (60s, 5m) until Ctrl-C or SIGTERM, each period one part of
+    /// the Parquet dataset --parquet names
+    #[arg(
+        long,
+        value_name = "DURATION",
+        requires = "parquet",
+        conflicts_with = "duration"
+    )]
+    every: Option<String>,
+    /// With --every: the dataset's directory; each period's part is DIR/host=HOST/date=YYYY-MM-DD/
+    /// hour=HH/part-START (a `dump --format parquet` directory; START in ns since 1970, UTC),
+    /// written whole under DIR/.staging and renamed into place
+    #[arg(long, value_name = "DIR", requires = "every")]
+    parquet: Option<PathBuf>,
     /// Record with --call-graph fp even if the program has no frame pointers
     #[arg(long)]
     force_fp: bool,
@@ -94,11 +111,19 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
                     .into(),
             )),
         };
+    // `-o NAME.pb.gz`: the trace is NAME.data, its pprof profile NAME.pb.gz.
+    let pprof = args
+        .output
+        .to_str()
+        .and_then(|s| s.strip_suffix(".pb.gz"))
+        .map(|name| (args.output.clone(), PathBuf::from(format!("{name}.data"))));
     let cfg = ProfileConfig {
         events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
         call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)?,
-        output: args.output,
+        output: pprof
+            .as_ref()
+            .map_or(args.output, |(_, trace)| trace.clone()),
         target,
         duration: args.duration.as_deref().map(parse_duration).transpose()?,
         allow_missing_frame_pointers: args.force_fp,
@@ -120,6 +145,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         }),
         ..ProfileConfig::default()
     };
+    if let (Some(every), Some(dir)) = (&args.every, &args.parquet) {
+        return continuous(cfg, parse_duration(every)?, dir);
+    }
     let s = profile(&cfg)?;
     for w in &s.warnings {
         say!("ferrotrace: warning: {w}");
@@ -146,8 +174,130 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
             per_sample(work.user_reads)
         );
     }
+    if let Some((profile, trace)) = &pprof {
+        write_pprof(trace, profile)?;
+    }
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),
         None => ExitCode::SUCCESS,
     })
+}
+
+/// Writes the pprof profile of the trace at `trace` to `profile`.
+fn write_pprof(trace: &Path, profile: &Path) -> Result<(), Error> {
+    let trace = super::open_named(trace, None)?;
+    let mut bytes = Vec::new();
+    let mut progress = Progress::new("pprof", trace.event_count());
+    dump::pprof::Pprof
+        .write_functions(
+            &trace,
+            dump::Options::default(),
+            dump::Target::Stream(&mut bytes),
+            &mut progress,
+        )
+        .map_err(|e| format!("{}: {e}", profile.display()))?;
+    drop(progress);
+    super::emit(Some(profile), &bytes)
+}
+
+/// `--every PERIOD --parquet DIR`: one recording per period, each turned into a part of the dataset
+/// in DIR, until Ctrl-C or SIGTERM (which end the period being recorded: it is written too).
+/// A part is written under `DIR/.staging` and renamed into place, so a reader never sees half of
+/// one; a crash loses the period being recorded (its trace stays in `.staging`).
+fn continuous(mut cfg: ProfileConfig, every: Duration, dir: &Path) -> Result<ExitCode, Error> {
+    if matches!(cfg.target, Target::Command { .. }) {
+        return Err(Error::Usage(
+            "--every records what runs already: every process (-a) or one (-p PID), not a \
+             program it would start again each period"
+                .into(),
+        ));
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map_or_else(|_| "unknown".to_string(), |h| h.trim().replace('/', "_"));
+    let staging = dir.join(".staging");
+    for d in [dir, &staging] {
+        match std::fs::create_dir(d) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => {
+                return Err(format!("{}: {e}", d.display()).into())
+            }
+            _ => {}
+        }
+        if !std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir()) {
+            return Err(format!("{}: not a directory", d.display()).into());
+        }
+    }
+    // Signals end the period being recorded, and none is lost between two periods.
+    let _signals = ferrotrace_profile::stop_on_signals();
+    cfg.handle_signals = false;
+    cfg.duration = Some(every);
+    cfg.on_system_wide_start = None;
+    say!(
+        "ferrotrace: recording in periods of {every:?} into {} until Ctrl-C",
+        dir.display()
+    );
+    // The previous period's part is written on a thread of its own while the next is recorded.
+    let mut writing: Option<std::thread::JoinHandle<Result<(), String>>> = None;
+    let finish = |w: Option<std::thread::JoinHandle<Result<(), String>>>| -> Result<(), Error> {
+        match w.map(|w| w.join()) {
+            Some(Ok(Err(e))) => Err(e.into()),
+            Some(Err(_)) => Err("the thread writing a part panicked".to_string().into()),
+            _ => Ok(()),
+        }
+    };
+    while !ferrotrace_profile::stop_requested() {
+        let start_ns = ferrotrace_core::clock::realtime_ns();
+        let name = format!("part-{start_ns}");
+        cfg.output = staging.join(format!("{name}.data"));
+        let s = profile(&cfg)?;
+        finish(writing.take())?;
+        let (date, hour) = utc_date_hour(start_ns);
+        let partition = dir
+            .join(format!("host={host}"))
+            .join(format!("date={date}"))
+            .join(format!("hour={hour:02}"));
+        let staged = staging.join(&name);
+        writing = Some(std::thread::spawn(move || {
+            write_part(&s.output, &staged, &partition.join(&name))?;
+            say!(
+                "ferrotrace: wrote {} ({} samples)",
+                partition.join(&name).display(),
+                s.samples
+            );
+            Ok(())
+        }));
+    }
+    finish(writing.take())?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Turns the period's `trace` into the part `part`: written as `staged`, renamed into place, then
+/// the trace removed.
+fn write_part(trace: &Path, staged: &Path, part: &Path) -> Result<(), String> {
+    let opened = ferrotrace_analysis::reader::Trace::open(trace)
+        .map_err(|e| format!("{}: {e}", trace.display()))?;
+    let mut progress = Progress::new("parquet", 0);
+    dump::parquet::write(&opened, staged, &mut progress)
+        .map_err(|e| format!("{}: {e}", staged.display()))?;
+    if let Some(partition) = part.parent() {
+        std::fs::create_dir_all(partition).map_err(|e| format!("{}: {e}", partition.display()))?;
+    }
+    std::fs::rename(staged, part).map_err(|e| format!("{}: {e}", part.display()))?;
+    std::fs::remove_file(trace).map_err(|e| format!("{}: {e}", trace.display()))
+}
+
+/// The UTC date (`YYYY-MM-DD`) and hour of `ns` nanoseconds since 1970 (the proleptic Gregorian
+/// calendar's civil date of a day number, Howard Hinnant's `civil_from_days`).
+fn utc_date_hour(ns: u64) -> (String, u64) {
+    let secs = ns / 1_000_000_000;
+    let (days, hour) = ((secs / 86_400) as i64, secs % 86_400 / 3_600);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (format!("{year:04}-{month:02}-{day:02}"), hour)
 }

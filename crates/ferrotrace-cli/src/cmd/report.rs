@@ -15,6 +15,9 @@ use ferrotrace_analysis::sections::Sections;
 
 /// Arguments of `ferrotrace report`.
 #[derive(Args)]
+#[command(
+    after_help = "-i DIR: the samples of every `dump --format parquet` directory below DIR, reported as one trace's"
+)]
 pub struct ReportArgs {
     #[command(flatten)]
     trace: super::TraceInput,
@@ -132,6 +135,47 @@ fn report_samples(
     Ok((code, json))
 }
 
+/// `report -i DIR`: the samples of every part of the Parquet dataset below DIR
+/// ([`ferrotrace_analysis::dataset`]), reported as a trace's are.
+fn report_dataset(a: &ReportArgs) -> Result<ExitCode, Error> {
+    let dir = &a.trace.input;
+    if a.diff.is_some() || a.srcline || a.symbols.is_some() || a.fields.is_some() || a.avg_total {
+        return Err(Error::Usage(format!(
+            "{}: a Parquet dataset is reported with --sort, --threads, --json and --inline alone",
+            dir.display()
+        )));
+    }
+    let opts = samples::options(a.sort, a.inline).map_err(|other| {
+        format!(
+            "{}: samples have no {}: sort them by self or total",
+            dir.display(),
+            other.name()
+        )
+    })?;
+    let (set, parts) =
+        ferrotrace_analysis::dataset::load_samples(dir).map_err(|e| e.to_string())?;
+    if set.samples.is_empty() {
+        return Err(format!(
+            "{}: no samples in the {} Parquet parts below it (directories of `dump --format \
+             parquet`, of traces with samples)",
+            dir.display(),
+            parts.len()
+        )
+        .into());
+    }
+    say!(
+        "ferrotrace: {} samples from {} parts below {}",
+        set.samples.len(),
+        parts.len(),
+        dir.display()
+    );
+    super::emit(
+        None,
+        samples::render(&set, opts, a.threads, a.json).as_bytes(),
+    )?;
+    Ok(ExitCode::SUCCESS)
+}
+
 fn parse_key(s: &str) -> Result<SortKey, String> {
     SortKey::parse(s).ok_or_else(|| {
         format!("unknown sort key {s:?}: use total, self, calls (or call), avg, min or max")
@@ -172,6 +216,9 @@ fn report_of(
 
 /// Runs the report.
 pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
+    if a.trace.input.is_dir() {
+        return report_dataset(&a);
+    }
     let columns = columns(&a)?;
     let (jobs, fewer) = Report::jobs_for_load(a.jobs.map_or(1, usize::from));
     if let Some(why) = fewer {

@@ -2,19 +2,19 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub(super) static STOP: AtomicBool = AtomicBool::new(false);
+pub(crate) static STOP: AtomicBool = AtomicBool::new(false);
 
 extern "C" fn on_signal(_: libc::c_int) {
     STOP.store(true, Ordering::SeqCst);
 }
 
 /// Installs SIGINT/SIGTERM handlers that only set a flag; restores the old ones on drop.
-pub(super) struct SignalGuard {
+pub struct SignalGuard {
     old: Vec<(libc::c_int, libc::sigaction)>,
 }
 
 impl SignalGuard {
-    pub(super) fn install() -> SignalGuard {
+    pub(crate) fn install() -> SignalGuard {
         STOP.store(false, Ordering::SeqCst);
         let mut old = Vec::new();
         for sig in [libc::SIGINT, libc::SIGTERM] {

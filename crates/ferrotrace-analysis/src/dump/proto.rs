@@ -1,0 +1,33 @@
+//! The protobuf encoding the exporters write by hand (Perfetto's trace packets, pprof's profile):
+//! fields appended to a `Vec`, a nested message built in its own buffer and framed by its length.
+//! A few lines instead of a code generator, and the varint is the trace format's own.
+
+/// Protobuf's varint is the trace format's: one encoder (a `Vec` never fills up).
+pub(crate) fn varint(b: &mut Vec<u8>, v: u64) {
+    let _ = ferrotrace_core::codec::put_varint(b, v);
+}
+
+/// A field's key: its number and wire type (0 varint, 2 length-delimited).
+fn key(b: &mut Vec<u8>, field: u32, wire: u8) {
+    varint(b, (field as u64) << 3 | wire as u64);
+}
+
+/// A varint field.
+pub(crate) fn fv(b: &mut Vec<u8>, field: u32, v: u64) {
+    key(b, field, 0);
+    varint(b, v);
+}
+
+/// A length-delimited field: bytes, a string, a packed list.
+pub(crate) fn fbytes(b: &mut Vec<u8>, field: u32, bytes: &[u8]) {
+    key(b, field, 2);
+    varint(b, bytes.len() as u64);
+    b.extend_from_slice(bytes);
+}
+
+/// A message field, its body written by `build`.
+pub(crate) fn msg(b: &mut Vec<u8>, field: u32, build: impl FnOnce(&mut Vec<u8>)) {
+    let mut inner = Vec::new();
+    build(&mut inner);
+    fbytes(b, field, &inner);
+}
