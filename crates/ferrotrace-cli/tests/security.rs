@@ -347,23 +347,24 @@ fn results_never_overwrite_a_trace_or_follow_a_link() {
     assert_eq!(std::fs::metadata(&svg).unwrap().mode() & 0o777, 0o600);
 }
 
-/// `linked_server` (a program that links the runtime, with a tracepoint) running as `nobody`, started
-/// and answering; killed when dropped.
-struct NobodyServer(std::process::Child);
+/// A server started by a test (it prints `port=N` once it listens), killed when dropped (a failed
+/// assertion included).
+struct Server(std::process::Child);
 
-impl NobodyServer {
-    fn start() -> NobodyServer {
+impl Server {
+    fn start(cmd: &mut Command) -> Server {
         use std::io::BufRead;
-        let mut child = as_nobody(&testprog("linked_server"))
+        let mut child = cmd
             .stdout(std::process::Stdio::piped())
             .spawn()
-            .expect("start linked_server as nobody");
+            .expect("start the server");
         let mut line = String::new();
         std::io::BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
+        let server = Server(child);
         assert!(line.starts_with("port="), "{line:?}");
-        NobodyServer(child)
+        server
     }
 
     fn pid(&self) -> String {
@@ -371,7 +372,7 @@ impl NobodyServer {
     }
 }
 
-impl Drop for NobodyServer {
+impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
@@ -407,7 +408,8 @@ fn root_attaching_to_a_user_s_process_never_goes_through_the_user_s_links() {
     for (path, n) in secrets.iter().zip(["error", "control", "live"]) {
         root_only(path, &format!("root's secret behind {n}\n"));
     }
-    let server = NobodyServer::start();
+    // linked_server links the runtime and has a tracepoint.
+    let server = Server::start(&mut as_nobody(&testprog("linked_server")));
     let attach = |args: &[&str]| {
         let out = ferrotrace()
             .env("TMPDIR", &tmp)
@@ -481,20 +483,8 @@ fn root_attaching_to_a_user_s_process_never_goes_through_the_user_s_links() {
 #[test]
 fn root_refuses_a_preload_library_another_user_could_change() {
     let dir = shared_dir("preload-owner");
-    let server = {
-        use std::io::BufRead;
-        let mut child = Command::new(testprog("line_server"))
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.starts_with("port="), "{line:?}");
-        child
-    };
-    let pid = server.id().to_string();
+    let server = Server::start(&mut Command::new(testprog("line_server")));
+    let pid = server.pid();
     let users = dir.join("users");
     std::fs::create_dir(&users).unwrap();
     let owned = users.join("libferrotrace_preload.so");
@@ -512,7 +502,7 @@ fn root_refuses_a_preload_library_another_user_could_change() {
         ),
         (
             &in_public,
-            format!("{} is writable by everyone", public.display()),
+            format!("{} is writable by its group and everyone", public.display()),
         ),
     ] {
         let out = ferrotrace()
@@ -544,8 +534,6 @@ fn root_refuses_a_preload_library_another_user_could_change() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(trace.exists());
-    let mut server = server;
-    let _ = server.kill();
-    let _ = server.wait();
+    drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
