@@ -126,7 +126,7 @@ pub fn untrusted(file: &Path) -> Option<String> {
                 meta.uid()
             ));
         }
-        let sticky_dir = at > 0 && meta.mode() & libc::S_ISVTX as u32 != 0;
+        let sticky_dir = at > 0 && meta.mode() & libc::S_ISVTX != 0;
         let writable = match meta.mode() & 0o022 {
             0 => None,
             0o020 => Some("its group"),
