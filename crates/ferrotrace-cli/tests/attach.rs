@@ -938,3 +938,79 @@ fn after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file() {
     assert!(!patched_sleds.is_empty(), "no sled was patched?");
     assert!(in_sleds <= 9 * patched_sleds.len());
 }
+
+/// A program whose only thread waits 3 s in one system call, attached to while it waits (the borrowed
+/// thread) and recorded past the wait's end: the wait lasts its 3 s and returns what it would have
+/// (`nanosleep`, `clock_nanosleep`, `poll` and `epoll_wait` 0, `sigtimedwait` EAGAIN). They used to fail
+/// with EINTR as soon as the thread was let go: `epoll_wait` and `sigtimedwait` return EINTR for a
+/// mere stop, and the others went on through a restart block the calls on the thread had reused.
+///
+/// Ignored: with the attach's own EINTR gone (the waits outlast the attach), one of the five still
+/// fails with EINTR a second or two into the recording in most runs, from a cause not found yet (issue
+/// 41, item 5); `--ignored` shows it.
+#[test]
+#[ignore = "issue 41 item 5: a later EINTR during the recording remains"]
+fn a_borrowed_thread_s_long_wait_is_not_cut_short() {
+    let dir = scratch("attach_long_waits");
+    let exe = build_c(
+        &dir,
+        "gcc",
+        "long_waits.c",
+        "long_waits",
+        &[
+            "-O1",
+            "-pg",
+            "-mnop-mcount",
+            "-mrecord-mcount",
+            "-fno-pie",
+            "-no-pie",
+        ],
+    );
+    let calls = [
+        ("nanosleep", "rc=0 errno=0"),
+        ("clock_nanosleep", "rc=0 errno=0"),
+        ("poll", "rc=0 errno=0"),
+        ("epoll_wait", "rc=0 errno=0"),
+        ("sigtimedwait", "rc=-1 errno=11"),
+    ];
+    let waiting: Vec<(Child, BufReader<std::process::ChildStdout>, Child)> = calls
+        .iter()
+        .map(|(call, _)| {
+            let mut program = Command::new(&exe)
+                .arg(call)
+                .stdout(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let mut out = BufReader::new(program.stdout.take().unwrap());
+            let mut line = String::new();
+            out.read_line(&mut line).unwrap();
+            assert_eq!(line, "ready\n");
+            // Inside its wait by then.
+            std::thread::sleep(Duration::from_millis(200));
+            let record = ferrotrace()
+                .args(["record", "-p", &program.id().to_string(), "--duration", "5"])
+                .arg("-o")
+                .arg(dir.join(format!("{call}.data")))
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            (program, out, record)
+        })
+        .collect();
+    for ((call, returned), (mut program, mut out, record)) in calls.iter().zip(waiting) {
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        let said = record.wait_with_output().unwrap();
+        let _ = program.wait();
+        let ms: u64 = line
+            .trim_end()
+            .rsplit_once("ms=")
+            .and_then(|(_, ms)| ms.parse().ok())
+            .unwrap_or_else(|| panic!("{line:?}"));
+        assert!(
+            line.starts_with(&format!("{call} {returned} ")) && ms >= 3000,
+            "{line}{}",
+            text(&said.stderr)
+        );
+    }
+}

@@ -346,3 +346,194 @@ fn results_never_overwrite_a_trace_or_follow_a_link() {
     }
     assert_eq!(std::fs::metadata(&svg).unwrap().mode() & 0o777, 0o600);
 }
+
+/// A server started by a test (it prints `port=N` once it listens), killed when dropped (a failed
+/// assertion included).
+struct Server(std::process::Child);
+
+impl Server {
+    fn start(cmd: &mut Command) -> Server {
+        use std::io::BufRead;
+        let mut child = cmd
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the server");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let server = Server(child);
+        assert!(line.starts_with("port="), "{line:?}");
+        server
+    }
+
+    fn pid(&self) -> String {
+        self.0.id().to_string()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// A file only root may read or write (0600) holding `text`.
+fn root_only(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+/// Root attaching to `nobody`'s process gives it the private directory holding the control FIFO (the
+/// runtime runs as nobody and must open it); nobody then races root there, putting links to root-only
+/// files in the place of `error` (the refusal root prints), `control` and `live` (which root used to
+/// chown by path after giving the directory away). The runtime refuses (`--trace` selects nothing, or
+/// it finds a link for its FIFO), so root reads `error` every time: it used to print the root-only file
+/// the link points at, on the first try. Root must print none of them and chown none of them.
+#[test]
+fn root_attaching_to_a_user_s_process_never_goes_through_the_user_s_links() {
+    let dir = shared_dir("attach-links");
+    // ferrotrace's temporary directory, where its private directories are made: nobody may look.
+    let tmp = dir.join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = dir.join("nobody-s");
+    std::fs::create_dir(&out).unwrap();
+    std::os::unix::fs::chown(&out, Some(65534), Some(65534)).unwrap();
+    let secrets: Vec<PathBuf> = ["error", "control", "live"]
+        .iter()
+        .map(|n| dir.join(format!("root-only-{n}")))
+        .collect();
+    for (path, n) in secrets.iter().zip(["error", "control", "live"]) {
+        root_only(path, &format!("root's secret behind {n}\n"));
+    }
+    // linked_server links the runtime and has a tracepoint.
+    let server = Server::start(&mut as_nobody(&testprog("linked_server")));
+    let attach = |args: &[&str]| {
+        let out = ferrotrace()
+            .env("TMPDIR", &tmp)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout) + &text(&out.stderr)
+    };
+    let record = |n: usize| {
+        attach(&[
+            "record",
+            "-p",
+            &server.pid(),
+            "-o",
+            &out.join(format!("t{n}.data")).to_string_lossy(),
+            "--trace",
+            "no_such_*",
+        ])
+    };
+    // Without the racer, the runtime's refusal is read from the directory given to nobody.
+    let said = record(0);
+    assert!(
+        said.contains("--trace 'no_such_*' selects none of the program's tracepoints"),
+        "{said}"
+    );
+
+    let racer = build_c(&dir, "gcc", "attach_racer.c", "attach_racer", &["-O2"]);
+    let mut racer = as_nobody(&racer)
+        .arg(&tmp)
+        .args(&secrets)
+        .spawn()
+        .expect("start the racer");
+    let mut said = Vec::new();
+    for n in 1..=10 {
+        said.push(record(n));
+        said.push(attach(&[
+            "live",
+            "-p",
+            &server.pid(),
+            "--trace",
+            "no_such_*",
+        ]));
+    }
+    let _ = racer.kill();
+    let _ = racer.wait();
+    for s in &said {
+        assert!(
+            !s.contains("root's secret"),
+            "root printed a root-only file: {s}"
+        );
+        assert_eq!(s.trim_end().lines().count(), 1, "{s}");
+    }
+    for (path, n) in secrets.iter().zip(["error", "control", "live"]) {
+        let meta = std::fs::symlink_metadata(path).unwrap();
+        assert_eq!(meta.uid(), 0, "root gave {} to nobody", path.display());
+        assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
+        assert_eq!(
+            std::fs::read_to_string(path).unwrap(),
+            format!("root's secret behind {n}\n")
+        );
+    }
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `FERROTRACE_PRELOAD` names the library injected. Root attaching to its own process with a library
+/// nobody owns (or a root-owned one in a directory anyone can write) would run that user's code as
+/// root: refused in one line naming the path and why, and the process never loads it; the library
+/// found beside the executable, root's, is loaded.
+#[test]
+fn root_refuses_a_preload_library_another_user_could_change() {
+    let dir = shared_dir("preload-owner");
+    let server = Server::start(&mut Command::new(testprog("line_server")));
+    let pid = server.pid();
+    let users = dir.join("users");
+    std::fs::create_dir(&users).unwrap();
+    let owned = users.join("libferrotrace_preload.so");
+    std::fs::copy(preload(), &owned).unwrap();
+    std::os::unix::fs::chown(&owned, Some(65534), Some(65534)).unwrap();
+    let public = dir.join("public");
+    std::fs::create_dir(&public).unwrap();
+    std::fs::set_permissions(&public, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let in_public = public.join("libferrotrace_preload.so");
+    std::fs::copy(preload(), &in_public).unwrap();
+    for (library, why) in [
+        (
+            &owned,
+            format!("{} is owned by user 65534", owned.display()),
+        ),
+        (
+            &in_public,
+            format!("{} is writable by its group and everyone", public.display()),
+        ),
+    ] {
+        let out = ferrotrace()
+            .env(env::PRELOAD, library)
+            .args(["record", "-p", &pid, "--duration", "1", "-o"])
+            .arg(dir.join("refused.data"))
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "FERROTRACE_PRELOAD={} is refused: {why}",
+                library.display()
+            )),
+            "{err}"
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        assert!(!maps.contains(&dir.to_string_lossy().to_string()), "{maps}");
+    }
+    // The library beside the executable (root's, in root's directories).
+    let trace = dir.join("accepted.data");
+    let out = ferrotrace()
+        .env_remove(env::PRELOAD)
+        .args(["record", "-p", &pid, "--duration", "1", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(trace.exists());
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -29,7 +29,7 @@
 //! | [`TRACED_PARENT`] | `FERROTRACE_TRACED_PARENT` | runtime (its pid, for the processes it starts); `record` and `live` remove it | runtime | a process started by a traced one writes `FILE.PID`; equal to the reader's own pid after an `exec` of the root process, which keeps `FILE` |
 //! | [`CONTROL`] | `FERROTRACE_CONTROL` | `record -p` (in the spec it hands `ferrotrace_attach`, never in an environment) | runtime started by `ferrotrace_attach` | the FIFO, in a private directory, that holds an attached recording: its end of file stops it (see [`RuntimeSpec::to_lines`]) |
 //! | [`LIVE_FIFO`] | `FERROTRACE_LIVE_FIFO` | `live -p` (in the spec it hands `ferrotrace_attach`) | runtime started by `ferrotrace_attach` | the FIFO, beside [`CONTROL`], to print events to, live |
-//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it) |
+//! | [`PRELOAD`] | `FERROTRACE_PRELOAD` | users, tests, benchmarks | `record`, `live` | the `libferrotrace_preload.so` to inject, instead of the one next to the `ferrotrace` executable (`--alloc` also injects the `libferrotrace_alloc.so` beside it); run as root, refused unless nobody but root can change it or a directory above it |
 //!
 //! A privileged process (setuid, setgid, file capabilities) reads none of them: its environment comes
 //! from a user it must not obey.

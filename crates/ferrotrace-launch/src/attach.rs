@@ -233,6 +233,8 @@ pub struct Stopped {
     tid: u32,
     /// A signal that arrived while the thread was held, delivered when it is let go.
     pending_signal: i32,
+    /// Calls were made on the thread ([`Borrowed::call`]): its restart block may have been reused.
+    call_made: bool,
     released: bool,
     /// ptrace answers only the thread that attached: a `Stopped` stays on it.
     _not_send: std::marker::PhantomData<*const ()>,
@@ -312,6 +314,7 @@ impl Stopped {
             pid,
             tid,
             pending_signal: 0,
+            call_made: false,
             released: false,
             _not_send: std::marker::PhantomData,
         };
@@ -358,6 +361,15 @@ impl Stopped {
     fn let_go(&mut self) -> Result<(), LaunchError> {
         if std::mem::replace(&mut self.released, true) {
             return Ok(());
+        }
+        // A system call that would fail with EINTR for our stop alone runs again (with a signal
+        // to deliver, EINTR is what the program would have seen anyway).
+        if self.pending_signal == 0 {
+            if let Ok(mut regs) = self.get_regs() {
+                if arch::restart_interrupted(&mut regs, self.call_made) {
+                    self.set_regs(&regs)?;
+                }
+            }
         }
         // SAFETY: detaching our tracee, delivering the signal it had pending.
         if unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, self.pending_signal) } != 0 {
@@ -557,6 +569,7 @@ impl Borrowed {
         self.write(sp, &0u64.to_ne_bytes())?;
         let mut regs = saved;
         arch::set_up_call(&mut regs, function, sp, values);
+        self.thread.call_made = true;
         self.thread.set_regs(&regs)?;
         let result = self.run_until_return();
         // Restore whatever happened: the thread must go on as if nothing had.

@@ -32,6 +32,14 @@ pub enum LaunchError {
         /// The ferrotrace executable it was looked for beside.
         beside: PathBuf,
     },
+    /// [`ferrotrace_core::env::PRELOAD`] names a library that someone other than root could change,
+    /// for a privileged process ([`crate::start::untrusted`]).
+    UntrustedPreload {
+        /// The library as given.
+        library: PathBuf,
+        /// Which file or directory lets someone else change it, and how.
+        why: String,
+    },
     /// `libferrotrace_alloc.so` (the malloc family `--alloc` preloads) is not beside the preload
     /// library.
     NoAllocLibrary {
@@ -101,6 +109,13 @@ impl fmt::Display for LaunchError {
                  (cargo build --release) or point {} at it",
                 beside.display(),
                 ferrotrace_core::env::PRELOAD
+            ),
+            LaunchError::UntrustedPreload { library, why } => write!(
+                f,
+                "{}={} is refused: {why}, and the library would run in a privileged process (root's, \
+                 or another user's); only a library that nobody but root can change is loaded there",
+                ferrotrace_core::env::PRELOAD,
+                library.display()
             ),
             LaunchError::NoAllocLibrary { beside } => write!(
                 f,

@@ -59,10 +59,16 @@ pub struct Options {
 }
 
 /// The runtime library to preload: [`ferrotrace_core::env::PRELOAD`], or next to this executable
-/// (or one directory up, where cargo puts libraries beside `deps/`).
+/// (or one directory up, where cargo puts libraries beside `deps/`). Run as root (or setuid), the
+/// library named by the variable must be one that only root can change ([`untrusted`]); it is
+/// returned resolved, so that nobody can swap a link on the way afterwards.
 pub fn preload_library() -> Result<PathBuf, LaunchError> {
     if let Some(p) = std::env::var_os(ferrotrace_core::env::PRELOAD) {
-        return Ok(PathBuf::from(p));
+        let library = PathBuf::from(p);
+        if !privileged() {
+            return Ok(library);
+        }
+        return checked_preload(&library);
     }
     let exe = std::env::current_exe().map_err(|source| LaunchError::Setup {
         what: "cannot locate the ferrotrace executable",
@@ -77,6 +83,61 @@ pub fn preload_library() -> Result<PathBuf, LaunchError> {
     .find(|c| c.is_file())
     .map(|c| c.canonicalize().unwrap_or(c))
     .ok_or(LaunchError::NoPreloadLibrary { beside: exe })
+}
+
+/// Whether we run as root or setuid: the processes we start, or attach to as root, are privileged or
+/// another user's.
+fn privileged() -> bool {
+    // SAFETY: getuid and geteuid have no preconditions.
+    unsafe { libc::geteuid() == 0 || libc::getuid() != libc::geteuid() }
+}
+
+/// `library` (named by [`ferrotrace_core::env::PRELOAD`]) resolved, for a privileged process: refused
+/// when [`untrusted`].
+pub fn checked_preload(library: &Path) -> Result<PathBuf, LaunchError> {
+    let refuse = |why: String| LaunchError::UntrustedPreload {
+        library: library.to_path_buf(),
+        why,
+    };
+    let resolved = library
+        .canonicalize()
+        .map_err(|e| refuse(format!("cannot resolve it ({e})")))?;
+    match untrusted(&resolved) {
+        Some(why) => Err(refuse(why)),
+        None => Ok(resolved),
+    }
+}
+
+/// Why the file at the resolved path `file` could be changed by someone other than root, if it could:
+/// it or a directory above it is owned by another user, or writable by its group or by others. A
+/// sticky directory writable by all (`/tmp`) is no way in: only root can rename or remove root's
+/// entries there, and the entry below it is root's.
+pub fn untrusted(file: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    for (at, path) in file.ancestors().enumerate() {
+        let meta = match std::fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) => return Some(format!("{}: {e}", path.display())),
+        };
+        if meta.uid() != 0 {
+            return Some(format!(
+                "{} is owned by user {}",
+                path.display(),
+                meta.uid()
+            ));
+        }
+        let sticky_dir = at > 0 && meta.mode() & libc::S_ISVTX != 0;
+        let writable = match meta.mode() & 0o022 {
+            0 => None,
+            0o020 => Some("its group"),
+            0o002 => Some("everyone"),
+            _ => Some("its group and everyone"),
+        };
+        if let Some(who) = writable.filter(|_| !sticky_dir) {
+            return Some(format!("{} is writable by {who}", path.display()));
+        }
+    }
+    None
 }
 
 /// Makes `cmd` start a runtime in `program`: its own linked copy when it has one, else the preload
@@ -103,6 +164,12 @@ fn inject_runtime(
         let alloc = runtime.with_file_name("libferrotrace_alloc.so");
         if !alloc.is_file() {
             return Err(LaunchError::NoAllocLibrary { beside: runtime });
+        }
+        if let Some(why) = untrusted(&alloc).filter(|_| privileged()) {
+            return Err(LaunchError::UntrustedPreload {
+                library: runtime,
+                why,
+            });
         }
         preload.push(alloc);
         preload.push(":");

@@ -2,9 +2,10 @@
 //! process stopped: `record -p` on code nobody instrumented. The attached runtime plans the patches
 //! (`ferrotrace_core::entry_patch`) and builds the trampolines while the program's threads run —
 //! nothing jumps to a trampoline before its jump exists — and lists the jumps it left to us
-//! ([`ATTACH_ENTRY_JUMPS_FILE`]). We then stop every thread ([`super::stop_all`]; the borrowed one is
-//! stopped already), leave out each function a thread might resume inside of, write the other jumps
-//! through `/proc/PID/mem`, and let the threads go. At the stop ([`restore`]), the same in reverse:
+//! ([`ATTACH_ENTRY_JUMPS_FILE`](ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE)). We then stop every
+//! thread ([`super::stop_all`]; the borrowed one is stopped already), leave out each function a
+//! thread might resume inside of, write the other jumps through `/proc/PID/mem`, and let the threads
+//! go. At the stop ([`restore`]), the same in reverse:
 //! every thread stopped, the original bytes back, the threads let go; the trampolines stay mapped for
 //! a thread still in one (it jumps back to the first whole instruction after the window).
 //!
@@ -26,9 +27,7 @@
 //! context saved elsewhere (`swapcontext` into a heap block, a user-level thread library's scheduler)
 //! is not seen; `getcontext` saves the address after its call, never inside a window.
 
-use std::path::Path;
-
-use ferrotrace_core::env::{EntryJump, ATTACH_ENTRY_JUMPS_FILE};
+use ferrotrace_core::env::EntryJump;
 
 use super::{arch, stop_all, Borrowed, Memory, Stopped};
 use crate::LaunchError;
@@ -49,14 +48,11 @@ pub struct Patched {
     pub threads_held: std::time::Duration,
 }
 
-/// The jumps the runtime left in `control_dir`'s [`ATTACH_ENTRY_JUMPS_FILE`] (none when it patched no
-/// entry).
-pub fn listed(control_dir: &Path) -> Vec<EntryJump> {
-    std::fs::read_to_string(control_dir.join(ATTACH_ENTRY_JUMPS_FILE))
-        .unwrap_or_default()
-        .lines()
-        .filter_map(EntryJump::parse)
-        .collect()
+/// The jumps listed in `listing`, what the runtime left in the control directory's
+/// [`ATTACH_ENTRY_JUMPS_FILE`](ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE) (none when it patched
+/// no entry).
+pub fn listed(listing: &str) -> Vec<EntryJump> {
+    listing.lines().filter_map(EntryJump::parse).collect()
 }
 
 /// Writes `jumps` into the process of `borrowed` (held: the runtime just listed them on it), every

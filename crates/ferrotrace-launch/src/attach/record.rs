@@ -16,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::env::RuntimeSpec;
+use ferrotrace_core::env::{RuntimeSpec, ATTACH_ENTRY_JUMPS_FILE};
 use ferrotrace_core::schema::source::HOW_TO_BUILD;
 
 use super::entries::{self, Patched};
@@ -104,55 +104,178 @@ fn error(pid: u32, why: impl Into<String>) -> LaunchError {
     }
 }
 
-/// A private directory (0700, [`PrivateDir`]: removed when dropped) holding the control FIFO.
+/// A private directory (0700, [`PrivateDir`]: removed when dropped) holding the control FIFO (and
+/// `live -p`'s), with a descriptor of it opened while only we could use it. Root attaching to another
+/// user's process gives the directory to that user (the runtime runs as them), who can then rename,
+/// replace and plant anything in it: so the FIFOs are made, opened and given before the directory
+/// is, and everything read there afterwards is opened through the descriptor without following a
+/// link, and must be a regular file of the user who could write it.
 struct ControlDir {
     dir: PrivateDir,
+    fd: OwnedFd,
+    /// Who may have written its files: the target's user when the directory was given to them, else us.
+    writer: u32,
 }
 
-/// Makes a FIFO at `path`, mode 0600.
-fn make_fifo(pid: u32, path: &Path) -> Result<(), LaunchError> {
-    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
-    // SAFETY: a NUL-terminated path.
-    if unsafe { libc::mkfifo(c.as_ptr(), 0o600) } != 0 {
-        return Err(error(
-            pid,
-            format!("mkfifo: {}", std::io::Error::last_os_error()),
-        ));
-    }
-    Ok(())
+/// What a file the runtime leaves in the control directory may hold at most.
+const MOST_READ: u64 = 64 << 20;
+
+fn cstring(name: &str) -> std::ffi::CString {
+    std::ffi::CString::new(name).unwrap_or_default()
+}
+
+/// The control FIFO (held for writing until the recording is to stop) and `live -p`'s (read).
+struct Fifos {
+    control: File,
+    live: Option<File>,
 }
 
 impl ControlDir {
-    fn new(pid: u32) -> Result<ControlDir, LaunchError> {
+    /// Makes the directory, the control FIFO and, with `live`, the live FIFO, and gives them to the
+    /// target's user when root attaches to another user's process (the FIFOs first, each through its
+    /// open descriptor; the directory last).
+    fn new(pid: u32, live: bool) -> Result<(ControlDir, Fifos), LaunchError> {
         let dir = PrivateDir::new("ferrotrace-attach")
             .map_err(|e| error(pid, format!("cannot create a private directory: {e}")))?;
-        let made = ControlDir { dir };
-        let fifo = made.fifo();
-        make_fifo(pid, &fifo)?;
-        made.give_to_target(pid, made.path());
-        made.give_to_target(pid, &fifo);
-        Ok(made)
+        let c = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap_or_default();
+        // SAFETY: a NUL-terminated path.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(error(
+                pid,
+                format!(
+                    "{}: {}",
+                    dir.path().display(),
+                    std::io::Error::last_os_error()
+                ),
+            ));
+        }
+        // SAFETY: a descriptor just opened, ours alone.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        let given = owner(pid).filter(|&(uid, _)| me == 0 && uid != 0);
+        let made = ControlDir {
+            dir,
+            fd,
+            writer: given.map_or(me, |(uid, _)| uid),
+        };
+        // O_RDWR so that opening does not wait for the runtime's end.
+        let control = made.fifo(pid, "control", libc::O_RDWR)?;
+        let live = if live {
+            Some(made.fifo(pid, "live", libc::O_RDONLY | libc::O_NONBLOCK)?)
+        } else {
+            None
+        };
+        if let Some((uid, gid)) = given {
+            for fd in [Some(&control), live.as_ref()].into_iter().flatten() {
+                made.give(pid, fd.as_raw_fd(), uid, gid)?;
+            }
+            made.give(pid, made.fd.as_raw_fd(), uid, gid)?;
+        }
+        Ok((made, Fifos { control, live }))
     }
 
-    /// Root attaching to another user's process: the runtime, which runs as that user, must open the
-    /// FIFOs and create files beside them.
-    fn give_to_target(&self, pid: u32, path: &Path) {
-        if let Some((uid, gid)) = owner(pid) {
-            // SAFETY: getuid has no preconditions.
-            if unsafe { libc::getuid() } == 0 && uid != 0 {
-                let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap_or_default();
-                // SAFETY: a NUL-terminated path.
-                unsafe { libc::chown(c.as_ptr(), uid, gid) };
-            }
+    /// Makes the FIFO `name` (mode 0600) and opens it with `flags`.
+    fn fifo(&self, pid: u32, name: &str, flags: libc::c_int) -> Result<File, LaunchError> {
+        let c = cstring(name);
+        // SAFETY: our directory's descriptor and a NUL-terminated name.
+        if unsafe { libc::mkfifoat(self.fd.as_raw_fd(), c.as_ptr(), 0o600) } != 0 {
+            return Err(error(
+                pid,
+                format!("mkfifo: {}", std::io::Error::last_os_error()),
+            ));
         }
+        // SAFETY: as above.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                flags | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(error(
+                pid,
+                format!(
+                    "{}: {}",
+                    self.path().join(name).display(),
+                    std::io::Error::last_os_error()
+                ),
+            ));
+        }
+        // SAFETY: a descriptor just opened, ours alone.
+        Ok(File::from(unsafe { OwnedFd::from_raw_fd(fd) }))
+    }
+
+    /// Gives the open file `fd` to the target's user.
+    fn give(&self, pid: u32, fd: i32, uid: u32, gid: u32) -> Result<(), LaunchError> {
+        // SAFETY: an open descriptor.
+        if unsafe { libc::fchown(fd, uid, gid) } != 0 {
+            return Err(error(
+                pid,
+                format!(
+                    "cannot give {} to user {uid}: {}",
+                    self.path().display(),
+                    std::io::Error::last_os_error()
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn path(&self) -> &Path {
         self.dir.path()
     }
 
-    fn fifo(&self) -> PathBuf {
-        self.path().join("control")
+    /// The file `name` the runtime left here: `None` unless it is a regular file of [`Self::writer`]
+    /// with one link (a link planted to another file, a FIFO or a hard link to someone else's file is
+    /// never read).
+    fn read(&self, name: &str) -> Option<String> {
+        use std::io::Read;
+        use std::os::unix::fs::MetadataExt;
+        let c = cstring(name);
+        // SAFETY: our directory's descriptor and a NUL-terminated name.
+        let fd = unsafe {
+            libc::openat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return None;
+        }
+        // SAFETY: a descriptor just opened, ours alone.
+        let file = File::from(unsafe { OwnedFd::from_raw_fd(fd) });
+        let meta = file.metadata().ok()?;
+        if !meta.is_file() || meta.uid() != self.writer || meta.nlink() != 1 {
+            return None;
+        }
+        let mut text = String::new();
+        file.take(MOST_READ).read_to_string(&mut text).ok()?;
+        Some(text)
+    }
+
+    /// Whether `name` exists here (a link is not followed).
+    fn has(&self, name: &str) -> bool {
+        let c = cstring(name);
+        // SAFETY: plain data the kernel fills.
+        let mut st: libc::stat = unsafe { core::mem::zeroed() };
+        // SAFETY: our directory's descriptor, a NUL-terminated name and a stat buffer.
+        unsafe {
+            libc::fstatat(
+                self.fd.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            ) == 0
+        }
     }
 }
 
@@ -332,27 +455,12 @@ pub fn record(
         .canonicalize()
         .unwrap_or_else(|_| library.to_path_buf());
     let signals = StopSignals::new().map_err(|e| error(pid, format!("signalfd: {e}")))?;
-    let dir = ControlDir::new(pid)?;
-    // Held for writing until the recording is to stop; O_RDWR so that opening does not wait for the
-    // runtime's end.
-    let fifo = File::options()
-        .read(true)
-        .write(true)
-        .open(dir.fifo())
-        .map_err(|e| error(pid, format!("{}: {e}", dir.fifo().display())))?;
-    spec.control = Some(dir.fifo());
-    let mut live = match live {
-        Some(out) => {
-            let path = dir.path().join("live");
-            make_fifo(pid, &path)?;
-            dir.give_to_target(pid, &path);
-            use std::os::unix::fs::OpenOptionsExt;
-            let fifo = File::options()
-                .read(true)
-                .custom_flags(libc::O_NONBLOCK)
-                .open(&path)
-                .map_err(|e| error(pid, format!("{}: {e}", path.display())))?;
-            spec.live_fifo = Some(path);
+    let (dir, fifos) = ControlDir::new(pid, live.is_some())?;
+    let fifo = fifos.control;
+    spec.control = Some(dir.path().join("control"));
+    let mut live = match (live, fifos.live) {
+        (Some(out), Some(fifo)) => {
+            spec.live_fifo = Some(dir.path().join("live"));
             spec.output = Some(dir.path().join("trace.data"));
             Some(LiveCopy {
                 fifo,
@@ -360,7 +468,7 @@ pub fn record(
                 partial: Vec::new(),
             })
         }
-        None => None,
+        _ => None,
     };
     let pidfd =
         crate::relay::pidfd_open(pid).map_err(|e| error(pid, format!("pidfd_open: {e}")))?;
@@ -389,7 +497,10 @@ pub fn record(
     // The runtime runs: the entries it prepared are patched now, the borrowed thread still held and
     // every other thread stopped.
     let patched = match called {
-        Ok(0) => entries::write(&thread, entries::listed(dir.path())),
+        Ok(0) => entries::write(
+            &thread,
+            entries::listed(&dir.read(ATTACH_ENTRY_JUMPS_FILE).unwrap_or_default()),
+        ),
         _ => Ok(Patched::default()),
     };
     let released = thread.release();
@@ -400,17 +511,18 @@ pub fn record(
     let patched = patched?;
     released?;
     if rc != 0 {
-        let why = std::fs::read_to_string(dir.path().join("error"))
+        let why = dir
+            .read("error")
             .map(|m| m.trim_end().to_string())
-            .unwrap_or_else(|_| format!("its runtime refused to start (code {rc})"));
+            .unwrap_or_else(|| format!("its runtime refused to start (code {rc})"));
         return Err(error(pid, why));
     }
-    let mut warnings: Vec<String> =
-        std::fs::read_to_string(dir.path().join(ferrotrace_core::env::ATTACH_WARNINGS_FILE))
-            .unwrap_or_default()
-            .lines()
-            .map(String::from)
-            .collect();
+    let mut warnings: Vec<String> = dir
+        .read(ferrotrace_core::env::ATTACH_WARNINGS_FILE)
+        .unwrap_or_default()
+        .lines()
+        .map(String::from)
+        .collect();
     for (names, why) in [
         (
             &patched.thread_inside,
@@ -489,14 +601,13 @@ pub fn record(
         return Err(e);
     }
     drop(fifo);
-    let done = dir.path().join("done");
     let asked = Instant::now();
     let mut death = None;
     let ending = loop {
         if let Some(l) = &mut live {
             l.copy();
         }
-        if done.exists() {
+        if dir.has("done") {
             if let Some(l) = &mut live {
                 l.copy();
             }

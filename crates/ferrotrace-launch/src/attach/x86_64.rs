@@ -57,3 +57,40 @@ pub(crate) fn set_up_call(regs: &mut Regs, function: u64, sp: u64, args: [u64; 6
 pub(crate) fn returned(regs: &Regs) -> Option<u64> {
     (regs.rip == 0).then_some(regs.rax)
 }
+
+/// `-ERESTART_RESTARTBLOCK`: the system call goes on through `restart_syscall` and the thread's
+/// restart block (nanosleep, clock_nanosleep, poll with a timeout).
+const ERESTART_RESTARTBLOCK: u64 = (-516i64) as u64;
+/// `-EINTR`, what some system calls return when a stop interrupts them, signal or not.
+const EINTR: u64 = (-(libc::EINTR as i64)) as u64;
+/// The system calls that return `EINTR` when the thread is merely stopped (signal(7): "interfaces
+/// that are never restarted after being interrupted by a stop signal"), which a ptrace interrupt is.
+const EINTR_AFTER_A_STOP: [i64; 6] = [
+    libc::SYS_epoll_wait,
+    libc::SYS_epoll_pwait,
+    libc::SYS_epoll_pwait2,
+    libc::SYS_rt_sigtimedwait,
+    libc::SYS_semtimedop,
+    libc::SYS_io_getevents,
+];
+
+/// `regs` of a thread stopped by us in a system call made to run the call again from its
+/// `syscall` instruction with its own arguments, where letting it go as it is would change what the
+/// program sees: it would fail with `EINTR` (`epoll_wait`, `sigtimedwait` ...), or, with `call_made`
+/// (the borrowed thread), go on through a restart block that the calls made on the thread may have
+/// reused (`nanosleep`, `poll`: `EINTR` too). A relative timeout starts again: the wait is longer by
+/// the time it had run before the stop. `false` when there is nothing to change.
+pub(crate) fn restart_interrupted(regs: &mut Regs, call_made: bool) -> bool {
+    if regs.orig_rax == u64::MAX {
+        return false;
+    }
+    let again = (call_made && regs.rax == ERESTART_RESTARTBLOCK)
+        || (regs.rax == EINTR && EINTR_AFTER_A_STOP.contains(&(regs.orig_rax as i64)));
+    if again {
+        regs.rax = regs.orig_rax;
+        regs.rip = regs.rip.wrapping_sub(2);
+        // Not a system call any more: the kernel rewinds nothing when the thread resumes.
+        regs.orig_rax = u64::MAX;
+    }
+    again
+}
