@@ -202,6 +202,8 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("record", "buffer-size") => "8M",
         ("record", "chunk-size") => "64K",
         ("record", "depth") => "4",
+        ("record", "time-filter") => "1us",
+        ("record", "trigger") => "demo::step@depth=2",
         ("record", "alloc-sample") => "512K",
         ("record", "alloc-stack-depth") => "16",
         ("record", "sample-freq") => "499",
@@ -235,9 +237,14 @@ fn every_record_and_profile_option_is_accepted_and_handed_on() {
         let mut short_f = None;
         for arg in cmd.get_arguments().filter(|a| !a.is_positional()) {
             let long = arg.get_long().expect("every option has a long name");
-            if long == "pid" || long == "all-cpus" || (action == "record" && long == "duration") {
+            if long == "pid"
+                || long == "all-cpus"
+                || (action == "record" && long == "duration")
+                || (action == "profile" && (long == "every" || long == "parquet"))
+            {
                 // cargo ferrotrace runs the program it built (not -p, not every process); -p is
-                // cargo's --package (and record's --duration goes with -p)
+                // cargo's --package (and record's --duration goes with -p, profile's --every and
+                // --parquet with -a or -p)
                 continue;
             }
             if arg.get_short() == Some('F') {
