@@ -337,6 +337,78 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
     }
 }
 
+/// Issue 41 item 11: XRay's entry sled and `-pg -mfentry`'s call (or NOP) come before `main`'s
+/// `push rbp`; a program built with frame pointers is sampled with them, not refused.
+#[test]
+fn sample_with_frame_pointers_behind_entry_instrumentation_is_not_refused() {
+    let dir = scratch("sample_fp_behind_sleds");
+    let fp = "-fno-omit-frame-pointer";
+    let xray = [
+        "-O2",
+        "-fxray-instrument",
+        "-fxray-instruction-threshold=1",
+        fp,
+    ];
+    let builds = [
+        build_c(&dir, "clang-16", "cwork.c", "cwork-xray", &xray),
+        build_c(
+            &dir,
+            "gcc",
+            "cwork.c",
+            "cwork-fentry",
+            &["-O2", "-pg", "-mfentry", fp],
+        ),
+        build_c(
+            &dir,
+            "gcc",
+            "cwork.c",
+            "cwork-nop-mcount",
+            &[
+                "-O2",
+                "-pg",
+                "-mfentry",
+                "-mnop-mcount",
+                "-mrecord-mcount",
+                "-fno-pie",
+                "-no-pie",
+                fp,
+            ],
+        ),
+    ];
+    for prog in &builds {
+        let (out, trace) = record(&dir, &["--sample"], prog, &["5"]);
+        let err = text(&out.stderr);
+        assert!(out.status.success(), "{}: {err}", prog.display());
+        assert!(
+            !err.contains("keeps no frame pointers"),
+            "{}: {err}",
+            prog.display()
+        );
+        let t = Trace::open(&trace).unwrap();
+        assert_eq!(
+            t.call_graph,
+            ferrotrace_analysis::reader::CallGraph::FramePointers,
+            "{}",
+            prog.display()
+        );
+        let profile = dir.join("p.data");
+        let out = ferrotrace()
+            .args(["profile", "--call-graph", "fp", "-o"])
+            .arg(&profile)
+            .arg("--")
+            .arg(prog)
+            .arg("5")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            prog.display(),
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn sample_a_child_s_samples_go_into_its_own_trace() {
     let dir = scratch("sample_child");

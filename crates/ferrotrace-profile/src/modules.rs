@@ -359,11 +359,25 @@ pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
         .symbols()
         .find(|s| s.name() == Ok("main") && s.address() != 0)?;
     let off = crate::probes::vaddr_to_file_offset(&f, main.address())? as usize;
-    let code = data.get(off..off + 24)?;
+    let code = data.get(off..off + 32)?;
     let code = code
         .strip_prefix(&[0xf3, 0x0f, 0x1e, 0xfa][..])
         .unwrap_or(code); // endbr64
-                          // `push rbp`, then `mov rbp, rsp` among the next few instructions (gcc may schedule others
-                          // between them).
+    let code = code.get(entry_instrumentation_len(code)..)?;
+    // `push rbp`, then `mov rbp, rsp` among the next few instructions (gcc may schedule others
+    // between them).
     Some(code.starts_with(&[0x55]) && code[1..16].windows(3).any(|w| w == [0x48, 0x89, 0xe5]))
+}
+
+/// The length of the tracing instrumentation a compiler puts before a function's prologue: XRay's
+/// entry sled (`jmp +9` over nine bytes), `-pg -mfentry`'s `call __fentry__` (direct, or through
+/// the GOT without a PLT) or its five-byte NOP (`-mnop-mcount`); 0 when there is none. The frame
+/// pointer is set up after it.
+fn entry_instrumentation_len(code: &[u8]) -> usize {
+    match code {
+        [0xeb, 0x09, ..] => 11,
+        [0xe8, ..] | [0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => 5,
+        [0xff, 0x15, ..] => 6,
+        _ => 0,
+    }
 }
