@@ -234,7 +234,7 @@ fn report_read_once_says_what_report_read_twice_says_of_a_damaged_chunk() {
         .into_iter()
         .filter(|&(h, _, _)| orig[h] == 6)
         .collect();
-    // The first: the chunks after it (another thread's) are left out.
+    // The first: the chunks after it (another thread's) are read on.
     assert!(events.len() >= 2, "{} Events chunks", events.len());
     let (_, at, len) = events[0];
     let mut disk = orig.clone();
@@ -260,6 +260,52 @@ fn report_read_once_says_what_report_read_twice_says_of_a_damaged_chunk() {
         assert_eq!(once.0, Some(1), "{}", once.2);
         assert!(once.2.contains("checksum mismatch"), "{}", once.2);
         assert_eq!(once, run("2"), "{extra:?}");
+    }
+}
+
+/// One flipped bit in the middle of a real trace loses its chunk, not the rest of the file (issue 41
+/// item 11): every other thread reads as recorded, and every command says which chunk was skipped.
+#[test]
+fn a_flipped_bit_loses_its_chunk_and_the_chunks_after_it_are_read() {
+    let (trace, orig) = original();
+    let dir = scratch("corrupt_resync");
+    let path = dir.join("flipped.data");
+    let events: Vec<_> = trace_chunks(orig)
+        .into_iter()
+        .filter(|&(h, _, _)| orig[h] == 6)
+        .collect();
+    let (h, at, len) = events[0];
+    let mut disk = orig.clone();
+    disk[at + len / 2] ^= 0x20;
+    std::fs::write(&path, &disk).unwrap();
+    let whole = Trace::open(trace).unwrap();
+    let flipped = Trace::open(&path).unwrap();
+    assert_eq!(flipped.truncation, None);
+    assert!(flipped.end.is_some(), "the End chunk is read");
+    let seq = u32::from_le_bytes(orig[h + 8..h + 12].try_into().unwrap());
+    let said = format!("the chunk at byte {h} is damaged (checksum mismatch): chunk {seq} (bytes");
+    assert!(
+        flipped.problems.iter().any(|p| p.starts_with(&said)),
+        "{:?}",
+        flipped.problems
+    );
+    let count = |t: &Trace, tid: u32| t.thread_events(tid).unwrap().count();
+    let damaged_thread = whole
+        .threads
+        .keys()
+        .copied()
+        .find(|&tid| count(&whole, tid) != count(&flipped, tid))
+        .expect("the damaged chunk's thread lost its events");
+    assert!(whole.threads.len() >= 2, "another thread to read on to");
+    for &tid in whole.threads.keys().filter(|&&tid| tid != damaged_thread) {
+        assert_eq!(count(&whole, tid), count(&flipped, tid), "thread {tid}");
+    }
+    for cmd in ["report", "replay", "info"] {
+        let out = ferrotrace().args([cmd, "-i"]).arg(&path).output().unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{cmd}: {err}");
+        assert!(err.contains(&said), "{cmd}: {err}");
+        assert!(!err.contains("panicked"), "{cmd}: {err}");
     }
 }
 

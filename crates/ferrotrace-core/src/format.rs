@@ -13,8 +13,9 @@
 //! a reader sees a chunk that is missing, duplicated or out of place; the CRC-32 covers the first twelve
 //! header bytes and the payload, so a damaged kind, length or number is caught like damaged data.
 //! Payload fields are LEB128 varints and length-prefixed byte strings (see [`crate::codec`]). A writer
-//! only ever appends whole chunks, so a process killed mid-write leaves a readable prefix; a reader stops
-//! at the first chunk that is cut short or whose checksum does not match, and reports how far it got.
+//! only ever appends whole chunks, so a process killed mid-write leaves a readable prefix; a reader
+//! skips a chunk whose checksum does not match (reading on from the next whole chunk), stops where
+//! none follows, and reports what it skipped and how far it got.
 //! Readers skip chunk kinds they do not know, so new kinds can be added in a minor version.
 
 /// The eight bytes every trace file starts with.

@@ -1,9 +1,9 @@
 //! Indexing and integrity: one pass over the file that checks every chunk (length, CRC, numbering,
-//! nothing after End, End's counts), keeps the metadata and an index of the Events chunks, and stops
-//! cleanly at a truncated or corrupt chunk.
+//! nothing after End, End's counts), keeps the metadata and an index of the Events chunks, reads on
+//! past a damaged chunk from the next whole one, and stops cleanly at a truncated tail.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Seek, SeekFrom};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -127,12 +127,38 @@ pub(super) fn open(
             break;
         }
         let h = ChunkHeader::decode(&hb);
+        // A damaged chunk: read on from the next whole chunk after it, if there is one (one flipped
+        // bit must not lose the rest of the file), else stop there as at a cut-short tail.
+        macro_rules! damaged {
+            ($reason:expr) => {{
+                let reason: String = $reason;
+                match next_whole_chunk(r.get_ref(), offset + 1, file_len, next_seq)
+                    .map_err(io_err)?
+                {
+                    Some((next, seq)) => {
+                        t.problems.push(format!(
+                            "the chunk at byte {offset} is damaged ({reason}): {} (bytes \
+                             {offset}..{next}) skipped, read on from chunk {seq}",
+                            match seq.wrapping_sub(next_seq) {
+                                0 | 1 => format!("chunk {next_seq}"),
+                                _ => format!("chunks {next_seq}..{}", seq.wrapping_sub(1)),
+                            }
+                        ));
+                        next_seq = seq;
+                        r.seek(SeekFrom::Start(next)).map_err(io_err)?;
+                        read_in_place = 0;
+                        offset = next;
+                        continue;
+                    }
+                    None => {
+                        t.truncation = Some(Truncation { offset, reason });
+                        break;
+                    }
+                }
+            }};
+        }
         if h.len > MAX_CHUNK_PAYLOAD {
-            t.truncation = Some(Truncation {
-                offset,
-                reason: format!("implausible chunk length {}", h.len),
-            });
-            break;
+            damaged!(format!("implausible chunk length {}", h.len));
         }
         let len = h.len as usize;
         let in_place = r.buffer().len() >= len;
@@ -144,11 +170,7 @@ pub(super) fn open(
             }
         };
         if got < len {
-            t.truncation = Some(Truncation {
-                offset,
-                reason: format!("chunk of {} bytes cut short after {got}", h.len),
-            });
-            break;
+            damaged!(format!("chunk of {} bytes cut short after {got}", h.len));
         }
         let payload = match in_place {
             true => {
@@ -158,11 +180,7 @@ pub(super) fn open(
             false => &straddling[..],
         };
         if !h.verify(payload) {
-            t.truncation = Some(Truncation {
-                offset,
-                reason: "checksum mismatch".into(),
-            });
-            break;
+            damaged!("checksum mismatch".into());
         }
         let payload_offset = offset + CHUNK_HEADER_LEN as u64;
         offset = payload_offset + h.len as u64;
@@ -545,6 +563,47 @@ fn not_a_file(meta: &std::fs::Metadata) -> String {
     } else {
         format!("{what}, not a trace file")
     }
+}
+
+/// The offset and number of the first whole chunk at or after `from`: a header whose kind and length are
+/// plausible, whose payload fits in the file, numbered `next_seq` or later (within a bound that a
+/// real file cannot pass), and whose checksum matches. `None` when there is none. Used to read on
+/// past a damaged chunk; a chunk's checksum covers its header, so bytes inside damaged data are
+/// taken for a chunk only by a 1-in-2^32 accident on top of the rest.
+fn next_whole_chunk(
+    file: &std::fs::File,
+    from: u64,
+    file_len: u64,
+    next_seq: u32,
+) -> io::Result<Option<(u64, u32)>> {
+    use std::os::unix::fs::FileExt;
+    const WINDOW: usize = 1 << 20;
+    let mut window = vec![0u8; WINDOW + CHUNK_HEADER_LEN];
+    let mut payload = Vec::new();
+    let mut start = from;
+    while start + CHUNK_HEADER_LEN as u64 <= file_len {
+        let want = window.len().min((file_len - start) as usize);
+        file.read_exact_at(&mut window[..want], start)?;
+        for i in 0..=want - CHUNK_HEADER_LEN {
+            let h = ChunkHeader::decode(window[i..i + CHUNK_HEADER_LEN].try_into().expect("16"));
+            let at = start + i as u64;
+            let fits = at + (CHUNK_HEADER_LEN as u64) + u64::from(h.len) <= file_len;
+            let numbered = h.seq.wrapping_sub(next_seq) < 1 << 24;
+            if h.kind == 0 || h.kind > 0xffff || h.len > MAX_CHUNK_PAYLOAD || !fits || !numbered {
+                continue;
+            }
+            payload.resize(h.len as usize, 0);
+            file.read_exact_at(&mut payload, at + CHUNK_HEADER_LEN as u64)?;
+            if h.verify(&payload) {
+                return Ok(Some((at, h.seq)));
+            }
+        }
+        start += (want - CHUNK_HEADER_LEN + 1) as u64;
+        if want < window.len() {
+            break;
+        }
+    }
+    Ok(None)
 }
 
 fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
@@ -943,11 +1002,18 @@ mod tests {
         assert_eq!(t.truncation, None);
         assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
         assert_eq!(thread_ticks(&t, tids[1]).len(), 2 * per_thread as usize);
-        // Its last byte, after the buffer's end, damaged: the copy is checked.
+        // Its last byte, after the buffer's end, damaged: the copy is checked (and skipped).
         let at = offset_of(&chunks, i);
         let mut damaged = bytes.clone();
         damaged[at as usize + CHUNK_HEADER_LEN + chunks[i].payload.len() - 1] ^= 0x40;
-        assert_cut_by_checksum_at(&open_bytes("straddle-crc", &damaged), at);
+        let t = open_bytes("straddle-crc", &damaged);
+        assert!(
+            t.problems[0].starts_with(&format!(
+                "the chunk at byte {at} is damaged (checksum mismatch)"
+            )),
+            "{:?}",
+            t.problems
+        );
     }
 
     /// `t` was read up to the chunk at `at`, whose checksum did not match.
@@ -963,18 +1029,53 @@ mod tests {
     }
 
     #[test]
-    fn a_damaged_chunk_ends_the_readable_prefix() {
+    fn a_damaged_chunk_is_skipped_and_the_chunks_after_it_are_read() {
         let bytes = whole();
         let chunks = split(&bytes);
         let i = events_chunks(&chunks)[1];
         let at = offset_of(&chunks, i);
+        let next = offset_of(&chunks, i + 1);
+        let whole_count = open_bytes("whole", &bytes).event_count();
+        // One flipped bit in the payload, then in the header's length (which makes the chunk run
+        // past the next ones, or the file), then in its number: the chunk is lost, nothing else.
+        for (case, byte) in [
+            ("crc", at as usize + CHUNK_HEADER_LEN + 5),
+            ("len", at as usize + 6),
+            ("seq", at as usize + 8),
+        ] {
+            let mut damaged = bytes.clone();
+            damaged[byte] ^= 0x40;
+            let t = open_bytes(case, &damaged);
+            assert_eq!(t.truncation, None, "{case}");
+            assert!(t.end.is_some(), "{case}");
+            assert_eq!(t.event_count(), whole_count - 4096, "{case}");
+            assert_eq!(t.next_chunk_seq, chunks.len() as u32, "{case}");
+            let said = &t.problems[0];
+            assert!(
+                said.starts_with(&format!("the chunk at byte {at} is damaged ("))
+                    && said.ends_with(&format!(
+                        "): chunk {} (bytes {at}..{next}) skipped, read on from chunk {}",
+                        chunks[i].seq,
+                        chunks[i + 1].seq
+                    )),
+                "{case}: {:?}",
+                t.problems
+            );
+        }
+    }
+
+    #[test]
+    fn a_damaged_last_chunk_ends_the_readable_prefix() {
+        let bytes = whole();
+        let chunks = split(&bytes);
+        let end = chunks.len() - 1;
+        let at = offset_of(&chunks, end);
         let mut damaged = bytes.clone();
-        damaged[at as usize + CHUNK_HEADER_LEN + 5] ^= 0x40;
-        let t = open_bytes("crc", &damaged);
+        damaged[at as usize + CHUNK_HEADER_LEN + 1] ^= 0x40;
+        let t = open_bytes("crc-end", &damaged);
         assert_cut_by_checksum_at(&t, at);
-        assert_eq!(t.next_chunk_seq, chunks[i].seq);
+        assert_eq!(t.next_chunk_seq, chunks[end].seq);
         assert!(t.end.is_none());
-        assert_eq!(t.event_count(), 4096);
         assert_eq!(t.problems, Vec::<String>::new());
     }
 
