@@ -88,6 +88,8 @@ fn recorded_by(trace: &Path) -> serde_json::Value {
 /// Counts of each uprobe of `probes` (`(binary, function)`) while `command` runs, from bpftrace; `None`
 /// (the test says it skipped) when bpftrace cannot run here.
 fn uprobe_counts(probes: &[(&str, &str)], command: &str) -> Option<Vec<u64>> {
+    // The caller holds SHARED_CODE: bpftrace writes its breakpoints into every process that maps the
+    // file, whatever its filter says.
     let mut program = String::new();
     // Only the command's own hits: a uprobe on a library counts every process that runs it (the
     // tests of this file run side by side, two of them through libsqlite3).
@@ -118,6 +120,13 @@ fn uprobe_counts(probes: &[(&str, &str)], command: &str) -> Option<Vec<u64>> {
     }
     counts
 }
+
+/// Held by the tests that count calls with uprobes, for the whole test: a uprobe's breakpoint goes
+/// into every process that maps its file (bpftrace's `/pid == cpid/` filters hits, not breakpoints),
+/// and the kernel writes it over the first byte of an entry jump ferrotrace patched there, so that
+/// the other test's recorded process dies (SIGTRAP, seen in CI: python3's libsqlite3 uprobes against
+/// sqlite3's patched `sqlite3_prepare_v2`).
+static SHARED_CODE: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Calls of `name` in the trace (entries, checked to nest with their exits).
 fn calls(trace: &Path, name: &str) -> u64 {
@@ -592,6 +601,7 @@ fn main() {
 
 #[test]
 fn debian_sqlite3_library_functions_are_counted_as_uprobes_count_them() {
+    let _alone = SHARED_CODE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("dynamic_sqlite3");
     let lib = "/usr/lib/x86_64-linux-gnu/libsqlite3.so.0";
     if !Path::new("/usr/bin/sqlite3").exists() || !Path::new(lib).exists() {
@@ -638,6 +648,7 @@ fn debian_sqlite3_library_functions_are_counted_as_uprobes_count_them() {
 
 #[test]
 fn debian_python3_and_a_library_it_dlopens_are_counted_as_uprobes_count_them() {
+    let _alone = SHARED_CODE.lock().unwrap_or_else(|e| e.into_inner());
     let dir = scratch("dynamic_python3");
     let Ok(python) = std::fs::canonicalize("/usr/bin/python3") else {
         eprintln!("skipped: Debian's python3 is not installed");
