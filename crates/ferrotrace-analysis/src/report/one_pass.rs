@@ -242,15 +242,32 @@ mod tests {
         let bytes = trace_bytes(9, 3, 9_000, false);
         let chunks = events_chunks(&bytes);
         assert!(chunks.len() >= 6, "{}", chunks.len());
-        // A chunk in the middle of the file: the threads' chunks before it are read, none after.
+        let events = |json: &str| -> u64 {
+            let v: serde_json::Value = serde_json::from_str(json).unwrap();
+            v["events"].as_u64().unwrap()
+        };
+        let (whole, _, _) = both_ways("whole", &bytes);
+        // A chunk in the middle of the file: it is skipped, with a warning, and the chunks before
+        // and after it are read, by both.
         let (at, len) = chunks[chunks.len() / 2];
         let p = at + CHUNK_HEADER_LEN;
         let mut disk = bytes.clone();
         disk[p + len / 2] ^= 0x10;
+        let path = std::env::temp_dir().join(format!("ft-one-pass-{}-warn", std::process::id()));
+        std::fs::write(&path, &disk).unwrap();
+        let warnings = Trace::open(&path).unwrap().warnings();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            warnings.iter().any(|w| w.contains(&format!(
+                "the chunk at byte {at} is damaged (checksum mismatch)"
+            ))),
+            "{warnings:?}"
+        );
         let (want, got, used) = both_ways("checksum", &disk);
-        assert!(want.contains("checksum mismatch"), "{want}");
         assert!(used);
         assert_eq!(got, want);
+        let (read, all) = (events(&want), events(&whole));
+        assert!(read < all && read > all / 2, "{read} of {all} events read");
         // The writer's damage (the checksum made again): an overlong varint ends that thread's
         // events with an error; the other threads read on.
         let mut writer = bytes.clone();
