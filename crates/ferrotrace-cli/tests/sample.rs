@@ -409,6 +409,48 @@ fn sample_with_frame_pointers_behind_entry_instrumentation_is_not_refused() {
     }
 }
 
+/// Issue 41 item 8: a uprobe on a function whose XRay sled ferrotrace patches goes past the sled
+/// (its `int3` on the sled was overwritten by the patch, or the kernel stepped its copy of the
+/// unpatched `jmp` over the patched call: every entry of the function went unrecorded).
+#[test]
+fn sample_a_uprobe_on_a_traced_function_counts_every_call_and_leaves_the_trace_whole() {
+    let dir = scratch("sample_uprobe_on_sled");
+    let flags = ["-O2", "-fxray-instrument", "-fxray-instruction-threshold=1"];
+    let prog = build_c(&dir, "clang-16", "cwork.c", "cwork-xray", &flags);
+    let event = format!("uprobe:{}:fib", prog.display());
+    let (out, path) = record(&dir, &["--sample", "-e", &event], &prog, &["15"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let calls: u64 = text(&out.stdout)
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("calls="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no calls= in {:?}", text(&out.stdout)));
+    assert_eq!(calls, 1973);
+    let trace = Trace::open(&path).unwrap();
+    assert!(trace.problems.is_empty(), "{:?}", trace.problems);
+    let (mut entries, mut exits, mut depth, mut deepest) = (0u64, 0u64, 0i64, 0i64);
+    for e in trace.thread_events(trace.session.pid).unwrap() {
+        let e = e.unwrap();
+        if trace.function_name(e.id) != "fib" {
+            continue;
+        }
+        match e.kind {
+            EventKind::Entry => (entries, depth) = (entries + 1, depth + 1),
+            EventKind::Exit => (exits, depth) = (exits + 1, depth - 1),
+            _ => continue,
+        }
+        deepest = deepest.max(depth);
+    }
+    assert_eq!((entries, exits), (calls, calls), "{err}");
+    // fib(15) nests 15 deep.
+    assert_eq!(deepest, 15);
+    let set = SampleSet::load(&trace).unwrap().expect("samples");
+    let probe = set.event_index("fib").expect("the uprobe's sampler");
+    let hits = set.samples.iter().filter(|s| s.event == probe).count() as u64;
+    assert_eq!(hits, calls, "{err}");
+}
+
 #[test]
 fn sample_a_child_s_samples_go_into_its_own_trace() {
     let dir = scratch("sample_child");

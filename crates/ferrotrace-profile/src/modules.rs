@@ -370,14 +370,30 @@ pub(crate) fn main_has_frame_pointer(path: &Path) -> Option<bool> {
 }
 
 /// The length of the tracing instrumentation a compiler puts before a function's prologue: XRay's
-/// entry sled (`jmp +9` over nine bytes), `-pg -mfentry`'s `call __fentry__` (direct, or through
-/// the GOT without a PLT) or its five-byte NOP (`-mnop-mcount`); 0 when there is none. The frame
+/// entry sled or `-mnop-mcount`'s NOP ([`patched_entry_len`]), or `-pg -mfentry`'s
+/// `call __fentry__` (direct, or through the GOT without a PLT); 0 when there is none. The frame
 /// pointer is set up after it.
 fn entry_instrumentation_len(code: &[u8]) -> usize {
     match code {
-        [0xeb, 0x09, ..] => 11,
-        [0xe8, ..] | [0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => 5,
+        [0xe8, ..] => 5,
         [0xff, 0x15, ..] => 6,
+        _ => patched_entry_len(code),
+    }
+}
+
+/// The length of the bytes at a function's entry (after any `endbr64`) that ferrotrace may patch
+/// while the program runs: XRay's entry sled (`jmp +9` over nine bytes) or `-mnop-mcount`'s
+/// five-byte NOP; 0 when there are none. A uprobe goes after them: its `int3` on a sled would be
+/// overwritten by the patch, or the kernel would step its copy of the unpatched `jmp` and the
+/// function's every entry would go unrecorded.
+pub(crate) fn patched_entry_len(code: &[u8]) -> usize {
+    let endbr = match code {
+        [0xf3, 0x0f, 0x1e, 0xfa, ..] => 4,
+        _ => 0,
+    };
+    match &code[endbr..] {
+        [0xeb, 0x09, ..] => endbr + 11,
+        [0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => endbr + 5,
         _ => 0,
     }
 }

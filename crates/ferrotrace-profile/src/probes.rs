@@ -78,7 +78,9 @@ pub struct ResolvedSymbol {
     pub name: String,
     /// Its virtual address as stated in the file.
     pub address: u64,
-    /// The file offset the kernel wants for a uprobe.
+    /// The file offset the kernel wants for a uprobe: the function's entry, or just past the bytes
+    /// there that ferrotrace patches (an XRay sled, an `-mnop-mcount` NOP), which come before any
+    /// instruction of the function's own.
     pub file_offset: u64,
 }
 
@@ -128,12 +130,14 @@ pub fn resolve_symbol(path: &Path, symbol: &str) -> Result<ResolvedSymbol, Profi
             }
         }
     };
-    let file_offset = vaddr_to_file_offset(&file, address).ok_or_else(|| {
+    let entry = vaddr_to_file_offset(&file, address).ok_or_else(|| {
         ProfileError::BadArgument(format!(
             "{}: {name} at {address:#x} is in no loadable segment",
             path.display()
         ))
     })?;
+    let code = data.get(entry as usize..).unwrap_or_default();
+    let file_offset = entry + crate::modules::patched_entry_len(code) as u64;
     Ok(ResolvedSymbol {
         name,
         address,
