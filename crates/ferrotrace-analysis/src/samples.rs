@@ -157,8 +157,13 @@ impl SampleSet {
             frames: tree.table.frames,
             stacks: tree.table.nodes,
             samples: Vec::new(),
-            lost: end.map_or(0, |e| e.lost),
-            unwind_errors: end.map_or(0, |e| e.unwind_errors),
+            // Merged into a function trace, the sampler's own counts; else the End chunk's.
+            lost: trace
+                .sampler_losses
+                .map_or(end.map_or(0, |e| e.lost), |l| l.lost),
+            unwind_errors: trace
+                .sampler_losses
+                .map_or(end.map_or(0, |e| e.unwind_errors), |l| l.unwind_errors),
             exit_code: end.and_then(|e| e.exit_code),
             complete: end.is_some(),
         }))

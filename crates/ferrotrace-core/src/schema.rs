@@ -756,6 +756,33 @@ impl<'a> Payload<'a> for Sampler<'a> {
     }
 }
 
+/// *Trailing* in a Samplers chunk, after its samplers: what the sampler lost, when its samples were
+/// merged into a function trace (`record --sample`), whose End chunk counts the runtime's losses
+/// alone. A profile's own traces leave it out: their End chunk counts the sampler's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SamplerLosses {
+    /// Samples the kernel dropped (its ring buffers were full).
+    pub lost: u64,
+    /// Samples whose stacks stopped early.
+    pub unwind_errors: u64,
+}
+
+impl<'a> Payload<'a> for SamplerLosses {
+    const KIND: ChunkKind = ChunkKind::Samplers;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.lost)?;
+        put_varint(s, self.unwind_errors)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(SamplerLosses {
+            lost: f.varint()?,
+            unwind_errors: f.varint()?,
+        })
+    }
+}
+
 /// The head of a Stacks chunk: `v first_id, v count`, then `count` [`StackNode`]s with ids
 /// `first_id, first_id + 1, ...`. Ids are dense from 0 across all Stacks chunks of a trace; a node's
 /// parent always has a smaller id, so a reader that meets a node knows its whole stack.

@@ -10,7 +10,9 @@ use std::path::Path;
 
 use ferrotrace_core::builder::{encode_events, Event};
 use ferrotrace_core::format::{ChunkHeader, ChunkKind, CHUNK_HEADER_LEN, FILE_HEADER_LEN};
-use ferrotrace_core::schema::{self, Sampler, SamplersHeader, StackNode, StacksHeader};
+use ferrotrace_core::schema::{
+    self, Payload, Sampler, SamplerLosses, SamplersHeader, StackNode, StacksHeader,
+};
 use ferrotrace_core::writer::TraceWriter;
 use ferrotrace_reader::reader::{EventKind, Trace};
 
@@ -91,7 +93,20 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
             spelling: &s.spelling,
         })
         .collect();
-    w.write_list(&head, &list).map_err(io)?;
+    // The sampler's losses trail the list (the End chunk keeps counting the runtime's alone).
+    let mut samplers = Vec::new();
+    let _ = head.encode(&mut samplers);
+    for s in &list {
+        let _ = s.encode(&mut samplers);
+    }
+    if let Some(end) = p.end {
+        let losses = SamplerLosses {
+            lost: end.lost,
+            unwind_errors: end.unwind_errors,
+        };
+        let _ = losses.encode(&mut samplers);
+    }
+    w.chunk(ChunkKind::Samplers, &samplers).map_err(io)?;
     for m in &p.modules {
         w.write(&schema::Module {
             id: module_ids[&m.id],
@@ -235,6 +250,8 @@ mod tests {
         p.sample(7, 3_000, Some(outer), cpu, 1_000).unwrap();
         p.sample(8, 3_500, None, cpu, 1_000).unwrap();
         p.sample(7, 6_000, Some(inner), cpu, 1_000).unwrap();
+        // Nine samples the kernel dropped: the profile's End chunk counts them.
+        p.event(7, 6_500, EventKind::Lost, 9).unwrap();
         let profile = write("profile", p.finish().unwrap());
 
         assert_eq!(merge(&trace, &profile).unwrap(), 4);
@@ -242,6 +259,13 @@ mod tests {
         assert!(m.problems.is_empty(), "{:?}", m.problems);
         assert!(m.truncation.is_none() && m.end.is_some());
         assert_eq!(m.samplers.len(), 1);
+        // The sampler's losses are the Samplers chunk's; the End chunk's stay the runtime's.
+        let losses = SamplerLosses {
+            lost: 9,
+            unwind_errors: 0,
+        };
+        assert_eq!(m.sampler_losses, Some(losses));
+        assert_eq!(m.end.unwrap().lost, 0);
         let main: Vec<(u64, EventKind, u32)> = m
             .thread_events(7)
             .unwrap()

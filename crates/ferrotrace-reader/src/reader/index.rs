@@ -95,6 +95,7 @@ pub(super) fn open(
         problems: Vec::new(),
         call_graph: CallGraph::None,
         sample_frequency: 0,
+        sampler_losses: None,
         samplers: Vec::new(),
         stacks: Vec::new(),
         skipped_chunks: 0,
@@ -434,6 +435,9 @@ impl Trace {
                         kind: s.kind,
                         spelling: s.spelling.to_string(),
                     });
+                }
+                if f.remaining() > 0 {
+                    self.sampler_losses = Some(schema::SamplerLosses::decode(&mut f)?);
                 }
             }
             Some(ChunkKind::Stacks) => {

@@ -85,6 +85,9 @@ pub struct Trace {
     pub sample_frequency: u32,
     /// The samplers; Sample events refer to them by index.
     pub samplers: Vec<Sampler>,
+    /// What the sampler lost, when its samples were merged into a function trace (`record
+    /// --sample`); `None` in a profile's own trace, whose End chunk counts it.
+    pub sampler_losses: Option<schema::SamplerLosses>,
     /// The interned stacks of samples and allocations, by id.
     pub stacks: Vec<StackNode>,
     /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
