@@ -582,7 +582,7 @@ mod tests {
         let unset = RuntimeSpec::default().to_env();
         assert!(unset
             .iter()
-            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | PATCH | TRACE)));
+            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | PATCH | TRACE | TRIGGER)));
         let bad = RuntimeSpec::from_env(|n| (n == MODE).then(|| "fast".into()));
         assert_eq!(bad.unwrap_err().variable, MODE);
     }
