@@ -744,10 +744,26 @@ impl Encoder<'_, '_> {
         if let Some(max) = self.max {
             // A piece holds at least one event: a stack too deep for `max` makes pieces larger
             // than it rather than no end of empty ones.
-            if shown
-                && self.in_piece > 0
-                && sink.bound(max)? + CLOSE_BYTES * self.open_frames + 64 > max
-            {
+            let size = match shown && self.in_piece > 0 {
+                true => sink.bound(max)? + CLOSE_BYTES * self.open_frames + 64,
+                false => 0,
+            };
+            if size > max && self.in_piece == 1 {
+                // One event and what a piece repeats for it (its thread's descriptors, the stack
+                // it reopens, the names it uses) do not fit: every piece would hold one event,
+                // and a trace of N events would become N pieces.
+                return Err(io::Error::other(format!(
+                    "--max-size {max} is too small for this trace: piece {} holds one event in \
+                     {size} bytes (the names and open frames each piece repeats); give \
+                     --max-size {} or more",
+                    self.piece - 1,
+                    match (size * 16).next_power_of_two() {
+                        n if n >= 1 << 20 => format!("{}M", n >> 20),
+                        n => format!("{}K", (n >> 10).max(1)),
+                    }
+                )));
+            }
+            if size > max {
                 self.in_piece = 0;
                 self.close(sink, ts)?;
                 sink.finish()?;
@@ -1142,7 +1158,7 @@ impl Exporter for Perfetto {
                     pieces.push(path);
                     Ok(Box::new(io::BufWriter::with_capacity(1 << 16, file)))
                 };
-                let errors = write_to(
+                let written = write_to(
                     trace,
                     popts,
                     Output::Pieces {
@@ -1150,8 +1166,17 @@ impl Exporter for Perfetto {
                         open: &mut open,
                     },
                     progress,
-                )?;
-                Ok(Written { errors, pieces })
+                );
+                match written {
+                    Ok(errors) => Ok(Written { errors, pieces }),
+                    Err(e) => {
+                        // No pieces that look like the whole trace's when they are not.
+                        for piece in &pieces {
+                            let _ = std::fs::remove_file(piece);
+                        }
+                        Err(e)
+                    }
+                }
             }
             (target, _) => {
                 write_to(trace, popts, Output::Stream(stream(target)?), progress).map(Written::from)
