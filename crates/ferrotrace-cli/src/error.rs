@@ -28,6 +28,8 @@ pub enum Error {
         what: String,
         /// What the system said.
         source: std::io::Error,
+        /// The file was ours and is removed: what it held was cut short.
+        removed: bool,
     },
     /// Anything else the command found wrong: the message says what and why.
     Usage(String),
@@ -53,7 +55,17 @@ impl fmt::Display for Error {
             Error::Read(e) => e.fmt(f),
             Error::Analysis(e) => e.fmt(f),
             Error::Output(e) => e.fmt(f),
-            Error::Write { what, source } => write!(f, "cannot write {what}: {source}"),
+            Error::Write {
+                what,
+                source,
+                removed,
+            } => {
+                write!(f, "cannot write {what}: {source}")?;
+                if *removed {
+                    f.write_str(" (removed: what it held was cut short)")?;
+                }
+                Ok(())
+            }
             Error::Usage(m) => f.write_str(m),
         }
     }

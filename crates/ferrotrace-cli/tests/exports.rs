@@ -577,3 +577,147 @@ fn report_reads_a_dataset_of_several_parts_as_their_traces_summed() {
         assert!(err.contains(p(d)), "{err}");
     }
 }
+
+/// Issue 41 item 9: a function with a 40,000-character name, under `--max-size 16K`: each piece
+/// repeats the names it uses, so no piece could hold more than one event, and an 840 KB trace
+/// became 200,001 pieces (7.7 GB). The dump is refused in one line that says what size works, and
+/// leaves no pieces behind; with that size, the pieces are few and each under it.
+#[test]
+fn pieces_too_small_for_one_event_are_refused_and_leave_nothing() {
+    let dir = scratch("perfetto_long_name");
+    let name = format!("f_{}", "a".repeat(40_000));
+    let source = dir.join("long.c");
+    std::fs::write(
+        &source,
+        format!(
+            "#include <stdio.h>\n\
+             __attribute__((noinline)) int {name}(int x) {{ __asm__ volatile(\"\"); return x + 1; }}\n\
+             int main(void) {{ int s = 0; for (int i = 0; i < 20000; i++) s = {name}(s); \
+             printf(\"%d\\n\", s); return 0; }}\n"
+        ),
+    )
+    .unwrap();
+    let exe = dir.join("long");
+    let built = std::process::Command::new("gcc")
+        .args(["-O2", "-pg", "-o"])
+        .arg(&exe)
+        .arg(&source)
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "gcc: {}", text(&built.stderr));
+    let (out, trace) = record(&dir, &[], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let prefix = dir.join("pieces");
+    let dump = |size: &str| {
+        ft(&[
+            "dump",
+            "-i",
+            p(&trace),
+            "--format",
+            "perfetto",
+            "--uncompressed",
+            "--max-size",
+            size,
+            "-o",
+            p(&prefix),
+        ])
+    };
+    let out = dump("16K");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.contains("--max-size 16384 is too small for this trace"),
+        "{err}"
+    );
+    let pieces = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_str().unwrap().starts_with("pieces.")
+            })
+            .count()
+    };
+    assert_eq!(pieces(), 0);
+    let works = err
+        .split("give --max-size ")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no size in {err}"))
+        .to_string();
+    let out = dump(&works);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let n = pieces();
+    assert!((1..=4).contains(&n), "{n} pieces");
+}
+
+/// Issue 41 item 9: a full disk under `dump` (Chrome JSON, Perfetto, Parquet) leaves no output
+/// cut short that reads as whole: the file is removed, the dataset's tables are never renamed into
+/// place, and the error says so in one line.
+#[test]
+fn a_full_disk_leaves_no_export_that_looks_whole() {
+    use std::process::Command;
+    let dir = scratch("export_full_disk");
+    let trace = fib(&dir, "24");
+    let disk = dir.join("disk");
+    std::fs::create_dir_all(&disk).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64K", "none"])
+        .arg(&disk)
+        .status()
+        .expect("run mount");
+    assert!(
+        mounted.success(),
+        "this test mounts a 64 KiB tmpfs (as root)"
+    );
+    struct Unmount<'a>(&'a Path);
+    impl Drop for Unmount<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(self.0).status();
+        }
+    }
+    let _unmount = Unmount(&disk);
+    for (format, name) in [
+        ("chrome", "out.json"),
+        ("perfetto", "out.perfetto-trace"),
+        ("parquet", "ds"),
+    ] {
+        let out_path = disk.join(name);
+        let out = ft(&[
+            "dump",
+            "-i",
+            p(&trace),
+            "--format",
+            format,
+            "-o",
+            p(&out_path),
+        ]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{format}: {err}");
+        let last = err.trim().lines().last().unwrap_or_default();
+        assert!(last.contains("No space left on device"), "{format}: {err}");
+        let left: Vec<_> = walk(&disk);
+        match format {
+            // The directory stays, empty: no table, no staging directory.
+            "parquet" => assert_eq!(left, [out_path.clone()], "{format}: {err}"),
+            _ => {
+                assert!(last.contains("removed"), "{format}: {err}");
+                assert!(left.is_empty(), "{format}: {left:?}");
+            }
+        }
+    }
+}
+
+/// Every path below `dir`, depth first.
+fn walk(dir: &Path) -> Vec<PathBuf> {
+    let mut v = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let path = e.unwrap().path();
+        v.push(path.clone());
+        if path.is_dir() {
+            v.extend(walk(&path));
+        }
+    }
+    v
+}

@@ -187,19 +187,34 @@ pub fn create(path: &Path) -> Result<(File, Option<PathBuf>), OutputError> {
 /// input); a device or FIFO (`/dev/null`, a pipe) is written as it is. Never through a symbolic link,
 /// never over another user's file or a directory.
 pub fn create_result(path: &Path) -> Result<File, OutputError> {
-    let refuse = |what| Err(OutputError::NotAResult(path.to_path_buf(), what));
     let io = |e| OutputError::Io(path.to_path_buf(), e);
+    let Some(meta) = check_result(path)? else {
+        return match create_new(path) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(OutputError::NotAResult(
+                path.to_path_buf(),
+                "a file created by someone else meanwhile",
+            )),
+            r => r.map_err(io),
+        };
+    };
+    let mut options = std::fs::OpenOptions::new();
+    options
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
+    if meta.file_type().is_file() {
+        options.truncate(true);
+    }
+    options.open(path).map_err(io)
+}
+
+/// What [`create_result`] would refuse, said before anything is written (an export of several files
+/// checks them all first): `None` when `path` does not exist, its metadata when it may be written.
+pub fn check_result(path: &Path) -> Result<Option<std::fs::Metadata>, OutputError> {
+    let refuse = |what| Err(OutputError::NotAResult(path.to_path_buf(), what));
     let meta = match std::fs::symlink_metadata(path) {
         Ok(m) => m,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            return match create_new(path) {
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
-                    refuse("a file created by someone else meanwhile")
-                }
-                r => r.map_err(io),
-            };
-        }
-        Err(e) => return Err(io(e)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(OutputError::Io(path.to_path_buf(), e)),
     };
     let ft = meta.file_type();
     if ft.is_symlink() {
@@ -208,10 +223,6 @@ pub fn create_result(path: &Path) -> Result<File, OutputError> {
     if ft.is_dir() {
         return refuse("a directory");
     }
-    let mut options = std::fs::OpenOptions::new();
-    options
-        .write(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC);
     if ft.is_file() {
         // SAFETY: geteuid cannot fail.
         if meta.uid() != unsafe { libc::geteuid() } {
@@ -220,9 +231,8 @@ pub fn create_result(path: &Path) -> Result<File, OutputError> {
         if is_trace(path) {
             return refuse("a ferrotrace trace");
         }
-        options.truncate(true);
     }
-    options.open(path).map_err(io)
+    Ok(Some(meta))
 }
 
 /// A directory only its creator can use (mkdtemp: a fresh name, mode 0700) under the system's temporary
@@ -233,8 +243,13 @@ pub struct PrivateDir(PathBuf);
 impl PrivateDir {
     /// Creates `$TMPDIR/PREFIX-XXXXXX`.
     pub fn new(prefix: &str) -> io::Result<PrivateDir> {
+        PrivateDir::new_in(&std::env::temp_dir(), prefix)
+    }
+
+    /// Creates `PARENT/PREFIX-XXXXXX`.
+    pub fn new_in(parent: &Path, prefix: &str) -> io::Result<PrivateDir> {
         use std::os::unix::ffi::OsStringExt;
-        let mut template = std::env::temp_dir()
+        let mut template = parent
             .join(format!("{prefix}-XXXXXX"))
             .into_os_string()
             .into_vec();

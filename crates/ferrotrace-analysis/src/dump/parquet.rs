@@ -56,6 +56,18 @@ pub const SCHEMA_VERSION_KEY: &str = "ferrotrace.schema_version";
 pub const BATCH: usize = 64 << 10;
 /// Rows per row group.
 pub const ROW_GROUP: usize = 1 << 20;
+/// The tables of a dataset, in the order [`write`] writes them (`NAME.parquet`).
+pub const TABLES: [&str; 9] = [
+    "functions",
+    "threads",
+    "samplers",
+    "metadata",
+    "stacks",
+    "calls",
+    "samples",
+    "allocations",
+    "events",
+];
 
 /// The run identifier of a trace: `EXE-PID-START` (START: the wall-clock start in seconds since
 /// 1970), the same for every dump of one trace and distinct between runs.
@@ -123,6 +135,7 @@ impl Table {
         columns: &[(&str, Ty, bool)],
         dicts: &[&ArrayRef],
     ) -> io::Result<Table> {
+        debug_assert!(TABLES.contains(&name), "{name} is not in TABLES");
         let mut dicts = dicts.iter();
         let mut cols = Vec::new();
         let fields: Vec<Field> = columns
@@ -308,7 +321,10 @@ struct ThreadCalls {
     active: Vec<u32>,
 }
 
-/// Writes the dataset into `dir` (created if needed); returns the read errors met.
+/// Writes the dataset into `dir` (created if needed); returns the read errors met. Every table is
+/// refused before the first is written, and the tables are written in a private directory inside
+/// `dir`, then renamed into place: a refusal, a full disk or a damaged trace leaves no half dataset
+/// that reads as whole (the staging directory is removed).
 pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<Vec<String>> {
     match std::fs::create_dir(dir) {
         Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
@@ -317,6 +333,21 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
     if !std::fs::symlink_metadata(dir)?.is_dir() {
         return Err(io::Error::other("not a directory"));
     }
+    let table = |dir: &Path, name: &str| dir.join(format!("{name}.parquet"));
+    for name in TABLES {
+        ferrotrace_core::output::check_result(&table(dir, name))
+            .map_err(|e| io::Error::other(e.to_string()))?;
+    }
+    let staging = ferrotrace_core::output::PrivateDir::new_in(dir, ".ferrotrace-staging")?;
+    let errors = write_tables(trace, staging.path(), progress)?;
+    for name in TABLES {
+        std::fs::rename(table(staging.path(), name), table(dir, name))?;
+    }
+    Ok(errors)
+}
+
+/// Writes every table of the dataset into `dir`, which exists.
+fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<Vec<String>> {
     let names = Names::of(trace);
     let reps = names.representatives();
     let t0 = trace.start_ns();

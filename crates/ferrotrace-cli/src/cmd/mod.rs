@@ -121,6 +121,9 @@ pub struct Output {
     name: String,
     /// Standard output: [`Write::flush`] also notices a reader that went away without a write failing.
     is_stdout: bool,
+    /// A regular file we opened: removed when a write fails, so that no result cut short (a full
+    /// disk) is left looking whole.
+    file: Option<PathBuf>,
 }
 
 impl Output {
@@ -130,6 +133,7 @@ impl Output {
             out: BufWriter::with_capacity(1 << 16, Box::new(std::io::stdout().lock())),
             name: "standard output".into(),
             is_stdout: true,
+            file: None,
         }
     }
 
@@ -137,10 +141,12 @@ impl Output {
     /// trace or another user's file ([`ferrotrace_core::output::create_result`]).
     pub fn create(path: &Path) -> Result<Output, Error> {
         let file = ferrotrace_core::output::create_result(path)?;
+        let regular = file.metadata().is_ok_and(|m| m.file_type().is_file());
         Ok(Output {
             out: BufWriter::with_capacity(1 << 16, Box::new(file)),
             name: path.display().to_string(),
             is_stdout: false,
+            file: regular.then(|| path.to_path_buf()),
         })
     }
 
@@ -150,11 +156,17 @@ impl Output {
     }
 
     /// The error for a failed write: [`Error::Write`], which `main` turns into a quiet exit when the
-    /// reader went away (EPIPE) and into one line saying what could not be written otherwise.
+    /// reader went away (EPIPE) and into one line saying what could not be written otherwise. A
+    /// regular file of ours is removed.
     pub fn error(&self, source: std::io::Error) -> Error {
+        let removed = self
+            .file
+            .as_ref()
+            .is_some_and(|path| std::fs::remove_file(path).is_ok());
         Error::Write {
             what: self.name.clone(),
             source,
+            removed,
         }
     }
 
