@@ -700,7 +700,7 @@ fn a_full_disk_leaves_no_export_that_looks_whole() {
         let left: Vec<_> = walk(&disk);
         match format {
             // The directory stays, empty: no table, no staging directory.
-            "parquet" => assert_eq!(left, [out_path.clone()], "{format}: {err}"),
+            "parquet" => assert_eq!(left, std::slice::from_ref(&out_path), "{format}: {err}"),
             _ => {
                 assert!(last.contains("removed"), "{format}: {err}");
                 assert!(left.is_empty(), "{format}: {left:?}");
