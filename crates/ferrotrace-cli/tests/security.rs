@@ -338,6 +338,23 @@ fn results_never_overwrite_a_trace_or_follow_a_link() {
         text(&out.stderr)
     );
     assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
+    // A dataset with a planted link among its tables (issue 41 item 9): refused before any table
+    // is written, where half the tables were written first.
+    let dataset = dir.join("ds");
+    let _ = std::fs::remove_dir_all(&dataset);
+    std::fs::create_dir(&dataset).unwrap();
+    std::os::unix::fs::symlink(&victim, dataset.join("samples.parquet")).unwrap();
+    let ds = dataset.to_str().unwrap();
+    let out = ft(&["dump", "-i", t, "--format", "parquet", "-o", ds]);
+    let err = text(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("samples.parquet is a symbolic link"), "{err}");
+    let written: Vec<_> = std::fs::read_dir(&dataset)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(written, ["samples.parquet"], "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep me");
     // A result of ours is replaced, and a new one is private.
     let svg = dir.join("ok.svg");
     for _ in 0..2 {
@@ -535,5 +552,65 @@ fn root_refuses_a_preload_library_another_user_could_change() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(trace.exists());
     drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 41 item 11: `nobody` attaching to (or profiling) a setuid program it started itself was
+/// told to "attach as that user" (itself: user 65534 and ferrotrace as 65534), and profile blamed
+/// kernel.perf_event_paranoid; each now names the setuid.
+#[test]
+fn a_user_s_own_setuid_process_is_refused_for_its_privileges() {
+    let dir = shared_dir("setuid_attach");
+    let own = dir.join("nobody");
+    std::fs::create_dir(&own).unwrap();
+    std::os::unix::fs::chown(&own, Some(65534), Some(65534)).unwrap();
+    let prog = dir.join("suid-sleep");
+    std::fs::copy("/bin/sleep", &prog).unwrap();
+    std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o4755)).unwrap();
+    let mut sleeper = (0..50)
+        .find_map(|_| match as_nobody(&prog).arg("60").spawn() {
+            Ok(child) => Some(child),
+            Err(e) if e.raw_os_error() == Some(26) => {
+                // ETXTBSY: see output_of_copied.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                None
+            }
+            Err(e) => panic!("{}: {e}", prog.display()),
+        })
+        .expect("the copied program stayed busy (ETXTBSY)");
+    let pid = sleeper.id().to_string();
+    let uids = || {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("Uid:").map(str::to_string))
+            .unwrap_or_default()
+    };
+    let started = std::time::Instant::now();
+    while uids().split_whitespace().nth(1) != Some("0") {
+        assert!(started.elapsed().as_secs() < 10, "not setuid: {}", uids());
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let trace = own.join("t.data");
+    let t = trace.to_str().unwrap();
+    for args in [
+        vec!["record", "-o", t, "-p", &pid],
+        vec!["live", "-F", ".", "-p", &pid],
+        vec!["profile", "-o", t, "-p", &pid],
+    ] {
+        let out = as_nobody(Path::new(env!("CARGO_BIN_EXE_ferrotrace")))
+            .args(&args)
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(
+            err.contains("runs with privileges its user does not have"),
+            "{args:?}: {err}"
+        );
+        assert!(!trace.exists(), "{args:?}");
+    }
+    let _ = sleeper.kill();
+    let _ = sleeper.wait();
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -36,6 +36,8 @@ pub enum ProfileError {
     },
     /// The process to attach to does not exist.
     NoSuchProcess(u32),
+    /// The process to attach to has exited: a zombie its parent has not waited for.
+    Exited(u32),
     /// A system call failed.
     Sys {
         /// What was being done.
@@ -112,6 +114,11 @@ impl fmt::Display for ProfileError {
             ProfileError::NoSuchProcess(pid) => {
                 write!(f, "no process with pid {pid}: check it with `ps -p {pid}`")
             }
+            ProfileError::Exited(pid) => write!(
+                f,
+                "process {pid} has exited (a zombie its parent has not waited for): nothing of it \
+             runs to profile"
+            ),
             ProfileError::Sys { what, source } => write!(f, "{what} failed: {source}"),
             ProfileError::Bpf(s) => write!(f, "--bpf: {s}; without --bpf the perf_event backend records"),
             ProfileError::BpfNotBuilt => write!(

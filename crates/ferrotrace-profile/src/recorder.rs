@@ -104,6 +104,10 @@ fn validate(cfg: &ProfileConfig) -> Result<Checked, ProfileError> {
             if !Path::new(&format!("/proc/{pid}")).exists() {
                 return Err(ProfileError::NoSuchProcess(*pid));
             }
+            if !process_runs(*pid) {
+                return Err(ProfileError::Exited(*pid));
+            }
+            refuse_others_process(*pid)?;
             std::fs::read_link(format!("/proc/{pid}/exe")).ok()
         }
         Target::SystemWide if !bpf_mode => {
@@ -639,13 +643,18 @@ pub(crate) fn run(
     let mut source = source::load(cfg.backend, &mut storage)?;
     let _signals = cfg.handle_signals.then(SignalGuard::install);
     let file = create_trace_file(&cfg.output)?;
-    let target = start_target(cfg, held, source.as_ref())?;
+    // Until the trace has its first chunks, a failure leaves no empty file behind.
+    let unmade = |e: ProfileError| {
+        let _ = std::fs::remove_file(&cfg.output);
+        e
+    };
+    let target = start_target(cfg, held, source.as_ref()).map_err(unmade)?;
     let how = Opening {
         dwarf: checked.dwarf,
         enable_on_exec: target.enable_on_exec,
         counts_in_kernel: source.counts_in_kernel(),
     };
-    let mut opened = events::open(cfg, &samplers, &target.tids, how)?;
+    let mut opened = events::open(cfg, &samplers, &target.tids, how).map_err(unmade)?;
     let out = start_trace(
         cfg,
         file,
@@ -653,7 +662,8 @@ pub(crate) fn run(
         target.root_pid,
         &samplers,
         source.as_ref(),
-    )?;
+    )
+    .map_err(unmade)?;
     let st = State::new(
         checked.dwarf,
         std::mem::take(&mut opened.id_to_event),
@@ -676,6 +686,38 @@ pub(crate) fn run(
     session.begin(cfg, source.as_mut())?;
     let recorded = session.record(cfg, source.as_mut());
     session.summarize(cfg, source.as_ref(), recorded)
+}
+
+/// Refuses, for a caller that is not root, a process the kernel would not let it profile, with
+/// the reason (perf_event_open's EACCES would blame kernel.perf_event_paranoid): one that runs with
+/// privileges its user does not have (setuid), or as another user.
+fn refuse_others_process(pid: u32) -> Result<(), ProfileError> {
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if me == 0 {
+        return Ok(());
+    }
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let uids: Vec<u32> = status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|u| u.parse().ok())
+        .collect();
+    if uids.windows(2).any(|w| w[0] != w[1]) {
+        return Err(ProfileError::BadArgument(format!(
+            "process {pid} runs with privileges its user does not have (setuid, setgid or file \
+             capabilities): only root may profile it"
+        )));
+    }
+    match uids.first() {
+        Some(&uid) if uid != me => Err(ProfileError::BadArgument(format!(
+            "process {pid} runs as user {uid} and ferrotrace as {me}: profile it as that user or \
+             as root"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// True while process `pid` exists and has not exited (a zombie waiting for its parent has).

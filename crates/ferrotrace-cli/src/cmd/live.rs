@@ -54,6 +54,8 @@ pub struct LiveArgs {
 /// `live -p PID`: prints the running process's events until Ctrl-C or its end.
 fn live_running(pid: u32, spec: RuntimeSpec) -> Result<ExitCode, Error> {
     use ferrotrace_launch::attach::record::{record, Ending};
+    // The process first: a refusal names what is wrong with it, not a missing library.
+    ferrotrace_launch::attach::check(pid)?;
     let library = ferrotrace_launch::start::preload_library()?;
     let mut out = std::io::stdout().lock();
     let attached = record(pid, &library, spec, None, Some(&mut out), |started| {

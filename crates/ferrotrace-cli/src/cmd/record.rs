@@ -331,6 +331,8 @@ fn record_running(
     output: &Path,
 ) -> Result<ExitCode, Error> {
     use launch::attach::record::Ending;
+    // The process first: a refusal names what is wrong with it, not a missing library.
+    launch::attach::check(pid)?;
     let library = launch::start::preload_library()?;
     let attached =
         launch::attach::record::record(pid, &library, spec, args.duration, None, |started| {
