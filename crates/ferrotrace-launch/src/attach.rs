@@ -7,12 +7,16 @@
 //! what it holds. The thread chosen is one blocked in a system call that holds no user-space lock
 //! (`read`, `accept`, `epoll_wait`, `poll`, a sleep ...) when there is one; its interrupted system call
 //! is restarted when it resumes, as after a debugger's call. [`check`] refuses, with one line each,
-//! what cannot be entered: a process that does not exist, another user's, a setuid one, one another
-//! tracer holds, one with no loader to call.
+//! what cannot be entered: a process that does not exist or has exited (a zombie), a stopped one,
+//! another user's, a setuid one, one another tracer holds, one with no loader to call.
+//!
+//! A call returns through a signal frame of the thread's own state, written below it on its stack:
+//! the kernel's `rt_sigreturn` puts the thread back, so a tracer killed during the call (or a
+//! process stopped meanwhile) leaves it as it was, not returning to an address that faults.
 //!
 //! Limits: the call runs on the thread's stack, 1 KiB below its red zone; a thread chosen while it
 //! holds a lock the call needs would wait forever (the call is given [`CALL_TIMEOUT`], then the
-//! attach fails and says which thread).
+//! attach fails and says which thread, which puts itself back once the call returns).
 
 use std::fs::File;
 use std::os::unix::fs::FileExt;
@@ -73,6 +77,20 @@ pub fn check(pid: u32) -> Result<(), LaunchError> {
     if status_field(pid, "Name").is_none() {
         return refuse("no such process".into());
     }
+    // `Z (zombie)`, `X (dead)`: its memory is gone, and everything below would name a wrong cause.
+    if status_field(pid, "State").is_some_and(|s| s.starts_with(['Z', 'X'])) {
+        return refuse(format!(
+            "it has exited (a zombie its parent, process {}, has not waited for): nothing of it \
+             runs to attach to",
+            status_field(pid, "PPid").unwrap_or_else(|| "?".into())
+        ));
+    }
+    // `T (stopped)`: its threads would not run the calls an attach makes until it is continued.
+    if status_field(pid, "State").is_some_and(|s| s.starts_with('T')) {
+        return refuse(format!(
+            "it is stopped (SIGSTOP, or Ctrl-Z in its shell): continue it first (`kill -CONT {pid}`)"
+        ));
+    }
     if let Some(tracer) = status_field(pid, "TracerPid").filter(|t| t != "0") {
         return refuse(format!(
             "another tracer (process {tracer}) is attached to it: a process has one tracer at a time"
@@ -85,18 +103,20 @@ pub fn check(pid: u32) -> Result<(), LaunchError> {
         .split_whitespace()
         .filter_map(|u| u.parse().ok())
         .collect();
-    if me != 0 && uids.iter().any(|&u| u != me) {
-        return refuse(format!(
-            "it runs as user {} and ferrotrace as {me}: attach as that user or as root",
-            uids.first().copied().unwrap_or_default()
-        ));
-    }
+    // Before whose it is: a setuid program started by this very user runs as another user too,
+    // and "attach as that user" would be the wrong advice.
     if uids.windows(2).any(|w| w[0] != w[1]) || secure_exec(pid) {
         return refuse(
             "it runs with privileges its user does not have (setuid, setgid or file capabilities), \
              and the tracer stays out of such processes"
                 .into(),
         );
+    }
+    if me != 0 && uids.iter().any(|&u| u != me) {
+        return refuse(format!(
+            "it runs as user {} and ferrotrace as {me}: attach as that user or as root",
+            uids.first().copied().unwrap_or_default()
+        ));
     }
     if let Ok(scope) = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope") {
         match scope.trim() {
@@ -432,6 +452,17 @@ pub struct Borrowed {
     regs: arch::Regs,
     xstate: Vec<u8>,
     mem: Memory,
+    /// The C library's signal restorer, which a call returns through with a signal frame of the
+    /// thread's own state above it: should we be killed during the call, the thread puts itself
+    /// back (`rt_sigreturn`) instead of returning to address 0 and dying there. `None` when it was
+    /// not found: calls return to address 0.
+    restorer: Option<u64>,
+    /// The page of the call stub ([`arch::call_stub`]) in the process, which keeps what a call
+    /// returned before returning through the frame (the restorer overwrites `rax`).
+    stub: Option<u64>,
+    /// The registers the thread resumes with after a call that returned through its signal frame
+    /// (its system call made to run again: [`arch::resume_regs`]).
+    resumed: Option<arch::Regs>,
 }
 
 /// A process's memory, through `/proc/PID/mem` (ptrace rights over the process include writing its
@@ -501,6 +532,9 @@ impl Borrowed {
             regs,
             xstate: vec![0; XSTATE_BYTES],
             mem,
+            restorer: None,
+            stub: None,
+            resumed: None,
         };
         let mut iov = libc::iovec {
             iov_base: borrowed.xstate.as_mut_ptr().cast(),
@@ -512,7 +546,51 @@ impl Borrowed {
             return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
         }
         borrowed.xstate.truncate(iov.iov_len);
+        // Syscall stops told from SIGTRAP (`SIGTRAP | 0x80`): how a call's end is seen.
+        // SAFETY: a ptrace request on our tracee, no memory passed.
+        let traced =
+            unsafe { libc::ptrace(libc::PTRACE_SETOPTIONS, tid, 0, libc::PTRACE_O_TRACESYSGOOD) }
+                == 0;
+        if traced {
+            borrowed.restorer = restorer_in(pid);
+            borrowed.stub = borrowed.make_stub();
+        }
         Ok(borrowed)
+    }
+
+    /// Maps a page for the call stub at a free address (`mmap` with `MAP_FIXED_NOREPLACE`, called
+    /// through the restorer, which leaves no result: the page is ours when the maps show it there)
+    /// and writes the stub into it.
+    fn make_stub(&mut self) -> Option<u64> {
+        let pid = self.thread.pid;
+        let mmap = symbol_in(pid, is_libc, &["mmap", "mmap64"]).ok()?;
+        let page = free_page(pid)?;
+        let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_FIXED_NOREPLACE;
+        let args = [
+            Arg::Int(page),
+            Arg::Int(PAGE),
+            Arg::Int((libc::PROT_READ | libc::PROT_EXEC) as u64),
+            Arg::Int(flags as u64),
+            Arg::Int(u64::MAX),
+            Arg::Int(0),
+        ];
+        self.call_framed(None, mmap, &args).ok()?;
+        if !anonymous_code_at(pid, page) {
+            return None;
+        }
+        self.write(page, &arch::call_stub().0).ok()?;
+        Some(page)
+    }
+
+    /// Unmaps the call stub's page (through the restorer: the stub cannot return into a page it
+    /// unmaps).
+    fn unmap_stub(&mut self) {
+        let Some(page) = self.stub.take() else {
+            return;
+        };
+        if let Ok(munmap) = symbol_in(self.thread.pid, is_libc, &["munmap"]) {
+            let _ = self.call_framed(None, munmap, &[Arg::Int(page), Arg::Int(PAGE)]);
+        }
     }
 
     /// The borrowed thread.
@@ -548,10 +626,16 @@ impl Borrowed {
     /// below the call and passed by address in their place where `args` holds `None`) on the borrowed
     /// thread, and returns what it returned (`rax`). The thread's own state is put back afterwards.
     pub fn call(&mut self, function: u64, args: &[Arg<'_>]) -> Result<u64, LaunchError> {
-        let saved = self.regs;
-        // Below the red zone, 16-byte aligned; strings first, then the return address 0: returning
-        // there faults, and that fault is how the end of the call is seen.
-        let mut sp = (arch::stack_pointer(&saved) - arch::RED_ZONE - 1024) & !0xf;
+        match self.stub {
+            Some(stub) => self
+                .call_framed(Some(stub), function, args)
+                .map(|r| r.unwrap_or_default()),
+            None => self.call_returning_to_zero(function, args),
+        }
+    }
+
+    /// Writes the string arguments below `sp` (moved down past them); the arguments' values.
+    fn place_arguments(&self, sp: &mut u64, args: &[Arg<'_>]) -> Result<[u64; 6], LaunchError> {
         let mut values = [0u64; 6];
         for (i, a) in args.iter().take(6).enumerate() {
             values[i] = match a {
@@ -559,12 +643,121 @@ impl Borrowed {
                 Arg::Str(s) => {
                     let mut bytes = s.as_bytes().to_vec();
                     bytes.push(0);
-                    sp = (sp - bytes.len() as u64) & !0xf;
-                    self.write(sp, &bytes)?;
-                    sp
+                    *sp = (*sp - bytes.len() as u64) & !0xf;
+                    self.write(*sp, &bytes)?;
+                    *sp
                 }
             };
         }
+        Ok(values)
+    }
+
+    /// Calls `function(args...)` so that it returns through a signal frame of the thread's own
+    /// state, written below the arguments: through the call stub at `stub`, which keeps what it
+    /// returned (`Some`), or straight into the restorer (`None`: what it returned is lost). The
+    /// thread resumes from that frame whether or not we are still there to see the call end.
+    fn call_framed(
+        &mut self,
+        stub: Option<u64>,
+        function: u64,
+        args: &[Arg<'_>],
+    ) -> Result<Option<u64>, LaunchError> {
+        let restorer = self.restorer.ok_or_else(|| LaunchError::CannotAttach {
+            pid: self.thread.pid,
+            why: "no signal restorer found in its C library".into(),
+        })?;
+        let saved = self.regs;
+        let resume = arch::resume_regs(&saved);
+        let mut sp = (arch::stack_pointer(&saved) - arch::RED_ZONE - 1024) & !0xf;
+        let values = self.place_arguments(&mut sp, args)?;
+        // The vector state, an XSAVE area as ptrace gave it (its software bytes say its size),
+        // followed by the magic number that says it is whole.
+        let xsave_size = self
+            .xstate
+            .get(480..484)
+            .map_or(0, |b| {
+                u32::from_ne_bytes(b.try_into().unwrap_or_default()) as usize
+            })
+            .max(self.xstate.len());
+        let fpstate = (sp - xsave_size as u64 - 4) & !63;
+        self.write(fpstate, &self.xstate)?;
+        self.write(
+            fpstate + xsave_size as u64,
+            &arch::FP_XSTATE_MAGIC2.to_ne_bytes(),
+        )?;
+        let frame = (fpstate - arch::SIGNAL_FRAME as u64) & !0xf;
+        let sigmask = blocked_signals(self.thread.pid, self.thread.tid);
+        self.write(frame, &arch::signal_frame(&resume, sigmask, fpstate))?;
+        let mut regs = saved;
+        let after = match stub {
+            Some(stub) => {
+                arch::set_up_stub_call(&mut regs, stub, function, frame, values);
+                stub + arch::call_stub().1
+            }
+            None => {
+                let slot = arch::return_slot(frame);
+                self.write(slot, &restorer.to_ne_bytes())?;
+                arch::set_up_call(&mut regs, function, slot, values);
+                restorer + arch::RESTORER.len() as u64
+            }
+        };
+        self.thread.call_made = true;
+        self.thread.set_regs(&regs)?;
+        let ended = self.run_until_sigreturn(frame, after);
+        // Put back exactly, whatever happened (a call that crashed has not returned through the
+        // frame; one that did was put back by the kernel, the vector state included).
+        let restored = self
+            .thread
+            .set_regs(&resume)
+            .and_then(|()| self.restore_xstate());
+        ended?;
+        restored?;
+        self.resumed = Some(resume);
+        match stub {
+            Some(_) => {
+                let mut value = [0u8; 8];
+                if self.mem.read(arch::return_slot(frame), &mut value) != 8 {
+                    return Err(LaunchError::CannotAttach {
+                        pid: self.thread.pid,
+                        why: "cannot read what the call returned".into(),
+                    });
+                }
+                Ok(Some(u64::from_ne_bytes(value)))
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// Resumes the thread from one system call stop to the next until it has entered and left the
+    /// `rt_sigreturn` of the call's frame at `frame` (the instruction before `after`); signals that
+    /// arrive meanwhile are kept for when it is let go.
+    fn run_until_sigreturn(&mut self, frame: u64, after: u64) -> Result<(), LaunchError> {
+        let mut entered = false;
+        self.run_call(libc::PTRACE_SYSCALL, |thread, status| {
+            if libc::WSTOPSIG(status) != libc::SIGTRAP | 0x80 {
+                return Ok(None);
+            }
+            if entered {
+                return Ok(Some(0)); // the exit of rt_sigreturn: the thread's own state again
+            }
+            entered = arch::returning(&thread.get_regs()?, frame, after);
+            Ok(None)
+        })
+        .map(|_| ())
+    }
+
+    /// The call the old way: it returns to address 0, where its fault ends it under us (killed
+    /// meanwhile, we would leave the thread to die there: only where no signal restorer was found).
+    fn call_returning_to_zero(
+        &mut self,
+        function: u64,
+        args: &[Arg<'_>],
+    ) -> Result<u64, LaunchError> {
+        let saved = self.regs;
+        // Below the red zone, 16-byte aligned; strings first, then the return address 0: returning
+        // there faults, and that fault is how the end of the call is seen.
+        let mut sp = (arch::stack_pointer(&saved) - arch::RED_ZONE - 1024) & !0xf;
+        let values = self.place_arguments(&mut sp, args)?;
         sp -= 8;
         self.write(sp, &0u64.to_ne_bytes())?;
         let mut regs = saved;
@@ -605,11 +798,28 @@ impl Borrowed {
     /// Resumes the thread until it returns to address 0; signals that arrive meanwhile are kept for
     /// when it is let go.
     fn run_until_return(&mut self) -> Result<u64, LaunchError> {
+        self.run_call(libc::PTRACE_CONT, |thread, status| {
+            if libc::WSTOPSIG(status) != libc::SIGSEGV {
+                return Ok(None);
+            }
+            Ok(arch::returned(&thread.get_regs()?))
+        })
+    }
+
+    /// Resumes the thread with `request` (`PTRACE_CONT`, or `PTRACE_SYSCALL` to stop at system
+    /// calls too) from stop to stop until `ended` says the call has (`Some`: what it returned). A
+    /// fault is the call's crash; other signals are the program's, kept for when the thread is let
+    /// go.
+    fn run_call(
+        &mut self,
+        request: libc::c_uint,
+        mut ended: impl FnMut(&Stopped, i32) -> Result<Option<u64>, LaunchError>,
+    ) -> Result<u64, LaunchError> {
         let started = Instant::now();
         let mut signal = 0;
         loop {
             // SAFETY: resuming our tracee.
-            if unsafe { libc::ptrace(libc::PTRACE_CONT, self.thread.tid, 0, signal) } != 0 {
+            if unsafe { libc::ptrace(request, self.thread.tid, 0, signal) } != 0 {
                 return Err(ptrace_error(self.thread.pid, "ptrace(PTRACE_CONT)"));
             }
             signal = 0;
@@ -621,7 +831,8 @@ impl Borrowed {
                             pid: self.thread.pid,
                             why: format!(
                                 "its thread {} did not come back from the loader within {:?} \
-                                 (it may hold a lock the loader needs); the process is left as it is",
+                                 (it may hold a lock the loader needs); the process is left as it \
+                                 is, and the thread puts itself back when the call returns",
                                 self.thread.tid, CALL_TIMEOUT
                             ),
                         });
@@ -645,27 +856,30 @@ impl Borrowed {
             if status >> 16 != 0 {
                 continue; // an event stop (an interrupt): just resume
             }
-            let sig = libc::WSTOPSIG(status);
-            if sig == libc::SIGSEGV {
-                let regs = self.thread.get_regs()?;
-                if let Some(value) = arch::returned(&regs) {
-                    return Ok(value);
-                }
-                return Err(LaunchError::CannotAttach {
-                    pid: self.thread.pid,
-                    why: format!(
-                        "the call crashed at {:#x} (SIGSEGV); its state was restored",
-                        arch::instruction_pointer(&regs)
-                    ),
-                });
+            if let Some(value) = ended(&self.thread, status)? {
+                return Ok(value);
             }
-            // Any other signal is the program's: delivered when the thread is let go.
-            self.thread.pending_signal = sig;
+            match libc::WSTOPSIG(status) {
+                s if s == libc::SIGTRAP | 0x80 => {} // a system call of the call's
+                libc::SIGSEGV => {
+                    let regs = self.thread.get_regs()?;
+                    return Err(LaunchError::CannotAttach {
+                        pid: self.thread.pid,
+                        why: format!(
+                            "the call crashed at {:#x} (SIGSEGV); its state was restored",
+                            arch::instruction_pointer(&regs)
+                        ),
+                    });
+                }
+                // Any other signal is the program's: delivered when the thread is let go.
+                sig => self.thread.pending_signal = sig,
+            }
         }
     }
 
     /// Lets the thread go on where it was, with any signal that arrived meanwhile.
     pub fn release(mut self) -> Result<(), LaunchError> {
+        self.unmap_stub();
         self.thread.let_go()
     }
 }
@@ -673,10 +887,74 @@ impl Borrowed {
 impl Drop for Borrowed {
     fn drop(&mut self) {
         if !self.thread.released {
-            let _ = self.thread.set_regs(&self.regs.clone());
+            self.unmap_stub();
+            let _ = self.thread.set_regs(&self.resumed.unwrap_or(self.regs));
         }
         let _ = self.thread.let_go();
     }
+}
+
+/// The page size the call stub's page has.
+const PAGE: u64 = 4096;
+
+/// The address in process `pid` of its C library's signal restorer (`__restore_rt`, a local
+/// symbol: found by its bytes in the library's code).
+fn restorer_in(pid: u32) -> Option<u64> {
+    let (base, path) = load_address(pid, is_libc)?;
+    let file =
+        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path));
+    let data = std::fs::read(file).ok()?;
+    let elf = object::File::parse(&*data).ok()?;
+    let linked_base = elf
+        .segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0);
+    elf.segments()
+        .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
+        .find_map(|s| {
+            let code = s.data().ok()?;
+            let at = code.windows(arch::RESTORER.len()).position(|w| w == arch::RESTORER)?;
+            Some(base + s.address() + at as u64 - linked_base)
+        })
+}
+
+/// A free page-aligned address in process `pid` with a free page on either side: below its lowest
+/// mapping (the executable, or the heap's neighbour), as `/proc/PID/maps` shows them.
+fn free_page(pid: u32) -> Option<u64> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+    let lowest = maps
+        .lines()
+        .filter_map(|l| u64::from_str_radix(l.split('-').next()?, 16).ok())
+        .min()?;
+    // Above the lowest address a process may map (vm.mmap_min_addr is 64 KiB by default).
+    (lowest > (1 << 20)).then(|| lowest - 2 * PAGE)
+}
+
+/// Whether process `pid` has anonymous read-execute memory at `page` (the call stub's page, just
+/// mapped).
+fn anonymous_code_at(pid: u32, page: u64) -> bool {
+    let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
+        return false;
+    };
+    let start = format!("{page:x}-");
+    maps.lines().any(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        l.starts_with(&start) && f.get(1) == Some(&"r-xp") && f.get(4) == Some(&"0") && f.len() == 5
+    })
+}
+
+/// The signals thread `tid` of `pid` blocks (`SigBlk` in its status), which the signal frame of a
+/// call restores.
+fn blocked_signals(pid: u32, tid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("SigBlk:"))
+                .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+        })
+        .unwrap_or(0)
 }
 
 /// An argument of [`Borrowed::call`].

@@ -117,6 +117,43 @@ struct ControlDir {
     writer: u32,
 }
 
+/// The control directory's name in the temporary directory: `PREFIX<our pid>-XXXXXX`.
+const STALE_PREFIX: &str = "ferrotrace-attach-";
+
+/// Removes the control directories of attaches that were killed before they could (SIGKILL): those
+/// whose name says their `record -p` or `live -p` process, and no such process runs. Only our own
+/// (root's: any, as root may have given one to the target's user); `remove_dir_all` follows no
+/// links.
+fn sweep_stale_dirs() {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(host) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(STALE_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if Path::new(&format!("/proc/{host}")).exists() {
+            continue;
+        }
+        let path = entry.path();
+        match std::fs::symlink_metadata(&path) {
+            Ok(m) if m.is_dir() && (m.uid() == me || me == 0) => {
+                let _ = std::fs::remove_dir_all(&path);
+            }
+            _ => {}
+        }
+    }
+}
+
 /// What a file the runtime leaves in the control directory may hold at most.
 const MOST_READ: u64 = 64 << 20;
 
@@ -135,7 +172,8 @@ impl ControlDir {
     /// target's user when root attaches to another user's process (the FIFOs first, each through its
     /// open descriptor; the directory last).
     fn new(pid: u32, live: bool) -> Result<(ControlDir, Fifos), LaunchError> {
-        let dir = PrivateDir::new("ferrotrace-attach")
+        sweep_stale_dirs();
+        let dir = PrivateDir::new(&format!("{STALE_PREFIX}{}", std::process::id()))
             .map_err(|e| error(pid, format!("cannot create a private directory: {e}")))?;
         let c = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap_or_default();
         // SAFETY: a NUL-terminated path.

@@ -94,3 +94,130 @@ pub(crate) fn restart_interrupted(regs: &mut Regs, call_made: bool) -> bool {
     }
     again
 }
+
+/// `-ERESTARTSYS`, `-ERESTARTNOINTR`, `-ERESTARTNOHAND`: a system call the kernel runs again from its
+/// `syscall` instruction when the thread resumes without a signal handler to run.
+const ERESTART: [u64; 3] = [(-512i64) as u64, (-513i64) as u64, (-514i64) as u64];
+
+/// The registers a thread stopped with `regs` resumes with when no tracer is there to put them back:
+/// a system call it was stopped in made to run again from its `syscall` instruction, as the kernel
+/// (or [`restart_interrupted`], with `call_made`) would have when letting it go, and no longer a
+/// system call (`rt_sigreturn` restores registers, not a system call's restart).
+pub(crate) fn resume_regs(regs: &Regs) -> Regs {
+    let mut r = *regs;
+    if r.orig_rax != u64::MAX && ERESTART.contains(&r.rax) {
+        r.rax = r.orig_rax;
+        r.rip = r.rip.wrapping_sub(2);
+    } else {
+        restart_interrupted(&mut r, true);
+    }
+    r.orig_rax = u64::MAX;
+    r
+}
+
+/// The number of `rt_sigreturn`.
+pub(crate) const RT_SIGRETURN: u64 = 15;
+
+/// What the C library's signal restorer (`__restore_rt`: `mov $15, %rax; syscall`) is made of: a
+/// call that returns there has the thread put back by the kernel from the signal frame above it.
+pub(crate) const RESTORER: [u8; 9] = [0x48, 0xc7, 0xc0, 0x0f, 0x00, 0x00, 0x00, 0x0f, 0x05];
+
+/// Bytes of a signal frame past its return address: the kernel's `struct ucontext` (304) and
+/// `struct siginfo` (128), which `rt_sigreturn` may check it can read.
+pub(crate) const SIGNAL_FRAME: usize = 304 + 128;
+
+/// `uc_flags`: the frame holds an XSAVE area (`UC_FP_XSTATE`) and its `ss` is to be restored as it
+/// is (`UC_SIGCONTEXT_SS | UC_STRICT_RESTORE_SS`).
+const UC_FLAGS: u64 = 0x1 | 0x2 | 0x4;
+
+/// `FP_XSTATE_MAGIC2`, after an XSAVE area in a signal frame.
+pub(crate) const FP_XSTATE_MAGIC2: u32 = 0x4650_5845;
+
+/// The signal frame (past its return address) that `rt_sigreturn` turns into `regs`, the signal mask
+/// `sigmask` and the vector state at `fpstate` (an XSAVE area, 64-byte aligned, followed by
+/// [`FP_XSTATE_MAGIC2`]). Its alternate signal stack says an invalid mode, which `rt_sigreturn`
+/// ignores: the thread's own stays as it is.
+pub(crate) fn signal_frame(regs: &Regs, sigmask: u64, fpstate: u64) -> Vec<u8> {
+    let mut f = Vec::with_capacity(SIGNAL_FRAME);
+    let mut q = |v: u64| f.extend_from_slice(&v.to_ne_bytes());
+    q(UC_FLAGS); // uc_flags
+    q(0); // uc_link
+    q(0); // uc_stack.ss_sp
+    q(3); // uc_stack.ss_flags (SS_ONSTACK | SS_DISABLE: EINVAL, ignored), padding
+    q(0); // uc_stack.ss_size
+    for v in [
+        regs.r8,
+        regs.r9,
+        regs.r10,
+        regs.r11,
+        regs.r12,
+        regs.r13,
+        regs.r14,
+        regs.r15,
+        regs.rdi,
+        regs.rsi,
+        regs.rbp,
+        regs.rbx,
+        regs.rdx,
+        regs.rax,
+        regs.rcx,
+        regs.rsp,
+        regs.rip,
+        regs.eflags,
+    ] {
+        q(v);
+    }
+    // cs, gs, fs, ss (16 bits each)
+    q((regs.cs & 0xffff)
+        | (regs.gs & 0xffff) << 16
+        | (regs.fs & 0xffff) << 32
+        | (regs.ss & 0xffff) << 48);
+    for _ in 0..4 {
+        q(0); // err, trapno, oldmask, cr2
+    }
+    q(fpstate);
+    for _ in 0..8 {
+        q(0); // reserved
+    }
+    q(sigmask); // uc_sigmask
+    f.resize(SIGNAL_FRAME, 0); // siginfo
+    f
+}
+
+/// `regs` set to run the call stub at `stub` ([`call_stub`]) on `function`, with the integer
+/// arguments `args` and the stack pointer at `frame`, the signal frame the stub returns through.
+pub(crate) fn set_up_stub_call(
+    regs: &mut Regs,
+    stub: u64,
+    function: u64,
+    frame: u64,
+    args: [u64; 6],
+) {
+    set_up_call(regs, stub, frame, args);
+    regs.rax = function;
+}
+
+/// The call stub, at the start of its page: calls `rax`, keeps what it returned just below the
+/// signal frame at the stack pointer (in the return address's slot, [`return_slot`]), and returns
+/// through that frame (`rt_sigreturn`). The second value: the stub's offset just past its
+/// `syscall`.
+pub(crate) fn call_stub() -> (Vec<u8>, u64) {
+    let mut code = vec![0xff, 0xd0]; // call *%rax
+    code.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0xf8]); // mov %rax, -8(%rsp)
+    code.extend_from_slice(&RESTORER);
+    let end = code.len() as u64;
+    (code, end)
+}
+
+/// Whether a thread stopped at a system call's entry with `regs` is entering the `rt_sigreturn` of
+/// a call set up with its signal frame at `frame` that returns through the instruction ending at
+/// `after`.
+pub(crate) fn returning(regs: &Regs, frame: u64, after: u64) -> bool {
+    regs.orig_rax == RT_SIGRETURN && regs.rsp == frame && regs.rip == after
+}
+
+/// The stack pointer at a call's first instruction when it is to return through the signal frame
+/// at `frame`: the frame's return address slot, just below it.
+pub(crate) fn return_slot(frame: u64) -> u64 {
+    frame - 8
+}
