@@ -35,6 +35,18 @@ if ! python3 -c 'import duckdb' 2>/dev/null; then
   "${as_root[@]}" python3 -m pip install -q --break-system-packages duckdb \
     || "${as_root[@]}" python3 -m pip install -q duckdb
 fi
+# Spark (PySpark in local mode, on Debian's JDK 17): tests/spark.rs reads a continuous-profiling
+# dataset with it. About 1.5 minutes and 500 MB (PySpark and its jars) the first time.
+if ! dpkg-query -W -f='${Status}' openjdk-17-jre-headless 2>/dev/null | grep -q "install ok installed"; then
+  echo "setup: installing openjdk-17-jre-headless" >&2
+  "${as_root[@]}" apt-get update -qq
+  "${as_root[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+fi
+if ! python3 -c 'import pyspark' 2>/dev/null; then
+  echo "setup: installing pyspark (pip)" >&2
+  "${as_root[@]}" python3 -m pip install -q --break-system-packages pyspark \
+    || "${as_root[@]}" python3 -m pip install -q pyspark
+fi
 # Perfetto's own protos for Python: tests/sample.rs decodes `dump --format perfetto` with them.
 if ! python3 -c 'import perfetto.protos.perfetto.trace.perfetto_trace_pb2' 2>/dev/null; then
   echo "setup: installing perfetto (pip)" >&2
