@@ -823,9 +823,16 @@ impl Borrowed {
                 return Err(ptrace_error(self.thread.pid, "ptrace(PTRACE_CONT)"));
             }
             signal = 0;
+            // A system call stop comes within microseconds: looked for at once at first (a sleep
+            // is 50 µs or more, and the loader and the runtime's start make hundreds of calls).
+            let mut looks = 0u32;
             let status = loop {
                 match wait_nohang(self.thread.tid) {
                     Ok(Some(s)) => break s,
+                    Ok(None) if looks < 1_000 => {
+                        looks += 1;
+                        std::thread::yield_now();
+                    }
                     Ok(None) if started.elapsed() > CALL_TIMEOUT => {
                         return Err(LaunchError::CannotAttach {
                             pid: self.thread.pid,
