@@ -316,6 +316,15 @@ impl Stopped {
     /// Stops thread `tid` of `pid`. `Ok(None)` when the thread no longer exists (it ended before it
     /// could be seized).
     fn seize(pid: u32, tid: u32) -> Result<Option<Stopped>, LaunchError> {
+        match Stopped::interrupt(pid, tid)? {
+            Some(asked) => asked.wait_stopped().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Seizes thread `tid` of `pid` and asks it to stop, without waiting for the stop
+    /// ([`Stopped::wait_stopped`]). `Ok(None)` when the thread no longer exists.
+    fn interrupt(pid: u32, tid: u32) -> Result<Option<Stopped>, LaunchError> {
         // SAFETY: ptrace requests on a thread id with no memory passed.
         unsafe {
             if libc::ptrace(libc::PTRACE_SEIZE, tid, 0, 0) != 0 {
@@ -330,24 +339,30 @@ impl Stopped {
                 return Err(e);
             }
         }
-        let mut stopped = Stopped {
+        Ok(Some(Stopped {
             pid,
             tid,
             pending_signal: 0,
             call_made: false,
             released: false,
             _not_send: std::marker::PhantomData,
-        };
-        match wait_for_interrupt(pid, tid) {
-            Ok(signal) => stopped.pending_signal = signal,
+        }))
+    }
+
+    /// Waits for the stop [`Stopped::interrupt`] asked for.
+    fn wait_stopped(mut self) -> Result<Stopped, LaunchError> {
+        match wait_for_interrupt(self.pid, self.tid) {
+            Ok(signal) => {
+                self.pending_signal = signal;
+                Ok(self)
+            }
             Err(e) => {
-                stopped.released = true; // ended, or never stopped: nothing to let go
-                                         // SAFETY: detaching our tracee (fails harmlessly if it is gone).
-                unsafe { libc::ptrace(libc::PTRACE_DETACH, tid, 0, 0) };
-                return Err(e);
+                self.released = true; // ended, or never stopped: nothing to let go
+                                      // SAFETY: detaching our tracee (fails harmlessly if it is gone).
+                unsafe { libc::ptrace(libc::PTRACE_DETACH, self.tid, 0, 0) };
+                Err(e)
             }
         }
-        Ok(Some(stopped))
     }
 
     /// The thread.
@@ -429,18 +444,29 @@ pub fn stop_all(pid: u32, held: Option<u32>) -> Result<Vec<Stopped>, LaunchError
                     pid,
                     why: "it ended while ferrotrace was stopping its threads".into(),
                 })?;
-        let mut more = false;
+        // Every thread asked to stop first, then each stop waited for: the stops overlap (one at a
+        // time, each of a busy process's threads waited for a CPU in turn: 1.9 s for 64 spinning
+        // threads on two loaded CPUs).
+        let mut asked = Vec::new();
         for tid in tids {
             if Some(tid) == held || stopped.iter().any(|s| s.tid == tid) {
                 continue;
             }
-            if let Some(s) = Stopped::seize(pid, tid)? {
-                stopped.push(s);
-                more = true;
-            }
+            asked.extend(Stopped::interrupt(pid, tid)?);
         }
-        if !more {
+        if asked.is_empty() {
             return Ok(stopped);
+        }
+        for a in asked {
+            let tid = a.tid;
+            match a.wait_stopped() {
+                Ok(s) => stopped.push(s),
+                // A thread that ended meanwhile, the process going on: nothing to stop.
+                Err(_)
+                    if !process_ended(pid)
+                        && !Path::new(&format!("/proc/{pid}/task/{tid}")).exists() => {}
+                Err(e) => return Err(e),
+            }
         }
     }
 }
@@ -536,16 +562,7 @@ impl Borrowed {
             stub: None,
             resumed: None,
         };
-        let mut iov = libc::iovec {
-            iov_base: borrowed.xstate.as_mut_ptr().cast(),
-            iov_len: borrowed.xstate.len(),
-        };
-        // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
-        if unsafe { libc::ptrace(libc::PTRACE_GETREGSET, tid, arch::VECTOR_REGSET, &mut iov) } != 0
-        {
-            return Err(ptrace_error(pid, "ptrace(PTRACE_GETREGSET)"));
-        }
-        borrowed.xstate.truncate(iov.iov_len);
+        borrowed.take_xstate()?;
         // Syscall stops told from SIGTRAP (`SIGTRAP | 0x80`): how a call's end is seen.
         // SAFETY: a ptrace request on our tracee, no memory passed.
         let traced =
@@ -578,7 +595,7 @@ impl Borrowed {
         if !anonymous_code_at(pid, page) {
             return None;
         }
-        self.write(page, &arch::call_stub().0).ok()?;
+        self.write(page, &arch::call_stub(0)).ok()?;
         Some(page)
     }
 
@@ -689,42 +706,101 @@ impl Borrowed {
         let sigmask = blocked_signals(self.thread.pid, self.thread.tid);
         self.write(frame, &arch::signal_frame(&resume, sigmask, fpstate))?;
         let mut regs = saved;
-        let after = match stub {
-            Some(stub) => {
-                arch::set_up_stub_call(&mut regs, stub, function, frame, values);
-                stub + arch::call_stub().1
-            }
-            None => {
-                let slot = arch::return_slot(frame);
-                self.write(slot, &restorer.to_ne_bytes())?;
-                arch::set_up_call(&mut regs, function, slot, values);
-                restorer + arch::RESTORER.len() as u64
-            }
-        };
         self.thread.call_made = true;
+        let Some(stub) = stub else {
+            // Straight into the restorer, with the system call stops watched for its rt_sigreturn
+            // (the stub's page is mapped and unmapped this way: two system calls).
+            let slot = arch::return_slot(frame);
+            self.write(slot, &restorer.to_ne_bytes())?;
+            arch::set_up_call(&mut regs, function, slot, values);
+            self.thread.set_regs(&regs)?;
+            let ended = self.run_until_sigreturn(frame, restorer + arch::RESTORER.len() as u64);
+            // Put back exactly, whatever happened (a call that crashed has not returned through
+            // the frame; one that did was put back by the kernel, the vector state included).
+            let restored = self
+                .thread
+                .set_regs(&resume)
+                .and_then(|()| self.restore_xstate());
+            ended?;
+            restored?;
+            self.resumed = Some(resume);
+            return Ok(None);
+        };
+        // Through the stub, which says the call has ended by writing a word of this call's own at
+        // `done_slot`: the thread runs the call without a stop at each of its system calls (on a
+        // busy machine each stop waits for a CPU), is seen to have ended by that word, and is
+        // stopped again in its own code.
+        let done = call_nonce(frame);
+        self.write(arch::done_slot(frame), &0u64.to_ne_bytes())?;
+        self.write(stub, &arch::call_stub(done))?;
+        arch::set_up_stub_call(&mut regs, stub, function, frame, values);
         self.thread.set_regs(&regs)?;
-        let ended = self.run_until_sigreturn(frame, after);
-        // Put back exactly, whatever happened (a call that crashed has not returned through the
-        // frame; one that did was put back by the kernel, the vector state included).
-        let restored = self
-            .thread
-            .set_regs(&resume)
-            .and_then(|()| self.restore_xstate());
-        ended?;
-        restored?;
-        self.resumed = Some(resume);
-        match stub {
-            Some(_) => {
-                let mut value = [0u8; 8];
-                if self.mem.read(arch::return_slot(frame), &mut value) != 8 {
-                    return Err(LaunchError::CannotAttach {
-                        pid: self.thread.pid,
-                        why: "cannot read what the call returned".into(),
-                    });
-                }
-                Ok(Some(u64::from_ne_bytes(value)))
+        // Looked at while `run_call` holds the thread (a handle of its own).
+        let mem = Memory::open(self.thread.pid)?;
+        let ended = self.run_call(
+            libc::PTRACE_CONT,
+            |_, _| Ok(None),
+            || {
+                let mut word = [0u8; 8];
+                Ok((mem.read(arch::done_slot(frame), &mut word) == 8
+                    && u64::from_ne_bytes(word) == done)
+                    .then_some(0))
+            },
+        );
+        if let Err(e) = ended {
+            // A crash: put back exactly. A timeout: the thread runs on inside the call (the
+            // frame puts it back when the call returns).
+            let _ = self
+                .thread
+                .set_regs(&resume)
+                .and_then(|()| self.restore_xstate());
+            return Err(e);
+        }
+        let mut value = [0u8; 8];
+        let read = self.mem.read(arch::return_slot(frame), &mut value);
+        self.stop_again_in_its_own_code(stub)?;
+        if read != 8 {
+            return Err(LaunchError::CannotAttach {
+                pid: self.thread.pid,
+                why: "cannot read what the call returned".into(),
+            });
+        }
+        Ok(Some(u64::from_ne_bytes(value)))
+    }
+
+    /// Stops the thread again once a call through the stub at `stub` has ended (it is running),
+    /// outside the stub (past its `rt_sigreturn`), and takes its state afresh: the next call and
+    /// the release start from there.
+    fn stop_again_in_its_own_code(&mut self, stub: u64) -> Result<(), LaunchError> {
+        let (pid, tid) = (self.thread.pid, self.thread.tid);
+        let started = Instant::now();
+        loop {
+            // SAFETY: a ptrace request on our tracee, no memory passed.
+            if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
+                return Err(ptrace_error(pid, "ptrace(PTRACE_INTERRUPT)"));
             }
-            None => Ok(None),
+            let signal = wait_for_interrupt(pid, tid)?;
+            if signal != 0 {
+                self.thread.pending_signal = signal;
+            }
+            let regs = self.thread.get_regs()?;
+            let rip = arch::instruction_pointer(&regs);
+            if !(stub..stub + PAGE).contains(&rip) {
+                self.regs = regs;
+                self.resumed = None;
+                return self.take_xstate();
+            }
+            if started.elapsed() > CALL_TIMEOUT {
+                return Err(LaunchError::CannotAttach {
+                    pid,
+                    why: format!("its thread {tid} did not leave the call's stub"),
+                });
+            }
+            // SAFETY: resuming our tracee for the few instructions left in the stub.
+            if unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) } != 0 {
+                return Err(ptrace_error(pid, "ptrace(PTRACE_CONT)"));
+            }
+            std::thread::yield_now();
         }
     }
 
@@ -733,16 +809,20 @@ impl Borrowed {
     /// arrive meanwhile are kept for when it is let go.
     fn run_until_sigreturn(&mut self, frame: u64, after: u64) -> Result<(), LaunchError> {
         let mut entered = false;
-        self.run_call(libc::PTRACE_SYSCALL, |thread, status| {
-            if libc::WSTOPSIG(status) != libc::SIGTRAP | 0x80 {
-                return Ok(None);
-            }
-            if entered {
-                return Ok(Some(0)); // the exit of rt_sigreturn: the thread's own state again
-            }
-            entered = arch::returning(&thread.get_regs()?, frame, after);
-            Ok(None)
-        })
+        self.run_call(
+            libc::PTRACE_SYSCALL,
+            |thread, status| {
+                if libc::WSTOPSIG(status) != libc::SIGTRAP | 0x80 {
+                    return Ok(None);
+                }
+                if entered {
+                    return Ok(Some(0)); // the exit of rt_sigreturn: the thread's own state again
+                }
+                entered = arch::returning(&thread.get_regs()?, frame, after);
+                Ok(None)
+            },
+            || Ok(None),
+        )
         .map(|_| ())
     }
 
@@ -775,6 +855,30 @@ impl Borrowed {
         Ok(rax)
     }
 
+    /// Takes the thread's vector state (`PTRACE_GETREGSET`), to be put back after calls.
+    fn take_xstate(&mut self) -> Result<(), LaunchError> {
+        self.xstate.clear();
+        self.xstate.resize(XSTATE_BYTES, 0);
+        let mut iov = libc::iovec {
+            iov_base: self.xstate.as_mut_ptr().cast(),
+            iov_len: self.xstate.len(),
+        };
+        // SAFETY: the kernel writes at most iov_len bytes into our buffer and shortens iov_len.
+        if unsafe {
+            libc::ptrace(
+                libc::PTRACE_GETREGSET,
+                self.thread.tid,
+                arch::VECTOR_REGSET,
+                &mut iov,
+            )
+        } != 0
+        {
+            return Err(ptrace_error(self.thread.pid, "ptrace(PTRACE_GETREGSET)"));
+        }
+        self.xstate.truncate(iov.iov_len);
+        Ok(())
+    }
+
     fn restore_xstate(&mut self) -> Result<(), LaunchError> {
         let mut iov = libc::iovec {
             iov_base: self.xstate.as_mut_ptr().cast(),
@@ -798,22 +902,27 @@ impl Borrowed {
     /// Resumes the thread until it returns to address 0; signals that arrive meanwhile are kept for
     /// when it is let go.
     fn run_until_return(&mut self) -> Result<u64, LaunchError> {
-        self.run_call(libc::PTRACE_CONT, |thread, status| {
-            if libc::WSTOPSIG(status) != libc::SIGSEGV {
-                return Ok(None);
-            }
-            Ok(arch::returned(&thread.get_regs()?))
-        })
+        self.run_call(
+            libc::PTRACE_CONT,
+            |thread, status| {
+                if libc::WSTOPSIG(status) != libc::SIGSEGV {
+                    return Ok(None);
+                }
+                Ok(arch::returned(&thread.get_regs()?))
+            },
+            || Ok(None),
+        )
     }
 
     /// Resumes the thread with `request` (`PTRACE_CONT`, or `PTRACE_SYSCALL` to stop at system
-    /// calls too) from stop to stop until `ended` says the call has (`Some`: what it returned). A
-    /// fault is the call's crash; other signals are the program's, kept for when the thread is let
-    /// go.
+    /// calls too) from stop to stop until `ended` says at a stop, or `ended_running` while it runs,
+    /// that the call has (`Some`: what it returned). A fault is the call's crash; other signals are
+    /// the program's, kept for when the thread is let go.
     fn run_call(
         &mut self,
         request: libc::c_uint,
         mut ended: impl FnMut(&Stopped, i32) -> Result<Option<u64>, LaunchError>,
+        mut ended_running: impl FnMut() -> Result<Option<u64>, LaunchError>,
     ) -> Result<u64, LaunchError> {
         let started = Instant::now();
         let mut signal = 0;
@@ -829,6 +938,7 @@ impl Borrowed {
             let status = loop {
                 match wait_nohang(self.thread.tid) {
                     Ok(Some(s)) => break s,
+                    Ok(None) if ended_running()?.is_some() => return Ok(0),
                     Ok(None) if looks < 1_000 => {
                         looks += 1;
                         std::thread::yield_now();
@@ -903,6 +1013,15 @@ impl Drop for Borrowed {
 
 /// The page size the call stub's page has.
 const PAGE: u64 = 4096;
+
+/// A word no call's stack is likely to hold by chance: what the stub writes when the call at
+/// `frame` has ended (the frame's address and the clock, mixed).
+fn call_nonce(frame: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64);
+    (frame ^ now.rotate_left(29) ^ 0x9e37_79b9_7f4a_7c15).wrapping_mul(0xbf58_476d_1ce4_e5b9) | 1
+}
 
 /// The address in process `pid` of its C library's signal restorer (`__restore_rt`, a local
 /// symbol: found by its bytes in the library's code).

@@ -197,16 +197,23 @@ pub(crate) fn set_up_stub_call(
     regs.rax = function;
 }
 
-/// The call stub, at the start of its page: calls `rax`, keeps what it returned just below the
-/// signal frame at the stack pointer (in the return address's slot, [`return_slot`]), and returns
-/// through that frame (`rt_sigreturn`). The second value: the stub's offset just past its
-/// `syscall`.
-pub(crate) fn call_stub() -> (Vec<u8>, u64) {
+/// The call stub, at the start of its page, for one call: calls `rax`, keeps what it returned just
+/// below the signal frame at the stack pointer (in the return address's slot, [`return_slot`]),
+/// then `done` below that ([`done_slot`]: the call has ended), and returns through that frame
+/// (`rt_sigreturn`).
+pub(crate) fn call_stub(done: u64) -> Vec<u8> {
     let mut code = vec![0xff, 0xd0]; // call *%rax
     code.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0xf8]); // mov %rax, -8(%rsp)
+    code.extend_from_slice(&[0x49, 0xbb]); // movabs $done, %r11
+    code.extend_from_slice(&done.to_ne_bytes());
+    code.extend_from_slice(&[0x4c, 0x89, 0x5c, 0x24, 0xf0]); // mov %r11, -16(%rsp)
     code.extend_from_slice(&RESTORER);
-    let end = code.len() as u64;
-    (code, end)
+    code
+}
+
+/// Where the call stub writes its `done` word, below the signal frame at `frame`.
+pub(crate) fn done_slot(frame: u64) -> u64 {
+    frame - 16
 }
 
 /// Whether a thread stopped at a system call's entry with `regs` is entering the `rt_sigreturn` of
