@@ -56,7 +56,7 @@ pub const SCHEMA_VERSION_KEY: &str = "ferrotrace.schema_version";
 pub const BATCH: usize = 64 << 10;
 /// Rows per row group.
 pub const ROW_GROUP: usize = 1 << 20;
-/// The tables of a dataset, in the order [`write`] writes them (`NAME.parquet`).
+/// The tables of a dataset, in the order [`write()`] writes them (`NAME.parquet`).
 pub const TABLES: [&str; 9] = [
     "functions",
     "threads",
