@@ -1148,3 +1148,52 @@ fn record_killed_at_any_moment_of_an_attach_leaves_the_process_serving() {
         let _ = std::fs::remove_file(&trace);
     }
 }
+
+/// Issue 41 item 6: a process that replaces its program (`exec`) while it is recorded. The runtime
+/// goes with the old program without finishing its trace: `record -p` waited for the new program
+/// to end (or, stopped, 30 s for an answer), then said "ended by unknown". It now sees the exec,
+/// says so, and recovers what the runtime had not written, at once.
+#[test]
+fn an_exec_while_recorded_ends_the_recording_there_and_says_so() {
+    let dir = scratch("attach_exec");
+    let exe = build_c(&dir, "gcc", "execer.c", "execer", &["-O2"]);
+    // 600 rounds of 2 ms, then `sleep 30`.
+    let mut target = Command::new(&exe)
+        .args(["600", "sleep", "30"])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(200));
+    let trace = dir.join("exec.data");
+    let started = Instant::now();
+    let out = ferrotrace()
+        .args([
+            "record",
+            "-p",
+            &target.id().to_string(),
+            "-P",
+            "^work$",
+            "-o",
+        ])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("replaced its program (exec) while it was recorded"),
+        "{err}"
+    );
+    // Ended at the exec (about a second in), not with `sleep 30`.
+    assert!(took < Duration::from_secs(15), "{took:?}: {err}");
+    let state = std::fs::read_to_string(format!("/proc/{}/comm", target.id())).unwrap();
+    assert_eq!(state.trim(), "sleep");
+    let t = Trace::open(&trace).unwrap();
+    let (entries, exits) = calls(&t, "work");
+    assert!(
+        entries > 100 && entries == exits,
+        "{entries} {exits}: {err}"
+    );
+    let _ = target.kill();
+    let _ = target.wait();
+}

@@ -26,6 +26,9 @@ pub enum Death {
     /// Not known: `record -p` is not the process's parent, and the parent collected its status before
     /// record could read it.
     Unknown,
+    /// It did not end: it replaced its program (`exec`), and the runtime went with the old one. The
+    /// trace says "not known" (its Salvage chunk has a signal or an exit code, and neither is).
+    Exec,
 }
 
 impl Death {
@@ -182,7 +185,7 @@ pub fn salvage(
     let (signal, exit_code) = match death {
         Death::Signal(s) => (s, None),
         Death::Exit(c) => (0, Some(c)),
-        Death::Unknown => (0, None),
+        Death::Unknown | Death::Exec => (0, None),
     };
     w.write(&schema::Salvage {
         signal,

@@ -333,6 +333,8 @@ fn record_running(
     use launch::attach::record::Ending;
     // The process first: a refusal names what is wrong with it, not a missing library.
     launch::attach::check(pid)?;
+    // The program recorded (before any exec while it is).
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let library = launch::start::preload_library()?;
     let attached =
         launch::attach::record::record(pid, &library, spec, args.duration, None, |started| {
@@ -341,14 +343,20 @@ fn record_running(
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),
+        Ending::Replaced => say!(
+            "ferrotrace: process {pid} replaced its program (exec) while it was recorded: the \
+             recording ends there (record the new program with another record -p)"
+        ),
         Ending::NoAnswer => say!(
             "ferrotrace: process {pid} did not finish its trace within {} s of being told to stop",
             launch::attach::record::STOP_LIMIT.as_secs()
         ),
     }
-    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).unwrap_or_default();
     let trace = match Trace::open(output) {
-        Ok(t) if t.end.is_none() && attached.ending == Ending::ProcessEnded => {
+        Ok(t)
+            if t.end.is_none()
+                && matches!(attached.ending, Ending::ProcessEnded | Ending::Replaced) =>
+        {
             if let Some((death, recovered)) = attached.recover_unwritten(output) {
                 say_recovered(death, Some(recovered), &format!("process {pid}"));
             }
@@ -435,6 +443,7 @@ fn say_recovered(
         ),
         Death::Exit(c) => format!("exited ({c})"),
         Death::Unknown => "ended (how is not known: its parent collected it first)".into(),
+        Death::Exec => "replaced its program".into(),
     };
     match recovered {
         Some(Ok(Some(got))) => say!(

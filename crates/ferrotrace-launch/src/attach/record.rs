@@ -49,6 +49,9 @@ pub enum Ending {
     ProcessEnded,
     /// We closed the control channel, but the runtime did not say it was done within [`STOP_LIMIT`].
     NoAnswer,
+    /// The process replaced its program (`exec`) while it was recorded: the runtime went with the
+    /// old program, without finishing its trace.
+    Replaced,
 }
 
 /// What the host is told once an attached recording runs.
@@ -92,7 +95,10 @@ impl Attached {
         &self,
         output: &Path,
     ) -> Option<(Death, Result<Option<Salvaged>, SalvageError>)> {
-        let death = self.death.unwrap_or(Death::Unknown);
+        let death = match self.ending {
+            Ending::Replaced => Death::Exec,
+            _ => self.death.unwrap_or(Death::Unknown),
+        };
         crate::salvage::from_pool(self.pool.as_ref()?, output, death).map(|r| (death, r))
     }
 }
@@ -590,13 +596,37 @@ pub fn record(
     if let Some(l) = &live {
         fds.push(l.fifo.as_raw_fd());
     }
+    // What the runtime keeps mapped while it lives: an `exec` takes it away with the old program
+    // (no file descriptor of ours tells: the process goes on).
+    let runtime_mark = match (&pool, linked) {
+        (Some(_), _) => Some(format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME)),
+        (None, None) => Some(library.display().to_string()),
+        (None, Some(_)) => None,
+    };
     let begun = Instant::now();
     let stop = loop {
         let left = duration.map(|d| d.saturating_sub(begun.elapsed()));
         if left == Some(Duration::ZERO) {
             break None;
         }
-        match poll(&fds, left) {
+        if runtime_mark
+            .as_deref()
+            .is_some_and(|mark| !maps_hold(pid, mark))
+            && !crate::attach::process_ended(pid)
+        {
+            if let Some(l) = &mut live {
+                l.copy();
+            }
+            return Ok(Attached {
+                pid,
+                pause,
+                ending: Ending::Replaced,
+                pool,
+                death: None,
+            });
+        }
+        let look = Duration::from_millis(250);
+        match poll(&fds, Some(left.map_or(look, |l| l.min(look)))) {
             Some(0) => {
                 // Before its parent collects it.
                 let death = Death::of_zombie(pid);
@@ -666,6 +696,12 @@ pub fn record(
         pool,
         death,
     })
+}
+
+/// Whether process `pid`'s mappings name `mark` (a path, or a memfd's name); true when they cannot be
+/// read (nothing to conclude).
+fn maps_hold(pid: u32, mark: &str) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/maps")).map_or(true, |m| m.contains(mark))
 }
 
 /// Where the runtime that `exe` (process `pid`'s executable) links has its attach entry point,
