@@ -240,11 +240,11 @@ fn every_record_and_profile_option_is_accepted_and_handed_on() {
             if long == "pid"
                 || long == "all-cpus"
                 || (action == "record" && long == "duration")
-                || (action == "profile" && (long == "every" || long == "parquet"))
+                || (action == "profile" && (long == "every" || long == "parquet" || long == "bpf"))
             {
                 // cargo ferrotrace runs the program it built (not -p, not every process); -p is
                 // cargo's --package (and record's --duration goes with -p, profile's --every and
-                // --parquet with -a or -p)
+                // --parquet with -a or -p; --bpf refuses --call-graph and -m, given here)
                 continue;
             }
             if arg.get_short() == Some('F') {

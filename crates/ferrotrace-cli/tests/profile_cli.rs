@@ -231,3 +231,74 @@ fn samples_in_anonymous_code_are_named_anon_or_by_the_jit_s_perf_map() {
         );
     }
 }
+
+/// Issue 37 items 5 and 7: `replay` of a profile applies `--tid`, `--time-range`, `-F` and `-N` to
+/// its samples (they were ignored: `--tid` of no thread printed every sample) and refuses the
+/// options that are for calls in one line; `dump -o -` writes to standard output (it made a file
+/// named `-`); `profile --bpf` refuses `--call-graph` and `-m`, which do not apply to it.
+#[test]
+fn replay_of_a_profile_selects_its_samples_as_the_options_say() {
+    let dir = scratch("profile_replay_filters");
+    let trace = dir.join("p.data");
+    let out = ferrotrace()
+        .args(["profile", "-F", "999", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(testprog("fib"))
+        .arg("36")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let t = trace.to_str().unwrap();
+    // The samples replay prints (its header line left out).
+    let replay = |args: &[&str]| -> Vec<String> {
+        ok(ft(&[&["replay", "-i", t], args].concat()))
+            .lines()
+            .skip(1)
+            .map(str::to_string)
+            .collect()
+    };
+    let all = replay(&[]);
+    assert!(all.len() > 50, "{} samples", all.len());
+    let pid = Trace::open(&trace).unwrap().session.pid.to_string();
+    assert_eq!(replay(&["--tid", &pid]), all);
+    assert_eq!(replay(&["--tid", "999999"]), Vec::<String>::new());
+    let (inside, outside) = (replay(&["-F", "fib::fib"]), replay(&["-N", "fib::fib"]));
+    assert!(!inside.is_empty() && inside.iter().all(|l| l.contains("fib::fib")));
+    assert!(outside.iter().all(|l| !l.contains("fib::fib")));
+    assert_eq!(inside.len() + outside.len(), all.len());
+    let early = replay(&["--time-range", "~50ms"]);
+    assert!(
+        !early.is_empty() && early.len() < all.len(),
+        "{}",
+        early.len()
+    );
+    for option in [&["-t", "1us"][..], &["-f", "tid"], &["--srcline"]] {
+        let out = ft(&[&["replay", "-i", t], option].concat());
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{option:?}: {err}");
+        assert!(err.contains("is for function calls"), "{option:?}: {err}");
+    }
+    // `-o -` is standard output.
+    let folded = ferrotrace()
+        .args(["dump", "-i", t, "--format", "folded", "-o", "-"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(folded.status.success(), "{}", text(&folded.stderr));
+    assert!(text(&folded.stdout).contains("fib::fib"));
+    assert!(!dir.join("-").exists());
+    for extra in [&["--call-graph", "fp"][..], &["-m", "64"]] {
+        let out = ferrotrace()
+            .args(["profile", "--bpf"])
+            .args(extra)
+            .arg("-o")
+            .arg(dir.join("bpf.data"))
+            .args(["--", "/bin/true"])
+            .output()
+            .unwrap();
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{extra:?}: {err}");
+        assert!(err.contains("do not apply"), "{extra:?}: {err}");
+    }
+}

@@ -19,7 +19,7 @@ pub fn info_text(set: &SampleSet) -> String {
         String::new()
     };
     let recorder = if set.in_kernel {
-        "eBPF: unwound and counted in the kernel"
+        "eBPF: unwound and counted in the kernel, each count stamped when read, every 250 ms"
     } else {
         "perf_event"
     };

@@ -6,14 +6,54 @@ use std::fmt::Write as _;
 use crate::reader::Trace;
 use crate::samples::{Sample, SampleSet};
 
-/// `replay` of samples: each sample in time order with its thread, sampler and stack (leaf first),
-/// written to `out` as it goes; `max_depth` limits the frames shown per sample (0: all).
+/// Which samples `replay` of a profile shows, with the meaning replay's options have for calls:
+/// `--tid` (these threads), `--time-range` (taken within it: CLOCK_MONOTONIC ns, as
+/// [`super::parse_time_range`] gives), `-F` (a frame of its stack matches: inside a matching
+/// function) and `-N` (none does). Nothing set: every sample.
+#[derive(Default)]
+pub struct SampleFilter<'a> {
+    /// `--tid`.
+    pub tids: Option<&'a [u32]>,
+    /// `--time-range`.
+    pub time_range: Option<(u64, u64)>,
+    /// `-F`.
+    pub filter: Option<&'a regex_lite::Regex>,
+    /// `-N`.
+    pub hide: Option<&'a regex_lite::Regex>,
+}
+
+impl SampleFilter<'_> {
+    fn shows(&self, set: &SampleSet, s: &Sample) -> bool {
+        if self.tids.is_some_and(|t| !t.contains(&s.tid))
+            || self
+                .time_range
+                .is_some_and(|(a, b)| s.time_ns < a || s.time_ns > b)
+        {
+            return false;
+        }
+        if self.filter.is_none() && self.hide.is_none() {
+            return true;
+        }
+        let frames = set.stack_frames(s.stack);
+        let any = |re: &regex_lite::Regex| frames.iter().any(|f| re.is_match(&f.function));
+        self.filter.is_none_or(any) && !self.hide.is_some_and(any)
+    }
+}
+
+/// `replay` of samples: each sample `filter` shows, in time order, with its thread, sampler and
+/// stack (leaf first), written to `out` as it goes; `max_depth` limits the frames shown per sample
+/// (0: all).
 pub fn replay_text(
     set: &SampleSet,
+    filter: &SampleFilter<'_>,
     max_depth: usize,
     out: &mut dyn std::io::Write,
 ) -> std::io::Result<()> {
-    let mut order: Vec<&Sample> = set.samples.iter().collect();
+    let mut order: Vec<&Sample> = set
+        .samples
+        .iter()
+        .filter(|s| filter.shows(set, s))
+        .collect();
     order.sort_by_key(|s| (s.time_ns, s.tid));
     writeln!(
         out,

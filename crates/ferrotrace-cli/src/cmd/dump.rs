@@ -120,6 +120,14 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
     let mut progress = Progress::new("dump", trace.event_count());
     let errors = if let Some(default) = format.directory() {
         let dir = a.output.clone().unwrap_or_else(|| PathBuf::from(default));
+        if super::is_stdout(&dir) {
+            return Err(format!(
+                "--format {} writes a directory of files: -o - (standard output) cannot hold it; \
+                 give -o DIR",
+                format.name()
+            )
+            .into());
+        }
         let written = format
             .write_functions(&trace, opts, Target::Directory(&dir), &mut progress)
             .map_err(|e| format!("{}: {e}", dir.display()))?;

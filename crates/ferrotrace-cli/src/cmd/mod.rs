@@ -150,9 +150,12 @@ impl Output {
         })
     }
 
-    /// The file at `path`, or standard output.
+    /// The file at `path`, or standard output (no path, or `-`).
     pub fn to(path: Option<&Path>) -> Result<Output, Error> {
-        path.map_or_else(|| Ok(Output::stdout()), Output::create)
+        match path {
+            Some(p) if !is_stdout(p) => Output::create(p),
+            _ => Ok(Output::stdout()),
+        }
     }
 
     /// The error for a failed write: [`Error::Write`], which `main` turns into a quiet exit when the
@@ -225,8 +228,13 @@ pub fn emit(output: Option<&Path>, bytes: &[u8]) -> Result<(), Error> {
     let mut out = Output::to(output)?;
     out.write_all(bytes).map_err(|e| out.error(e))?;
     out.finish()?;
-    if let Some(p) = output {
+    if let Some(p) = output.filter(|p| !is_stdout(p)) {
         say!("ferrotrace: wrote {}", p.display());
     }
     Ok(())
+}
+
+/// `-o -`: standard output, as every Unix tool takes it.
+pub fn is_stdout(path: &Path) -> bool {
+    path == Path::new("-")
 }

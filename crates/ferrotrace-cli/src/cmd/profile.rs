@@ -35,9 +35,10 @@ pub struct ProfileArgs {
     /// What to sample (repeatable)
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     events: Vec<String>,
-    /// How to take stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf)
-    #[arg(long = "call-graph", value_name = "fp|dwarf", default_value = "fp")]
-    call_graph: String,
+    /// How to take stacks: frame pointers (fp, the default) or a copied user stack unwound with
+    /// DWARF CFI (dwarf); not with --bpf, which walks them in the kernel
+    #[arg(long = "call-graph", value_name = "fp|dwarf")]
+    call_graph: Option<String>,
     /// Ring buffer per CPU: data pages (a power of two) or a size such as 8M; default sized for the events
     #[arg(
         short = 'm',
@@ -111,6 +112,13 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
                     .into(),
             )),
         };
+    if args.bpf && (args.call_graph.is_some() || args.mmap_pages.is_some()) {
+        return Err(Error::Usage(
+            "--bpf walks the stacks in the kernel and counts them there: --call-graph and \
+             --mmap-pages (-m) do not apply to it; leave them out"
+                .into(),
+        ));
+    }
     // `-o NAME.pb.gz`: the trace is NAME.data, its pprof profile NAME.pb.gz.
     let pprof = args
         .output
@@ -120,7 +128,9 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     let cfg = ProfileConfig {
         events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
-        call_graph: ferrotrace_profile::cli_args::parse_call_graph(&args.call_graph)?,
+        call_graph: ferrotrace_profile::cli_args::parse_call_graph(
+            args.call_graph.as_deref().unwrap_or("fp"),
+        )?,
         output: pprof
             .as_ref()
             .map_or(args.output, |(_, trace)| trace.clone()),
@@ -152,9 +162,14 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     for w in &s.warnings {
         say!("ferrotrace: warning: {w}");
     }
+    // No figure per sample without samples (it said "648 per sample" of 0).
+    let per_sample = match s.samples {
+        0 => String::new(),
+        n => format!(" ({:.0} per sample)", s.kernel_bytes as f64 / n as f64),
+    };
     say!(
         "ferrotrace: wrote {}: {} samples from {} threads, {} lost, {} bytes (finished in {:.0?}); \
-         {} bytes read from the kernel ({:.0} per sample)",
+         {} bytes read from the kernel{per_sample}",
         s.output.display(),
         s.samples,
         s.threads,
@@ -162,9 +177,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         s.bytes_written,
         s.finishing_time,
         s.kernel_bytes,
-        s.kernel_bytes as f64 / s.samples.max(1) as f64
     );
-    if let Some(work) = s.bpf_unwinder {
+    if let Some(work) = s.bpf_unwinder.filter(|_| s.samples > 0) {
         let per_sample = |n: u64| n as f64 / s.samples.max(1) as f64;
         say!(
             "ferrotrace: the in-kernel unwinder went through {} user frames, {:.1} a sample, \

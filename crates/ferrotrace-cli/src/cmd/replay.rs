@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 use ferrotrace_analysis::progress::Progress;
-use ferrotrace_analysis::replay::samples::SampledStacks;
+use ferrotrace_analysis::replay::samples::{SampleFilter, SampledStacks};
 use ferrotrace_analysis::replay::{parse_time_range, replay, Fields, Options};
 use ferrotrace_analysis::sections::Sections;
 use ferrotrace_core::units;
@@ -69,10 +69,41 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     let mut out = super::Output::stdout();
     let samples = match sections.samples {
-        // Samples alone (a profile): listed in time order.
+        // Samples alone (a profile): listed in time order, those the options select.
         Some(set) if !sections.functions => {
-            ferrotrace_analysis::replay::samples::replay_text(&set, a.depth.unwrap_or(0), &mut out)
-                .map_err(|e| out.error(e))?;
+            let refused = [
+                (a.time_filter.is_some(), "-t"),
+                (a.fields.is_some(), "-f"),
+                (a.srcline, "--srcline"),
+            ];
+            if let Some((_, option)) = refused.iter().find(|(given, _)| *given) {
+                return Err(Error::Usage(format!(
+                    "{}: {option} is for function calls, and this trace holds samples alone (a \
+                     profile: no durations, fixed columns); --tid, --time-range, -F, -N and -D \
+                     select among its samples",
+                    a.trace.input.display()
+                )));
+            }
+            let (filter, hide) = (regex(&a.filter, "-F")?, regex(&a.notrace, "-N")?);
+            let time_range = a
+                .time_range
+                .as_deref()
+                .map(|r| parse_time_range(r, start))
+                .transpose()
+                .map_err(Error::analysis)?;
+            let selected = SampleFilter {
+                tids: a.tid.as_deref(),
+                time_range,
+                filter: filter.as_ref(),
+                hide: hide.as_ref(),
+            };
+            ferrotrace_analysis::replay::samples::replay_text(
+                &set,
+                &selected,
+                a.depth.unwrap_or(0),
+                &mut out,
+            )
+            .map_err(|e| out.error(e))?;
             out.finish()?;
             return Ok(super::finish(&trace, &[]));
         }
