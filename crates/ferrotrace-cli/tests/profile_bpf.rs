@@ -455,6 +455,23 @@ fn system_wide_finds_a_running_and_a_new_busy_program() {
         info.contains(" recurse ") && info.contains(" probes "),
         "{info}"
     );
+    // Issue 37 item 6: what was recorded said, not a blank command line, "(pid 0)" and "drop"; and
+    // when the samples were taken, apart from the recorder's start-up.
+    assert!(
+        info.contains("recorded     : every process of the machine (profile -a)"),
+        "{info}"
+    );
+    let processes: usize = info
+        .lines()
+        .find_map(|l| l.strip_prefix("processes    : "))
+        .and_then(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{info}"));
+    assert!(processes >= 2, "{info}");
+    assert!(
+        !info.contains("(pid 0)") && !info.contains("mode         : drop"),
+        "{info}"
+    );
+    assert!(info.contains("sample span  : "), "{info}");
 }
 
 /// `-a` is the eBPF backend's: without --bpf, one line.

@@ -370,6 +370,15 @@ impl Stopped {
         self.tid
     }
 
+    /// Whether the thread is in a ptrace stop now (`t` in its stat), not running a call we gave up
+    /// waiting for.
+    fn held(&self) -> bool {
+        std::fs::read_to_string(format!("/proc/{}/task/{}/stat", self.pid, self.tid))
+            .ok()
+            .and_then(|s| s.get(s.rfind(')')? + 2..)?.chars().next())
+            == Some('t')
+    }
+
     fn get_regs(&self) -> Result<arch::Regs, LaunchError> {
         // SAFETY: plain data the kernel fills.
         let mut regs: arch::Regs = unsafe { core::mem::zeroed() };
@@ -602,6 +611,11 @@ impl Borrowed {
     /// Unmaps the call stub's page (through the restorer: the stub cannot return into a page it
     /// unmaps).
     fn unmap_stub(&mut self) {
+        // Not while a call left running (it gave up waiting) uses the stack the call would use,
+        // nor the stub it will return through.
+        if !self.thread.held() {
+            return;
+        }
         let Some(page) = self.stub.take() else {
             return;
         };
@@ -1003,7 +1017,7 @@ impl Borrowed {
 
 impl Drop for Borrowed {
     fn drop(&mut self) {
-        if !self.thread.released {
+        if !self.thread.released && self.thread.held() {
             self.unmap_stub();
             let _ = self.thread.set_regs(&self.resumed.unwrap_or(self.regs));
         }

@@ -51,6 +51,8 @@ pub struct Summary {
     pub duration_ns: u64,
     /// Threads.
     pub threads: Vec<ThreadSummary>,
+    /// Processes the threads belong to (one but for system-wide profiles and followed children).
+    pub processes: usize,
     /// Functions in the embedded symbol table.
     pub functions: usize,
     /// The program's events in the file: entries, exits, tracepoints, allocations and samples, not
@@ -138,6 +140,12 @@ impl Summary {
                 .truncation
                 .as_ref()
                 .map(|t| (t.offset, t.reason.clone())),
+            processes: {
+                let mut pids: Vec<u32> = trace.threads.values().map(|t| t.pid).collect();
+                pids.sort_unstable();
+                pids.dedup();
+                pids.len()
+            },
             ..Summary::default()
         };
         for th in trace.threads.values() {
@@ -200,6 +208,7 @@ impl Summary {
             "recorded_by": self.recorded_by,
             "problems": self.problems,
             "duration_ns": self.duration_ns,
+            "processes": self.processes,
             "threads": self.threads.iter().map(|t| json!({
                 "tid": t.tid, "name": t.name, "events": t.events, "entries": t.entries,
                 "exits": t.exits, "markers": t.markers, "lost": t.lost, "waited_ns": t.waited_ns,
@@ -224,9 +233,27 @@ impl Summary {
     pub fn to_text(&self) -> String {
         use std::fmt::Write;
         let mut o = String::new();
-        let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
-        let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
-        let _ = writeln!(o, "mode         : {}", self.mode);
+        let profile = self.recorded_by.contains(&"samples") && !self.has_functions;
+        if self.pid == 0 && self.exe.is_empty() {
+            // `profile -a`: no one program (its command line and executable were blank).
+            let _ = writeln!(
+                o,
+                "recorded     : every process of the machine (profile -a)"
+            );
+            let _ = writeln!(o, "processes    : {} sampled", self.processes);
+        } else {
+            let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
+            let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
+        }
+        if profile {
+            // What "drop" means for samples, said rather than a function recording's mode name.
+            let _ = writeln!(
+                o,
+                "mode         : samples (the kernel drops what its buffers cannot hold: counted as lost)"
+            );
+        } else {
+            let _ = writeln!(o, "mode         : {}", self.mode);
+        }
         if self.min_call_ns > 0 {
             let _ = writeln!(
                 o,
@@ -278,15 +305,23 @@ impl Summary {
             self.bytes_per_event()
         );
         let _ = writeln!(o, "threads      : {}", self.threads.len());
+        // Kernel threads' names run past 16 characters (kworker/u8:4-ext4-rsv-conversion).
+        let w = self
+            .threads
+            .iter()
+            .map(|t| t.name.chars().count())
+            .max()
+            .unwrap_or(0)
+            .clamp(16, 40);
         let _ = writeln!(
             o,
-            "  {:>8}  {:<16} {:>12} {:>10} {:>10}",
+            "  {:>8}  {:<w$} {:>12} {:>10} {:>10}",
             "TID", "NAME", "EVENTS", "LOST", "WAITED"
         );
         for t in &self.threads {
             let _ = writeln!(
                 o,
-                "  {:>8}  {:<16} {:>12} {:>10} {:>10}",
+                "  {:>8}  {:<w$} {:>12} {:>10} {:>10}",
                 t.tid,
                 t.name,
                 t.events,

@@ -45,6 +45,17 @@ pub fn info_text(set: &SampleSet) -> String {
             ""
         }
     );
+    // The recording's duration starts with the recorder (a system-wide profile may take seconds to
+    // read every process's tables first): when the samples themselves were taken.
+    let times = set.samples.iter().map(|s| s.time_ns);
+    if let (Some(first), Some(last)) = (times.clone().min(), times.max()) {
+        let _ = writeln!(
+            o,
+            "sample span  : {} (the first {} after the recording began)",
+            crate::info::fmt_ns(last - first),
+            crate::info::fmt_ns(first.saturating_sub(set.start_monotonic_ns))
+        );
+    }
     for t in &set.threads {
         let n = set.samples.iter().filter(|s| s.tid == t.tid).count();
         if n > 0 {
