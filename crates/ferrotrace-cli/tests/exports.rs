@@ -657,27 +657,10 @@ fn pieces_too_small_for_one_event_are_refused_and_leave_nothing() {
 /// place, and the error says so in one line.
 #[test]
 fn a_full_disk_leaves_no_export_that_looks_whole() {
-    use std::process::Command;
     let dir = scratch("export_full_disk");
     let trace = fib(&dir, "24");
     let disk = dir.join("disk");
-    std::fs::create_dir_all(&disk).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64K", "none"])
-        .arg(&disk)
-        .status()
-        .expect("run mount");
-    assert!(
-        mounted.success(),
-        "this test mounts a 64 KiB tmpfs (as root)"
-    );
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&disk);
+    let _mounted = SmallDisk::mount(&disk, "64K");
     for (format, name) in [
         ("chrome", "out.json"),
         ("perfetto", "out.perfetto-trace"),

@@ -528,23 +528,7 @@ fn a_full_disk_and_unwritable_stderr_release_the_program_and_the_trace_says_so()
     use std::time::{Duration, Instant};
     let dir = scratch("fulldisk");
     let disk = dir.join("disk");
-    std::fs::create_dir_all(&disk).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1M", "none"])
-        .arg(&disk)
-        .status()
-        .expect("run mount");
-    assert!(
-        mounted.success(),
-        "this test mounts a 1 MiB tmpfs (as root)"
-    );
-    struct Unmount<'a>(&'a Path);
-    impl Drop for Unmount<'_> {
-        fn drop(&mut self) {
-            let _ = Command::new("umount").arg(self.0).status();
-        }
-    }
-    let _unmount = Unmount(&disk);
+    let _mounted = SmallDisk::mount(&disk, "1M");
     let trace = disk.join("x.data");
     let full = std::fs::OpenOptions::new()
         .write(true)

@@ -136,6 +136,33 @@ pub fn preload() -> PathBuf {
         .clone()
 }
 
+/// A small tmpfs mounted (as root) at `dir`, created if needed: a disk that fills. Unmounted when
+/// dropped.
+pub struct SmallDisk(PathBuf);
+
+impl SmallDisk {
+    /// Mounts a tmpfs of `size` (`64K`, `1M`) at `dir`.
+    pub fn mount(dir: &Path, size: &str) -> SmallDisk {
+        std::fs::create_dir_all(dir).unwrap();
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "none"])
+            .arg(dir)
+            .status()
+            .expect("run mount");
+        assert!(
+            mounted.success(),
+            "this test mounts a {size} tmpfs (as root)"
+        );
+        SmallDisk(dir.to_path_buf())
+    }
+}
+
+impl Drop for SmallDisk {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).status();
+    }
+}
+
 /// A fresh directory for one test's files.
 pub fn scratch(test: &str) -> PathBuf {
     let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(test);
