@@ -5,19 +5,25 @@ mod common;
 use common::*;
 use ferrotrace_analysis::reader::Trace;
 
-#[test]
-fn profile_then_report_flame_firefox_perfetto_and_info() {
-    let dir = scratch("profile_cli");
-    let trace = dir.join("p.data");
+/// `ferrotrace profile -F 999 -o TRACE -- fib 36`, which must succeed: its output.
+fn profile_fib(trace: &std::path::Path) -> std::process::Output {
     let out = ferrotrace()
         .args(["profile", "-F", "999", "-o"])
-        .arg(&trace)
+        .arg(trace)
         .arg("--")
         .arg(testprog("fib"))
         .arg("36")
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
+    out
+}
+
+#[test]
+fn profile_then_report_flame_firefox_perfetto_and_info() {
+    let dir = scratch("profile_cli");
+    let trace = dir.join("p.data");
+    let out = profile_fib(&trace);
     assert!(
         text(&out.stdout).contains("calls="),
         "the program's output passes through"
@@ -240,15 +246,7 @@ fn samples_in_anonymous_code_are_named_anon_or_by_the_jit_s_perf_map() {
 fn replay_of_a_profile_selects_its_samples_as_the_options_say() {
     let dir = scratch("profile_replay_filters");
     let trace = dir.join("p.data");
-    let out = ferrotrace()
-        .args(["profile", "-F", "999", "-o"])
-        .arg(&trace)
-        .arg("--")
-        .arg(testprog("fib"))
-        .arg("36")
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out.stderr));
+    profile_fib(&trace);
     let t = trace.to_str().unwrap();
     // The samples replay prints (its header line left out).
     let replay = |args: &[&str]| -> Vec<String> {
