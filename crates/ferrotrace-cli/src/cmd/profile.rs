@@ -35,8 +35,9 @@ pub struct ProfileArgs {
     /// What to sample (repeatable)
     #[arg(short = 'e', long = "event", value_name = "EVENT")]
     events: Vec<String>,
-    /// How to take stacks: frame pointers (fp, the default) or a copied user stack unwound with
-    /// DWARF CFI (dwarf); not with --bpf, which walks them in the kernel
+    /// How to take stacks: frame pointers (fp) or a copied user stack unwound with DWARF CFI (dwarf);
+    /// by default fp where the program's main keeps a frame pointer, dwarf otherwise; not with
+    /// --bpf, which walks them in the kernel
     #[arg(long = "call-graph", value_name = "fp|dwarf")]
     call_graph: Option<String>,
     /// Ring buffer per CPU: data pages (a power of two) or a size such as 8M; default sized for the events
@@ -97,6 +98,32 @@ pub struct ProfileArgs {
     command: Vec<OsString>,
 }
 
+/// The unwinder when `--call-graph` is not given, chosen for the program before it runs (issue 37
+/// item 9: frame pointers refused ripgrep, and gave stripped python3 one-frame stacks, said only
+/// after the run): frame pointers where its `main` keeps one, DWARF otherwise or when no symbol
+/// tells, said in one line. `--bpf` and `-a` walk stacks in the kernel, by rows and frame pointers
+/// alike: frame pointers is what the option says for them.
+fn default_call_graph(target: &Target, bpf: bool) -> ferrotrace_profile::CallGraph {
+    use ferrotrace_profile::CallGraph;
+    let program = match target {
+        _ if bpf => return CallGraph::FramePointers,
+        Target::Command { program, .. } => program.clone(),
+        Target::Pid(pid) => PathBuf::from(format!("/proc/{pid}/exe")),
+        Target::SystemWide => return CallGraph::FramePointers,
+    };
+    let chosen = ferrotrace_profile::call_graph_for(&program);
+    if chosen == CallGraph::Dwarf {
+        let shown = std::fs::read_link(&program).unwrap_or(program);
+        say!(
+            "ferrotrace: {} keeps no frame pointers (or has no symbols to tell): its stacks are \
+             unwound with DWARF (--call-graph dwarf; --call-graph fp would stop them at its first \
+             frame)",
+            shown.display()
+        );
+    }
+    chosen
+}
+
 /// Records, prints a summary, and returns the program's exit status.
 pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     let target =
@@ -119,6 +146,10 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
                 .into(),
         ));
     }
+    let call_graph = match args.call_graph.as_deref() {
+        Some(given) => ferrotrace_profile::cli_args::parse_call_graph(given)?,
+        None => default_call_graph(&target, args.bpf),
+    };
     // `-o NAME.pb.gz`: the trace is NAME.data, its pprof profile NAME.pb.gz.
     let pprof = args
         .output
@@ -128,9 +159,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
     let cfg = ProfileConfig {
         events: ferrotrace_profile::cli_args::parse_events(&args.events)?,
         frequency: parse_frequency(&args.freq)?,
-        call_graph: ferrotrace_profile::cli_args::parse_call_graph(
-            args.call_graph.as_deref().unwrap_or("fp"),
-        )?,
+        call_graph,
         output: pprof
             .as_ref()
             .map_or(args.output, |(_, trace)| trace.clone()),
