@@ -1,7 +1,8 @@
 /* A thread blocked in one long wait, to be attached to meanwhile (tests/attach.rs): prints "ready",
  * then waits 3 s in the system call named by argv[1] (nanosleep, clock_nanosleep, poll, epoll_wait,
  * sigtimedwait) and prints what it returned and how long it took: "nanosleep rc=0 errno=0 ms=3000".
- * An attach must not change either. Built with patchable NOPs (-pg -mnop-mcount -mrecord-mcount). */
+ * An attach must not change either. Built plain (its wait_in entry patched): -pg would arm gprof's
+ * SIGPROF timer, which cuts waits short on its own (tests/attach.rs says how). */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>

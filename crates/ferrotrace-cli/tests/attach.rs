@@ -975,27 +975,16 @@ fn after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file() {
 /// with EINTR as soon as the thread was let go: `epoll_wait` and `sigtimedwait` return EINTR for a
 /// mere stop, and the others went on through a restart block the calls on the thread had reused.
 ///
-/// Ignored: with the attach's own EINTR gone (the waits outlast the attach), one of the five still
-/// fails with EINTR a second or two into the recording in most runs, from a cause not found yet (issue
-/// 41, item 5); `--ignored` shows it.
+/// A plain `gcc -O1` build, its `wait_in` entry-patched. Built with `-pg` (as it was), one wait
+/// failed with EINTR a moment into the recording: gprof's start-up (`gcrt1.o`'s `__monstartup`, run
+/// before any attach) arms a `SIGPROF` timer on the process's CPU time, and the CPU the runtime
+/// spends in the process makes it fire; the runtime's threads block every signal, so glibc's
+/// `SIGPROF` handler runs on a program thread, whose wait it cuts short. Any CPU use would; a
+/// launched `record` interposes `__monstartup` (as uftrace does), an attach cannot undo it.
 #[test]
-#[ignore = "issue 41 item 5: a later EINTR during the recording remains"]
 fn a_borrowed_thread_s_long_wait_is_not_cut_short() {
     let dir = scratch("attach_long_waits");
-    let exe = build_c(
-        &dir,
-        "gcc",
-        "long_waits.c",
-        "long_waits",
-        &[
-            "-O1",
-            "-pg",
-            "-mnop-mcount",
-            "-mrecord-mcount",
-            "-fno-pie",
-            "-no-pie",
-        ],
-    );
+    let exe = build_c(&dir, "gcc", "long_waits.c", "long_waits", &["-O1"]);
     let calls = [
         ("nanosleep", "rc=0 errno=0"),
         ("clock_nanosleep", "rc=0 errno=0"),
@@ -1019,6 +1008,7 @@ fn a_borrowed_thread_s_long_wait_is_not_cut_short() {
             std::thread::sleep(Duration::from_millis(200));
             let record = ferrotrace()
                 .args(["record", "-p", &program.id().to_string(), "--duration", "5"])
+                .args(["-P", "^wait_in$"])
                 .arg("-o")
                 .arg(dir.join(format!("{call}.data")))
                 .stderr(Stdio::piped())

@@ -1077,10 +1077,13 @@ fn anonymous_code_at(pid: u32, page: u64) -> bool {
     let Ok(maps) = std::fs::read_to_string(format!("/proc/{pid}/maps")) else {
         return false;
     };
-    let start = format!("{page:x}-");
+    // (Addresses are printed with at least 8 digits: 003fe000 below a non-PIE's 0x400000.)
     maps.lines().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
-        l.starts_with(&start) && f.get(1) == Some(&"r-xp") && f.get(4) == Some(&"0") && f.len() == 5
+        let start = f
+            .first()
+            .and_then(|r| u64::from_str_radix(r.split('-').next()?, 16).ok());
+        start == Some(page) && f.get(1) == Some(&"r-xp") && f.get(4) == Some(&"0") && f.len() == 5
     })
 }
 
