@@ -300,3 +300,71 @@ fn replay_of_a_profile_selects_its_samples_as_the_options_say() {
         assert!(err.contains("do not apply"), "{extra:?}: {err}");
     }
 }
+
+/// Issue 37 item 8: code no symbol names is a row per function, found from the `.eh_frame` region
+/// that holds it (`[twospin-s+0x11f0]`), where it was one row per module (`[cc1]` 35.5 % self where
+/// perf listed each address): a stripped program with two hot static functions gets two rows, at
+/// the addresses the unstripped build's symbols give them, the one that runs twice as long on top.
+#[test]
+fn stripped_code_is_named_by_the_unwind_region_of_each_function() {
+    let dir = scratch("profile_stripped");
+    let exe = build_c(&dir, "gcc", "twospin.c", "twospin", &["-O2"]);
+    let stripped = dir.join("twospin-s");
+    let strip = std::process::Command::new("strip")
+        .arg("-o")
+        .arg(&stripped)
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(strip.status.success(), "{}", text(&strip.stderr));
+    // Where the symbols put them (gcc may suffix .constprop.0).
+    let nm = std::process::Command::new("nm").arg(&exe).output().unwrap();
+    let address_of = |name: &str| -> u64 {
+        text(&nm.stdout)
+            .lines()
+            .find_map(|l| {
+                let mut f = l.split_whitespace();
+                let (a, _, n) = (f.next()?, f.next()?, f.next()?);
+                (n == name || n.starts_with(&format!("{name}."))).then(|| a.to_string())
+            })
+            .and_then(|a| u64::from_str_radix(&a, 16).ok())
+            .unwrap_or_else(|| panic!("no {name} in nm's output"))
+    };
+    let trace = dir.join("s.data");
+    let out = ferrotrace()
+        .args(["profile", "-F", "999", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&stripped)
+        .arg("300")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_str(&ok(ft(&[
+        "report",
+        "--json",
+        "-i",
+        trace.to_str().unwrap(),
+    ])))
+    .unwrap();
+    let self_of = |address: u64| -> u64 {
+        let name = format!("[twospin-s+{address:#x}]");
+        report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|f| f["function"] == name.as_str())
+            .and_then(|f| f["self"].as_u64())
+            .unwrap_or_else(|| panic!("no {name} in {report}"))
+    };
+    let (a, b) = (self_of(address_of("spin_a")), self_of(address_of("spin_b")));
+    assert!(a > b && b > 10, "spin_a {a}, spin_b {b}");
+    assert!(
+        !report["functions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["function"] == "[twospin-s]"),
+        "{report}"
+    );
+}

@@ -51,6 +51,10 @@ struct ModuleSyms {
     /// `[file name]`, for what nothing names.
     label: Arc<str>,
     kernel: bool,
+    /// The code regions its `.eh_frame` describes (start, length), sorted: one per function in a
+    /// stripped binary too, for what no symbol names (`[cc1+0x4a2b0]`, a row each, rather than one
+    /// `[cc1]` for all).
+    regions: Vec<(u64, u64)>,
 }
 
 /// Names addresses of a trace's modules, caching what it loaded and what it found.
@@ -150,6 +154,7 @@ impl Symbolizer {
                 symbols: KALLSYMS.get_or_init(|| kallsyms().into()).clone(),
                 label: "[kernel]".into(),
                 kernel: true,
+                regions: Vec::new(),
             });
         }
         if ferrotrace_core::jit::is_perf_map(&path) {
@@ -221,6 +226,7 @@ impl Symbolizer {
             symbols: symbols.into(),
             label,
             kernel: false,
+            regions: unwind_regions(&obj),
         })
     }
 
@@ -258,6 +264,7 @@ impl Symbolizer {
             symbols: symbols.into(),
             label: ferrotrace_core::jit::ANON_MODULE.into(),
             kernel: false,
+            regions: Vec::new(),
         })
     }
 
@@ -393,6 +400,42 @@ fn unknown_frame(label: Arc<str>, kernel: bool) -> SymFrame {
         unknown: true,
         kernel,
     }
+}
+
+/// The code regions (start, length) of the FDEs in `obj`'s `.eh_frame`, sorted: every function the
+/// compiler emitted unwind rows for, symbols or not.
+fn unwind_regions(obj: &object::File<'_>) -> Vec<(u64, u64)> {
+    use addr2line::gimli::{self, UnwindSection};
+    use object::ObjectSection;
+    let Some(section) = obj.section_by_name(".eh_frame") else {
+        return Vec::new();
+    };
+    let Ok(data) = section.uncompressed_data() else {
+        return Vec::new();
+    };
+    let eh_frame = gimli::EhFrame::new(&data, gimli::LittleEndian);
+    let mut bases = gimli::BaseAddresses::default().set_eh_frame(section.address());
+    for (name, set) in [
+        (".text", gimli::BaseAddresses::set_text as fn(_, u64) -> _),
+        (".got", gimli::BaseAddresses::set_got),
+    ] {
+        if let Some(s) = obj.section_by_name(name) {
+            bases = set(bases, s.address());
+        }
+    }
+    let mut regions = Vec::new();
+    let mut entries = eh_frame.entries(&bases);
+    while let Ok(Some(entry)) = entries.next() {
+        if let gimli::CieOrFde::Fde(partial) = entry {
+            if let Ok(fde) = partial.parse(|_, b, o| eh_frame.cie_from_offset(b, o)) {
+                if fde.len() > 0 {
+                    regions.push((fde.initial_address(), fde.len()));
+                }
+            }
+        }
+    }
+    regions.sort_unstable();
+    regions
 }
 
 /// A function symbol: start, size, name, and whether it is global (exported).
@@ -580,7 +623,20 @@ fn lookup(m: &ModuleSyms, address: u64) -> Vec<SymFrame> {
     }
     out.retain(|f| !f.function.is_empty());
     if out.is_empty() {
-        out.push(unknown_frame(m.label.clone(), m.kernel));
+        let first = m.regions.partition_point(|&(start, _)| start <= address);
+        let region = first
+            .checked_sub(1)
+            .map(|i| m.regions[i])
+            .filter(|&(start, len)| address < start + len);
+        let label = match region {
+            // `[cc1]` and the region's start: `[cc1+0x4a2b0]`.
+            Some((start, _)) => {
+                let name = m.label.strip_suffix(']').unwrap_or(&m.label);
+                format!("{name}+{start:#x}]").into()
+            }
+            None => m.label.clone(),
+        };
+        out.push(unknown_frame(label, m.kernel));
     }
     if m.kernel {
         for f in &mut out {
