@@ -108,7 +108,12 @@ fn default_call_graph(target: &Target, bpf: bool) -> ferrotrace_profile::CallGra
     let program = match target {
         _ if bpf => return CallGraph::FramePointers,
         Target::Command { program, .. } => program.clone(),
-        Target::Pid(pid) => PathBuf::from(format!("/proc/{pid}/exe")),
+        // Its executable, once read: a process gone or exited (a zombie) is refused afterwards,
+        // for what it is.
+        Target::Pid(pid) => match std::fs::read_link(format!("/proc/{pid}/exe")) {
+            Ok(_) => PathBuf::from(format!("/proc/{pid}/exe")),
+            Err(_) => return CallGraph::FramePointers,
+        },
         Target::SystemWide => return CallGraph::FramePointers,
     };
     let chosen = ferrotrace_profile::call_graph_for(&program);
