@@ -454,10 +454,12 @@ fn replay_with(
         match e {
             Ok(e) => {
                 n += 1;
-                if n & 0xffff == 0 {
-                    progress.add(0x10000);
+                if n & 0x3fff == 0 {
+                    progress.add(0x4000);
                     // Filters can hold output back for long: show what is ready, and let a writer
-                    // whose reader went away (`| head`) end the work by failing the flush.
+                    // whose reader went away (`| head`) end the work by failing the flush (every
+                    // 16,384 events, a few chunks: a poll each, where 65,536 let a loaded machine
+                    // read half the trace before `head`'s exit was seen).
                     r.out.flush()?;
                 }
                 r.event(&e)?;
@@ -465,7 +467,7 @@ fn replay_with(
             Err(err) => errors.push(err.to_string()),
         }
     }
-    progress.add(n & 0xffff);
+    progress.add(n & 0x3fff);
     r.finish()?;
     Ok(errors)
 }

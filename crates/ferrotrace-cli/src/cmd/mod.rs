@@ -195,7 +195,7 @@ impl Write for Output {
 
     /// Flushes, then (on standard output) asks whether the reader is still there: a command whose
     /// output is rare (`replay -D 3 | head`) would otherwise read the whole trace before a write
-    /// failed. The analyses flush every 65,536 events.
+    /// failed. The analyses flush every 65,536 events (replay with filters every 16,384).
     fn flush(&mut self) -> std::io::Result<()> {
         self.out.flush()?;
         if self.is_stdout && reader_gone(libc::STDOUT_FILENO) {
