@@ -111,7 +111,7 @@ fn record_filters_mean_what_uftrace_and_replay_mean() {
         let ud = dir.join("uftrace.data");
         let _ = std::fs::remove_dir_all(&ud);
         let rec = std::process::Command::new("uftrace")
-            .args(["record", "--no-libcall"])
+            .args(["record", "--no-libcall", "--no-event"])
             .args(opts)
             .arg("-d")
             .arg(&ud)

@@ -796,6 +796,9 @@ pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
                 .ok()?;
             Some((l.get(name_at..)?.trim().to_string(), calls))
         })
+        // uftrace's own events (`linux:schedule (pre-empted)` when the machine is busy) are not
+        // the program's calls.
+        .filter(|(name, _)| !name.starts_with("linux:"))
         .collect();
     v.sort();
     v
