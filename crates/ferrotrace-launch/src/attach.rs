@@ -187,18 +187,10 @@ pub fn symbol_in(
     let missing = |why: String| LaunchError::CannotAttach { pid, why };
     let (base, path) = load_address(pid, object)
         .ok_or_else(|| missing(format!("none of {names:?} is loaded in it")))?;
-    let file =
-        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path));
-    let data = std::fs::read(&file).map_err(|e| missing(format!("{}: {e}", path.display())))?;
+    let data = read_as_seen(pid, &path).map_err(|e| missing(format!("{}: {e}", path.display())))?;
     let elf =
         object::File::parse(&*data).map_err(|e| missing(format!("{}: {e}", path.display())))?;
-    // The address the object was linked at for its first byte: the lowest loaded segment's address
-    // less its file offset (0 for shared libraries).
-    let linked_base = elf
-        .segments()
-        .map(|s| s.address() - s.file_range().0)
-        .min()
-        .unwrap_or(0);
+    let linked_base = linked_base(&elf);
     for name in names {
         if let Some(s) = elf
             .dynamic_symbols()
@@ -211,6 +203,23 @@ pub fn symbol_in(
         "{} defines none of {names:?}",
         path.display()
     )))
+}
+
+/// The file at `path` as process `pid` sees it: read through `/proc/PID/root`, so that a process in
+/// another mount namespace is read as it sees its files.
+fn read_as_seen(pid: u32, path: &Path) -> std::io::Result<Vec<u8>> {
+    std::fs::read(
+        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(path)),
+    )
+}
+
+/// The address an object was linked at for its first byte: the lowest loaded segment's address
+/// less its file offset (0 for shared libraries).
+pub(crate) fn linked_base(elf: &object::File<'_>) -> u64 {
+    elf.segments()
+        .map(|s| s.address() - s.file_range().0)
+        .min()
+        .unwrap_or(0)
 }
 
 /// True for the path of the C library (`libc.so.6`, or `libc-2.NN.so` before glibc 2.34), as
@@ -306,10 +315,14 @@ fn wait_for_interrupt(pid: u32, tid: u32) -> Result<i32, LaunchError> {
 
 /// The process is gone, or dying (a zombie, or being reaped): its threads will not stop again.
 fn process_ended(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .ok()
-        .and_then(|s| s.get(s.rfind(')')? + 2..)?.chars().next())
-        .is_none_or(|state| matches!(state, 'Z' | 'X' | 'x'))
+    state_in(&format!("/proc/{pid}/stat")).is_none_or(|state| matches!(state, 'Z' | 'X' | 'x'))
+}
+
+/// The state letter of the `stat` file at `path` (`/proc/PID/stat` or a thread's): what follows the
+/// last `)`, the command name before it holding any character. `None` when it cannot be read.
+fn state_in(path: &str) -> Option<char> {
+    let stat = std::fs::read_to_string(path).ok()?;
+    stat.get(stat.rfind(')')? + 2..)?.chars().next()
 }
 
 impl Stopped {
@@ -373,10 +386,7 @@ impl Stopped {
     /// Whether the thread is in a ptrace stop now (`t` in its stat), not running a call we gave up
     /// waiting for.
     fn held(&self) -> bool {
-        std::fs::read_to_string(format!("/proc/{}/task/{}/stat", self.pid, self.tid))
-            .ok()
-            .and_then(|s| s.get(s.rfind(')')? + 2..)?.chars().next())
-            == Some('t')
+        state_in(&format!("/proc/{}/task/{}/stat", self.pid, self.tid)) == Some('t')
     }
 
     fn get_regs(&self) -> Result<arch::Regs, LaunchError> {
@@ -1041,15 +1051,9 @@ fn call_nonce(frame: u64) -> u64 {
 /// symbol: found by its bytes in the library's code).
 fn restorer_in(pid: u32) -> Option<u64> {
     let (base, path) = load_address(pid, is_libc)?;
-    let file =
-        Path::new(&format!("/proc/{pid}/root")).join(path.strip_prefix("/").unwrap_or(&path));
-    let data = std::fs::read(file).ok()?;
+    let data = read_as_seen(pid, &path).ok()?;
     let elf = object::File::parse(&*data).ok()?;
-    let linked_base = elf
-        .segments()
-        .map(|s| s.address() - s.file_range().0)
-        .min()
-        .unwrap_or(0);
+    let linked_base = linked_base(&elf);
     elf.segments()
         .filter(|s| matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0))
         .find_map(|s| {

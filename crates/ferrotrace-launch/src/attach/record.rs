@@ -708,7 +708,7 @@ fn maps_hold(pid: u32, mark: &str) -> bool {
 /// `ferrotrace_attach_linked`: found in the file's symbol table (executables export nothing
 /// dynamically), relocated by where the file is loaded.
 fn linked_entry(pid: u32, exe: &Path) -> Result<u64, LaunchError> {
-    use object::{Object, ObjectSegment, ObjectSymbol};
+    use object::{Object, ObjectSymbol};
     let data = std::fs::read(format!("/proc/{pid}/exe"))
         .map_err(|e| error(pid, format!("{}: {e}", exe.display())))?;
     let elf =
@@ -726,11 +726,7 @@ fn linked_entry(pid: u32, exe: &Path) -> Result<u64, LaunchError> {
                 ),
             )
         })?;
-    let linked_base = elf
-        .segments()
-        .map(|s| s.address() - s.file_range().0)
-        .min()
-        .unwrap_or(0);
+    let linked_base = super::linked_base(&elf);
     let base = if elf.kind() == object::ObjectKind::Dynamic {
         super::load_address(pid, |p| Path::new(p) == exe)
             .map(|(b, _)| b)
