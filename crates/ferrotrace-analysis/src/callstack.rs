@@ -312,7 +312,7 @@ pub fn initial_stacks(trace: &Trace) -> Result<HashMap<u32, Vec<u32>>, ReadError
 /// [`initial_stacks`] by reading every event of every thread, whatever the trace holds.
 pub fn scan_initial_stacks(trace: &Trace) -> Result<HashMap<u32, Vec<u32>>, ReadError> {
     let mut out = HashMap::new();
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         let mut running = RunningAtStart::default();
         let mut ev = trace.thread_events(tid)?;
         while let Some(Ok((_, kind, id))) = ev.next_raw() {

@@ -65,7 +65,7 @@ impl Cct {
         };
         let initial = initial_stacks(trace)?;
         let mut matches: HashMap<u32, bool> = HashMap::new();
-        for th in trace.threads.values() {
+        for th in trace.threads().values() {
             let mut stack =
                 CallStack::with_initial(initial.get(&th.tid).cloned().unwrap_or_default());
             // Parallel to the call stack: the node of each frame, if it is tracked.

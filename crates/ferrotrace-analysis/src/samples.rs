@@ -127,17 +127,17 @@ impl SampleSet {
                 weight: e.fields[1],
             })
         })?;
-        let end = trace.end;
+        let end = trace.end();
         Ok(Some(SampleSet {
-            pid: trace.session.pid,
-            call_graph: trace.call_graph,
-            in_kernel: trace.session.sources & ferrotrace_core::schema::source::BPF != 0,
-            frequency: trace.sample_frequency,
+            pid: trace.session().pid,
+            call_graph: trace.call_graph(),
+            in_kernel: trace.session().sources & ferrotrace_core::schema::source::BPF != 0,
+            frequency: trace.sample_frequency(),
             start_monotonic_ns: trace.start_ns(),
-            start_realtime_ns: trace.session.start_realtime_ns,
-            end_monotonic_ns: trace.clocks.last().map_or(0, |c| c.mono_ns),
+            start_realtime_ns: trace.session().start_realtime_ns,
+            end_monotonic_ns: trace.clocks().last().map_or(0, |c| c.mono_ns),
             events: trace
-                .samplers
+                .samplers()
                 .iter()
                 .map(|s| EventInfo {
                     kind: s.kind,
@@ -145,7 +145,7 @@ impl SampleSet {
                 })
                 .collect(),
             threads: trace
-                .threads
+                .threads()
                 .values()
                 .map(|t| ThreadInfo {
                     tid: t.tid,
@@ -159,10 +159,10 @@ impl SampleSet {
             samples: Vec::new(),
             // Merged into a function trace, the sampler's own counts; else the End chunk's.
             lost: trace
-                .sampler_losses
+                .sampler_losses()
                 .map_or(end.map_or(0, |e| e.lost), |l| l.lost),
             unwind_errors: trace
-                .sampler_losses
+                .sampler_losses()
                 .map_or(end.map_or(0, |e| e.unwind_errors), |l| l.unwind_errors),
             exit_code: end.and_then(|e| e.exit_code),
             complete: end.is_some(),
@@ -223,8 +223,8 @@ impl SampleSet {
 /// without a Samplers chunk (cut short); a function trace whose samples were to be merged after the
 /// run (`record --sample`) has them only if they were.
 pub fn has_samples(trace: &Trace) -> bool {
-    !trace.samplers.is_empty()
-        || (trace.session.sources & ferrotrace_core::schema::source::SAMPLES != 0
+    !trace.samplers().is_empty()
+        || (trace.session().sources & ferrotrace_core::schema::source::SAMPLES != 0
             && !trace.has_function_events())
 }
 
@@ -236,7 +236,7 @@ pub fn each_sample(
     trace: &Trace,
     mut f: impl FnMut(&EventRef<'_>, Option<u32>),
 ) -> Result<(), ReadError> {
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         let mut events = trace.thread_events(th.tid)?;
         while let Some(e) = events.next_ref() {
             let e = e?;

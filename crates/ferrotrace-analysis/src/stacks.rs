@@ -87,7 +87,7 @@ impl<'t> FrameTree<'t> {
                 start = l;
                 break;
             }
-            let Some(node) = self.trace.stacks.get(c as usize) else {
+            let Some(node) = self.trace.stacks().get(c as usize) else {
                 break;
             };
             chain.push((c, *node));

@@ -163,7 +163,7 @@ fn replay_filters_depth_duration_thread_and_fields() {
     // --tid: only the worker thread, which holds all 1000 steps.
     let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
     let worker = t
-        .threads
+        .threads()
         .values()
         .find(|t| t.name == "worker")
         .expect("worker thread")
@@ -594,7 +594,7 @@ fn flight_fib() -> &'static PathBuf {
 fn a_trace_that_begins_inside_a_recursion_counts_it_once() {
     let trace = flight_fib();
     let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
-    assert!(t.end.unwrap().dropped_events > 0, "the ring wrapped");
+    assert!(t.end().unwrap().dropped_events > 0, "the ring wrapped");
     let j: Value = serde_json::from_str(&ok(ft(&["report", "-i", p(trace), "--json"]))).unwrap();
     let fns = j["functions"].as_array().unwrap();
     let get = |n: &str| fns.iter().find(|f| f["name"] == n).unwrap().clone();
@@ -663,7 +663,7 @@ fn a_trace_that_begins_inside_a_recursion_counts_it_once() {
 fn info_says_what_the_flight_ring_overwrote() {
     let trace = flight_fib();
     let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
-    let end = t.end.unwrap();
+    let end = t.end().unwrap();
     assert!(end.dropped_events > 0 && end.dropped_chunks > 0);
     let j: Value = serde_json::from_str(&ok(ft(&["info", "--json", "-i", p(trace)]))).unwrap();
     assert_eq!(
@@ -727,7 +727,7 @@ fn uftrace_info_of_the_export_describes_the_run() {
             .to_string()
     };
     let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
-    let start = t.session.start_realtime_ns / 1_000_000_000;
+    let start = t.session().start_realtime_ns / 1_000_000_000;
     let date = Command::new("date")
         .arg("-d")
         .arg(format!("@{start}"))

@@ -145,7 +145,7 @@ fn libc_sigint() -> i32 {
 /// thread.
 fn calls(trace: &Trace, name: &str) -> (u64, u64) {
     let mut n = (0, 0);
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         for e in trace.thread_events(th.tid).expect("thread events") {
             let e = e.expect("event");
             let f = trace.function_name(e.id);
@@ -164,9 +164,9 @@ fn calls(trace: &Trace, name: &str) -> (u64, u64) {
 
 fn stopped_trace(path: &Path) -> Trace {
     let trace = Trace::open(path).expect("trace");
-    let end = trace.end.as_ref().expect("an End chunk");
+    let end = trace.end().expect("an End chunk");
     assert_eq!(end.reason, EndReason::Stopped, "End reason");
-    assert!(trace.truncation.is_none(), "{:?}", trace.truncation);
+    assert!(trace.truncation().is_none(), "{:?}", trace.truncation());
     trace
 }
 
@@ -288,7 +288,7 @@ fn ended_by_signal_while_recorded(
 fn server_ending_while_recorded_leaves_a_complete_trace() {
     // SIGTERM, left at its default by the server: the runtime's handler finishes the trace first.
     let (t, _, _) = ended_by_signal_while_recorded("attach_ends", 25, 15);
-    let end = t.end.as_ref().expect("an End chunk");
+    let end = t.end().expect("an End chunk");
     assert_eq!(end.reason, EndReason::Signal);
     assert_eq!(calls(&t, "handle"), (25, 25));
 }
@@ -307,11 +307,11 @@ fn fifty_threads_each_register_at_their_first_event() {
     assert_eq!(after.len(), 3);
     let t = stopped_trace(&trace);
     let idle = t
-        .threads
+        .threads()
         .values()
         .filter(|th| th.name.starts_with("idle-"))
         .count();
-    assert_eq!(idle, 50, "threads seen: {:?}\n{said}", t.threads.len());
+    assert_eq!(idle, 50, "threads seen: {:?}\n{said}", t.threads().len());
     assert_eq!(calls(&t, "handle"), (10, 10));
     let (entries, exits) = calls(&t, "tick");
     // Each idle thread ticks every 10 ms: over 300 ms, every one of them several times.
@@ -339,7 +339,7 @@ fn each_thread_s_first_entry_is_timed_after_its_registration() {
     rec.stop();
     let t = stopped_trace(&trace);
     let mut checked = 0;
-    for th in t.threads.values() {
+    for th in t.threads().values() {
         let first_entry = t
             .thread_events(th.tid)
             .unwrap()
@@ -655,7 +655,7 @@ fn record_killed_still_stops_the_recording() {
     assert_eq!(stale.len(), 1, "{stale:?}");
     assert!(stale[0].starts_with("ferrotrace-attach-"), "{stale:?}");
     let started = Instant::now();
-    while !Trace::open(&trace).is_ok_and(|t| t.end.is_some()) {
+    while !Trace::open(&trace).is_ok_and(|t| t.end().is_some()) {
         assert!(started.elapsed() < Duration::from_secs(10), "no End chunk");
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -684,15 +684,15 @@ fn server_killed_while_recorded_is_salvaged() {
         said.contains("was killed by SIGKILL before finishing its trace"),
         "{said}"
     );
-    assert!(t.end.is_none(), "{said}");
-    let salvage = t.salvage.expect("a Salvage chunk");
+    assert!(t.end().is_none(), "{said}");
+    let salvage = t.salvage().expect("a Salvage chunk");
     assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{said}");
     assert!(salvage.chunks >= 1 && salvage.events >= 80, "{salvage:?}");
     assert!(
-        t.truncation.is_none() && t.problems.is_empty(),
+        t.truncation().is_none() && t.problems().is_empty(),
         "{:?} {:?}",
-        t.truncation,
-        t.problems
+        t.truncation(),
+        t.problems()
     );
     assert_eq!(calls(&t, "handle"), (40, 40), "{said}");
     let info = ft(&["info", "-i", path.to_str().unwrap()]);

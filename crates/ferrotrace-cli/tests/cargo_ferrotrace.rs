@@ -77,13 +77,13 @@ fn record_builds_with_sleds_in_its_own_target_dir_and_traces() {
         "normal builds untouched"
     );
     let t = Trace::open(dir.join("t.data")).expect("trace");
-    let names: std::collections::BTreeSet<_> = t.functions.values().map(|f| f.name()).collect();
+    let names: std::collections::BTreeSet<_> = t.functions().values().map(|f| f.name()).collect();
     assert!(
         names.contains("demo::step") && names.contains("demo::main"),
         "{names:?}"
     );
     let steps = t
-        .thread_events(t.session.pid)
+        .thread_events(t.session().pid)
         .unwrap()
         .filter(|e| {
             let e = e.as_ref().unwrap();
@@ -110,11 +110,11 @@ fn record_with_mcount_builds_with_mcount_calls_and_traces() {
     );
     let t = Trace::open(dir.join("t.data")).expect("trace");
     assert_eq!(
-        t.session.sources,
+        t.session().sources,
         ferrotrace_core::schema::source::MCOUNT,
         "recorded by mcount hooks"
     );
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("demo::step"), Some(&9), "{w:?}");
 }
 

@@ -414,7 +414,7 @@ fn record_summary_and_info_count_the_same_events_when_events_were_lost() {
     assert_eq!(info["events"].as_u64().unwrap(), summary, "{err}\n{info}");
     let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
     let mut program_events = 0;
-    for &tid in t.threads.keys() {
+    for &tid in t.threads().keys() {
         for e in t.thread_events(tid).unwrap() {
             if !matches!(
                 e.unwrap().kind,
@@ -571,7 +571,7 @@ fn distinct_functions_with_one_name_get_distinct_rows_that_say_why() {
     let helper_calls = |trace: &Path| {
         let t = ferrotrace_analysis::reader::Trace::open(trace).unwrap();
         let mut n = 0;
-        for &tid in t.threads.keys() {
+        for &tid in t.threads().keys() {
             for e in t.thread_events(tid).unwrap() {
                 let e = e.unwrap();
                 if e.kind == ferrotrace_analysis::reader::EventKind::Entry

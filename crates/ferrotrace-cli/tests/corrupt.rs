@@ -280,24 +280,27 @@ fn a_flipped_bit_loses_its_chunk_and_the_chunks_after_it_are_read() {
     std::fs::write(&path, &disk).unwrap();
     let whole = Trace::open(trace).unwrap();
     let flipped = Trace::open(&path).unwrap();
-    assert_eq!(flipped.truncation, None);
-    assert!(flipped.end.is_some(), "the End chunk is read");
+    assert_eq!(flipped.truncation(), None);
+    assert!(flipped.end().is_some(), "the End chunk is read");
     let seq = u32::from_le_bytes(orig[h + 8..h + 12].try_into().unwrap());
     let said = format!("the chunk at byte {h} is damaged (checksum mismatch): chunk {seq} (bytes");
     assert!(
-        flipped.problems.iter().any(|p| p.starts_with(&said)),
+        flipped
+            .problems()
+            .iter()
+            .any(|p| p.to_string().starts_with(&said)),
         "{:?}",
-        flipped.problems
+        flipped.problems()
     );
     let count = |t: &Trace, tid: u32| t.thread_events(tid).unwrap().count();
     let damaged_thread = whole
-        .threads
+        .threads()
         .keys()
         .copied()
         .find(|&tid| count(&whole, tid) != count(&flipped, tid))
         .expect("the damaged chunk's thread lost its events");
-    assert!(whole.threads.len() >= 2, "another thread to read on to");
-    for &tid in whole.threads.keys().filter(|&&tid| tid != damaged_thread) {
+    assert!(whole.threads().len() >= 2, "another thread to read on to");
+    for &tid in whole.threads().keys().filter(|&&tid| tid != damaged_thread) {
         assert_eq!(count(&whole, tid), count(&flipped, tid), "thread {tid}");
     }
     for cmd in ["report", "replay", "info"] {

@@ -234,7 +234,7 @@ fn plain_gcc_build_is_traced_exactly_with_its_output_unchanged() {
         assert!(out.status.success(), "{mode}: {}", text(&out.stderr));
         assert_eq!(text(&out.stdout), text(&plain.stdout), "{mode}");
         let t = Trace::open(&trace).expect("open");
-        let w = walk(&t, t.session.pid);
+        let w = walk(&t, t.session().pid);
         assert!(w.open_at_end.is_empty(), "{mode}: {w:?}");
     }
 }
@@ -585,7 +585,7 @@ fn main() {
     assert_eq!(text(&out.stdout), text(&plain.stdout));
     assert!(text(&out.stdout).contains("middle(3) -> panicked"));
     let t = Trace::open(&trace).expect("open");
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("catcher::middle"), Some(&6), "{w:?}");
     assert_eq!(w.entries.get("catcher::thrower"), Some(&6), "{w:?}");
     assert_eq!(

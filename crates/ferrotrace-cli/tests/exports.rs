@@ -292,7 +292,7 @@ fn buffer_waits_are_marked_in_the_uftrace_and_perfetto_exports() {
     assert!(out.status.success(), "{err}");
     let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
     let mut waits = Vec::new();
-    for &tid in t.threads.keys() {
+    for &tid in t.threads().keys() {
         for e in t.thread_events(tid).unwrap() {
             let e = e.unwrap();
             if e.kind == ferrotrace_analysis::reader::EventKind::Wait {

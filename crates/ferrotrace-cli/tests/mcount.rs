@@ -90,7 +90,7 @@ fn c_programs_with_every_kind_of_hook_have_exactly_their_calls() {
             );
             let calls = program_calls(&out.stdout);
             let t = Trace::open(&trace).expect("open trace");
-            assert!(t.end.is_some(), "{name}");
+            assert!(t.end().is_some(), "{name}");
             assert_eq!(nested_counts(&t, "fib"), (calls, calls), "{name} run {run}");
             assert_eq!(nested_counts(&t, "main"), (1, 1), "{name} run {run}");
             assert_eq!(
@@ -172,7 +172,7 @@ fn filters_select_exactly_what_they_name() {
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).unwrap();
     // fib's subtree (-F keeps what it calls too) is fib alone: nothing else has events.
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert!(
         w.entries.len() == 1 && w.entries.contains_key("fib::fib"),
         "{w:?}"
@@ -181,7 +181,7 @@ fn filters_select_exactly_what_they_name() {
     let (out, trace) = record(&dir, &["-N", "^fib::fib$"], &fib, &["16"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert!(clean(&w), "{w:?}");
     assert_eq!(w.entries.get("fib::main"), Some(&1));
     assert!(!w.entries.contains_key("fib::fib"));
@@ -195,7 +195,7 @@ fn caught_panic_unwinds_through_hooked_frames_and_later_calls_stay_traced() {
     assert!(text(&out.stdout).contains("middle(3) -> panicked"));
     assert!(text(&out.stdout).contains("middle(5) -> ok"));
     let t = Trace::open(&trace).unwrap();
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     // The panicking call's frames end as unwound, once; every other frame has its exit, main's too.
     assert_eq!(w.entries.get("ending::middle"), Some(&6));
     assert_eq!(
@@ -261,7 +261,7 @@ fn uncaught_panic_prints_its_backtrace_through_hooked_frames() {
             && at("ending::middle") + 1 == at("ending::main")
     );
     let t = Trace::open(&trace).unwrap();
-    assert!(t.end.is_some());
+    assert!(t.end().is_some());
 }
 
 #[test]
@@ -272,7 +272,7 @@ fn cxx_exceptions_thrown_through_hooked_frames_are_caught() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "caught=10 leaf_calls=20");
     let t = Trace::open(&trace).unwrap();
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     // C++ names demangled as c++filt and perf show them (issue 20 item 6: they were `_Z4leafl`).
     assert_eq!(w.entries.get("leaf(long)"), Some(&20), "{w:?}");
     assert_eq!(w.entries.get("catcher(int)"), Some(&10), "{w:?}");
@@ -289,7 +289,11 @@ fn cxx_exceptions_thrown_through_hooked_frames_are_caught() {
     let (out, trace) = record(&dir, &["-P", r"^leaf\(long\)$"], &exe, &["10"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
+    let names: Vec<String> = t
+        .functions()
+        .values()
+        .map(|f| f.name().to_string())
+        .collect();
     assert_eq!(names, ["leaf(long)"]);
 }
 
@@ -301,7 +305,7 @@ fn longjmp_out_of_hooked_frames() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).trim(), "jumps=200 calls=177");
     let t = Trace::open(&trace).unwrap();
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("jumper"), Some(&200));
     assert_eq!(w.entries.get("thrower"), Some(&600));
     assert_eq!(w.entries.get("fib"), Some(&177));
@@ -462,7 +466,7 @@ fn stack_switching_is_refused_with_a_clear_message() {
         "{err}"
     );
     let t = Trace::open(&trace).unwrap();
-    assert!(t.end.is_some(), "the abort still leaves a complete trace");
+    assert!(t.end().is_some(), "the abort still leaves a complete trace");
 }
 
 #[test]

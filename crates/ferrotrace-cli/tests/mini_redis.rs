@@ -111,7 +111,7 @@ fn requests(trace: &Trace) -> Requests {
     // (apply function id, what ran inside) → count.
     let mut inside: HashMap<(u32, String), u64> = HashMap::new();
     let mut cmds = Vec::new();
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         let w = walk(trace, tid);
         assert!(w.unwound.is_empty(), "thread {tid} unwound {:?}", w.unwound);
         let mut stack: Vec<u32> = Vec::new();

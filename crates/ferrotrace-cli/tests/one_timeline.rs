@@ -42,7 +42,7 @@ fn functions_samples_spans_events_and_allocations_in_one_trace_answered_by_every
     // The trace: one file, every source, every check of the reader passed.
     let trace = Trace::open(&path).unwrap();
     assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
-    let s = trace.session.sources;
+    let s = trace.session().sources;
     for (bit, what) in [
         (source::XRAY, "xray"),
         (source::ALLOCATIONS, "allocations"),
@@ -53,7 +53,7 @@ fn functions_samples_spans_events_and_allocations_in_one_trace_answered_by_every
             "{what} missing from the session's sources {s:#x}"
         );
     }
-    assert_eq!(trace.samplers.len(), 1);
+    assert_eq!(trace.samplers().len(), 1);
     let mut kinds: HashMap<EventKind, u64> = HashMap::new();
     let mut entries: HashMap<String, u64> = HashMap::new();
     let mut handled = 0;
@@ -82,7 +82,7 @@ fn functions_samples_spans_events_and_allocations_in_one_trace_answered_by_every
     );
     assert!(kinds.get(&EventKind::Free) > Some(&0), "{kinds:?}");
     // On one clock: every thread's events, samples among them, in time order.
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         let mut last = 0;
         for e in trace.thread_events(tid).unwrap() {
             let e = e.unwrap();

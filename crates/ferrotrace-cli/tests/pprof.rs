@@ -148,7 +148,7 @@ fn cpu_profile_agrees(trace: &Path, profile: &Path, fib: &Path) {
 
     // The program's mapping carries its path and build id, and comes first (pprof's main binary).
     let t = Trace::open(trace).unwrap();
-    let module = t.modules.iter().find(|m| m.path == p(fib)).unwrap();
+    let module = t.modules().iter().find(|m| m.path == p(fib)).unwrap();
     let build_id: String = module.build_id.iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(build_id.len(), 40);
     let raw = go_pprof(&["-raw"], profile);

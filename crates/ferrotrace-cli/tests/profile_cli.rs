@@ -224,7 +224,7 @@ fn samples_in_anonymous_code_are_named_anon_or_by_the_jit_s_perf_map() {
         let report: serde_json::Value =
             serde_json::from_str(&ok(ft(&["report", "--json", "-i", t]))).unwrap();
         if arg == "map" {
-            let pid = Trace::open(&trace).unwrap().session.pid;
+            let pid = Trace::open(&trace).unwrap().session().pid;
             let _ = std::fs::remove_file(ferrotrace_core::jit::perf_map_path(pid));
         }
         assert!(!info.contains("//anon"), "{arg}: {info}");
@@ -258,7 +258,7 @@ fn replay_of_a_profile_selects_its_samples_as_the_options_say() {
     };
     let all = replay(&[]);
     assert!(all.len() > 50, "{} samples", all.len());
-    let pid = Trace::open(&trace).unwrap().session.pid.to_string();
+    let pid = Trace::open(&trace).unwrap().session().pid.to_string();
     assert_eq!(replay(&["--tid", &pid]), all);
     assert_eq!(replay(&["--tid", "999999"]), Vec::<String>::new());
     let (inside, outside) = (replay(&["-F", "fib::fib"]), replay(&["-N", "fib::fib"]));

@@ -42,7 +42,7 @@ fn filters_include_and_exclude_exactly_what_they_name() {
 /// Calls per function name in the trace (entries).
 fn entries_by_name(trace: &Trace) -> Vec<(String, u64)> {
     let mut by: std::collections::BTreeMap<String, u64> = Default::default();
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         for e in trace.thread_events(tid).unwrap() {
             let e = e.unwrap();
             if e.kind == EventKind::Entry {
@@ -271,7 +271,7 @@ fn vector_arguments_survive_the_slow_path() {
             text(&out.stderr)
         );
         let t = Trace::open(&trace).expect("open");
-        assert_eq!(t.threads.len(), 8);
+        assert_eq!(t.threads().len(), 8);
         assert_eq!(nested_counts(&t, "scale"), (8, 8));
     }
 }
@@ -334,7 +334,7 @@ fn indirect_tail_calls_keep_every_register_through_the_tail_trampoline() {
         ] {
             let name = format!("via_{reg}");
             let id = t
-                .functions
+                .functions()
                 .values()
                 .find(|f| f.name() == name)
                 .unwrap_or_else(|| panic!("{name} traced"))
@@ -384,7 +384,7 @@ fn a_programs_own_use_of_the_runtimes_libraries_is_traced_and_listed() {
         assert_eq!(nested_counts(&t, FORCE_PUSH), (25, 25), "{program}");
         // The runtime's own code (its crates, its instances of the same libraries, the tracepoint
         // plumbing) is not there.
-        for f in t.functions.values() {
+        for f in t.functions().values() {
             assert!(
                 !f.name().contains("ferrotrace") && !f.name().contains("FullChunk"),
                 "{program}: the runtime's {} was traced",
@@ -411,8 +411,8 @@ fn caught_panic_is_shown_as_unwound_frames_and_the_rest_stays_balanced() {
     let (out, trace) = record(&dir, &[], &testprog("ending"), &["catch"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
-    assert!(t.end.is_some());
-    let w = walk(&t, t.session.pid);
+    assert!(t.end().is_some());
+    let w = walk(&t, t.session().pid);
     // Outermost first: the exit that arrived was that of the closure around `middle`.
     assert_eq!(
         w.unwound,
@@ -435,7 +435,7 @@ fn exit_from_a_worker_thread_keeps_every_thread_and_the_exit_status() {
         "record returns the program's status"
     );
     let t = Trace::open(&trace).expect("open");
-    assert!(t.end.is_some() && t.truncation.is_none());
+    assert!(t.end().is_some() && t.truncation().is_none());
     let exiter = walk(&t, tid_named(&t, "exiter"));
     assert_eq!(exiter.entries.get("ending::leaf"), Some(&100));
     assert_eq!(
@@ -443,14 +443,14 @@ fn exit_from_a_worker_thread_keeps_every_thread_and_the_exit_status() {
         Some("ending::exit_from_worker"),
         "exit() never returns"
     );
-    let main = walk(&t, t.session.pid);
+    let main = walk(&t, t.session().pid);
     assert_eq!(
         main.open_at_end.last().map(String::as_str),
         Some("ending::main"),
         "main was waiting in join"
     );
     assert!(
-        t.threads.values().any(|th| th.name == "spinner"),
+        t.threads().values().any(|th| th.name == "spinner"),
         "a thread still running at exit is in the trace"
     );
 }
@@ -467,9 +467,9 @@ fn abort_and_segfault_still_leave_a_complete_trace() {
             text(&out.stderr)
         );
         let t = Trace::open(&trace).expect("open");
-        let end = t.end.expect("End chunk written from the signal handler");
+        let end = t.end().expect("End chunk written from the signal handler");
         assert_eq!((end.reason as u32, end.signal), (1, sig as u32));
-        let w = walk(&t, t.session.pid);
+        let w = walk(&t, t.session().pid);
         assert_eq!(w.entries.get("ending::leaf"), Some(&60), "{mode}");
         assert_eq!(
             w.open_at_end.last().map(String::as_str),
@@ -489,7 +489,7 @@ fn drop_mode_counts_every_lost_event_exactly() {
         let t = Trace::open(trace).expect("open");
         let mut recorded = 0;
         let mut lost = 0;
-        for &tid in t.threads.keys() {
+        for &tid in t.threads().keys() {
             for e in t.thread_events(tid).unwrap() {
                 let e = e.unwrap();
                 match e.kind {
@@ -562,11 +562,11 @@ fn a_full_disk_and_unwritable_stderr_release_the_program_and_the_trace_says_so()
     assert!(status.success(), "the program's status: {status}");
     let calls = program_calls(&stdout);
     let t = Trace::open(&trace).expect("what was written reads");
-    let end = t.end.expect("the trace ends with End");
+    let end = t.end().expect("the trace ends with End");
     assert_eq!(end.write_errno, 28, "End says ENOSPC");
     let mut recorded = 0;
     let mut lost = 0;
-    for &tid in t.threads.keys() {
+    for &tid in t.threads().keys() {
         for e in t.thread_events(tid).unwrap() {
             let e = e.unwrap();
             match e.kind {
@@ -770,9 +770,9 @@ fn ctrl_c_reaches_the_program_and_the_trace_is_finished() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    let end = t.end.expect("finished by the runtime's SIGINT handler");
+    let end = t.end().expect("finished by the runtime's SIGINT handler");
     assert_eq!((end.reason as u32, end.signal), (1, 2));
-    assert!(walk(&t, t.session.pid).entries["ending::leaf"] >= 21);
+    assert!(walk(&t, t.session().pid).entries["ending::leaf"] >= 21);
 }
 
 #[test]
@@ -783,7 +783,7 @@ fn sigterm_to_record_is_passed_to_the_program() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    assert_eq!(t.end.map(|e| e.signal), Some(15));
+    assert_eq!(t.end().map(|e| e.signal), Some(15));
 }
 
 /// Lossless mode with a pool of two chunks: the thread runs out of chunks nearly every time it fills
@@ -801,10 +801,10 @@ fn lossless_with_two_chunks_keeps_every_call_while_the_thread_writes_chunks_itse
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).unwrap();
-    assert!(t.truncation.is_none(), "{:?}", t.truncation);
-    let end = t.end.expect("complete");
+    assert!(t.truncation().is_none(), "{:?}", t.truncation());
+    let end = t.end().expect("complete");
     assert_eq!(end.lost, 0, "lossless");
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("fib::fib"), Some(&calls), "every call");
     assert!(
         w.open_at_end.is_empty() && w.preexisting.is_empty(),
@@ -835,7 +835,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let calls = program_calls(&out.stdout);
     let t = Trace::open(&trace).unwrap();
-    let end = t.end.expect("complete");
+    let end = t.end().expect("complete");
     assert!(end.events > 2 * calls, "the collector saw every event");
     assert!(
         t.event_count() < end.events / 4,
@@ -859,7 +859,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
         if let Ok(t) = Trace::open(&trace) {
             dumped = t.event_count();
             if dumped > 0 {
-                assert!(t.end.is_none(), "still running");
+                assert!(t.end().is_none(), "still running");
                 break;
             }
         }
@@ -868,7 +868,7 @@ fn flight_mode_keeps_the_newest_events_and_dumps_on_sigusr2() {
     kill(pid, 15);
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143));
-    assert!(Trace::open(&trace).unwrap().end.is_some());
+    assert!(Trace::open(&trace).unwrap().end().is_some());
 }
 
 #[test]
@@ -884,20 +884,20 @@ fn children_forked_while_threads_run_traced_code_are_traced() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("bad=0"));
     let parent = Trace::open(&trace).expect("parent trace");
-    assert!(parent.end.is_some() && parent.truncation.is_none());
-    assert_eq!(parent.threads.len(), 5);
+    assert!(parent.end().is_some() && parent.truncation().is_none());
+    assert_eq!(parent.threads().len(), 5);
     let children = traces_beside(&trace);
     assert_eq!(children.len(), 20, "{children:?}");
     for path in children {
         let c = Trace::open(&path).expect("child trace");
         assert!(
-            c.end.is_some() && c.truncation.is_none(),
+            c.end().is_some() && c.truncation().is_none(),
             "{}: complete",
             path.display()
         );
-        assert_eq!(c.session.ppid, parent.session.pid);
+        assert_eq!(c.session().ppid, parent.session().pid);
         assert_eq!(
-            c.threads.len(),
+            c.threads().len(),
             1,
             "{}: only the forking thread",
             path.display()
@@ -999,7 +999,7 @@ fn stack_overflow_ends_as_without_the_tracer_and_the_trace_is_complete() {
         }
         let t = Trace::open(&trace).expect("trace");
         assert_eq!(
-            t.end.map(|e| (e.reason as u32, e.signal)),
+            t.end().map(|e| (e.reason as u32, e.signal)),
             Some((1, 6)),
             "{mode}: finished from the fault handler, which then aborts as std would: the End chunk \
              names the signal the program died of"
@@ -1027,7 +1027,7 @@ fn threads_exiting_while_others_record_leave_every_stream_intact() {
     );
     let t = Trace::open(&trace).expect("open");
     let mut workers = 0;
-    for th in t.threads.values().filter(|th| th.name.starts_with("w-")) {
+    for th in t.threads().values().filter(|th| th.name.starts_with("w-")) {
         let w = walk(&t, th.tid);
         assert!(
             w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
@@ -1051,8 +1051,12 @@ fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
         "the panic message passes through"
     );
     let t = Trace::open(&trace).expect("trace");
-    assert_eq!(t.end.map(|e| e.reason as u32), Some(0), "finished at exit");
-    let w = walk(&t, t.session.pid);
+    assert_eq!(
+        t.end().map(|e| e.reason as u32),
+        Some(0),
+        "finished at exit"
+    );
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("ending::leaf"), Some(&60));
     assert_eq!(w.entries.get("ending::thrower"), Some(&1));
 
@@ -1084,11 +1088,11 @@ fn uncaught_panic_unwinding_and_aborting_leaves_a_complete_trace() {
     assert!(text(&out.stderr).contains("thrown on purpose"));
     let t = Trace::open(&trace).expect("trace");
     assert_eq!(
-        t.end.map(|e| (e.reason as u32, e.signal)),
+        t.end().map(|e| (e.reason as u32, e.signal)),
         Some((1, 6)),
         "finished from the SIGABRT handler"
     );
-    let w = walk(&t, t.session.pid);
+    let w = walk(&t, t.session().pid);
     assert_eq!(w.entries.get("ending::leaf"), Some(&60));
     assert_eq!(
         w.open_at_end.last().map(String::as_str),
@@ -1110,9 +1114,13 @@ fn sleds_patched_while_threads_run_through_them() {
         "{stdout}"
     );
     let t = Trace::open(&trace).expect("trace");
-    assert!(t.end.is_some() && t.truncation.is_none());
+    assert!(t.end().is_some() && t.truncation().is_none());
     let mut traced_steps = 0;
-    for th in t.threads.values().filter(|th| th.name.starts_with("hot-")) {
+    for th in t
+        .threads()
+        .values()
+        .filter(|th| th.name.starts_with("hot-"))
+    {
         let w = walk(&t, th.tid);
         assert!(w.unwound.is_empty(), "{}: {w:?}", th.name);
         // Frames that were running when their exit sleds were patched show as exits without entries:
@@ -1281,7 +1289,7 @@ fn two_runs_to_one_output_each_summarise_their_own_trace() {
         // Every fib call of this run: the file the summary names is this run's, and so is its count.
         assert_eq!(nested_counts(&t, "fib::fib").0, program_calls(&out.stdout));
         // The summary counts the program's events, not the recorder's markers (waits, losses).
-        let markers = t.end.map_or(0, |e| e.markers);
+        let markers = t.end().map_or(0, |e| e.markers);
         assert_eq!(t.event_count() - markers, events, "{err}");
     }
     assert!(text(&long.stderr).contains("another run wrote"));
@@ -1296,7 +1304,11 @@ fn patch_selects_the_functions_patched_and_nothing_else() {
     let (out, trace) = record(&dir, &["-P", "^fib::fib$"], &fib, &["15"]);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
-    let names: Vec<String> = t.functions.values().map(|f| f.name().to_string()).collect();
+    let names: Vec<String> = t
+        .functions()
+        .values()
+        .map(|f| f.name().to_string())
+        .collect();
     assert_eq!(names, vec!["fib::fib".to_string()]);
     assert_eq!(nested_counts(&t, "fib::fib").0, program_calls(&out.stdout));
     // fib left unpatched: its calls record nothing, main's do.

@@ -48,14 +48,14 @@ fn sample_times_fall_inside_the_traced_function_their_stack_names() {
     // One trace: nothing beside it (no FILE.PID, no FILE.old).
     assert!(traces_beside(&path).is_empty());
     let trace = Trace::open(&path).unwrap();
-    assert!(trace.problems.is_empty(), "{:?}", trace.problems);
-    assert!(trace.end.is_some());
+    assert!(trace.problems().is_empty(), "{:?}", trace.problems());
+    assert!(trace.end().is_some());
     // The runtime's Session chunk, written before any event, already says that samples follow.
     assert_ne!(
-        trace.session.sources & ferrotrace_core::schema::source::SAMPLES,
+        trace.session().sources & ferrotrace_core::schema::source::SAMPLES,
         0
     );
-    let main = trace.session.pid;
+    let main = trace.session().pid;
     let set = SampleSet::load(&trace).unwrap().expect("samples");
     let windows: Vec<(&str, (u64, u64))> = ["spin_first", "spin_second", "sleep_third"]
         .into_iter()
@@ -167,7 +167,7 @@ fn sample_report_replay_and_flame_show_samples_beside_and_inside_functions() {
             .position(|l| l.contains(needle))
             .unwrap_or_else(|| panic!("{needle}: {replay}"))
     };
-    let main_tid = Trace::open(&path).unwrap().session.pid.to_string();
+    let main_tid = Trace::open(&path).unwrap().session().pid.to_string();
     for f in ["spin_first", "spin_second"] {
         let (enter, leave) = (
             at(&format!("spinner::{f}() {{")),
@@ -212,7 +212,7 @@ fn sample_perfetto_view_has_slices_callstack_samples_instants_and_the_heap_on_on
         &[],
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
-    let main = Trace::open(&path).unwrap().session.pid as u64;
+    let main = Trace::open(&path).unwrap().session().pid as u64;
     let view = perfetto_view(&path, &dir);
     let kind = |v: &serde_json::Value, k: &str| v["kind"] == k;
     // Function slices of the main thread, with the window of spin_first.
@@ -315,9 +315,9 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
             "{opts:?}: {err}"
         );
         let t = Trace::open(&trace).unwrap();
-        assert!(t.samplers.len() == 1);
+        assert!(t.samplers().len() == 1);
         assert_eq!(
-            t.call_graph,
+            t.call_graph(),
             ferrotrace_analysis::reader::CallGraph::Dwarf,
             "{opts:?}"
         );
@@ -386,7 +386,7 @@ fn sample_with_frame_pointers_behind_entry_instrumentation_is_not_refused() {
         );
         let t = Trace::open(&trace).unwrap();
         assert_eq!(
-            t.call_graph,
+            t.call_graph(),
             ferrotrace_analysis::reader::CallGraph::FramePointers,
             "{}",
             prog.display()
@@ -428,9 +428,9 @@ fn sample_a_uprobe_on_a_traced_function_counts_every_call_and_leaves_the_trace_w
         .unwrap_or_else(|| panic!("no calls= in {:?}", text(&out.stdout)));
     assert_eq!(calls, 1973);
     let trace = Trace::open(&path).unwrap();
-    assert!(trace.problems.is_empty(), "{:?}", trace.problems);
+    assert!(trace.problems().is_empty(), "{:?}", trace.problems());
     let (mut entries, mut exits, mut depth, mut deepest) = (0u64, 0u64, 0i64, 0i64);
-    for e in trace.thread_events(trace.session.pid).unwrap() {
+    for e in trace.thread_events(trace.session().pid).unwrap() {
         let e = e.unwrap();
         if trace.function_name(e.id) != "fib" {
             continue;
@@ -463,15 +463,15 @@ fn sample_a_child_s_samples_go_into_its_own_trace() {
     let child = Trace::open(&children[0]).unwrap();
     for (t, other) in [(&parent, &child), (&child, &parent)] {
         // Each trace took its own process's samples, and the merge left it whole.
-        assert!(t.problems.is_empty(), "{:?}", t.problems);
-        assert_eq!(t.samplers.len(), 1);
+        assert!(t.problems().is_empty(), "{:?}", t.problems());
+        assert_eq!(t.samplers().len(), 1);
         let set = SampleSet::load(t).unwrap().unwrap();
         // The other process's main thread (tid = its pid) has no sample here.
         assert!(
-            set.samples.iter().all(|s| s.tid != other.session.pid),
+            set.samples.iter().all(|s| s.tid != other.session().pid),
             "samples of process {} in the trace of {}",
-            other.session.pid,
-            t.session.pid
+            other.session().pid,
+            t.session().pid
         );
     }
     assert!(!err.contains("not kept"), "{err}");

@@ -182,7 +182,7 @@ fn children_traces_never_follow_links_planted_for_their_pids() {
     }
     // The parent's own trace is complete.
     let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
-    assert!(t.end.is_some());
+    assert!(t.end().is_some());
     let _ = std::fs::remove_dir_all(&dir);
 }
 

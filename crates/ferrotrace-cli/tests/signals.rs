@@ -182,10 +182,10 @@ fn one(dir: &Path, scenario: Scenario, n: usize) -> bool {
         );
         return false;
     }
-    let end = t.as_ref().ok().and_then(|t| t.end);
+    let end = t.as_ref().ok().and_then(|t| t.end());
     let what = format!("{scenario:?} run {n}: {stderr}");
     let t = t.unwrap_or_else(|e| panic!("{what}: no trace: {e}"));
-    assert!(t.truncation.is_none(), "{what}: {:?}", t.truncation);
+    assert!(t.truncation().is_none(), "{what}: {:?}", t.truncation());
     let end = end.unwrap_or_else(|| panic!("{what}: no End chunk"));
     // The program's death: record passes it on as 128 + signal; timeout says 124 for its SIGTERM.
     let died_of = match scenario {
@@ -314,7 +314,7 @@ fn flight_dump_holds_the_partly_filled_chunks_once() {
         loop {
             if let Ok(t) = Trace::open(&trace) {
                 if t.event_count() > 0 {
-                    assert!(t.end.is_none(), "still running");
+                    assert!(t.end().is_none(), "still running");
                     assert_eq!(per_thread(&t), all, "dump {dump}: every call, once");
                     break;
                 }
@@ -329,7 +329,7 @@ fn flight_dump_holds_the_partly_filled_chunks_once() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(143), "{}", text(&out.stderr));
     let t = Trace::open(&trace).unwrap();
-    assert!(t.end.is_some());
+    assert!(t.end().is_some());
     assert_eq!(per_thread(&t), all, "nothing written twice at the end");
 }
 
@@ -374,17 +374,17 @@ fn sigkill_loses_nothing_the_program_recorded() {
             assert_eq!(out.status.code(), Some(137), "{what}");
             let counts = read_counts(&counts);
             let t = Trace::open(&trace).unwrap();
-            assert!(t.end.is_none(), "{what}");
+            assert!(t.end().is_none(), "{what}");
             let salvage = t
-                .salvage
+                .salvage()
                 .unwrap_or_else(|| panic!("{what}: no Salvage chunk"));
             assert_eq!((salvage.signal, salvage.exit_code), (9, None), "{what}");
             assert!(salvage.chunks >= THREADS as u64, "{what}: {salvage:?}");
             assert!(
-                t.truncation.is_none() && t.problems.is_empty(),
+                t.truncation().is_none() && t.problems().is_empty(),
                 "{what}: {:?} {:?}",
-                t.truncation,
-                t.problems
+                t.truncation(),
+                t.problems()
             );
             let counted = calls_by_thread(&t, "counted::counted_leaf");
             for i in 0..THREADS {

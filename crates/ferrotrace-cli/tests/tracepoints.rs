@@ -51,11 +51,16 @@ fn record_has_exactly_the_fired_tracepoints_with_their_arguments_in_order() {
     );
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open trace");
-    assert!(t.end.is_some() && t.truncation.is_none());
-    assert_eq!(t.tracepoints.len(), 4, "descriptors: {:?}", t.tracepoints);
+    assert!(t.end().is_some() && t.truncation().is_none());
+    assert_eq!(
+        t.tracepoints().len(),
+        4,
+        "descriptors: {:?}",
+        t.tracepoints()
+    );
     assert_eq!(tracepoint_lines(&t), expected_basic(6, true));
     // Function events are recorded alongside: tracepoints sit between the calls of `work`.
-    let main_tid = *t.threads.keys().next().expect("a thread");
+    let main_tid = *t.threads().keys().next().expect("a thread");
     let mut seq = Vec::new();
     for e in t.thread_events(main_tid).unwrap() {
         let e = e.unwrap();
@@ -203,15 +208,15 @@ fn toggling_a_site_while_four_threads_run_through_it_is_safe() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("toggles=3000"));
     let t = Trace::open(&trace).unwrap();
-    assert!(t.end.is_some() && t.truncation.is_none());
+    assert!(t.end().is_some() && t.truncation().is_none());
     let stress_id = t
-        .tracepoints
+        .tracepoints()
         .values()
         .find(|d| d.name == "tp_stress::stress")
         .unwrap()
         .id;
     let mut total = 0;
-    for &tid in t.threads.keys() {
+    for &tid in t.threads().keys() {
         let mut last: Option<(u64, u64)> = None;
         for e in t.thread_events(tid).unwrap() {
             let e = e.unwrap();
@@ -959,17 +964,17 @@ fn tracepoints_toggled_while_libraries_are_loaded_and_patched() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(text(&out.stdout).starts_with("toggles=300 libraries=8 "));
     let t = Trace::open(&trace).expect("trace");
-    assert!(t.end.is_some());
+    assert!(t.end().is_some());
     assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (80, 80));
     let libs = t
-        .modules
+        .modules()
         .iter()
         .filter(|m| m.path.contains("libxlib"))
         .count();
     assert_eq!(libs, 8, "every copy found by a rescan");
     // The final `tick` fires after the toggler has left it enabled.
     let ticks = t
-        .thread_events(t.session.pid)
+        .thread_events(t.session().pid)
         .unwrap()
         .filter(|e| e.as_ref().unwrap().kind == EventKind::Tracepoint)
         .count();

@@ -40,7 +40,7 @@ fn record_service(test: &str, opts: &[&str]) -> (std::path::PathBuf, Trace) {
 /// span's).
 fn entries_nested(trace: &Trace) -> HashMap<String, u64> {
     let mut all: HashMap<String, u64> = HashMap::new();
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         let w = walk(trace, tid);
         assert!(w.unwound.is_empty(), "thread {tid} unwound {:?}", w.unwound);
         assert!(
@@ -59,10 +59,10 @@ fn entries_nested(trace: &Trace) -> HashMap<String, u64> {
 fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
     let (path, trace) = record_service("tracing_record", &["--trace", "ft_tracing_service"]);
     let input = path.to_str().unwrap();
-    assert!(trace.session.sources & ferrotrace_core::schema::source::TRACING != 0);
+    assert!(trace.session().sources & ferrotrace_core::schema::source::TRACING != 0);
     for span in ["handle_request", "parse", "connection"] {
         let f: Vec<_> = trace
-            .functions
+            .functions()
             .values()
             .filter(|f| f.mangled == span)
             .collect();
@@ -83,7 +83,7 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
     // tracing's own functions are not traced in a program that records spans.
     assert!(
         !trace
-            .functions
+            .functions()
             .values()
             .any(|f| f.name().starts_with("<tracing::span::Span>::enter")),
         "Span::enter traced"
@@ -114,7 +114,7 @@ fn spans_are_functions_and_events_are_tracepoints_in_records_trace() {
     // The literal message is in the trace once (CallsiteMessages), left out of every event but the
     // one that registered it; every command below shows it in each.
     let desc = trace
-        .tracepoints
+        .tracepoints()
         .values()
         .find(|d| d.name == "ft_tracing_service" && d.level == Some("INFO"))
         .unwrap();
@@ -251,7 +251,7 @@ fn record_filters_select_spans_by_name_and_events_by_glob() {
     assert!(!entries.contains_key("ft_tracing_service::handle_request"));
     assert!(!entries.contains_key("connection"));
     let handled = trace
-        .tracepoints
+        .tracepoints()
         .values()
         .any(|d| d.name == "ft_tracing_service");
     assert!(!handled, "an event recorded without --trace");

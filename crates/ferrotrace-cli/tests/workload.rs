@@ -37,7 +37,7 @@ fn report_calls(trace: &Path) -> BTreeMap<String, u64> {
 /// Entries of each function id, counted from the raw events.
 fn entries_per_id(trace: &Trace) -> HashMap<u32, u64> {
     let mut n: HashMap<u32, u64> = HashMap::new();
-    for tid in trace.threads.keys() {
+    for tid in trace.threads().keys() {
         let mut events = trace.thread_events(*tid).unwrap();
         while let Some(e) = events.next_raw() {
             let (_, kind, id) = e.unwrap();
@@ -85,12 +85,12 @@ fn report_has_one_row_per_function_and_distinct_rows_for_distinct_functions() {
     // Called functions grouped the way binutils names them (the workload has one version of each
     // crate, so one binutils name is one function) and the way the report names them.
     let mut by_binutils: HashMap<&str, Vec<u32>> = HashMap::new();
-    for (&id, f) in &trace.functions {
+    for (&id, f) in trace.functions() {
         if !entries.contains_key(&id) {
             continue;
         }
         let bias = trace
-            .modules
+            .modules()
             .iter()
             .find(|m| m.id == f.module)
             .map_or(0, |m| m.bias);

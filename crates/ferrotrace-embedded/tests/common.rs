@@ -24,8 +24,8 @@ pub fn write_and_open(tracer: &Tracer, program: &Program<'_>, name: &str) -> (Tr
         .expect("written");
     std::fs::write(&path, &bytes).unwrap();
     let trace = Trace::open(&path).expect("a trace");
-    assert!(trace.truncation.is_none(), "{:?}", trace.truncation);
-    assert!(trace.problems.is_empty(), "{:?}", trace.problems);
+    assert!(trace.truncation().is_none(), "{:?}", trace.truncation());
+    assert!(trace.problems().is_empty(), "{:?}", trace.problems());
     let events = trace.events().unwrap().map(|e| e.unwrap()).collect();
     (trace, events)
 }

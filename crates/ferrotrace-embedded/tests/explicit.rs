@@ -107,12 +107,12 @@ fn explicit_events_with_the_embedders_clock_threads_and_names() {
         ..Program::default()
     };
     let (trace, events) = common::write_and_open(&tracer, &program, "explicit");
-    assert_eq!(trace.session.mode_name(), "drop");
-    assert_eq!(trace.session.tsc_hz, 1_000_000_000);
-    assert_eq!(trace.threads[&4242].name, "zero");
-    assert_eq!(trace.threads[&4343].name, "one");
-    assert_eq!(trace.threads.len(), 2);
-    let end = trace.end.expect("End chunk");
+    assert_eq!(trace.session().mode_name(), "drop");
+    assert_eq!(trace.session().tsc_hz, 1_000_000_000);
+    assert_eq!(trace.threads()[&4242].name, "zero");
+    assert_eq!(trace.threads()[&4343].name, "one");
+    assert_eq!(trace.threads().len(), 2);
+    let end = trace.end().expect("End chunk");
     assert_eq!(end.lost, stats.lost);
     assert_eq!(trace.function_name(0x40_1000), "outer");
     assert_eq!(trace.function_name(0x40_2000), "inner");

@@ -39,8 +39,8 @@ fn a_wrapping_slot_keeps_the_newest_events() {
     let kept = total - stats.overwritten;
 
     let (trace, events) = common::write_and_open(&tracer, &Program::default(), "wrap");
-    assert_eq!(trace.session.mode_name(), "flight");
-    assert_eq!(trace.end.unwrap().dropped_events, stats.overwritten);
+    assert_eq!(trace.session().mode_name(), "flight");
+    assert_eq!(trace.end().unwrap().dropped_events, stats.overwritten);
     assert_eq!(events.len() as u64, kept);
     // The newest: the last pair's exit is last, and ids run on without a gap.
     let last = events.last().unwrap();

@@ -173,7 +173,7 @@ pub fn unmatched_filters(trace: &Trace, filters: &[String], program: &Path) -> V
             continue; // checked before the run
         };
         if trace
-            .functions
+            .functions()
             .keys()
             .filter_map(|&id| trace.filter_name(id))
             .any(|(name, addr)| re.matches_function(name, addr))

@@ -25,7 +25,7 @@ pub fn trace_of(output: &Path, pid: u32) -> Option<(PathBuf, Trace)> {
     ]
     .into_iter()
     .find_map(|p| {
-        let t = Trace::open(&p).ok().filter(|t| t.session.pid == pid)?;
+        let t = Trace::open(&p).ok().filter(|t| t.session().pid == pid)?;
         Some((p, t))
     })
 }
@@ -61,7 +61,7 @@ pub fn children_traces(output: &Path, start: std::time::SystemTime) -> Vec<PathB
 /// (a full disk: the runtime dropped the rest, counted it as lost, and ended the file with the error).
 /// `Err` for that error's line, which `record` prints as an error.
 pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
-    if let Some(e) = t.end.filter(|e| e.write_errno != 0) {
+    if let Some(e) = t.end().filter(|e| e.write_errno != 0) {
         return Err(format!(
             "writing {} failed ({}): {} events written, {} lost",
             output.display(),
@@ -73,9 +73,9 @@ pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
     // The program's events: not the recorder's markers (of losses and waits) among the chunks'.
     let events = t
         .event_count()
-        .saturating_sub(t.end.map_or(0, |e| e.markers));
+        .saturating_sub(t.end().map_or(0, |e| e.markers));
     let per = if events > 0 {
-        t.file_len as f64 / events as f64
+        t.file_len() as f64 / events as f64
     } else {
         0.0
     };
@@ -83,12 +83,12 @@ pub fn summary(output: &Path, t: &Trace) -> Result<String, String> {
         "wrote {}: {} events from {} threads, {} functions, {} bytes ({per:.2} bytes/event){}",
         output.display(),
         events,
-        t.threads.len(),
-        t.functions.len(),
-        t.file_len,
-        match &t.truncation {
+        t.threads().len(),
+        t.functions().len(),
+        t.file_len(),
+        match &t.truncation() {
             Some(tr) => format!(", truncated at byte {}: {}", tr.offset, tr.reason),
-            None if t.end.is_none() => {
+            None if t.end().is_none() => {
                 ", incomplete (the program ended without letting ferrotrace finish)".into()
             }
             None => String::new(),
@@ -126,7 +126,7 @@ pub fn record_ending(
 ) {
     // A trace whose writer met an error (a full disk) is left as it is.
     let Some(end) = trace
-        .end
+        .end()
         .filter(|e| e.usage.is_none() && e.write_errno == 0 && ended.usage.is_some())
     else {
         return (Ok(trace), None);

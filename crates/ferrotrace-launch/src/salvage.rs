@@ -109,7 +109,7 @@ pub fn salvage(
     now_tsc: u64,
 ) -> Result<Option<Salvaged>, SalvageError> {
     let trace = Trace::open(path).map_err(SalvageError::Read)?;
-    if trace.end.is_some() || trace.salvage.is_some() {
+    if trace.end().is_some() || trace.salvage().is_some() {
         return Ok(None);
     }
     let area = pool.ok_or({
@@ -119,21 +119,21 @@ pub fn salvage(
     })?;
     let h = area.header();
     use std::sync::atomic::Ordering::Relaxed;
-    if h.pid.load(Relaxed) != trace.session.pid
-        || h.session_start_ns.load(Relaxed) != trace.session.start_realtime_ns
+    if h.pid.load(Relaxed) != trace.session().pid
+        || h.session_start_ns.load(Relaxed) != trace.session().start_realtime_ns
     {
         return Err(SalvageError::NoPool(
             "the shared trace buffers belong to another trace (the program replaced itself with exec)",
         ));
     }
     let mut in_file: HashSet<(u32, u32)> = HashSet::new();
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         for c in trace.thread_chunks(tid) {
             in_file.insert((tid, c.map_err(SalvageError::Read)?.seq));
         }
     }
     let named: HashSet<u32> = trace
-        .threads
+        .threads()
         .values()
         .filter(|t| !t.name.is_empty())
         .map(|t| t.tid)
@@ -151,9 +151,13 @@ pub fn salvage(
             "the trace file is not ours to append to",
         ));
     };
-    file.set_len(trace.valid_len).map_err(io)?;
+    file.set_len(trace.valid_len()).map_err(io)?;
     file.seek(SeekFrom::End(0)).map_err(io)?;
-    let mut w = TraceWriter::resume(BufWriter::new(file), trace.valid_len, trace.next_chunk_seq);
+    let mut w = TraceWriter::resume(
+        BufWriter::new(file),
+        trace.valid_len(),
+        trace.next_chunk_seq(),
+    );
     let mut out = Salvaged {
         chunks: 0,
         events: 0,

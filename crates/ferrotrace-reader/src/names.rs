@@ -38,7 +38,7 @@ impl Names {
     /// (a `static` function in two files) their module and link-time address as `nm` and `perf`
     /// show them (`helper [@0x1140]`).
     pub fn of(trace: &Trace) -> Names {
-        let names = told_apart(trace.functions.values(), &trace.modules);
+        let names = told_apart(trace.functions().values(), trace.modules());
         Names::from_pairs(names.iter().map(|(id, n)| (*id, n.as_str())))
     }
 

@@ -14,9 +14,9 @@ use crate::reader::{ReadError, Trace};
 /// debug-info-less modules are absent, and [`SrcLines::unavailable`] says which and why.
 pub fn lookup(trace: &Trace) -> Result<SrcLines, ReadError> {
     let mut out = SrcLines::default();
-    for m in &trace.modules {
+    for m in trace.modules() {
         // Only modules with traced functions matter (not libc and the like).
-        if !trace.functions.values().any(|f| f.module == m.id) {
+        if !trace.functions().values().any(|f| f.module == m.id) {
             continue;
         }
         let data = match crate::binary::map(std::path::Path::new(&m.path)) {
@@ -36,7 +36,7 @@ pub fn lookup(trace: &Trace) -> Result<SrcLines, ReadError> {
             continue;
         };
         let before = out.lines.len();
-        for f in trace.functions.values().filter(|f| f.module == m.id) {
+        for f in trace.functions().values().filter(|f| f.module == m.id) {
             let vaddr = f.addr.wrapping_sub(m.bias);
             if let Ok(Some(loc)) = ctx.ctx.find_location(vaddr) {
                 if let (Some(file), Some(line)) = (loc.file, loc.line) {

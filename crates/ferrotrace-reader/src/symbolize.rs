@@ -73,7 +73,7 @@ impl Symbolizer {
     pub fn new(trace: &Trace) -> Symbolizer {
         Symbolizer::for_modules(
             trace
-                .modules
+                .modules()
                 .iter()
                 .map(|m| (m.id, m.path.clone(), m.build_id.clone())),
         )
@@ -311,7 +311,7 @@ pub fn name_address_ids(
     binary: Option<&Path>,
 ) -> Result<Vec<String>, crate::reader::ReadError> {
     let mut warnings = Vec::new();
-    if !trace.functions.is_empty() {
+    if !trace.functions().is_empty() {
         if let Some(b) = binary {
             warnings.push(format!(
                 "--symbols {}: the trace names its functions itself; the file is not used",
@@ -320,7 +320,7 @@ pub fn name_address_ids(
         }
         return Ok(warnings);
     }
-    let embedded = trace.session.sources & ferrotrace_core::schema::source::EMBEDDED != 0;
+    let embedded = trace.session().sources & ferrotrace_core::schema::source::EMBEDDED != 0;
     if !embedded && binary.is_none() {
         return Ok(warnings);
     }
@@ -334,7 +334,7 @@ pub fn name_address_ids(
     let (module_id, bias) = (module.id, module.bias);
     let pathless = module.path.is_empty();
     let mut ids = std::collections::BTreeSet::new();
-    let tids: Vec<u32> = trace.threads.keys().copied().collect();
+    let tids: Vec<u32> = trace.threads().keys().copied().collect();
     for tid in tids {
         let mut events = trace.thread_events(tid)?;
         while let Some(e) = events.next_raw() {
@@ -374,11 +374,11 @@ pub fn name_address_ids(
         );
     }
     warnings.append(&mut symbolizer.unreadable);
-    if !pathless && unnamed > 0 && unnamed == trace.functions.len() {
+    if !pathless && unnamed > 0 && unnamed == trace.functions().len() {
         warnings.push(format!(
             "no function of the trace is named by {}: is it the traced binary?",
             trace
-                .modules
+                .modules()
                 .iter()
                 .find(|m| m.id == module_id)
                 .map_or("", |m| m.path.as_str())

@@ -225,7 +225,7 @@ pub fn decode<'t>(
     if event.kind != EventKind::Tracepoint {
         return None;
     }
-    let d = trace.tracepoints.get(&event.id)?;
+    let d = trace.tracepoints().get(&event.id)?;
     Some((d, d.decode(&event.payload)))
 }
 
@@ -241,7 +241,7 @@ pub fn format_tracepoint(trace: &Trace, event: &Event) -> String {
 
 /// [`format_tracepoint`] from the id and payload of an event (borrowed events of the fast iterators).
 pub fn format_payload(trace: &Trace, id: u32, payload: &[u8]) -> String {
-    match trace.tracepoints.get(&id) {
+    match trace.tracepoints().get(&id) {
         Some(d) => d.format(payload),
         None => format!("tracepoint#{id}({} bytes)", payload.len()),
     }
@@ -250,7 +250,7 @@ pub fn format_payload(trace: &Trace, id: u32, payload: &[u8]) -> String {
 /// The name (`crate::name`) and named argument values of tracepoint `id`'s event; `tracepoint#ID` and no
 /// arguments when the trace lacks its descriptor or the payload does not decode.
 pub fn name_and_args(trace: &Trace, id: u32, payload: &[u8]) -> (String, Args) {
-    match trace.tracepoints.get(&id) {
+    match trace.tracepoints().get(&id) {
         Some(d) => (d.name.clone(), d.decode(payload).unwrap_or_default()),
         None => (format!("tracepoint#{id}"), Args::default()),
     }

@@ -83,7 +83,11 @@ fn every_thread_records_a_span_met_by_all_at_once() {
     for e in trace.events().unwrap() {
         let e = e.unwrap();
         match e.kind {
-            EventKind::Entry => *entries.entry(&trace.functions[&e.id].mangled).or_default() += 1,
+            EventKind::Entry => {
+                *entries
+                    .entry(&trace.functions()[&e.id].mangled)
+                    .or_default() += 1
+            }
             EventKind::Tracepoint => events += 1,
             _ => {}
         }

@@ -66,12 +66,12 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
     let trace = Trace::open(&path).unwrap();
     assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
     assert_eq!(
-        trace.end.unwrap().reason,
+        trace.end().unwrap().reason,
         ferrotrace_core::schema::EndReason::Stopped
     );
     let span_id = |name: &str| {
         let f: Vec<_> = trace
-            .functions
+            .functions()
             .values()
             .filter(|f| f.mangled == name)
             .collect();
@@ -139,7 +139,7 @@ fn spans_and_events_recorded_to_a_file_of_its_own() {
     assert!(!texts.iter().any(|t| t.contains("not recorded")));
     // Typed values for the exports.
     let warn = trace
-        .tracepoints
+        .tracepoints()
         .values()
         .find(|d| d.level == Some("WARN"))
         .unwrap();

@@ -40,7 +40,7 @@ fn records_made_while_a_field_is_formatted_come_before_the_event_and_leave_its_f
     let trace = Trace::open(&path).unwrap();
     assert!(trace.warnings().is_empty(), "{:?}", trace.warnings());
     let inside = trace
-        .functions
+        .functions()
         .values()
         .find(|f| f.mangled == "inside_debug")
         .expect("the span entered inside Debug")

@@ -30,7 +30,7 @@ fn push_head(line: &mut String, ph: &str, pid: u32, tid: u32, ts_ns: u64) {
 pub fn estimated_bytes(trace: &Trace) -> u64 {
     let digits = |n: u64| n.checked_ilog10().unwrap_or(0) as u64 + 1;
     let names = Names::of(trace);
-    let (count, total) = trace.functions.keys().fold((0u64, 0u64), |(c, t), &id| {
+    let (count, total) = trace.functions().keys().fold((0u64, 0u64), |(c, t), &id| {
         (
             c + 1,
             t + serde_json::Value::from(names.get(id).as_ref())
@@ -39,11 +39,11 @@ pub fn estimated_bytes(trace: &Trace) -> u64 {
         )
     });
     let name = total.checked_div(count).unwrap_or(8);
-    let ts_us = trace.clocks.last().map_or(1, |c| c.mono_ns / 1000);
-    let tid = trace.threads.keys().last().copied().unwrap_or(1);
+    let ts_us = trace.clocks().last().map_or(1, |c| c.mono_ns / 1000);
+    let tid = trace.threads().keys().last().copied().unwrap_or(1);
     // `,\n{"ph":"B","pid":` … `,"tid":` … `,"ts":` … `.nnn,"name":` … `}`
     let line =
-        40 + digits(trace.session.pid.into()) + digits(tid.into()) + digits(ts_us) + 4 + name;
+        40 + digits(trace.session().pid.into()) + digits(tid.into()) + digits(ts_us) + 4 + name;
     trace.event_count() * line
 }
 
@@ -61,16 +61,16 @@ pub fn write(
     progress: &mut Progress,
 ) -> io::Result<Vec<String>> {
     let names = Names::of(trace);
-    let pid = trace.session.pid;
+    let pid = trace.session().pid;
     let mut quoted: HashMap<u32, String> = HashMap::new();
     out.write_all(b"{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n")?;
-    let exe = trace.session.exe_name();
+    let exe = trace.session().exe_name();
     write!(
         out,
         "{{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":{pid},\"tid\":{pid},\"args\":{{\"name\":{}}}}}",
         serde_json::Value::from(exe)
     )?;
-    for t in trace.threads.values() {
+    for t in trace.threads().values() {
         write!(
             out,
             ",\n{{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":{pid},\"tid\":{},\"args\":{{\"name\":{}}}}}",

@@ -24,7 +24,7 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
     let Ok(mut p) = serde_json::from_str::<Value>(profile) else {
         return Ok(profile.to_string());
     };
-    let multi = trace.samplers.len() > 1;
+    let multi = trace.samplers().len() > 1;
     let category = |name: &str| {
         p["meta"]["categories"]
             .as_array()
@@ -45,7 +45,7 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
         };
         // The thread's samples in the order firefox_json added them: read order, then by time.
         let mut samples: Vec<(u64, Option<u32>, u32)> = Vec::new();
-        if trace.threads.contains_key(&(tid as u32)) {
+        if trace.threads().contains_key(&(tid as u32)) {
             let mut events = trace.thread_events(tid as u32)?;
             while let Some(e) = events.next_ref() {
                 let e = e?;
@@ -75,14 +75,14 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
             // Address nodes, outermost first.
             let mut chain = Vec::new();
             let mut cur = stack;
-            while let Some(node) = cur.and_then(|c| trace.stacks.get(c as usize)) {
+            while let Some(node) = cur.and_then(|c| trace.stacks().get(c as usize)) {
                 chain.push(*node);
                 cur = node.parent.filter(|&p| Some(p) < cur);
             }
             let mut prefix: Option<usize> = None;
             if multi {
                 let name = trace
-                    .samplers
+                    .samplers()
                     .get(sampler as usize)
                     .map_or("?", |s| s.spelling.as_str());
                 let func = t.func(name, None, None, None);
@@ -91,7 +91,7 @@ pub fn add_native_frames(trace: &Trace, profile: &str) -> Result<String, ReadErr
             }
             for node in chain.iter().rev() {
                 let path = trace
-                    .modules
+                    .modules()
                     .iter()
                     .find(|m| m.id == node.module)
                     .map(|m| (m.path.as_str(), m.build_id.as_slice()));

@@ -394,7 +394,7 @@ pub(crate) fn walk_stacks(
     // The stacks by thread, and the index of each thread's: events come in runs of one thread, so
     // the last thread's index is kept and the map is consulted only when the thread changes.
     let mut stacks: Vec<(u32, CallStack)> = trace
-        .threads
+        .threads()
         .keys()
         .map(|&t| {
             (
@@ -557,7 +557,7 @@ pub fn instant(
         }
         EventKind::Sample => {
             let sampler = trace
-                .and_then(|t| t.samplers.get(fields[0] as usize))
+                .and_then(|t| t.samplers().get(fields[0] as usize))
                 .map_or_else(|| format!("sampler {}", fields[0]), |s| s.spelling.clone());
             return (
                 "sample".into(),

@@ -74,9 +74,9 @@ pub const TABLES: [&str; 9] = [
 pub fn run_id(trace: &Trace) -> String {
     format!(
         "{}-{}-{}",
-        trace.session.exe_name(),
-        trace.session.pid,
-        trace.session.start_realtime_ns / 1_000_000_000
+        trace.session().exe_name(),
+        trace.session().pid,
+        trace.session().start_realtime_ns / 1_000_000_000
     )
 }
 
@@ -355,7 +355,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
     let run = values(&[run_id(trace)]);
 
     // Functions: dictionary slot by id (sorted ids), modules by module id.
-    let mut ids: Vec<u32> = trace.functions.keys().copied().collect();
+    let mut ids: Vec<u32> = trace.functions().keys().copied().collect();
     ids.sort_unstable();
     let slot: HashMap<u32, u32> = ids
         .iter()
@@ -365,27 +365,27 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
     let mut function_names: Vec<String> =
         ids.iter().map(|&id| names.get(id).into_owned()).collect();
     let module_paths: Vec<String> = std::iter::once(String::new())
-        .chain(trace.modules.iter().map(|m| m.path.clone()))
+        .chain(trace.modules().iter().map(|m| m.path.clone()))
         .collect();
     let module_slot: HashMap<u32, u32> = trace
-        .modules
+        .modules()
         .iter()
         .enumerate()
         .map(|(i, m)| (m.id, i as u32 + 1))
         .collect();
     let module_of = |id: u32| {
         trace
-            .functions
+            .functions()
             .get(&id)
             .and_then(|f| module_slot.get(&f.module))
             .copied()
             .unwrap_or(0)
     };
     let modules = values(&module_paths);
-    let threads: Vec<String> = trace.threads.values().map(|t| t.name.clone()).collect();
+    let threads: Vec<String> = trace.threads().values().map(|t| t.name.clone()).collect();
     let thread_names = values(&threads);
     let thread_slot: HashMap<u32, u32> = trace
-        .threads
+        .threads()
         .keys()
         .enumerate()
         .map(|(i, &t)| (t, i as u32))
@@ -409,7 +409,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         &[&run, &functions_values, &modules],
     )?;
     for (i, &id) in ids.iter().enumerate() {
-        let f = &trace.functions[&id];
+        let f = &trace.functions()[&id];
         t.row(&[
             V::Key(0),
             V::U32(id),
@@ -435,7 +435,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         ],
         &[&run],
     )?;
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         t.row(&[
             V::Key(0),
             V::U32(th.tid),
@@ -460,14 +460,14 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         ],
         &[&run],
     )?;
-    for (i, sampler) in trace.samplers.iter().enumerate() {
+    for (i, sampler) in trace.samplers().iter().enumerate() {
         t.row(&[
             V::Key(0),
             V::U32(i as u32),
             V::U32(sampler.kind as u32),
             V::Str(&sampler.spelling),
             V::Bool(sampler.kind.weighs_time()),
-            V::U32(trace.sample_frequency),
+            V::U32(trace.sample_frequency()),
         ])?;
     }
     t.close()?;
@@ -495,22 +495,22 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         &[&run],
     )?;
     let path = trace.path().display().to_string();
-    let cmdline = trace.session.args.join(" ");
+    let cmdline = trace.session().args.join(" ");
     t.row(&[
         V::Key(0),
         V::Str(&path),
-        V::Str(&trace.session.exe),
+        V::Str(&trace.session().exe),
         V::Str(&cmdline),
-        V::U32(trace.session.pid),
+        V::U32(trace.session().pid),
         V::U64(t0),
-        V::U64(trace.session.start_realtime_ns),
+        V::U64(trace.session().start_realtime_ns),
         V::U64(trace.duration_ns()),
-        V::Str(trace.session.mode_name()),
-        V::Str(&trace.session.version),
-        V::U64(trace.session.tsc_hz),
+        V::Str(trace.session().mode_name()),
+        V::Str(&trace.session().version),
+        V::U64(trace.session().tsc_hz),
         V::U64(trace.ticks_to_ns(1 << 32)),
         V::U64(trace.event_count()),
-        V::U64(trace.threads.len() as u64),
+        V::U64(trace.threads().len() as u64),
     ])?;
     t.close()?;
 
@@ -518,10 +518,10 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
     let mut sym = Symbolizer::new(trace);
     let mut stack_names: Vec<String> = Vec::new();
     let mut stack_name_slot: HashMap<String, u32> = HashMap::new();
-    let mut stack_rows = Vec::with_capacity(trace.stacks.len());
+    let mut stack_rows = Vec::with_capacity(trace.stacks().len());
     // Every function at each address, innermost first (the last contains the address).
-    let mut stack_frames: Vec<Vec<String>> = Vec::with_capacity(trace.stacks.len());
-    for node in &trace.stacks {
+    let mut stack_frames: Vec<Vec<String>> = Vec::with_capacity(trace.stacks().len());
+    for node in trace.stacks() {
         let frames = sym.frames(node.module, node.address);
         stack_frames.push(frames.iter().map(|f| f.function.to_string()).collect());
         let name = frames
@@ -549,7 +549,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         ],
         &[&run, &stack_functions, &modules],
     )?;
-    for (i, node) in trace.stacks.iter().enumerate() {
+    for (i, node) in trace.stacks().iter().enumerate() {
         t.row(&[
             V::Key(0),
             V::U32(i as u32),

@@ -881,18 +881,18 @@ pub fn write_to(
 ) -> io::Result<Vec<String>> {
     let names = Names::of(trace);
     let threads: Vec<(u32, String)> = trace
-        .threads
+        .threads()
         .values()
         .map(|t| (t.tid, t.name.clone()))
         .collect();
     let source = Source {
-        pid: trace.session.pid,
-        process_name: trace.session.exe_name().to_string(),
+        pid: trace.session().pid,
+        process_name: trace.session().exe_name().to_string(),
         threads,
         // Samples (`record --sample`) may precede the runtime's first Clock chunk: from the program's
         // first instruction, not the runtime's start.
         t0: trace
-            .threads
+            .threads()
             .values()
             .filter_map(|t| t.first_tsc)
             .map(|tsc| trace.tsc_to_ns(tsc))
@@ -954,11 +954,11 @@ pub fn write_events(
             heap: source
                 .trace
                 .filter(|t| t.has_allocations())
-                .map(|t| crate::mem::HeapTracker::new(t.session.alloc_sample)),
+                .map(|t| crate::mem::HeapTracker::new(t.session().alloc_sample)),
             heap_bytes: None,
             sampled: source
                 .trace
-                .filter(|t| !t.samplers.is_empty())
+                .filter(|t| !t.samplers().is_empty())
                 .map(crate::stacks::FrameTree::new),
             open_frames: 0,
             in_piece: 0,

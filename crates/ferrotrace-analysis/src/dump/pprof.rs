@@ -79,7 +79,7 @@ impl Exporter for Pprof {
 
 /// The trace recorded allocations (`record --alloc`).
 fn has_allocations(trace: &Trace) -> bool {
-    trace.session.sources & ferrotrace_core::schema::source::ALLOCATIONS != 0
+    trace.session().sources & ferrotrace_core::schema::source::ALLOCATIONS != 0
 }
 
 fn gzip(profile: &[u8]) -> io::Result<Vec<u8>> {
@@ -150,18 +150,18 @@ impl<'t> Profile<'t> {
         // trace may list a file twice (its functions' module, with the load bias, and its stack
         // addresses' module): the one the locations will use.
         let used: HashSet<u32> = match place {
-            PlaceKind::Addresses => trace.stacks.iter().map(|n| n.module).collect(),
-            PlaceKind::Functions => trace.functions.values().map(|f| f.module).collect(),
+            PlaceKind::Addresses => trace.stacks().iter().map(|n| n.module).collect(),
+            PlaceKind::Functions => trace.functions().values().map(|f| f.module).collect(),
         };
         let exe = trace
-            .modules
+            .modules()
             .iter()
-            .find(|m| m.path == trace.session.exe && used.contains(&m.id));
+            .find(|m| m.path == trace.session().exe && used.contains(&m.id));
         if let Some(exe) = exe {
             p.mapping(exe.id);
         }
-        fv(&mut p.body, 9, trace.session.start_realtime_ns);
-        let end = trace.clocks.last().map_or(0, |c| c.mono_ns);
+        fv(&mut p.body, 9, trace.session().start_realtime_ns);
+        let end = trace.clocks().last().map_or(0, |c| c.mono_ns);
         fv(&mut p.body, 10, end.saturating_sub(trace.start_ns()));
         p
     }
@@ -207,7 +207,7 @@ impl<'t> Profile<'t> {
         if let Some(&m) = self.mappings.get(&id) {
             return m;
         }
-        let module = self.trace.modules.iter().find(|m| m.id == id);
+        let module = self.trace.modules().iter().find(|m| m.id == id);
         let mapping = module.map(|m| {
             self.mapping_ends.push((m.id, m.bias.wrapping_add(m.size)));
             self.mapping_ends.len() as u64
@@ -223,7 +223,7 @@ impl<'t> Profile<'t> {
             .into_iter()
             .enumerate()
         {
-            let Some(m) = self.trace.modules.iter().find(|m| m.id == module) else {
+            let Some(m) = self.trace.modules().iter().find(|m| m.id == module) else {
                 continue;
             };
             let build_id: String = m.build_id.iter().map(|b| format!("{b:02x}")).collect();
@@ -258,7 +258,7 @@ impl<'t> Profile<'t> {
             .iter()
             .map(|f| (self.function(&f.function, &f.file, ""), u64::from(f.line)))
             .collect();
-        let bias = trace.modules.iter().find(|m| m.id == module);
+        let bias = trace.modules().iter().find(|m| m.id == module);
         let runtime = address.wrapping_add(bias.map_or(0, |m| m.bias));
         self.location(place, module, runtime, &lines)
     }
@@ -269,7 +269,7 @@ impl<'t> Profile<'t> {
         if let Some(&loc) = self.locations.get(&place) {
             return loc;
         }
-        let f = self.trace.functions.get(&id);
+        let f = self.trace.functions().get(&id);
         let (module, address) = f.map_or((NO_MODULE, 0), |f| (f.module, f.addr));
         let mangled = f.map_or("", |f| f.mangled.as_str());
         let line = (self.function(&name.into(), &"".into(), mangled), 0);
@@ -316,7 +316,7 @@ impl<'t> Profile<'t> {
         }
         let mut ids = Vec::new();
         let mut cur = stack;
-        while let Some(node) = cur.and_then(|c| self.trace.stacks.get(c as usize)) {
+        while let Some(node) = cur.and_then(|c| self.trace.stacks().get(c as usize)) {
             ids.push(self.address(node.module, node.address));
             // Parents have smaller ids: the walk ends.
             cur = node.parent.filter(|&p| Some(p) < cur);
@@ -385,7 +385,7 @@ fn sample_type(s: &Sampler) -> (&str, &'static str) {
 /// The profile of a trace's samples.
 fn samples(trace: &Trace) -> Result<Vec<u8>, crate::reader::ReadError> {
     let mut types = vec![("samples", "count")];
-    types.extend(trace.samplers.iter().map(sample_type));
+    types.extend(trace.samplers().iter().map(sample_type));
     let mut p = Profile::new(trace, &types, PlaceKind::Addresses);
     // Samples and summed weight per (address stack, thread, sampler), in first-seen order.
     let mut totals: HashMap<(Option<u32>, u32, u32), (u64, u64)> = HashMap::new();
@@ -407,7 +407,7 @@ fn samples(trace: &Trace) -> Result<Vec<u8>, crate::reader::ReadError> {
             *v = weight;
         }
         let locations = p.address_stack(stack);
-        let name = trace.threads.get(&tid).map_or("", |t| t.name.as_str());
+        let name = trace.threads().get(&tid).map_or("", |t| t.name.as_str());
         let thread = thread_label(name, tid);
         p.sample(
             &locations,
@@ -419,7 +419,7 @@ fn samples(trace: &Trace) -> Result<Vec<u8>, crate::reader::ReadError> {
         );
     }
     if let Some(cpu) = trace
-        .samplers
+        .samplers()
         .iter()
         .position(|s| s.kind == SamplerKind::CpuClock)
     {
@@ -431,7 +431,7 @@ fn samples(trace: &Trace) -> Result<Vec<u8>, crate::reader::ReadError> {
         fv(
             &mut p.body,
             12,
-            1_000_000_000 / u64::from(trace.sample_frequency.max(1)),
+            1_000_000_000 / u64::from(trace.sample_frequency().max(1)),
         );
         let default = p.string(types[cpu + 1].0);
         fv(&mut p.body, 14, default);

@@ -57,18 +57,18 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
         errors.push(e.to_string());
         Default::default()
     });
-    let exe = if trace.session.exe.is_empty() {
+    let exe = if trace.session().exe.is_empty() {
         "/unknown".to_string()
     } else {
-        trace.session.exe.clone()
+        trace.session().exe.clone()
     };
     let base = exe.rsplit('/').next().unwrap_or("unknown").to_string();
-    let pid = trace.session.pid;
-    let mut used: BTreeSet<u32> = trace.functions.keys().copied().collect();
+    let pid = trace.session().pid;
+    let mut used: BTreeSet<u32> = trace.functions().keys().copied().collect();
     let mut first_ts = u64::MAX;
     let mut tids = Vec::new();
     let mut waited = false;
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         let path = dir.join(format!("{}.dat", th.tid));
         let mut out = BufWriter::with_capacity(1 << 16, fs::File::create(&path)?);
         let mut stack = CallStack::with_initial(initial.get(&th.tid).cloned().unwrap_or_default());
@@ -141,7 +141,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
         tids.push(th.tid);
     }
     if first_ts == u64::MAX {
-        first_ts = trace.clocks.first().map_or(1_000_000_000, |c| c.mono_ns);
+        first_ts = trace.clocks().first().map_or(1_000_000_000, |c| c.mono_ns);
     }
     let sess_ts = first_ts.saturating_sub(1000);
     let ts_text = format!("{}.{:09}", sess_ts / 1_000_000_000, sess_ts % 1_000_000_000);
@@ -223,7 +223,7 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
     let mut mask = info_bit::EXE_NAME | info_bit::CMDLINE | info_bit::TASKINFO;
     let mut o = format!("exename:{exe}\n");
     // uftrace reads the status as waitpid gives it.
-    let status = trace.end.as_ref().and_then(|e| match e.reason {
+    let status = trace.end().and_then(|e| match e.reason {
         ferrotrace_core::schema::EndReason::Signal => Some(e.signal as i32 & 0x7f),
         ferrotrace_core::schema::EndReason::Exit => e.exit_code.map(|c| (c & 0xff) << 8),
         ferrotrace_core::schema::EndReason::Stopped => None,
@@ -234,7 +234,7 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
     }
     // One line, escaped as uftrace's json_quote does.
     let mut cmdline = String::new();
-    for c in trace.session.args.join(" ").chars() {
+    for c in trace.session().args.join(" ").chars() {
         match c {
             '"' | '\\' => {
                 cmdline.push('\\');
@@ -251,7 +251,7 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
         tids.len(),
         tids.join(",")
     );
-    if let Some(u) = trace.end.as_ref().and_then(|e| e.usage) {
+    if let Some(u) = trace.end().and_then(|e| e.usage) {
         mask |= info_bit::USAGEINFO;
         let seconds = |us: u64| format!("{}.{:06}", us / 1_000_000, us % 1_000_000);
         let _ = write!(
@@ -270,7 +270,7 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
             u.blocks_out
         );
     }
-    if let Some(date) = local_date(trace.session.start_realtime_ns / 1_000_000_000) {
+    if let Some(date) = local_date(trace.session().start_realtime_ns / 1_000_000_000) {
         mask |= info_bit::RECORD_DATE;
         let elapsed = trace.duration_ns();
         let _ = write!(
@@ -281,7 +281,7 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
         );
     }
     mask |= info_bit::VERSION;
-    let _ = writeln!(o, "uftrace_version:ferrotrace {}", trace.session.version);
+    let _ = writeln!(o, "uftrace_version:ferrotrace {}", trace.session().version);
     (mask, o)
 }
 

@@ -128,7 +128,7 @@ pub(crate) fn is_stop(e: &io::Error) -> bool {
 fn call(trace: &Trace, name: &str, n: u64) -> io::Result<Option<(u64, u64)>> {
     let names = Names::of(trace);
     let ids: std::collections::HashSet<u32> = trace
-        .functions
+        .functions()
         .keys()
         .copied()
         .filter(|&id| names.get(id) == name)

@@ -69,7 +69,7 @@ pub fn draw(trace: &Trace, weight: Weight, folded: bool) -> Result<Vec<u8>, Flam
     let title = format!(
         "ferrotrace memory ({}): {}",
         weight.unit(),
-        trace.session.args.join(" ")
+        trace.session().args.join(" ")
     );
     let mut svg = Vec::new();
     super::render(lines, super::svg_options(&title, weight.unit()), &mut svg)

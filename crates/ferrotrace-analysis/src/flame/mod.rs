@@ -195,7 +195,7 @@ pub fn write_functions(
     if folded {
         write_folded(cct, out)
     } else {
-        let title = format!("ferrotrace: {}", trace.session.args.join(" "));
+        let title = format!("ferrotrace: {}", trace.session().args.join(" "));
         write_svg(cct, &title, out)
     }
 }

@@ -89,6 +89,6 @@ pub fn draw(
     if folded {
         return Ok(folded_totals(set, totals, false).into_bytes());
     }
-    let title = format!("ferrotrace profile: {}", trace.session.args.join(" "));
+    let title = format!("ferrotrace profile: {}", trace.session().args.join(" "));
     flame_svg_totals(set, totals, &title)
 }

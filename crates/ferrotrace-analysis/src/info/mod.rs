@@ -99,19 +99,19 @@ impl Summary {
     /// Reads the whole trace (streaming) and counts.
     pub fn of(trace: &Trace) -> Result<Summary, ReadError> {
         let mut s = Summary {
-            cmdline: trace.session.args.clone(),
-            exe: trace.session.exe.clone(),
-            pid: trace.session.pid,
-            mode: trace.session.mode_name().to_string(),
-            min_call_ns: trace.session.min_call_ns,
-            recorded_by: ferrotrace_core::schema::source::names(trace.session.sources).collect(),
+            cmdline: trace.session().args.clone(),
+            exe: trace.session().exe.clone(),
+            pid: trace.session().pid,
+            mode: trace.session().mode_name().to_string(),
+            min_call_ns: trace.session().min_call_ns,
+            recorded_by: ferrotrace_core::schema::source::names(trace.session().sources).collect(),
             has_functions: trace.has_function_events(),
-            problems: trace.problems.clone(),
+            problems: trace.problems().iter().map(ToString::to_string).collect(),
             duration_ns: trace.duration_ns(),
-            functions: trace.functions.len(),
-            file_bytes: trace.file_len,
-            complete: trace.end.is_some(),
-            ended_by: match (trace.end, trace.salvage) {
+            functions: trace.functions().len(),
+            file_bytes: trace.file_len(),
+            complete: trace.end().is_some(),
+            ended_by: match (trace.end(), trace.salvage()) {
                 (Some(e), _) if e.reason == ferrotrace_core::schema::EndReason::Signal => {
                     format!("signal {}", e.signal)
                 }
@@ -133,22 +133,22 @@ impl Summary {
                 (None, None) => "unknown (no end record)".into(),
             },
             write_error: trace
-                .end
+                .end()
                 .filter(|e| e.write_errno != 0)
                 .map(|e| std::io::Error::from_raw_os_error(e.write_errno as i32).to_string()),
             truncated: trace
-                .truncation
+                .truncation()
                 .as_ref()
                 .map(|t| (t.offset, t.reason.clone())),
             processes: {
-                let mut pids: Vec<u32> = trace.threads.values().map(|t| t.pid).collect();
+                let mut pids: Vec<u32> = trace.threads().values().map(|t| t.pid).collect();
                 pids.sort_unstable();
                 pids.dedup();
                 pids.len()
             },
             ..Summary::default()
         };
-        for th in trace.threads.values() {
+        for th in trace.threads().values() {
             let mut ts = ThreadSummary {
                 tid: th.tid,
                 name: th.name.clone(),
@@ -188,7 +188,7 @@ impl Summary {
             s.lost += ts.lost;
             s.threads.push(ts);
         }
-        if let Some(end) = trace.end {
+        if let Some(end) = trace.end() {
             // The writer counted every loss, those whose markers a flight ring dropped too.
             s.lost = s.lost.max(end.lost);
             s.dropped_events = end.dropped_events;

@@ -350,7 +350,7 @@ pub fn analyse_totals(trace: &Trace) -> Result<MemReport, ReadError> {
 }
 
 fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadError> {
-    let sample_interval = trace.session.alloc_sample;
+    let sample_interval = trace.session().alloc_sample;
     let start_ns = trace.start_ns();
     // Pass 1: totals, sites, leaks, temporaries; when the heap peaked (as an event index).
     let mut pass = Pass {
@@ -363,7 +363,7 @@ fn analyse_passes(trace: &Trace, peak_stacks: bool) -> Result<MemReport, ReadErr
     };
     let mut rep = MemReport {
         sample_interval,
-        complete: trace.end.is_some(),
+        complete: trace.end().is_some(),
         ..MemReport::default()
     };
     let (mut all, mut temps, mut frees) = (Totals::default(), Totals::default(), Totals::default());

@@ -408,7 +408,7 @@ fn replay_with(
         }
     };
     let tids: Vec<u32> = trace
-        .threads
+        .threads()
         .keys()
         .copied()
         .filter(|t| opts.tids.as_ref().is_none_or(|v| v.contains(t)))

@@ -132,7 +132,7 @@ impl SampledStacks {
             .map(|(i, s)| ((s.tid, s.time_ns), i))
             .collect();
         let traced = trace
-            .functions
+            .functions()
             .values()
             .map(|f| f.name().to_string())
             .collect();

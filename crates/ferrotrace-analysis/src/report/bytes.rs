@@ -17,13 +17,13 @@ pub fn bytes_by_function(
     trace: &Trace,
     function: &Representatives,
 ) -> Result<HashMap<u32, (u64, u64)>, ReadError> {
-    let sample_interval = trace.session.alloc_sample;
+    let sample_interval = trace.session().alloc_sample;
     let mut acc: HashMap<u32, (f64, f64)> = HashMap::new();
     // The allocation that last counted a function in its total: recursion counts once.
     let mut counted: HashMap<u32, u64> = HashMap::new();
     let mut allocation = 0u64;
     let initial = initial_stacks(trace)?;
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         let mut stack: Vec<u32> = initial
             .get(&th.tid)
             .map_or_else(Vec::new, |s| s.iter().map(|&id| function.of(id)).collect());

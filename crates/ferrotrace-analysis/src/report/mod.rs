@@ -406,12 +406,12 @@ impl Report {
         };
         // Samplers whose samples weigh CPU time (cpu-clock), by index.
         let timed: Vec<bool> = trace
-            .samplers
+            .samplers()
             .iter()
             .map(|s| s.kind == crate::reader::SamplerKind::CpuClock)
             .collect();
         report.sampled = timed.contains(&true);
-        for th in trace.threads.values() {
+        for th in trace.threads().values() {
             if let Some(p) = pass.as_mut() {
                 let counted = p.take(th.tid);
                 progress.add(counted.events);
@@ -589,7 +589,7 @@ impl Report {
             "trace": trace.path().display().to_string(),
             "events": self.events,
             "sort": key.name(),
-            "truncated": trace.truncation.as_ref().map(|t| json!({"offset": t.offset, "reason": t.reason})),
+            "truncated": trace.truncation().as_ref().map(|t| json!({"offset": t.offset, "reason": t.reason})),
             "errors": self.errors,
             "functions": funcs(&self.functions),
             "tracepoints": self.tracepoints.iter().map(|(name, n)| json!({"name": name, "count": n})).collect::<Vec<_>>(),

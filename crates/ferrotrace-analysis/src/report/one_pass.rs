@@ -116,9 +116,9 @@ impl OnePass {
     /// (see the module's documentation).
     pub(super) fn usable(&self, trace: &Trace, function: &Representatives) -> bool {
         !self.gave_up
-            && trace.samplers.is_empty()
+            && trace.samplers().is_empty()
             && trace
-                .threads
+                .threads()
                 .values()
                 .all(|t| t.chunks_in_file_order() && t.sample_chunks.is_empty())
             && self

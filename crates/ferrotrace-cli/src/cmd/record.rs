@@ -254,7 +254,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
             }
             // The trace is read once, again only if events had to be recovered or samples merged
             // into it.
-            let trace = if trace.end.is_none() {
+            let trace = if trace.end().is_none() {
                 say_recovered(ended.death(), ended.recover_unwritten(&ours), "the program");
                 if let Some(sampling) = sampling.take() {
                     // Says why the samples cannot go into an unfinished trace.
@@ -354,7 +354,7 @@ fn record_running(
     }
     let trace = match Trace::open(output) {
         Ok(t)
-            if t.end.is_none()
+            if t.end().is_none()
                 && matches!(attached.ending, Ending::ProcessEnded | Ending::Replaced) =>
         {
             if let Some((death, recovered)) = attached.recover_unwritten(output) {

@@ -271,7 +271,7 @@ pub fn calls_by_thread(
 ) -> std::collections::HashMap<String, (u64, u64)> {
     use ferrotrace_analysis::reader::EventKind;
     let mut out = std::collections::HashMap::new();
-    for th in trace.threads.values() {
+    for th in trace.threads().values() {
         let mut n = (0, 0);
         for e in trace.thread_events(th.tid).expect("thread events") {
             let e = e.expect("event");
@@ -326,7 +326,7 @@ pub fn default_signals(cmd: &mut Command) -> &mut Command {
 pub fn nested_counts(trace: &Trace, func: &str) -> (u64, u64) {
     let mut entries = 0;
     let mut exits = 0;
-    for &tid in trace.threads.keys() {
+    for &tid in trace.threads().keys() {
         let mut stack: Vec<u32> = Vec::new();
         for e in trace.thread_events(tid).expect("thread events") {
             let e = e.expect("event");
@@ -405,7 +405,7 @@ pub fn walk(trace: &Trace, tid: u32) -> Walk {
 
 pub fn tid_named(trace: &Trace, name: &str) -> u32 {
     trace
-        .threads
+        .threads()
         .values()
         .find(|t| t.name == name)
         .unwrap_or_else(|| panic!("no thread named {name}"))
@@ -425,7 +425,7 @@ pub fn assert_threads_program(out: &Output, trace: &Path) {
     for i in 0..8u64 {
         let name = format!("worker-{i}");
         let tid = tid_named(&t, &name);
-        assert_ne!(tid, t.session.pid, "{name} has its own OS tid");
+        assert_ne!(tid, t.session().pid, "{name} has its own OS tid");
         let w = walk(&t, tid);
         assert!(
             w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
@@ -445,15 +445,15 @@ pub fn assert_threads_program(out: &Output, trace: &Path) {
         );
     }
     assert!(
-        t.threads.contains_key(&t.session.pid),
+        t.threads().contains_key(&t.session().pid),
         "main thread recorded under the process id"
     );
     // Real OS tids, not self-assigned numbers: nine distinct ids, none of them small indices.
-    assert_eq!(t.threads.len(), 9);
+    assert_eq!(t.threads().len(), 9);
     assert!(
-        t.threads.keys().all(|&tid| tid > 16),
+        t.threads().keys().all(|&tid| tid > 16),
         "{:?}",
-        t.threads.keys()
+        t.threads().keys()
     );
 }
 
@@ -465,7 +465,7 @@ pub fn assert_fib_exact_in_every_run(dir: &Path, fib: &Path) {
         assert!(out.status.success(), "run {run}: {}", text(&out.stderr));
         let calls = program_calls(&out.stdout);
         let t = Trace::open(&trace).expect("open trace");
-        assert!(t.end.is_some() && t.truncation.is_none());
+        assert!(t.end().is_some() && t.truncation().is_none());
         assert_eq!(nested_counts(&t, "fib::fib"), (calls, calls), "run {run}");
     }
 }
@@ -481,9 +481,9 @@ pub fn assert_linked_program_records_itself(dir: &Path, prog: &Path) {
     );
     let t = Trace::open(&trace).expect("open");
     assert_eq!(nested_counts(&t, "linked::work"), (40, 40));
-    assert_eq!(t.threads.len(), 1, "the collector thread is never traced");
+    assert_eq!(t.threads().len(), 1, "the collector thread is never traced");
     assert!(
-        t.functions
+        t.functions()
             .values()
             .all(|f| !f.name().starts_with("ferrotrace")),
         "the runtime never traces itself"
@@ -500,7 +500,7 @@ pub fn assert_spawned_child_writes_its_own_trace(dir: &Path, prog: &Path) {
     assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
     assert!(text(&out.stdout).contains("child done"));
     let parent = Trace::open(&trace).expect("parent trace");
-    let w = walk(&parent, parent.session.pid);
+    let w = walk(&parent, parent.session().pid);
     assert_eq!(w.entries.get("spawner::parent_work"), Some(&50));
     assert_eq!(w.entries.get("spawner::child_work"), None);
     assert!(w.unwound.is_empty() && w.preexisting.is_empty());
@@ -522,10 +522,10 @@ pub fn assert_spawned_child_writes_its_own_trace(dir: &Path, prog: &Path) {
         .collect();
     assert_eq!(child_files.len(), 1, "{child_files:?}");
     let child = Trace::open(&child_files[0]).expect("child trace");
-    assert_eq!(child.session.ppid, parent.session.pid);
+    assert_eq!(child.session().ppid, parent.session().pid);
     assert!(child_files[0]
         .to_string_lossy()
-        .ends_with(&format!(".{}", child.session.pid)));
+        .ends_with(&format!(".{}", child.session().pid)));
     assert_eq!(nested_counts(&child, "spawner::child_work"), (100, 100));
     assert!(text(&out.stderr).contains("a child process wrote"));
 }
@@ -538,8 +538,8 @@ pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let stdout = text(&out.stdout);
     let t = Trace::open(&trace).expect("parent trace");
-    assert!(t.end.is_some() && t.truncation.is_none());
-    let w = walk(&t, t.session.pid);
+    assert!(t.end().is_some() && t.truncation().is_none());
+    let w = walk(&t, t.session().pid);
     assert_eq!(
         w.entries.get("forker::work"),
         Some(&30),
@@ -549,7 +549,7 @@ pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
         w.unwound.is_empty() && w.preexisting.is_empty() && w.open_at_end.is_empty(),
         "{w:?}"
     );
-    assert_eq!(t.threads.len(), 1);
+    assert_eq!(t.threads().len(), 1);
     // Each child: its own file, named after its pid, complete although the first left with `_exit`.
     for (status, calls) in [(0, 1000), (3, 500)] {
         let line = stdout
@@ -560,10 +560,10 @@ pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
         let mut name = trace.clone().into_os_string();
         name.push(format!(".{pid}"));
         let c = Trace::open(std::path::Path::new(&name)).expect("child trace");
-        assert_eq!(c.session.pid, pid);
-        assert_eq!(c.session.ppid, t.session.pid);
+        assert_eq!(c.session().pid, pid);
+        assert_eq!(c.session().ppid, t.session().pid);
         assert!(
-            c.end.is_some() && c.truncation.is_none(),
+            c.end().is_some() && c.truncation().is_none(),
             "child {pid}: complete"
         );
         // The child starts recording inside the closure it runs, and ends inside it: that frame is
@@ -576,7 +576,7 @@ pub fn assert_forked_children_write_their_own_traces(dir: &Path, prog: &Path) {
                 && !w.open_at_end.iter().any(|f| f == "forker::work"),
             "child {pid}: {w:?}"
         );
-        assert_eq!(c.threads.len(), 1, "child {pid}: the thread that forked");
+        assert_eq!(c.threads().len(), 1, "child {pid}: the thread that forked");
     }
 }
 
@@ -738,12 +738,12 @@ pub fn assert_linked_library_traced(dir: &Path, prog: &Path) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
     let lib = t
-        .functions
+        .functions()
         .values()
         .find(|f| f.name() == "xlib_work")
         .expect("xlib_work traced");
     let module = t
-        .modules
+        .modules()
         .iter()
         .find(|m| m.id == lib.module)
         .expect("module");
@@ -759,7 +759,9 @@ pub fn assert_dlopened_library_traced(dir: &Path, prog: &Path) {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let t = Trace::open(&trace).expect("open");
     assert!(
-        t.modules.iter().any(|m| m.path.ends_with("libft_xlib.so")),
+        t.modules()
+            .iter()
+            .any(|m| m.path.ends_with("libft_xlib.so")),
         "the dlopened module is in the map"
     );
     assert_eq!(nested_counts(&t, "ft_xlib::xlib_step"), (30, 30));
@@ -807,7 +809,7 @@ pub fn uftrace_report_calls(dir: &Path) -> Vec<(String, u64)> {
 /// The text of every Tracepoint event, thread by thread, in order.
 pub fn tracepoint_lines(t: &Trace) -> Vec<String> {
     let mut out = Vec::new();
-    for &tid in t.threads.keys() {
+    for &tid in t.threads().keys() {
         for e in t.thread_events(tid).expect("thread events") {
             let e = e.expect("event");
             if e.kind == EventKind::Tracepoint {

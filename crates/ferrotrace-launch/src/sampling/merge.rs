@@ -40,12 +40,12 @@ fn last_chunk(file: &std::fs::File, valid_len: u64) -> std::io::Result<Option<(u
 pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
     let t = Trace::open(trace).map_err(SampleError::Read)?;
     let p = Trace::open(samples).map_err(SampleError::Read)?;
-    let Some(end) = t.end else {
+    let Some(end) = t.end() else {
         return Err(SampleError::NotMergeable(
             "the trace has no End chunk (the program did not finish it): samples not merged".into(),
         ));
     };
-    if !t.samplers.is_empty() || !t.problems.is_empty() || t.truncation.is_some() {
+    if !t.samplers().is_empty() || !t.problems().is_empty() || t.truncation().is_some() {
         return Err(SampleError::NotMergeable(
             "the trace holds samples already or is damaged: samples not merged".into(),
         ));
@@ -57,7 +57,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
             "the trace file is not ours to append to".into(),
         ));
     };
-    let Some((end_at, end_header)) = last_chunk(&file, t.valid_len).map_err(io)? else {
+    let Some((end_at, end_header)) = last_chunk(&file, t.valid_len()).map_err(io)? else {
         return Err(SampleError::NotMergeable("the trace is empty".into()));
     };
     if ChunkKind::from_u32(end_header.kind) != Some(ChunkKind::End) {
@@ -67,26 +67,26 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
     }
 
     // The profile's modules and stack nodes get ids past the trace's own.
-    let first_module = t.modules.iter().map(|m| m.id).max().unwrap_or(0) + 1;
+    let first_module = t.modules().iter().map(|m| m.id).max().unwrap_or(0) + 1;
     let module_ids: HashMap<u32, u32> = p
-        .modules
+        .modules()
         .iter()
         .enumerate()
         .map(|(i, m)| (m.id, first_module + i as u32))
         .collect();
-    let first_node = t.stacks.len() as u32;
+    let first_node = t.stacks().len() as u32;
 
     file.set_len(end_at).map_err(io)?;
     let mut file = file;
     file.seek(SeekFrom::End(0)).map_err(io)?;
     let mut w = TraceWriter::resume(BufWriter::new(file), end_at, end_header.seq);
     let head = SamplersHeader {
-        call_graph: p.call_graph,
-        frequency: p.sample_frequency,
-        count: p.samplers.len() as u32,
+        call_graph: p.call_graph(),
+        frequency: p.sample_frequency(),
+        count: p.samplers().len() as u32,
     };
     let list: Vec<Sampler<'_>> = p
-        .samplers
+        .samplers()
         .iter()
         .map(|s| Sampler {
             kind: s.kind,
@@ -99,7 +99,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
     for s in &list {
         let _ = s.encode(&mut samplers);
     }
-    if let Some(end) = p.end {
+    if let Some(end) = p.end() {
         let losses = SamplerLosses {
             lost: end.lost,
             unwind_errors: end.unwind_errors,
@@ -107,7 +107,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
         let _ = losses.encode(&mut samplers);
     }
     w.chunk(ChunkKind::Samplers, &samplers).map_err(io)?;
-    for m in &p.modules {
+    for m in p.modules() {
         w.write(&schema::Module {
             id: module_ids[&m.id],
             bias: m.bias,
@@ -118,7 +118,7 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
         .map_err(io)?;
     }
     let nodes: Vec<StackNode> = p
-        .stacks
+        .stacks()
         .iter()
         .map(|n| StackNode {
             parent: n.parent.map(|q| q + first_node),
@@ -134,15 +134,15 @@ pub fn merge(trace: &Path, samples: &Path) -> Result<u64, SampleError> {
         w.write_list(&head, part).map_err(io)?;
     }
     let named: HashSet<u32> = t
-        .threads
+        .threads()
         .values()
         .filter(|th| !th.name.is_empty())
         .map(|th| th.tid)
         .collect();
     let mut merged = 0u64;
     let mut buf = Vec::new();
-    for th in p.threads.values() {
-        if th.pid != t.session.pid {
+    for th in p.threads().values() {
+        if th.pid != t.session().pid {
             // Another process's: its own trace takes them.
             continue;
         }
@@ -256,16 +256,16 @@ mod tests {
 
         assert_eq!(merge(&trace, &profile).unwrap(), 4);
         let m = Trace::open(&trace).unwrap();
-        assert!(m.problems.is_empty(), "{:?}", m.problems);
-        assert!(m.truncation.is_none() && m.end.is_some());
-        assert_eq!(m.samplers.len(), 1);
+        assert!(m.problems().is_empty(), "{:?}", m.problems());
+        assert!(m.truncation().is_none() && m.end().is_some());
+        assert_eq!(m.samplers().len(), 1);
         // The sampler's losses are the Samplers chunk's; the End chunk's stay the runtime's.
         let losses = SamplerLosses {
             lost: 9,
             unwind_errors: 0,
         };
-        assert_eq!(m.sampler_losses, Some(losses));
-        assert_eq!(m.end.unwrap().lost, 0);
+        assert_eq!(m.sampler_losses(), Some(losses));
+        assert_eq!(m.end().unwrap().lost, 0);
         let main: Vec<(u64, EventKind, u32)> = m
             .thread_events(7)
             .unwrap()
@@ -295,15 +295,15 @@ mod tests {
         for (i, f) in [0, 2, 3].map(|i| (i, fields[i])) {
             assert_eq!((f.0, f.2), (EventKind::Sample, 1_000), "sample {i}: {f:?}");
         }
-        let profile_module = m.stacks[1].module;
+        let profile_module = m.stacks()[1].module;
         assert_ne!(profile_module, 5);
-        assert_eq!(m.stacks[0].module, 5);
-        assert_eq!(m.stacks[2].parent, Some(1));
+        assert_eq!(m.stacks()[0].module, 5);
+        assert_eq!(m.stacks()[2].parent, Some(1));
         assert!(m
-            .modules
+            .modules()
             .iter()
             .any(|x| x.id == profile_module && x.path == "/bin/t"));
-        assert_eq!(m.threads[&8].events, 1);
+        assert_eq!(m.threads()[&8].events, 1);
         // Once is all: a trace that holds samples takes no more.
         assert!(matches!(
             merge(&trace, &profile),

@@ -16,8 +16,8 @@ use ferrotrace_core::format::{
 use ferrotrace_core::schema::{self, Payload};
 
 use super::{
-    CallGraph, ChunkRef, EventsChunk, Function, Module, ReadError, Sampler, Session, Trace,
-    Truncation, NO_MODULE,
+    CallGraph, ChunkRef, EventsChunk, Function, Module, Problem, ReadError, Sampler, Session,
+    Trace, Truncation, NO_MODULE,
 };
 
 /// Opens and indexes the trace at `path` ([`Trace::open`]), handing each Events chunk that the pass
@@ -137,14 +137,13 @@ pub(super) fn open(
                     .map_err(io_err)?
                 {
                     Some((next, seq)) => {
-                        t.problems.push(format!(
-                            "the chunk at byte {offset} is damaged ({reason}): {} (bytes \
-                             {offset}..{next}) skipped, read on from chunk {seq}",
-                            match seq.wrapping_sub(next_seq) {
-                                0 | 1 => format!("chunk {next_seq}"),
-                                _ => format!("chunks {next_seq}..{}", seq.wrapping_sub(1)),
-                            }
-                        ));
+                        t.problems.push(Problem::DamagedChunk {
+                            offset,
+                            reason,
+                            first_skipped: next_seq,
+                            resumed_at: seq,
+                            resumed_offset: next,
+                        });
                         next_seq = seq;
                         r.seek(SeekFrom::Start(next)).map_err(io_err)?;
                         read_in_place = 0;
@@ -191,17 +190,17 @@ pub(super) fn open(
         // that was copied or moved. Either way the results would not be what was recorded.
         if h.seq != next_seq {
             if h.seq > next_seq {
-                t.problems.push(format!(
-                    "chunks {next_seq}..{} are missing (before byte {})",
-                    h.seq - 1,
-                    payload_offset - CHUNK_HEADER_LEN as u64
-                ));
+                t.problems.push(Problem::MissingChunks {
+                    first: next_seq,
+                    last: h.seq - 1,
+                    before: payload_offset - CHUNK_HEADER_LEN as u64,
+                });
             } else {
-                t.problems.push(format!(
-                    "chunk {} at byte {} repeats or is out of place (expected chunk {next_seq}): skipped",
-                    h.seq,
-                    payload_offset - CHUNK_HEADER_LEN as u64
-                ));
+                t.problems.push(Problem::ChunkOutOfPlace {
+                    seq: h.seq,
+                    offset: payload_offset - CHUNK_HEADER_LEN as u64,
+                    expected: next_seq,
+                });
                 continue;
             }
         }
@@ -237,24 +236,14 @@ pub(super) fn open(
         // A cut-short tail says so itself; a file that ends cleanly must end with End (or with
         // record's Salvage, which says what the process left unwritten).
         if t.session.mode.is_none() {
-            t.problems.push(
-                "the trace has no Session chunk (its first chunk): what recorded it, and how, is \
-                 unknown"
-                    .into(),
-            );
+            t.problems.push(Problem::NoSession);
         }
         if t.end.is_none() && t.salvage.is_none() {
-            t.problems.push(format!(
-                "the trace has no End chunk after byte {}: the process ended without finishing it \
-                 (killed, or crashed), or it is still being written",
-                t.valid_len
-            ));
+            t.problems.push(Problem::NoEnd { after: t.valid_len });
         }
     }
     if after_end > 0 {
-        t.problems.push(format!(
-            "{after_end} chunks follow the End chunk (appended later?): ignored"
-        ));
+        t.problems.push(Problem::AfterEnd { chunks: after_end });
     }
     t.check_threads();
     t.converter = match (t.clocks.first(), t.clocks.last()) {
@@ -418,10 +407,10 @@ impl Trace {
             Some(ChunkKind::End) => {
                 let end = schema::End::decode(&mut f)?;
                 if end.chunks != seq {
-                    self.problems.push(format!(
-                        "the End chunk counts {} chunks before it, the file holds {seq}",
-                        end.chunks
-                    ));
+                    self.problems.push(Problem::EndCountsChunks {
+                        counted: end.chunks,
+                        held: seq,
+                    });
                 }
                 self.end = Some(end);
             }
@@ -486,16 +475,15 @@ impl Trace {
                     Ok(0) => {}
                     Ok(repeats) => {
                         self.skipped_chunks += repeats as u64;
-                        self.problems.push(format!(
-                            "thread {}: {repeats} events chunks repeat a chunk number: skipped",
-                            th.tid
-                        ));
+                        self.problems.push(Problem::ThreadChunksRepeat {
+                            tid: th.tid,
+                            repeats,
+                        });
                     }
-                    Err(e) => self.problems.push(format!(
-                        "thread {}: its chunk index could not be read back from its temporary \
-                         file ({e}): its events are left out",
-                        th.tid
-                    )),
+                    Err(e) => self.problems.push(Problem::ThreadIndexUnreadable {
+                        tid: th.tid,
+                        error: e.to_string(),
+                    }),
                 }
                 th.events = th.chunks.events(&self.spill).unwrap_or(0)
                     + th.sample_chunks.iter().map(|c| c.count).sum::<u64>();
@@ -508,12 +496,12 @@ impl Trace {
                 // Distinct numbers in order run without a gap exactly when the last is `first + n - 1`.
                 let span = (last as u64 + 1).saturating_sub(first as u64);
                 if span != numbered {
-                    self.problems.push(format!(
-                        "thread {}: its events chunks are numbered {first}..={last} but {} of them \
-                         are missing",
-                        th.tid,
-                        span.saturating_sub(numbered)
-                    ));
+                    self.problems.push(Problem::ThreadChunksMissing {
+                        tid: th.tid,
+                        first,
+                        last,
+                        missing: span.saturating_sub(numbered),
+                    });
                 }
             }
             // Samples merged into a function trace are not the runtime's events (End counts those).
@@ -525,20 +513,20 @@ impl Trace {
                 .zip(0..)
                 .any(|(c, want)| c.seq != want)
             {
-                self.problems.push(format!(
-                    "thread {}: its samples chunks are not numbered 0..{} without gaps",
-                    th.tid,
-                    th.sample_chunks.len()
-                ));
+                self.problems.push(Problem::ThreadSamplesMisnumbered {
+                    tid: th.tid,
+                    count: th.sample_chunks.len(),
+                });
             }
             read_events = read_events.saturating_add(th.events.saturating_sub(samples));
         }
         if let Some(end) = &self.end {
             let expected = end.events.saturating_sub(end.dropped_events);
             if read_events != expected {
-                self.problems.push(format!(
-                    "the End chunk counts {expected} events, the file holds {read_events}"
-                ));
+                self.problems.push(Problem::EndCountsEvents {
+                    counted: expected,
+                    held: read_events,
+                });
             }
         }
     }
@@ -634,6 +622,11 @@ mod tests {
     /// Events of the one thread: three full Events chunks (4,096 each) and one of 10.
     const EVENTS: u64 = 3 * 4096 + 10;
     const EVENTS_KIND: u32 = ChunkKind::Events as u32;
+
+    /// The trace's problems as its warnings word them.
+    fn problems_said(t: &Trace) -> Vec<String> {
+        t.problems.iter().map(ToString::to_string).collect()
+    }
 
     /// One chunk of a trace file as written.
     #[derive(Clone)]
@@ -788,7 +781,7 @@ mod tests {
                 &format!("bounded-{per_thread}"),
                 &interleaved(&tids, per_thread, |_| {}),
             );
-            assert_eq!(t.problems, Vec::<String>::new());
+            assert_eq!(problems_said(&t), Vec::<String>::new());
             assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
             // Older entries went to the temporary file; what stays is at most a block per thread.
             assert!(t.index_bytes_on_disk() > 0);
@@ -825,7 +818,7 @@ mod tests {
         });
         let t = open_bytes("repeat-spilled", &bytes);
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec!["thread 8: 1 events chunks repeat a chunk number: skipped".to_string()]
         );
         assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
@@ -841,7 +834,7 @@ mod tests {
         let chunks = split(&bytes);
         assert_eq!(events_chunks(&chunks).len(), 4);
         let t = open_bytes("whole", &bytes);
-        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(problems_said(&t), Vec::<String>::new());
         assert_eq!(t.truncation, None);
         assert!(t.end.is_some());
         assert_eq!(t.event_count(), EVENTS);
@@ -857,13 +850,13 @@ mod tests {
         chunks.remove(i);
         let t = open_bytes("missing", &join(&chunks));
         assert_eq!(
-            t.problems[0],
+            problems_said(&t)[0],
             format!(
                 "chunks {seq}..{seq} are missing (before byte {})",
                 offset_of(&chunks, i)
             )
         );
-        assert!(t.problems.contains(&format!(
+        assert!(problems_said(&t).contains(&format!(
             "the End chunk counts {EVENTS} events, the file holds {}",
             EVENTS - 4096
         )));
@@ -879,7 +872,7 @@ mod tests {
         let seq = chunks[i].seq;
         let t = open_bytes("repeated", &join(&chunks));
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec![format!(
                 "chunk {seq} at byte {} repeats or is out of place (expected chunk {}): skipped",
                 offset_of(&chunks, i + 1),
@@ -900,7 +893,7 @@ mod tests {
         let seq = chunks[b].seq;
         let t = open_bytes("swapped", &join(&chunks));
         assert_eq!(
-            t.problems[..2],
+            problems_said(&t)[..2],
             [
                 format!(
                     "chunks {seq}..{seq} are missing (before byte {})",
@@ -926,7 +919,7 @@ mod tests {
         chunks.push(extra);
         let t = open_bytes("after-end", &join(&chunks));
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec!["1 chunks follow the End chunk (appended later?): ignored".to_string()]
         );
         assert_eq!(t.event_count(), EVENTS);
@@ -944,7 +937,7 @@ mod tests {
         let t = open_bytes("end-counts", &join(&chunks));
         let end_seq = chunks.len() as u32 - 1;
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec![
                 format!(
                     "the End chunk counts {} chunks before it, the file holds {end_seq}",
@@ -970,7 +963,7 @@ mod tests {
         let t = open_bytes("thread-repeat", &join(&chunks));
         let end_seq = chunks.len() as u32 - 1;
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec![
                 format!(
                     "the End chunk counts {} chunks before it, the file holds {end_seq}",
@@ -1002,7 +995,7 @@ mod tests {
         });
         let (tids, bytes, chunks, i) = straddling.expect("a payload across byte 2^20");
         let t = open_bytes("straddle", &bytes);
-        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(problems_said(&t), Vec::<String>::new());
         assert_eq!(t.truncation, None);
         assert_eq!(t.event_count(), 2 * 2 * per_thread as u64);
         assert_eq!(thread_ticks(&t, tids[1]).len(), 2 * per_thread as usize);
@@ -1012,11 +1005,11 @@ mod tests {
         damaged[at as usize + CHUNK_HEADER_LEN + chunks[i].payload.len() - 1] ^= 0x40;
         let t = open_bytes("straddle-crc", &damaged);
         assert!(
-            t.problems[0].starts_with(&format!(
+            problems_said(&t)[0].starts_with(&format!(
                 "the chunk at byte {at} is damaged (checksum mismatch)"
             )),
             "{:?}",
-            t.problems
+            problems_said(&t)
         );
     }
 
@@ -1054,7 +1047,7 @@ mod tests {
             assert!(t.end.is_some(), "{case}");
             assert_eq!(t.event_count(), whole_count - 4096, "{case}");
             assert_eq!(t.next_chunk_seq, chunks.len() as u32, "{case}");
-            let said = &t.problems[0];
+            let said = &problems_said(&t)[0];
             assert!(
                 said.starts_with(&format!("the chunk at byte {at} is damaged ("))
                     && said.ends_with(&format!(
@@ -1063,7 +1056,7 @@ mod tests {
                         chunks[i + 1].seq
                     )),
                 "{case}: {:?}",
-                t.problems
+                problems_said(&t)
             );
         }
     }
@@ -1080,7 +1073,7 @@ mod tests {
         assert_cut_by_checksum_at(&t, at);
         assert_eq!(t.next_chunk_seq, chunks[end].seq);
         assert!(t.end.is_none());
-        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(problems_said(&t), Vec::<String>::new());
     }
 
     #[test]
@@ -1094,7 +1087,7 @@ mod tests {
         assert!(t.end.is_none());
         // Clean, but not whole: every command warns (issue 20.12: read silently, exit 0).
         assert_eq!(
-            t.problems,
+            problems_said(&t),
             vec![format!(
                 "the trace has no End chunk after byte {at}: the process ended without finishing \
                  it (killed, or crashed), or it is still being written"
@@ -1108,7 +1101,7 @@ mod tests {
 
         let t = open_bytes("cut-header", &bytes[..at + 5]);
         // The cut says it all: no second word about the End chunk it took away.
-        assert_eq!(t.problems, Vec::<String>::new());
+        assert_eq!(problems_said(&t), Vec::<String>::new());
         let cut = t.truncation.expect("cut inside a header");
         assert_eq!(cut.offset, at as u64);
         assert_eq!(cut.reason, "chunk header cut short (5 of 16 bytes)");
@@ -1133,13 +1126,13 @@ mod tests {
         renumber(&mut chunks);
         let t = open_bytes("no-session", &join(&chunks));
         assert!(
-            t.problems.contains(
+            problems_said(&t).contains(
                 &"the trace has no Session chunk (its first chunk): what recorded it, and how, \
                   is unknown"
                     .to_string()
             ),
             "{:?}",
-            t.problems
+            problems_said(&t)
         );
     }
 

@@ -10,6 +10,7 @@ mod ahead;
 mod chunks;
 mod index;
 pub mod model;
+pub mod problem;
 pub mod stream;
 
 use std::collections::{BTreeMap, HashMap};
@@ -24,6 +25,7 @@ pub use model::{
     demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
     Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
+pub use problem::Problem;
 pub use stream::{MergedEvents, ThreadEvents};
 
 /// An Events chunk as the index pass reads it ([`Trace::open_with_events`]).
@@ -45,51 +47,51 @@ pub struct Trace {
     /// One descriptor for every event stream (positional reads), however many threads there are.
     file: File,
     /// File size in bytes.
-    pub file_len: u64,
+    file_len: u64,
     /// Bytes that were read and verified.
-    pub valid_len: u64,
+    valid_len: u64,
     /// `(major, minor)` format version.
-    pub version: (u16, u16),
+    version: (u16, u16),
     /// Process metadata.
-    pub session: Session,
+    session: Session,
     /// Calibration pairs in file order.
-    pub clocks: Vec<ClockPair>,
+    clocks: Vec<ClockPair>,
     /// Loaded objects.
-    pub modules: Vec<Module>,
+    pub(crate) modules: Vec<Module>,
     /// Traced functions by id.
-    pub functions: HashMap<u32, Function>,
+    pub(crate) functions: HashMap<u32, Function>,
     /// Threads by tid.
-    pub threads: BTreeMap<u32, Thread>,
+    threads: BTreeMap<u32, Thread>,
     /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
-    pub tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
+    tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
     /// Present when the trace was ended properly.
-    pub end: Option<End>,
+    end: Option<End>,
     /// Present when the process died without an End chunk and `ferrotrace record` appended what it had
     /// not written (recovered from the chunk pool it shared with record).
-    pub salvage: Option<schema::Salvage>,
+    salvage: Option<schema::Salvage>,
     /// The RunningAtStart chunk: per thread, the functions already running when its tracing began.
     running: Option<HashMap<u32, Vec<u32>>>,
     /// The number the next chunk appended to the readable prefix must carry (chunks are numbered).
-    pub next_chunk_seq: u32,
+    next_chunk_seq: u32,
     /// Set when reading stopped early.
-    pub truncation: Option<Truncation>,
+    truncation: Option<Truncation>,
     /// Chunks of kinds this reader does not know (skipped).
-    pub unknown_chunks: u64,
+    unknown_chunks: u64,
     /// What is wrong with the trace besides a cut-short tail: chunks missing, duplicated, out of
     /// place, after the end, or an End chunk that disagrees with what was read. Commands print these
     /// as warnings: the results are not what was recorded.
-    pub problems: Vec<String>,
+    problems: Vec<Problem>,
     /// How the stacks of samples were taken (from the Samplers chunk).
-    pub call_graph: CallGraph,
+    call_graph: CallGraph,
     /// Timer frequency of the samplers, Hz (0 without a timer).
-    pub sample_frequency: u32,
+    sample_frequency: u32,
     /// The samplers; Sample events refer to them by index.
-    pub samplers: Vec<Sampler>,
+    samplers: Vec<Sampler>,
     /// What the sampler lost, when its samples were merged into a function trace (`record
     /// --sample`); `None` in a profile's own trace, whose End chunk counts it.
-    pub sampler_losses: Option<schema::SamplerLosses>,
+    sampler_losses: Option<schema::SamplerLosses>,
     /// The interned stacks of samples and allocations, by id.
-    pub stacks: Vec<StackNode>,
+    stacks: Vec<StackNode>,
     /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
     skipped_chunks: u64,
     /// Where the threads' chunk lists keep their older entries.
@@ -98,6 +100,110 @@ pub struct Trace {
 }
 
 impl Trace {
+    /// File size in bytes.
+    pub fn file_len(&self) -> u64 {
+        self.file_len
+    }
+
+    /// Bytes that were read and verified: the readable prefix.
+    pub fn valid_len(&self) -> u64 {
+        self.valid_len
+    }
+
+    /// The `(major, minor)` format version.
+    pub fn version(&self) -> (u16, u16) {
+        self.version
+    }
+
+    /// Process metadata (the Session chunk).
+    pub fn session(&self) -> &Session {
+        &self.session
+    }
+
+    /// Calibration pairs in file order.
+    pub fn clocks(&self) -> &[ClockPair] {
+        &self.clocks
+    }
+
+    /// Loaded objects.
+    pub fn modules(&self) -> &[Module] {
+        &self.modules
+    }
+
+    /// Traced functions by id.
+    pub fn functions(&self) -> &HashMap<u32, Function> {
+        &self.functions
+    }
+
+    /// Threads by tid.
+    pub fn threads(&self) -> &BTreeMap<u32, Thread> {
+        &self.threads
+    }
+
+    /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
+    pub fn tracepoints(&self) -> &HashMap<u32, crate::tracepoints::TracepointDesc> {
+        &self.tracepoints
+    }
+
+    /// The End chunk: present when the trace was ended properly.
+    pub fn end(&self) -> Option<End> {
+        self.end
+    }
+
+    /// Present when the process died without an End chunk and `ferrotrace record` appended what it
+    /// had not written (recovered from the chunk pool it shared with record).
+    pub fn salvage(&self) -> Option<&schema::Salvage> {
+        self.salvage.as_ref()
+    }
+
+    /// The number the next chunk appended to the readable prefix must carry (chunks are numbered).
+    pub fn next_chunk_seq(&self) -> u32 {
+        self.next_chunk_seq
+    }
+
+    /// Where and why reading stopped early; `None` for a trace read to its end.
+    pub fn truncation(&self) -> Option<&Truncation> {
+        self.truncation.as_ref()
+    }
+
+    /// Chunks of kinds this reader does not know (skipped).
+    pub fn unknown_chunks(&self) -> u64 {
+        self.unknown_chunks
+    }
+
+    /// What is wrong with the trace besides a cut-short tail: chunks missing, duplicated, out of
+    /// place, after the end, or an End chunk that disagrees with what was read. Commands print these
+    /// as warnings ([`Trace::warnings`]): the results are not what was recorded.
+    pub fn problems(&self) -> &[Problem] {
+        &self.problems
+    }
+
+    /// How the stacks of samples were taken (from the Samplers chunk).
+    pub fn call_graph(&self) -> CallGraph {
+        self.call_graph
+    }
+
+    /// Timer frequency of the samplers, Hz (0 without a timer).
+    pub fn sample_frequency(&self) -> u32 {
+        self.sample_frequency
+    }
+
+    /// The samplers; Sample events refer to them by index.
+    pub fn samplers(&self) -> &[Sampler] {
+        &self.samplers
+    }
+
+    /// What the sampler lost, when its samples were merged into a function trace (`record
+    /// --sample`); `None` in a profile's own trace, whose End chunk counts it.
+    pub fn sampler_losses(&self) -> Option<schema::SamplerLosses> {
+        self.sampler_losses
+    }
+
+    /// The interned stacks of samples and allocations, by id.
+    pub fn stacks(&self) -> &[StackNode] {
+        &self.stacks
+    }
+
     /// What a command must say after its results (one `ferrotrace: warning:` line each): the
     /// trace's problems and a truncated tail. Empty for a trace read whole and sound.
     pub fn warnings(&self) -> Vec<String> {
