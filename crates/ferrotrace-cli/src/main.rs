@@ -48,25 +48,26 @@ enum Command {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let mut traces = cmd::Traces::default();
     let result = match cli.command {
         Command::Record(a) => cmd::record::run(a),
-        Command::Info(a) => cmd::info::run(a),
-        Command::Replay(a) => cmd::replay::run(a),
-        Command::Report(a) => cmd::report::run(a),
-        Command::Graph(a) => cmd::graph::run(a),
-        Command::Mem(a) => cmd::mem::run(a),
-        Command::Flame(a) => cmd::flame::run(a),
-        Command::Dump(a) => cmd::dump::run(a),
+        Command::Info(a) => cmd::info::run(a, &mut traces),
+        Command::Replay(a) => cmd::replay::run(a, &mut traces),
+        Command::Report(a) => cmd::report::run(a, &mut traces),
+        Command::Graph(a) => cmd::graph::run(a, &mut traces),
+        Command::Mem(a) => cmd::mem::run(a, &mut traces),
+        Command::Flame(a) => cmd::flame::run(a, &mut traces),
+        Command::Dump(a) => cmd::dump::run(a, &mut traces),
         Command::List(a) => cmd::list::run(a),
         Command::Live(a) => cmd::live::run(a),
-        Command::Profile(a) => cmd::profile::run(a),
+        Command::Profile(a) => cmd::profile::run(a, &mut traces),
     };
     match result {
         Ok(code) => code,
         // Nothing is left to say to a reader that is gone; stderr stays quiet too (`cmd | head`).
         Err(e) if e.is_closed_pipe() => ExitCode::SUCCESS,
         Err(e) => {
-            cmd::say_unfinished();
+            traces.say_unfinished();
             say!("ferrotrace: {e}");
             ExitCode::from(2)
         }

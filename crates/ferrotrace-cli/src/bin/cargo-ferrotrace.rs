@@ -243,11 +243,17 @@ fn run(inv: Invocation) -> Result<ExitCode, Error> {
             .collect::<Vec<_>>()
             .join(" ")
     );
-    match Ferrotrace::try_parse_from(argv) {
+    let mut traces = cmd::Traces::default();
+    let result = match Ferrotrace::try_parse_from(argv) {
         Ok(Ferrotrace::Record(args)) => cmd::record::run(args),
-        Ok(Ferrotrace::Profile(args)) => cmd::profile::run(args),
+        Ok(Ferrotrace::Profile(args)) => cmd::profile::run(args, &mut traces),
         Err(e) => e.exit(),
+    };
+    if result.is_err() {
+        // What is wrong with the trace profile read (for --pprof) first: the error may come from it.
+        traces.say_unfinished();
     }
+    result
 }
 
 fn main() -> ExitCode {

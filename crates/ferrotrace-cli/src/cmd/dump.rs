@@ -79,8 +79,8 @@ fn parse_size(s: &str) -> Result<u64, String> {
 }
 
 /// Writes the dump.
-pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
+pub fn run(a: DumpArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open_named(&a.trace.input, a.symbols.as_deref())?;
     let format = a.format;
     let supports = format.supports();
     if !supports.window && (a.from.is_some() || a.to.is_some()) {
@@ -115,7 +115,7 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
             .write_samples(&trace, &set, opts)
             .map_err(Error::analysis)?;
         super::emit(a.output.as_deref(), &bytes)?;
-        return Ok(super::finish(&trace, &[]));
+        return Ok(traces.finish(&trace, &[]));
     }
     let mut progress = Progress::new("dump", trace.event_count());
     let errors = if let Some(default) = format.directory() {
@@ -163,5 +163,5 @@ pub fn run(a: DumpArgs) -> Result<ExitCode, Error> {
         out.finish()?;
         written.errors
     };
-    Ok(super::finish(&trace, &errors))
+    Ok(traces.finish(&trace, &errors))
 }

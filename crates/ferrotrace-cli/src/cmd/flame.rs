@@ -46,8 +46,8 @@ pub enum MemWeight {
 }
 
 /// The allocation flame graph.
-fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, Error> {
-    let trace = super::open(&a.trace.input)?;
+fn memory(a: &FlameArgs, weight: MemWeight, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open(&a.trace.input)?;
     let weight = match weight {
         MemWeight::Bytes => Weight::Bytes,
         MemWeight::Allocations => Weight::Allocations,
@@ -55,7 +55,7 @@ fn memory(a: &FlameArgs, weight: MemWeight) -> Result<ExitCode, Error> {
     };
     let bytes = memory::draw(&trace, weight, a.folded).map_err(Error::analysis)?;
     super::emit(default_output(a).as_deref(), &bytes)?;
-    Ok(super::finish(&trace, &[]))
+    Ok(traces.finish(&trace, &[]))
 }
 
 /// `-o`, or `flame.svg` for an SVG (folded stacks go to standard output).
@@ -66,16 +66,16 @@ fn default_output(a: &FlameArgs) -> Option<PathBuf> {
 }
 
 /// Writes the flame graph.
-pub fn run(a: FlameArgs) -> Result<ExitCode, Error> {
+pub fn run(a: FlameArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
     if let Some(w) = a.weight {
-        return memory(&a, w);
+        return memory(&a, w, traces);
     }
-    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
+    let trace = traces.open_named(&a.trace.input, a.symbols.as_deref())?;
     if let Input::Samples(set, totals) = Input::of(&trace, a.samples).map_err(Error::analysis)? {
         let bytes =
             flame::samples::draw(&trace, &set, &totals, a.folded).map_err(Error::analysis)?;
         super::emit(default_output(&a).as_deref(), &bytes)?;
-        return Ok(super::finish(&trace, &[]));
+        return Ok(traces.finish(&trace, &[]));
     }
     let mut progress = Progress::new("flame", trace.event_count());
     let cct = Cct::build(&trace, None, &mut progress).map_err(Error::analysis)?;
@@ -87,5 +87,5 @@ pub fn run(a: FlameArgs) -> Result<ExitCode, Error> {
     if let Some(p) = output {
         say!("ferrotrace: wrote {}", p.display());
     }
-    Ok(super::finish(&trace, &cct.errors))
+    Ok(traces.finish(&trace, &cct.errors))
 }

@@ -26,8 +26,8 @@ pub struct GraphArgs {
 }
 
 /// Prints the call graph.
-pub fn run(a: GraphArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
+pub fn run(a: GraphArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open_named(&a.trace.input, a.symbols.as_deref())?;
     let focus = a
         .function
         .as_deref()
@@ -42,7 +42,7 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, Error> {
         ))?;
         if !sections.functions {
             out.finish()?;
-            return Ok(super::finish(&trace, &[]));
+            return Ok(traces.finish(&trace, &[]));
         }
         out.print("\n")?;
     }
@@ -55,5 +55,5 @@ pub fn run(a: GraphArgs) -> Result<ExitCode, Error> {
     };
     out.print(&to_text(&cct, &what))?;
     out.finish()?;
-    Ok(super::finish(&trace, &cct.errors))
+    Ok(traces.finish(&trace, &cct.errors))
 }

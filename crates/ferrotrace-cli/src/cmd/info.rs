@@ -24,8 +24,8 @@ pub struct InfoArgs {
 }
 
 /// Prints the summary. Exits 0 for a complete trace, 1 (after printing the prefix) for a truncated one.
-pub fn run(args: InfoArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&args.trace.input, args.symbols.as_deref())?;
+pub fn run(args: InfoArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open_named(&args.trace.input, args.symbols.as_deref())?;
     let mut out = super::Output::stdout();
     let summary = Summary::of(&trace).map_err(Error::analysis)?;
     let set = super::samples(&trace)?;
@@ -43,5 +43,5 @@ pub fn run(args: InfoArgs) -> Result<ExitCode, Error> {
         }
     }
     out.finish()?;
-    Ok(super::finish(&trace, &[]))
+    Ok(traces.finish(&trace, &[]))
 }

@@ -26,8 +26,8 @@ pub struct MemArgs {
 }
 
 /// Prints the memory report of a trace recorded with `record --alloc`.
-pub fn run(args: MemArgs) -> Result<ExitCode, Error> {
-    let trace = super::open(&args.trace.input)?;
+pub fn run(args: MemArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open(&args.trace.input)?;
     if !trace.has_allocations() {
         return Err(Error::Usage(format!(
             "{} holds no allocation events: record with `ferrotrace record --alloc`",
@@ -51,5 +51,5 @@ pub fn run(args: MemArgs) -> Result<ExitCode, Error> {
     for m in &rep.unreadable_modules {
         say!("ferrotrace: warning: cannot name addresses in {m}");
     }
-    Ok(super::finish(&trace, &[]))
+    Ok(traces.finish(&trace, &[]))
 }

@@ -35,47 +35,67 @@ pub struct TraceInput {
     pub input: PathBuf,
 }
 
-/// Opens a trace; errors become the one-line message `main` prints. What is wrong with the trace is
-/// said by [`finish`], or, when the command ends with an error before that (`mem` on a trace whose
-/// Session chunk is missing: "holds no allocation events"), by [`say_unfinished`] before the error.
-pub fn open(path: &Path) -> Result<Trace, Error> {
-    Ok(opened(Trace::open(path)?))
+/// The traces a command reads, and what is wrong with them, said once: after the command's results
+/// ([`Traces::finish`]) or, when the command ends with an error before that (`mem` on a trace whose
+/// Session chunk is missing: "holds no allocation events"), before that error, which may well come
+/// from the damage ([`Traces::say_unfinished`], by `main`). `main` owns it and hands it to the
+/// command; nothing about it is process-wide.
+#[derive(Default)]
+pub struct Traces {
+    /// The warnings of the traces opened and not yet finished.
+    unfinished: Vec<(PathBuf, Vec<String>)>,
 }
 
-/// A trace just opened (by [`open`], or by a command's own way of opening it), its warnings kept for
-/// [`finish`].
-pub fn opened(trace: Trace) -> Trace {
-    let warnings = trace.warnings();
-    if !warnings.is_empty() {
-        unfinished().push((trace.path().to_path_buf(), warnings));
+impl Traces {
+    /// Opens a trace; errors become the one-line message `main` prints.
+    pub fn open(&mut self, path: &Path) -> Result<Trace, Error> {
+        Ok(self.opened(Trace::open(path)?))
     }
-    trace
-}
 
-/// The warnings of the traces opened and not yet [`finish`]ed.
-fn unfinished() -> std::sync::MutexGuard<'static, Vec<(std::path::PathBuf, Vec<String>)>> {
-    static UNFINISHED: std::sync::Mutex<Vec<(std::path::PathBuf, Vec<String>)>> =
-        std::sync::Mutex::new(Vec::new());
-    UNFINISHED.lock().unwrap_or_else(|e| e.into_inner())
-}
+    /// A trace just opened (by [`Traces::open`], or by a command's own way of opening it), its
+    /// warnings kept for [`Traces::finish`].
+    pub fn opened(&mut self, trace: Trace) -> Trace {
+        let warnings = trace.warnings();
+        if !warnings.is_empty() {
+            self.unfinished.push((trace.path().to_path_buf(), warnings));
+        }
+        trace
+    }
 
-/// Says what is wrong with the traces the command opened and did not finish: `main` calls it before
-/// the error that ended the command, which may well come from the damage.
-pub fn say_unfinished() {
-    for (_, warnings) in std::mem::take(&mut *unfinished()) {
-        for w in warnings {
+    /// Opens a trace and names the functions of one that carries addresses instead of names (an
+    /// embedded recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
+    pub fn open_named(&mut self, path: &Path, symbols: Option<&Path>) -> Result<Trace, Error> {
+        named(self.open(path)?, symbols)
+    }
+
+    /// Warns about a truncated trace or read errors after the results were printed; returns the exit
+    /// code (1 when the results cover only part of the trace).
+    pub fn finish(&mut self, trace: &Trace, errors: &[String]) -> ExitCode {
+        let mut code = ExitCode::SUCCESS;
+        self.unfinished.retain(|(p, _)| p != trace.path());
+        for w in trace.warnings() {
             say!("{w}");
+            code = ExitCode::from(1);
+        }
+        for e in errors {
+            say!("ferrotrace: warning: {e}; that thread's results stop there");
+            code = ExitCode::from(1);
+        }
+        code
+    }
+
+    /// Says what is wrong with the traces the command opened and did not finish: `main` calls it
+    /// before the error that ended the command.
+    pub fn say_unfinished(self) {
+        for (_, warnings) in self.unfinished {
+            for w in warnings {
+                say!("{w}");
+            }
         }
     }
 }
 
-/// Opens a trace and names the functions of one that carries addresses instead of names (an embedded
-/// recorder's) from `symbols` (`--symbols BINARY`), or from the binary the trace names.
-pub fn open_named(path: &Path, symbols: Option<&Path>) -> Result<Trace, Error> {
-    named(open(path)?, symbols)
-}
-
-/// [`open_named`] of a trace already [`opened`].
+/// [`Traces::open_named`] of a trace already [`Traces::opened`].
 pub fn named(mut trace: Trace, symbols: Option<&Path>) -> Result<Trace, Error> {
     let warnings = ferrotrace_analysis::symbolize::name_address_ids(&mut trace, symbols)
         .map_err(Error::analysis)?;
@@ -93,22 +113,6 @@ pub fn srclines(trace: &Trace) -> Result<std::collections::HashMap<u32, String>,
         say!("ferrotrace: warning: --srcline: {why}");
     }
     Ok(found.lines)
-}
-
-/// Warns about a truncated trace or read errors after the results were printed; returns the exit code
-/// (1 when the results cover only part of the trace).
-pub fn finish(trace: &Trace, errors: &[String]) -> ExitCode {
-    let mut code = ExitCode::SUCCESS;
-    unfinished().retain(|(p, _)| p != trace.path());
-    for w in trace.warnings() {
-        say!("{w}");
-        code = ExitCode::from(1);
-    }
-    for e in errors {
-        say!("ferrotrace: warning: {e}; that thread's results stop there");
-        code = ExitCode::from(1);
-    }
-    code
 }
 
 /// Where a command writes its results: standard output or a file, buffered. Every command writes

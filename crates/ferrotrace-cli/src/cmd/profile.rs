@@ -130,7 +130,7 @@ fn default_call_graph(target: &Target, bpf: bool) -> ferrotrace_profile::CallGra
 }
 
 /// Records, prints a summary, and returns the program's exit status.
-pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
+pub fn run(args: ProfileArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
     let target =
         match (args.pid, args.command.first()) {
             _ if args.all => Target::SystemWide,
@@ -223,7 +223,7 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
         );
     }
     if let Some((profile, trace)) = &pprof {
-        write_pprof(trace, profile)?;
+        write_pprof(trace, profile, traces)?;
     }
     Ok(match s.exit_code {
         Some(c) => ExitCode::from(c as u8),
@@ -232,8 +232,8 @@ pub fn run(args: ProfileArgs) -> Result<ExitCode, Error> {
 }
 
 /// Writes the pprof profile of the trace at `trace` to `profile`.
-fn write_pprof(trace: &Path, profile: &Path) -> Result<(), Error> {
-    let trace = super::open_named(trace, None)?;
+fn write_pprof(trace: &Path, profile: &Path, traces: &mut super::Traces) -> Result<(), Error> {
+    let trace = traces.open_named(trace, None)?;
     let mut bytes = Vec::new();
     let mut progress = Progress::new("pprof", trace.event_count());
     dump::pprof::Pprof

@@ -63,8 +63,8 @@ fn regex(s: &Option<String>, what: &str) -> Result<Option<Regex>, String> {
 }
 
 /// Runs the replay.
-pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
-    let trace = super::open_named(&a.trace.input, a.symbols.as_deref())?;
+pub fn run(a: ReplayArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
+    let trace = traces.open_named(&a.trace.input, a.symbols.as_deref())?;
     let start = trace.start_ns();
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     let mut out = super::Output::stdout();
@@ -105,7 +105,7 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
             )
             .map_err(|e| out.error(e))?;
             out.finish()?;
-            return Ok(super::finish(&trace, &[]));
+            return Ok(traces.finish(&trace, &[]));
         }
         // Beside function events (`record --sample`): each in place, inside the running function.
         Some(set) => Some(SampledStacks::new(set, &trace)),
@@ -141,5 +141,5 @@ pub fn run(a: ReplayArgs) -> Result<ExitCode, Error> {
     let errors = replay(&trace, &opts, &mut out, &mut progress).map_err(|e| out.error(e))?;
     out.finish()?;
     drop(progress);
-    Ok(super::finish(&trace, &errors))
+    Ok(traces.finish(&trace, &errors))
 }

@@ -94,6 +94,7 @@ fn report_samples(
     trace: &Trace,
     set: &SampleSet,
     functions_follow: bool,
+    traces: &mut super::Traces,
 ) -> Result<(ExitCode, Option<serde_json::Value>), Error> {
     let opts = samples::options(a.sort, a.inline).map_err(|other| {
         format!(
@@ -105,7 +106,7 @@ fn report_samples(
     let mut code = ExitCode::SUCCESS;
     let one_document = a.json && functions_follow;
     let (text, json) = if let Some(other_path) = &a.diff {
-        let other = super::open_named(other_path, a.symbols.as_deref())?;
+        let other = traces.open_named(other_path, a.symbols.as_deref())?;
         let Some(other_set) = super::samples(&other)? else {
             return Err(Error::Usage(format!(
                 "{}: holds no samples to compare with {}",
@@ -114,7 +115,7 @@ fn report_samples(
             )));
         };
         if !functions_follow {
-            code = super::finish(&other, &[]);
+            code = traces.finish(&other, &[]);
         }
         if one_document {
             (None, Some(samples::diff_to_json(set, &other_set, opts)))
@@ -182,19 +183,20 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
     })
 }
 
-/// Opens the trace at `path` for a report on `jobs` threads (named as [`super::open_named`] does): on
+/// Opens the trace at `path` for a report on `jobs` threads (named as [`super::Traces::open_named`] does): on
 /// one, its events are counted as it is opened, so that the file is read once ([`OnePass`]).
 fn open_for_report(
     path: &Path,
     symbols: Option<&Path>,
     jobs: usize,
+    traces: &mut super::Traces,
 ) -> Result<(Trace, Option<OnePass>), Error> {
     let (trace, counted) = match jobs {
         1 => {
             let (trace, pass) = Report::open_counting(path)?;
-            (super::opened(trace), Some(pass))
+            (traces.opened(trace), Some(pass))
         }
-        _ => (super::open(path)?, None),
+        _ => (traces.open(path)?, None),
     };
     Ok((super::named(trace, symbols)?, counted))
 }
@@ -215,7 +217,7 @@ fn report_of(
 }
 
 /// Runs the report.
-pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
+pub fn run(a: ReportArgs, traces: &mut super::Traces) -> Result<ExitCode, Error> {
     if a.trace.input.is_dir() {
         return report_dataset(&a);
     }
@@ -224,7 +226,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     if let Some(why) = fewer {
         say!("ferrotrace: {why}");
     }
-    let (trace, counted) = open_for_report(&a.trace.input, a.symbols.as_deref(), jobs)?;
+    let (trace, counted) = open_for_report(&a.trace.input, a.symbols.as_deref(), jobs, traces)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     // With --json on a trace with samples and functions: the samples' report, the `samples` of the
     // one document.
@@ -242,9 +244,9 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
                 }
             );
         }
-        let (other, json) = report_samples(&a, &trace, set, sections.functions)?;
+        let (other, json) = report_samples(&a, &trace, set, sections.functions, traces)?;
         if !sections.functions {
-            let code = super::finish(&trace, &[]);
+            let code = traces.finish(&trace, &[]);
             return Ok(if code == ExitCode::SUCCESS {
                 other
             } else {
@@ -262,7 +264,7 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
     drop(progress);
     let mut out = super::Output::stdout();
     if let Some(other_path) = &a.diff {
-        let (other, counted) = open_for_report(other_path, a.symbols.as_deref(), jobs)?;
+        let (other, counted) = open_for_report(other_path, a.symbols.as_deref(), jobs, traces)?;
         let mut progress = Progress::new("report", other.event_count());
         let other_report = report_of(&other, &mut progress, jobs, counted)?;
         drop(progress);
@@ -277,8 +279,8 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
             out.print(&diff_text(&rows))?;
         }
         out.finish()?;
-        let c1 = super::finish(&trace, &report.errors);
-        let c2 = super::finish(&other, &other_report.errors);
+        let c1 = traces.finish(&trace, &report.errors);
+        let c2 = traces.finish(&other, &other_report.errors);
         return Ok(if c1 == ExitCode::SUCCESS { c2 } else { c1 });
     }
     let lines: HashMap<u32, String> = if a.srcline {
@@ -296,5 +298,5 @@ pub fn run(a: ReportArgs) -> Result<ExitCode, Error> {
         out.print(&report.to_text_columns(sort, a.threads, &lines, &columns))?;
     }
     out.finish()?;
-    Ok(super::finish(&trace, &report.errors))
+    Ok(traces.finish(&trace, &report.errors))
 }
