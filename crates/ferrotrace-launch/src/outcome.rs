@@ -1,6 +1,7 @@
-//! What a run left behind: which file is this run's trace (another run given the same `-o` may have
-//! replaced it meanwhile), the traces of the processes it started, and the summary line `record`
-//! prints.
+//! What a run left behind, decided here so that `record` only prints it ([`conclude`], [`Recorded`]):
+//! which file is this run's trace (another run given the same `-o` may have replaced it meanwhile),
+//! what was recovered or merged into it, the traces of the processes it started, and the summary
+//! line `record` prints.
 
 use std::path::{Path, PathBuf};
 
@@ -202,4 +203,137 @@ fn rewrite_end(
     let file = w.into_inner();
     file.set_len(at + (CHUNK_HEADER_LEN + grown.len()) as u64)?;
     file.sync_all()
+}
+
+/// What was recovered of the events a process recorded and had not written when it died without
+/// finishing its trace (no End chunk: SIGKILL, the OOM killer, ...).
+pub struct Recovery {
+    /// How it died.
+    pub death: crate::salvage::Death,
+    /// What was appended to its trace; `None` when it shared no chunk pool (its runtime never
+    /// started, or nothing was missing) — nothing to say then.
+    pub got: Option<Result<Option<crate::salvage::Salvaged>, crate::salvage::SalvageError>>,
+}
+
+/// What `record` of a program came to: every decision taken, for the CLI only to print, in the order
+/// of the fields.
+pub struct Recorded {
+    /// This run's trace, or why there is none.
+    pub written: Written,
+    /// The traces the processes the program started wrote beside it (`FILE.PID`).
+    pub children: Vec<PathBuf>,
+}
+
+/// This run's trace, or why there is none.
+pub enum Written {
+    /// This run wrote a trace.
+    Ours(Box<OurTrace>),
+    /// No trace was written; the file at `-o` is still the previous one.
+    PreviousKept,
+    /// The file at `-o` is another run's (two runs were given one `-o`): this run's was replaced.
+    Replaced,
+    /// No trace was written.
+    Nothing,
+}
+
+/// This run's trace, finished: recovered, sampled and its End completed as needed.
+pub struct OurTrace {
+    /// Where it is: `-o`, or `-o.old` when another run started at `-o` after this one.
+    pub path: PathBuf,
+    /// The program died before finishing it: how, and what was recovered.
+    pub recovered: Option<Recovery>,
+    /// What `--sample` merged into it (or why not).
+    pub sampled: Option<Result<crate::sampling::SampleOutcome, crate::sampling::SampleError>>,
+    /// Why how the program ended could not be written into its End chunk.
+    pub ending_failed: Option<String>,
+    /// The trace as it now is, read again.
+    pub read: Result<Trace, ferrotrace_reader::reader::ReadError>,
+}
+
+/// Concludes `record` of the program whose process `pid` `ended`: finds this run's trace at `output`
+/// (`previous`, the identity of the file there before the run; `start`, when it began), recovers
+/// what the program had not written if it died first, merges `sampling`'s samples into it and its
+/// children's traces, and writes how the program ended into its End chunk. The trace is read once,
+/// and again only when events had to be recovered or samples merged into it.
+pub fn conclude(
+    output: &Path,
+    pid: u32,
+    previous: Option<(u64, u64)>,
+    start: std::time::SystemTime,
+    ended: &crate::start::Ended,
+    mut sampling: Option<crate::sampling::Sampling>,
+) -> Recorded {
+    let written = match trace_of(output, pid) {
+        Some((path, trace)) => {
+            let mut recovered = None;
+            let mut sampled = None;
+            let read = if trace.end().is_none() {
+                recovered = Some(Recovery {
+                    death: ended.death(),
+                    got: ended.recover_unwritten(&path),
+                });
+                // Says why the samples cannot go into an unfinished trace.
+                sampled = sampling.take().map(|s| s.finish(&path, &[]));
+                Trace::open(&path)
+            } else if let Some(s) = sampling.take() {
+                drop(trace);
+                sampled = Some(s.finish(&path, &children_traces(output, start)));
+                Trace::open(&path)
+            } else {
+                Ok(trace)
+            };
+            let (read, ending_failed) = match read {
+                Ok(t) => record_ending(&path, t, ended),
+                Err(e) => (Err(e), None),
+            };
+            Written::Ours(Box::new(OurTrace {
+                path,
+                recovered,
+                sampled,
+                ending_failed,
+                read,
+            }))
+        }
+        None if previous.is_some() && file_identity(output) == previous => Written::PreviousKept,
+        None if file_identity(output).is_some() => Written::Replaced,
+        None => Written::Nothing,
+    };
+    if let Some(s) = sampling {
+        // No trace of this run to merge into: the sampler only has to end.
+        s.abandon();
+    }
+    Recorded {
+        written,
+        children: children_traces(output, start),
+    }
+}
+
+/// Concludes `record -p` of a process `attached`, whose trace is at `output`: when it ended (or
+/// replaced its program) while recorded without finishing its trace, what its runtime had not
+/// written is recovered from the pool it shared. Returns what was recovered and the trace as it now
+/// is.
+pub fn conclude_attached(
+    output: &Path,
+    attached: &crate::attach::record::Attached,
+) -> (
+    Option<Recovery>,
+    Result<Trace, ferrotrace_reader::reader::ReadError>,
+) {
+    use crate::attach::record::Ending;
+    match Trace::open(output) {
+        Ok(t)
+            if t.end().is_none()
+                && matches!(attached.ending, Ending::ProcessEnded | Ending::Replaced) =>
+        {
+            drop(t);
+            let recovered = attached
+                .recover_unwritten(output)
+                .map(|(death, got)| Recovery {
+                    death,
+                    got: Some(got),
+                });
+            (recovered, Trace::open(output))
+        }
+        read => (None, read),
+    }
 }

@@ -9,8 +9,8 @@ use clap::{Args, ValueEnum};
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_core::env::{AllocSpec, RuntimeSpec};
 use ferrotrace_core::{schema, units};
-use ferrotrace_launch::outcome::{self, file_identity, trace_of};
-use ferrotrace_launch::salvage::{Death, SalvageError, Salvaged};
+use ferrotrace_launch::outcome::{self, file_identity, Recovery, Written};
+use ferrotrace_launch::salvage::Death;
 use ferrotrace_launch::start::{Options, Program};
 use ferrotrace_launch::{self as launch, checks, Ended};
 
@@ -230,7 +230,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
         .sample
         .then(|| sample_options(&args, &program.path))
         .transpose()?;
-    let (running, mut sampling) = match &sample {
+    let (running, sampling) = match &sample {
         Some(sample) => {
             let (running, sampling) =
                 launch::sampling::start_sampled(&program, spec, options, sample)?;
@@ -243,62 +243,39 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     }
     let pid = running.pid();
     let ended = running.wait()?;
-    match trace_of(&output, pid) {
-        Some((ours, trace)) => {
-            if ours != output {
+    let recorded = outcome::conclude(&output, pid, previous, start, &ended, sampling);
+    match recorded.written {
+        Written::Ours(ours) => {
+            if ours.path != output {
                 say!(
                     "ferrotrace: another run wrote {} while this one ran; this run's trace is {}",
                     output.display(),
-                    ours.display()
+                    ours.path.display()
                 );
             }
-            // The trace is read once, again only if events had to be recovered or samples merged
-            // into it.
-            let trace = if trace.end().is_none() {
-                say_recovered(ended.death(), ended.recover_unwritten(&ours), "the program");
-                if let Some(sampling) = sampling.take() {
-                    // Says why the samples cannot go into an unfinished trace.
-                    say_sampled(sampling.finish(&ours, &[]));
-                }
-                Trace::open(&ours)
-            } else if let Some(sampling) = sampling.take() {
-                drop(trace);
-                let children = outcome::children_traces(&output, start);
-                say_sampled(sampling.finish(&ours, &children));
-                Trace::open(&ours)
-            } else {
-                Ok(trace)
-            };
-            let trace = match trace {
-                Ok(t) => {
-                    let (trace, failed) = outcome::record_ending(&ours, t, &ended);
-                    if let Some(why) = failed {
-                        say!("ferrotrace: warning: {why}");
-                    }
-                    trace
-                }
-                Err(e) => Err(e),
-            };
-            report(&ours, trace, &args.filter, &program.path);
+            if let Some(r) = ours.recovered {
+                say_recovered(r, "the program");
+            }
+            if let Some(sampled) = ours.sampled {
+                say_sampled(sampled);
+            }
+            if let Some(why) = ours.ending_failed {
+                say!("ferrotrace: warning: {why}");
+            }
+            report(&ours.path, ours.read, &args.filter, &program.path);
         }
-        None if file_identity(&output) == previous && previous.is_some() => say!(
+        Written::PreviousKept => say!(
             "ferrotrace: no trace was written; {} is still the previous one",
             output.display()
         ),
-        None if file_identity(&output).is_some() && file_identity(&output) != previous => {
-            say!(
+        Written::Replaced => say!(
             "ferrotrace: {} is another run's trace (two runs were given one -o); this run's trace \
              was replaced",
             output.display()
-        )
-        }
-        None => say!("ferrotrace: no trace was written"),
+        ),
+        Written::Nothing => say!("ferrotrace: no trace was written"),
     }
-    if let Some(sampling) = sampling {
-        // No trace of this run to merge into: the sampler only has to end.
-        sampling.abandon();
-    }
-    for child in outcome::children_traces(&output, start) {
+    for child in recorded.children {
         say!("ferrotrace: a child process wrote {}", child.display());
     }
     Ok(exit_code_of(&ended, &program.path))
@@ -352,18 +329,10 @@ fn record_running(
             launch::attach::record::STOP_LIMIT.as_secs()
         ),
     }
-    let trace = match Trace::open(output) {
-        Ok(t)
-            if t.end().is_none()
-                && matches!(attached.ending, Ending::ProcessEnded | Ending::Replaced) =>
-        {
-            if let Some((death, recovered)) = attached.recover_unwritten(output) {
-                say_recovered(death, Some(recovered), &format!("process {pid}"));
-            }
-            Trace::open(output)
-        }
-        read => read,
-    };
+    let (recovered, trace) = outcome::conclude_attached(output, &attached);
+    if let Some(r) = recovered {
+        say_recovered(r, &format!("process {pid}"));
+    }
     report(output, trace, &args.filter, &exe);
     Ok(ExitCode::SUCCESS)
 }
@@ -429,14 +398,10 @@ fn say_sampled(outcome: Result<launch::sampling::SampleOutcome, launch::sampling
 }
 
 /// After `who` (the program, or the process recorded) died without finishing its trace (no End
-/// chunk: SIGKILL, the OOM killer, ...), says how, and what was `recovered` of the events it had
-/// recorded but not written.
-fn say_recovered(
-    death: Death,
-    recovered: Option<Result<Option<Salvaged>, SalvageError>>,
-    who: &str,
-) {
-    let how = match death {
+/// chunk: SIGKILL, the OOM killer, ...), says how (`recovery`), and what was recovered of the events it
+/// had recorded but not written.
+fn say_recovered(recovery: Recovery, who: &str) {
+    let how = match recovery.death {
         Death::Signal(s) => format!(
             "was killed by {}",
             ferrotrace_analysis::info::signal_name(s)
@@ -445,7 +410,7 @@ fn say_recovered(
         Death::Unknown => "ended (how is not known: its parent collected it first)".into(),
         Death::Exec => "replaced its program".into(),
     };
-    match recovered {
+    match recovery.got {
         Some(Ok(Some(got))) => say!(
             "ferrotrace: {who} {how} before finishing its trace: {} unfinished chunks \
              ({} events) recovered from its buffers",
