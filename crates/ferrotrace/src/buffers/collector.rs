@@ -40,9 +40,10 @@ pub struct State {
     failed: Option<std::io::Error>,
     /// While failed: the final attempt at the lost events and the End chunk is on.
     retrying: bool,
-    /// Chunks handed to the writer since its last successful flush, in order: where each ends in the
-    /// file, the chunk number after it, and the thread and counts of an Events chunk. A failed write
-    /// cuts the file back to the last of them the disk holds whole.
+    /// Chunks handed to the writer since its last successful flush, and those of the last
+    /// [`CLOSING_ROOM`] bytes before it, in order: where each ends in the file, the chunk number
+    /// after it, and the thread and counts of an Events chunk. A failed write cuts the file back to
+    /// the last of them the disk holds whole.
     unflushed: Vec<Written>,
     /// Per thread, the events dropped since writing failed (and those cut off with the torn tail).
     dropped: HashMap<u32, u64>,
@@ -60,6 +61,10 @@ pub struct State {
     filter: Option<crate::buffers::filter::Filter>,
     filter_flags: Vec<u8>,
 }
+
+/// What the end of a trace (Lost markers, RunningAtStart, Clock and End) is given room in, when a full
+/// disk left none: the last chunks of events that far back are cut off.
+const CLOSING_ROOM: u64 = 64 << 10;
 
 /// A chunk the writer took: see `State::unflushed`.
 #[derive(Clone, Copy)]
@@ -130,12 +135,13 @@ impl State {
             self.failed = Some(e);
         }
         self.retrying = false;
-        self.cut_back();
+        self.cut_back(0);
     }
 
-    /// Truncates the file after the last chunk the disk holds whole and continues the writer there,
-    /// its buffered bytes discarded; the Events chunks cut off are counted as dropped.
-    fn cut_back(&mut self) {
+    /// Truncates the file after the last chunk the disk holds whole, `room` bytes or more before its
+    /// end when the chunks still known allow it, and continues the writer there, its buffered bytes
+    /// discarded; the Events chunks cut off are counted as dropped.
+    fn cut_back(&mut self, room: u64) {
         let on_disk = self
             .writer
             .get_mut()
@@ -143,16 +149,15 @@ impl State {
             .metadata()
             .map(|m| m.len())
             .unwrap_or(0);
-        let keep = self
-            .unflushed
-            .iter()
-            .take_while(|w| w.end <= on_disk)
-            .last()
-            .copied();
+        let limit = on_disk.saturating_sub(room);
+        let whole = self.unflushed.iter().take_while(|w| w.end <= on_disk);
+        let keep = whole.clone().take_while(|w| w.end <= limit).last();
+        let kept = keep.or(whole.clone().next()).map_or(0, |k| k.end);
+        let keep = keep.or(whole.clone().next()).copied();
         let cut: Vec<Written> = self
             .unflushed
             .drain(..)
-            .skip_while(|w| w.end <= on_disk)
+            .skip_while(|w| w.end <= kept)
             .collect();
         for w in cut {
             if let Some((tid, counts)) = w.events {
@@ -340,6 +345,45 @@ impl State {
         self.write(ChunkKind::RunningAtStart, &p);
     }
 
+    /// Writes each thread's events dropped since writing failed as a chunk of Lost records.
+    fn write_dropped(&mut self, tsc: u64) {
+        let mut dropped: Vec<(u32, u64)> = std::mem::take(&mut self.dropped).into_iter().collect();
+        dropped.sort_unstable();
+        for (tid, count) in dropped {
+            self.lost(tid, count, tsc);
+        }
+    }
+
+    /// The end of the trace: what was dropped since the last attempt, the functions running at each
+    /// thread's start, a last calibration and End (with `reason` and `signal`), written out.
+    fn close(&mut self, reason: schema::EndReason, signal: u32, tsc: u64) {
+        self.write_dropped(tsc);
+        self.write_running_at_start();
+        self.write(ChunkKind::Clock, &calibration_payload());
+        let mut p = Vec::new();
+        let _ = schema::End {
+            reason,
+            signal,
+            events: self.totals.events,
+            lost: self.totals.lost,
+            chunks: self.writer.next_seq(),
+            dropped_chunks: self.dropped_chunks,
+            dropped_events: self.dropped_events,
+            exit_code: None,
+            unwind_errors: 0,
+            write_errno: self
+                .failed
+                .as_ref()
+                .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
+            markers: self.totals.markers,
+            // The launcher adds it once it has waited for the program.
+            usage: None,
+        }
+        .encode(&mut p);
+        self.write(ChunkKind::End, &p);
+        self.flush();
+    }
+
     /// Writes out the flight ring, oldest first.
     fn write_ring(&mut self) {
         while let Some((p, _)) = self.ring.pop_front() {
@@ -394,11 +438,16 @@ impl State {
         }
         match self.writer.flush() {
             Ok(()) => {
-                // Everything is in the file: the last chunk is where a later failure cuts back to.
-                let last = self.unflushed.pop();
-                self.unflushed.clear();
-                self.unflushed
-                    .extend(last.map(|w| Written { events: None, ..w }));
+                // Everything is in the file: the last chunk is where a later failure cuts back to,
+                // or, when the closing chunks find no room, the last chunk at least CLOSING_ROOM
+                // bytes before the end (`cut_back`): the chunks after it are kept known.
+                let end = self.unflushed.last().map_or(0, |w| w.end);
+                let first = self
+                    .unflushed
+                    .iter()
+                    .rposition(|w| w.end + CLOSING_ROOM <= end)
+                    .unwrap_or(self.unflushed.len().saturating_sub(1));
+                self.unflushed.drain(..first);
             }
             Err(e) => self.fail(e),
         }
@@ -517,42 +566,21 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             for (tid, count) in crate::buffers::thread::take_unreported_losses(rt) {
                 st.lost(tid, count, tsc);
             }
-            let mut dropped: Vec<(u32, u64)> =
-                std::mem::take(&mut st.dropped).into_iter().collect();
-            dropped.sort_unstable();
-            for (tid, count) in dropped {
-                st.lost(tid, count, tsc);
-            }
+            st.write_dropped(tsc);
             // The final flush handed every chunk over: the ring is all there is to write.
             st.write_ring();
             if let Some(live) = &mut st.live {
                 live.finish();
             }
-            st.write_running_at_start();
-            st.write(ChunkKind::Clock, &calibration_payload());
-            let mut p = Vec::new();
             let (reason, signal) = rt.lifecycle.end();
-            let _ = schema::End {
-                reason,
-                signal,
-                events: st.totals.events,
-                lost: st.totals.lost,
-                chunks: st.writer.next_seq(),
-                dropped_chunks: st.dropped_chunks,
-                dropped_events: st.dropped_events,
-                exit_code: None,
-                unwind_errors: 0,
-                write_errno: st
-                    .failed
-                    .as_ref()
-                    .map_or(0, |e| e.raw_os_error().unwrap_or(libc::EIO) as u32),
-                markers: st.totals.markers,
-                // The launcher adds it once it has waited for the program.
-                usage: None,
+            st.close(reason, signal, tsc);
+            if st.failed.is_some() && !st.retrying {
+                // The disk had no room for the closing chunks: the last chunks of events make way
+                // for them (counted as lost), so that the trace still ends with End saying why.
+                st.cut_back(CLOSING_ROOM);
+                st.retrying = true;
+                st.close(reason, signal, tsc);
             }
-            .encode(&mut p);
-            st.write(ChunkKind::End, &p);
-            st.flush();
             // The state goes with the collector (the file closed): a retired runtime keeps none of it.
             *guard = None;
             rt.lifecycle.end_written();
