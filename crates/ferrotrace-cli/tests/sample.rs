@@ -310,7 +310,7 @@ fn sample_refusals_are_one_line_and_the_program_does_not_run() {
         let err = text(&out.stderr);
         assert!(out.status.success(), "{opts:?}: {err}");
         assert_eq!(
-            err.contains("keeps no frame pointers (or has no symbols to tell): --sample unwinds"),
+            err.contains("keeps no frame pointers (or has no symbols to tell): its stacks are unwound with DWARF"),
             opts.len() == 1,
             "{opts:?}: {err}"
         );

@@ -195,6 +195,23 @@ pub fn call_graph_for(program: &std::path::Path) -> CallGraph {
     }
 }
 
+/// [`call_graph_for`], and the line to say before the run when it chose DWARF (`record --sample`
+/// and `profile` say the same): that frame pointers would have stopped the stacks at their first
+/// frame.
+pub fn call_graph_said(program: &std::path::Path) -> (CallGraph, Option<String>) {
+    let chosen = call_graph_for(program);
+    let said = (chosen == CallGraph::Dwarf).then(|| {
+        // A /proc/PID/exe link names the file it stands for.
+        let shown = std::fs::read_link(program).unwrap_or_else(|_| program.to_path_buf());
+        format!(
+            "{} keeps no frame pointers (or has no symbols to tell): its stacks are unwound with \
+             DWARF (--call-graph dwarf; --call-graph fp would stop them at its first frame)",
+            shown.display()
+        )
+    });
+    (chosen, said)
+}
+
 pub use recorder::SignalGuard;
 
 /// Ctrl-C and SIGTERM for a caller that records session after session with `handle_signals:

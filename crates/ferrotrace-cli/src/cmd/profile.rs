@@ -116,15 +116,9 @@ fn default_call_graph(target: &Target, bpf: bool) -> ferrotrace_profile::CallGra
         },
         Target::SystemWide => return CallGraph::FramePointers,
     };
-    let chosen = ferrotrace_profile::call_graph_for(&program);
-    if chosen == CallGraph::Dwarf {
-        let shown = std::fs::read_link(&program).unwrap_or(program);
-        say!(
-            "ferrotrace: {} keeps no frame pointers (or has no symbols to tell): its stacks are \
-             unwound with DWARF (--call-graph dwarf; --call-graph fp would stop them at its first \
-             frame)",
-            shown.display()
-        );
+    let (chosen, said) = ferrotrace_profile::call_graph_said(&program);
+    if let Some(line) = said {
+        say!("ferrotrace: {line}");
     }
     chosen
 }

@@ -344,17 +344,11 @@ fn sample_options(
     program: &std::path::Path,
 ) -> Result<launch::sampling::SampleOptions, Error> {
     use ferrotrace_profile::cli_args::{parse_call_graph, parse_events, parse_frequency};
-    use ferrotrace_profile::CallGraph;
     let call_graph = match args.call_graph.as_str() {
         "auto" => {
-            let chosen = ferrotrace_profile::call_graph_for(program);
-            if chosen == CallGraph::Dwarf {
-                say!(
-                    "ferrotrace: {} keeps no frame pointers (or has no symbols to tell): --sample \
-                     unwinds its stacks with DWARF (--call-graph dwarf; fp would stop them at its \
-                     first frame)",
-                    program.display()
-                );
+            let (chosen, said) = ferrotrace_profile::call_graph_said(program);
+            if let Some(line) = said {
+                say!("ferrotrace: --sample: {line}");
             }
             chosen
         }
