@@ -100,8 +100,12 @@ pub mod source {
     /// A recorder without an operating system (`no_std`), given its clock and threads by its embedder.
     pub const EMBEDDED: u64 = 128;
     /// With [`SAMPLES`]: the stacks were unwound and the samples counted in the kernel by eBPF
-    /// programs (`profile --bpf`); the samples of one stack read together share a timestamp.
+    /// programs (`profile --bpf`); the samples of one stack read together share a timestamp: that
+    /// of the read, every [`BPF_DRAIN_MS`] milliseconds.
     pub const BPF: u64 = 256;
+    /// How often the eBPF recorder reads (and clears) the in-kernel counts: the resolution of the
+    /// timestamps of a [`BPF`] trace's samples. The recorder's period, which `info` repeats.
+    pub const BPF_DRAIN_MS: u64 = 250;
     /// `tracing` spans and events (`ferrotrace-tracing`): the program links the layer (format 2.2, bit 512).
     pub const TRACING: u64 = 512;
     /// Function entries and exits from entries of uninstrumented functions patched at run time with a

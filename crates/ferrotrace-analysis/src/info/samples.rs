@@ -19,9 +19,12 @@ pub fn info_text(set: &SampleSet) -> String {
         String::new()
     };
     let recorder = if set.in_kernel {
-        "eBPF: unwound and counted in the kernel, each count stamped when read, every 250 ms"
+        format!(
+            "eBPF: unwound and counted in the kernel, each count stamped when read, every {} ms",
+            ferrotrace_core::schema::source::BPF_DRAIN_MS
+        )
     } else {
-        "perf_event"
+        "perf_event".into()
     };
     let _ = writeln!(o, "samples      : {call_graph} stacks{timer} ({recorder})");
     let _ = writeln!(

@@ -33,8 +33,9 @@ const COUNT_BYTES: u64 = 24 + 16;
 const USER_STACK_BYTES: u64 = 8 + 8 * (ferrotrace_bpf::MAX_DEPTH as u64 + 1);
 const KERNEL_STACK_BYTES: u64 = 8 * 127;
 
-/// How often the counts are read while recording.
-const DRAIN_INTERVAL: Duration = Duration::from_millis(250);
+/// How often the counts are read while recording (the trace's readers say it too).
+const DRAIN_INTERVAL: Duration =
+    Duration::from_millis(ferrotrace_core::schema::source::BPF_DRAIN_MS);
 
 /// An interned stack and whether the unwinder finished it.
 #[derive(Clone, Copy)]
