@@ -1015,6 +1015,12 @@ fn debug_annotation_value(a: &mut Vec<u8>, v: &crate::tracepoints::Value) {
 /// Writes samples as Perfetto slices: per thread, each sample's stack is a pile of nested slices lasting
 /// one sampling period; frames shared with the previous sample continue (a "stack chart", as profilers
 /// draw it), and everything closes when the thread goes quiet for more than two periods.
+///
+/// Samples counted in the kernel (`profile --bpf`) have no time of their own: the counts a read
+/// found all carry the time of that read. Each lasts what it weighs instead (cpu-clock and off-cpu
+/// weigh nanoseconds; a probe hit one period), laid end to end per thread so that the last ends at
+/// the read (or after the previous read's, if they would overlap), those of one stack side by side:
+/// a thread's top-level time is then its samples' weight, what `report --threads` says.
 pub fn write_samples(
     set: &SampleSet,
     compress: bool,
@@ -1061,7 +1067,7 @@ pub fn write_samples(
     write_events(&source, opts, Output::Stream(out), |emit| {
         for tid in set.thread_ids() {
             let mut open: Vec<u32> = Vec::new();
-            let mut last = 0u64;
+            let mut end = 0u64;
             let close_to =
                 |open: &mut Vec<u32>,
                  keep: usize,
@@ -1079,29 +1085,64 @@ pub fn write_samples(
                     }
                     Ok::<(), std::io::Error>(())
                 };
-            for s in set.samples.iter().filter(|s| s.tid == tid) {
-                let frames = frames_of(s.stack);
-                if !open.is_empty() && s.time_ns > last + 2 * period {
-                    close_to(&mut open, 0, last + period, emit)?;
+            for (start, length, stack) in laid_out(set, tid, period) {
+                let frames = frames_of(stack);
+                if !open.is_empty() && start > end + 2 * period {
+                    close_to(&mut open, 0, end, emit)?;
                 }
                 let common = open.iter().zip(&frames).take_while(|(a, b)| a == b).count();
-                close_to(&mut open, common, s.time_ns, emit)?;
+                close_to(&mut open, common, start, emit)?;
                 for &f in &frames[common..] {
                     emit(Ev::Begin {
                         tid,
                         id: f,
-                        ts: s.time_ns,
+                        ts: start,
                         depth: open.len(),
                     })?;
                     open.push(f);
                 }
-                last = s.time_ns;
+                end = start + length;
             }
-            close_to(&mut open, 0, last + period, emit)?;
+            close_to(&mut open, 0, end, emit)?;
         }
         Ok(Vec::new())
     })
     .map(|_| ())
+}
+
+/// Thread `tid`'s samples as `(start, length, stack)` in time order ([`write_samples`]): each at its
+/// time for one period, or, counted in the kernel, laid end to end by weight up to its read's time.
+fn laid_out(set: &SampleSet, tid: u32, period: u64) -> Vec<(u64, u64, Option<u32>)> {
+    let samples = set.samples.iter().filter(|s| s.tid == tid);
+    if !set.in_kernel {
+        return samples.map(|s| (s.time_ns, period, s.stack)).collect();
+    }
+    let length = |s: &crate::samples::Sample| {
+        let weighs_time = set
+            .events
+            .get(s.event as usize)
+            .is_some_and(|e| e.kind.weighs_time());
+        if weighs_time {
+            s.weight.max(1)
+        } else {
+            period
+        }
+    };
+    let mut read: Vec<&crate::samples::Sample> = samples.collect();
+    // One read's counts side by side, those of one stack together.
+    read.sort_by_key(|s| (s.time_ns, s.stack));
+    let mut out = Vec::with_capacity(read.len());
+    let mut free_from = 0u64;
+    for group in read.chunk_by(|a, b| a.time_ns == b.time_ns) {
+        let total: u64 = group.iter().map(|s| length(s)).sum();
+        let mut at = group[0].time_ns.saturating_sub(total).max(free_from);
+        for s in group {
+            out.push((at, length(s), s.stack));
+            at += length(s);
+        }
+        free_from = at;
+    }
+    out
 }
 
 /// The largest file the Perfetto UI opens (it reads the file into one 2 GiB buffer in the browser).
