@@ -155,6 +155,8 @@ pub struct Count {
     pub kernel_stack: Option<u32>,
     /// Key for [`Bpf::user_stack`]; `None` for a thread without user space.
     pub user_stack: Option<u64>,
+    /// The user stack's leaf address: all that is left of it when the stack map was full.
+    pub user_leaf: Option<u64>,
     /// Samples.
     pub count: u64,
     /// Nanoseconds they stand for (off-CPU); 0 for the others, whose weight is their sampler's.
@@ -527,6 +529,7 @@ impl<'obj> Bpf<'obj> {
                 sampler: key.sampler,
                 kernel_stack: u32::try_from(key.kstack).ok(),
                 user_stack: (key.ustack != 0).then_some(key.ustack),
+                user_leaf: (key.ustack != 0 && key.uleaf != 0).then_some(key.uleaf),
                 count: count.samples,
                 weight: count.weight,
             });
@@ -548,6 +551,15 @@ impl<'obj> Bpf<'obj> {
             addrs: s.addrs[..len].to_vec(),
             flags: s.flags,
         })
+    }
+
+    /// Takes the user stacks stored under `keys` out of the stack map, once they were read: the
+    /// programs store a stack again for a count that is new in its map, so the map need only hold
+    /// the stacks of the counts not drained yet (it was never emptied, and filled: issue 37 item 1).
+    pub fn forget_user_stacks(&mut self, keys: &[u64]) {
+        for k in keys {
+            let _ = self.skel.maps.ustacks.delete(&k.to_ne_bytes());
+        }
     }
 
     /// The kernel stack stored under `id`, leaf first.

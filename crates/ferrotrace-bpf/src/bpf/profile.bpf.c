@@ -141,6 +141,7 @@ struct count_key {
 	__s32 kstack;      // id in kstacks, negative when none
 	__u32 sampler;     // the attach cookie: which event
 	__u64 ustack;      // key in ustacks, 0 when none
+	__u64 uleaf;       // the user stack's leaf address (0 without one): kept when ustacks is full
 };
 
 // What a count map holds per key: samples, and (off-CPU) the nanoseconds they stand for.
@@ -533,8 +534,9 @@ struct start_regs {
 
 // Unwinds the current thread's user stack into the scratch state, from `regs` when the caller has
 // them (a sample taken in user mode), else from the registers the thread entered the kernel with;
-// returns the stack's key in `ustacks` (store_user_stack puts it there), 0 when it has none.
-static __always_inline __u64 unwind_user(__u32 pid, const struct start_regs *regs)
+// returns the stack's key in `ustacks` (store_user_stack puts it there), 0 when it has none, and
+// its leaf address in `*leaf`.
+static __always_inline __u64 unwind_user(__u32 pid, const struct start_regs *regs, __u64 *leaf)
 {
 	__u32 zero = 0;
 	struct unwind_state *st = bpf_map_lookup_elem(&scratch, &zero);
@@ -592,11 +594,13 @@ static __always_inline __u64 unwind_user(__u32 pid, const struct start_regs *reg
 	__u64 key = (st->hash ^ st->out.flags) * 0x100000001b3ULL;
 	if (key == 0)
 		key = 1;
+	*leaf = copy.ip;
 	return key;
 }
 
 // Puts the stack that unwind_user just left in the scratch state into `ustacks` under `key`, unless
-// it is there already (the map is never emptied: a stack stays for the counts that name it).
+// it is there already. User space takes the stacks out once it has read them (a count new in its
+// map stores its stack again), so the map holds about one read period's distinct stacks.
 static __always_inline void store_user_stack(__u64 key)
 {
 	__u32 zero = 0;
@@ -663,7 +667,7 @@ static __always_inline void make_key(void *ctx, struct count_key *key, __u64 pid
 	key->kstack = user_regs ? NO_KERNEL_STACK : bpf_get_stackid(ctx, &kstacks, 0);
 	if (key->kstack < 0 && key->kstack != NO_KERNEL_STACK)
 		stat_add(STAT_KSTACK_FAILED, 1);
-	key->ustack = unwind_user(key->pid, user_regs);
+	key->ustack = unwind_user(key->pid, user_regs, &key->uleaf);
 }
 
 // A sample or probe hit of the event whose index is the attach cookie. Programs attached to a

@@ -13,7 +13,9 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use ferrotrace_bpf::{trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange};
+use ferrotrace_bpf::{
+    trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange, UserStack,
+};
 
 use super::mapped_file::{FileKey, MappedFile};
 use super::source::SampleSource;
@@ -29,7 +31,7 @@ use crate::{BpfUnwinderWork, ProfileError};
 pub(crate) const TRUNCATED: &str = "[truncated]";
 
 /// Bytes the recorder reads from the kernel per count (key and value) and per distinct stack.
-const COUNT_BYTES: u64 = 24 + 16;
+const COUNT_BYTES: u64 = 32 + 16;
 const USER_STACK_BYTES: u64 = 8 + 8 * (ferrotrace_bpf::MAX_DEPTH as u64 + 1);
 const KERNEL_STACK_BYTES: u64 = 8 * 127;
 
@@ -52,6 +54,8 @@ pub(super) struct BpfSession<'obj> {
     rows: HashMap<FileKey, Option<RowRange>>,
     /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
     leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
+    /// The user part of those stacks per (process, user stack): its node, truncated, flags.
+    user_nodes: HashMap<(u32, u64), (Option<u32>, bool, u32)>,
     /// Modules without unwind rows, and why (for a warning).
     without_rows: Vec<(String, String)>,
     /// Processes with more executable mappings than the kernel side holds.
@@ -64,8 +68,24 @@ pub(super) struct BpfSession<'obj> {
     truncated_by: HashMap<u32, u64>,
     /// Bytes read from the BPF maps.
     kernel_bytes: u64,
+    /// User stacks taken out of the kernel's map, by key, with the drain that read them: a count
+    /// created before they were taken out (in the map the programs write meanwhile) names one
+    /// without storing it again, and is drained by one of the next two drains.
+    taken_stacks: HashMap<u64, (UserStack, u64)>,
+    /// Drains so far.
+    drains: u64,
     /// When the counts were last read.
     last_drain: Instant,
+}
+
+/// A stack's addresses as they are looked up: the first (where the thread was) exactly, the others
+/// (return addresses) one byte back, in the call instruction.
+fn return_addresses(addrs: &[u64]) -> Vec<u64> {
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, &a)| if i == 0 { a } else { a.wrapping_sub(1) })
+        .collect()
 }
 
 /// The program type that can be attached to `spec`'s perf event.
@@ -90,12 +110,15 @@ impl<'obj> BpfSession<'obj> {
             bpf,
             rows: HashMap::new(),
             leaves: HashMap::new(),
+            user_nodes: HashMap::new(),
             without_rows: Vec::new(),
             too_many_mappings: Vec::new(),
             not_loaded: Vec::new(),
             truncated: 0,
             truncated_by: HashMap::new(),
             kernel_bytes: 0,
+            taken_stacks: HashMap::new(),
+            drains: 0,
             last_drain: Instant::now(),
         })
     }
@@ -174,6 +197,10 @@ impl<'obj> BpfSession<'obj> {
         self.bpf
             .drain(|c| counts.push(c))
             .map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        self.drains += 1;
+        let mut drained_stacks: Vec<u64> = counts.iter().filter_map(|c| c.user_stack).collect();
+        drained_stacks.sort_unstable();
+        drained_stacks.dedup();
         for c in counts {
             self.kernel_bytes += COUNT_BYTES;
             let key = (c.pid, c.kernel_stack, c.user_stack);
@@ -214,46 +241,74 @@ impl<'obj> BpfSession<'obj> {
                 out.sample(time, c.tid, c.sampler, leaf.node, weight);
             }
         }
+        // The stacks of this drain's counts, out of the kernel's map (a count new in its map stores
+        // its stack again); those read two drains ago, out of ours (every count that could name
+        // them without storing them again has been drained).
+        self.bpf.forget_user_stacks(&drained_stacks);
+        let drains = self.drains;
+        self.taken_stacks.retain(|_, (_, d)| *d + 2 >= drains);
         Ok(())
+    }
+
+    /// The user stack stored under `key`: from the kernel's map the first time (then taken out of
+    /// it), from [`BpfSession::taken_stacks`] while a count may still name it.
+    fn user_stack(&mut self, key: u64) -> Option<UserStack> {
+        if let Some((stack, _)) = self.taken_stacks.get(&key) {
+            return Some(stack.clone());
+        }
+        let stack = self.bpf.user_stack(key)?;
+        self.kernel_bytes += USER_STACK_BYTES;
+        self.taken_stacks.insert(key, (stack.clone(), self.drains));
+        Some(stack)
     }
 
     /// Reads a count's stacks from the kernel and interns them: the kernel frames, then the user
     /// frames, under a [`TRUNCATED`] root when the unwinder stopped early.
     fn intern(&mut self, st: &mut State, c: &Count, out: &mut SampleWriter) -> Leaf {
-        let mut frames = Vec::new();
-        // The first address of each part is where the thread was; the others are return addresses,
-        // looked up one byte back (in the call instruction).
-        let push = |frames: &mut Vec<u64>, addrs: &[u64]| {
-            for (i, &a) in addrs.iter().enumerate() {
-                frames.push(if i == 0 { a } else { a.wrapping_sub(1) });
-            }
+        let (user, truncated, flags) = match c.user_stack {
+            Some(key) => self.user_part(st, c, key, out),
+            None => (None, false, 0),
         };
-        if let Some(k) = c.kernel_stack.and_then(|id| self.bpf.kernel_stack(id)) {
-            self.kernel_bytes += KERNEL_STACK_BYTES;
-            push(&mut frames, &k);
-        }
-        let (mut truncated, mut flags) = (false, 0);
-        if let Some(key) = c.user_stack {
-            match self.bpf.user_stack(key) {
-                Some(u) => {
-                    self.kernel_bytes += USER_STACK_BYTES;
-                    truncated = u.truncated();
-                    flags = u.flags;
-                    push(&mut frames, &u.addrs);
-                }
-                // The stack map was full when it was taken.
-                None => truncated = true,
+        let kernel = match c.kernel_stack.and_then(|id| self.bpf.kernel_stack(id)) {
+            Some(k) => {
+                self.kernel_bytes += KERNEL_STACK_BYTES;
+                return_addresses(&k)
             }
+            None => Vec::new(),
+        };
+        Leaf {
+            // The kernel's frames on top of the user's.
+            node: st.intern_stack(c.pid, user, &kernel, out),
+            truncated,
+            flags,
         }
+    }
+
+    /// The user part of count `c`'s stack (stored under `key`), interned once per process: its
+    /// node (under a TRUNCATED root when the unwinder stopped early, or only its leaf when the stack
+    /// map was full), whether it is truncated, and the unwinder's flags.
+    fn user_part(
+        &mut self,
+        st: &mut State,
+        c: &Count,
+        key: u64,
+        out: &mut SampleWriter,
+    ) -> (Option<u32>, bool, u32) {
+        if let Some(&known) = self.user_nodes.get(&(c.pid, key)) {
+            return known;
+        }
+        let (frames, truncated, flags) = match self.user_stack(key) {
+            Some(u) => (return_addresses(&u.addrs), u.truncated(), u.flags),
+            // The stack map was full when it was taken: its leaf is kept.
+            None => (c.user_leaf.into_iter().collect(), true, 0),
+        };
         let root = truncated.then(|| {
             let module = st.modules.id_for(TRUNCATED);
             st.intern_node(None, module, 0, out)
         });
-        Leaf {
-            node: st.intern_stack(c.pid, root, &frames, out),
-            truncated,
-            flags,
-        }
+        let part = (st.intern_stack(c.pid, root, &frames, out), truncated, flags);
+        self.user_nodes.insert((c.pid, key), part);
+        part
     }
 
     /// Why stacks were truncated, as "N reason, M reason".
@@ -357,6 +412,7 @@ impl SampleSource for BpfSession<'_> {
         for pid in changed.iter().filter(|p| !exited.contains(p)) {
             let pid = *pid;
             self.leaves.retain(|k, _| k.0 != pid);
+            self.user_nodes.retain(|k, _| k.0 != pid);
             let Some(space) = st.spaces.get(&pid) else {
                 self.bpf.remove_process(pid);
                 continue;
