@@ -84,6 +84,8 @@ pub struct SampleSet {
     pub lost: u64,
     /// Stacks whose unwinding stopped early.
     pub unwind_errors: u64,
+    /// Of them, per reason, when the trace says (`profile --bpf`'s UnwindStops chunk).
+    pub unwind_stops: Option<ferrotrace_core::schema::UnwindStops>,
     /// Exit code of the program, when the profiler started it and saw it exit.
     pub exit_code: Option<i32>,
     /// The trace has its End chunk.
@@ -164,6 +166,7 @@ impl SampleSet {
             unwind_errors: trace
                 .sampler_losses()
                 .map_or(end.map_or(0, |e| e.unwind_errors), |l| l.unwind_errors),
+            unwind_stops: trace.unwind_stops(),
             exit_code: end.and_then(|e| e.exit_code),
             complete: end.is_some(),
         }))

@@ -688,3 +688,37 @@ fn more_distinct_stacks_than_the_stack_map_holds_are_all_kept() {
         stacks.len()
     );
 }
+
+/// Issue 37 item 6: why stacks were cut short is kept in the trace (its UnwindStops chunk), so that
+/// `info` says it, not only the recorder's stderr. A recursion 200 deep is past the unwinder's
+/// 127-frame limit: every spinning sample stops there, and `info` gives the count the recorder said.
+#[test]
+fn why_stacks_stopped_early_is_in_the_trace_and_info_says_it() {
+    let dir = scratch("profile_bpf_stops");
+    let exe = recurse_program(&dir);
+    let trace = profile_bpf(
+        &dir,
+        &[
+            "-F",
+            "999",
+            "--",
+            exe.to_str().unwrap(),
+            "recurse",
+            "200",
+            "300",
+        ],
+    );
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    let stops = t.unwind_stops().expect("an UnwindStops chunk");
+    let depth = ferrotrace_core::schema::unwind_stop::REASONS
+        .iter()
+        .position(|r| r.0 == ferrotrace_core::schema::unwind_stop::DEPTH)
+        .unwrap();
+    let deep = stops.samples[depth];
+    assert!(deep >= 100, "{stops:?}");
+    let info = ok(ft(&["info", "-i", trace.to_str().unwrap()]));
+    assert!(
+        info.contains(&format!("{deep} deeper than the frame limit")),
+        "{info}"
+    );
+}

@@ -23,7 +23,7 @@ pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
-pub const VERSION_MINOR: u16 = 6;
+pub const VERSION_MINOR: u16 = 7;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
@@ -74,6 +74,9 @@ pub enum ChunkKind {
     /// callsite's events ([`crate::schema::CallsiteMessage`]); before the first event that leaves it
     /// out.
     CallsiteMessages = 16,
+    /// Why the in-kernel unwinder stopped stacks early, per reason ([`crate::schema::UnwindStops`]):
+    /// `profile --bpf`, before End.
+    UnwindStops = 17,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -94,6 +97,7 @@ impl ChunkKind {
             14 => ChunkKind::Callsites,
             15 => ChunkKind::Samples,
             16 => ChunkKind::CallsiteMessages,
+            17 => ChunkKind::UnwindStops,
             _ => return None,
         })
     }

@@ -787,6 +787,114 @@ impl<'a> Payload<'a> for SamplerLosses {
     }
 }
 
+/// Why the in-kernel unwinder (`profile --bpf`) stopped stacks early: the reasons of an
+/// [`UnwindStops`] chunk, each a bit of the unwinder's flags (those of `ferrotrace_bpf::trunc`, which
+/// mirror the BPF program's), and the sentence that names it.
+pub mod unwind_stop {
+    /// The process's mappings were not loaded yet.
+    pub const NO_PROCESS: u32 = 1 << 0;
+    /// An address in no known executable mapping (JIT code, a library mapped moments ago).
+    pub const NO_MAPPING: u32 = 1 << 1;
+    /// The stack could not be read.
+    pub const READ: u32 = 1 << 2;
+    /// Deeper than the unwinder's frame limit.
+    pub const DEPTH: u32 = 1 << 3;
+    /// A CFI rule the unwinder does not follow (signal frames, DWARF expressions).
+    pub const UNSUPPORTED: u32 = 1 << 4;
+    /// A frame-pointer chain that does not go up the stack.
+    pub const BAD_FP: u32 = 1 << 5;
+    /// The unwinder's flags that say it stopped early.
+    pub const ANY: u32 = 0xff;
+    /// The reasons in the order of [`super::UnwindStops::samples`]: a flag, and what it says. The
+    /// last, flag 0, is a stack the kernel's stack map had no room for (only its leaf is known).
+    pub const REASONS: [(u32, &str); 7] = [
+        (NO_PROCESS, "before the process's mappings were loaded"),
+        (
+            NO_MAPPING,
+            "in code of no known mapping (JIT, or mapped moments before)",
+        ),
+        (READ, "stack unreadable"),
+        (DEPTH, "deeper than the frame limit"),
+        (
+            UNSUPPORTED,
+            "an unwind rule not followed (signal frame, expression)",
+        ),
+        (BAD_FP, "a broken frame-pointer chain"),
+        (0, "the stack map was full"),
+    ];
+}
+
+/// An UnwindStops chunk (`profile --bpf`, before End): per reason of [`unwind_stop::REASONS`], the
+/// samples whose stacks the in-kernel unwinder stopped early for it (a stack stopped for two reasons
+/// counts under both). `v count`, then `count` counts; a reader takes the reasons it knows.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindStops {
+    /// Samples per reason, in the order of [`unwind_stop::REASONS`].
+    pub samples: [u64; 7],
+}
+
+impl UnwindStops {
+    /// Counts `samples` stopped with the unwinder's `flags`.
+    pub fn add(&mut self, flags: u32, samples: u64) {
+        for (n, (bit, _)) in self.samples.iter_mut().zip(unwind_stop::REASONS) {
+            let stopped_for_it = match bit {
+                0 => flags & unwind_stop::ANY == 0,
+                _ => flags & bit != 0,
+            };
+            if stopped_for_it {
+                *n += samples;
+            }
+        }
+    }
+
+    /// The reasons with samples, most samples first: "N reason, M reason".
+    pub fn reasons(&self) -> impl Iterator<Item = (u64, &'static str)> {
+        let mut v: [(u64, &'static str); 7] = [(0, ""); 7];
+        for (slot, (n, (_, why))) in v
+            .iter_mut()
+            .zip(self.samples.iter().zip(unwind_stop::REASONS))
+        {
+            *slot = (*n, why);
+        }
+        // Stable: equal counts keep the table's order.
+        let mut i = 1;
+        while i < v.len() {
+            let mut j = i;
+            while j > 0 && v[j - 1].0 < v[j].0 {
+                v.swap(j - 1, j);
+                j -= 1;
+            }
+            i += 1;
+        }
+        v.into_iter().filter(|r| r.0 > 0)
+    }
+}
+
+impl<'a> Payload<'a> for UnwindStops {
+    const KIND: ChunkKind = ChunkKind::UnwindStops;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.samples.len() as u64)?;
+        for n in self.samples {
+            put_varint(s, n)?;
+        }
+        Ok(())
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        let count = f.varint()?;
+        let mut stops = UnwindStops::default();
+        for i in 0..count {
+            let n = f.varint()?;
+            // A later writer's reasons this reader does not know are left out.
+            if let Some(slot) = stops.samples.get_mut(i as usize) {
+                *slot = n;
+            }
+        }
+        Ok(stops)
+    }
+}
+
 /// The head of a Stacks chunk: `v first_id, v count`, then `count` [`StackNode`]s with ids
 /// `first_id, first_id + 1, ...`. Ids are dense from 0 across all Stacks chunks of a trace; a node's
 /// parent always has a smaller id, so a reader that meets a node knows its whole stack.

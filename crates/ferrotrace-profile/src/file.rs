@@ -223,6 +223,11 @@ impl SampleWriter {
         Ok(())
     }
 
+    /// Writes why the in-kernel unwinder stopped stacks early (an UnwindStops chunk).
+    pub fn unwind_stops(&mut self, stops: &schema::UnwindStops) -> std::io::Result<()> {
+        self.w.write(stops)
+    }
+
     /// Ends the trace: the last samples and stacks, a Clock, the End chunk.
     pub fn finish(&mut self, mut end: schema::End) -> std::io::Result<()> {
         self.flush(u64::MAX)?;

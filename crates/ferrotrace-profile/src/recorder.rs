@@ -549,6 +549,12 @@ impl Session<'_> {
             None if cfg.target == Target::SystemWide => (schema::EndReason::Stopped, 0),
             _ => (schema::EndReason::Exit, 0),
         };
+        if let Some(stops) = source
+            .unwind_stops()
+            .filter(|s| s.samples.iter().any(|&n| n > 0))
+        {
+            out.unwind_stops(&stops).map_err(io_err)?;
+        }
         out.finish(schema::End {
             reason,
             signal,

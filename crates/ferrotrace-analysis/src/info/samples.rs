@@ -48,6 +48,13 @@ pub fn info_text(set: &SampleSet) -> String {
             ""
         }
     );
+    if let Some(stops) = &set.unwind_stops {
+        let reasons: Vec<String> = stops
+            .reasons()
+            .map(|(n, why)| format!("{n} {why}"))
+            .collect();
+        let _ = writeln!(o, "stopped early: {}", reasons.join(", "));
+    }
     // The recording's duration starts with the recorder (a system-wide profile may take seconds to
     // read every process's tables first): when the samples themselves were taken.
     let times = set.samples.iter().map(|s| s.time_ns);

@@ -13,9 +13,8 @@ use std::mem::MaybeUninit;
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
-use ferrotrace_bpf::{
-    trunc, Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange, UserStack,
-};
+use ferrotrace_bpf::{Bpf, Count, EventType, OpenObject, ProcessMapping, RowRange, UserStack};
+use ferrotrace_core::schema::UnwindStops;
 
 use super::mapped_file::{FileKey, MappedFile};
 use super::source::SampleSource;
@@ -65,7 +64,7 @@ pub(super) struct BpfSession<'obj> {
     /// Samples whose stack the unwinder did not finish.
     truncated: u64,
     /// Of them, per reason (a `ferrotrace_bpf::trunc` bit; a stack lost to a full stack map is 0).
-    truncated_by: HashMap<u32, u64>,
+    truncated_by: UnwindStops,
     /// Bytes read from the BPF maps.
     kernel_bytes: u64,
     /// User stacks taken out of the kernel's map, by key, with the drain that read them: a count
@@ -115,7 +114,7 @@ impl<'obj> BpfSession<'obj> {
             too_many_mappings: Vec::new(),
             not_loaded: Vec::new(),
             truncated: 0,
-            truncated_by: HashMap::new(),
+            truncated_by: UnwindStops::default(),
             kernel_bytes: 0,
             taken_stacks: HashMap::new(),
             drains: 0,
@@ -218,10 +217,7 @@ impl<'obj> BpfSession<'obj> {
             st.samples += c.count;
             if leaf.truncated {
                 self.truncated += c.count;
-                *self
-                    .truncated_by
-                    .entry(leaf.flags & trunc::ANY)
-                    .or_default() += c.count;
+                self.truncated_by.add(leaf.flags, c.count);
             }
             if Some(c.sampler) == st.off_cpu_event && c.count > 0 {
                 // Stretches off the CPU: their time shared out (the remainder on the first).
@@ -313,40 +309,8 @@ impl<'obj> BpfSession<'obj> {
 
     /// Why stacks were truncated, as "N reason, M reason".
     fn truncation_reasons(&self) -> String {
-        const REASONS: [(u32, &str); 7] = [
-            (
-                trunc::NO_PROCESS,
-                "before the process's mappings were loaded",
-            ),
-            (
-                trunc::NO_MAPPING,
-                "in code of no known mapping (JIT, or mapped moments before)",
-            ),
-            (trunc::READ, "stack unreadable"),
-            (trunc::DEPTH, "deeper than the frame limit"),
-            (
-                trunc::UNSUPPORTED,
-                "an unwind rule not followed (signal frame, expression)",
-            ),
-            (trunc::BAD_FP, "a broken frame-pointer chain"),
-            (0, "the stack map was full"),
-        ];
-        let mut by_reason: Vec<(u64, &str)> = REASONS
-            .iter()
-            .map(|&(bit, name)| {
-                let n = self
-                    .truncated_by
-                    .iter()
-                    .filter(|(f, _)| if bit == 0 { **f == 0 } else { **f & bit != 0 })
-                    .map(|(_, n)| n)
-                    .sum();
-                (n, name)
-            })
-            .filter(|(n, _)| *n > 0)
-            .collect();
-        by_reason.sort_by_key(|r| std::cmp::Reverse(r.0));
-        by_reason
-            .iter()
+        self.truncated_by
+            .reasons()
             .map(|(n, why)| format!("{n} {why}"))
             .collect::<Vec<_>>()
             .join(", ")
@@ -454,6 +418,11 @@ impl SampleSource for BpfSession<'_> {
         self.truncated
     }
 
+    /// Of them, per reason.
+    fn unwind_stops(&self) -> Option<UnwindStops> {
+        Some(self.truncated_by)
+    }
+
     /// Adds what the user should know about the session's stacks (of `samples` in all) to `warnings`:
     /// modules walked by frame pointer, processes whose mappings the kernel side lacks, truncations.
     fn warnings(&self, samples: u64, warnings: &mut Vec<String>) {
@@ -513,5 +482,36 @@ impl SampleSource for BpfSession<'_> {
         self.sync(st);
         self.drain(st, out, now)
             .and_then(|()| self.drain(st, out, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ferrotrace_bpf::trunc;
+    use ferrotrace_core::schema::unwind_stop;
+
+    /// The trace names the unwinder's reasons by core's bits: they must be the BPF program's.
+    #[test]
+    fn the_traces_reasons_are_the_unwinders_flags() {
+        assert_eq!(
+            [
+                unwind_stop::NO_PROCESS,
+                unwind_stop::NO_MAPPING,
+                unwind_stop::READ,
+                unwind_stop::DEPTH,
+                unwind_stop::UNSUPPORTED,
+                unwind_stop::BAD_FP,
+                unwind_stop::ANY,
+            ],
+            [
+                trunc::NO_PROCESS,
+                trunc::NO_MAPPING,
+                trunc::READ,
+                trunc::DEPTH,
+                trunc::UNSUPPORTED,
+                trunc::BAD_FP,
+                trunc::ANY,
+            ]
+        );
     }
 }

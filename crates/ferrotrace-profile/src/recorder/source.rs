@@ -73,6 +73,12 @@ pub(super) trait SampleSource {
         0
     }
 
+    /// Of them, per reason, for the trace's UnwindStops chunk; `None` for a source that keeps none
+    /// (the perf_event backend counts its unwind errors alone).
+    fn unwind_stops(&self) -> Option<ferrotrace_core::schema::UnwindStops> {
+        None
+    }
+
     /// What the in-kernel unwinder did, if the source has one.
     fn unwinder_work(&self) -> Option<BpfUnwinderWork> {
         None

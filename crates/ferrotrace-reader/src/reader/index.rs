@@ -93,6 +93,7 @@ pub(super) fn open(
         truncation: None,
         unknown_chunks: 0,
         problems: Vec::new(),
+        unwind_stops: None,
         call_graph: CallGraph::None,
         sample_frequency: 0,
         sampler_losses: None,
@@ -445,6 +446,9 @@ impl Trace {
                 }
             }
             Some(ChunkKind::Salvage) => self.salvage = Some(schema::Salvage::decode(&mut f)?),
+            Some(ChunkKind::UnwindStops) => {
+                self.unwind_stops = Some(schema::UnwindStops::decode(&mut f)?);
+            }
             Some(ChunkKind::RunningAtStart) => {
                 let n = schema::Count::decode(&mut f)?.0;
                 let mut running = HashMap::new();

@@ -92,6 +92,8 @@ pub struct Trace {
     sampler_losses: Option<schema::SamplerLosses>,
     /// The interned stacks of samples and allocations, by id.
     stacks: Vec<StackNode>,
+    /// The UnwindStops chunk: why the in-kernel unwinder stopped stacks early.
+    unwind_stops: Option<schema::UnwindStops>,
     /// Events chunks that belong to no thread's sequence (a duplicated per-thread number): skipped.
     skipped_chunks: u64,
     /// Where the threads' chunk lists keep their older entries.
@@ -202,6 +204,12 @@ impl Trace {
     /// The interned stacks of samples and allocations, by id.
     pub fn stacks(&self) -> &[StackNode] {
         &self.stacks
+    }
+
+    /// Why the in-kernel unwinder stopped stacks early, per reason (`profile --bpf`); `None` when
+    /// the trace does not say (other recorders, or none stopped early).
+    pub fn unwind_stops(&self) -> Option<schema::UnwindStops> {
+        self.unwind_stops
     }
 
     /// What a command must say after its results (one `ferrotrace: warning:` line each): the
