@@ -1,7 +1,8 @@
 //! The one runtime of the process: its state, the lifecycle that every part of it goes through (start,
-//! recording, the end, a fork), and the metadata channel to the collector. Everything the runtime keeps
-//! is reachable from [`Runtime`], through [`get`]; what acts on it lives above (`thread`, `collector`,
-//! `exit`, `start`).
+//! recording, the end, a fork), and the metadata channel to the collector. Everything one recording's
+//! runtime keeps is reachable from [`Runtime`], through [`get`]; what the process keeps besides it is
+//! `crate::state`. What acts on the runtime lives above (`thread`,
+//! `collector`, `exit`, `start`).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -525,7 +526,9 @@ pub struct ForkHandlers {
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
-/// its parent's copy and stays allocated: references to it may still be held).
+/// its parent's copy and stays allocated: references to it may still be held). The rest of the
+/// process's state is `crate::state::PROCESS`; this pointer stays beside its type, which that module,
+/// below every room, does not name.
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The running runtime, if one started in this process.
