@@ -1,6 +1,7 @@
 //! The runtime's process-wide state, in one place (tracing-core's `dispatcher.rs` habit): what the
-//! runtime keeps for the whole process besides the runtime itself, who sets each part, and what of it
-//! belongs to one recording.
+//! runtime keeps for the whole process besides the runtime itself, who sets each part, and what a
+//! retired recording ([`Process::recording_retired`]) and a forked child ([`Process::forked_child`])
+//! reset. The lifecycle calls those two; no room resets its part itself.
 //!
 //! [`PROCESS`] holds:
 //! * what outlives every recording, for the next one to reuse: the address ranges of retired chunk
@@ -9,9 +10,10 @@
 //!   `tracing` layer's hook (`recorders::callsites`), the thread that called `exit`
 //!   (`buffers::thread`), and the locks that serialise code changes (`patch::text`) and tracepoint
 //!   decisions;
-//! * what belongs to one recording: the sites it patched (put back and
-//!   forgotten by `patch::sites::unpatch_all` before it stops), the `--trace` globs of the callsite recorder, its selection of every
-//!   event and the descriptions it has not handed to the collector yet;
+//! * what belongs to one recording, reset when it retires: the sites it patched (put back and
+//!   forgotten by `patch::sites::unpatch_all` before it stops), the `--trace` globs of the callsite
+//!   recorder, its selection of every event and the descriptions it has not handed to the collector
+//!   yet;
 //! * the allocation recorder's settings, set once by its start (a recording of allocations is never
 //!   retired: attaching and the program's own recording refuse them).
 //!
@@ -23,12 +25,12 @@
 //!   the allocation hooks' `TLS_OFFSET`) and the thread-local blocks (`HOT`, `COLD`, `ALLOC_THREAD`);
 //! * state whose type is its room's own and which is never reset: the allocation recorder's interner
 //!   and sampled set, the unwind rules and objects (`arch::unwind`), the retired pools' queues, the
-//!   signal handlers' chain (`lifecycle::exit`);
+//!   signal handlers' chain (`lifecycle::exit`), the membarrier registration (`patch::text`);
 //! * constants of the build: the recorder table (`recorders::ALL`), the linked runtime's marker and
 //!   constructor, the tracepoint sections' bounds and the tracepoints' own descriptors.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 /// The process's state (see the module's documentation): one value, [`PROCESS`].
@@ -134,3 +136,34 @@ pub static PROCESS: Process = Process {
         fp_only: AtomicBool::new(false),
     },
 };
+
+impl Process {
+    /// A recording retired (an attach's host stopped it, or the program stopped its own; its sites
+    /// put back already): what belonged to it goes, so that the next recording starts as the first
+    /// did. What outlives recordings stays (see the module's documentation).
+    pub fn recording_retired(&self) {
+        *self
+            .callsites
+            .trace_globs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+        self.callsites.all_events.store(false, Ordering::Relaxed);
+        *self
+            .callsites
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Default::default();
+        self.callsites.has_pending.store(false, Ordering::Relaxed);
+    }
+
+    /// In a forked child that starts its own recording, before it starts: the descriptions its
+    /// parent's collector had not taken yet are in the header the child's trace starts with, and
+    /// are not written again. (Not waited for: a lock a parent's thread held at the fork is never
+    /// released in the child, whose only thread then leaves the descriptions as they are.)
+    pub fn forked_child(&self) {
+        if let Ok(mut pending) = self.callsites.pending.try_lock() {
+            *pending = Default::default();
+            self.callsites.has_pending.store(false, Ordering::Relaxed);
+        }
+    }
+}
