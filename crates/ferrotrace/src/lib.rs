@@ -89,6 +89,8 @@ mod lifecycle;
 mod patch;
 #[cfg(ferrotrace_runtime)]
 mod recorders;
+#[cfg(ferrotrace_runtime)]
+mod state;
 
 // `ferrotrace::tracepoints::{enable, disable}`, the public face of the tracepoint recorder's control.
 #[cfg(ferrotrace_runtime)]
@@ -125,6 +127,7 @@ pub fn rescan() {
 
 /// Marker that `ferrotrace record` looks for to know that a program links its own runtime
 /// (`ferrotrace_core::env::LINKED_RUNTIME_MARKER`).
+// Outside `crate::state`, as `START_LINKED` below: a symbol of the build, not state.
 #[cfg(all(ferrotrace_runtime, not(feature = "preload")))]
 #[export_name = ferrotrace_core::__linked_runtime_marker!()]
 #[used]

@@ -581,20 +581,16 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
                 st.retrying = true;
                 st.close(reason, signal, tsc);
             }
-            // The state goes with the collector (the file closed): a retired runtime keeps none of it.
+            // The state goes with the collector (the file closed): a retired runtime keeps none of it,
+            // and its pool may be given back.
             *guard = None;
+            drop(guard);
             rt.lifecycle.end_written();
             if let Some(c) = rt.control.get() {
                 if reason == schema::EndReason::Stopped {
                     // This collector was the finisher: back to no runtime, for a later attach.
                     rt.lifecycle.finish_over();
                     crate::lifecycle::runtime::retire(rt);
-                    c.close();
-                    if let Some(live) = &rt.live {
-                        live.close();
-                    }
-                    rt.pool.give_back();
-                    rt.release_retired();
                 }
                 let _ = std::fs::File::create(&c.done);
             }

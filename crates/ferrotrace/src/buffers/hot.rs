@@ -33,6 +33,7 @@ pub struct Hot {
     pub shadow_base: AtomicU64,
 }
 
+// Per thread, not the process's: outside `crate::state`.
 thread_local! {
     /// Const-initialised and without `Drop`, so it lives in the static TLS block at a fixed offset from
     /// the thread pointer, the same offset in every thread.
@@ -129,6 +130,7 @@ impl Hot {
 }
 
 /// `&HOT - %fs:0`, computed once at start; the assembly reads it from here.
+// Outside `crate::state`: read by the trampolines' assembly with one rip-relative load.
 pub static FERROTRACE_TLS_OFFSET: AtomicI64 = AtomicI64::new(0);
 
 /// `&HOT - thread pointer` in the calling thread.
@@ -146,12 +148,14 @@ pub fn init_tls_offset() {
 /// space on another CPU (glibc 2.35 and later register that area for every thread and export its offset
 /// as `__rseq_offset`); else [`NO_CPU`]'s. Read by `arch::thread::cpu_bits` and the live trampolines: one load, where
 /// `rdtscp` (which also returns the CPU) costs a second `rdtsc` (docs/performance.md).
+// Outside `crate::state`: read by the trampolines' assembly with one rip-relative load.
 pub static FERROTRACE_CPU_OFFSET: AtomicI64 = AtomicI64::new(0);
 
 /// The CPU of a record, where none is known: rseq's `cpu_id` is -1 before registration and -2 when it
 /// failed, whose low halves are 0xffff and 0xfffe.
 pub const UNKNOWN_CPU: u16 = 0xfffe;
 
+// Per thread, not the process's: outside `crate::state`.
 thread_local! {
     /// What the CPU reads as without rseq: unknown.
     static NO_CPU: u16 = const { u16::MAX };

@@ -17,6 +17,7 @@ use ferrotrace_core::record::{Record, RECORD_SIZE};
 use ferrotrace_core::shared::{self, Descriptor};
 
 use crate::arch::thread::PAGE;
+use crate::state::PROCESS;
 
 /// A chunk handed to the collector.
 #[derive(Clone, Copy, Debug)]
@@ -57,11 +58,6 @@ pub struct Pool {
     taken: AtomicU32,
 }
 
-/// Address ranges of retired pools ([`Pool::give_back`]), each `(start, bytes)`: mapped, holding no
-/// memory, and reused by the next pool of the same size, so that attaching again and again neither
-/// grows the process nor adds mappings.
-static SPARE: std::sync::Mutex<Vec<(usize, usize)>> = std::sync::Mutex::new(Vec::new());
-
 /// A pool's two queues. Allocated once and never freed (a retired runtime's pool may still be named by
 /// threads that hold it), but reused by the next pool of as many chunks ([`SPARE_QUEUES`]).
 struct Queues {
@@ -69,7 +65,9 @@ struct Queues {
     full: ArrayQueue<FullChunk>,
 }
 
-/// The queues of retired pools ([`Pool::give_back`]), for the next pool of as many chunks.
+/// The queues of retired pools ([`Pool::give_back`]), for the next pool of as many chunks. Outside
+/// `crate::state` because their type is the pool's own; like the ranges there, kept for the process's
+/// life.
 static SPARE_QUEUES: std::sync::Mutex<Vec<&'static Queues>> = std::sync::Mutex::new(Vec::new());
 
 /// Queues for `count` chunks, every chunk free: a retired pool's, emptied, or new ones.
@@ -98,7 +96,10 @@ fn queues_for(count: usize) -> &'static Queues {
 /// anonymous memory).
 fn map_pool(bytes: usize, fd: Option<i32>) -> *mut libc::c_void {
     let spare = {
-        let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+        let mut spare = PROCESS
+            .spare_pools
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let found = spare.iter().position(|&(_, len)| len == bytes);
         found.map(|i| spare.swap_remove(i).0)
     };
@@ -308,7 +309,8 @@ impl Pool {
             )
         };
         if map != libc::MAP_FAILED {
-            SPARE
+            PROCESS
+                .spare_pools
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .push((start, bytes));

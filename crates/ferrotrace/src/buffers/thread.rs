@@ -15,6 +15,7 @@ use crate::buffers::pool::FullChunk;
 use crate::buffers::registry::{SlotGuard, SlotState, ThreadSlot};
 use crate::lifecycle::config::Mode;
 use crate::lifecycle::runtime::{self, Meta, Runtime};
+use crate::state::PROCESS;
 
 /// What only the owner thread needs, kept out of the hot block.
 struct Cold {
@@ -33,6 +34,7 @@ struct Cold {
     alt_stack: Cell<*mut libc::c_void>,
 }
 
+// Per thread, not the process's: outside `crate::state`.
 thread_local! {
     static COLD: Cold = const { Cold { slot: Cell::new(core::ptr::null()), owner: Cell::new(core::ptr::null()), busy: Cell::new(false), ignored: Cell::new(false), stack_low: Cell::new(0), alt_stack: Cell::new(core::ptr::null_mut()) } };
     static EXIT_GUARD: ExitGuard = const { ExitGuard };
@@ -52,23 +54,22 @@ impl Drop for ExitGuard {
         // SAFETY: gettid and getpid have no preconditions.
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
         // SAFETY: as above.
-        if tid == unsafe { libc::getpid() } as i64 || tid == EXITING.load(Ordering::Relaxed) {
+        if tid == unsafe { libc::getpid() } as i64 || tid == PROCESS.exiting.load(Ordering::Relaxed)
+        {
             return;
         }
         thread_exit();
     }
 }
 
-/// The thread that called `exit` (0: none yet), whose TLS destructors `exit` runs before the atexit
-/// handlers: like the main thread's, they are not its end.
-static EXITING: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
-
 /// The calling thread is about to call the C library's `exit` (the preload library's `exit`).
 #[cfg(feature = "preload")]
 pub fn exit_begins() {
     // SAFETY: gettid has no preconditions.
     let tid = unsafe { libc::syscall(libc::SYS_gettid) } as i64;
-    let _ = EXITING.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed);
+    let _ = PROCESS
+        .exiting
+        .compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed);
 }
 
 /// Marks the calling thread as one the runtime never records (its own threads).

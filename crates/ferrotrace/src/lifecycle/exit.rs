@@ -444,6 +444,7 @@ unsafe fn real_sigaction(
     act: *const libc::sigaction,
     old: *mut libc::sigaction,
 ) -> libc::c_int {
+    // Outside `crate::state`: the C library's function, the same for the process's life.
     static REAL: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let mut f = REAL.load(Ordering::Acquire);
     if f == 0 {
@@ -465,6 +466,8 @@ unsafe fn real_sigaction(
 /// Signals (bits) the program had at their default action when the runtime started, and that the
 /// runtime's handler therefore handles: the program's own SIG_DFL for one of them reinstates that
 /// handler (the default action, with the trace finished first).
+// Outside `crate::state`, as `CHAINED` and `install_once`'s `ONCE`: the signal handlers' own, installed
+// once per process and read in signal handlers; no recording resets them.
 static DEFAULT_AT_START: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The signal table shared with `ferrotrace record`, in the process that maps it (a forked child

@@ -1,7 +1,8 @@
 //! The one runtime of the process: its state, the lifecycle that every part of it goes through (start,
-//! recording, the end, a fork), and the metadata channel to the collector. Everything the runtime keeps
-//! is reachable from [`Runtime`], through [`get`]; what acts on it lives above (`thread`, `collector`,
-//! `exit`, `start`).
+//! recording, the end, a fork), and the metadata channel to the collector. Everything one recording's
+//! runtime keeps is reachable from [`Runtime`], through [`get`]; what the process keeps besides it, and
+//! what [`retire`] resets of that, is `crate::state`. What acts on the runtime lives above (`thread`,
+//! `collector`, `exit`, `start`).
 
 use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock};
@@ -15,6 +16,7 @@ use crate::buffers::pool::Pool;
 use crate::buffers::registry::Registry;
 use crate::lifecycle::config::Config;
 use crate::patch::{discovery, sites};
+use crate::state::PROCESS;
 
 /// Chunks to write as they are: `(kind, payload)`.
 pub type Chunks = Vec<(ChunkKind, Vec<u8>)>;
@@ -525,7 +527,9 @@ pub struct ForkHandlers {
 }
 
 /// The running runtime: set once at start, replaced in a forked child that records (the old one is
-/// its parent's copy and stays allocated: references to it may still be held).
+/// its parent's copy and stays allocated: references to it may still be held). The rest of the
+/// process's state is `crate::state::PROCESS`; this pointer stays beside its type, which that module,
+/// below every room, does not name.
 static RUNTIME: AtomicPtr<Runtime> = AtomicPtr::new(core::ptr::null_mut());
 
 /// The running runtime, if one started in this process.
@@ -558,8 +562,14 @@ pub fn publish(
     Ok(rt)
 }
 
-/// An attached runtime whose trace is written goes: the process is back to having none, and a later
-/// attach publishes a new one. (`rt` stays allocated: threads may still hold references to it.)
+/// A runtime that stopped while the program runs on (an attach's host stopped it, or the program its
+/// own recording), its sites put back and its trace finished, goes: the process is back to having
+/// none, and a later start publishes a new one. The one retirement, whichever stopped it: its control
+/// channel and live output closed, its pool given back if the collector is done with it (it wrote
+/// the End chunk; a finish that gave up waiting leaves the pool to it), what only a recording reads
+/// freed ([`Runtime::release_retired`]), and the recording's part of the process's state reset
+/// (`state::Process::recording_retired`). (`rt` stays allocated: threads may still hold references
+/// to it.)
 pub fn retire(rt: &'static Runtime) {
     let _ = RUNTIME.compare_exchange(
         rt as *const Runtime as *mut Runtime,
@@ -567,6 +577,22 @@ pub fn retire(rt: &'static Runtime) {
         Ordering::AcqRel,
         Ordering::Acquire,
     );
+    if let Some(c) = rt.control.get() {
+        c.close();
+    }
+    if let Some(live) = &rt.live {
+        live.close();
+    }
+    // The collector drops its state once the End chunk is written, and reads the pool until then.
+    let collector_done = rt
+        .collector_state
+        .get()
+        .is_some_and(|s| s.lock().unwrap_or_else(|e| e.into_inner()).is_none());
+    if collector_done {
+        rt.pool.give_back();
+    }
+    rt.release_retired();
+    PROCESS.recording_retired();
 }
 
 impl Runtime {
@@ -649,7 +675,7 @@ impl Runtime {
             .clone()
     }
 
-    /// An attached runtime retired: frees what only a recording reads (the description and what
+    /// The runtime retired ([`retire`]): frees what only a recording reads (the description and what
     /// discovery saw, which can be large for a program of many functions). The rest stays allocated,
     /// small: threads may still hold references to the runtime.
     pub fn release_retired(&self) {

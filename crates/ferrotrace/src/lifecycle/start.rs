@@ -109,6 +109,8 @@ pub fn restart_in_forked_child() {
         );
         return;
     };
+    // What the parent's recording had not handed to its collector is in the description already.
+    crate::state::PROCESS.forked_child();
     let config = parent.config.clone();
     let (path, _) = output_path(&config);
     let first_clock = clock::calibration_pair().0;

@@ -17,23 +17,9 @@ use crate::patch::discovery::{Discovery, Function, SledKind};
 use crate::patch::got;
 use crate::patch::text::Patcher;
 use crate::recorders::mcount::sites as mcount_sites;
+use crate::state::{Patched, PROCESS};
 
 const PAGE: u64 = crate::arch::thread::PAGE as u64;
-
-/// What patching changed, to undo when an attached recording stops ([`unpatch_all`]).
-enum Patched {
-    /// An XRay sled at this address, whose first two bytes (its short jump or `ret`) were these.
-    Sled(u64, [u8; 2]),
-    /// 5 bytes at this address, which were these (a NOP, or a function's first instructions) and are
-    /// now these (a call of a hook, or a jump to the function's trampoline).
-    Five(u64, [u8; 5], [u8; 5]),
-    /// A GOT slot of mcount/`__fentry__` calls at this address, which held this target and now holds
-    /// this hook.
-    Slot(u64, u64, u64),
-}
-
-/// Every site patched since the last [`unpatch_all`].
-static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new());
 
 /// Puts back every sled, NOP and GOT slot patched since the last call, while other threads run
 /// through them: each sled's first two bytes in one atomic store, each NOP in one atomic write
@@ -48,7 +34,7 @@ static PATCHED: std::sync::Mutex<Vec<Patched>> = std::sync::Mutex::new(Vec::new(
 /// at byte 6, inside the original NOP (`00 00 ...`). Checked against `/proc/PID/mem` by
 /// `after_a_detach_only_the_skipped_bytes_of_sleds_differ_from_the_file`.
 pub fn unpatch_all() -> usize {
-    let sites = std::mem::take(&mut *PATCHED.lock().unwrap_or_else(|e| e.into_inner()));
+    let sites = std::mem::take(&mut *PROCESS.patched.lock().unwrap_or_else(|e| e.into_inner()));
     let mut patcher = Patcher::new();
     let mut restored = 0;
     for site in &sites {
@@ -134,17 +120,12 @@ impl Targets {
     }
 }
 
-/// Every stub page made, with the targets of its stubs: never unmapped (a thread may be in a stub),
-/// and reused by a later patch that needs the same targets within reach (attaching again to a process,
-/// a rescan) rather than adding a page each time.
-static STUB_PAGES: std::sync::Mutex<Vec<(u64, [u64; 5])>> = std::sync::Mutex::new(Vec::new());
-
 /// A page of `jmp [rip]` stubs to `targets` within rel32 reach of one object's sleds and patchable NOPs.
 fn stub_page_near(lo: u64, hi: u64, targets: &Targets) -> Result<u64, String> {
     let reach = |addr: u64| {
         hi.saturating_sub(addr) < (1 << 31) - PAGE && addr.saturating_sub(lo) < (1 << 31) - PAGE
     };
-    let mut pages = STUB_PAGES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pages = PROCESS.stub_pages.lock().unwrap_or_else(|e| e.into_inner());
     let wanted = targets.in_stub_order();
     if let Some(&(page, _)) = pages
         .iter()
@@ -325,7 +306,7 @@ pub unsafe fn patch(
 ) -> Result<Vec<EntryJump>, String> {
     mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
-    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut patched = PROCESS.patched.lock().unwrap_or_else(|e| e.into_inner());
     let mut for_host = Vec::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
@@ -404,7 +385,7 @@ pub unsafe fn patch(
 /// `found` is what [`discover`](crate::patch::discovery::discover) returned: its slots are GOT slots of
 /// loaded objects, named by their relocations.
 pub unsafe fn redirect_hook_slots(found: &Discovery, targets: &Targets) -> Result<usize, String> {
-    let mut patched = PATCHED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut patched = PROCESS.patched.lock().unwrap_or_else(|e| e.into_inner());
     let mut redirected = 0;
     let mut failed = Vec::new();
     for &(slot, flavor) in &found.hook_slots {

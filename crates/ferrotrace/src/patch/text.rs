@@ -15,13 +15,11 @@
 //!   serialises its instruction stream before it runs the new code (cross-modifying code).
 
 use std::sync::atomic::{AtomicU16, AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::MutexGuard;
 
 use crate::arch::patch::{store2, JMP_SELF};
 use crate::arch::thread::PAGE;
-
-/// Serialises every change to code made by this runtime.
-static TEXT_LOCK: Mutex<()> = Mutex::new(());
+use crate::state::PROCESS;
 
 const MEMBARRIER_REGISTER_SYNC_CORE: libc::c_long = 1 << 6;
 const MEMBARRIER_SYNC_CORE: libc::c_long = 1 << 5;
@@ -30,6 +28,7 @@ const MEMBARRIER_SYNC_CORE: libc::c_long = 1 << 5;
 /// this VM) when the process already has more than one thread, and not otherwise: start-up calls this
 /// first, before it starts the collector thread.
 pub fn register_membarrier() -> bool {
+    // Outside `crate::state`: the kernel's registration lasts the process, whatever recordings come.
     static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *REGISTERED.get_or_init(|| membarrier(MEMBARRIER_REGISTER_SYNC_CORE))
 }
@@ -59,7 +58,7 @@ impl Patcher {
     /// Takes the text lock (waiting for any other batch to finish).
     pub fn new() -> Patcher {
         Patcher {
-            _lock: TEXT_LOCK.lock().unwrap_or_else(|e| e.into_inner()),
+            _lock: PROCESS.text_lock.lock().unwrap_or_else(|e| e.into_inner()),
             writable: Vec::new(),
         }
     }

@@ -55,6 +55,7 @@ use crate::arch::unwind;
 use crate::buffers::hot::Hot;
 use crate::lifecycle::config::{AllocSettings, ALLOC_MAX_DEPTH};
 use crate::lifecycle::runtime::{ForkHandlers, Recorder};
+use crate::state::PROCESS;
 
 /// Module ids of the objects stacks walk into start here, above the XRay discovery's ids: those modules
 /// carry a load bias for absolute function addresses, stack modules carry bias 0 (their addresses are
@@ -62,12 +63,9 @@ use crate::lifecycle::runtime::{ForkHandlers, Recorder};
 pub const STACK_MODULE_BASE: u32 = 1 << 20;
 
 /// `&ALLOC_THREAD - thread pointer`, the same in every thread (static TLS); 0 while allocations are not
-/// recorded, which is all the dormant hooks look at.
+/// recorded, which is all the dormant hooks look at. (Outside `crate::state`, with the hooks: the one
+/// load of their dormant path. The recorder's settings are `PROCESS.alloc`.)
 static TLS_OFFSET: AtomicIsize = AtomicIsize::new(0);
-static SAMPLE_INTERVAL: AtomicU64 = AtomicU64::new(0);
-static DEPTH: AtomicUsize = AtomicUsize::new(0);
-/// Walk frame pointers only (`FERROTRACE_ALLOC_UNWIND=fp`), not unwind rules.
-static FP_ONLY: AtomicBool = AtomicBool::new(false);
 
 /// `fp`: allocation stacks along frame pointers only, as before unwind rules (for cost comparisons).
 const ALLOC_UNWIND: &str = "FERROTRACE_ALLOC_UNWIND";
@@ -109,6 +107,7 @@ pub struct AllocThread {
     cache: AtomicPtr<CacheEntry>,
 }
 
+// Per thread, not the process's: outside `crate::state`.
 thread_local! {
     static ALLOC_THREAD: AllocThread = const {
         AllocThread {
@@ -159,13 +158,19 @@ pub const RECORDER: Recorder = Recorder {
 /// Starts recording allocations with `settings`. Called once the runtime records; start-up then
 /// registers the fork handlers ([`RECORDER`]), which only take and release the interner's lock.
 pub fn start(settings: AllocSettings) {
-    SAMPLE_INTERVAL.store(settings.sample, Relaxed);
-    DEPTH.store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
+    PROCESS
+        .alloc
+        .sample_interval
+        .store(settings.sample, Relaxed);
+    PROCESS
+        .alloc
+        .depth
+        .store(settings.depth.min(ALLOC_MAX_DEPTH), Relaxed);
     if settings.sample > 0 && !SAMPLED.init() {
         say!("ferrotrace: no memory for the sampled-address set: every free is recorded");
     }
     if std::env::var(ALLOC_UNWIND).is_ok_and(|v| v == "fp") {
-        FP_ONLY.store(true, Relaxed);
+        PROCESS.alloc.fp_only.store(true, Relaxed);
     } else if settings.depth > 0 {
         if !unwind::init() {
             say!("ferrotrace: no memory for the unwind rule table: rules looked up every time");
@@ -279,7 +284,7 @@ pub fn before_free(addr: usize) -> Option<u64> {
     }
     // Sampling: only the frees of sampled allocations are recorded. The address leaves the set before
     // the memory is handed back, when no other thread can have it yet.
-    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
+    if PROCESS.alloc.sample_interval.load(Relaxed) != 0 && !SAMPLED.remove(addr as u64) {
         return None;
     }
     Some(crate::buffers::clock::rdtsc())
@@ -295,7 +300,7 @@ pub fn free_now(addr: usize) {
 
 /// After [`before_free`] said `Some`, the memory was not handed back after all (a failed `realloc`).
 pub fn free_cancelled(addr: usize) {
-    if SAMPLE_INTERVAL.load(Relaxed) != 0 {
+    if PROCESS.alloc.sample_interval.load(Relaxed) != 0 {
         SAMPLED.insert(addr as u64);
     }
 }
@@ -333,11 +338,11 @@ pub unsafe fn alloc_event(size: usize, addr: usize, caller: Caller) {
         init_thread(t);
         t.busy.store(0, Relaxed);
     }
-    if SAMPLE_INTERVAL.load(Relaxed) != 0 && !sample(t, size, addr) {
+    if PROCESS.alloc.sample_interval.load(Relaxed) != 0 && !sample(t, size, addr) {
         return;
     }
     t.busy.store(1, Relaxed);
-    let depth = DEPTH.load(Relaxed);
+    let depth = PROCESS.alloc.depth.load(Relaxed);
     let stack = if depth == 0 {
         0
     } else {
@@ -392,7 +397,7 @@ fn init_thread(t: &AllocThread) {
     }
     // SAFETY: an anonymous private mapping, checked.
     unsafe {
-        if DEPTH.load(Relaxed) > 0 {
+        if PROCESS.alloc.depth.load(Relaxed) > 0 {
             let map = libc::mmap(
                 core::ptr::null_mut(),
                 CACHE_BYTES,
@@ -408,7 +413,7 @@ fn init_thread(t: &AllocThread) {
     }
     let seed = crate::buffers::clock::rdtsc() ^ (t as *const AllocThread as u64).rotate_left(32);
     t.rng.store(seed | 1, Relaxed);
-    let interval = SAMPLE_INTERVAL.load(Relaxed);
+    let interval = PROCESS.alloc.sample_interval.load(Relaxed);
     if interval != 0 {
         t.countdown.store(next_countdown(t, interval), Relaxed);
     }
@@ -434,8 +439,10 @@ fn sample(t: &AllocThread, size: usize, addr: usize) -> bool {
 fn sampled(t: &AllocThread, addr: usize) {
     // One allocation that spans several sampling points is still one sample: its weight says how many
     // bytes it stands for. The distance from its end to the next point is a fresh draw (memoryless).
-    t.countdown
-        .store(next_countdown(t, SAMPLE_INTERVAL.load(Relaxed)), Relaxed);
+    t.countdown.store(
+        next_countdown(t, PROCESS.alloc.sample_interval.load(Relaxed)),
+        Relaxed,
+    );
     SAMPLED.insert(addr as u64);
 }
 
@@ -466,6 +473,8 @@ const SAMPLED_SLOTS: usize = 1 << 18;
 const PROBES: usize = 32;
 const DELETED: u64 = 1;
 
+// Outside `crate::state`: its type is this recorder's; set at its start, never reset (a recording of
+// allocations is never retired, and a forked child frees what its parent sampled).
 static SAMPLED: SampledSet = SampledSet {
     slots: AtomicPtr::new(core::ptr::null_mut()),
     overflowed: AtomicBool::new(false),
@@ -574,7 +583,7 @@ fn walk(
         return n;
     }
     let max = depth.min(ALLOC_MAX_DEPTH);
-    if FP_ONLY.load(Relaxed) {
+    if PROCESS.alloc.fp_only.load(Relaxed) {
         return walk_frame_pointers(here, caller.rbp, hi, max, n, out, &mut hooks);
     }
     // The caller's registers when the hook returns: rsp above the return address, rbp as it was.
@@ -779,6 +788,8 @@ struct Locked {
 // SAFETY: `interner` is only touched with `lock` held.
 unsafe impl Sync for Locked {}
 
+// Outside `crate::state`: its type is this recorder's; kept for the process's life (a forked child's
+// collector writes the whole table again), held across `fork` by the fork handlers.
 static INTERNER: Locked = Locked {
     lock: AtomicBool::new(false),
     interner: core::cell::UnsafeCell::new(None),

@@ -23,8 +23,7 @@
 //! that exist before the program runs (static tracepoints: [`super::tracepoint`]).
 
 use std::mem::MaybeUninit;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::record::{EventKind, Record};
@@ -35,35 +34,26 @@ use crate::buffers::hot::Hot;
 use crate::callsites::{Description, FieldsOut, Ids, Kind};
 use crate::lifecycle::runtime::{self, Recorder};
 use crate::recorders::tracepoint::control;
+use crate::state::PROCESS;
 
 /// The callsite recorder's hooks (`recorders::ALL`): the `--trace` globs read at start, and the
 /// Callsites chunks for the collector.
 pub const RECORDER: Recorder = Recorder {
     start: |_| {
-        *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) = control::requested();
+        *PROCESS
+            .callsites
+            .trace_globs
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = control::requested();
         true
     },
     metadata: take_described,
     ..Recorder::NONE
 };
 
-/// The `--trace` globs of the recording: `FERROTRACE_TRACE` read at start on the thread that starts
-/// the runtime (the environment is not read later, while the program's threads may change it), or
-/// the attach's ([`attached`]).
-static TRACE_GLOBS: Mutex<Option<String>> = Mutex::new(None);
-/// The layer's [`crate::callsites::set_recording_hook`], as an address (0: no layer in the program).
-static RECORDING_HOOK: AtomicUsize = AtomicUsize::new(0);
-
-/// Descriptions not yet handed to the collector, `(count, encoded entries)`: of callsites, then of
-/// their messages (in that order in the trace: a message follows its callsite).
-static PENDING: Mutex<[(u64, Vec<u8>); 2]> = Mutex::new([(0, Vec::new()), (0, Vec::new())]);
-/// [`PENDING`]'s chunk kinds.
+/// The chunk kinds of the pending descriptions' two lists (`state::Callsites::pending`), in that
+/// order in the trace: a message follows its callsite.
 const PENDING_KINDS: [ChunkKind; 2] = [ChunkKind::Callsites, ChunkKind::CallsiteMessages];
-/// Set while [`PENDING`] holds something: the collector's check before each chunk is one load.
-static HAS_PENDING: AtomicBool = AtomicBool::new(false);
-/// Every event callsite is selected: the program started the recording for them
-/// (`crate::callsites::record_to_file`).
-static ALL_EVENTS: AtomicBool = AtomicBool::new(false);
 
 /// Registers a callsite (`crate::callsites::register`).
 pub fn register(d: &Description<'_>) -> Option<Ids> {
@@ -77,8 +67,12 @@ pub fn register(d: &Description<'_>) -> Option<Ids> {
             rt.new_function_id(config.filter_flags(d.name, 0))
         }
         Kind::Event => {
-            let globs = TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner());
-            let selected = ALL_EVENTS.load(Ordering::Relaxed)
+            let globs = PROCESS
+                .callsites
+                .trace_globs
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            let selected = PROCESS.callsites.all_events.load(Ordering::Relaxed)
                 || globs
                     .as_deref()
                     .is_some_and(|g| control::split_globs(g).any(|g| control::selects(g, d.name)));
@@ -121,27 +115,38 @@ pub fn message(tracepoint: u32, field: u32, text: &str) -> bool {
     true
 }
 
-/// Adds one encoded `entry` of [`PENDING`]'s list `list` to the runtime's header (a forked child's
+/// Adds one encoded `entry` to the pending descriptions' list `list` to the runtime's header (a forked child's
 /// trace starts with it) and to what the collector writes next.
 fn describe(rt: &runtime::Runtime, list: usize, entry: &[u8]) {
     let mut alone = Vec::new();
     let _ = schema::Count(1).encode(&mut alone);
     alone.extend_from_slice(entry);
     rt.describe(vec![(PENDING_KINDS[list], alone)]);
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
+    let mut pending = PROCESS
+        .callsites
+        .pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     pending[list].0 += 1;
     pending[list].1.extend_from_slice(entry);
-    HAS_PENDING.store(true, Ordering::Release);
+    PROCESS.callsites.has_pending.store(true, Ordering::Release);
 }
 
 /// The collector's hook: one Callsites chunk with the callsites registered since the last call, then
 /// one CallsiteMessages chunk with the messages.
 fn take_described() -> Vec<(ChunkKind, Vec<u8>)> {
-    if !HAS_PENDING.load(Ordering::Acquire) {
+    if !PROCESS.callsites.has_pending.load(Ordering::Acquire) {
         return Vec::new();
     }
-    let mut pending = PENDING.lock().unwrap_or_else(|e| e.into_inner());
-    HAS_PENDING.store(false, Ordering::Relaxed);
+    let mut pending = PROCESS
+        .callsites
+        .pending
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    PROCESS
+        .callsites
+        .has_pending
+        .store(false, Ordering::Relaxed);
     let mut chunks = Vec::new();
     for (kind, (count, entries)) in PENDING_KINDS.into_iter().zip(std::mem::take(&mut *pending)) {
         if count == 0 {
@@ -168,20 +173,26 @@ fn records(rt: &runtime::Runtime) -> bool {
 
 /// Sets the layer's hook (`crate::callsites::set_recording_hook`).
 pub fn set_recording_hook(hook: fn(bool)) {
-    RECORDING_HOOK.store(hook as usize, Ordering::Release);
+    PROCESS
+        .callsites
+        .recording_hook
+        .store(hook as usize, Ordering::Release);
 }
 
 /// True when the program has a `tracing` layer of ferrotrace's (it registered a callsite).
 pub fn has_layer() -> bool {
-    RECORDING_HOOK.load(Ordering::Acquire) != 0
+    PROCESS.callsites.recording_hook.load(Ordering::Acquire) != 0
 }
 
 /// An attach started recording, with `--trace` globs `globs` (comma-separated, empty for none): the
 /// layer asks its callsites' interest again, on the attaching thread; the host's stop calls
 /// [`detached`].
 pub fn attached(globs: &str) {
-    *TRACE_GLOBS.lock().unwrap_or_else(|e| e.into_inner()) =
-        (!globs.is_empty()).then(|| globs.to_string());
+    *PROCESS
+        .callsites
+        .trace_globs
+        .lock()
+        .unwrap_or_else(|e| e.into_inner()) = (!globs.is_empty()).then(|| globs.to_string());
     call_hook(true);
 }
 
@@ -192,7 +203,7 @@ pub fn detached() {
 }
 
 fn call_hook(recording: bool) {
-    let hook = RECORDING_HOOK.load(Ordering::Acquire);
+    let hook = PROCESS.callsites.recording_hook.load(Ordering::Acquire);
     if hook != 0 {
         // SAFETY: only `set_recording_hook` stores here, the address of a `fn(bool)`.
         let hook = unsafe { core::mem::transmute::<usize, fn(bool)>(hook) };
@@ -202,7 +213,7 @@ fn call_hook(recording: bool) {
 
 /// Selects every event callsite registered from now on (a recording the program started itself).
 pub fn select_all_events() {
-    ALL_EVENTS.store(true, Ordering::Relaxed);
+    PROCESS.callsites.all_events.store(true, Ordering::Relaxed);
 }
 
 /// The calling thread's block, at the offset the trampolines use (two loads, where `Hot::current` is

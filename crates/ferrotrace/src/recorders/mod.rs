@@ -31,6 +31,7 @@ use crate::lifecycle::runtime::Recorder;
 
 /// Every recorder's hooks ([`Recorder`]), in the order start-up starts them: allocations last, so
 /// that start-up's own allocations are not the program's. The one list to extend with a new recorder.
+// Outside `crate::state`: a constant table of the build.
 pub static ALL: [Recorder; 5] = [
     xray::RECORDER,
     mcount::RECORDER,

@@ -228,6 +228,7 @@ pub const EH_FRAME_AT: usize = 64;
 
 /// What the CFI of a stub makes the return address when its frame is not on the shadow stack: 0, the
 /// end of the stack for an unwinder.
+// Outside `crate::state`: a constant the stubs' CFI points at.
 static NO_RETURN_ADDRESS: u64 = 0;
 
 /// Fills `page` (a thread's stub page, to be mapped at `page_addr` R-X) with the thread's return stub

@@ -113,6 +113,8 @@ const RULE_SLOTS: usize = 1 << 16;
 const RULE_PROBES: usize = 16;
 const RULE_BYTES: usize = RULE_SLOTS * core::mem::size_of::<RuleSlot>();
 
+// Outside `crate::state`, as `OBJECTS`, `OBJECT_COUNT`, `DISCOVER` and `COUNTS`: the unwinder's caches of
+// the loaded objects' unwind rules and its counts, of its own types, for the process's life.
 static RULES: AtomicPtr<RuleSlot> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Walk statistics, for the tests and for `FERROTRACE_ALLOC_UNWIND_STATS`.

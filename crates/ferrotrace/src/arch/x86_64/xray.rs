@@ -25,6 +25,7 @@ const XSAVE_MASK: u32 = 0b1110_0111;
 
 /// Bytes of the standard-form XSAVE area for [`XSAVE_MASK`] on this CPU, or 0 where XSAVE is not enabled
 /// (the slow path then saves xmm0–15 with `movaps`). Read by the assembly.
+// Outside `crate::state`: read by the slow path's assembly with one rip-relative load.
 static FERROTRACE_XSAVE_BYTES: AtomicU32 = AtomicU32::new(0);
 
 /// Sizes the slow path's XSAVE area from CPUID leaf 0xD. Must run before any sled is patched.

@@ -2,12 +2,13 @@
 //! `xray`), and the table the mcount hooks ([`crate::recorders::mcount`]) look their return address up in.
 
 use std::sync::atomic::{AtomicPtr, Ordering};
-use std::sync::Mutex;
 
 use ferrotrace_core::mcount::{
     for_each_call, has_frame_pointer_prologue, hook_flavor, is_nop5, plt_stub_slot, Flavor, ENDBR64,
 };
 use object::{Object, ObjectSection, ObjectSymbol, ObjectSymbolTable, SectionFlags};
+
+use crate::state::PROCESS;
 // ---------------------------------------------------------------------------------------------------
 // Finding sites in a loaded object.
 
@@ -190,7 +191,8 @@ pub fn hookable(site: &Site, func: u64, text: (u64, u64)) -> Option<Flavor> {
 // ---------------------------------------------------------------------------------------------------
 // The site table.
 
-/// The empty table the hooks read before discovery: mask 0, one empty slot.
+/// The empty table the hooks read before discovery: mask 0, one empty slot. (This and the table's
+/// pointer stay outside `crate::state`: the hooks' assembly reads them at a fixed address.)
 static EMPTY_TABLE: [u64; 4] = [0; 4];
 
 /// The site table the hooks read: a header word (the probe mask in bytes, `(slots - 1) * 16`), a spare
@@ -198,11 +200,6 @@ static EMPTY_TABLE: [u64; 4] = [0; 4];
 /// a rescan finds more sites, or an attach selects other functions; old tables are leaked, a hook may
 /// still be reading one.
 pub static FERROTRACE_SITES: AtomicPtr<u64> = AtomicPtr::new(EMPTY_TABLE.as_ptr() as *mut u64);
-
-/// Every site the table holds: key to word. A site found again (each attach discovers every object
-/// anew) takes its new word, and does not grow the table.
-static ALL_SITES: Mutex<std::collections::BTreeMap<u64, u64>> =
-    Mutex::new(std::collections::BTreeMap::new());
 
 /// The multiplier of the table's hash (the hooks hash in assembly).
 pub const HASH_MUL: u64 = 0x9E37_79B9_7F4A_7C15;
@@ -224,7 +221,10 @@ pub fn publish(sites: &[(u64, u64)]) {
     if sites.is_empty() {
         return;
     }
-    let mut all = ALL_SITES.lock().unwrap_or_else(|e| e.into_inner());
+    let mut all = PROCESS
+        .mcount_sites
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let mut changed = false;
     for &(key, word) in sites {
         changed |= all.insert(key, word) != Some(word);

@@ -14,14 +14,14 @@
 //! ferrotrace::tracepoints::disable("*");
 //! ```
 
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Mutex;
+use std::sync::atomic::Ordering;
 
 use ferrotrace_core::schema::{self, Payload};
 
 use crate::lifecycle::runtime::Program;
 use crate::patch::static_key;
 use crate::recorders::tracepoint::{self, Info, Probe};
+use crate::state::PROCESS;
 
 /// Matches `text` against a glob with `*` and `?`.
 pub(crate) fn glob_match(glob: &str, text: &str) -> bool {
@@ -63,10 +63,6 @@ pub(crate) fn split_globs(list: &str) -> impl Iterator<Item = &str> {
         .filter(|g| !g.is_empty())
 }
 
-/// Serialises the decisions about which sites fire: a tracepoint's sites are patched while ferrotrace
-/// records it (`enable`) or while a tracer is attached to its SDT probe (`usdt`).
-static CONTROL: Mutex<()> = Mutex::new(());
-
 /// True while a tracer is attached to the SDT probe of the tracepoint with descriptor `desc`.
 fn attached(probes: &[Probe], desc: usize) -> bool {
     probes
@@ -75,7 +71,7 @@ fn attached(probes: &[Probe], desc: usize) -> bool {
 }
 
 /// Patches the sites of the tracepoints with descriptors `descs` to fire or not: they fire while the
-/// tracepoint is enabled or its probe has a tracer (`usdt`). The caller holds [`CONTROL`].
+/// tracepoint is enabled or its probe has a tracer (`usdt`). The caller holds `PROCESS.tracepoint_control`.
 fn apply(descs: &[usize], probes: &[Probe]) {
     let fires = |desc: usize| {
         // SAFETY: `desc` is the address of a descriptor of this program (from its own tables).
@@ -99,7 +95,10 @@ fn apply(descs: &[usize], probes: &[Probe]) {
 /// The USDT watcher: the probes of `descs` gained or lost their tracer.
 #[cfg(not(feature = "preload"))]
 pub(crate) fn refresh(descs: &[usize], probes: &[Probe]) {
-    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+    let _control = PROCESS
+        .tracepoint_control
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     apply(descs, probes);
 }
 
@@ -109,7 +108,10 @@ fn set(glob: &str, enable: bool) -> usize {
 
 /// Enables (or disables) the tracepoints `choose` picks; their descriptors.
 fn set_chosen(choose: impl Fn(&Info) -> bool, enable: bool) -> Vec<usize> {
-    let _control = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+    let _control = PROCESS
+        .tracepoint_control
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     let chosen: Vec<Info> = tracepoint::all().into_iter().filter(choose).collect();
     if chosen.is_empty() {
         return Vec::new();
@@ -188,20 +190,18 @@ pub(crate) fn requested() -> Option<String> {
         .filter(|v| split_globs(v).next().is_some())
 }
 
-/// The next tracepoint id for a callsite registered while the program runs (`recorders::callsites`):
-/// after those of the static tracepoints, which [`assign_ids`] gives.
-static NEXT_ID: AtomicU32 = AtomicU32::new(1);
-
 /// A tracepoint id never given before in this process's trace.
 pub(crate) fn new_id() -> u32 {
-    NEXT_ID.fetch_add(1, Ordering::Relaxed)
+    PROCESS.next_tracepoint_id.fetch_add(1, Ordering::Relaxed)
 }
 
 /// Runtime start-up: gives every tracepoint its id (1, 2, … in descriptor order) and returns the
 /// `Tracepoints` chunk payload.
 pub(crate) fn assign_ids() -> Vec<u8> {
     let all = tracepoint::all();
-    NEXT_ID.fetch_max(all.len() as u32 + 1, Ordering::Relaxed);
+    PROCESS
+        .next_tracepoint_id
+        .fetch_max(all.len() as u32 + 1, Ordering::Relaxed);
     let mut p = Vec::new();
     let _ = schema::Count(all.len() as u64).encode(&mut p);
     for (i, t) in all.iter().enumerate() {

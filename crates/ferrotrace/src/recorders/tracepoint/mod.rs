@@ -289,6 +289,7 @@ pub struct Site {
     pub desc: usize,
 }
 
+// Outside `crate::state`: the linker's bounds of the tracepoint sections.
 extern "C" {
     static __start_ferrotrace_tp: u8;
     static __stop_ferrotrace_tp: u8;
@@ -298,6 +299,7 @@ extern "C" {
     static __stop_ferrotrace_usdt: u8;
 }
 
+// Outside `crate::state`: an entry of a section, not state.
 // Keeps the three sections (and so their start/stop symbols) present in every program that links this crate,
 // even one without tracepoints. Walkers skip these zero entries.
 #[used]
