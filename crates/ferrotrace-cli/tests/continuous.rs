@@ -159,6 +159,37 @@ fn periods_become_whole_parts_that_duckdb_and_report_read() {
         samples += n;
     }
 
+    // Each part says the machine and boot it was recorded in, and the build id of each frame's
+    // module: the program's is its ELF note's.
+    let out = duckdb(&format!(
+        "import duckdb\n\
+         q = \"select distinct hostname, boot_id from \
+         read_parquet('{}/host=*/date=*/hour=*/part-*/metadata.parquet', hive_partitioning=false)\"\n\
+         for r in duckdb.sql(q).fetchall(): print('\\t'.join(map(str, r)))",
+        p(&ds)
+    ));
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap();
+    assert_eq!(out.trim(), format!("{}\t{}", host.trim(), boot.trim()));
+    // readelf's word for it.
+    let notes = Command::new("readelf")
+        .arg("-n")
+        .arg(testprog("fib"))
+        .output()
+        .expect("readelf");
+    let fib_build_id = text(&notes.stdout)
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Build ID: ").map(str::to_string))
+        .expect("fib has a build id");
+    let out = duckdb(&format!(
+        "import duckdb\n\
+         q = \"select distinct build_id from \
+         read_parquet('{}/host=*/date=*/hour=*/part-*/stacks.parquet', hive_partitioning=false) \
+         where function = 'fib::fib'\"\n\
+         for r in duckdb.sql(q).fetchall(): print(r[0])",
+        p(&ds)
+    ));
+    assert_eq!(out.trim(), fib_build_id);
+
     // report reads the dataset: every part's samples, the busy program's hot function among them.
     let report: serde_json::Value =
         serde_json::from_str(&ok(ft(&["report", "--json", "-i", p(&ds)]))).unwrap();

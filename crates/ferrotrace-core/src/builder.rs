@@ -113,6 +113,9 @@ impl<W: Write> TraceBuilder<W> {
             sources,
             alloc_sample,
             min_call_ns: 0,
+            // A trace built here says nothing of a machine (tests, converters).
+            host: "",
+            boot_id: "",
         })?;
         Ok(TraceBuilder {
             w,

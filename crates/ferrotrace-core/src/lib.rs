@@ -83,6 +83,8 @@ pub mod format;
 pub mod grouped;
 #[cfg(feature = "std")]
 pub mod jit;
+#[cfg(feature = "std")]
+pub mod machine;
 pub mod mcount;
 #[cfg(feature = "std")]
 pub mod output;

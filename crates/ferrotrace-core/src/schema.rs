@@ -182,9 +182,15 @@ pub struct Session<'a> {
     /// *Trailing*: allocation events are sampled, one per this many bytes on average (Poisson sampling
     /// of the allocated bytes); 0 (the default): every allocation is recorded.
     pub alloc_sample: u64,
-    /// *Trailing* (after `alloc_sample`, written only when not 0): `record -t`, calls shorter than
-    /// this many nanoseconds were left out when recording; 0 (the default): none was.
+    /// *Trailing* (after `alloc_sample`, written only when not 0 or when `host` follows): `record
+    /// -t`, calls shorter than this many nanoseconds were left out when recording; 0 (the default):
+    /// none was.
     pub min_call_ns: u64,
+    /// *Trailing* (after `min_call_ns`, written with `boot_id` when either is not empty): the host
+    /// the trace was recorded on ([`crate::machine`]); empty (the default): not said.
+    pub host: &'a str,
+    /// *Trailing*, after `host`: the kernel's boot id at the recording; empty: not said.
+    pub boot_id: &'a str,
 }
 
 impl<'a> Payload<'a> for Session<'a> {
@@ -201,8 +207,13 @@ impl<'a> Payload<'a> for Session<'a> {
         put_varint(s, self.tick_hz)?;
         put_varint(s, self.sources)?;
         put_varint(s, self.alloc_sample)?;
-        if self.min_call_ns != 0 {
+        let machine = !self.host.is_empty() || !self.boot_id.is_empty();
+        if self.min_call_ns != 0 || machine {
             put_varint(s, self.min_call_ns)?;
+        }
+        if machine {
+            put_str(s, self.host)?;
+            put_str(s, self.boot_id)?;
         }
         Ok(())
     }
@@ -220,6 +231,8 @@ impl<'a> Payload<'a> for Session<'a> {
             sources: f.varint()?,
             alloc_sample: trailing(f, 0)?,
             min_call_ns: trailing(f, 0)?,
+            host: if f.remaining() > 0 { f.str()? } else { "" },
+            boot_id: if f.remaining() > 0 { f.str()? } else { "" },
         })
     }
 }
@@ -1210,6 +1223,8 @@ mod tests {
                 sources: source::MCOUNT | source::SAMPLES,
                 alloc_sample: 512 << 10,
                 min_call_ns: 10_000,
+                host: "sim-a",
+                boot_id: "6e1f2c0a-4d1b-4c8e-9a52-0d7c3b2f9e11",
             },
             &mut Vec::new(),
         );

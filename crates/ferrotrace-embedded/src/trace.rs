@@ -182,6 +182,9 @@ pub(crate) fn write<E>(
             sources,
             alloc_sample: 0,
             min_call_ns: 0,
+            // No operating system to name the machine.
+            host: "",
+            boot_id: "",
         },
     )?;
     put(

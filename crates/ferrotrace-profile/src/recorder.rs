@@ -217,6 +217,7 @@ fn start_trace(
         .map(|e| e.display().to_string())
         .unwrap_or_default();
     let in_kernel = source.counts_in_kernel();
+    let machine = ferrotrace_core::machine::Machine::this();
     let session = schema::Session {
         pid: root_pid,
         ppid: std::process::id(),
@@ -231,6 +232,8 @@ fn start_trace(
         sources: schema::source::SAMPLES | if in_kernel { schema::source::BPF } else { 0 },
         alloc_sample: 0,
         min_call_ns: 0,
+        host: &machine.host,
+        boot_id: &machine.boot_id,
     };
     let header = SamplersHeader {
         // The eBPF unwinder follows DWARF rows (frame pointers where a module has none).

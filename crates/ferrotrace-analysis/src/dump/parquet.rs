@@ -382,6 +382,17 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
             .unwrap_or(0)
     };
     let modules = values(&module_paths);
+    // Each module's build id in hex, in the order (and so with the keys) of `modules`: a fleet's
+    // profiles are symbolized later, centrally, by build id.
+    let module_build_ids: Vec<String> = std::iter::once(String::new())
+        .chain(trace.modules().iter().map(|m| {
+            m.build_id
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect::<String>()
+        }))
+        .collect();
+    let build_ids = values(&module_build_ids);
     let threads: Vec<String> = trace.threads().values().map(|t| t.name.clone()).collect();
     let thread_names = values(&threads);
     let thread_slot: HashMap<u32, u32> = trace
@@ -491,6 +502,8 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
             ("ns_per_tick_q32", U64, false),
             ("events", U64, false),
             ("threads", U64, false),
+            ("hostname", Str, false),
+            ("boot_id", Str, false),
         ],
         &[&run],
     )?;
@@ -511,6 +524,8 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
         V::U64(trace.ticks_to_ns(1 << 32)),
         V::U64(trace.event_count()),
         V::U64(trace.threads().len() as u64),
+        V::Str(&trace.session().host),
+        V::Str(&trace.session().boot_id),
     ])?;
     t.close()?;
 
@@ -546,8 +561,9 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
             ("module", Dict, false),
             ("address", U64, false),
             ("frames", Strs, false),
+            ("build_id", Dict, false),
         ],
-        &[&run, &stack_functions, &modules],
+        &[&run, &stack_functions, &modules, &build_ids],
     )?;
     for (i, node) in trace.stacks().iter().enumerate() {
         t.row(&[
@@ -558,6 +574,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
             V::Key(module_slot.get(&node.module).copied().unwrap_or(0)),
             V::U64(node.address),
             V::Strs(&stack_frames[i]),
+            V::Key(module_slot.get(&node.module).copied().unwrap_or(0)),
         ])?;
     }
     t.close()?;

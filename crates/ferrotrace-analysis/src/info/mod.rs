@@ -37,6 +37,10 @@ pub struct Summary {
     pub exe: String,
     /// Process id.
     pub pid: u32,
+    /// The host it was recorded on, and its boot id (empty: not said).
+    pub host: String,
+    /// The kernel's boot id at the recording (empty: not said).
+    pub boot_id: String,
     /// Recording mode.
     pub mode: String,
     /// `record -t`: calls shorter than this many nanoseconds were left out (0: none was).
@@ -102,6 +106,8 @@ impl Summary {
             cmdline: trace.session().args.clone(),
             exe: trace.session().exe.clone(),
             pid: trace.session().pid,
+            host: trace.session().host.clone(),
+            boot_id: trace.session().boot_id.clone(),
             mode: trace.session().mode_name().to_string(),
             min_call_ns: trace.session().min_call_ns,
             recorded_by: ferrotrace_core::schema::source::names(trace.session().sources).collect(),
@@ -203,6 +209,8 @@ impl Summary {
             "cmdline": self.cmdline,
             "exe": self.exe,
             "pid": self.pid,
+            "host": self.host,
+            "boot_id": self.boot_id,
             "mode": self.mode,
             "min_call_ns": self.min_call_ns,
             "recorded_by": self.recorded_by,
@@ -244,6 +252,9 @@ impl Summary {
         } else {
             let _ = writeln!(o, "command line : {}", self.cmdline.join(" "));
             let _ = writeln!(o, "executable   : {} (pid {})", self.exe, self.pid);
+        }
+        if !self.host.is_empty() {
+            let _ = writeln!(o, "host         : {} (boot {})", self.host, self.boot_id);
         }
         if profile {
             // What "drop" means for samples, said rather than a function recording's mode name.

@@ -254,8 +254,10 @@ fn continuous(mut cfg: ProfileConfig, every: Duration, dir: &Path) -> Result<Exi
                 .into(),
         ));
     }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map_or_else(|_| "unknown".to_string(), |h| h.trim().replace('/', "_"));
+    let host = match ferrotrace_core::machine::Machine::this().host {
+        h if h.is_empty() => "unknown".to_string(),
+        h => h.replace('/', "_"),
+    };
     let staging = dir.join(".staging");
     for d in [dir, &staging] {
         match std::fs::create_dir(d) {

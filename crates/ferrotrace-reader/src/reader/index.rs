@@ -292,6 +292,8 @@ impl Trace {
                     sources: s.sources,
                     alloc_sample: s.alloc_sample,
                     min_call_ns: s.min_call_ns,
+                    host: s.host.to_string(),
+                    boot_id: s.boot_id.to_string(),
                 };
             }
             Some(ChunkKind::Clock) => {

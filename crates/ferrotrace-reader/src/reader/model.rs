@@ -70,6 +70,10 @@ pub struct Session {
     pub alloc_sample: u64,
     /// `record -t`: calls shorter than this many nanoseconds were left out; 0: none was.
     pub min_call_ns: u64,
+    /// The host it was recorded on; empty when the trace does not say.
+    pub host: String,
+    /// The kernel's boot id at the recording; empty when the trace does not say.
+    pub boot_id: String,
 }
 
 impl Session {

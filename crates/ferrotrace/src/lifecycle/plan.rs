@@ -557,6 +557,7 @@ fn session_payload(
     let cmdline = cmdline.strip_suffix(&[0]).unwrap_or(&cmdline);
     // SAFETY: getppid cannot fail.
     let ppid = unsafe { libc::getppid() } as u32;
+    let machine = ferrotrace_core::machine::Machine::this();
     let mut p = Vec::new();
     let _ = schema::Session {
         pid: std::process::id(),
@@ -577,6 +578,8 @@ fn session_payload(
             },
         alloc_sample: program.alloc.map_or(0, |a| a.sample),
         min_call_ns: config.min_call_ns,
+        host: &machine.host,
+        boot_id: &machine.boot_id,
     }
     .encode(&mut p);
     p
