@@ -136,6 +136,85 @@ impl Cct {
         c
     }
 
+    /// The calls of `func` and what they called: a tree whose root has one child, `func`, holding
+    /// every outermost call of it (a recursive call is inside the outer one, as in `graph`'s
+    /// focus), with the subtrees below them merged path by path. The TUI's callees pane; `func` is a
+    /// node's function (a representative id, [`Names::representatives`]).
+    pub fn callees(&self, func: u32) -> Cct {
+        let mut out = self.empty();
+        let top = out.child(ROOT, func);
+        // (node of self, node of out it merges into), for the outermost calls of `func`.
+        let mut merge: Vec<(usize, usize)> = Vec::new();
+        let mut find: Vec<usize> = self.nodes[ROOT].children.clone();
+        while let Some(n) = find.pop() {
+            if self.nodes[n].func == func {
+                merge.push((n, top));
+            } else {
+                find.extend(&self.nodes[n].children);
+            }
+        }
+        while let Some((n, into)) = merge.pop() {
+            let node = &self.nodes[n];
+            let target = &mut out.nodes[into];
+            target.calls += node.calls;
+            target.total_ns += node.total_ns;
+            target.self_ns += node.self_ns;
+            for &c in &node.children {
+                merge.push((c, out.child(into, self.nodes[c].func)));
+            }
+        }
+        out
+    }
+
+    /// Who called `func`, inverted: a tree whose root has one child, `func`, whose children are its
+    /// callers, theirs their callers, up to the outermost frames. Each path counts the calls of
+    /// `func` made through it; its time is that of the outermost ones (recursion counted once, as
+    /// `report`'s total), so a recursive function is its own caller with calls and no time.
+    pub fn callers(&self, func: u32) -> Cct {
+        let mut out = self.empty();
+        let top = out.child(ROOT, func);
+        // (node, whether a call of `func` is above it).
+        let mut stack: Vec<(usize, bool)> = self.nodes[ROOT]
+            .children
+            .iter()
+            .map(|&c| (c, false))
+            .collect();
+        while let Some((n, inside)) = stack.pop() {
+            let node = &self.nodes[n];
+            if node.func == func {
+                let (calls, total) = (node.calls, if inside { 0 } else { node.total_ns });
+                let mut at = top;
+                let mut up = n;
+                loop {
+                    let target = &mut out.nodes[at];
+                    target.calls += calls;
+                    target.total_ns += total;
+                    if at == top && !inside {
+                        target.self_ns += node.self_ns;
+                    }
+                    up = self.nodes[up].parent;
+                    if up == ROOT {
+                        break;
+                    }
+                    at = out.child(at, self.nodes[up].func);
+                }
+            }
+            let inside = inside || node.func == func;
+            stack.extend(node.children.iter().map(|&c| (c, inside)));
+        }
+        out
+    }
+
+    /// A tree with the root alone and this one's names.
+    fn empty(&self) -> Cct {
+        Cct {
+            nodes: vec![Node::default()],
+            index: HashMap::new(),
+            names: self.names.clone(),
+            errors: Vec::new(),
+        }
+    }
+
     /// Visits every node below the root depth-first, children in first-call order, with the path
     /// of function ids from the root's child down to the node.
     pub fn walk(&self, mut f: impl FnMut(usize, &[u32])) {

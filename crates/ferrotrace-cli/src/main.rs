@@ -30,6 +30,9 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Per-function total time, self time, calls, average, min and max
     Report(cmd::report::ReportArgs),
+    /// Walk the report, call graph, call trees and samples with the keyboard (needs a terminal)
+    #[cfg(feature = "tui")]
+    Tui(cmd::tui::TuiArgs),
     /// The aggregated call graph below a function (or of the whole program)
     Graph(cmd::graph::GraphArgs),
     /// Memory: allocations, the peak and who held it, leaks, top sites, temporaries (record --alloc)
@@ -54,6 +57,8 @@ fn main() -> ExitCode {
         Command::Replay(a) => cmd::replay::run(a),
         Command::Report(a) => cmd::report::run(a),
         Command::Graph(a) => cmd::graph::run(a),
+        #[cfg(feature = "tui")]
+        Command::Tui(a) => cmd::tui::run(a),
         Command::Mem(a) => cmd::mem::run(a),
         Command::Flame(a) => cmd::flame::run(a),
         Command::Dump(a) => cmd::dump::run(a),

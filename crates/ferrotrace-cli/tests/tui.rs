@@ -1,0 +1,1 @@
+//! `ferrotrace tui`.
