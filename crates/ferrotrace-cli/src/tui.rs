@@ -17,6 +17,7 @@ use ferrotrace_analysis::info::fmt_ns;
 use ferrotrace_analysis::names::{Names, Representatives};
 use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::reader::Trace;
+use ferrotrace_analysis::replay::push_duration;
 use ferrotrace_analysis::replay::tree::{self, CallTree, ThreadSummary};
 use ferrotrace_analysis::report::samples::{self as sreport, HotStack, ReportOptions};
 use ferrotrace_analysis::report::{sort, FuncStats, Report, SortKey};
@@ -28,7 +29,7 @@ use ratatui::text::Line;
 use ratatui::widgets::{Block, Borders, Clear, Paragraph};
 use ratatui::Frame;
 
-/// Most frames of one thread's call tree held at once (about 100 bytes each).
+/// Most frames of one thread's call tree held at once by default (about 100 bytes each).
 pub const MAX_FRAMES: usize = 200_000;
 
 /// The views, in the order of their keys (1-4) and of Tab.
@@ -292,8 +293,9 @@ pub struct App {
 
 impl App {
     /// The TUI of `trace`, whose `report` and `samples` are already made; starts the workers that
-    /// build the calling-context tree (at once) and the threads' call trees (when asked).
-    pub fn new(trace: Trace, report: Report, samples: Option<SampleSet>) -> App {
+    /// build the calling-context tree (at once) and the threads' call trees (when asked, each of
+    /// at most `max_frames` frames).
+    pub fn new(trace: Trace, report: Report, samples: Option<SampleSet>, max_frames: usize) -> App {
         let trace = Arc::new(trace);
         let names = Names::of(&trace);
         let reps = names.representatives();
@@ -315,7 +317,7 @@ impl App {
                     .get_or_insert_with(|| initial_stacks(&t).map_err(|e| e.to_string()))
                 {
                     Ok(initial) => {
-                        CallTree::of_thread(&t, tid, initial, MAX_FRAMES).map_err(|e| e.to_string())
+                        CallTree::of_thread(&t, tid, initial, max_frames).map_err(|e| e.to_string())
                     }
                     Err(e) => Err(e.clone()),
                 };
@@ -428,7 +430,16 @@ impl App {
             Loaded::Tree(Ok(t)) => {
                 // Only the thread still picked is kept (a quick t t t asks for several).
                 if self.tree.threads.get(self.tree.thread).map(|t| t.tid) == Some(t.tid) {
-                    self.tree.expanded = t.nodes[tree::ROOT].children.iter().copied().collect();
+                    // The outer three levels open: past the runtime's frames to main's callees.
+                    let mut level = t.nodes[tree::ROOT].children.clone();
+                    self.tree.expanded.clear();
+                    for _ in 0..3 {
+                        self.tree.expanded.extend(&level);
+                        level = level
+                            .iter()
+                            .flat_map(|&n| t.nodes[n].children.iter().copied())
+                            .collect();
+                    }
                     if let Some(e) = &t.error {
                         self.message = format!("thread {}: {e}", t.tid);
                     }
@@ -522,6 +533,7 @@ impl App {
                 KeyCode::Esc => {
                     self.typing = None;
                     self.query.clear();
+                    self.message.clear();
                 }
                 KeyCode::Backspace => {
                     q.pop();
@@ -875,7 +887,7 @@ impl App {
                         let note = n.end.map(|e| e.note()).unwrap_or_default();
                         format!(
                             "{:>12}  {}{}{}{}{}",
-                            n.duration_ns.map_or("…".to_string(), fmt_ns),
+                            n.duration_ns.map_or("…".to_string(), replay_duration),
                             "  ".repeat(r.depth),
                             marker(!n.children.is_empty(), t.expanded.contains(&r.node)),
                             self.names.get(n.func),
@@ -978,6 +990,13 @@ fn toggle(expanded: &mut HashSet<usize>, node: usize, code: KeyCode) -> bool {
             true
         }
     }
+}
+
+/// A duration as `replay` prints it.
+fn replay_duration(ns: u64) -> String {
+    let mut b = Vec::new();
+    push_duration(&mut b, ns);
+    String::from_utf8_lossy(&b).into_owned()
 }
 
 fn report_row(f: &FuncStats) -> String {

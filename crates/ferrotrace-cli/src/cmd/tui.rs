@@ -10,7 +10,7 @@ use ferrotrace_analysis::progress::Progress;
 use ferrotrace_analysis::sections::Sections;
 use ratatui::crossterm::event::{self, Event, KeyEventKind};
 
-use crate::tui::App;
+use crate::tui::{App, MAX_FRAMES};
 use crate::Error;
 
 /// Arguments of `ferrotrace tui`.
@@ -31,14 +31,15 @@ pub struct TuiArgs {
 }
 
 /// The TUI's state for the trace at `path`: opened and reported in one pass (as `report` does),
-/// its samples loaded; the call graph and call trees follow on worker threads.
-pub fn app(path: &Path, symbols: Option<&Path>) -> Result<App, Error> {
+/// its samples loaded; the call graph and call trees (of at most `max_frames` frames) follow on
+/// worker threads.
+pub fn app(path: &Path, symbols: Option<&Path>, max_frames: usize) -> Result<App, Error> {
     let (trace, counted) = super::report::open_for_report(path, symbols, 1)?;
     let sections = Sections::of(&trace).map_err(Error::analysis)?;
     let mut progress = Progress::new("report", trace.event_count());
     let report = super::report::report_of(&trace, &mut progress, 1, counted)?;
     drop(progress);
-    Ok(App::new(trace, report, sections.samples))
+    Ok(App::new(trace, report, sections.samples, max_frames))
 }
 
 /// Runs the TUI until q.
@@ -48,7 +49,7 @@ pub fn run(a: TuiArgs) -> Result<ExitCode, Error> {
             "tui needs a terminal; use report/graph/replay for text".into(),
         ));
     }
-    let mut app = app(&a.trace.input, a.symbols.as_deref())?;
+    let mut app = app(&a.trace.input, a.symbols.as_deref(), MAX_FRAMES)?;
     // try_init restores the terminal from its panic hook too.
     let mut terminal = ratatui::try_init().map_err(|e| {
         ratatui::restore();
