@@ -594,7 +594,7 @@ impl App {
             KeyCode::Char('g') => {
                 if let Some((f, name)) = self.function_at(self.sel()) {
                     self.jump(f, &name);
-                    self.to_callees();
+                    self.select_callees();
                 }
             }
             KeyCode::Enter | KeyCode::Right | KeyCode::Left => self.open(k.code),
@@ -604,7 +604,7 @@ impl App {
     }
 
     /// Moves the graph's selection to its callees' first row.
-    fn to_callees(&mut self) {
+    fn select_callees(&mut self) {
         if let Some(g) = &self.graph {
             if let Some(i) = g.rows.iter().position(Option::is_none) {
                 self.cursors[1].sel = (i + 1).min(g.rows.len().saturating_sub(1));
@@ -627,7 +627,7 @@ impl App {
                 if code == KeyCode::Enter {
                     if let Some((f, name)) = self.function_at(sel) {
                         self.jump(f, &name);
-                        self.to_callees();
+                        self.select_callees();
                     }
                 }
             }

@@ -451,3 +451,150 @@ fn samples_view_shows_the_profile_and_its_hot_stacks() {
     press(&mut plain, KeyCode::Char('4'));
     assert!(text_of(&mut plain).contains("no samples in this trace"));
 }
+
+/// Runs the real binary in a pseudo-terminal of 30 x 160 (python3's `pty`; scripts/setup.sh installs
+/// python3), keeps a screen from what it writes (cursor moves, text, clears: what ratatui's
+/// crossterm backend sends), sends keys and waits for text to show. Exits non-zero, saying which step
+/// failed and the screen, when a step's text does not show within 20 s, when the exit status is not
+/// `rc`, or when the terminal is not restored (canonical mode and echo back, alternate screen left,
+/// cursor shown).
+const PTY_DRIVER: &str = r#"
+import json, os, re, select, subprocess, sys, termios, fcntl, struct, time
+exe, trace, steps, rc_wanted = sys.argv[1], sys.argv[2], json.loads(sys.argv[3]), int(sys.argv[4])
+ROWS, COLS = 30, 160
+master, slave = os.openpty()
+fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
+def child():
+    os.setsid()
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+p = subprocess.Popen([exe, "tui", "-i", trace], stdin=slave, stdout=slave, stderr=slave,
+                     preexec_fn=child, close_fds=True)
+raw = b""
+screen = [[" "] * COLS for _ in range(ROWS)]
+pos = [0, 0]
+def feed(data):
+    text = data.decode("utf-8", "replace")
+    i = 0
+    while i < len(text):
+        c = text[i]
+        if c == "\x1b" and i + 1 < len(text) and text[i + 1] == "[":
+            m = re.match(r"\x1b\[([0-9;?]*)([ -/]*)([@-~])", text[i:])
+            if not m:
+                break
+            params, final = m.group(1), m.group(3)
+            if final == "H":
+                nums = [int(x) if x else 1 for x in params.split(";")] if params else [1, 1]
+                pos[0], pos[1] = nums[0] - 1, (nums[1] if len(nums) > 1 else 1) - 1
+            elif final == "J" and params == "2":
+                for r in screen:
+                    r[:] = [" "] * COLS
+            elif final == "K":
+                screen[pos[0]][pos[1]:] = [" "] * (COLS - pos[1])
+            i += len(m.group(0))
+        elif c == "\x1b":
+            i += 2
+        elif c == "\r":
+            pos[1] = 0; i += 1
+        elif c == "\n":
+            pos[0] = min(pos[0] + 1, ROWS - 1); i += 1
+        else:
+            if 0 <= pos[0] < ROWS and 0 <= pos[1] < COLS:
+                screen[pos[0]][pos[1]] = c
+            pos[1] += 1; i += 1
+def shown():
+    return "\n".join("".join(r).rstrip() for r in screen)
+def pump(timeout):
+    """Reads what came within `timeout`: true if anything did."""
+    global raw
+    r, _, _ = select.select([master], [], [], timeout)
+    if not r:
+        return False
+    try:
+        data = os.read(master, 65536)
+    except OSError:
+        return False
+    raw += data
+    feed(data)
+    return bool(data)
+def fail(why):
+    print("FAIL: " + why + "\n--- screen ---\n" + shown() + "\n--- raw tail ---\n" + repr(raw[-400:]))
+    p.kill()
+    sys.exit(1)
+for keys, want in steps:
+    os.write(master, keys.encode())
+    end = time.time() + 20
+    while want not in shown():
+        if time.time() > end or not pump(0.2) and p.poll() is not None:
+            fail("after %r: %r never showed" % (keys, want))
+    print("ok: %r shows %r" % (keys, want))
+try:
+    rc = p.wait(timeout=20)
+except subprocess.TimeoutExpired:
+    fail("still running after the last key")
+while pump(0.1):
+    pass
+if rc != rc_wanted:
+    fail("exit status %d, not %d" % (rc, rc_wanted))
+lflag = termios.tcgetattr(slave)[3]
+if not (lflag & termios.ICANON and lflag & termios.ECHO):
+    fail("the terminal was left in raw mode")
+entered = raw.count(b"\x1b[?1049h")
+if entered != raw.count(b"\x1b[?1049l"):
+    fail("the alternate screen was not left")
+if entered and b"\x1b[?25h" not in raw[raw.rfind(b"\x1b[?25l"):]:
+    fail("the cursor was not shown again")
+print("ok: exit %d, terminal restored" % rc)
+print("SCREEN:" + shown())
+"#;
+
+/// Runs [`PTY_DRIVER`] on `ferrotrace tui -i TRACE`: its report.
+fn in_pty(trace: &Path, steps: &[(&str, &str)], rc: i32) -> String {
+    let steps = serde_json::to_string(steps).unwrap();
+    let out = std::process::Command::new("python3")
+        .args(["-c", PTY_DRIVER, env!("CARGO_BIN_EXE_ferrotrace")])
+        .arg(trace)
+        .args([steps.as_str(), &rc.to_string()])
+        .output()
+        .expect("python3 (scripts/setup.sh installs it)");
+    let report = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{report}");
+    report
+}
+
+#[test]
+fn the_binary_in_a_pseudo_terminal_walks_a_real_trace_and_restores_the_terminal() {
+    let trace = calltree_trace("tui_pty");
+    in_pty(
+        &trace,
+        &[
+            ("", "calltree::main"),
+            ("\x1b[B", "[1 Report]"),
+            ("\t", "[2 Call graph]"),
+            ("1", "[1 Report]"),
+            ("/calltree::run", "/calltree::run"),
+            ("\r", "s sort"),
+            ("\r", "callers (<-) of calltree::run"),
+            ("", "-> calltree::a"),
+            ("3", "thread 1/2"),
+            ("?", "any key closes this help"),
+            (" ", "Enter/Right/Left expand"),
+            ("q", ""),
+        ],
+        0,
+    );
+    // Not a trace: one line, exit 2, and the terminal never switched.
+    let bad = trace.with_file_name("not-a-trace");
+    std::fs::write(&bad, "hello\n").unwrap();
+    let report = in_pty(&bad, &[("", "ferrotrace: ")], 2);
+    let screen = report.split("SCREEN:").nth(1).unwrap().trim();
+    assert_eq!(screen.lines().count(), 1, "{report}");
+    assert!(!report.contains("panicked"), "{report}");
+
+    // Not a terminal: refused in one line.
+    let out = ft(&["tui", "-i", trace.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "ferrotrace: tui needs a terminal; use report/graph/replay for text\n"
+    );
+}
