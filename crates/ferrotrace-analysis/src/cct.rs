@@ -235,3 +235,99 @@ impl Cct {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use ferrotrace_core::builder::TraceBuilder;
+    use ferrotrace_core::record::EventKind::{Entry, Exit};
+    use ferrotrace_core::schema::{source, Mode};
+
+    /// `main { a { f { f {} g {} } } b { f {} } }`, ticks as written.
+    fn tree() -> Cct {
+        let mut b = TraceBuilder::new(Vec::new(), "/bin/t", source::XRAY, Mode::Lossless).unwrap();
+        b.thread(1, "main").unwrap();
+        for (id, name) in [(1, "main"), (2, "a"), (3, "b"), (4, "f"), (5, "g")] {
+            b.function(id, 0x1000 * id as u64, 16, name).unwrap();
+        }
+        for (t, kind, id) in [
+            (0, Entry, 1),
+            (10, Entry, 2),
+            (20, Entry, 4),
+            (30, Entry, 4),
+            (40, Exit, 4),
+            (50, Entry, 5),
+            (60, Exit, 5),
+            (70, Exit, 4),
+            (80, Exit, 2),
+            (100, Entry, 3),
+            (110, Entry, 4),
+            (130, Exit, 4),
+            (140, Exit, 3),
+            (200, Exit, 1),
+        ] {
+            b.event(1, t, kind, id).unwrap();
+        }
+        let path = std::env::temp_dir().join(format!("ft-cct-{}.data", std::process::id()));
+        std::fs::write(&path, b.finish().unwrap()).unwrap();
+        let trace = Trace::open(&path).unwrap();
+        let _ = std::fs::remove_file(&path);
+        let mut progress = Progress::with_enabled("t", 0, false);
+        Cct::build(&trace, None, &mut progress).unwrap()
+    }
+
+    /// Each node below the root as `depth name calls total`, depth first.
+    fn lines(cct: &Cct) -> Vec<String> {
+        let mut out = Vec::new();
+        cct.walk(|n, path| {
+            let node = &cct.nodes[n];
+            out.push(format!(
+                "{} {} {} {}",
+                path.len(),
+                cct.names.get(node.func),
+                node.calls,
+                node.total_ns
+            ));
+        });
+        out
+    }
+
+    #[test]
+    fn callees_merge_the_outermost_calls_and_callers_invert_every_path() {
+        let cct = tree();
+        let node = |name: &str| {
+            cct.nodes
+                .iter()
+                .find(|n| cct.names.get(n.func) == name)
+                .unwrap()
+        };
+        let f = node("f").func;
+        // g's one call lasts 10 ticks: the unit of the times below.
+        let t = |ticks: u64| ticks / 10 * node("g").total_ns;
+        // f's outermost calls: under a (50 ticks) and under b (20); the inner f and g below the first.
+        assert_eq!(
+            lines(&cct.callees(f)),
+            [
+                format!("1 f 2 {}", t(70)),
+                format!("2 f 1 {}", t(10)),
+                format!("2 g 1 {}", t(10)),
+            ]
+        );
+        // Callers: a (with main above), f itself (the inner call, with a and main above it: counted,
+        // no time), b (with main above).
+        let callers = lines(&cct.callers(f));
+        assert_eq!(callers[0], format!("1 f 3 {}", t(70)), "{callers:?}");
+        for want in [
+            format!("2 a 1 {}", t(50)),
+            format!("3 main 1 {}", t(50)),
+            "2 f 1 0".to_string(),
+            "3 a 1 0".to_string(),
+            "4 main 1 0".to_string(),
+            format!("2 b 1 {}", t(20)),
+            format!("3 main 1 {}", t(20)),
+        ] {
+            assert!(callers.contains(&want), "{want}: {callers:?}");
+        }
+        assert_eq!(callers.len(), 8, "{callers:?}");
+    }
+}
