@@ -106,7 +106,8 @@ struct Row {
     depth: usize,
 }
 
-/// The rows of the nodes below `roots` that `expanded` opens, depth first, children in `order`.
+/// The rows of `roots` and of the nodes below them that `expanded` opens, depth first, each node's
+/// children in the order `children` gives.
 fn flatten(
     roots: &[usize],
     children: impl Fn(usize) -> Vec<usize>,
@@ -586,9 +587,9 @@ impl App {
                 }
             }
             KeyCode::Char('c') => {
+                // The graph opens on the function's own row, which leads its callers.
                 if let Some((f, name)) = self.function_at(self.sel()) {
                     self.jump(f, &name);
-                    // The callers come first: the function's own row leads them.
                 }
             }
             KeyCode::Char('g') => {
