@@ -472,7 +472,11 @@ p = subprocess.Popen([exe, "tui", "-i", trace], stdin=slave, stdout=slave, stder
 raw = b""
 screen = [[" "] * COLS for _ in range(ROWS)]
 pos = [0, 0]
+rest = b""
 def feed(data):
+    global rest
+    # A sequence cut by the end of a read is kept for the next one.
+    data, rest = rest + data, b""
     text = data.decode("utf-8", "replace")
     i = 0
     while i < len(text):
@@ -480,6 +484,7 @@ def feed(data):
         if c == "\x1b" and i + 1 < len(text) and text[i + 1] == "[":
             m = re.match(r"\x1b\[([0-9;?]*)([ -/]*)([@-~])", text[i:])
             if not m:
+                rest = text[i:].encode()
                 break
             params, final = m.group(1), m.group(3)
             if final == "H":
