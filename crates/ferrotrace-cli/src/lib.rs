@@ -16,5 +16,7 @@ macro_rules! say {
 
 pub mod cmd;
 mod error;
+#[cfg(feature = "tui")]
+pub mod tui;
 
 pub use error::Error;

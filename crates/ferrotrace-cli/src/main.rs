@@ -30,6 +30,9 @@ enum Command {
     Replay(cmd::replay::ReplayArgs),
     /// Per-function total time, self time, calls, average, min and max
     Report(cmd::report::ReportArgs),
+    /// Walk the report, call graph, call trees and samples with the keyboard (needs a terminal)
+    #[cfg(feature = "tui")]
+    Tui(cmd::tui::TuiArgs),
     /// The aggregated call graph below a function (or of the whole program)
     Graph(cmd::graph::GraphArgs),
     /// Memory: allocations, the peak and who held it, leaks, top sites, temporaries (record --alloc)
@@ -55,6 +58,8 @@ fn main() -> ExitCode {
         Command::Replay(a) => cmd::replay::run(a, &mut traces),
         Command::Report(a) => cmd::report::run(a, &mut traces),
         Command::Graph(a) => cmd::graph::run(a, &mut traces),
+        #[cfg(feature = "tui")]
+        Command::Tui(a) => cmd::tui::run(a, &mut traces),
         Command::Mem(a) => cmd::mem::run(a, &mut traces),
         Command::Flame(a) => cmd::flame::run(a, &mut traces),
         Command::Dump(a) => cmd::dump::run(a, &mut traces),

@@ -40,6 +40,7 @@ use crate::reader::{EventKind, EventRef, ReadError, Trace};
 
 mod plain;
 pub mod samples;
+pub mod tree;
 
 /// Most events held back to fold leaf calls or apply `-t`.
 pub const MAX_LOOKAHEAD: usize = 1 << 20;

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::{self, Write as _};
+use std::sync::Arc;
 
 use super::SortKey;
 use crate::samples::{per_stack, thread_label, SampleSet};
@@ -263,6 +264,45 @@ pub fn report_json(set: &SampleSet, rep: &Report) -> serde_json::Value {
             "self_weight": f.self_weight, "total_weight": f.total_weight,
         })).collect::<Vec<_>>(),
     })
+}
+
+/// One distinct stack of samples: the TUI's hot stacks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HotStack {
+    /// Samples taken with this stack.
+    pub samples: u64,
+    /// Their weight (ns for time samplers).
+    pub weight: u64,
+    /// Its functions, innermost (the sampled one) first.
+    pub frames: Vec<Arc<str>>,
+}
+
+/// The distinct stacks of `set`, every thread and sampler together, heaviest first.
+pub fn hot_stacks(set: &SampleSet) -> Vec<HotStack> {
+    let mut by_stack: HashMap<Option<u32>, (u64, u64)> = HashMap::new();
+    for ((stack, _), (n, w)) in per_stack(set) {
+        let e = by_stack.entry(stack).or_default();
+        e.0 += n;
+        e.1 += w;
+    }
+    let mut stacks: Vec<HotStack> = by_stack
+        .into_iter()
+        .map(|(stack, (samples, weight))| HotStack {
+            samples,
+            weight,
+            frames: set
+                .stack_frames(stack)
+                .into_iter()
+                .map(|f| f.function.clone())
+                .collect(),
+        })
+        .collect();
+    stacks.sort_by(|a, b| {
+        (b.weight, b.samples)
+            .cmp(&(a.weight, a.samples))
+            .then_with(|| a.frames.cmp(&b.frames))
+    });
+    stacks
 }
 
 /// The options of `report` on samples: sorted by self weight (the default) or by total weight with

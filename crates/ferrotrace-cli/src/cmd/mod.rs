@@ -11,6 +11,8 @@ pub mod profile;
 pub mod record;
 pub mod replay;
 pub mod report;
+#[cfg(feature = "tui")]
+pub mod tui;
 
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};

@@ -185,7 +185,7 @@ fn parse_key(s: &str) -> Result<SortKey, String> {
 
 /// Opens the trace at `path` for a report on `jobs` threads (named as [`super::Traces::open_named`] does): on
 /// one, its events are counted as it is opened, so that the file is read once ([`OnePass`]).
-fn open_for_report(
+pub(super) fn open_for_report(
     path: &Path,
     symbols: Option<&Path>,
     jobs: usize,
@@ -203,7 +203,7 @@ fn open_for_report(
 
 /// The function report of `trace` on `jobs` threads, from the counts of the pass that opened it if
 /// it was counted ([`open_for_report`]).
-fn report_of(
+pub(super) fn report_of(
     trace: &Trace,
     progress: &mut Progress,
     jobs: usize,
