@@ -57,22 +57,13 @@ pub const MAX_ROWS: usize = 1 << 22;
 /// Page index entries of all modules together (`MAX_PAGES`): 1 GiB of text in 256-byte pages.
 pub const MAX_PAGES: usize = 1 << 22;
 
-/// Why an unwind stopped before the outermost frame (`ustack.flags`).
+/// Why an unwind stopped before the outermost frame (`ustack.flags`). The reasons are core's
+/// (`ferrotrace_core::schema::unwind_stop`, by which a trace's UnwindStops chunk counts); the BPF
+/// program's `TRUNC_*` defines must equal them.
 pub mod trunc {
-    /// The process had no mappings loaded.
-    pub const NO_PROCESS: u32 = 1 << 0;
-    /// An address in no known executable mapping (JIT code, a library mapped moments ago).
-    pub const NO_MAPPING: u32 = 1 << 1;
-    /// The stack could not be read (paged out, or a bad pointer).
-    pub const READ: u32 = 1 << 2;
-    /// Deeper than [`super::MAX_DEPTH`] frames.
-    pub const DEPTH: u32 = 1 << 3;
-    /// A CFI rule the unwinder does not follow (signal frames, DWARF expressions).
-    pub const UNSUPPORTED: u32 = 1 << 4;
-    /// A frame-pointer chain that does not go up the stack.
-    pub const BAD_FP: u32 = 1 << 5;
-    /// Any of the above.
-    pub const ANY: u32 = 0xff;
+    pub use ferrotrace_core::schema::unwind_stop::{
+        ANY, BAD_FP, DEPTH, NO_MAPPING, NO_PROCESS, READ, UNSUPPORTED,
+    };
     /// Not a truncation: some frames were walked by frame pointer.
     pub const WALKED_FP: u32 = 1 << 8;
 }

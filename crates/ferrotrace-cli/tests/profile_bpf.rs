@@ -61,6 +61,18 @@ fn profile_bpf(dir: &Path, args: &[&str]) -> PathBuf {
     trace
 }
 
+/// Starts `program`, lets it run `warm_up_ms`, profiles it with `-p` for a second at 999 Hz and
+/// ends it; the trace.
+fn profile_running(dir: &Path, program: &mut Command, warm_up_ms: u64) -> PathBuf {
+    let mut child = program.spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(warm_up_ms));
+    let pid = child.id().to_string();
+    let trace = profile_bpf(dir, &["-F", "999", "-p", &pid, "--duration", "1s"]);
+    let _ = child.kill();
+    let _ = child.wait();
+    trace
+}
+
 /// The trace's stacks, outermost frame first, with their sample counts.
 fn folded(trace: &Path) -> Vec<(Vec<String>, u64)> {
     ok(ft(&[
@@ -262,16 +274,11 @@ fn spawned_program_is_followed_across_fork_and_exec() {
 fn running_process_is_profiled_with_p() {
     let dir = scratch("profile_bpf_attach");
     let exe = recurse_program(&dir);
-    let mut child = Command::new(&exe)
+    let mut program = Command::new(&exe);
+    program
         .args(["recurse", "30", "4000"])
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(300));
-    let pid = child.id().to_string();
-    let trace = profile_bpf(&dir, &["-F", "999", "-p", &pid, "--duration", "1s"]);
-    let _ = child.kill();
-    let _ = child.wait();
+        .stdout(std::process::Stdio::null());
+    let trace = profile_running(&dir, &mut program, 300);
     let stacks = folded(&trace);
     let (exact, total) = complete_share(&stacks, "recurse::spin", |s| downs(s) == 31);
     assert!(total >= 50, "{total}: {stacks:?}");
@@ -533,16 +540,9 @@ fn perfetto_view_of_kernel_counts_gives_each_thread_its_weight() {
         "busy_threads",
         &["-O1", "-fno-omit-frame-pointer", "-pthread"],
     );
-    let mut child = Command::new(&exe)
-        .arg("2")
-        .stdin(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
-    let pid = child.id().to_string();
-    let trace = profile_bpf(&dir, &["-F", "999", "-p", &pid, "--duration", "1s"]);
-    let _ = child.kill();
-    let _ = child.wait();
+    let mut program = Command::new(&exe);
+    program.arg("2").stdin(std::process::Stdio::null());
+    let trace = profile_running(&dir, &mut program, 200);
     let report: serde_json::Value = serde_json::from_str(&ok(ft(&[
         "report",
         "--threads",

@@ -484,34 +484,3 @@ impl SampleSource for BpfSession<'_> {
             .and_then(|()| self.drain(st, out, now))
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use ferrotrace_bpf::trunc;
-    use ferrotrace_core::schema::unwind_stop;
-
-    /// The trace names the unwinder's reasons by core's bits: they must be the BPF program's.
-    #[test]
-    fn the_traces_reasons_are_the_unwinders_flags() {
-        assert_eq!(
-            [
-                unwind_stop::NO_PROCESS,
-                unwind_stop::NO_MAPPING,
-                unwind_stop::READ,
-                unwind_stop::DEPTH,
-                unwind_stop::UNSUPPORTED,
-                unwind_stop::BAD_FP,
-                unwind_stop::ANY,
-            ],
-            [
-                trunc::NO_PROCESS,
-                trunc::NO_MAPPING,
-                trunc::READ,
-                trunc::DEPTH,
-                trunc::UNSUPPORTED,
-                trunc::BAD_FP,
-                trunc::ANY,
-            ]
-        );
-    }
-}
