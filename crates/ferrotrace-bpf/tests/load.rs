@@ -21,10 +21,21 @@ fn exec_drops_the_process_mappings() {
     let mut storage = MaybeUninit::<OpenObject>::uninit();
     let mut bpf = Bpf::load(&mut storage).unwrap_or_else(|e| panic!("{e}"));
     let mut child = Command::new("/bin/sh")
-        .args(["-c", "read line; exec /bin/true"])
+        .args(["-c", "echo ready; read line; exec /bin/true"])
         .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
         .spawn()
         .unwrap();
+    // The shell's own exec is over once it speaks: `spawn` returns when the exec closes the
+    // descriptors marked close-on-exec, before the kernel's sched_process_exec, whose program would
+    // otherwise drop the mappings set below (it failed so once in CI).
+    let mut ready = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut ready,
+    )
+    .unwrap();
+    assert_eq!(ready, "ready\n");
     let pid = child.id();
     let mapping = ferrotrace_bpf::ProcessMapping {
         start: 0x1000,
