@@ -207,7 +207,12 @@ impl<'obj> BpfSession<'obj> {
                 Some(l) => *l,
                 None => {
                     let l = self.intern(st, &c, out);
-                    self.leaves.insert(key, l);
+                    // Remembered only with its user part (see `user_part`).
+                    if c.user_stack
+                        .is_none_or(|k| self.user_nodes.contains_key(&(c.pid, k)))
+                    {
+                        self.leaves.insert(key, l);
+                    }
                     l
                 }
             };
@@ -293,7 +298,9 @@ impl<'obj> BpfSession<'obj> {
         if let Some(&known) = self.user_nodes.get(&(c.pid, key)) {
             return known;
         }
-        let (frames, truncated, flags) = match self.user_stack(key) {
+        let stack = self.user_stack(key);
+        let missing = stack.is_none();
+        let (frames, truncated, flags) = match stack {
             Some(u) => (return_addresses(&u.addrs), u.truncated(), u.flags),
             // The stack map was full when it was taken: its leaf is kept.
             None => (c.user_leaf.into_iter().collect(), true, 0),
@@ -303,7 +310,11 @@ impl<'obj> BpfSession<'obj> {
             st.intern_node(None, module, 0, out)
         });
         let part = (st.intern_stack(c.pid, root, &frames, out), truncated, flags);
-        self.user_nodes.insert((c.pid, key), part);
+        // A stack not found (taken out of the map before this count, made earlier, was drained;
+        // or the map was full) is not remembered: the next count of it stores it again.
+        if !missing {
+            self.user_nodes.insert((c.pid, key), part);
+        }
         part
     }
 
