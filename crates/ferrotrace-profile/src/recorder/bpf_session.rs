@@ -206,11 +206,9 @@ impl<'obj> BpfSession<'obj> {
             let leaf = match self.leaves.get(&key) {
                 Some(l) => *l,
                 None => {
-                    let l = self.intern(st, &c, out);
-                    // Remembered only with its user part (see `user_part`).
-                    if c.user_stack
-                        .is_none_or(|k| self.user_nodes.contains_key(&(c.pid, k)))
-                    {
+                    let (l, found) = self.intern(st, &c, out);
+                    // Remembered only when its user stack was found (see `user_part`).
+                    if found {
                         self.leaves.insert(key, l);
                     }
                     l
@@ -264,11 +262,12 @@ impl<'obj> BpfSession<'obj> {
     }
 
     /// Reads a count's stacks from the kernel and interns them: the kernel frames, then the user
-    /// frames, under a [`TRUNCATED`] root when the unwinder stopped early.
-    fn intern(&mut self, st: &mut State, c: &Count, out: &mut SampleWriter) -> Leaf {
-        let (user, truncated, flags) = match c.user_stack {
+    /// frames, under a [`TRUNCATED`] root when the unwinder stopped early; and whether its user
+    /// stack was found (see [`BpfSession::user_part`]).
+    fn intern(&mut self, st: &mut State, c: &Count, out: &mut SampleWriter) -> (Leaf, bool) {
+        let ((user, truncated, flags), found) = match c.user_stack {
             Some(key) => self.user_part(st, c, key, out),
-            None => (None, false, 0),
+            None => ((None, false, 0), true),
         };
         let kernel = match c.kernel_stack.and_then(|id| self.bpf.kernel_stack(id)) {
             Some(k) => {
@@ -277,32 +276,35 @@ impl<'obj> BpfSession<'obj> {
             }
             None => Vec::new(),
         };
-        Leaf {
+        let leaf = Leaf {
             // The kernel's frames on top of the user's.
             node: st.intern_stack(c.pid, user, &kernel, out),
             truncated,
             flags,
-        }
+        };
+        (leaf, found)
     }
 
     /// The user part of count `c`'s stack (stored under `key`), interned once per process: its
     /// node (under a TRUNCATED root when the unwinder stopped early, or only its leaf when the stack
-    /// map was full), whether it is truncated, and the unwinder's flags.
+    /// map was full), whether it is truncated, and the unwinder's flags; and whether the stack was
+    /// found. One not found (taken out of the map before this count, made earlier, was drained; or
+    /// the map was full) is not remembered: the next count of it stores it again.
     fn user_part(
         &mut self,
         st: &mut State,
         c: &Count,
         key: u64,
         out: &mut SampleWriter,
-    ) -> (Option<u32>, bool, u32) {
+    ) -> ((Option<u32>, bool, u32), bool) {
         if let Some(&known) = self.user_nodes.get(&(c.pid, key)) {
-            return known;
+            return (known, true);
         }
         let stack = self.user_stack(key);
-        let missing = stack.is_none();
+        let found = stack.is_some();
         let (frames, truncated, flags) = match stack {
             Some(u) => (return_addresses(&u.addrs), u.truncated(), u.flags),
-            // The stack map was full when it was taken: its leaf is kept.
+            // Not found: its leaf is kept.
             None => (c.user_leaf.into_iter().collect(), true, 0),
         };
         let root = truncated.then(|| {
@@ -310,12 +312,10 @@ impl<'obj> BpfSession<'obj> {
             st.intern_node(None, module, 0, out)
         });
         let part = (st.intern_stack(c.pid, root, &frames, out), truncated, flags);
-        // A stack not found (taken out of the map before this count, made earlier, was drained;
-        // or the map was full) is not remembered: the next count of it stores it again.
-        if !missing {
+        if found {
             self.user_nodes.insert((c.pid, key), part);
         }
-        part
+        (part, found)
     }
 
     /// Why stacks were truncated, as "N reason, M reason".
