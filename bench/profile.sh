@@ -29,7 +29,7 @@ fi
 
 (cd "$ROOT" && cargo build -j1 --release -q -p ferrotrace-profile --example profile)
 FT=$ROOT/target/release/examples/profile
-rustc -O -g -Cforce-frame-pointers=yes "$ROOT/crates/ferrotrace-profile/tests/programs/cpu_hot.rs" -o "$OUT/cpu_hot"
+rustc -O -g -Cforce-frame-pointers=yes "$ROOT/crates/ferrotrace-launch/tests/programs/cpu_hot.rs" -o "$OUT/cpu_hot"
 PROG=("$OUT/cpu_hot" calls "$CALLS")
 
 now() { date +%s.%N; }

@@ -5,7 +5,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use common::*;
 
@@ -720,5 +721,74 @@ fn why_stacks_stopped_early_is_in_the_trace_and_info_says_it() {
     assert!(
         info.contains(&format!("{deep} deeper than the frame limit")),
         "{info}"
+    );
+}
+
+/// The children of process `parent` that have not exec'd yet (their executable is still the
+/// parent's): a program held before its `execve`.
+fn held_children(parent: u32) -> Vec<u32> {
+    let parent_exe = std::fs::read_link(format!("/proc/{parent}/exe")).ok();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            // `pid (comm) S ppid ...`: the parent follows the state.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+            ppid == Some(parent)
+                && std::fs::read_link(format!("/proc/{pid}/exe")).ok() == parent_exe
+        })
+        .collect()
+}
+
+/// `profile` starts its program as `record` does (issue 34): held before its `execve` until the
+/// events are open, and never run unsampled. Killed while the eBPF programs load (the program is
+/// forked before, and held), `profile` leaves a program that gives up instead of running.
+#[test]
+fn a_program_held_for_profile_never_runs_when_profile_is_killed() {
+    let dir = scratch("profile_bpf_killed_while_held");
+    let ran = dir.join("ran");
+    let script = format!("echo ran > {}", ran.display());
+    let mut profiler = ferrotrace()
+        .args(["profile", "--bpf", "-o"])
+        .arg(dir.join("held.data"))
+        .args(["--", "/bin/sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let held = loop {
+        let held = held_children(profiler.id());
+        if !held.is_empty() {
+            break held;
+        }
+        assert!(
+            std::time::Instant::now() < deadline && profiler.try_wait().unwrap().is_none(),
+            "no program held before its exec was seen"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    };
+    kill(profiler.id() as i32, libc::SIGKILL);
+    profiler.wait().unwrap();
+    // The held child sees the release pipe closed and exits without exec; it is reparented and
+    // reaped by init.
+    let gone = std::time::Instant::now() + Duration::from_secs(10);
+    let running = |pid: &u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+            stat.rsplit_once(')')
+                .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+    };
+    while held.iter().any(running) && std::time::Instant::now() < gone {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !ran.exists(),
+        "the program ran after profile was killed while it held it"
     );
 }

@@ -6,8 +6,11 @@
 //! * [`start`](mod@start): starting a program with the runtime, configured by one typed
 //!   [`ferrotrace_core::env::RuntimeSpec`], the chunk pool shared for salvage, signals relayed
 //!   ([`relay`]), and recovering what a killed program had not written ([`salvage`]);
+//! * [`hold`]: every program started here waits before its `execve` until whoever opens its events
+//!   releases it;
 //! * [`sampling`]: `record --sample`, perf_event sampling of the program `record` starts, merged into
 //!   the trace its runtime writes;
+//! * [`profile()`]: `profile`'s program, started held and given to `ferrotrace_profile`;
 //! * [`outcome`]: which file is this run's trace, its children's, and the summary line;
 //! * [`checks`]: what `record` refuses before anything runs, as typed errors;
 //! * [`attach`]: entering a running process with ptrace (one thread borrowed to call the loader's
@@ -34,8 +37,10 @@ pub mod attach;
 pub mod cargo;
 pub mod checks;
 mod error;
+pub mod hold;
 pub mod outcome;
 mod pool;
+mod profile;
 pub mod program;
 pub mod relay;
 pub mod salvage;
@@ -43,4 +48,5 @@ pub mod sampling;
 pub mod start;
 
 pub use error::LaunchError;
+pub use profile::profile;
 pub use start::Ended;

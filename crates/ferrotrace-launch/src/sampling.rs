@@ -2,7 +2,7 @@
 //! writes, on the runtime's clock.
 //!
 //! How: [`start_sampled`] forks the program through [`crate::start::start`] with a hold before its
-//! `execve` ([`HoldFds`]: the child writes its pid to a pipe and waits on another). A sampler thread
+//! `execve` ([`crate::hold`]: the child writes its pid to a pipe and waits on another). A sampler thread
 //! reads the pid and runs `ferrotrace_profile`'s recorder on it ([`ferrotrace_profile::profile_started`]:
 //! per-CPU events with inherit and enable-on-exec, so every thread and child process is sampled from the
 //! program's first instruction), which releases the child once its events are open, and records into a
@@ -20,10 +20,7 @@
 //! What it is not for: sampling a process `record -p` attached to (not supported yet), or writing
 //! samples while the program runs (the runtime owns the file until its End chunk).
 
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::thread::JoinHandle;
 
 use ferrotrace_core::env::RuntimeSpec;
@@ -31,62 +28,12 @@ use ferrotrace_core::output::PrivateDir;
 use ferrotrace_profile::{ProfileConfig, ProfileError, ProfileSummary, Target};
 use ferrotrace_reader::reader::ReadError;
 
+use crate::hold::Hold;
 use crate::start::{start, Options, Program, Running};
 use crate::LaunchError;
 
 mod merge;
 pub use merge::merge;
-
-/// The child's ends of the hold (raw descriptors: [`Options`] is `Copy`); see [`start_sampled`].
-#[derive(Clone, Copy, Debug)]
-pub struct HoldFds {
-    /// Where the child writes its pid.
-    pid_w: RawFd,
-    /// Where it waits for the release (one byte; end of file: do not run).
-    go_r: RawFd,
-    /// The sampler's ends, which the child closes first (its copy of the release end would keep it
-    /// waiting forever when the sampler gives up).
-    sampler_ends: [RawFd; 2],
-}
-
-impl HoldFds {
-    /// Makes `cmd`'s child announce its pid and wait for the release before `execve`.
-    pub(crate) fn install(self, cmd: &mut Command) {
-        use std::os::unix::process::CommandExt;
-        // SAFETY: the closure runs in the forked child before exec and only calls close, getpid,
-        // write and read (async-signal-safe) on descriptors made before the fork.
-        unsafe {
-            cmd.pre_exec(move || {
-                for fd in self.sampler_ends {
-                    libc::close(fd);
-                }
-                let pid = libc::getpid().to_le_bytes();
-                libc::write(self.pid_w, pid.as_ptr().cast(), pid.len());
-                let mut go = 0u8;
-                loop {
-                    let n = libc::read(self.go_r, (&mut go as *mut u8).cast(), 1);
-                    if n == 1 {
-                        return Ok(());
-                    }
-                    if n < 0 && *libc::__errno_location() == libc::EINTR {
-                        continue;
-                    }
-                    // The sampler could not start: the program must not run unsampled.
-                    return Err(std::io::Error::from_raw_os_error(libc::ECANCELED));
-                }
-            })
-        };
-    }
-}
-
-/// A pipe whose two ends close on exec (the program keeps none of them).
-fn pipe() -> Result<(OwnedFd, OwnedFd), LaunchError> {
-    let (r, w) = std::io::pipe().map_err(|source| LaunchError::Setup {
-        what: "pipe",
-        source,
-    })?;
-    Ok((r.into(), w.into()))
-}
 
 /// What `record --sample` samples, as `profile` spells it.
 #[derive(Clone, Debug)]
@@ -131,23 +78,20 @@ pub fn start_sampled(
         handle_signals: false,
         ..ProfileConfig::default()
     };
-    let (pid_r, pid_w) = pipe()?;
-    let (go_r, go_w) = pipe()?;
-    options.hold = Some(HoldFds {
-        pid_w: pid_w.as_raw_fd(),
-        go_r: go_r.as_raw_fd(),
-        sampler_ends: [pid_r.as_raw_fd(), go_w.as_raw_fd()],
-    });
+    let (hold, child_ends) = Hold::new().map_err(|source| LaunchError::Setup {
+        what: "pipe",
+        source,
+    })?;
+    options.hold = Some(child_ends.fds(&hold));
     let thread = std::thread::Builder::new()
         .name("ferrotrace-sample".into())
-        .spawn(move || sampler(cfg, pid_r, go_w))
+        .spawn(move || sampler(cfg, hold))
         .map_err(|source| LaunchError::Setup {
             what: "starting the sampler thread",
             source,
         })?;
     let started = start(program, spec, options);
-    // Our copies of the child's ends: the sampler sees end of file if the program never forked.
-    drop((pid_w, go_r));
+    drop(child_ends);
     match started {
         Ok(running) => Ok((running, Sampling { thread, dir })),
         Err(e) => match (&e, thread.join()) {
@@ -163,11 +107,7 @@ pub fn start_sampled(
 }
 
 /// The sampler thread: waits for the child's pid, opens the events, releases it, records.
-fn sampler(
-    cfg: ProfileConfig,
-    pid_r: OwnedFd,
-    go_w: OwnedFd,
-) -> Result<ProfileSummary, ProfileError> {
+fn sampler(cfg: ProfileConfig, hold: Hold) -> Result<ProfileSummary, ProfileError> {
     // Signals for the program are taken by record's relay, never by this thread.
     // SAFETY: a zeroed sigset_t is valid storage for sigemptyset; sigemptyset/sigaddset on a local
     // set, pthread_sigmask on this thread.
@@ -179,13 +119,10 @@ fn sampler(
         }
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
-    let mut pid = [0u8; 4];
-    std::fs::File::from(pid_r)
-        .read_exact(&mut pid)
-        .map_err(|_| ProfileError::BadArgument("the program was not started".into()))?;
-    let pid = u32::from_le_bytes(pid);
-    let mut go = std::fs::File::from(go_w);
-    ferrotrace_profile::profile_started(&cfg, pid, move || go.write_all(&[1]))
+    let pid = hold
+        .pid()
+        .ok_or_else(|| ProfileError::BadArgument("the program was not started".into()))?;
+    ferrotrace_profile::profile_started(&cfg, pid, move || hold.release())
 }
 
 /// What [`Sampling::finish`] merged.

@@ -54,8 +54,8 @@ pub struct Options {
     /// A descriptor of ours the program inherits and the runtime prints live events to.
     pub live_fd: Option<RawFd>,
     /// Hold the forked child before its `execve` until released (`record --sample`'s sampler opens
-    /// its events meanwhile): [`crate::sampling`].
-    pub hold: Option<crate::sampling::HoldFds>,
+    /// its events meanwhile): [`crate::hold`].
+    pub hold: Option<crate::hold::HoldFds>,
 }
 
 /// The runtime library to preload: [`ferrotrace_core::env::PRELOAD`], or next to this executable
@@ -184,6 +184,16 @@ fn inject_runtime(
     Ok(())
 }
 
+/// The command that runs the file `path` (found as `execvp` finds it) with `argv`, `argv[0]` as
+/// the user wrote it.
+pub(crate) fn command(path: &Path, argv: &[OsString]) -> Command {
+    let mut cmd = Command::new(path);
+    if let Some((name, args)) = argv.split_first() {
+        cmd.arg0(name).args(args);
+    }
+    cmd
+}
+
 /// Starts `program` with the runtime configured by `spec`. Like a shell waiting for a job: the
 /// terminal's Ctrl-C and Ctrl-\ go to the program (same process group), and signals sent to us alone
 /// are passed on ([`crate::relay`]); we outlive the program to finish its trace.
@@ -192,8 +202,7 @@ pub fn start(
     mut spec: RuntimeSpec,
     options: Options,
 ) -> Result<Running, LaunchError> {
-    let mut cmd = Command::new(&program.path);
-    cmd.arg0(&program.argv[0]).args(&program.argv[1..]);
+    let mut cmd = command(&program.path, &program.argv);
     inject_runtime(&mut cmd, program, &mut spec)?;
     let pool = if options.share_pool {
         let fd = pool::share(&mut cmd)?;

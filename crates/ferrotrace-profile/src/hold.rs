@@ -1,6 +1,6 @@
-//! Holding a started program with ptrace until the eBPF backend has loaded its unwind tables: the child
-//! asked to be traced before `execve` (`PTRACE_TRACEME`), so it stops right after the exec; a
-//! breakpoint on its entry point (`AT_ENTRY`) stops it again once the dynamic loader has mapped every
+//! Holding a started program with ptrace until the eBPF backend has loaded its unwind tables: the
+//! session's thread takes the program as its tracee while its caller still holds it before `execve`
+//! ([`seize`], with `PTRACE_O_TRACEEXEC`), so it stops right after the exec; a breakpoint on its entry point (`AT_ENTRY`) stops it again once the dynamic loader has mapped every
 //! library it needs; then it is let go (`PTRACE_DETACH`). What runs before the entry point (the
 //! loader) runs with the tables of the executable, the loader and the vDSO, loaded at the first stop.
 //!
@@ -14,6 +14,27 @@ const AT_ENTRY: u64 = 9;
 
 fn sys_err(what: &str) -> ProfileError {
     ProfileError::sys(what.to_string())
+}
+
+/// Makes this thread the tracer of `pid`, held before its `execve` by whoever started it, so that
+/// its exec stops it ([`hold_until_entry`] takes it from there). The thread that seizes must be the
+/// one that waits: ptrace stops are reported to the tracer.
+pub(crate) fn seize(pid: u32) -> Result<(), ProfileError> {
+    // SAFETY: PTRACE_SEIZE of our own child, with an option word; no memory is passed.
+    let r = unsafe {
+        libc::ptrace(
+            libc::PTRACE_SEIZE,
+            pid as libc::pid_t,
+            0,
+            libc::PTRACE_O_TRACEEXEC as libc::c_long,
+        )
+    };
+    if r != 0 {
+        return Err(sys_err(
+            "ptrace(PTRACE_SEIZE) of the program held before its exec",
+        ));
+    }
+    Ok(())
 }
 
 /// What a traced child did.
@@ -50,7 +71,7 @@ fn entry_point(pid: i32) -> Option<u64> {
     })
 }
 
-/// Holds child `pid`, stopped after its exec, at its entry point: calls `loaded(pid)` at the exec
+/// Holds child `pid`, [`seize`]d and then released, at its entry point: calls `loaded(pid)` at the exec
 /// stop and again at the entry point, then lets the program go. Returns the program's exit code
 /// when it ended meanwhile (it was reaped here).
 pub(crate) fn hold_until_entry(
@@ -58,6 +79,7 @@ pub(crate) fn hold_until_entry(
     mut loaded: impl FnMut(u32),
 ) -> Result<Option<i32>, ProfileError> {
     match wait_stop(pid)? {
+        // The exec's event stop (`SIGTRAP | PTRACE_EVENT_EXEC << 8`).
         Stop::Signal(libc::SIGTRAP) => {}
         Stop::Signal(_) => {
             // Not the exec's stop: let it go untouched.

@@ -24,12 +24,17 @@
 //! themselves (`ferrotrace-bpf`), or other operating systems; nor reading traces (`ferrotrace-analysis`). The command-line parser lives in the
 //! `ferrotrace` CLI; this crate gives it [`cli_args`] so that the CLI stays thin.
 //!
+//! It does not start programs: `ferrotrace_launch` starts every program ferrotrace runs, holds it
+//! before its `execve` and hands it to [`profile_held`] (`ferrotrace_launch::profile` does both for
+//! a [`Target::Command`]). [`profile`] follows what runs already:
+//!
 //! ```no_run
 //! use ferrotrace_profile::{profile, ProfileConfig, Target};
 //!
 //! let cfg = ProfileConfig {
-//!     target: Target::Command { program: "./my-app".into(), argv: vec!["./my-app".into()] },
+//!     target: Target::Pid(4242),
 //!     output: "ferrotrace.data".into(),
+//!     duration: Some(std::time::Duration::from_secs(5)),
 //!     ..ProfileConfig::default()
 //! };
 //! let summary = profile(&cfg)?;
@@ -58,7 +63,8 @@ pub use error::ProfileError;
 /// What to profile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
-    /// Start this program and profile it until it exits.
+    /// A program started and held by the caller ([`profile_held`], [`profile_started`]), profiled
+    /// until it exits.
     Command {
         /// The file to run, found by the caller as `execvp` finds it
         /// (`ferrotrace_launch::program::resolve`): it is run as it is, not looked up again.
@@ -226,9 +232,39 @@ pub fn stop_requested() -> bool {
     recorder::stop_requested()
 }
 
-/// Records a profile as `cfg` says and writes it to `cfg.output`.
+/// Records a profile of a running process or of every process ([`Target::Pid`],
+/// [`Target::SystemWide`]) as `cfg` says and writes it to `cfg.output`. A program to start is the
+/// caller's to start and hold: [`profile_held`].
 pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
     recorder::run(cfg, None)
+}
+
+/// Records a profile of process `pid`, which the caller started from `cfg.target` (a
+/// [`Target::Command`]: its program and arguments, for the trace's Session) and holds before its
+/// `execve`: the events are opened on it with enable-on-exec (the eBPF backend also makes this
+/// thread its tracer, to hold it again at its entry point while its unwind tables load), then
+/// `release` lets it `execve` and says whether it could (an error: it could not run). From then on
+/// the program is the session's: it waits for it (the trace's End has its exit code), and ends it
+/// when `cfg.duration` passes or a signal stops the recording. This is `ferrotrace profile`'s
+/// recorder, with `ferrotrace_launch::profile` starting the program.
+pub fn profile_held(
+    cfg: &ProfileConfig,
+    pid: u32,
+    release: impl FnOnce() -> std::io::Result<()>,
+) -> Result<ProfileSummary, ProfileError> {
+    if !matches!(cfg.target, Target::Command { .. }) {
+        return Err(ProfileError::BadArgument(
+            "a started program is profiled from its command".into(),
+        ));
+    }
+    recorder::run(
+        cfg,
+        Some(recorder::Held {
+            pid,
+            release: Box::new(release),
+            waited_here: true,
+        }),
+    )
 }
 
 /// Records a profile of process `pid`, which the caller started from `cfg.target` (a
@@ -248,8 +284,8 @@ pub fn profile_started(
         ));
     }
     if cfg.backend == Backend::Bpf {
-        // The hold before execve is this crate's own for the eBPF backend (hold.rs): a caller's
-        // hold cannot also stop the program at its entry point while the tables load.
+        // The eBPF backend holds the program again at its entry point with ptrace, whose stops
+        // only the thread that waits for the program may take: the caller's, here (profile_held).
         return Err(ProfileError::BadArgument(
             "a started program is sampled with perf_event; the eBPF backend is `profile --bpf`"
                 .into(),
@@ -260,6 +296,7 @@ pub fn profile_started(
         Some(recorder::Held {
             pid,
             release: Box::new(release),
+            waited_here: false,
         }),
     )
 }

@@ -3,8 +3,9 @@
 //!    created;
 //! 2. **set-up**: the samplers and their probes (`events`), the [`SampleSource`] loaded (the eBPF
 //!    programs checked by the verifier, the likeliest failure, before the program starts), the trace
-//!    file and its head, the target started (held before its `execve`), found (`-p`) or every
-//!    process (`-a`), its perf events opened and enabled ([`start_target`], [`begin`]);
+//!    file and its head, the target taken (held before its `execve` by the caller that started it),
+//!    found (`-p`) or every process (`-a`), its perf events opened and enabled ([`start_target`],
+//!    [`begin`]);
 //! 3. **the loop** ([`record`]): the rings drained, their records handled by [`State`] (side-band
 //!    records, and the samples the perf_event backend unwinds here), the source polled, until the
 //!    target ends, the duration passes or a signal stops it;
@@ -36,7 +37,7 @@ use crate::file::SampleWriter;
 use crate::modules;
 use crate::perf::{self, PerfEvent, Ring};
 use crate::{Backend, ProfileConfig, ProfileError, ProfileSummary, Target};
-use child::BlockedChild;
+use child::Child;
 use events::{Opened, Opening, Samplers, EVERY_TASK};
 pub use signals::SignalGuard;
 use signals::STOP;
@@ -44,10 +45,14 @@ use source::SampleSource;
 pub(crate) use state::State;
 
 /// A process the caller started and holds before its `execve` (`Target::Command` still names the
-/// program and its arguments): its events are opened with enable-on-exec, then `release` lets it go.
+/// program and its arguments): its events are opened with enable-on-exec, then `release` lets it go
+/// (an error: it could not run).
 pub(crate) struct Held<'r> {
     pub pid: u32,
     pub release: Box<dyn FnOnce() -> std::io::Result<()> + 'r>,
+    /// The session waits for it, ends it when the recording stops and says its exit (`profile`); else
+    /// the caller does (`record --sample`, whose program's End is the runtime's).
+    pub waited_here: bool,
 }
 
 /// What [`validate`] found: how the session unwinds, and what it knows of the program.
@@ -147,29 +152,31 @@ struct Started<'r> {
     root_pid: u32,
     /// The threads whose events are opened ([`EVERY_TASK`] for every process).
     tids: Vec<u32>,
-    /// The program this session started, blocked before its `execve`.
-    child: Option<BlockedChild>,
+    /// The program this session waits for and ends, once released.
+    child: Option<Child>,
     /// The caller's hold on the program it started ([`Held`]).
     release: Option<Box<dyn FnOnce() -> std::io::Result<()> + 'r>>,
+    /// The released program is [`Self::child`] ([`Held::waited_here`]).
+    waited_here: bool,
     /// Events start at the program's `execve`.
     enable_on_exec: bool,
 }
 
-/// Step 2: the target started (blocked before its `execve`; asked to stop after it too when the
-/// source holds programs at their entry), the caller's started program taken, or the running one
-/// found.
+/// Step 2: the caller's started program taken, or the running one found.
 fn start_target<'r>(
     cfg: &ProfileConfig,
     held: Option<Held<'r>>,
-    source: &dyn SampleSource,
 ) -> Result<Started<'r>, ProfileError> {
-    let enable_on_exec = held.is_some() || matches!(cfg.target, Target::Command { .. });
-    let (root_pid, tids, child, release) = match (&cfg.target, held) {
-        (Target::Command { .. }, Some(h)) => (h.pid, vec![h.pid], None, Some(h.release)),
-        (Target::Command { program, argv }, None) => {
-            let c = BlockedChild::spawn(program, argv, source.holds_at_entry())?;
-            let pid = c.pid as u32;
-            (pid, vec![pid], Some(c), None)
+    let enable_on_exec = held.is_some();
+    let waited_here = held.as_ref().is_some_and(|h| h.waited_here);
+    let (root_pid, tids, release) = match (&cfg.target, held) {
+        (Target::Command { .. }, Some(h)) => (h.pid, vec![h.pid], Some(h.release)),
+        (Target::Command { .. }, None) => {
+            return Err(ProfileError::BadArgument(
+                "a program to profile is started and held by the caller \
+                 (ferrotrace_launch::profile): this crate follows running processes"
+                    .into(),
+            ))
         }
         (Target::Pid(pid), _) => {
             let mut tids: Vec<u32> = std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -177,16 +184,17 @@ fn start_target<'r>(
                 .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
                 .collect();
             tids.sort_unstable();
-            (*pid, tids, None, None)
+            (*pid, tids, None)
         }
         // One event per CPU for every task (perf_event_open's pid -1), under no root process.
-        (Target::SystemWide, _) => (0, vec![EVERY_TASK], None, None),
+        (Target::SystemWide, _) => (0, vec![EVERY_TASK], None),
     };
     Ok(Started {
         root_pid,
         tids,
-        child,
+        child: None,
         release,
+        waited_here,
         enable_on_exec,
     })
 }
@@ -315,69 +323,73 @@ impl Session<'_> {
         let Session {
             target, opened, st, ..
         } = self;
-        if let Some(release) = target.release.take() {
-            release().map_err(|source| ProfileError::Sys {
-                what: "releasing the program".into(),
-                source,
-            })?;
-        }
         let enable_all = || -> Result<(), ProfileError> {
             for ev in &opened.events {
                 perf::enable(ev)?;
             }
             Ok(())
         };
-        match &mut target.child {
-            Some(c) => {
-                let program = match &cfg.target {
-                    Target::Command { program, .. } => program.display().to_string(),
-                    Target::Pid(_) | Target::SystemWide => String::new(),
-                };
-                // Attaching may enable the events (libbpf does): the child is still blocked before exec.
-                source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
-                c.release(&program)?;
-                if source.holds_at_entry() {
-                    // Held at its exec, then at its entry point, while its mappings and their tables are
-                    // loaded: read from its maps, which the side-band records repeat later.
-                    let ended = crate::hold::hold_until_entry(c.pid, |pid| {
-                        for (start, len, off, path, file) in modules::proc_maps(pid) {
-                            st.add_mapping(pid, start, len, off, &path, file);
-                        }
-                        // Stopped by us: not the program's off-CPU time.
-                        source.forget_off_cpu(pid);
-                        source.sync(st);
-                    })?;
-                    if ended.is_some() {
-                        c.reaped = ended;
+        if let Some(release) = target.release.take() {
+            let pid = target.root_pid;
+            // Only a session that waits for the program may take its ptrace stops.
+            let hold = target.waited_here && source.holds_at_entry();
+            if hold {
+                crate::hold::seize(pid)?;
+            }
+            // Attaching may enable the events (libbpf does): the program is still held before exec.
+            source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
+            release().map_err(|source| match &cfg.target {
+                Target::Command { program, .. } => ProfileError::Spawn {
+                    program: program.display().to_string(),
+                    source,
+                },
+                Target::Pid(_) | Target::SystemWide => ProfileError::Sys {
+                    what: "releasing the program".into(),
+                    source,
+                },
+            })?;
+            if !target.waited_here {
+                return Ok(());
+            }
+            let child = target.child.insert(Child::new(pid));
+            if hold {
+                // Held at its exec, then at its entry point, while its mappings and their tables are
+                // loaded: read from its maps, which the side-band records repeat later.
+                let ended = crate::hold::hold_until_entry(child.pid, |pid| {
+                    for (start, len, off, path, file) in modules::proc_maps(pid) {
+                        st.add_mapping(pid, start, len, off, &path, file);
                     }
+                    // Stopped by us: not the program's off-CPU time.
+                    source.forget_off_cpu(pid);
+                    source.sync(st);
+                })?;
+                if ended.is_some() {
+                    child.reaped = ended;
                 }
             }
-            None if target.enable_on_exec => {}
-            None if matches!(cfg.target, Target::SystemWide) => {
-                // Every process running now: its maps; the threads are named as their samples arrive.
-                for pid in running_processes() {
-                    st.space(pid);
-                }
-                source.sync(st);
-                source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
-                enable_all()?;
-                if let Some(started) = cfg.on_system_wide_start {
-                    started(st.spaces.len());
-                }
+        } else if matches!(cfg.target, Target::SystemWide) {
+            // Every process running now: its maps; the threads are named as their samples arrive.
+            for pid in running_processes() {
+                st.space(pid);
             }
-            None => {
-                // Attached: the maps and thread names now, then enable.
-                let root = target.root_pid;
-                st.space(root);
-                for &tid in &target.tids {
-                    st.threads
-                        .insert(tid, (root, state::thread_comm(root, tid)));
-                }
-                // Its mappings first: attaching may enable the events (libbpf does).
-                source.sync(st);
-                source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
-                enable_all()?;
+            source.sync(st);
+            source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
+            enable_all()?;
+            if let Some(started) = cfg.on_system_wide_start {
+                started(st.spaces.len());
             }
+        } else {
+            // Attached: the maps and thread names now, then enable.
+            let root = target.root_pid;
+            st.space(root);
+            for &tid in &target.tids {
+                st.threads
+                    .insert(tid, (root, state::thread_comm(root, tid)));
+            }
+            // Its mappings first: attaching may enable the events (libbpf does).
+            source.sync(st);
+            source.attach(&opened.events, &st.id_to_event, &cfg.events)?;
+            enable_all()?;
         }
         Ok(())
     }
@@ -657,7 +669,7 @@ pub(crate) fn run(
         let _ = std::fs::remove_file(&cfg.output);
         e
     };
-    let target = start_target(cfg, held, source.as_ref()).map_err(unmade)?;
+    let target = start_target(cfg, held).map_err(unmade)?;
     let how = Opening {
         dwarf: checked.dwarf,
         enable_on_exec: target.enable_on_exec,
@@ -692,7 +704,8 @@ pub(crate) fn run(
         out,
         started,
     };
-    session.begin(cfg, source.as_mut())?;
+    // Nothing sampled yet, and a program that could not start leaves no trace behind.
+    session.begin(cfg, source.as_mut()).map_err(unmade)?;
     let recorded = session.record(cfg, source.as_mut());
     session.summarize(cfg, source.as_ref(), recorded)
 }

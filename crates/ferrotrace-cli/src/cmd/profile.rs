@@ -8,8 +8,9 @@ use std::time::Duration;
 use clap::Args;
 use ferrotrace_analysis::dump::{self, Exporter, Samples};
 use ferrotrace_analysis::progress::Progress;
+use ferrotrace_launch::profile;
 use ferrotrace_profile::cli_args::{parse_duration, parse_frequency};
-use ferrotrace_profile::{profile, Backend, ProfileConfig, Target};
+use ferrotrace_profile::{Backend, ProfileConfig, Target};
 
 use crate::Error;
 

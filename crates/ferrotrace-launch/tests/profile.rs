@@ -10,7 +10,8 @@ use ferrotrace_analysis::dump::firefox::firefox_json;
 use ferrotrace_analysis::reader::Trace;
 use ferrotrace_analysis::report::samples;
 use ferrotrace_analysis::samples::{RenderError, SampleSet};
-use ferrotrace_profile::{profile, CallGraph, EventSpec, ProfileConfig, ProfileError, Target};
+use ferrotrace_launch::profile;
+use ferrotrace_profile::{CallGraph, EventSpec, ProfileConfig, ProfileError, Target};
 
 /// The profile as every command reads it: the one reader, then the samples view.
 fn read_samples(path: impl AsRef<Path>) -> Result<SampleSet, String> {
