@@ -252,6 +252,16 @@ pub fn profile_held(
     pid: u32,
     release: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<ProfileSummary, ProfileError> {
+    run_held(cfg, pid, Box::new(release), true)
+}
+
+/// A session of a started program held by the caller; `waited_here`: see [`recorder::Held`].
+fn run_held<'r>(
+    cfg: &ProfileConfig,
+    pid: u32,
+    release: Box<dyn FnOnce() -> std::io::Result<()> + 'r>,
+    waited_here: bool,
+) -> Result<ProfileSummary, ProfileError> {
     if !matches!(cfg.target, Target::Command { .. }) {
         return Err(ProfileError::BadArgument(
             "a started program is profiled from its command".into(),
@@ -261,8 +271,8 @@ pub fn profile_held(
         cfg,
         Some(recorder::Held {
             pid,
-            release: Box::new(release),
-            waited_here: true,
+            release,
+            waited_here,
         }),
     )
 }
@@ -278,11 +288,6 @@ pub fn profile_started(
     pid: u32,
     release: impl FnOnce() -> std::io::Result<()>,
 ) -> Result<ProfileSummary, ProfileError> {
-    if !matches!(cfg.target, Target::Command { .. }) {
-        return Err(ProfileError::BadArgument(
-            "a started program is profiled from its command".into(),
-        ));
-    }
     if cfg.backend == Backend::Bpf {
         // The eBPF backend holds the program again at its entry point with ptrace, whose stops
         // only the thread that waits for the program may take: the caller's, here (profile_held).
@@ -291,12 +296,5 @@ pub fn profile_started(
                 .into(),
         ));
     }
-    recorder::run(
-        cfg,
-        Some(recorder::Held {
-            pid,
-            release: Box::new(release),
-            waited_here: false,
-        }),
-    )
+    run_held(cfg, pid, Box::new(release), false)
 }
