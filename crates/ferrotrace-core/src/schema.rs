@@ -802,7 +802,8 @@ impl<'a> Payload<'a> for SamplerLosses {
 
 /// Why the in-kernel unwinder (`profile --bpf`) stopped stacks early: the reasons of an
 /// [`UnwindStops`] chunk, each a bit of the unwinder's flags (`ferrotrace_bpf::trunc` re-exports
-/// them; the BPF program's `TRUNC_*` defines must equal them), and the sentence that names it.
+/// them; the BPF program's `TRUNC_*` defines equal them, checked by `ferrotrace-bpf`'s
+/// `tests/defines.rs`), and the sentence that names it.
 pub mod unwind_stop {
     /// The process's mappings were not loaded yet.
     pub const NO_PROCESS: u32 = 1 << 0;
