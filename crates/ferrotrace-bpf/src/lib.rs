@@ -59,7 +59,7 @@ pub const MAX_PAGES: usize = 1 << 22;
 
 /// Why an unwind stopped before the outermost frame (`ustack.flags`). The reasons are core's
 /// (`ferrotrace_core::schema::unwind_stop`, by which a trace's UnwindStops chunk counts); the BPF
-/// program's `TRUNC_*` defines must equal them.
+/// program's `TRUNC_*` defines equal them (`tests/defines.rs` checks it).
 pub mod trunc {
     pub use ferrotrace_core::schema::unwind_stop::{
         ANY, BAD_FP, DEPTH, NO_MAPPING, NO_PROCESS, READ, UNSUPPORTED,
