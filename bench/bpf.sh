@@ -7,6 +7,8 @@
 #           /usr/include and /usr/share/doc (286 MB here) with two threads
 #   python  CPython (this machine's python3) running a pure-Python loop
 #   sqlite  sqlite3 built gcc -O2 (bench/real.sh's plain build): 300,000 rows inserted, indexed, queried
+#   gcc     `gcc -O2 -c` of each of Lua 5.4's sources (Debian's source package), one after another:
+#           a process tree of short-lived compilers (gcc, cc1, as), each exec'd while recording
 # For each program and frequency (999 and 9,999 Hz) it prints, per tool:
 #   prog s    median of RUNS runs of the program's own wall time (/usr/bin/time inside the tool: the
 #             tool's start-up and finishing left out), and the overhead against the program alone
@@ -26,7 +28,7 @@
 # The rounds are interleaved (round 1 of every tool, then round 2, ...) so that a change in the
 # machine's load falls on every tool alike; the load average is printed before and after.
 # Not a test: figures vary with the machine and its load; compare the lines of one run.
-# Usage: bench/bpf.sh [PROGRAMS=rust,rg,python,sqlite]   (env: RUNS=3 FREQS="999 9999", FT=a built
+# Usage: bench/bpf.sh [PROGRAMS=rust,rg,python,sqlite,gcc]   (env: RUNS=3 FREQS="999 9999", FT=a built
 # ferrotrace; longer programs for the top10 column, which needs >= 20k samples to mean something:
 # RUST_MS=2500 PY_N=3000000 SQL_ROWS=300000 RG_CORPUS="/usr/include /usr/share/doc")
 set -euo pipefail
@@ -35,7 +37,7 @@ OUT=$ROOT/bench/out/bpf
 mkdir -p "$OUT"
 RUNS=${RUNS:-3}
 FREQS=${FREQS:-999 9999}
-PROGRAMS=${1:-rust,rg,python,sqlite}
+PROGRAMS=${1:-rust,rg,python,sqlite,gcc}
 export CARGO_INCREMENTAL=0
 
 if [ -z "${FT:-}" ]; then
@@ -56,6 +58,14 @@ def work(n):
     return s
 print(work(${PY_N:-3000000}))
 PY
+if [[ ,$PROGRAMS, == *,gcc,* ]]; then
+    source "$ROOT/bench/sources.sh"
+    lua=$(fetch_source lua5.4 'lua5.4-*' "$ROOT/bench/out/real/src")
+    {
+        echo 'set -e'
+        for c in "$lua"/src/*.c; do echo "gcc -O2 -c $c -o /dev/null"; done
+    } >"$OUT/lua_compile.sh"
+fi
 SQL="CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i<${SQL_ROWS:-300000})
 INSERT INTO t(b,c) SELECT printf('%08x-%d', (i*2654435761)%4294967296, i), i*1.5 FROM s;
@@ -72,6 +82,7 @@ cmd_of() {
         echo "$RG_DIR/plain/bin/rg -j2 -c [a-z]+_[a-z]+[(] $RG_CORPUS" ;;
     python) echo "$PYTHON $OUT/loop.py" ;;
     sqlite) echo "$SQLITE :memory:" ;;
+    gcc) echo "sh $OUT/lua_compile.sh" ;;
     esac
 }
 stdin_of() { if [ "$1" = sqlite ]; then printf '%s\n' "$SQL"; else true; fi; }

@@ -21,20 +21,8 @@ src="$out/src"
 mkdir -p "$src"
 
 # --- sources (Debian's, bookworm) ---
-fetch() { # fetch PACKAGE GLOB: unpacks the source package unless a directory matching GLOB exists
-  local dir
-  dir=$(ls -d "$src"/$2 2>/dev/null | head -1 || true)
-  if [ -z "$dir" ]; then
-    if ! grep -rqs '^Types: deb-src' /etc/apt/sources.list.d/ /etc/apt/sources.list 2>/dev/null; then
-      printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-        > /etc/apt/sources.list.d/ferrotrace-bench-src.sources
-      apt-get update -qq
-    fi
-    (cd "$src" && apt-get source -qq "$1" >/dev/null 2>&1)
-    dir=$(ls -d "$src"/$2 | head -1)
-  fi
-  echo "$dir"
-}
+source "$root/bench/sources.sh"
+fetch() { fetch_source "$1" "$2" "$src"; }
 
 # --- builds: plain, pg, fentry, nop, xray ---
 declare -A cc_flags=(

@@ -120,7 +120,8 @@ pub struct ProfileConfig {
     /// Where stacks are unwound and samples counted.
     pub backend: Backend,
     /// Called once sampling has started with [`Target::SystemWide`], with the number of processes
-    /// whose mappings were loaded (loading every running process's unwind tables takes a while).
+    /// found running (their unwind tables are built in the background meanwhile: a process's stacks
+    /// unwind once its own are in).
     pub on_system_wide_start: Option<fn(usize)>,
 }
 

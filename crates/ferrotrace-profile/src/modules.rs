@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use framehop::x86_64::{CacheX86_64, UnwinderX86_64};
 use framehop::{ExplicitModuleSectionInfo, Module, Unwinder};
-use object::{Object, ObjectSection, ObjectSegment};
+use object::{Object, ObjectSection};
 
 /// Module id of the kernel.
 pub(crate) const KERNEL_MODULE: u32 = 1;
@@ -16,8 +16,7 @@ pub(crate) const KERNEL_MODULE: u32 = 1;
 pub(crate) struct ModuleFile {
     pub path: String,
     pub build_id: Vec<u8>,
-    /// PT_LOAD segments: (vaddr, file offset, file size, executable).
-    loads: Vec<(u64, u64, u64, bool)>,
+    loads: Vec<Load>,
     /// Unwind data for framehop, parsed once.
     unwind: Option<ExplicitModuleSectionInfo<Arc<[u8]>>>,
     unwind_tried: bool,
@@ -38,12 +37,51 @@ pub(crate) fn module_bytes(path: &str) -> Option<Vec<u8>> {
     }
 }
 
+/// A PT_LOAD segment: (vaddr, file offset, file size, executable).
+type Load = (u64, u64, u64, bool);
+
+/// A 64-bit ELF's build id (empty when it has none) and PT_LOAD segments, from `data` read only
+/// where the headers and notes are.
+fn elf_headers<'a, R: object::ReadRef<'a>>(data: R) -> Option<(Vec<u8>, Vec<Load>)> {
+    use object::read::elf::{FileHeader, ProgramHeader};
+    let header = object::elf::FileHeader64::<object::Endianness>::parse(data).ok()?;
+    let endian = header.endian().ok()?;
+    let (mut build_id, mut loads) = (Vec::new(), Vec::new());
+    for ph in header.program_headers(endian, data).ok()? {
+        match ph.p_type(endian) {
+            object::elf::PT_LOAD => loads.push((
+                ph.p_vaddr(endian),
+                ph.p_offset(endian),
+                ph.p_filesz(endian),
+                ph.p_flags(endian) & object::elf::PF_X != 0,
+            )),
+            object::elf::PT_NOTE => {
+                let Ok(Some(mut notes)) = ph.notes(endian, data) else {
+                    continue;
+                };
+                while let Ok(Some(note)) = notes.next() {
+                    if note.name() == object::elf::ELF_NOTE_GNU
+                        && note.n_type(endian) == object::elf::NT_GNU_BUILD_ID
+                    {
+                        build_id = note.desc().to_vec();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    Some((build_id, loads))
+}
+
 /// True for a mapping the recorder keeps: a file, or the vDSO.
 pub(crate) fn is_code_mapping(name: &[u8]) -> bool {
     name.starts_with(b"/") || name == VDSO.as_bytes()
 }
 
 impl ModuleFile {
+    /// The module's build id and PT_LOAD segments, read from its ELF and program headers and its
+    /// notes alone: a new mapping is handled on the sampling loop's thread, and reading a whole
+    /// file there (123 MB for libLLVM) stopped the loop for most of a second.
     fn open(path: &str) -> ModuleFile {
         let mut m = ModuleFile {
             path: path.to_string(),
@@ -52,20 +90,17 @@ impl ModuleFile {
             unwind: None,
             unwind_tried: false,
         };
-        if let Some(data) = module_bytes(path) {
-            if let Ok(f) = object::File::parse(&*data) {
-                m.build_id = f
-                    .build_id()
-                    .ok()
-                    .flatten()
-                    .map(|b| b.to_vec())
-                    .unwrap_or_default();
-                for s in f.segments() {
-                    let (off, size) = s.file_range();
-                    let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
-                    m.loads.push((s.address(), off, size, exec));
-                }
-            }
+        let headers = if path == VDSO {
+            module_bytes(path).and_then(|image| elf_headers(&*image))
+        } else if path.starts_with('/') {
+            std::fs::File::open(path)
+                .ok()
+                .and_then(|f| elf_headers(&object::ReadCache::new(f)))
+        } else {
+            None
+        };
+        if let Some((build_id, loads)) = headers {
+            (m.build_id, m.loads) = (build_id, loads);
         }
         m
     }
@@ -395,5 +430,38 @@ pub(crate) fn patched_entry_len(code: &[u8]) -> usize {
         [0xeb, 0x09, ..] => endbr + 11,
         [0x0f, 0x1f, 0x44, 0x00, 0x00, ..] => endbr + 5,
         _ => 0,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object::ObjectSegment;
+
+    /// The headers read alone give what a whole parse of the file gives: the build id and the
+    /// PT_LOAD segments (of this test binary, the C library and the vDSO).
+    #[test]
+    fn headers_read_alone_match_a_whole_parse() {
+        let exe = std::env::current_exe().unwrap();
+        let libc = proc_maps(std::process::id())
+            .into_iter()
+            .map(|m| m.3)
+            .find(|p| p.contains("/libc.so"))
+            .expect("libc mapped");
+        for path in [exe.to_str().unwrap(), &libc, VDSO] {
+            let data = module_bytes(path).unwrap();
+            let whole = object::File::parse(&*data).unwrap();
+            let loads: Vec<Load> = whole
+                .segments()
+                .map(|s| {
+                    let exec = matches!(s.flags(), object::SegmentFlags::Elf { p_flags } if p_flags & object::elf::PF_X != 0);
+                    (s.address(), s.file_range().0, s.file_range().1, exec)
+                })
+                .collect();
+            let build_id = whole.build_id().unwrap().unwrap_or_default().to_vec();
+            let m = ModuleFile::open(path);
+            assert_eq!((&m.build_id, &m.loads), (&build_id, &loads), "{path}");
+            assert!(!m.loads.is_empty(), "{path}");
+        }
     }
 }

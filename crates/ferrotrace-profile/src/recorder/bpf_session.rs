@@ -19,6 +19,7 @@ use ferrotrace_core::schema::UnwindStops;
 use super::mapped_file::{FileKey, MappedFile};
 use super::source::SampleSource;
 use super::state::thread_comm;
+use super::table_builder::{Built, TableBuilder};
 use super::State;
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
@@ -47,10 +48,25 @@ struct Leaf {
     flags: u32,
 }
 
+/// A module's unwind table.
+enum Table {
+    /// Being built ([`TableBuilder`]): the processes whose mappings are handed to the kernel again
+    /// once it is placed.
+    Building(Vec<u32>),
+    /// Where its rows were placed; `None`: no table (frame pointers).
+    Placed(Option<RowRange>),
+}
+
 pub(super) struct BpfSession<'obj> {
     bpf: Bpf<'obj>,
-    /// Where each file's rows were placed; `None`: no table (frame pointers).
-    rows: HashMap<FileKey, Option<RowRange>>,
+    /// Each file's table.
+    rows: HashMap<FileKey, Table>,
+    /// Builds the tables off the loop's thread.
+    builder: TableBuilder,
+    /// Every process (`-a`): the loop never waits for a table (a process is handed to the kernel
+    /// once its tables are in). Otherwise the few processes followed wait for theirs, as at a held
+    /// program's start: their stacks unwind from the first sample after the mapping appeared.
+    in_background: bool,
     /// Interned stacks per (process, kernel stack, user stack): each distinct stack is read once.
     leaves: HashMap<(u32, Option<u32>, Option<u64>), Leaf>,
     /// The user part of those stacks per (process, user stack): its node, truncated, flags.
@@ -100,14 +116,22 @@ fn event_type(spec: &EventSpec) -> EventType {
 }
 
 impl<'obj> BpfSession<'obj> {
-    /// Loads the programs (the kernel's verifier checks them here).
+    /// Loads the programs (the kernel's verifier checks them here); `in_background`: see
+    /// [`BpfSession::in_background`].
     pub fn load(
         storage: &'obj mut MaybeUninit<OpenObject>,
+        in_background: bool,
     ) -> Result<BpfSession<'obj>, ProfileError> {
         let bpf = Bpf::load(storage).map_err(|e| ProfileError::Bpf(e.to_string()))?;
+        let builder = TableBuilder::start().map_err(|source| ProfileError::Sys {
+            what: "starting the thread that builds the unwind tables".into(),
+            source,
+        })?;
         Ok(BpfSession {
             bpf,
             rows: HashMap::new(),
+            builder,
+            in_background,
             leaves: HashMap::new(),
             user_nodes: HashMap::new(),
             without_rows: Vec::new(),
@@ -127,61 +151,102 @@ impl<'obj> BpfSession<'obj> {
         self.bpf.detach_all();
     }
 
-    /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` and
-    /// loaded at the first mapping of that file (by device and inode).
+    /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` (by
+    /// device and inode) at its first mapping: `None` while that table is being built (the process's
+    /// mappings are handed over again once it is placed) or when it has none.
     fn rows_of(&mut self, pid: u32, mapping: &Mapping, st: &State) -> Option<RowRange> {
         let path = st
             .modules
             .get(mapping.module)
             .map(|m| m.path.clone())
             .unwrap_or_default();
-        let (key, bytes) = if path.starts_with('/') {
+        type ReadBytes = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
+        let (key, size, bytes): (FileKey, u64, ReadBytes) = if path.starts_with('/') {
             match MappedFile::open(pid, mapping.start, mapping.end, &path, mapping.file) {
-                Ok(f) => {
-                    let key = f.key.clone();
-                    if let Some(r) = self.rows.get(&key) {
-                        return *r;
-                    }
-                    (key, f.read())
-                }
+                Ok(f) => (f.key.clone(), f.size, Box::new(move || f.read())),
                 Err(why) => {
                     // Said once per path.
                     let key = FileKey::Name(path.clone());
-                    if self.rows.insert(key, None).is_none() {
+                    if self.rows.insert(key, Table::Placed(None)).is_none() {
                         self.without_rows.push((path, why.into()));
                     }
                     return None;
                 }
             }
         } else {
-            let key = FileKey::Name(path.clone());
-            if let Some(r) = self.rows.get(&key) {
-                return *r;
-            }
-            (key, modules::module_bytes(&path))
+            let name = path.clone();
+            // The vDSO and its like: a page or two.
+            (
+                FileKey::Name(path.clone()),
+                0,
+                Box::new(move || modules::module_bytes(&name)),
+            )
         };
-        let placed = match bytes {
-            None => {
-                self.without_rows.push((path, "unreadable".into()));
+        match self.rows.get_mut(&key) {
+            Some(Table::Placed(r)) => return *r,
+            Some(Table::Building(waiting)) => {
+                if !waiting.contains(&pid) {
+                    waiting.push(pid);
+                }
+                return None;
+            }
+            None => {}
+        }
+        self.rows.insert(key.clone(), Table::Building(vec![pid]));
+        self.builder.ask(key, path, size, bytes);
+        None
+    }
+
+    /// Places a table the builder finished in the kernel's shared table, and marks the processes
+    /// waiting for it as changed (the next [`SampleSource::sync`] hands them their mappings again).
+    fn place(&mut self, built: Built, st: &mut State) {
+        let Built { key, path, rows } = built;
+        let placed = match rows {
+            Ok(rows) => {
+                let r = self.bpf.add_rows(&rows);
+                if r.is_none() {
+                    self.without_rows
+                        .push((path, "the unwind table is full".into()));
+                }
+                r
+            }
+            Err(why) => {
+                self.without_rows.push((path, why));
                 None
             }
-            Some(bytes) => match ferrotrace_bpf::tables::build(&bytes) {
-                Ok(rows) => {
-                    let r = self.bpf.add_rows(&rows);
-                    if r.is_none() {
-                        self.without_rows
-                            .push((path, "the unwind table is full".into()));
-                    }
-                    r
-                }
-                Err(e) => {
-                    self.without_rows.push((path, e.to_string()));
-                    None
-                }
-            },
         };
-        self.rows.insert(key, placed);
-        placed
+        if let Some(Table::Building(waiting)) = self.rows.insert(key, Table::Placed(placed)) {
+            for pid in waiting.into_iter().filter(|p| st.spaces.contains_key(p)) {
+                st.changed_spaces.insert(pid);
+            }
+        }
+    }
+
+    /// Places every table finished so far.
+    fn place_finished(&mut self, st: &mut State) {
+        for built in self.builder.finished() {
+            self.place(built, st);
+        }
+    }
+
+    /// Whether a table process `pid` waits for is being built.
+    fn building_for(&self, pid: u32) -> bool {
+        self.rows
+            .values()
+            .any(|t| matches!(t, Table::Building(w) if w.contains(&pid)))
+    }
+
+    /// Moves the tables that process `pid` waits for to the front of the builder's queue.
+    fn promote(&self, pid: u32) {
+        let keys: Vec<FileKey> = self
+            .rows
+            .iter()
+            .filter(|(_, t)| matches!(t, Table::Building(w) if w.contains(&pid)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        if !keys.is_empty() {
+            self.builder.promote(&keys);
+        }
     }
 
     /// Reads and clears the counts, writing one Sample per counted sample stamped `time`. Call it
@@ -200,6 +265,9 @@ impl<'obj> BpfSession<'obj> {
         let mut drained_stacks: Vec<u64> = counts.iter().filter_map(|c| c.user_stack).collect();
         drained_stacks.sort_unstable();
         drained_stacks.dedup();
+        // Processes sampled before their mappings were handed over (their tables are being built):
+        // theirs are built first.
+        let mut unwound_early: Vec<u32> = Vec::new();
         for c in counts {
             self.kernel_bytes += COUNT_BYTES;
             let key = (c.pid, c.kernel_stack, c.user_stack);
@@ -221,6 +289,11 @@ impl<'obj> BpfSession<'obj> {
             if leaf.truncated {
                 self.truncated += c.count;
                 self.truncated_by.add(leaf.flags, c.count);
+                if leaf.flags & ferrotrace_bpf::trunc::NO_PROCESS != 0
+                    && !unwound_early.contains(&c.pid)
+                {
+                    unwound_early.push(c.pid);
+                }
             }
             if Some(c.sampler) == st.off_cpu_event && c.count > 0 {
                 // Stretches off the CPU: their time shared out (the remainder on the first).
@@ -244,6 +317,9 @@ impl<'obj> BpfSession<'obj> {
         // its stack again); those read two drains ago, out of ours (every count that could name
         // them without storing them again has been drained).
         self.bpf.forget_user_stacks(&drained_stacks);
+        for pid in unwound_early {
+            self.promote(pid);
+        }
         let drains = self.drains;
         self.taken_stacks.retain(|_, (_, d)| *d + 2 >= drains);
         Ok(())
@@ -364,6 +440,20 @@ impl SampleSource for BpfSession<'_> {
         Ok(())
     }
 
+    /// [`SampleSource::sync`], then waits for every table asked for and hands their processes over.
+    fn sync_complete(&mut self, st: &mut State) {
+        self.sync_until(st, None);
+    }
+
+    /// [`SampleSource::sync_complete`] until `deadline` at the latest.
+    fn sync_until(&mut self, st: &mut State, deadline: Option<Instant>) {
+        self.sync(st);
+        while let Some(built) = self.builder.next(deadline) {
+            self.place(built, st);
+            self.sync(st);
+        }
+    }
+
     /// Forgets that thread `tid` is off the CPU (it is held by us).
     fn forget_off_cpu(&mut self, tid: u32) {
         self.bpf.forget_off_cpu(tid);
@@ -401,6 +491,12 @@ impl SampleSource for BpfSession<'_> {
                     bias: m.bias,
                     rows: self.rows_of(pid, m, st),
                 });
+            }
+            if self.building_for(pid) {
+                // Handed over once its tables are placed: until then its stacks stop where its
+                // mappings did (counted "before the process's mappings were loaded"), rather than
+                // be walked by frame pointer through code that keeps none.
+                continue;
             }
             match self.bpf.set_process(pid, &list) {
                 Ok(true) => {}
@@ -474,7 +570,12 @@ impl SampleSource for BpfSession<'_> {
         out: &mut SampleWriter,
         now: u64,
     ) -> Result<(), ProfileError> {
-        self.sync(st);
+        if self.in_background {
+            self.place_finished(st);
+            self.sync(st);
+        } else {
+            self.sync_complete(st);
+        }
         if self.last_drain.elapsed() < DRAIN_INTERVAL {
             return Ok(());
         }
@@ -490,6 +591,7 @@ impl SampleSource for BpfSession<'_> {
     ) -> Result<(), ProfileError> {
         self.detach();
         // Both count maps: the one being written and the one drained last.
+        self.place_finished(st);
         self.sync(st);
         self.drain(st, out, now)
             .and_then(|()| self.drain(st, out, now))

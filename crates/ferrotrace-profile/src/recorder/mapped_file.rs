@@ -29,6 +29,8 @@ pub(crate) enum FileKey {
 /// An opened mapped file and its key.
 pub(crate) struct MappedFile {
     pub key: FileKey,
+    /// Its size in bytes.
+    pub size: u64,
     file: File,
 }
 
@@ -57,6 +59,7 @@ impl MappedFile {
         }
         Ok(MappedFile {
             key: FileKey::File(opened),
+            size: meta.len(),
             file,
         })
     }

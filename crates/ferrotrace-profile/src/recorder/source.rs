@@ -39,6 +39,19 @@ pub(super) trait SampleSource {
     /// spaces the side-band records changed).
     fn sync(&mut self, _st: &mut State) {}
 
+    /// [`SampleSource::sync`], finished before it returns: what it builds in the background (the
+    /// eBPF backend's unwind tables) is waited for. For a program held at its start, and a process
+    /// attached to, whose first samples must unwind.
+    fn sync_complete(&mut self, st: &mut State) {
+        self.sync(st)
+    }
+
+    /// [`SampleSource::sync_complete`], waiting until `deadline` at the latest (what is not built
+    /// by then is built in the background).
+    fn sync_until(&mut self, st: &mut State, _deadline: Option<std::time::Instant>) {
+        self.sync(st)
+    }
+
     /// Thread `tid` was stopped by the session (held at its entry), not by the program.
     fn forget_off_cpu(&mut self, _tid: u32) {}
 
@@ -124,14 +137,18 @@ pub(super) fn storage() -> BpfStorage {
 pub(super) fn load<'s>(
     backend: Backend,
     storage: &'s mut BpfStorage,
+    every_process: bool,
 ) -> Result<Box<dyn SampleSource + 's>, ProfileError> {
     match backend {
         Backend::PerfEvent => Ok(Box::new(RingSamples)),
         #[cfg(feature = "bpf")]
-        Backend::Bpf => Ok(Box::new(super::bpf_session::BpfSession::load(storage)?)),
+        Backend::Bpf => Ok(Box::new(super::bpf_session::BpfSession::load(
+            storage,
+            every_process,
+        )?)),
         #[cfg(not(feature = "bpf"))]
         Backend::Bpf => {
-            let BpfStorage = storage;
+            let (BpfStorage, _) = (storage, every_process);
             Err(ProfileError::BpfNotBuilt)
         }
     }
