@@ -276,7 +276,7 @@ fn start_trace(
 }
 
 /// How long `-a` waits for the running processes' unwind tables before recording.
-const SYSTEM_WIDE_START_WAIT: Duration = Duration::from_secs(2);
+const SYSTEM_WIDE_START_WAIT: Duration = Duration::from_secs(5);
 
 /// What the loop leaves for the summary.
 struct Recorded {
