@@ -63,7 +63,8 @@ if [[ ,$PROGRAMS, == *,gcc,* ]]; then
     lua=$(fetch_source lua5.4 'lua5.4-*' "$ROOT/bench/out/real/src")
     {
         echo 'set -e'
-        for c in "$lua"/src/*.c; do echo "gcc -O2 -c $c -o /dev/null"; done
+        # Debian's luaconf.h names the library directory by the multiarch its build defines.
+        for c in "$lua"/src/*.c; do echo "gcc -O2 '-DDEB_HOST_MULTIARCH=\"x86_64-linux-gnu\"' -c $c -o /dev/null"; done
     } >"$OUT/lua_compile.sh"
 fi
 SQL="CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);

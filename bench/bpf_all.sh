@@ -29,7 +29,7 @@ lua=$(fetch_source lua5.4 'lua5.4-*' "$ROOT/bench/out/real/src")
 (
   while true; do
     ls "$lua"/src/*.c | grep -v -e '/lua\.c$' -e '/luac\.c$' |
-      xargs -P2 -I{} gcc -O2 -c {} -o /dev/null
+      xargs -P2 -I{} gcc -O2 '-DDEB_HOST_MULTIARCH="x86_64-linux-gnu"' -c {} -o /dev/null
   done
 ) &
 build=$!
