@@ -13,8 +13,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{self, Write};
 
-use super::{push_duration, push_u64, Fields, Options};
+use super::{push_duration, Fields, Options};
 use crate::callstack::{CallStack, EndKind, StackEvent};
+use crate::decimal::push_u64;
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, EventRef, ThreadEvents, Trace};
