@@ -59,8 +59,10 @@ def work(n):
 print(work(${PY_N:-3000000}))
 PY
 if [[ ,$PROGRAMS, == *,gcc,* ]]; then
-    source "$ROOT/bench/sources.sh"
-    lua=$(fetch_source lua5.4 'lua5.4-*' "$ROOT/bench/out/real/src")
+    src=$ROOT/bench/out/real/src out=$OUT
+    mkdir -p "$src"
+    source "$ROOT/bench/programs.sh"
+    lua=$(fetch lua5.4 'lua5.4-*')
     {
         echo 'set -e'
         # Debian's luaconf.h names the library directory by the multiarch its build defines.

@@ -22,8 +22,10 @@ if [ -z "${FTS:-}" ]; then
   (cd "$ROOT" && cargo build --release -q -p ferrotrace-cli)
   FTS="new=$ROOT/target/release/ferrotrace"
 fi
-source "$ROOT/bench/sources.sh"
-lua=$(fetch_source lua5.4 'lua5.4-*' "$ROOT/bench/out/real/src")
+src=$ROOT/bench/out/real/src out=$OUT
+mkdir -p "$src"
+source "$ROOT/bench/programs.sh"
+lua=$(fetch lua5.4 'lua5.4-*')
 
 # The build: every Lua source compiled, two at a time, over and over until killed.
 (

@@ -16,22 +16,12 @@ RUNS=${RUNS:-5}
 PROGRAMS=${1:-sqlite,lua,zstd}
 root=$(cd "$(dirname "$0")/.." && pwd)
 source "$root/bench/fib.sh"
+source "$root/bench/programs.sh"
 setup_release real
 src="$out/src"
 mkdir -p "$src"
 
-# --- sources (Debian's, bookworm) ---
-source "$root/bench/sources.sh"
-fetch() { fetch_source "$1" "$2" "$src"; }
-
-# --- builds: plain, pg, fentry, nop, xray ---
-declare -A cc_flags=(
-  [plain]="gcc -O2 -fno-pie -no-pie"
-  [pg]="gcc -O2 -pg"
-  [fentry]="gcc -O2 -pg -mfentry"
-  [nop]="gcc -O2 -pg -mnop-mcount -mrecord-mcount -fno-pie -no-pie"
-  [xray]="clang-16 -O2 -fxray-instrument -fxray-instruction-threshold=1"
-)
+# --- sources and builds (fetch, cc_flags, build_lua, write_binarytrees: bench/programs.sh) ---
 builds=(pg fentry nop xray)
 
 build_sqlite() { # $1: build
@@ -43,15 +33,6 @@ build_sqlite() { # $1: build
   fi
   [ -x "$out/sqlite-$1" ] || ${cc_flags[$1]} -DSQLITE_THREADSAFE=0 -DSQLITE_OMIT_LOAD_EXTENSION \
     -I"$d/bld" "$d/bld/sqlite3.c" "$d/bld/shell.c" -o "$out/sqlite-$1" -lm
-}
-build_lua() {
-  local d
-  d=$(fetch lua5.4 'lua5.4-*')
-  # Debian's patches include the header its packaging generates: the multiarch module paths.
-  [ -f "$d/src/lua5.4-deb-multiarch.h" ] ||
-    echo "#define DEB_HOST_MULTIARCH \"$(gcc -print-multiarch)\"" > "$d/src/lua5.4-deb-multiarch.h"
-  [ -x "$out/lua-$1" ] || ${cc_flags[$1]} -DLUA_USE_LINUX -I"$d/src" \
-    $(ls "$d"/src/*.c | grep -v luac.c) -o "$out/lua-$1" -lm -ldl
 }
 build_zstd() {
   local d
@@ -72,25 +53,7 @@ sql="CREATE TABLE t(a INTEGER PRIMARY KEY, b TEXT, c REAL);
 WITH RECURSIVE s(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM s WHERE i<100000)
 INSERT INTO t(b,c) SELECT printf('%08x-%d', (i*2654435761)%4294967296, i), i*1.5 FROM s;
 CREATE INDEX ib ON t(b); SELECT count(*), sum(c) FROM t WHERE b LIKE 'a%';"
-cat > "$out/binarytrees.lua" <<'EOF'
--- The Computer Language Benchmarks Game's binary-trees, as Lua's own test suite has it.
-local function BottomUpTree(depth)
-  if depth > 0 then depth = depth - 1
-    return { BottomUpTree(depth), BottomUpTree(depth) }
-  else return {} end
-end
-local function ItemCheck(tree)
-  if tree[1] then return 1 + ItemCheck(tree[1]) + ItemCheck(tree[2]) else return 1 end
-end
-local N = tonumber(arg and arg[1]) or 14
-local maxdepth = math.max(6, N)
-local check = 0
-for depth = 4, maxdepth, 2 do
-  local iterations = 2 ^ (maxdepth - depth + 4)
-  for _ = 1, iterations do check = check + ItemCheck(BottomUpTree(depth)) end
-end
-print(check)
-EOF
+write_binarytrees "$out/binarytrees.lua"
 if [ ! -f "$out/zstd-input" ]; then
   tar cf - /usr/include /usr/share/doc 2>/dev/null | head -c 20000000 > "$out/zstd-input"
 fi

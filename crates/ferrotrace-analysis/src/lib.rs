@@ -36,6 +36,7 @@ pub use ferrotrace_reader::{binary, names, progress, reader, srcline, symbolize,
 pub mod callstack;
 pub mod cct;
 pub mod dataset;
+mod decimal;
 pub mod dump;
 pub mod flame;
 pub mod graph;

@@ -445,12 +445,18 @@ pub(crate) fn walk_stacks(
             }
         };
         let st = &mut stacks[at].1;
-        st.touch(e.tsc, &mut |se| pending.push(se));
-        let is_fn = st.process(e.kind, e.id, e.tsc, &mut |se| pending.push(se));
+        // The stack's events go straight to `f` (not through a buffer: a push and a pop per event);
+        // after an error of `f` the rest of this event's are dropped and the walk stops.
+        let mut written = Ok(());
+        let mut emit = |se| {
+            if written.is_ok() {
+                written = f(tid, Step::Stack(se));
+            }
+        };
+        st.touch(e.tsc, &mut emit);
+        let is_fn = st.process(e.kind, e.id, e.tsc, &mut emit);
+        written?;
         let depth = st.depth();
-        for se in pending.drain(..) {
-            f(tid, Step::Stack(se))?;
-        }
         if !is_fn {
             match e.kind {
                 EventKind::Alloc => {

@@ -34,6 +34,7 @@ use ferrotrace_core::units;
 use regex_lite::Regex;
 
 use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
+use crate::decimal::push_u64;
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, EventRef, ReadError, Trace};
@@ -259,23 +260,6 @@ pub fn push_duration(out: &mut Vec<u8>, ns: u64) {
     } else {
         out.extend_from_slice(unit);
     }
-}
-
-fn push_u64(out: &mut Vec<u8>, mut v: u64, width: usize) {
-    let mut tmp = [0u8; 20];
-    let mut n = tmp.len();
-    loop {
-        n -= 1;
-        tmp[n] = b'0' + (v % 10) as u8;
-        v /= 10;
-        if v == 0 {
-            break;
-        }
-    }
-    for _ in (tmp.len() - n)..width {
-        out.push(b' ');
-    }
-    out.extend_from_slice(&tmp[n..]);
 }
 
 #[derive(Clone, Debug)]

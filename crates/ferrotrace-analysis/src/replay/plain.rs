@@ -13,8 +13,9 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
 use std::io::{self, Write};
 
-use super::{push_duration, push_u64, Fields, Options};
+use super::{push_duration, Fields, Options};
 use crate::callstack::{CallStack, EndKind, StackEvent};
+use crate::decimal::push_u64;
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, EventRef, ThreadEvents, Trace};
@@ -140,13 +141,13 @@ fn put_duration(out: &mut Vec<u8>, ns: u64) {
     if ns == 0 || ns >= 1_000_000_000 {
         return push_duration(out, ns);
     }
-    let (div, unit) = if ns < 1_000_000 {
-        (1_000u64, b" us")
+    // Divisions by constants (multiplications), in each branch: by a divisor chosen at run time
+    // they were `div` instructions, tens of cycles each on every line.
+    let (whole, frac, unit) = if ns < 1_000_000 {
+        (ns / 1_000, ns % 1_000, b" us")
     } else {
-        (1_000_000, b" ms")
+        (ns / 1_000_000, ns % 1_000_000 / 1_000, b" ms")
     };
-    let whole = ns / div;
-    let frac = (ns % div) * 1000 / div;
     let mut t = [b' '; 10];
     t[0] = if whole >= 100 {
         b'0' + (whole / 100) as u8

@@ -601,26 +601,33 @@ pub struct MergedEvents<'a> {
 }
 
 impl MergedEvents<'_> {
-    fn push_current(&mut self, s: usize) {
-        match self.streams[s].fill() {
-            Ok(true) => {
-                let st = &self.streams[s];
-                let tsc = st.events[st.pos].tsc;
-                self.heap
-                    .push((std::cmp::Reverse(tsc), std::cmp::Reverse(s)));
-            }
-            Ok(false) => {}
-            Err(e) => self.error = Some(e),
-        }
-    }
-
     /// The next event in time order, borrowed (no allocation). Events with equal timestamps come in
     /// thread-id order. A read error of one thread is returned once; the other threads go on.
     #[allow(clippy::should_implement_trait)]
     pub fn next_ref(&mut self) -> Option<Result<EventRef<'_>, ReadError>> {
         if let Some(s) = self.advance.take() {
             self.streams[s].advance();
-            self.push_current(s);
+            match self.streams[s].fill() {
+                Ok(true) => {
+                    let st = &self.streams[s];
+                    let key = (
+                        std::cmp::Reverse(st.events[st.pos].tsc),
+                        std::cmp::Reverse(s),
+                    );
+                    // Still the earliest (keys are unique: one per stream): a push then a pop
+                    // would give this stream back, so it goes on without either. A thread's events
+                    // come in runs, one thread's trace in one run.
+                    if self.heap.peek().is_some_and(|top| key < *top) {
+                        self.heap.push(key);
+                    } else {
+                        self.advance = Some(s);
+                        let st = &self.streams[s];
+                        return Some(Ok(st.event_at(st.pos, st.extra_pos)));
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => self.error = Some(e),
+            }
         }
         if let Some(e) = self.error.take() {
             return Some(Err(e));
