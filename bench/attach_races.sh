@@ -17,8 +17,7 @@ if [ "$(id -u)" -ne 0 ]; then
   exit 1
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
-cargo build -q -p ferrotrace-cli --manifest-path "$root/Cargo.toml"
-ft=$root/target/debug/ferrotrace
+cargo build -q -p ferrotrace-cli -p ferrotrace-preload --manifest-path "$root/Cargo.toml"
 # The tests' build of testprogs (tests/common: nightly, XRay sleds), linked_server alone.
 (cd "$root/testprogs" && RUSTFLAGS="-Zinstrument-xray=always -Cforce-frame-pointers=yes" \
   cargo +nightly build --release -q --bin linked_server)
@@ -38,7 +37,10 @@ put_back() { # NAME: the root-only file as it was
   chmod 600 "$work/root-only-$1"
 }
 for n in error control live; do put_back "$n"; done
-cp "$root/testprogs/target/release/linked_server" "$work/"
+# Copies: a build meanwhile does not change what runs (the library is looked for beside ferrotrace).
+cp "$root/testprogs/target/release/linked_server" "$root/target/debug/ferrotrace" \
+  "$root/target/debug/libferrotrace_preload.so" "$work/"
+ft=$work/ferrotrace
 gcc -O2 -o "$work/attach_racer" "$root/testprogs/c/attach_racer.c"
 # Run with &: exec, so that the job ($!) is the program itself, not a subshell waiting for it.
 as_nobody() { exec setpriv --reuid=65534 --regid=65534 --clear-groups -- "$@"; }
