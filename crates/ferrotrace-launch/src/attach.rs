@@ -522,7 +522,10 @@ pub struct Borrowed {
 /// keep theirs (and a thread we started meanwhile would inherit it: none is).
 struct Urgent {
     tid: libc::id_t,
+    /// Our thread's priority before, when we raised it.
     before: Option<libc::c_int>,
+    /// Our thread runs at -20 (raised, or there already).
+    top: bool,
 }
 
 impl Urgent {
@@ -531,19 +534,19 @@ impl Urgent {
         let tid = unsafe { libc::syscall(libc::SYS_gettid) } as libc::id_t;
         // SAFETY: getpriority and setpriority on our own thread (PRIO_PROCESS with a tid is that
         // thread on Linux), no memory passed. getpriority's -1 is a priority or an error: errno says.
-        let before = unsafe {
+        let (before, top) = unsafe {
             *libc::__errno_location() = 0;
             let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
             let known = nice != -1 || *libc::__errno_location() == 0;
-            (known && nice > -20 && libc::setpriority(libc::PRIO_PROCESS, tid, -20) == 0)
-                .then_some(nice)
+            if known && nice == -20 {
+                (None, true)
+            } else if known && libc::setpriority(libc::PRIO_PROCESS, tid, -20) == 0 {
+                (Some(nice), true)
+            } else {
+                (None, false)
+            }
         };
-        Urgent { tid, before }
-    }
-
-    /// True when the priority was raised.
-    fn raised(&self) -> bool {
-        self.before.is_some()
+        Urgent { tid, before, top }
     }
 }
 
@@ -1006,9 +1009,9 @@ impl Borrowed {
             signal = 0;
             // A system call stop comes within microseconds: looked for at once at first (a sleep
             // is 50 µs or more, and the loader and the runtime's start make hundreds of calls).
-            // Not when our priority is raised: yielding then leaves the CPU to us rather than to the
+            // Not when our thread runs at -20: yielding then leaves the CPU to us rather than to the
             // thread we wait for, when both are on one (a quiet attach took 3 times as long).
-            let spins = if self.urgent.raised() { 0 } else { 1_000 };
+            let spins = if self.urgent.top { 0 } else { 1_000 };
             let mut looks = 0u32;
             let status = loop {
                 match wait_nohang(self.thread.tid) {
@@ -1256,13 +1259,11 @@ mod tests {
         });
         let urgent = Urgent::raise();
         match urgent.before {
-            Some(n) => {
-                assert_eq!(n, before);
-                assert_eq!(nice(), -20);
-            }
+            Some(n) => assert_eq!(n, before),
             // Not allowed here, or at -20 already: unchanged.
             None => assert_eq!(nice(), before),
         }
+        assert_eq!(urgent.top, nice() == -20);
         ask.send(()).unwrap();
         assert_eq!(
             other.join().unwrap(),

@@ -411,7 +411,8 @@ impl State {
     /// own numbered Events chunk (the rest of the chunk goes later without it). A thread with an
     /// earlier chunk still in the queue is left for the next time. (Its order is told by the thread's
     /// tid: a tid the kernel reuses while the last chunk of the thread that had it waits in the queue
-    /// could put the new thread's records first; threads would have to end and start that fast.)
+    /// could put the new thread's records first, and a thread with a reused tid is written this way
+    /// only once it filled a chunk; the kernel hands out every other pid before it reuses one.)
     fn write_current_chunks(&mut self, rt: &Runtime) {
         // The spans and callsites those records name, described ahead of them as for a whole chunk.
         self.recorder_metadata(rt);
