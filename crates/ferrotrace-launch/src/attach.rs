@@ -690,16 +690,6 @@ impl Borrowed {
         self.thread.tid
     }
 
-    /// Its registers as they were when it was stopped (and are again between calls).
-    fn saved_regs(&self) -> &arch::Regs {
-        &self.regs
-    }
-
-    /// The process's memory.
-    pub fn memory(&self) -> &Memory {
-        &self.mem
-    }
-
     /// Writes `bytes` into the process at `addr`.
     pub fn write(&self, addr: u64, bytes: &[u8]) -> Result<(), LaunchError> {
         self.mem.write(addr, bytes)
