@@ -58,8 +58,8 @@ pub enum Ending {
 /// What the host is told once an attached recording runs.
 #[derive(Debug)]
 pub struct Started<'a> {
-    /// How long the borrowed thread was held (and, when entries were patched, every thread for the
-    /// time it took).
+    /// How long the borrowed thread was held (the dlopen, and the start of the thread that starts
+    /// the runtime).
     pub pause: Duration,
     /// The runtime's warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording
     /// says it), and the functions whose entries were left unpatched and why.
@@ -76,7 +76,7 @@ pub struct Attached {
     /// The process.
     pub pid: u32,
     /// How long its borrowed thread was held (from the ptrace seize to the release): the dlopen and
-    /// the runtime's start, discovery and patching included. The other threads ran on meanwhile.
+    /// the start of the thread that starts the runtime (which runs on, with the other threads).
     pub pause: Duration,
     /// How it ended.
     pub ending: Ending,
