@@ -434,9 +434,20 @@ fn start_outcome(
     let mut looked = Instant::now();
     loop {
         // Whole once it ends with its newline.
-        let outcome = dir.read(ATTACH_OUTCOME_FILE);
-        if let Some(code) = outcome.and_then(|t| t.strip_suffix('\n')?.parse().ok()) {
-            return Ok(code);
+        match dir.read(ATTACH_OUTCOME_FILE) {
+            Some(t) => {
+                if let Some(code) = t.strip_suffix('\n').and_then(|c| c.parse().ok()) {
+                    return Ok(code);
+                }
+            }
+            // Something else in its place (a link, a FIFO, another user's file): never read.
+            None if dir.has(ATTACH_OUTCOME_FILE) => {
+                return Err(error(
+                    pid,
+                    format!("its runtime's {ATTACH_OUTCOME_FILE} is not a file of its own"),
+                ))
+            }
+            None => {}
         }
         if poll(&[pidfd], Some(Duration::from_millis(2))) == Some(0) {
             return Err(error(pid, "it ended while its runtime was starting"));
