@@ -3,8 +3,8 @@
 //! dlopened) on one borrowed thread, call its `ferrotrace_attach` there with the
 //! [`RuntimeSpec`] (its output, `-F`/`-N`, and the control FIFO), which starts the runtime on a thread
 //! of its own, let the thread go, wait for the start's outcome (and write the entry jumps it
-//! prepared, every thread stopped), then wait for Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or the process's end (a pidfd). To stop, the FIFO
-//! is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
+//! prepared, every thread stopped), then wait for Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or
+//! the process's end (a pidfd). To stop, the FIFO is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
 //! patched site back, writes the trace with End reason `Stopped` and creates `done` beside the FIFO.
 //! The library stays loaded and dormant: attaching again later starts a new runtime. The runtime's
 //! chunk pool is in a memfd made in the process and opened here ([`super::memfd_in`]): when the

@@ -1,8 +1,8 @@
 //! Starting the runtime late, in a process that is already running (`ferrotrace record -p`): the preload
 //! library was `dlopen`ed into it by the host (which borrowed one of its threads with ptrace) and stayed
 //! dormant; [`attach_on_own_thread`], called on that borrowed thread, starts a thread that runs
-//! [`attach`], which starts a runtime as start-up would, while the program's threads run on. Its collector watches the control channel ([`Control`]); when the
-//! host closes it, the collector puts back every patched site, stops every thread, writes the End chunk
+//! [`attach`], which starts a runtime as start-up would, while the program's threads run on. Its
+//! collector watches the control channel ([`Control`]); when the host closes it, the collector puts back every patched site, stops every thread, writes the End chunk
 //! (reason `Stopped`) and retires the runtime: the process is back to none, and a later attach starts
 //! a new one. Threads register at their first event (the slow path finds their `HOT` block empty, or
 //! registered with an earlier runtime).
@@ -96,11 +96,12 @@ pub fn attach_on_own_thread(spec: &str, role: Role) -> i32 {
     let told = control.clone();
     let start = move || {
         crate::buffers::thread::ignore_current_thread();
+        let starting = Starting;
         let code = match attach(&spec, role) {
             Ok(()) => 0,
             Err(e) => e.code,
         };
-        PROCESS.attach_starting.store(false, Ordering::Release);
+        drop(starting);
         tell_host(
             told.as_deref(),
             ferrotrace_core::env::ATTACH_OUTCOME_FILE,
@@ -110,11 +111,22 @@ pub fn attach_on_own_thread(spec: &str, role: Role) -> i32 {
     match crate::lifecycle::exit::spawn_without_signals("ferrotrace-start", None, start) {
         Ok(_) => 0,
         Err(e) => {
-            PROCESS.attach_starting.store(false, Ordering::Release);
+            // No thread: the start is over.
+            drop(Starting);
             let why = Problem::Failed(format!("cannot start a thread: {e}"));
             tell_host(control.as_deref(), "error", &why.to_string());
             why.code()
         }
+    }
+}
+
+/// An attach's start is over when dropped (a panic included, which ends the thread without an
+/// outcome: the host gives up waiting, and a later attach may try).
+struct Starting;
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        PROCESS.attach_starting.store(false, Ordering::Release);
     }
 }
 
