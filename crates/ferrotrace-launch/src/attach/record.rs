@@ -433,7 +433,9 @@ fn start_outcome(
     let asked = Instant::now();
     let mut looked = Instant::now();
     loop {
-        // Whole once it ends with its newline.
+        // Whole once it ends with its newline. Whether it is there is asked first: made between a
+        // `read` that missed it and the question, it would pass for something else in its place.
+        let there = dir.has(ATTACH_OUTCOME_FILE);
         match dir.read(ATTACH_OUTCOME_FILE) {
             Some(t) => {
                 if let Some(code) = t.strip_suffix('\n').and_then(|c| c.parse().ok()) {
@@ -441,7 +443,7 @@ fn start_outcome(
                 }
             }
             // Something else in its place (a link, a FIFO, another user's file): never read.
-            None if dir.has(ATTACH_OUTCOME_FILE) => {
+            None if there => {
                 return Err(error(
                     pid,
                     format!("its runtime's {ATTACH_OUTCOME_FILE} is not a file of its own"),
