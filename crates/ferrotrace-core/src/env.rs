@@ -97,6 +97,10 @@ pub const ATTACH_WARNINGS_FILE: &str = "warnings";
 /// to patch (trampolines built, jumps not written), one [`EntryJump`] a line: the host writes the jumps
 /// with every thread of the process stopped, and puts the original bytes back the same way.
 pub const ATTACH_ENTRY_JUMPS_FILE: &str = "entry-jumps";
+/// The file beside the control FIFO where an attached runtime's start, which runs on a thread of its
+/// own, leaves its outcome once it is over: `0` and a newline when it records, else the negative code
+/// of its refusal and a newline (the refusal's line is in `error`, as before).
+pub const ATTACH_OUTCOME_FILE: &str = "started";
 /// The FIFO an attached runtime prints live events to (`live -p`).
 pub const LIVE_FIFO: &str = "FERROTRACE_LIVE_FIFO";
 /// The preload library `ferrotrace record` and `live` inject.

@@ -276,7 +276,9 @@ impl std::error::Error for Error {}
 /// `PATH.old`; any other file there is refused), every span and event, until the returned guard is
 /// dropped. The program's instrumented functions, if it was built with XRay or mcount, are traced
 /// too. Fails when a recording runs already (`ferrotrace record` — whose trace the layer then writes
-/// into), or the file cannot be made. One recording at a time.
+/// into), or the file cannot be made. One recording at a time. What the threads record reaches the
+/// file within a second: a program killed without warning (SIGKILL) leaves a trace of all but its
+/// last second, without its End chunk (the reader says it was not finished).
 pub fn record_to_file(path: impl AsRef<Path>) -> Result<FlushGuard, Error> {
     ferrotrace::callsites::record_to_file(path.as_ref()).map_err(Error)?;
     // Callsites met before (answered `never`) are asked again.

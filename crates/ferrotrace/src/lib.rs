@@ -150,8 +150,9 @@ static START_LINKED: extern "C" fn() = {
 
 /// `ferrotrace record -p` in a program that links the runtime: its own copy starts recording as
 /// `spec` says (the `NAME=value` lines of `ferrotrace_core::env::RuntimeSpec::to_lines`), called on a
-/// thread the host borrowed with ptrace; no library is loaded. 0, or a negative code whose reason is
-/// written to `error` beside the control FIFO the spec names. Not an API.
+/// thread the host borrowed with ptrace, which only starts the thread that does it; no library is
+/// loaded. 0 once that thread runs, which says how the start went beside the control FIFO the spec
+/// names, or a negative code whose reason is written to `error` there. Not an API.
 ///
 /// # Safety
 /// `spec` is a NUL-terminated string.
@@ -167,12 +168,8 @@ pub unsafe extern "C" fn ferrotrace_attach_linked(spec: *const core::ffi::c_char
     }
     // SAFETY: NUL-terminated (the caller's contract).
     let spec = unsafe { core::ffi::CStr::from_ptr(spec) }.to_string_lossy();
-    let run = || lifecycle::attach::attach(&spec, lifecycle::runtime::Role::Linked);
-    match buffers::thread::as_runtime(run) {
-        Some(Ok(())) => 0,
-        Some(Err(e)) => e.code,
-        None => lifecycle::plan::code::FAILED,
-    }
+    let run = || lifecycle::attach::attach_on_own_thread(&spec, lifecycle::runtime::Role::Linked);
+    buffers::thread::as_runtime(run).unwrap_or(lifecycle::plan::code::FAILED)
 }
 
 /// What the expansions of [`tracepoint!`] and [`trace!`] refer to. Not an API: it changes without notice.
@@ -190,17 +187,17 @@ pub mod __preload {
     pub use crate::lifecycle::exit::program_sigaction;
 
     /// `ferrotrace_attach`: starts recording in this running process as `spec` says (the lines of
-    /// `ferrotrace_core::env::RuntimeSpec::to_lines`); 0, or a negative code whose reason was printed
-    /// and written beside the control FIFO.
+    /// `ferrotrace_core::env::RuntimeSpec::to_lines`), on a thread of its own; 0 once that thread
+    /// runs, which says how the start went beside the control FIFO, or a negative code whose reason
+    /// was written there (`lifecycle::attach::attach_on_own_thread`).
     pub fn attach(spec: &str) -> i32 {
-        let run =
-            || crate::lifecycle::attach::attach(spec, crate::lifecycle::runtime::Role::Preload);
-        match crate::buffers::thread::as_runtime(run) {
-            Some(Ok(())) => 0,
-            // Said to the host (the control directory's `error`), not to the program's stderr.
-            Some(Err(e)) => e.code,
-            None => crate::lifecycle::plan::code::FAILED,
-        }
+        let run = || {
+            crate::lifecycle::attach::attach_on_own_thread(
+                spec,
+                crate::lifecycle::runtime::Role::Preload,
+            )
+        };
+        crate::buffers::thread::as_runtime(run).unwrap_or(crate::lifecycle::plan::code::FAILED)
     }
 
     /// The preload library's constructor: starts the runtime if the environment asks the preloaded copy to.

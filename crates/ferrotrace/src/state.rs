@@ -42,6 +42,9 @@ pub struct Process {
     /// `buffers::thread`: the thread that called `exit` (0: none yet), whose TLS destructors `exit`
     /// runs before the atexit handlers: like the main thread's, they are not its end.
     pub exiting: AtomicI64,
+    /// `lifecycle::attach`: an attached runtime's start runs on its thread (it is not published yet):
+    /// a second attach meanwhile is refused.
+    pub attach_starting: AtomicBool,
     /// `patch::sites`: every site patched since the last `unpatch_all`.
     pub patched: Mutex<Vec<Patched>>,
     /// `patch::sites`: every stub page made, with the targets of its stubs: never unmapped (a thread
@@ -117,6 +120,7 @@ pub struct Alloc {
 pub static PROCESS: Process = Process {
     spare_pools: Mutex::new(Vec::new()),
     exiting: AtomicI64::new(0),
+    attach_starting: AtomicBool::new(false),
     patched: Mutex::new(Vec::new()),
     stub_pages: Mutex::new(Vec::new()),
     text_lock: Mutex::new(()),

@@ -2,8 +2,9 @@
 //! process stopped: `record -p` on code nobody instrumented. The attached runtime plans the patches
 //! (`ferrotrace_core::entry_patch`) and builds the trampolines while the program's threads run —
 //! nothing jumps to a trampoline before its jump exists — and lists the jumps it left to us
-//! ([`ATTACH_ENTRY_JUMPS_FILE`](ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE)). We then stop every
-//! thread ([`super::stop_all`]; the borrowed one is stopped already), leave out each function a
+//! ([`ATTACH_ENTRY_JUMPS_FILE`](ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE)). Once its start is
+//! over (on a thread of its own; the borrowed thread is back in the program's code by then), we stop
+//! every thread ([`super::stop_all`]), leave out each function a
 //! thread might resume inside of, write the other jumps through `/proc/PID/mem`, and let the threads
 //! go. At the stop ([`restore`]), the same in reverse:
 //! every thread stopped, the original bytes back, the threads let go; the trampolines stay mapped for
@@ -29,7 +30,7 @@
 
 use ferrotrace_core::env::EntryJump;
 
-use super::{arch, stop_all, Borrowed, Memory, Stopped};
+use super::{arch, stop_all, Memory, Stopped};
 use crate::LaunchError;
 
 /// The most of a thread's stack read for saved contexts, from its stack pointer up.
@@ -55,25 +56,21 @@ pub fn listed(listing: &str) -> Vec<EntryJump> {
     listing.lines().filter_map(EntryJump::parse).collect()
 }
 
-/// Writes `jumps` into the process of `borrowed` (held: the runtime just listed them on it), every
-/// other thread stopped meanwhile; each function a thread could resume inside of is left out. When a
-/// write fails, those written are put back before the threads go.
-pub fn write(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, LaunchError> {
+/// Writes `jumps` into process `pid` with every thread stopped; each function a thread could resume
+/// inside of is left out. When a write fails, those written are put back before the threads go.
+pub fn write(pid: u32, jumps: Vec<EntryJump>) -> Result<Patched, LaunchError> {
     if jumps.is_empty() {
         return Ok(Patched::default());
     }
-    let pid = borrowed.thread.pid;
-    write_held(borrowed, jumps).map_err(|e| ended_or(pid, e))
+    write_held(pid, jumps).map_err(|e| ended_or(pid, e))
 }
 
-fn write_held(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, LaunchError> {
-    let pid = borrowed.thread.pid;
+fn write_held(pid: u32, jumps: Vec<EntryJump>) -> Result<Patched, LaunchError> {
     let held = std::time::Instant::now();
-    let others = stop_all(pid, Some(borrowed.tid()))?;
-    let mem = borrowed.memory();
+    let threads = stop_all(pid, None)?;
+    let mem = &Memory::open(pid)?;
     let mut inside = Vec::new();
-    resumption_points(pid, mem, borrowed.saved_regs(), &mut inside);
-    for t in &others {
+    for t in &threads {
         resumption_points(pid, mem, &t.get_regs()?, &mut inside);
     }
     inside.sort_unstable();
@@ -96,7 +93,7 @@ fn write_held(borrowed: &Borrowed, jumps: Vec<EntryJump>) -> Result<Patched, Lau
         }
         patched.written.push(j);
     }
-    release(others)?;
+    release(threads)?;
     patched.threads_held = held.elapsed();
     Ok(patched)
 }

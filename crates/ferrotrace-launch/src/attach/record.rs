@@ -1,9 +1,10 @@
 //! `ferrotrace record -p PID`: recording a process that is already running, from the host side. The
 //! orchestration: [`super::check`] the process, load the preload library into it (dormant when
 //! dlopened) on one borrowed thread, call its `ferrotrace_attach` there with the
-//! [`RuntimeSpec`] (its output, `-F`/`-N`, and the control FIFO), let the thread go, then wait for
-//! Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or the process's end (a pidfd). To stop, the FIFO
-//! is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
+//! [`RuntimeSpec`] (its output, `-F`/`-N`, and the control FIFO), which starts the runtime on a thread
+//! of its own, let the thread go, wait for the start's outcome (and write the entry jumps it
+//! prepared, every thread stopped), then wait for Ctrl-C (SIGINT, SIGTERM, SIGHUP), the duration, or
+//! the process's end (a pidfd). To stop, the FIFO is closed: the runtime's collector sees its end of file (as it would if `record` died), puts every
 //! patched site back, writes the trace with End reason `Stopped` and creates `done` beside the FIFO.
 //! The library stays loaded and dormant: attaching again later starts a new runtime. The runtime's
 //! chunk pool is in a memfd made in the process and opened here ([`super::memfd_in`]): when the
@@ -16,10 +17,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::env::{RuntimeSpec, ATTACH_ENTRY_JUMPS_FILE};
+use ferrotrace_core::env::{RuntimeSpec, ATTACH_ENTRY_JUMPS_FILE, ATTACH_OUTCOME_FILE};
 use ferrotrace_core::schema::source::HOW_TO_BUILD;
 
-use super::entries::{self, Patched};
+use super::entries;
 use super::{check, dlopen_in, loader_symbol, memfd_in, symbol_in, Arg, Borrowed};
 use crate::salvage::{Death, SalvageError, Salvaged};
 use crate::LaunchError;
@@ -57,8 +58,8 @@ pub enum Ending {
 /// What the host is told once an attached recording runs.
 #[derive(Debug)]
 pub struct Started<'a> {
-    /// How long the borrowed thread was held (and, when entries were patched, every thread for the
-    /// time it took).
+    /// How long the borrowed thread was held (the dlopen, and the start of the thread that starts
+    /// the runtime).
     pub pause: Duration,
     /// The runtime's warnings (a `-F`/`-P` pattern that selects nothing, said as a launched recording
     /// says it), and the functions whose entries were left unpatched and why.
@@ -75,7 +76,7 @@ pub struct Attached {
     /// The process.
     pub pid: u32,
     /// How long its borrowed thread was held (from the ptrace seize to the release): the dlopen and
-    /// the runtime's start, discovery and patching included. The other threads ran on meanwhile.
+    /// the start of the thread that starts the runtime (which runs on, with the other threads).
     pub pause: Duration,
     /// How it ended.
     pub ending: Ending,
@@ -414,6 +415,64 @@ fn poll(fds: &[i32], limit: Option<Duration>) -> Option<usize> {
     p.iter().position(|f| f.revents != 0)
 }
 
+/// How long the runtime's start may take, on its thread of its own, before we give up (and close the
+/// control channel, which stops it if it starts after all): on two CPUs among 256 busy threads it
+/// took seconds.
+const START_LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits for the runtime's start (`ferrotrace_attach` returned once the thread that runs it was
+/// made) to say how it went, in [`ATTACH_OUTCOME_FILE`]: its code, 0 when it records. Fails when the
+/// process ends first, replaces its program (its `library`, when one was loaded, gone from its
+/// mappings), or after [`START_LIMIT`].
+fn start_outcome(
+    dir: &ControlDir,
+    pid: u32,
+    pidfd: i32,
+    library: Option<&PathBuf>,
+) -> Result<i32, LaunchError> {
+    let asked = Instant::now();
+    let mut looked = Instant::now();
+    loop {
+        // Whole once it ends with its newline. Whether it is there is asked first: made between a
+        // `read` that missed it and the question, it would pass for something else in its place.
+        let there = dir.has(ATTACH_OUTCOME_FILE);
+        match dir.read(ATTACH_OUTCOME_FILE) {
+            Some(t) => {
+                if let Some(code) = t.strip_suffix('\n').and_then(|c| c.parse().ok()) {
+                    return Ok(code);
+                }
+            }
+            // Something else in its place (a link, a FIFO, another user's file): never read.
+            None if there => {
+                return Err(error(
+                    pid,
+                    format!("its runtime's {ATTACH_OUTCOME_FILE} is not a file of its own"),
+                ))
+            }
+            None => {}
+        }
+        if poll(&[pidfd], Some(Duration::from_millis(2))) == Some(0) {
+            return Err(error(pid, "it ended while its runtime was starting"));
+        }
+        if looked.elapsed() > Duration::from_millis(250) {
+            looked = Instant::now();
+            let mark = library.map(|l| l.display().to_string());
+            if mark.is_some_and(|m| !maps_hold(pid, &m)) && !crate::attach::process_ended(pid) {
+                return Err(error(
+                    pid,
+                    "it replaced its program (exec) while its runtime was starting",
+                ));
+            }
+        }
+        if asked.elapsed() > START_LIMIT {
+            return Err(error(
+                pid,
+                format!("its runtime did not say it had started within {START_LIMIT:?}"),
+            ));
+        }
+    }
+}
+
 /// `live -p`: the runtime's printed events, read from a FIFO beside the control FIFO and copied to a
 /// writer line by line.
 pub struct LiveCopy<'a> {
@@ -538,22 +597,20 @@ pub fn record(
         }
         thread.call(entry, &[Arg::Str(&spec.to_lines())])
     });
-    // The runtime runs: the entries it prepared are patched now, the borrowed thread still held and
-    // every other thread stopped.
-    let patched = match called {
-        Ok(0) => entries::write(
-            &thread,
-            entries::listed(&dir.read(ATTACH_ENTRY_JUMPS_FILE).unwrap_or_default()),
-        ),
-        _ => Ok(Patched::default()),
-    };
+    // The runtime starts on a thread of its own: the borrowed one goes back to the program now.
     let released = thread.release();
     let pause = seized.elapsed();
     let rc = called? as u32 as i32;
-    // Failed: the process ended (said as such, before the release's failure), or its code could not
-    // be written; returning closes the control channel, which stops the runtime.
-    let patched = patched?;
     released?;
+    let rc = match rc {
+        0 => start_outcome(
+            &dir,
+            pid,
+            pidfd.as_raw_fd(),
+            linked.is_none().then_some(&library),
+        )?,
+        refused => refused,
+    };
     if rc != 0 {
         let why = dir
             .read("error")
@@ -561,6 +618,13 @@ pub fn record(
             .unwrap_or_else(|| format!("its runtime refused to start (code {rc})"));
         return Err(error(pid, why));
     }
+    // The runtime records: the entries it prepared are patched now, every thread stopped. Failed
+    // (the process ended, or its code could not be written), returning closes the control channel,
+    // which stops the runtime.
+    let patched = entries::write(
+        pid,
+        entries::listed(&dir.read(ATTACH_ENTRY_JUMPS_FILE).unwrap_or_default()),
+    )?;
     let mut warnings: Vec<String> = dir
         .read(ferrotrace_core::env::ATTACH_WARNINGS_FILE)
         .unwrap_or_default()

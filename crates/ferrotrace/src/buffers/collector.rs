@@ -60,6 +60,10 @@ pub struct State {
     /// `record -F`/`-N`/`-D`: what they keep of each thread's records, and the functions' flags.
     filter: Option<crate::buffers::filter::Filter>,
     filter_flags: Vec<u8>,
+    /// Per thread, the number after its last chunk taken from the queue or dumped: a thread's current
+    /// chunk is dumped only when that is its number, that is when none of its earlier chunks waits in
+    /// the queue, so that its records reach the filter and `running` in the order it wrote them.
+    next_seq: HashMap<u32, u32>,
 }
 
 /// What the end of a trace (Lost markers, RunningAtStart, Clock and End) is given room in, when a full
@@ -248,7 +252,7 @@ impl State {
             live.on_chunk(c.tid, c.seq, records);
         }
         let records = &records[(c.skip as usize).min(records.len())..];
-        let dumped = records.is_empty();
+        self.next_seq.insert(c.tid, c.seq.wrapping_add(1));
         let mut filter = self.filter.take();
         let records = match &mut filter {
             Some(f) => {
@@ -265,10 +269,9 @@ impl State {
         let (counts, range) = self.encode(c.tid, c.seq, records, &mut scratch);
         // Freed once what was encoded from it is written (`release`).
         self.encoded.push(c.index);
-        if dumped {
-            // Everything was written by a flight-mode dump already. (A chunk the filters emptied is
-            // written: its number keeps the thread's sequence without a gap.)
-        } else if rt.config.mode == Mode::Flight {
+        // A chunk that a dump or the filters emptied is written too: its number keeps the thread's
+        // sequence without a gap (readers report a gap as chunks missing).
+        if rt.config.mode == Mode::Flight {
             self.totals.events += counts.events;
             self.totals.lost += counts.lost;
             self.totals.markers += counts.markers;
@@ -393,12 +396,33 @@ impl State {
     }
 
     /// A flight-mode dump: the ring, then what each thread has written into its current chunk since
-    /// the last dump (newer than anything in the ring).
+    /// the last dump (newer than anything in the ring). Every chunk in the queue goes into the ring
+    /// first: a thread with one there would have its current records left out of the dump.
     fn dump(&mut self, rt: &Runtime) {
+        while let Some(c) = rt.pool.full.pop() {
+            self.chunk(rt, c);
+        }
+        self.release(rt);
         self.write_ring();
+        self.write_current_chunks(rt);
+    }
+
+    /// What each thread has written into its current chunk since the last dump, written now, as its
+    /// own numbered Events chunk (the rest of the chunk goes later without it). A thread with an
+    /// earlier chunk still in the queue is left for the next time. (Its order is told by the thread's
+    /// tid: a tid the kernel reuses while the last chunk of the thread that had it waits in the queue
+    /// could put the new thread's records first, and a thread with a reused tid is written this way
+    /// only once it filled a chunk; the kernel hands out every other pid before it reuses one.)
+    fn write_current_chunks(&mut self, rt: &Runtime) {
+        // The spans and callsites those records name, described ahead of them as for a whole chunk.
+        self.recorder_metadata(rt);
         let mut scratch = std::mem::take(&mut self.scratch);
         let mut filter = self.filter.take();
         crate::buffers::thread::dump_current_chunks(rt, |tid, seq, records| {
+            if self.next_seq.get(&tid).copied().unwrap_or(0) != seq {
+                return false;
+            }
+            self.next_seq.insert(tid, seq.wrapping_add(1));
             let records = match &mut filter {
                 Some(f) => {
                     if seq == 0 {
@@ -410,6 +434,7 @@ impl State {
             };
             let (counts, range) = self.encode(tid, seq, records, &mut scratch);
             self.write_events(tid, counts, &scratch[range]);
+            true
         });
         self.filter = filter;
         self.scratch = scratch;
@@ -514,6 +539,7 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             .filters_events()
             .then(|| crate::buffers::filter::Filter::of_config(&rt.config)),
         filter_flags: rt.function_filter_flags(),
+        next_seq: HashMap::new(),
     };
     let _ = rt.collector_state.set(std::sync::Mutex::new(Some(st)));
     let Some(state) = rt.collector_state.get() else {
@@ -521,6 +547,11 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
     };
     let mut last_clock = Instant::now();
     let mut last_control = Instant::now();
+    // Without `ferrotrace record`'s shared pool (a recording the program starts itself, a runtime
+    // started by hand) nobody recovers the chunks after a SIGKILL: what the threads have written is
+    // put into the file every second, or a thread that writes little would lose everything. Not in
+    // flight mode (the file gets the ring alone) nor live (the trace is thrown away).
+    let write_by_time = !rt.pool.is_shared() && rt.config.mode != Mode::Flight && rt.live.is_none();
     loop {
         if last_control.elapsed() > CONTROL_POLL {
             last_control = Instant::now();
@@ -601,6 +632,10 @@ pub fn run(rt: &'static Runtime, writer: Writer, path: PathBuf) {
             last_clock = Instant::now();
             // Objects dlopened since the last look (the preload library also rescans on dlopen itself).
             crate::lifecycle::runtime::rescan();
+            if write_by_time {
+                st.write_current_chunks(rt);
+                st.flush();
+            }
         }
         if !did && !prefault.step(&rt.pool) {
             st.flush();

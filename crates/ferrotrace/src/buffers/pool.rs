@@ -30,8 +30,8 @@ pub struct FullChunk {
     pub tid: u32,
     /// Per-thread chunk sequence number.
     pub seq: u32,
-    /// Records at the start of the chunk that a flight-mode dump wrote already (under the previous
-    /// sequence number): not to be written again.
+    /// Records at the start of the chunk that a dump (`thread::dump_current_chunks`) wrote already
+    /// (under the previous sequence number): not to be written again.
     pub skip: u32,
 }
 
@@ -346,6 +346,12 @@ impl Pool {
     /// Number of chunks.
     pub fn count(&self) -> usize {
         self.count
+    }
+
+    /// True when the pool is shared with `ferrotrace record`, which recovers the chunks not written
+    /// yet if the process is killed (`ferrotrace_launch::salvage`).
+    pub fn is_shared(&self) -> bool {
+        self.descriptors.is_some()
     }
 
     /// The shared descriptor of chunk `index`, when the pool is shared with `ferrotrace record`.

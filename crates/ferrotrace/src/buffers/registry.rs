@@ -25,7 +25,7 @@ pub struct SlotState {
     pub lost: u64,
     /// Nanoseconds spent waiting for a chunk (lossless mode), not yet written as a `Wait` record.
     pub waited_ns: u64,
-    /// Records of the current chunk that a flight-mode dump has written already.
+    /// Records of the current chunk that a dump (`thread::dump_current_chunks`) has written already.
     pub dumped: u32,
     /// The thread's name at registration, for the shared chunk descriptors.
     pub name: [u8; 16],

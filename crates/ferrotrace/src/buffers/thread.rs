@@ -580,12 +580,15 @@ pub fn flush_all(rt: &Runtime, from_signal: bool) {
     }
 }
 
-/// For a flight-mode dump (collector thread only, SIGUSR2): hands `write` what each live thread has
-/// written into its current chunk since the last dump, `(tid, seq, records)`, and moves the thread on to
-/// the next sequence number, which the rest of that chunk will carry when it is handed over (without
-/// the records written here: [`FullChunk::skip`]). The owner keeps writing meanwhile: records below
-/// its cursor are final, and a chunk is only ever freed by the collector.
-pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Record])) {
+/// For the collector (its thread, or a thread holding its state): offers `write` what each live thread
+/// has written into its current chunk since the last dump, `(tid, seq, records)`, under the thread's
+/// slot lock (so the thread hands over no chunk meanwhile). When `write` takes them (returns true) the
+/// thread moves on to the next sequence number, which the rest of that chunk will carry when it is
+/// handed over (without the records written here: [`FullChunk::skip`]). The owner keeps writing
+/// meanwhile: records below its cursor are final, and a chunk is only ever freed by the collector.
+/// Used by a flight-mode dump (SIGUSR2) and, where no `ferrotrace record` can recover the chunks
+/// after a SIGKILL, every second (`collector::run`).
+pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Record]) -> bool) {
     for slot in rt.registry.iter() {
         let Some(mut guard) = slot.try_lock_for(Some(Duration::from_millis(100))) else {
             continue;
@@ -604,7 +607,9 @@ pub fn dump_current_chunks(rt: &Runtime, mut write: impl FnMut(u32, u32, &[Recor
             // SAFETY: the records below the owner's cursor are written and stay put until the chunk
             // comes back to the collector.
             let records = unsafe { rt.pool.records(index, upto) };
-            write(st.tid, st.seq, &records[from..]);
+            if !write(st.tid, st.seq, &records[from..]) {
+                continue;
+            }
             st.seq = st.seq.wrapping_add(1);
             st.dumped = upto as u32;
             if let Some(d) = rt.pool.descriptor(index) {

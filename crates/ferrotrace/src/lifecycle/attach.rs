@@ -1,8 +1,8 @@
 //! Starting the runtime late, in a process that is already running (`ferrotrace record -p`): the preload
 //! library was `dlopen`ed into it by the host (which borrowed one of its threads with ptrace) and stayed
-//! dormant; [`attach`], called on that borrowed thread, starts a runtime as start-up would, while the
-//! program's other threads run on. Its collector watches the control channel ([`Control`]); when the
-//! host closes it, the collector puts back every patched site, stops every thread, writes the End chunk
+//! dormant; [`attach_on_own_thread`], called on that borrowed thread, starts a thread that runs
+//! [`attach`], which starts a runtime as start-up would, while the program's threads run on. Its
+//! collector watches the control channel ([`Control`]); when the host closes it, the collector puts back every patched site, stops every thread, writes the End chunk
 //! (reason `Stopped`) and retires the runtime: the process is back to none, and a later attach starts
 //! a new one. Threads register at their first event (the slow path finds their `HOT` block empty, or
 //! registered with an earlier runtime).
@@ -28,6 +28,8 @@ use crate::lifecycle::config::Config;
 use crate::lifecycle::plan::{self, LiveTo, Occasion, Plan, Problem};
 use crate::lifecycle::runtime::{get, Control, Role};
 use crate::recorders::callsites;
+use crate::state::PROCESS;
+use std::sync::atomic::Ordering;
 
 /// Why [`attach`] failed: a negative return code of `ferrotrace_attach`, and the line that says why
 /// (also written to `error` in the control directory, for the host).
@@ -69,14 +71,73 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
         .map_err(|e| Problem::BadSettings(e.to_string()))
         .and_then(|spec| start_attached(&spec, &lookup, shared.as_ref(), role))
         .map_err(AttachError::from);
-    if let (Err(e), Some(c)) = (&result, &control) {
-        if let Some(dir) = c.parent() {
-            if let Ok(mut f) = std::fs::File::create(dir.join("error")) {
-                let _ = writeln!(f, "{}", e.message);
-            }
-        }
+    if let Err(e) = &result {
+        tell_host(control.as_deref(), "error", &e.message);
     }
     result
+}
+
+/// `ferrotrace_attach`: [`attach`] on a thread of its own, which says how it went beside the control
+/// FIFO ([`ferrotrace_core::env::ATTACH_OUTCOME_FILE`]); the borrowed thread only makes that thread
+/// and goes back to the program. Among busy threads, each time the borrowed thread waits (for a
+/// grace period, the collector's start, the host) it then waits for a CPU behind them: the program's
+/// thread is held for the runtime's start no longer. 0 once the thread runs; a negative code when it
+/// could not be made, or an attach is starting already (the reason in `error`).
+pub fn attach_on_own_thread(spec: &str, role: Role) -> i32 {
+    let control = RuntimeSpec::lines_to_vars(spec)
+        .into_iter()
+        .find(|(n, _)| n == ferrotrace_core::env::CONTROL)
+        .map(|(_, v)| PathBuf::from(v));
+    if PROCESS.attach_starting.swap(true, Ordering::AcqRel) {
+        tell_host(control.as_deref(), "error", &Problem::Already.to_string());
+        return Problem::Already.code();
+    }
+    let spec = spec.to_string();
+    let told = control.clone();
+    let start = move || {
+        crate::buffers::thread::ignore_current_thread();
+        let starting = Starting;
+        let code = match attach(&spec, role) {
+            Ok(()) => 0,
+            Err(e) => e.code,
+        };
+        drop(starting);
+        tell_host(
+            told.as_deref(),
+            ferrotrace_core::env::ATTACH_OUTCOME_FILE,
+            &code.to_string(),
+        );
+    };
+    match crate::lifecycle::exit::spawn_without_signals("ferrotrace-start", None, start) {
+        Ok(_) => 0,
+        Err(e) => {
+            // No thread: the start is over.
+            drop(Starting);
+            let why = Problem::Failed(format!("cannot start a thread: {e}"));
+            tell_host(control.as_deref(), "error", &why.to_string());
+            why.code()
+        }
+    }
+}
+
+/// An attach's start is over when dropped (a panic included, which ends the thread without an
+/// outcome: the host gives up waiting, and a later attach may try).
+struct Starting;
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        PROCESS.attach_starting.store(false, Ordering::Release);
+    }
+}
+
+/// Leaves `line` in the file `name` beside the host's control FIFO `control`, for the host to read
+/// (written whole with its newline, which tells the host it is complete).
+fn tell_host(control: Option<&Path>, name: &str, line: &str) {
+    if let Some(dir) = control.and_then(Path::parent) {
+        if let Ok(mut f) = std::fs::File::create(dir.join(name)) {
+            let _ = f.write_all(format!("{line}\n").as_bytes());
+        }
+    }
 }
 
 fn start_attached(
