@@ -17,6 +17,39 @@ fn every_process_alone() -> std::sync::MutexGuard<'static, ()> {
     ALONE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// `profile --bpf -a --duration DURATION -o trace`, once it says it records: the recorder (to wait
+/// for), the rest of its stderr, and what it said so far.
+fn recording_every_process(
+    duration: &str,
+    trace: &Path,
+) -> (
+    std::process::Child,
+    std::io::BufReader<std::process::ChildStderr>,
+    String,
+) {
+    let mut recorder = ferrotrace()
+        .args([
+            "profile",
+            "--bpf",
+            "-a",
+            "-F",
+            "999",
+            "--duration",
+            duration,
+            "-o",
+        ])
+        .arg(trace)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(recorder.stderr.take().unwrap());
+    let mut said = String::new();
+    while std::io::BufRead::read_line(&mut stderr, &mut said).unwrap() > 0
+        && !said.contains("recording every process")
+    {}
+    (recorder, stderr, said)
+}
+
 /// `testprogs/bpf/recurse.rs` built with stable `rustc -O -g` and no other flag: no frame pointers.
 fn recurse_program(dir: &Path) -> PathBuf {
     let exe = dir.join("recurse");
@@ -450,27 +483,8 @@ fn system_wide_finds_a_running_and_a_new_busy_program() {
         .unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
     let trace = dir.join("all.data");
-    let mut recorder = ferrotrace()
-        .args([
-            "profile",
-            "--bpf",
-            "-a",
-            "-F",
-            "999",
-            "--duration",
-            "3s",
-            "-o",
-        ])
-        .arg(&trace)
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
     // The second program starts once sampling has: it is followed from its exec.
-    let mut stderr = std::io::BufReader::new(recorder.stderr.take().unwrap());
-    let mut said = String::new();
-    while std::io::BufRead::read_line(&mut stderr, &mut said).unwrap() > 0
-        && !said.contains("recording every process")
-    {}
+    let (mut recorder, mut stderr, mut said) = recording_every_process("3s", &trace);
     std::thread::sleep(std::time::Duration::from_millis(200));
     let mut after = Command::new(&probes)
         .arg("100000000000")
@@ -821,17 +835,7 @@ fn system_wide_keeps_reading_while_a_large_table_is_built() {
         .spawn()
         .unwrap();
     let trace = dir.join("all.data");
-    let mut recorder = ferrotrace()
-        .args(["profile", "--bpf", "-a", "--duration", "4s", "-o"])
-        .arg(&trace)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stderr = std::io::BufReader::new(recorder.stderr.take().unwrap());
-    let mut said = String::new();
-    while std::io::BufRead::read_line(&mut stderr, &mut said).unwrap() > 0
-        && !said.contains("recording every process")
-    {}
+    let (mut recorder, mut stderr, mut said) = recording_every_process("4s", &trace);
     // libLLVM (123 MB, its table seconds to build in a debug build), mapped by dlopen.
     let llvm = "/usr/lib/llvm-16/lib/libLLVM-16.so.1";
     let mut mapper = Command::new("python3")
