@@ -19,7 +19,7 @@ use ferrotrace_core::schema::UnwindStops;
 use super::mapped_file::{FileKey, MappedFile};
 use super::source::SampleSource;
 use super::state::thread_comm;
-use super::table_builder::{Built, TableBuilder};
+use super::table_builder::{Built, ReadBytes, TableBuilder};
 use super::State;
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
@@ -160,7 +160,6 @@ impl<'obj> BpfSession<'obj> {
             .get(mapping.module)
             .map(|m| m.path.clone())
             .unwrap_or_default();
-        type ReadBytes = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
         let (key, size, bytes): (FileKey, u64, ReadBytes) = if path.starts_with('/') {
             match MappedFile::open(pid, mapping.start, mapping.end, &path, mapping.file) {
                 Ok(f) => (f.key.clone(), f.size, Box::new(move || f.read())),
@@ -229,21 +228,22 @@ impl<'obj> BpfSession<'obj> {
         }
     }
 
+    /// The modules whose tables process `pid` waits for (being built).
+    fn waited_for(&self, pid: u32) -> impl Iterator<Item = &FileKey> {
+        self.rows
+            .iter()
+            .filter(move |(_, t)| matches!(t, Table::Building(w) if w.contains(&pid)))
+            .map(|(k, _)| k)
+    }
+
     /// Whether a table process `pid` waits for is being built.
     fn building_for(&self, pid: u32) -> bool {
-        self.rows
-            .values()
-            .any(|t| matches!(t, Table::Building(w) if w.contains(&pid)))
+        self.waited_for(pid).next().is_some()
     }
 
     /// Moves the tables that process `pid` waits for to the front of the builder's queue.
     fn promote(&self, pid: u32) {
-        let keys: Vec<FileKey> = self
-            .rows
-            .iter()
-            .filter(|(_, t)| matches!(t, Table::Building(w) if w.contains(&pid)))
-            .map(|(k, _)| k.clone())
-            .collect();
+        let keys: Vec<FileKey> = self.waited_for(pid).cloned().collect();
         if !keys.is_empty() {
             self.builder.promote(&keys);
         }

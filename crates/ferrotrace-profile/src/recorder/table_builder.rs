@@ -22,7 +22,7 @@ use ferrotrace_bpf::tables::Row;
 use super::mapped_file::FileKey;
 
 /// How a job reads its module's bytes (`None`: unreadable).
-type ReadBytes = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
+pub(super) type ReadBytes = Box<dyn FnOnce() -> Option<Vec<u8>> + Send>;
 
 /// A module to build a table for.
 struct Job {
