@@ -245,6 +245,27 @@ pub const MAX_EVENT_LEN: usize = 40;
 /// `events`), so no reader of decoded events sees it.
 pub const CALL_KIND: u64 = 9;
 
+/// The on-disk kind of a function entry that carries its arguments (format 2.8, `record -A`): tag
+/// `id << 4 | 10`, `z` delta, `s` the values as [`crate::argspec`] lays them out, described by the
+/// function's entry in the ArgSpecs chunk. Not an [`EventKind`]: [`EventDecoder`] hands it on as an
+/// Entry whose payload is the values.
+pub const ARGS_KIND: u64 = 10;
+
+/// The on-disk kind of a function exit that carries its return value (format 2.8, `record -R`), laid
+/// out as [`ARGS_KIND`]; handed on as an Exit whose payload is the value.
+pub const RETURN_KIND: u64 = 11;
+
+/// The on-disk kind of a function event of `kind` that carries `payload`: [`ARGS_KIND`] or
+/// [`RETURN_KIND`] for an Entry or Exit with values, `kind` itself otherwise.
+#[inline]
+fn disk_kind(kind: EventKind, payload: &[u8]) -> u64 {
+    match kind {
+        EventKind::Entry if !payload.is_empty() => ARGS_KIND,
+        EventKind::Exit if !payload.is_empty() => RETURN_KIND,
+        k => k as u64,
+    }
+}
+
 #[inline(always)]
 fn write_varint(buf: &mut [u8], mut pos: usize, mut v: u64) -> usize {
     while v >= 0x80 {
@@ -325,6 +346,15 @@ impl EventEncoder {
         sink: &mut S,
     ) -> Result<(), Full> {
         let mut head = [0u8; MAX_EVENT_LEN];
+        let disk = disk_kind(kind, payload);
+        if disk != kind as u64 {
+            let delta = zigzag(tsc.wrapping_sub(self.prev_tsc) as i64);
+            self.prev_tsc = tsc;
+            let p = write_varint(&mut head, 0, (id as u64) << 4 | disk);
+            let p = write_varint(&mut head, p, delta);
+            sink.put(&head[..p])?;
+            return put_bytes(sink, payload);
+        }
         let n = self.head(tsc, kind, id, fields, &mut head, 0);
         sink.put(&head[..n])?;
         if shape(kind) == Shape::Bytes {
@@ -347,10 +377,20 @@ impl EventEncoder {
         pos: usize,
     ) -> Option<usize> {
         let kind = rec.kind().unwrap_or(EventKind::Lost);
-        let bytes = shape(kind) == Shape::Bytes;
+        let disk = disk_kind(kind, payload);
+        let bytes = shape(kind) == Shape::Bytes || disk != kind as u64;
         let extra = if bytes { payload.len() + 10 } else { 0 };
         if buf.len().checked_sub(pos)? < MAX_EVENT_LEN + extra {
             return None;
+        }
+        if disk != kind as u64 {
+            let delta = zigzag(rec.tsc.wrapping_sub(self.prev_tsc) as i64);
+            self.prev_tsc = rec.tsc;
+            let mut p = write_varint(buf, pos, (rec.id() as u64) << 4 | disk);
+            p = write_varint(buf, p, delta);
+            p = write_varint(buf, p, payload.len() as u64);
+            buf[p..p + payload.len()].copy_from_slice(payload);
+            return Some(p + payload.len());
         }
         let mut fields = [0u64; 2];
         for (f, w) in fields.iter_mut().zip(payload.chunks_exact(8)) {
@@ -621,6 +661,21 @@ impl<'a> EventDecoder<'a> {
         if tag & 15 == CALL_KIND {
             return self.call(id);
         }
+        if let kind @ (ARGS_KIND | RETURN_KIND) = tag & 15 {
+            let delta = unzigzag(self.fields.varint()?);
+            let tsc = self.prev_tsc.wrapping_add(delta as u64);
+            self.prev_tsc = tsc;
+            return Ok(DecodedEvent {
+                tsc,
+                kind: match kind {
+                    ARGS_KIND => EventKind::Entry,
+                    _ => EventKind::Exit,
+                },
+                id,
+                payload: self.fields.bytes()?,
+                fields: [0; 2],
+            });
+        }
         let kind = EventKind::from_u8((tag & 15) as u8).ok_or(DecodeError::BadValue)?;
         let delta = unzigzag(self.fields.varint()?);
         let tsc = self.prev_tsc.wrapping_add(delta as u64);
@@ -710,6 +765,47 @@ mod tests {
             .encode(1_000, EventKind::Free, 0, &[], &[addr, 0], &mut expect)
             .unwrap();
         assert_eq!(&buf[..n], &expect[..]);
+    }
+
+    #[test]
+    fn entries_and_exits_with_values_are_kinds_10_and_11_and_decode_as_entry_and_exit() {
+        let values = [7u8; 16];
+        let mut body = [0u8; 128];
+        let mut enc = EventEncoder::new(900);
+        let mut pos = 0;
+        for (rec, payload) in [
+            (Record::with_payload(1_000, EventKind::Entry, 300, 1), &values[..]),
+            (Record::new(1_010, EventKind::Entry, 4), &[][..]),
+            (Record::new(1_020, EventKind::Exit, 4), &[][..]),
+            (Record::with_payload(1_030, EventKind::Exit, 300, 1), &values[..8]),
+        ] {
+            pos = enc.encode_into(&rec, payload, &mut body, pos).unwrap();
+        }
+        assert_eq!(body[0] & 15, ARGS_KIND as u8);
+        // The builder's path writes the same bytes.
+        let mut built = std::vec::Vec::new();
+        let mut enc = EventEncoder::new(900);
+        for (t, k, id, p) in [
+            (1_000, EventKind::Entry, 300, &values[..]),
+            (1_010, EventKind::Entry, 4, &[][..]),
+            (1_020, EventKind::Exit, 4, &[][..]),
+            (1_030, EventKind::Exit, 300, &values[..8]),
+        ] {
+            enc.encode(t, k, id, p, &[0, 0], &mut built).unwrap();
+        }
+        assert_eq!(&body[..pos], &built[..]);
+        let got: std::vec::Vec<_> = EventDecoder::new(&body[..pos], 900)
+            .map(|e| e.map(|e| (e.tsc, e.kind, e.id, e.payload.len())).unwrap())
+            .collect();
+        assert_eq!(
+            got,
+            [
+                (1_000, EventKind::Entry, 300, 16),
+                (1_010, EventKind::Entry, 4, 0),
+                (1_020, EventKind::Exit, 4, 0),
+                (1_030, EventKind::Exit, 300, 8),
+            ]
+        );
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub const MAGIC: [u8; 8] = *b"FERROTRC";
 /// Major format version: readers refuse other majors.
 pub const VERSION_MAJOR: u16 = 2;
 /// Minor format version: additions that old readers can skip.
-pub const VERSION_MINOR: u16 = 7;
+pub const VERSION_MINOR: u16 = 8;
 /// Size of the file header.
 pub const FILE_HEADER_LEN: usize = 16;
 /// Size of a chunk header.
@@ -77,6 +77,9 @@ pub enum ChunkKind {
     /// Why the in-kernel unwinder stopped stacks early, per reason ([`crate::schema::UnwindStops`]):
     /// `profile --bpf`, before End.
     UnwindStops = 17,
+    /// What the events of functions with recorded arguments or return values carry, per function
+    /// (`record -A`, `-R`: [`crate::schema::FunctionArgs`]); before the first event that carries them.
+    ArgSpecs = 18,
 }
 impl ChunkKind {
     /// The kind with this number, if this version knows it.
@@ -98,6 +101,7 @@ impl ChunkKind {
             15 => ChunkKind::Samples,
             16 => ChunkKind::CallsiteMessages,
             17 => ChunkKind::UnwindStops,
+            18 => ChunkKind::ArgSpecs,
             _ => return None,
         })
     }

@@ -15,6 +15,8 @@
 //!   `std`) `display_name`, the one rule for the name users see and `-F`/`-N` match;
 //! * [`arch`]: assembly text that the runtime's and the embedded recorder's hooks share (the clock read,
 //!   the vector registers' save area, where an mcount hook finds the return address);
+//! * [`argspec`]: function arguments and return values (`record -A`, `-R`): uftrace's spelling, and
+//!   the bytes one call's values take in an event;
 //! * [`build_id`]: the GNU build-id among an object's ELF notes;
 //! * `entry_patch` (feature `entry-patch`): which functions of uninstrumented x86-64 code can have
 //!   their entry replaced by a jump, and why the others cannot (the runtime's and `list --dynamic`'s);
@@ -71,6 +73,7 @@
 #![warn(missing_docs)]
 
 pub mod arch;
+pub mod argspec;
 pub mod build_id;
 #[cfg(feature = "std")]
 pub mod builder;

@@ -1172,6 +1172,38 @@ impl<'a> Payload<'a> for CallsiteMessage<'a> {
     }
 }
 
+/// One function's entry in an ArgSpecs chunk (format 2.8, `v count` then the entries): what its
+/// entries (`args`) and exits (`retval`) carry, in [`crate::argspec`]'s canonical spelling
+/// (`arg1/s,arg2`, `retval/x`; empty: nothing). An entry that carries values is an Entry event of
+/// kind [`crate::codec::ARGS_KIND`], an exit a [`crate::codec::RETURN_KIND`] (docs/format.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FunctionArgs<'a> {
+    /// The function.
+    pub function_id: u32,
+    /// Its arguments' items.
+    pub args: &'a str,
+    /// Its return value's item.
+    pub retval: &'a str,
+}
+
+impl<'a> Payload<'a> for FunctionArgs<'a> {
+    const KIND: ChunkKind = ChunkKind::ArgSpecs;
+
+    fn encode<S: Sink + ?Sized>(&self, s: &mut S) -> Result<(), Full> {
+        put_varint(s, self.function_id as u64)?;
+        put_str(s, self.args)?;
+        put_str(s, self.retval)
+    }
+
+    fn decode(f: &mut FieldReader<'a>) -> Result<Self, DecodeError> {
+        Ok(FunctionArgs {
+            function_id: f.varint_u32()?,
+            args: f.str()?,
+            retval: f.str()?,
+        })
+    }
+}
+
 #[cfg(test)]
 mod tests {
     extern crate std;
@@ -1187,6 +1219,14 @@ mod tests {
 
     #[test]
     fn every_payload_round_trips() {
+        round_trip(
+            &FunctionArgs {
+                function_id: 9,
+                args: "arg1/s,arg2",
+                retval: "retval/x",
+            },
+            &mut Vec::new(),
+        );
         round_trip(
             &Callsite {
                 function_id: 70_000,
