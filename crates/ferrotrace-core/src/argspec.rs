@@ -177,7 +177,11 @@ impl core::str::FromStr for Item {
                 .ok_or(SpecError(what))
         };
         let source = if let Some(n) = name.strip_prefix("fparg") {
-            Source::Float(number(n, MAX_FLOAT_ARG, "fpargN takes N from 1 to 8 (xmm0-7)")?)
+            Source::Float(number(
+                n,
+                MAX_FLOAT_ARG,
+                "fpargN takes N from 1 to 8 (xmm0-7)",
+            )?)
         } else if let Some(n) = name.strip_prefix("arg") {
             Source::Int(number(n, MAX_INT_ARG, "argN takes N from 1 to 16")?)
         } else if name == "retval" {
@@ -199,23 +203,22 @@ impl core::str::FromStr for Item {
             return Ok(item);
         };
         let mut chars = format.chars();
-        item.format = match chars.next() {
-            Some('d') => Format::Auto,
-            Some('i') => Format::Signed,
-            Some('u') => Format::Unsigned,
-            Some('x') => Format::Hex,
-            Some('o') => Format::Octal,
-            Some('s') => Format::Str,
-            Some('c') => Format::Char,
-            Some('f') => Format::Float,
-            Some('p') => Format::Pointer,
-            _ => {
-                return Err(SpecError(
+        item.format =
+            match chars.next() {
+                Some('d') => Format::Auto,
+                Some('i') => Format::Signed,
+                Some('u') => Format::Unsigned,
+                Some('x') => Format::Hex,
+                Some('o') => Format::Octal,
+                Some('s') => Format::Str,
+                Some('c') => Format::Char,
+                Some('f') => Format::Float,
+                Some('p') => Format::Pointer,
+                _ => return Err(SpecError(
                     "unknown format: use d, i, u, x, o, s, c, f or p (uftrace's /S, /e, /t and \
                      %REGISTER are not supported)",
-                ))
-            }
-        };
+                )),
+            };
         if matches!(source, Source::Float(_)) && item.format != Format::Float {
             return Err(SpecError("fpargN is shown as /f (or /f32, /f64)"));
         }
@@ -351,6 +354,32 @@ impl core::str::FromStr for Spec {
             spec.add(part.parse()?)?;
         }
         Ok(spec)
+    }
+}
+
+/// What one function's events carry: the items of its entries (its arguments) and of its exits (its
+/// return value); either may be empty. An Entry or Exit event with a payload holds the values its
+/// spec describes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArgSpecs {
+    /// The items of its entries.
+    pub args: Spec,
+    /// The item of its exits.
+    pub retval: Spec,
+}
+
+impl ArgSpecs {
+    /// True when neither entries nor exits carry values.
+    pub fn is_empty(&self) -> bool {
+        self.args.is_empty() && self.retval.is_empty()
+    }
+
+    /// Adds what `option` names (arguments, or the return value) ([`Spec::merge`]).
+    pub fn add(&mut self, option: &ArgOption<'_>) -> Result<(), SpecError> {
+        match option.is_retval()? {
+            true => self.retval.merge(&option.spec),
+            false => self.args.merge(&option.spec),
+        }
     }
 }
 
@@ -608,7 +637,10 @@ mod tests {
     #[test]
     fn integers_show_as_uftrace_shows_them() {
         assert_eq!(shown("arg1,arg2", &[0, (-5i64) as u64]), "0, -5");
-        assert_eq!(shown("arg1,arg2", &[0x7fff12345678, 123456]), "0x7fff12345678, 0x1e240");
+        assert_eq!(
+            shown("arg1,arg2", &[0x7fff12345678, 123456]),
+            "0x7fff12345678, 0x1e240"
+        );
         assert_eq!(shown("arg1", &[0xffff_fffb]), "-5");
         assert_eq!(shown("arg1/x", &[14]), "0xe");
         assert_eq!(shown("arg1/x", &[0]), "0");
@@ -618,10 +650,7 @@ mod tests {
         assert_eq!(shown("arg1/o", &[8]), "010");
         assert_eq!(shown("arg1/c", &[b'a' as u64]), "'a'");
         assert_eq!(shown("fparg1", &[3.0f64.to_bits()]), "3.000000");
-        assert_eq!(
-            shown("fparg1/f32", &[1.5f32.to_bits() as u64]),
-            "1.500000"
-        );
+        assert_eq!(shown("fparg1/f32", &[1.5f32.to_bits() as u64]), "1.500000");
     }
 
     #[test]
@@ -684,7 +713,10 @@ mod tests {
         ] {
             assert!(ArgOption::parse(bad).is_err(), "{bad}");
         }
-        assert!(ArgOption::parse("f@arg1,retval").unwrap().is_retval().is_err());
+        assert!(ArgOption::parse("f@arg1,retval")
+            .unwrap()
+            .is_retval()
+            .is_err());
         let mut s = Spec::default();
         s.merge(&"arg1/x,arg2".parse().unwrap()).unwrap();
         s.merge(&"arg1/s,arg3".parse().unwrap()).unwrap();

@@ -774,10 +774,16 @@ mod tests {
         let mut enc = EventEncoder::new(900);
         let mut pos = 0;
         for (rec, payload) in [
-            (Record::with_payload(1_000, EventKind::Entry, 300, 1), &values[..]),
+            (
+                Record::with_payload(1_000, EventKind::Entry, 300, 1),
+                &values[..],
+            ),
             (Record::new(1_010, EventKind::Entry, 4), &[][..]),
             (Record::new(1_020, EventKind::Exit, 4), &[][..]),
-            (Record::with_payload(1_030, EventKind::Exit, 300, 1), &values[..8]),
+            (
+                Record::with_payload(1_030, EventKind::Exit, 300, 1),
+                &values[..8],
+            ),
         ] {
             pos = enc.encode_into(&rec, payload, &mut body, pos).unwrap();
         }

@@ -18,6 +18,7 @@
 //! | [`DEPTH`] | `FERROTRACE_DEPTH` | `record` (`-D`) | runtime | trace mcount/fentry calls only down to this nesting depth; deeper ones are left out, not counted as lost |
 //! | [`TIME_FILTER`] | `FERROTRACE_TIME_FILTER` | `record` (`-t`) | runtime | leave out calls shorter than this many nanoseconds (their callers stay, and so does every event inside a call that is kept) |
 //! | [`TRIGGER`] | `FERROTRACE_TRIGGER` | `record` (`-T`) | runtime | triggers, `REGEX@ACTIONS` (`crate::trigger`), one per line |
+//! | [`ARGS`] | `FERROTRACE_ARGS` | `record` (`-A`, `-R`) | runtime | arguments and return values to record, `REGEX@ITEMS` (`crate::argspec`), one per line |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
 //! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
@@ -68,6 +69,8 @@ pub const DEPTH: &str = "FERROTRACE_DEPTH";
 pub const TIME_FILTER: &str = "FERROTRACE_TIME_FILTER";
 /// `-T` triggers, one `REGEX@ACTIONS` per line.
 pub const TRIGGER: &str = "FERROTRACE_TRIGGER";
+/// `-A` and `-R` options, one `REGEX@ITEMS` per line (`crate::argspec`).
+pub const ARGS: &str = "FERROTRACE_ARGS";
 /// Frames of each thread's shadow stack.
 pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
 /// Record allocations: `1`.
@@ -285,6 +288,8 @@ mod spec {
         pub time_filter_ns: Option<u64>,
         /// [`TRIGGER`]: `-T` triggers as written.
         pub trigger: Vec<String>,
+        /// [`ARGS`]: `-A` and `-R` options as written.
+        pub args: Vec<String>,
         /// [`ALLOC`] and its settings: `None` records no allocations.
         pub alloc: Option<AllocSpec>,
         /// [`SAMPLED`]: `record --sample` merges samples into the trace after the program ends.
@@ -341,6 +346,7 @@ mod spec {
                 (NOTRACE, lines(&self.notrace)),
                 (PATCH, lines(&self.patch)),
                 (TRIGGER, lines(&self.trigger)),
+                (ARGS, lines(&self.args)),
                 (FUNCTIONS, self.no_functions.then(|| FUNCTIONS_NONE.into())),
                 (TRACE, lines(&self.trace)),
                 (MODE, self.mode.map(|m| m.name().into())),
@@ -463,6 +469,7 @@ mod spec {
                 notrace: list(NOTRACE),
                 patch: list(PATCH),
                 trigger: list(TRIGGER),
+                args: list(ARGS),
                 no_functions: text(FUNCTIONS).is_some_and(|v| v == FUNCTIONS_NONE),
                 trace: list(TRACE),
                 mode,
@@ -501,6 +508,7 @@ mod tests {
             ("DEPTH", DEPTH),
             ("TIME_FILTER", TIME_FILTER),
             ("TRIGGER", TRIGGER),
+            ("ARGS", ARGS),
             ("SHADOW_DEPTH", SHADOW_DEPTH),
             ("ALLOC", ALLOC),
             ("ALLOC_SAMPLE", ALLOC_SAMPLE),
@@ -557,6 +565,7 @@ mod tests {
             depth: Some(3),
             time_filter_ns: Some(10_000),
             trigger: vec!["^a@depth=2".into(), "b@0x10@time=1us".into()],
+            args: vec!["^open$@arg1/s,arg2".into(), "open@retval".into()],
             alloc: Some(AllocSpec {
                 sample: Some("512K".into()),
                 stack_depth: Some(17),
@@ -586,7 +595,8 @@ mod tests {
         let unset = RuntimeSpec::default().to_env();
         assert!(unset
             .iter()
-            .all(|(n, v)| v.is_none() || matches!(*n, FILTER | NOTRACE | PATCH | TRACE | TRIGGER)));
+            .all(|(n, v)| v.is_none()
+                || matches!(*n, FILTER | NOTRACE | PATCH | TRACE | TRIGGER | ARGS)));
         let bad = RuntimeSpec::from_env(|n| (n == MODE).then(|| "fast".into()));
         assert_eq!(bad.unwrap_err().variable, MODE);
     }

@@ -44,7 +44,19 @@ fn check_sizes(spec: &RuntimeSpec) -> Result<(), LaunchError> {
 pub fn check_record_options(spec: &RuntimeSpec) -> Result<(), LaunchError> {
     check_regexes(spec.filter.iter().chain(&spec.notrace).chain(&spec.patch))?;
     check_triggers(&spec.trigger)?;
+    check_args(&spec.args)?;
     check_sizes(spec)
+}
+
+/// Checks `-A` and `-R` options: their items ([`ferrotrace_core::argspec`]) and patterns.
+fn check_args(written: &[String]) -> Result<(), LaunchError> {
+    for w in written {
+        let o = ferrotrace_core::argspec::ArgOption::parse(w)
+            .and_then(|o| o.is_retval().map(|r| (o, r)))
+            .map_err(|e| LaunchError::BadOption(format!("'{w}': {e}")))?;
+        check_regexes([&o.0.pattern.to_string()])?;
+    }
+    Ok(())
 }
 
 /// Checks `-T` triggers: their actions ([`ferrotrace_core::trigger`]) and patterns.
@@ -78,12 +90,13 @@ pub fn check_record(program: &Program, spec: &RuntimeSpec) -> Result<Vec<String>
             || !spec.notrace.is_empty()
             || !spec.patch.is_empty()
             || !spec.trigger.is_empty()
+            || !spec.args.is_empty()
             || spec.time_filter_ns.is_some()
             || spec.depth.is_some())
     {
         return Err(LaunchError::BadOption(
-            "--no-functions traces no function, and -F, -N, -P, -T, -t and --depth select \
-             functions"
+            "--no-functions traces no function, and -F, -N, -P, -T, -A, -R, -t and --depth \
+             select functions"
                 .into(),
         ));
     }

@@ -326,6 +326,27 @@ impl Options {
     }
 }
 
+/// The values a function event carries (`record -A`, `-R`) as replay shows them (`"/etc/passwd",
+/// 0`), or `None` when it carries none. A `/p` value is shown as `&NAME` when it is the address of a
+/// traced function.
+pub(crate) fn shown_values(trace: &Trace, e: &EventRef<'_>) -> Option<Box<str>> {
+    if e.payload.is_empty() {
+        return None;
+    }
+    let specs = trace.arg_specs(e.id)?;
+    let spec = match e.kind {
+        EventKind::Entry => &specs.args,
+        _ => &specs.retval,
+    };
+    let mut text = String::new();
+    let mut symbol = |address: u64, out: &mut dyn std::fmt::Write| {
+        let f = trace.functions().values().find(|f| f.addr == address);
+        f.is_some_and(|f| out.write_str(f.name()).is_ok())
+    };
+    spec.show(e.payload, &mut text, &mut symbol).ok()?;
+    Some(text.into_boxed_str())
+}
+
 /// Writes the replay of `trace` to `out`. Returns the read errors met (each ended one thread's events
 /// early); I/O errors on `out` are returned as `Err`. `out` is flushed every 65,536 events, so output
 /// shows as it is made and a writer can stop the replay by failing a flush.

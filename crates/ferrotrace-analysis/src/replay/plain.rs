@@ -92,12 +92,13 @@ impl FragmentCache<'_> {
 }
 
 /// An entry whose line waits for the thread's next line (to know whether it is a leaf).
-#[derive(Clone, Copy)]
 struct Pending {
     id: u32,
     ts: u64,
     depth: usize,
     entered: bool,
+    /// Its arguments, shown (`record -A`).
+    args: Option<Box<str>>,
 }
 
 struct ThreadState {
@@ -109,6 +110,9 @@ struct ThreadState {
 /// What the printer keeps of a thread.
 struct ThreadOut {
     pending: Option<Pending>,
+    /// The shown values of the function event being processed (`record -A`, `-R`), for the stack
+    /// event it makes.
+    values: Option<Box<str>>,
     /// `[   TID] | ` (or `| `), then [`SPACES`]: a line's prefix and indentation are one copy.
     prefix: Vec<u8>,
     /// The length of `prefix` without the spaces.
@@ -118,11 +122,20 @@ struct ThreadOut {
 
 /// Writes lines into one buffer.
 struct Printer<'a, 'w> {
+    /// The trace holds arguments or return values (`record -A`, `-R`).
+    values: bool,
     fields: Fields,
     start: u64,
     buf: Vec<u8>,
     frags: FragmentCache<'a>,
     out: &'w mut dyn Write,
+}
+
+/// Which line of a function with shown values.
+enum Shape {
+    Open,
+    Leaf,
+    Close,
 }
 
 /// What follows the indentation of a line.
@@ -257,6 +270,10 @@ impl Printer<'_, '_> {
     #[inline]
     fn flush_pending(&mut self, th: &mut ThreadOut) {
         if let Some(p) = th.pending.take() {
+            if let Some(args) = &p.args {
+                let text = self.with_values(p.id, args, None, Shape::Open);
+                return self.line(th, p.ts, None, p.depth, Tail::Text(text.as_bytes()));
+            }
             let tail = if p.entered {
                 Tail::Open(p.id)
             } else {
@@ -281,6 +298,7 @@ impl Printer<'_, '_> {
                     ts: time,
                     depth,
                     entered,
+                    args: th.values.take(),
                 });
             }
             StackEvent::Leave {
@@ -290,10 +308,18 @@ impl Printer<'_, '_> {
                 how,
             } => {
                 let dur = end.saturating_sub(frame.start);
-                match th.pending {
+                let retval = th.values.take();
+                match th.pending.take() {
                     // The frame entered last closes by a return as the thread's next line: a leaf.
+                    Some(p)
+                        if matches!(how, EndKind::Return | EndKind::TailCall)
+                            && (p.args.is_some() || retval.is_some()) =>
+                    {
+                        let args = p.args.as_deref().unwrap_or("");
+                        let text = self.with_values(p.id, args, retval.as_deref(), Shape::Leaf);
+                        self.line(th, p.ts, Some(dur), p.depth, Tail::Text(text.as_bytes()));
+                    }
                     Some(p) if matches!(how, EndKind::Return | EndKind::TailCall) => {
-                        th.pending = None;
                         let tail = if p.entered {
                             Tail::Leaf(p.id)
                         } else {
@@ -301,9 +327,16 @@ impl Printer<'_, '_> {
                         };
                         self.line(th, p.ts, Some(dur), p.depth, tail);
                     }
-                    _ => {
+                    p => {
+                        th.pending = p;
                         self.flush_pending(th);
-                        self.line(th, end, Some(dur), depth, Tail::Close(frame.id, how));
+                        match retval {
+                            Some(r) if matches!(how, EndKind::Return) => {
+                                let text = self.with_values(frame.id, "", Some(&r), Shape::Close);
+                                self.line(th, end, Some(dur), depth, Tail::Text(text.as_bytes()));
+                            }
+                            _ => self.line(th, end, Some(dur), depth, Tail::Close(frame.id, how)),
+                        }
                     }
                 }
             }
@@ -311,6 +344,24 @@ impl Printer<'_, '_> {
                 self.flush_pending(th);
                 self.line(th, time, None, 0, Tail::Orphan(id));
             }
+        }
+    }
+
+    /// The line of a function with shown values, as uftrace writes it: `NAME(ARGS) {`, `NAME(ARGS)
+    /// = RET;` or `} = RET; /* NAME */`.
+    fn with_values(&self, id: u32, args: &str, retval: Option<&str>, shape: Shape) -> String {
+        let name = self.frags.names.get(id);
+        let ret = retval.map(|r| format!(" = {r}")).unwrap_or_default();
+        let src = self
+            .frags
+            .srclines
+            .get(&id)
+            .map(|s| format!(" /* {s} */"))
+            .unwrap_or_default();
+        match shape {
+            Shape::Open => format!("{name}({args}) {{{src}"),
+            Shape::Leaf => format!("{name}({args}){ret};{src}"),
+            Shape::Close => format!("}}{ret}; /* {name} */"),
         }
     }
 
@@ -357,6 +408,9 @@ fn one_event(
     let ts = trace.tsc_to_ns(tsc);
     let ThreadState { stack, out } = th;
     if kind.is_function() {
+        if p.values {
+            out.values = super::shown_values(trace, &ev.peeked_ref());
+        }
         ev.bump();
         let mut print = |se| p.stack_event(out, se);
         stack.touch(ts, &mut print);
@@ -409,6 +463,7 @@ pub(super) fn replay_plain(
             },
             out: ThreadOut {
                 pending: None,
+                values: None,
                 prefix,
                 prefix_len,
                 last_printed: None,
@@ -416,6 +471,7 @@ pub(super) fn replay_plain(
         });
     }
     let mut p = Printer {
+        values: trace.has_arg_specs(),
         fields: opts.fields,
         start: 0,
         buf: Vec::with_capacity(FLUSH_AT + 4096),
@@ -465,11 +521,9 @@ pub(super) fn replay_plain(
             n += 1;
             // An entry waits for the thread's next event: its exit (a leaf, read now) or anything
             // else (an opening line).
-            while let Some(pend) = th.out.pending {
+            while let Some(pend) = th.out.pending.as_ref().map(|p| p.id) {
                 match ev.peek_raw() {
-                    Ok(Some(h @ (_, EventKind::Exit | EventKind::TailExit, id)))
-                        if id == pend.id =>
-                    {
+                    Ok(Some(h @ (_, EventKind::Exit | EventKind::TailExit, id))) if id == pend => {
                         one_event(trace, &mut p, th, ev, h, opts.samples.as_ref());
                         n += 1;
                     }

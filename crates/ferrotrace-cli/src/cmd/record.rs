@@ -80,6 +80,17 @@ pub struct RecordArgs {
     /// whatever -t says), filter (as -F), notrace (as -N); e.g. 'parse@depth=2' (repeatable)
     #[arg(short = 'T', long = "trigger", value_name = "REGEX@ACTIONS")]
     pub trigger: Vec<String>,
+    /// Record the arguments of functions matching REGEX, as uftrace record -A: argN (integer or
+    /// pointer, N from 1; 7 and up from the stack), fpargN (floating point), each with an optional
+    /// /FORMAT: d (default), i, u, x, o, s (a string, read safely), c, f, p, and a size (i32, x16,
+    /// f32); e.g. 'open@arg1/s,arg2' (repeatable; replay shows open("/etc/passwd", 0))
+    #[arg(short = 'A', long = "argument", value_name = "REGEX@ARGS")]
+    pub argument: Vec<String>,
+    /// Record the return value of functions matching REGEX, as uftrace record -R: retval with an
+    /// optional /FORMAT as -A takes (retval/f: a floating-point result); e.g. 'open@retval'
+    /// (repeatable)
+    #[arg(short = 'R', long = "retval", value_name = "REGEX@retval")]
+    pub retval: Vec<String>,
     /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -174,6 +185,7 @@ impl RecordArgs {
             depth: self.depth,
             time_filter_ns: self.time_filter.filter(|&ns| ns > 0),
             trigger: self.trigger.clone(),
+            args: self.argument.iter().chain(&self.retval).cloned().collect(),
             alloc: self.alloc.then(|| AllocSpec {
                 sample: self.alloc_sample.clone(),
                 stack_depth: Some(self.alloc_stack_depth),

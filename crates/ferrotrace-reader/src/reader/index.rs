@@ -16,8 +16,8 @@ use ferrotrace_core::format::{
 use ferrotrace_core::schema::{self, Payload};
 
 use super::{
-    CallGraph, ChunkRef, EventsChunk, Function, Module, Problem, ReadError, Sampler, Session,
-    Trace, Truncation, NO_MODULE,
+    ArgSpecs, CallGraph, ChunkRef, EventsChunk, Function, Module, Problem, ReadError, Sampler,
+    Session, Trace, Truncation, NO_MODULE,
 };
 
 /// Opens and indexes the trace at `path` ([`Trace::open`]), handing each Events chunk that the pass
@@ -86,6 +86,7 @@ pub(super) fn open(
         functions: HashMap::new(),
         threads: BTreeMap::new(),
         tracepoints: HashMap::new(),
+        arg_specs: HashMap::new(),
         end: None,
         salvage: None,
         running: None,
@@ -400,6 +401,20 @@ impl Trace {
                     if let Some(d) = self.tracepoints.get_mut(&m.tracepoint_id) {
                         d.message = Some((m.field, m.text.to_string()));
                     }
+                }
+            }
+            Some(ChunkKind::ArgSpecs) => {
+                let n = schema::Count::decode(&mut f)?.0;
+                for _ in 0..n {
+                    let a = schema::FunctionArgs::decode(&mut f)?;
+                    let spec = |text: &str| text.parse().map_err(|_| DecodeError::BadValue);
+                    self.arg_specs.insert(
+                        a.function_id,
+                        ArgSpecs {
+                            args: spec(a.args)?,
+                            retval: spec(a.retval)?,
+                        },
+                    );
                 }
             }
             Some(ChunkKind::Tracepoints) => {

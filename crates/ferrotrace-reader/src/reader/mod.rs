@@ -22,8 +22,8 @@ use ferrotrace_core::schema;
 
 pub use ahead::{for_each_batch, Batch};
 pub use model::{
-    demangle, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module, ReadError,
-    Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
+    demangle, ArgSpecs, CallGraph, ChunkRef, End, Event, EventKind, EventRef, Function, Module,
+    ReadError, Sampler, SamplerKind, Session, StackNode, Thread, Truncation, NO_MODULE,
 };
 pub use problem::Problem;
 pub use stream::{MergedEvents, ThreadEvents};
@@ -64,6 +64,8 @@ pub struct Trace {
     threads: BTreeMap<u32, Thread>,
     /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
     tracepoints: HashMap<u32, crate::tracepoints::TracepointDesc>,
+    /// What the entries and exits of functions with recorded values carry (ArgSpecs chunks).
+    arg_specs: HashMap<u32, ArgSpecs>,
     /// Present when the trace was ended properly.
     end: Option<End>,
     /// Present when the process died without an End chunk and `ferrotrace record` appended what it had
@@ -145,6 +147,17 @@ impl Trace {
     /// Tracepoint descriptors by id (from the Tracepoints chunk); see [`crate::tracepoints`].
     pub fn tracepoints(&self) -> &HashMap<u32, crate::tracepoints::TracepointDesc> {
         &self.tracepoints
+    }
+
+    /// What function `id`'s entries (arguments) and exits (return value) carry, when the recording
+    /// kept its values (`record -A`, `-R`).
+    pub fn arg_specs(&self, id: u32) -> Option<&ArgSpecs> {
+        self.arg_specs.get(&id)
+    }
+
+    /// True when some function's arguments or return values were recorded.
+    pub fn has_arg_specs(&self) -> bool {
+        !self.arg_specs.is_empty()
     }
 
     /// The End chunk: present when the trace was ended properly.

@@ -106,6 +106,8 @@ pub struct Module {
 /// The module of a function that is in no loaded object: a `tracing` span (from a Callsites chunk).
 pub const NO_MODULE: u32 = u32::MAX;
 
+pub use ferrotrace_core::argspec::ArgSpecs;
+
 /// A traced function from the embedded symbol table, or a `tracing` span (module [`NO_MODULE`],
 /// address 0, named by the span's name).
 #[derive(Clone, Debug)]

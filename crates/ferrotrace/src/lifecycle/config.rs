@@ -6,6 +6,7 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
+use ferrotrace_core::argspec::{ArgOption, ArgSpecs};
 use ferrotrace_core::env::{self, RuntimeSpec};
 use ferrotrace_core::pattern::NamePattern;
 use ferrotrace_core::size::{check_sizes, depth_is_valid, parse_size, SizeOption, MAX_DEPTH};
@@ -55,6 +56,9 @@ pub struct Config {
     /// `-T`: function patterns and what they do while their functions run (`buffers::filter`); a
     /// function takes the first that matches it.
     pub triggers: Vec<(NamePattern, Actions)>,
+    /// `-A`/`-R`: function patterns and the arguments or return value recorded for the functions
+    /// they match (every matching option adds its items: `recorders::args`).
+    pub args: Vec<(NamePattern, ArgSpecs)>,
     /// `record --sample` merges samples into the trace after the program ends: the Session chunk
     /// says [`ferrotrace_core::schema::source::SAMPLES`] from the start.
     pub sampled: bool,
@@ -142,6 +146,21 @@ fn triggers(written: &[String]) -> Result<Vec<(NamePattern, Actions)>, String> {
         .collect()
 }
 
+fn arg_options(written: &[String]) -> Result<Vec<(NamePattern, ArgSpecs)>, String> {
+    written
+        .iter()
+        .map(|w| {
+            let o = ArgOption::parse(w).map_err(|e| format!("{}: '{w}': {e}", env::ARGS))?;
+            let mut specs = ArgSpecs::default();
+            specs
+                .add(&o)
+                .map_err(|e| format!("{}: '{w}': {e}", env::ARGS))?;
+            let pattern = regexes(env::ARGS, &[o.pattern.to_string()])?.remove(0);
+            Ok((pattern, specs))
+        })
+        .collect()
+}
+
 fn regexes(var: &str, patterns: &[String]) -> Result<Vec<NamePattern>, String> {
     patterns
         .iter()
@@ -219,12 +238,27 @@ impl Config {
             sampled: spec.sampled,
             min_call_ns: spec.time_filter_ns.unwrap_or(0),
             triggers: triggers(&spec.trigger)?,
+            args: arg_options(&spec.args)?,
         })
     }
 
     /// True when there is a `-F` or `-N` filter: without one every function is traced.
     pub fn has_filters(&self) -> bool {
         !self.include.is_empty() || !self.exclude.is_empty() || !self.triggers.is_empty()
+    }
+
+    /// What the `-A`/`-R` options record of the function named `demangled` at link-time address
+    /// `addr`: every option that matches it adds its items.
+    pub fn arg_specs(&self, demangled: &str, addr: u64) -> ArgSpecs {
+        let mut specs = ArgSpecs::default();
+        for (re, s) in &self.args {
+            if re.matches_function(demangled, addr) {
+                // Twelve items per function at most: what is past them is left out.
+                let _ = specs.args.merge(&s.args);
+                let _ = specs.retval.merge(&s.retval);
+            }
+        }
+        specs
     }
 
     /// True when the function named `demangled` ([`display_name`]) at link-time address `addr` passes

@@ -700,6 +700,7 @@ pub(crate) fn targets(with_cpu: bool) -> sites::Targets {
     let (mcount, fentry) = crate::arch::mcount::hook_addresses();
     sites::Targets {
         xray: trampoline::trampolines(with_cpu),
+        xray_values: trampoline::value_trampolines(),
         mcount,
         fentry,
     }

@@ -721,6 +721,9 @@ pub fn rescan() {
         .collect();
     if !found.functions.is_empty() {
         chunks.push((ChunkKind::Functions, found.functions_payload()));
+        if let Some(p) = found.arg_specs_payload() {
+            chunks.push((ChunkKind::ArgSpecs, p));
+        }
     }
     rt.header
         .lock()

@@ -9,6 +9,7 @@
 use std::ffi::CStr;
 use std::path::{Path, PathBuf};
 
+use ferrotrace_core::argspec::ArgSpecs;
 use ferrotrace_core::entry_patch::{self, FunctionRange, Refusal, Window};
 use ferrotrace_core::format::ChunkKind;
 use ferrotrace_core::mcount::Flavor;
@@ -65,6 +66,16 @@ pub struct Function {
     /// In uninstrumented code: where the jump to its trampoline goes and what it replaces
     /// ([`ferrotrace_core::entry_patch`]).
     pub entry: Option<Window>,
+    /// The arguments and return value `-A`/`-R` record of it (`recorders::args`).
+    pub values: ArgSpecs,
+}
+
+impl Function {
+    /// The record word of its mcount/fentry call sites and entry trampolines: its id, with the flags
+    /// that send the hooks to `recorders::args` when it has values to record.
+    pub fn record_word(&self) -> u64 {
+        crate::recorders::args::flagged(mcount_sites::record_word(self.id), &self.values)
+    }
 }
 
 /// Result of discovery.
@@ -196,8 +207,36 @@ impl Discovery {
             .map(|p| (ChunkKind::Module, p))
             .collect();
         head.push((ChunkKind::Functions, self.functions_payload()));
+        if let Some(p) = self.arg_specs_payload() {
+            head.push((ChunkKind::ArgSpecs, p));
+        }
         head.push((ChunkKind::Tracepoints, tracepoints));
         head
+    }
+
+    /// The `ArgSpecs` chunk payload: what the events of functions with recorded values carry; `None`
+    /// when no function has any.
+    pub fn arg_specs_payload(&self) -> Option<Vec<u8>> {
+        let with: Vec<&Function> = self
+            .functions
+            .iter()
+            .filter(|f| !f.values.is_empty())
+            .collect();
+        if with.is_empty() {
+            return None;
+        }
+        let mut p = Vec::new();
+        let _ = schema::Count(with.len() as u64).encode(&mut p);
+        for f in with {
+            let (args, retval) = (f.values.args.to_string(), f.values.retval.to_string());
+            let _ = schema::FunctionArgs {
+                function_id: f.id,
+                args: &args,
+                retval: &retval,
+            }
+            .encode(&mut p);
+        }
+        Some(p)
     }
 
     /// The `Functions` chunk payload: the embedded symbol table.
@@ -382,6 +421,10 @@ impl Scope<'_, '_> {
                 return None;
             }
         }
+        let values = match self.config.args.is_empty() {
+            true => ArgSpecs::default(),
+            false => self.config.arg_specs(&display_name(&name), vaddr),
+        };
         self.out.functions.push(Function {
             id: *self.next_id,
             module: self.module,
@@ -392,6 +435,7 @@ impl Scope<'_, '_> {
             sleds: Vec::new(),
             nops: Vec::new(),
             entry: None,
+            values,
         });
         *self.next_id += 1;
         self.out.functions.last_mut()
@@ -449,7 +493,7 @@ impl Scope<'_, '_> {
                             f.nops.push((s.addr, *flavor));
                         }
                     }
-                    mcount_sites::record_word(f.id)
+                    f.record_word()
                 }
                 None => 0,
             };

@@ -89,6 +89,9 @@ pub enum EntryJumps {
 pub struct Targets {
     /// The XRay trampolines: entry, exit, tail.
     pub xray: [u64; 3],
+    /// The XRay trampolines of functions whose values are recorded (`-A`, `-R`): entry with its
+    /// arguments, exit with its return value.
+    pub xray_values: [u64; 2],
     /// The mcount hook (patchable NOPs after a prologue).
     pub mcount: u64,
     /// The fentry hook (patchable NOPs at a function's start).
@@ -103,6 +106,8 @@ enum Stub {
     XrayTail,
     Mcount,
     Fentry,
+    XrayEntryArgs,
+    XrayExitRetval,
 }
 
 impl Stub {
@@ -114,9 +119,18 @@ impl Stub {
 
 impl Targets {
     /// The targets of a stub page's stubs, in [`Stub`] order.
-    fn in_stub_order(&self) -> [u64; 5] {
+    fn in_stub_order(&self) -> [u64; 7] {
         let [entry, exit, tail] = self.xray;
-        [entry, exit, tail, self.mcount, self.fentry]
+        let [entry_args, exit_retval] = self.xray_values;
+        [
+            entry,
+            exit,
+            tail,
+            self.mcount,
+            self.fentry,
+            entry_args,
+            exit_retval,
+        ]
     }
 }
 
@@ -242,7 +256,7 @@ unsafe fn patch_entries(
         };
         let from = (at - base) as usize;
         memory[from..from + code.len()].copy_from_slice(&code);
-        keys.push((at + CALL_LEN, mcount_sites::record_word(f.id)));
+        keys.push((at + CALL_LEN, f.record_word()));
         let mut old = [0u8; 5];
         old.copy_from_slice(&replaced[..5]);
         jumps.push((*f, *w, old, jump));
@@ -307,6 +321,8 @@ pub unsafe fn patch(
     mcount_sites::publish(&found.calls);
     let mut patcher = Patcher::new();
     let mut patched = PROCESS.patched.lock().unwrap_or_else(|e| e.into_inner());
+    // Before any site of theirs can reach the hooks that look them up.
+    crate::recorders::args::publish(found.functions.iter().map(|f| (f.id, &f.values)));
     let mut for_host = Vec::new();
     for module in &found.modules {
         let funcs: Vec<&Function> = found
@@ -345,7 +361,7 @@ pub unsafe fn patch(
             for &(sled, kind) in &f.sleds {
                 // SAFETY: sled addresses come from the object's own instrumentation map (the caller's
                 // contract) and lie in pages made writable above.
-                if let Some(first) = unsafe { patch_sled(&patcher, sled, kind, f.id, stub) } {
+                if let Some(first) = unsafe { patch_sled(&patcher, sled, kind, f, stub) } {
                     patched.push(Patched::Sled(sled, first));
                 }
             }
@@ -417,7 +433,7 @@ pub unsafe fn redirect_hook_slots(found: &Discovery, targets: &Targets) -> Resul
     }
 }
 
-/// Rewrites one sled to load `id` into r10d and call (entry, tail) or jump to (exit) `stub`'s slot;
+/// Rewrites one sled of `f` to load its id into r10d and call (entry, tail) or jump to (exit) `stub`'s slot;
 /// returns its first two bytes as they were, when it patched it.
 ///
 /// # Safety
@@ -426,11 +442,13 @@ unsafe fn patch_sled(
     patcher: &Patcher,
     sled: u64,
     kind: SledKind,
-    id: u32,
+    f: &Function,
     stub: u64,
 ) -> Option<[u8; 2]> {
     let target = match kind {
+        SledKind::Entry if !f.values.args.is_empty() => Stub::XrayEntryArgs,
         SledKind::Entry => Stub::XrayEntry,
+        SledKind::Exit if !f.values.retval.is_empty() => Stub::XrayExitRetval,
         SledKind::Exit => Stub::XrayExit,
         SledKind::Tail => Stub::XrayTail,
     };
@@ -440,7 +458,7 @@ unsafe fn patch_sled(
         return None; // already patched, or not a sled we know
     }
     // The stub page is within reach of every sled of the object (stub_page_near).
-    let bytes = xray_sled_patched(kind, sled, id, target.at(stub))?;
+    let bytes = xray_sled_patched(kind, sled, f.id, target.at(stub))?;
     // SAFETY: sleds are 2-byte aligned, writable (the caller's contract), and the unpatched first
     // instruction jumps over the rest until the flip.
     unsafe { patcher.write_then_flip2(sled as usize, &bytes) };

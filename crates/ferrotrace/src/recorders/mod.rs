@@ -5,6 +5,8 @@
 //! * [`mcount`]: the mcount/`__fentry__` recorder: shadow stacks and return stubs per thread (the hooks
 //!   and the return trampoline are the architecture's, `crate::arch::mcount`), and
 //!   [`mcount::sites`], their call sites and the table the hooks look return addresses up in;
+//! * [`args`]: the arguments and return values of the functions `-A`/`-R` name, which the XRay and
+//!   mcount hooks hand it with the registers they saved (no hooks of its own: not in [`ALL`]);
 //! * [`alloc`]: allocation events (the malloc hooks of the preload library, [`crate::Allocator`]),
 //!   their stacks walked by the architecture's unwind rules (`crate::arch::unwind`);
 //! * [`callsites`]: callsites registered while the program runs (`tracing` spans, recorded as function
@@ -22,6 +24,7 @@
 //! `buffers::hot` and never names another recorder.
 
 pub mod alloc;
+pub mod args;
 pub mod callsites;
 pub mod mcount;
 pub mod tracepoint;

@@ -78,6 +78,24 @@ extern "C" {
     pub fn ferrotrace_xray_tail_cpu();
 }
 
+extern "C" {
+    /// Entry trampoline of a function whose arguments are recorded (`-A`): as
+    /// [`ferrotrace_xray_entry`], through `crate::recorders::args`.
+    pub fn ferrotrace_xray_entry_args();
+    /// Exit trampoline of a function whose return value is recorded (`-R`): as
+    /// [`ferrotrace_xray_exit`], through `crate::recorders::args`.
+    pub fn ferrotrace_xray_exit_retval();
+}
+
+/// The trampolines of functions whose values are recorded: `[entry with arguments, exit with return
+/// value]`.
+pub fn value_trampolines() -> [u64; 2] {
+    [
+        ferrotrace_xray_entry_args as *const () as u64,
+        ferrotrace_xray_exit_retval as *const () as u64,
+    ]
+}
+
 /// The trampolines that sleds are patched to call: `[entry, exit, tail]`. Live mode prints the CPU of
 /// each event, so its trampolines record it (4 more instructions: two loads, a shift, an or); recording
 /// does without.
@@ -189,6 +207,74 @@ core::arch::global_asm!(
     "ferrotrace_exit_trampoline ferrotrace_xray_exit_cpu, 1",
     ".purgem ferrotrace_exit_trampoline",
     "",
+    // The value trampolines fill a `recorders::args::Registers` block on the stack (`g_*` offsets),
+    // the clock read after the registers are stored, and call `recorders::args` through
+    // ferrotrace_slow_call (which saves everything else) with the block's address (rax) and the
+    // record word (r10). Entry: reached by `call` with the arguments live; r11 is dead at a function's
+    // entry. The caller's stack arguments start above the function's return address, itself above
+    // the trampoline's.
+    ".p2align 4",
+    ".globl ferrotrace_xray_entry_args",
+    ".hidden ferrotrace_xray_entry_args",
+    ".type ferrotrace_xray_entry_args,@function",
+    "ferrotrace_xray_entry_args:",
+    "  sub rsp, {g_bytes}",
+    "  mov qword ptr [rsp + {g_int}], rdi",
+    "  mov qword ptr [rsp + {g_int} + 8], rsi",
+    "  mov qword ptr [rsp + {g_int} + 16], rdx",
+    "  mov qword ptr [rsp + {g_int} + 24], rcx",
+    "  mov qword ptr [rsp + {g_int} + 32], r8",
+    "  mov qword ptr [rsp + {g_int} + 40], r9",
+    "  movq qword ptr [rsp + {g_float}], xmm0",
+    "  movq qword ptr [rsp + {g_float} + 8], xmm1",
+    "  movq qword ptr [rsp + {g_float} + 16], xmm2",
+    "  movq qword ptr [rsp + {g_float} + 24], xmm3",
+    "  movq qword ptr [rsp + {g_float} + 32], xmm4",
+    "  movq qword ptr [rsp + {g_float} + 40], xmm5",
+    "  movq qword ptr [rsp + {g_float} + 48], xmm6",
+    "  movq qword ptr [rsp + {g_float} + 56], xmm7",
+    "  lea r11, [rsp + {g_bytes} + 16]",
+    "  mov qword ptr [rsp + {g_stack}], r11",
+    "  push rax",
+    "  push rdx",
+    rdtsc_asm!(),
+    "  mov qword ptr [rsp + 16 + {g_tsc}], rax",
+    "  lea rax, [rsp + 16]",
+    "  lea r11, [rip + {record_entry}]",
+    "  call ferrotrace_slow_call",
+    "  pop rdx",
+    "  pop rax",
+    "  add rsp, {g_bytes}",
+    "  ret",
+    ".size ferrotrace_xray_entry_args, . - ferrotrace_xray_entry_args",
+    "",
+    // Exit: reached by `jmp` from the sled that replaced `ret`; rax, rdx, xmm0 and xmm1 are live, r11
+    // is dead.
+    ".p2align 4",
+    ".globl ferrotrace_xray_exit_retval",
+    ".hidden ferrotrace_xray_exit_retval",
+    ".type ferrotrace_xray_exit_retval,@function",
+    "ferrotrace_xray_exit_retval:",
+    "  bts r10, 32",
+    "  sub rsp, {g_bytes}",
+    "  mov qword ptr [rsp + {g_int}], rax",
+    "  mov qword ptr [rsp + {g_int} + 8], rdx",
+    "  movq qword ptr [rsp + {g_float}], xmm0",
+    "  movq qword ptr [rsp + {g_float} + 8], xmm1",
+    "  mov qword ptr [rsp + {g_stack}], 0",
+    "  push rax",
+    "  push rdx",
+    rdtsc_asm!(),
+    "  mov qword ptr [rsp + 16 + {g_tsc}], rax",
+    "  lea rax, [rsp + 16]",
+    "  lea r11, [rip + {record_exit}]",
+    "  call ferrotrace_slow_call",
+    "  pop rdx",
+    "  pop rax",
+    "  add rsp, {g_bytes}",
+    "  ret",
+    ".size ferrotrace_xray_exit_retval, . - ferrotrace_xray_exit_retval",
+    "",
     ".p2align 4",
     ".globl ferrotrace_slow_record",
     ".hidden ferrotrace_slow_record",
@@ -267,6 +353,13 @@ core::arch::global_asm!(
     r_word = const core::mem::offset_of!(ferrotrace_core::record::Record, word),
     r_tsc = const core::mem::offset_of!(ferrotrace_core::record::Record, tsc),
     r_size = const ferrotrace_core::record::RECORD_SIZE,
+    record_entry = sym crate::recorders::args::record_entry,
+    record_exit = sym crate::recorders::args::record_exit,
+    g_bytes = const crate::recorders::args::REGISTERS_BYTES,
+    g_tsc = const core::mem::offset_of!(crate::recorders::args::Registers, tsc),
+    g_int = const core::mem::offset_of!(crate::recorders::args::Registers, int),
+    g_float = const core::mem::offset_of!(crate::recorders::args::Registers, float),
+    g_stack = const core::mem::offset_of!(crate::recorders::args::Registers, stack),
 );
 
 #[cfg(test)]
