@@ -15,8 +15,9 @@
 //! What an event carries, per item and in the order of the spec (little-endian): 8 bytes for every
 //! item but a string (the register, or stack slot, as it was: a reader cuts it to the item's size),
 //! and for a string a `u16` header and the bytes: the header is the length (at most [`MAX_STRING`]),
-//! with [`CUT`] set when the string was longer, or [`NULL`] (a null pointer) or [`UNREADABLE`] (a
-//! pointer the process could not read, such as a dangling one), which no bytes follow.
+//! with [`CUT`] set when the string was longer, or [`NULL`] (a null pointer, which nothing follows)
+//! or [`UNREADABLE`] (a pointer the process could not read, such as a dangling one, followed by the
+//! pointer as 8 bytes).
 //!
 //! ```
 //! use ferrotrace_core::argspec::{ArgOption, Value};
@@ -48,7 +49,8 @@ pub const MAX_STRING: usize = 96;
 pub const CUT: u16 = 0x8000;
 /// A string header: the pointer was null.
 pub const NULL: u16 = 0xffff;
-/// A string header: the process could not read at the pointer (unmapped, or not readable).
+/// A string header: the process could not read at the pointer (unmapped, or not readable); the
+/// pointer follows, 8 bytes.
 pub const UNREADABLE: u16 = 0xfffe;
 
 /// Where an item's value is.
@@ -122,7 +124,7 @@ impl Item {
     /// Bytes the item takes in an event at most.
     pub fn max_bytes(&self) -> usize {
         match self.format {
-            Format::Str => 2 + MAX_STRING,
+            Format::Str => 2 + MAX_STRING.max(8),
             _ => 8,
         }
     }
@@ -437,8 +439,8 @@ pub enum Value<'a> {
     Str(&'a [u8], bool),
     /// A string argument that was a null pointer.
     Null,
-    /// A string argument the process could not read.
-    Unreadable,
+    /// A string argument the process could not read, and the pointer.
+    Unreadable(u64),
 }
 
 impl<'a> Value<'a> {
@@ -451,7 +453,10 @@ impl<'a> Value<'a> {
         let (h, rest) = bytes.split_first_chunk::<2>()?;
         match u16::from_le_bytes(*h) {
             NULL => Some((Value::Null, rest)),
-            UNREADABLE => Some((Value::Unreadable, rest)),
+            UNREADABLE => {
+                let (a, rest) = rest.split_first_chunk::<8>()?;
+                Some((Value::Unreadable(u64::from_le_bytes(*a)), rest))
+            }
             h => {
                 let len = (h & !CUT) as usize;
                 let (s, rest) = rest.split_at_checked(len)?;
@@ -490,7 +495,7 @@ impl<'a> Value<'a> {
     ) -> fmt::Result {
         match *self {
             Value::Null => return out.write_str("NULL"),
-            Value::Unreadable => return out.write_str("<unreadable>"),
+            Value::Unreadable(at) => return write!(out, "<unreadable {at:#x}>"),
             Value::Str(s, cut) => {
                 out.write_char('"')?;
                 for chunk in s.utf8_chunks() {
@@ -605,7 +610,8 @@ pub fn put_string(at: u64, out: &mut [u8], read: impl FnOnce(u64, &mut [u8]) -> 
     let n = read(at, &mut buf);
     if n == 0 {
         header(out, UNREADABLE);
-        return 2;
+        out[2..10].copy_from_slice(&at.to_le_bytes());
+        return 10;
     }
     let read = &buf[..n];
     let (len, cut) = match read.iter().position(|&b| b == 0) {
@@ -670,7 +676,7 @@ mod tests {
         let n = put_string(0, &mut out, |_, _| unreachable!());
         assert_eq!(show(&out[..n]), "NULL");
         let n = put_string(0x10, &mut out, |_, _| 0);
-        assert_eq!(show(&out[..n]), "<unreadable>");
+        assert_eq!(show(&out[..n]), "<unreadable 0x10>");
         let n = put_string(0x1000, &mut out, |_, b| {
             b.fill(b'x');
             b.len()

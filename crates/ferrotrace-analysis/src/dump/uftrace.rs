@@ -22,7 +22,9 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 
 use super::{Exporter, Options, Target, Written};
-use crate::callstack::{initial_stacks, CallStack, StackEvent};
+use ferrotrace_core::argspec::{Spec, Value};
+
+use crate::callstack::{initial_stacks, CallStack, EndKind, StackEvent};
 use crate::names::Names;
 use crate::progress::Progress;
 use crate::reader::{EventKind, Trace};
@@ -38,12 +40,93 @@ fn addr(id: u32) -> u64 {
 }
 
 fn record(out: &mut impl Write, ts: u64, kind: u64, depth: usize, address: u64) -> io::Result<()> {
+    record_with(out, ts, kind, depth, address, &[])
+}
+
+/// A record followed by `values` (its `more` bit set), as [`uftrace_values`] laid them out.
+fn record_with(
+    out: &mut impl Write,
+    ts: u64,
+    kind: u64,
+    depth: usize,
+    address: u64,
+    values: &[u8],
+) -> io::Result<()> {
     let depth = depth.min(1023) as u64;
-    let w = kind | MAGIC << 3 | depth << 6 | (address & 0xffff_ffff_ffff) << 16;
+    let more = if values.is_empty() { 0 } else { 1 << 2 };
+    let w = kind | more | MAGIC << 3 | depth << 6 | (address & 0xffff_ffff_ffff) << 16;
     let mut r = [0u8; 16];
     r[..8].copy_from_slice(&ts.to_le_bytes());
     r[8..].copy_from_slice(&w.to_le_bytes());
-    out.write_all(&r)
+    out.write_all(&r)?;
+    out.write_all(values)
+}
+
+/// The values of `spec` recorded in `payload`, laid out as uftrace's libmcount writes them after a
+/// record (and its replay reads them by the same spec): each value in its size rounded up to 4
+/// bytes, a string as a 2-byte length and its bytes rounded up likewise (a null pointer: length 4,
+/// four 0xff bytes; a pointer that could not be read: the text `<0xADDR>`, as uftrace writes it),
+/// the whole rounded up to 8 bytes.
+fn uftrace_values(spec: &Spec, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::new();
+    let string = |v: &mut Vec<u8>, s: &[u8]| {
+        v.extend_from_slice(&(s.len() as u16).to_le_bytes());
+        v.extend_from_slice(s);
+        v.resize(v.len().next_multiple_of(4), 0);
+    };
+    for (item, value) in spec.items().iter().zip(spec.values(payload)) {
+        match value {
+            Value::Word(w) => {
+                let bytes = (item.bytes as usize).next_multiple_of(4);
+                v.extend_from_slice(&w.to_le_bytes()[..bytes]);
+            }
+            Value::Str(s, cut) => {
+                let mut s = s.to_vec();
+                if cut {
+                    s.extend_from_slice(b"...");
+                }
+                string(&mut v, &s);
+            }
+            Value::Null => string(&mut v, &[0xff; 4]),
+            Value::Unreadable(at) => string(&mut v, format!("<{at:#x}>").as_bytes()),
+        }
+    }
+    v.resize(v.len().next_multiple_of(8), 0);
+    v
+}
+
+/// uftrace's spelling of the argument patterns of the traced functions with values: `^NAME$@ITEMS`
+/// joined by `;`, for the `argspec:` (arguments) or `retspec:` (return values) line of `info`, with
+/// the names as the `.sym` file has them. `None` when no function has such values.
+fn uftrace_specs(
+    trace: &Trace,
+    names: &Names,
+    used: &BTreeSet<u32>,
+    retval: bool,
+) -> Option<String> {
+    let mut specs = Vec::new();
+    for &id in used {
+        let Some(s) = trace.arg_specs(id) else {
+            continue;
+        };
+        let spec = if retval { &s.retval } else { &s.args };
+        if !spec.is_empty() {
+            specs.push(format!("^{}$@{spec}", regex_escaped(&names.get(id))));
+        }
+    }
+    (!specs.is_empty()).then(|| specs.join(";"))
+}
+
+/// `name` with the characters of a POSIX extended regex escaped.
+fn regex_escaped(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if "\\.^$|?*+()[]{}".contains(c) {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 /// Writes the uftrace directory `dir` (created if needed, in a parent that must exist, as the other
@@ -88,21 +171,41 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
         let mut n = 0u64;
         let mut any = false;
         let mut wait: Option<(u64, u64)> = None;
+        // The values of the function event being processed (`record -A`, `-R`), laid out for uftrace,
+        // for the stack event it makes.
+        let mut values: Option<(u32, EventKind, Vec<u8>)> = None;
         let emit = |out: &mut BufWriter<fs::File>,
                     se: StackEvent,
                     used: &mut BTreeSet<u32>,
-                    in_used: &[bool]| match se {
+                    in_used: &[bool],
+                    values: &mut Option<(u32, EventKind, Vec<u8>)>| match se {
             StackEvent::Enter {
                 id, time, depth, ..
             } => {
                 if !in_used.get(id as usize).is_some_and(|&b| b) {
                     used.insert(id);
                 }
-                record(out, time, 0, depth, addr(id))
+                let v = match values {
+                    Some((of, EventKind::Entry, _)) if *of == id => values.take().map(|v| v.2),
+                    _ => None,
+                };
+                record_with(out, time, 0, depth, addr(id), v.as_deref().unwrap_or(&[]))
             }
             StackEvent::Leave {
-                frame, end, depth, ..
-            } => record(out, end, 1, depth, addr(frame.id)),
+                frame,
+                end,
+                depth,
+                how,
+            } => {
+                let v = match values {
+                    Some((of, EventKind::Exit, _)) if *of == frame.id && how == EndKind::Return => {
+                        values.take().map(|v| v.2)
+                    }
+                    _ => None,
+                };
+                let v = v.as_deref().unwrap_or(&[]);
+                record_with(out, end, 1, depth, addr(frame.id), v)
+            }
             StackEvent::OrphanExit { .. } => Ok(()),
         };
         loop {
@@ -127,11 +230,22 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
                 wait = Some((e.ts_ns, e.id as u64));
                 continue;
             }
+            if !e.payload.is_empty() && e.kind.is_function() {
+                values = trace.arg_specs(e.id).map(|s| {
+                    let spec = if e.kind == EventKind::Entry {
+                        &s.args
+                    } else {
+                        &s.retval
+                    };
+                    (e.id, e.kind, uftrace_values(spec, e.payload))
+                });
+            }
             stack.touch(e.ts_ns, &mut |se| pending.push(se));
             let is_fn = stack.process(e.kind, e.id, e.ts_ns, &mut |se| pending.push(se));
             for se in pending.drain(..) {
-                emit(&mut out, se, &mut used, &in_used)?;
+                emit(&mut out, se, &mut used, &in_used, &mut values)?;
             }
+            values = None;
             if !is_fn && e.kind == EventKind::Lost {
                 // uftrace's LOST record: time 0, the address field holds the count.
                 record(&mut out, 0, 2, stack.depth(), e.id as u64)?;
@@ -148,7 +262,7 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
         progress.add(n & 0xffff);
         stack.finish(&mut |se| pending.push(se));
         for se in pending.drain(..) {
-            emit(&mut out, se, &mut used, &in_used)?;
+            emit(&mut out, se, &mut used, &in_used, &mut values)?;
         }
         out.flush()?;
         tids.push(th.tid);
@@ -162,15 +276,23 @@ pub fn write(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Result<V
 
     // info: 40-byte header, then the text lines announced by info_mask, in the order of its bits.
     let tid_list: Vec<String> = tids.iter().map(u32::to_string).collect();
-    let (mask, lines) = info_lines(trace, &exe, &tid_list);
+    let specs = [false, true].map(|retval| uftrace_specs(trace, &names, &used, retval));
+    let (mask, lines) = info_lines(trace, &exe, &tid_list, &specs);
     let mut info = Vec::new();
     info.extend_from_slice(b"Ftrace!\0");
     info.extend_from_slice(&4u32.to_le_bytes());
     info.extend_from_slice(&40u16.to_le_bytes());
     info.push(1); // little-endian
     info.push(2); // 64-bit
-                  // TASK_SESSION | SYM_REL_ADDR | MAX_STACK, and EVENT when there are events (buffer waits).
-    let features: u64 = if waited { 0xe2 } else { 0x62 };
+                  // TASK_SESSION | SYM_REL_ADDR | MAX_STACK, EVENT when there are events (buffer waits),
+                  // ARGUMENT and RETVAL when records carry values.
+    let mut features: u64 = if waited { 0xe2 } else { 0x62 };
+    if specs[0].is_some() {
+        features |= 1 << 3;
+    }
+    if specs[1].is_some() {
+        features |= 1 << 4;
+    }
     info.extend_from_slice(&features.to_le_bytes());
     info.extend_from_slice(&mask.to_le_bytes());
     info.extend_from_slice(&1024u16.to_le_bytes());
@@ -223,7 +345,9 @@ mod info_bit {
     pub const CMDLINE: u64 = 1 << 3;
     pub const TASKINFO: u64 = 1 << 7;
     pub const USAGEINFO: u64 = 1 << 8;
+    pub const ARG_SPEC: u64 = 1 << 10;
     pub const RECORD_DATE: u64 = 1 << 11;
+    pub const PATTERN_TYPE: u64 = 1 << 12;
     pub const VERSION: u64 = 1 << 13;
 }
 
@@ -231,7 +355,12 @@ mod info_bit {
 /// program, its exit status (when the trace knows it), its command line, its threads, its CPU time
 /// and the rest of its resource usage (when `record` saw it), when it was recorded and how long it
 /// ran, and what wrote it. Returns the `info_mask` and the lines, in uftrace's order of its bits.
-fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
+fn info_lines(
+    trace: &Trace,
+    exe: &str,
+    tids: &[String],
+    [argspec, retspec]: &[Option<String>; 2],
+) -> (u64, String) {
     use std::fmt::Write as _;
     let mut mask = info_bit::EXE_NAME | info_bit::CMDLINE | info_bit::TASKINFO;
     let mut o = format!("exename:{exe}\n");
@@ -283,6 +412,18 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
             u.blocks_out
         );
     }
+    if argspec.is_some() || retspec.is_some() {
+        // The arguments and return values recorded: the specs uftrace's replay reads them by.
+        mask |= info_bit::ARG_SPEC;
+        let lines = usize::from(argspec.is_some()) + usize::from(retspec.is_some());
+        let _ = writeln!(o, "argspec:lines={lines}");
+        if let Some(a) = argspec {
+            let _ = writeln!(o, "argspec:{a}");
+        }
+        if let Some(r) = retspec {
+            let _ = writeln!(o, "retspec:{r}");
+        }
+    }
     if let Some(date) = local_date(trace.session().start_realtime_ns / 1_000_000_000) {
         mask |= info_bit::RECORD_DATE;
         let elapsed = trace.duration_ns();
@@ -292,6 +433,11 @@ fn info_lines(trace: &Trace, exe: &str, tids: &[String]) -> (u64, String) {
             elapsed / 1_000_000_000,
             elapsed % 1_000_000_000
         );
+    }
+    if argspec.is_some() || retspec.is_some() {
+        // The specs' patterns are regexes (uftrace takes them as globs without this line).
+        mask |= info_bit::PATTERN_TYPE;
+        let _ = writeln!(o, "pattern_type:regex");
     }
     mask |= info_bit::VERSION;
     let _ = writeln!(o, "uftrace_version:ferrotrace {}", trace.session().version);

@@ -271,6 +271,10 @@ enum Body {
         dur: Option<u64>,
         /// Its Leave is the next item of the thread: print on one line.
         leaf: bool,
+        /// Its arguments, shown (`record -A`).
+        args: Option<Box<str>>,
+        /// Its return value, shown, once its Leave was folded into it (`record -R`).
+        retval: Option<Box<str>>,
     },
     Leave {
         id: u32,
@@ -278,6 +282,8 @@ enum Body {
         how: EndKind,
         /// Folded into its Enter line.
         folded: bool,
+        /// Its return value, shown (`record -R`).
+        retval: Option<Box<str>>,
     },
     Orphan {
         id: u32,
@@ -448,6 +454,8 @@ fn replay_with(
         start_ts: None,
         line: Vec::with_capacity(256),
         out,
+        values: None,
+        values_of: None,
     };
     for (&tid, init) in &initial {
         if tids.contains(&tid) {
@@ -493,6 +501,10 @@ struct Replayer<'a, 'w> {
     start_ts: Option<u64>,
     line: Vec<u8>,
     out: &'w mut dyn Write,
+    /// The shown values of the function event being processed (`record -A`, `-R`), and its
+    /// function, for the stack event it makes.
+    values: Option<Box<str>>,
+    values_of: Option<u32>,
 }
 
 impl Replayer<'_, '_> {
@@ -546,6 +558,10 @@ impl Replayer<'_, '_> {
         let i = self.slot(tid);
         let mut th = std::mem::take(&mut self.threads[i]);
         let mut pending = std::mem::take(&mut self.pending);
+        if self.trace.has_arg_specs() && e.kind.is_function() {
+            self.values = shown_values(self.trace, e);
+            self.values_of = Some(e.id);
+        }
         let is_fn = {
             let mut sink = |se| pending.push(se);
             th.stack.touch(e.ts_ns, &mut sink);
@@ -555,6 +571,8 @@ impl Replayer<'_, '_> {
             self.stack_event(tid, &mut th, se);
         }
         self.pending = pending;
+        self.values = None;
+        self.values_of = None;
         if !is_fn {
             self.other(tid, &mut th, e);
         }
@@ -578,6 +596,10 @@ impl Replayer<'_, '_> {
                 entered,
             } => {
                 let shown = self.decide_enter(th, id, time, depth);
+                let args = match self.values_of {
+                    Some(of) if of == id => self.values.take(),
+                    _ => None,
+                };
                 let pos = shown.map(|dd| {
                     let pos = self.push(
                         th,
@@ -590,6 +612,8 @@ impl Replayer<'_, '_> {
                                 entered,
                                 dur: None,
                                 leaf: false,
+                                args,
+                                retval: None,
                             },
                         },
                     );
@@ -604,6 +628,10 @@ impl Replayer<'_, '_> {
                 how,
             } => {
                 let shown = th.shown.pop().flatten();
+                let retval = match (how, self.values_of) {
+                    (EndKind::Return, Some(id)) if id == frame.id => self.values.take(),
+                    _ => None,
+                };
                 if th.hide_depth == Some(depth) {
                     th.hide_depth = None;
                 }
@@ -616,11 +644,17 @@ impl Replayer<'_, '_> {
                     if pos >= self.base {
                         if let Some(item) = self.queue.get_mut((pos - self.base) as usize) {
                             if let Body::Enter {
-                                dur: d, leaf: l, ..
+                                dur: d,
+                                leaf: l,
+                                retval: r,
+                                ..
                             } = &mut item.body
                             {
                                 *d = Some(dur);
                                 *l = leaf && matches!(how, EndKind::Return | EndKind::TailCall);
+                                if *l {
+                                    r.clone_from(&retval);
+                                }
                             }
                         }
                     }
@@ -638,6 +672,7 @@ impl Replayer<'_, '_> {
                                 dur,
                                 how,
                                 folded,
+                                retval,
                             },
                         },
                     );
@@ -821,10 +856,22 @@ impl Replayer<'_, '_> {
         let name = |id: u32| names.get(id);
         match &item.body {
             Body::Enter {
-                id, entered, leaf, ..
+                id,
+                entered,
+                leaf,
+                args,
+                retval,
+                ..
             } => {
                 line.extend_from_slice(name(*id).as_bytes());
-                line.extend_from_slice(if *leaf { b"();" } else { b"() {" });
+                line.push(b'(');
+                line.extend_from_slice(args.as_deref().unwrap_or("").as_bytes());
+                line.push(b')');
+                if let Some(r) = retval.as_deref().filter(|_| *leaf) {
+                    line.extend_from_slice(b" = ");
+                    line.extend_from_slice(r.as_bytes());
+                }
+                line.extend_from_slice(if *leaf { b";" } else { b" {" });
                 if !entered {
                     line.extend_from_slice(b" /* already running when tracing began */");
                 }
@@ -834,8 +881,16 @@ impl Replayer<'_, '_> {
                     line.extend_from_slice(b" */");
                 }
             }
-            Body::Leave { id, how, .. } => {
-                line.extend_from_slice(b"} /* ");
+            Body::Leave {
+                id, how, retval, ..
+            } => {
+                line.push(b'}');
+                if let Some(r) = retval {
+                    line.extend_from_slice(b" = ");
+                    line.extend_from_slice(r.as_bytes());
+                    line.push(b';');
+                }
+                line.extend_from_slice(b" /* ");
                 line.extend_from_slice(name(*id).as_bytes());
                 let note = how.note();
                 if !note.is_empty() {
