@@ -1,0 +1,213 @@
+//! `record -A`/`-R`: arguments and return values, on a C program built with `-pg`, with clang's XRay
+//! sleds and with no instrumentation at all (the entry patcher), and on a Rust program with XRay
+//! sleds; compared with what uftrace records of the same program with the same options, and read back
+//! by uftrace from `dump --format uftrace`.
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+
+use common::*;
+
+/// The options of every run: integers, strings (one dangling, one NULL, one ending at its mapping's
+/// end), a double, a seventh argument on the stack, and integer, float and string return values.
+const OPTIONS: &[&str] = &[
+    "-A",
+    "add@arg1,arg2",
+    "-A",
+    "say@arg1/s,arg2",
+    "-A",
+    "half@fparg1",
+    "-A",
+    "seven@arg1,arg7",
+    "-A",
+    "pick@arg1",
+    "-R",
+    "add@retval",
+    "-R",
+    "half@retval/f",
+    "-R",
+    "pick@retval/s",
+    "-R",
+    "say@retval/x",
+];
+
+/// What `testprogs/c/args.c` makes of them, in order (uftrace's spelling).
+const EXPECTED: &[&str] = &[
+    "main() {",
+    "add(0, -5) = -5;",
+    "add(1, -6) = -5;",
+    "add(2, -7) = -5;",
+    "say(\"hello world\", 3) = 0xe;",
+    "say(<unreadable 0x10>, 1) = 0x1;",
+    "say(NULL, 2) = 0x2;",
+    "say(\"edg\", 0) = 0x3;",
+    "half(3.000000) = 1.500000;",
+    "seven(1, 7);",
+    "add(0x7fff12345678, 0x1e240) = 0x7fff123638b8;",
+    "pick(1) = \"yes\";",
+    "pick(0) = \"no\";",
+    "} /* main */",
+];
+
+/// The function column of a replay (what follows `| ` and the indentation).
+fn calls(replay: &str) -> Vec<String> {
+    replay
+        .lines()
+        .filter_map(|l| l.split_once("| ").map(|(_, f)| f.trim().to_string()))
+        .filter(|f| !f.is_empty() && !f.starts_with("FUNCTION"))
+        .collect()
+}
+
+fn replay_of(trace: &Path) -> Vec<String> {
+    calls(&ok(ft(&["replay", "-i", trace.to_str().unwrap()])))
+}
+
+fn uftrace_replay(dir: &Path, data: &Path) -> Vec<String> {
+    let out = Command::new("uftrace")
+        .args(["replay", "--no-libcall", "-d"])
+        .arg(data)
+        .current_dir(dir)
+        .output()
+        .expect("uftrace installed (scripts/setup.sh)");
+    assert!(
+        out.status.success(),
+        "uftrace replay: {}",
+        text(&out.stderr)
+    );
+    calls(&text(&out.stdout))
+}
+
+fn recorded(dir: &Path, exe: &Path, extra: &[&str]) -> std::path::PathBuf {
+    let opts: Vec<&str> = OPTIONS.iter().chain(extra).copied().collect();
+    let (out, trace) = record(dir, &opts, exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    trace
+}
+
+#[test]
+fn arguments_and_return_values_match_uftraces_on_a_pg_program_and_uftrace_reads_them_back() {
+    let dir = scratch("args_pg");
+    let exe = build_c(&dir, "gcc", "args.c", "args_pg", &["-O1", "-pg"]);
+    let trace = recorded(&dir, &exe, &[]);
+    assert_eq!(replay_of(&trace), EXPECTED);
+
+    // uftrace's own recording, same options. It shows the two pointers it could not follow as
+    // strings ("NULL", "<0x10>": its 0.13 writes them so), which is all that differs.
+    let data = dir.join("uftrace.data");
+    let status = Command::new("uftrace")
+        .arg("record")
+        .args(OPTIONS)
+        .arg("-d")
+        .arg(&data)
+        .arg(&exe)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("uftrace installed (scripts/setup.sh)");
+    assert!(status.success());
+    let theirs: Vec<String> = uftrace_replay(&dir, &data)
+        .into_iter()
+        .map(|l| {
+            l.replace("\"NULL\"", "NULL")
+                .replace("\"<0x10>\"", "<unreadable 0x10>")
+        })
+        .collect();
+    assert_eq!(theirs, EXPECTED);
+
+    // Our export, read by uftrace: its replay shows the values, a dangling pointer as its own
+    // marker.
+    let export = dir.join("export.uftrace");
+    ok(ft(&[
+        "dump",
+        "--format",
+        "uftrace",
+        "-i",
+        trace.to_str().unwrap(),
+        "-o",
+        export.to_str().unwrap(),
+    ]));
+    let read_back: Vec<String> = uftrace_replay(&dir, &export)
+        .into_iter()
+        .map(|l| l.replace("\"<0x10>\"", "<unreadable 0x10>"))
+        .collect();
+    assert_eq!(read_back, EXPECTED);
+
+    // A filtered replay (the general replayer) shows them the same way.
+    let filtered = ok(ft(&["replay", "-F", "say", "-i", trace.to_str().unwrap()]));
+    assert_eq!(calls(&filtered), &EXPECTED[4..8]);
+}
+
+#[test]
+fn xray_sleds_and_patched_entries_record_the_same_values() {
+    let dir = scratch("args_xray");
+    let xray = build_c(
+        &dir,
+        "clang-16",
+        "args.c",
+        "args_xray",
+        &["-O1", "-fxray-instrument", "-fxray-instruction-threshold=1"],
+    );
+    assert_eq!(replay_of(&recorded(&dir, &xray, &[])), EXPECTED);
+    // No instrumentation: the entries are patched at run time. gcc -O1 makes some of these
+    // functions too short to patch (`list --dynamic` says which); those that are show their values.
+    let plain = build_c(&dir, "gcc", "args.c", "args_plain", &["-O1"]);
+    let got = replay_of(&recorded(&dir, &plain, &[]));
+    let patched: Vec<&str> = EXPECTED
+        .iter()
+        .copied()
+        .filter(|l| got.iter().any(|g| g == l))
+        .collect();
+    assert!(
+        patched.iter().any(|l| l.starts_with("add("))
+            && patched.iter().any(|l| l.starts_with("half(")),
+        "{got:?}"
+    );
+    for line in &got {
+        let name = line.split('(').next().unwrap_or_default();
+        if EXPECTED.iter().any(|e| e.starts_with(&format!("{name}("))) && name != "main" {
+            assert!(EXPECTED.contains(&line.as_str()), "{line} in {got:?}");
+        }
+    }
+}
+
+#[test]
+fn a_rust_programs_arguments_and_results_are_recorded_through_its_sleds() {
+    let dir = scratch("args_rust");
+    let (out, trace) = record(
+        &dir,
+        &["-A", "fib::fib$@arg1", "-R", "fib::fib$@retval"],
+        &testprog("fib"),
+        &["5"],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let got = replay_of(&trace);
+    // fib(n) = fib(n - 1) + fib(n - 2), every call with its argument and result.
+    let fibs: Vec<&String> = got.iter().filter(|l| l.contains("fib::fib(")).collect();
+    assert_eq!(fibs.len(), 15, "{got:?}");
+    assert!(got.iter().any(|l| l == "fib::fib(5) {"), "{got:?}");
+    assert!(got.iter().any(|l| l == "} = 5; /* fib::fib */"), "{got:?}");
+    assert!(got.iter().any(|l| l == "fib::fib(1) = 1;"), "{got:?}");
+    assert!(got.iter().any(|l| l == "fib::fib(0) = 0;"), "{got:?}");
+}
+
+#[test]
+fn bad_argument_options_are_refused_in_one_line_before_anything_runs() {
+    let dir = scratch("args_bad");
+    let exe = build_c(&dir, "gcc", "args.c", "args_pg", &["-O1", "-pg"]);
+    for (opt, value, says) in [
+        ("-A", "add@arg0", "argN takes N from 1 to 16"),
+        ("-A", "add", "FUNCTION@ITEMS"),
+        ("-A", "add@arg1/z", "unknown format"),
+        ("-A", "add@arg1,retval", "retval goes in -R"),
+        ("-R", "(@retval", "invalid regex"),
+    ] {
+        let (out, trace) = record(&dir, &[opt, value], &exe, &[]);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{value}: {err}");
+        assert!(err.contains(says), "{value}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{value}: {err}");
+        assert!(!trace.exists(), "{value}");
+    }
+}
