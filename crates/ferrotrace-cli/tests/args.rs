@@ -137,6 +137,43 @@ fn arguments_and_return_values_match_uftraces_on_a_pg_program_and_uftrace_reads_
     // A filtered replay (the general replayer) shows them the same way.
     let filtered = ok(ft(&["replay", "-F", "say", "-i", trace.to_str().unwrap()]));
     assert_eq!(calls(&filtered), &EXPECTED[4..8]);
+
+    // Perfetto: debug annotations on the slices' begins (args) and ends (retval), decoded with
+    // Perfetto's own protos.
+    let view = perfetto_view(&trace, &dir);
+    let begin = view
+        .iter()
+        .position(|e| e["kind"] == "begin" && e["name"] == "say")
+        .expect("a slice of say");
+    assert_eq!(view[begin]["args"]["args"], "\"hello world\", 3");
+    assert_eq!(view[begin + 1]["kind"], "end");
+    assert_eq!(view[begin + 1]["args"]["retval"], "0xe");
+
+    // Parquet: the calls table's args and retval columns, read by DuckDB.
+    let dataset = dir.join("dataset");
+    ok(ft(&[
+        "dump",
+        "--format",
+        "parquet",
+        "-i",
+        trace.to_str().unwrap(),
+        "-o",
+        dataset.to_str().unwrap(),
+    ]));
+    let rows = duckdb(&format!(
+        "import duckdb\nfor r in duckdb.sql(\"select function, args, retval from '{}/calls.parquet' \
+         where function in ('half', 'seven', 'pick') order by start_ns\").fetchall(): print(r)",
+        dataset.display()
+    ));
+    assert_eq!(
+        rows.lines().collect::<Vec<_>>(),
+        [
+            "('half', '3.000000', '1.500000')",
+            "('seven', '1, 7', None)",
+            "('pick', '1', '\"yes\"')",
+            "('pick', '0', '\"no\"')",
+        ]
+    );
 }
 
 #[test]

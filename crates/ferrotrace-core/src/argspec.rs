@@ -12,8 +12,13 @@
 //! (a `double`), `p` (a pointer, shown as the function it points at where it is one), with an optional
 //! size in bits for integers and floats (`i32`, `x16`, `f32`).
 //!
-//! What an event carries, per item and in the order of the spec (little-endian): 8 bytes for every
-//! item but a string (the register, or stack slot, as it was: a reader cuts it to the item's size),
+//! What an event carries depends on the spec alone, so that a reader knows it from the spec. A spec
+//! whose items are all integer registers (`argN` with N ≤ 6, no `/s`) or a return value other than a
+//! string is recorded **as registers** ([`Spec::in_registers`]), which the hooks store without knowing
+//! the function's spec: an entry carries the six integer argument registers, rdi, rsi, rdx, rcx, r8,
+//! r9 (48 bytes), an exit rax and the low half of xmm0 (16 bytes), and each item is read from its
+//! register. Any other spec is recorded **packed**, per item and in the order of the spec
+//! (little-endian): 8 bytes for every item but a string (the register, or stack slot, as it was: a reader cuts it to the item's size),
 //! and for a string a `u16` header and the bytes: the header is the length (at most [`MAX_STRING`]),
 //! with [`CUT`] set when the string was longer, or [`NULL`] (a null pointer, which nothing follows)
 //! or [`UNREADABLE`] (a pointer the process could not read, such as a dangling one, followed by the
@@ -303,11 +308,39 @@ impl Spec {
         self.items().iter().map(Item::max_bytes).sum()
     }
 
+    /// True when the values are recorded as registers (see the module documentation): every item
+    /// is an integer register argument that is not a string, or a return value that is not a string.
+    pub fn in_registers(&self) -> bool {
+        !self.is_empty()
+            && self.items().iter().all(|i| {
+                i.format != Format::Str && matches!(i.source, Source::Int(1..=6) | Source::Return)
+            })
+    }
+
+    /// Bytes of an event's values when they are recorded as registers: the six integer argument
+    /// registers at an entry, rax and xmm0 at an exit.
+    pub fn register_bytes(&self) -> usize {
+        match self.items().first().map(|i| i.source) {
+            Some(Source::Return) => 16,
+            _ => 48,
+        }
+    }
+
     /// The values recorded in `bytes`, in the order of the items; stops at the first one the bytes do
     /// not hold whole (a damaged event).
     pub fn values<'a>(&'a self, bytes: &'a [u8]) -> impl Iterator<Item = Value<'a>> + 'a {
+        let registers = self.in_registers();
         let mut rest = bytes;
         self.items().iter().map_while(move |item| {
+            if registers {
+                let at = match item.source {
+                    Source::Int(n) => (n as usize - 1) * 8,
+                    _ if item.format == Format::Float => 8,
+                    _ => 0,
+                };
+                let w = bytes.get(at..at + 8)?;
+                return Some(Value::Word(u64::from_le_bytes(w.try_into().ok()?)));
+            }
             let (v, after) = Value::read(item, rest)?;
             rest = after;
             Some(v)
@@ -657,6 +690,33 @@ mod tests {
         assert_eq!(shown("arg1/c", &[b'a' as u64]), "'a'");
         assert_eq!(shown("fparg1", &[3.0f64.to_bits()]), "3.000000");
         assert_eq!(shown("fparg1/f32", &[1.5f32.to_bits() as u64]), "1.500000");
+    }
+
+    #[test]
+    fn register_only_specs_read_their_items_from_the_registers() {
+        let spec: Spec = "arg3/x,arg1".parse().unwrap();
+        assert!(spec.in_registers());
+        assert_eq!(spec.register_bytes(), 48);
+        let regs: Vec<u8> = [10u64, 20, 0x30, 40, 50, 60]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut s = String::new();
+        spec.show(&regs, &mut s, &mut |_, _| false).unwrap();
+        assert_eq!(s, "0x30, 10");
+        let ret: Spec = "retval/f".parse().unwrap();
+        assert!(ret.in_registers());
+        assert_eq!(ret.register_bytes(), 16);
+        let exit: Vec<u8> = [7u64, 2.5f64.to_bits()]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        let mut s = String::new();
+        ret.show(&exit, &mut s, &mut |_, _| false).unwrap();
+        assert_eq!(s, "2.500000");
+        for packed in ["arg1/s", "arg7", "fparg1", "retval/s", "arg1,arg2/s"] {
+            assert!(!packed.parse::<Spec>().unwrap().in_registers(), "{packed}");
+        }
     }
 
     #[test]

@@ -309,6 +309,8 @@ pub enum Ev<'a> {
         ts: u64,
         /// Depth of the frame (0 = outermost).
         depth: usize,
+        /// Its arguments as replay shows them (`record -A`), or "".
+        args: &'a str,
     },
     /// A frame closed.
     End {
@@ -322,6 +324,8 @@ pub enum Ev<'a> {
         depth: usize,
         /// Why.
         how: EndKind,
+        /// Its return value as replay shows it (`record -R`), or "".
+        retval: &'a str,
     },
     /// Anything else: lost events, waits, tracepoints, allocations.
     Instant {
@@ -349,8 +353,16 @@ pub fn walk(
     progress: &mut Progress,
     mut f: impl FnMut(Ev<'_>) -> io::Result<()>,
 ) -> io::Result<Vec<String>> {
+    let mut values = PendingValues::default();
     walk_stacks(trace, progress, |tid, step| match step {
-        Step::Stack(se) => f(convert(trace, tid, se)),
+        Step::Values(e) => {
+            values.set(trace, &e);
+            Ok(())
+        }
+        Step::Stack(se) => {
+            let taken = values.take_for(&se);
+            f(convert(trace, tid, se, taken.as_deref().unwrap_or("")))
+        }
         Step::Other(e, depth) => f(Ev::Instant {
             tid,
             ts: e.ts_ns,
@@ -363,6 +375,35 @@ pub fn walk(
     })
 }
 
+/// The shown values of the function event [`walk_stacks`] is at ([`Step::Values`]), until the stack
+/// event it makes takes them.
+#[derive(Default)]
+pub(crate) struct PendingValues(Option<(u32, EventKind, Box<str>)>);
+
+impl PendingValues {
+    /// Keeps the values of `e` as replay shows them.
+    pub(crate) fn set(&mut self, trace: &Trace, e: &EventRef<'_>) {
+        self.0 = crate::replay::shown_values(trace, e).map(|v| (e.id, e.kind, v));
+    }
+
+    /// The values for `se`: an entry's arguments for the frame it opens, an exit's return value for
+    /// the frame it closes by returning.
+    pub(crate) fn take_for(&mut self, se: &StackEvent) -> Option<Box<str>> {
+        match (&self.0, se) {
+            (Some((id, EventKind::Entry, _)), StackEvent::Enter { id: of, .. })
+            | (
+                Some((id, EventKind::Exit, _)),
+                StackEvent::Leave {
+                    frame: crate::callstack::Frame { id: of, .. },
+                    how: EndKind::Return,
+                    ..
+                },
+            ) if id == of => self.0.take().map(|v| v.2),
+            _ => None,
+        }
+    }
+}
+
 /// What `walk_stacks` puts in the second field of a Free event (unused by the format: 0) when the
 /// trace never saw its block allocated (allocated before recording started): exporters mark such a
 /// free ([`instant`]: `free (allocated before recording)`, argument `allocated_before_recording`),
@@ -371,6 +412,9 @@ pub const FREE_OF_UNSEEN_BLOCK: u64 = 1;
 
 /// One step of [`walk_stacks`] on a thread.
 pub(crate) enum Step<'a> {
+    /// A function's entry or exit that carries values (`record -A`, `-R`), just before the stack
+    /// events it makes.
+    Values(EventRef<'a>),
     /// The thread's call stack opened or closed a frame (times in TSC ticks).
     Stack(StackEvent),
     /// An event that is not a function's entry or exit, and the depth of its thread's stack.
@@ -447,6 +491,9 @@ pub(crate) fn walk_stacks(
         let st = &mut stacks[at].1;
         // The stack's events go straight to `f` (not through a buffer: a push and a pop per event);
         // after an error of `f` the rest of this event's are dropped and the walk stops.
+        if !e.payload.is_empty() && e.kind.is_function() {
+            f(tid, Step::Values(e))?;
+        }
         let mut written = Ok(());
         let mut emit = |se| {
             if written.is_ok() {
@@ -482,8 +529,9 @@ pub(crate) fn walk_stacks(
     Ok(errors)
 }
 
-/// A stack event (in TSC ticks) as an exporter's event (in nanoseconds).
-fn convert(trace: &Trace, tid: u32, se: StackEvent) -> Ev<'static> {
+/// A stack event (in TSC ticks) as an exporter's event (in nanoseconds), with the shown `values`
+/// of its entry or exit.
+fn convert<'v>(trace: &Trace, tid: u32, se: StackEvent, values: &'v str) -> Ev<'v> {
     match se {
         StackEvent::Enter {
             id, time, depth, ..
@@ -492,6 +540,7 @@ fn convert(trace: &Trace, tid: u32, se: StackEvent) -> Ev<'static> {
             id,
             ts: trace.tsc_to_ns(time),
             depth,
+            args: values,
         },
         StackEvent::Leave {
             frame,
@@ -504,6 +553,7 @@ fn convert(trace: &Trace, tid: u32, se: StackEvent) -> Ev<'static> {
             ts: trace.tsc_to_ns(end),
             depth,
             how,
+            retval: values,
         },
         // Never produced after a pre-scan; an instant with no payload keeps the stream valid.
         StackEvent::OrphanExit { id, time } => Ev::Instant {

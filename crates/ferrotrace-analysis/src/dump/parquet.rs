@@ -317,6 +317,8 @@ struct Live {
 struct ThreadCalls {
     /// Call ids of the open frames, outermost first.
     ids: Vec<u64>,
+    /// Parallel to `ids`: each open frame's arguments as replay shows them (`record -A`).
+    args: Vec<Option<Box<str>>>,
     /// By function slot: frames of that function open on this thread (recursion).
     active: Vec<u32>,
     /// The thread's key in the `thread_name` dictionary.
@@ -619,6 +621,8 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
             ("outermost", Bool, false),
             ("entered", Bool, false),
             ("end", Dict, false),
+            ("args", Str, true),
+            ("retval", Str, true),
         ],
         &[&run, &thread_names, &functions_values, &modules, &ends],
     )?;
@@ -684,89 +688,98 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
     }
     let keys_of = |id: u32| keys.get(id as usize).copied().flatten();
 
-    let mut emit =
-        |calls: &mut Table, tc: &mut ThreadCalls, tid: u32, se: StackEvent| -> io::Result<()> {
-            match se {
-                StackEvent::Enter { id, .. } => {
-                    tc.ids.push(next_call);
-                    next_call += 1;
-                    let rep = match keys_of(id) {
-                        Some(k) => k.rep,
-                        None => rep_slot(id),
-                    };
-                    if let Some(s) = rep {
-                        let s = s as usize;
-                        if tc.active.len() <= s {
-                            tc.active.resize(s + 1, 0);
-                        }
-                        tc.active[s] += 1;
+    let mut emit = |calls: &mut Table,
+                    tc: &mut ThreadCalls,
+                    tid: u32,
+                    se: StackEvent,
+                    shown: Option<Box<str>>|
+     -> io::Result<()> {
+        match se {
+            StackEvent::Enter { id, .. } => {
+                tc.args.push(shown);
+                tc.ids.push(next_call);
+                next_call += 1;
+                let rep = match keys_of(id) {
+                    Some(k) => k.rep,
+                    None => rep_slot(id),
+                };
+                if let Some(s) = rep {
+                    let s = s as usize;
+                    if tc.active.len() <= s {
+                        tc.active.resize(s + 1, 0);
                     }
+                    tc.active[s] += 1;
                 }
-                StackEvent::Leave {
-                    frame,
-                    end,
-                    depth,
-                    how,
-                } => {
-                    let call = tc.ids.pop().unwrap_or_default();
-                    let known = keys_of(frame.id);
-                    let rep = match known {
-                        Some(k) => k.rep,
-                        None => rep_slot(frame.id),
-                    };
-                    let outermost = match rep {
-                        Some(s) => {
-                            let a = &mut tc.active[s as usize];
-                            *a = a.saturating_sub(1);
-                            *a == 0
-                        }
-                        None => true,
-                    };
-                    let dur = end.saturating_sub(frame.start);
-                    let self_t = frame.self_time(end);
-                    let fslot = match known
-                        .map(|k| k.slot)
-                        .or_else(|| slot.get(&frame.id).copied())
-                    {
-                        Some(s) => s,
-                        None => match extra.get(&frame.id) {
-                            Some(&s) => s,
-                            None => {
-                                // The dictionary grows by this name before a row uses it (rare).
-                                function_names.push(format!("fn#{}", frame.id));
-                                let s = function_names.len() as u32 - 1;
-                                extra.insert(frame.id, s);
-                                if let Col::Dict(_, v) = &mut calls.cols[FUNCTION_COLUMN] {
-                                    *v = values(&function_names);
-                                }
-                                s
-                            }
-                        },
-                    };
-                    calls.row(&[
-                        V::Key(0),
-                        V::U64(call),
-                        tc.ids.last().map_or(V::Null, |&p| V::U64(p)),
-                        V::U32(tid),
-                        V::Key(tc.name_key),
-                        V::U32(frame.id),
-                        V::Key(fslot),
-                        V::Key(known.map_or_else(|| module_of(frame.id), |k| k.module)),
-                        V::I64(rel(trace.tsc_to_ns(frame.start))),
-                        V::I64(trace.ticks_to_ns(dur) as i64),
-                        V::I64(trace.ticks_to_ns(self_t) as i64),
-                        V::I64(dur as i64),
-                        V::I64(self_t as i64),
-                        V::U32(depth as u32),
-                        V::Bool(outermost),
-                        V::Bool(frame.entered),
-                        V::Key(end_kind(how)),
-                    ])?;
-                }
-                StackEvent::OrphanExit { .. } => {}
             }
-            Ok(())
-        };
+            StackEvent::Leave {
+                frame,
+                end,
+                depth,
+                how,
+            } => {
+                let call = tc.ids.pop().unwrap_or_default();
+                let args = tc.args.pop().flatten();
+                let known = keys_of(frame.id);
+                let rep = match known {
+                    Some(k) => k.rep,
+                    None => rep_slot(frame.id),
+                };
+                let outermost = match rep {
+                    Some(s) => {
+                        let a = &mut tc.active[s as usize];
+                        *a = a.saturating_sub(1);
+                        *a == 0
+                    }
+                    None => true,
+                };
+                let dur = end.saturating_sub(frame.start);
+                let self_t = frame.self_time(end);
+                let fslot = match known
+                    .map(|k| k.slot)
+                    .or_else(|| slot.get(&frame.id).copied())
+                {
+                    Some(s) => s,
+                    None => match extra.get(&frame.id) {
+                        Some(&s) => s,
+                        None => {
+                            // The dictionary grows by this name before a row uses it (rare).
+                            function_names.push(format!("fn#{}", frame.id));
+                            let s = function_names.len() as u32 - 1;
+                            extra.insert(frame.id, s);
+                            if let Col::Dict(_, v) = &mut calls.cols[FUNCTION_COLUMN] {
+                                *v = values(&function_names);
+                            }
+                            s
+                        }
+                    },
+                };
+                calls.row(&[
+                    V::Key(0),
+                    V::U64(call),
+                    tc.ids.last().map_or(V::Null, |&p| V::U64(p)),
+                    V::U32(tid),
+                    V::Key(tc.name_key),
+                    V::U32(frame.id),
+                    V::Key(fslot),
+                    V::Key(known.map_or_else(|| module_of(frame.id), |k| k.module)),
+                    V::I64(rel(trace.tsc_to_ns(frame.start))),
+                    V::I64(trace.ticks_to_ns(dur) as i64),
+                    V::I64(trace.ticks_to_ns(self_t) as i64),
+                    V::I64(dur as i64),
+                    V::I64(self_t as i64),
+                    V::U32(depth as u32),
+                    V::Bool(outermost),
+                    V::Bool(frame.entered),
+                    V::Key(end_kind(how)),
+                    args.as_deref().map_or(V::Null, V::Str),
+                    shown.as_deref().map_or(V::Null, V::Str),
+                ])?;
+            }
+            StackEvent::OrphanExit { .. } => {}
+        }
+        Ok(())
+    };
+    let mut pending_values = super::PendingValues::default();
     let errors = walk_stacks(trace, progress, |tid, step| {
         let e = match step {
             Step::Stack(se) => {
@@ -776,6 +789,7 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
                         let i = *index.entry(tid).or_insert_with(|| {
                             per.push(ThreadCalls {
                                 ids: Vec::new(),
+                                args: Vec::new(),
                                 active: Vec::new(),
                                 name_key: thread_slot.get(&tid).copied().unwrap_or(0),
                             });
@@ -785,9 +799,14 @@ fn write_tables(trace: &Trace, dir: &Path, progress: &mut Progress) -> io::Resul
                         i
                     }
                 };
-                return emit(&mut calls, &mut per[at], tid, se);
+                let taken = pending_values.take_for(&se);
+                return emit(&mut calls, &mut per[at], tid, se, taken);
             }
             Step::Other(e, _) => e,
+            Step::Values(e) => {
+                pending_values.set(trace, &e);
+                return Ok(());
+            }
         };
         let time = rel(e.ts_ns);
         match e.kind {

@@ -499,7 +499,7 @@ impl Encoder<'_, '_> {
         for i in 0..self.seqs.len() {
             for d in 0..self.seqs[i].open.len() {
                 let id = self.seqs[i].open[d];
-                self.slice(sink, i, t, Some(id))?;
+                self.slice(sink, i, t, Some(id), "")?;
             }
         }
         Ok(())
@@ -509,7 +509,7 @@ impl Encoder<'_, '_> {
     fn close(&mut self, sink: &mut Sink<'_>, t: u64) -> io::Result<()> {
         for i in 0..self.seqs.len() {
             for _ in 0..self.seqs[i].open.len() {
-                self.slice(sink, i, t, None)?;
+                self.slice(sink, i, t, None, "")?;
             }
         }
         Ok(())
@@ -529,7 +529,9 @@ impl Encoder<'_, '_> {
     }
 
     /// A slice begin (`Some(function)`) or end (`None`) on sequence `i` at `ts`, encoded straight
-    /// into the batch (the hot path: one packet per function entry and exit).
+    /// into the batch (the hot path: one packet per function entry and exit). `values` ("" for none)
+    /// are its arguments (a begin) or return value (an end), as replay shows them: a debug
+    /// annotation `args` or `retval`, which the trace processor adds to the slice's arguments.
     #[inline]
     fn slice(
         &mut self,
@@ -537,6 +539,7 @@ impl Encoder<'_, '_> {
         i: usize,
         ts: u64,
         begin: Option<u32>,
+        values: &str,
     ) -> io::Result<()> {
         let seq = &mut self.seqs[i];
         // The incremental clock cannot go backwards: a (rare) earlier timestamp is clamped.
@@ -558,18 +561,33 @@ impl Encoder<'_, '_> {
                     })
                 });
             }
-            // TrackEvent (11): type (9) and, for a begin, name_iid (10); under 128 bytes.
-            b.push(11 << 3 | 2);
-            let at = b.len();
-            b.push(0);
-            match begin {
-                Some(id) => {
-                    fv(b, 9, 1);
-                    fv(b, 10, id as u64 + 1);
+            // TrackEvent (11): type (9) and, for a begin, name_iid (10); under 128 bytes but for
+            // its values' debug annotation (4: name 10, string_value 6).
+            let track_event = |t: &mut Vec<u8>| {
+                match begin {
+                    Some(id) => {
+                        fv(t, 9, 1);
+                        fv(t, 10, id as u64 + 1);
+                    }
+                    None => fv(t, 9, 2),
                 }
-                None => fv(b, 9, 2),
+                if !values.is_empty() {
+                    msg(t, 4, |a| {
+                        let name: &[u8] = if begin.is_some() { b"args" } else { b"retval" };
+                        fbytes(a, 10, name);
+                        fbytes(a, 6, values.as_bytes());
+                    });
+                }
+            };
+            if values.is_empty() {
+                b.push(11 << 3 | 2);
+                let at = b.len();
+                b.push(0);
+                track_event(b);
+                b[at] = (b.len() - at - 1) as u8;
+            } else {
+                msg(b, 11, track_event);
             }
-            b[at] = (b.len() - at - 1) as u8;
         })
     }
 
@@ -775,23 +793,25 @@ impl Encoder<'_, '_> {
         }
         self.in_piece += shown as u64;
         match ev {
-            Ev::Begin { id, depth, .. } => {
+            Ev::Begin {
+                id, depth, args, ..
+            } => {
                 let seq = &mut self.seqs[i];
                 let before = seq.open.len() as u64;
                 seq.open.truncate(depth);
                 seq.open.push(id);
                 self.open_frames = self.open_frames + seq.open.len() as u64 - before;
                 if shown {
-                    self.slice(sink, i, ts, Some(id))?;
+                    self.slice(sink, i, ts, Some(id), args)?;
                 }
             }
-            Ev::End { depth, .. } => {
+            Ev::End { depth, retval, .. } => {
                 let seq = &mut self.seqs[i];
                 let before = seq.open.len() as u64;
                 seq.open.truncate(depth);
                 self.open_frames = self.open_frames + seq.open.len() as u64 - before;
                 if shown {
-                    self.slice(sink, i, ts, None)?;
+                    self.slice(sink, i, ts, None, retval)?;
                 }
             }
             Ev::Instant {
@@ -1081,6 +1101,7 @@ pub fn write_samples(
                             ts,
                             depth: open.len(),
                             how: EndKind::Return,
+                            retval: "",
                         })?;
                     }
                     Ok::<(), std::io::Error>(())
@@ -1098,6 +1119,7 @@ pub fn write_samples(
                         id: f,
                         ts: start,
                         depth: open.len(),
+                        args: "",
                     })?;
                     open.push(f);
                 }

@@ -142,7 +142,12 @@ fn call(trace: &Trace, name: &str, n: u64) -> io::Result<Option<(u64, u64)>> {
     let mut progress = Progress::with_enabled("dump", trace.event_count(), false);
     let done = walk(trace, &mut progress, |ev| {
         match (ev, found) {
-            (Ev::Begin { tid, id, ts, depth }, None) if ids.contains(&id) => {
+            (
+                Ev::Begin {
+                    tid, id, ts, depth, ..
+                },
+                None,
+            ) if ids.contains(&id) => {
                 seen += 1;
                 if seen == n {
                     found = Some((tid, depth, ts));

@@ -1,6 +1,6 @@
 """Decodes a Perfetto trace with Perfetto's own protos (the `perfetto` package from PyPI) and prints,
-one JSON object per line, what a viewer shows: slices (begin/end), instants with their debug
-annotations, counter values and callstack samples, each with its absolute timestamp and thread.
+one JSON object per line, what a viewer shows: slices (begin/end, with the debug annotations a
+slice's arguments come from), instants with their debug annotations, counter values and callstack samples, each with its absolute timestamp and thread.
 
 Usage: python3 decode.py TRACE.pftrace
 Timestamps follow the sequence's clocks as trace_processor does: a ClockSnapshot sets the
@@ -64,16 +64,20 @@ def main(path):
             e = p.track_event
             track = e.track_uuid if e.HasField("track_uuid") else default_track.get(seq)
             out = {"ts": ts, "tid": track_tid.get(track)}
+            args = {}
+            for a in e.debug_annotations:
+                for v in ("bool_value", "uint_value", "int_value", "double_value", "string_value"):
+                    if a.HasField(v):
+                        args[a.name] = getattr(a, v)
             if e.type == 1:
                 out.update(kind="begin", name=st["names"].get(e.name_iid, e.name))
+                if args:
+                    out.update(args=args)
             elif e.type == 2:
                 out.update(kind="end")
+                if args:
+                    out.update(args=args)
             elif e.type == 3:
-                args = {}
-                for a in e.debug_annotations:
-                    for v in ("bool_value", "uint_value", "int_value", "double_value", "string_value"):
-                        if a.HasField(v):
-                            args[a.name] = getattr(a, v)
                 out.update(kind="instant", name=e.name, args=args)
             elif e.type == 4:
                 out.update(kind="counter", value=e.counter_value, counter=track in counters)

@@ -90,8 +90,8 @@ pub struct Targets {
     /// The XRay trampolines: entry, exit, tail.
     pub xray: [u64; 3],
     /// The XRay trampolines of functions whose values are recorded (`-A`, `-R`): entry with its
-    /// arguments, exit with its return value.
-    pub xray_values: [u64; 2],
+    /// arguments, exit with its return value, and the same two for values recorded as registers.
+    pub xray_values: [u64; 4],
     /// The mcount hook (patchable NOPs after a prologue).
     pub mcount: u64,
     /// The fentry hook (patchable NOPs at a function's start).
@@ -108,6 +108,8 @@ enum Stub {
     Fentry,
     XrayEntryArgs,
     XrayExitRetval,
+    XrayEntryRegisters,
+    XrayExitRegisters,
 }
 
 impl Stub {
@@ -119,9 +121,9 @@ impl Stub {
 
 impl Targets {
     /// The targets of a stub page's stubs, in [`Stub`] order.
-    fn in_stub_order(&self) -> [u64; 7] {
+    fn in_stub_order(&self) -> [u64; 9] {
         let [entry, exit, tail] = self.xray;
-        let [entry_args, exit_retval] = self.xray_values;
+        let [entry_args, exit_retval, entry_registers, exit_registers] = self.xray_values;
         [
             entry,
             exit,
@@ -130,6 +132,8 @@ impl Targets {
             self.fentry,
             entry_args,
             exit_retval,
+            entry_registers,
+            exit_registers,
         ]
     }
 }
@@ -446,8 +450,10 @@ unsafe fn patch_sled(
     stub: u64,
 ) -> Option<[u8; 2]> {
     let target = match kind {
+        SledKind::Entry if f.values.args.in_registers() => Stub::XrayEntryRegisters,
         SledKind::Entry if !f.values.args.is_empty() => Stub::XrayEntryArgs,
         SledKind::Entry => Stub::XrayEntry,
+        SledKind::Exit if f.values.retval.in_registers() => Stub::XrayExitRegisters,
         SledKind::Exit if !f.values.retval.is_empty() => Stub::XrayExitRetval,
         SledKind::Exit => Stub::XrayExit,
         SledKind::Tail => Stub::XrayTail,

@@ -1,11 +1,15 @@
 //! Arguments and return values (`record -A`, `-R`): what the XRay and mcount recorders' hooks call,
 //! with the registers they saved, for the functions whose values are recorded.
 //!
-//! Only those functions come here, so the others keep their one-store fast path: their XRay sleds
-//! are patched to the value trampolines (`crate::arch::xray`), and the record word of their mcount
-//! and fentry call sites and entry trampolines carries [`ARGS_AT_ENTRY`] or [`RETVAL_AT_EXIT`], which
-//! the hooks test (`crate::arch::mcount`) and which stay in the shadow frame for the exit. Here the
-//! values are read out of the saved registers (and, for `argN` past the sixth, the caller's stack),
+//! Only those functions leave the one-store fast path: their XRay sleds are patched to the value
+//! trampolines (`crate::arch::xray`), and the record word of their mcount and fentry call sites and
+//! entry trampolines carries the flags below, which the hooks test (`crate::arch::mcount`) and which
+//! stay in the shadow frame for the exit. Values recorded as registers
+//! (`ferrotrace_core::argspec::Spec::in_registers`: integer arguments in registers, a return value
+//! that is not a string) are stored by the hooks themselves, the registers after the record, with no
+//! call ([`ARGS_IN_REGISTERS`], [`RETVAL_IN_REGISTERS`]); the others come here ([`ARGS_AT_ENTRY`],
+//! [`RETVAL_AT_EXIT`]), as do the register ones when the chunk is full. Here the values are read out
+//! of the saved registers (and, for `argN` past the sixth, the caller's stack),
 //! strings through `process_vm_readv`, which fails where a pointer is bad instead of faulting, and
 //! written after the Entry or Exit record as its payload (`ferrotrace_core::argspec` says how), in
 //! the thread's chunk or through the slow path.
@@ -21,27 +25,29 @@ use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::buffers::hot::Hot;
 
-/// A record-word flag of the hooks' site table and shadow frames: record this function's arguments.
-/// In the payload-slot bits, which a site's word never uses otherwise; cleared before any record is
-/// stored.
-pub const ARGS_AT_ENTRY: u64 = 1 << 46;
-/// A record-word flag as [`ARGS_AT_ENTRY`]: record this function's return value.
-pub const RETVAL_AT_EXIT: u64 = 1 << 47;
-/// The bit numbers of the two flags, for the assembly's `bt`.
-pub const ARGS_AT_ENTRY_BIT: u32 = 46;
-/// See [`ARGS_AT_ENTRY_BIT`].
-pub const RETVAL_AT_EXIT_BIT: u32 = 47;
+/// Bit of a record-word flag of the hooks' site table and shadow frames: store this function's
+/// integer argument registers after its Entry record. In the payload-slot bits, which a site's word
+/// never uses otherwise; cleared before any record is stored.
+pub const ARGS_IN_REGISTERS: u32 = 44;
+/// Bit of a flag as [`ARGS_IN_REGISTERS`]: store rax and xmm0 after this function's Exit record.
+pub const RETVAL_IN_REGISTERS: u32 = 45;
+/// Bit of a flag as [`ARGS_IN_REGISTERS`]: record this function's arguments here ([`record_entry`]).
+pub const ARGS_AT_ENTRY: u32 = 46;
+/// Bit of a flag as [`ARGS_IN_REGISTERS`]: record this function's return value here
+/// ([`record_exit`]).
+pub const RETVAL_AT_EXIT: u32 = 47;
+/// All four flags: a word with none of them is recorded as any other.
+pub const VALUE_FLAGS: u64 = 0xf << ARGS_IN_REGISTERS;
 
 /// `word` (a site's record word) with the flags `values` calls for.
 pub fn flagged(word: u64, values: &ArgSpecs) -> u64 {
-    let mut w = word;
-    if !values.args.is_empty() {
-        w |= ARGS_AT_ENTRY;
-    }
-    if !values.retval.is_empty() {
-        w |= RETVAL_AT_EXIT;
-    }
-    w
+    let flag = |spec: &Spec, registers: u32, here: u32| match spec.is_empty() {
+        true => 0,
+        false if spec.in_registers() => 1 << registers,
+        false => 1 << here,
+    };
+    word | flag(&values.args, ARGS_IN_REGISTERS, ARGS_AT_ENTRY)
+        | flag(&values.retval, RETVAL_IN_REGISTERS, RETVAL_AT_EXIT)
 }
 
 /// What the hooks saved, laid out for their assembly (offsets from `offset_of!`): the clock read
@@ -146,6 +152,17 @@ fn record(regs: &Registers, word: u64, kind: EventKind) {
 
 /// Writes the values of `spec` into `out` as an event carries them; returns the bytes written.
 fn fill(spec: &Spec, regs: &Registers, out: &mut [u8]) -> usize {
+    if spec.in_registers() {
+        // As the hooks store them: the six integer argument registers, or rax and xmm0.
+        let words: &[u64] = match spec.register_bytes() {
+            48 => &regs.int,
+            _ => &[regs.int[0], regs.float[0]],
+        };
+        for (w, o) in words.iter().zip(out.chunks_exact_mut(8)) {
+            o.copy_from_slice(&w.to_le_bytes());
+        }
+        return words.len() * 8;
+    }
     let mut at = 0;
     for item in spec.items() {
         let word = match item.source {

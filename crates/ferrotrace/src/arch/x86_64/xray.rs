@@ -85,14 +85,23 @@ extern "C" {
     /// Exit trampoline of a function whose return value is recorded (`-R`): as
     /// [`ferrotrace_xray_exit`], through `crate::recorders::args`.
     pub fn ferrotrace_xray_exit_retval();
+    /// Entry trampoline of a function whose arguments are recorded as registers
+    /// (`ferrotrace_core::argspec::Spec::in_registers`): the Entry record and the six integer
+    /// argument registers after it, in the thread's chunk, with no call.
+    pub fn ferrotrace_xray_entry_registers();
+    /// Exit trampoline of a function whose return value is recorded as registers: the Exit record,
+    /// rax and xmm0 after it.
+    pub fn ferrotrace_xray_exit_registers();
 }
 
 /// The trampolines of functions whose values are recorded: `[entry with arguments, exit with return
-/// value]`.
-pub fn value_trampolines() -> [u64; 2] {
+/// value, entry with argument registers, exit with return registers]`.
+pub fn value_trampolines() -> [u64; 4] {
     [
         ferrotrace_xray_entry_args as *const () as u64,
         ferrotrace_xray_exit_retval as *const () as u64,
+        ferrotrace_xray_entry_registers as *const () as u64,
+        ferrotrace_xray_exit_registers as *const () as u64,
     ]
 }
 
@@ -213,6 +222,81 @@ core::arch::global_asm!(
     // record word (r10). Entry: reached by `call` with the arguments live; r11 is dead at a function's
     // entry. The caller's stack arguments start above the function's return address, itself above
     // the trampoline's.
+    // The register trampolines store the registers after the record, in the order every writer
+    // keeps (the payload, the word, the timestamp, the cursor); a full chunk (or none) goes to the
+    // trampolines through recorders::args, which read the registers anew.
+    ".p2align 4",
+    ".globl ferrotrace_xray_entry_registers",
+    ".hidden ferrotrace_xray_entry_registers",
+    ".type ferrotrace_xray_entry_registers,@function",
+    "ferrotrace_xray_entry_registers:",
+    "  push rax",
+    "  push rdx",
+    "  push rcx",
+    "  mov r11, qword ptr [rip + {off}]",
+    rdtsc_asm!(),
+    "  mov rdx, qword ptr fs:[r11 + {h_cursor}]",
+    "  lea rcx, [rdx + 3 * {r_size}]",
+    "  cmp rcx, qword ptr fs:[r11 + {h_end}]",
+    "  jae 2f",
+    "  prefetchw [rdx + 256]",
+    "  mov qword ptr [rdx + {r_size}], rdi",
+    "  mov qword ptr [rdx + {r_size} + 8], rsi",
+    "  mov rcx, qword ptr [rsp + 8]",
+    "  mov qword ptr [rdx + {r_size} + 16], rcx",
+    "  mov rcx, qword ptr [rsp]",
+    "  mov qword ptr [rdx + {r_size} + 24], rcx",
+    "  mov qword ptr [rdx + {r_size} + 32], r8",
+    "  mov qword ptr [rdx + {r_size} + 40], r9",
+    "  bts r10, 40",
+    "  bts r10, 41",
+    "  mov qword ptr [rdx + {r_word}], r10",
+    "  mov qword ptr [rdx + {r_tsc}], rax",
+    "  add rdx, 4 * {r_size}",
+    "  mov qword ptr fs:[r11 + {h_cursor}], rdx",
+    "  pop rcx",
+    "  pop rdx",
+    "  pop rax",
+    "  ret",
+    "2:",
+    "  pop rcx",
+    "  pop rdx",
+    "  pop rax",
+    "  jmp ferrotrace_xray_entry_args",
+    ".size ferrotrace_xray_entry_registers, . - ferrotrace_xray_entry_registers",
+    "",
+    // Exit: rax, rdx, xmm0 and xmm1 live; rcx, rsi, rdi, r8-r11 dead.
+    ".p2align 4",
+    ".globl ferrotrace_xray_exit_registers",
+    ".hidden ferrotrace_xray_exit_registers",
+    ".type ferrotrace_xray_exit_registers,@function",
+    "ferrotrace_xray_exit_registers:",
+    "  mov rcx, rax",
+    "  mov rsi, rdx",
+    "  mov r11, qword ptr [rip + {off}]",
+    rdtsc_asm!(),
+    "  mov rdi, qword ptr fs:[r11 + {h_cursor}]",
+    "  lea r8, [rdi + {r_size}]",
+    "  cmp r8, qword ptr fs:[r11 + {h_end}]",
+    "  jae 2f",
+    "  prefetchw [rdi + 256]",
+    "  mov qword ptr [rdi + {r_size}], rcx",
+    "  movq qword ptr [rdi + {r_size} + 8], xmm0",
+    "  bts r10, 32",
+    "  bts r10, 40",
+    "  mov qword ptr [rdi + {r_word}], r10",
+    "  mov qword ptr [rdi + {r_tsc}], rax",
+    "  add rdi, 2 * {r_size}",
+    "  mov qword ptr fs:[r11 + {h_cursor}], rdi",
+    "  mov rax, rcx",
+    "  mov rdx, rsi",
+    "  ret",
+    "2:",
+    "  mov rax, rcx",
+    "  mov rdx, rsi",
+    "  jmp ferrotrace_xray_exit_retval",
+    ".size ferrotrace_xray_exit_registers, . - ferrotrace_xray_exit_registers",
+    "",
     ".p2align 4",
     ".globl ferrotrace_xray_entry_args",
     ".hidden ferrotrace_xray_entry_args",
