@@ -248,3 +248,41 @@ fn bad_argument_options_are_refused_in_one_line_before_anything_runs() {
         assert!(!trace.exists(), "{value}");
     }
 }
+
+#[test]
+fn registers_are_stored_by_pairs_up_to_the_highest_argument_named() {
+    // add@arg2: one pair (rdi, rsi); seven@arg5,arg6: three pairs; say@arg2: one pair, no string.
+    let dir = scratch("args_pairs");
+    let opts = [
+        "-A",
+        "add@arg2",
+        "-A",
+        "seven@arg5,arg6",
+        "-A",
+        "say@arg2",
+        "-R",
+        "add@retval",
+    ];
+    let want = [
+        "add(-5) = -5;",
+        "say(3);",
+        "say(1);",
+        "seven(5, 6);",
+        "add(0x1e240) = 0x7fff123638b8;",
+    ];
+    for (compiler, flags) in [
+        ("gcc", &["-O1", "-pg"][..]),
+        (
+            "clang-16",
+            &["-O1", "-fxray-instrument", "-fxray-instruction-threshold=1"][..],
+        ),
+    ] {
+        let exe = build_c(&dir, compiler, "args.c", &format!("args_{compiler}"), flags);
+        let (out, trace) = record(&dir, &opts, &exe, &[]);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let got = replay_of(&trace);
+        for w in want {
+            assert!(got.iter().any(|g| g == w), "{compiler}: {w} not in {got:?}");
+        }
+    }
+}

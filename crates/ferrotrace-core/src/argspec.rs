@@ -14,9 +14,10 @@
 //!
 //! What an event carries depends on the spec alone, so that a reader knows it from the spec. A spec
 //! whose items are all integer registers (`argN` with N ≤ 6, no `/s`) or a return value other than a
-//! string is recorded **as registers** ([`Spec::in_registers`]), which the hooks store without knowing
-//! the function's spec: an entry carries the six integer argument registers, rdi, rsi, rdx, rcx, r8,
-//! r9 (48 bytes), an exit rax and the low half of xmm0 (16 bytes), and each item is read from its
+//! string is recorded **as registers** ([`Spec::in_registers`]), which the hooks store without reading
+//! the function's spec: an entry carries the integer argument registers in pairs, rdi and rsi, then rdx
+//! and rcx, then r8 and r9, as many pairs as hold its highest `argN` ([`Spec::register_pairs`]: 16, 32
+//! or 48 bytes), an exit rax and the low half of xmm0 (16 bytes), and each item is read from its
 //! register. Any other spec is recorded **packed**, per item and in the order of the spec
 //! (little-endian): 8 bytes for every item but a string (the register, or stack slot, as it was: a reader cuts it to the item's size),
 //! and for a string a `u16` header and the bytes: the header is the length (at most [`MAX_STRING`]),
@@ -317,12 +318,26 @@ impl Spec {
             })
     }
 
-    /// Bytes of an event's values when they are recorded as registers: the six integer argument
-    /// registers at an entry, rax and xmm0 at an exit.
+    /// The pairs of integer argument registers an entry carries when its values are recorded as
+    /// registers (rdi and rsi; then rdx and rcx; then r8 and r9): as many as hold its highest `argN`,
+    /// 1 to 3; 0 for a spec of return values or one not in registers.
+    pub fn register_pairs(&self) -> u8 {
+        if !self.in_registers() {
+            return 0;
+        }
+        let highest = self.items().iter().map(|i| match i.source {
+            Source::Int(n) => n,
+            _ => 0,
+        });
+        highest.max().unwrap_or(0).div_ceil(2)
+    }
+
+    /// Bytes of an event's values when they are recorded as registers: the register pairs at an
+    /// entry ([`Spec::register_pairs`]), rax and xmm0 at an exit.
     pub fn register_bytes(&self) -> usize {
         match self.items().first().map(|i| i.source) {
             Some(Source::Return) => 16,
-            _ => 48,
+            _ => 16 * self.register_pairs() as usize,
         }
     }
 
@@ -696,8 +711,10 @@ mod tests {
     fn register_only_specs_read_their_items_from_the_registers() {
         let spec: Spec = "arg3/x,arg1".parse().unwrap();
         assert!(spec.in_registers());
-        assert_eq!(spec.register_bytes(), 48);
-        let regs: Vec<u8> = [10u64, 20, 0x30, 40, 50, 60]
+        assert_eq!((spec.register_pairs(), spec.register_bytes()), (2, 32));
+        assert_eq!("arg1".parse::<Spec>().unwrap().register_pairs(), 1);
+        assert_eq!("arg2,arg6".parse::<Spec>().unwrap().register_pairs(), 3);
+        let regs: Vec<u8> = [10u64, 20, 0x30, 40]
             .iter()
             .flat_map(|v| v.to_le_bytes())
             .collect();

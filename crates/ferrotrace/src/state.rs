@@ -50,7 +50,7 @@ pub struct Process {
     /// `patch::sites`: every stub page made, with the targets of its stubs: never unmapped (a thread
     /// may be in a stub), and reused by a later patch that needs the same targets within reach
     /// (attaching again to a process, a rescan) rather than adding a page each time.
-    pub stub_pages: Mutex<Vec<(u64, [u64; 9])>>,
+    pub stub_pages: Mutex<Vec<(u64, [u64; 11])>>,
     /// `patch::text`: serialises every change to code made by the runtime.
     pub text_lock: Mutex<()>,
     /// `recorders::mcount::sites`: every site the hooks' table holds, key to record word. A site found

@@ -90,8 +90,9 @@ pub struct Targets {
     /// The XRay trampolines: entry, exit, tail.
     pub xray: [u64; 3],
     /// The XRay trampolines of functions whose values are recorded (`-A`, `-R`): entry with its
-    /// arguments, exit with its return value, and the same two for values recorded as registers.
-    pub xray_values: [u64; 4],
+    /// arguments, exit with its return value, exit with its return registers, entry with 1, 2 and 3
+    /// pairs of argument registers.
+    pub xray_values: [u64; 6],
     /// The mcount hook (patchable NOPs after a prologue).
     pub mcount: u64,
     /// The fentry hook (patchable NOPs at a function's start).
@@ -108,8 +109,10 @@ enum Stub {
     Fentry,
     XrayEntryArgs,
     XrayExitRetval,
-    XrayEntryRegisters,
     XrayExitRegisters,
+    XrayEntryRegisters1,
+    XrayEntryRegisters2,
+    XrayEntryRegisters3,
 }
 
 impl Stub {
@@ -121,9 +124,9 @@ impl Stub {
 
 impl Targets {
     /// The targets of a stub page's stubs, in [`Stub`] order.
-    fn in_stub_order(&self) -> [u64; 9] {
+    fn in_stub_order(&self) -> [u64; 11] {
         let [entry, exit, tail] = self.xray;
-        let [entry_args, exit_retval, entry_registers, exit_registers] = self.xray_values;
+        let [entry_args, exit_retval, exit_registers, pairs1, pairs2, pairs3] = self.xray_values;
         [
             entry,
             exit,
@@ -132,8 +135,10 @@ impl Targets {
             self.fentry,
             entry_args,
             exit_retval,
-            entry_registers,
             exit_registers,
+            pairs1,
+            pairs2,
+            pairs3,
         ]
     }
 }
@@ -450,7 +455,11 @@ unsafe fn patch_sled(
     stub: u64,
 ) -> Option<[u8; 2]> {
     let target = match kind {
-        SledKind::Entry if f.values.args.in_registers() => Stub::XrayEntryRegisters,
+        SledKind::Entry if f.values.args.in_registers() => match f.values.args.register_pairs() {
+            1 => Stub::XrayEntryRegisters1,
+            2 => Stub::XrayEntryRegisters2,
+            _ => Stub::XrayEntryRegisters3,
+        },
         SledKind::Entry if !f.values.args.is_empty() => Stub::XrayEntryArgs,
         SledKind::Entry => Stub::XrayEntry,
         SledKind::Exit if f.values.retval.in_registers() => Stub::XrayExitRegisters,

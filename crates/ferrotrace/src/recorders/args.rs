@@ -7,7 +7,7 @@
 //! stay in the shadow frame for the exit. Values recorded as registers
 //! (`ferrotrace_core::argspec::Spec::in_registers`: integer arguments in registers, a return value
 //! that is not a string) are stored by the hooks themselves, the registers after the record, with no
-//! call ([`ARGS_IN_REGISTERS`], [`RETVAL_IN_REGISTERS`]); the others come here ([`ARGS_AT_ENTRY`],
+//! call ([`ARG_PAIRS`], [`RETVAL_IN_REGISTERS`]); the others come here ([`ARGS_AT_ENTRY`],
 //! [`RETVAL_AT_EXIT`]), as do the register ones when the chunk is full. Here the values are read out
 //! of the saved registers (and, for `argN` past the sixth, the caller's stack),
 //! strings through `process_vm_readv`, which fails where a pointer is bad instead of faulting, and
@@ -25,29 +25,35 @@ use ferrotrace_core::record::{EventKind, Record, RECORD_SIZE};
 
 use crate::buffers::hot::Hot;
 
-/// Bit of a record-word flag of the hooks' site table and shadow frames: store this function's
-/// integer argument registers after its Entry record. In the payload-slot bits, which a site's word
-/// never uses otherwise; cleared before any record is stored.
-pub const ARGS_IN_REGISTERS: u32 = 44;
-/// Bit of a flag as [`ARGS_IN_REGISTERS`]: store rax and xmm0 after this function's Exit record.
-pub const RETVAL_IN_REGISTERS: u32 = 45;
-/// Bit of a flag as [`ARGS_IN_REGISTERS`]: record this function's arguments here ([`record_entry`]).
+/// Bit of a record-word flag of the hooks' site table and shadow frames: store rax and xmm0 after
+/// this function's Exit record. The flags are in the payload-slot bits, which a site's word never
+/// uses otherwise, and are cleared before any record is stored.
+pub const RETVAL_IN_REGISTERS: u32 = 43;
+/// The low bit of a two-bit field of the flags: store this many pairs of integer argument registers
+/// after this function's Entry record (1 to 3: `Spec::register_pairs`; 0: none).
+pub const ARG_PAIRS: u32 = 44;
+/// Bit of a flag as [`RETVAL_IN_REGISTERS`]: record this function's arguments here
+/// ([`record_entry`]).
 pub const ARGS_AT_ENTRY: u32 = 46;
-/// Bit of a flag as [`ARGS_IN_REGISTERS`]: record this function's return value here
+/// Bit of a flag as [`RETVAL_IN_REGISTERS`]: record this function's return value here
 /// ([`record_exit`]).
 pub const RETVAL_AT_EXIT: u32 = 47;
-/// All four flags: a word with none of them is recorded as any other.
-pub const VALUE_FLAGS: u64 = 0xf << ARGS_IN_REGISTERS;
+/// All the flags: a word with none of them is recorded as any other.
+pub const VALUE_FLAGS: u64 = 0x1f << RETVAL_IN_REGISTERS;
 
 /// `word` (a site's record word) with the flags `values` calls for.
 pub fn flagged(word: u64, values: &ArgSpecs) -> u64 {
-    let flag = |spec: &Spec, registers: u32, here: u32| match spec.is_empty() {
-        true => 0,
-        false if spec.in_registers() => 1 << registers,
-        false => 1 << here,
+    let args = match values.args.register_pairs() {
+        0 if values.args.is_empty() => 0,
+        0 => 1 << ARGS_AT_ENTRY,
+        pairs => (pairs as u64) << ARG_PAIRS,
     };
-    word | flag(&values.args, ARGS_IN_REGISTERS, ARGS_AT_ENTRY)
-        | flag(&values.retval, RETVAL_IN_REGISTERS, RETVAL_AT_EXIT)
+    let retval = match (values.retval.is_empty(), values.retval.in_registers()) {
+        (true, _) => 0,
+        (false, true) => 1 << RETVAL_IN_REGISTERS,
+        (false, false) => 1 << RETVAL_AT_EXIT,
+    };
+    word | args | retval
 }
 
 /// What the hooks saved, laid out for their assembly (offsets from `offset_of!`): the clock read
@@ -153,10 +159,11 @@ fn record(regs: &Registers, word: u64, kind: EventKind) {
 /// Writes the values of `spec` into `out` as an event carries them; returns the bytes written.
 fn fill(spec: &Spec, regs: &Registers, out: &mut [u8]) -> usize {
     if spec.in_registers() {
-        // As the hooks store them: the six integer argument registers, or rax and xmm0.
-        let words: &[u64] = match spec.register_bytes() {
-            48 => &regs.int,
-            _ => &[regs.int[0], regs.float[0]],
+        // As the hooks store them: pairs of integer argument registers, or rax and xmm0.
+        let exit = [regs.int[0], regs.float[0]];
+        let words: &[u64] = match spec.register_pairs() {
+            0 => &exit,
+            pairs => &regs.int[..2 * pairs as usize],
         };
         for (w, o) in words.iter().zip(out.chunks_exact_mut(8)) {
             o.copy_from_slice(&w.to_le_bytes());

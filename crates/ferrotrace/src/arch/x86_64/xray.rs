@@ -85,23 +85,29 @@ extern "C" {
     /// Exit trampoline of a function whose return value is recorded (`-R`): as
     /// [`ferrotrace_xray_exit`], through `crate::recorders::args`.
     pub fn ferrotrace_xray_exit_retval();
-    /// Entry trampoline of a function whose arguments are recorded as registers
-    /// (`ferrotrace_core::argspec::Spec::in_registers`): the Entry record and the six integer
-    /// argument registers after it, in the thread's chunk, with no call.
-    pub fn ferrotrace_xray_entry_registers();
+    /// Entry trampolines of a function whose arguments are recorded as registers
+    /// (`ferrotrace_core::argspec::Spec::in_registers`), one per number of register pairs: the Entry
+    /// record and the pairs after it, in the thread's chunk, with no call.
+    pub fn ferrotrace_xray_entry_registers1();
+    /// See [`ferrotrace_xray_entry_registers1`].
+    pub fn ferrotrace_xray_entry_registers2();
+    /// See [`ferrotrace_xray_entry_registers1`].
+    pub fn ferrotrace_xray_entry_registers3();
     /// Exit trampoline of a function whose return value is recorded as registers: the Exit record,
     /// rax and xmm0 after it.
     pub fn ferrotrace_xray_exit_registers();
 }
 
 /// The trampolines of functions whose values are recorded: `[entry with arguments, exit with return
-/// value, entry with argument registers, exit with return registers]`.
-pub fn value_trampolines() -> [u64; 4] {
+/// value, exit with return registers, entry with 1, 2 and 3 pairs of argument registers]`.
+pub fn value_trampolines() -> [u64; 6] {
     [
         ferrotrace_xray_entry_args as *const () as u64,
         ferrotrace_xray_exit_retval as *const () as u64,
-        ferrotrace_xray_entry_registers as *const () as u64,
         ferrotrace_xray_exit_registers as *const () as u64,
+        ferrotrace_xray_entry_registers1 as *const () as u64,
+        ferrotrace_xray_entry_registers2 as *const () as u64,
+        ferrotrace_xray_entry_registers3 as *const () as u64,
     ]
 }
 
@@ -225,34 +231,40 @@ core::arch::global_asm!(
     // The register trampolines store the registers after the record, in the order every writer
     // keeps (the payload, the word, the timestamp, the cursor); a full chunk (or none) goes to the
     // trampolines through recorders::args, which read the registers anew.
+    // One per number of register pairs stored (rdi and rsi; rdx and rcx; r8 and r9).
+    ".macro ferrotrace_entry_registers name, pairs",
     ".p2align 4",
-    ".globl ferrotrace_xray_entry_registers",
-    ".hidden ferrotrace_xray_entry_registers",
-    ".type ferrotrace_xray_entry_registers,@function",
-    "ferrotrace_xray_entry_registers:",
+    ".globl \\name",
+    ".hidden \\name",
+    ".type \\name,@function",
+    "\\name:",
     "  push rax",
     "  push rdx",
     "  push rcx",
     "  mov r11, qword ptr [rip + {off}]",
     rdtsc_asm!(),
     "  mov rdx, qword ptr fs:[r11 + {h_cursor}]",
-    "  lea rcx, [rdx + 3 * {r_size}]",
+    "  lea rcx, [rdx + \\pairs * {r_size}]",
     "  cmp rcx, qword ptr fs:[r11 + {h_end}]",
     "  jae 2f",
     "  prefetchw [rdx + 256]",
     "  mov qword ptr [rdx + {r_size}], rdi",
     "  mov qword ptr [rdx + {r_size} + 8], rsi",
+    "  .if \\pairs >= 2",
     "  mov rcx, qword ptr [rsp + 8]",
     "  mov qword ptr [rdx + {r_size} + 16], rcx",
     "  mov rcx, qword ptr [rsp]",
     "  mov qword ptr [rdx + {r_size} + 24], rcx",
+    "  .endif",
+    "  .if \\pairs >= 3",
     "  mov qword ptr [rdx + {r_size} + 32], r8",
     "  mov qword ptr [rdx + {r_size} + 40], r9",
-    "  bts r10, 40",
-    "  bts r10, 41",
-    "  mov qword ptr [rdx + {r_word}], r10",
+    "  .endif",
+    "  mov rcx, \\pairs << 40",
+    "  or rcx, r10",
+    "  mov qword ptr [rdx + {r_word}], rcx",
     "  mov qword ptr [rdx + {r_tsc}], rax",
-    "  add rdx, 4 * {r_size}",
+    "  add rdx, (\\pairs + 1) * {r_size}",
     "  mov qword ptr fs:[r11 + {h_cursor}], rdx",
     "  pop rcx",
     "  pop rdx",
@@ -263,7 +275,12 @@ core::arch::global_asm!(
     "  pop rdx",
     "  pop rax",
     "  jmp ferrotrace_xray_entry_args",
-    ".size ferrotrace_xray_entry_registers, . - ferrotrace_xray_entry_registers",
+    ".size \\name, . - \\name",
+    ".endm",
+    "ferrotrace_entry_registers ferrotrace_xray_entry_registers1, 1",
+    "ferrotrace_entry_registers ferrotrace_xray_entry_registers2, 2",
+    "ferrotrace_entry_registers ferrotrace_xray_entry_registers3, 3",
+    ".purgem ferrotrace_entry_registers",
     "",
     // Exit: rax, rdx, xmm0 and xmm1 live; rcx, rsi, rdi, r8-r11 dead.
     ".p2align 4",
