@@ -31,7 +31,9 @@
 //! ```
 #![warn(missing_docs)]
 
-pub use ferrotrace_reader::{binary, names, progress, reader, srcline, symbolize, tracepoints};
+pub use ferrotrace_reader::{
+    binary, names, params, progress, reader, srcline, symbolize, tracepoints,
+};
 
 pub mod callstack;
 pub mod cct;

@@ -286,3 +286,51 @@ fn registers_are_stored_by_pairs_up_to_the_highest_argument_named() {
         }
     }
 }
+
+#[test]
+fn auto_args_reads_the_parameters_from_debug_info_as_uftrace_does() {
+    let dir = scratch("args_auto");
+    let exe = build_c(&dir, "gcc", "args.c", "args_g", &["-O1", "-g", "-pg"]);
+    let (out, trace) = record(&dir, &["--auto-args"], &exe, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let ours = replay_of(&trace);
+    for line in [
+        "say(\"hello world\", 3) = 14;",
+        "say(<unreadable 0x10>, 1) = 1;",
+        "half(3.000000) = 1.500000;",
+        "seven(1, 2, 3, 4, 5, 6, 7) = 28;",
+        "pick(1) = \"yes\";",
+        "} = 0; /* main */",
+    ] {
+        assert!(ours.iter().any(|l| l == line), "{line} not in {ours:?}");
+    }
+    let data = dir.join("auto.uftrace");
+    let status = Command::new("uftrace")
+        .args(["record", "--auto-args", "-d"])
+        .arg(&data)
+        .arg(&exe)
+        .current_dir(&dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("uftrace installed (scripts/setup.sh)");
+    assert!(status.success());
+    let theirs: Vec<String> = uftrace_replay(&dir, &data)
+        .into_iter()
+        .map(|l| {
+            l.replace("\"NULL\"", "NULL")
+                .replace("\"<0x10>\"", "<unreadable 0x10>")
+        })
+        .collect();
+    assert_eq!(ours, theirs);
+
+    // A program without debug info: said, and the run goes on.
+    let plain = build_c(&dir, "gcc", "args.c", "args_nog", &["-O1", "-pg"]);
+    let (out, trace) = record(&dir, &["--auto-args"], &plain, &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("--auto-args:"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(replay_of(&trace).iter().any(|l| l == "add();"));
+}

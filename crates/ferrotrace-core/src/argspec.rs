@@ -433,6 +433,77 @@ impl ArgSpecs {
     }
 }
 
+/// What `record --auto-args` records of common C library functions (traced when `-P` patches them):
+/// `(name, arguments, return value)`, in this module's spelling.
+pub const LIBC: &[(&str, &str, &str)] = &[
+    ("open", "arg1/s,arg2/x32", "retval/d32"),
+    ("openat", "arg1/d32,arg2/s,arg3/x32", "retval/d32"),
+    ("close", "arg1/d32", "retval/d32"),
+    ("read", "arg1/d32,arg2/p,arg3/u", "retval"),
+    ("write", "arg1/d32,arg2/p,arg3/u", "retval"),
+    ("lseek", "arg1/d32,arg2,arg3/d32", "retval"),
+    ("stat", "arg1/s,arg2/p", "retval/d32"),
+    ("unlink", "arg1/s", "retval/d32"),
+    ("mkdir", "arg1/s,arg2/o32", "retval/d32"),
+    ("access", "arg1/s,arg2/d32", "retval/d32"),
+    ("fopen", "arg1/s,arg2/s", "retval/p"),
+    ("fclose", "arg1/p", "retval/d32"),
+    ("fread", "arg1/p,arg2/u,arg3/u,arg4/p", "retval/u"),
+    ("fwrite", "arg1/p,arg2/u,arg3/u,arg4/p", "retval/u"),
+    ("fputs", "arg1/s,arg2/p", "retval/d32"),
+    ("puts", "arg1/s", "retval/d32"),
+    ("printf", "arg1/s", "retval/d32"),
+    ("fprintf", "arg1/p,arg2/s", "retval/d32"),
+    ("malloc", "arg1/u", "retval/p"),
+    ("calloc", "arg1/u,arg2/u", "retval/p"),
+    ("realloc", "arg1/p,arg2/u", "retval/p"),
+    ("free", "arg1/p", ""),
+    (
+        "mmap",
+        "arg1/p,arg2/u,arg3/x32,arg4/x32,arg5/d32,arg6",
+        "retval/p",
+    ),
+    ("munmap", "arg1/p,arg2/u", "retval/d32"),
+    ("strlen", "arg1/s", "retval/u"),
+    ("strcmp", "arg1/s,arg2/s", "retval/d32"),
+    ("strncmp", "arg1/s,arg2/s,arg3/u", "retval/d32"),
+    ("strcpy", "arg1/p,arg2/s", "retval/p"),
+    ("strdup", "arg1/s", "retval/s"),
+    ("strchr", "arg1/s,arg2/c", "retval/p"),
+    ("strstr", "arg1/s,arg2/s", "retval/p"),
+    ("memcpy", "arg1/p,arg2/p,arg3/u", "retval/p"),
+    ("memmove", "arg1/p,arg2/p,arg3/u", "retval/p"),
+    ("memset", "arg1/p,arg2/d32,arg3/u", "retval/p"),
+    ("memcmp", "arg1/p,arg2/p,arg3/u", "retval/d32"),
+    ("atoi", "arg1/s", "retval/d32"),
+    ("strtol", "arg1/s,arg2/p,arg3/d32", "retval"),
+    ("getenv", "arg1/s", "retval/s"),
+    ("setenv", "arg1/s,arg2/s,arg3/d32", "retval/d32"),
+    ("exit", "arg1/d32", ""),
+    ("fork", "", "retval/d32"),
+    ("execve", "arg1/s,arg2/p,arg3/p", "retval/d32"),
+    ("waitpid", "arg1/d32,arg2/p,arg3/d32", "retval/d32"),
+    ("kill", "arg1/d32,arg2/d32", "retval/d32"),
+    ("socket", "arg1/d32,arg2/d32,arg3/d32", "retval/d32"),
+    ("connect", "arg1/d32,arg2/p,arg3/u32", "retval/d32"),
+    ("bind", "arg1/d32,arg2/p,arg3/u32", "retval/d32"),
+    ("listen", "arg1/d32,arg2/d32", "retval/d32"),
+    ("accept", "arg1/d32,arg2/p,arg3/p", "retval/d32"),
+    ("send", "arg1/d32,arg2/p,arg3/u,arg4/x32", "retval"),
+    ("recv", "arg1/d32,arg2/p,arg3/u,arg4/x32", "retval"),
+    ("dlopen", "arg1/s,arg2/x32", "retval/p"),
+    ("dlsym", "arg1/p,arg2/s", "retval/p"),
+    (
+        "pthread_create",
+        "arg1/p,arg2/p,arg3/p,arg4/p",
+        "retval/d32",
+    ),
+    ("pthread_mutex_lock", "arg1/p", "retval/d32"),
+    ("pthread_mutex_unlock", "arg1/p", "retval/d32"),
+    ("sleep", "arg1/u32", "retval/u32"),
+    ("usleep", "arg1/u32", "retval/d32"),
+];
+
 /// One `-A` or `-R` option: a function pattern (as `-F` takes it) and its items.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ArgOption<'a> {
@@ -705,6 +776,22 @@ mod tests {
         assert_eq!(shown("arg1/c", &[b'a' as u64]), "'a'");
         assert_eq!(shown("fparg1", &[3.0f64.to_bits()]), "3.000000");
         assert_eq!(shown("fparg1/f32", &[1.5f32.to_bits() as u64]), "1.500000");
+    }
+
+    #[test]
+    fn the_c_library_table_parses() {
+        for (name, args, retval) in LIBC {
+            let args: Spec = args.parse().unwrap_or_else(|e| panic!("{name}: {e}"));
+            let retval: Spec = retval.parse().unwrap_or_else(|e| panic!("{name}: {e}"));
+            assert!(
+                args.items().iter().all(|i| i.source != Source::Return),
+                "{name}"
+            );
+            assert!(
+                retval.items().iter().all(|i| i.source == Source::Return),
+                "{name}"
+            );
+        }
     }
 
     #[test]

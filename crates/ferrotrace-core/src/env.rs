@@ -19,6 +19,7 @@
 //! | [`TIME_FILTER`] | `FERROTRACE_TIME_FILTER` | `record` (`-t`) | runtime | leave out calls shorter than this many nanoseconds (their callers stay, and so does every event inside a call that is kept) |
 //! | [`TRIGGER`] | `FERROTRACE_TRIGGER` | `record` (`-T`) | runtime | triggers, `REGEX@ACTIONS` (`crate::trigger`), one per line |
 //! | [`ARGS`] | `FERROTRACE_ARGS` | `record` (`-A`, `-R`) | runtime | arguments and return values to record, `REGEX@ITEMS` (`crate::argspec`), one per line |
+//! | [`ARGS_FD`] | `FERROTRACE_ARGS_FD` | `record` (`--auto-args`) | runtime | a descriptor (a memfd) holding more such lines, too many for the environment; the runtime of the program's own process reads and closes it, and removes the variable |
 //! | [`SHADOW_DEPTH`] | `FERROTRACE_SHADOW_DEPTH` | by hand | runtime | frames of each thread's shadow stack (mcount return hooks), default 16384; deeper calls are not traced and are counted as lost |
 //! | [`ALLOC`] | `FERROTRACE_ALLOC` | `record` (`--alloc`: `1`; removed without it) | runtime | record allocations (the malloc family of `libferrotrace_alloc.so`, which `record` preloads with it, or `ferrotrace::Allocator`) |
 //! | [`ALLOC_SAMPLE`] | `FERROTRACE_ALLOC_SAMPLE` | `record` (`--alloc-sample`) | runtime | sample allocations: one per this many bytes on average (`512K`); unset or 0: every one |
@@ -71,6 +72,10 @@ pub const TIME_FILTER: &str = "FERROTRACE_TIME_FILTER";
 pub const TRIGGER: &str = "FERROTRACE_TRIGGER";
 /// `-A` and `-R` options, one `REGEX@ITEMS` per line (`crate::argspec`).
 pub const ARGS: &str = "FERROTRACE_ARGS";
+/// A descriptor holding more `REGEX@ITEMS` lines (`record --auto-args`).
+pub const ARGS_FD: &str = "FERROTRACE_ARGS_FD";
+/// The name of the memfd behind [`ARGS_FD`]: the runtime reads a descriptor of that name only.
+pub const ARGS_MEMFD_NAME: &str = "ferrotrace-args";
 /// Frames of each thread's shadow stack.
 pub const SHADOW_DEPTH: &str = "FERROTRACE_SHADOW_DEPTH";
 /// Record allocations: `1`.
@@ -290,6 +295,8 @@ mod spec {
         pub trigger: Vec<String>,
         /// [`ARGS`]: `-A` and `-R` options as written.
         pub args: Vec<String>,
+        /// [`ARGS_FD`]: the descriptor holding more of them (`--auto-args`).
+        pub args_fd: Option<i32>,
         /// [`ALLOC`] and its settings: `None` records no allocations.
         pub alloc: Option<AllocSpec>,
         /// [`SAMPLED`]: `record --sample` merges samples into the trace after the program ends.
@@ -347,6 +354,7 @@ mod spec {
                 (PATCH, lines(&self.patch)),
                 (TRIGGER, lines(&self.trigger)),
                 (ARGS, lines(&self.args)),
+                (ARGS_FD, number(self.args_fd.map(i64::from))),
                 (FUNCTIONS, self.no_functions.then(|| FUNCTIONS_NONE.into())),
                 (TRACE, lines(&self.trace)),
                 (MODE, self.mode.map(|m| m.name().into())),
@@ -470,6 +478,7 @@ mod spec {
                 patch: list(PATCH),
                 trigger: list(TRIGGER),
                 args: list(ARGS),
+                args_fd: parsed(ARGS_FD, text(ARGS_FD), "a descriptor number")?,
                 no_functions: text(FUNCTIONS).is_some_and(|v| v == FUNCTIONS_NONE),
                 trace: list(TRACE),
                 mode,
@@ -509,6 +518,7 @@ mod tests {
             ("TIME_FILTER", TIME_FILTER),
             ("TRIGGER", TRIGGER),
             ("ARGS", ARGS),
+            ("ARGS_FD", ARGS_FD),
             ("SHADOW_DEPTH", SHADOW_DEPTH),
             ("ALLOC", ALLOC),
             ("ALLOC_SAMPLE", ALLOC_SAMPLE),
@@ -566,6 +576,7 @@ mod tests {
             time_filter_ns: Some(10_000),
             trigger: vec!["^a@depth=2".into(), "b@0x10@time=1us".into()],
             args: vec!["^open$@arg1/s,arg2".into(), "open@retval".into()],
+            args_fd: Some(9),
             alloc: Some(AllocSpec {
                 sample: Some("512K".into()),
                 stack_depth: Some(17),

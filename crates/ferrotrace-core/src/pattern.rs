@@ -76,6 +76,24 @@ impl NamePattern {
     }
 }
 
+/// The pattern that matches the name `name` exactly and nothing else: `^NAME$` with the regex's
+/// metacharacters escaped (what `record --auto-args` writes for each function with debug info).
+pub fn whole_name(name: &str) -> String {
+    format!("^{}$", regex_lite::escape(name))
+}
+
+/// The name `p` matches exactly, when `p` is what [`whole_name`] writes for it: such patterns are
+/// looked up by name rather than matched one by one.
+pub fn matched_whole_name(p: &str) -> Option<String> {
+    let body = p.strip_prefix('^')?.strip_suffix('$')?;
+    let mut name = String::with_capacity(body.len());
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        name.push(if c == '\\' { chars.next()? } else { c });
+    }
+    (whole_name(&name) == p).then_some(name)
+}
+
 /// What `-F`/`-N` match besides a function's name: `name@0xADDR`, its link-time address in hex as
 /// `nm` shows it (`helper@0x1140`).
 pub fn selector(name: &str, link_addr: u64) -> String {
@@ -85,6 +103,26 @@ pub fn selector(name: &str, link_addr: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whole_name_patterns_match_their_name_alone_and_are_recognized() {
+        for name in [
+            "fib",
+            "fib::fib",
+            "<T as core::fmt::Debug>::fmt",
+            "a.b{{closure}}",
+            "x$y",
+        ] {
+            let p = whole_name(name);
+            assert_eq!(matched_whole_name(&p).as_deref(), Some(name), "{p}");
+            let re = NamePattern::new(&p).unwrap();
+            assert!(re.is_match(name), "{p}");
+            assert!(!re.is_match(&format!("{name}x")), "{p}");
+        }
+        for not in ["^fib", "fib$", "^fi.b$", "^a|b$"] {
+            assert_eq!(matched_whole_name(not), None, "{not}");
+        }
+    }
 
     #[test]
     fn a_pattern_with_an_address_selects_one_function_of_a_name() {

@@ -12,8 +12,16 @@ use crate::LaunchError;
 /// (`ferrotrace_core::shared`) and keeps it open across the program's `exec` (the runtime closes it
 /// on the next one); the caller passes its number ([`ferrotrace_core::env::SHARED_FD`]).
 pub(crate) fn share(cmd: &mut std::process::Command) -> Result<OwnedFd, LaunchError> {
+    inherited_memfd(cmd, ferrotrace_core::shared::MEMFD_NAME)
+}
+
+/// A memfd named `name` that the program started by `cmd` inherits across its `exec`.
+pub(crate) fn inherited_memfd(
+    cmd: &mut std::process::Command,
+    name: &str,
+) -> Result<OwnedFd, LaunchError> {
     use std::os::unix::process::CommandExt;
-    let name = std::ffi::CString::new(ferrotrace_core::shared::MEMFD_NAME).unwrap_or_default();
+    let name = std::ffi::CString::new(name).unwrap_or_default();
     // SAFETY: memfd_create with a valid name; the result is checked and owned below.
     let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {

@@ -47,7 +47,7 @@ impl Program {
 }
 
 /// What [`start`] sets up beside the runtime's settings.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Share the chunk pool with us, so that [`Ended::recover_unwritten`] can salvage after a kill.
     pub share_pool: bool,
@@ -56,6 +56,9 @@ pub struct Options {
     /// Hold the forked child before its `execve` until released (`record --sample`'s sampler opens
     /// its events meanwhile): [`crate::hold`].
     pub hold: Option<crate::hold::HoldFds>,
+    /// More `-A`/`-R` lines than the environment holds (`record --auto-args`: every function with
+    /// debug info), handed to the runtime in a memfd ([`ferrotrace_core::env::ARGS_FD`]).
+    pub more_args: Option<String>,
 }
 
 /// The runtime library to preload: [`ferrotrace_core::env::PRELOAD`], or next to this executable
@@ -210,6 +213,18 @@ pub fn start(
         Some(fd)
     } else {
         None
+    };
+    let _more_args = match &options.more_args {
+        Some(lines) => {
+            let fd = crate::pool::inherited_memfd(&mut cmd, ferrotrace_core::env::ARGS_MEMFD_NAME)?;
+            let written = fd.try_clone().and_then(|f| {
+                std::io::Write::write_all(&mut std::fs::File::from(f), lines.as_bytes())
+            });
+            written.map_err(|_| LaunchError::setup("writing the --auto-args memfd"))?;
+            spec.args_fd = Some(std::os::fd::AsRawFd::as_raw_fd(&fd));
+            Some(fd)
+        }
+        None => None,
     };
     if let Some(fd) = options.live_fd {
         spec.live_fd = Some(fd);

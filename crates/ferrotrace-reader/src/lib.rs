@@ -9,8 +9,9 @@
 //! trace: each thread keeps at most 256 entries of the chunk index in memory, the older ones in an
 //! unnamed temporary file. Beside it: [`symbolize`] (addresses to names: DWARF with inlined frames,
 //! separate debug files, symbol tables, kallsyms), [`srcline`] (file:line from DWARF), [`binary`]
-//! (what a program's file holds without running it), [`names`], [`tracepoints`] (argument decoding)
-//! and [`progress`].
+//! (what a program's file holds without running it), [`params`] (its functions' parameters from
+//! DWARF, for `record --auto-args`), [`names`], [`tracepoints`] (argument decoding) and
+//! [`progress`].
 //!
 //! Who should use it: whatever reads a trace or names an address — the analyses and exporters
 //! (`ferrotrace-analysis`), the host side that salvages and summarizes a recording
@@ -33,6 +34,7 @@
 
 pub mod binary;
 pub mod names;
+pub mod params;
 pub mod progress;
 pub mod reader;
 pub mod srcline;

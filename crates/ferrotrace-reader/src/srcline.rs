@@ -79,7 +79,7 @@ impl<'a> Dwarf<'a> {
 }
 
 /// The DWARF sections of the ELF file in `data` (of build-id `build_id` when both carry one).
-fn load_dwarf<'a>(data: &'a [u8], build_id: &[u8]) -> Option<gimli::Dwarf<Reader<'a>>> {
+pub(crate) fn load_dwarf<'a>(data: &'a [u8], build_id: &[u8]) -> Option<gimli::Dwarf<Reader<'a>>> {
     {
         let obj = object::File::parse(data).ok()?;
         if !build_id.is_empty() {

@@ -91,6 +91,11 @@ pub struct RecordArgs {
     /// (repeatable)
     #[arg(short = 'R', long = "retval", value_name = "REGEX@retval")]
     pub retval: Vec<String>,
+    /// Record the arguments and return values of every function the program's debug info
+    /// describes (parameters passed in registers: integers, pointers, strings, floats), and of common
+    /// C library functions, as uftrace record --auto-args; -A and -R add to it
+    #[arg(long)]
+    pub auto_args: bool,
     /// Bytes per thread chunk (power of two, at least 256)
     #[arg(long, value_name = "SIZE", hide = true)]
     pub chunk_size: Option<String>,
@@ -196,6 +201,33 @@ impl RecordArgs {
     }
 }
 
+/// `--auto-args`: one `-A` and one `-R` line per function of `program` whose debug info describes
+/// values to record ([`ferrotrace_analysis::params`]), and per function of the C library's table
+/// ([`ferrotrace_core::argspec::LIBC`]); says so when the program has no debug info.
+fn auto_args(program: &Path) -> String {
+    use ferrotrace_core::pattern::whole_name;
+    let mut lines = String::new();
+    let mut add = |name: &str, args: &str, retval: &str| {
+        for items in [args, retval].into_iter().filter(|i| !i.is_empty()) {
+            lines.push_str(&format!("{}@{items}\n", whole_name(name)));
+        }
+    };
+    match ferrotrace_analysis::params::auto_args(program) {
+        Ok(found) => {
+            for (name, specs) in &found {
+                add(name, &specs.args.to_string(), &specs.retval.to_string());
+            }
+        }
+        Err(e) => say!(
+            "ferrotrace: --auto-args: {e}: only the C library's functions (with -P) get their values"
+        ),
+    }
+    for (name, args, retval) in ferrotrace_core::argspec::LIBC {
+        add(name, args, retval);
+    }
+    lines
+}
+
 /// The program's end as our exit code, saying once when a signal killed it.
 pub fn exit_code_of(ended: &Ended, program: &Path) -> ExitCode {
     if let Some(sig) = ended.status.signal() {
@@ -236,6 +268,7 @@ pub fn run(args: RecordArgs) -> Result<ExitCode, Error> {
     let start = std::time::SystemTime::now();
     let options = Options {
         share_pool: true,
+        more_args: args.auto_args.then(|| auto_args(&program.path)),
         ..Options::default()
     };
     let sample = args

@@ -3,6 +3,7 @@
 //! `ferrotrace record` sets these variables for the program it runs; they can also be set by hand. Their
 //! names, who sets them and what they mean: [`ferrotrace_core::env`].
 
+use std::collections::HashMap;
 use std::ffi::OsString;
 use std::path::PathBuf;
 
@@ -59,6 +60,10 @@ pub struct Config {
     /// `-A`/`-R`: function patterns and the arguments or return value recorded for the functions
     /// they match (every matching option adds its items: `recorders::args`).
     pub args: Vec<(NamePattern, ArgSpecs)>,
+    /// `-A`/`-R` options whose pattern is a whole name (`ferrotrace_core::pattern::whole_name`, as
+    /// `--auto-args` writes one per function with debug info), by that name: looked up, not matched
+    /// one by one.
+    pub args_by_name: HashMap<String, ArgSpecs>,
     /// `record --sample` merges samples into the trace after the program ends: the Session chunk
     /// says [`ferrotrace_core::schema::source::SAMPLES`] from the start.
     pub sampled: bool,
@@ -146,19 +151,32 @@ fn triggers(written: &[String]) -> Result<Vec<(NamePattern, Actions)>, String> {
         .collect()
 }
 
-fn arg_options(written: &[String]) -> Result<Vec<(NamePattern, ArgSpecs)>, String> {
-    written
-        .iter()
-        .map(|w| {
-            let o = ArgOption::parse(w).map_err(|e| format!("{}: '{w}': {e}", env::ARGS))?;
-            let mut specs = ArgSpecs::default();
-            specs
-                .add(&o)
-                .map_err(|e| format!("{}: '{w}': {e}", env::ARGS))?;
-            let pattern = regexes(env::ARGS, &[o.pattern.to_string()])?.remove(0);
-            Ok((pattern, specs))
-        })
-        .collect()
+/// The `-A`/`-R` options: those whose pattern is a whole name
+/// (`ferrotrace_core::pattern::whole_name`) by name, the others as patterns to match.
+type ArgRules = (Vec<(NamePattern, ArgSpecs)>, HashMap<String, ArgSpecs>);
+
+fn arg_options(written: &[String]) -> Result<ArgRules, String> {
+    let mut patterns = Vec::new();
+    let mut by_name: HashMap<String, ArgSpecs> = HashMap::new();
+    for w in written {
+        let bad = |e: &dyn std::fmt::Display| format!("{}: '{w}': {e}", env::ARGS);
+        let o = ArgOption::parse(w).map_err(|e| bad(&e))?;
+        let mut specs = ArgSpecs::default();
+        specs.add(&o).map_err(|e| bad(&e))?;
+        match ferrotrace_core::pattern::matched_whole_name(o.pattern) {
+            Some(name) => {
+                let e = by_name.entry(name).or_default();
+                // Twelve items per function at most: what is past them is left out.
+                let _ = e.args.merge(&specs.args);
+                let _ = e.retval.merge(&specs.retval);
+            }
+            None => patterns.push((
+                regexes(env::ARGS, &[o.pattern.to_string()])?.remove(0),
+                specs,
+            )),
+        }
+    }
+    Ok((patterns, by_name))
 }
 
 fn regexes(var: &str, patterns: &[String]) -> Result<Vec<NamePattern>, String> {
@@ -178,7 +196,11 @@ impl Config {
     /// Reads the configuration from the environment: the spec `record` wrote
     /// ([`RuntimeSpec::from_env`]), and [`env::SHADOW_DEPTH`], which users set by hand.
     pub fn from_env() -> Result<Config, String> {
-        Config::from_spec(&spec_from_env()?)
+        let mut spec = spec_from_env()?;
+        if let Some(fd) = spec.args_fd.take() {
+            spec.args.extend(take_more_args(fd)?);
+        }
+        Config::from_spec(&spec)
     }
 
     /// Reads the configuration through `lookup` (the variables an attach was given, as
@@ -219,6 +241,7 @@ impl Config {
         )?
         .unwrap_or(DEFAULT_SHADOW_DEPTH);
         let max_depth = depth(env::DEPTH, "a depth", spec.depth.map(|d| d.to_string()))?;
+        let (args, args_by_name) = arg_options(&spec.args)?;
         Ok(Config {
             shadow_depth,
             max_depth,
@@ -238,7 +261,8 @@ impl Config {
             sampled: spec.sampled,
             min_call_ns: spec.time_filter_ns.unwrap_or(0),
             triggers: triggers(&spec.trigger)?,
-            args: arg_options(&spec.args)?,
+            args,
+            args_by_name,
         })
     }
 
@@ -247,10 +271,19 @@ impl Config {
         !self.include.is_empty() || !self.exclude.is_empty() || !self.triggers.is_empty()
     }
 
+    /// True when some `-A`/`-R` option may record values.
+    pub fn records_values(&self) -> bool {
+        !self.args.is_empty() || !self.args_by_name.is_empty()
+    }
+
     /// What the `-A`/`-R` options record of the function named `demangled` at link-time address
     /// `addr`: every option that matches it adds its items.
     pub fn arg_specs(&self, demangled: &str, addr: u64) -> ArgSpecs {
-        let mut specs = ArgSpecs::default();
+        let mut specs = self
+            .args_by_name
+            .get(demangled)
+            .copied()
+            .unwrap_or_default();
         for (re, s) in &self.args {
             if re.matches_function(demangled, addr) {
                 // Twelve items per function at most: what is past them is left out.
@@ -312,11 +345,35 @@ pub fn take_shared_fd() -> Option<i32> {
 /// True when descriptor `fd` of this process is a memfd `record` made for sharing the chunk pool
 /// ([`ferrotrace_core::shared::MEMFD_NAME`]): a number that names anything else is never touched.
 pub fn is_shared_memfd(fd: i32) -> bool {
+    is_memfd_named(fd, ferrotrace_core::shared::MEMFD_NAME)
+}
+
+fn is_memfd_named(fd: i32, name: &str) -> bool {
     std::fs::read_link(format!("/proc/self/fd/{fd}")).is_ok_and(|target| {
         target
             .to_string_lossy()
-            .starts_with(&format!("/memfd:{}", ferrotrace_core::shared::MEMFD_NAME))
+            .starts_with(&format!("/memfd:{name}"))
     })
+}
+
+/// The `-A`/`-R` lines `record --auto-args` handed over in the memfd `fd` ([`env::ARGS_FD`]), read
+/// once: the descriptor is closed and the variable removed, so that the programs this one starts
+/// neither inherit it nor read whatever their descriptor of that number is. A number that names
+/// anything but that memfd is never touched.
+fn take_more_args(fd: i32) -> Result<Vec<String>, String> {
+    use std::io::{Read, Seek};
+    use std::os::fd::FromRawFd;
+    set_env(env::ARGS_FD, None);
+    if !is_memfd_named(fd, env::ARGS_MEMFD_NAME) {
+        return Err(format!("{}: {fd} is not record's descriptor", env::ARGS_FD));
+    }
+    // SAFETY: an open descriptor of the memfd record made for us (checked above), owned from here.
+    let mut file = unsafe { std::fs::File::from_raw_fd(fd) };
+    let mut text = String::new();
+    file.rewind()
+        .and_then(|_| file.read_to_string(&mut text))
+        .map_err(|e| format!("{}: {e}", env::ARGS_FD))?;
+    Ok(text.lines().map(str::to_string).collect())
 }
 
 /// Deepest allocation stack the hooks walk (checked alike by `record`).

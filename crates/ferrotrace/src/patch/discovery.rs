@@ -421,9 +421,9 @@ impl Scope<'_, '_> {
                 return None;
             }
         }
-        let values = match self.config.args.is_empty() {
-            true => ArgSpecs::default(),
-            false => self.config.arg_specs(&display_name(&name), vaddr),
+        let values = match self.config.records_values() {
+            false => ArgSpecs::default(),
+            true => self.config.arg_specs(&display_name(&name), vaddr),
         };
         self.out.functions.push(Function {
             id: *self.next_id,
