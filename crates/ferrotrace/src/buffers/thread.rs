@@ -703,6 +703,8 @@ mod tests {
             subtrees: true,
             min_call_ns: 0,
             triggers: Vec::new(),
+            args: Vec::new(),
+            args_by_name: Default::default(),
             sampled: false,
         });
         // This thread and another one register and hold a chunk each; both lost events (drop mode).
