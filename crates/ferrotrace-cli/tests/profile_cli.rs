@@ -359,12 +359,14 @@ fn stripped_code_is_named_by_the_unwind_region_of_each_function() {
     };
     let (a, b) = (self_of(address_of("spin_a")), self_of(address_of("spin_b")));
     assert!(a > b && b > 10, "spin_a {a}, spin_b {b}");
-    assert!(
-        !report["functions"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .any(|f| f["function"] == "[twospin-s]"),
-        "{report}"
-    );
+    // Code no unwind region covers (the PLT stubs, `_start`) is named for the whole module: a stray
+    // sample may land there (one clean-clone run in three had some), the spinning never does.
+    let whole_module = report["functions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["function"] == "[twospin-s]")
+        .and_then(|f| f["self"].as_u64())
+        .unwrap_or(0);
+    assert!(whole_module <= 3 && whole_module * 50 < b, "{report}");
 }
