@@ -758,8 +758,9 @@ fn uftrace_info_of_the_export_describes_the_run() {
         .unwrap_or_else(|| panic!("{cpu}"));
     let user: f64 = user.parse().unwrap();
     let sys: f64 = sys.parse().unwrap();
-    // fib(25) spins: it ran on the CPU, and never longer than it ran.
-    assert!(user > 0.0 && user + sys <= elapsed * 1.5 + 0.01, "{info}");
+    // fib(25) spins: it ran on the CPU, on at most two threads at once (the program's and the
+    // collector's) while the trace ran, with the start-up before its first event besides.
+    assert!(user > 0.0 && user + sys <= elapsed * 2.0 + 0.05, "{info}");
     assert!(
         field("program version").starts_with("ferrotrace "),
         "{info}"
