@@ -887,11 +887,19 @@ impl App {
                         let n = &tree.nodes[r.node];
                         let note = n.end.map(|e| e.note()).unwrap_or_default();
                         format!(
-                            "{:>12}  {}{}{}{}{}",
+                            "{:>12}  {}{}{}{}{}{}",
                             n.duration_ns.map_or("…".to_string(), replay_duration),
                             "  ".repeat(r.depth),
                             marker(!n.children.is_empty(), t.expanded.contains(&r.node)),
                             self.names.get(n.func),
+                            match (&n.args, &n.retval) {
+                                (None, None) => String::new(),
+                                (a, r) => format!(
+                                    "({}){}",
+                                    a.as_deref().unwrap_or(""),
+                                    r.as_deref().map(|r| format!(" = {r}")).unwrap_or_default()
+                                ),
+                            },
                             if n.entered { "" } else { " (already running)" },
                             if note.is_empty() {
                                 String::new()

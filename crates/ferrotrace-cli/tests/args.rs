@@ -66,7 +66,9 @@ fn replay_of(trace: &Path) -> Vec<String> {
 
 fn uftrace_replay(dir: &Path, data: &Path) -> Vec<String> {
     let out = Command::new("uftrace")
-        .args(["replay", "--no-libcall", "-d"])
+        // Without its schedule events (a pre-emption inside a call on a loaded machine splits the
+        // call's line in two).
+        .args(["replay", "--no-libcall", "--no-event", "-d"])
         .arg(data)
         .current_dir(dir)
         .output()
@@ -137,6 +139,19 @@ fn arguments_and_return_values_match_uftraces_on_a_pg_program_and_uftrace_reads_
     // A filtered replay (the general replayer) shows them the same way.
     let filtered = ok(ft(&["replay", "-F", "say", "-i", trace.to_str().unwrap()]));
     assert_eq!(calls(&filtered), &EXPECTED[4..8]);
+
+    // The call tree `ferrotrace tui` shows holds them on its frames.
+    let t = ferrotrace_analysis::reader::Trace::open(&trace).unwrap();
+    let initial = ferrotrace_analysis::callstack::initial_stacks(&t).unwrap();
+    let tid = *t.threads().keys().next().unwrap();
+    let tree =
+        ferrotrace_analysis::replay::tree::CallTree::of_thread(&t, tid, &initial, 1000).unwrap();
+    let say = tree
+        .nodes
+        .iter()
+        .find(|n| n.args.as_deref() == Some("\"hello world\", 3"))
+        .expect("say's frame with its arguments");
+    assert_eq!(say.retval.as_deref(), Some("0xe"));
 
     // Perfetto: debug annotations on the slices' begins (args) and ends (retval), decoded with
     // Perfetto's own protos.

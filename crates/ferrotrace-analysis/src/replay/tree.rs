@@ -28,6 +28,10 @@ pub struct TreeNode {
     pub entered: bool,
     /// Its callees' frames in time order.
     pub children: Vec<usize>,
+    /// Its arguments as replay shows them (`record -A`).
+    pub args: Option<Box<str>>,
+    /// Its return value as replay shows it (`record -R`).
+    pub retval: Option<Box<str>>,
 }
 
 /// One thread's frames ([`CallTree::of_thread`]).
@@ -87,35 +91,57 @@ impl CallTree {
         // Parallel to the call stack: each open frame's node.
         let mut open: Vec<usize> = Vec::new();
         let start = trace.start_ns();
-        let mut on = |tree: &mut CallTree, se: StackEvent| match se {
-            StackEvent::Enter {
-                id, time, entered, ..
-            } => {
-                let n = tree.nodes.len();
-                let parent = open.last().copied().unwrap_or(ROOT);
-                tree.nodes.push(TreeNode {
-                    func: id,
-                    start_ns: trace.tsc_to_ns(time).saturating_sub(start),
-                    entered,
-                    ..TreeNode::default()
-                });
-                tree.nodes[parent].children.push(n);
-                open.push(n);
-            }
-            StackEvent::Leave {
-                frame, end, how, ..
-            } => {
-                if let Some(n) = open.pop() {
-                    let node = &mut tree.nodes[n];
-                    node.duration_ns = Some(trace.ticks_to_ns(end.saturating_sub(frame.start)));
-                    node.end = Some(how);
+        // The shown values of the event being processed, for the stack event it makes.
+        let mut values = crate::dump::PendingValues::default();
+        let mut on = |tree: &mut CallTree,
+                      se: StackEvent,
+                      values: &mut crate::dump::PendingValues| {
+            let shown = values.take_for(&se);
+            match se {
+                StackEvent::Enter {
+                    id, time, entered, ..
+                } => {
+                    let n = tree.nodes.len();
+                    let parent = open.last().copied().unwrap_or(ROOT);
+                    tree.nodes.push(TreeNode {
+                        func: id,
+                        start_ns: trace.tsc_to_ns(time).saturating_sub(start),
+                        entered,
+                        args: shown,
+                        ..TreeNode::default()
+                    });
+                    tree.nodes[parent].children.push(n);
+                    open.push(n);
                 }
+                StackEvent::Leave {
+                    frame, end, how, ..
+                } => {
+                    if let Some(n) = open.pop() {
+                        let node = &mut tree.nodes[n];
+                        node.duration_ns = Some(trace.ticks_to_ns(end.saturating_sub(frame.start)));
+                        node.end = Some(how);
+                        node.retval = shown;
+                    }
+                }
+                StackEvent::OrphanExit { .. } => {}
             }
-            StackEvent::OrphanExit { .. } => {}
         };
+        let with_values = trace.has_arg_specs();
         let mut events = trace.thread_events(tid)?;
         loop {
-            match events.next_raw() {
+            let next = match with_values {
+                // The values are in the events' payloads: read whole events.
+                true => events.next_ref().map(|e| {
+                    e.map(|e| {
+                        if !e.payload.is_empty() && e.kind.is_function() {
+                            values.set(trace, &e);
+                        }
+                        (e.tsc, e.kind, e.id)
+                    })
+                }),
+                false => events.next_raw(),
+            };
+            match next {
                 None => break,
                 Some(Ok((tsc, kind, id))) => {
                     // An entry past the cap: the frames open now stay open (no duration shown).
@@ -123,7 +149,7 @@ impl CallTree {
                         tree.capped = true;
                         return Ok(tree);
                     }
-                    stack.process(kind, id, tsc, &mut |se| on(&mut tree, se));
+                    stack.process(kind, id, tsc, &mut |se| on(&mut tree, se, &mut values));
                 }
                 Some(Err(e)) => {
                     tree.error = Some(e.to_string());
@@ -131,7 +157,7 @@ impl CallTree {
                 }
             }
         }
-        stack.finish(&mut |se| on(&mut tree, se));
+        stack.finish(&mut |se| on(&mut tree, se, &mut values));
         Ok(tree)
     }
 }
