@@ -204,6 +204,8 @@ fn value_for(action: &str, long: &str) -> &'static str {
         ("record", "depth") => "4",
         ("record", "time-filter") => "1us",
         ("record", "trigger") => "demo::step@depth=2",
+        ("record", "argument") => "demo::step@arg1",
+        ("record", "retval") => "demo::step@retval",
         ("record", "alloc-sample") => "512K",
         ("record", "alloc-stack-depth") => "16",
         ("record", "sample-freq") => "499",
