@@ -105,7 +105,7 @@ impl CallTree {
                     let parent = open.last().copied().unwrap_or(ROOT);
                     tree.nodes.push(TreeNode {
                         func: id,
-                        start_ns: trace.tsc_to_ns(time).saturating_sub(start),
+                        start_ns: time.saturating_sub(start),
                         entered,
                         args: shown,
                         ..TreeNode::default()
@@ -118,7 +118,7 @@ impl CallTree {
                 } => {
                     if let Some(n) = open.pop() {
                         let node = &mut tree.nodes[n];
-                        node.duration_ns = Some(trace.ticks_to_ns(end.saturating_sub(frame.start)));
+                        node.duration_ns = Some(end.saturating_sub(frame.start));
                         node.end = Some(how);
                         node.retval = shown;
                     }
@@ -149,7 +149,11 @@ impl CallTree {
                         tree.capped = true;
                         return Ok(tree);
                     }
-                    stack.process(kind, id, tsc, &mut |se| on(&mut tree, se, &mut values));
+                    // In nanoseconds, as replay's stack: a duration is the difference of the two
+                    // times replay prints, to the nanosecond (ticks converted once would round
+                    // apart from it).
+                    let ns = trace.tsc_to_ns(tsc);
+                    stack.process(kind, id, ns, &mut |se| on(&mut tree, se, &mut values));
                 }
                 Some(Err(e)) => {
                     tree.error = Some(e.to_string());
