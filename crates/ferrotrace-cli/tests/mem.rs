@@ -306,7 +306,7 @@ fn no_functions_records_the_allocations_alone() {
     );
     assert!(!out.status.success());
     assert!(
-        text(&out.stderr).contains("-F, -N, -P, -T, -t and --depth select functions"),
+        text(&out.stderr).contains("-F, -N, -P, -T, -A, -R, -t and --depth"),
         "{}",
         text(&out.stderr)
     );
