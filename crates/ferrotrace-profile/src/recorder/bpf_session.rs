@@ -89,6 +89,8 @@ pub(super) struct BpfSession<'obj> {
     taken_stacks: HashMap<u64, (UserStack, u64)>,
     /// Drains so far.
     drains: u64,
+    /// Tables built (placed, or found to have no rows) in the current recording or period.
+    tables_built: u64,
     /// When the counts were last read.
     last_drain: Instant,
 }
@@ -142,6 +144,7 @@ impl<'obj> BpfSession<'obj> {
             kernel_bytes: 0,
             taken_stacks: HashMap::new(),
             drains: 0,
+            tables_built: 0,
             last_drain: Instant::now(),
         })
     }
@@ -200,6 +203,7 @@ impl<'obj> BpfSession<'obj> {
     /// waiting for it as changed (the next [`SampleSource::sync`] hands them their mappings again).
     fn place(&mut self, built: Built, st: &mut State) {
         let Built { key, path, rows } = built;
+        self.tables_built += 1;
         let placed = match rows {
             Ok(rows) => {
                 let r = self.bpf.add_rows(&rows);
@@ -581,6 +585,32 @@ impl SampleSource for BpfSession<'_> {
         }
         self.last_drain = Instant::now();
         self.drain(st, out, now)
+    }
+
+    /// One drain at the period's end: the counts the programs made since the last drain (the count
+    /// map being written from then on is drained into the next period).
+    fn cut(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError> {
+        self.place_finished(st);
+        self.sync(st);
+        self.last_drain = Instant::now();
+        self.drain(st, out, now)
+    }
+
+    fn new_period(&mut self) {
+        self.leaves.clear();
+        self.user_nodes.clear();
+        self.truncated = 0;
+        self.truncated_by = UnwindStops::default();
+        self.tables_built = 0;
+    }
+
+    fn tables_built(&self) -> Option<u64> {
+        Some(self.tables_built)
     }
 
     fn finish(
