@@ -165,16 +165,17 @@ fn assert_periods_follow_each_other(dir: &Path) {
 }
 
 /// The unwind tables each part's period built, from the profiler's "wrote PART (N samples, M
-/// unwind tables built)" lines, in the periods' order.
+/// unwind tables built[, K freed])" lines, in the periods' order.
 fn tables_built(stderr: &str) -> Vec<u64> {
     stderr
         .lines()
         .filter(|l| l.starts_with("ferrotrace: wrote "))
         .map(|l| {
             let n = l
-                .rsplit_once(", ")
-                .and_then(|(_, t)| t.strip_suffix(" unwind tables built)"))
-                .unwrap_or_else(|| panic!("{l}"));
+                .split_once(" samples, ")
+                .and_then(|(_, t)| t.split_once(" unwind tables built"))
+                .unwrap_or_else(|| panic!("{l}"))
+                .0;
             n.parse().unwrap()
         })
         .collect()

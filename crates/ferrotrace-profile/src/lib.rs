@@ -176,11 +176,21 @@ pub struct ProfileSummary {
     pub kernel_bytes: u64,
     /// eBPF: what the in-kernel unwinder did, in all.
     pub bpf_unwinder: Option<BpfUnwinderWork>,
-    /// eBPF: unwind tables built (one per mapped file) during this recording, or this period of a
-    /// continuous one ([`profile_periods`]: the tables stay from one period to the next).
-    pub tables_built: Option<u64>,
+    /// eBPF: unwind tables built and freed during this recording, or this period of a continuous
+    /// one ([`profile_periods`]: the tables stay from one period to the next).
+    pub unwind_tables: Option<UnwindTables>,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
+}
+
+/// The eBPF backend's unwind tables (one per mapped file) in a recording or a period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindTables {
+    /// Tables built (from a file's `.eh_frame`; a file without one counts too).
+    pub built: u64,
+    /// Tables whose rows were freed to make room, their files mapped by no process followed (one
+    /// mapped again later is built again).
+    pub freed: u64,
 }
 
 /// What the eBPF backend's in-kernel unwinder did in a recording, in all.
@@ -234,14 +244,15 @@ pub trait Periods {
     /// The trace file of the period that begins at `start_realtime_ns` (ns since 1970, UTC: the
     /// trace's Session and first Clock say the same).
     fn trace_for(&mut self, start_realtime_ns: u64) -> PathBuf;
-    /// A period's trace is whole (`period.output`), and the next one is being recorded (unless it
-    /// was the last); false ends the recording (the caller knows why: a part it could not write).
+    /// A period's trace is whole (`period.output`), and the next one has begun (unless it was the
+    /// last, or could not begin); false ends the recording (the caller knows why: a part it could
+    /// not write).
     fn finished(&mut self, period: ProfileSummary) -> bool;
 }
 
 /// The shortest period of [`profile_periods`]: the eBPF backend reads its counts every 250 ms, and
 /// a thread that exited is forgotten a period later, once no sample of its can still come.
-pub const MIN_PERIOD: Duration = Duration::from_secs(1);
+const MIN_PERIOD: Duration = Duration::from_secs(1);
 
 /// Records a running process or every process as [`profile`] does, in one session cut into periods
 /// of `every` (`cfg.output` is not used: `periods` names each period's trace), until the process

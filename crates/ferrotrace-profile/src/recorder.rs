@@ -305,7 +305,8 @@ fn drain_rings(rings: &mut [Ring], ordered: &mut perf::Ordered, bytes: &mut u64)
 pub(crate) struct Periodic<'p> {
     every: Duration,
     sink: &'p mut dyn Periods,
-    /// When the current period ends.
+    /// When the current period ends (the first counted from when recording begins:
+    /// `Session::record` sets it).
     end: Instant,
 }
 
@@ -321,7 +322,7 @@ impl<'p> Periodic<'p> {
 
 /// The session's running counts when the current trace began: a trace's End and summary count
 /// what came after.
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 struct Since {
     /// The kernel's counts of samples and of bookkeeping records lost.
     lost: (u64, u64),
@@ -578,9 +579,9 @@ impl Session<'_, '_> {
     }
 
     /// A period ends at `clock` (every record up to it handled): its samples taken from the
-    /// source, its trace ended there and handed over, and the next period's begun at the same
-    /// clock, with the processes, their unwind tables and the events kept (stacks are interned
-    /// afresh: ids are a trace's). False when the taker of the periods asks to stop.
+    /// source, its trace ended there, the next period's begun at the same clock, with the
+    /// processes, their unwind tables and the events kept (stacks are interned afresh: ids are a
+    /// trace's), and the ended one handed over. False when the taker of the periods asks to stop.
     fn next_period(
         &mut self,
         cfg: &ProfileConfig,
@@ -600,17 +601,21 @@ impl Session<'_, '_> {
             periods.end += periods.every;
         }
         let output = periods.sink.trace_for(clock.realtime_ns);
-        let file = create_trace_file(&output)?;
-        self.out = start_trace(
-            cfg,
-            &output,
-            file,
-            clock,
-            &self.checked,
-            self.target.root_pid,
-            &self.samplers,
-            source,
-        )?;
+        let next = create_trace_file(&output).and_then(|file| {
+            start_trace(
+                cfg,
+                &output,
+                file,
+                clock,
+                &self.checked,
+                self.target.root_pid,
+                &self.samplers,
+                source,
+            )
+        });
+        // The period that ended is whole: handed over even when the next trace cannot begin.
+        let go_on = periods.sink.finished(ended);
+        self.out = next?;
         self.output = output;
         self.started = Instant::now();
         self.since = Since {
@@ -621,7 +626,7 @@ impl Session<'_, '_> {
         source.new_period();
         source.sync(&mut self.st);
         self.st.resume_off_cpu(carried, boundary, &mut self.out);
-        Ok(periods.sink.finished(ended))
+        Ok(go_on)
     }
 
     /// Ends the current trace at `clock`: its threads (with `period`, those sampled in it), its End
@@ -748,7 +753,7 @@ impl Session<'_, '_> {
             kernel_bytes: (self.ring_bytes_read + source.kernel_bytes())
                 .saturating_sub(self.since.kernel_bytes),
             bpf_unwinder: source.unwinder_work(),
-            tables_built: source.tables_built(),
+            unwind_tables: source.unwind_tables(),
             warnings,
         })
     }

@@ -72,8 +72,8 @@ pub struct ProfileArgs {
     /// Stop after this long (10s, 500ms, 2m, 1h; a number is seconds)
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
-    /// Record in periods of this length (60s, 5m) until Ctrl-C or SIGTERM, each period one part of
-    /// the Parquet dataset --parquet names
+    /// Record in periods of this length (60s, 5m; at least 1s) until Ctrl-C or SIGTERM, one
+    /// recording whose periods are each one part of the Parquet dataset --parquet names
     #[arg(
         long,
         value_name = "DURATION",
@@ -353,8 +353,14 @@ impl ferrotrace_profile::Periods for Dataset {
         let staged = self.staging.join(&name);
         // The eBPF backend's tables are built once, not per period: said, so that it shows.
         let tables = period
-            .tables_built
-            .map(|n| format!(", {n} unwind tables built"))
+            .unwind_tables
+            .map(|t| {
+                let freed = match t.freed {
+                    0 => String::new(),
+                    n => format!(", {n} freed"),
+                };
+                format!(", {} unwind tables built{freed}", t.built)
+            })
             .unwrap_or_default();
         let samples = period.samples;
         self.writing = Some(std::thread::spawn(move || {

@@ -25,7 +25,7 @@ use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::modules::{self, Mapping};
 use crate::perf::{self, PerfEvent};
-use crate::{BpfUnwinderWork, ProfileError};
+use crate::{BpfUnwinderWork, ProfileError, UnwindTables};
 
 /// The path of the pseudo-module whose one frame roots the stacks the BPF unwinder could not finish.
 pub(crate) const TRUNCATED: &str = "[truncated]";
@@ -61,6 +61,9 @@ pub(super) struct BpfSession<'obj> {
     bpf: Bpf<'obj>,
     /// Each file's table.
     rows: HashMap<FileKey, Table>,
+    /// The tables each process followed uses (its mappings' files), so that the rows of files no
+    /// process maps any more can be freed when the shared table is full ([`BpfSession::evict`]).
+    tables_of: HashMap<u32, Vec<FileKey>>,
     /// Builds the tables off the loop's thread.
     builder: TableBuilder,
     /// Every process (`-a`): the loop never waits for a table (a process is handed to the kernel
@@ -91,6 +94,9 @@ pub(super) struct BpfSession<'obj> {
     drains: u64,
     /// Tables built (placed, or found to have no rows) in the current recording or period.
     tables_built: u64,
+    /// Tables whose rows were freed (no process mapped their files any more, and the shared
+    /// table was full) in the current recording or period.
+    tables_evicted: u64,
     /// When the counts were last read.
     last_drain: Instant,
 }
@@ -132,6 +138,7 @@ impl<'obj> BpfSession<'obj> {
         Ok(BpfSession {
             bpf,
             rows: HashMap::new(),
+            tables_of: HashMap::new(),
             builder,
             in_background,
             leaves: HashMap::new(),
@@ -145,6 +152,7 @@ impl<'obj> BpfSession<'obj> {
             taken_stacks: HashMap::new(),
             drains: 0,
             tables_built: 0,
+            tables_evicted: 0,
             last_drain: Instant::now(),
         })
     }
@@ -156,8 +164,15 @@ impl<'obj> BpfSession<'obj> {
 
     /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` (by
     /// device and inode) at its first mapping: `None` while that table is being built (the process's
-    /// mappings are handed over again once it is placed) or when it has none.
-    fn rows_of(&mut self, pid: u32, mapping: &Mapping, st: &State) -> Option<RowRange> {
+    /// mappings are handed over again once it is placed) or when it has none. The table's key goes
+    /// to `uses`.
+    fn rows_of(
+        &mut self,
+        pid: u32,
+        mapping: &Mapping,
+        st: &State,
+        uses: &mut Vec<FileKey>,
+    ) -> Option<RowRange> {
         let path = st
             .modules
             .get(mapping.module)
@@ -184,6 +199,7 @@ impl<'obj> BpfSession<'obj> {
                 Box::new(move || modules::module_bytes(&name)),
             )
         };
+        uses.push(key.clone());
         match self.rows.get_mut(&key) {
             Some(Table::Placed(r)) => return *r,
             Some(Table::Building(waiting)) => {
@@ -206,7 +222,11 @@ impl<'obj> BpfSession<'obj> {
         self.tables_built += 1;
         let placed = match rows {
             Ok(rows) => {
-                let r = self.bpf.add_rows(&rows);
+                // Full: the rows of the files no process maps any more are freed, once.
+                let r = self
+                    .bpf
+                    .add_rows(&rows)
+                    .or_else(|| self.evict().then(|| self.bpf.add_rows(&rows)).flatten());
                 if r.is_none() {
                     self.without_rows
                         .push((path, "the unwind table is full".into()));
@@ -223,6 +243,29 @@ impl<'obj> BpfSession<'obj> {
                 st.changed_spaces.insert(pid);
             }
         }
+    }
+
+    /// Frees the rows of every table that no process followed uses (their files are built again
+    /// if mapped later); true if it freed any. Run when the shared table is full, so that a
+    /// recording of hours keeps room for the files it meets, and a file's table is built once as
+    /// long as there is room.
+    fn evict(&mut self) -> bool {
+        let used: HashSet<&FileKey> = self.tables_of.values().flatten().collect();
+        let unused: Vec<(FileKey, RowRange)> = self
+            .rows
+            .iter()
+            .filter(|(key, _)| !used.contains(key))
+            .filter_map(|(key, t)| match t {
+                Table::Placed(Some(r)) => Some((key.clone(), *r)),
+                _ => None,
+            })
+            .collect();
+        for (key, range) in &unused {
+            self.rows.remove(key);
+            self.bpf.remove_rows(*range);
+        }
+        self.tables_evicted += unused.len() as u64;
+        !unused.is_empty()
     }
 
     /// Places every table finished so far.
@@ -484,18 +527,21 @@ impl SampleSource for BpfSession<'_> {
             self.user_nodes.retain(|k, _| k.0 != pid);
             let Some(space) = st.spaces.get(&pid) else {
                 self.bpf.remove_process(pid);
+                self.tables_of.remove(&pid);
                 continue;
             };
             let maps: Vec<Mapping> = space.mappings().to_vec();
             let mut list = Vec::with_capacity(maps.len());
+            let mut uses = Vec::new();
             for m in &maps {
                 list.push(ProcessMapping {
                     start: m.start,
                     end: m.end,
                     bias: m.bias,
-                    rows: self.rows_of(pid, m, st),
+                    rows: self.rows_of(pid, m, st, &mut uses),
                 });
             }
+            self.tables_of.insert(pid, uses);
             if self.building_for(pid) {
                 // Handed over once its tables are placed: until then its stacks stop where its
                 // mappings did (counted "before the process's mappings were loaded"), rather than
@@ -516,6 +562,7 @@ impl SampleSource for BpfSession<'_> {
         }
         for pid in exited {
             self.bpf.remove_process(pid);
+            self.tables_of.remove(&pid);
         }
     }
 
@@ -607,10 +654,14 @@ impl SampleSource for BpfSession<'_> {
         self.truncated = 0;
         self.truncated_by = UnwindStops::default();
         self.tables_built = 0;
+        self.tables_evicted = 0;
     }
 
-    fn tables_built(&self) -> Option<u64> {
-        Some(self.tables_built)
+    fn unwind_tables(&self) -> Option<UnwindTables> {
+        Some(UnwindTables {
+            built: self.tables_built,
+            freed: self.tables_evicted,
+        })
     }
 
     fn finish(

@@ -11,7 +11,7 @@ use super::State;
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::perf::PerfEvent;
-use crate::{Backend, BpfUnwinderWork, ProfileError};
+use crate::{Backend, BpfUnwinderWork, ProfileError, UnwindTables};
 
 /// A source of samples: what the session asks of it, in the order it asks. What a source that keeps
 /// nothing of its own does (the perf rings' samples are all the session's) is each method's default.
@@ -80,13 +80,13 @@ pub(super) trait SampleSource {
 
     /// The next period begins: what the source interned into the last one's trace is forgotten (its
     /// stack ids are that trace's), and its counts ([`SampleSource::truncated`],
-    /// [`SampleSource::unwind_stops`], [`SampleSource::tables_built`]) start from zero; what it
+    /// [`SampleSource::unwind_stops`], [`SampleSource::unwind_tables`]) start from zero; what it
     /// keeps of the processes (the unwind tables) stays.
     fn new_period(&mut self) {}
 
-    /// Unwind tables built so far, for a source that builds them (the eBPF backend, one per mapped
-    /// file).
-    fn tables_built(&self) -> Option<u64> {
+    /// Unwind tables built and freed so far, for a source that builds them (the eBPF backend, one
+    /// per mapped file).
+    fn unwind_tables(&self) -> Option<UnwindTables> {
         None
     }
 
