@@ -49,6 +49,11 @@ impl FreeList {
         }
     }
 
+    /// Whether `len` entries could be taken in one range.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        self.free.iter().any(|&(_, l)| l >= len)
+    }
+
     /// Entries taken.
     pub(crate) fn used(&self) -> usize {
         self.capacity - self.free.iter().map(|&(_, l)| l).sum::<usize>()
@@ -70,6 +75,7 @@ mod tests {
         f.give(30, 30);
         // The first range that holds 20 is the one given back, not the 10 at the end.
         assert_eq!(f.take(20), Some(30));
+        assert!(!f.fits(20) && f.fits(10));
         assert_eq!(f.take(20), None, "10 and 10 apart");
         f.give(0, 30);
         f.give(60, 30);

@@ -364,6 +364,16 @@ impl<'obj> Bpf<'obj> {
         })
     }
 
+    /// Whether [`Bpf::add_rows`] would find room for `rows` (and their page index).
+    pub fn has_room_for(&self, rows: &[Row]) -> bool {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return false;
+        };
+        let pages =
+            ((last.pc >> tables::PAGE_SHIFT) - (first.pc >> tables::PAGE_SHIFT) + 1) as usize;
+        self.free_rows.fits(rows.len()) && self.free_pages.fits(pages)
+    }
+
     /// Gives a module's rows and page index back to the shared table (its file is no longer
     /// mapped by any process followed: no mapping handed to the kernel refers to them).
     pub fn remove_rows(&mut self, range: RowRange) {

@@ -74,7 +74,9 @@ fn rows_given_back_make_room_for_another_module() {
         .collect();
     assert_eq!(bpf.rows_used(), ferrotrace_bpf::MAX_ROWS);
     assert_eq!(bpf.add_rows(&rows[..1]), None, "full");
+    assert!(!bpf.has_room_for(&rows[..1]));
     bpf.remove_rows(placed[1]);
+    assert!(bpf.has_room_for(&rows));
     assert_eq!(bpf.rows_used(), 3 * quarter);
     let again = bpf.add_rows(&rows).expect("room again");
     assert_eq!(

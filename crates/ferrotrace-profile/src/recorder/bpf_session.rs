@@ -64,6 +64,11 @@ pub(super) struct BpfSession<'obj> {
     /// The tables each process followed uses (its mappings' files), so that the rows of files no
     /// process maps any more can be freed when the shared table is full ([`BpfSession::evict`]).
     tables_of: HashMap<u32, Vec<FileKey>>,
+    /// When (in [`BpfSession::sync`] calls) each table was last given up by a process: the
+    /// longest unused are freed first.
+    released_at: HashMap<FileKey, u64>,
+    /// [`BpfSession::sync`] calls so far.
+    syncs: u64,
     /// Builds the tables off the loop's thread.
     builder: TableBuilder,
     /// Every process (`-a`): the loop never waits for a table (a process is handed to the kernel
@@ -139,6 +144,8 @@ impl<'obj> BpfSession<'obj> {
             bpf,
             rows: HashMap::new(),
             tables_of: HashMap::new(),
+            released_at: HashMap::new(),
+            syncs: 0,
             builder,
             in_background,
             leaves: HashMap::new(),
@@ -223,10 +230,11 @@ impl<'obj> BpfSession<'obj> {
         let placed = match rows {
             Ok(rows) => {
                 // Full: the rows of the files no process maps any more are freed, once.
-                let r = self
-                    .bpf
-                    .add_rows(&rows)
-                    .or_else(|| self.evict().then(|| self.bpf.add_rows(&rows)).flatten());
+                let r = self.bpf.add_rows(&rows).or_else(|| {
+                    self.evict(&rows)
+                        .then(|| self.bpf.add_rows(&rows))
+                        .flatten()
+                });
                 if r.is_none() {
                     self.without_rows
                         .push((path, "the unwind table is full".into()));
@@ -245,27 +253,49 @@ impl<'obj> BpfSession<'obj> {
         }
     }
 
-    /// Frees the rows of every table that no process followed uses (their files are built again
-    /// if mapped later); true if it freed any. Run when the shared table is full, so that a
-    /// recording of hours keeps room for the files it meets, and a file's table is built once as
-    /// long as there is room.
-    fn evict(&mut self) -> bool {
+    /// Frees the rows of tables that no process followed uses, the longest unused first, until
+    /// `rows` fit (their files are built again if mapped later); true once they fit. Run when the
+    /// shared table is full, so that a recording of hours keeps room for the files it meets, and
+    /// a file's table is built once as long as there is room (a compile loop's `cc1`, unused
+    /// between two compiles, is freed last).
+    fn evict(&mut self, rows: &[ferrotrace_bpf::tables::Row]) -> bool {
         let used: HashSet<&FileKey> = self.tables_of.values().flatten().collect();
-        let unused: Vec<(FileKey, RowRange)> = self
+        let mut unused: Vec<(u64, FileKey, RowRange)> = self
             .rows
             .iter()
             .filter(|(key, _)| !used.contains(key))
             .filter_map(|(key, t)| match t {
-                Table::Placed(Some(r)) => Some((key.clone(), *r)),
+                Table::Placed(Some(r)) => Some((
+                    self.released_at.get(key).copied().unwrap_or_default(),
+                    key.clone(),
+                    *r,
+                )),
                 _ => None,
             })
             .collect();
-        for (key, range) in &unused {
-            self.rows.remove(key);
-            self.bpf.remove_rows(*range);
+        unused.sort_unstable_by_key(|u| u.0);
+        for (_, key, range) in unused {
+            if self.bpf.has_room_for(rows) {
+                break;
+            }
+            self.rows.remove(&key);
+            self.released_at.remove(&key);
+            self.bpf.remove_rows(range);
+            self.tables_evicted += 1;
         }
-        self.tables_evicted += unused.len() as u64;
-        !unused.is_empty()
+        self.bpf.has_room_for(rows)
+    }
+
+    /// Process `pid` uses the tables `uses` from now on (none: it is gone); those it used before
+    /// are released now.
+    fn set_tables_of(&mut self, pid: u32, uses: Option<Vec<FileKey>>) {
+        let before = match uses {
+            Some(uses) => self.tables_of.insert(pid, uses),
+            None => self.tables_of.remove(&pid),
+        };
+        for key in before.into_iter().flatten() {
+            self.released_at.insert(key, self.syncs);
+        }
     }
 
     /// Places every table finished so far.
@@ -518,6 +548,7 @@ impl SampleSource for BpfSession<'_> {
     /// Hands the kernel the mappings of every process whose address space changed since the last call,
     /// and forgets those of the processes that exited (their slots are reused).
     fn sync(&mut self, st: &mut State) {
+        self.syncs += 1;
         let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
         changed.sort_unstable();
         let exited: HashSet<u32> = st.exited.drain(..).collect();
@@ -527,7 +558,7 @@ impl SampleSource for BpfSession<'_> {
             self.user_nodes.retain(|k, _| k.0 != pid);
             let Some(space) = st.spaces.get(&pid) else {
                 self.bpf.remove_process(pid);
-                self.tables_of.remove(&pid);
+                self.set_tables_of(pid, None);
                 continue;
             };
             let maps: Vec<Mapping> = space.mappings().to_vec();
@@ -541,7 +572,7 @@ impl SampleSource for BpfSession<'_> {
                     rows: self.rows_of(pid, m, st, &mut uses),
                 });
             }
-            self.tables_of.insert(pid, uses);
+            self.set_tables_of(pid, Some(uses));
             if self.building_for(pid) {
                 // Handed over once its tables are placed: until then its stacks stop where its
                 // mappings did (counted "before the process's mappings were loaded"), rather than
@@ -562,7 +593,7 @@ impl SampleSource for BpfSession<'_> {
         }
         for pid in exited {
             self.bpf.remove_process(pid);
-            self.tables_of.remove(&pid);
+            self.set_tables_of(pid, None);
         }
     }
 
