@@ -20,6 +20,7 @@
 //! What it is not for: opening perf events, following processes or writing traces (the recorder's),
 //! symbolization (`ferrotrace-analysis`), architectures other than x86_64.
 
+mod free_list;
 pub mod tables;
 
 use std::collections::HashMap;
@@ -228,10 +229,11 @@ pub struct Bpf<'obj> {
     /// The shared unwind table, mapped into this process (the map is created `BPF_F_MMAPABLE`):
     /// rows are written in place, without a system call per row.
     rows: memmap2::MmapMut,
-    rows_used: usize,
+    /// Its rows not taken by a module.
+    free_rows: free_list::FreeList,
     /// The shared page index, mapped likewise.
     pages: memmap2::MmapMut,
-    pages_used: usize,
+    free_pages: free_list::FreeList,
     links: Vec<Link>,
     /// Each process's slot of mappings, and slots free for the next change.
     slots: HashMap<u32, u32>,
@@ -314,9 +316,9 @@ impl<'obj> Bpf<'obj> {
         Ok(Bpf {
             skel,
             rows,
-            rows_used: 0,
+            free_rows: free_list::FreeList::new(MAX_ROWS),
             pages,
-            pages_used: 0,
+            free_pages: free_list::FreeList::new(MAX_PAGES),
             links: vec![on_exec],
             slots: HashMap::new(),
             free_slots: (0..MAX_SLOTS).rev().collect(),
@@ -326,17 +328,22 @@ impl<'obj> Bpf<'obj> {
     }
 
     /// Copies a module's rows (sorted, as [`tables::build`] returns them) and their page index into
-    /// the shared table; `None` when they do not fit (the module's frames are then walked by frame
-    /// pointer).
+    /// the shared table, where they fit; `None` when they do not (the caller may free the rows of
+    /// modules no longer mapped, [`Bpf::remove_rows`], and try again; else the module's frames are
+    /// walked by frame pointer).
     pub fn add_rows(&mut self, rows: &[Row]) -> Option<RowRange> {
-        if rows.is_empty() || rows.len() > MAX_ROWS - self.rows_used {
+        if rows.is_empty() {
             return None;
         }
-        let index = tables::PageIndex::of(rows, MAX_PAGES - self.pages_used + 1)?;
-        let (start, pages_start) = (self.rows_used, self.pages_used);
-        // SAFETY: [start, start + len) and [pages_start, + entries) lie within the mappings (checked
-        // above and by `PageIndex::of`); the BPF programs only read the rows and pages that a
-        // process's mappings refer to, and no mapping refers to these yet.
+        let index = tables::PageIndex::of(rows, MAX_PAGES + 1)?;
+        let start = self.free_rows.take(rows.len())?;
+        let Some(pages_start) = self.free_pages.take(index.pages()) else {
+            self.free_rows.give(start, rows.len());
+            return None;
+        };
+        // SAFETY: [start, start + len) and [pages_start, + entries) lie within the mappings (taken
+        // from their free lists); the BPF programs only read the rows and pages that a process's
+        // mappings refer to, and no mapping refers to these now.
         unsafe {
             std::ptr::copy_nonoverlapping(
                 rows.as_ptr(),
@@ -348,8 +355,6 @@ impl<'obj> Bpf<'obj> {
                 pages.add(p).write([w[0], w[1]]);
             }
         }
-        self.rows_used += rows.len();
-        self.pages_used += index.pages();
         Some(RowRange {
             start: start as u32,
             len: rows.len() as u32,
@@ -359,9 +364,28 @@ impl<'obj> Bpf<'obj> {
         })
     }
 
+    /// Whether [`Bpf::add_rows`] would find room for `rows` (and their page index).
+    pub fn has_room_for(&self, rows: &[Row]) -> bool {
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return false;
+        };
+        let pages =
+            ((last.pc >> tables::PAGE_SHIFT) - (first.pc >> tables::PAGE_SHIFT) + 1) as usize;
+        self.free_rows.fits(rows.len()) && self.free_pages.fits(pages)
+    }
+
+    /// Gives a module's rows and page index back to the shared table (its file is no longer
+    /// mapped by any process followed: no mapping handed to the kernel refers to them).
+    pub fn remove_rows(&mut self, range: RowRange) {
+        self.free_rows
+            .give(range.start as usize, range.len as usize);
+        self.free_pages
+            .give(range.pages_start as usize, range.pages_len as usize);
+    }
+
     /// Rows used in the shared table.
     pub fn rows_used(&self) -> usize {
-        self.rows_used
+        self.free_rows.used()
     }
 
     /// Sets process `pid`'s executable mappings (replacing what it had). Returns false when it has

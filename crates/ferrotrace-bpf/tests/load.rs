@@ -49,3 +49,39 @@ fn exec_drops_the_process_mappings() {
     assert!(child.wait().unwrap().success());
     assert!(!bpf.has_process(pid), "the exec dropped them");
 }
+
+/// The shared unwind table fills, and the rows of a module given back make room for another one
+/// (a recording of hours frees the tables of files no process maps any more).
+#[test]
+fn rows_given_back_make_room_for_another_module() {
+    use ferrotrace_bpf::tables::Row;
+
+    let mut storage = MaybeUninit::<OpenObject>::uninit();
+    let mut bpf = Bpf::load(&mut storage).unwrap_or_else(|e| panic!("{e}"));
+    // A quarter of the table: a row every 16 bytes of a 16 MiB module (64 Ki pages of the index).
+    let quarter = ferrotrace_bpf::MAX_ROWS / 4;
+    let rows: Vec<Row> = (0..quarter as u64)
+        .map(|i| Row {
+            pc: i * 16,
+            cfa_offset: 8,
+            rbp_offset: 0,
+            cfa_kind: 0,
+            rbp_kind: 0,
+        })
+        .collect();
+    let placed: Vec<_> = (0..4)
+        .map(|_| bpf.add_rows(&rows).expect("a quarter fits"))
+        .collect();
+    assert_eq!(bpf.rows_used(), ferrotrace_bpf::MAX_ROWS);
+    assert_eq!(bpf.add_rows(&rows[..1]), None, "full");
+    assert!(!bpf.has_room_for(&rows[..1]));
+    bpf.remove_rows(placed[1]);
+    assert!(bpf.has_room_for(&rows));
+    assert_eq!(bpf.rows_used(), 3 * quarter);
+    let again = bpf.add_rows(&rows).expect("room again");
+    assert_eq!(
+        (again.start, again.pages_start),
+        (placed[1].start, placed[1].pages_start),
+        "in the rows and pages given back"
+    );
+}

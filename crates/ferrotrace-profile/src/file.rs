@@ -71,16 +71,17 @@ pub(crate) fn clock_now() -> ClockSample {
 }
 
 impl SampleWriter {
-    /// Starts the trace: Session, a first Clock, and the Samplers.
+    /// Starts the trace: Session, a first Clock (`clock`: the trace's start), and the Samplers.
     pub fn start(
         file: File,
         session: &schema::Session<'_>,
+        clock: &ClockSample,
         samplers: &SamplersHeader,
         list: &[Sampler<'_>],
     ) -> std::io::Result<SampleWriter> {
         let mut w = TraceWriter::new(BufWriter::with_capacity(256 * 1024, file))?;
         w.write(session)?;
-        w.write(&clock_now())?;
+        w.write(clock)?;
         w.write_list(samplers, list)?;
         Ok(SampleWriter {
             w,
@@ -208,9 +209,18 @@ impl SampleWriter {
         r
     }
 
-    /// Writes the thread table (the names known at the end).
-    pub fn threads(&mut self, threads: &HashMap<u32, (u32, String)>) -> std::io::Result<()> {
-        let mut v: Vec<_> = threads.iter().collect();
+    /// Writes the thread table (the names known at the end): every thread of `threads`, or with
+    /// `sampled_only` those with samples in this trace (a period of a continuous recording, whose
+    /// table would otherwise list every thread seen since it began).
+    pub fn threads(
+        &mut self,
+        threads: &HashMap<u32, (u32, String)>,
+        sampled_only: bool,
+    ) -> std::io::Result<()> {
+        let mut v: Vec<_> = threads
+            .iter()
+            .filter(|(tid, _)| !sampled_only || self.threads.contains_key(tid))
+            .collect();
         v.sort_by_key(|(t, _)| **t);
         for (&tid, (pid, name)) in v {
             self.w.write(&schema::Thread {
@@ -228,11 +238,12 @@ impl SampleWriter {
         self.w.write(stops)
     }
 
-    /// Ends the trace: the last samples and stacks, a Clock, the End chunk.
-    pub fn finish(&mut self, mut end: schema::End) -> std::io::Result<()> {
+    /// Ends the trace: the last samples and stacks, a last Clock (`clock`: the trace's end), the
+    /// End chunk.
+    pub fn finish(&mut self, mut end: schema::End, clock: &ClockSample) -> std::io::Result<()> {
         self.flush(u64::MAX)?;
         self.flush_nodes()?;
-        self.w.write(&clock_now())?;
+        self.w.write(clock)?;
         end.events = self.events;
         end.chunks = self.w.next_seq();
         self.w.write(&end)?;

@@ -176,8 +176,21 @@ pub struct ProfileSummary {
     pub kernel_bytes: u64,
     /// eBPF: what the in-kernel unwinder did, in all.
     pub bpf_unwinder: Option<BpfUnwinderWork>,
+    /// eBPF: unwind tables built and freed during this recording, or this period of a continuous
+    /// one ([`profile_periods`]: the tables stay from one period to the next).
+    pub unwind_tables: Option<UnwindTables>,
     /// One-line warnings for the user (lost samples, missing frame pointers, no kernel frames).
     pub warnings: Vec<String>,
+}
+
+/// The eBPF backend's unwind tables (one per mapped file) in a recording or a period.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct UnwindTables {
+    /// Tables built (from a file's `.eh_frame`; a file without one counts too).
+    pub built: u64,
+    /// Tables whose rows were freed to make room, their files mapped by no process followed (one
+    /// mapped again later is built again).
+    pub freed: u64,
 }
 
 /// What the eBPF backend's in-kernel unwinder did in a recording, in all.
@@ -219,25 +232,48 @@ pub fn call_graph_said(program: &std::path::Path) -> (CallGraph, Option<String>)
     (chosen, said)
 }
 
-pub use recorder::SignalGuard;
-
-/// Ctrl-C and SIGTERM for a caller that records session after session with `handle_signals:
-/// false` (`profile --every`): until the guard is dropped they only raise the flag that ends the
-/// session being recorded and that [`stop_requested`] reads, so none is lost between sessions.
-pub fn stop_on_signals() -> SignalGuard {
-    SignalGuard::install()
-}
-
-/// True once Ctrl-C or SIGTERM arrived under [`stop_on_signals`] (or a session's own handling).
-pub fn stop_requested() -> bool {
-    recorder::stop_requested()
-}
-
 /// Records a profile of a running process or of every process ([`Target::Pid`],
 /// [`Target::SystemWide`]) as `cfg` says and writes it to `cfg.output`. A program to start is the
 /// caller's to start and hold: [`profile_held`].
 pub fn profile(cfg: &ProfileConfig) -> Result<ProfileSummary, ProfileError> {
-    recorder::run(cfg, None)
+    recorder::run(cfg, None, None)
+}
+
+/// Who names and takes the traces of a recording cut into periods ([`profile_periods`]).
+pub trait Periods {
+    /// The trace file of the period that begins at `start_realtime_ns` (ns since 1970, UTC: the
+    /// trace's Session and first Clock say the same).
+    fn trace_for(&mut self, start_realtime_ns: u64) -> PathBuf;
+    /// A period's trace is whole (`period.output`), and the next one has begun (unless it was the
+    /// last, or could not begin); false ends the recording (the caller knows why: a part it could
+    /// not write).
+    fn finished(&mut self, period: ProfileSummary) -> bool;
+}
+
+/// The shortest period of [`profile_periods`]: the eBPF backend reads its counts every 250 ms, and
+/// a thread that exited is forgotten a period later, once no sample of its can still come.
+const MIN_PERIOD: Duration = Duration::from_secs(1);
+
+/// Records a running process or every process as [`profile`] does, in one session cut into periods
+/// of `every` (`cfg.output` is not used: `periods` names each period's trace), until the process
+/// ends, `cfg.duration` passes or Ctrl-C/SIGTERM (the period then being recorded is ended and
+/// handed over too). Each period's trace is whole (Session to End, with the modules, stacks and
+/// threads its samples use), and begins at the clock reading at which the one before ended, so no
+/// sample falls between two; the events, the followed processes and the eBPF backend's programs
+/// and unwind tables are kept from one period to the next, the stacks interned afresh in each.
+/// Returns the last period's summary.
+pub fn profile_periods(
+    cfg: &ProfileConfig,
+    every: Duration,
+    periods: &mut dyn Periods,
+) -> Result<ProfileSummary, ProfileError> {
+    if every < MIN_PERIOD {
+        return Err(ProfileError::BadArgument(format!(
+            "a period of {every:?} is too short: at least {MIN_PERIOD:?} (the counts are read every \
+             250 ms)"
+        )));
+    }
+    recorder::run(cfg, None, Some(recorder::Periodic::new(every, periods)))
 }
 
 /// Records a profile of process `pid`, which the caller started from `cfg.target` (a
@@ -275,6 +311,7 @@ fn run_held<'r>(
             release,
             waited_here,
         }),
+        None,
     )
 }
 

@@ -31,17 +31,16 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use ferrotrace_core::clock::realtime_ns;
-use ferrotrace_core::schema::{self, Sampler, SamplersHeader};
+use ferrotrace_core::schema::{self, ClockSample, Sampler, SamplersHeader};
 
 use crate::cli_args::{CallGraph, EventSpec};
-use crate::file::SampleWriter;
+use crate::file::{self, SampleWriter};
 use crate::modules;
 use crate::perf::{self, PerfEvent, Ring};
-use crate::{Backend, ProfileConfig, ProfileError, ProfileSummary, Target};
+use crate::{Backend, Periods, ProfileConfig, ProfileError, ProfileSummary, Target};
 use child::Child;
 use events::{Opened, Opening, Samplers, EVERY_TASK};
-pub use signals::SignalGuard;
+use signals::SignalGuard;
 use signals::STOP;
 use source::SampleSource;
 pub(crate) use state::State;
@@ -201,10 +200,14 @@ fn start_target<'r>(
     })
 }
 
-/// Step 2: the trace's head (Session and Samplers), written through the sample writer.
+/// Step 2: the trace's head (Session and Samplers), written through the sample writer, the trace
+/// beginning at `clock` (a period's, in a continuous recording, where the last one ended).
+#[allow(clippy::too_many_arguments)]
 fn start_trace(
     cfg: &ProfileConfig,
+    output: &Path,
     file: std::fs::File,
+    clock: &ClockSample,
     checked: &Checked,
     root_pid: u32,
     samplers: &Samplers,
@@ -233,7 +236,7 @@ fn start_trace(
         ppid: std::process::id(),
         exe: &exe_path,
         cmdline: cmdline.strip_suffix(&[0]).unwrap_or(&cmdline),
-        start_realtime_ns: realtime_ns(),
+        start_realtime_ns: clock.realtime_ns,
         version: env!("CARGO_PKG_VERSION"),
         // The kernel drops samples when a ring is full; they are counted.
         mode: schema::Mode::Drop,
@@ -271,8 +274,8 @@ fn start_trace(
             spelling,
         })
         .collect();
-    SampleWriter::start(file, &session, &header, &list)
-        .map_err(|e| ProfileError::io(&cfg.output, e))
+    SampleWriter::start(file, &session, clock, &header, &list)
+        .map_err(|e| ProfileError::io(output, e))
 }
 
 /// How long `-a` waits for the running processes' unwind tables before recording.
@@ -282,10 +285,9 @@ const SYSTEM_WIDE_START_WAIT: Duration = Duration::from_secs(5);
 struct Recorded {
     /// The program's exit code, when it ended and was ours to wait for.
     exit_code: Option<i32>,
-    /// Bytes drained from the rings.
-    ring_bytes_read: u64,
-    /// The source failed mid-way (what was recorded is kept; the error is the session's).
-    source_failure: Option<ProfileError>,
+    /// The source failed mid-way, or a period's trace could not be ended or begun (what was
+    /// recorded is kept; the error is the session's).
+    failure: Option<ProfileError>,
 }
 
 /// Drains every ring into `ordered`.
@@ -298,8 +300,38 @@ fn drain_rings(rings: &mut [Ring], ordered: &mut perf::Ordered, bytes: &mut u64)
     }
 }
 
+/// A recording cut into periods ([`crate::profile_periods`]): when the current one ends, and who
+/// names each period's trace and takes it once whole.
+pub(crate) struct Periodic<'p> {
+    every: Duration,
+    sink: &'p mut dyn Periods,
+    /// When the current period ends (the first counted from when recording begins:
+    /// `Session::record` sets it).
+    end: Instant,
+}
+
+impl<'p> Periodic<'p> {
+    pub(crate) fn new(every: Duration, sink: &'p mut dyn Periods) -> Periodic<'p> {
+        Periodic {
+            every,
+            sink,
+            end: Instant::now() + every,
+        }
+    }
+}
+
+/// The session's running counts when the current trace began: a trace's End and summary count
+/// what came after.
+#[derive(Default)]
+struct Since {
+    /// The kernel's counts of samples and of bookkeeping records lost.
+    lost: (u64, u64),
+    /// Bytes read from the kernel (rings and source).
+    kernel_bytes: u64,
+}
+
 /// A session once set up: what the loop and the summary work on.
-struct Session<'r> {
+struct Session<'r, 'p> {
     /// What validation found.
     checked: Checked,
     /// The samplers (their probes removed when the session ends).
@@ -312,11 +344,21 @@ struct Session<'r> {
     st: State,
     /// The trace being written.
     out: SampleWriter,
-    /// When recording began.
+    /// Its path (`cfg.output`, or the current period's).
+    output: PathBuf,
+    /// When recording began (in a continuous recording, the current period).
     started: Instant,
+    /// The periods, when the recording is cut into them.
+    periods: Option<Periodic<'p>>,
+    /// Bytes drained from the rings, in all.
+    ring_bytes_read: u64,
+    /// The size of each CPU's ring (for a warning).
+    ring_bytes: usize,
+    /// The running counts when the current trace began.
+    since: Since,
 }
 
-impl Session<'_> {
+impl Session<'_, '_> {
     /// Step 2's last: sampling begins. A held program is released (and, when the source holds it at its
     /// entry, its mappings loaded there); a running one's or every process's mappings are read and the
     /// events enabled (perf only reports later changes).
@@ -401,34 +443,45 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Step 3: records until the target ends, the duration passes or a signal stops it; then drains the
-    /// rest of the rings and of the source.
+    /// The kernel's counts of samples and of bookkeeping records lost so far (PERF_RECORD_LOST
+    /// records miss the losses after which nothing was written, a full ring at the end of the run);
+    /// `None` where the kernel does not count them.
+    fn kernel_lost(&self) -> Option<(u64, u64)> {
+        let lost_of = |bookkeeping: bool| -> Option<u64> {
+            self.opened
+                .events
+                .iter()
+                .filter(|e| e.bookkeeping == bookkeeping)
+                .map(PerfEvent::lost)
+                .sum()
+        };
+        Some((lost_of(false)?, lost_of(true)?))
+    }
+
+    /// Step 3: records until the target ends, the duration passes or a signal stops it, each period
+    /// of a continuous recording ended and the next begun as it goes; then drains the rest of the
+    /// rings and of the source.
     fn record(&mut self, cfg: &ProfileConfig, source: &mut dyn SampleSource) -> Recorded {
-        let Session {
-            target,
-            opened,
-            st,
-            out,
-            ..
-        } = self;
         let deadline = cfg.duration.map(|d| Instant::now() + d);
+        if let Some(p) = &mut self.periods {
+            p.end = Instant::now() + p.every;
+        }
         let mut stop_requested_at: Option<Instant> = None;
         let mut exit_code = None;
         let mut pollfds: Vec<libc::pollfd> = Vec::new();
         let mut ordered = perf::Ordered::default();
         // DWARF: the rings fill fast. In-kernel counts: a library's table must reach the kernel soon
         // after it maps.
-        let poll_ms = if st.dwarf || source.counts_in_kernel() {
+        let poll_ms = if self.st.dwarf || source.counts_in_kernel() {
             10
         } else {
             50
         };
-        let mut bytes = 0u64;
-        let mut source_failure = None;
+        let mut failure = None;
         loop {
             pollfds.clear();
             // Poll the ring leaders (the event each ring was mapped from).
-            for r in &opened.rings {
+            for r in &self.opened.rings {
                 pollfds.push(libc::pollfd {
                     fd: r.fd,
                     events: libc::POLLIN,
@@ -437,39 +490,53 @@ impl Session<'_> {
             }
             // SAFETY: pollfds is a valid array of pollfd.
             unsafe { libc::poll(pollfds.as_mut_ptr(), pollfds.len() as libc::nfds_t, poll_ms) };
-            // Every ring is drained up to now: no sample older than this can still arrive.
-            let watermark = ferrotrace_core::clock::monotonic_ns();
-            drain_rings(&mut opened.rings, &mut ordered, &mut bytes);
+            // Every ring is drained up to now: no sample older than this can still arrive. (With
+            // the wall-clock time: a period ending here ends at this clock.)
+            let clock = file::clock_now();
+            let watermark = clock.monotonic_ns;
+            drain_rings(
+                &mut self.opened.rings,
+                &mut ordered,
+                &mut self.ring_bytes_read,
+            );
             // Handling (unwinding above all) takes longer than draining: the rings are drained again
             // every 256 records handled, so that they do not fill meanwhile (what is drained waits in
             // `ordered` for the next round).
             for (i, rec) in ordered.take(Some(watermark)).iter().enumerate() {
-                st.handle(rec, out);
+                self.st.handle(rec, &mut self.out);
                 if i % 256 == 255 {
-                    drain_rings(&mut opened.rings, &mut ordered, &mut bytes);
+                    drain_rings(
+                        &mut self.opened.rings,
+                        &mut ordered,
+                        &mut self.ring_bytes_read,
+                    );
                 }
             }
-            if let Err(e) = source.poll(st, out, ferrotrace_core::clock::monotonic_ns()) {
-                source_failure = Some(e);
+            if let Err(e) = source.poll(
+                &mut self.st,
+                &mut self.out,
+                ferrotrace_core::clock::monotonic_ns(),
+            ) {
+                failure = Some(e);
                 break;
             }
-            if let Err(e) = out.flush(watermark) {
-                st.write_error.get_or_insert(e);
+            if let Err(e) = self.out.flush(watermark) {
+                self.st.write_error.get_or_insert(e);
             }
             let now = Instant::now();
-            if let Some(c) = &mut target.child {
+            if let Some(c) = &mut self.target.child {
                 if let Some(code) = c.wait(false) {
                     exit_code = Some(code);
                     break;
                 }
-            } else if cfg.target != Target::SystemWide && !process_runs(target.root_pid) {
+            } else if cfg.target != Target::SystemWide && !process_runs(self.target.root_pid) {
                 break;
             }
             if deadline.is_some_and(|d| now >= d) {
                 break;
             }
             if STOP.load(Ordering::SeqCst) {
-                match (&mut target.child, stop_requested_at) {
+                match (&mut self.target.child, stop_requested_at) {
                     (Some(c), None) => {
                         // The terminal sent SIGINT to the program too; make sure, and give it time to exit.
                         c.kill(libc::SIGINT);
@@ -479,93 +546,122 @@ impl Session<'_> {
                     _ => break,
                 }
             }
+            if let Some(mut periods) = self.periods.take_if(|p| now >= p.end) {
+                let next = self.next_period(cfg, source, &clock, &mut periods);
+                self.periods = Some(periods);
+                match next {
+                    Ok(true) => {}
+                    Ok(false) => break,
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
         }
-        for ev in &opened.events {
+        for ev in &self.opened.events {
             perf::disable(ev);
         }
-        drain_rings(&mut opened.rings, &mut ordered, &mut bytes);
-        ordered.flush(None, |rec| st.handle(rec, out));
-        if let Err(e) = source.finish(st, out, ferrotrace_core::clock::monotonic_ns()) {
-            source_failure.get_or_insert(e);
+        drain_rings(
+            &mut self.opened.rings,
+            &mut ordered,
+            &mut self.ring_bytes_read,
+        );
+        ordered.flush(None, |rec| self.st.handle(rec, &mut self.out));
+        if let Err(e) = source.finish(
+            &mut self.st,
+            &mut self.out,
+            ferrotrace_core::clock::monotonic_ns(),
+        ) {
+            failure.get_or_insert(e);
         }
-        st.unwind_errors += source.truncated();
-        Recorded {
-            exit_code,
-            ring_bytes_read: bytes,
-            source_failure,
-        }
+        Recorded { exit_code, failure }
     }
 
-    fn summarize(
-        self,
+    /// A period ends at `clock` (every record up to it handled): its samples taken from the
+    /// source, its trace ended there, the next period's begun at the same clock, with the
+    /// processes, their unwind tables and the events kept (stacks are interned afresh: ids are a
+    /// trace's), and the ended one handed over. False when the taker of the periods asks to stop.
+    fn next_period(
+        &mut self,
+        cfg: &ProfileConfig,
+        source: &mut dyn SampleSource,
+        clock: &ClockSample,
+        periods: &mut Periodic<'_>,
+    ) -> Result<bool, ProfileError> {
+        let boundary = clock.monotonic_ns;
+        source.cut(&mut self.st, &mut self.out, boundary)?;
+        let carried = self.st.cut_off_cpu(boundary, &mut self.out);
+        let kernel_lost = self.kernel_lost();
+        let ended = self.end_trace(cfg, source, None, clock, kernel_lost, true)?;
+        // The next period's end: a period late to end (its part's writer slow) does not move the
+        // ones after.
+        let now = Instant::now();
+        while periods.end <= now {
+            periods.end += periods.every;
+        }
+        let output = periods.sink.trace_for(clock.realtime_ns);
+        let next = create_trace_file(&output).and_then(|file| {
+            start_trace(
+                cfg,
+                &output,
+                file,
+                clock,
+                &self.checked,
+                self.target.root_pid,
+                &self.samplers,
+                source,
+            )
+        });
+        // The period that ended is whole: handed over even when the next trace cannot begin.
+        let go_on = periods.sink.finished(ended);
+        self.out = next?;
+        self.output = output;
+        self.started = Instant::now();
+        self.since = Since {
+            lost: kernel_lost.unwrap_or_default(),
+            kernel_bytes: self.ring_bytes_read + source.kernel_bytes(),
+        };
+        self.st.new_period();
+        source.new_period();
+        source.sync(&mut self.st);
+        self.st.resume_off_cpu(carried, boundary, &mut self.out);
+        Ok(go_on)
+    }
+
+    /// Ends the current trace at `clock`: its threads (with `period`, those sampled in it), its End
+    /// (the program's `exit_code`; what was lost, from the kernel's counts `kernel_lost` where it
+    /// keeps them, and the unwind errors since the trace began), and says what it holds, with the
+    /// warnings.
+    fn end_trace(
+        &mut self,
         cfg: &ProfileConfig,
         source: &dyn SampleSource,
-        recorded: Recorded,
+        exit_code: Option<i32>,
+        clock: &ClockSample,
+        kernel_lost: Option<(u64, u64)>,
+        period: bool,
     ) -> Result<ProfileSummary, ProfileError> {
-        let Session {
-            checked,
-            samplers,
-            mut target,
-            opened,
-            mut st,
-            mut out,
-            started,
-        } = self;
-        let io_err = |e: std::io::Error| ProfileError::io(&cfg.output, e);
-        let Opened {
-            events,
-            rings,
-            exclude_kernel,
-            ..
-        } = opened;
-        // The kernel's own count: PERF_RECORD_LOST records miss the losses after which nothing was
-        // written (a full ring at the end of the run).
-        let lost_of = |bookkeeping: bool| -> Option<u64> {
-            events
-                .iter()
-                .filter(|e| e.bookkeeping == bookkeeping)
-                .map(PerfEvent::lost)
-                .sum()
-        };
-        if let (Some(samples), Some(bookkeeping)) = (lost_of(false), lost_of(true)) {
-            st.lost = samples;
-            st.lost_bookkeeping = bookkeeping;
+        let output = self.output.clone();
+        let io_err = |e: std::io::Error| ProfileError::io(&output, e);
+        let st = &mut self.st;
+        if let Some((samples, bookkeeping)) = kernel_lost {
+            st.lost = samples.saturating_sub(self.since.lost.0);
+            st.lost_bookkeeping = bookkeeping.saturating_sub(self.since.lost.1);
         }
         st.lost += st.unreadable;
-        let ring_bytes = rings.first().map_or(0, Ring::data_bytes);
-        drop(rings);
-        drop(events);
-        // Probes can only be removed once no event uses them.
-        drop(samplers);
-        let mut exit_code = recorded.exit_code;
-        if let Some(mut c) = target.child.take() {
-            if c.reaped.is_none() {
-                // Duration over or Ctrl-C: the program is ours, end it.
-                c.kill(libc::SIGTERM);
-                let t = Instant::now();
-                while c.wait(false).is_none() && t.elapsed() < Duration::from_secs(2) {
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                c.kill(libc::SIGKILL);
-            }
-            if exit_code.is_none() {
-                exit_code = c.wait(true);
-            }
-        }
-        st.end_off_cpu(ferrotrace_core::clock::monotonic_ns(), &mut out);
-        if let Some(e) = recorded.source_failure {
-            return Err(e);
-        }
+        st.unwind_errors += source.truncated();
         if let Some(e) = st.write_error.take() {
             return Err(io_err(e));
         }
-        let recording_time = started.elapsed();
+        let recording_time = self.started.elapsed();
         let finish_start = Instant::now();
-        out.threads(&st.threads).map_err(io_err)?;
+        let out = &mut self.out;
+        out.threads(&st.threads, period).map_err(io_err)?;
         let (reason, signal) = match exit_code {
             Some(c) if c > 128 => (schema::EndReason::Signal, (c - 128) as u32),
             // Attached, and the process is still there: the recording ended, not the program.
-            None if matches!(cfg.target, Target::Pid(_)) && process_runs(target.root_pid) => {
+            None if matches!(cfg.target, Target::Pid(_)) && process_runs(self.target.root_pid) => {
                 (schema::EndReason::Stopped, 0)
             }
             None if cfg.target == Target::SystemWide => (schema::EndReason::Stopped, 0),
@@ -577,24 +673,27 @@ impl Session<'_> {
         {
             out.unwind_stops(&stops).map_err(io_err)?;
         }
-        out.finish(schema::End {
-            reason,
-            signal,
-            events: 0,
-            lost: st.lost,
-            chunks: 0,
-            dropped_chunks: 0,
-            dropped_events: 0,
-            exit_code,
-            unwind_errors: st.unwind_errors,
-            write_errno: 0,
-            markers: 0,
-            usage: None,
-        })
+        out.finish(
+            schema::End {
+                reason,
+                signal,
+                events: 0,
+                lost: st.lost,
+                chunks: 0,
+                dropped_chunks: 0,
+                dropped_events: 0,
+                exit_code,
+                unwind_errors: st.unwind_errors,
+                write_errno: 0,
+                markers: 0,
+                usage: None,
+            },
+            clock,
+        )
         .map_err(io_err)?;
         let mut warnings = Vec::new();
         if st.lost > 0 {
-            let ring_kib = ring_bytes / 1024;
+            let ring_kib = self.ring_bytes / 1024;
             warnings.push(format!(
                 "{} samples lost (the kernel found the ring buffers full): give larger buffers with \
                  --mmap-pages (now {} KiB per CPU), lower the frequency with -F, or use --call-graph fp",
@@ -602,7 +701,7 @@ impl Session<'_> {
                 ring_kib
             ));
         }
-        if let Some(exe) = checked.no_frame_pointers {
+        if let Some(exe) = &self.checked.no_frame_pointers {
             warnings.push(format!(
                 "{} has no frame pointers: the hits are all counted, but their stacks stop at its first \
                  frame without one; --call-graph dwarf gives whole stacks",
@@ -617,28 +716,32 @@ impl Session<'_> {
             ));
         }
         source.warnings(st.samples, &mut warnings);
-        if exclude_kernel {
+        if self.opened.exclude_kernel {
             warnings.push(
                 "kernel frames not recorded (not permitted): run as root for kernel stacks".into(),
             );
         }
         let unwinds_here = !source.counts_in_kernel();
-        if !checked.dwarf && st.junk_stacks > 0 {
+        if !self.checked.dwarf && st.junk_stacks > 0 {
             warnings.push(format!(
                 "{} of {} stacks walked into code without frame pointers and were cut there (their \
                  next 'return address' was in no mapped object); --call-graph dwarf unwinds such code",
                 st.junk_stacks, st.samples
             ));
         }
-        if !checked.dwarf && unwinds_here && st.samples > 20 && st.unwind_errors * 2 > st.samples {
+        if !self.checked.dwarf
+            && unwinds_here
+            && st.samples > 20
+            && st.unwind_errors * 2 > st.samples
+        {
             warnings.push(format!(
                 "{} of {} stacks ended after one user frame: the program may lack frame pointers; try --call-graph dwarf",
                 st.unwind_errors, st.samples
             ));
         }
         Ok(ProfileSummary {
-            output: cfg.output.clone(),
-            pid: target.root_pid,
+            output: self.output.clone(),
+            pid: self.target.root_pid,
             samples: st.samples,
             lost: st.lost,
             unwind_errors: st.unwind_errors,
@@ -647,22 +750,63 @@ impl Session<'_> {
             exit_code,
             recording_time,
             finishing_time: finish_start.elapsed(),
-            kernel_bytes: recorded.ring_bytes_read + source.kernel_bytes(),
+            kernel_bytes: (self.ring_bytes_read + source.kernel_bytes())
+                .saturating_sub(self.since.kernel_bytes),
             bpf_unwinder: source.unwinder_work(),
+            unwind_tables: source.unwind_tables(),
             warnings,
         })
     }
+
+    /// Step 4: the probes removed, the program ended if it is ours, the trace ended (in a
+    /// continuous recording, the last period's, handed over too).
+    fn summarize(
+        mut self,
+        cfg: &ProfileConfig,
+        source: &dyn SampleSource,
+        recorded: Recorded,
+    ) -> Result<ProfileSummary, ProfileError> {
+        let kernel_lost = self.kernel_lost();
+        // Probes can only be removed once no event uses them.
+        self.opened.rings.clear();
+        self.opened.events.clear();
+        self.samplers._uprobes = None;
+        let mut exit_code = recorded.exit_code;
+        if let Some(mut c) = self.target.child.take() {
+            if c.reaped.is_none() {
+                // Duration over or Ctrl-C: the program is ours, end it.
+                c.kill(libc::SIGTERM);
+                let t = Instant::now();
+                while c.wait(false).is_none() && t.elapsed() < Duration::from_secs(2) {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                c.kill(libc::SIGKILL);
+            }
+            if exit_code.is_none() {
+                exit_code = c.wait(true);
+            }
+        }
+        let clock = file::clock_now();
+        self.st.end_off_cpu(clock.monotonic_ns, &mut self.out);
+        if let Some(e) = recorded.failure {
+            return Err(e);
+        }
+        let period = self.periods.is_some();
+        let summary = self.end_trace(cfg, source, exit_code, &clock, kernel_lost, period)?;
+        if let Some(periods) = &mut self.periods {
+            // The last period: nothing follows, whatever the taker says.
+            periods.sink.finished(summary.clone());
+        }
+        Ok(summary)
+    }
 }
 
-/// True once Ctrl-C or SIGTERM arrived while a [`SignalGuard`] was installed.
-pub(crate) fn stop_requested() -> bool {
-    STOP.load(Ordering::SeqCst)
-}
-
-/// Runs a whole profiling session (of `held`, when the caller started the program).
+/// Runs a whole profiling session (of `held`, when the caller started the program; cut into
+/// `periods` when given).
 pub(crate) fn run(
     cfg: &ProfileConfig,
     held: Option<Held<'_>>,
+    mut periods: Option<Periodic<'_>>,
 ) -> Result<ProfileSummary, ProfileError> {
     let checked = validate(cfg)?;
     let started = Instant::now();
@@ -670,10 +814,15 @@ pub(crate) fn run(
     let mut storage = source::storage();
     let mut source = source::load(cfg.backend, &mut storage, cfg.target == Target::SystemWide)?;
     let _signals = cfg.handle_signals.then(SignalGuard::install);
-    let file = create_trace_file(&cfg.output)?;
+    let clock = file::clock_now();
+    let output = match &mut periods {
+        Some(p) => p.sink.trace_for(clock.realtime_ns),
+        None => cfg.output.clone(),
+    };
+    let file = create_trace_file(&output)?;
     // Until the trace has its first chunks, a failure leaves no empty file behind.
     let unmade = |e: ProfileError| {
-        let _ = std::fs::remove_file(&cfg.output);
+        let _ = std::fs::remove_file(&output);
         e
     };
     let target = start_target(cfg, held).map_err(unmade)?;
@@ -685,7 +834,9 @@ pub(crate) fn run(
     let mut opened = events::open(cfg, &samplers, &target.tids, how).map_err(unmade)?;
     let out = start_trace(
         cfg,
+        &output,
         file,
+        &clock,
         &checked,
         target.root_pid,
         &samplers,
@@ -702,6 +853,7 @@ pub(crate) fn run(
             .map(|i| i as u32),
         events::event_regs(cfg, how, opened.exclude_kernel),
     );
+    let ring_bytes = opened.rings.first().map_or(0, Ring::data_bytes);
     let mut session = Session {
         checked,
         samplers,
@@ -709,7 +861,12 @@ pub(crate) fn run(
         opened,
         st,
         out,
+        output: output.clone(),
         started,
+        periods,
+        ring_bytes_read: 0,
+        ring_bytes,
+        since: Since::default(),
     };
     // Nothing sampled yet, and a program that could not start leaves no trace behind.
     session.begin(cfg, source.as_mut()).map_err(unmade)?;

@@ -72,8 +72,8 @@ pub struct ProfileArgs {
     /// Stop after this long (10s, 500ms, 2m, 1h; a number is seconds)
     #[arg(long, value_name = "DURATION")]
     duration: Option<String>,
-    /// Record in periods of this length (60s, 5m) until Ctrl-C or SIGTERM, each period one part of
-    /// the Parquet dataset --parquet names
+    /// Record in periods of this length (60s, 5m; at least 1s) until Ctrl-C or SIGTERM, one
+    /// recording whose periods are each one part of the Parquet dataset --parquet names
     #[arg(
         long,
         value_name = "DURATION",
@@ -243,15 +243,14 @@ fn write_pprof(trace: &Path, profile: &Path, traces: &mut super::Traces) -> Resu
     super::emit(Some(profile), &bytes)
 }
 
-/// `--every PERIOD --parquet DIR`: one recording per period, each turned into a part of the dataset
-/// in DIR, until Ctrl-C or SIGTERM (which end the period being recorded: it is written too).
-/// A part is written under `DIR/.staging` and renamed into place, so a reader never sees half of
-/// one; a crash loses the period being recorded (its trace stays in `.staging`).
+/// `--every PERIOD --parquet DIR`: one recording session cut into periods, each period's trace
+/// turned into a part of the dataset in DIR, until Ctrl-C or SIGTERM (which end the period being
+/// recorded: it is written too), or the end of the process followed.
 fn continuous(mut cfg: ProfileConfig, every: Duration, dir: &Path) -> Result<ExitCode, Error> {
     if matches!(cfg.target, Target::Command { .. }) {
         return Err(Error::Usage(
             "--every records what runs already: every process (-a) or one (-p PID), not a \
-             program it would start again each period"
+             program it would start"
                 .into(),
         ));
     }
@@ -271,48 +270,109 @@ fn continuous(mut cfg: ProfileConfig, every: Duration, dir: &Path) -> Result<Exi
             return Err(format!("{}: not a directory", d.display()).into());
         }
     }
-    // Signals end the period being recorded, and none is lost between two periods.
-    let _signals = ferrotrace_profile::stop_on_signals();
-    cfg.handle_signals = false;
-    cfg.duration = Some(every);
     cfg.on_system_wide_start = None;
     say!(
         "ferrotrace: recording in periods of {every:?} into {} until Ctrl-C",
         dir.display()
     );
-    // The previous period's part is written on a thread of its own while the next is recorded.
-    let mut writing: Option<std::thread::JoinHandle<Result<(), String>>> = None;
-    let finish = |w: Option<std::thread::JoinHandle<Result<(), String>>>| -> Result<(), Error> {
-        match w.map(|w| w.join()) {
-            Some(Ok(Err(e))) => Err(e.into()),
-            Some(Err(_)) => Err("the thread writing a part panicked".to_string().into()),
-            _ => Ok(()),
-        }
+    let mut dataset = Dataset {
+        dir: dir.to_path_buf(),
+        staging,
+        host,
+        started: Default::default(),
+        writing: None,
+        failed: None,
+        said: Vec::new(),
     };
-    while !ferrotrace_profile::stop_requested() {
-        let start_ns = ferrotrace_core::clock::realtime_ns();
+    let recorded = ferrotrace_profile::profile_periods(&cfg, every, &mut dataset);
+    // The last part, written whatever the recording's end.
+    let written = dataset.wait_for_part();
+    recorded?;
+    match dataset.failed.or(written.err()) {
+        Some(e) => Err(e.into()),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// The dataset the periods of `profile --every` go to: each period's trace is staged as
+/// `.staging/part-START.data`, and once whole turned into the part
+/// `host=HOST/date=…/hour=…/part-START` on a thread of its own while the next period records.
+struct Dataset {
+    dir: PathBuf,
+    staging: PathBuf,
+    host: String,
+    /// When the periods named and not yet finished began (ns since 1970, UTC).
+    started: std::collections::VecDeque<u64>,
+    /// The part being written.
+    writing: Option<std::thread::JoinHandle<Result<(), String>>>,
+    /// Why a part could not be written (the recording then ends; the periods not written stay
+    /// staged, as after a crash).
+    failed: Option<String>,
+    /// The warnings said of the last period (one said again each period would be noise).
+    said: Vec<String>,
+}
+
+impl Dataset {
+    /// Waits for the part being written.
+    fn wait_for_part(&mut self) -> Result<(), String> {
+        match self.writing.take().map(|w| w.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err("the thread writing a part panicked".into()),
+            None => Ok(()),
+        }
+    }
+}
+
+impl ferrotrace_profile::Periods for Dataset {
+    fn trace_for(&mut self, start_realtime_ns: u64) -> PathBuf {
+        self.started.push_back(start_realtime_ns);
+        self.staging.join(format!("part-{start_realtime_ns}.data"))
+    }
+
+    fn finished(&mut self, period: ferrotrace_profile::ProfileSummary) -> bool {
+        if let Err(e) = self.wait_for_part() {
+            self.failed.get_or_insert(e);
+        }
+        if self.failed.is_some() {
+            return false;
+        }
+        for w in period.warnings.iter().filter(|w| !self.said.contains(w)) {
+            say!("ferrotrace: warning: {w}");
+        }
+        self.said = period.warnings;
+        // Periods end in the order they began.
+        let start_ns = self.started.pop_front().unwrap_or_default();
         let name = format!("part-{start_ns}");
-        cfg.output = staging.join(format!("{name}.data"));
-        let s = profile(&cfg)?;
-        finish(writing.take())?;
         let (date, hour) = utc_date_hour(start_ns);
-        let partition = dir
-            .join(format!("host={host}"))
+        let part = self
+            .dir
+            .join(format!("host={}", self.host))
             .join(format!("date={date}"))
-            .join(format!("hour={hour:02}"));
-        let staged = staging.join(&name);
-        writing = Some(std::thread::spawn(move || {
-            write_part(&s.output, &staged, &partition.join(&name))?;
+            .join(format!("hour={hour:02}"))
+            .join(&name);
+        let staged = self.staging.join(&name);
+        // The eBPF backend's tables are built once, not per period: said, so that it shows.
+        let tables = period
+            .unwind_tables
+            .map(|t| {
+                let freed = match t.freed {
+                    0 => String::new(),
+                    n => format!(", {n} freed"),
+                };
+                format!(", {} unwind tables built{freed}", t.built)
+            })
+            .unwrap_or_default();
+        let samples = period.samples;
+        self.writing = Some(std::thread::spawn(move || {
+            write_part(&period.output, &staged, &part)?;
             say!(
-                "ferrotrace: wrote {} ({} samples)",
-                partition.join(&name).display(),
-                s.samples
+                "ferrotrace: wrote {} ({samples} samples{tables})",
+                part.display()
             );
             Ok(())
         }));
+        true
     }
-    finish(writing.take())?;
-    Ok(ExitCode::SUCCESS)
 }
 
 /// Turns the period's `trace` into the part `part`: written as `staged`, renamed into place, then

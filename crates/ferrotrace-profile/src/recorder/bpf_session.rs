@@ -25,7 +25,7 @@ use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::modules::{self, Mapping};
 use crate::perf::{self, PerfEvent};
-use crate::{BpfUnwinderWork, ProfileError};
+use crate::{BpfUnwinderWork, ProfileError, UnwindTables};
 
 /// The path of the pseudo-module whose one frame roots the stacks the BPF unwinder could not finish.
 pub(crate) const TRUNCATED: &str = "[truncated]";
@@ -61,6 +61,14 @@ pub(super) struct BpfSession<'obj> {
     bpf: Bpf<'obj>,
     /// Each file's table.
     rows: HashMap<FileKey, Table>,
+    /// The tables each process followed uses (its mappings' files), so that the rows of files no
+    /// process maps any more can be freed when the shared table is full ([`BpfSession::evict`]).
+    tables_of: HashMap<u32, Vec<FileKey>>,
+    /// When (in [`BpfSession::sync`] calls) each table was last given up by a process: the
+    /// longest unused are freed first.
+    released_at: HashMap<FileKey, u64>,
+    /// [`BpfSession::sync`] calls so far.
+    syncs: u64,
     /// Builds the tables off the loop's thread.
     builder: TableBuilder,
     /// Every process (`-a`): the loop never waits for a table (a process is handed to the kernel
@@ -89,6 +97,11 @@ pub(super) struct BpfSession<'obj> {
     taken_stacks: HashMap<u64, (UserStack, u64)>,
     /// Drains so far.
     drains: u64,
+    /// Tables built (placed, or found to have no rows) in the current recording or period.
+    tables_built: u64,
+    /// Tables whose rows were freed (no process mapped their files any more, and the shared
+    /// table was full) in the current recording or period.
+    tables_evicted: u64,
     /// When the counts were last read.
     last_drain: Instant,
 }
@@ -130,6 +143,9 @@ impl<'obj> BpfSession<'obj> {
         Ok(BpfSession {
             bpf,
             rows: HashMap::new(),
+            tables_of: HashMap::new(),
+            released_at: HashMap::new(),
+            syncs: 0,
             builder,
             in_background,
             leaves: HashMap::new(),
@@ -142,6 +158,8 @@ impl<'obj> BpfSession<'obj> {
             kernel_bytes: 0,
             taken_stacks: HashMap::new(),
             drains: 0,
+            tables_built: 0,
+            tables_evicted: 0,
             last_drain: Instant::now(),
         })
     }
@@ -153,8 +171,15 @@ impl<'obj> BpfSession<'obj> {
 
     /// The rows of the file that process `pid` maps at `mapping`, built from its `.eh_frame` (by
     /// device and inode) at its first mapping: `None` while that table is being built (the process's
-    /// mappings are handed over again once it is placed) or when it has none.
-    fn rows_of(&mut self, pid: u32, mapping: &Mapping, st: &State) -> Option<RowRange> {
+    /// mappings are handed over again once it is placed) or when it has none. The table's key goes
+    /// to `uses`.
+    fn rows_of(
+        &mut self,
+        pid: u32,
+        mapping: &Mapping,
+        st: &State,
+        uses: &mut Vec<FileKey>,
+    ) -> Option<RowRange> {
         let path = st
             .modules
             .get(mapping.module)
@@ -181,6 +206,7 @@ impl<'obj> BpfSession<'obj> {
                 Box::new(move || modules::module_bytes(&name)),
             )
         };
+        uses.push(key.clone());
         match self.rows.get_mut(&key) {
             Some(Table::Placed(r)) => return *r,
             Some(Table::Building(waiting)) => {
@@ -200,9 +226,15 @@ impl<'obj> BpfSession<'obj> {
     /// waiting for it as changed (the next [`SampleSource::sync`] hands them their mappings again).
     fn place(&mut self, built: Built, st: &mut State) {
         let Built { key, path, rows } = built;
+        self.tables_built += 1;
         let placed = match rows {
             Ok(rows) => {
-                let r = self.bpf.add_rows(&rows);
+                // Full: the rows of the files no process maps any more are freed, once.
+                let r = self.bpf.add_rows(&rows).or_else(|| {
+                    self.evict(&rows)
+                        .then(|| self.bpf.add_rows(&rows))
+                        .flatten()
+                });
                 if r.is_none() {
                     self.without_rows
                         .push((path, "the unwind table is full".into()));
@@ -218,6 +250,51 @@ impl<'obj> BpfSession<'obj> {
             for pid in waiting.into_iter().filter(|p| st.spaces.contains_key(p)) {
                 st.changed_spaces.insert(pid);
             }
+        }
+    }
+
+    /// Frees the rows of tables that no process followed uses, the longest unused first, until
+    /// `rows` fit (their files are built again if mapped later); true once they fit. Run when the
+    /// shared table is full, so that a recording of hours keeps room for the files it meets, and
+    /// a file's table is built once as long as there is room (a compile loop's `cc1`, unused
+    /// between two compiles, is freed last).
+    fn evict(&mut self, rows: &[ferrotrace_bpf::tables::Row]) -> bool {
+        let used: HashSet<&FileKey> = self.tables_of.values().flatten().collect();
+        let mut unused: Vec<(u64, FileKey, RowRange)> = self
+            .rows
+            .iter()
+            .filter(|(key, _)| !used.contains(key))
+            .filter_map(|(key, t)| match t {
+                Table::Placed(Some(r)) => Some((
+                    self.released_at.get(key).copied().unwrap_or_default(),
+                    key.clone(),
+                    *r,
+                )),
+                _ => None,
+            })
+            .collect();
+        unused.sort_unstable_by_key(|u| u.0);
+        for (_, key, range) in unused {
+            if self.bpf.has_room_for(rows) {
+                break;
+            }
+            self.rows.remove(&key);
+            self.released_at.remove(&key);
+            self.bpf.remove_rows(range);
+            self.tables_evicted += 1;
+        }
+        self.bpf.has_room_for(rows)
+    }
+
+    /// Process `pid` uses the tables `uses` from now on (none: it is gone); those it used before
+    /// are released now.
+    fn set_tables_of(&mut self, pid: u32, uses: Option<Vec<FileKey>>) {
+        let before = match uses {
+            Some(uses) => self.tables_of.insert(pid, uses),
+            None => self.tables_of.remove(&pid),
+        };
+        for key in before.into_iter().flatten() {
+            self.released_at.insert(key, self.syncs);
         }
     }
 
@@ -471,6 +548,7 @@ impl SampleSource for BpfSession<'_> {
     /// Hands the kernel the mappings of every process whose address space changed since the last call,
     /// and forgets those of the processes that exited (their slots are reused).
     fn sync(&mut self, st: &mut State) {
+        self.syncs += 1;
         let mut changed: Vec<u32> = st.changed_spaces.drain().collect();
         changed.sort_unstable();
         let exited: HashSet<u32> = st.exited.drain(..).collect();
@@ -480,18 +558,21 @@ impl SampleSource for BpfSession<'_> {
             self.user_nodes.retain(|k, _| k.0 != pid);
             let Some(space) = st.spaces.get(&pid) else {
                 self.bpf.remove_process(pid);
+                self.set_tables_of(pid, None);
                 continue;
             };
             let maps: Vec<Mapping> = space.mappings().to_vec();
             let mut list = Vec::with_capacity(maps.len());
+            let mut uses = Vec::new();
             for m in &maps {
                 list.push(ProcessMapping {
                     start: m.start,
                     end: m.end,
                     bias: m.bias,
-                    rows: self.rows_of(pid, m, st),
+                    rows: self.rows_of(pid, m, st, &mut uses),
                 });
             }
+            self.set_tables_of(pid, Some(uses));
             if self.building_for(pid) {
                 // Handed over once its tables are placed: until then its stacks stop where its
                 // mappings did (counted "before the process's mappings were loaded"), rather than
@@ -512,6 +593,7 @@ impl SampleSource for BpfSession<'_> {
         }
         for pid in exited {
             self.bpf.remove_process(pid);
+            self.set_tables_of(pid, None);
         }
     }
 
@@ -581,6 +663,36 @@ impl SampleSource for BpfSession<'_> {
         }
         self.last_drain = Instant::now();
         self.drain(st, out, now)
+    }
+
+    /// One drain at the period's end: the counts the programs made since the last drain (the count
+    /// map being written from then on is drained into the next period).
+    fn cut(
+        &mut self,
+        st: &mut State,
+        out: &mut SampleWriter,
+        now: u64,
+    ) -> Result<(), ProfileError> {
+        self.place_finished(st);
+        self.sync(st);
+        self.last_drain = Instant::now();
+        self.drain(st, out, now)
+    }
+
+    fn new_period(&mut self) {
+        self.leaves.clear();
+        self.user_nodes.clear();
+        self.truncated = 0;
+        self.truncated_by = UnwindStops::default();
+        self.tables_built = 0;
+        self.tables_evicted = 0;
+    }
+
+    fn unwind_tables(&self) -> Option<UnwindTables> {
+        Some(UnwindTables {
+            built: self.tables_built,
+            freed: self.tables_evicted,
+        })
     }
 
     fn finish(

@@ -11,7 +11,7 @@ use super::State;
 use crate::cli_args::EventSpec;
 use crate::file::SampleWriter;
 use crate::perf::PerfEvent;
-use crate::{Backend, BpfUnwinderWork, ProfileError};
+use crate::{Backend, BpfUnwinderWork, ProfileError, UnwindTables};
 
 /// A source of samples: what the session asks of it, in the order it asks. What a source that keeps
 /// nothing of its own does (the perf rings' samples are all the session's) is each method's default.
@@ -66,6 +66,30 @@ pub(super) trait SampleSource {
         Ok(())
     }
 
+    /// A period of a continuous recording ends at `now`: takes every sample counted so far, stamped
+    /// `now`, into the period's trace, sampling going on (the perf rings' samples are the session's,
+    /// handled up to the period's end).
+    fn cut(
+        &mut self,
+        _st: &mut State,
+        _out: &mut SampleWriter,
+        _now: u64,
+    ) -> Result<(), ProfileError> {
+        Ok(())
+    }
+
+    /// The next period begins: what the source interned into the last one's trace is forgotten (its
+    /// stack ids are that trace's), and its counts ([`SampleSource::truncated`],
+    /// [`SampleSource::unwind_stops`], [`SampleSource::unwind_tables`]) start from zero; what it
+    /// keeps of the processes (the unwind tables) stays.
+    fn new_period(&mut self) {}
+
+    /// Unwind tables built and freed so far, for a source that builds them (the eBPF backend, one
+    /// per mapped file).
+    fn unwind_tables(&self) -> Option<UnwindTables> {
+        None
+    }
+
     /// The end, the events disabled: stops sampling and takes every sample left, stamped `now`.
     fn finish(
         &mut self,
@@ -112,6 +136,13 @@ impl SampleSource for RingSamples {
 
     fn holds_at_entry(&self) -> bool {
         false
+    }
+
+    /// The processes changed and exited are the eBPF backend's to-do list; nothing here reads
+    /// them (a continuous recording would keep them for hours).
+    fn sync(&mut self, st: &mut State) {
+        st.changed_spaces.clear();
+        st.exited.clear();
     }
 }
 

@@ -23,6 +23,11 @@ pub(crate) struct State {
     pub(super) changed_spaces: HashSet<u32>,
     /// Processes that exited since (their spaces stay here for the samples still to come).
     pub(super) exited: Vec<u32>,
+    /// Threads (tid → pid) that exited in the current period, and in the period before: a
+    /// continuous recording forgets them a period after their exit ([`State::forget_gone`]), when no
+    /// sample of theirs can still come.
+    gone: HashMap<u32, u32>,
+    gone_before: HashMap<u32, u32>,
     pub(super) caches: HashMap<u32, CacheX86_64>,
     pub(super) threads: HashMap<u32, (u32, String)>,
     /// Interned stack nodes: (parent, module, module-relative address) → id.
@@ -68,6 +73,8 @@ impl State {
             spaces: HashMap::new(),
             changed_spaces: HashSet::new(),
             exited: Vec::new(),
+            gone: HashMap::new(),
+            gone_before: HashMap::new(),
             caches: HashMap::new(),
             threads: HashMap::new(),
             stack_ids: HashMap::new(),
@@ -252,7 +259,13 @@ impl State {
                 else {
                     return;
                 };
-                if pid != ppid && !self.spaces.contains_key(&pid) {
+                // A pid or tid that exited earlier in the recording, used again: a new thread.
+                let reused =
+                    self.gone.remove(&tid).is_some() | self.gone_before.remove(&tid).is_some();
+                if reused {
+                    self.threads.remove(&tid);
+                }
+                if pid != ppid && (reused || !self.spaces.contains_key(&pid)) {
                     let copy = self
                         .spaces
                         .get(&ppid)
@@ -298,6 +311,7 @@ impl State {
                 // A thread that left the CPU for good is not off it.
                 if let (Some(pid), Some(_ppid), Some(tid)) = (c.u32(), c.u32(), c.u32()) {
                     self.switched_out.remove(&tid);
+                    self.gone.insert(tid, pid);
                     if pid == tid {
                         self.exited.push(pid);
                     }
@@ -441,13 +455,85 @@ impl State {
         }
     }
 
-    /// At the end: threads still off the CPU were so until `end`.
-    pub(super) fn end_off_cpu(&mut self, end: u64, out: &mut SampleWriter) {
+    /// A period of a continuous recording ends at `boundary` (CLOCK_MONOTONIC ns), its trace written
+    /// to `out` next: each thread off the CPU has its time until then counted there, and the rest of
+    /// its stretch waits for its switch in under the same stack, as its frames (root first), which
+    /// [`State::resume_off_cpu`] interns in the next period's trace.
+    pub(super) fn cut_off_cpu(
+        &mut self,
+        boundary: u64,
+        out: &mut SampleWriter,
+    ) -> Vec<(u32, Vec<(u32, u64)>)> {
+        if self.switched_out.is_empty() {
+            return Vec::new();
+        }
+        let mut nodes = vec![(None, 0, 0); self.stack_ids.len()];
+        for (&(parent, module, address), &id) in &self.stack_ids {
+            nodes[id as usize] = (parent, module, address);
+        }
         let mut waiting: Vec<(u32, (u64, Option<u32>))> = self.switched_out.drain().collect();
         waiting.sort_unstable_by_key(|w| w.0);
+        let mut carried = Vec::with_capacity(waiting.len());
         for (tid, (left, stack)) in waiting {
-            self.off_cpu_sample(tid, left, stack, end.max(left), out);
+            self.off_cpu_sample(tid, left, stack, boundary.max(left), out);
+            let mut frames = Vec::new();
+            let mut at = stack;
+            while let Some(&(parent, module, address)) = at.and_then(|id| nodes.get(id as usize)) {
+                frames.push((module, address));
+                at = parent;
+            }
+            frames.reverse();
+            carried.push((tid, frames));
         }
+        carried
+    }
+
+    /// The next period's trace is `out`, with stacks interned afresh: the threads
+    /// [`State::cut_off_cpu`] left off the CPU are so from `boundary` on, under their stacks.
+    pub(super) fn resume_off_cpu(
+        &mut self,
+        carried: Vec<(u32, Vec<(u32, u64)>)>,
+        boundary: u64,
+        out: &mut SampleWriter,
+    ) {
+        for (tid, frames) in carried {
+            let mut stack = None;
+            for (module, address) in frames {
+                stack = Some(self.intern_node(stack, module, address, out));
+            }
+            self.switched_out.insert(tid, (boundary, stack));
+        }
+    }
+
+    /// A period of a continuous recording begins: its counts start from zero, its stacks are
+    /// interned afresh (the trace of the period before holds the old ones), and the threads and
+    /// processes that exited in the period before the one that ended are forgotten.
+    pub(super) fn new_period(&mut self) {
+        self.stack_ids.clear();
+        self.samples = 0;
+        self.lost = 0;
+        self.unreadable = 0;
+        self.lost_bookkeeping = 0;
+        self.unwind_errors = 0;
+        self.junk_stacks = 0;
+        self.forget_gone();
+    }
+
+    /// Forgets the threads and processes that exited before the last period began.
+    fn forget_gone(&mut self) {
+        for (tid, pid) in std::mem::replace(&mut self.gone_before, std::mem::take(&mut self.gone)) {
+            self.threads.remove(&tid);
+            self.switched_in.remove(&tid);
+            if pid == tid {
+                self.spaces.remove(&pid);
+                self.caches.remove(&pid);
+            }
+        }
+    }
+
+    /// At the end: threads still off the CPU were so until `end` (nothing is carried on).
+    pub(super) fn end_off_cpu(&mut self, end: u64, out: &mut SampleWriter) {
+        self.cut_off_cpu(end, out);
     }
 }
 
