@@ -222,14 +222,21 @@ fn periods_become_whole_parts_that_duckdb_and_report_read() {
     assert!(built[1..].iter().all(|&n| n == 0), "{stderr}");
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
     let rows = duckdb_parts(&ds);
-    assert_eq!(rows.len(), found.len(), "{rows:?}");
+    // Samples in every period but the last, which Ctrl-C may have cut to nothing (a part of no
+    // samples has no row here).
+    for part in &found[..found.len() - 1] {
+        let name = part.file_name().unwrap().to_str().unwrap();
+        assert!(
+            rows.iter().any(|r| r.3 == name),
+            "{name}: no samples in {rows:?}"
+        );
+    }
     let mut samples = 0;
     for (h, date, hour, part, n) in &rows {
         assert_eq!(h, host.trim());
         assert_eq!(date.len(), 10, "{date}");
         assert!(hour.parse::<u32>().unwrap() < 24);
         assert!(part.starts_with("part-"), "{part}");
-        assert!(*n > 0, "{part}: samples in every period");
         samples += n;
     }
 

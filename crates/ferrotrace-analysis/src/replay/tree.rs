@@ -93,39 +93,38 @@ impl CallTree {
         let start = trace.start_ns();
         // The shown values of the event being processed, for the stack event it makes.
         let mut values = crate::dump::PendingValues::default();
-        let mut on = |tree: &mut CallTree,
-                      se: StackEvent,
-                      values: &mut crate::dump::PendingValues| {
-            let shown = values.take_for(&se);
-            match se {
-                StackEvent::Enter {
-                    id, time, entered, ..
-                } => {
-                    let n = tree.nodes.len();
-                    let parent = open.last().copied().unwrap_or(ROOT);
-                    tree.nodes.push(TreeNode {
-                        func: id,
-                        start_ns: time.saturating_sub(start),
-                        entered,
-                        args: shown,
-                        ..TreeNode::default()
-                    });
-                    tree.nodes[parent].children.push(n);
-                    open.push(n);
-                }
-                StackEvent::Leave {
-                    frame, end, how, ..
-                } => {
-                    if let Some(n) = open.pop() {
-                        let node = &mut tree.nodes[n];
-                        node.duration_ns = Some(end.saturating_sub(frame.start));
-                        node.end = Some(how);
-                        node.retval = shown;
+        let mut on =
+            |tree: &mut CallTree, se: StackEvent, values: &mut crate::dump::PendingValues| {
+                let shown = values.take_for(&se);
+                match se {
+                    StackEvent::Enter {
+                        id, time, entered, ..
+                    } => {
+                        let n = tree.nodes.len();
+                        let parent = open.last().copied().unwrap_or(ROOT);
+                        tree.nodes.push(TreeNode {
+                            func: id,
+                            start_ns: time.saturating_sub(start),
+                            entered,
+                            args: shown,
+                            ..TreeNode::default()
+                        });
+                        tree.nodes[parent].children.push(n);
+                        open.push(n);
                     }
+                    StackEvent::Leave {
+                        frame, end, how, ..
+                    } => {
+                        if let Some(n) = open.pop() {
+                            let node = &mut tree.nodes[n];
+                            node.duration_ns = Some(end.saturating_sub(frame.start));
+                            node.end = Some(how);
+                            node.retval = shown;
+                        }
+                    }
+                    StackEvent::OrphanExit { .. } => {}
                 }
-                StackEvent::OrphanExit { .. } => {}
-            }
-        };
+            };
         let with_values = trace.has_arg_specs();
         let mut events = trace.thread_events(tid)?;
         loop {
