@@ -81,6 +81,31 @@ fn uftrace_replay(dir: &Path, data: &Path) -> Vec<String> {
     calls(&text(&out.stdout))
 }
 
+/// What uftrace records of `exe` with `options`, as its replay shows it. It shows the two pointers
+/// it could not follow as strings (`"NULL"`, `"<0x10>"`: its 0.13 writes them so), which is all
+/// that differs from ours: they are written here as ours are.
+fn uftrace_recorded(dir: &Path, exe: &Path, options: &[&str]) -> Vec<String> {
+    let data = dir.join(format!("uftrace-{}.data", options.len()));
+    let status = Command::new("uftrace")
+        .arg("record")
+        .args(options)
+        .arg("-d")
+        .arg(&data)
+        .arg(exe)
+        .current_dir(dir)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("uftrace installed (scripts/setup.sh)");
+    assert!(status.success());
+    uftrace_replay(dir, &data)
+        .into_iter()
+        .map(|l| {
+            l.replace("\"NULL\"", "NULL")
+                .replace("\"<0x10>\"", "<unreadable 0x10>")
+        })
+        .collect()
+}
+
 fn recorded(dir: &Path, exe: &Path, extra: &[&str]) -> std::path::PathBuf {
     let opts: Vec<&str> = OPTIONS.iter().chain(extra).copied().collect();
     let (out, trace) = record(dir, &opts, exe, &[]);
@@ -95,28 +120,8 @@ fn arguments_and_return_values_match_uftraces_on_a_pg_program_and_uftrace_reads_
     let trace = recorded(&dir, &exe, &[]);
     assert_eq!(replay_of(&trace), EXPECTED);
 
-    // uftrace's own recording, same options. It shows the two pointers it could not follow as
-    // strings ("NULL", "<0x10>": its 0.13 writes them so), which is all that differs.
-    let data = dir.join("uftrace.data");
-    let status = Command::new("uftrace")
-        .arg("record")
-        .args(OPTIONS)
-        .arg("-d")
-        .arg(&data)
-        .arg(&exe)
-        .current_dir(&dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("uftrace installed (scripts/setup.sh)");
-    assert!(status.success());
-    let theirs: Vec<String> = uftrace_replay(&dir, &data)
-        .into_iter()
-        .map(|l| {
-            l.replace("\"NULL\"", "NULL")
-                .replace("\"<0x10>\"", "<unreadable 0x10>")
-        })
-        .collect();
-    assert_eq!(theirs, EXPECTED);
+    // uftrace's own recording, same options.
+    assert_eq!(uftrace_recorded(&dir, &exe, OPTIONS), EXPECTED);
 
     // Our export, read by uftrace: its replay shows the values, a dangling pointer as its own
     // marker.
@@ -319,24 +324,7 @@ fn auto_args_reads_the_parameters_from_debug_info_as_uftrace_does() {
     ] {
         assert!(ours.iter().any(|l| l == line), "{line} not in {ours:?}");
     }
-    let data = dir.join("auto.uftrace");
-    let status = Command::new("uftrace")
-        .args(["record", "--auto-args", "-d"])
-        .arg(&data)
-        .arg(&exe)
-        .current_dir(&dir)
-        .stdout(std::process::Stdio::null())
-        .status()
-        .expect("uftrace installed (scripts/setup.sh)");
-    assert!(status.success());
-    let theirs: Vec<String> = uftrace_replay(&dir, &data)
-        .into_iter()
-        .map(|l| {
-            l.replace("\"NULL\"", "NULL")
-                .replace("\"<0x10>\"", "<unreadable 0x10>")
-        })
-        .collect();
-    assert_eq!(ours, theirs);
+    assert_eq!(ours, uftrace_recorded(&dir, &exe, &["--auto-args"]));
 
     // A program without debug info: said, and the run goes on.
     let plain = build_c(&dir, "gcc", "args.c", "args_nog", &["-O1", "-pg"]);

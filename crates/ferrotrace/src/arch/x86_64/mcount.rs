@@ -12,6 +12,7 @@ use ferrotrace_core::arch::x86_64::{mcount_parent_slot, rdtsc_asm};
 use ferrotrace_core::shadow::ShadowFrame;
 
 use super::thread::append_record_asm;
+use super::xray::float_args_to_block_asm;
 use crate::buffers::hot::{Hot, FERROTRACE_TLS_OFFSET};
 
 extern "C" {
@@ -222,14 +223,7 @@ core::arch::global_asm!(
     "  mov qword ptr [rsp + {g_int} + 24], rax",
     "  mov qword ptr [rsp + {g_int} + 32], r8",
     "  mov qword ptr [rsp + {g_int} + 40], r9",
-    "  movq qword ptr [rsp + {g_float}], xmm0",
-    "  movq qword ptr [rsp + {g_float} + 8], xmm1",
-    "  movq qword ptr [rsp + {g_float} + 16], xmm2",
-    "  movq qword ptr [rsp + {g_float} + 24], xmm3",
-    "  movq qword ptr [rsp + {g_float} + 32], xmm4",
-    "  movq qword ptr [rsp + {g_float} + 40], xmm5",
-    "  movq qword ptr [rsp + {g_float} + 48], xmm6",
-    "  movq qword ptr [rsp + {g_float} + 56], xmm7",
+    float_args_to_block_asm!(),
     rdtsc_asm!(),
     "  mov qword ptr [rsp + {g_tsc}], rax",
     "  mov rax, rsp",

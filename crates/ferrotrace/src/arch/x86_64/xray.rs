@@ -19,6 +19,25 @@ use ferrotrace_core::arch::x86_64::{
 use super::thread::append_record_asm;
 use crate::buffers::hot::{FERROTRACE_CPU_OFFSET, FERROTRACE_TLS_OFFSET};
 
+/// The assembly that stores the low halves of xmm0-7 (the floating-point argument registers) into a
+/// `recorders::args::Registers` block at `rsp` (operand `g_float`: its field's offset), for the
+/// entry paths of functions whose arguments are recorded (the XRay trampoline, the mcount hooks).
+macro_rules! float_args_to_block_asm {
+    () => {
+        concat!(
+            "  movq qword ptr [rsp + {g_float}], xmm0\n",
+            "  movq qword ptr [rsp + {g_float} + 8], xmm1\n",
+            "  movq qword ptr [rsp + {g_float} + 16], xmm2\n",
+            "  movq qword ptr [rsp + {g_float} + 24], xmm3\n",
+            "  movq qword ptr [rsp + {g_float} + 32], xmm4\n",
+            "  movq qword ptr [rsp + {g_float} + 40], xmm5\n",
+            "  movq qword ptr [rsp + {g_float} + 48], xmm6\n",
+            "  movq qword ptr [rsp + {g_float} + 56], xmm7\n",
+        )
+    };
+}
+pub(crate) use float_args_to_block_asm;
+
 /// XSAVE components the slow path saves: x87, SSE, AVX (upper ymm halves), and AVX-512's opmask, upper
 /// zmm halves and zmm16–31. Not AMX tiles (8 KiB, and never live across a call) nor MPX or PKRU.
 const XSAVE_MASK: u32 = 0b1110_0111;
@@ -326,14 +345,7 @@ core::arch::global_asm!(
     "  mov qword ptr [rsp + {g_int} + 24], rcx",
     "  mov qword ptr [rsp + {g_int} + 32], r8",
     "  mov qword ptr [rsp + {g_int} + 40], r9",
-    "  movq qword ptr [rsp + {g_float}], xmm0",
-    "  movq qword ptr [rsp + {g_float} + 8], xmm1",
-    "  movq qword ptr [rsp + {g_float} + 16], xmm2",
-    "  movq qword ptr [rsp + {g_float} + 24], xmm3",
-    "  movq qword ptr [rsp + {g_float} + 32], xmm4",
-    "  movq qword ptr [rsp + {g_float} + 40], xmm5",
-    "  movq qword ptr [rsp + {g_float} + 48], xmm6",
-    "  movq qword ptr [rsp + {g_float} + 56], xmm7",
+    float_args_to_block_asm!(),
     "  lea r11, [rsp + {g_bytes} + 16]",
     "  mov qword ptr [rsp + {g_stack}], r11",
     "  push rax",
