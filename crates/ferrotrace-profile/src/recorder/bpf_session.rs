@@ -229,7 +229,8 @@ impl<'obj> BpfSession<'obj> {
         self.tables_built += 1;
         let placed = match rows {
             Ok(rows) => {
-                // Full: the rows of the files no process maps any more are freed, once.
+                // Full: tables no process maps any more are freed, the longest unused first,
+                // until these fit.
                 let r = self.bpf.add_rows(&rows).or_else(|| {
                     self.evict(&rows)
                         .then(|| self.bpf.add_rows(&rows))
