@@ -337,3 +337,43 @@ fn auto_args_reads_the_parameters_from_debug_info_as_uftrace_does() {
     );
     assert!(replay_of(&trace).iter().any(|l| l == "add();"));
 }
+
+#[test]
+fn debians_own_sqlite3_shows_its_sql_and_result_codes_through_patched_entries() {
+    // Nobody here built it: /usr/bin/sqlite3 and libsqlite3.so.0 as Debian ships them, the entries
+    // of their exported functions patched at run time.
+    let dir = scratch("args_sqlite3");
+    let sql = "create table t(x); insert into t values (1),(2); select sum(x) from t;";
+    let (out, trace) = record(
+        &dir,
+        &[
+            "-P",
+            "^sqlite3_(open_v2|prepare_v2|step)$",
+            "-A",
+            "sqlite3_open_v2@arg1/s",
+            "-A",
+            "sqlite3_prepare_v2@arg2/s",
+            "-R",
+            "sqlite3_(open_v2|prepare_v2|step)@retval/d32",
+        ],
+        Path::new("/usr/bin/sqlite3"),
+        &[":memory:", sql],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "3",
+        "the program's output unchanged"
+    );
+    let got = replay_of(&trace);
+    for line in [
+        "sqlite3_open_v2(\":memory:\") = 0;".to_string(),
+        format!("sqlite3_prepare_v2(\"{}\") {{", sql.replace('"', "\\\"")),
+        "sqlite3_prepare_v2(\"select sum(x) from t;\") = 0;".to_string(),
+        // SQLITE_ROW, then SQLITE_DONE.
+        "sqlite3_step() = 100;".to_string(),
+        "sqlite3_step() = 101;".to_string(),
+    ] {
+        assert!(got.contains(&line), "{line} not in {got:#?}");
+    }
+}
