@@ -454,8 +454,7 @@ fn replay_with(
         start_ts: None,
         line: Vec::with_capacity(256),
         out,
-        values: None,
-        values_of: None,
+        values: crate::dump::PendingValues::default(),
     };
     for (&tid, init) in &initial {
         if tids.contains(&tid) {
@@ -501,10 +500,9 @@ struct Replayer<'a, 'w> {
     start_ts: Option<u64>,
     line: Vec<u8>,
     out: &'w mut dyn Write,
-    /// The shown values of the function event being processed (`record -A`, `-R`), and its
-    /// function, for the stack event it makes.
-    values: Option<Box<str>>,
-    values_of: Option<u32>,
+    /// The shown values of the function event being processed (`record -A`, `-R`), for the stack
+    /// event it makes.
+    values: crate::dump::PendingValues,
 }
 
 impl Replayer<'_, '_> {
@@ -559,8 +557,7 @@ impl Replayer<'_, '_> {
         let mut th = std::mem::take(&mut self.threads[i]);
         let mut pending = std::mem::take(&mut self.pending);
         if self.trace.has_arg_specs() && e.kind.is_function() {
-            self.values = shown_values(self.trace, e);
-            self.values_of = Some(e.id);
+            self.values.set(self.trace, e);
         }
         let is_fn = {
             let mut sink = |se| pending.push(se);
@@ -571,8 +568,7 @@ impl Replayer<'_, '_> {
             self.stack_event(tid, &mut th, se);
         }
         self.pending = pending;
-        self.values = None;
-        self.values_of = None;
+        self.values = crate::dump::PendingValues::default();
         if !is_fn {
             self.other(tid, &mut th, e);
         }
@@ -596,10 +592,7 @@ impl Replayer<'_, '_> {
                 entered,
             } => {
                 let shown = self.decide_enter(th, id, time, depth);
-                let args = match self.values_of {
-                    Some(of) if of == id => self.values.take(),
-                    _ => None,
-                };
+                let args = self.values.take_for(&se);
                 let pos = shown.map(|dd| {
                     let pos = self.push(
                         th,
@@ -628,10 +621,7 @@ impl Replayer<'_, '_> {
                 how,
             } => {
                 let shown = th.shown.pop().flatten();
-                let retval = match (how, self.values_of) {
-                    (EndKind::Return, Some(id)) if id == frame.id => self.values.take(),
-                    _ => None,
-                };
+                let retval = self.values.take_for(&se);
                 if th.hide_depth == Some(depth) {
                     th.hide_depth = None;
                 }
