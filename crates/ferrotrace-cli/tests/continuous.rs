@@ -144,8 +144,10 @@ fn periods(dir: &Path) -> Vec<(String, u64, u64)> {
 }
 
 /// One recording cut into periods: each period's trace ends at the clock reading at which the
-/// next one's begins (a session per period left the time to start one between them), and every
-/// sample's stack is in its own part's stacks table (stack ids are interned afresh per period).
+/// next one's begins (a session per period left the time to start one between them), each part
+/// is a run of its own (stack ids are interned afresh per period, so a join on the dataset's key
+/// `(run, stack_id)` would match another period's stacks if two parts shared one), and every
+/// sample's stack is in its own part's stacks table by that key.
 fn assert_periods_follow_each_other(dir: &Path) {
     let found = periods(dir);
     assert!(found.len() >= 2, "{found:?}");
@@ -154,14 +156,21 @@ fn assert_periods_follow_each_other(dir: &Path) {
     }
     let out = duckdb(&format!(
         "import duckdb\n\
+         parts = \"read_parquet('{d}/host=*/date=*/hour=*/part-*/metadata.parquet')\"\n\
+         print(duckdb.sql(f'select count(distinct run) from {{parts}}').fetchall()[0][0])\n\
          q = \"select count(*) from read_parquet('{d}/host=*/date=*/hour=*/part-*/samples.parquet', \
          filename=true) x anti join read_parquet('{d}/host=*/date=*/hour=*/part-*/stacks.parquet', \
          filename=true) s on split_part(x.filename, '/', -2) = split_part(s.filename, '/', -2) \
-         and x.stack_id = s.stack_id where x.stack_id is not null\"\n\
+         and x.run = s.run and x.stack_id = s.stack_id where x.stack_id is not null\"\n\
          print(duckdb.sql(q).fetchall()[0][0])",
         d = p(dir)
     ));
-    assert_eq!(out.trim(), "0", "samples whose stack is not in their part");
+    assert_eq!(
+        out.split_whitespace().collect::<Vec<_>>(),
+        [found.len().to_string().as_str(), "0"],
+        "runs of the {} parts, and samples whose stack is not in their part",
+        found.len()
+    );
 }
 
 /// The unwind tables each part's period built, from the profiler's "wrote PART (N samples, M

@@ -69,14 +69,15 @@ pub const TABLES: [&str; 9] = [
     "events",
 ];
 
-/// The run identifier of a trace: `EXE-PID-START` (START: the wall-clock start in seconds since
-/// 1970), the same for every dump of one trace and distinct between runs.
+/// The run identifier of a trace: `EXE-PID-START` (START: the wall-clock start in nanoseconds since
+/// 1970), the same for every dump of one trace and distinct between traces, the periods of one
+/// `profile --every` session among them (two of those can begin within one second).
 pub fn run_id(trace: &Trace) -> String {
     format!(
         "{}-{}-{}",
         trace.session().exe_name(),
         trace.session().pid,
-        trace.session().start_realtime_ns / 1_000_000_000
+        trace.session().start_realtime_ns
     )
 }
 
