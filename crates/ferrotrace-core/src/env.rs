@@ -105,6 +105,14 @@ pub const ATTACH_WARNINGS_FILE: &str = "warnings";
 /// to patch (trampolines built, jumps not written), one [`EntryJump`] a line: the host writes the jumps
 /// with every thread of the process stopped, and puts the original bytes back the same way.
 pub const ATTACH_ENTRY_JUMPS_FILE: &str = "entry-jumps";
+/// The file beside the control FIFO where an attached runtime lists, as in
+/// [`ATTACH_ENTRY_JUMPS_FILE`], the entries of the objects the program loaded after the attach
+/// (`dlopen`): its `n`th list since the start, `entry-jumps.N` (from 1). Each appears whole (renamed
+/// into place); the host looks for the next one while it records.
+#[cfg(feature = "std")]
+pub fn later_entry_jumps_file(n: u32) -> String {
+    format!("{ATTACH_ENTRY_JUMPS_FILE}.{n}")
+}
 /// The file beside the control FIFO where an attached runtime's start, which runs on a thread of its
 /// own, leaves its outcome once it is over: `0` and a newline when it records, else the negative code
 /// of its refusal and a newline (the refusal's line is in `error`, as before).

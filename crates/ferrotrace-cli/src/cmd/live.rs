@@ -61,6 +61,7 @@ fn live_running(pid: u32, spec: RuntimeSpec) -> Result<ExitCode, Error> {
     let attached = record(pid, &library, spec, None, Some(&mut out), |started| {
         super::record::say_started(pid, "printing", started)
     })?;
+    super::record::say_later_entries(pid, &attached.later);
     match attached.ending {
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended"),
         Ending::Replaced => say!("ferrotrace: process {pid} replaced its program (exec)"),

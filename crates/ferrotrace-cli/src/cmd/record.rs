@@ -345,6 +345,21 @@ pub(crate) fn say_started(pid: u32, doing: &str, started: &launch::attach::recor
     )
 }
 
+/// What `record -p` and `live -p` say at the end about the objects process `pid` loaded while
+/// recorded: their entries patched, and those left out and why.
+pub(crate) fn say_later_entries(pid: u32, later: &launch::attach::record::LaterEntries) {
+    for w in &later.warnings {
+        say!("ferrotrace: warning: {w}");
+    }
+    if later.patched > 0 {
+        say!(
+            "ferrotrace: process {pid} loaded objects while recorded: {} more function entries \
+             patched (put back when the recording stopped)",
+            later.patched
+        );
+    }
+}
+
 /// `record -p PID`: records the running process until Ctrl-C, `--duration` or its end.
 fn record_running(
     pid: u32,
@@ -362,6 +377,7 @@ fn record_running(
         launch::attach::record::record(pid, &library, spec, args.duration, None, |started| {
             super::record::say_started(pid, "recording", started)
         })?;
+    say_later_entries(pid, &attached.later);
     match attached.ending {
         Ending::Stopped(_) => {}
         Ending::ProcessEnded => say!("ferrotrace: process {pid} ended while it was recorded"),

@@ -49,6 +49,42 @@ pub struct Patched {
     pub threads_held: std::time::Duration,
 }
 
+impl Patched {
+    /// The functions left out and why, one line per reason (none when every jump was written).
+    pub fn left_out(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        for (names, why) in [
+            (
+                &self.thread_inside,
+                "a thread was inside the first instructions its jump replaces",
+            ),
+            (
+                &self.changed,
+                "its first bytes changed since the runtime read them",
+            ),
+        ] {
+            if !names.is_empty() {
+                lines.push(format!(
+                    "{} function{} left untraced, {why}: {}",
+                    names.len(),
+                    if names.len() == 1 { "" } else { "s" },
+                    names.join(", ")
+                ));
+            }
+        }
+        lines
+    }
+
+    /// Adds what a later [`write()`] did (the jumps of an object loaded since), to be put back with
+    /// these.
+    pub fn join(&mut self, later: Patched) {
+        self.written.extend(later.written);
+        self.thread_inside.extend(later.thread_inside);
+        self.changed.extend(later.changed);
+        self.threads_held += later.threads_held;
+    }
+}
+
 /// The jumps listed in `listing`, what the runtime left in the control directory's
 /// [`ATTACH_ENTRY_JUMPS_FILE`](ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE) (none when it patched
 /// no entry).

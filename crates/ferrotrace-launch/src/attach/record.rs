@@ -84,6 +84,8 @@ pub struct Attached {
     pool: Option<OwnedFd>,
     /// How the process ended, read as soon as it had ([`Death::of_zombie`]), when it ended.
     death: Option<Death>,
+    /// The entries of objects it loaded while recorded.
+    pub later: LaterEntries,
 }
 
 impl Attached {
@@ -621,7 +623,7 @@ pub fn record(
     // The runtime records: the entries it prepared are patched now, every thread stopped. Failed
     // (the process ended, or its code could not be written), returning closes the control channel,
     // which stops the runtime.
-    let patched = entries::write(
+    let mut patched = entries::write(
         pid,
         entries::listed(&dir.read(ATTACH_ENTRY_JUMPS_FILE).unwrap_or_default()),
     )?;
@@ -631,25 +633,7 @@ pub fn record(
         .lines()
         .map(String::from)
         .collect();
-    for (names, why) in [
-        (
-            &patched.thread_inside,
-            "a thread was inside the first instructions its jump replaces",
-        ),
-        (
-            &patched.changed,
-            "its first bytes changed since the runtime read them",
-        ),
-    ] {
-        if !names.is_empty() {
-            warnings.push(format!(
-                "{} function{} left untraced, {why}: {}",
-                names.len(),
-                if names.len() == 1 { "" } else { "s" },
-                names.join(", ")
-            ));
-        }
-    }
+    warnings.extend(patched.left_out());
     started(&Started {
         pause,
         warnings: &warnings,
@@ -668,11 +652,13 @@ pub fn record(
         (None, Some(_)) => None,
     };
     let begun = Instant::now();
+    let mut later = LaterEntries::default();
     let stop = loop {
         let left = duration.map(|d| d.saturating_sub(begun.elapsed()));
         if left == Some(Duration::ZERO) {
             break None;
         }
+        later.patch(&dir, pid, &mut patched);
         if runtime_mark
             .as_deref()
             .is_some_and(|mark| !maps_hold(pid, mark))
@@ -687,6 +673,7 @@ pub fn record(
                 ending: Ending::Replaced,
                 pool,
                 death: None,
+                later,
             });
         }
         let look = Duration::from_millis(250);
@@ -703,6 +690,7 @@ pub fn record(
                     ending: Ending::ProcessEnded,
                     pool,
                     death,
+                    later,
                 });
             }
             Some(2) => {
@@ -728,6 +716,7 @@ pub fn record(
                 ending: Ending::ProcessEnded,
                 pool,
                 death: Death::of_zombie(pid),
+                later,
             });
         }
         return Err(e);
@@ -759,7 +748,49 @@ pub fn record(
         ending,
         pool,
         death,
+        later,
     })
+}
+
+/// The entries of objects the process loaded while recorded (`dlopen`), patched by the host as at
+/// the start: the attached runtime's rescan (every second) finds them and builds their trampolines,
+/// and lists their jumps in the next numbered file beside the control FIFO
+/// ([`ferrotrace_core::env::later_entry_jumps_file`]), which the host looks for each time it wakes
+/// (at least every 250 ms) and writes with every thread stopped, leaving out any function a thread
+/// might resume inside of. They are put back at the stop with the first ones.
+#[derive(Debug, Default)]
+pub struct LaterEntries {
+    /// The numbered lists written so far.
+    lists: u32,
+    /// The entries patched.
+    pub patched: usize,
+    /// What was left out and why, one line each (as [`Started::warnings`]).
+    pub warnings: Vec<String>,
+}
+
+impl LaterEntries {
+    /// Writes every list the runtime handed over since the last look, in order; what is written
+    /// joins `patched`. A list that cannot be written (the process ended meanwhile) leaves its
+    /// functions untraced and is said; the recording goes on.
+    fn patch(&mut self, dir: &ControlDir, pid: u32, patched: &mut entries::Patched) {
+        while let Some(listing) = dir.read(&ferrotrace_core::env::later_entry_jumps_file(
+            self.lists + 1,
+        )) {
+            self.lists += 1;
+            let jumps = entries::listed(&listing);
+            let listed = jumps.len();
+            match entries::write(pid, jumps) {
+                Ok(more) => {
+                    self.patched += more.written.len();
+                    self.warnings.extend(more.left_out());
+                    patched.join(more);
+                }
+                Err(e) => self.warnings.push(format!(
+                    "{listed} function entries of an object loaded while recorded left untraced: {e}"
+                )),
+            }
+        }
+    }
 }
 
 /// Whether process `pid`'s mappings name `mark` (a path, or a memfd's name); true when they cannot be

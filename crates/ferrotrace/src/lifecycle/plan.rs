@@ -245,21 +245,21 @@ impl Plan {
     }
 }
 
-/// An attach: lists the entry jumps left to the host in the file beside its control FIFO (at
-/// `control_path`; [`ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE`]); the host writes them once the
-/// attach returns.
-fn hand_to_host(control_path: Option<&Path>, jumps: &[ferrotrace_core::env::EntryJump]) {
-    let Some(dir) = control_path.and_then(Path::parent) else {
-        return;
-    };
+/// An attach: lists the entry jumps left to the host in `name` beside its control FIFO (in `dir`:
+/// [`ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE`] at the start, a numbered list for objects loaded
+/// later); the host writes them with every thread of the process stopped. The list is written whole
+/// under another name and then renamed, so the host, which may look at any moment, never reads half
+/// of it.
+pub(crate) fn hand_to_host(dir: &Path, name: &str, jumps: &[ferrotrace_core::env::EntryJump]) {
     if jumps.is_empty() {
         return;
     }
     let lines: String = jumps.iter().map(|j| j.to_line() + "\n").collect();
-    if let Err(e) = std::fs::write(
-        dir.join(ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE),
-        lines,
-    ) {
+    let partial = dir.join(format!(".{name}.partial"));
+    if let Err(e) =
+        std::fs::write(&partial, lines).and_then(|()| std::fs::rename(&partial, dir.join(name)))
+    {
+        let _ = std::fs::remove_file(&partial);
         warn_host(
             dir,
             &Problem::Failed(format!(
@@ -402,11 +402,6 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
         ..discovery::Known::default()
     };
     let found = discovery::discover(&plan.config, plan.role == Role::Preload, &mut known)?;
-    if plan.occasion.entry_jumps() == Some(sites::EntryJumps::Host) {
-        // Objects the program loads later are patched by the collector's rescan, with no host there
-        // to stop the threads: their entries are left alone.
-        known.entry_patching_off = true;
-    }
     // Ids first: the live printer names tracepoints by them.
     let tracepoints = crate::tracepoints::assign_ids();
     check_selection(&plan, &found)?;
@@ -499,7 +494,11 @@ pub fn run(plan: Plan) -> Result<Option<&'static Runtime>, Problem> {
                 .unwrap_or(sites::EntryJumps::Here);
             // SAFETY: as above; with other threads running, entries are patched only by the host.
             match unsafe { sites::patch(&found, &rt.program.targets, who) } {
-                Ok(jumps) => hand_to_host(plan.control_path.as_deref(), &jumps),
+                Ok(jumps) => {
+                    if let Some(dir) = plan.control_path.as_deref().and_then(Path::parent) {
+                        hand_to_host(dir, ferrotrace_core::env::ATTACH_ENTRY_JUMPS_FILE, &jumps);
+                    }
+                }
                 // What was patched records; the host (or the program) stops it as usual.
                 Err(e) => say!("ferrotrace: patching failed: {e}"),
             }

@@ -371,7 +371,9 @@ pub struct Runtime {
 
 /// The control channel of an attached recording (`record -p`): a FIFO in a private directory that the
 /// host holds open; its end of file (the host closed it, or died) stops the recording, and the
-/// collector then creates `done` beside it once the trace is written.
+/// collector then creates `done` beside it once the trace is written. The host stays there while it
+/// records, so the entry jumps of objects loaded later are handed to it too
+/// ([`Control::hand_later_entry_jumps`]).
 pub struct Control {
     /// The FIFO, opened for reading without blocking (-1 once closed).
     fifo: std::sync::atomic::AtomicI32,
@@ -380,6 +382,8 @@ pub struct Control {
     /// What the attachment turned on besides patched functions (tracepoints), turned off when the host
     /// stops it.
     undo: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+    /// Lists of entry jumps handed to the host after the start.
+    later_jump_lists: std::sync::atomic::AtomicU32,
 }
 
 impl std::fmt::Debug for Control {
@@ -399,7 +403,26 @@ impl Control {
             fifo: std::sync::atomic::AtomicI32::new(fifo.into_raw_fd()),
             done,
             undo: Mutex::new(None),
+            later_jump_lists: std::sync::atomic::AtomicU32::new(0),
         }
+    }
+
+    /// Hands the host the entry jumps a rescan prepared (objects the program loaded after the
+    /// attach): the next of [`ferrotrace_core::env::later_entry_jumps_file`]'s numbered lists, which
+    /// the host looks for while it waits and writes with every thread stopped, as at the start.
+    pub fn hand_later_entry_jumps(&self, jumps: &[ferrotrace_core::env::EntryJump]) {
+        if jumps.is_empty() {
+            return;
+        }
+        let Some(dir) = self.done.parent() else {
+            return;
+        };
+        let n = self.later_jump_lists.fetch_add(1, Ordering::Relaxed) + 1;
+        crate::lifecycle::plan::hand_to_host(
+            dir,
+            &ferrotrace_core::env::later_entry_jumps_file(n),
+            jumps,
+        );
     }
 
     /// Sets what [`Control::undo`] does when the host stops the recording.
@@ -731,10 +754,21 @@ pub fn rescan() {
         .extend(chunks.iter().cloned());
     // Queued before patching: the collector writes metadata before the chunks it takes after it.
     rt.push_meta(Meta::Chunks(chunks));
+    // An attached runtime's host writes the entry jumps, every thread stopped (the program's
+    // threads run on while the new object's functions are found and their trampolines built).
+    let control = rt.control.get();
+    let who = match control {
+        Some(_) => sites::EntryJumps::Host,
+        None => sites::EntryJumps::Here,
+    };
     // SAFETY: `found` is discover's answer, unchanged.
-    // (An attached runtime's rescans find no entries to patch: discovery leaves them alone.)
-    if let Err(e) = unsafe { sites::patch(&found, &rt.program.targets, sites::EntryJumps::Here) } {
-        say!("ferrotrace: patching newly loaded objects failed: {e}");
+    match unsafe { sites::patch(&found, &rt.program.targets, who) } {
+        Ok(jumps) => {
+            if let Some(c) = control {
+                c.hand_later_entry_jumps(&jumps);
+            }
+        }
+        Err(e) => say!("ferrotrace: patching newly loaded objects failed: {e}"),
     }
 }
 

@@ -576,8 +576,8 @@ pub struct Known {
     /// ([`Scope::add_entry_patches`]).
     pub dynamic: bool,
     /// Entry patching is off: other threads run while discovery's answer is patched and nothing stops
-    /// them (an in-program recording, an attached runtime's rescans: a thread may be inside the
-    /// instructions a jump would replace), or the
+    /// them (an in-program recording: a thread may be inside the instructions a jump would replace;
+    /// an attached runtime's rescans hand their jumps to the host, which stops them), or the
     /// recording asked for allocations and named no function to patch (`record --alloc` of an
     /// uninstrumented program is heaptrack's view: every function patched was never asked for).
     pub entry_patching_off: bool,
