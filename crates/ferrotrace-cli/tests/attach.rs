@@ -176,13 +176,51 @@ fn one_recording(server: &Server, dir: &Path, name: &str, during: usize) {
     one_recording_with(server, dir, name, during, &["-F", "handle"]);
 }
 
+/// The nice value of each thread of process `pid` (`/proc/PID/task/TID/stat`'s 19th field).
+fn thread_nices(pid: u32) -> std::collections::BTreeMap<u32, i64> {
+    let mut nices = std::collections::BTreeMap::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .into_iter()
+        .flatten()
+    {
+        let task = task.unwrap();
+        let Ok(stat) = std::fs::read_to_string(task.path().join("stat")) else {
+            continue;
+        };
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        // Fields from the 3rd (state) on: the nice value is the 19th.
+        if let Some(nice) = rest.split_whitespace().nth(16).and_then(|n| n.parse().ok()) {
+            nices.insert(task.file_name().to_str().unwrap().parse().unwrap(), nice);
+        }
+    }
+    nices
+}
+
+/// Every thread of process `pid` at nice `nice`: `record -p` raises the borrowed thread's priority
+/// only while it runs a call for us, and the threads the runtime starts run at the thread's own
+/// (issue 41 item 7). What differs, when something does.
+fn threads_not_at(pid: u32, nice: i64) -> Vec<(u32, i64)> {
+    thread_nices(pid)
+        .into_iter()
+        .filter(|&(_, n)| n != nice)
+        .collect()
+}
+
 /// [`one_recording`] with `record -p`'s options `opts`.
 fn one_recording_with(server: &Server, dir: &Path, name: &str, during: usize, opts: &[&str]) {
     let mut client = Client::connect(server.port);
     let before = client.ask_many("q", 20);
+    let nice = thread_nices(server.pid())[&server.pid()];
     let trace = dir.join(format!("{name}.data"));
     let rec = Recording::start(server.pid(), &trace, opts);
     let while_recorded = client.ask_many("q", during);
+    assert_eq!(
+        threads_not_at(server.pid(), nice),
+        [],
+        "threads not at the process's nice value {nice} while recorded"
+    );
     let said = rec.stop();
     let after = client.ask_many("q", 20);
     let k = 20.min(during);
@@ -1121,6 +1159,7 @@ fn record_killed_at_any_moment_of_an_attach_leaves_the_process_serving() {
         let pid = server.pid().to_string();
         let mut client = Client::connect(server.port);
         let before = client.ask_many("k", 3);
+        let nice = thread_nices(server.pid())[&server.pid()];
         let state = || {
             let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
             stat.rsplit_once(')')
@@ -1149,6 +1188,15 @@ fn record_killed_at_any_moment_of_an_attach_leaves_the_process_serving() {
             assert_eq!(client.ask_many("k", 3), before, "{name} trial {trial}");
             let _ = std::fs::remove_file(&trace);
         }
+        // Whenever the kill came, the borrowed thread's priority is its own again: put back by
+        // the call's stub (after its wait of a second) where `record` was killed during a call.
+        let waited = Instant::now();
+        while !threads_not_at(server.pid(), nice).is_empty()
+            && waited.elapsed() < Duration::from_secs(5)
+        {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(threads_not_at(server.pid(), nice), [], "{name}");
     }
 }
 

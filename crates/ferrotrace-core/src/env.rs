@@ -98,6 +98,10 @@ pub const SHARED_FD: &str = "FERROTRACE_SHARED_FD";
 pub const TRACED_PARENT: &str = "FERROTRACE_TRACED_PARENT";
 /// The control FIFO of a recording started by `ferrotrace_attach` (`record -p`).
 pub const CONTROL: &str = "FERROTRACE_CONTROL";
+/// The nice value the attached runtime's start thread (and so every thread it starts) runs at: the
+/// borrowed thread's own, which `record -p` raised while it runs the call that starts the thread
+/// (a new thread inherits its creator's priority).
+pub const START_NICE: &str = "FERROTRACE_START_NICE";
 /// The file beside the control FIFO where an attached runtime leaves its warnings (one a line) for
 /// the host to print: the process's standard error is not the user's.
 pub const ATTACH_WARNINGS_FILE: &str = "warnings";
@@ -317,6 +321,8 @@ mod spec {
         pub control: Option<PathBuf>,
         /// [`LIVE_FIFO`]: the FIFO an attached runtime prints live events to.
         pub live_fifo: Option<PathBuf>,
+        /// [`START_NICE`]: the nice value an attached runtime's threads run at.
+        pub start_nice: Option<i32>,
     }
 
     /// A variable that does not say what [`RuntimeSpec::from_env`] expects.
@@ -384,6 +390,7 @@ mod spec {
                 (SHARED_FD, number(self.shared_fd.map(i64::from))),
                 (CONTROL, self.control.as_ref().map(|p| p.clone().into())),
                 (LIVE_FIFO, self.live_fifo.as_ref().map(|p| p.clone().into())),
+                (START_NICE, number(self.start_nice.map(i64::from))),
                 (TRACED_PARENT, None),
             ]
         }
@@ -500,6 +507,7 @@ mod spec {
                 shared_fd: parsed(SHARED_FD, text(SHARED_FD), "a descriptor number")?,
                 control: var(CONTROL).filter(|v| !v.is_empty()).map(PathBuf::from),
                 live_fifo: var(LIVE_FIFO).filter(|v| !v.is_empty()).map(PathBuf::from),
+                start_nice: parsed(START_NICE, text(START_NICE), "a nice value")?,
             })
         }
     }
@@ -594,6 +602,7 @@ mod tests {
             shared_fd: Some(6),
             control: Some("/tmp/d/control".into()),
             live_fifo: Some("/tmp/d/live".into()),
+            start_nice: Some(-3),
         };
         for spec in [full, RuntimeSpec::default()] {
             let vars = spec.to_env();

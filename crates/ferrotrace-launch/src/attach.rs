@@ -508,9 +508,63 @@ pub struct Borrowed {
     /// The registers the thread resumes with after a call that returned through its signal frame
     /// (its system call made to run again: [`arch::resume_regs`]).
     resumed: Option<arch::Regs>,
+    /// The borrowed thread's own priority, raised while it runs a call through the stub.
+    lent: LentPriority,
     /// Our thread's priority raised while the thread is borrowed (last: put back after the drop
     /// lets the thread go).
     urgent: Urgent,
+}
+
+/// The borrowed thread at the fair scheduler's highest priority (nice -20) while it runs a call
+/// through the stub, where we may raise it (root, CAP_SYS_NICE), and at its own again between calls
+/// and after. With busy threads on every CPU, a thread at the default priority waits behind them for a
+/// CPU each time it is resumed (the call, each stop): with 64 threads spinning on 2 CPUs most of a
+/// 450 ms pause was the borrowed thread waiting so (docs/performance.md, issue 41 item 7). Kill-safe:
+/// it is raised only once the thread's registers are set for the call, and the stub puts the
+/// priority back itself when we are not there to ([`arch::call_stub`]); between calls, while the
+/// thread is stopped in its own state, it is at its own. Threads the call starts inherit the raised
+/// priority: the runtime's start thread puts back the one it is told
+/// (`ferrotrace_core::env::START_NICE`).
+struct LentPriority {
+    tid: libc::id_t,
+    /// The thread's own nice value (`None`: unknown, never raised).
+    own: Option<libc::c_int>,
+    /// Raised now.
+    raised: bool,
+}
+
+impl LentPriority {
+    fn of(tid: u32) -> LentPriority {
+        let tid = tid as libc::id_t;
+        // SAFETY: getpriority of a thread, no memory passed; -1 is a priority or an error: errno says.
+        let own = unsafe {
+            *libc::__errno_location() = 0;
+            let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
+            (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
+        };
+        LentPriority {
+            tid,
+            own,
+            raised: false,
+        }
+    }
+
+    /// The thread at -20, if we may (nothing changes otherwise).
+    fn raise(&mut self) {
+        if self.own.is_some_and(|n| n > -20) && !self.raised {
+            // SAFETY: setpriority of a thread, no memory passed.
+            self.raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, -20) } == 0;
+        }
+    }
+
+    /// The thread at its own priority again.
+    fn lower(&mut self) {
+        if let (true, Some(own)) = (self.raised, self.own) {
+            // SAFETY: as in `raise`; lowering a priority needs no right.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, own) };
+            self.raised = false;
+        }
+    }
 }
 
 /// The calling thread at the fair scheduler's highest priority (nice -20) while this lives, where it
@@ -623,6 +677,7 @@ impl Borrowed {
         let mem = Memory::open(pid)?;
         let regs = thread.get_regs()?;
         let mut borrowed = Borrowed {
+            lent: LentPriority::of(thread.tid),
             thread,
             regs,
             xstate: vec![0; XSTATE_BYTES],
@@ -665,7 +720,8 @@ impl Borrowed {
         if !anonymous_code_at(pid, page) {
             return None;
         }
-        self.write(page, &arch::call_stub(0)).ok()?;
+        self.write(page, &arch::call_stub(0, self.own_nice()))
+            .ok()?;
         Some(page)
     }
 
@@ -688,6 +744,12 @@ impl Borrowed {
     /// The borrowed thread.
     pub fn tid(&self) -> u32 {
         self.thread.tid
+    }
+
+    /// The borrowed thread's own nice value (0 when it could not be read): what the threads a call
+    /// starts are to run at, though they inherit the priority the call ran at.
+    pub fn own_nice(&self) -> i32 {
+        self.lent.own.unwrap_or(0)
     }
 
     /// Writes `bytes` into the process at `addr`.
@@ -797,9 +859,11 @@ impl Borrowed {
         // stopped again in its own code.
         let done = call_nonce(frame);
         self.write(arch::done_slot(frame), &0u64.to_ne_bytes())?;
-        self.write(stub, &arch::call_stub(done))?;
+        self.write(stub, &arch::call_stub(done, self.own_nice()))?;
         arch::set_up_stub_call(&mut regs, stub, function, frame, values);
         self.thread.set_regs(&regs)?;
+        // Only now: killed from here on, the thread runs the call, whose stub lowers it again.
+        self.lent.raise();
         // Looked at while `run_call` holds the thread (a handle of its own).
         let mem = Memory::open(self.thread.pid)?;
         let ended = self.run_call(
@@ -815,6 +879,7 @@ impl Borrowed {
         if let Err(e) = ended {
             // A crash: put back exactly. A timeout: the thread runs on inside the call (the
             // frame puts it back when the call returns).
+            self.lent.lower();
             let _ = self
                 .thread
                 .set_regs(&resume)
@@ -823,7 +888,7 @@ impl Borrowed {
         }
         let mut value = [0u8; 8];
         let read = self.mem.read(arch::return_slot(frame), &mut value);
-        self.stop_again_in_its_own_code(stub)?;
+        self.stop_again_in_its_own_code(stub, &resume)?;
         if read != 8 {
             return Err(LaunchError::CannotAttach {
                 pid: self.thread.pid,
@@ -833,40 +898,39 @@ impl Borrowed {
         Ok(Some(u64::from_ne_bytes(value)))
     }
 
-    /// Stops the thread again once a call through the stub at `stub` has ended (it is running),
-    /// outside the stub (past its `rt_sigreturn`), and takes its state afresh: the next call and
-    /// the release start from there.
-    fn stop_again_in_its_own_code(&mut self, stub: u64) -> Result<(), LaunchError> {
+    /// Stops the thread again once a call through the stub at `stub` has ended (its `done` word
+    /// written: it is waiting in the stub, or past it in its own code when the stub's wait ran out),
+    /// at its own priority again, and puts it in its own state: in the stub, with `resume`, what the
+    /// stub's `rt_sigreturn` would have restored (its vector state ours to put back); past it, as
+    /// it is (taken afresh). The next call and the release start from there.
+    fn stop_again_in_its_own_code(
+        &mut self,
+        stub: u64,
+        resume: &arch::Regs,
+    ) -> Result<(), LaunchError> {
         let (pid, tid) = (self.thread.pid, self.thread.tid);
-        let started = Instant::now();
-        loop {
-            // SAFETY: a ptrace request on our tracee, no memory passed.
-            if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
-                return Err(ptrace_error(pid, "ptrace(PTRACE_INTERRUPT)"));
-            }
-            let signal = wait_for_interrupt(pid, tid)?;
-            if signal != 0 {
-                self.thread.pending_signal = signal;
-            }
-            let regs = self.thread.get_regs()?;
-            let rip = arch::instruction_pointer(&regs);
-            if !(stub..stub + PAGE).contains(&rip) {
-                self.regs = regs;
-                self.resumed = None;
-                return self.take_xstate();
-            }
-            if started.elapsed() > CALL_TIMEOUT {
-                return Err(LaunchError::CannotAttach {
-                    pid,
-                    why: format!("its thread {tid} did not leave the call's stub"),
-                });
-            }
-            // SAFETY: resuming our tracee for the few instructions left in the stub.
-            if unsafe { libc::ptrace(libc::PTRACE_CONT, tid, 0, 0) } != 0 {
-                return Err(ptrace_error(pid, "ptrace(PTRACE_CONT)"));
-            }
-            std::thread::yield_now();
+        // SAFETY: a ptrace request on our tracee, no memory passed.
+        if unsafe { libc::ptrace(libc::PTRACE_INTERRUPT, tid, 0, 0) } != 0 {
+            return Err(ptrace_error(pid, "ptrace(PTRACE_INTERRUPT)"));
         }
+        let signal = wait_for_interrupt(pid, tid)?;
+        // Stopped: from here on the thread runs nothing until we let it, so its priority goes back
+        // first (killed after this, it finishes the stub at its own).
+        self.lent.lower();
+        if signal != 0 {
+            self.thread.pending_signal = signal;
+        }
+        let regs = self.thread.get_regs()?;
+        if (stub..stub + PAGE).contains(&arch::instruction_pointer(&regs)) {
+            // In the stub's wait (or the few instructions after it): the call's frame by hand.
+            self.thread.set_regs(resume)?;
+            self.restore_xstate()?;
+            self.resumed = Some(*resume);
+            return Ok(());
+        }
+        self.regs = regs;
+        self.resumed = None;
+        self.take_xstate()
     }
 
     /// Resumes the thread from one system call stop to the next until it has entered and left the

@@ -597,6 +597,7 @@ pub fn record(
             spec.shared_fd = Some(theirs);
             pool = ours;
         }
+        spec.start_nice = Some(thread.own_nice());
         thread.call(entry, &[Arg::Str(&spec.to_lines())])
     });
     // The runtime starts on a thread of its own: the borrowed one goes back to the program now.

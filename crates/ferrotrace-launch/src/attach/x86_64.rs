@@ -199,17 +199,46 @@ pub(crate) fn set_up_stub_call(
 
 /// The call stub, at the start of its page, for one call: calls `rax`, keeps what it returned just
 /// below the signal frame at the stack pointer (in the return address's slot, [`return_slot`]),
-/// then `done` below that ([`done_slot`]: the call has ended), and returns through that frame
-/// (`rt_sigreturn`).
-pub(crate) fn call_stub(done: u64) -> Vec<u8> {
+/// then `done` below that ([`done_slot`]: the call has ended), and waits there for us: a sleep of at
+/// most [`STUB_WAIT_S`] seconds, which our stop cuts short (we then put the thread back ourselves,
+/// still at the priority its call ran at: no wait for a CPU at its own). Should we not stop it
+/// (killed meanwhile), it puts its priority back to `nice` (what it was before we raised it for the
+/// call; `setpriority` with 0 is the calling thread on Linux, and lowering a priority needs no right)
+/// and returns through that frame (`rt_sigreturn`).
+pub(crate) fn call_stub(done: u64, nice: i32) -> Vec<u8> {
     let mut code = vec![0xff, 0xd0]; // call *%rax
     code.extend_from_slice(&[0x48, 0x89, 0x44, 0x24, 0xf8]); // mov %rax, -8(%rsp)
     code.extend_from_slice(&[0x49, 0xbb]); // movabs $done, %r11
     code.extend_from_slice(&done.to_ne_bytes());
     code.extend_from_slice(&[0x4c, 0x89, 0x5c, 0x24, 0xf0]); // mov %r11, -16(%rsp)
+                                                             // nanosleep(&wait, NULL): the wait's timespec follows the code (its offset patched below).
+    code.extend_from_slice(&[0x48, 0x8d, 0x3d, 0, 0, 0, 0]); // lea wait(%rip), %rdi
+    let lea_end = code.len();
+    code.extend_from_slice(&[0x31, 0xf6]); // xor %esi, %esi
+    code.extend_from_slice(&[0xb8, 35, 0, 0, 0]); // mov $SYS_nanosleep, %eax
+    code.extend_from_slice(&[0x0f, 0x05]); // syscall
+                                           // setpriority(PRIO_PROCESS, 0, nice)
+    code.extend_from_slice(&[0xb8, 141, 0, 0, 0]); // mov $SYS_setpriority, %eax
+    code.extend_from_slice(&[0x31, 0xff]); // xor %edi, %edi
+    code.extend_from_slice(&[0x31, 0xf6]); // xor %esi, %esi
+    code.push(0xba); // mov $nice, %edx
+    code.extend_from_slice(&nice.to_ne_bytes());
+    code.extend_from_slice(&[0x0f, 0x05]); // syscall
     code.extend_from_slice(&RESTORER);
+    while code.len() % 8 != 0 {
+        code.push(0xcc);
+    }
+    let wait = code.len();
+    code[lea_end - 4..lea_end].copy_from_slice(&((wait - lea_end) as i32).to_ne_bytes());
+    code.extend_from_slice(&STUB_WAIT_S.to_ne_bytes()); // tv_sec
+    code.extend_from_slice(&0u64.to_ne_bytes()); // tv_nsec
     code
 }
+
+/// How long the call stub waits for us after its call (seconds): long enough for a `record` that
+/// runs to see the `done` word and stop the thread there, short enough for a thread whose `record`
+/// was killed to go on soon.
+pub(crate) const STUB_WAIT_S: u64 = 1;
 
 /// Where the call stub writes its `done` word, below the signal frame at `frame`.
 pub(crate) fn done_slot(frame: u64) -> u64 {

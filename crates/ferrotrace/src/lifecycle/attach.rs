@@ -84,10 +84,11 @@ pub fn attach(spec: &str, role: Role) -> Result<(), AttachError> {
 /// thread is held for the runtime's start no longer. 0 once the thread runs; a negative code when it
 /// could not be made, or an attach is starting already (the reason in `error`).
 pub fn attach_on_own_thread(spec: &str, role: Role) -> i32 {
-    let control = RuntimeSpec::lines_to_vars(spec)
-        .into_iter()
-        .find(|(n, _)| n == ferrotrace_core::env::CONTROL)
-        .map(|(_, v)| PathBuf::from(v));
+    let vars = RuntimeSpec::lines_to_vars(spec);
+    let var = |name: &str| vars.iter().find(|(n, _)| n == name).map(|(_, v)| v.clone());
+    let control = var(ferrotrace_core::env::CONTROL).map(PathBuf::from);
+    let nice: Option<libc::c_int> =
+        var(ferrotrace_core::env::START_NICE).and_then(|v| v.parse().ok());
     if PROCESS.attach_starting.swap(true, Ordering::AcqRel) {
         tell_host(control.as_deref(), "error", &Problem::Already.to_string());
         return Problem::Already.code();
@@ -95,6 +96,12 @@ pub fn attach_on_own_thread(spec: &str, role: Role) -> i32 {
     let spec = spec.to_string();
     let told = control.clone();
     let start = move || {
+        if let Some(nice) = nice {
+            // This thread inherited the priority `record -p` lent the borrowed thread for the call;
+            // it and the threads it starts (the collector) run at the borrowed thread's own.
+            // SAFETY: setpriority of this thread (PRIO_PROCESS with 0 on Linux), no memory passed.
+            unsafe { libc::setpriority(libc::PRIO_PROCESS, 0, nice) };
+        }
         crate::buffers::thread::ignore_current_thread();
         let starting = Starting;
         let code = match attach(&spec, role) {
