@@ -508,33 +508,37 @@ pub struct Borrowed {
     /// The registers the thread resumes with after a call that returned through its signal frame
     /// (its system call made to run again: [`arch::resume_regs`]).
     resumed: Option<arch::Regs>,
-    /// The borrowed thread's own priority, raised while it runs a call through the stub.
+    /// The borrowed thread's priority, raised while it is borrowed.
     lent: LentPriority,
     /// Our thread's priority raised while the thread is borrowed (last: put back after the drop
     /// lets the thread go).
     urgent: Urgent,
 }
 
-/// The borrowed thread at the fair scheduler's highest priority (nice -20) while it runs a call
-/// through the stub, where we may raise it (root, CAP_SYS_NICE), and at its own again between calls
-/// and after. With busy threads on every CPU, a thread at the default priority waits behind them for a
-/// CPU each time it is resumed (the call, each stop): with 64 threads spinning on 2 CPUs most of a
-/// 450 ms pause was the borrowed thread waiting so (docs/performance.md, issue 41 item 7). Kill-safe:
-/// it is raised only once the thread's registers are set for the call, and the stub puts the
-/// priority back itself when we are not there to ([`arch::call_stub`]); between calls, while the
-/// thread is stopped in its own state, it is at its own. Threads the call starts inherit the raised
-/// priority: the runtime's start thread puts back the one it is told
-/// (`ferrotrace_core::env::START_NICE`).
+/// The borrowed thread at the fair scheduler's highest priority (nice -20) from just before it is
+/// stopped until it is let go, where we may raise it (root, CAP_SYS_NICE; elsewhere nothing
+/// changes). With busy threads on every CPU, a thread at its default priority waits behind them for
+/// a CPU each time it is resumed or asked to stop (the seize, each call, each stop): with 64 threads
+/// spinning on 2 CPUs, most of a 450 ms pause was the borrowed thread waiting so
+/// (docs/performance.md, issue 41 item 7).
+///
+/// Kill-safe, twice over. A guard process ([`PriorityGuard`]) puts the thread's priority back should
+/// we die before we do. And a call through the stub that we are no longer there to end puts it back
+/// itself ([`arch::call_stub`]). Threads a call starts inherit the raised priority: the runtime's
+/// start thread takes the borrowed thread's own (`ferrotrace_core::env::START_NICE`).
 struct LentPriority {
     tid: libc::id_t,
     /// The thread's own nice value (`None`: unknown, never raised).
     own: Option<libc::c_int>,
     /// Raised now.
     raised: bool,
+    /// Puts it back if we die while it is raised.
+    guard: Option<PriorityGuard>,
 }
 
 impl LentPriority {
-    fn of(tid: u32) -> LentPriority {
+    /// Thread `tid` of the process at -20, if we may (nothing changes otherwise).
+    fn raise(tid: u32) -> LentPriority {
         let tid = tid as libc::id_t;
         // SAFETY: getpriority of a thread, no memory passed; -1 is a priority or an error: errno says.
         let own = unsafe {
@@ -542,27 +546,109 @@ impl LentPriority {
             let nice = libc::getpriority(libc::PRIO_PROCESS, tid);
             (nice != -1 || *libc::__errno_location() == 0).then_some(nice)
         };
-        LentPriority {
+        let mut lent = LentPriority {
             tid,
             own,
             raised: false,
-        }
-    }
-
-    /// The thread at -20, if we may (nothing changes otherwise).
-    fn raise(&mut self) {
-        if self.own.is_some_and(|n| n > -20) && !self.raised {
+            guard: None,
+        };
+        let Some(own) = own.filter(|&n| n > -20) else {
+            return lent;
+        };
+        // The guard first: no raise that nothing would put back.
+        lent.guard = PriorityGuard::watch(tid, own);
+        if lent.guard.is_some() {
             // SAFETY: setpriority of a thread, no memory passed.
-            self.raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, -20) } == 0;
+            lent.raised = unsafe { libc::setpriority(libc::PRIO_PROCESS, tid, -20) } == 0;
         }
+        lent
     }
 
-    /// The thread at its own priority again.
+    /// The thread at its own priority again (before it is let go).
     fn lower(&mut self) {
         if let (true, Some(own)) = (self.raised, self.own) {
             // SAFETY: as in `raise`; lowering a priority needs no right.
             unsafe { libc::setpriority(libc::PRIO_PROCESS, self.tid, own) };
             self.raised = false;
+        }
+    }
+}
+
+impl Drop for LentPriority {
+    fn drop(&mut self) {
+        self.lower();
+        if let Some(guard) = self.guard.take() {
+            guard.dismiss();
+        }
+    }
+}
+
+/// A process of our own that puts a borrowed thread's priority back should we die first (SIGKILL
+/// included): forked with one end of a pipe, it waits for that pipe's end of file, which comes when
+/// we close our end or die; a byte before it says we put the priority back ourselves. Between the
+/// fork and its `_exit` it makes only system calls (the fork copied one thread of a process that may
+/// have others). It closes every other descriptor it inherited, so that none of ours (the control
+/// FIFO, whose end of file stops the runtime; a test's pipe) outlives us in it, and it is a session
+/// of its own, so that a Ctrl-C to our terminal does not end it before it has looked.
+struct PriorityGuard {
+    /// Our end of the pipe.
+    pipe: std::os::fd::OwnedFd,
+    child: libc::pid_t,
+}
+
+impl PriorityGuard {
+    /// A guard for thread `tid`, whose own nice value is `own`; `None` when it cannot be made.
+    fn watch(tid: libc::id_t, own: libc::c_int) -> Option<PriorityGuard> {
+        use std::os::fd::{AsRawFd, FromRawFd};
+        let mut fds = [0i32; 2];
+        // SAFETY: pipe2 fills the two descriptors.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return None;
+        }
+        // SAFETY: both descriptors were just made and are ours alone.
+        let (read, write) = unsafe {
+            (
+                std::os::fd::OwnedFd::from_raw_fd(fds[0]),
+                std::os::fd::OwnedFd::from_raw_fd(fds[1]),
+            )
+        };
+        // SAFETY: the child makes system calls only (async-signal-safe) and ends with `_exit`.
+        match unsafe { libc::fork() } {
+            -1 => None,
+            0 => {
+                // SAFETY: system calls on descriptors and a thread id; `_exit` ends the child.
+                unsafe {
+                    libc::setsid();
+                    libc::dup2(read.as_raw_fd(), 0);
+                    libc::syscall(libc::SYS_close_range, 1, u32::MAX, 0);
+                    let mut byte = 0u8;
+                    let told = loop {
+                        match libc::read(0, (&mut byte as *mut u8).cast(), 1) {
+                            n if n >= 0 => break n == 1,
+                            _ if *libc::__errno_location() == libc::EINTR => continue,
+                            _ => break false,
+                        }
+                    };
+                    if !told {
+                        libc::setpriority(libc::PRIO_PROCESS, tid, own);
+                    }
+                    libc::_exit(0)
+                }
+            }
+            child => Some(PriorityGuard { pipe: write, child }),
+        }
+    }
+
+    /// We put the priority back: the guard ends without touching it.
+    fn dismiss(self) {
+        use std::io::Write;
+        let mut pipe = File::from(self.pipe);
+        let _ = pipe.write_all(&[1]);
+        drop(pipe);
+        // SAFETY: waiting for our own child, no memory passed but the status.
+        unsafe {
+            let mut status = 0;
+            libc::waitpid(self.child, &mut status, 0);
         }
     }
 }
@@ -670,6 +756,8 @@ impl Borrowed {
     pub fn stop(pid: u32) -> Result<Borrowed, LaunchError> {
         let urgent = Urgent::raise();
         let tid = quiet_thread(pid);
+        // Before the seize: the thread must run to stop.
+        let lent = LentPriority::raise(tid);
         let thread = Stopped::seize(pid, tid)?.ok_or_else(|| LaunchError::CannotAttach {
             pid,
             why: "it ended while ferrotrace was attaching".into(),
@@ -677,7 +765,7 @@ impl Borrowed {
         let mem = Memory::open(pid)?;
         let regs = thread.get_regs()?;
         let mut borrowed = Borrowed {
-            lent: LentPriority::of(thread.tid),
+            lent,
             thread,
             regs,
             xstate: vec![0; XSTATE_BYTES],
@@ -862,8 +950,6 @@ impl Borrowed {
         self.write(stub, &arch::call_stub(done, self.own_nice()))?;
         arch::set_up_stub_call(&mut regs, stub, function, frame, values);
         self.thread.set_regs(&regs)?;
-        // Only now: killed from here on, the thread runs the call, whose stub lowers it again.
-        self.lent.raise();
         // Looked at while `run_call` holds the thread (a handle of its own).
         let mem = Memory::open(self.thread.pid)?;
         let ended = self.run_call(
@@ -878,7 +964,7 @@ impl Borrowed {
         );
         if let Err(e) = ended {
             // A crash: put back exactly. A timeout: the thread runs on inside the call (the
-            // frame puts it back when the call returns).
+            // frame puts it back when the call returns), at its own priority.
             self.lent.lower();
             let _ = self
                 .thread
@@ -914,9 +1000,6 @@ impl Borrowed {
             return Err(ptrace_error(pid, "ptrace(PTRACE_INTERRUPT)"));
         }
         let signal = wait_for_interrupt(pid, tid)?;
-        // Stopped: from here on the thread runs nothing until we let it, so its priority goes back
-        // first (killed after this, it finishes the stub at its own).
-        self.lent.lower();
         if signal != 0 {
             self.thread.pending_signal = signal;
         }
@@ -1129,6 +1212,7 @@ impl Borrowed {
     /// Lets the thread go on where it was, with any signal that arrived meanwhile.
     pub fn release(mut self) -> Result<(), LaunchError> {
         self.unmap_stub();
+        self.lent.lower();
         self.thread.let_go()
     }
 }
@@ -1139,6 +1223,7 @@ impl Drop for Borrowed {
             self.unmap_stub();
             let _ = self.thread.set_regs(&self.resumed.unwrap_or(self.regs));
         }
+        self.lent.lower();
         let _ = self.thread.let_go();
     }
 }
@@ -1301,6 +1386,36 @@ mod tests {
             let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
             libc::getpriority(libc::PRIO_PROCESS, tid)
         }
+    }
+
+    /// A borrowed thread's priority is put back by the guard when we are gone without putting it
+    /// back (our end of the guard's pipe closed without a word, as when we are killed), and left
+    /// alone when we dismiss the guard. Run on this test's own thread, as the borrowed one.
+    #[test]
+    fn the_guard_puts_a_lent_priority_back_when_we_die_first() {
+        // SAFETY: gettid has no arguments and cannot fail.
+        let tid = unsafe { libc::syscall(libc::SYS_gettid) } as u32;
+        let own = nice();
+        let mut lent = LentPriority::raise(tid);
+        if !lent.raised {
+            eprintln!("skipped: raising a priority is not allowed here");
+            return;
+        }
+        assert_eq!(nice(), -20);
+        // As if we died: the pipe closed, nothing said, nothing put back by us.
+        let guard = lent.guard.take().unwrap();
+        lent.raised = false;
+        drop(lent);
+        assert_eq!(nice(), -20);
+        drop(guard.pipe);
+        // SAFETY: waiting for our own child.
+        unsafe { libc::waitpid(guard.child, &mut 0, 0) };
+        assert_eq!(nice(), own, "put back by the guard");
+        // Dismissed: the guard leaves the priority as we set it.
+        let lent = LentPriority::raise(tid);
+        assert!(lent.raised);
+        drop(lent);
+        assert_eq!(nice(), own, "put back by us");
     }
 
     #[test]
